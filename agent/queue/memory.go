@@ -1,0 +1,269 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+// Memory is an in-process queue for embedded mode (one agent, tasks POSTed
+// to /v1/tasks). It keeps SQS's visibility semantics so the agent behaves the
+// same on both: a received message is hidden until it is deleted or its
+// visibility lapses, then it is handed out again with a higher receive count.
+type Memory struct {
+	visibility time.Duration
+	wait       time.Duration
+	capacity   int
+
+	mu       sync.Mutex
+	wake     chan struct{} // closed and replaced whenever a message may have become available
+	ready    []*memMsg
+	inflight map[string]*memMsg // by handle
+	dead     []DeadLetter
+	closed   bool
+}
+
+// DeadLetter is a message Memory moved aside, with the reason.
+type DeadLetter struct {
+	Message Message
+	Reason  string
+}
+
+type memMsg struct {
+	msg       Message
+	visibleAt time.Time
+}
+
+// MemoryOptions tune a Memory queue; zero values take the defaults.
+type MemoryOptions struct {
+	// Visibility is how long a received message stays hidden (default 60s).
+	Visibility time.Duration
+	// Wait is the long-poll time of Receive (default 20s).
+	Wait time.Duration
+	// Capacity bounds the messages held; Send fails past it (default 10000).
+	Capacity int
+}
+
+// keepDeadLetters bounds the dead letters Memory keeps for inspection.
+const keepDeadLetters = 100
+
+// ErrFull is returned by Memory.Send when the queue holds Capacity messages.
+var ErrFull = fullError{}
+
+type fullError struct{}
+
+func (fullError) Error() string { return "queue: full" }
+
+// NewMemory returns an empty in-memory queue.
+func NewMemory(o MemoryOptions) *Memory {
+	if o.Visibility <= 0 {
+		o.Visibility = 60 * time.Second
+	}
+	if o.Wait <= 0 {
+		o.Wait = 20 * time.Second
+	}
+	if o.Capacity <= 0 {
+		o.Capacity = 10000
+	}
+	return &Memory{
+		visibility: o.Visibility,
+		wait:       o.Wait,
+		capacity:   o.Capacity,
+		wake:       make(chan struct{}),
+		inflight:   map[string]*memMsg{},
+	}
+}
+
+var _ Source = (*Memory)(nil)
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// signal wakes every waiting Receive; called with mu held.
+func (q *Memory) signal() {
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
+// Send enqueues body.
+func (q *Memory) Send(_ context.Context, body []byte) (string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return "", ErrClosed
+	}
+	if len(q.ready)+len(q.inflight) >= q.capacity {
+		return "", ErrFull
+	}
+	id := newID()
+	q.ready = append(q.ready, &memMsg{msg: Message{
+		ID:         id,
+		Body:       append([]byte(nil), body...),
+		SentAt:     time.Now(),
+		Attributes: map[string]string{},
+	}})
+	q.signal()
+	return id, nil
+}
+
+// requeueExpired moves in-flight messages whose visibility lapsed back to
+// ready and returns the earliest future visibility deadline (zero if none).
+func (q *Memory) requeueExpired(now time.Time) time.Time {
+	var next time.Time
+	for h, m := range q.inflight {
+		if !now.Before(m.visibleAt) {
+			delete(q.inflight, h)
+			m.msg.Handle = ""
+			q.ready = append(q.ready, m)
+			continue
+		}
+		if next.IsZero() || m.visibleAt.Before(next) {
+			next = m.visibleAt
+		}
+	}
+	return next
+}
+
+// Receive returns up to max messages, waiting up to the long-poll time for
+// the first one.
+func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
+	if max <= 0 {
+		max = 1
+	}
+	deadline := time.NewTimer(q.wait)
+	defer deadline.Stop()
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			q.mu.Unlock()
+			return nil, err
+		}
+		now := time.Now()
+		next := q.requeueExpired(now)
+		if len(q.ready) > 0 {
+			n := min(max, len(q.ready))
+			out := make([]*Message, 0, n)
+			for _, m := range q.ready[:n] {
+				m.msg.ReceiveCount++
+				m.msg.Handle = newID()
+				m.visibleAt = now.Add(q.visibility)
+				q.inflight[m.msg.Handle] = m
+				c := m.msg
+				c.Attributes = cloneMap(m.msg.Attributes)
+				out = append(out, &c)
+			}
+			q.ready = q.ready[n:]
+			q.mu.Unlock()
+			return out, nil
+		}
+		wake := q.wake
+		q.mu.Unlock()
+
+		var expiry <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			t = time.NewTimer(next.Sub(now))
+			expiry = t.C
+		}
+		var err error
+		done := false
+		select {
+		case <-ctx.Done():
+			err, done = ctx.Err(), true
+		case <-deadline.C:
+			done = true
+		case <-wake:
+		case <-expiry:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if done {
+			return nil, err
+		}
+	}
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Delete acknowledges m. Deleting a message whose handle is stale (it was
+// handed out again since) is a no-op, as in SQS.
+func (q *Memory) Delete(_ context.Context, m *Message) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.inflight, m.Handle)
+	return nil
+}
+
+// ChangeVisibility hides m for d; d == 0 makes it available at once.
+func (q *Memory) ChangeVisibility(_ context.Context, m *Message, d time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	im, ok := q.inflight[m.Handle]
+	if !ok {
+		return errStaleHandle
+	}
+	im.visibleAt = time.Now().Add(d)
+	if d <= 0 {
+		q.signal()
+	}
+	return nil
+}
+
+var errStaleHandle = staleHandleError{}
+
+type staleHandleError struct{}
+
+func (staleHandleError) Error() string { return "queue: receipt handle is not in flight" }
+
+// DeadLetter keeps m aside (bounded) with reason and deletes it.
+func (q *Memory) DeadLetter(_ context.Context, m *Message, reason string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.inflight, m.Handle)
+	q.dead = append(q.dead, DeadLetter{Message: *m, Reason: reason})
+	if len(q.dead) > keepDeadLetters {
+		q.dead = q.dead[len(q.dead)-keepDeadLetters:]
+	}
+	return nil
+}
+
+// DeadLetters returns the most recent dead letters.
+func (q *Memory) DeadLetters() []DeadLetter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]DeadLetter(nil), q.dead...)
+}
+
+// Len reports messages waiting and in flight.
+func (q *Memory) Len() (ready, inflight int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ready), len(q.inflight)
+}
+
+// Close stops the queue; waiting receivers return ErrClosed.
+func (q *Memory) Close(context.Context) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		q.signal()
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+// Package queue is the agent's intake: where task messages come from and how
+// they are acknowledged, hidden, released or dead-lettered. Source is the
+// seam between the agent and a concrete queue: Memory for embedded mode, SQS
+// for a fleet.
+package queue
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNoDeadLetter is returned by DeadLetter when no dead-letter queue is
+// configured; the caller leaves the message to the queue's redrive policy.
+var ErrNoDeadLetter = errors.New("queue: no dead-letter queue configured")
+
+// ErrClosed is returned by Send and Receive after Close.
+var ErrClosed = errors.New("queue: closed")
+
+// Message is one received task message.
+type Message struct {
+	// ID is the queue's message id (SQS MessageId); the task id when the
+	// body has none.
+	ID string
+	// Body is the raw task JSON.
+	Body []byte
+	// ReceiveCount is how many times the queue has handed this message out,
+	// this time included (SQS ApproximateReceiveCount).
+	ReceiveCount int
+	// SentAt is when the message was first sent, zero when unknown.
+	SentAt time.Time
+	// Attributes are the message's string attributes.
+	Attributes map[string]string
+	// Handle is the backend's receipt handle; opaque to the agent.
+	Handle string
+}
+
+// Source is a task queue. Implementations are safe for concurrent use.
+type Source interface {
+	// Receive waits (long poll) for at most max messages. It returns early
+	// with ctx.Err() when ctx is done, so cancelling ctx stops intake at
+	// once; no receive starts after that.
+	Receive(ctx context.Context, max int) ([]*Message, error)
+	// Delete acknowledges a message whose task has ended. Implementations
+	// may batch deletes; Close flushes them.
+	Delete(ctx context.Context, m *Message) error
+	// ChangeVisibility hides m for d from now: the agent extends it while a
+	// task runs and defers rate-limited work with it; d == 0 releases the
+	// message to other consumers at once.
+	ChangeVisibility(ctx context.Context, m *Message, d time.Duration) error
+	// DeadLetter moves m to the dead-letter queue with reason attached and
+	// deletes it from the source, or returns ErrNoDeadLetter.
+	DeadLetter(ctx context.Context, m *Message, reason string) error
+	// Send enqueues a new message and returns its id.
+	Send(ctx context.Context, body []byte) (string, error)
+	// Close flushes pending acknowledgements and releases resources.
+	Close(ctx context.Context) error
+}

@@ -1,0 +1,294 @@
+package state
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock is the time source of a Store; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// MemoryOptions bound a Memory store; zero values take the defaults.
+type MemoryOptions struct {
+	Clock     Clock         // nil = wall clock
+	RecordTTL time.Duration // how long finished task records are kept (default 24h)
+	AuditMax  int           // audit entries kept (default 10000)
+	MaxTasks  int           // task records kept at most, oldest finished dropped first (default 100000)
+}
+
+// Memory is the Store of embedded mode: one agent, nothing survives a
+// restart. Its semantics match Redis so the agent code is the same.
+type Memory struct {
+	o MemoryOptions
+
+	mu        sync.Mutex
+	tasks     map[string]*memTask
+	audit     []AuditEntry // ring, newest last
+	instances map[string]memInstance
+	drains    map[string]DrainRecord
+}
+
+type memTask struct {
+	rec        TaskRecord
+	leaseUntil time.Time
+	expires    time.Time // zero while running
+}
+
+type memInstance struct {
+	inst    Instance
+	expires time.Time
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty Memory store.
+func NewMemory(o MemoryOptions) *Memory {
+	if o.Clock == nil {
+		o.Clock = wallClock{}
+	}
+	if o.RecordTTL <= 0 {
+		o.RecordTTL = 24 * time.Hour
+	}
+	if o.AuditMax <= 0 {
+		o.AuditMax = 10000
+	}
+	if o.MaxTasks <= 0 {
+		o.MaxTasks = 100000
+	}
+	return &Memory{
+		o:         o,
+		tasks:     map[string]*memTask{},
+		instances: map[string]memInstance{},
+		drains:    map[string]DrainRecord{},
+	}
+}
+
+// gc drops expired finished records and, past MaxTasks, the oldest finished
+// ones; called with mu held.
+func (m *Memory) gc(now time.Time) {
+	for id, t := range m.tasks {
+		if !t.expires.IsZero() && !now.Before(t.expires) {
+			delete(m.tasks, id)
+		}
+	}
+	if len(m.tasks) <= m.o.MaxTasks {
+		return
+	}
+	var done []*memTask
+	for _, t := range m.tasks {
+		if t.rec.Status != StatusRunning {
+			done = append(done, t)
+		}
+	}
+	sort.Slice(done, func(i, j int) bool { return done[i].expires.Before(done[j].expires) })
+	for _, t := range done {
+		if len(m.tasks) <= m.o.MaxTasks {
+			break
+		}
+		delete(m.tasks, t.rec.ID)
+	}
+}
+
+// Claim implements Store.
+func (m *Memory) Claim(_ context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock.Now()
+	m.gc(now)
+	t, ok := m.tasks[rec.ID]
+	if ok {
+		if t.rec.Status == StatusDone {
+			return Claim{Result: AlreadyDone, Record: t.rec}, nil
+		}
+		if t.rec.Status == StatusRunning && t.rec.Owner != owner && now.Before(t.leaseUntil) {
+			return Claim{Result: HeldElsewhere, Record: t.rec, LeaseRemaining: t.leaseUntil.Sub(now)}, nil
+		}
+		rec.Attempts = t.rec.Attempts
+	} else {
+		t = &memTask{}
+		m.tasks[rec.ID] = t
+		rec.Attempts = 0
+	}
+	rec.Attempts++
+	rec.Status = StatusRunning
+	rec.Owner = owner
+	if rec.StartedAt.IsZero() {
+		rec.StartedAt = now
+	}
+	t.rec = rec
+	t.leaseUntil = now.Add(lease)
+	t.expires = time.Time{}
+	return Claim{Result: Claimed, Record: rec}, nil
+}
+
+// Renew implements Store.
+func (m *Memory) Renew(_ context.Context, taskID, owner string, lease time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tasks[taskID]
+	if !ok || t.rec.Status != StatusRunning || t.rec.Owner != owner {
+		return ErrLeaseLost
+	}
+	t.leaseUntil = m.o.Clock.Now().Add(lease)
+	return nil
+}
+
+// Finish implements Store.
+func (m *Memory) Finish(_ context.Context, rec TaskRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock.Now()
+	t, ok := m.tasks[rec.ID]
+	if !ok {
+		t = &memTask{}
+		m.tasks[rec.ID] = t
+	} else if rec.Attempts == 0 {
+		rec.Attempts = t.rec.Attempts
+	}
+	rec.Status = StatusDone
+	if rec.FinishedAt.IsZero() {
+		rec.FinishedAt = now
+	}
+	t.rec = rec
+	t.leaseUntil = time.Time{}
+	t.expires = now.Add(m.o.RecordTTL)
+	return nil
+}
+
+// Release implements Store.
+func (m *Memory) Release(_ context.Context, taskID, owner string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tasks[taskID]
+	if !ok || t.rec.Owner != owner || t.rec.Status != StatusRunning {
+		return nil
+	}
+	t.rec.Status = StatusInterrupted
+	t.leaseUntil = time.Time{}
+	t.expires = m.o.Clock.Now().Add(m.o.RecordTTL)
+	return nil
+}
+
+// Recover implements Store.
+func (m *Memory) Recover(_ context.Context, owner string) ([]TaskRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []TaskRecord
+	for _, t := range m.tasks {
+		if t.rec.Status == StatusRunning && t.rec.Owner == owner {
+			t.rec.Status = StatusInterrupted
+			t.leaseUntil = time.Time{}
+			t.expires = m.o.Clock.Now().Add(m.o.RecordTTL)
+			out = append(out, t.rec)
+		}
+	}
+	return out, nil
+}
+
+// Task implements Store.
+func (m *Memory) Task(_ context.Context, id string) (TaskRecord, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tasks[id]
+	if !ok {
+		return TaskRecord{}, false, nil
+	}
+	return t.rec, true, nil
+}
+
+// Audit implements Store.
+func (m *Memory) Audit(_ context.Context, e AuditEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Time.IsZero() {
+		e.Time = m.o.Clock.Now()
+	}
+	m.audit = append(m.audit, e)
+	if len(m.audit) > m.o.AuditMax {
+		m.audit = append(m.audit[:0], m.audit[len(m.audit)-m.o.AuditMax:]...)
+	}
+	return nil
+}
+
+// RecentAudit implements Store.
+func (m *Memory) RecentAudit(_ context.Context, n int) ([]AuditEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []AuditEntry
+	for i := len(m.audit) - 1; i >= 0 && len(out) < n; i-- {
+		out = append(out, m.audit[i])
+	}
+	return out, nil
+}
+
+// PutInstance implements Store.
+func (m *Memory) PutInstance(_ context.Context, inst Instance, ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock.Now()
+	inst.SeenAt = now
+	m.instances[inst.ID] = memInstance{inst: inst, expires: now.Add(ttl)}
+	return nil
+}
+
+// Instances implements Store.
+func (m *Memory) Instances(context.Context) ([]Instance, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock.Now()
+	var out []Instance
+	for id, i := range m.instances {
+		if !now.Before(i.expires) {
+			delete(m.instances, id)
+			continue
+		}
+		out = append(out, i.inst)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Inflight implements Store.
+func (m *Memory) Inflight(_ context.Context, instanceID string) ([]InflightEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []InflightEntry
+	for _, t := range m.tasks {
+		if t.rec.Status == StatusRunning && t.rec.Owner == instanceID {
+			out = append(out, InflightEntry{TaskID: t.rec.ID, Host: t.rec.Host, Diagnostic: t.rec.Diagnostic, StartedAt: t.rec.StartedAt})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	return out, nil
+}
+
+// SaveDrain implements Store.
+func (m *Memory) SaveDrain(_ context.Context, instanceID string, d DrainRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drains[instanceID] = d
+	return nil
+}
+
+// LoadDrain implements Store.
+func (m *Memory) LoadDrain(_ context.Context, instanceID string) (*DrainRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.drains[instanceID]
+	if !ok {
+		return nil, nil
+	}
+	return &d, nil
+}
+
+// Ping implements Store; memory always answers.
+func (m *Memory) Ping(context.Context) error { return nil }
+
+// Close implements Store.
+func (m *Memory) Close() error { return nil }

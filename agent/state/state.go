@@ -1,0 +1,160 @@
+// Package state keeps what the fleet must remember about tasks so that a
+// crash, a restart or a duplicate delivery never loses or doubles work:
+// execution leases, task records, per-instance in-flight sets, instance
+// records, persisted drain state and a capped audit stream. Memory serves
+// embedded mode (one agent); Redis serves a fleet.
+package state
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrLeaseLost is returned by Renew when the lease is no longer ours (it
+// expired and another agent took it, or the task finished).
+var ErrLeaseLost = errors.New("state: lease lost")
+
+// Task statuses stored in TaskRecord.Status.
+const (
+	StatusRunning     = "running"
+	StatusDone        = "done"
+	StatusInterrupted = "interrupted"
+)
+
+// TaskRecord is the durable record of one task id (autodiag:task:<id>).
+type TaskRecord struct {
+	ID         string    `json:"id"`
+	Status     string    `json:"status"`
+	Owner      string    `json:"owner,omitempty"`
+	Attempts   int       `json:"attempts"`
+	Host       string    `json:"host,omitempty"`
+	Diagnostic string    `json:"diagnostic,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	ExitCode   int       `json:"exit_code"`
+	Output     string    `json:"output,omitempty"`
+	Truncated  bool      `json:"truncated,omitempty"`
+	Outcome    string    `json:"outcome,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// ClaimResult says what Claim found.
+type ClaimResult int
+
+const (
+	// Claimed: the lease is ours; run the task.
+	Claimed ClaimResult = iota
+	// HeldElsewhere: another owner holds a live lease; the task is running
+	// there. Hide the message for LeaseRemaining and look again later.
+	HeldElsewhere
+	// AlreadyDone: the task finished earlier; acknowledge without running.
+	AlreadyDone
+)
+
+func (r ClaimResult) String() string {
+	switch r {
+	case Claimed:
+		return "claimed"
+	case HeldElsewhere:
+		return "held_elsewhere"
+	case AlreadyDone:
+		return "already_done"
+	}
+	return "unknown"
+}
+
+// Claim is the answer of Store.Claim.
+type Claim struct {
+	Result         ClaimResult
+	Record         TaskRecord    // the record after the claim (attempts counted), or the finished one
+	LeaseRemaining time.Duration // with HeldElsewhere
+}
+
+// AuditEntry is one line of the capped audit stream (autodiag:audit).
+type AuditEntry struct {
+	Time       time.Time         `json:"time"`
+	InstanceID string            `json:"instance_id"`
+	TaskID     string            `json:"task_id"`
+	Host       string            `json:"host,omitempty"`
+	Diagnostic string            `json:"diagnostic,omitempty"`
+	Outcome    string            `json:"outcome"`
+	Reason     string            `json:"reason,omitempty"`
+	Fields     map[string]string `json:"fields,omitempty"` // e.g. rule, limit, retry_after for denials
+}
+
+// Instance is one agent's record (autodiag:instance:<id>), refreshed with a
+// TTL while the agent lives so that a vanished agent shows as gone.
+type Instance struct {
+	ID        string    `json:"id"`
+	State     string    `json:"state"` // running | draining | drained
+	StartedAt time.Time `json:"started_at"`
+	Version   string    `json:"version"`
+	Inflight  int       `json:"inflight"`
+	SeenAt    time.Time `json:"seen_at"`
+}
+
+// InflightEntry is one task an instance is running.
+type InflightEntry struct {
+	TaskID     string    `json:"task_id"`
+	Host       string    `json:"host"`
+	Diagnostic string    `json:"diagnostic"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+// DrainRecord is the drain state persisted per instance so an agent
+// restarted mid-drain resumes heartbeating and completes the lifecycle
+// action instead of taking new work. Action is the lifecycle action as JSON
+// (opaque to this package).
+type DrainRecord struct {
+	Reason    string    `json:"reason"`
+	Source    string    `json:"source"`
+	StartedAt time.Time `json:"started_at"`
+	Deadline  time.Time `json:"deadline"`
+	Action    []byte    `json:"action,omitempty"`
+	Completed bool      `json:"completed"`
+}
+
+// Store is the agent's state. Every key it writes has a TTL or a bound.
+// Implementations are safe for concurrent use.
+type Store interface {
+	// Claim takes the execution lease of rec.ID for owner (for lease), or
+	// reports that another owner holds it or that the task already ended.
+	// On Claimed the record is written as running with Attempts+1 and the
+	// task enters owner's in-flight set.
+	Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error)
+	// Renew extends owner's lease; ErrLeaseLost when it is not owner's.
+	Renew(ctx context.Context, taskID, owner string, lease time.Duration) error
+	// Finish records the task's outcome as done (kept for the record TTL),
+	// drops the lease and the in-flight entry.
+	Finish(ctx context.Context, rec TaskRecord) error
+	// Release gives the lease back without ending the task (released,
+	// deferred): the next delivery runs it.
+	Release(ctx context.Context, taskID, owner string) error
+	// Recover marks owner's in-flight tasks interrupted and drops their
+	// leases, for an agent restarting on the same instance; it returns them.
+	Recover(ctx context.Context, owner string) ([]TaskRecord, error)
+	// Task returns a task record, ok=false when none.
+	Task(ctx context.Context, id string) (TaskRecord, bool, error)
+
+	// Audit appends e to the capped audit stream.
+	Audit(ctx context.Context, e AuditEntry) error
+	// RecentAudit returns the newest n audit entries, newest first.
+	RecentAudit(ctx context.Context, n int) ([]AuditEntry, error)
+
+	// PutInstance writes inst with ttl.
+	PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error
+	// Instances lists live instance records.
+	Instances(ctx context.Context) ([]Instance, error)
+	// Inflight lists the tasks instanceID is running.
+	Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error)
+
+	// SaveDrain persists instanceID's drain state (with a TTL past its deadline).
+	SaveDrain(ctx context.Context, instanceID string, d DrainRecord) error
+	// LoadDrain returns instanceID's drain state, nil when none.
+	LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error)
+
+	// Ping reports whether the backing store answers (redis_up).
+	Ping(ctx context.Context) error
+	Close() error
+}
