@@ -1,0 +1,390 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// State is where a Controller is in its life.
+type State int32
+
+// The states, in the only order they can happen.
+const (
+	Running State = iota
+	Draining
+	Drained
+)
+
+func (s State) String() string {
+	switch s {
+	case Running:
+		return "running"
+	case Draining:
+		return "draining"
+	case Drained:
+		return "drained"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// Queued policies: what happens to work received but not started when a
+// drain begins.
+const (
+	QueuedFinish  = "finish"  // run it before the drain ends (default)
+	QueuedRelease = "release" // hand it back to the queue at once
+)
+
+// Config bounds a drain.
+type Config struct {
+	// Timeout bounds the whole drain from its trigger; at the deadline
+	// unstarted work is released and running work cancelled. Zero means 10m.
+	Timeout time.Duration
+	// Queued is QueuedFinish (default, also for "") or QueuedRelease.
+	Queued string
+	// CancelGrace bounds how long Wait waits, after cancelling running work
+	// at the deadline, for it to report Done. Zero means 30s.
+	CancelGrace time.Duration
+}
+
+// Validate reports every problem, each naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Timeout < 0 {
+		errs = append(errs, errors.New("drain_timeout: must not be negative"))
+	}
+	switch c.Queued {
+	case "", QueuedFinish, QueuedRelease:
+	default:
+		errs = append(errs, fmt.Errorf("queued: must be %q or %q, not %q", QueuedFinish, QueuedRelease, c.Queued))
+	}
+	return errors.Join(errs...)
+}
+
+// Trigger is what started a drain.
+type Trigger struct {
+	Source string // signal, admin, imds, spot, sqs, restart
+	Reason string
+	// Deadline, when set and earlier than now+Timeout, is the hard end of
+	// the drain (a spot interruption's action time, a persisted deadline).
+	Deadline time.Time
+}
+
+// Progress is a snapshot for status endpoints and metrics.
+type Progress struct {
+	State     State
+	Source    string
+	Reason    string
+	StartedAt time.Time
+	Deadline  time.Time
+	Queued    int // received, not started
+	Running   int
+	Released  int // handed back by the drain
+	Cancelled int // running work cancelled at the deadline
+	TimedOut  bool
+	EndedAt   time.Time // when the last work ended (zero while some remains)
+}
+
+// Remaining is the work the drain still waits for.
+func (p Progress) Remaining() int { return p.Queued + p.Running }
+
+// Controller is the drain state machine of one agent. The zero value is not
+// usable; call New.
+type Controller struct {
+	cfg Config
+
+	mu        sync.Mutex
+	state     State
+	trigger   Trigger
+	startedAt time.Time
+	deadline  time.Time
+	timedOut  bool
+	endedAt   time.Time
+	items     map[*Item]struct{}
+	released  int
+	cancelled int
+	draining  chan struct{} // closed when the drain starts
+	changed   chan struct{} // closed and replaced on every item change
+}
+
+// New returns a running Controller.
+func New(cfg Config) *Controller {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	if cfg.Queued == "" {
+		cfg.Queued = QueuedFinish
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = 30 * time.Second
+	}
+	return &Controller{
+		cfg:      cfg,
+		items:    map[*Item]struct{}{},
+		draining: make(chan struct{}),
+		changed:  make(chan struct{}),
+	}
+}
+
+// Item is one received unit of work tracked by the drain.
+type Item struct {
+	c       *Controller
+	release func()
+	cancel  context.CancelFunc
+	started bool
+	gone    bool // released by the drain, or done
+}
+
+// Track registers received work. release hands it back to the queue; the
+// drain calls it (once, from its own goroutine) if the work has not started
+// when the policy or the deadline says so. Work received at the same
+// instant a drain starts is still tracked: received work is never lost.
+func (c *Controller) Track(release func()) *Item {
+	it := &Item{c: c, release: release}
+	c.mu.Lock()
+	releaseNow := c.state == Draining && (c.cfg.Queued == QueuedRelease || c.timedOut)
+	if releaseNow {
+		it.gone = true
+		c.released++
+	} else {
+		c.items[it] = struct{}{}
+		c.notifyLocked()
+	}
+	c.mu.Unlock()
+	if releaseNow {
+		c.releaseItems([]*Item{it})
+	}
+	return it
+}
+
+// Start marks the item running with cancel as the way to stop it. It
+// returns false when the drain has released the item: the caller must not
+// run it (its release already happened).
+func (it *Item) Start(cancel context.CancelFunc) bool {
+	c := it.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if it.gone {
+		return false
+	}
+	it.started, it.cancel = true, cancel
+	c.notifyLocked()
+	if c.timedOut && cancel != nil {
+		c.cancelled++
+		cancel()
+	}
+	return true
+}
+
+// Done removes the item; call it once the work's outcome is recorded.
+func (it *Item) Done() {
+	c := it.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[it]; !ok {
+		return
+	}
+	it.gone = true
+	delete(c.items, it)
+	if c.state == Draining && len(c.items) == 0 && c.endedAt.IsZero() {
+		c.endedAt = time.Now()
+	}
+	c.notifyLocked()
+}
+
+func (c *Controller) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Start begins the drain; only the first call has an effect and returns
+// true. Intake must stop when Draining() is closed, which happens here,
+// before Start returns.
+func (c *Controller) Start(tr Trigger) bool {
+	c.mu.Lock()
+	if c.state != Running {
+		c.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	c.state = Draining
+	c.trigger = tr
+	c.startedAt = now
+	c.deadline = now.Add(c.cfg.Timeout)
+	if !tr.Deadline.IsZero() && tr.Deadline.Before(c.deadline) {
+		c.deadline = tr.Deadline
+	}
+	if len(c.items) == 0 {
+		c.endedAt = now
+	}
+	close(c.draining)
+	var unstarted []*Item
+	if c.cfg.Queued == QueuedRelease {
+		unstarted = c.unstartedLocked()
+	}
+	c.notifyLocked()
+	c.mu.Unlock()
+	c.releaseItems(unstarted)
+	return true
+}
+
+// unstartedLocked marks unstarted items gone and returns them.
+func (c *Controller) unstartedLocked() []*Item {
+	var out []*Item
+	for it := range c.items {
+		if !it.started && !it.gone {
+			it.gone = true
+			delete(c.items, it)
+			out = append(out, it)
+		}
+	}
+	c.released += len(out)
+	if c.state == Draining && len(c.items) == 0 && c.endedAt.IsZero() {
+		c.endedAt = time.Now()
+	}
+	return out
+}
+
+func (c *Controller) releaseItems(items []*Item) {
+	for _, it := range items {
+		if it.release != nil {
+			it.release()
+		}
+	}
+}
+
+// Draining is closed at the first instant of a drain.
+func (c *Controller) Draining() <-chan struct{} { return c.draining }
+
+// State reports the current state.
+func (c *Controller) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// ErrTimedOut is returned by Wait when the drain reached its deadline with
+// work remaining; that work was released or cancelled.
+var ErrTimedOut = errors.New("drain: deadline reached with work remaining")
+
+// Wait blocks until a drain has started and all tracked work is done. At
+// the drain deadline it releases unstarted work, cancels running work and
+// waits up to CancelGrace for it to report Done; it then returns
+// ErrTimedOut. It returns ctx.Err() if ctx ends first.
+func (c *Controller) Wait(ctx context.Context) error {
+	select {
+	case <-c.draining:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	deadline := c.deadline
+	c.mu.Unlock()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if len(c.items) == 0 {
+			timedOut := c.timedOut
+			c.mu.Unlock()
+			if timedOut {
+				return ErrTimedOut
+			}
+			return nil
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			c.expire()
+			timer.Reset(c.cfg.CancelGrace)
+			if err := c.waitGrace(ctx, timer.C); err != nil {
+				return err
+			}
+			return ErrTimedOut
+		}
+	}
+}
+
+// expire releases unstarted work and cancels running work.
+func (c *Controller) expire() {
+	c.mu.Lock()
+	c.timedOut = true
+	unstarted := c.unstartedLocked()
+	var cancels []context.CancelFunc
+	for it := range c.items {
+		if it.started && it.cancel != nil {
+			cancels = append(cancels, it.cancel)
+		}
+	}
+	c.cancelled += len(cancels)
+	c.notifyLocked()
+	c.mu.Unlock()
+	c.releaseItems(unstarted)
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
+// waitGrace waits for cancelled work to report Done, up to grace.
+func (c *Controller) waitGrace(ctx context.Context, grace <-chan time.Time) error {
+	for {
+		c.mu.Lock()
+		n := len(c.items)
+		changed := c.changed
+		c.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-grace:
+			return nil
+		}
+	}
+}
+
+// Finish moves a draining controller to Drained (after the lifecycle
+// action is completed). It reports whether the state changed.
+func (c *Controller) Finish() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != Draining {
+		return false
+	}
+	c.state = Drained
+	c.notifyLocked()
+	return true
+}
+
+// Progress returns a snapshot.
+func (c *Controller) Progress() Progress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := Progress{
+		State:     c.state,
+		Source:    c.trigger.Source,
+		Reason:    c.trigger.Reason,
+		StartedAt: c.startedAt,
+		Deadline:  c.deadline,
+		Released:  c.released,
+		Cancelled: c.cancelled,
+		TimedOut:  c.timedOut,
+		EndedAt:   c.endedAt,
+	}
+	for it := range c.items {
+		if it.started {
+			p.Running++
+		} else {
+			p.Queued++
+		}
+	}
+	return p
+}

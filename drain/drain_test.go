@@ -1,0 +1,205 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestStateString(t *testing.T) {
+	for s, want := range map[State]string{Running: "running", Draining: "draining", Drained: "drained"} {
+		if s.String() != want {
+			t.Errorf("%d.String() = %q, want %q", s, s.String(), want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	err := Config{Timeout: -1, Queued: "later"}.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted a negative timeout and an unknown queued policy")
+	}
+	for _, key := range []string{"drain_timeout:", "queued:"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error %q does not name %s", err, key)
+		}
+	}
+	if err := (Config{Timeout: time.Minute, Queued: QueuedRelease}).Validate(); err != nil {
+		t.Errorf("valid config rejected: %v", err)
+	}
+}
+
+// TestFinishWaitsForReceivedWork: queued work started after the trigger
+// still runs under queued=finish, and Wait returns only when all is done.
+func TestFinishWaitsForReceivedWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{Timeout: time.Minute})
+		var released atomic.Int32
+		running := c.Track(func() { released.Add(1) })
+		queued := c.Track(func() { released.Add(1) })
+		if !running.Start(func() {}) {
+			t.Fatal("Start refused before any drain")
+		}
+		if !c.Start(Trigger{Source: "signal"}) {
+			t.Fatal("first Start returned false")
+		}
+		if c.Start(Trigger{Source: "admin"}) {
+			t.Fatal("second Start returned true")
+		}
+		select {
+		case <-c.Draining():
+		default:
+			t.Fatal("Draining not closed after Start")
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- c.Wait(context.Background()) }()
+
+		time.Sleep(10 * time.Second) // simulated time: work in progress
+		synctest.Wait()
+		select {
+		case err := <-waited:
+			t.Fatalf("Wait returned %v with work remaining", err)
+		default:
+		}
+		if p := c.Progress(); p.Queued != 1 || p.Running != 1 || p.Remaining() != 2 || p.Source != "signal" {
+			t.Fatalf("progress = %+v", p)
+		}
+		running.Done()
+		if !queued.Start(func() {}) {
+			t.Fatal("queued=finish refused to start received work during the drain")
+		}
+		queued.Done()
+		if err := <-waited; err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		if released.Load() != 0 {
+			t.Fatalf("released %d items under queued=finish", released.Load())
+		}
+		p := c.Progress()
+		if p.EndedAt.IsZero() || p.TimedOut {
+			t.Fatalf("progress after work = %+v", p)
+		}
+		if !c.Finish() || c.State() != Drained {
+			t.Fatalf("Finish did not reach Drained: %v", c.State())
+		}
+	})
+}
+
+func TestReleasePolicyHandsBackUnstarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{Timeout: time.Minute, Queued: QueuedRelease})
+		var released atomic.Int32
+		run := c.Track(func() { released.Add(1) })
+		run.Start(func() {})
+		q := c.Track(func() { released.Add(1) })
+		c.Start(Trigger{Source: "imds"})
+		if released.Load() != 1 {
+			t.Fatalf("released = %d, want 1 (the unstarted item)", released.Load())
+		}
+		if q.Start(func() {}) {
+			t.Fatal("a released item was allowed to start")
+		}
+		late := c.Track(func() { released.Add(1) })
+		if released.Load() != 2 || late.Start(func() {}) {
+			t.Fatal("work tracked during a release drain was not released at once")
+		}
+		run.Done()
+		if err := c.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		if p := c.Progress(); p.Released != 2 {
+			t.Fatalf("progress.Released = %d, want 2", p.Released)
+		}
+	})
+}
+
+func TestDeadlineReleasesAndCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{Timeout: time.Minute, CancelGrace: 5 * time.Second})
+		var released, cancelled atomic.Int32
+		run := c.Track(func() { released.Add(1) })
+		ctx, cancel := context.WithCancel(context.Background())
+		run.Start(func() { cancelled.Add(1); cancel() })
+		queued := c.Track(func() { released.Add(1) })
+		// The running work ends when cancelled, like a killed process group.
+		go func() { <-ctx.Done(); run.Done() }()
+
+		start := time.Now()
+		c.Start(Trigger{Source: "signal"})
+		err := c.Wait(context.Background())
+		if !errors.Is(err, ErrTimedOut) {
+			t.Fatalf("Wait = %v, want ErrTimedOut", err)
+		}
+		if got := time.Since(start); got != time.Minute {
+			t.Fatalf("drain ended after %v, want exactly the 1m deadline", got)
+		}
+		if released.Load() != 1 || cancelled.Load() != 1 {
+			t.Fatalf("released=%d cancelled=%d, want 1 and 1", released.Load(), cancelled.Load())
+		}
+		if queued.Start(func() {}) {
+			t.Fatal("work released at the deadline was allowed to start")
+		}
+		if p := c.Progress(); !p.TimedOut || p.Cancelled != 1 || p.Released != 1 {
+			t.Fatalf("progress = %+v", p)
+		}
+	})
+}
+
+func TestTriggerDeadlineShortensDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{Timeout: 10 * time.Minute})
+		it := c.Track(nil)
+		it.Start(func() { it.Done() })
+		start := time.Now()
+		c.Start(Trigger{Source: "spot", Deadline: start.Add(90 * time.Second)})
+		if d := c.Progress().Deadline; !d.Equal(start.Add(90 * time.Second)) {
+			t.Fatalf("deadline = %v, want the spot deadline", d)
+		}
+		if err := c.Wait(context.Background()); !errors.Is(err, ErrTimedOut) {
+			t.Fatalf("Wait = %v", err)
+		}
+		if time.Since(start) != 90*time.Second {
+			t.Fatalf("drain took %v", time.Since(start))
+		}
+	})
+}
+
+func TestGraceBoundsStuckWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{Timeout: time.Second, CancelGrace: 3 * time.Second})
+		it := c.Track(nil)
+		it.Start(func() {}) // ignores cancellation
+		start := time.Now()
+		c.Start(Trigger{})
+		if err := c.Wait(context.Background()); !errors.Is(err, ErrTimedOut) {
+			t.Fatalf("Wait = %v", err)
+		}
+		if got := time.Since(start); got != 4*time.Second {
+			t.Fatalf("Wait returned after %v, want deadline+grace = 4s", got)
+		}
+	})
+}
+
+func TestWaitHonoursContext(t *testing.T) {
+	c := New(Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+}
+
+func TestEmptyDrainEndsAtOnce(t *testing.T) {
+	c := New(Config{})
+	c.Start(Trigger{Source: "admin"})
+	if err := c.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.Progress().EndedAt.IsZero() {
+		t.Fatal("EndedAt not set for a drain with no work")
+	}
+}
