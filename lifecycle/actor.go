@@ -1,0 +1,332 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// DefaultCompleteTimeout bounds Complete when the caller's context has no
+// deadline of its own.
+const DefaultCompleteTimeout = 2 * time.Minute
+
+// Actor heartbeats and completes lifecycle actions. One Actor serves a
+// drain; its Complete is idempotent per action.
+type Actor struct {
+	cfg Config
+	d   Deps
+	log *slog.Logger
+	m   *metrics
+
+	completeMu sync.Mutex        // serialises Complete calls
+	completed  map[string]string // action key → completion result (CONTINUE/ABANDON/no_action)
+
+	mu     sync.Mutex
+	asg    string // resolved ASG name, cached
+	status ActorStatus
+}
+
+// ActorStatus is what the agent shows in /v1/status drain.lifecycle.
+type ActorStatus struct {
+	Hook           string    `json:"hook"`
+	Heartbeats     int       `json:"heartbeats"` // successful heartbeats
+	LastHeartbeat  time.Time `json:"last_heartbeat,omitzero"`
+	Completed      bool      `json:"completed"`
+	Result         string    `json:"result,omitempty"` // CONTINUE | ABANDON as sent
+	NoActiveAction bool      `json:"no_active_action,omitempty"`
+}
+
+// NewActor returns an Actor; Deps.AutoScaling must be set before Heartbeat
+// or Complete is called with an action.
+func NewActor(cfg Config, d Deps) *Actor {
+	d = d.withDefaults()
+	return &Actor{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
+		completed: map[string]string{}, asg: cfg.ASGName}
+}
+
+// Status returns a snapshot for status reporting.
+func (a *Actor) Status() ActorStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// resolveASG asks DescribeAutoScalingInstances which group instanceID is in.
+func resolveASG(ctx context.Context, api autoScalingAPI, instanceID string) (string, error) {
+	if api == nil {
+		return "", errors.New("no Auto Scaling client to resolve the group (set lifecycle.asg_name)")
+	}
+	out, err := api.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{instanceID}})
+	if err != nil {
+		return "", fmt.Errorf("describe auto scaling instance %s: %w", instanceID, err)
+	}
+	for _, in := range out.AutoScalingInstances {
+		if aws.ToString(in.InstanceId) == instanceID && aws.ToString(in.AutoScalingGroupName) != "" {
+			return aws.ToString(in.AutoScalingGroupName), nil
+		}
+	}
+	return "", fmt.Errorf("instance %s is not in an Auto Scaling group", instanceID)
+}
+
+// ResolveASG fills act.ASGName when it is empty: from asg_name, else
+// DescribeAutoScalingInstances (retried with backoff on throttling and 5xx
+// until ctx ends). The answer is cached by the Actor.
+func (a *Actor) ResolveASG(ctx context.Context, act *Action) error {
+	if act.ASGName != "" {
+		return nil
+	}
+	a.mu.Lock()
+	cached := a.asg
+	a.mu.Unlock()
+	if cached != "" {
+		act.ASGName = cached
+		return nil
+	}
+	bo := newBackoff(500*time.Millisecond, 20*time.Second)
+	for {
+		name, err := resolveASG(ctx, a.d.AutoScaling, act.InstanceID)
+		if err == nil {
+			a.mu.Lock()
+			a.asg = name
+			a.mu.Unlock()
+			act.ASGName = name
+			return nil
+		}
+		if !isRetryable(err) {
+			return fmt.Errorf("lifecycle: %w", err)
+		}
+		if serr := sleep(ctx, a.d.Clock, bo.NextBackOff()); serr != nil {
+			return fmt.Errorf("lifecycle: %w (gave up: %w)", err, serr)
+		}
+	}
+}
+
+// globalDeadline is when the action ends whatever the heartbeats (zero =
+// unknown start).
+func (a *Actor) globalDeadline(act Action) time.Time {
+	if act.Started.IsZero() {
+		return time.Time{}
+	}
+	return act.Started.Add(GlobalTimeout(a.cfg.HookHeartbeatTimeout))
+}
+
+// Heartbeat sends RecordLifecycleActionHeartbeat at once and then every
+// heartbeat_interval until ctx is done; the agent cancels ctx exactly when
+// the drain ends. A failed heartbeat is retried with backoff until the next
+// one is due; attempts are counted in lifecycle_heartbeats_total{result}.
+// For an action announced on SQS it also keeps the notification invisible.
+// It stops early (logged, nil) when Auto Scaling answers "No active
+// Lifecycle Action found" or when the action's global timeout
+// (min(48h, 100 × hook_heartbeat_timeout) from Action.Started) is reached.
+// It returns nil when ctx is cancelled.
+func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
+	if a.d.AutoScaling == nil {
+		return errors.New("lifecycle: heartbeat: no Auto Scaling client")
+	}
+	if err := a.ResolveASG(ctx, &act); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("lifecycle: heartbeat: %w", err)
+	}
+	a.mu.Lock()
+	a.status.Hook = act.HookName
+	a.mu.Unlock()
+	log := a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName)
+	limit := a.globalDeadline(act)
+	interval := a.cfg.HeartbeatInterval
+	if interval <= 0 {
+		interval = DefaultConfig().HeartbeatInterval
+	}
+
+	next := a.d.Clock.Now()
+	for {
+		now := a.d.Clock.Now()
+		if !limit.IsZero() && !now.Before(limit) {
+			log.Warn("lifecycle action reached its global timeout; heartbeats cannot extend it further",
+				"started", act.Started, "global_timeout", GlobalTimeout(a.cfg.HookHeartbeatTimeout))
+			return nil
+		}
+		next = next.Add(interval)
+		a.extendNotification(ctx, act, interval, log)
+		err := a.beat(ctx, act, next, log)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case isNoActiveAction(err):
+			a.mu.Lock()
+			a.status.NoActiveAction = true
+			a.mu.Unlock()
+			log.Warn("no active lifecycle action; heartbeats stop", "err", err)
+			return nil
+		case err != nil:
+			log.Error("heartbeat failed until the next one was due", "err", err)
+		}
+		if sleep(ctx, a.d.Clock, next.Sub(a.d.Clock.Now())) != nil {
+			return nil
+		}
+	}
+}
+
+// beat sends one heartbeat, retrying retryable errors with backoff until due.
+func (a *Actor) beat(ctx context.Context, act Action, due time.Time, log *slog.Logger) error {
+	in := &autoscaling.RecordLifecycleActionHeartbeatInput{
+		AutoScalingGroupName: aws.String(act.ASGName),
+		LifecycleHookName:    aws.String(act.HookName),
+		InstanceId:           aws.String(act.InstanceID),
+	}
+	if act.Token != "" {
+		in.LifecycleActionToken = aws.String(act.Token)
+	}
+	interval := a.cfg.HeartbeatInterval
+	bo := newBackoff(max(interval/30, 100*time.Millisecond), max(interval/4, time.Second))
+	for {
+		_, err := a.d.AutoScaling.RecordLifecycleActionHeartbeat(ctx, in)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a.m.heartbeats.WithLabelValues(metricResult(err)).Inc()
+		if err == nil {
+			a.mu.Lock()
+			a.status.Heartbeats++
+			a.status.LastHeartbeat = a.d.Clock.Now()
+			a.mu.Unlock()
+			return nil
+		}
+		if isNoActiveAction(err) || !isRetryable(err) {
+			return fmt.Errorf("lifecycle: heartbeat %s: %w", act.InstanceID, err)
+		}
+		wait := bo.NextBackOff()
+		if !a.d.Clock.Now().Add(wait).Before(due) {
+			return fmt.Errorf("lifecycle: heartbeat %s: %w", act.InstanceID, err)
+		}
+		log.Info("heartbeat failed; retrying", "retry_in", wait, "err", err)
+		if sleep(ctx, a.d.Clock, wait) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// extendNotification keeps our SQS notification invisible while draining.
+func (a *Actor) extendNotification(ctx context.Context, act Action, interval time.Duration, log *slog.Logger) {
+	if act.NotificationReceipt == "" || a.d.SQS == nil {
+		return
+	}
+	_, err := a.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
+		VisibilityTimeout: notificationVisibility(interval),
+	})
+	if err != nil && ctx.Err() == nil {
+		log.Warn("extend lifecycle notification visibility", "err", err)
+	}
+}
+
+// Complete calls CompleteLifecycleAction until it succeeds once (result
+// CONTINUE or ABANDON), on ctx (pass a detached, bounded context; one
+// without a deadline is bounded by DefaultCompleteTimeout), retrying
+// throttling, 5xx and transport errors with backoff. "No active Lifecycle
+// Action found" counts as done (logged, result="no_action"). Then, for an
+// action announced on SQS, it deletes the notification (a failed delete is
+// logged, not returned: the completion stands). Attempts are counted in
+// lifecycle_completions_total{result}. Once an action is done, later calls
+// for it return nil without calling Auto Scaling; after a failure a later
+// call tries again.
+func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
+	if result != ResultContinue && result != ResultAbandon {
+		return fmt.Errorf("lifecycle: complete: result %q is neither %s nor %s", result, ResultContinue, ResultAbandon)
+	}
+	if a.d.AutoScaling == nil {
+		return errors.New("lifecycle: complete: no Auto Scaling client")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCompleteTimeout)
+		defer cancel()
+	}
+	a.completeMu.Lock()
+	defer a.completeMu.Unlock()
+	if err := a.ResolveASG(ctx, &act); err != nil {
+		return fmt.Errorf("lifecycle: complete: %w", err)
+	}
+	key := act.key()
+	if prev, ok := a.completed[key]; ok {
+		a.log.Debug("lifecycle action already completed; nothing to do", "instance_id", act.InstanceID, "result", prev)
+		return nil
+	}
+	log := a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName, "result", result)
+
+	in := &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName:  aws.String(act.ASGName),
+		LifecycleHookName:     aws.String(act.HookName),
+		InstanceId:            aws.String(act.InstanceID),
+		LifecycleActionResult: aws.String(result),
+	}
+	if act.Token != "" {
+		in.LifecycleActionToken = aws.String(act.Token)
+	}
+	bo := newBackoff(200*time.Millisecond, 10*time.Second)
+	outcome := result
+	for {
+		_, err := a.d.AutoScaling.CompleteLifecycleAction(ctx, in)
+		a.m.completions.WithLabelValues(metricResult(err)).Inc()
+		if err == nil {
+			log.Info("lifecycle action completed", "outcome", "ok")
+			break
+		}
+		if isNoActiveAction(err) {
+			log.Warn("no active lifecycle action; counted as completed", "outcome", "no_action", "err", err)
+			outcome = "no_action"
+			break
+		}
+		if !isRetryable(err) || ctx.Err() != nil {
+			return fmt.Errorf("lifecycle: complete %s: %w", act.InstanceID, err)
+		}
+		wait := bo.NextBackOff()
+		log.Info("complete failed; retrying", "retry_in", wait, "err", err)
+		if serr := sleep(ctx, a.d.Clock, wait); serr != nil {
+			return fmt.Errorf("lifecycle: complete %s: %w (gave up: %w)", act.InstanceID, err, serr)
+		}
+	}
+	a.completed[key] = outcome
+	a.mu.Lock()
+	a.status.Hook = act.HookName
+	a.status.Completed = true
+	a.status.Result = result
+	if outcome == "no_action" {
+		a.status.NoActiveAction = true
+	}
+	a.mu.Unlock()
+	a.deleteNotification(ctx, act, log)
+	return nil
+}
+
+// deleteNotification removes our SQS notification once the action is done.
+func (a *Actor) deleteNotification(ctx context.Context, act Action, log *slog.Logger) {
+	if act.NotificationReceipt == "" {
+		return
+	}
+	if a.d.SQS == nil {
+		log.Warn("no SQS client to delete the lifecycle notification")
+		return
+	}
+	bo := newBackoff(200*time.Millisecond, 5*time.Second)
+	for {
+		_, err := a.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+			QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
+		})
+		if err == nil {
+			return
+		}
+		if !isRetryable(err) || sleep(ctx, a.d.Clock, bo.NextBackOff()) != nil {
+			log.Error("delete lifecycle notification; it will reappear and be completed as no_action", "err", err)
+			return
+		}
+	}
+}
