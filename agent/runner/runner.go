@@ -1,0 +1,321 @@
+// Package runner executes catalog diagnostics: argv only (never a shell),
+// placeholders substituted from already-validated values, each run in its
+// own process group with a timeout, a minimal environment and bounded
+// output. A timeout or cancellation signals the whole group with SIGTERM,
+// then SIGKILL after a grace, so no descendant outlives its task.
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Outcomes a run can end in.
+const (
+	Succeeded = "succeeded"
+	Failed    = "failed"
+	TimedOut  = "timed_out"
+	Cancelled = "cancelled" // the caller's context ended (drain deadline): the agent releases the task
+)
+
+// Size is a byte count that reads "64KiB", "1MiB", "512" in YAML.
+type Size int64
+
+// ParseSize parses a size with an optional B, KiB, MiB, GiB (or KB, MB, GB,
+// taken as powers of 1024 as well) suffix.
+func ParseSize(s string) (Size, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q (want e.g. 65536, 64KiB, 1MiB)", s)
+	}
+	return Size(n * mult), nil
+}
+
+// UnmarshalText lets YAML and env decode sizes.
+func (s *Size) UnmarshalText(b []byte) error {
+	v, err := ParseSize(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// MarshalText prints a size the way ParseSize reads it.
+func (s Size) MarshalText() ([]byte, error) {
+	switch {
+	case s > 0 && s%(1<<20) == 0:
+		return []byte(fmt.Sprintf("%dMiB", s>>20)), nil
+	case s > 0 && s%(1<<10) == 0:
+		return []byte(fmt.Sprintf("%dKiB", s>>10)), nil
+	}
+	return []byte(strconv.FormatInt(int64(s), 10)), nil
+}
+
+// Diagnostic is one catalog entry (`diagnostics:` in the config).
+type Diagnostic struct {
+	Name string `yaml:"name"`
+	// Command is the argv; each element may hold {host}, {id} and
+	// {param.NAME} placeholders, substituted inside that one element.
+	Command []string `yaml:"command"`
+	// Params maps each accepted parameter to the pattern its value must
+	// match in full.
+	Params    map[string]string `yaml:"params"`
+	Timeout   time.Duration     `yaml:"timeout"`    // default 2m
+	MaxOutput Size              `yaml:"max_output"` // default 64KiB
+}
+
+// Defaults of a Diagnostic's optional fields.
+const (
+	DefaultTimeout   = 2 * time.Minute
+	DefaultMaxOutput = Size(64 << 10)
+	maxMaxOutput     = Size(16 << 20)
+)
+
+var (
+	namePattern        = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	paramNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	placeholderPattern = regexp.MustCompile(`\{[^{}]*\}`)
+)
+
+// Placeholders returns the parameter names the command references.
+func (d Diagnostic) Placeholders() []string {
+	var out []string
+	for _, arg := range d.Command {
+		for _, ph := range placeholderPattern.FindAllString(arg, -1) {
+			if name, ok := strings.CutPrefix(ph[1:len(ph)-1], "param."); ok {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// Validate reports every problem of d; keys are relative to the entry.
+func (d Diagnostic) Validate() error {
+	var errs []error
+	if !namePattern.MatchString(d.Name) {
+		errs = append(errs, fmt.Errorf("name: %q must match %s", d.Name, namePattern))
+	}
+	if len(d.Command) == 0 {
+		errs = append(errs, errors.New("command: must not be empty"))
+	} else if !strings.HasPrefix(d.Command[0], "/") || strings.Contains(d.Command[0], "{") {
+		errs = append(errs, fmt.Errorf("command[0]: %q must be an absolute path without placeholders", d.Command[0]))
+	}
+	for i, arg := range d.Command {
+		for _, ph := range placeholderPattern.FindAllString(arg, -1) {
+			inner := ph[1 : len(ph)-1]
+			switch {
+			case inner == "host" || inner == "id":
+			case strings.HasPrefix(inner, "param."):
+				name := strings.TrimPrefix(inner, "param.")
+				if _, ok := d.Params[name]; !ok {
+					errs = append(errs, fmt.Errorf("command[%d]: placeholder %s has no pattern under params", i, ph))
+				}
+			default:
+				errs = append(errs, fmt.Errorf("command[%d]: unknown placeholder %s (want {host}, {id} or {param.NAME})", i, ph))
+			}
+		}
+	}
+	for name, pat := range d.Params {
+		if !paramNamePattern.MatchString(name) {
+			errs = append(errs, fmt.Errorf("params.%s: parameter names must match %s", name, paramNamePattern))
+		}
+		if _, err := regexp.Compile(pat); err != nil {
+			errs = append(errs, fmt.Errorf("params.%s: invalid pattern: %w", name, err))
+		}
+	}
+	if d.Timeout < 0 {
+		errs = append(errs, errors.New("timeout: must be positive"))
+	}
+	if d.MaxOutput < 0 || d.MaxOutput > maxMaxOutput {
+		errs = append(errs, fmt.Errorf("max_output: must be between 1 and %d bytes", maxMaxOutput))
+	}
+	return errors.Join(errs...)
+}
+
+// WithDefaults fills the optional fields.
+func (d Diagnostic) WithDefaults() Diagnostic {
+	if d.Timeout == 0 {
+		d.Timeout = DefaultTimeout
+	}
+	if d.MaxOutput == 0 {
+		d.MaxOutput = DefaultMaxOutput
+	}
+	return d
+}
+
+// Args substitutes placeholders in the command. Values must already be
+// validated; each stays inside the one argv element it was placed in.
+func (d Diagnostic) Args(host, id string, params map[string]string) []string {
+	out := make([]string, len(d.Command))
+	for i, arg := range d.Command {
+		out[i] = placeholderPattern.ReplaceAllStringFunc(arg, func(ph string) string {
+			switch inner := ph[1 : len(ph)-1]; {
+			case inner == "host":
+				return host
+			case inner == "id":
+				return id
+			case strings.HasPrefix(inner, "param."):
+				return params[strings.TrimPrefix(inner, "param.")]
+			}
+			return ph
+		})
+	}
+	return out
+}
+
+// Result is what one run produced.
+type Result struct {
+	Outcome   string // Succeeded, Failed, TimedOut or Cancelled
+	ExitCode  int    // -1 when killed or not started
+	Output    []byte // stdout and stderr interleaved, at most MaxOutput bytes
+	Truncated bool
+	Duration  time.Duration
+	Err       error // start failure or signal, for the log
+}
+
+// TruncationMark is appended to output cut at max_output.
+const TruncationMark = "\n[autodiag: output truncated]\n"
+
+// Runner executes diagnostics.
+type Runner struct {
+	// Env is the whole environment of every diagnostic; default a minimal
+	// PATH and LC_ALL=C.
+	Env []string
+	// KillGrace is how long a process group has between SIGTERM and
+	// SIGKILL; default 5s.
+	KillGrace time.Duration
+}
+
+// DefaultEnv is the environment diagnostics get unless Runner.Env is set.
+var DefaultEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+
+// Run executes argv (from Diagnostic.Args) bounded by d's timeout and
+// output cap. Cancelling ctx kills the process group and yields Cancelled.
+func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
+	d = d.WithDefaults()
+	grace := r.KillGrace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	env := r.Env
+	if env == nil {
+		env = DefaultEnv
+	}
+	start := time.Now()
+	res := Result{ExitCode: -1}
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		res.Outcome, res.Err = Failed, fmt.Errorf("runner: pipe: %w", err)
+		return res
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		res.Outcome, res.Err, res.Duration = Failed, fmt.Errorf("runner: start %s: %w", argv[0], err), time.Since(start)
+		return res
+	}
+	pw.Close() // the children hold the only write ends now
+	pgid := cmd.Process.Pid
+
+	outc := make(chan capture, 1)
+	go func() { outc <- readCapped(pr, int64(d.MaxOutput)) }()
+
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	timer := time.NewTimer(d.Timeout)
+	defer timer.Stop()
+	var waitErr error
+	stopped := ""
+	select {
+	case waitErr = <-waitc:
+	case <-timer.C:
+		stopped = TimedOut
+	case <-ctx.Done():
+		stopped = Cancelled
+	}
+	if stopped != "" {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		kill := time.NewTimer(grace)
+		select {
+		case waitErr = <-waitc:
+			kill.Stop()
+		case <-kill.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			waitErr = <-waitc
+		}
+	}
+	// The leader is gone; descendants left in its group (background jobs,
+	// daemons it spawned) die with it and release the output pipe.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	out := <-outc
+	pr.Close()
+
+	res.Duration = time.Since(start)
+	res.Output, res.Truncated = out.data, out.truncated
+	if res.Truncated {
+		res.Output = append(res.Output, TruncationMark...)
+	}
+	if cmd.ProcessState != nil {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	switch {
+	case stopped != "":
+		res.Outcome = stopped
+	case waitErr == nil:
+		res.Outcome = Succeeded
+	default:
+		res.Outcome = Failed
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) {
+			res.Err = waitErr
+		} else if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Err = fmt.Errorf("runner: killed by %v", ws.Signal())
+		}
+	}
+	return res
+}
+
+type capture struct {
+	data      []byte
+	truncated bool
+}
+
+// readCapped keeps the first limit bytes and drains the rest, so a chatty
+// process never blocks on a full pipe.
+func readCapped(r io.Reader, limit int64) capture {
+	var buf bytes.Buffer
+	_, _ = io.Copy(&buf, io.LimitReader(r, limit))
+	extra, _ := io.Copy(io.Discard, r)
+	return capture{data: buf.Bytes(), truncated: extra > 0}
+}

@@ -1,0 +1,239 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Size
+		bad  bool
+	}{
+		{"65536", 65536, false},
+		{"64KiB", 64 << 10, false},
+		{"1MiB", 1 << 20, false},
+		{"2 GiB", 2 << 30, false},
+		{"10B", 10, false},
+		{"-1", 0, true},
+		{"lots", 0, true},
+		{"1.5MiB", 0, true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSize(tc.in)
+			if (err != nil) != tc.bad || got != tc.want {
+				t.Fatalf("ParseSize(%q) = %d, %v; want %d, bad=%v", tc.in, got, err, tc.want, tc.bad)
+			}
+		})
+	}
+}
+
+func TestDiagnosticValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Diagnostic
+		keys []string // each must appear in the error; none = valid
+	}{
+		{"ok", Diagnostic{Name: "disk-usage", Command: []string{"/usr/bin/df", "-h", "{param.mount}"}, Params: map[string]string{"mount": `^/.*$`}}, nil},
+		{"relative command", Diagnostic{Name: "x", Command: []string{"df"}}, []string{"command[0]:"}},
+		{"empty command", Diagnostic{Name: "x"}, []string{"command:"}},
+		{"bad name", Diagnostic{Name: "Bad Name", Command: []string{"/bin/true"}}, []string{"name:"}},
+		{"undeclared param", Diagnostic{Name: "x", Command: []string{"/bin/echo", "{param.path}"}}, []string{"command[1]: placeholder {param.path}"}},
+		{"unknown placeholder", Diagnostic{Name: "x", Command: []string{"/bin/echo", "{env.HOME}"}}, []string{"command[1]: unknown placeholder"}},
+		{"bad pattern", Diagnostic{Name: "x", Command: []string{"/bin/true"}, Params: map[string]string{"p": "("}}, []string{"params.p:"}},
+		{"several at once", Diagnostic{Name: "", Command: []string{"rel"}, Timeout: -1, MaxOutput: -1}, []string{"name:", "command[0]:", "timeout:", "max_output:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.d.Validate()
+			if len(tc.keys) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Validate accepted an invalid diagnostic")
+			}
+			for _, k := range tc.keys {
+				if !strings.Contains(err.Error(), k) {
+					t.Errorf("error %q does not mention %q", err, k)
+				}
+			}
+		})
+	}
+}
+
+func TestArgsStayInTheirElement(t *testing.T) {
+	d := Diagnostic{Command: []string{"/bin/echo", "--path={param.p}", "{host}", "{id}", "{param.p}{param.p}"}}
+	got := d.Args("web-01", "evt-1", map[string]string{"p": "a b;c"})
+	want := []string{"/bin/echo", "--path=a b;c", "web-01", "evt-1", "a b;ca b;c"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("Args = %q, want %q", got, want)
+	}
+}
+
+func run(t *testing.T, r *Runner, d Diagnostic, argv ...string) Result {
+	t.Helper()
+	if len(d.Command) == 0 {
+		d.Command = argv
+	}
+	return r.Run(context.Background(), d, argv)
+}
+
+func TestRunOutcomes(t *testing.T) {
+	r := &Runner{KillGrace: 200 * time.Millisecond}
+	for _, tc := range []struct {
+		name     string
+		argv     []string
+		timeout  time.Duration
+		outcome  string
+		exit     int
+		contains string
+	}{
+		{"success", []string{"/bin/echo", "hello"}, time.Minute, Succeeded, 0, "hello"},
+		{"exit code", []string{"/bin/sh", "-c", "echo oops >&2; exit 3"}, time.Minute, Failed, 3, "oops"},
+		{"no shell interpretation", []string{"/bin/echo", "$(id); `id` && rm -rf /"}, time.Minute, Succeeded, 0, "$(id); `id` && rm -rf /"},
+		{"missing binary", []string{"/nonexistent/diag"}, time.Minute, Failed, -1, ""},
+		{"timeout", []string{"/bin/sleep", "30"}, 100 * time.Millisecond, TimedOut, -1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := run(t, r, Diagnostic{Timeout: tc.timeout}, tc.argv...)
+			if res.Outcome != tc.outcome || res.ExitCode != tc.exit {
+				t.Fatalf("outcome=%s exit=%d err=%v; want %s/%d", res.Outcome, res.ExitCode, res.Err, tc.outcome, tc.exit)
+			}
+			if !bytes.Contains(res.Output, []byte(tc.contains)) {
+				t.Fatalf("output %q does not contain %q", res.Output, tc.contains)
+			}
+		})
+	}
+}
+
+func TestMinimalEnvironment(t *testing.T) {
+	t.Setenv("AUTODIAG_SECRET", "leak")
+	res := run(t, &Runner{}, Diagnostic{}, "/usr/bin/env")
+	if res.Outcome != Succeeded {
+		t.Fatalf("env failed: %+v", res)
+	}
+	if bytes.Contains(res.Output, []byte("AUTODIAG_SECRET")) {
+		t.Fatal("the agent's environment leaked into a diagnostic")
+	}
+	if !bytes.Contains(res.Output, []byte("PATH=")) {
+		t.Fatalf("no PATH in %q", res.Output)
+	}
+}
+
+func TestOutputCap(t *testing.T) {
+	// 1 MiB of output against a 1 KiB cap: the process must not block on a
+	// full pipe, and the result is cut and marked.
+	res := run(t, &Runner{}, Diagnostic{MaxOutput: 1024}, "/bin/sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' x; echo done")
+	if res.Outcome != Succeeded {
+		t.Fatalf("outcome %s err %v", res.Outcome, res.Err)
+	}
+	if !res.Truncated {
+		t.Fatal("not marked truncated")
+	}
+	if want := 1024 + len(TruncationMark); len(res.Output) != want {
+		t.Fatalf("len(output) = %d, want %d", len(res.Output), want)
+	}
+	if !bytes.HasSuffix(res.Output, []byte(TruncationMark)) {
+		t.Fatal("truncation mark missing")
+	}
+	small := run(t, &Runner{}, Diagnostic{MaxOutput: 1024}, "/bin/echo", "short")
+	if small.Truncated || string(small.Output) != "short\n" {
+		t.Fatalf("small output = %q truncated=%v", small.Output, small.Truncated)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// waitGone waits for pid to disappear; a process killed by SIGKILL is gone
+// once its parent (init, for an orphan) reaps it.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d survived its task", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && strings.HasSuffix(string(b), "\n") {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("child never wrote its pid")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestTimeoutKillsWholeProcessGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The grandchild ignores SIGTERM, so only the group SIGKILL ends it.
+	script := `(trap '' TERM; exec sleep 300) & echo $! > ` + pidFile + `; wait`
+	res := run(t, &Runner{KillGrace: 100 * time.Millisecond}, Diagnostic{Timeout: 300 * time.Millisecond}, "/bin/sh", "-c", script)
+	if res.Outcome != TimedOut {
+		t.Fatalf("outcome = %s", res.Outcome)
+	}
+	waitGone(t, readPID(t, pidFile))
+}
+
+func TestBackgroundChildDoesNotOutliveSuccess(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := `sleep 300 & echo $! > ` + pidFile + `; echo started`
+	res := run(t, &Runner{}, Diagnostic{Timeout: time.Minute}, "/bin/sh", "-c", script)
+	if res.Outcome != Succeeded || !bytes.Contains(res.Output, []byte("started")) {
+		t.Fatalf("outcome = %s output %q", res.Outcome, res.Output)
+	}
+	waitGone(t, readPID(t, pidFile))
+}
+
+func TestCancelKillsGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Result, 1)
+	go func() {
+		done <- (&Runner{KillGrace: 100 * time.Millisecond}).Run(ctx, Diagnostic{Timeout: time.Hour}, []string{"/bin/sh", "-c", "sleep 300 & echo $! > " + pidFile + "; wait"})
+	}()
+	pid := readPID(t, pidFile)
+	cancel()
+	res := <-done
+	if res.Outcome != Cancelled {
+		t.Fatalf("outcome = %s", res.Outcome)
+	}
+	waitGone(t, pid)
+	if res.Err != nil && !errors.Is(res.Err, context.Canceled) && !strings.Contains(res.Err.Error(), "killed") {
+		t.Logf("err: %v", res.Err)
+	}
+}
