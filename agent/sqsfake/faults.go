@@ -1,0 +1,166 @@
+package sqsfake
+
+import (
+	"context"
+	"time"
+)
+
+// FaultKind says what an injected fault does to a matching request.
+type FaultKind int
+
+const (
+	// FaultThrottle answers with a throttling error before the operation
+	// runs (HTTP 400, ThrottlingException by default; see Fault.Code). The
+	// SDK's standard retryer treats it as a retryable throttle.
+	FaultThrottle FaultKind = iota + 1
+	// FaultServerError answers 500 InternalError before the operation runs.
+	FaultServerError
+	// FaultLatency delays the request by Fault.Latency (on the server's
+	// Clock), then runs it normally.
+	FaultLatency
+	// FaultDropResponse runs the operation, then closes the connection
+	// without a response (TCP RST): the change IS applied but the client
+	// sees a connection error and, with the SDK retryer, tries again.
+	FaultDropResponse
+	// FaultServerErrorAfterApply runs the operation, then answers 500
+	// InternalError: applied, yet reported as failed.
+	FaultServerErrorAfterApply
+)
+
+func (k FaultKind) String() string {
+	switch k {
+	case FaultThrottle:
+		return "throttle"
+	case FaultServerError:
+		return "server-error"
+	case FaultLatency:
+		return "latency"
+	case FaultDropResponse:
+		return "drop-response"
+	case FaultServerErrorAfterApply:
+		return "server-error-after-apply"
+	}
+	return ""
+}
+
+// Fault describes requests to disturb. Zero fields match everything.
+type Fault struct {
+	Op    string // operation name such as "ReceiveMessage"; "" = every operation
+	Queue string // queue name; "" = every queue
+	Kind  FaultKind
+	// Probability that a matching request is hit, in (0,1]; 0 means always.
+	// Draws come from the server's random source (see WithSeed).
+	Probability float64
+	// Count limits how many requests are hit; 0 means unlimited.
+	Count int
+	// Skip lets this many matching requests through before the fault arms.
+	Skip int
+	// Latency is the delay for FaultLatency.
+	Latency time.Duration
+	// Code overrides the throttling error code: "ThrottlingException"
+	// (default, the generic AWS throttle) or "RequestThrottled" (the modeled
+	// SQS error, *types.RequestThrottled in the SDK).
+	Code string
+}
+
+type faultState struct {
+	id      int
+	f       Fault
+	seen    int
+	fired   int
+	removed bool
+}
+
+// InjectFault adds a fault and returns its id for RemoveFault and
+// FaultFired. Faults are checked in the order they were added; latency faults
+// add up, and the first other fault that fires decides the request.
+func (s *Server) InjectFault(f Fault) int {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.nextID++
+	s.faults = append(s.faults, &faultState{id: s.nextID, f: f})
+	return s.nextID
+}
+
+// RemoveFault disarms the fault with the given id.
+func (s *Server) RemoveFault(id int) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for i, fs := range s.faults {
+		if fs.id == id {
+			s.faults = append(s.faults[:i], s.faults[i+1:]...)
+			return
+		}
+	}
+}
+
+// ClearFaults disarms every fault.
+func (s *Server) ClearFaults() {
+	s.faultMu.Lock()
+	s.faults = nil
+	s.faultMu.Unlock()
+}
+
+// FaultFired reports how many requests the fault with the given id hit.
+func (s *Server) FaultFired(id int) int {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for _, fs := range s.faults {
+		if fs.id == id {
+			return fs.fired
+		}
+	}
+	return 0
+}
+
+type faultAction struct {
+	err   *apiError // answer this instead of running the operation
+	after FaultKind // FaultDropResponse or FaultServerErrorAfterApply
+}
+
+func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
+	var delay time.Duration
+	var act faultAction
+	s.faultMu.Lock()
+	for _, fs := range s.faults {
+		f := fs.f
+		if f.Op != "" && f.Op != call.Op || f.Queue != "" && f.Queue != call.Queue {
+			continue
+		}
+		if f.Count > 0 && fs.fired >= f.Count {
+			continue
+		}
+		if f.Kind != FaultLatency && (act.err != nil || act.after != 0) {
+			continue
+		}
+		fs.seen++
+		if fs.seen <= f.Skip {
+			continue
+		}
+		if f.Probability > 0 && s.rng.Float64() >= f.Probability {
+			continue
+		}
+		fs.fired++
+		call.Faults = append(call.Faults, f.Kind)
+		switch f.Kind {
+		case FaultLatency:
+			delay += f.Latency
+		case FaultThrottle:
+			act.err = errThrottled(f.Code)
+		case FaultServerError:
+			act.err = errInternal()
+		case FaultDropResponse, FaultServerErrorAfterApply:
+			act.after = f.Kind
+		}
+	}
+	s.faultMu.Unlock()
+	if delay > 0 {
+		t := s.clock.NewTimer(delay)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return act
+}
