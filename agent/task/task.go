@@ -1,0 +1,316 @@
+// Package task decodes and validates diagnostic task messages. Validation
+// happens before anything touches Redis: the host is normalised and matched
+// against the allow-list first, then the diagnostic and its parameters
+// against the catalog. Every rejection carries a machine-readable reason.
+package task
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxBodySize is the largest task message accepted (SQS's own limit).
+const MaxBodySize = 256 << 10
+
+// Alert is the alert a task came from.
+type Alert struct {
+	Source  string `json:"source,omitempty"`
+	Name    string `json:"name,omitempty"`
+	EventID string `json:"event_id,omitempty"`
+}
+
+// Task is one diagnostic request (the SQS message body).
+type Task struct {
+	ID         string            `json:"id,omitempty"`
+	Host       string            `json:"host"`
+	Diagnostic string            `json:"diagnostic"`
+	Params     map[string]string `json:"params,omitempty"`
+	Severity   string            `json:"severity,omitempty"`
+	Alert      Alert             `json:"alert,omitzero"`
+	CreatedAt  time.Time         `json:"created_at,omitzero"`
+}
+
+// Field returns the value of a dotted field name, for limiter.dedupe.key
+// (e.g. "alert.event_id"); ok is false for an unknown name.
+func (t *Task) Field(name string) (string, bool) {
+	switch name {
+	case "id":
+		return t.ID, true
+	case "host":
+		return t.Host, true
+	case "diagnostic":
+		return t.Diagnostic, true
+	case "severity":
+		return t.Severity, true
+	case "alert.source":
+		return t.Alert.Source, true
+	case "alert.name":
+		return t.Alert.Name, true
+	case "alert.event_id":
+		return t.Alert.EventID, true
+	}
+	if p, ok := strings.CutPrefix(name, "params."); ok {
+		return t.Params[p], true
+	}
+	return "", false
+}
+
+// Machine-readable rejection reasons.
+const (
+	ReasonTooLarge          = "body_too_large"
+	ReasonMalformed         = "malformed_json"
+	ReasonInvalidID         = "invalid_id"
+	ReasonMissingHost       = "missing_host"
+	ReasonInvalidHost       = "invalid_host"
+	ReasonHostNotAllowed    = "host_not_allowed"
+	ReasonMissingDiagnostic = "missing_diagnostic"
+	ReasonUnknownDiagnostic = "unknown_diagnostic"
+	ReasonUnknownParam      = "unknown_param"
+	ReasonMissingParam      = "missing_param"
+	ReasonInvalidParam      = "invalid_param"
+	ReasonInvalidSeverity   = "invalid_severity"
+	ReasonInvalidAlert      = "invalid_alert"
+	ReasonStale             = "stale"
+)
+
+// Error is a rejection: the reason is stable for metrics and the DLQ, the
+// detail is for people.
+type Error struct {
+	Reason string
+	Field  string
+	Detail string
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return e.Reason + ": " + e.Detail
+	}
+	return e.Reason + ": " + e.Field + ": " + e.Detail
+}
+
+// Reason returns the machine-readable reason of err, "" if it is not a
+// rejection.
+func Reason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+func reject(reason, field, format string, args ...any) *Error {
+	return &Error{Reason: reason, Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Decode parses a message body strictly: size-capped, one JSON object, no
+// unknown fields.
+func Decode(body []byte) (Task, error) {
+	var t Task
+	if len(body) > MaxBodySize {
+		return t, reject(ReasonTooLarge, "", "%d bytes exceeds %d", len(body), MaxBodySize)
+	}
+	if !utf8.Valid(body) {
+		return t, reject(ReasonMalformed, "", "body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return Task{}, reject(ReasonMalformed, "", "%s", jsonDetail(err))
+	}
+	if dec.More() {
+		return Task{}, reject(ReasonMalformed, "", "trailing data after the JSON object")
+	}
+	return t, nil
+}
+
+func jsonDetail(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: expected %s, got %s", te.Field, te.Type, te.Value)
+	}
+	return err.Error()
+}
+
+// Limits on field sizes.
+const (
+	MaxHostLen  = 253
+	maxLabelLen = 63
+	maxParamLen = 1024
+	maxAlertLen = 512
+)
+
+var (
+	idPattern       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+	severityPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+)
+
+// NormalizeHost lower-cases an ASCII host name, drops one trailing dot and
+// checks its syntax (RFC 1123 labels). It rejects, rather than repairs,
+// anything else: whitespace, control characters, non-ASCII (including
+// Unicode look-alikes, which lower-casing could map onto ASCII), IDNA
+// "xn--" labels, empty labels, labels that start or end with '-', and
+// names over 253 characters.
+func NormalizeHost(h string) (string, error) {
+	if h == "" {
+		return "", reject(ReasonMissingHost, "host", "empty")
+	}
+	if len(h) > MaxHostLen+1 {
+		return "", reject(ReasonInvalidHost, "host", "longer than %d characters", MaxHostLen)
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c >= utf8.RuneSelf {
+			return "", reject(ReasonInvalidHost, "host", "non-ASCII character at byte %d (IDNA names are not accepted)", i)
+		}
+		if c <= ' ' || c == 0x7f {
+			return "", reject(ReasonInvalidHost, "host", "whitespace or control character at byte %d", i)
+		}
+	}
+	h = strings.ToLower(strings.TrimSuffix(h, "."))
+	if len(h) == 0 || len(h) > MaxHostLen {
+		return "", reject(ReasonInvalidHost, "host", "length %d out of 1..%d", len(h), MaxHostLen)
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		switch {
+		case label == "":
+			return "", reject(ReasonInvalidHost, "host", "empty label")
+		case len(label) > maxLabelLen:
+			return "", reject(ReasonInvalidHost, "host", "label longer than %d characters", maxLabelLen)
+		case label[0] == '-' || label[len(label)-1] == '-':
+			return "", reject(ReasonInvalidHost, "host", "label %q starts or ends with '-'", label)
+		case strings.HasPrefix(label, "xn--"):
+			return "", reject(ReasonInvalidHost, "host", "IDNA label %q is not accepted", label)
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return "", reject(ReasonInvalidHost, "host", "character %q is not allowed", c)
+			}
+		}
+	}
+	return h, nil
+}
+
+// Spec is what the validator knows of one catalog diagnostic.
+type Spec struct {
+	// Params maps each accepted parameter to its compiled pattern; compile
+	// catalog patterns with FullMatch so they match whole values.
+	Params map[string]*regexp.Regexp
+	// Required lists the parameters the command references.
+	Required []string
+}
+
+// Validator checks tasks against the allow-list and the catalog.
+type Validator struct {
+	// Allow is the host allow-list; a host must match one pattern. An empty
+	// list allows no host.
+	Allow []*regexp.Regexp
+	// Catalog maps diagnostic names to their specs.
+	Catalog map[string]Spec
+	// MaxAge: tasks created longer ago end as stale (0 = no limit).
+	MaxAge time.Duration
+}
+
+// Validate normalises t in place and checks it; the host comes first so
+// that an invalid host is rejected before anything else is looked at. now
+// is the decision time for staleness.
+func (v *Validator) Validate(t *Task, now time.Time) error {
+	h, err := NormalizeHost(t.Host)
+	if err != nil {
+		return err
+	}
+	t.Host = h
+	allowed := false
+	for _, re := range v.Allow {
+		if re.MatchString(h) {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return reject(ReasonHostNotAllowed, "host", "%q matches no pattern of limiter.hosts.allow", h)
+	}
+	if t.ID != "" && !idPattern.MatchString(t.ID) {
+		return reject(ReasonInvalidID, "id", "must match %s", idPattern)
+	}
+	if t.Diagnostic == "" {
+		return reject(ReasonMissingDiagnostic, "diagnostic", "empty")
+	}
+	spec, ok := v.Catalog[t.Diagnostic]
+	if !ok {
+		return reject(ReasonUnknownDiagnostic, "diagnostic", "%q is not in the catalog", truncate(t.Diagnostic, 64))
+	}
+	for name, val := range t.Params {
+		re, ok := spec.Params[name]
+		if !ok {
+			return reject(ReasonUnknownParam, "params."+truncate(name, 64), "not accepted by %s", t.Diagnostic)
+		}
+		if err := checkParam(name, val, re); err != nil {
+			return err
+		}
+	}
+	for _, name := range spec.Required {
+		if _, ok := t.Params[name]; !ok {
+			return reject(ReasonMissingParam, "params."+name, "required by %s", t.Diagnostic)
+		}
+	}
+	if t.Severity != "" {
+		t.Severity = strings.ToLower(t.Severity)
+		if !severityPattern.MatchString(t.Severity) {
+			return reject(ReasonInvalidSeverity, "severity", "must match %s", severityPattern)
+		}
+	}
+	for _, f := range [...]struct{ field, val string }{{"alert.source", t.Alert.Source}, {"alert.name", t.Alert.Name}, {"alert.event_id", t.Alert.EventID}} {
+		if len(f.val) > maxAlertLen || strings.ContainsFunc(f.val, isControl) {
+			return reject(ReasonInvalidAlert, f.field, "longer than %d or holds control characters", maxAlertLen)
+		}
+	}
+	if v.MaxAge > 0 && !t.CreatedAt.IsZero() && now.Sub(t.CreatedAt) > v.MaxAge {
+		return reject(ReasonStale, "created_at", "created %s ago, older than queue.max_age %s", now.Sub(t.CreatedAt).Round(time.Second), v.MaxAge)
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < ' ' || r == 0x7f }
+
+// checkParam: the catalog pattern must match the whole value; on top of
+// it, values are bounded, free of control characters and never start with
+// '-', so no value can be taken for an option by the program it is passed
+// to, whatever the pattern says.
+func checkParam(name, val string, re *regexp.Regexp) error {
+	field := "params." + name
+	switch {
+	case len(val) > maxParamLen:
+		return reject(ReasonInvalidParam, field, "longer than %d bytes", maxParamLen)
+	case strings.ContainsFunc(val, isControl):
+		return reject(ReasonInvalidParam, field, "holds control characters")
+	case strings.HasPrefix(val, "-"):
+		return reject(ReasonInvalidParam, field, "must not start with '-'")
+	}
+	if !re.MatchString(val) {
+		return reject(ReasonInvalidParam, field, "does not match %s", re)
+	}
+	return nil
+}
+
+// FullMatch compiles pattern so that it must match a whole value.
+func FullMatch(pattern string) (*regexp.Regexp, error) {
+	return regexp.Compile(`^(?:` + pattern + `)$`)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
