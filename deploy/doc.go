@@ -1,0 +1,26 @@
+// Package deploy holds what it takes to run autodiag on an EC2 Auto Scaling
+// fleet, and the tests that keep those artifacts honest.
+//
+// The artifacts are not Go:
+//
+//   - terraform/modules/autodiag: task queue and dead-letter queue, the
+//     EC2_INSTANCE_TERMINATING lifecycle hook, the optional lifecycle
+//     notification queue, a least-privilege instance role, and CloudWatch
+//     alarms on stuck drains, DLQ depth and limiter degradation;
+//   - terraform/examples/fleet: a launch template and Auto Scaling group that
+//     install the agent with user data and call the module;
+//   - systemd/autodiag.service: the hardened unit, whose stop timeout outlasts
+//     the drain;
+//   - config/example.yaml: a production-like agent configuration.
+//
+// The tests parse every .tf file with hashicorp/hcl, check that variables are
+// documented and typed, that the example passes exactly the module's inputs,
+// that IAM policy documents grant no wildcard action and no wildcard resource
+// on a mutating action, and that the systemd TimeoutStopSec exceeds the
+// configured drain timeout. Broken fixtures under testdata/ prove each check
+// rejects what it must. When a terraform (or tofu) binary is on PATH the tests
+// also run `terraform fmt -check`; with AUTODIAG_TF_PLUGIN_DIR pointing at a
+// provider mirror they run `terraform validate` offline.
+//
+// The package has no exported API; operators read docs/operations.md.
+package deploy

@@ -1,0 +1,89 @@
+variable "region" {
+  description = "AWS region of the fleet."
+  type        = string
+}
+
+variable "name" {
+  description = "Name of the Auto Scaling group and prefix of everything the module creates."
+  type        = string
+  default     = "autodiag"
+}
+
+variable "subnet_ids" {
+  description = "Private subnets the instances run in. They need a route to SQS, Auto Scaling and CloudWatch (NAT or VPC endpoints) and to Redis."
+  type        = list(string)
+}
+
+variable "security_group_ids" {
+  description = "Security groups of the instances; must allow egress to Redis and HTTPS."
+  type        = list(string)
+}
+
+variable "instance_type" {
+  description = "EC2 instance type."
+  type        = string
+  default     = "t3.small"
+}
+
+variable "ami_ssm_parameter" {
+  description = "SSM parameter holding the AMI id (systemd-based Linux)."
+  type        = string
+  default     = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+}
+
+variable "min_size" {
+  description = "Minimum number of instances."
+  type        = number
+  default     = 2
+}
+
+variable "max_size" {
+  description = "Maximum number of instances."
+  type        = number
+  default     = 6
+}
+
+variable "desired_capacity" {
+  description = "Instances to start with."
+  type        = number
+  default     = 2
+}
+
+variable "autodiag_binary_url" {
+  description = "HTTPS URL of the linux/amd64 autodiag release binary that user data downloads to /usr/local/bin/autodiag."
+  type        = string
+}
+
+variable "autodiag_binary_sha256" {
+  description = "Hex SHA-256 of the binary at autodiag_binary_url; user data refuses to install anything else."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[0-9a-f]{64}$", var.autodiag_binary_sha256))
+    error_message = "autodiag_binary_sha256 must be 64 lowercase hex digits."
+  }
+}
+
+variable "redis_url" {
+  description = "Redis URL shared by the fleet (rediss://user:password@host:6379/0), e.g. an ElastiCache endpoint."
+  type        = string
+  sensitive   = true
+}
+
+variable "lifecycle_source" {
+  description = "imds (poll instance metadata) or sqs (lifecycle notification queue); passed to the module."
+  type        = string
+  default     = "imds"
+}
+
+variable "alarm_sns_topic_arn" {
+  description = "SNS topic paged by the alarms; null for none."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags for every resource."
+  type        = map(string)
+  default     = {}
+}

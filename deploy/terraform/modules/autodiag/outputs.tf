@@ -1,0 +1,87 @@
+output "task_queue_url" {
+  description = "URL of the task queue; queue.url in the agent config."
+  value       = aws_sqs_queue.tasks.url
+}
+
+output "task_queue_arn" {
+  description = "ARN of the task queue, for granting sqs:SendMessage to the alert router."
+  value       = aws_sqs_queue.tasks.arn
+}
+
+output "dlq_url" {
+  description = "URL of the dead-letter queue; queue.dlq_url in the agent config."
+  value       = aws_sqs_queue.dlq.url
+}
+
+output "dlq_arn" {
+  description = "ARN of the dead-letter queue."
+  value       = aws_sqs_queue.dlq.arn
+}
+
+output "lifecycle_queue_url" {
+  description = "URL of the lifecycle notification queue (lifecycle.queue_url); null when lifecycle_source is imds."
+  value       = one(aws_sqs_queue.lifecycle[*].url)
+}
+
+output "lifecycle_queue_arn" {
+  description = "ARN of the lifecycle notification queue; null when lifecycle_source is imds."
+  value       = one(aws_sqs_queue.lifecycle[*].arn)
+}
+
+output "lifecycle_sources" {
+  description = "Value for lifecycle.sources in the agent config: signal plus the chosen source."
+  value       = ["signal", var.lifecycle_source]
+}
+
+output "lifecycle_hook_name" {
+  description = "Name of the termination lifecycle hook; lifecycle.hook_name in the agent config."
+  # Not the resource attribute: the hook needs the group, which needs a launch
+  # template rendered with this value.
+  value = local.hook_name
+}
+
+output "heartbeat_timeout" {
+  description = "Heartbeat timeout of the hook in seconds; lifecycle.hook_heartbeat_timeout in the agent config."
+  value       = var.heartbeat_timeout
+}
+
+output "instance_role_name" {
+  description = "Name of the agent's instance role, to attach further policies the caller's own software needs."
+  value       = aws_iam_role.agent.name
+}
+
+output "instance_role_arn" {
+  description = "ARN of the agent's instance role."
+  value       = aws_iam_role.agent.arn
+}
+
+output "instance_profile_name" {
+  description = "Instance profile for the launch template."
+  value       = aws_iam_instance_profile.agent.name
+}
+
+output "instance_profile_arn" {
+  description = "ARN of the instance profile for the launch template."
+  value       = aws_iam_instance_profile.agent.arn
+}
+
+output "metrics_namespace" {
+  description = "CloudWatch namespace the agent may publish to; cloudwatch.namespace in the agent config."
+  value       = var.metrics_namespace
+}
+
+output "agent_policy_json" {
+  description = "The instance role's policy document, for review."
+  value       = data.aws_iam_policy_document.agent.json
+}
+
+output "alarm_arns" {
+  description = "ARNs of the alarms, by name: drain_stuck, dlq_not_empty and (when enabled) limiter_degraded."
+  value = merge(
+    {
+      drain_stuck   = aws_cloudwatch_metric_alarm.drain_stuck.arn
+      dlq_not_empty = aws_cloudwatch_metric_alarm.dlq_not_empty.arn
+    },
+    { for a in aws_cloudwatch_metric_alarm.limiter_degraded : "limiter_degraded" => a.arn },
+  )
+}
