@@ -1,0 +1,275 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Fail modes: what a rule decides when the backend cannot answer.
+const (
+	FailOpen   = "open"   // allow the task, mark the decision degraded
+	FailClosed = "closed" // deny the task, mark the decision degraded
+)
+
+// Key kinds: which request value a rule's counters are kept for.
+const (
+	KeyHost           = "host"
+	KeyDiagnostic     = "diagnostic"
+	KeyHostDiagnostic = "host+diagnostic"
+	KeyGlobal         = "global"
+)
+
+// On-exceed actions, carried in the Decision for the agent to act on.
+const (
+	OnExceedDrop  = "drop"  // end the task as rate_limited
+	OnExceedDefer = "defer" // requeue the task after RetryAfter
+)
+
+// Config is the `limiter:` section of the autodiag configuration.
+//
+// The zero value is usable after Defaults is applied: see DefaultConfig for
+// the value of every field when it is left out.
+type Config struct {
+	// Timezone is the IANA zone whose calendar day bounds `daily` quotas.
+	// Empty means "UTC".
+	Timezone string `yaml:"timezone"`
+	// Fail is the default fail mode of every rule: "open" (empty) or "closed".
+	Fail string `yaml:"fail"`
+	// Hosts is the host allow-list; the agent applies it before asking the
+	// limiter, the limiter only checks that the expressions compile.
+	Hosts HostsConfig `yaml:"hosts"`
+	// Dedupe makes the same alert event within TTL a duplicate.
+	Dedupe DedupeConfig `yaml:"dedupe"`
+	// Rules are evaluated first-match in order. No rules: everything allowed.
+	Rules []Rule `yaml:"rules"`
+}
+
+// HostsConfig is the allow-list of host names (regular expressions, any of).
+type HostsConfig struct {
+	Allow []string `yaml:"allow"`
+}
+
+// DedupeConfig names the task field that identifies an alert event and how
+// long a repeat of it counts as a duplicate.
+type DedupeConfig struct {
+	// Key is the task field holding the event identity, e.g. "alert.event_id";
+	// the agent extracts its value into Request.DedupeKey. Empty disables dedupe.
+	Key string `yaml:"key"`
+	// TTL is how long an allowed event is remembered. Zero means 10m when Key is set.
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// Rule is one policy: which tasks it matches, what it counts them by, and
+// the limits that apply to them.
+type Rule struct {
+	// Name identifies the rule in decisions, metrics and Redis keys. Required, unique.
+	Name string `yaml:"name"`
+	// Match selects tasks; an empty Match matches every task.
+	Match Match `yaml:"match"`
+	// Key is what the counters are kept for: host (empty), diagnostic,
+	// host+diagnostic or global.
+	Key string `yaml:"key"`
+	// Limits all have to allow for a task to be allowed; at most one of each kind.
+	Limits []Limit `yaml:"limits"`
+	// Block keeps the key denied for this long after any denial of the rule
+	// (sticky). Zero: no block.
+	Block time.Duration `yaml:"block"`
+	// OnExceed is "drop" (empty) or "defer"; the agent acts on it.
+	OnExceed string `yaml:"on_exceed"`
+	// Fail overrides Config.Fail for this rule; empty inherits it.
+	Fail string `yaml:"fail"`
+}
+
+// Match selects the tasks a rule applies to. Every non-empty field has to match.
+type Match struct {
+	Diagnostic []string `yaml:"diagnostic"` // any of; empty = any
+	Host       string   `yaml:"host"`       // regexp; empty = any
+	Severity   []string `yaml:"severity"`   // any of; empty = any
+}
+
+// Limit is one item of a rule's limits list; exactly one field is set.
+type Limit struct {
+	// Daily is the number of allowed tasks per calendar day of Config.Timezone.
+	Daily int `yaml:"daily"`
+	// MinInterval is the least time between two allowed tasks for the key.
+	MinInterval time.Duration `yaml:"min_interval"`
+	// Window is a sliding window: at most Count allowed tasks in any Per.
+	Window *Window `yaml:"window"`
+	// Rate is a leaky bucket (GCRA): Count per Per sustained, Count*Burst at once.
+	Rate *Rate `yaml:"rate"`
+}
+
+// Window is a sliding-window limit.
+type Window struct {
+	Count int           `yaml:"count"`
+	Per   time.Duration `yaml:"per"`
+}
+
+// Rate is a leaky-bucket limit. Burst is a multiplier (zero means 1): the
+// bucket holds Count*Burst tasks.
+type Rate struct {
+	Count int           `yaml:"count"`
+	Per   time.Duration `yaml:"per"`
+	Burst int           `yaml:"burst"`
+}
+
+// Limit kind names, as reported in Decision.Limit.
+const (
+	LimitDaily       = "daily"
+	LimitMinInterval = "min_interval"
+	LimitWindow      = "window"
+	LimitRate        = "rate"
+	LimitBlock       = "block"
+)
+
+// DefaultDedupeTTL is the dedupe TTL when Dedupe.Key is set and TTL is zero.
+const DefaultDedupeTTL = 10 * time.Minute
+
+// DefaultConfig returns the limiter section used when the configuration
+// file leaves it out:
+//
+//	timezone: UTC
+//	fail: open
+//	hosts: {allow: []}                     # the agent decides what empty means
+//	dedupe: {key: alert.event_id, ttl: 10m}
+//	rules: []                              # no rule: every task allowed (rule "none")
+func DefaultConfig() Config {
+	return Config{
+		Timezone: "UTC",
+		Fail:     FailOpen,
+		Dedupe:   DedupeConfig{Key: "alert.event_id", TTL: DefaultDedupeTTL},
+	}
+}
+
+// kind returns the kind of a limit item and how many fields it sets.
+func (l Limit) kind() (string, int) {
+	var k string
+	n := 0
+	if l.Daily != 0 {
+		k, n = LimitDaily, n+1
+	}
+	if l.MinInterval != 0 {
+		k, n = LimitMinInterval, n+1
+	}
+	if l.Window != nil {
+		k, n = LimitWindow, n+1
+	}
+	if l.Rate != nil {
+		k, n = LimitRate, n+1
+	}
+	return k, n
+}
+
+// Validate reports every problem of the section at once. Each error message
+// starts with the key path relative to the limiter section, then ": ".
+func (c Config) Validate() error {
+	var errs []error
+	add := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+	}
+	if c.Timezone != "" {
+		if _, err := time.LoadLocation(c.Timezone); err != nil {
+			errs = append(errs, fmt.Errorf("timezone: %w", err))
+		}
+	}
+	if !validFail(c.Fail) {
+		add("fail", "must be %q or %q, got %q", FailOpen, FailClosed, c.Fail)
+	}
+	for i, re := range c.Hosts.Allow {
+		if _, err := regexp.Compile(re); err != nil {
+			errs = append(errs, fmt.Errorf("hosts.allow[%d]: invalid regexp: %w", i, err))
+		}
+	}
+	if c.Dedupe.TTL < 0 {
+		add("dedupe.ttl", "must not be negative, got %s", c.Dedupe.TTL)
+	}
+	names := make(map[string]int, len(c.Rules))
+	for i, r := range c.Rules {
+		p := fmt.Sprintf("rules[%d]", i)
+		switch {
+		case r.Name == "":
+			add(p+".name", "must be set")
+		case r.Name == RuleNone:
+			add(p+".name", "%q is reserved for tasks no rule matches", RuleNone)
+		case !validName(r.Name):
+			add(p+".name", "must match %s, got %q", nameRE, r.Name)
+		default:
+			if j, dup := names[r.Name]; dup {
+				add(p+".name", "duplicate of rules[%d].name %q", j, r.Name)
+			}
+			names[r.Name] = i
+		}
+		if r.Match.Host != "" {
+			if _, err := regexp.Compile(r.Match.Host); err != nil {
+				errs = append(errs, fmt.Errorf("%s.match.host: invalid regexp: %w", p, err))
+			}
+		}
+		switch r.Key {
+		case "", KeyHost, KeyDiagnostic, KeyHostDiagnostic, KeyGlobal:
+		default:
+			add(p+".key", "must be one of host, diagnostic, host+diagnostic, global, got %q", r.Key)
+		}
+		switch r.OnExceed {
+		case "", OnExceedDrop, OnExceedDefer:
+		default:
+			add(p+".on_exceed", "must be %q or %q, got %q", OnExceedDrop, OnExceedDefer, r.OnExceed)
+		}
+		if r.Fail != "" && !validFail(r.Fail) {
+			add(p+".fail", "must be %q or %q, got %q", FailOpen, FailClosed, r.Fail)
+		}
+		if r.Block < 0 {
+			add(p+".block", "must not be negative, got %s", r.Block)
+		}
+		seen := map[string]int{}
+		for j, l := range r.Limits {
+			lp := fmt.Sprintf("%s.limits[%d]", p, j)
+			k, n := l.kind()
+			if n != 1 {
+				add(lp, "exactly one of daily, min_interval, window, rate must be set, got %d", n)
+				continue
+			}
+			if prev, dup := seen[k]; dup {
+				add(lp, "a rule has at most one %s limit (also at limits[%d])", k, prev)
+			}
+			seen[k] = j
+			switch k {
+			case LimitDaily:
+				if l.Daily < 0 {
+					add(lp+".daily", "must be positive, got %d", l.Daily)
+				}
+			case LimitMinInterval:
+				if l.MinInterval < 0 {
+					add(lp+".min_interval", "must be positive, got %s", l.MinInterval)
+				}
+			case LimitWindow:
+				if l.Window.Count <= 0 {
+					add(lp+".window.count", "must be positive, got %d", l.Window.Count)
+				}
+				if l.Window.Per <= 0 {
+					add(lp+".window.per", "must be positive, got %s", l.Window.Per)
+				}
+			case LimitRate:
+				if l.Rate.Count <= 0 {
+					add(lp+".rate.count", "must be positive, got %d", l.Rate.Count)
+				}
+				if l.Rate.Per <= 0 {
+					add(lp+".rate.per", "must be positive, got %s", l.Rate.Per)
+				}
+				if l.Rate.Burst < 0 {
+					add(lp+".rate.burst", "must not be negative (0 means 1), got %d", l.Rate.Burst)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// nameRE restricts rule names to what is safe inside a Redis key and a
+// Prometheus label value.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+func validName(s string) bool { return nameRE.MatchString(s) }
+
+func validFail(s string) bool { return s == "" || s == FailOpen || s == FailClosed }

@@ -1,0 +1,148 @@
+package limiter
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// RuleExplanation is one rule normalised, as `autodiag limits explain`
+// prints it (see String and WriteExplain): what a rate-limit calculator
+// would say about it.
+type RuleExplanation struct {
+	Rule   string
+	Match  string // human summary of the match
+	Key    string // host | diagnostic | host+diagnostic | global
+	Limits []LimitExplanation
+	// PerSecond is the sustained rate the rule allows per key: the lowest of its limits
+	// (+Inf when the rule has no limits).
+	PerSecond float64
+	// Burst is how many tasks for one key are allowed at once from a fresh
+	// state: the lowest ceiling of its limits (-1 = unlimited).
+	Burst int
+	// DenialsStart says when the first denial happens for a burst of tasks.
+	DenialsStart string
+	Block        time.Duration
+	OnExceed     string
+	Fail         string
+	Timezone     string
+	// NextReset is the next local midnight after the explained time (when daily quotas reset).
+	NextReset time.Time
+}
+
+// LimitExplanation is one limit normalised.
+type LimitExplanation struct {
+	Kind      string  // daily | min_interval | window | rate
+	Spec      string  // the limit as configured, normalised (e.g. "15 per 1s, burst x3")
+	PerSecond float64 // sustained rate it allows
+	Burst     int     // tasks allowed at once from a fresh state
+	Denies    string  // when it denies
+}
+
+// Explain normalises every rule, in evaluation order, at time now.
+func (l *Limiter) Explain(now time.Time) []RuleExplanation {
+	_, next := dayBounds(now, l.loc)
+	out := make([]RuleExplanation, 0, len(l.cfg.Rules))
+	for i, r := range l.cfg.Rules {
+		cr := &l.rules[i]
+		e := RuleExplanation{
+			Rule: r.Name, Match: matchString(r.Match), Key: cr.key, PerSecond: math.Inf(1), Burst: -1,
+			Block: r.Block, OnExceed: cr.onExceed, Fail: cr.fail, Timezone: l.cfg.Timezone, NextReset: next,
+		}
+		first := ""
+		for _, lim := range r.Limits {
+			var le LimitExplanation
+			switch k, _ := lim.kind(); k {
+			case LimitDaily:
+				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d per local day", lim.Daily),
+					PerSecond: float64(lim.Daily) / 86400, Burst: lim.Daily,
+					Denies: fmt.Sprintf("task %d of a local day (%s); resets at local midnight", lim.Daily+1, l.cfg.Timezone)}
+			case LimitMinInterval:
+				le = LimitExplanation{Kind: k, Spec: lim.MinInterval.String(),
+					PerSecond: 1 / lim.MinInterval.Seconds(), Burst: 1,
+					Denies: fmt.Sprintf("a task less than %s after the last allowed one", lim.MinInterval)}
+			case LimitWindow:
+				w := lim.Window
+				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d per %s (sliding)", w.Count, w.Per),
+					PerSecond: float64(w.Count) / w.Per.Seconds(), Burst: w.Count,
+					Denies: fmt.Sprintf("task %d within any %s", w.Count+1, w.Per)}
+			case LimitRate:
+				rt := lim.Rate
+				b := max(rt.Burst, 1)
+				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d per %s, burst x%d", rt.Count, rt.Per, b),
+					PerSecond: float64(rt.Count) / rt.Per.Seconds(), Burst: rt.Count * b,
+					Denies: fmt.Sprintf("task %d at once, or sustained above %s/s", rt.Count*b+1, ftoa(float64(rt.Count)/rt.Per.Seconds()))}
+			}
+			e.Limits = append(e.Limits, le)
+			e.PerSecond = math.Min(e.PerSecond, le.PerSecond)
+			if e.Burst < 0 || le.Burst < e.Burst {
+				e.Burst, first = le.Burst, le.Kind
+			}
+		}
+		if e.Burst < 0 {
+			e.DenialsStart = "never (no limits)"
+		} else {
+			e.DenialsStart = fmt.Sprintf("task %d in a burst for one %s (by %s)", e.Burst+1, cr.key, first)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// String renders the explanation as a few indented lines.
+func (e RuleExplanation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rule %s: match %s, counted per %s\n", e.Rule, e.Match, e.Key)
+	for _, le := range e.Limits {
+		fmt.Fprintf(&b, "  %-12s %-28s %s/s sustained, %d at once; denies %s\n",
+			le.Kind, le.Spec, ftoa(le.PerSecond), le.Burst, le.Denies)
+	}
+	if len(e.Limits) > 0 {
+		fmt.Fprintf(&b, "  effective:   %s/s (%s/h), burst ceiling %d\n", ftoa(e.PerSecond), ftoa(e.PerSecond*3600), e.Burst)
+	}
+	fmt.Fprintf(&b, "  denials start: %s\n", e.DenialsStart)
+	block := "none"
+	if e.Block > 0 {
+		block = e.Block.String() + " after any denial (sticky)"
+	}
+	fmt.Fprintf(&b, "  block: %s; on exceed: %s; fail: %s\n", block, e.OnExceed, e.Fail)
+	fmt.Fprintf(&b, "  timezone: %s; next reset: %s\n", e.Timezone, e.NextReset.Format(time.RFC3339))
+	return b.String()
+}
+
+// WriteExplain writes every explanation, then a note on unmatched tasks.
+func WriteExplain(w io.Writer, rules []RuleExplanation) error {
+	for _, e := range rules {
+		if _, err := io.WriteString(w, e.String()); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "rule %s: tasks no rule matches are allowed (counted as rule=%q)\n", RuleNone, RuleNone)
+	return err
+}
+
+func matchString(m Match) string {
+	var parts []string
+	if len(m.Diagnostic) > 0 {
+		parts = append(parts, "diagnostic in ["+strings.Join(m.Diagnostic, ", ")+"]")
+	}
+	if m.Host != "" {
+		parts = append(parts, "host =~ "+m.Host)
+	}
+	if len(m.Severity) > 0 {
+		parts = append(parts, "severity in ["+strings.Join(m.Severity, ", ")+"]")
+	}
+	if len(parts) == 0 {
+		return "every task"
+	}
+	return strings.Join(parts, " and ")
+}
+
+func ftoa(f float64) string {
+	if math.IsInf(f, 1) {
+		return "unlimited"
+	}
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.6f", f), "0"), ".")
+}

@@ -1,0 +1,143 @@
+package limiter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fakeClock is a settable Clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+var _ Clock = (*fakeClock)(nil)
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// requireEnv returns the value of an env var a test needs; without it the
+// test is skipped locally and fails under CI=true.
+func requireEnv(t testing.TB, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set (required under CI=true)", name)
+		}
+		t.Skipf("%s is not set", name)
+	}
+	return v
+}
+
+// testRedis returns a client for AUTODIAG_TEST_REDIS_ADDR.
+func testRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("redis at %s: %v", addr, err)
+	}
+	return c
+}
+
+// uniquePrefix is a key prefix no other test uses.
+func uniquePrefix(t testing.TB) string {
+	return "autodiagtest:" + sanitize(t.Name()) + ":" + randHex(4) + ":"
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '{', '}', ' ', '*', '?', '[', ']':
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// scanKeys returns every key matching pattern (on every master of a cluster).
+func scanKeys(t testing.TB, c redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var keys []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		err = cc.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, cc)
+	default:
+		t.Fatalf("scanKeys: unsupported client %T", c)
+	}
+	if err != nil {
+		t.Fatalf("scan %s: %v", pattern, err)
+	}
+	return keys
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func mustLoc(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}

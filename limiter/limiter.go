@@ -1,0 +1,418 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RuleNone is the rule name of a decision no rule matched.
+const RuleNone = "none"
+
+// Reasons, stable and machine-readable, as carried in Decision.Reason and the
+// reason label of autodiag_limiter_decisions_total.
+const (
+	ReasonAllowed        = "allowed"
+	ReasonNoRule         = "no_rule"
+	ReasonDaily          = "daily_exceeded"
+	ReasonMinInterval    = "min_interval"
+	ReasonWindow         = "window_exceeded"
+	ReasonRate           = "rate_exceeded"
+	ReasonBlocked        = "blocked"
+	ReasonDuplicate      = "duplicate"
+	ReasonDegradedOpen   = "degraded_open"
+	ReasonDegradedClosed = "degraded_closed"
+	ReasonBreakerOpen    = "breaker_open"
+)
+
+// Request is what the limiter decides on: one validated task.
+type Request struct {
+	Host       string // already normalised and allow-listed by the caller
+	Diagnostic string
+	Severity   string
+	DedupeKey  string // value of the dedupe field for this task; "" = no dedupe
+}
+
+// Decision is the limiter's answer, with the data an operator or the agent
+// needs to act on it.
+type Decision struct {
+	Allowed    bool
+	Duplicate  bool          // dedupe hit: NOT a rate-limit denial, consumes nothing
+	Rule       string        // matched rule name, RuleNone if no rule matched
+	Limit      string        // the limit that denied: daily | min_interval | window | rate | block | ""
+	Reason     string        // one of the Reason* constants
+	OnExceed   string        // the matched rule's on_exceed ("drop" | "defer")
+	RetryAfter time.Duration // when a retry could be allowed (0 when allowed)
+	Degraded   bool          // the backend failed, timed out or the breaker is open; the fail mode decided
+	Counters   Counters
+}
+
+// Counters are the state of the matched rule's limits after the decision.
+// Limits the rule does not have are left zero.
+type Counters struct {
+	DailyUsed, DailyLimit       int
+	SinceLast                   time.Duration // since the last allowed run; -1 if none within min_interval
+	WindowCount, WindowLimit    int
+	BucketLevel, BucketCapacity float64
+}
+
+// Clock tells the time; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// Options are the limiter's dependencies; every zero value has a default.
+type Options struct {
+	Clock      Clock                 // nil = wall clock
+	Registerer prometheus.Registerer // nil = metrics not registered
+	Logger     *slog.Logger          // nil = discard
+	Timeout    time.Duration         // bound for each backend call (redis.timeout); 0 = 200ms
+	// BreakerThreshold is the number of consecutive backend failures that
+	// opens the circuit breaker; 0 = 5.
+	BreakerThreshold int
+	// BreakerCooldown is how long (on Clock) the open breaker decides without
+	// calling the backend before it lets one probe through; 0 = 5s.
+	BreakerCooldown time.Duration
+}
+
+// Limiter decides whether tasks may run. It is safe for concurrent use.
+type Limiter struct {
+	cfg     Config
+	backend Backend
+	clock   Clock
+	log     *slog.Logger
+	timeout time.Duration
+	loc     *time.Location
+	rules   []compiledRule
+	none    compiledRule // the pseudo rule of unmatched requests (dedupe only)
+	dedupe  int64        // dedupe TTL in µs; 0 = dedupe off
+	metrics *metrics
+	breaker breaker
+	day     atomic.Pointer[dayInfo]
+	seq     atomic.Uint64
+	salt    uint64
+}
+
+// compiledRule is a Rule ready to evaluate.
+type compiledRule struct {
+	idx      int
+	name     string
+	diags    []string
+	host     *regexp.Regexp
+	sevs     []string
+	key      string
+	fail     string
+	onExceed string
+	order    string // limit codes in configuration order: d m w r
+	daily    int
+	minIvl   int64 // µs
+	winCount int
+	winPer   int64 // µs
+	rateT    int64 // µs between two tasks at the sustained rate (ceil)
+	rateCap  int   // bucket capacity, Count*Burst
+	block    int64 // µs
+}
+
+// New validates cfg and returns a limiter deciding with backend b.
+func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("limiter: invalid config: %w", err)
+	}
+	if b == nil {
+		return nil, errNilBackend
+	}
+	if cfg.Timezone == "" {
+		cfg.Timezone = "UTC"
+	}
+	if cfg.Fail == "" {
+		cfg.Fail = FailOpen
+	}
+	loc, err := time.LoadLocation(cfg.Timezone)
+	if err != nil {
+		return nil, fmt.Errorf("limiter: timezone: %w", err)
+	}
+	l := &Limiter{
+		cfg:     cfg,
+		backend: b,
+		clock:   opts.Clock,
+		log:     opts.Logger,
+		timeout: opts.Timeout,
+		loc:     loc,
+		salt:    uint64(time.Now().UnixNano()),
+	}
+	if l.clock == nil {
+		l.clock = wallClock{}
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.timeout <= 0 {
+		l.timeout = 200 * time.Millisecond
+	}
+	l.breaker.threshold = opts.BreakerThreshold
+	if l.breaker.threshold <= 0 {
+		l.breaker.threshold = 5
+	}
+	l.breaker.cooldown = opts.BreakerCooldown
+	if l.breaker.cooldown <= 0 {
+		l.breaker.cooldown = 5 * time.Second
+	}
+	if cfg.Dedupe.Key != "" {
+		ttl := cfg.Dedupe.TTL
+		if ttl == 0 {
+			ttl = DefaultDedupeTTL
+		}
+		l.dedupe = ttl.Microseconds()
+	}
+	names := []string{RuleNone}
+	for i, r := range cfg.Rules {
+		cr := compiledRule{
+			idx: i + 1, name: r.Name, diags: r.Match.Diagnostic, sevs: r.Match.Severity,
+			key: r.Key, fail: r.Fail, onExceed: r.OnExceed, block: r.Block.Microseconds(),
+		}
+		if cr.key == "" {
+			cr.key = KeyHost
+		}
+		if cr.fail == "" {
+			cr.fail = cfg.Fail
+		}
+		if cr.onExceed == "" {
+			cr.onExceed = OnExceedDrop
+		}
+		if r.Match.Host != "" {
+			cr.host = regexp.MustCompile(r.Match.Host) // validated above
+		}
+		for _, lim := range r.Limits {
+			switch k, _ := lim.kind(); k {
+			case LimitDaily:
+				cr.daily, cr.order = lim.Daily, cr.order+"d"
+			case LimitMinInterval:
+				cr.minIvl, cr.order = lim.MinInterval.Microseconds(), cr.order+"m"
+			case LimitWindow:
+				cr.winCount, cr.winPer, cr.order = lim.Window.Count, lim.Window.Per.Microseconds(), cr.order+"w"
+			case LimitRate:
+				burst := max(lim.Rate.Burst, 1)
+				per := lim.Rate.Per.Microseconds()
+				cr.rateT = (per + int64(lim.Rate.Count) - 1) / int64(lim.Rate.Count)
+				cr.rateCap = lim.Rate.Count * burst
+				cr.order += "r"
+			}
+		}
+		l.rules = append(l.rules, cr)
+		names = append(names, r.Name)
+	}
+	l.none = compiledRule{idx: 0, name: RuleNone, key: KeyHost, fail: cfg.Fail, onExceed: OnExceedDrop}
+	m, err := newMetrics(opts.Registerer, names)
+	if err != nil {
+		return nil, err
+	}
+	l.metrics = m
+	return l, nil
+}
+
+// match returns the first rule matching r, or nil.
+func (l *Limiter) match(r *Request) *compiledRule {
+	for i := range l.rules {
+		cr := &l.rules[i]
+		if len(cr.diags) > 0 && !slices.Contains(cr.diags, r.Diagnostic) {
+			continue
+		}
+		if len(cr.sevs) > 0 && !slices.Contains(cr.sevs, r.Severity) {
+			continue
+		}
+		if cr.host != nil && !cr.host.MatchString(r.Host) {
+			continue
+		}
+		return cr
+	}
+	return nil
+}
+
+// Allow decides whether r may run now and, when every limit of the matched
+// rule allows it, consumes quota. On a backend error or timeout (or while the
+// circuit breaker is open) it returns the rule's fail-mode decision with
+// Degraded set and a nil error; the cause is logged and counted in
+// autodiag_limiter_degraded_total. The error is non-nil only when ctx is done.
+func (l *Limiter) Allow(ctx context.Context, r Request) (Decision, error) {
+	return l.decide(ctx, &r, false)
+}
+
+// Check is a dry run of Allow: the same evaluation, but it consumes nothing,
+// sets no block and no dedupe mark, bypasses the circuit breaker, records no
+// metrics, and returns a backend error instead of degrading.
+func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
+	return l.decide(ctx, &r, true)
+}
+
+func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	cr := l.match(r)
+	matched := cr != nil
+	if !matched {
+		if r.DedupeKey == "" || l.dedupe == 0 {
+			d := Decision{Allowed: true, Rule: RuleNone, Reason: ReasonNoRule, OnExceed: OnExceedDrop,
+				Counters: Counters{SinceLast: -1}}
+			if !dry {
+				l.metrics.observe(0, &d)
+			}
+			return d, nil
+		}
+		cr = &l.none
+	}
+	now := l.clock.Now()
+	var o op
+	l.buildOp(&o, cr, r, now, dry)
+
+	var res result
+	var err error
+	if dry {
+		res, err = l.backend.eval(ctx, &o, l.timeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Decision{}, ctx.Err()
+			}
+			return Decision{}, fmt.Errorf("limiter: check %s: %w", o.tag, err)
+		}
+	} else {
+		if !l.breaker.allow(now) {
+			d := l.degraded(cr, ReasonBreakerOpen)
+			l.metrics.observe(cr.idx, &d)
+			l.metrics.degraded.Inc()
+			l.logDecision(ctx, r, &d, nil)
+			return d, nil
+		}
+		res, err = l.backend.eval(ctx, &o, l.timeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				l.breaker.abort()
+				return Decision{}, ctx.Err()
+			}
+			l.breaker.failure(l.clock.Now())
+			reason := ReasonDegradedOpen
+			if cr.fail == FailClosed {
+				reason = ReasonDegradedClosed
+			}
+			d := l.degraded(cr, reason)
+			l.metrics.observe(cr.idx, &d)
+			l.metrics.degraded.Inc()
+			l.logDecision(ctx, r, &d, err)
+			return d, nil
+		}
+		l.breaker.success()
+	}
+	d := l.decision(cr, matched, &res)
+	if !dry {
+		l.metrics.observe(cr.idx, &d)
+		if !d.Allowed && !d.Duplicate {
+			l.logDecision(ctx, r, &d, nil)
+		}
+	}
+	return d, nil
+}
+
+// degraded is the fail-mode decision of rule cr.
+func (l *Limiter) degraded(cr *compiledRule, reason string) Decision {
+	d := Decision{
+		Allowed: cr.fail != FailClosed, Rule: cr.name, Reason: reason, OnExceed: cr.onExceed,
+		Degraded: true, Counters: Counters{SinceLast: -1},
+	}
+	if !d.Allowed {
+		d.RetryAfter = l.breaker.cooldown
+	}
+	return d
+}
+
+// decision turns a backend result into a Decision.
+func (l *Limiter) decision(cr *compiledRule, matched bool, res *result) Decision {
+	d := Decision{Rule: cr.name, OnExceed: cr.onExceed}
+	c := &d.Counters
+	c.SinceLast = -1
+	if cr.daily > 0 {
+		c.DailyUsed, c.DailyLimit = int(res.dailyUsed), cr.daily
+	}
+	if cr.minIvl > 0 && res.since >= 0 {
+		c.SinceLast = time.Duration(res.since) * time.Microsecond
+	}
+	if cr.winCount > 0 {
+		c.WindowCount, c.WindowLimit = int(res.winCount), cr.winCount
+	}
+	if cr.rateT > 0 {
+		c.BucketLevel = float64(res.level) / float64(cr.rateT)
+		c.BucketCapacity = float64(cr.rateCap)
+	}
+	switch {
+	case res.status == statusDuplicate:
+		d.Duplicate, d.Reason = true, ReasonDuplicate
+	case res.status == statusAllowed && !matched:
+		d.Allowed, d.Reason = true, ReasonNoRule
+	case res.status == statusAllowed:
+		d.Allowed, d.Reason = true, ReasonAllowed
+	default:
+		d.RetryAfter = time.Duration(res.retry) * time.Microsecond
+		switch res.limit {
+		case 'b':
+			d.Limit, d.Reason = LimitBlock, ReasonBlocked
+		case 'd':
+			d.Limit, d.Reason = LimitDaily, ReasonDaily
+		case 'm':
+			d.Limit, d.Reason = LimitMinInterval, ReasonMinInterval
+		case 'w':
+			d.Limit, d.Reason = LimitWindow, ReasonWindow
+		case 'r':
+			d.Limit, d.Reason = LimitRate, ReasonRate
+		}
+	}
+	return d
+}
+
+// logDecision logs a denial or a degraded decision.
+func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err error) {
+	level := slog.LevelInfo
+	if d.Degraded {
+		level = slog.LevelWarn
+	}
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	msg := "limiter denied task"
+	switch {
+	case d.Degraded && d.Allowed:
+		msg = "limiter degraded, failing open"
+	case d.Degraded:
+		msg = "limiter degraded, failing closed"
+	}
+	attrs := []slog.Attr{
+		slog.String("host", r.Host),
+		slog.String("diagnostic", r.Diagnostic),
+		slog.String("rule", d.Rule),
+		slog.String("limit", d.Limit),
+		slog.String("reason", d.Reason),
+		slog.Bool("allowed", d.Allowed),
+		slog.Duration("retry_after", d.RetryAfter),
+		slog.Bool("degraded", d.Degraded),
+		slog.String("redis", l.breaker.state()),
+		slog.Group("counters",
+			slog.Int("daily_used", d.Counters.DailyUsed),
+			slog.Int("daily_limit", d.Counters.DailyLimit),
+			slog.Duration("since_last", d.Counters.SinceLast),
+			slog.Int("window_count", d.Counters.WindowCount),
+			slog.Int("window_limit", d.Counters.WindowLimit),
+			slog.Float64("bucket_level", d.Counters.BucketLevel),
+			slog.Float64("bucket_capacity", d.Counters.BucketCapacity),
+		),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.Any("err", err))
+	}
+	l.log.LogAttrs(ctx, level, msg, attrs...)
+}
