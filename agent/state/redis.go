@@ -1,0 +1,546 @@
+package state
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lua scripts, one per decision; each file states its KEYS and ARGV.
+var (
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/renew.lua
+	renewLua string
+	//go:embed lua/finish.lua
+	finishLua string
+	//go:embed lua/release.lua
+	releaseLua string
+
+	claimScript   = redis.NewScript(claimLua)
+	renewScript   = redis.NewScript(renewLua)
+	finishScript  = redis.NewScript(finishLua)
+	releaseScript = redis.NewScript(releaseLua)
+)
+
+// RedisOptions configure a Redis store; zero values take the defaults.
+type RedisOptions struct {
+	// Prefix starts every key (redis.prefix, default "autodiag:").
+	Prefix string
+	// Clock decides lease expiry and timestamps; nil = wall clock. Agents on
+	// different hosts compare lease deadlines written by each other's clocks,
+	// so hosts are expected to run NTP (EC2 does); the lease key's own PX
+	// bounds a lease in Redis time regardless.
+	Clock Clock
+	// RecordTTL is how long a task record is kept once it is done or
+	// interrupted, and the TTL of in-flight hashes (default 24h).
+	RecordTTL time.Duration
+	// AuditMaxLen caps the audit stream (XADD MAXLEN ~, default 10000).
+	AuditMaxLen int64
+	// MaxOutput bounds the output stored in a task record, in bytes; longer
+	// output is cut and marked Truncated (default 64 KiB).
+	MaxOutput int
+	// MaxInstances bounds the instance index (default 10000).
+	MaxInstances int64
+}
+
+// Redis is the Store of a fleet: every agent shares one Redis (standalone,
+// Sentinel or Cluster through go-redis UniversalClient).
+//
+// Keys, with P the prefix:
+//
+//	P task:{ID}       hash: rec (TaskRecord JSON), status, owner, attempts,
+//	                  lease_until (unix ms). TTL: RecordTTL after the task
+//	                  ends; while running max(RecordTTL, 4×lease), refreshed on
+//	                  claim and renew.
+//	P lease:{ID}      string owner, SET PX lease: the execution lease.
+//	P inflight:INST   hash task id → InflightEntry JSON. TTL RecordTTL,
+//	                  refreshed on every claim and by PutInstance (the agent's
+//	                  heartbeat); entries leave on Finish/Release/Recover.
+//	P instance:INST   Instance JSON with the heartbeat TTL.
+//	P instances       sorted set of instance ids scored by their expiry (unix
+//	                  ms), trimmed of expired ids on every write and read and
+//	                  capped at MaxInstances; TTL RecordTTL.
+//	P drain:INST      DrainRecord JSON, TTL until one RecordTTL past its deadline.
+//	P audit           stream, XADD MAXLEN ~ AuditMaxLen.
+//
+// Task record and lease share the hash tag {ID}, so Claim, Renew, Finish and
+// Release are each one atomic script on Redis Cluster too. The in-flight hash
+// lives on another slot and is written by a separate call BEFORE the claim
+// script runs (and removed again when the claim fails). A crash between the
+// two leaves an in-flight entry whose record is not running under the
+// instance; Recover and Inflight consult the task record's owner and status,
+// so such an entry is ignored and cleaned. The converse (a running record
+// with no in-flight entry) cannot arise from a crash; were the entry lost
+// anyway, the lease simply expires and the next delivery is claimed by
+// whoever receives it, with the attempt counted.
+type Redis struct {
+	c redis.UniversalClient
+	o RedisOptions
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis returns a Store on client. The client belongs to the caller:
+// Close does not close it.
+func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
+	if o.Prefix == "" {
+		o.Prefix = "autodiag:"
+	}
+	if o.Clock == nil {
+		o.Clock = wallClock{}
+	}
+	if o.RecordTTL <= 0 {
+		o.RecordTTL = 24 * time.Hour
+	}
+	if o.AuditMaxLen <= 0 {
+		o.AuditMaxLen = 10000
+	}
+	if o.MaxOutput <= 0 {
+		o.MaxOutput = 64 << 10
+	}
+	if o.MaxInstances <= 0 {
+		o.MaxInstances = 10000
+	}
+	return &Redis{c: client, o: o}
+}
+
+func (r *Redis) taskKey(id string) string       { return r.o.Prefix + "task:{" + id + "}" }
+func (r *Redis) leaseKey(id string) string      { return r.o.Prefix + "lease:{" + id + "}" }
+func (r *Redis) inflightKey(inst string) string { return r.o.Prefix + "inflight:" + inst }
+func (r *Redis) instanceKey(inst string) string { return r.o.Prefix + "instance:" + inst }
+func (r *Redis) instancesKey() string           { return r.o.Prefix + "instances" }
+func (r *Redis) drainKey(inst string) string    { return r.o.Prefix + "drain:" + inst }
+func (r *Redis) auditKey() string               { return r.o.Prefix + "audit" }
+
+// TaskKey is the key of a task record, for tools that read it directly.
+func (r *Redis) TaskKey(id string) string { return r.taskKey(id) }
+
+func ms(d time.Duration) int64 {
+	if d <= 0 {
+		return 1
+	}
+	m := d.Milliseconds()
+	if m == 0 {
+		return 1
+	}
+	return m
+}
+
+func (r *Redis) runningTTL(lease time.Duration) int64 {
+	return ms(max(r.o.RecordTTL, 4*lease))
+}
+
+// bound cuts rec.Output to MaxOutput bytes on a rune boundary.
+func (r *Redis) bound(rec *TaskRecord) {
+	if len(rec.Output) <= r.o.MaxOutput {
+		return
+	}
+	cut := r.o.MaxOutput
+	for cut > 0 && !utf8.RuneStart(rec.Output[cut]) {
+		cut--
+	}
+	rec.Output = rec.Output[:cut]
+	rec.Truncated = true
+}
+
+func decodeRecord(id, js string, status, owner string, attempts int64) (TaskRecord, error) {
+	var rec TaskRecord
+	if js != "" {
+		if err := json.Unmarshal([]byte(js), &rec); err != nil {
+			return TaskRecord{}, fmt.Errorf("state: decode task %s: %w", id, err)
+		}
+	}
+	rec.ID = id
+	rec.Status = status
+	rec.Owner = owner
+	rec.Attempts = int(attempts)
+	return rec, nil
+}
+
+// Claim implements Store.
+func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
+	now := r.o.Clock.Now()
+	rec.Status = StatusRunning
+	rec.Owner = owner
+	if rec.StartedAt.IsZero() {
+		rec.StartedAt = now
+	}
+	r.bound(&rec)
+	js, err := json.Marshal(rec)
+	if err != nil {
+		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+	}
+	entry, err := json.Marshal(InflightEntry{TaskID: rec.ID, Host: rec.Host, Diagnostic: rec.Diagnostic, StartedAt: rec.StartedAt})
+	if err != nil {
+		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+	}
+
+	// The in-flight entry goes first: see the crash-window note on Redis.
+	ifk := r.inflightKey(owner)
+	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, ifk, rec.ID, entry)
+		p.PExpire(ctx, ifk, r.o.RecordTTL)
+		return nil
+	}); err != nil {
+		return Claim{}, fmt.Errorf("state: claim %s: in-flight: %w", rec.ID, err)
+	}
+
+	res, err := claimScript.Run(ctx, r.c, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
+		owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)).Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+	}
+	code, _ := res[0].(int64)
+	if code == 0 {
+		attempts, _ := res[1].(int64)
+		rec.Attempts = int(attempts)
+		return Claim{Result: Claimed, Record: rec}, nil
+	}
+
+	// Not ours: the in-flight entry written above must go.
+	if err := r.c.HDel(ctx, ifk, rec.ID).Err(); err != nil {
+		return Claim{}, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
+	}
+	switch code {
+	case 1:
+		remaining, _ := res[1].(int64)
+		js, _ := res[2].(string)
+		holder, _ := res[3].(string)
+		attempts, _ := res[4].(int64)
+		got, err := decodeRecord(rec.ID, js, StatusRunning, holder, attempts)
+		if err != nil {
+			return Claim{}, err
+		}
+		return Claim{Result: HeldElsewhere, Record: got, LeaseRemaining: time.Duration(remaining) * time.Millisecond}, nil
+	case 2:
+		js, _ := res[1].(string)
+		holder, _ := res[2].(string)
+		attempts, _ := res[3].(int64)
+		got, err := decodeRecord(rec.ID, js, StatusDone, holder, attempts)
+		if err != nil {
+			return Claim{}, err
+		}
+		return Claim{Result: AlreadyDone, Record: got}, nil
+	}
+	return Claim{}, fmt.Errorf("state: claim %s: unexpected script reply %v", rec.ID, res)
+}
+
+// Renew implements Store.
+func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
+	n, err := renewScript.Run(ctx, r.c, []string{r.taskKey(taskID), r.leaseKey(taskID)},
+		owner, r.o.Clock.Now().UnixMilli(), ms(lease), r.runningTTL(lease)).Int64()
+	if err != nil {
+		return fmt.Errorf("state: renew %s: %w", taskID, err)
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Finish implements Store.
+func (r *Redis) Finish(ctx context.Context, rec TaskRecord) error {
+	rec.Status = StatusDone
+	if rec.FinishedAt.IsZero() {
+		rec.FinishedAt = r.o.Clock.Now()
+	}
+	r.bound(&rec)
+	js, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+	}
+	res, err := finishScript.Run(ctx, r.c, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
+		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL)).Slice()
+	if err != nil {
+		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+	}
+	prev, _ := res[0].(string)
+	owners := []string{rec.Owner}
+	if prev != "" && prev != rec.Owner {
+		owners = append(owners, prev)
+	}
+	for _, o := range owners {
+		if o == "" {
+			continue
+		}
+		if err := r.c.HDel(ctx, r.inflightKey(o), rec.ID).Err(); err != nil {
+			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
+		}
+	}
+	return nil
+}
+
+// release runs release.lua; ok reports whether the task was running under
+// owner and is now interrupted.
+func (r *Redis) release(ctx context.Context, taskID, owner string) (TaskRecord, bool, error) {
+	res, err := releaseScript.Run(ctx, r.c, []string{r.taskKey(taskID), r.leaseKey(taskID)},
+		owner, ms(r.o.RecordTTL)).Slice()
+	if err != nil {
+		return TaskRecord{}, false, err
+	}
+	if code, _ := res[0].(int64); code != 1 {
+		return TaskRecord{}, false, nil
+	}
+	js, _ := res[1].(string)
+	attempts, _ := res[2].(int64)
+	rec, err := decodeRecord(taskID, js, StatusInterrupted, owner, attempts)
+	return rec, err == nil, err
+}
+
+// Release implements Store.
+func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
+	if _, _, err := r.release(ctx, taskID, owner); err != nil {
+		return fmt.Errorf("state: release %s: %w", taskID, err)
+	}
+	// Whether or not the task was still ours, owner no longer runs it.
+	if err := r.c.HDel(ctx, r.inflightKey(owner), taskID).Err(); err != nil {
+		return fmt.Errorf("state: release %s: in-flight: %w", taskID, err)
+	}
+	return nil
+}
+
+// Recover implements Store. It walks owner's in-flight hash; entries whose
+// record is no longer running under owner (finished, taken over after lease
+// expiry, or left by a crash inside Claim) are dropped without touching the
+// record.
+func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error) {
+	ifk := r.inflightKey(owner)
+	ids, err := r.c.HKeys(ctx, ifk).Result()
+	if err != nil {
+		return nil, fmt.Errorf("state: recover %s: %w", owner, err)
+	}
+	var out []TaskRecord
+	for _, id := range ids {
+		rec, ok, err := r.release(ctx, id, owner)
+		if err != nil {
+			return out, fmt.Errorf("state: recover %s: task %s: %w", owner, id, err)
+		}
+		if ok {
+			out = append(out, rec)
+		}
+		if err := r.c.HDel(ctx, ifk, id).Err(); err != nil {
+			return out, fmt.Errorf("state: recover %s: in-flight: %w", owner, err)
+		}
+	}
+	return out, nil
+}
+
+// Task implements Store.
+func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
+	v, err := r.c.HMGet(ctx, r.taskKey(id), "rec", "status", "owner", "attempts").Result()
+	if err != nil {
+		return TaskRecord{}, false, fmt.Errorf("state: task %s: %w", id, err)
+	}
+	status, _ := v[1].(string)
+	if status == "" {
+		return TaskRecord{}, false, nil
+	}
+	js, _ := v[0].(string)
+	owner, _ := v[2].(string)
+	as, _ := v[3].(string)
+	attempts, _ := strconv.ParseInt(as, 10, 64)
+	rec, err := decodeRecord(id, js, status, owner, attempts)
+	if err != nil {
+		return TaskRecord{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Audit implements Store.
+func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
+	if e.Time.IsZero() {
+		e.Time = r.o.Clock.Now()
+	}
+	js, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("state: audit: %w", err)
+	}
+	err = r.c.XAdd(ctx, &redis.XAddArgs{
+		Stream: r.auditKey(),
+		MaxLen: r.o.AuditMaxLen,
+		Approx: true,
+		Values: []any{"e", js},
+	}).Err()
+	if err != nil {
+		return fmt.Errorf("state: audit: %w", err)
+	}
+	return nil
+}
+
+// RecentAudit implements Store.
+func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	msgs, err := r.c.XRevRangeN(ctx, r.auditKey(), "+", "-", int64(n)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("state: recent audit: %w", err)
+	}
+	out := make([]AuditEntry, 0, len(msgs))
+	for _, m := range msgs {
+		s, _ := m.Values["e"].(string)
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(s), &e); err != nil {
+			return out, fmt.Errorf("state: recent audit: entry %s: %w", m.ID, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// PutInstance implements Store. It also refreshes the TTL of the instance's
+// in-flight hash, so the heartbeat keeps it alive however long tasks run.
+func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error {
+	now := r.o.Clock.Now()
+	inst.SeenAt = now
+	js, err := json.Marshal(inst)
+	if err != nil {
+		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
+	}
+	idx := r.instancesKey()
+	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, r.instanceKey(inst.ID), js, time.Duration(ms(ttl))*time.Millisecond)
+		p.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
+		p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.UnixMilli(), 10))
+		p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
+		p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl))
+		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
+	}
+	return nil
+}
+
+// Instances implements Store: ids from the index whose expiry is after now,
+// then their records (one pipelined GET each, so Cluster works).
+func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
+	now := strconv.FormatInt(r.o.Clock.Now().UnixMilli(), 10)
+	ids, err := r.c.ZRangeArgs(ctx, redis.ZRangeArgs{
+		Key: r.instancesKey(), Start: "(" + now, Stop: "+inf", ByScore: true,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("state: instances: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, r.instanceKey(id))
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("state: instances: %w", err)
+	}
+	var out []Instance
+	for i, c := range cmds {
+		s, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired in Redis time
+		}
+		if err != nil {
+			return nil, fmt.Errorf("state: instances: %s: %w", ids[i], err)
+		}
+		var inst Instance
+		if err := json.Unmarshal([]byte(s), &inst); err != nil {
+			return nil, fmt.Errorf("state: instances: decode %s: %w", ids[i], err)
+		}
+		out = append(out, inst)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Inflight implements Store: the in-flight hash, filtered by the task
+// records (running under instanceID), oldest first.
+func (r *Redis) Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error) {
+	m, err := r.c.HGetAll(ctx, r.inflightKey(instanceID)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	cmds := make([]*redis.SliceCmd, len(ids))
+	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, r.taskKey(id), "status", "owner")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
+	}
+	var out []InflightEntry
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) < 2 || v[0] != StatusRunning || v[1] != instanceID {
+			continue
+		}
+		var e InflightEntry
+		if err := json.Unmarshal([]byte(m[ids[i]]), &e); err != nil {
+			return nil, fmt.Errorf("state: inflight %s: decode %s: %w", instanceID, ids[i], err)
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	return out, nil
+}
+
+// SaveDrain implements Store; the record outlives its deadline by RecordTTL.
+func (r *Redis) SaveDrain(ctx context.Context, instanceID string, d DrainRecord) error {
+	js, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("state: save drain %s: %w", instanceID, err)
+	}
+	ttl := r.o.RecordTTL
+	if left := d.Deadline.Sub(r.o.Clock.Now()); left > 0 {
+		ttl += left
+	}
+	if err := r.c.Set(ctx, r.drainKey(instanceID), js, ttl).Err(); err != nil {
+		return fmt.Errorf("state: save drain %s: %w", instanceID, err)
+	}
+	return nil
+}
+
+// LoadDrain implements Store.
+func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error) {
+	s, err := r.c.Get(ctx, r.drainKey(instanceID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
+	}
+	var d DrainRecord
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
+	}
+	return &d, nil
+}
+
+// Ping implements Store.
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("state: ping: %w", err)
+	}
+	return nil
+}
+
+// Close implements Store. The client is the caller's and stays open.
+func (r *Redis) Close() error { return nil }

@@ -1,0 +1,267 @@
+package state_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/state/statetest"
+)
+
+// redisClients returns the Redis deployments to test against: a standalone
+// server from AUTODIAG_TEST_REDIS_ADDR and a cluster from
+// AUTODIAG_TEST_REDIS_CLUSTER_ADDRS (comma-separated seeds). Without the
+// standalone address the test skips locally and fails under CI=true.
+func redisClients(t *testing.T) map[string]redis.UniversalClient {
+	t.Helper()
+	out := map[string]redis.UniversalClient{}
+	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
+	if addr == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set under CI=true")
+		}
+		t.Skip("AUTODIAG_TEST_REDIS_ADDR not set")
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	out["standalone"] = c
+	if seeds := os.Getenv("AUTODIAG_TEST_REDIS_CLUSTER_ADDRS"); seeds != "" {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(seeds, ",")})
+		t.Cleanup(func() { _ = cc.Close() })
+		out["cluster"] = cc
+	}
+	return out
+}
+
+// uniquePrefix gives each test its own key space and deletes it afterwards.
+func uniquePrefix(t *testing.T, c redis.UniversalClient) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "autodiagtest:" + strings.ReplaceAll(t.Name(), "/", ".") + ":" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() { deletePrefix(c, prefix) })
+	return prefix
+}
+
+func deletePrefix(c redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	del := func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, prefix+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			n.Del(ctx, iter.Val())
+		}
+		return iter.Err()
+	}
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		_ = cc.ForEachMaster(ctx, del)
+	case *redis.Client:
+		_ = del(ctx, cc)
+	}
+}
+
+func TestRedisConformance(t *testing.T) {
+	for name, c := range redisClients(t) {
+		t.Run(name, func(t *testing.T) {
+			statetest.Run(t, func(t *testing.T, clock *statetest.FakeClock) state.Store {
+				return state.NewRedis(c, state.RedisOptions{
+					Prefix:      uniquePrefix(t, c),
+					Clock:       clock,
+					RecordTTL:   statetest.RecordTTL,
+					AuditMaxLen: statetest.AuditCap,
+				})
+			})
+		})
+	}
+}
+
+// TestRedisKeys checks the key layout of the contract and that every key the
+// store writes carries a TTL or is a bounded stream.
+func TestRedisKeys(t *testing.T) {
+	ctx := context.Background()
+	c := redisClients(t)["standalone"].(*redis.Client)
+	prefix := uniquePrefix(t, c)
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, AuditMaxLen: 50})
+	cl, err := s.Claim(ctx, state.TaskRecord{ID: "evt-1", Host: "h"}, "i-1", time.Minute)
+	if err != nil || cl.Result != state.Claimed {
+		t.Fatalf("Claim = %v, %v", cl.Result, err)
+	}
+	if _, err := s.Claim(ctx, state.TaskRecord{ID: "evt-2"}, "i-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done := cl.Record
+	done.Outcome = "succeeded"
+	if err := s.Finish(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Audit(ctx, state.AuditEntry{TaskID: "evt-1", Outcome: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutInstance(ctx, state.Instance{ID: "i-1", State: "running"}, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveDrain(ctx, "i-1", state.DrainRecord{Deadline: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{ // key → the TTL it must at least have; -1 = bounded, no TTL needed
+		prefix + "task:{evt-1}":  23 * time.Hour,
+		prefix + "task:{evt-2}":  23 * time.Hour,
+		prefix + "lease:{evt-2}": 50 * time.Second,
+		prefix + "inflight:i-1":  23 * time.Hour,
+		prefix + "instance:i-1":  20 * time.Second,
+		prefix + "instances":     23 * time.Hour,
+		prefix + "drain:i-1":     24 * time.Hour,
+		prefix + "audit":         -1,
+	}
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		seen[k] = true
+		min, ok := want[k]
+		if !ok {
+			t.Errorf("unexpected key %s", k)
+			continue
+		}
+		ttl, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if min < 0 {
+			if typ := c.Type(ctx, k).Val(); typ != "stream" {
+				t.Errorf("%s is a %s, want a capped stream", k, typ)
+			}
+			continue
+		}
+		if ttl < min {
+			t.Errorf("%s TTL %v, want at least %v", k, ttl, min)
+		}
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("key %s missing (have %v)", k, keys)
+		}
+	}
+	if n := c.Exists(ctx, prefix+"lease:{evt-1}").Val(); n != 0 {
+		t.Errorf("lease of a finished task still exists")
+	}
+}
+
+// TestRedisLeaseKeyExpiry: the lease key's PX bounds a lease in Redis time
+// even when the store's clock would still call it live.
+func TestRedisLeaseKeyExpiry(t *testing.T) {
+	ctx := context.Background()
+	c := redisClients(t)["standalone"]
+	prefix := uniquePrefix(t, c)
+	clock := statetest.NewFakeClock(time.Now()) // never advanced
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clock})
+	if cl, err := s.Claim(ctx, state.TaskRecord{ID: "t"}, "a", 50*time.Millisecond); err != nil || cl.Result != state.Claimed {
+		t.Fatalf("Claim = %v, %v", cl.Result, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	poll := time.NewTicker(10 * time.Millisecond) // polling an observable condition
+	defer poll.Stop()
+	for {
+		cl, err := s.Claim(ctx, state.TaskRecord{ID: "t"}, "b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cl.Result == state.Claimed {
+			if cl.Record.Attempts != 2 {
+				t.Errorf("attempts = %d, want 2", cl.Record.Attempts)
+			}
+			return
+		}
+		if cl.Result != state.HeldElsewhere || cl.LeaseRemaining > 50*time.Millisecond {
+			t.Fatalf("claim while the lease key lives = %v (remaining %v)", cl.Result, cl.LeaseRemaining)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lease key never expired")
+		}
+		<-poll.C
+	}
+}
+
+// TestRedisOutputBound: output beyond MaxOutput is cut on a rune boundary and
+// marked truncated.
+func TestRedisOutputBound(t *testing.T) {
+	ctx := context.Background()
+	c := redisClients(t)["standalone"]
+	s := state.NewRedis(c, state.RedisOptions{Prefix: uniquePrefix(t, c), MaxOutput: 5})
+	tests := []struct {
+		name, in, want string
+		truncated      bool
+	}{
+		{"short", "abc", "abc", false},
+		{"exact", "abcde", "abcde", false},
+		{"ascii", "abcdefgh", "abcde", true},
+		{"rune boundary", "abcdé", "abcd", true}, // é is 2 bytes: 6 in all
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "t-" + tc.name
+			if err := s.Finish(ctx, state.TaskRecord{ID: id, Output: tc.in}); err != nil {
+				t.Fatal(err)
+			}
+			rec, ok, err := s.Task(ctx, id)
+			if err != nil || !ok {
+				t.Fatalf("Task: %v %v", ok, err)
+			}
+			if rec.Output != tc.want || rec.Truncated != tc.truncated {
+				t.Errorf("output %q truncated %v, want %q %v", rec.Output, rec.Truncated, tc.want, tc.truncated)
+			}
+		})
+	}
+}
+
+// TestRedisRecoverAfterClaimCrash: an in-flight entry left by a crash between
+// its write and the claim script (the record runs under another owner) is
+// dropped by Recover without touching the record.
+func TestRedisRecoverAfterClaimCrash(t *testing.T) {
+	ctx := context.Background()
+	c := redisClients(t)["standalone"]
+	prefix := uniquePrefix(t, c)
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix})
+	if cl, err := s.Claim(ctx, state.TaskRecord{ID: "t"}, "b", time.Minute); err != nil || cl.Result != state.Claimed {
+		t.Fatalf("Claim = %v, %v", cl.Result, err)
+	}
+	if err := c.HSet(ctx, prefix+"inflight:a", "t", `{"task_id":"t"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := s.Inflight(ctx, "a"); err != nil || len(es) != 0 {
+		t.Errorf("Inflight(a) = %v, %v; want the stale entry hidden", es, err)
+	}
+	recs, err := s.Recover(ctx, "a")
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("Recover(a) = %v, %v; want nothing", recs, err)
+	}
+	if n := c.HLen(ctx, prefix+"inflight:a").Val(); n != 0 {
+		t.Errorf("stale entry not dropped")
+	}
+	if rec, _, _ := s.Task(ctx, "t"); rec.Status != state.StatusRunning || rec.Owner != "b" {
+		t.Errorf("record = %+v, want still running under b", rec)
+	}
+}
+
+func TestRedisPingError(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	s := state.NewRedis(c, state.RedisOptions{})
+	err := s.Ping(context.Background())
+	if err == nil {
+		t.Fatal("Ping to a closed port succeeded")
+	}
+	if !strings.HasPrefix(err.Error(), "state: ping:") {
+		t.Errorf("error %q not wrapped with context", err)
+	}
+}
