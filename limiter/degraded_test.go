@@ -1,0 +1,165 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// fakeBackend fails (or answers allowed) and counts its calls.
+type fakeBackend struct {
+	mu    sync.Mutex
+	calls int
+	err   error
+}
+
+var _ Backend = (*fakeBackend)(nil)
+
+func (f *fakeBackend) eval(ctx context.Context, o *op, _ time.Duration) (result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return result{}, f.err
+	}
+	return result{status: statusAllowed, since: -1}, nil
+}
+
+func (f *fakeBackend) set(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
+
+func (f *fakeBackend) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+func failCfg() Config {
+	return rules(
+		Rule{Name: "strict", Match: Match{Host: "^db-"}, Fail: FailClosed, OnExceed: OnExceedDefer, Limits: []Limit{{Daily: 2}}},
+		Rule{Name: "default", Limits: []Limit{{Daily: 2}}},
+	)
+}
+
+func TestUnreachableRedisFailMode(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewRegistry()
+	l, err := New(failCfg(), NewRedis(c, "autodiag:"), Options{Registerer: reg, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want Decision
+	}{
+		{"rule fail open (inherited)", web1, Decision{Allowed: true, Rule: "default", Reason: ReasonDegradedOpen, OnExceed: OnExceedDrop, Degraded: true}},
+		{"rule fail closed", db1, Decision{Rule: "strict", Reason: ReasonDegradedClosed, OnExceed: OnExceedDefer, Degraded: true, RetryAfter: 5 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := l.Allow(context.Background(), tc.req)
+			if err != nil {
+				t.Fatalf("Allow: %v (a backend failure must not be an error)", err)
+			}
+			if d.Allowed != tc.want.Allowed || d.Rule != tc.want.Rule || d.Reason != tc.want.Reason ||
+				d.Degraded != tc.want.Degraded || d.OnExceed != tc.want.OnExceed || d.RetryAfter != tc.want.RetryAfter {
+				t.Fatalf("got %+v, want %+v", d, tc.want)
+			}
+		})
+	}
+	if got := testutil.ToFloat64(l.metrics.degraded); got != 2 {
+		t.Fatalf("autodiag_limiter_degraded_total = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(l.metrics.decisions.WithLabelValues("strict", "denied", ReasonDegradedClosed)); got != 1 {
+		t.Fatalf("decisions{strict,denied,degraded_closed} = %v, want 1", got)
+	}
+	if _, err := l.Check(context.Background(), web1); err == nil {
+		t.Fatal("Check against an unreachable Redis: nil error, want the cause")
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	fb := &fakeBackend{err: errors.New("connection refused")}
+	clock := newFakeClock(t0)
+	reg := prometheus.NewRegistry()
+	l, err := New(failCfg(), fb, Options{Clock: clock, Registerer: reg, BreakerThreshold: 5, BreakerCooldown: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow := func(step string, wantReason string, wantCalls int) {
+		t.Helper()
+		d, err := l.Allow(context.Background(), web1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason != wantReason || fb.count() != wantCalls {
+			t.Fatalf("%s: reason %s after %d backend calls, want %s after %d", step, d.Reason, fb.count(), wantReason, wantCalls)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		allow("failure", ReasonDegradedOpen, i)
+	}
+	for range 3 {
+		allow("breaker open: backend not called", ReasonBreakerOpen, 5)
+	}
+	clock.Advance(5*time.Second - time.Microsecond)
+	allow("still cooling down", ReasonBreakerOpen, 5)
+	clock.Advance(time.Microsecond)
+	allow("probe fails", ReasonDegradedOpen, 6)
+	allow("reopened", ReasonBreakerOpen, 6)
+	clock.Advance(5 * time.Second)
+	fb.set(nil)
+	allow("probe succeeds", ReasonAllowed, 7)
+	allow("closed again", ReasonAllowed, 8)
+	if got := testutil.ToFloat64(l.metrics.degraded); got != 11 {
+		t.Fatalf("degraded_total = %v, want 11", got)
+	}
+	if got := testutil.ToFloat64(l.metrics.decisions.WithLabelValues("default", "allowed", ReasonBreakerOpen)); got != 5 {
+		t.Fatalf("decisions{breaker_open} = %v, want 5", got)
+	}
+}
+
+func TestBreakerSingleProbe(t *testing.T) {
+	var b breaker
+	b.threshold, b.cooldown = 1, time.Second
+	b.failure(t0)
+	if b.allow(t0) {
+		t.Fatal("open breaker allowed a call")
+	}
+	now := t0.Add(time.Second)
+	if !b.allow(now) {
+		t.Fatal("no probe after the cooldown")
+	}
+	if b.allow(now) {
+		t.Fatal("a second probe while the first is in flight")
+	}
+	b.abort()
+	if !b.allow(now) {
+		t.Fatal("no probe after an aborted one")
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	l, err := New(failCfg(), NewMemory(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Allow(ctx, web1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Allow with a cancelled ctx: %v, want context.Canceled", err)
+	}
+	if _, err := l.Check(ctx, web1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Check with a cancelled ctx: %v, want context.Canceled", err)
+	}
+}

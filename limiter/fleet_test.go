@@ -1,0 +1,114 @@
+package limiter
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestFleetExactness: 8 clients (each its own limiter and, for Redis, its
+// own connection pool, like 8 agents) make 1000 concurrent decisions against
+// daily: 2; exactly 2 are allowed.
+func TestFleetExactness(t *testing.T) {
+	const clients, decisions = 8, 1000
+	for _, tc := range []struct {
+		name    string
+		backend func(t *testing.T, prefix string) func() Backend
+	}{
+		{"memory", func(t *testing.T, _ string) func() Backend {
+			m := NewMemory()
+			return func() Backend { return m }
+		}},
+		{"redis", func(t *testing.T, prefix string) func() Backend {
+			addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
+			return func() Backend {
+				c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
+				t.Cleanup(func() { _ = c.Close() })
+				return NewRedis(c, prefix)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newBackend := tc.backend(t, uniquePrefix(t))
+			cfg := rules(Rule{Name: "default", Limits: []Limit{{Daily: 2}}})
+			var allowedN, deniedN atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range clients {
+				l, err := New(cfg, newBackend(), Options{Clock: newFakeClock(t0)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := decisions / clients
+				wg.Go(func() {
+					<-start
+					for range n {
+						d, err := l.Allow(context.Background(), web1)
+						switch {
+						case err != nil || d.Degraded:
+							t.Errorf("client %d: %+v %v", i, d, err)
+							return
+						case d.Allowed:
+							allowedN.Add(1)
+						default:
+							deniedN.Add(1)
+						}
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if allowedN.Load() != 2 || deniedN.Load() != decisions-2 {
+				t.Fatalf("allowed %d, denied %d; want exactly 2 allowed of %d", allowedN.Load(), deniedN.Load(), decisions)
+			}
+		})
+	}
+}
+
+// TestKeysStayUnderPrefix: every key the limiter creates for a request lives
+// under its prefix, carries a TTL, and a dry run creates none.
+func TestKeysStayUnderPrefix(t *testing.T) {
+	c := testRedis(t)
+	prefix := uniquePrefix(t)
+	token := randHex(6)
+	host := "web-" + token + ".example.com"
+	cfg := rules(Rule{Name: "all", Block: 0, Key: KeyHostDiagnostic, Limits: []Limit{
+		{Daily: 3}, {MinInterval: 1}, {Window: &Window{Count: 5, Per: 60e9}}, {Rate: &Rate{Count: 5, Per: 1e9}},
+	}})
+	cfg.Rules = append(cfg.Rules, Rule{Name: "blocky", Match: Match{Diagnostic: []string{"b"}}, Block: 60e9, Limits: []Limit{{Daily: 1}}})
+	l, err := New(cfg, NewRedis(c, prefix), Options{Clock: newFakeClock(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := Request{Host: host, Diagnostic: "disk-usage", DedupeKey: "ev-" + token}
+	for range 3 {
+		if _, err := l.Check(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if keys := scanKeys(t, c, "*"+token+"*"); len(keys) != 0 {
+		t.Fatalf("dry runs created keys: %v", keys)
+	}
+	for _, r := range []Request{req, req, {Host: host, Diagnostic: "b"}, {Host: host, Diagnostic: "b"}} {
+		if _, err := l.Allow(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := scanKeys(t, c, "*"+token+"*")
+	if len(keys) < 6 {
+		t.Fatalf("expected the decision keys, found %v", keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, prefix+"lim:{") {
+			t.Errorf("key %q outside prefix %q", k, prefix)
+		}
+		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("key %q has no TTL (%v)", k, ttl)
+		}
+	}
+}
