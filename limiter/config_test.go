@@ -1,0 +1,153 @@
+package limiter
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestValidate(t *testing.T) {
+	valid := func(mod func(c *Config)) Config {
+		c := DefaultConfig()
+		c.Rules = []Rule{{Name: "default", Limits: []Limit{{Daily: 2}, {MinInterval: 2 * time.Hour}}}}
+		mod(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string // each a prefix of one error message, in order
+	}{
+		{"default config", DefaultConfig(), nil},
+		{"valid rules", valid(func(c *Config) {}), nil},
+		{"unknown time zone", valid(func(c *Config) { c.Timezone = "Mars/X" }), []string{"timezone: unknown time zone Mars/X"}},
+		{"bad fail mode", valid(func(c *Config) { c.Fail = "maybe" }), []string{`fail: must be "open" or "closed"`}},
+		{"bad allow regexp", valid(func(c *Config) { c.Hosts.Allow = []string{"ok", "("} }), []string{"hosts.allow[1]: invalid regexp: "}},
+		{"every rule problem at once", valid(func(c *Config) {
+			c.Rules = append(c.Rules,
+				Rule{Name: "default"},
+				Rule{Name: "x", Match: Match{Host: "[a-"}, Key: "ip", OnExceed: "retry", Fail: "half", Block: -time.Second},
+				Rule{Name: "none"},
+				Rule{Name: "has space"},
+				Rule{Name: "lims", Limits: []Limit{
+					{},
+					{Daily: 1, MinInterval: time.Second},
+					{Window: &Window{Count: 0, Per: 0}},
+					{Rate: &Rate{Count: -1, Per: time.Second, Burst: -2}},
+					{Daily: -3},
+					{Window: &Window{Count: 1, Per: time.Second}},
+				}},
+			)
+		}), []string{
+			"rules[1].name: duplicate of rules[0].name",
+			"rules[2].match.host: invalid regexp: ",
+			"rules[2].key: must be one of",
+			"rules[2].on_exceed: must be",
+			"rules[2].fail: must be",
+			"rules[2].block: must not be negative",
+			`rules[3].name: "none" is reserved`,
+			"rules[4].name: must match",
+			"rules[5].limits[0]: exactly one of",
+			"rules[5].limits[1]: exactly one of",
+			"rules[5].limits[2].window.count: must be positive",
+			"rules[5].limits[2].window.per: must be positive",
+			"rules[5].limits[3].rate.count: must be positive",
+			"rules[5].limits[3].rate.burst: must not be negative",
+			"rules[5].limits[4].daily: must be positive",
+			"rules[5].limits[5]: a rule has at most one window limit",
+		}},
+		{"missing name", Config{Rules: []Rule{{}}}, []string{"rules[0].name: must be set"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			var got []string
+			if err != nil {
+				var joined interface{ Unwrap() []error }
+				if !errors.As(err, &joined) {
+					t.Fatalf("Validate error is not an errors.Join: %v", err)
+				}
+				for _, e := range joined.Unwrap() {
+					got = append(got, e.Error())
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d errors, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tc.want[i]) {
+					t.Errorf("error %d = %q, want prefix %q", i, got[i], tc.want[i])
+				}
+			}
+			if _, err := New(tc.cfg, NewMemory(), Options{}); (err == nil) != (len(tc.want) == 0) {
+				t.Errorf("New error %v, want error: %v", err, len(tc.want) > 0)
+			}
+		})
+	}
+}
+
+func TestConfigYAML(t *testing.T) {
+	const doc = `
+timezone: America/Sao_Paulo
+fail: open
+hosts:
+  allow: ['^[a-z0-9-]+(\.[a-z0-9-]+)*\.example\.com$']
+dedupe: {key: alert.event_id, ttl: 10m}
+rules:
+  - name: heavy
+    match: {diagnostic: [full-dump], host: '^db-', severity: [high, disaster]}
+    key: host
+    limits:
+      - daily: 2
+      - min_interval: 2h
+      - window: {count: 10, per: 1m}
+      - rate: {count: 15, per: 1s, burst: 3}
+    block: 1h
+    on_exceed: drop
+    fail: closed
+  - name: default
+    limits: [{daily: 2}, {min_interval: 2h}]
+`
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(doc))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := c.Rules[0]
+	if h.Block != time.Hour || h.Limits[1].MinInterval != 2*time.Hour || h.Limits[2].Window.Per != time.Minute ||
+		h.Limits[3].Rate.Burst != 3 || c.Dedupe.TTL != 10*time.Minute || h.Fail != FailClosed {
+		t.Fatalf("decoded %+v", c)
+	}
+}
+
+func TestDayBounds(t *testing.T) {
+	for _, tc := range []struct {
+		zone       string
+		at         time.Time
+		start, end time.Time // UTC
+	}{
+		{"UTC", time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC),
+			time.Date(2026, 8, 11, 0, 0, 0, 0, time.UTC), time.Date(2026, 8, 12, 0, 0, 0, 0, time.UTC)},
+		{"America/New_York", time.Date(2026, 3, 8, 12, 0, 0, 0, time.UTC), // 23h day
+			time.Date(2026, 3, 8, 5, 0, 0, 0, time.UTC), time.Date(2026, 3, 9, 4, 0, 0, 0, time.UTC)},
+		{"America/New_York", time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC), // 25h day
+			time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC), time.Date(2026, 11, 2, 5, 0, 0, 0, time.UTC)},
+		{"America/Sao_Paulo", time.Date(2018, 11, 4, 12, 0, 0, 0, time.UTC), // midnight skipped: starts 01:00 -02
+			time.Date(2018, 11, 4, 3, 0, 0, 0, time.UTC), time.Date(2018, 11, 5, 2, 0, 0, 0, time.UTC)},
+		{"America/Sao_Paulo", time.Date(2018, 11, 3, 12, 0, 0, 0, time.UTC),
+			time.Date(2018, 11, 3, 3, 0, 0, 0, time.UTC), time.Date(2018, 11, 4, 3, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(tc.zone+" "+tc.at.Format(time.DateOnly), func(t *testing.T) {
+			s, e := dayBounds(tc.at, mustLoc(t, tc.zone))
+			if !s.Equal(tc.start) || !e.Equal(tc.end) {
+				t.Fatalf("dayBounds = [%s, %s), want [%s, %s)", s.UTC(), e.UTC(), tc.start, tc.end)
+			}
+		})
+	}
+}

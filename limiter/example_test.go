@@ -1,0 +1,82 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// fixedClock stands still, so the example's output is stable.
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time { return c.t }
+
+func Example() {
+	cfg := limiter.DefaultConfig() // UTC, fail open, dedupe on alert.event_id for 10m
+	cfg.Timezone = "America/Sao_Paulo"
+	cfg.Rules = []limiter.Rule{{
+		Name:   "default",
+		Limits: []limiter.Limit{{Daily: 2}, {MinInterval: 2 * time.Hour}},
+	}}
+	// Embedded mode keeps state in memory; a fleet shares Redis instead:
+	//   backend := limiter.NewRedis(redis.NewUniversalClient(opts), "autodiag:")
+	backend := limiter.NewMemory()
+	clock := fixedClock{time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)}
+	l, err := limiter.New(cfg, backend, limiter.Options{Clock: clock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	task := limiter.Request{Host: "web-01.prod.example.com", Diagnostic: "disk-usage", Severity: "high", DedupeKey: "8812"}
+	for _, event := range []string{"8812", "8812", "8813"} {
+		task.DedupeKey = event
+		d, err := l.Allow(ctx, task)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("event %s: allowed=%v duplicate=%v rule=%s reason=%s limit=%q retry_after=%s daily=%d/%d\n",
+			event, d.Allowed, d.Duplicate, d.Rule, d.Reason, d.Limit, d.RetryAfter, d.Counters.DailyUsed, d.Counters.DailyLimit)
+	}
+	// Output:
+	// event 8812: allowed=true duplicate=false rule=default reason=allowed limit="" retry_after=0s daily=1/2
+	// event 8812: allowed=false duplicate=true rule=default reason=duplicate limit="" retry_after=0s daily=0/2
+	// event 8813: allowed=false duplicate=false rule=default reason=min_interval limit="min_interval" retry_after=2h0m0s daily=1/2
+}
+
+func ExampleWriteExplain() {
+	cfg := limiter.DefaultConfig()
+	cfg.Timezone = "America/Sao_Paulo"
+	cfg.Rules = []limiter.Rule{{
+		Name:  "heavy",
+		Match: limiter.Match{Diagnostic: []string{"full-dump"}, Host: "^db-", Severity: []string{"high", "disaster"}},
+		Limits: []limiter.Limit{
+			{Daily: 2},
+			{MinInterval: 2 * time.Hour},
+			{Window: &limiter.Window{Count: 10, Per: time.Minute}},
+			{Rate: &limiter.Rate{Count: 15, Per: time.Second, Burst: 3}},
+		},
+		Block: time.Hour, Fail: limiter.FailClosed,
+	}}
+	l, err := limiter.New(cfg, limiter.NewMemory(), limiter.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = limiter.WriteExplain(os.Stdout, l.Explain(time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)))
+	// Output:
+	// rule heavy: match diagnostic in [full-dump] and host =~ ^db- and severity in [high, disaster], counted per host
+	//   daily        2 per local day              0.000023/s sustained, 2 at once; denies task 3 of a local day (America/Sao_Paulo); resets at local midnight
+	//   min_interval 2h0m0s                       0.000139/s sustained, 1 at once; denies a task less than 2h0m0s after the last allowed one
+	//   window       10 per 1m0s (sliding)        0.166667/s sustained, 10 at once; denies task 11 within any 1m0s
+	//   rate         15 per 1s, burst x3          15/s sustained, 45 at once; denies task 46 at once, or sustained above 15/s
+	//   effective:   0.000023/s (0.083333/h), burst ceiling 1
+	//   denials start: task 2 in a burst for one host (by min_interval)
+	//   block: 1h0m0s after any denial (sticky); on exceed: drop; fail: closed
+	//   timezone: America/Sao_Paulo; next reset: 2026-08-12T00:00:00-03:00
+	// rule none: tasks no rule matches are allowed (counted as rule="none")
+}
