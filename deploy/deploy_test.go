@@ -62,7 +62,8 @@ func parseTF(path string, src []byte) (tfFile, error) {
 	return tfFile{path: path, src: src, body: body}, nil
 }
 
-// tfPaths lists the .tf files under root, recursively, skipping .terraform.
+// tfPaths lists the .tf and .tftest.hcl files under root, recursively,
+// skipping .terraform.
 func tfPaths(t *testing.T, root string) []string {
 	t.Helper()
 	var paths []string
@@ -73,7 +74,7 @@ func tfPaths(t *testing.T, root string) []string {
 		if d.IsDir() && d.Name() == ".terraform" {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && strings.HasSuffix(p, ".tf") {
+		if !d.IsDir() && (strings.HasSuffix(p, ".tf") || strings.HasSuffix(p, ".tftest.hcl")) {
 			paths = append(paths, p)
 		}
 		return nil
@@ -1329,11 +1330,14 @@ func TestTerraformFmt(t *testing.T) {
 	runTerraform(t, bin, ".", "fmt", "-check", "-recursive", "-diff", "-no-color", terraformDir)
 }
 
-// TestTerraformValidate runs init + validate offline against a provider
-// mirror (terraform init -plugin-dir), since provider downloads are not
-// possible everywhere. It also catches dependency cycles between the example
-// and the module. Set AUTODIAG_TF_PLUGIN_DIR to enable it.
-func TestTerraformValidate(t *testing.T) {
+// TestTerraformValidateAndTest runs init, validate and `terraform test`
+// offline against a provider mirror (terraform init -plugin-dir), since
+// provider downloads are not possible everywhere. validate catches dependency
+// cycles between the example and the module; the tests/*.tftest.hcl files
+// apply both against a mocked AWS provider and assert on the wiring and the
+// rendered agent config. Set AUTODIAG_TF_PLUGIN_DIR to enable it
+// (terraform >= 1.7 for mock providers).
+func TestTerraformValidateAndTest(t *testing.T) {
 	bin := terraformBinary(t)
 	pluginDir := os.Getenv(tfPluginDirEV)
 	if pluginDir == "" {
@@ -1351,6 +1355,7 @@ func TestTerraformValidate(t *testing.T) {
 			wd := filepath.Join(root, dir)
 			runTerraform(t, bin, wd, "init", "-backend=false", "-input=false", "-no-color", "-plugin-dir="+pluginDir)
 			runTerraform(t, bin, wd, "validate", "-no-color")
+			runTerraform(t, bin, wd, "test", "-no-color")
 		})
 	}
 }

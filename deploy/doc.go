@@ -20,7 +20,8 @@
 // configured drain timeout. Broken fixtures under testdata/ prove each check
 // rejects what it must. When a terraform (or tofu) binary is on PATH the tests
 // also run `terraform fmt -check`; with AUTODIAG_TF_PLUGIN_DIR pointing at a
-// provider mirror they run `terraform validate` offline.
+// provider mirror they run `terraform validate` and `terraform test` (the
+// tests/*.tftest.hcl files, against a mocked AWS provider) offline.
 //
 // The package has no exported API; operators read docs/operations.md.
 package deploy

@@ -16,8 +16,9 @@ locals {
       url = var.redis_url
     })
     lifecycle = merge(local.base_config.lifecycle, {
-      sources                = module.autodiag.lifecycle_sources
-      queue_url              = coalesce(module.autodiag.lifecycle_queue_url, "")
+      sources = module.autodiag.lifecycle_sources
+      # null with the imds source; coalesce() would fail on (null, "").
+      queue_url              = module.autodiag.lifecycle_queue_url == null ? "" : module.autodiag.lifecycle_queue_url
       hook_name              = module.autodiag.lifecycle_hook_name
       asg_name               = var.name
       hook_heartbeat_timeout = "${module.autodiag.heartbeat_timeout}s"

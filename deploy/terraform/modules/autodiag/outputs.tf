@@ -30,7 +30,7 @@ output "lifecycle_queue_arn" {
 
 output "lifecycle_sources" {
   description = "Value for lifecycle.sources in the agent config: signal plus the chosen source."
-  value       = ["signal", var.lifecycle_source]
+  value       = tolist(["signal", var.lifecycle_source])
 }
 
 output "lifecycle_hook_name" {

@@ -1,0 +1,96 @@
+# terraform test, offline: the AWS provider is mocked. Checks that the example
+# renders a complete agent config from the module outputs for both lifecycle
+# sources, with timeouts that nest.
+
+mock_provider "aws" {
+  mock_resource "aws_sqs_queue" {
+    defaults = {
+      arn = "arn:aws:sqs:eu-west-1:123456789012:autodiag-tasks"
+      url = "https://sqs.eu-west-1.amazonaws.com/123456789012/autodiag-tasks"
+    }
+  }
+
+  mock_resource "aws_iam_role" {
+    defaults = {
+      arn = "arn:aws:iam::123456789012:role/autodiag"
+    }
+  }
+
+  mock_resource "aws_launch_template" {
+    defaults = {
+      id             = "lt-0123456789abcdef0"
+      latest_version = 1
+    }
+  }
+
+  mock_data "aws_ssm_parameter" {
+    defaults = {
+      value = "ami-0123456789abcdef0"
+    }
+  }
+
+  mock_data "aws_iam_policy_document" {
+    defaults = {
+      json = "{\"Version\":\"2012-10-17\",\"Statement\":[]}"
+    }
+  }
+}
+
+variables {
+  region                 = "eu-west-1"
+  subnet_ids             = ["subnet-1", "subnet-2"]
+  security_group_ids     = ["sg-1"]
+  autodiag_binary_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag-linux-amd64"
+  autodiag_binary_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+  redis_url              = "rediss://autodiag:secret@redis.example.internal:6379/0"
+}
+
+run "imds_fleet" {
+  command = apply
+
+  assert {
+    condition     = jsonencode(local.agent_config.lifecycle.sources) == jsonencode(["signal", "imds"]) && local.agent_config.lifecycle.queue_url == ""
+    error_message = "imds fleet: sources [signal, imds], no lifecycle queue"
+  }
+  assert {
+    condition     = local.agent_config.lifecycle.hook_name == "autodiag-drain" && local.agent_config.lifecycle.asg_name == "autodiag"
+    error_message = "config must name the module's hook and the group"
+  }
+  assert {
+    condition     = local.agent_config.lifecycle.hook_heartbeat_timeout == "300s" && local.agent_config.lifecycle.heartbeat_interval == "30s"
+    error_message = "hook heartbeat timeout (300s) must exceed 2 x heartbeat_interval (30s)"
+  }
+  assert {
+    condition     = local.agent_config.queue.url == module.autodiag.task_queue_url && local.agent_config.queue.dlq_url == module.autodiag.dlq_url
+    error_message = "config must point at the module's queues"
+  }
+  assert {
+    condition     = local.agent_config.redis.url == var.redis_url && local.agent_config.cloudwatch.enabled
+    error_message = "config must carry the Redis URL and enable CloudWatch"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "TimeoutStopSec=15min") && strcontains(local.user_data, "systemctl enable --now autodiag.service")
+    error_message = "user data must install and enable the systemd unit"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "sha256sum --check") && strcontains(local.user_data, "AWS_REGION=eu-west-1")
+    error_message = "user data must verify the binary and set the region"
+  }
+  assert {
+    condition     = aws_launch_template.fleet.metadata_options[0].http_tokens == "required"
+    error_message = "IMDSv2 only"
+  }
+}
+
+run "sqs_fleet" {
+  command = apply
+
+  variables {
+    lifecycle_source = "sqs"
+  }
+
+  assert {
+    condition     = jsonencode(local.agent_config.lifecycle.sources) == jsonencode(["signal", "sqs"]) && local.agent_config.lifecycle.queue_url == module.autodiag.lifecycle_queue_url
+    error_message = "sqs fleet: sources [signal, sqs] and the lifecycle queue URL"
+  }
+}
