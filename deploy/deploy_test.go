@@ -992,6 +992,52 @@ func TestUnitSettings(t *testing.T) {
 	})
 }
 
+// systemdVerify runs `systemd-analyze verify` on unit text, with ExecStart's
+// binary swapped for an executable that exists here. systemd-analyze exits 0
+// on unknown keys and unparsable values but prints them, so any output is a
+// finding.
+func systemdVerify(t *testing.T, unit string) string {
+	t.Helper()
+	bin, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not on PATH")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit = strings.ReplaceAll(unit, "ExecStart=/usr/local/bin/autodiag ", "ExecStart="+exe+" ")
+	path := filepath.Join(t.TempDir(), "autodiag.service")
+	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "verify", path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestUnitVerify(t *testing.T) {
+	src, err := os.ReadFile(unitPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(src)
+	t.Run(unitPath, func(t *testing.T) {
+		if out := systemdVerify(t, unit); out != "" {
+			t.Errorf("systemd-analyze verify %s:\n%s", unitPath, out)
+		}
+	})
+	// The check notices a misspelt hardening key (systemd would ignore it).
+	t.Run("misspelt key is reported", func(t *testing.T) {
+		broken := strings.Replace(unit, "ProtectSystem=strict", "ProtectSytem=strict", 1)
+		if out := systemdVerify(t, broken); !strings.Contains(out, "ProtectSytem") {
+			t.Errorf("systemd-analyze verify said %q, want a complaint about ProtectSytem", out)
+		}
+	})
+}
+
 // TestExampleConfig decodes example.yaml strictly against the DESIGN.md keys
 // and checks that its timeouts nest and that it agrees with the module.
 func TestExampleConfig(t *testing.T) {
