@@ -1,0 +1,474 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// SQSAPI is the part of *sqs.Client the SQS source uses, in the SDK's own
+// signatures, so tests can hand it a fake or a client of the sqsfake server.
+type SQSAPI interface {
+	ReceiveMessage(ctx context.Context, params *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, params *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(ctx context.Context, params *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+var _ SQSAPI = (*sqs.Client)(nil)
+
+// RejectReasonAttribute is the message attribute DeadLetter puts the reason in.
+const RejectReasonAttribute = "autodiag-reject-reason"
+
+// SQS limits the source respects.
+const (
+	maxSQSBatch      = 10               // ReceiveMessage / DeleteMessageBatch entries
+	maxSQSWait       = 20 * time.Second // WaitTimeSeconds
+	maxSQSVisibility = 12 * time.Hour   // ChangeMessageVisibility
+	maxSQSAttributes = 10               // message attributes per message
+	deleteFlushLimit = 30 * time.Second // bound of one delete flush, retries included
+	deleteRetryPause = 100 * time.Millisecond
+)
+
+// SQSOptions configure an SQS source; zero values take the defaults.
+type SQSOptions struct {
+	// QueueURL is the task queue (queue.url). Required.
+	QueueURL string
+	// DLQURL receives rejected messages (queue.dlq_url); empty leaves them
+	// to the queue's redrive policy (DeadLetter returns ErrNoDeadLetter).
+	DLQURL string
+	// WaitTime is the long-poll time of one ReceiveMessage (queue.wait_time,
+	// default 20s, at most 20s).
+	WaitTime time.Duration
+	// VisibilityTimeout is requested on every receive
+	// (queue.visibility_timeout); zero uses the queue's own setting.
+	VisibilityTimeout time.Duration
+	// DeleteBatchWindow is how long a delete waits for others to share its
+	// DeleteMessageBatch (default 10ms); a batch of 10 goes at once.
+	DeleteBatchWindow time.Duration
+	// DeleteRetries is how many times entries that failed inside a batch
+	// with a server-side fault are sent again (default 3).
+	DeleteRetries int
+	// Logger receives warnings about failed deletes; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock that ChangeVisibility measures a message's time in
+	// flight with; nil = time.Now.
+	Now func() time.Time
+}
+
+// Validate reports every problem with o at once, naming the config key.
+func (o SQSOptions) Validate() error {
+	var errs []error
+	if o.QueueURL == "" {
+		errs = append(errs, errors.New("queue.url: required for the SQS source"))
+	}
+	if o.WaitTime < 0 || o.WaitTime > maxSQSWait {
+		errs = append(errs, fmt.Errorf("queue.wait_time: %v is outside 0s..20s", o.WaitTime))
+	}
+	if o.VisibilityTimeout < 0 || o.VisibilityTimeout > maxSQSVisibility {
+		errs = append(errs, fmt.Errorf("queue.visibility_timeout: %v is outside 0s..12h", o.VisibilityTimeout))
+	}
+	if o.DeleteBatchWindow < 0 {
+		errs = append(errs, fmt.Errorf("queue delete batch window: %v is negative", o.DeleteBatchWindow))
+	}
+	return errors.Join(errs...)
+}
+
+// SQS is a Source on an Amazon SQS standard queue: long polling, batched
+// deletes with per-entry retries, visibility changes and a dead-letter queue
+// for rejected messages. Throttling and 5xx answers are retried with backoff
+// by the client's SDK retryer; SQS adds no retry loop of its own except for
+// per-entry failures inside a successful DeleteMessageBatch.
+type SQS struct {
+	c   SQSAPI
+	o   SQSOptions
+	log *slog.Logger
+
+	stop   context.Context // cancelled by Close: aborts long polls
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	closed   bool
+	received map[string]time.Time // handle → when its receive started, for the 12 h cap
+	pending  []*pendingDelete
+	timer    *time.Timer
+	flushes  sync.WaitGroup
+}
+
+type pendingDelete struct {
+	handle string
+	id     string // message id, for logs
+	done   chan error
+}
+
+var _ Source = (*SQS)(nil)
+
+// NewSQS returns a Source reading o.QueueURL through client (typically
+// sqs.NewFromConfig(cfg) with the SDK's default retryer).
+func NewSQS(client SQSAPI, o SQSOptions) *SQS {
+	if o.WaitTime == 0 {
+		o.WaitTime = maxSQSWait
+	}
+	o.WaitTime = min(o.WaitTime, maxSQSWait)
+	if o.DeleteBatchWindow <= 0 {
+		o.DeleteBatchWindow = 10 * time.Millisecond
+	}
+	if o.DeleteRetries <= 0 {
+		o.DeleteRetries = 3
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	return &SQS{
+		c: client, o: o, log: log.With("component", "queue.sqs"),
+		stop: stop, cancel: cancel, received: map[string]time.Time{},
+	}
+}
+
+// Receive implements Source: one long poll for up to min(max, 10) messages.
+// It checks ctx before calling, so no ReceiveMessage starts once ctx is
+// done, and ctx (or Close) aborts a poll in progress at once.
+func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n = min(maxSQSBatch, max(1, n))
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopWatch := context.AfterFunc(s.stop, cancel)
+	defer stopWatch()
+
+	in := &sqs.ReceiveMessageInput{
+		QueueUrl:            aws.String(s.o.QueueURL),
+		MaxNumberOfMessages: int32(n),
+		WaitTimeSeconds:     int32(s.o.WaitTime / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameApproximateReceiveCount,
+			types.MessageSystemAttributeNameSentTimestamp,
+		},
+		MessageAttributeNames: []string{"All"},
+	}
+	if s.o.VisibilityTimeout > 0 {
+		in.VisibilityTimeout = int32(ceilSeconds(s.o.VisibilityTimeout))
+	}
+	started := s.o.Now()
+	out, err := s.c.ReceiveMessage(pctx, in)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		if s.isClosed() {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("queue: receive: %w", err)
+	}
+	msgs := make([]*Message, 0, len(out.Messages))
+	s.mu.Lock()
+	s.pruneLocked(started)
+	for _, m := range out.Messages {
+		msg := fromSQS(m)
+		s.received[msg.Handle] = started
+		msgs = append(msgs, msg)
+	}
+	s.mu.Unlock()
+	return msgs, nil
+}
+
+func fromSQS(m types.Message) *Message {
+	msg := &Message{
+		ID:         aws.ToString(m.MessageId),
+		Body:       []byte(aws.ToString(m.Body)),
+		Handle:     aws.ToString(m.ReceiptHandle),
+		Attributes: make(map[string]string, len(m.MessageAttributes)),
+	}
+	sys := m.Attributes
+	if n, err := strconv.Atoi(sys[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); err == nil {
+		msg.ReceiveCount = n
+	}
+	if ms, err := strconv.ParseInt(sys[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+		msg.SentAt = time.UnixMilli(ms)
+	}
+	for k, v := range m.MessageAttributes {
+		if v.StringValue != nil {
+			msg.Attributes[k] = *v.StringValue
+		}
+	}
+	return msg
+}
+
+// pruneLocked forgets handles received more than 12 h ago: SQS no longer
+// lets them be hidden. Handles are otherwise forgotten on Delete, DeadLetter
+// and release (visibility 0).
+func (s *SQS) pruneLocked(now time.Time) {
+	for h, at := range s.received {
+		if now.Sub(at) > maxSQSVisibility {
+			delete(s.received, h)
+		}
+	}
+}
+
+func (s *SQS) forget(handle string) {
+	s.mu.Lock()
+	delete(s.received, handle)
+	s.mu.Unlock()
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func (s *SQS) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Delete implements Source. The handle joins a DeleteMessageBatch that is
+// sent when 10 are pending or DeleteBatchWindow after the first; Delete
+// waits for its own entry's result. Entries failing with a server fault are
+// retried DeleteRetries times; a sender fault (an invalid handle) is
+// returned at once. If ctx ends first, Delete returns ctx.Err() and the
+// batch still goes out.
+func (s *SQS) Delete(ctx context.Context, m *Message) error {
+	p := &pendingDelete{handle: m.Handle, id: m.ID, done: make(chan error, 1)}
+	s.mu.Lock()
+	delete(s.received, m.Handle)
+	s.pending = append(s.pending, p)
+	switch {
+	case s.closed || len(s.pending) >= maxSQSBatch:
+		s.flushLocked()
+	case s.timer == nil:
+		s.timer = time.AfterFunc(s.o.DeleteBatchWindow, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.timer = nil
+			s.flushLocked()
+		})
+	}
+	s.mu.Unlock()
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PendingDeletes reports deletes waiting for their batch to be sent.
+func (s *SQS) PendingDeletes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// flushLocked sends every pending delete, 10 per batch, each batch on its
+// own goroutine; called with mu held.
+func (s *SQS) flushLocked() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	for len(s.pending) > 0 {
+		n := min(maxSQSBatch, len(s.pending))
+		batch := s.pending[:n:n]
+		s.pending = s.pending[n:]
+		s.flushes.Go(func() { s.deleteBatch(batch) })
+	}
+	s.pending = nil
+}
+
+// deleteBatch sends one DeleteMessageBatch and delivers each entry's result,
+// retrying entries that failed with a server-side fault.
+func (s *SQS) deleteBatch(batch []*pendingDelete) {
+	ctx, cancel := context.WithTimeout(context.Background(), deleteFlushLimit)
+	defer cancel()
+	for attempt := 0; len(batch) > 0; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(deleteRetryPause * time.Duration(attempt))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		entries := make([]types.DeleteMessageBatchRequestEntry, len(batch))
+		for i, p := range batch {
+			entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(p.handle)}
+		}
+		out, err := s.c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.o.QueueURL), Entries: entries})
+		if err != nil {
+			// The SDK retryer already retried throttling and 5xx.
+			err = fmt.Errorf("queue: delete batch: %w", err)
+			for _, p := range batch {
+				s.log.Warn("delete failed", "message_id", p.id, "err", err)
+				p.done <- err
+			}
+			return
+		}
+		for _, e := range out.Successful {
+			if p := entryOf(batch, e.Id); p != nil {
+				p.done <- nil
+			}
+		}
+		var retry []*pendingDelete
+		for _, f := range out.Failed {
+			p := entryOf(batch, f.Id)
+			if p == nil {
+				continue
+			}
+			err := fmt.Errorf("queue: delete %s: %w", p.id, &BatchEntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault})
+			if !f.SenderFault && attempt < s.o.DeleteRetries {
+				retry = append(retry, p)
+				continue
+			}
+			s.log.Warn("delete failed", "message_id", p.id, "err", err)
+			p.done <- err
+		}
+		batch = retry
+	}
+}
+
+func entryOf(batch []*pendingDelete, id *string) *pendingDelete {
+	i, err := strconv.Atoi(aws.ToString(id))
+	if err != nil || i < 0 || i >= len(batch) {
+		return nil
+	}
+	return batch[i]
+}
+
+// BatchEntryError is one failed entry of an SQS batch call.
+type BatchEntryError struct {
+	Code        string
+	Message     string
+	SenderFault bool // the request was wrong (not retried); else SQS failed
+}
+
+func (e *BatchEntryError) Error() string {
+	who := "server"
+	if e.SenderFault {
+		who = "sender"
+	}
+	return fmt.Sprintf("%s (%s fault): %s", e.Code, who, e.Message)
+}
+
+// ChangeVisibility implements Source. d is rounded up to whole seconds and
+// clamped so the message's total time in flight stays within SQS's 12 hours
+// from its receive (SQS rejects more); d == 0 releases it.
+func (s *SQS) ChangeVisibility(ctx context.Context, m *Message, d time.Duration) error {
+	d = min(max(d, 0), maxSQSVisibility)
+	s.mu.Lock()
+	if at, ok := s.received[m.Handle]; ok {
+		// at is when the receive request started, no later than SQS's
+		// receive time, so this never overshoots.
+		if limit := maxSQSVisibility - s.o.Now().Sub(at); d > limit {
+			d = max(0, limit.Truncate(time.Second)) // rounding up could pass the cap
+		}
+	}
+	if d == 0 {
+		delete(s.received, m.Handle)
+	}
+	s.mu.Unlock()
+	_, err := s.c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(s.o.QueueURL),
+		ReceiptHandle:     aws.String(m.Handle),
+		VisibilityTimeout: int32(ceilSeconds(d)),
+	})
+	if err != nil {
+		return fmt.Errorf("queue: change visibility of %s to %v: %w", m.ID, d, err)
+	}
+	return nil
+}
+
+// DeadLetter implements Source: the original body goes to the DLQ with the
+// reason in RejectReasonAttribute and the original string attributes (as
+// many as fit in SQS's 10, by name), then the message is deleted here.
+func (s *SQS) DeadLetter(ctx context.Context, m *Message, reason string) error {
+	if s.o.DLQURL == "" {
+		return ErrNoDeadLetter
+	}
+	if reason == "" {
+		reason = "unspecified"
+	}
+	attrs := map[string]types.MessageAttributeValue{
+		RejectReasonAttribute: {DataType: aws.String("String"), StringValue: aws.String(reason)},
+	}
+	names := make([]string, 0, len(m.Attributes))
+	for k, v := range m.Attributes {
+		if k != RejectReasonAttribute && v != "" {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if len(attrs) == maxSQSAttributes {
+			break
+		}
+		attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(m.Attributes[k])}
+	}
+	defer s.forget(m.Handle)
+	if _, err := s.c.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl:          aws.String(s.o.DLQURL),
+		MessageBody:       aws.String(string(m.Body)),
+		MessageAttributes: attrs,
+	}); err != nil {
+		return fmt.Errorf("queue: dead-letter %s: %w", m.ID, err)
+	}
+	if err := s.Delete(ctx, m); err != nil {
+		return fmt.Errorf("queue: dead-letter %s: sent, but: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Send implements Source.
+func (s *SQS) Send(ctx context.Context, body []byte) (string, error) {
+	if s.isClosed() {
+		return "", ErrClosed
+	}
+	out, err := s.c.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl:    aws.String(s.o.QueueURL),
+		MessageBody: aws.String(string(body)),
+	})
+	if err != nil {
+		return "", fmt.Errorf("queue: send: %w", err)
+	}
+	return aws.ToString(out.MessageId), nil
+}
+
+// Close implements Source: it aborts long polls in progress, sends pending
+// deletes at once and waits for them (or ctx). Deletes after Close are sent
+// unbatched.
+func (s *SQS) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.flushLocked()
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() {
+		s.flushes.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("queue: close: pending deletes: %w", ctx.Err())
+	}
+}

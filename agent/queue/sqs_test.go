@@ -1,0 +1,664 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/sqsfake"
+)
+
+// fixture is the fake SQS server with a task queue and a DLQ, and a real SDK
+// client pointed at it.
+type fixture struct {
+	srv    *sqsfake.Server
+	client *sqs.Client
+	url    string
+	dlqURL string
+}
+
+func newFixture(tb testing.TB, optFns ...func(*sqs.Options)) *fixture {
+	tb.Helper()
+	srv, ts := sqsfake.NewTestServer(tb)
+	client := sqs.NewFromConfig(sqsfake.SDKConfig(ts.URL), optFns...)
+	ctx := context.Background()
+	mk := func(name string) string {
+		out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+		if err != nil {
+			tb.Fatalf("CreateQueue %s: %v", name, err)
+		}
+		return aws.ToString(out.QueueUrl)
+	}
+	return &fixture{srv: srv, client: client, url: mk("tasks"), dlqURL: mk("tasks-dlq")}
+}
+
+func (f *fixture) source(o queue.SQSOptions) *queue.SQS {
+	if o.QueueURL == "" {
+		o.QueueURL = f.url
+	}
+	if o.WaitTime == 0 {
+		o.WaitTime = time.Second
+	}
+	return queue.NewSQS(f.client, o)
+}
+
+func (f *fixture) send(tb testing.TB, body string, attrs map[string]string) string {
+	tb.Helper()
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(f.url), MessageBody: aws.String(body)}
+	if len(attrs) > 0 {
+		in.MessageAttributes = map[string]types.MessageAttributeValue{}
+		for k, v := range attrs {
+			in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+		}
+	}
+	out, err := f.client.SendMessage(context.Background(), in)
+	if err != nil {
+		tb.Fatalf("SendMessage: %v", err)
+	}
+	return aws.ToString(out.MessageId)
+}
+
+// receiveN receives until n messages arrived.
+func receiveN(tb testing.TB, q *queue.SQS, n int) []*queue.Message {
+	tb.Helper()
+	var out []*queue.Message
+	for len(out) < n {
+		ms, err := q.Receive(context.Background(), n-len(out))
+		if err != nil {
+			tb.Fatalf("Receive: %v", err)
+		}
+		if len(ms) == 0 {
+			tb.Fatalf("Receive returned nothing after %d of %d messages", len(out), n)
+		}
+		out = append(out, ms...)
+	}
+	return out
+}
+
+func TestSQSOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		o    queue.SQSOptions
+		want []string // substrings of the error; none = valid
+	}{
+		{"ok", queue.SQSOptions{QueueURL: "u", WaitTime: 20 * time.Second, VisibilityTimeout: time.Minute}, nil},
+		{"missing url", queue.SQSOptions{}, []string{"queue.url"}},
+		{"all wrong", queue.SQSOptions{WaitTime: 21 * time.Second, VisibilityTimeout: 13 * time.Hour},
+			[]string{"queue.url", "queue.wait_time", "queue.visibility_timeout"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate = nil, want errors naming %v", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate = %q, want it to name %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSQSReceiveMapsMessage(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{VisibilityTimeout: 45 * time.Second, WaitTime: 3 * time.Second})
+	defer q.Close(context.Background())
+	id := f.send(t, `{"id":"evt-1"}`, map[string]string{"source": "zabbix"})
+
+	ms := receiveN(t, q, 1)
+	m := ms[0]
+	if m.ID != id || string(m.Body) != `{"id":"evt-1"}` || m.ReceiveCount != 1 || m.Handle == "" ||
+		m.Attributes["source"] != "zabbix" || m.SentAt.IsZero() || time.Since(m.SentAt) > time.Hour {
+		t.Errorf("message = %+v", m)
+	}
+	calls := f.srv.Calls("ReceiveMessage")
+	if len(calls) != 1 || calls[0].Wait != 3*time.Second {
+		t.Errorf("ReceiveMessage calls = %+v, want one with a 3s long poll", calls)
+	}
+	view, _ := f.srv.Queue("tasks")
+	if len(view.Messages) != 1 || view.Messages[0].State != "inflight" ||
+		view.Messages[0].VisibleAt.Sub(time.Now()) > 45*time.Second || view.Messages[0].VisibleAt.Sub(time.Now()) < 30*time.Second {
+		t.Errorf("queue = %+v, want the message in flight for the requested 45s", view.Messages)
+	}
+}
+
+func TestSQSReceiveBatchLimit(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{})
+	defer q.Close(context.Background())
+	for i := range 15 {
+		f.send(t, fmt.Sprint(i), nil)
+	}
+	total := 0
+	for total < 15 {
+		ms, err := q.Receive(context.Background(), 50) // asks for more than SQS allows
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) > 10 {
+			t.Fatalf("got %d messages in one receive, want at most 10", len(ms))
+		}
+		total += len(ms)
+	}
+	for _, c := range f.srv.Calls("ReceiveMessage") {
+		if c.Status != 200 {
+			t.Errorf("ReceiveMessage answered %d %s: the source asked for more than 10?", c.Status, c.ErrorCode)
+		}
+	}
+}
+
+// TestSQSReceiveCancel: cancelling ctx aborts a long poll at once, and no
+// ReceiveMessage starts with a cancelled ctx.
+func TestSQSReceiveCancel(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{WaitTime: 20 * time.Second})
+	defer q.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		ms, err := q.Receive(ctx, 10)
+		if len(ms) != 0 {
+			err = fmt.Errorf("got %d messages from an empty queue", len(ms))
+		}
+		done <- err
+	}()
+	waitFor(t, func() bool { return f.srv.Pollers("tasks") == 1 })
+	cancel()
+	// Had the cancel not reached the HTTP request, Receive would end after
+	// the 20s poll with no error.
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive after cancel = %v, want context.Canceled", err)
+	}
+	waitFor(t, func() bool { return f.srv.Pollers("tasks") == 0 })
+	before := len(f.srv.Calls("ReceiveMessage"))
+	for range 3 {
+		if _, err := q.Receive(ctx, 10); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Receive with a cancelled ctx = %v, want context.Canceled", err)
+		}
+	}
+	if after := len(f.srv.Calls("ReceiveMessage")); after != before {
+		t.Errorf("%d ReceiveMessage calls started after cancel", after-before)
+	}
+}
+
+// TestSQSCloseAbortsReceive: Close ends a long poll with ErrClosed.
+func TestSQSCloseAbortsReceive(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{WaitTime: 20 * time.Second})
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Receive(context.Background(), 10)
+		done <- err
+	}()
+	waitFor(t, func() bool { return f.srv.Pollers("tasks") == 1 })
+	if err := q.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, queue.ErrClosed) {
+		t.Errorf("Receive during Close = %v, want ErrClosed", err)
+	}
+	if _, err := q.Receive(context.Background(), 1); !errors.Is(err, queue.ErrClosed) {
+		t.Errorf("Receive after Close = %v, want ErrClosed", err)
+	}
+}
+
+// waitFor polls cond until it holds or 10s pass.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		<-tick.C
+	}
+}
+
+// TestSQSDeleteBatches: concurrent deletes share DeleteMessageBatch calls of
+// at most 10 entries and every message is gone.
+func TestSQSDeleteBatches(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Second})
+	defer q.Close(context.Background())
+	const n = 25
+	for i := range n {
+		f.send(t, fmt.Sprint(i), nil)
+	}
+	ms := receiveN(t, q, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, m := range ms {
+		wg.Go(func() { errs <- q.Delete(context.Background(), m) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Delete: %v", err)
+		}
+	}
+	calls := f.srv.Calls("DeleteMessageBatch")
+	sum := 0
+	for _, c := range calls {
+		if c.N > 10 || c.Failed != 0 {
+			t.Errorf("batch of %d entries, %d failed", c.N, c.Failed)
+		}
+		sum += c.N
+	}
+	if sum != n || len(calls) > 4 {
+		t.Errorf("%d DeleteMessageBatch calls for %d entries, want %d entries in 3 or 4 calls", len(calls), sum, n)
+	}
+	if calls := f.srv.Calls("DeleteMessage"); len(calls) != 0 {
+		t.Errorf("%d single DeleteMessage calls, want none", len(calls))
+	}
+	if v, _ := f.srv.Queue("tasks"); !v.Empty() || v.Stats.Deleted != n {
+		t.Errorf("queue after deletes: %d visible, %d in flight, %d deleted", v.Visible, v.InFlight, v.Stats.Deleted)
+	}
+}
+
+// TestSQSDeleteSenderFault: an entry SQS rejects (a handle it never issued)
+// fails alone, at once; the others in its batch succeed.
+func TestSQSDeleteSenderFault(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Second})
+	defer q.Close(context.Background())
+	f.send(t, "a", nil)
+	f.send(t, "b", nil)
+	ms := receiveN(t, q, 2)
+	bad := &queue.Message{ID: "bogus", Handle: "not-a-handle"}
+	results := map[string]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range append(ms, bad) {
+		wg.Go(func() {
+			err := q.Delete(context.Background(), m)
+			mu.Lock()
+			results[m.ID] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	var be *queue.BatchEntryError
+	if err := results["bogus"]; !errors.As(err, &be) || !be.SenderFault || be.Code != "ReceiptHandleIsInvalid" {
+		t.Errorf("bogus delete = %v, want a sender-fault ReceiptHandleIsInvalid", err)
+	}
+	for _, m := range ms {
+		if err := results[m.ID]; err != nil {
+			t.Errorf("delete %s = %v", m.ID, err)
+		}
+	}
+	if calls := f.srv.Calls("DeleteMessageBatch"); len(calls) != 1 {
+		t.Errorf("%d DeleteMessageBatch calls, want 1 (sender faults are not retried)", len(calls))
+	}
+	if v, _ := f.srv.Queue("tasks"); !v.Empty() {
+		t.Errorf("queue not empty: %+v", v)
+	}
+}
+
+// flakyDeletes wraps a real client and makes chosen entries of
+// DeleteMessageBatch fail with a server fault a number of times, as SQS may
+// under load, without sending them.
+type flakyDeletes struct {
+	queue.SQSAPI
+	mu       sync.Mutex
+	failures map[string]int // receipt handle → failures left
+}
+
+var _ queue.SQSAPI = (*flakyDeletes)(nil)
+
+func (f *flakyDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	f.mu.Lock()
+	var pass []types.DeleteMessageBatchRequestEntry
+	var failed []types.BatchResultErrorEntry
+	for _, e := range in.Entries {
+		if f.failures[*e.ReceiptHandle] > 0 {
+			f.failures[*e.ReceiptHandle]--
+			failed = append(failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InternalError"), Message: aws.String("injected"), SenderFault: false})
+			continue
+		}
+		pass = append(pass, e)
+	}
+	f.mu.Unlock()
+	out := &sqs.DeleteMessageBatchOutput{}
+	if len(pass) > 0 {
+		o, err := f.SQSAPI.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: in.QueueUrl, Entries: pass}, opts...)
+		if err != nil {
+			return nil, err
+		}
+		out.Successful, out.Failed = o.Successful, o.Failed
+	}
+	out.Failed = append(out.Failed, failed...)
+	return out, nil
+}
+
+// TestSQSDeleteServerFaultRetried: entries failing with a server fault are
+// sent again; past DeleteRetries the error is returned to that Delete only.
+func TestSQSDeleteServerFaultRetried(t *testing.T) {
+	f := newFixture(t)
+	for _, s := range []string{"once", "always", "fine"} {
+		f.send(t, s, nil)
+	}
+	flaky := &flakyDeletes{SQSAPI: f.client, failures: map[string]int{}}
+	q := queue.NewSQS(flaky, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Second, DeleteRetries: 2})
+	defer q.Close(context.Background())
+	ms := receiveN(t, q, 3)
+	byBody := map[string]*queue.Message{}
+	for _, m := range ms {
+		byBody[string(m.Body)] = m
+	}
+	flaky.failures[byBody["once"].Handle] = 1
+	flaky.failures[byBody["always"].Handle] = 100
+	results := map[string]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for body, m := range byBody {
+		wg.Go(func() {
+			err := q.Delete(context.Background(), m)
+			mu.Lock()
+			results[body] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if results["once"] != nil || results["fine"] != nil {
+		t.Errorf("results = %v, want once and fine deleted", results)
+	}
+	var be *queue.BatchEntryError
+	if err := results["always"]; !errors.As(err, &be) || be.SenderFault || be.Code != "InternalError" {
+		t.Errorf("always = %v, want the server-fault entry error", err)
+	}
+	if left := flaky.failures[byBody["always"].Handle]; left != 100-3 {
+		t.Errorf("the failing entry was tried %d times, want 3 (1 + 2 retries)", 100-left)
+	}
+	v, _ := f.srv.Queue("tasks")
+	if v.InFlight != 1 || v.Stats.Deleted != 2 {
+		t.Errorf("queue: %d in flight, %d deleted; want the failing one left in flight", v.InFlight, v.Stats.Deleted)
+	}
+}
+
+// TestSQSCloseFlushesDeletes: Close sends pending deletes without waiting for
+// the batch window.
+func TestSQSCloseFlushesDeletes(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Hour})
+	f.send(t, "a", nil)
+	m := receiveN(t, q, 1)[0]
+	done := make(chan error, 1)
+	go func() { done <- q.Delete(context.Background(), m) }()
+	waitFor(t, func() bool { return q.PendingDeletes() == 1 })
+	if n := len(f.srv.Calls("DeleteMessageBatch")); n != 0 {
+		t.Fatalf("%d deletes sent before the window", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := q.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if v, _ := f.srv.Queue("tasks"); !v.Empty() {
+		t.Errorf("queue not empty after Close: %+v", v)
+	}
+}
+
+func TestSQSChangeVisibility(t *testing.T) {
+	f := newFixture(t)
+	// The source's clock runs with the wall clock (which the fake uses) plus
+	// an offset the cases move forward.
+	var offset time.Duration
+	var cmu sync.Mutex
+	now := func() time.Time { cmu.Lock(); defer cmu.Unlock(); return time.Now().Add(offset) }
+	q := f.source(queue.SQSOptions{VisibilityTimeout: 30 * time.Second, Now: now})
+	defer q.Close(context.Background())
+	f.send(t, "a", nil)
+	m := receiveN(t, q, 1)[0]
+	visibleIn := func() time.Duration {
+		v, _ := f.srv.Queue("tasks")
+		if len(v.Messages) != 1 || v.Messages[0].State != "inflight" {
+			t.Fatalf("queue = %+v, want one message in flight", v.Messages)
+		}
+		return time.Until(v.Messages[0].VisibleAt)
+	}
+	tests := []struct {
+		name     string
+		advance  time.Duration // the source's clock since the receive
+		d        time.Duration
+		min, max time.Duration // expected remaining visibility (wall time of the fake)
+	}{
+		{"extend", 0, 90 * time.Second, 80 * time.Second, 90 * time.Second},
+		{"round up", 0, 1500 * time.Millisecond, time.Second, 2 * time.Second},
+		{"clamp to 12h", 0, 13 * time.Hour, 12*time.Hour - time.Minute, 12 * time.Hour},
+		// The source believes an hour passed since the receive; SQS caps the
+		// total at 12 h from it, so at most 11 h remain.
+		{"cap counts time in flight", time.Hour, 12 * time.Hour, 11*time.Hour - time.Minute, 11 * time.Hour},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmu.Lock()
+			offset += tc.advance
+			cmu.Unlock()
+			if err := q.ChangeVisibility(context.Background(), m, tc.d); err != nil {
+				t.Fatalf("ChangeVisibility(%v): %v", tc.d, err)
+			}
+			if got := visibleIn(); got < tc.min || got > tc.max {
+				t.Errorf("visible in %v, want within [%v, %v]", got, tc.min, tc.max)
+			}
+		})
+	}
+	t.Run("release", func(t *testing.T) {
+		if err := q.ChangeVisibility(context.Background(), m, 0); err != nil {
+			t.Fatalf("ChangeVisibility(0): %v", err)
+		}
+		again := receiveN(t, q, 1)[0]
+		if again.ID != m.ID || again.ReceiveCount != 2 {
+			t.Errorf("after release: %+v, want the same message received a second time", again)
+		}
+		if err := q.ChangeVisibility(context.Background(), m, time.Minute); err == nil {
+			t.Error("ChangeVisibility with the stale handle succeeded")
+		}
+	})
+}
+
+func TestSQSDeadLetter(t *testing.T) {
+	ctx := context.Background()
+	t.Run("no dlq", func(t *testing.T) {
+		f := newFixture(t)
+		q := f.source(queue.SQSOptions{})
+		defer q.Close(ctx)
+		f.send(t, "bad", nil)
+		m := receiveN(t, q, 1)[0]
+		if err := q.DeadLetter(ctx, m, "malformed"); !errors.Is(err, queue.ErrNoDeadLetter) {
+			t.Errorf("DeadLetter = %v, want ErrNoDeadLetter", err)
+		}
+		if v, _ := f.srv.Queue("tasks"); v.InFlight != 1 {
+			t.Errorf("message not left in flight for the redrive policy: %+v", v)
+		}
+	})
+	t.Run("with dlq", func(t *testing.T) {
+		f := newFixture(t)
+		q := f.source(queue.SQSOptions{DLQURL: f.dlqURL})
+		defer q.Close(ctx)
+		attrs := map[string]string{}
+		for i := range 10 { // SQS's maximum: one more than fit with the reason
+			attrs[fmt.Sprintf("a%02d", i)] = fmt.Sprint(i)
+		}
+		f.send(t, `{"broken`, attrs)
+		m := receiveN(t, q, 1)[0]
+		if err := q.DeadLetter(ctx, m, "malformed JSON"); err != nil {
+			t.Fatalf("DeadLetter: %v", err)
+		}
+		if v, _ := f.srv.Queue("tasks"); !v.Empty() || v.Stats.Deleted != 1 {
+			t.Errorf("source queue after DeadLetter: %+v", v.Stats)
+		}
+		v, _ := f.srv.Queue("tasks-dlq")
+		if len(v.Messages) != 1 {
+			t.Fatalf("DLQ holds %d messages, want 1", len(v.Messages))
+		}
+		dm := v.Messages[0]
+		if dm.Body != `{"broken` || dm.Attributes[queue.RejectReasonAttribute].StringValue != "malformed JSON" {
+			t.Errorf("DLQ message = %+v", dm)
+		}
+		if len(dm.Attributes) != 10 {
+			t.Errorf("DLQ message has %d attributes, want the SQS maximum 10", len(dm.Attributes))
+		}
+		for i := range 9 {
+			k := fmt.Sprintf("a%02d", i)
+			if dm.Attributes[k].StringValue != fmt.Sprint(i) {
+				t.Errorf("attribute %s = %+v, want copied", k, dm.Attributes[k])
+			}
+		}
+	})
+}
+
+func TestSQSSend(t *testing.T) {
+	f := newFixture(t)
+	q := f.source(queue.SQSOptions{})
+	id, err := q.Send(context.Background(), []byte(`{"id":"x"}`))
+	if err != nil || id == "" {
+		t.Fatalf("Send = %q, %v", id, err)
+	}
+	v, _ := f.srv.Queue("tasks")
+	if len(v.Messages) != 1 || v.Messages[0].ID != id || v.Messages[0].Body != `{"id":"x"}` {
+		t.Errorf("queue = %+v", v.Messages)
+	}
+	if err := q.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Send(context.Background(), []byte("y")); !errors.Is(err, queue.ErrClosed) {
+		t.Errorf("Send after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestSQSThrottlingRetriedBySDK: throttling and 5xx answers are retried by
+// the SDK's standard retryer under one invocation id; past its 3 attempts
+// the throttle reaches the caller as a typed API error.
+func TestSQSThrottlingRetriedBySDK(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		fault    sqsfake.Fault
+		op       func(*queue.SQS, *fixture) error
+		attempts int
+		wantErr  string // error code; "" = success
+	}{
+		{
+			name:  "receive throttled twice",
+			fault: sqsfake.Fault{Op: "ReceiveMessage", Kind: sqsfake.FaultThrottle, Count: 2},
+			op: func(q *queue.SQS, f *fixture) error {
+				_, err := q.Receive(ctx, 1)
+				return err
+			},
+			attempts: 3,
+		},
+		{
+			name:  "modeled RequestThrottled on send",
+			fault: sqsfake.Fault{Op: "SendMessage", Kind: sqsfake.FaultThrottle, Count: 1, Code: "RequestThrottled"},
+			op: func(q *queue.SQS, f *fixture) error {
+				_, err := q.Send(ctx, []byte("x"))
+				return err
+			},
+			attempts: 2,
+		},
+		{
+			name:  "delete batch 500 once",
+			fault: sqsfake.Fault{Op: "DeleteMessageBatch", Kind: sqsfake.FaultServerError, Count: 1},
+			op: func(q *queue.SQS, f *fixture) error {
+				f.send(t, "a", nil)
+				return q.Delete(ctx, receiveN(t, q, 1)[0])
+			},
+			attempts: 2,
+		},
+		{
+			name:  "change visibility throttled for good",
+			fault: sqsfake.Fault{Op: "ChangeMessageVisibility", Kind: sqsfake.FaultThrottle},
+			op: func(q *queue.SQS, f *fixture) error {
+				f.send(t, "a", nil)
+				return q.ChangeVisibility(ctx, receiveN(t, q, 1)[0], time.Minute)
+			},
+			attempts: 3,
+			wantErr:  "ThrottlingException",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Millisecond})
+			defer q.Close(ctx)
+			f.srv.InjectFault(tc.fault)
+			err := tc.op(q, f)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("op = %v, want success after SDK retries", err)
+			}
+			if tc.wantErr != "" {
+				var ae smithy.APIError
+				if !errors.As(err, &ae) || ae.ErrorCode() != tc.wantErr {
+					t.Fatalf("op = %v, want API error %s", err, tc.wantErr)
+				}
+			}
+			calls := f.srv.Calls(tc.fault.Op)
+			if len(calls) != tc.attempts {
+				t.Fatalf("%d %s requests, want %d", len(calls), tc.fault.Op, tc.attempts)
+			}
+			for i, c := range calls {
+				if c.InvocationID != calls[0].InvocationID || c.Attempt != i+1 {
+					t.Errorf("request %d: invocation %s attempt %d; want one SDK call retried", i, c.InvocationID, c.Attempt)
+				}
+			}
+		})
+	}
+}
+
+// TestSQSRetryQuota: the standard retryer's client-wide retry bucket (500
+// tokens, 5 per throttled retry, 14 per other retry) runs dry under
+// sustained failure and the SDK then fails at once with "retry quota
+// exceeded" instead of retrying. A small bucket shows it quickly.
+func TestSQSRetryQuota(t *testing.T) {
+	f := newFixture(t, func(o *sqs.Options) {
+		o.Retryer = retryWithBucket(6) // one throttled retry (5 tokens), then dry
+	})
+	q := f.source(queue.SQSOptions{})
+	defer q.Close(context.Background())
+	f.srv.InjectFault(sqsfake.Fault{Op: "SendMessage", Kind: sqsfake.FaultThrottle})
+	// First Send: attempt 1, a throttled retry (5 tokens), attempt 2, then
+	// no quota for another. Second Send: attempt 1 only.
+	for i, wantCalls := range []int{2, 3} {
+		_, err := q.Send(context.Background(), []byte("a"))
+		var qe ratelimit.QuotaExceededError
+		var ae smithy.APIError
+		if !errors.As(err, &qe) || !errors.As(err, &ae) || ae.ErrorCode() != "ThrottlingException" {
+			t.Fatalf("Send %d = %v, want the throttle joined with retry quota exceeded", i+1, err)
+		}
+		if n := len(f.srv.Calls("SendMessage")); n != wantCalls {
+			t.Errorf("after Send %d: %d SendMessage requests, want %d", i+1, n, wantCalls)
+		}
+	}
+}
+
+func retryWithBucket(tokens uint) aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) {
+		o.RateLimiter = ratelimit.NewTokenRateLimit(tokens)
+	})
+}
