@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the agent's own series (DESIGN.md "Metrics"); the limiter and
+// lifecycle packages register theirs on the same registry.
+type metrics struct {
+	received      prometheus.Counter
+	outcomes      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	inflight      prometheus.Gauge
+	drainState    prometheus.Gauge
+	drainDuration prometheus.Gauge
+	redisUp       prometheus.Gauge
+}
+
+// Outcomes every task ends in exactly one of.
+const (
+	OutcomeSucceeded   = "succeeded"
+	OutcomeFailed      = "failed"
+	OutcomeTimedOut    = "timed_out"
+	OutcomeRateLimited = "rate_limited"
+	OutcomeRejected    = "rejected"
+	OutcomeDuplicate   = "duplicate"
+	OutcomeStale       = "stale"
+	OutcomeReleased    = "released"
+)
+
+// Outcomes lists them in a stable order.
+var Outcomes = []string{OutcomeSucceeded, OutcomeFailed, OutcomeTimedOut, OutcomeRateLimited,
+	OutcomeRejected, OutcomeDuplicate, OutcomeStale, OutcomeReleased}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "autodiag_tasks_received_total",
+			Help: "Task messages received from the queue (or POST /v1/tasks).",
+		}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_task_outcomes_total",
+			Help: "Tasks ended, by diagnostic and outcome; every task ends in exactly one outcome.",
+		}, []string{"diagnostic", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "autodiag_task_duration_seconds",
+			Help:    "Wall time of executed diagnostics.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"diagnostic"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_tasks_inflight",
+			Help: "Tasks received and not yet ended (queued for a worker or running).",
+		}),
+		drainState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_drain_state",
+			Help: "0 running, 1 draining, 2 drained.",
+		}),
+		drainDuration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_drain_duration_seconds",
+			Help: "Seconds since the drain started while draining; the drain's total once drained.",
+		}),
+		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_redis_up",
+			Help: "1 when the state store answered its last ping (always 1 for in-memory state).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.redisUp)
+	}
+	return m
+}

@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
+
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/lifecycle"
+)
+
+// cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
+type cloudWatchAPI interface {
+	PutMetricData(ctx context.Context, params *cloudwatch.PutMetricDataInput, optFns ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error)
+}
+
+var _ cloudWatchAPI = (*cloudwatch.Client)(nil)
+
+// completionTimeout bounds CompleteLifecycleAction with its retries.
+const completionTimeout = 2 * time.Minute
+
+// supervise waits for a drain, keeps its lifecycle action alive while work
+// remains, completes it exactly once and moves the agent to drained.
+func (a *Agent) supervise(ctx context.Context) error {
+	select {
+	case <-a.drain.Draining():
+	case <-a.hard.Done():
+		a.startDrain(drain.Trigger{Source: "fast-exit", Reason: "stopped before any drain"}, nil)
+		a.waitReleased()
+		return ErrFastExit
+	}
+	a.mu.Lock()
+	tr := a.trigger
+	a.mu.Unlock()
+	action := tr.action
+	if action == nil && a.d.Watcher != nil {
+		// A signal on an instance already in Terminating:Wait still owes
+		// the Auto Scaling group a completion.
+		pctx, cancel := context.WithTimeout(a.hard, 5*time.Second)
+		act, err := a.d.Watcher.Probe(pctx)
+		cancel()
+		if err != nil {
+			a.log.Warn("lifecycle probe failed; draining without a lifecycle action", "err", err)
+		}
+		action = act
+	}
+	if action != nil && a.d.Actor != nil && action.ASGName == "" {
+		rctx, cancel := context.WithTimeout(a.hard, 10*time.Second)
+		if err := a.d.Actor.ResolveASG(rctx, action); err != nil {
+			a.log.Warn("resolving the Auto Scaling group failed", "err", err)
+		}
+		cancel()
+	}
+	if action != nil && a.d.Actor == nil {
+		a.log.Warn("lifecycle action seen but no Auto Scaling client configured; it will time out", "hook", action.HookName)
+		action = nil
+	}
+	a.persistDrain(tr, action, false)
+
+	// Heartbeats live exactly as long as the work they cover.
+	side, stopSide := context.WithCancel(context.WithoutCancel(a.hard))
+	sideDone := make(chan struct{}, 3)
+	sides := 0
+	if action != nil {
+		sides++
+		go func() {
+			defer func() { sideDone <- struct{}{} }()
+			if err := a.d.Actor.Heartbeat(side, *action); err != nil && !errors.Is(err, context.Canceled) {
+				a.log.Warn("lifecycle heartbeats stopped", "err", err)
+			}
+		}()
+	}
+	sides++
+	go func() { defer func() { sideDone <- struct{}{} }(); a.trackDrainDuration(side) }()
+	if a.d.CloudWatch != nil {
+		sides++
+		go func() { defer func() { sideDone <- struct{}{} }(); a.publishDrainSeconds(side, action) }()
+	}
+
+	err := a.drain.Wait(a.hard)
+	stopSide()
+	for range sides {
+		<-sideDone
+	}
+	fast := a.hard.Err() != nil
+	if fast {
+		a.waitReleased()
+	}
+	p := a.drain.Progress()
+	if !p.EndedAt.IsZero() {
+		a.log.Info("drain work ended", "released", p.Released, "cancelled", p.Cancelled, "timed_out", p.TimedOut)
+	}
+
+	if action != nil {
+		result := a.cfg.Lifecycle.CompletionResult(errors.Is(err, drain.ErrTimedOut))
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
+		cerr := a.d.Actor.Complete(cctx, *action, result)
+		cancel()
+		if cerr != nil {
+			a.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", cerr)
+		} else {
+			a.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)
+		}
+	}
+	a.persistDrain(tr, action, true)
+	a.drain.Finish()
+	a.m.drainState.Set(2)
+	a.m.drainDuration.Set(time.Since(p.StartedAt).Seconds())
+	a.putInstance(time.Minute)
+	a.log.Info("drained", "duration", time.Since(p.StartedAt), "outcomes", a.outcomeCounts())
+	if fast {
+		return ErrFastExit
+	}
+	return nil
+}
+
+// waitReleased gives work cancelled by a fast exit a bounded moment to
+// record its outcome and hand its message back.
+func (a *Agent) waitReleased() {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = a.drain.Wait(ctx)
+}
+
+func (a *Agent) persistDrain(tr *drainTrigger, action *lifecycle.Action, completed bool) {
+	rec := state.DrainRecord{Reason: tr.Reason, Source: tr.Source, Completed: completed}
+	p := a.drain.Progress()
+	rec.StartedAt, rec.Deadline = p.StartedAt, p.Deadline
+	if action != nil {
+		rec.Action, _ = json.Marshal(action)
+	}
+	ctx, cancel := a.callCtx()
+	defer cancel()
+	if err := a.d.Store.SaveDrain(ctx, a.d.InstanceID, rec); err != nil {
+		a.log.Warn("persisting drain state failed", "err", err)
+	}
+}
+
+func (a *Agent) trackDrainDuration(ctx context.Context) {
+	start := a.drain.Progress().StartedAt
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		a.m.drainDuration.Set(time.Since(start).Seconds())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// publishDrainSeconds puts DrainSeconds every minute while draining, so a
+// CloudWatch alarm can catch a drain stuck in Terminating:Wait.
+func (a *Agent) publishDrainSeconds(ctx context.Context, action *lifecycle.Action) {
+	asg := a.d.ASGName
+	if action != nil && action.ASGName != "" {
+		asg = action.ASGName
+	}
+	if asg == "" {
+		asg = a.cfg.Lifecycle.ASGName
+	}
+	if asg == "" {
+		a.log.Warn("DrainSeconds not published: Auto Scaling group unknown (set lifecycle.asg_name)")
+		return
+	}
+	start := a.drain.Progress().StartedAt
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := a.d.CloudWatch.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
+			Namespace: aws.String(a.cfg.CloudWatch.Namespace),
+			MetricData: []cwtypes.MetricDatum{{
+				MetricName: aws.String("DrainSeconds"),
+				Dimensions: []cwtypes.Dimension{{Name: aws.String("AutoScalingGroupName"), Value: aws.String(asg)}},
+				Unit:       cwtypes.StandardUnitSeconds,
+				Value:      aws.Float64(time.Since(start).Seconds()),
+			}},
+		})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("publishing DrainSeconds failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) outcomeCounts() map[string]int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int64, len(a.outcomes))
+	for k, v := range a.outcomes {
+		out[k] = v
+	}
+	return out
+}

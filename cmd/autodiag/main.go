@@ -1,0 +1,255 @@
+// Command autodiag is the diagnostic sidecar of an EC2 Auto Scaling fleet:
+// `autodiag run` is the agent; the other subcommands enqueue tasks, show
+// the fleet, explain and dry-run limits, validate a config and ask the
+// local agent to drain. Only this package reads flags, the environment and
+// files.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autodiag/autodiag/agent"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// Exit codes (DESIGN.md).
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// usageError marks errors that exit 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "autodiag:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
+		strings.Contains(err.Error(), "flag needs an argument") || strings.Contains(err.Error(), "required flag") ||
+		strings.Contains(err.Error(), "invalid argument") || strings.Contains(err.Error(), "accepts ") {
+		return exitUsage
+	}
+	return exitRuntime
+}
+
+type cli struct {
+	stdout, stderr io.Writer
+	configPath     string
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	c := &cli{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "autodiag",
+		Short:         "Diagnostic tasks from alerts, rate-limited, drained cleanly on EC2 Auto Scaling",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
+	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd())
+	return root
+}
+
+// loadConfig reads --config (or $AUTODIAG_CONFIG), applies AUTODIAG_*
+// variables and validates. Errors are usage errors (exit 2).
+func (c *cli) loadConfig() (agent.Config, error) {
+	path := c.configPath
+	if path == "" {
+		path = os.Getenv("AUTODIAG_CONFIG")
+	}
+	var data []byte
+	if path != "" {
+		var err error
+		data, err = os.ReadFile(path)
+		if err != nil {
+			return agent.Config{}, usageError{fmt.Errorf("config: %w", err)}
+		}
+	}
+	cfg, err := agent.LoadConfig(data, os.LookupEnv)
+	if err != nil {
+		where := path
+		if where == "" {
+			where = "embedded defaults"
+		}
+		return cfg, usageError{fmt.Errorf("invalid configuration (%s):\n%w", where, indent(err))}
+	}
+	return cfg, nil
+}
+
+func indent(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func (c *cli) runCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent (embedded defaults with no config: in-memory queue fed by POST /v1/tasks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			return c.runAgent(cfg)
+		},
+	}
+}
+
+func (c *cli) runAgent(cfg agent.Config) error {
+	start := time.Now()
+	log := newLogger(c.stderr, cfg.LogLevel)
+	// Signals: the first SIGTERM/SIGINT drains, a second one exits fast.
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigc)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, closeAgent, err := agent.Open(ctx, cfg, agent.OpenOptions{Logger: log, Version: version})
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer closeAgent()
+
+	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
+		log.Warn("admin HTTP listens beyond loopback; it accepts POST /v1/drain and /v1/tasks without authentication", "addr", ln.Addr().String())
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server stopped", "err", err)
+		}
+	}()
+	mode := "fleet"
+	if cfg.Embedded() {
+		mode = "embedded"
+	}
+	log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
+		"startup", time.Since(start).String())
+
+	go func() {
+		s, ok := <-sigc
+		if !ok {
+			return
+		}
+		log.Info("signal received: draining", "signal", s.String())
+		a.Drain("signal", s.String())
+		s, ok = <-sigc
+		if !ok {
+			return
+		}
+		log.Warn("second signal: fast exit, releasing running work", "signal", s.String())
+		cancel()
+	}()
+
+	runErr := a.Run(ctx)
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	scancel()
+	if runErr != nil {
+		return runErr
+	}
+	return nil
+}
+
+func (c *cli) drainCmd() *cobra.Command {
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "drain",
+		Short: "Ask the local agent to drain (POST /v1/drain on the loopback admin endpoint)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addr == "" {
+				cfg, err := c.loadConfig()
+				if err != nil {
+					return err
+				}
+				addr = cfg.AdminAddr
+			}
+			body, err := adminCall(http.MethodPost, addr, "/v1/drain", nil)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(c.stdout, string(body))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "admin-addr", "", "agent admin address (default: admin_addr of the config)")
+	return cmd
+}
+
+// adminCall talks to a local agent's admin HTTP.
+func adminCall(method, addr, path string, body io.Reader) ([]byte, error) {
+	req, err := http.NewRequest(method, "http://"+addr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent at %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return b, fmt.Errorf("agent answered %s: %s", resp.Status, e.Error)
+		}
+		return b, fmt.Errorf("agent answered %s", resp.Status)
+	}
+	return b, nil
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# scripts/test.sh — the one command that runs every test of autodiag.
+#
+# It installs what is missing (Debian redis-server; the pinned
+# amazon-ec2-metadata-mock), starts a redis-server and a 3-master Redis
+# Cluster on free loopback ports, exports their addresses to the tests,
+# runs gofmt, go vet and go test -race over the whole module, and stops
+# everything it started, whatever happens.
+#
+#   scripts/test.sh                 # everything
+#   scripts/test.sh ./limiter/...   # only these packages (same services)
+#
+# Environment given to the tests:
+#   AUTODIAG_TEST_REDIS_ADDR           host:port of a single redis-server
+#   AUTODIAG_TEST_REDIS_CLUSTER_ADDRS  comma-separated seeds of the cluster
+#   AUTODIAG_TEST_EC2_METADATA_MOCK    path of the ec2-metadata-mock binary
+#   AUTODIAG_TF_PLUGIN_DIR             offline Terraform providers, when present
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$(mktemp -d "${TMPDIR:-/tmp}/autodiag-test.XXXXXX")
+bin=$root/.tmp/bin
+mkdir -p "$bin"
+export PATH=$bin:$PATH
+
+IMDS_MOCK_VERSION=v1.13.0
+
+log() { printf 'test.sh: %s\n' "$*" >&2; }
+
+redis_pid=""
+cluster_base=""
+cleanup() {
+	local rc=$?
+	if [[ -n $redis_pid ]]; then
+		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
+	fi
+	if [[ -n $cluster_base ]]; then
+		bash scripts/redis-cluster.sh stop "$cluster_base" "$work/cluster" >/dev/null 2>&1 || true
+	fi
+	rm -rf "$work"
+	exit $rc
+}
+trap cleanup EXIT INT TERM
+
+# --- what the tests need -----------------------------------------------------
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	if [[ $(id -u) -ne 0 ]]; then
+		log "redis-server is missing; run as root or: apt-get install -y redis-server"
+		exit 1
+	fi
+	log "installing redis-server (Debian package)"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+if [[ ! -x $bin/ec2-metadata-mock || $(cat "$bin/.ec2-metadata-mock.version" 2>/dev/null) != "$IMDS_MOCK_VERSION" ]]; then
+	log "installing ec2-metadata-mock $IMDS_MOCK_VERSION"
+	GOBIN=$bin go install "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@$IMDS_MOCK_VERSION"
+	echo "$IMDS_MOCK_VERSION" >"$bin/.ec2-metadata-mock.version"
+fi
+
+# free_port: a loopback port nothing listens on (and, for a cluster base,
+# the next two and their +10000 bus ports as well).
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+	local span=${1:-1} p i ok
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 20000))
+		ok=1
+		for ((i = 0; i < span; i++)); do
+			port_free $((p + i)) && port_free $((p + i + 10000)) || ok=0
+		done
+		((ok)) && { echo "$p"; return 0; }
+	done
+	log "no free port found"
+	return 1
+}
+
+# --- services ------------------------------------------------------------------
+redis_port=$(free_port 1)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+	--dir "$work" --logfile "$work/redis.log" --pidfile "$work/redis.pid" --daemonize yes
+for _ in $(seq 100); do
+	redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+	sleep 0.1
+done
+redis-cli -p "$redis_port" ping >/dev/null || { log "redis-server did not start"; cat "$work/redis.log" >&2; exit 1; }
+redis_pid=$(cat "$work/redis.pid")
+export AUTODIAG_TEST_REDIS_ADDR=127.0.0.1:$redis_port
+log "redis-server on $AUTODIAG_TEST_REDIS_ADDR"
+
+cluster_base=$(free_port 3)
+mkdir -p "$work/cluster"
+AUTODIAG_TEST_REDIS_CLUSTER_ADDRS=$(bash scripts/redis-cluster.sh start "$cluster_base" "$work/cluster")
+export AUTODIAG_TEST_REDIS_CLUSTER_ADDRS
+log "redis cluster on $AUTODIAG_TEST_REDIS_CLUSTER_ADDRS"
+
+export AUTODIAG_TEST_EC2_METADATA_MOCK=$bin/ec2-metadata-mock
+if [[ -d /opt/tf-plugins && -z ${AUTODIAG_TF_PLUGIN_DIR:-} ]]; then
+	export AUTODIAG_TF_PLUGIN_DIR=/opt/tf-plugins
+fi
+
+# --- checks --------------------------------------------------------------------
+pkgs=("$@")
+[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./...)
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tmp/*'))
+if [[ -n $unformatted ]]; then
+	log "gofmt would change:"
+	echo "$unformatted" >&2
+	exit 1
+fi
+log "go vet ${pkgs[*]}"
+go vet "${pkgs[@]}"
+log "go test -race ${pkgs[*]}"
+# Two cores: at most two test binaries at once.
+go test -race -p 2 -timeout 20m "${pkgs[@]}"
