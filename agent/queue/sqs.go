@@ -52,8 +52,9 @@ type SQSOptions struct {
 	// VisibilityTimeout is requested on every receive
 	// (queue.visibility_timeout); zero uses the queue's own setting.
 	VisibilityTimeout time.Duration
-	// DeleteBatchWindow is how long a delete waits for others to share its
-	// DeleteMessageBatch (default 10ms); a batch of 10 goes at once.
+	// DeleteBatchWindow bounds how long a delete waits for a
+	// DeleteMessageBatch already in flight before it is sent anyway
+	// (default 10ms); see Delete.
 	DeleteBatchWindow time.Duration
 	// DeleteRetries is how many times entries that failed inside a batch
 	// with a server-side fault are sent again (default 3).
@@ -100,6 +101,7 @@ type SQS struct {
 	closed   bool
 	received map[string]time.Time // handle → when its receive started, for the 12 h cap
 	pending  []*pendingDelete
+	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
 	flushes  sync.WaitGroup
 }
@@ -240,19 +242,22 @@ func (s *SQS) isClosed() bool {
 	return s.closed
 }
 
-// Delete implements Source. The handle joins a DeleteMessageBatch that is
-// sent when 10 are pending or DeleteBatchWindow after the first; Delete
-// waits for its own entry's result. Entries failing with a server fault are
-// retried DeleteRetries times; a sender fault (an invalid handle) is
-// returned at once. If ctx ends first, Delete returns ctx.Err() and the
-// batch still goes out.
+// Delete implements Source and waits for its own entry's result. Deletes
+// are group-committed: with no DeleteMessageBatch in flight a delete is sent
+// at once; while one is in flight, deletes gather and go together as soon as
+// it returns, when 10 are pending, or DeleteBatchWindow after the first of
+// them, whichever comes first. So an idle agent adds no latency and a busy
+// one sends full batches. Entries failing with a server fault are retried
+// DeleteRetries times; a sender fault (an invalid handle) is returned at
+// once. If ctx ends first, Delete returns ctx.Err() and the batch still goes
+// out.
 func (s *SQS) Delete(ctx context.Context, m *Message) error {
 	p := &pendingDelete{handle: m.Handle, id: m.ID, done: make(chan error, 1)}
 	s.mu.Lock()
 	delete(s.received, m.Handle)
 	s.pending = append(s.pending, p)
 	switch {
-	case s.closed || len(s.pending) >= maxSQSBatch:
+	case s.closed || s.sending == 0 || len(s.pending) >= maxSQSBatch:
 		s.flushLocked()
 	case s.timer == nil:
 		s.timer = time.AfterFunc(s.o.DeleteBatchWindow, func() {
@@ -279,7 +284,8 @@ func (s *SQS) PendingDeletes() int {
 }
 
 // flushLocked sends every pending delete, 10 per batch, each batch on its
-// own goroutine; called with mu held.
+// own goroutine; called with mu held. When a batch returns, whatever
+// gathered meanwhile is sent.
 func (s *SQS) flushLocked() {
 	if s.timer != nil {
 		s.timer.Stop()
@@ -289,7 +295,14 @@ func (s *SQS) flushLocked() {
 		n := min(maxSQSBatch, len(s.pending))
 		batch := s.pending[:n:n]
 		s.pending = s.pending[n:]
-		s.flushes.Go(func() { s.deleteBatch(batch) })
+		s.sending++
+		s.flushes.Go(func() {
+			s.deleteBatch(batch)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.sending--
+			s.flushLocked()
+		})
 	}
 	s.pending = nil
 }

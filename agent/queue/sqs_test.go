@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,8 +268,10 @@ func TestSQSDeleteBatches(t *testing.T) {
 		}
 		sum += c.N
 	}
-	if sum != n || len(calls) > 4 {
-		t.Errorf("%d DeleteMessageBatch calls for %d entries, want %d entries in 3 or 4 calls", len(calls), sum, n)
+	// Group commit: the first delete goes alone, the rest gather while a
+	// batch is in flight.
+	if sum != n || len(calls) > 5 {
+		t.Errorf("%d DeleteMessageBatch calls for %d entries, want %d entries in at most 5 calls", len(calls), sum, n)
 	}
 	if calls := f.srv.Calls("DeleteMessage"); len(calls) != 0 {
 		t.Errorf("%d single DeleteMessage calls, want none", len(calls))
@@ -309,8 +312,12 @@ func TestSQSDeleteSenderFault(t *testing.T) {
 			t.Errorf("delete %s = %v", m.ID, err)
 		}
 	}
-	if calls := f.srv.Calls("DeleteMessageBatch"); len(calls) != 1 {
-		t.Errorf("%d DeleteMessageBatch calls, want 1 (sender faults are not retried)", len(calls))
+	failed := 0
+	for _, c := range f.srv.Calls("DeleteMessageBatch") {
+		failed += c.Failed
+	}
+	if failed != 1 {
+		t.Errorf("%d failed entries seen by SQS, want 1 (sender faults are not retried)", failed)
 	}
 	if v, _ := f.srv.Queue("tasks"); !v.Empty() {
 		t.Errorf("queue not empty: %+v", v)
@@ -398,26 +405,92 @@ func TestSQSDeleteServerFaultRetried(t *testing.T) {
 	}
 }
 
+// gatedDeletes holds the first DeleteMessageBatch until open is closed.
+type gatedDeletes struct {
+	queue.SQSAPI
+	open  chan struct{}
+	calls atomic.Int32
+}
+
+var _ queue.SQSAPI = (*gatedDeletes)(nil)
+
+func (g *gatedDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	if g.calls.Add(1) == 1 {
+		<-g.open
+	}
+	return g.SQSAPI.DeleteMessageBatch(ctx, in, opts...)
+}
+
+// TestSQSDeleteGroupCommit: an idle source sends a delete at once; deletes
+// made while a batch is in flight gather and go together when it returns.
+func TestSQSDeleteGroupCommit(t *testing.T) {
+	f := newFixture(t)
+	for i := range 4 {
+		f.send(t, fmt.Sprint(i), nil)
+	}
+	g := &gatedDeletes{SQSAPI: f.client, open: make(chan struct{})}
+	q := queue.NewSQS(g, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Hour})
+	defer q.Close(context.Background())
+	ms := receiveN(t, q, 4)
+	errs := make(chan error, 4)
+	go func() { errs <- q.Delete(context.Background(), ms[0]) }()
+	waitFor(t, func() bool { return q.PendingDeletes() == 0 && len(errs) == 0 }) // sent, held by the gate
+	for _, m := range ms[1:] {
+		go func() { errs <- q.Delete(context.Background(), m) }()
+	}
+	waitFor(t, func() bool { return q.PendingDeletes() == 3 })
+	close(g.open)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+	}
+	calls := f.srv.Calls("DeleteMessageBatch")
+	if len(calls) != 2 || calls[0].N != 1 || calls[1].N != 3 {
+		t.Errorf("batches = %v, want 1 then 3 entries", batchSizes(calls))
+	}
+}
+
+func batchSizes(calls []sqsfake.Call) []int {
+	var out []int
+	for _, c := range calls {
+		out = append(out, c.N)
+	}
+	return out
+}
+
 // TestSQSCloseFlushesDeletes: Close sends pending deletes without waiting for
-// the batch window.
+// the batch window, then waits for every batch in flight.
 func TestSQSCloseFlushesDeletes(t *testing.T) {
 	f := newFixture(t)
-	q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Hour})
 	f.send(t, "a", nil)
-	m := receiveN(t, q, 1)[0]
-	done := make(chan error, 1)
-	go func() { done <- q.Delete(context.Background(), m) }()
+	f.send(t, "b", nil)
+	g := &gatedDeletes{SQSAPI: f.client, open: make(chan struct{})}
+	q := queue.NewSQS(g, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Hour})
+	ms := receiveN(t, q, 2)
+	errs := make(chan error, 2)
+	go func() { errs <- q.Delete(context.Background(), ms[0]) }()
+	waitFor(t, func() bool { return q.PendingDeletes() == 0 && len(errs) == 0 }) // in flight, held
+	go func() { errs <- q.Delete(context.Background(), ms[1]) }()
 	waitFor(t, func() bool { return q.PendingDeletes() == 1 })
-	if n := len(f.srv.Calls("DeleteMessageBatch")); n != 0 {
-		t.Fatalf("%d deletes sent before the window", n)
-	}
+
+	closed := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := q.Close(ctx); err != nil {
+	go func() { closed <- q.Close(ctx) }()
+	// The pending delete goes out at once, not after the hour-long window.
+	waitFor(t, func() bool { return len(f.srv.Calls("DeleteMessageBatch")) == 1 })
+	if len(closed) != 0 {
+		t.Fatal("Close returned while a batch was still in flight")
+	}
+	close(g.open)
+	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("Delete: %v", err)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
 	}
 	if v, _ := f.srv.Queue("tasks"); !v.Empty() {
 		t.Errorf("queue not empty after Close: %+v", v)
