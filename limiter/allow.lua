@@ -12,12 +12,14 @@
 --   window  <prefix>lim:{tag}:w:<rule>              ZSET score = run time (µs), PX = per
 --   rate    <prefix>lim:{tag}:r:<rule>              value = theoretical arrival time (µs), PX = until empty
 --
--- ARGV[1]: space-separated fields (times: Unix µs of the caller's clock;
--- durations: µs; 0 = the rule does not have that part):
+-- ARGV (times: Unix µs of the caller's clock; durations: µs; 0 = the rule
+-- does not have that part):
 --   1 dry  2 now  3 dedupe_ttl  4 block  5 daily_limit  6 daily_ttl
 --   7 min_interval  8 window_count  9 window_per  10 rate_interval (per/count)
 --   11 rate_capacity (count*burst)  12 order (limit codes d m w r in rule order, "-" none)
 --   13 member (unique id of this decision, for the window ZSET)
+--
+-- String keys are read with one MGET, the window with ZCOUNT.
 --
 -- Returns a string of space-separated integers (one bulk reply, cheap to parse):
 --   status (0 denied, 1 allowed, 2 duplicate), denying limit code (ASCII of
@@ -26,10 +28,10 @@
 -- Time is the caller's: expiry decisions compare stored times with ARGV now;
 -- key TTLs only collect garbage.
 
-local a = {}
-for w in string.gmatch(ARGV[1], '%S+') do a[#a + 1] = w end
+local a = ARGV
 local dry = a[1] == '1'
-local now = tonumber(a[2])
+local nows = a[2]
+local now = tonumber(nows)
 local ddttl = tonumber(a[3])
 local block = tonumber(a[4])
 local dlimit = tonumber(a[5])
@@ -40,98 +42,110 @@ local wper = tonumber(a[9])
 local rt = tonumber(a[10])
 local rcap = tonumber(a[11])
 local order = a[12]
-local member = a[13]
 
-local function ms(us) return math.ceil(us / 1000) end
-local function int(x) return string.format('%d', x) end
-
+-- Map the keys present to their parts; read every string key in one MGET.
 local n = 0
-local function key() n = n + 1 return KEYS[n] end
 local kdd, kb, kd, kmi, kw, kr
-if ddttl > 0 then kdd = key() end
-if block > 0 then kb = key() end
-if dlimit > 0 then kd = key() end
-if mi > 0 then kmi = key() end
-if wcount > 0 then kw = key() end
-if rt > 0 then kr = key() end
+local strs = {}
+if ddttl > 0 then n = n + 1 kdd = KEYS[n] strs[#strs + 1] = kdd end
+if block > 0 then n = n + 1 kb = KEYS[n] strs[#strs + 1] = kb end
+if dlimit > 0 then n = n + 1 kd = KEYS[n] strs[#strs + 1] = kd end
+if mi > 0 then n = n + 1 kmi = KEYS[n] strs[#strs + 1] = kmi end
+if wcount > 0 then n = n + 1 kw = KEYS[n] end
+if rt > 0 then n = n + 1 kr = KEYS[n] strs[#strs + 1] = kr end
+local vals = {}
+if #strs > 0 then vals = redis.call('MGET', unpack(strs)) end
+local vi = 0
+local vdd, vb, vd, vmi, vr
+if kdd then vi = vi + 1 vdd = vals[vi] end
+if kb then vi = vi + 1 vb = vals[vi] end
+if kd then vi = vi + 1 vd = vals[vi] end
+if kmi then vi = vi + 1 vmi = vals[vi] end
+if kr then vi = vi + 1 vr = vals[vi] end
 
-if kdd then
-  local t = tonumber(redis.call('GET', kdd) or '0')
-  if t > now then return '2 0 0 0 -1 0 0' end
-end
+if vdd and tonumber(vdd) > now then return '2 0 0 0 -1 0 0' end
 
-local denied = {}
 local retry = 0
 local blocked = false
+local dd, dm, dw, dr = false, false, false, false
 local used, since, wc, level = 0, -1, 0, 0
 
-if kb then
-  local t = tonumber(redis.call('GET', kb) or '0')
+if vb then
+  local t = tonumber(vb)
   if t > now then blocked = true retry = t - now end
 end
 if kd then
-  used = tonumber(redis.call('GET', kd) or '0')
-  if used >= dlimit then denied['d'] = true retry = math.max(retry, dttl) end
+  if vd then used = tonumber(vd) end
+  if used >= dlimit then dd = true if dttl > retry then retry = dttl end end
 end
-if kmi then
-  local last = redis.call('GET', kmi)
-  if last then
-    local s = now - tonumber(last)
-    if s < mi then since = s denied['m'] = true retry = math.max(retry, mi - s) end
+if vmi then
+  local s = now - tonumber(vmi)
+  if s < mi then
+    since = s dm = true
+    if mi - s > retry then retry = mi - s end
   end
 end
-local lo = now - wper
+local lo
 if kw then
-  wc = redis.call('ZCOUNT', kw, '(' .. int(lo), '+inf')
+  lo = string.format('%d', now - wper)
+  wc = redis.call('ZCOUNT', kw, '(' .. lo, '+inf')
   if wc >= wcount then
-    denied['w'] = true
-    local oldest = redis.call('ZRANGEBYSCORE', kw, '(' .. int(lo), '+inf', 'WITHSCORES', 'LIMIT', wc - wcount, 1)
-    retry = math.max(retry, tonumber(oldest[2]) + wper - now)
+    dw = true
+    local oldest = redis.call('ZRANGEBYSCORE', kw, '(' .. lo, '+inf', 'WITHSCORES', 'LIMIT', wc - wcount, 1)
+    local r = tonumber(oldest[2]) + wper - now
+    if r > retry then retry = r end
   end
 end
 local tat = now
 if kr then
-  tat = math.max(tonumber(redis.call('GET', kr) or '0'), now)
+  if vr then tat = tonumber(vr) end
+  if tat < now then tat = now end
   level = tat - now
-  if level + rt > rt * rcap then denied['r'] = true retry = math.max(retry, level + rt - rt * rcap) end
+  if level + rt > rt * rcap then
+    dr = true
+    local r = level + rt - rt * rcap
+    if r > retry then retry = r end
+  end
 end
 
 local limit = 0
 if blocked then
-  limit = string.byte('b')
+  limit = 98 -- b
 else
   for i = 1, #order do
-    local c = string.sub(order, i, i)
-    if denied[c] then limit = string.byte(c) break end
+    local c = string.byte(order, i)
+    if (c == 100 and dd) or (c == 109 and dm) or (c == 119 and dw) or (c == 114 and dr) then
+      limit = c
+      break
+    end
   end
 end
 local status = 0
 if limit == 0 then status = 1 retry = 0 end
 
 if not dry then
-  if kw then redis.call('ZREMRANGEBYSCORE', kw, '-inf', int(lo)) end
+  if kw then redis.call('ZREMRANGEBYSCORE', kw, '-inf', lo) end
   if status == 1 then
     if kd then
-      used = redis.call('INCR', kd)
-      redis.call('PEXPIRE', kd, ms(dttl))
+      used = used + 1
+      redis.call('SET', kd, used, 'PX', math.ceil(dttl / 1000))
     end
-    if kmi then redis.call('SET', kmi, int(now), 'PX', ms(mi)) end
+    if kmi then redis.call('SET', kmi, nows, 'PX', math.ceil(mi / 1000)) end
     if kw then
-      redis.call('ZADD', kw, int(now), int(now) .. '-' .. member)
-      redis.call('PEXPIRE', kw, ms(wper))
+      redis.call('ZADD', kw, nows, nows .. '-' .. a[13])
+      redis.call('PEXPIRE', kw, math.ceil(wper / 1000))
       wc = wc + 1
     end
     if kr then
       tat = tat + rt
       level = tat - now
-      redis.call('SET', kr, int(tat), 'PX', ms(level))
+      redis.call('SET', kr, string.format('%d', tat), 'PX', math.ceil(level / 1000))
     end
-    if kdd then redis.call('SET', kdd, int(now + ddttl), 'PX', ms(ddttl)) end
+    if kdd then redis.call('SET', kdd, string.format('%d', now + ddttl), 'PX', math.ceil(ddttl / 1000)) end
   elseif kb and not blocked then
-    redis.call('SET', kb, int(now + block), 'PX', ms(block))
-    retry = math.max(retry, block)
+    redis.call('SET', kb, string.format('%d', now + block), 'PX', math.ceil(block / 1000))
+    if block > retry then retry = block end
   end
 end
 
-return int(status) .. ' ' .. int(limit) .. ' ' .. int(retry) .. ' ' .. int(used) .. ' ' ..
-  int(since) .. ' ' .. int(wc) .. ' ' .. int(level)
+return string.format('%d %d %d %d %d %d %d', status, limit, retry, used, since, wc, level)

@@ -182,8 +182,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("hosts.allow[%d]: invalid regexp: %w", i, err))
 		}
 	}
-	if c.Dedupe.TTL < 0 {
-		add("dedupe.ttl", "must not be negative, got %s", c.Dedupe.TTL)
+	if c.Dedupe.TTL < 0 || (c.Dedupe.TTL > 0 && c.Dedupe.TTL < time.Millisecond) {
+		add("dedupe.ttl", "must be 0 (default 10m) or at least 1ms, got %s", c.Dedupe.TTL)
 	}
 	names := make(map[string]int, len(c.Rules))
 	for i, r := range c.Rules {
@@ -219,8 +219,8 @@ func (c Config) Validate() error {
 		if r.Fail != "" && !validFail(r.Fail) {
 			add(p+".fail", "must be %q or %q, got %q", FailOpen, FailClosed, r.Fail)
 		}
-		if r.Block < 0 {
-			add(p+".block", "must not be negative, got %s", r.Block)
+		if r.Block < 0 || (r.Block > 0 && r.Block < time.Millisecond) {
+			add(p+".block", "must be 0 (none) or at least 1ms, got %s", r.Block)
 		}
 		seen := map[string]int{}
 		for j, l := range r.Limits {
@@ -240,8 +240,8 @@ func (c Config) Validate() error {
 					add(lp+".daily", "must be positive, got %d", l.Daily)
 				}
 			case LimitMinInterval:
-				if l.MinInterval < 0 {
-					add(lp+".min_interval", "must be positive, got %s", l.MinInterval)
+				if l.MinInterval < time.Millisecond {
+					add(lp+".min_interval", "must be at least 1ms, got %s", l.MinInterval)
 				}
 			case LimitWindow:
 				if l.Window.Count <= 0 {
@@ -249,6 +249,8 @@ func (c Config) Validate() error {
 				}
 				if l.Window.Per <= 0 {
 					add(lp+".window.per", "must be positive, got %s", l.Window.Per)
+				} else if l.Window.Per < time.Millisecond {
+					add(lp+".window.per", "must be at least 1ms, got %s", l.Window.Per)
 				}
 			case LimitRate:
 				if l.Rate.Count <= 0 {
@@ -256,6 +258,8 @@ func (c Config) Validate() error {
 				}
 				if l.Rate.Per <= 0 {
 					add(lp+".rate.per", "must be positive, got %s", l.Rate.Per)
+				} else if l.Rate.Per < time.Millisecond {
+					add(lp+".rate.per", "must be at least 1ms, got %s", l.Rate.Per)
 				}
 				if l.Rate.Burst < 0 {
 					add(lp+".rate.burst", "must not be negative (0 means 1), got %d", l.Rate.Burst)

@@ -40,6 +40,7 @@ func TestValidate(t *testing.T) {
 					{Daily: -3},
 					{Window: &Window{Count: 1, Per: time.Second}},
 				}},
+				Rule{Name: "tiny", Limits: []Limit{{MinInterval: time.Microsecond}, {Window: &Window{Count: 1, Per: time.Microsecond}}}},
 			)
 		}), []string{
 			"rules[1].name: duplicate of rules[0].name",
@@ -47,7 +48,7 @@ func TestValidate(t *testing.T) {
 			"rules[2].key: must be one of",
 			"rules[2].on_exceed: must be",
 			"rules[2].fail: must be",
-			"rules[2].block: must not be negative",
+			"rules[2].block: must be 0 (none) or at least 1ms",
 			`rules[3].name: "none" is reserved`,
 			"rules[4].name: must match",
 			"rules[5].limits[0]: exactly one of",
@@ -58,6 +59,8 @@ func TestValidate(t *testing.T) {
 			"rules[5].limits[3].rate.burst: must not be negative",
 			"rules[5].limits[4].daily: must be positive",
 			"rules[5].limits[5]: a rule has at most one window limit",
+			"rules[6].limits[0].min_interval: must be at least 1ms",
+			"rules[6].limits[1].window.per: must be at least 1ms",
 		}},
 		{"missing name", Config{Rules: []Rule{{}}}, []string{"rules[0].name: must be set"}},
 	} {

@@ -21,7 +21,7 @@ type fakeBackend struct {
 
 var _ Backend = (*fakeBackend)(nil)
 
-func (f *fakeBackend) eval(ctx context.Context, o *op, _ time.Duration) (result, error) {
+func (f *fakeBackend) eval(ctx context.Context, o op, _ time.Duration) (result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++

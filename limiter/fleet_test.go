@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -77,9 +78,9 @@ func TestKeysStayUnderPrefix(t *testing.T) {
 	token := randHex(6)
 	host := "web-" + token + ".example.com"
 	cfg := rules(Rule{Name: "all", Block: 0, Key: KeyHostDiagnostic, Limits: []Limit{
-		{Daily: 3}, {MinInterval: 1}, {Window: &Window{Count: 5, Per: 60e9}}, {Rate: &Rate{Count: 5, Per: 1e9}},
+		{Daily: 3}, {MinInterval: time.Hour}, {Window: &Window{Count: 5, Per: time.Minute}}, {Rate: &Rate{Count: 5, Per: time.Hour}},
 	}})
-	cfg.Rules = append(cfg.Rules, Rule{Name: "blocky", Match: Match{Diagnostic: []string{"b"}}, Block: 60e9, Limits: []Limit{{Daily: 1}}})
+	cfg.Rules = append(cfg.Rules, Rule{Name: "blocky", Match: Match{Diagnostic: []string{"b"}}, Block: time.Minute, Limits: []Limit{{Daily: 1}}})
 	l, err := New(cfg, NewRedis(c, prefix), Options{Clock: newFakeClock(t0)})
 	if err != nil {
 		t.Fatal(err)
@@ -110,5 +111,28 @@ func TestKeysStayUnderPrefix(t *testing.T) {
 		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Errorf("key %q has no TTL (%v)", k, ttl)
 		}
+	}
+}
+
+// TestScriptReload: after SCRIPT FLUSH (a restarted or failed-over Redis)
+// the backend falls back to EVAL and keeps deciding correctly.
+func TestScriptReload(t *testing.T) {
+	c := testRedis(t)
+	l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}}}), NewRedis(c, uniquePrefix(t)), Options{Clock: newFakeClock(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		d, err := l.Allow(ctx, web1)
+		if err != nil || d.Degraded || d.Allowed != want {
+			t.Fatalf("decision %d after SCRIPT FLUSH: %+v %v, want allowed=%v", i, d, err, want)
+		}
+	}
+	if ok := c.ScriptExists(ctx, allowSHA).Val(); len(ok) != 1 || !ok[0] {
+		t.Fatalf("allow.lua not cached after the fallback: %v", ok)
 	}
 }

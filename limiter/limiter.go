@@ -276,7 +276,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 	var res result
 	var err error
 	if dry {
-		res, err = l.backend.eval(ctx, &o, l.timeout)
+		res, err = l.backend.eval(ctx, o, l.timeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return Decision{}, ctx.Err()
@@ -291,7 +291,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 			l.logDecision(ctx, r, &d, nil)
 			return d, nil
 		}
-		res, err = l.backend.eval(ctx, &o, l.timeout)
+		res, err = l.backend.eval(ctx, o, l.timeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				l.breaker.abort()

@@ -43,7 +43,7 @@ func NewMemory() *Memory {
 	return &Memory{rules: make(map[memKey]*memState), dedupe: make(map[dedupeKey]int64)}
 }
 
-func (m *Memory) eval(_ context.Context, o *op, _ time.Duration) (result, error) {
+func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := o.now

@@ -12,7 +12,7 @@ import (
 type Backend interface {
 	// eval evaluates (and, unless o.dry, applies) one decision atomically.
 	// timeout bounds a remote call; a local backend ignores it.
-	eval(ctx context.Context, o *op, timeout time.Duration) (result, error)
+	eval(ctx context.Context, o op, timeout time.Duration) (result, error)
 }
 
 // op is everything a backend needs for one decision. Times are Unix

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -23,17 +24,18 @@ var allowSHA = func() string {
 	return hex.EncodeToString(h[:])
 }()
 
-// scripter is the part of a go-redis client the limiter uses; *redis.Client,
-// *redis.ClusterClient, *redis.Ring and a failover client all have it.
+// scripter is the part of a go-redis client the limiter uses: the generic
+// Do. *redis.Client, *redis.ClusterClient, *redis.Ring, failover clients and
+// *redis.AutoPipeliner all have it.
 type scripter interface {
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...interface{}) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...interface{}) *redis.Cmd
+	Do(ctx context.Context, args ...interface{}) *redis.Cmd
 }
 
 var (
 	_ scripter = (*redis.Client)(nil)
 	_ scripter = (*redis.ClusterClient)(nil)
 	_ scripter = (*redis.Ring)(nil)
+	_ scripter = (*redis.AutoPipeliner)(nil)
 	_ scripter = redis.UniversalClient(nil)
 )
 
@@ -42,13 +44,16 @@ var (
 type Redis struct {
 	c      scripter
 	prefix string
+	calls  sync.Pool // *evalCall
 }
 
 var _ Backend = (*Redis)(nil)
 
 // NewRedis returns a backend storing state under keys starting with prefix
 // (redis.prefix, e.g. "autodiag:") in the Redis that client talks to. Any
-// go-redis client fits: Client, ClusterClient, Ring, failover clients.
+// go-redis client fits: Client, ClusterClient, Ring, failover clients, and
+// the client's AutoPipeline(), which batches concurrent decisions into
+// pipelines (still one EVALSHA per decision).
 func NewRedis(client scripter, prefix string) *Redis {
 	return &Redis{c: client, prefix: prefix}
 }
@@ -56,23 +61,65 @@ func NewRedis(client scripter, prefix string) *Redis {
 // ErrBadReply means the script's reply could not be understood.
 var ErrBadReply = errors.New("limiter: unexpected reply from allow.lua")
 
-func (b *Redis) eval(ctx context.Context, o *op, timeout time.Duration) (result, error) {
-	keys, argv := b.encode(o)
+// evalCall holds one call's arguments, reused through a sync.Pool so that a
+// decision allocates little: strings are slices of buf and are passed to
+// go-redis as *string (boxing a pointer does not allocate).
+type evalCall struct {
+	buf  []byte
+	strs [6 + nArgv]string // keys, then ARGV
+	args [3 + 6 + nArgv]interface{}
+	ctx  deadlineCtx
+}
+
+// deadlineCtx is ctx with an earlier deadline but without a timer: go-redis
+// turns the deadline into dial/read/write deadlines on the connection, which
+// is what bounds the call; cancellation still comes from the parent.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+var (
+	argEvalSha interface{} = "evalsha"
+	argEval    interface{} = "eval"
+	argSHA     interface{} = allowSHA
+	argScript  interface{} = allowLua
+)
+
+func (b *Redis) eval(ctx context.Context, o op, timeout time.Duration) (result, error) {
+	ec, _ := b.calls.Get().(*evalCall)
+	if ec == nil {
+		ec = &evalCall{buf: make([]byte, 0, 512)}
+	}
+	nkeys := b.encode(ec, &o)
+	ec.args[0], ec.args[1], ec.args[2] = argEvalSha, argSHA, nkeys
+	for i := range nkeys + nArgv {
+		ec.args[3+i] = &ec.strs[i]
+	}
+	args := ec.args[:3+nkeys+nArgv]
+	callCtx := ctx
 	if timeout > 0 {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > timeout {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
+		dl := time.Now().Add(timeout)
+		if pd, ok := ctx.Deadline(); !ok || pd.After(dl) {
+			ec.ctx = deadlineCtx{Context: ctx, deadline: dl}
+			callCtx = &ec.ctx
 		}
 	}
-	cmd := b.c.EvalSha(ctx, allowSHA, keys, argv)
+	cmd := b.c.Do(callCtx, args...)
 	if err := cmd.Err(); err != nil && isNoScript(err) {
-		cmd = b.c.Eval(ctx, allowLua, keys, argv)
+		ec.args[0], ec.args[1] = argEval, argScript
+		cmd = b.c.Do(callCtx, args...)
 	}
 	reply, err := cmd.Text()
 	if err != nil {
+		// The command may still be queued (autopipelining) and read ec: drop it.
 		return result{}, fmt.Errorf("redis evalsha allow.lua: %w", err)
 	}
+	ec.ctx = deadlineCtx{}
+	clear(ec.args[:])
+	b.calls.Put(ec)
 	return parseReply(reply)
 }
 
@@ -80,98 +127,97 @@ func isNoScript(err error) bool {
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// keyNames builds the keys of a decision as substrings of one string (one
-// allocation); unused parts are "". The order matches allow.lua's KEYS.
-func (b *Redis) encode(o *op) ([]string, string) {
-	var buf []byte
+// encode writes the decision's keys and ARGV[1] into ec.buf and points
+// ec.strs at them; it returns the number of keys. The key order matches
+// allow.lua's KEYS.
+func (b *Redis) encode(ec *evalCall, o *op) int {
+	buf := ec.buf[:0]
+	var ends [6 + nArgv + 1]int
 	n := 0
-	parts := [6]bool{o.dedupeID != "", o.block > 0, o.daily > 0, o.minIvl > 0, o.winCount > 0, o.rateT > 0}
-	baseLen := len(b.prefix) + len("lim:{") + len(o.tag) + len("}:")
-	size := 160 + len(o.dedupeID) + len(o.host) + len(o.diag) + len(o.order)
-	for _, p := range parts {
-		if p {
-			size += baseLen + len(o.rule) + 16
-			n++
-		}
-	}
-	buf = make([]byte, 0, size)
-	var ends [7]int
-	base := func() {
+	base := func(buf []byte, kind string) []byte {
 		buf = append(buf, b.prefix...)
 		buf = append(buf, "lim:{"...)
 		buf = append(buf, o.tag...)
 		buf = append(buf, "}:"...)
+		buf = append(buf, kind...)
+		return append(buf, o.rule...)
 	}
-	i := 0
-	mark := func() { i++; ends[i] = len(buf) }
-	if parts[0] {
-		base()
-		buf = append(buf, "dd:"...)
+	if o.dedupeID != "" {
+		buf = append(buf, b.prefix...)
+		buf = append(buf, "lim:{"...)
+		buf = append(buf, o.tag...)
+		buf = append(buf, "}:dd:"...)
 		buf = append(buf, o.host...)
 		buf = append(buf, ':')
 		buf = append(buf, o.diag...)
 		buf = append(buf, ':')
 		buf = append(buf, o.dedupeID...)
-		mark()
+		n++
+		ends[n] = len(buf)
 	}
-	if parts[1] {
-		base()
-		buf = append(buf, "b:"...)
-		buf = append(buf, o.rule...)
-		mark()
+	if o.block > 0 {
+		buf = base(buf, "b:")
+		n++
+		ends[n] = len(buf)
 	}
-	if parts[2] {
-		base()
-		buf = append(buf, "d:"...)
-		buf = append(buf, o.rule...)
+	if o.daily > 0 {
+		buf = base(buf, "d:")
 		buf = append(buf, ':')
 		buf = append(buf, o.day...)
-		mark()
+		n++
+		ends[n] = len(buf)
 	}
-	if parts[3] {
-		base()
-		buf = append(buf, "mi:"...)
-		buf = append(buf, o.rule...)
-		mark()
+	if o.minIvl > 0 {
+		buf = base(buf, "mi:")
+		n++
+		ends[n] = len(buf)
 	}
-	if parts[4] {
-		base()
-		buf = append(buf, "w:"...)
-		buf = append(buf, o.rule...)
-		mark()
+	if o.winCount > 0 {
+		buf = base(buf, "w:")
+		n++
+		ends[n] = len(buf)
 	}
-	if parts[5] {
-		base()
-		buf = append(buf, "r:"...)
-		buf = append(buf, o.rule...)
-		mark()
+	if o.rateT > 0 {
+		buf = base(buf, "r:")
+		n++
+		ends[n] = len(buf)
 	}
-	argStart := len(buf)
+	// ARGV, one string each (see allow.lua).
+	m := n
 	if o.dry {
 		buf = append(buf, '1')
 	} else {
 		buf = append(buf, '0')
 	}
+	m++
+	ends[m] = len(buf)
 	for _, v := range [...]int64{o.now, o.dedupeTTL, o.block, int64(o.daily), o.dailyTTL, o.minIvl,
 		int64(o.winCount), o.winPer, o.rateT, int64(o.rateCap)} {
-		buf = append(buf, ' ')
 		buf = strconv.AppendInt(buf, v, 10)
+		m++
+		ends[m] = len(buf)
 	}
-	buf = append(buf, ' ')
 	if o.order == "" {
 		buf = append(buf, '-')
 	} else {
 		buf = append(buf, o.order...)
 	}
-	buf = append(buf, ' ')
+	m++
+	ends[m] = len(buf)
 	buf = strconv.AppendUint(buf, o.member, 10)
-	s := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is never written again
-	keys := make([]string, n)
-	for k := range n {
-		keys[k] = s[ends[k]:ends[k+1]]
+	m++
+	ends[m] = len(buf)
+	ec.buf = buf
+	// buf is not written again until ec goes back to the pool, after the call.
+	s := unsafe.String(unsafe.SliceData(buf), len(buf))
+	for k := range m {
+		ec.strs[k] = s[ends[k]:ends[k+1]]
 	}
-	return keys, s[argStart:]
+	return n
 }
+
+// nArgv is the number of ARGV of allow.lua.
+const nArgv = 13
 
 // parseReply parses allow.lua's reply.
 func parseReply(s string) (result, error) {

@@ -1,0 +1,246 @@
+package limiter
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// Benchmarks compare one full-rule decision (daily, min_interval, window,
+// rate and block in one EVALSHA) with go-redis/redis_rate's Allow (one GCRA)
+// on the same Redis at 1, 8 and 64 goroutines. Each reports p50/p99 latency
+// in µs and, from INFO commandstats, evalsha (and eval) calls per decision.
+// scripts/bench runs them and prints the comparison.
+
+var benchConcurrency = []int{1, 8, 64}
+
+const benchKeys = 10000
+
+func benchHosts(n int) []string {
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("host-%06d.prod.example.com", i)
+	}
+	return hosts
+}
+
+// fullRule has every limit kind, with limits high enough that the
+// benchmark's decisions are allowed (the most work: everything is written).
+func fullRule() Config {
+	return rules(Rule{Name: "full", Block: time.Minute, Limits: []Limit{
+		{Daily: 1 << 30},
+		{MinInterval: time.Millisecond},
+		{Window: &Window{Count: 1 << 20, Per: time.Second}},
+		{Rate: &Rate{Count: 1 << 20, Per: time.Second, Burst: 2}},
+	}})
+}
+
+// runConcurrent runs b.N calls of op on exactly g goroutines and reports
+// latency percentiles.
+func runConcurrent(b *testing.B, g int, op func(ctx context.Context, i int) error) {
+	ctx := context.Background()
+	lat := make([][]time.Duration, g)
+	per := b.N/g + 1
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, per)
+	}
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := range g {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				start := time.Now()
+				if err := op(ctx, i); err != nil {
+					failed.Store(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(start))
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)*50/100].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	}
+}
+
+// commandStats returns calls per command from INFO commandstats.
+func commandStats(b *testing.B, c *redis.Client) map[string]int64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := sc.Text() // cmdstat_evalsha:calls=1,usec=...
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return out
+}
+
+func reportCommands(b *testing.B, c *redis.Client, before map[string]int64) {
+	after := commandStats(b, c)
+	for _, cmd := range []string{"evalsha", "eval"} {
+		b.ReportMetric(float64(after[cmd]-before[cmd])/float64(b.N), cmd+"/op")
+	}
+}
+
+func benchClient(b *testing.B) *redis.Client {
+	addr := requireEnv(b, "AUTODIAG_TEST_REDIS_ADDR")
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, MinIdleConns: 8})
+	b.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func BenchmarkAllowRedis(b *testing.B) {
+	c := benchClient(b)
+	benchAllowRedis(b, c, c)
+}
+
+// BenchmarkAllowRedisAutoPipeline: the same through go-redis's blocking
+// autopipeliner, which batches concurrent decisions into pipelines.
+func BenchmarkAllowRedisAutoPipeline(b *testing.B) {
+	c := benchClient(b)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchAllowRedis(b, c, ap)
+}
+
+func benchAllowRedis(b *testing.B, c *redis.Client, s scripter) {
+	hosts := benchHosts(benchKeys)
+	for _, g := range benchConcurrency {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			l, err := New(fullRule(), NewRedis(s, uniquePrefix(b)), Options{Timeout: 5 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.Allow(context.Background(), Request{Host: hosts[0], Diagnostic: "disk-usage"}); err != nil {
+				b.Fatal(err) // loads the script
+			}
+			before := commandStats(b, c)
+			b.ReportAllocs()
+			runConcurrent(b, g, func(ctx context.Context, i int) error {
+				d, err := l.Allow(ctx, Request{Host: hosts[i%benchKeys], Diagnostic: "disk-usage"})
+				if err == nil && d.Degraded {
+					err = fmt.Errorf("degraded decision: %+v", d)
+				}
+				return err
+			})
+			reportCommands(b, c, before)
+		})
+	}
+}
+
+func BenchmarkRedisRate(b *testing.B) {
+	c := benchClient(b)
+	benchRedisRate(b, c, c)
+}
+
+// BenchmarkRedisRateAutoPipeline: redis_rate through the same autopipeliner,
+// for a like-for-like comparison.
+func BenchmarkRedisRateAutoPipeline(b *testing.B) {
+	c := benchClient(b)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRedisRate(b, c, ap)
+}
+
+// rateClient is what redis_rate.NewLimiter needs.
+type rateClient interface {
+	Eval(ctx context.Context, script string, keys []string, args ...interface{}) *redis.Cmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...interface{}) *redis.Cmd
+	ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	EvalRO(ctx context.Context, script string, keys []string, args ...interface{}) *redis.Cmd
+	EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...interface{}) *redis.Cmd
+}
+
+func benchRedisRate(b *testing.B, c *redis.Client, s rateClient) {
+	hosts := benchHosts(benchKeys)
+	for _, g := range benchConcurrency {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			rl := redis_rate.NewLimiter(s)
+			limit := redis_rate.PerSecond(1 << 20)
+			prefix := uniquePrefix(b)
+			keys := make([]string, len(hosts))
+			for i, h := range hosts {
+				keys[i] = prefix + h
+			}
+			if _, err := rl.Allow(context.Background(), keys[0], limit); err != nil {
+				b.Fatal(err)
+			}
+			before := commandStats(b, c)
+			b.ReportAllocs()
+			runConcurrent(b, g, func(ctx context.Context, i int) error {
+				_, err := rl.Allow(ctx, keys[i%benchKeys], limit)
+				return err
+			})
+			reportCommands(b, c, before)
+		})
+	}
+}
+
+// BenchmarkAllowMemory: the in-memory backend, full rule, 100k distinct keys.
+func BenchmarkAllowMemory(b *testing.B) {
+	const keys = 100000
+	hosts := benchHosts(keys)
+	l, err := New(fullRule(), NewMemory(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, h := range hosts { // every key exists: lookups, not inserts
+		if _, err := l.Allow(ctx, Request{Host: h, Diagnostic: "disk-usage"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := l.Allow(ctx, Request{Host: hosts[i%keys], Diagnostic: "disk-usage"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
