@@ -100,6 +100,7 @@ type SQS struct {
 	mu       sync.Mutex
 	closed   bool
 	received map[string]time.Time // handle → when its receive started, for the 12 h cap
+	pruned   time.Time            // last pruneLocked scan
 	pending  []*pendingDelete
 	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
@@ -218,7 +219,12 @@ func fromSQS(m types.Message) *Message {
 // pruneLocked forgets handles received more than 12 h ago: SQS no longer
 // lets them be hidden. Handles are otherwise forgotten on Delete, DeadLetter
 // and release (visibility 0).
+// It scans at most once a minute.
 func (s *SQS) pruneLocked(now time.Time) {
+	if now.Sub(s.pruned) < time.Minute {
+		return
+	}
+	s.pruned = now
 	for h, at := range s.received {
 		if now.Sub(at) > maxSQSVisibility {
 			delete(s.received, h)
