@@ -581,15 +581,14 @@ func (a *Agent) endWith(j *job, outcome, reason, detail string, dec *limiter.Dec
 	}
 	j.ended = true
 	t := j.task
-	valid := j.valid
 	j.mu.Unlock()
 	a.m.inflight.Set(float64(a.inflight.Add(-1)))
 
+	// Only catalog names become label values: a rejected task's diagnostic
+	// is caller-chosen and would grow the series without bound.
 	diagLabel := t.Diagnostic
-	if _, ok := a.catalog[diagLabel]; !ok || !valid && outcome == OutcomeRejected {
-		if _, known := a.catalog[diagLabel]; !known {
-			diagLabel = "unknown"
-		}
+	if _, known := a.catalog[diagLabel]; !known {
+		diagLabel = "unknown"
 	}
 	a.m.outcomes.WithLabelValues(diagLabel, outcome).Inc()
 	a.mu.Lock()

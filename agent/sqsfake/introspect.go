@@ -202,3 +202,14 @@ func SDKConfig(endpoint string) aws.Config {
 		BaseEndpoint: aws.String(endpoint),
 	}
 }
+
+// Pollers reports how many ReceiveMessage long polls are blocked on the named
+// queue, so tests can wait until a consumer is polling before acting.
+func (s *Server) Pollers(name string) int {
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	if q, ok := s.queues[name]; ok {
+		return q.waiters
+	}
+	return 0
+}
