@@ -1,11 +1,82 @@
 // Package limiter decides whether policy allows a diagnostic task to run.
 //
-// Rules are evaluated first-match in file order; each rule combines a daily
-// quota (calendar day of an operational time zone), a minimum interval, a
-// sliding window, a leaky bucket with burst and a sticky block. One decision
-// is one atomic round trip to Redis (a single EVALSHA of an embedded Lua
-// script) or one critical section of the in-memory backend, which has the
-// same semantics for a single agent.
+// Rules are evaluated first-match in configuration order; a rule matches on
+// diagnostic names, a host regexp and severities, and counts per host,
+// diagnostic, host+diagnostic or globally. Its limits, in any combination:
+// a daily quota (calendar day of an operational time zone, reset at local
+// midnight, 23 h and 25 h days included), a minimum interval, a sliding window
+// (sorted set), a leaky bucket (GCRA) with a burst multiplier, and a sticky
+// block after any denial. An alert event seen within the dedupe TTL is a
+// duplicate: not a denial, it consumes nothing. A task no rule matches is
+// allowed under rule "none". A decision consumes quota only when every limit
+// of the rule allows it.
 //
-// The package imports no other autodiag package.
+// # Backends
+//
+// NewRedis: one decision is ONE EVALSHA of the embedded allow.lua (EVAL once
+// after a SCRIPT FLUSH), so a fleet of agents sharing Redis is exact. Every
+// key of a decision carries the same hash tag, {<limited key value>} ({global}
+// for key: global), so it runs unchanged on Redis Cluster; the dedupe key is
+// put under the rule's tag for that reason. Keys (prefix is redis.prefix):
+//
+//	<prefix>lim:{tag}:d:<rule>:<YYYYMMDD>         daily counter, expires at the next local midnight
+//	<prefix>lim:{tag}:mi:<rule>                   last allowed run, TTL = min_interval
+//	<prefix>lim:{tag}:w:<rule>                    window ZSET, TTL = per
+//	<prefix>lim:{tag}:r:<rule>                    bucket (theoretical arrival time), TTL = until empty
+//	<prefix>lim:{tag}:b:<rule>                    block, TTL = block
+//	<prefix>lim:{tag}:dd:<host>:<diagnostic>:<id>  dedupe mark, TTL = dedupe.ttl
+//
+// The rule name is part of every key so that two rules never share a
+// counter. The dedupe identity is (host, diagnostic, event id): one alert
+// fanned out to two diagnostics is not a duplicate. Only an allowed decision
+// marks the event, so a task deferred after a denial is not a duplicate
+// when it comes back.
+//
+// NewMemory keeps the same state in process (embedded mode, one agent). The
+// conformance suite runs the same cases against both backends.
+//
+// # Time and clock skew
+//
+// Time comes from the injected Clock and is passed to the script as ARGV
+// (Unix microseconds); the script never calls TIME. Expiry decisions compare
+// stored times with that ARGV time, key TTLs only collect garbage. This makes
+// simulated time testable and the Lua deterministic, at a price: agents
+// share state but not clocks. If one agent's clock runs ahead by s, its
+// allowed runs look s later to the others: a min_interval or window can
+// appear up to s longer or shorter, a block set by it lasts s longer or
+// shorter for the others, and a daily quota can switch days up to s early or
+// late around midnight. Keep fleet clocks NTP-synchronised (EC2 provides
+// chrony with the Amazon Time Sync Service); skew well below a second is
+// negligible against limits of minutes and hours. The alternative, Redis
+// TIME, would make every decision depend on one clock but could not be
+// simulated in tests and would not know the operational time zone's
+// calendar, which is computed in Go.
+//
+// # Failure
+//
+// Each backend call is bounded by Options.Timeout (redis.timeout): it becomes
+// the deadline of the call's context, which go-redis applies to dialing,
+// writing and reading (it does not bound the wait for a free pooled
+// connection; set the client's PoolTimeout for that; with an AutoPipeliner the
+// client's ReadTimeout/WriteTimeout bound a batch). On an error or timeout
+// Allow decides by the rule's fail mode (open: allowed; closed: denied with
+// RetryAfter = the breaker cooldown), marks the decision Degraded, logs the
+// cause and counts autodiag_limiter_degraded_total. After BreakerThreshold
+// consecutive failures a circuit breaker stops calling Redis for
+// BreakerCooldown (on the Clock), deciding by fail mode at once (reason
+// "breaker_open"), then lets one probe through. Check, the dry run behind
+// `autodiag limits check`, returns the error instead.
+//
+// # Observability
+//
+// autodiag_limiter_decisions_total{rule,decision,reason} counts every Allow
+// (decision: allowed, denied, duplicate; reason: the Reason* constants), and
+// autodiag_limiter_degraded_total the fail-mode decisions. Every denial and
+// degraded decision is logged with host, rule, limit, reason, counters,
+// retry_after, degraded and the Redis state (up, failing, breaker_open), so an
+// operator can tell "not eligible" (no rule / duplicate), "rate limited",
+// "error" (degraded) and "executed" apart.
+//
+// Explain normalises the rules for `autodiag limits explain` (String,
+// WriteExplain). The package imports no other autodiag package.
 package limiter

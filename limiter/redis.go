@@ -24,11 +24,12 @@ var allowSHA = func() string {
 	return hex.EncodeToString(h[:])
 }()
 
-// scripter is the part of a go-redis client the limiter uses: the generic
-// Do. *redis.Client, *redis.ClusterClient, *redis.Ring, failover clients and
-// *redis.AutoPipeliner all have it.
+// scripter is the part of a go-redis client the limiter uses: Process, which
+// runs a command built with redis.NewCmd. *redis.Client, *redis.ClusterClient,
+// *redis.Ring, failover clients and *redis.AutoPipeliner (which batches it;
+// its Do would not) all have it.
 type scripter interface {
-	Do(ctx context.Context, args ...interface{}) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 var (
@@ -107,10 +108,11 @@ func (b *Redis) eval(ctx context.Context, o op, timeout time.Duration) (result, 
 			callCtx = &ec.ctx
 		}
 	}
-	cmd := b.c.Do(callCtx, args...)
-	if err := cmd.Err(); err != nil && isNoScript(err) {
+	cmd := redis.NewCmd(callCtx, args...)
+	if err := b.c.Process(callCtx, cmd); err != nil && isNoScript(err) {
 		ec.args[0], ec.args[1] = argEval, argScript
-		cmd = b.c.Do(callCtx, args...)
+		cmd = redis.NewCmd(callCtx, args...)
+		_ = b.c.Process(callCtx, cmd)
 	}
 	reply, err := cmd.Text()
 	if err != nil {
