@@ -34,7 +34,8 @@ func (f *fixture) fill(tb testing.TB, n int) {
 // BenchmarkReceiveDelete measures tasks/s through receive+delete on the same
 // fake SQS in one run:
 //
-//   - sdk-loop: a plain SDK loop, ReceiveMessage(10) then DeleteMessageBatch;
+//   - sdk-loop-N: a plain SDK loop, ReceiveMessage(N) then DeleteMessageBatch
+//     (N=4 is the fair baseline for 4 workers that receive only for free slots);
 //   - source-batch: queue.SQS, Receive(10) then the 10 Deletes concurrently;
 //   - source-workers-N: queue.SQS the way the agent uses it, a receive loop
 //     asking for the free worker slots and N workers each deleting its own
@@ -42,34 +43,36 @@ func (f *fixture) fill(tb testing.TB, n int) {
 //
 // Run: go test -run '^$' -bench ReceiveDelete -benchtime 3000x ./agent/queue/
 func BenchmarkReceiveDelete(b *testing.B) {
-	b.Run("sdk-loop", func(b *testing.B) {
-		f := newFixture(b)
-		f.fill(b, b.N)
-		ctx := context.Background()
-		b.ResetTimer()
-		for done := 0; done < b.N; {
-			out, err := f.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-				QueueUrl: aws.String(f.url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
-				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
-			})
-			if err != nil {
-				b.Fatal(err)
+	for _, batch := range []int32{10, 4} {
+		b.Run(fmt.Sprintf("sdk-loop-%d", batch), func(b *testing.B) {
+			f := newFixture(b)
+			f.fill(b, b.N)
+			ctx := context.Background()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				out, err := f.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+					QueueUrl: aws.String(f.url), MaxNumberOfMessages: batch, WaitTimeSeconds: 1,
+					MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(out.Messages) == 0 {
+					continue
+				}
+				entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
+				for i, m := range out.Messages {
+					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle}
+				}
+				if _, err := f.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(f.url), Entries: entries}); err != nil {
+					b.Fatal(err)
+				}
+				done += len(out.Messages)
 			}
-			if len(out.Messages) == 0 {
-				continue
-			}
-			entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
-			for i, m := range out.Messages {
-				entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle}
-			}
-			if _, err := f.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(f.url), Entries: entries}); err != nil {
-				b.Fatal(err)
-			}
-			done += len(out.Messages)
-		}
-		b.StopTimer()
-		report(b, f)
-	})
+			b.StopTimer()
+			report(b, f)
+		})
+	}
 	b.Run("source-batch", func(b *testing.B) {
 		f := newFixture(b)
 		f.fill(b, b.N)
@@ -145,7 +148,9 @@ func BenchmarkReceiveDelete(b *testing.B) {
 func report(b *testing.B, f *fixture) {
 	b.Helper()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
-	b.ReportMetric(float64(f.srv.Counters()["DeleteMessageBatch"])/float64(b.N), "deletecalls/task")
+	c := f.srv.Counters()
+	b.ReportMetric(float64(c["DeleteMessageBatch"])/float64(b.N), "deletecalls/task")
+	b.ReportMetric(float64(c["ReceiveMessage"])/float64(b.N), "receivecalls/task")
 	if v, _ := f.srv.Queue("tasks"); !v.Empty() {
 		b.Errorf("queue not empty: %d visible, %d in flight", v.Visible, v.InFlight)
 	}
