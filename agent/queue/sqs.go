@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -103,8 +102,7 @@ type SQS struct {
 	received map[string]time.Time // handle → when its receive started, for the 12 h cap
 	pruned   time.Time            // last pruneLocked scan
 	pending  []*pendingDelete
-	sending  int  // DeleteMessageBatch calls in flight
-	soon     bool // an idle flush is scheduled
+	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
 	flushes  sync.WaitGroup
 }
@@ -265,21 +263,8 @@ func (s *SQS) Delete(ctx context.Context, m *Message) error {
 	delete(s.received, m.Handle)
 	s.pending = append(s.pending, p)
 	switch {
-	case s.closed || len(s.pending) >= maxSQSBatch:
+	case s.closed || s.sending == 0 || len(s.pending) >= maxSQSBatch:
 		s.flushLocked()
-	case s.sending == 0 && !s.soon:
-		// Idle: send after the goroutines ready to run now (deletes of the
-		// same burst of work) had their turn to join.
-		s.soon = true
-		go func() {
-			runtime.Gosched()
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.soon = false
-			if s.sending == 0 {
-				s.flushLocked()
-			}
-		}()
 	case s.timer == nil:
 		s.timer = time.AfterFunc(s.o.DeleteBatchWindow, func() {
 			s.mu.Lock()
