@@ -12,36 +12,28 @@
 --   window  <prefix>lim:{tag}:w:<rule>              ZSET score = run time (µs), PX = per
 --   rate    <prefix>lim:{tag}:r:<rule>              value = theoretical arrival time (µs), PX = until empty
 --
--- ARGV (times: Unix µs of the caller's clock; durations: µs; 0 = the rule
--- does not have that part):
---   1 dry  2 now  3 dedupe_ttl  4 block  5 daily_limit  6 daily_ttl
---   7 min_interval  8 window_count  9 window_per  10 rate_interval (per/count)
---   11 rate_capacity (count*burst)  12 order (limit codes d m w r in rule order, "-" none)
---   13 member (unique id of this decision, for the window ZSET)
+-- ARGV[1]: 11 little-endian int64 (struct '<i8' each; times: Unix µs of the
+-- caller's clock; durations: µs; 0 = the rule does not have that part):
+--   dry (0|1), now, dedupe_ttl, block, daily_limit, daily_ttl (until the next
+--   local midnight), min_interval, window_count, window_per,
+--   rate_interval (per/count, rounded up), rate_capacity (count*burst)
+-- ARGV[2]: order: limit codes d m w r in rule order ("-" none)
+-- ARGV[3]: member: unique id of this decision (window ZSET member suffix)
 --
 -- String keys are read with one MGET, the window with ZCOUNT.
 --
--- Returns a string of space-separated integers (one bulk reply, cheap to parse):
+-- Returns 7 little-endian int64 (struct '<i8' each):
 --   status (0 denied, 1 allowed, 2 duplicate), denying limit code (ASCII of
 --   b d m w r, 0 none), retry_after µs, daily used, µs since last run (-1 none
 --   within the interval), window count, bucket backlog µs.
 -- Time is the caller's: expiry decisions compare stored times with ARGV now;
 -- key TTLs only collect garbage.
 
-local a = ARGV
-local dry = a[1] == '1'
-local nows = a[2]
-local now = tonumber(nows)
-local ddttl = tonumber(a[3])
-local block = tonumber(a[4])
-local dlimit = tonumber(a[5])
-local dttl = tonumber(a[6])
-local mi = tonumber(a[7])
-local wcount = tonumber(a[8])
-local wper = tonumber(a[9])
-local rt = tonumber(a[10])
-local rcap = tonumber(a[11])
-local order = a[12]
+local dry, now, ddttl, block, dlimit, dttl, mi, wcount, wper, rt, rcap =
+  struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8', ARGV[1])
+local order = ARGV[2]
+local nows = string.format('%d', now)
+local R = '<i8i8i8i8i8i8i8'
 
 -- Map the keys present to their parts; read every string key in one MGET.
 local n = 0
@@ -63,7 +55,7 @@ if kd then vi = vi + 1 vd = vals[vi] end
 if kmi then vi = vi + 1 vmi = vals[vi] end
 if kr then vi = vi + 1 vr = vals[vi] end
 
-if vdd and tonumber(vdd) > now then return '2 0 0 0 -1 0 0' end
+if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0) end
 
 local retry = 0
 local blocked = false
@@ -123,7 +115,7 @@ end
 local status = 0
 if limit == 0 then status = 1 retry = 0 end
 
-if not dry then
+if dry == 0 then
   if kw then redis.call('ZREMRANGEBYSCORE', kw, '-inf', lo) end
   if status == 1 then
     if kd then
@@ -132,7 +124,7 @@ if not dry then
     end
     if kmi then redis.call('SET', kmi, nows, 'PX', math.ceil(mi / 1000)) end
     if kw then
-      redis.call('ZADD', kw, nows, nows .. '-' .. a[13])
+      redis.call('ZADD', kw, nows, nows .. '-' .. ARGV[3])
       redis.call('PEXPIRE', kw, math.ceil(wper / 1000))
       wc = wc + 1
     end
@@ -148,4 +140,4 @@ if not dry then
   end
 end
 
-return string.format('%d %d %d %d %d %d %d', status, limit, retry, used, since, wc, level)
+return struct.pack(R, status, limit, retry, used, since, wc, level)

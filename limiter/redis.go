@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/sha1"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -184,21 +184,18 @@ func (b *Redis) encode(ec *evalCall, o *op) int {
 		n++
 		ends[n] = len(buf)
 	}
-	// ARGV, one string each (see allow.lua).
+	// ARGV (see allow.lua): packed integers, order, member.
 	m := n
+	dry := int64(0)
 	if o.dry {
-		buf = append(buf, '1')
-	} else {
-		buf = append(buf, '0')
+		dry = 1
+	}
+	for _, v := range [...]int64{dry, o.now, o.dedupeTTL, o.block, int64(o.daily), o.dailyTTL, o.minIvl,
+		int64(o.winCount), o.winPer, o.rateT, int64(o.rateCap)} {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
 	}
 	m++
 	ends[m] = len(buf)
-	for _, v := range [...]int64{o.now, o.dedupeTTL, o.block, int64(o.daily), o.dailyTTL, o.minIvl,
-		int64(o.winCount), o.winPer, o.rateT, int64(o.rateCap)} {
-		buf = strconv.AppendInt(buf, v, 10)
-		m++
-		ends[m] = len(buf)
-	}
 	if o.order == "" {
 		buf = append(buf, '-')
 	} else {
@@ -219,24 +216,16 @@ func (b *Redis) encode(ec *evalCall, o *op) int {
 }
 
 // nArgv is the number of ARGV of allow.lua.
-const nArgv = 13
+const nArgv = 3
 
-// parseReply parses allow.lua's reply.
+// parseReply parses allow.lua's reply: 7 little-endian int64.
 func parseReply(s string) (result, error) {
-	var f [7]int64
-	for i := range f {
-		s = strings.TrimLeft(s, " ")
-		j := strings.IndexByte(s, ' ')
-		if j < 0 {
-			j = len(s)
-		}
-		v, err := strconv.ParseInt(s[:j], 10, 64)
-		if err != nil {
-			return result{}, fmt.Errorf("%w: %q", ErrBadReply, s)
-		}
-		f[i] = v
-		s = s[j:]
+	if len(s) != 7*8 {
+		return result{}, fmt.Errorf("%w: %d bytes", ErrBadReply, len(s))
 	}
-	return result{status: int(f[0]), limit: byte(f[1]), retry: f[2], dailyUsed: f[3], since: f[4],
-		winCount: f[5], level: f[6]}, nil
+	f := func(i int) int64 {
+		return int64(binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i*8:]), 8)))
+	}
+	return result{status: int(f(0)), limit: byte(f(1)), retry: f(2), dailyUsed: f(3), since: f(4),
+		winCount: f(5), level: f(6)}, nil
 }
