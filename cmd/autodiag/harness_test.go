@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binPath is the autodiag binary the end-to-end tests run as a child
+// process, built once by TestMain.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "autodiag-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "autodiag")
+	build := exec.Command("go", "build", "-o", binPath, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building autodiag:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one `autodiag run` child process.
+type proc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	addr  string
+	mu    sync.Mutex
+	lines []map[string]any
+	raw   bytes.Buffer
+	ready chan string
+	done  chan struct{}
+	err   error
+}
+
+// startProc runs `autodiag run --config <yaml>` with extra environment
+// entries and waits for its "ready" line.
+func startProc(t *testing.T, yaml string, env ...string) *proc {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, ready: make(chan string, 1), done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, "run", "--config", cfgPath)
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
+		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
+		"AWS_EC2_METADATA_DISABLED=true"}, env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// Read stderr to its end before Wait, which closes the pipe.
+		p.scan(stderr)
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			p.mu.Lock()
+			t.Logf("agent stderr (pid %d):\n%s", p.cmd.Process.Pid, lastLines(p.raw.String(), 60))
+			p.mu.Unlock()
+		}
+	})
+	select {
+	case p.addr = <-p.ready:
+	case <-p.done:
+		t.Fatalf("agent exited before ready: %v\n%s", p.err, p.raw.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent not ready after 30s")
+	}
+	return p
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (p *proc) scan(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var m map[string]any
+		_ = json.Unmarshal(line, &m)
+		p.mu.Lock()
+		p.raw.Write(line)
+		p.raw.WriteByte('\n')
+		if m != nil {
+			m["_at"] = time.Now()
+			p.lines = append(p.lines, m)
+			if m["msg"] == "ready" {
+				if a, ok := m["admin_addr"].(string); ok {
+					select {
+					case p.ready <- a:
+					default:
+					}
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// logs returns the JSON log lines with msg == msg ("" = all).
+func (p *proc) logs(msg string) []map[string]any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []map[string]any
+	for _, l := range p.lines {
+		if msg == "" || l["msg"] == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (p *proc) signal(s syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// wait returns the exit code, failing the test after timeout.
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("agent did not exit within %v", timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) url(path string) string { return "http://" + p.addr + path }
+
+func (p *proc) post(path, body string) (int, map[string]any) {
+	p.t.Helper()
+	resp, err := http.Post(p.url(path), "application/json", strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func (p *proc) getCode(path string) int {
+	resp, err := http.Get(p.url(path))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// status fetches /v1/status.
+func (p *proc) status() map[string]any {
+	p.t.Helper()
+	resp, err := http.Get(p.url("/v1/status"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		p.t.Fatal(err)
+	}
+	return out
+}
+
+func (p *proc) metrics() string {
+	p.t.Helper()
+	resp, err := http.Get(p.url("/metrics"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// runCLI runs the binary with args and returns exit code, stdout, stderr.
+func runCLI(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatal(err)
+		}
+		code = ee.ExitCode()
+	}
+	return code, stdout.String(), stderr.String()
+}
