@@ -66,7 +66,7 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 	if st == nil {
 		st = &memState{}
 	}
-	var denied [256]bool
+	var denied uint8 // bits: limitBit(code)
 	blocked := false
 	if o.block > 0 && st.blockUntil > now {
 		blocked = true
@@ -77,7 +77,7 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 			res.dailyUsed = st.dayCount
 		}
 		if res.dailyUsed >= int64(o.daily) {
-			denied['d'] = true
+			denied |= limitBit('d')
 			res.retry = max(res.retry, o.dailyTTL)
 		}
 	}
@@ -85,7 +85,7 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 		since := now - st.last
 		if since < o.minIvl {
 			res.since = since
-			denied['m'] = true
+			denied |= limitBit('m')
 			res.retry = max(res.retry, o.minIvl-since)
 		}
 	}
@@ -97,7 +97,7 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 		}
 		res.winCount = int64(len(st.win) - first)
 		if res.winCount >= int64(o.winCount) {
-			denied['w'] = true
+			denied |= limitBit('w')
 			oldest := st.win[first+len(st.win)-first-o.winCount]
 			res.retry = max(res.retry, oldest+o.winPer-now)
 		}
@@ -106,7 +106,7 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 	if o.rateT > 0 {
 		res.level = tat - now
 		if res.level+o.rateT > o.rateT*int64(o.rateCap) {
-			denied['r'] = true
+			denied |= limitBit('r')
 			res.retry = max(res.retry, res.level+o.rateT-o.rateT*int64(o.rateCap))
 		}
 	}
@@ -114,7 +114,7 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 		res.limit = 'b'
 	} else {
 		for i := 0; i < len(o.order); i++ {
-			if denied[o.order[i]] {
+			if denied&limitBit(o.order[i]) != 0 {
 				res.limit = o.order[i]
 				break
 			}
@@ -190,4 +190,19 @@ func (m *Memory) dailyTTL(tag, rule string, now int64) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(st.dayExp-now) * time.Microsecond, true
+}
+
+// limitBit maps a limit code (d m w r) to a bit.
+func limitBit(c byte) uint8 {
+	switch c {
+	case 'd':
+		return 1
+	case 'm':
+		return 2
+	case 'w':
+		return 4
+	case 'r':
+		return 8
+	}
+	return 0
 }
