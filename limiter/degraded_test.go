@@ -163,3 +163,23 @@ func TestCancelledContext(t *testing.T) {
 		t.Fatalf("Check with a cancelled ctx: %v, want context.Canceled", err)
 	}
 }
+
+// TestRuleWithoutLimitsNeedsNoBackend: a rule with no limits, block or
+// dedupe allows without a backend call, so it never degrades.
+func TestRuleWithoutLimitsNeedsNoBackend(t *testing.T) {
+	fb := &fakeBackend{err: errors.New("down")}
+	cfg := rules(Rule{Name: "free", Fail: FailClosed})
+	l, err := New(cfg, fb, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Allow(context.Background(), web1)
+	if err != nil || !d.Allowed || d.Degraded || d.Rule != "free" || fb.count() != 0 {
+		t.Fatalf("got %+v %v after %d backend calls, want allowed by rule free without calls", d, err, fb.count())
+	}
+	ev := web1
+	ev.DedupeKey = "1"
+	if d, _ := l.Allow(context.Background(), ev); !d.Degraded || d.Allowed || fb.count() != 1 {
+		t.Fatalf("with a dedupe key: %+v after %d calls, want a degraded closed decision after 1", d, fb.count())
+	}
+}

@@ -269,6 +269,15 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		}
 		cr = &l.none
 	}
+	if cr.order == "" && cr.block == 0 && (r.DedupeKey == "" || l.dedupe == 0) {
+		// A rule without limits: nothing to ask the backend.
+		d := Decision{Allowed: true, Rule: cr.name, Reason: ReasonAllowed, OnExceed: cr.onExceed,
+			Counters: Counters{SinceLast: -1}}
+		if !dry {
+			l.metrics.observe(cr.idx, &d)
+		}
+		return d, nil
+	}
 	now := l.clock.Now()
 	var o op
 	l.buildOp(&o, cr, r, now, dry)
