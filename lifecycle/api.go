@@ -165,8 +165,10 @@ func isRetryable(err error) bool {
 	if errors.As(err, &ae) {
 		return ae.ErrorFault() == smithy.FaultServer || ae.ErrorCode() == "InternalFailure" || ae.ErrorCode() == "ServiceUnavailable"
 	}
-	// No API answer at all: a transport failure, unless our own context ended.
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	// An SDK call without any API answer: a transport failure, unless our
+	// own context ended. Errors from elsewhere are not retried.
+	var oe *smithy.OperationError
+	return errors.As(err, &oe) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // metricResult is the {result} label of an API attempt.
