@@ -92,6 +92,12 @@ type Agent struct {
 
 	inflight   atomic.Int64
 	redisState atomic.Bool
+
+	// running holds the task ids executing in this process: the store's
+	// lease is per owner, so a duplicate message reaching the agent that
+	// already runs the task is caught here.
+	runningMu sync.Mutex
+	running   map[string]bool
 }
 
 type drainTrigger struct {
@@ -127,6 +133,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		runner:   d.Runner,
 		catalog:  map[string]runner.Diagnostic{},
 		outcomes: map[string]int64{},
+		running:  map[string]bool{},
 		started:  d.Clock.Now(),
 	}
 	a.drain = drain.New(drain.Config{Timeout: cfg.Lifecycle.DrainTimeout, Queued: cfg.Lifecycle.Queued})
@@ -412,6 +419,15 @@ func (a *Agent) execute(ctx context.Context, j *job) {
 	lease := a.cfg.Queue.VisibilityTimeout
 	cctx, cancel := a.callCtx()
 	defer cancel()
+	if !a.markRunning(t.ID) {
+		hide := lease + 5*time.Second
+		_ = a.d.Source.ChangeVisibility(cctx, j.msg, hide)
+		a.log.Info("duplicate delivery of a task running here; looking again later", "task_id", t.ID, "retry_in", hide)
+		a.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: "running_here"})
+		a.finishJob(j)
+		return
+	}
+	defer a.unmarkRunning(t.ID)
 	claim, err := a.d.Store.Claim(cctx, state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic}, a.d.InstanceID, lease)
 	a.noteStore(err)
 	if err != nil {
@@ -505,6 +521,22 @@ func (a *Agent) execute(ctx context.Context, j *job) {
 	}
 	a.endRun(j, res, reason)
 	a.ack(cctx, j)
+}
+
+func (a *Agent) markRunning(id string) bool {
+	a.runningMu.Lock()
+	defer a.runningMu.Unlock()
+	if a.running[id] {
+		return false
+	}
+	a.running[id] = true
+	return true
+}
+
+func (a *Agent) unmarkRunning(id string) {
+	a.runningMu.Lock()
+	defer a.runningMu.Unlock()
+	delete(a.running, id)
 }
 
 // keepAlive extends the message's visibility and the lease while a task
