@@ -123,7 +123,7 @@ func (q *queue) signal() {
 	if q.waiters == 0 {
 		return
 	}
-	// close(q.notify)
+	close(q.notify)
 	q.notify = make(chan struct{})
 }
 
