@@ -1,0 +1,88 @@
+package lifecycle
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want []string // each a line prefix; nil = valid
+	}{
+		{"imds with hook", func(c *Config) { c.Sources = []string{"signal", "imds"}; c.HookName = "drain" }, nil},
+		{"sqs with queue", func(c *Config) { c.Sources = []string{"sqs"}; c.QueueURL = "https://sqs/q" }, nil},
+		{"imds without hook", func(c *Config) { c.Sources = []string{"imds"} }, []string{"hook_name: required"}},
+		{"sqs without queue", func(c *Config) { c.Sources = []string{"sqs"} }, []string{"queue_url: required"}},
+		{"unknown and duplicate source", func(c *Config) { c.Sources = []string{"signal", "kafka", "signal"} },
+			[]string{"sources[1]: unknown source \"kafka\"", "sources[2]: duplicate source"}},
+		{"interval at half the hook timeout", func(c *Config) { c.HookHeartbeatTimeout = 2 * time.Minute; c.HeartbeatInterval = time.Minute },
+			[]string{"heartbeat_interval: must be below half of hook_heartbeat_timeout (2m0s)"}},
+		{"interval below half", func(c *Config) { c.HookHeartbeatTimeout = 2 * time.Minute; c.HeartbeatInterval = 59 * time.Second }, nil},
+		{"unknown hook timeout allows any positive interval", func(c *Config) { c.HeartbeatInterval = 10 * time.Minute }, nil},
+		{"hook timeout outside the API range", func(c *Config) { c.HookHeartbeatTimeout = 3 * time.Hour },
+			[]string{"hook_heartbeat_timeout: must be between 30s and 2h0m0s"}},
+		{"drain timeout past 100 x hook timeout", func(c *Config) {
+			c.HookHeartbeatTimeout = 60 * time.Second
+			c.HeartbeatInterval = 20 * time.Second
+			c.DrainTimeout = 100 * time.Minute
+		}, []string{"drain_timeout: must be below the lifecycle action's global timeout (1h40m0s"}},
+		{"drain timeout past 48h", func(c *Config) { c.DrainTimeout = 49 * time.Hour },
+			[]string{"drain_timeout: must be below the lifecycle action's global timeout (48h0m0s"}},
+		{"zero durations", func(c *Config) { c.HeartbeatInterval = 0; c.DrainTimeout = 0; c.IMDSPollInterval = 0 },
+			[]string{"heartbeat_interval: must be positive", "drain_timeout: must be positive", "imds_poll_interval: must be positive"}},
+		{"bad enums", func(c *Config) { c.OnTimeout = "CONTINUE"; c.Queued = "drop" },
+			[]string{"on_timeout: must be continue or abandon", "queued: must be finish or release"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.edit(&c)
+			err := c.Validate()
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Validate() = %v; want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil; want %q", tt.want)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(tt.want) {
+				t.Fatalf("Validate() = %q; want %d problems %q", lines, len(tt.want), tt.want)
+			}
+			for i, w := range tt.want {
+				if !strings.HasPrefix(lines[i], w) {
+					t.Errorf("problem %d = %q; want prefix %q", i, lines[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestGlobalTimeoutAndResult(t *testing.T) {
+	for _, tt := range []struct {
+		hbt, want time.Duration
+	}{{0, 48 * time.Hour}, {30 * time.Second, 50 * time.Minute}, {2 * time.Hour, 48 * time.Hour}} {
+		if got := GlobalTimeout(tt.hbt); got != tt.want {
+			t.Errorf("GlobalTimeout(%s) = %s; want %s", tt.hbt, got, tt.want)
+		}
+	}
+	c := DefaultConfig()
+	if c.CompletionResult(true) != ResultContinue {
+		t.Error("on_timeout continue: want CONTINUE at the deadline")
+	}
+	c.OnTimeout = OnTimeoutAbandon
+	if c.CompletionResult(false) != ResultContinue || c.CompletionResult(true) != ResultAbandon {
+		t.Error("on_timeout abandon: want ABANDON only when the deadline was hit")
+	}
+}
