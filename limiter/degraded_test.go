@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -181,5 +182,55 @@ func TestRuleWithoutLimitsNeedsNoBackend(t *testing.T) {
 	ev.DedupeKey = "1"
 	if d, _ := l.Allow(context.Background(), ev); !d.Degraded || d.Allowed || fb.count() != 1 {
 		t.Fatalf("with a dedupe key: %+v after %d calls, want a degraded closed decision after 1", d, fb.count())
+	}
+}
+
+// TestTimeoutBoundsCall: a Redis that accepts connections but never answers
+// is cut off by Options.Timeout (the client's own timeouts are an hour), and
+// the decision degrades.
+func TestTimeoutBoundsCall(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1,
+		DialTimeout: time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, PoolTimeout: time.Hour})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(failCfg(), NewRedis(c, "autodiag:"), Options{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		d   Decision
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		d, err := l.Allow(context.Background(), db1)
+		done <- answer{d, err}
+	}()
+	select {
+	case a := <-done:
+		if a.err != nil || !a.d.Degraded || a.d.Allowed || a.d.Reason != ReasonDegradedClosed {
+			t.Fatalf("got %+v %v, want a degraded closed decision", a.d, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Allow still waiting on a silent Redis: Options.Timeout did not bound the call")
 	}
 }

@@ -54,14 +54,16 @@
 //
 // # Failure
 //
-// Each backend call is bounded by Options.Timeout (redis.timeout): it becomes
-// the deadline of the call's context, which go-redis applies to dialing,
-// writing and reading (it does not bound the wait for a free pooled
-// connection; set the client's PoolTimeout for that; with an AutoPipeliner the
-// client's ReadTimeout/WriteTimeout bound a batch). On an error or timeout
-// Allow decides by the rule's fail mode (open: allowed; closed: denied with
-// RetryAfter = the breaker cooldown), marks the decision Degraded, logs the
-// cause and counts autodiag_limiter_degraded_total. After BreakerThreshold
+// Each backend call is bounded by Options.Timeout (redis.timeout) by the
+// limiter itself: the call runs on its own goroutine and the decision stops
+// waiting at the timeout, whatever the client's options (go-redis ignores
+// context deadlines unless ContextTimeoutEnabled is set). The abandoned call
+// ends with the client's own timeouts; with ContextTimeoutEnabled it gets
+// the decision's deadline as dial/read/write deadlines and ends promptly, so
+// set it (and ReadTimeout/WriteTimeout/PoolTimeout near redis.timeout). On an
+// error or timeout Allow decides by the rule's fail mode (open: allowed;
+// closed: denied with RetryAfter = the breaker cooldown), marks the decision
+// Degraded, logs the cause and counts autodiag_limiter_degraded_total. After BreakerThreshold
 // consecutive failures a circuit breaker stops calling Redis for
 // BreakerCooldown (on the Clock), deciding by fail mode at once (reason
 // "breaker_open"), then lets one probe through. Check, the dry run behind

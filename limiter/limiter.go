@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -14,6 +15,8 @@ import (
 
 // RuleNone is the rule name of a decision no rule matched.
 const RuleNone = "none"
+
+var errNilBackend = errors.New("limiter: nil backend")
 
 // Reasons, stable and machine-readable, as carried in Decision.Reason and the
 // reason label of autodiag_limiter_decisions_total.
@@ -269,8 +272,9 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		}
 		cr = &l.none
 	}
-	if cr.order == "" && cr.block == 0 && (r.DedupeKey == "" || l.dedupe == 0) {
-		// A rule without limits: nothing to ask the backend.
+	if cr.order == "" && (r.DedupeKey == "" || l.dedupe == 0) {
+		// A rule without limits (so without denials to block on): nothing to
+		// ask the backend.
 		d := Decision{Allowed: true, Rule: cr.name, Reason: ReasonAllowed, OnExceed: cr.onExceed,
 			Counters: Counters{SinceLast: -1}}
 		if !dry {

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -84,5 +83,3 @@ func (m *metrics) observe(idx int, d *Decision) {
 	}
 	(*c).Inc()
 }
-
-var errNilBackend = errors.New("limiter: nil backend")

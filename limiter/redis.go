@@ -70,17 +70,27 @@ type evalCall struct {
 	strs [6 + nArgv]string // keys, then ARGV
 	args [3 + 6 + nArgv]interface{}
 	ctx  deadlineCtx
+
+	// The call runs on its own goroutine so that the limiter, not the
+	// client's configuration, bounds how long a decision waits.
+	done  chan struct{} // buffered(1): the goroutine never blocks
+	timer *time.Timer
+	reply string
+	err   error
 }
 
-// deadlineCtx is ctx with an earlier deadline but without a timer: go-redis
-// turns the deadline into dial/read/write deadlines on the connection, which
-// is what bounds the call; cancellation still comes from the parent.
+// deadlineCtx is ctx with an earlier deadline but without a timer of its
+// own. A client with ContextTimeoutEnabled turns it into dial, read and write
+// deadlines, which lets an abandoned call (see eval) end promptly.
 type deadlineCtx struct {
 	context.Context
 	deadline time.Time
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// errTimeout is the cause of a decision that waited longer than the timeout.
+var errTimeout = errors.New("timed out")
 
 var (
 	argEvalSha interface{} = "evalsha"
@@ -92,37 +102,68 @@ var (
 func (b *Redis) eval(ctx context.Context, o op, timeout time.Duration) (result, error) {
 	ec, _ := b.calls.Get().(*evalCall)
 	if ec == nil {
-		ec = &evalCall{buf: make([]byte, 0, 512)}
+		ec = &evalCall{buf: make([]byte, 0, 512), done: make(chan struct{}, 1)}
 	}
 	nkeys := b.encode(ec, &o)
 	ec.args[0], ec.args[1], ec.args[2] = argEvalSha, argSHA, nkeys
 	for i := range nkeys + nArgv {
 		ec.args[3+i] = &ec.strs[i]
 	}
-	args := ec.args[:3+nkeys+nArgv]
-	callCtx := ctx
-	if timeout > 0 {
-		dl := time.Now().Add(timeout)
-		if pd, ok := ctx.Deadline(); !ok || pd.After(dl) {
-			ec.ctx = deadlineCtx{Context: ctx, deadline: dl}
-			callCtx = &ec.ctx
-		}
+	if timeout <= 0 {
+		b.call(ctx, ec, 3+nkeys+nArgv)
+		<-ec.done
+		return b.finish(ec)
 	}
-	cmd := redis.NewCmd(callCtx, args...)
-	if err := b.c.Process(callCtx, cmd); err != nil && isNoScript(err) {
+	ec.ctx = deadlineCtx{Context: ctx, deadline: time.Now().Add(timeout)}
+	if pd, ok := ctx.Deadline(); ok && pd.Before(ec.ctx.deadline) {
+		ec.ctx.deadline = pd
+	}
+	if ec.timer == nil {
+		ec.timer = time.NewTimer(timeout)
+	} else {
+		ec.timer.Reset(timeout)
+	}
+	go b.call(&ec.ctx, ec, 3+nkeys+nArgv)
+	select {
+	case <-ec.done:
+		ec.timer.Stop()
+		return b.finish(ec)
+	case <-ec.timer.C:
+		// ec belongs to the abandoned call now; it is not reused.
+		return result{}, fmt.Errorf("redis evalsha allow.lua: %w after %s", errTimeout, timeout)
+	case <-ctx.Done():
+		ec.timer.Stop()
+		return result{}, ctx.Err()
+	}
+}
+
+// call runs allow.lua with ec's arguments (EVAL when the script is not
+// cached) and signals ec.done.
+func (b *Redis) call(ctx context.Context, ec *evalCall, nargs int) {
+	args := ec.args[:nargs]
+	cmd := redis.NewCmd(ctx, args...)
+	if err := b.c.Process(ctx, cmd); err != nil && isNoScript(err) {
 		ec.args[0], ec.args[1] = argEval, argScript
-		cmd = redis.NewCmd(callCtx, args...)
-		_ = b.c.Process(callCtx, cmd)
+		cmd = redis.NewCmd(ctx, args...)
+		_ = b.c.Process(ctx, cmd)
 	}
-	reply, err := cmd.Text()
+	ec.reply, ec.err = cmd.Text()
+	ec.done <- struct{}{}
+}
+
+// finish reads the result of a completed call (ec.done received) and
+// recycles ec.
+func (b *Redis) finish(ec *evalCall) (result, error) {
+	reply, err := ec.reply, ec.err
 	if err != nil {
-		// The command may still be queued (autopipelining) and read ec: drop it.
+		// With autopipelining the command may still be queued and read ec: drop it.
 		return result{}, fmt.Errorf("redis evalsha allow.lua: %w", err)
 	}
-	ec.ctx = deadlineCtx{}
+	res, err := parseReply(reply)
+	ec.ctx, ec.reply = deadlineCtx{}, ""
 	clear(ec.args[:])
 	b.calls.Put(ec)
-	return parseReply(reply)
+	return res, err
 }
 
 func isNoScript(err error) bool {
