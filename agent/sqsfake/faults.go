@@ -159,6 +159,7 @@ func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
 		select {
 		case <-t.C():
 		case <-ctx.Done():
+		case <-s.closed:
 		}
 		t.Stop()
 	}

@@ -187,7 +187,10 @@ func NewTestServer(tb testing.TB, opts ...Option) (*Server, *httptest.Server) {
 	s := New(opts...)
 	ts := httptest.NewServer(s)
 	s.SetBaseURL(ts.URL)
-	tb.Cleanup(ts.Close)
+	tb.Cleanup(func() {
+		s.Close()
+		ts.Close()
+	})
 	return s, ts
 }
 
@@ -212,4 +215,13 @@ func (s *Server) Pollers(name string) int {
 		return q.waiters
 	}
 	return 0
+}
+
+func (s *Server) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
 }

@@ -428,7 +428,7 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 			s.queueMu.Unlock()
 			return nil, aerr
 		}
-		if len(got) > 0 || !now.Before(deadline) {
+		if len(got) > 0 || !now.Before(deadline) || s.isClosed() {
 			out := receiveMessageOut{}
 			for i, m := range got {
 				out.Messages = append(out.Messages, renderMessage(m, handles[i], sysNames, in.MessageAttributeNames))
@@ -452,6 +452,7 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 		case <-ch:
 		case <-t.C():
 		case <-rc.ctx.Done():
+		case <-s.closed:
 		}
 		t.Stop()
 

@@ -54,6 +54,9 @@ type Server struct {
 	deletedAt map[string]time.Time
 	baseURL   string
 
+	closed    chan struct{}
+	closeOnce sync.Once
+
 	faultMu  sync.Mutex // guards faults and rng
 	faults   []*faultState
 	nextID   int
@@ -106,6 +109,7 @@ func New(opts ...Option) *Server {
 		deletedAt: map[string]time.Time{},
 		counters:  map[string]int{},
 		baseURL:   "http://localhost",
+		closed:    make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -126,6 +130,14 @@ func beUint64(b []byte) uint64 {
 		v = v<<8 | uint64(x)
 	}
 	return v
+}
+
+// Close ends every blocked long poll (with an empty response) and injected
+// latency, and makes later long polls return at once, so an
+// httptest.Server.Close that waits for active requests never hangs. The
+// server keeps answering other requests.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
 }
 
 // SetBaseURL sets the scheme and host (e.g. httptest.Server.URL) used in queue
