@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,17 +15,21 @@ type breaker struct {
 	threshold int
 	cooldown  time.Duration
 
+	// fails is read without the lock on the happy path (closed breaker).
+	fails     atomic.Int64
 	mu        sync.Mutex
-	fails     int
 	openUntil time.Time
 	probing   bool
 }
 
 // allow reports whether a decision may call the backend now.
 func (b *breaker) allow(now time.Time) bool {
+	if b.fails.Load() < int64(b.threshold) {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.fails < b.threshold {
+	if b.fails.Load() < int64(b.threshold) {
 		return true
 	}
 	if now.Before(b.openUntil) || b.probing {
@@ -35,15 +40,18 @@ func (b *breaker) allow(now time.Time) bool {
 }
 
 func (b *breaker) success() {
+	if b.fails.Load() == 0 {
+		return
+	}
 	b.mu.Lock()
-	b.fails, b.probing = 0, false
+	b.fails.Store(0)
+	b.probing = false
 	b.mu.Unlock()
 }
 
 func (b *breaker) failure(now time.Time) {
 	b.mu.Lock()
-	b.fails++
-	if b.fails >= b.threshold {
+	if b.fails.Add(1) >= int64(b.threshold) {
 		b.openUntil, b.probing = now.Add(b.cooldown), false
 	}
 	b.mu.Unlock()
@@ -59,12 +67,10 @@ func (b *breaker) abort() {
 
 // state names the backend state for logs: "up", "failing" or "breaker_open".
 func (b *breaker) state() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.fails == 0:
+	switch f := b.fails.Load(); {
+	case f == 0:
 		return "up"
-	case b.fails < b.threshold:
+	case f < int64(b.threshold):
 		return "failing"
 	default:
 		return "breaker_open"
