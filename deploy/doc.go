@@ -23,5 +23,5 @@
 // provider mirror they run `terraform validate` and `terraform test` (the
 // tests/*.tftest.hcl files, against a mocked AWS provider) offline.
 //
-// The package has no exported API; operators read docs/operations.md.
+// The package has no exported API; operators read the README's Operations section.
 package deploy

@@ -243,7 +243,7 @@ resource "aws_iam_instance_profile" "agent" {
 
 resource "aws_cloudwatch_metric_alarm" "drain_stuck" {
   alarm_name        = "${var.name}-drain-stuck"
-  alarm_description = "An autodiag agent in ${var.asg_name} has been draining for more than ${var.drain_stuck_minutes} minutes (instance held in Terminating:Wait). Runbook: docs/operations.md#stuck-drain."
+  alarm_description = "An autodiag agent in ${var.asg_name} has been draining for more than ${var.drain_stuck_minutes} minutes (instance held in Terminating:Wait). Runbook: README.md#stuck-drain."
 
   namespace   = var.metrics_namespace
   metric_name = "DrainSeconds"
