@@ -1,0 +1,203 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/lifecycle/asgfake"
+)
+
+// mockInstanceID is the instance-id served by amazon-ec2-metadata-mock.
+const mockInstanceID = "i-1234567890abcdef0"
+
+// lockedBuffer collects the mock's output for failure messages.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startMetadataMock runs AWS's amazon-ec2-metadata-mock (v1.13.0, path in
+// AUTODIAG_TEST_EC2_METADATA_MOCK) on a free loopback port with args and
+// returns its URL once it answers, and when it was started.
+func startMetadataMock(t *testing.T, args ...string) (string, time.Time) {
+	t.Helper()
+	bin := os.Getenv("AUTODIAG_TEST_EC2_METADATA_MOCK")
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AUTODIAG_TEST_EC2_METADATA_MOCK is not set (scripts/test.sh installs ec2-metadata-mock@v1.13.0)")
+		}
+		t.Skip("AUTODIAG_TEST_EC2_METADATA_MOCK not set")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+
+	var out lockedBuffer
+	home := t.TempDir() // no stray $HOME/aemm-config.json
+	cmd := exec.Command(bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	cmd.Dir = home
+	cmd.Stdout, cmd.Stderr = &out, &out
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("ec2-metadata-mock output:\n%s", out.String())
+		}
+	})
+
+	url := "http://127.0.0.1:" + port
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
+		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url, started
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ec2-metadata-mock did not answer on %s within 15s:\n%s", url, out.String())
+		}
+		<-tick.C
+	}
+}
+
+func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
+	t.Run("asglifecycle imdsv2", func(t *testing.T) {
+		const delay = 3 * time.Second
+		url, started := startMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
+
+		fake := asgfake.New(asgfake.Options{})
+		fake.AddGroup("web")
+		if err := fake.AddInstance("web", mockInstanceID); err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceSignal, SourceIMDS}
+		cfg.HookName = "drain"
+		cfg.IMDSPollInterval = 100 * time.Millisecond
+		d := Deps{IMDS: imds.New(imds.Options{Endpoint: url}), AutoScaling: newASGClient(fake, nil),
+			InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: prometheus.NewRegistry()}
+		w, err := NewWatcher(cfg, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+
+		act, err := w.Probe(ctx)
+		if err != nil {
+			t.Fatalf("Probe: %v", err)
+		}
+		// The mock counts its delay in whole seconds from a truncated start
+		// time: Terminated can appear up to a second early.
+		early := delay - time.Second
+		if time.Since(started) < early && act != nil {
+			t.Fatalf("Probe = %+v while the mock still says InService", act)
+		}
+
+		var fired []Trigger
+		if err := w.Run(ctx, func(tr Trigger) { fired = append(fired, tr) }); err != nil {
+			t.Fatal(err)
+		}
+		if len(fired) != 1 {
+			t.Fatalf("fired %d triggers in 30s; want 1 (Terminated after %s)", len(fired), delay)
+		}
+		tr := fired[0]
+		if tr.Source != SourceIMDS || tr.Action == nil || !tr.Deadline.IsZero() {
+			t.Fatalf("trigger = %+v; want imds with an action and no deadline of its own", tr)
+		}
+		if tr.At.Sub(started) < early {
+			t.Fatalf("fired %s after the mock started; Terminated only appears after %s", tr.At.Sub(started), early)
+		}
+		want := Action{InstanceID: mockInstanceID, ASGName: "web", HookName: "drain", Started: tr.Action.Started}
+		if *tr.Action != want {
+			t.Fatalf("action = %+v; want %+v (ASG from DescribeAutoScalingInstances)", *tr.Action, want)
+		}
+		if act, err := w.Probe(ctx); err != nil || act == nil || act.HookName != "drain" {
+			t.Fatalf("Probe after Terminated = %+v, %v; want the action", act, err)
+		}
+
+		// The IMDS action (no token) completes by instance id.
+		if _, err := fake.Terminate(mockInstanceID); err != nil {
+			t.Fatal(err)
+		}
+		actor := NewActor(cfg, d)
+		if err := actor.Complete(ctx, *tr.Action, ResultContinue); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		if a, _ := fake.Action(mockInstanceID); a.Completions != 1 {
+			t.Fatalf("fake action = %+v; want completed once", a)
+		}
+	})
+
+	t.Run("spot", func(t *testing.T) {
+		url, started := startMetadataMock(t, "spot", "-d", "2")
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceIMDS}
+		cfg.HookName = "drain"
+		cfg.ASGName = "web"
+		cfg.IMDSPollInterval = 100 * time.Millisecond
+		w, err := NewWatcher(cfg, Deps{IMDS: imds.New(imds.Options{Endpoint: url}), InstanceID: mockInstanceID, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		var fired []Trigger
+		if err := w.Run(ctx, func(tr Trigger) { fired = append(fired, tr) }); err != nil {
+			t.Fatal(err)
+		}
+		if len(fired) != 1 {
+			t.Fatalf("fired %d triggers in 30s; want the spot notice", len(fired))
+		}
+		tr := fired[0]
+		if tr.Source != "spot" || tr.Action != nil || tr.At.Sub(started) < time.Second {
+			// 2s delay, counted in whole seconds by the mock: at least 1s.
+			t.Fatalf("trigger = %+v (%s after start); want spot without action, after the 2s delay", tr, tr.At.Sub(started))
+		}
+		// The mock announces the interruption 2 minutes ahead.
+		want := tr.At.Add(2*time.Minute - SpotSafetyMargin)
+		if diff := tr.Deadline.Sub(want); diff < -5*time.Second || diff > 5*time.Second {
+			t.Fatalf("deadline = %s; want the action time minus %s ≈ %s", tr.Deadline, SpotSafetyMargin, want)
+		}
+	})
+}
