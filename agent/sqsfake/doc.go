@@ -31,10 +31,31 @@
 // current handle of a message whose visibility already lapsed fails with
 // AWS.SimpleQueueService.MessageNotInflight (typed *types.MessageNotInflight).
 //
-// Tests drive time through an injected Clock (see FakeClock), inject faults
-// (throttling, 5xx, latency, dropped responses after the operation was
-// applied) with Server.InjectFault, and inspect the result with Server.Calls,
-// Server.Counters and Server.Queue.
+// Tests drive time through an injected Clock (see FakeClock; Waiters tells
+// when a long poll is blocked), inject faults (throttling, 5xx, latency,
+// dropped responses after the operation was applied) with Server.InjectFault,
+// and inspect the result with Server.Calls (one entry per HTTP request, with
+// the SDK's invocation id and attempt number, so retries are countable),
+// Server.Counters, Server.Pollers and Server.Queue (visible / in-flight /
+// delayed counts, live messages, and the history of every message with its
+// receive count and fate: deleted, expired, purged, moved).
 //
-// Not supported: FIFO queues, tags, permissions, message move tasks, KMS.
+// Choices where SQS leaves room, made to be deterministic and to expose bugs:
+//   - a short poll (WaitTimeSeconds 0) returns every visible message up to
+//     MaxNumberOfMessages; SQS may sample servers and return fewer or none;
+//   - a long poll returns as soon as at least one message is available;
+//   - a message moved to the dead-letter queue keeps its MessageId, body,
+//     attributes, SentTimestamp (retention counts from the original send, as
+//     SQS does for standard queues) and its receive count;
+//   - MaximumMessageSize defaults to 262144 (256 KiB); it can be raised to
+//     1 MiB with the queue attribute;
+//   - the SDK omits zero integers, so ReceiveMessage cannot ask for a
+//     VisibilityTimeout of 0 (the queue default applies) and a
+//     ChangeMessageVisibility without VisibilityTimeout means 0;
+//   - long polls abandoned by the client are not logged as calls;
+//   - Server.Close ends blocked long polls with an empty response.
+//
+// Not supported: FIFO queues (and MessageDeduplicationId), tags, permissions,
+// message move tasks, KMS, list-valued message attributes. Message histories
+// are kept for the life of the Server (fine for tests and benchmarks).
 package sqsfake

@@ -923,6 +923,9 @@ func TestFaultInjection(t *testing.T) {
 					t.Errorf("call %d: invocation %s attempt %d, want one invocation, attempt %d", i, c.InvocationID, c.Attempt, i+1)
 				}
 			}
+			if got := e.srv.Counters()["SendMessage"]; got != tc.wantCalls {
+				t.Errorf("counter SendMessage = %d, want %d", got, tc.wantCalls)
+			}
 			if got := e.backoff.retries(); got != tc.wantCalls-1 {
 				t.Errorf("SDK scheduled %d retries, want %d", got, tc.wantCalls-1)
 			}
