@@ -210,6 +210,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	g.Go(func() error { return a.intakeLoop() })
 	g.Go(func() error { a.instanceLoop(done); return nil })
+	if a.d.CloudWatch != nil {
+		g.Go(func() error {
+			cctx, cancel := context.WithCancel(gctx)
+			defer cancel()
+			go func() {
+				select {
+				case <-done:
+					cancel()
+				case <-cctx.Done():
+				}
+			}()
+			a.publishLimiterDegraded(cctx)
+			return nil
+		})
+	}
 	if a.d.Watcher != nil {
 		g.Go(func() error {
 			wctx, cancel := context.WithCancel(gctx)
