@@ -1,0 +1,150 @@
+package lifecycle_test
+
+// The sqs source against agent/sqsfake (the project's SQS fake) with the real
+// SDK clients for SQS and Auto Scaling. This test-only import of agent/sqsfake
+// is the one place the lifecycle package touches agent/: the production code
+// does not.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/lifecycle"
+	"github.com/autodiag/autodiag/lifecycle/asgfake"
+)
+
+func TestSQSSourceAgainstSQSFake(t *testing.T) {
+	tests := []struct {
+		name string
+		wrap func(string) string
+	}{
+		{"direct", func(b string) string { return b }},
+		{"SNS wrapped", func(b string) string {
+			out, _ := json.Marshal(map[string]string{"Type": "Notification", "MessageId": "m", "Message": b})
+			return string(out)
+		}},
+		{"EventBridge", func(b string) string {
+			if strings.Contains(b, "TEST_NOTIFICATION") {
+				return b
+			}
+			return `{"version":"0","detail-type":"EC2 Instance-terminate Lifecycle Action","source":"aws.autoscaling","time":"2026-08-11T10:00:00Z","detail":` + b + `}`
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			srv, sqsTS := sqsfake.NewTestServer(t)
+			queueURL, err := srv.CreateQueue("lifecycle", map[string]string{"VisibilityTimeout": "30"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sqsClient := sqs.NewFromConfig(sqsfake.SDKConfig(sqsTS.URL))
+
+			// Auto Scaling notifies the queue, as a hook with an SQS target does.
+			var sent []string // message ids in order: test, i-2's, i-1's
+			fake := asgfake.New(asgfake.Options{Seed: 5, Notify: func(body string) {
+				out, err := sqsClient.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(tt.wrap(body))})
+				if err != nil {
+					t.Errorf("send notification: %v", err)
+					return
+				}
+				sent = append(sent, aws.ToString(out.MessageId))
+			}})
+			asgTS := httptest.NewServer(fake)
+			defer asgTS.Close()
+			asgCfg := sqsfake.SDKConfig(asgTS.URL)
+			asgClient := autoscaling.NewFromConfig(asgCfg)
+			fake.AddGroup("web")
+			for _, id := range []string{"i-1", "i-2"} {
+				if err := fake.AddInstance("web", id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: 5 * time.Minute,
+				NotificationTargetARN: srv.QueueARN("lifecycle")}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fake.Terminate("i-2"); err != nil {
+				t.Fatal(err)
+			}
+			ours, err := fake.Terminate("i-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sent) != 3 {
+				t.Fatalf("sent %d notifications; want 3", len(sent))
+			}
+
+			cfg := lifecycle.DefaultConfig()
+			cfg.Sources = []string{lifecycle.SourceSignal, lifecycle.SourceSQS}
+			cfg.QueueURL = queueURL
+			cfg.HookName = "drain"
+			d := lifecycle.Deps{AutoScaling: asgClient, SQS: sqsClient, InstanceID: "i-1"}
+			w, err := lifecycle.NewWatcher(cfg, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fired []lifecycle.Trigger
+			var firedAt time.Time
+			if err := w.Run(ctx, func(tr lifecycle.Trigger) { fired, firedAt = append(fired, tr), time.Now() }); err != nil {
+				t.Fatal(err)
+			}
+			if len(fired) != 1 || fired[0].Action == nil || fired[0].Action.Token != ours[0].Token || fired[0].Source != lifecycle.SourceSQS {
+				t.Fatalf("fired = %+v; want one sqs trigger with token %s", fired, ours[0].Token)
+			}
+			for _, c := range srv.Calls("ReceiveMessage") {
+				if c.Time.After(firedAt) {
+					t.Fatalf("ReceiveMessage at %s, after the trigger fired at %s", c.Time, firedAt)
+				}
+			}
+			state := func() map[string]string {
+				v, _ := srv.Queue("lifecycle")
+				out := map[string]string{}
+				for _, m := range v.History {
+					out[m.ID] = m.State
+				}
+				return out
+			}
+			st := state()
+			if st[sent[0]] != "deleted" || st[sent[1]] == "deleted" || st[sent[2]] != "inflight" {
+				t.Fatalf("queue = %v; want TEST_NOTIFICATION %s deleted, i-2's %s kept, ours %s in flight", st, sent[0], sent[1], sent[2])
+			}
+			v, _ := srv.Queue("lifecycle")
+			for _, m := range v.Messages {
+				if m.ID == sent[2] && time.Until(m.VisibleAt) < 45*time.Second {
+					t.Errorf("our notification visible again at %s; want hidden well past the queue's 30s while draining", m.VisibleAt)
+				}
+				if m.ID == sent[1] && m.State != "visible" {
+					t.Errorf("i-2's notification is %s; want visible at once for its owner", m.State)
+				}
+			}
+
+			actor := lifecycle.NewActor(cfg, d)
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer ccancel()
+			if err := actor.Complete(cctx, *fired[0].Action, lifecycle.ResultContinue); err != nil {
+				t.Fatal(err)
+			}
+			st = state()
+			if st[sent[2]] != "deleted" || st[sent[1]] == "deleted" {
+				t.Fatalf("after completion queue = %v; want ours deleted, i-2's kept", st)
+			}
+			if a, _ := fake.Action("i-1"); a.Completions != 1 || a.Result != lifecycle.ResultContinue {
+				t.Fatalf("action = %+v; want completed once", a)
+			}
+			if n := srv.Counters()["DeleteMessage"]; n != 2 {
+				t.Fatalf("%d DeleteMessage calls; want 2 (TEST_NOTIFICATION, ours after completion)", n)
+			}
+		})
+	}
+}
