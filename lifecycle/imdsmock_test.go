@@ -114,8 +114,9 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 		cfg.Sources = []string{SourceSignal, SourceIMDS}
 		cfg.HookName = "drain"
 		cfg.IMDSPollInterval = 100 * time.Millisecond
+		reg := prometheus.NewRegistry()
 		d := Deps{IMDS: imds.New(imds.Options{Endpoint: url}), AutoScaling: newASGClient(fake, nil),
-			InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: prometheus.NewRegistry()}
+			InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: reg}
 		w, err := NewWatcher(cfg, d)
 		if err != nil {
 			t.Fatal(err)
@@ -151,6 +152,10 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 		want := Action{InstanceID: mockInstanceID, ASGName: "web", HookName: "drain", Started: tr.Action.Started}
 		if *tr.Action != want {
 			t.Fatalf("action = %+v; want %+v (ASG from DescribeAutoScalingInstances)", *tr.Action, want)
+		}
+		// spot/instance-action answers 404 in this mode: normal, not an error.
+		if n := counter(t, reg, "autodiag_lifecycle_source_errors_total", "source", "imds"); n != 0 {
+			t.Fatalf("%v imds poll errors; want 0 (404 and InService are normal answers)", n)
 		}
 		if act, err := w.Probe(ctx); err != nil || act == nil || act.HookName != "drain" {
 			t.Fatalf("Probe after Terminated = %+v, %v; want the action", act, err)

@@ -85,6 +85,10 @@ func (w *Watcher) Run(ctx context.Context, fire func(Trigger)) error {
 	select {
 	case <-ctx.Done():
 		wg.Wait()
+		close(found)
+		for late := range found { // found just as the watcher stopped
+			w.release(late)
+		}
 		return nil
 	case tr := <-found:
 		cancel()
