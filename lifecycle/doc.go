@@ -3,5 +3,86 @@
 // alive (RecordLifecycleActionHeartbeat) until the drain ends, then completes
 // it (CompleteLifecycleAction) exactly once.
 //
-// It is the only package that imports service/autoscaling.
+// It is the only package that imports service/autoscaling. It does not drain
+// anything itself (that is package drain) and does not handle signals (the
+// agent does): it reports triggers and acts on lifecycle actions.
+//
+// # Sources
+//
+// Config.Sources selects them (the `lifecycle:` section of DESIGN.md):
+//
+//   - signal: always on; the agent handles SIGTERM/SIGINT and calls
+//     Watcher.Probe to learn whether a lifecycle action is waiting (IMDS
+//     target-lifecycle-state already Terminated).
+//   - imds: Watcher.Run polls autoscaling/target-lifecycle-state and
+//     spot/instance-action every imds_poll_interval, with IMDSv2 tokens (the
+//     SDK's imds client). 404 and InService are normal answers. Terminated
+//     means Terminating:Wait has begun: the trigger carries an Action for
+//     hook_name, completed by InstanceId (IMDS has no token); the group is
+//     asg_name or found with DescribeAutoScalingInstances. A spot notice
+//     triggers with a hard Deadline (interruption time − SpotSafetyMargin) and
+//     the ASG action if one is already waiting (else Action is nil; the agent
+//     may Probe again before completing).
+//   - sqs: Watcher.Run long-polls queue_url for ASG lifecycle notifications,
+//     in the direct Auto Scaling JSON, the same wrapped by SNS, or the
+//     EventBridge "EC2 Instance-terminate Lifecycle Action" event.
+//     autoscaling:TEST_NOTIFICATION is deleted. Notifications for other
+//     instances (or other hooks, when hook_name is set) are made visible again
+//     at once (ChangeMessageVisibility 0) and never deleted. Ours is kept
+//     invisible while draining (at the trigger, then by every Heartbeat) and
+//     deleted by Complete only after the completion succeeded. Malformed
+//     messages are logged and left to the queue's redrive policy.
+//
+// Run calls fire once, for the first trigger, after every source has been
+// told to stop: no ReceiveMessage starts after a trigger. Polling errors are
+// logged, counted (autodiag_lifecycle_source_errors_total{source}) and retried
+// with backoff; they never end Run.
+//
+// # Heartbeats and completion
+//
+// Actor.Heartbeat sends a heartbeat at once, then every heartbeat_interval,
+// until its context is cancelled: the agent cancels it exactly when the drain
+// ends. A failed heartbeat is retried with backoff until the next one is due.
+// Heartbeats stop on "No active Lifecycle Action found" and at the action's
+// global timeout, min(48h, 100 × hook_heartbeat_timeout) from Action.Started.
+//
+// Actor.Complete calls CompleteLifecycleAction until one call succeeds
+// (CONTINUE, or ABANDON from Config.CompletionResult when on_timeout is
+// abandon and the drain hit its deadline), retrying throttling, 5xx and
+// transport errors with backoff on the caller's detached, bounded context
+// (DefaultCompleteTimeout when it has no deadline). "No active Lifecycle
+// Action found" counts as done: the action ended already (completed by an
+// earlier attempt whose response was lost, or timed out). Later calls for the
+// same action return nil without calling Auto Scaling.
+//
+// Metrics (registered on Deps.Registerer): autodiag_lifecycle_heartbeats_total
+// and autodiag_lifecycle_completions_total, {result} = ok, throttled, error,
+// no_action, one count per attempt.
+//
+// # Restart mid-drain
+//
+// Action is plain JSON (json.Marshal): the agent persists it with the drain
+// state and, after a restart, calls Heartbeat and Complete with it again.
+//
+// # Timeouts that must nest
+//
+// Config.Validate refuses heartbeat_interval ≥ hook_heartbeat_timeout/2 and
+// drain_timeout ≥ the action's global timeout. The hook's own timeout is
+// Auto Scaling configuration: set hook_heartbeat_timeout to it so these
+// checks can run.
+//
+// # Operating notes
+//
+//   - IAM: autoscaling:RecordLifecycleActionHeartbeat,
+//     autoscaling:CompleteLifecycleAction,
+//     autoscaling:DescribeAutoScalingInstances (unless asg_name is set); for
+//     the sqs source sqs:ReceiveMessage, sqs:DeleteMessage,
+//     sqs:ChangeMessageVisibility on queue_url.
+//   - A queue shared by the fleet delivers every notification to every agent
+//     until its owner takes it: a redrive policy's maxReceiveCount must be well
+//     above the fleet size, or notices move to the dead-letter queue before
+//     their instance sees them.
+//
+// Package asgfake is an Auto Scaling fake for tests of this package and of
+// the agent.
 package lifecycle
