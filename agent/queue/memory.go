@@ -219,9 +219,8 @@ func (q *Memory) ChangeVisibility(_ context.Context, m *Message, d time.Duration
 		return errStaleHandle
 	}
 	im.visibleAt = time.Now().Add(d)
-	if d <= 0 {
-		q.signal()
-	}
+	// Waiting receivers recompute when the earliest message becomes visible.
+	q.signal()
 	return nil
 }
 
