@@ -33,7 +33,8 @@
 //
 // Tests drive time through an injected Clock (see FakeClock; Waiters tells
 // when a long poll is blocked), inject faults (throttling, 5xx, latency,
-// dropped responses after the operation was applied) with Server.InjectFault,
+// dropped responses after the operation was applied, per-entry batch
+// failures, duplicate deliveries) with Server.InjectFault,
 // and inspect the result with Server.Calls (one entry per HTTP request, with
 // the SDK's invocation id and attempt number, so retries are countable),
 // Server.Counters, Server.Pollers and Server.Queue (visible / in-flight /

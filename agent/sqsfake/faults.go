@@ -2,6 +2,7 @@ package sqsfake
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,18 @@ const (
 	// FaultServerErrorAfterApply runs the operation, then answers 500
 	// InternalError: applied, yet reported as failed.
 	FaultServerErrorAfterApply
+	// FaultBatchEntryError fails single entries of the batch operations
+	// (SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch):
+	// the entry is not applied and is reported in Failed with Code
+	// InternalError and SenderFault false, while the request succeeds.
+	// Probability, Count and Skip count entries, not requests.
+	FaultBatchEntryError
+	// FaultDuplicateDelivery makes a ReceiveMessage deliver its messages and
+	// leave them visible, so the next receive delivers them again (with a new
+	// receipt handle; the first becomes stale) — the at-least-once duplicate
+	// delivery of standard queues, on demand. Count counts ReceiveMessage
+	// requests, including ones that return no message.
+	FaultDuplicateDelivery
 )
 
 func (k FaultKind) String() string {
@@ -39,6 +52,10 @@ func (k FaultKind) String() string {
 		return "drop-response"
 	case FaultServerErrorAfterApply:
 		return "server-error-after-apply"
+	case FaultBatchEntryError:
+		return "batch-entry-error"
+	case FaultDuplicateDelivery:
+		return "duplicate-delivery"
 	}
 	return ""
 }
@@ -114,8 +131,48 @@ func (s *Server) FaultFired(id int) int {
 }
 
 type faultAction struct {
-	err   *apiError // answer this instead of running the operation
-	after FaultKind // FaultDropResponse or FaultServerErrorAfterApply
+	err       *apiError   // answer this instead of running the operation
+	after     FaultKind   // FaultDropResponse or FaultServerErrorAfterApply
+	entry     *faultState // FaultBatchEntryError: decides per entry
+	duplicate bool        // FaultDuplicateDelivery
+}
+
+func terminal(k FaultKind) bool {
+	switch k {
+	case FaultThrottle, FaultServerError, FaultDropResponse, FaultServerErrorAfterApply:
+		return true
+	}
+	return false
+}
+
+// entryFails decides, for one batch entry, whether an armed
+// FaultBatchEntryError fails it.
+func (s *Server) entryFails(fs *faultState, call *Call) bool {
+	if fs == nil {
+		return false
+	}
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	f := fs.f
+	if f.Count > 0 && fs.fired >= f.Count {
+		return false
+	}
+	fs.seen++
+	if fs.seen <= f.Skip {
+		return false
+	}
+	if f.Probability > 0 && s.rng.Float64() >= f.Probability {
+		return false
+	}
+	fs.fired++
+	if len(call.Faults) == 0 || call.Faults[len(call.Faults)-1] != FaultBatchEntryError {
+		call.Faults = append(call.Faults, FaultBatchEntryError)
+	}
+	return true
+}
+
+func errEntryInternal() *apiError {
+	return &apiError{status: 500, typ: "InternalError", query: "InternalError", msg: "We encountered an internal error. Please try again."}
 }
 
 func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
@@ -130,7 +187,16 @@ func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
 		if f.Count > 0 && fs.fired >= f.Count {
 			continue
 		}
-		if f.Kind != FaultLatency && (act.err != nil || act.after != 0) {
+		if terminal(f.Kind) && (act.err != nil || act.after != 0) {
+			continue
+		}
+		if f.Kind == FaultBatchEntryError {
+			if act.entry == nil && strings.HasSuffix(call.Op, "Batch") {
+				act.entry = fs
+			}
+			continue
+		}
+		if f.Kind == FaultDuplicateDelivery && call.Op != "ReceiveMessage" {
 			continue
 		}
 		fs.seen++
@@ -151,6 +217,8 @@ func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
 			act.err = errInternal()
 		case FaultDropResponse, FaultServerErrorAfterApply:
 			act.after = f.Kind
+		case FaultDuplicateDelivery:
+			act.duplicate = true
 		}
 	}
 	s.faultMu.Unlock()

@@ -373,6 +373,10 @@ func (s *Server) opSendMessageBatch(rc reqCtx, in *sendMessageBatchIn, call *Cal
 			out.Failed = append(out.Failed, failedEntry(*e.Id, errs[i]))
 			continue
 		}
+		if s.entryFails(rc.entryFault, call) {
+			out.Failed = append(out.Failed, failedEntry(*e.Id, errEntryInternal()))
+			continue
+		}
 		m := s.enqueueLocked(q, vs[i], rc.sender, now)
 		call.MessageIDs = append(call.MessageIDs, m.id)
 		out.Successful = append(out.Successful, sendMessageBatchResultEntry{
@@ -429,6 +433,12 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 			return nil, aerr
 		}
 		if len(got) > 0 || !now.Before(deadline) || s.isClosed() {
+			if rc.duplicate {
+				for _, m := range got { // delivered, yet visible again at once
+					q.hide(m, stateInflight, now)
+				}
+				q.settle(now)
+			}
 			out := receiveMessageOut{}
 			for i, m := range got {
 				out.Messages = append(out.Messages, renderMessage(m, handles[i], sysNames, in.MessageAttributeNames))
@@ -623,7 +633,7 @@ func (s *Server) opChangeMessageVisibility(in *changeVisibilityIn, call *Call) (
 	return nil, s.changeVisibilityLocked(q, in.ReceiptHandle, in.VisibilityTimeout, s.clock.Now())
 }
 
-func (s *Server) opChangeMessageVisibilityBatch(in *changeVisibilityBatchIn, call *Call) (any, *apiError) {
+func (s *Server) opChangeMessageVisibilityBatch(rc reqCtx, in *changeVisibilityBatchIn, call *Call) (any, *apiError) {
 	ids := make([]*string, len(in.Entries))
 	for i := range in.Entries {
 		ids[i] = in.Entries[i].Id
@@ -643,6 +653,10 @@ func (s *Server) opChangeMessageVisibilityBatch(in *changeVisibilityBatchIn, cal
 	for _, e := range in.Entries {
 		if e.ReceiptHandle != nil {
 			call.ReceiptHandles = append(call.ReceiptHandles, *e.ReceiptHandle)
+		}
+		if s.entryFails(rc.entryFault, call) {
+			out.Failed = append(out.Failed, failedEntry(*e.Id, errEntryInternal()))
+			continue
 		}
 		if aerr := s.changeVisibilityLocked(q, e.ReceiptHandle, e.VisibilityTimeout, now); aerr != nil {
 			out.Failed = append(out.Failed, failedEntry(*e.Id, aerr))
@@ -693,7 +707,7 @@ func (s *Server) opDeleteMessage(in *deleteMessageIn, call *Call) (any, *apiErro
 	return nil, s.deleteLocked(q, in.ReceiptHandle, s.clock.Now(), call)
 }
 
-func (s *Server) opDeleteMessageBatch(in *deleteMessageBatchIn, call *Call) (any, *apiError) {
+func (s *Server) opDeleteMessageBatch(rc reqCtx, in *deleteMessageBatchIn, call *Call) (any, *apiError) {
 	ids := make([]*string, len(in.Entries))
 	for i := range in.Entries {
 		ids[i] = in.Entries[i].Id
@@ -713,6 +727,10 @@ func (s *Server) opDeleteMessageBatch(in *deleteMessageBatchIn, call *Call) (any
 	for _, e := range in.Entries {
 		if e.ReceiptHandle != nil {
 			call.ReceiptHandles = append(call.ReceiptHandles, *e.ReceiptHandle)
+		}
+		if s.entryFails(rc.entryFault, call) {
+			out.Failed = append(out.Failed, failedEntry(*e.Id, errEntryInternal()))
+			continue
 		}
 		if aerr := s.deleteLocked(q, e.ReceiptHandle, now, call); aerr != nil {
 			out.Failed = append(out.Failed, failedEntry(*e.Id, aerr))

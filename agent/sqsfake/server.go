@@ -206,7 +206,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Context().Err() != nil {
 		return
 	}
-	rc := reqCtx{ctx: r.Context(), host: r.Host, scheme: "http", sender: senderOf(r.Header.Get("Authorization"))}
+	rc := reqCtx{ctx: r.Context(), host: r.Host, scheme: "http", sender: senderOf(r.Header.Get("Authorization")),
+		entryFault: action.entry, duplicate: action.duplicate}
 	if r.TLS != nil {
 		rc.scheme = "https"
 	}
@@ -227,10 +228,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type reqCtx struct {
-	ctx    context.Context
-	host   string
-	scheme string
-	sender string
+	ctx        context.Context
+	host       string
+	scheme     string
+	sender     string
+	entryFault *faultState // armed FaultBatchEntryError, if any
+	duplicate  bool        // FaultDuplicateDelivery fired
 }
 
 func (rc reqCtx) queueURL(account, name string) string {
@@ -412,7 +415,7 @@ func (s *Server) dispatch(rc reqCtx, op string, body []byte, call *Call) (any, *
 		if e := decode(&in); e != nil {
 			return nil, e
 		}
-		return s.opChangeMessageVisibilityBatch(&in, call)
+		return s.opChangeMessageVisibilityBatch(rc, &in, call)
 	case "DeleteMessage":
 		var in deleteMessageIn
 		if e := decode(&in); e != nil {
@@ -424,7 +427,7 @@ func (s *Server) dispatch(rc reqCtx, op string, body []byte, call *Call) (any, *
 		if e := decode(&in); e != nil {
 			return nil, e
 		}
-		return s.opDeleteMessageBatch(&in, call)
+		return s.opDeleteMessageBatch(rc, &in, call)
 	default:
 		return nil, errUnsupported(op)
 	}
