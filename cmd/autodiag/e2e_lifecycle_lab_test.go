@@ -1,0 +1,467 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/lifecycle/asgfake"
+)
+
+// The lab is the AWS side of the lifecycle end-to-end tests: SQS (task queue
+// and lifecycle notification queue), Auto Scaling, CloudWatch and, for the
+// imds source, AWS's ec2-metadata-mock. Every request to the fakes goes
+// through a lcRecorder that notes when it started and ended on the wall clock
+// the agent's log lines use, and whether the client gave up on it (a
+// cancelled long poll is not in sqsfake.s own call log).
+
+const (
+	lcLabASG       = "asg-e2e"
+	lcLabHook      = "drain-hook"
+	lcLabOther     = "i-0ther0000000000000" // another instance of the group
+	lcTaskQueue    = "tasks"
+	lcNotifyQueue  = "lifecycle"
+	lcMockInstance = "i-1234567890abcdef0" // what ec2-metadata-mock reports
+)
+
+// lcCall is one request to a fake as the recorder saw it.
+type lcCall struct {
+	Op     string
+	Queue  string // SQS: the queue name
+	Start  time.Time
+	End    time.Time
+	Status int  // 0 when nothing was written (abandoned long poll)
+	Gone   bool // the client cancelled the request before the answer
+	Body   []byte
+}
+
+// lcRecorder wraps a fake's handler.
+type lcRecorder struct {
+	next http.Handler
+	op   func(r *http.Request, body []byte) (op, queue string)
+	// before runs ahead of every request (keeps the fakes consistent).
+	before func()
+
+	mu    sync.Mutex
+	calls []lcCall
+}
+
+type lcStatusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *lcStatusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+func (w *lcStatusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+func (w *lcStatusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (rec *lcRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	op, queue := rec.op(r, body)
+	if rec.before != nil {
+		rec.before()
+	}
+	sw := &lcStatusWriter{ResponseWriter: w}
+	rec.next.ServeHTTP(sw, r)
+	c := lcCall{Op: op, Queue: queue, Start: start, End: time.Now(), Status: sw.status, Gone: r.Context().Err() != nil, Body: body}
+	rec.mu.Lock()
+	rec.calls = append(rec.calls, c)
+	rec.mu.Unlock()
+}
+
+// log returns the recorded calls of op (and queue, when not ""), by start.
+func (rec *lcRecorder) log(op, queue string) []lcCall {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []lcCall
+	for _, c := range rec.calls {
+		if c.Op == op && (queue == "" || c.Queue == queue) {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	return out
+}
+
+func lcSqsOp(r *http.Request, body []byte) (string, string) {
+	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
+	var in struct{ QueueUrl string }
+	_ = json.Unmarshal(body, &in)
+	return op, path.Base(in.QueueUrl)
+}
+
+func lcAsgOp(_ *http.Request, body []byte) (string, string) {
+	form, _ := url.ParseQuery(string(body))
+	return form.Get("Action"), ""
+}
+
+func lcCwOp(r *http.Request, _ []byte) (string, string) { return path.Base(r.URL.Path), "" }
+
+// lcCloudWatch answers every rpc-v2-cbor operation with an empty CBOR map,
+// which is what PutMetricData returns.
+func lcCloudWatch(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Smithy-Protocol", "rpc-v2-cbor")
+	w.Header().Set("Content-Type", "application/cbor")
+	_, _ = w.Write([]byte{0xa0})
+}
+
+type lcLabOptions struct {
+	// scale is how much faster than the wall clock the Auto Scaling fake's
+	// clock runs, so that its heartbeat timeout (30s at least, as in AWS)
+	// can expire within a test: with scale 10, a 30s timeout is 3s of real
+	// time.
+	scale   float64
+	hookTTL time.Duration // the hook's HeartbeatTimeout on the fake's clock
+	// notify sends Auto Scaling's lifecycle notifications to the lifecycle
+	// queue (sqs source).
+	notify bool
+}
+
+type lcLab struct {
+	t        *testing.T
+	sqs      *sqsfake.Server
+	sqsRec   *lcRecorder
+	sqsURL   string
+	client   *sqs.Client
+	asg      *asgfake.Server
+	asgRec   *lcRecorder
+	asgURL   string
+	cwRec    *lcRecorder
+	cwURL    string
+	taskQURL string
+	lcQURL   string
+	prefix   string
+	redis    string
+	scale    float64
+	hookTTL  time.Duration
+
+	imdsURL    string
+	terminated sync.Once
+	syncMu     sync.Mutex
+	synced     bool
+}
+
+func lcRedisAddr(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
+	if addr == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set (CI=true): run scripts/test.sh")
+		}
+		t.Skip("AUTODIAG_TEST_REDIS_ADDR not set; scripts/test.sh starts a redis-server")
+	}
+	return addr
+}
+
+func lcRandHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
+	t.Helper()
+	l := &lcLab{t: t, redis: lcRedisAddr(t), scale: o.scale, hookTTL: o.hookTTL}
+	if l.scale == 0 {
+		l.scale = 1
+	}
+	if l.hookTTL == 0 {
+		l.hookTTL = 30 * time.Second
+	}
+	l.prefix = fmt.Sprintf("e2e:%s:%s:", strings.ReplaceAll(t.Name(), "/", "_"), lcRandHex(4))
+
+	l.sqs = sqsfake.New()
+	l.sqsRec = &lcRecorder{next: l.sqs, op: lcSqsOp}
+	sts := httptest.NewServer(l.sqsRec)
+	t.Cleanup(sts.Close)
+	l.sqs.SetBaseURL(sts.URL)
+	l.sqsURL = sts.URL
+	var err error
+	if l.taskQURL, err = l.sqs.CreateQueue(lcTaskQueue, map[string]string{"VisibilityTimeout": "60"}); err != nil {
+		t.Fatal(err)
+	}
+	if l.lcQURL, err = l.sqs.CreateQueue(lcNotifyQueue, nil); err != nil {
+		t.Fatal(err)
+	}
+	l.client = sqs.NewFromConfig(sqsfake.SDKConfig(sts.URL))
+
+	base := time.Now()
+	scale := l.scale
+	opts := asgfake.Options{Seed: 5, Now: func() time.Time {
+		return base.Add(time.Duration(float64(time.Since(base)) * scale))
+	}}
+	if o.notify {
+		opts.Notify = func(body string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := l.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(l.lcQURL), MessageBody: aws.String(body)}); err != nil {
+				t.Errorf("sending the lifecycle notification: %v", err)
+			}
+		}
+	}
+	l.asg = asgfake.New(opts)
+	l.asg.AddGroup(lcLabASG)
+	for _, id := range []string{lcMockInstance, lcLabOther} {
+		if err := l.asg.AddInstance(lcLabASG, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.asg.PutHook(asgfake.Hook{Group: lcLabASG, Name: lcLabHook, HeartbeatTimeout: l.hookTTL, DefaultResult: asgfake.ResultAbandon}); err != nil {
+		t.Fatal(err)
+	}
+	l.asgRec = &lcRecorder{next: l.asg, op: lcAsgOp, before: l.syncIMDS}
+	ats := httptest.NewServer(l.asgRec)
+	t.Cleanup(ats.Close)
+	l.asgURL = ats.URL
+
+	l.cwRec = &lcRecorder{next: http.HandlerFunc(lcCloudWatch), op: lcCwOp}
+	cts := httptest.NewServer(l.cwRec)
+	t.Cleanup(cts.Close)
+	l.cwURL = cts.URL
+	return l
+}
+
+// realTTL is the hook's heartbeat timeout in wall-clock time.
+func (l *lcLab) realTTL() time.Duration { return time.Duration(float64(l.hookTTL) / l.scale) }
+
+// env points the agent's SDK clients at the fakes.
+func (l *lcLab) env() []string {
+	e := []string{"AWS_ENDPOINT_URL_SQS=" + l.sqsURL, "AWS_ENDPOINT_URL_AUTO_SCALING=" + l.asgURL,
+		"AWS_ENDPOINT_URL_CLOUDWATCH=" + l.cwURL}
+	if l.imdsURL != "" {
+		e = append(e, "AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+l.imdsURL)
+	}
+	return e
+}
+
+// config is the agent's YAML: workers, the lifecycle section (indented
+// under lifecycle:) and the rest shared by every scenario.
+func (l *lcLab) config(workers int, lifecycleYAML string) string {
+	return fmt.Sprintf(`
+instance_id: %s
+admin_addr: 127.0.0.1:0
+workers: %d
+queue:
+  url: %s
+  wait_time: 20s
+  batch_size: 10
+  visibility_timeout: 60s
+redis:
+  url: redis://%s/0
+  prefix: %q
+diagnostics:
+  - name: sleep
+    command: [/bin/sleep, "{param.secs}"]
+    params: {secs: '[0-9]+(\.[0-9]+)?'}
+    timeout: 1m
+limiter:
+  hosts:
+    allow: ['^[a-z0-9-]+(\.[a-z0-9-]+)*$']
+  rules: []
+cloudwatch:
+  enabled: true
+  namespace: autodiag-e2e
+lifecycle:
+%s`, lcMockInstance, workers, l.taskQURL, l.redis, l.prefix, lifecycleYAML)
+}
+
+// enqueue puts one sleep task per duration on the task queue.
+func (l *lcLab) enqueue(secs []float64) {
+	l.t.Helper()
+	ctx := context.Background()
+	for i := 0; i < len(secs); i += 10 {
+		var entries []sqstypes.SendMessageBatchRequestEntry
+		for j := i; j < min(i+10, len(secs)); j++ {
+			body := fmt.Sprintf(`{"id":"t-%03d","host":"web-01","diagnostic":"sleep","params":{"secs":"%s"}}`,
+				j, strconv.FormatFloat(secs[j], 'f', 3, 64))
+			entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), MessageBody: aws.String(body)})
+		}
+		out, err := l.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(l.taskQURL), Entries: entries})
+		if err != nil || len(out.Failed) > 0 {
+			l.t.Fatalf("enqueue: %v %v", err, out)
+		}
+	}
+}
+
+// startIMDSMock runs ec2-metadata-mock in asglifecycle mode, IMDSv2 only,
+// with target-lifecycle-state turning Terminated delay after its start.
+func (l *lcLab) startIMDSMock(delay time.Duration) {
+	t := l.t
+	t.Helper()
+	bin := os.Getenv("AUTODIAG_TEST_EC2_METADATA_MOCK")
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AUTODIAG_TEST_EC2_METADATA_MOCK is not set (CI=true): run scripts/test.sh")
+		}
+		t.Skip("AUTODIAG_TEST_EC2_METADATA_MOCK not set; scripts/test.sh installs ec2-metadata-mock v1.13.0")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	cmd := exec.Command(bin, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)),
+		"-p", port, "-n", "127.0.0.1")
+	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	cmd.Dir = t.TempDir()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	l.imdsURL = "http://127.0.0.1:" + port
+	eventually(t, 10*time.Second, "ec2-metadata-mock answering", func() bool {
+		select {
+		case <-done:
+			t.Fatalf("ec2-metadata-mock exited: %s", out.String())
+		default:
+		}
+		_, err := l.imdsState()
+		return err == nil
+	})
+	go func() {
+		// Auto Scaling and IMDS tell the same story: the instance enters
+		// Terminating:Wait the moment IMDS says Terminated (syncIMDS also
+		// runs ahead of every Auto Scaling request, so the agent can never
+		// reach Auto Scaling before the action exists).
+		for !l.isSynced() {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			l.syncIMDS()
+		}
+	}()
+}
+
+var lcImdsHTTP = &http.Client{Timeout: 2 * time.Second}
+
+// imdsState reads target-lifecycle-state from the mock (IMDSv2).
+func (l *lcLab) imdsState() (string, error) {
+	req, _ := http.NewRequest(http.MethodPut, l.imdsURL+"/latest/api/token", nil)
+	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
+	resp, err := lcImdsHTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	tok, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	req, _ = http.NewRequest(http.MethodGet, l.imdsURL+"/latest/meta-data/autoscaling/target-lifecycle-state", nil)
+	req.Header.Set("X-aws-ec2-metadata-token", string(tok))
+	resp, err = lcImdsHTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("target-lifecycle-state: %s", resp.Status)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (l *lcLab) isSynced() bool {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return l.synced
+}
+
+// syncIMDS puts our instance into Terminating:Wait once IMDS says Terminated.
+func (l *lcLab) syncIMDS() {
+	if l.imdsURL == "" {
+		return
+	}
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.synced {
+		return
+	}
+	if st, err := l.imdsState(); err != nil || st != "Terminated" {
+		return
+	}
+	if _, err := l.asg.Terminate(lcMockInstance); err != nil {
+		l.t.Errorf("asgfake terminate: %v", err)
+	}
+	l.synced = true
+}
+
+// lcLogTime is when the agent wrote a log line (its own "time" field).
+func lcLogTime(t *testing.T, l map[string]any) time.Time {
+	t.Helper()
+	s, _ := l["time"].(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("log line without a time: %v", l)
+	}
+	return at
+}
+
+// lcFirstLog returns the time of the first line with msg, failing if none.
+func lcFirstLog(t *testing.T, p *proc, msg string) (time.Time, map[string]any) {
+	t.Helper()
+	ls := p.logs(msg)
+	if len(ls) == 0 {
+		t.Fatalf("no %q log line", msg)
+	}
+	return lcLogTime(t, ls[0]), ls[0]
+}
+
+func lcMS(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
+
+// durations summarises gaps for the report.
+func lcSummary(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "n=0"
+	}
+	var sum time.Duration
+	lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+	for _, d := range ds {
+		sum += d
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	return fmt.Sprintf("n=%d min=%s mean=%s max=%s", len(ds), lcMS(lo), lcMS(sum/time.Duration(len(ds))), lcMS(hi))
+}

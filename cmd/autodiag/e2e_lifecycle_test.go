@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/lifecycle/asgfake"
+)
+
+// Issue 5's must-show, with the real binary: an instance leaving its Auto
+// Scaling group (IMDS Terminated, SIGTERM on an instance already in
+// Terminating:Wait, an SQS lifecycle notification) stops intake at once,
+// finishes what it received, heartbeats while work remains and completes
+// the lifecycle action exactly once, after the last task, then exits 0.
+// Measured gaps are logged as "REPORT" lines (go test -v -run Lifecycle).
+
+// lcTaskSecs are n task durations between 50 and 500 ms, reproducible.
+func lcTaskSecs(n int) []float64 {
+	r := rand.New(rand.NewPCG(5, 5))
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = 0.05 + r.Float64()*0.45
+	}
+	return out
+}
+
+func lcEndedCount(p *proc) int { return len(p.logs("task ended")) }
+
+// lcDrainFacts is what lcCheckDrain measured.
+type lcDrainFacts struct {
+	trigger, drainStarted, lastEnded, complete time.Time
+	heartbeats                                 []lcCall
+	cancelledReceive                           *lcCall
+}
+
+// lcCheckDrain asserts the drain contract on what the fakes and the agent's
+// log recorded, for an agent that has exited. trigger is when the agent
+// observed the trigger (its own log line).
+func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time) lcDrainFacts {
+	t.Helper()
+	f := lcDrainFacts{trigger: trigger}
+	f.drainStarted, _ = lcFirstLog(t, p, "drain started")
+
+	// Intake: no ReceiveMessage on the task queue starts after the trigger;
+	// one in flight may end after it only by being cancelled.
+	for _, c := range l.sqsRec.log("ReceiveMessage", lcTaskQueue) {
+		switch {
+		case !c.Start.Before(trigger):
+			t.Errorf("ReceiveMessage on the task queue started %s after the trigger (gone=%v status=%d)", lcMS(c.Start.Sub(trigger)), c.Gone, c.Status)
+		case c.End.After(f.drainStarted):
+			if f.cancelledReceive != nil {
+				t.Errorf("two ReceiveMessage calls still in flight after the drain started")
+			}
+			if !c.Gone || c.Status != 0 {
+				t.Errorf("ReceiveMessage in flight at the trigger ended %s after it without being cancelled (status %d)", lcMS(c.End.Sub(trigger)), c.Status)
+			}
+			f.cancelledReceive = &c
+		}
+	}
+
+	// Every received task ended, once, and the queue agrees.
+	received := 0
+	for _, c := range l.sqs.Calls("ReceiveMessage") {
+		if c.Queue == lcTaskQueue {
+			received += len(c.MessageIDs)
+		}
+	}
+	ended := p.logs("task ended")
+	seen := map[string]bool{}
+	succeeded := 0
+	for _, e := range ended {
+		id, _ := e["task_id"].(string)
+		if seen[id] {
+			t.Errorf("task %s ended twice", id)
+		}
+		seen[id] = true
+		switch e["outcome"] {
+		case "succeeded":
+			succeeded++
+		case "released":
+		default:
+			t.Errorf("task %s ended %v (%v), want succeeded or released", id, e["outcome"], e["reason"])
+		}
+		if at := lcLogTime(t, e); at.After(f.lastEnded) {
+			f.lastEnded = at
+		}
+	}
+	if len(ended) != received || received == 0 {
+		t.Errorf("%d tasks received, %d ended", received, len(ended))
+	}
+	if received >= total {
+		t.Errorf("all %d tasks were received: the trigger was not mid-run", total)
+	}
+	qv, _ := l.sqs.Queue(lcTaskQueue)
+	if qv.InFlight != 0 || qv.Stats.Deleted != succeeded || qv.Visible+qv.Stats.Deleted != total {
+		t.Errorf("task queue after exit: %d in flight, %d visible, %d deleted; %d succeeded of %d", qv.InFlight, qv.Visible, qv.Stats.Deleted, succeeded, total)
+	}
+
+	// Exactly one CompleteLifecycleAction, after the last task ended.
+	var ok []lcCall
+	for _, c := range l.asgRec.log("CompleteLifecycleAction", "") {
+		if c.Status == http.StatusOK {
+			ok = append(ok, c)
+		}
+	}
+	if len(ok) != 1 {
+		t.Fatalf("%d successful CompleteLifecycleAction calls, want 1", len(ok))
+	}
+	f.complete = ok[0].Start
+	if !bytes.Contains(ok[0].Body, []byte("LifecycleActionResult=CONTINUE")) {
+		t.Errorf("completion %s, want CONTINUE", ok[0].Body)
+	}
+	if f.complete.Before(f.lastEnded) {
+		t.Errorf("CompleteLifecycleAction %s before the last task ended", lcMS(f.lastEnded.Sub(f.complete)))
+	}
+	act, found := l.asg.Action(lcMockInstance)
+	if !found || act.EndReason != asgfake.EndCompleted || act.Completions != 1 || act.Result != asgfake.ResultContinue {
+		t.Errorf("lifecycle action in Auto Scaling: %+v, want completed once with CONTINUE", act)
+	}
+
+	// Heartbeats: while work remained, never after completion, and never a
+	// gap the hook's heartbeat timeout could fall into.
+	prev := f.drainStarted
+	for _, c := range l.asgRec.log("RecordLifecycleActionHeartbeat", "") {
+		if !c.Start.Before(f.complete) {
+			t.Errorf("heartbeat %s after the completion", lcMS(c.Start.Sub(f.complete)))
+		}
+		if c.Start.After(f.lastEnded) && c.Status == http.StatusOK {
+			t.Errorf("heartbeat started %s after the last task ended", lcMS(c.Start.Sub(f.lastEnded)))
+		}
+		if c.Status != http.StatusOK {
+			continue
+		}
+		if gap := c.Start.Sub(prev); gap >= l.realTTL() {
+			t.Errorf("%s without a heartbeat (hook heartbeat timeout %s of real time)", lcMS(gap), l.realTTL())
+		}
+		prev = c.Start
+		f.heartbeats = append(f.heartbeats, c)
+	}
+
+	// DrainSeconds for a CloudWatch alarm, by Auto Scaling group.
+	cw := l.cwRec.log("PutMetricData", "")
+	if len(cw) == 0 {
+		t.Errorf("no PutMetricData while draining")
+	}
+	for _, c := range cw {
+		for _, want := range []string{"DrainSeconds", "AutoScalingGroupName", lcLabASG} {
+			if !bytes.Contains(c.Body, []byte(want)) {
+				t.Errorf("PutMetricData without %q", want)
+			}
+		}
+	}
+	if n := len(p.logs("drained")); n != 1 {
+		t.Errorf("%d drained log lines, want 1", n)
+	}
+	return f
+}
+
+// report logs the measured gaps (issue 5's closing note).
+func (f lcDrainFacts) report(t *testing.T, name string, interval time.Duration) {
+	t.Helper()
+	var gaps []time.Duration
+	for i := 1; i < len(f.heartbeats); i++ {
+		gaps = append(gaps, f.heartbeats[i].Start.Sub(f.heartbeats[i-1].Start))
+	}
+	first := "none"
+	if len(f.heartbeats) > 0 {
+		first = lcMS(f.heartbeats[0].Start.Sub(f.drainStarted))
+	}
+	inflight := "none in flight"
+	if f.cancelledReceive != nil {
+		inflight = "in-flight long poll cancelled " + lcMS(f.cancelledReceive.End.Sub(f.trigger)) + " after the trigger"
+	}
+	t.Logf("REPORT %s: trigger→intake stopped (drain started) %s (%s); drain work %s; last task end→CompleteLifecycleAction %s; "+
+		"heartbeats %d (first %s after drain start; intervals %s, configured %s)",
+		name, lcMS(f.drainStarted.Sub(f.trigger)), inflight, lcMS(f.lastEnded.Sub(f.drainStarted)), lcMS(f.complete.Sub(f.lastEnded)),
+		len(f.heartbeats), first, lcSummary(gaps), interval)
+}
+
+const lcLifecycleBase = `  hook_name: drain-hook
+  heartbeat_interval: %s
+  drain_timeout: 1m
+`
+
+func TestLifecycleDrainE2E(t *testing.T) {
+	const total = 200
+	const interval = 250 * time.Millisecond
+
+	t.Run("imds", func(t *testing.T) {
+		l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
+		l.startIMDSMock(4 * time.Second)
+		l.enqueue(lcTaskSecs(total))
+		p := startProc(t, l.config(4, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
+			fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+		if code := p.wait(90 * time.Second); code != 0 {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+		trig, line := lcFirstLog(t, p, "lifecycle trigger")
+		if line["source"] != "imds" {
+			t.Fatalf("trigger source %v, want imds", line["source"])
+		}
+		f := lcCheckDrain(t, l, p, total, trig)
+		f.report(t, "imds Terminated", interval)
+	})
+
+	t.Run("sigterm", func(t *testing.T) {
+		l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
+		// The watcher polls once at start (InService) and then not for an
+		// hour: SIGTERM arrives first, and the agent's probe finds
+		// Terminated. No asg_name: the group comes from
+		// DescribeAutoScalingInstances.
+		l.startIMDSMock(3 * time.Second)
+		l.enqueue(lcTaskSecs(total))
+		p := startProc(t, l.config(4, "  sources: [signal, imds]\n  imds_poll_interval: 1h\n"+
+			fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+		eventually(t, 30*time.Second, "IMDS Terminated and tasks running", func() bool { return l.isSynced() && lcEndedCount(p) >= 20 })
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(90 * time.Second); code != 0 {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+		if n := len(p.logs("lifecycle trigger")); n != 0 {
+			t.Fatalf("the watcher fired (%d) before the signal; the scenario needs the probe", n)
+		}
+		trig, _ := lcFirstLog(t, p, "signal received: draining")
+		f := lcCheckDrain(t, l, p, total, trig)
+		if n := len(l.asgRec.log("DescribeAutoScalingInstances", "")); n == 0 {
+			t.Errorf("the group was not resolved with DescribeAutoScalingInstances")
+		}
+		f.report(t, "SIGTERM + IMDS probe", interval)
+	})
+
+	t.Run("sqs", func(t *testing.T) {
+		l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second, notify: true})
+		// Another instance's notification waits on the shared queue first.
+		if _, err := l.asg.Terminate(lcLabOther); err != nil {
+			t.Fatal(err)
+		}
+		l.enqueue(lcTaskSecs(total))
+		p := startProc(t, l.config(4, "  sources: [signal, sqs]\n  queue_url: "+l.lcQURL+"\n"+
+			fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+		eventually(t, 30*time.Second, "tasks running", func() bool { return lcEndedCount(p) >= 20 })
+		if _, err := l.asg.Terminate(lcMockInstance); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(90 * time.Second); code != 0 {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+		trig, line := lcFirstLog(t, p, "lifecycle trigger")
+		if line["source"] != "sqs" {
+			t.Fatalf("trigger source %v, want sqs", line["source"])
+		}
+		f := lcCheckDrain(t, l, p, total, trig)
+		lcCheckNotifications(t, l, f.complete)
+		f.report(t, "SQS lifecycle notification", interval)
+	})
+}
+
+// lcCheckNotifications: the other instance's notification stays on the
+// queue, never deleted; ours is deleted, after the completion.
+func lcCheckNotifications(t *testing.T, l *lcLab, complete time.Time) {
+	t.Helper()
+	qv, _ := l.sqs.Queue(lcNotifyQueue)
+	var mine, other int
+	for _, m := range qv.History {
+		switch {
+		case bytes.Contains([]byte(m.Body), []byte(lcLabOther)):
+			other++
+			if m.State == "deleted" {
+				t.Errorf("the other instance's notification was deleted")
+			}
+		case m.State == "deleted":
+			mine++
+		default:
+			t.Errorf("notification %s is %s: %s", m.ID, m.State, m.Body)
+		}
+	}
+	if other != 1 || mine != 1 {
+		t.Errorf("lifecycle queue: %d other-instance notifications left, %d of ours deleted; want 1 and 1", other, mine)
+	}
+	for _, c := range l.sqsRec.log("DeleteMessage", lcNotifyQueue) {
+		if c.Start.Before(complete) {
+			t.Errorf("a lifecycle notification was deleted %s before the completion", lcMS(complete.Sub(c.Start)))
+		}
+	}
+}
