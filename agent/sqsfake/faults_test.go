@@ -15,11 +15,11 @@ import (
 func TestBatchEntryFault(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
-		name  string
-		op    string
-		fault sqsfake.Fault
+		name       string
+		op         string
+		fault      sqsfake.Fault
 		wantFailed []string // ids of the failed entries of a 4-entry batch
-		wantLeft   int // messages left in the queue
+		wantLeft   int      // messages left in the queue
 	}{
 		{"delete: second entry fails", "DeleteMessageBatch", sqsfake.Fault{Op: "DeleteMessageBatch", Kind: sqsfake.FaultBatchEntryError, Skip: 1, Count: 1}, []string{"1"}, 1},
 		{"delete: every entry fails", "DeleteMessageBatch", sqsfake.Fault{Kind: sqsfake.FaultBatchEntryError}, []string{"0", "1", "2", "3"}, 4},
