@@ -45,10 +45,12 @@ type Options struct {
 	Now func() time.Time
 	// Seed makes tokens, request ids and probabilistic faults reproducible.
 	Seed uint64
-	// Notify, when set, receives the notification Auto Scaling would send to
-	// a hook's target: the direct JSON of a lifecycle action when an
-	// instance enters a wait state, and autoscaling:TEST_NOTIFICATION when a
-	// hook with a NotificationTargetARN is put. Called without locks held.
+	// Notify, when set, receives what Auto Scaling would send to a hook's
+	// notification target: the direct JSON of every lifecycle action when an
+	// instance enters a wait state (whatever the hook's target, so a test can
+	// route it to a queue), and autoscaling:TEST_NOTIFICATION when a hook
+	// with a NotificationTargetARN is put. Called synchronously from the call
+	// that caused it, without locks held.
 	Notify func(body string)
 }
 
