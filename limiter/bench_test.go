@@ -134,17 +134,6 @@ func BenchmarkAllowRedis(b *testing.B) {
 	benchAllowRedis(b, c, c)
 }
 
-// BenchmarkAllowRedisAutoPipeline: the same through go-redis's blocking
-// autopipeliner, which batches concurrent decisions into pipelines.
-func BenchmarkAllowRedisAutoPipeline(b *testing.B) {
-	c := benchClient(b)
-	ap, err := c.AutoPipeline()
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchAllowRedis(b, c, ap)
-}
-
 func benchAllowRedis(b *testing.B, c *redis.Client, s scripter) {
 	hosts := benchHosts(benchKeys)
 	for _, g := range benchConcurrency {
@@ -173,17 +162,6 @@ func benchAllowRedis(b *testing.B, c *redis.Client, s scripter) {
 func BenchmarkRedisRate(b *testing.B) {
 	c := benchClient(b)
 	benchRedisRate(b, c, c)
-}
-
-// BenchmarkRedisRateAutoPipeline: redis_rate through the same autopipeliner,
-// for a like-for-like comparison.
-func BenchmarkRedisRateAutoPipeline(b *testing.B) {
-	c := benchClient(b)
-	ap, err := c.AutoPipeline()
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchRedisRate(b, c, ap)
 }
 
 // rateClient is what redis_rate.NewLimiter needs.
@@ -243,4 +221,134 @@ func BenchmarkAllowMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// compareRound is how many operations of one side run before the other
+// side's turn in BenchmarkCompare.
+const compareRound = 256
+
+// BenchmarkCompare interleaves full-rule limiter decisions and redis_rate
+// Allow calls in rounds of compareRound operations, at the same concurrency
+// on the same Redis and client, so that load drift on a shared machine hits
+// both alike. b.N counts the operations of each side. It reports wall time
+// per operation of each side, their ratio as decisions/s (limiter ÷
+// redis_rate: above 1 the limiter is faster), p50/p99 latency of each, and
+// evalsha+eval calls per operation of both sides together (1 = one per
+// operation).
+func BenchmarkCompare(b *testing.B) {
+	c := benchClient(b)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosts := benchHosts(benchKeys)
+	for _, mode := range []struct {
+		name string
+		lim  scripter
+		rate rateClient
+	}{
+		{"plain", c, c},
+		{"autopipeline", ap, ap},
+	} {
+		for _, g := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", mode.name, g), func(b *testing.B) {
+				prefix := uniquePrefix(b)
+				l, err := New(fullRule(), NewRedis(mode.lim, prefix), Options{Timeout: 5 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rl := redis_rate.NewLimiter(mode.rate)
+				limit := redis_rate.PerSecond(1 << 20)
+				keys := make([]string, len(hosts))
+				for i, h := range hosts {
+					keys[i] = prefix + "rate:" + h
+				}
+				limOp := func(ctx context.Context, i int) error {
+					d, err := l.Allow(ctx, Request{Host: hosts[i%benchKeys], Diagnostic: "disk-usage"})
+					if err == nil && d.Degraded {
+						err = fmt.Errorf("degraded decision: %+v", d)
+					}
+					return err
+				}
+				rateOp := func(ctx context.Context, i int) error {
+					_, err := rl.Allow(ctx, keys[i%benchKeys], limit)
+					return err
+				}
+				for _, op := range []func(context.Context, int) error{limOp, rateOp} { // load the scripts
+					if err := op(context.Background(), 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := commandStats(b, c)
+				var limT, rateT time.Duration
+				var limLat, rateLat []time.Duration
+				b.ResetTimer()
+				for done := 0; done < b.N; {
+					n := min(compareRound, b.N-done)
+					limT += runRound(b, g, done, n, limOp, &limLat)
+					rateT += runRound(b, g, done, n, rateOp, &rateLat)
+					done += n
+				}
+				b.StopTimer()
+				after := commandStats(b, c)
+				b.ReportMetric(float64(limT.Nanoseconds())/float64(b.N), "lim-ns/op")
+				b.ReportMetric(float64(rateT.Nanoseconds())/float64(b.N), "rate-ns/op")
+				b.ReportMetric(float64(rateT)/float64(limT), "ratio")
+				b.ReportMetric(percentile(limLat, 50), "lim-p50-µs")
+				b.ReportMetric(percentile(limLat, 99), "lim-p99-µs")
+				b.ReportMetric(percentile(rateLat, 50), "rate-p50-µs")
+				b.ReportMetric(percentile(rateLat, 99), "rate-p99-µs")
+				calls := after["evalsha"] - before["evalsha"] + after["eval"] - before["eval"]
+				b.ReportMetric(float64(calls)/float64(2*b.N), "evals/op")
+			})
+		}
+	}
+}
+
+// runRound runs operations first..first+n-1 of op on g goroutines and
+// returns the wall time; latencies are appended to lat.
+func runRound(b *testing.B, g, first, n int, op func(context.Context, int) error, lat *[]time.Duration) time.Duration {
+	ctx := context.Background()
+	g = min(g, n)
+	per := make([][]time.Duration, g)
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range g {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, n/g+1)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					break
+				}
+				t := time.Now()
+				if err := op(ctx, first+i); err != nil {
+					failed.Store(err)
+					break
+				}
+				mine = append(mine, time.Since(t))
+			}
+			per[w] = mine
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range per {
+		*lat = append(*lat, p...)
+	}
+	return elapsed
+}
+
+func percentile(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return float64(s[len(s)*p/100].Microseconds())
 }
