@@ -171,7 +171,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		ld := lifecycle.Deps{
 			AutoScaling: autoscaling.NewFromConfig(awsCfg),
 			InstanceID:  instanceID,
-			Logger:      log.With("component", "lifecycle"),
+			Logger:      log, // Watcher and Actor add component=lifecycle themselves
 			Registerer:  reg,
 		}
 		if imdsClient != nil {
