@@ -110,11 +110,48 @@ func (a *Actor) ResolveASG(ctx context.Context, act *Action) error {
 
 // globalDeadline is when the action ends whatever the heartbeats (zero =
 // unknown start).
-func (a *Actor) globalDeadline(act Action) time.Time {
+func globalDeadline(act Action, hookHeartbeatTimeout time.Duration) time.Time {
 	if act.Started.IsZero() {
 		return time.Time{}
 	}
-	return act.Started.Add(GlobalTimeout(a.cfg.HookHeartbeatTimeout))
+	return act.Started.Add(GlobalTimeout(hookHeartbeatTimeout))
+}
+
+// hookDescriber is optional: *autoscaling.Client has it, and with it the
+// Actor learns the hook's heartbeat timeout when the configuration does not
+// give it.
+type hookDescriber interface {
+	DescribeLifecycleHooks(ctx context.Context, params *autoscaling.DescribeLifecycleHooksInput, optFns ...func(*autoscaling.Options)) (*autoscaling.DescribeLifecycleHooksOutput, error)
+}
+
+var _ hookDescriber = (*autoscaling.Client)(nil)
+
+// hookHeartbeatTimeout is hook_heartbeat_timeout, else the hook's
+// HeartbeatTimeout from DescribeLifecycleHooks (best effort, one call; 0 =
+// unknown, e.g. without the IAM permission).
+func (a *Actor) hookHeartbeatTimeout(ctx context.Context, act Action, log *slog.Logger) time.Duration {
+	if a.cfg.HookHeartbeatTimeout > 0 {
+		return a.cfg.HookHeartbeatTimeout
+	}
+	hd, ok := a.d.AutoScaling.(hookDescriber)
+	if !ok {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := hd.DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{
+		AutoScalingGroupName: aws.String(act.ASGName), LifecycleHookNames: []string{act.HookName},
+	})
+	if err != nil {
+		log.Info("could not learn the hook's heartbeat timeout; set lifecycle.hook_heartbeat_timeout", "err", err)
+		return 0
+	}
+	for _, h := range out.LifecycleHooks {
+		if aws.ToString(h.LifecycleHookName) == act.HookName && h.HeartbeatTimeout != nil {
+			return time.Duration(*h.HeartbeatTimeout) * time.Second
+		}
+	}
+	return 0
 }
 
 // Heartbeat sends RecordLifecycleActionHeartbeat at once and then every
@@ -125,6 +162,9 @@ func (a *Actor) globalDeadline(act Action) time.Time {
 // It stops early (logged, nil) when Auto Scaling answers "No active
 // Lifecycle Action found" or when the action's global timeout
 // (min(48h, 100 × hook_heartbeat_timeout) from Action.Started) is reached.
+// When hook_heartbeat_timeout is not configured it asks DescribeLifecycleHooks
+// once (best effort); an interval not below half of the hook's timeout is
+// then shortened to a third of it, with a warning.
 // It returns nil when ctx is cancelled.
 func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 	if a.d.AutoScaling == nil {
@@ -140,23 +180,31 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 	a.status.Hook = act.HookName
 	a.mu.Unlock()
 	log := a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName)
-	limit := a.globalDeadline(act)
 	interval := a.cfg.HeartbeatInterval
 	if interval <= 0 {
 		interval = DefaultConfig().HeartbeatInterval
 	}
+	hbt := a.hookHeartbeatTimeout(ctx, act, log)
+	if hbt > 0 && interval >= hbt/2 {
+		// Config validation could not see this: beating this slowly would let
+		// the action expire. Keep it alive, loudly.
+		log.Warn("heartbeat_interval is not below half of the hook's heartbeat timeout; heartbeating every third of it instead",
+			"heartbeat_interval", interval, "hook_heartbeat_timeout", hbt, "used_interval", hbt/3)
+		interval = hbt / 3
+	}
+	limit := globalDeadline(act, hbt)
 
 	next := a.d.Clock.Now()
 	for {
 		now := a.d.Clock.Now()
 		if !limit.IsZero() && !now.Before(limit) {
 			log.Warn("lifecycle action reached its global timeout; heartbeats cannot extend it further",
-				"started", act.Started, "global_timeout", GlobalTimeout(a.cfg.HookHeartbeatTimeout))
+				"started", act.Started, "global_timeout", GlobalTimeout(hbt))
 			return nil
 		}
 		next = next.Add(interval)
 		a.extendNotification(ctx, act, interval, log)
-		err := a.beat(ctx, act, next, log)
+		err := a.beat(ctx, act, interval, next, log)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -176,7 +224,7 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 }
 
 // beat sends one heartbeat, retrying retryable errors with backoff until due.
-func (a *Actor) beat(ctx context.Context, act Action, due time.Time, log *slog.Logger) error {
+func (a *Actor) beat(ctx context.Context, act Action, interval time.Duration, due time.Time, log *slog.Logger) error {
 	in := &autoscaling.RecordLifecycleActionHeartbeatInput{
 		AutoScalingGroupName: aws.String(act.ASGName),
 		LifecycleHookName:    aws.String(act.HookName),
@@ -185,7 +233,6 @@ func (a *Actor) beat(ctx context.Context, act Action, due time.Time, log *slog.L
 	if act.Token != "" {
 		in.LifecycleActionToken = aws.String(act.Token)
 	}
-	interval := a.cfg.HeartbeatInterval
 	bo := newBackoff(max(interval/30, 100*time.Millisecond), max(interval/4, time.Second))
 	for {
 		_, err := a.d.AutoScaling.RecordLifecycleActionHeartbeat(ctx, in)

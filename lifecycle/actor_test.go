@@ -7,7 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/lifecycle/asgfake"
@@ -269,45 +271,86 @@ func TestCompleteIsBoundedWithoutDeadline(t *testing.T) {
 
 func TestHeartbeatStopsWhenActionGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// Interval beyond the hook timeout: the action expires between beats.
-		e := newActorEnv(t, testConfig(2*time.Minute, 0), 60*time.Second, nil)
+		e := newActorEnv(t, testConfig(30*time.Second, 90*time.Second), 90*time.Second, nil)
 		done := make(chan error, 1)
 		go func() { done <- e.actor.Heartbeat(t.Context(), e.act) }()
+		time.Sleep(5*time.Minute + time.Second)
+		// Someone else completes the action (an operator, another process).
+		_, err := newASGClient(e.fake, nil).CompleteLifecycleAction(t.Context(), &autoscaling.CompleteLifecycleActionInput{
+			AutoScalingGroupName: aws.String("web"), LifecycleHookName: aws.String("drain"),
+			InstanceId: aws.String("i-1"), LifecycleActionResult: aws.String(ResultContinue)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		select {
 		case err := <-done:
 			if err != nil {
 				t.Fatalf("Heartbeat = %v; want nil", err)
 			}
 		case <-time.After(time.Hour):
-			t.Fatal("Heartbeat still running an hour after the action expired")
+			t.Fatal("Heartbeat still running an hour after the action ended")
 		}
 		if n := len(heartbeatTimes(e.fake, "ValidationError")); n != 1 {
 			t.Fatalf("%d heartbeats refused; want 1 then stop", n)
 		}
-		if st := e.actor.Status(); !st.NoActiveAction || st.Heartbeats != 1 {
-			t.Fatalf("status = %+v; want one heartbeat then no active action", st)
+		if st := e.actor.Status(); !st.NoActiveAction || st.Heartbeats != 11 {
+			t.Fatalf("status = %+v; want 11 heartbeats then no active action", st)
+		}
+		if v := counter(t, e.reg, "autodiag_lifecycle_heartbeats_total", "result", "no_action"); v != 1 {
+			t.Fatalf("heartbeats_total{no_action} = %v; want 1", v)
 		}
 	})
 }
 
 func TestHeartbeatStopsAtGlobalTimeout(t *testing.T) {
+	tests := []struct {
+		name      string
+		configHBT time.Duration // 0: learned with DescribeLifecycleHooks
+	}{
+		{"configured hook timeout", 30 * time.Second},
+		{"learned hook timeout", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig(10*time.Second, tt.configHBT) // global timeout 3000s
+				e := newActorEnv(t, cfg, 30*time.Second, nil)
+				done := make(chan error, 1)
+				go func() { done <- e.actor.Heartbeat(t.Context(), e.act) }()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("Heartbeat = %v; want nil", err)
+					}
+				case <-time.After(2 * time.Hour):
+					t.Fatal("Heartbeat still running past the global timeout")
+				}
+				times := heartbeatTimes(e.fake, "ok")
+				last := times[len(times)-1]
+				if limit := e.act.Started.Add(3000 * time.Second); !last.Before(limit) || len(times) != 300 {
+					t.Fatalf("%d heartbeats, last at +%s; want 300, all before the global timeout", len(times), last.Sub(e.act.Started))
+				}
+			})
+		})
+	}
+}
+
+func TestHeartbeatIntervalTooLongForHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := testConfig(10*time.Second, 30*time.Second) // global timeout 3000s
-		e := newActorEnv(t, cfg, 30*time.Second, nil)
-		done := make(chan error, 1)
-		go func() { done <- e.actor.Heartbeat(t.Context(), e.act) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("Heartbeat = %v; want nil", err)
-			}
-		case <-time.After(2 * time.Hour):
-			t.Fatal("Heartbeat still running past the global timeout")
+		// Configured 2m, the hook's timeout is 60s and not configured: the
+		// Actor learns it and beats every 20s instead of letting it expire.
+		e := newActorEnv(t, testConfig(2*time.Minute, 0), 60*time.Second, nil)
+		start := time.Now()
+		e.drain(t, 10*time.Minute-time.Second) // beats at 0, 20s, ... 9m40s
+		if a, _ := e.fake.Action("i-1"); a.Ended {
+			t.Fatalf("action expired: %+v", a)
 		}
 		times := heartbeatTimes(e.fake, "ok")
-		last := times[len(times)-1]
-		if limit := e.act.Started.Add(3000 * time.Second); !last.Before(limit) || len(times) < 290 {
-			t.Fatalf("%d heartbeats, last at +%s; want about 300, all before the global timeout", len(times), last.Sub(e.act.Started))
+		if len(times) != 30 || !times[1].Equal(start.Add(20*time.Second)) {
+			t.Fatalf("%d heartbeats, second at +%s; want 30 at 20s spacing", len(times), times[1].Sub(start))
+		}
+		if n := e.fake.Count("DescribeLifecycleHooks", "ok"); n != 1 {
+			t.Fatalf("DescribeLifecycleHooks called %d times; want once", n)
 		}
 	})
 }

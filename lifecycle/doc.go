@@ -45,6 +45,10 @@
 // ends. A failed heartbeat is retried with backoff until the next one is due.
 // Heartbeats stop on "No active Lifecycle Action found" and at the action's
 // global timeout, min(48h, 100 × hook_heartbeat_timeout) from Action.Started.
+// Without hook_heartbeat_timeout, Heartbeat asks DescribeLifecycleHooks once
+// (best effort) and, if heartbeat_interval is not below half of the hook's
+// timeout, beats every third of it instead (logged as a warning) rather than
+// let the action expire.
 //
 // Actor.Complete calls CompleteLifecycleAction until one call succeeds
 // (CONTINUE, or ABANDON from Config.CompletionResult when on_timeout is
@@ -75,7 +79,8 @@
 //
 //   - IAM: autoscaling:RecordLifecycleActionHeartbeat,
 //     autoscaling:CompleteLifecycleAction,
-//     autoscaling:DescribeAutoScalingInstances (unless asg_name is set); for
+//     autoscaling:DescribeAutoScalingInstances (unless asg_name is set),
+//     optionally autoscaling:DescribeLifecycleHooks (see above); for
 //     the sqs source sqs:ReceiveMessage, sqs:DeleteMessage,
 //     sqs:ChangeMessageVisibility on queue_url.
 //   - A queue shared by the fleet delivers every notification to every agent
