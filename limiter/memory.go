@@ -63,7 +63,8 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 	if o.rule != "" {
 		st = m.rules[memKey{o.tag, o.rule}]
 	}
-	if st == nil {
+	stored := st != nil
+	if !stored {
 		st = &memState{}
 	}
 	var denied uint8 // bits: limitBit(code)
@@ -157,10 +158,8 @@ func (m *Memory) eval(_ context.Context, o op, _ time.Duration) (result, error) 
 		st.blockUntil = now + o.block
 		res.retry = max(res.retry, o.block)
 	}
-	if o.rule != "" && (res.status == statusAllowed || o.block > 0) {
-		if _, ok := m.rules[memKey{o.tag, o.rule}]; !ok {
-			m.rules[memKey{o.tag, o.rule}] = st
-		}
+	if !stored && o.rule != "" && (res.status == statusAllowed || o.block > 0) {
+		m.rules[memKey{o.tag, o.rule}] = st
 	}
 	return res, nil
 }
