@@ -170,7 +170,7 @@ func isNoScript(err error) bool {
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// encode writes the decision's keys and ARGV[1] into ec.buf and points
+// encode writes the decision's keys and ARGV into ec.buf and points
 // ec.strs at them; it returns the number of keys. The key order matches
 // allow.lua's KEYS.
 func (b *Redis) encode(ec *evalCall, o *op) int {
