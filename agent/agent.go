@@ -254,6 +254,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
+// sourceRestart is the trigger source of a drain resumed after a restart.
+const sourceRestart = "restart"
+
 // recover marks tasks this instance left running in a previous life as
 // interrupted, and resumes a drain that was persisted mid-way.
 func (a *Agent) recover(ctx context.Context) {
@@ -284,7 +287,7 @@ func (a *Agent) recover(ctx context.Context) {
 		}
 	}
 	a.log.Info("resuming a drain persisted before a restart", "source", rec.Source, "deadline", rec.Deadline)
-	a.startDrain(drain.Trigger{Source: "restart", Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action)
+	a.startDrain(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action)
 }
 
 // intakeLoop receives while running: only as many messages as there are

@@ -62,6 +62,17 @@ func (a *Agent) supervise(ctx context.Context) error {
 		action = nil
 	}
 	a.persistDrain(tr, action, false)
+	if action != nil && tr.Source == sourceRestart {
+		// The previous process died mid-drain, maybe long ago; what it was
+		// running is redelivered by SQS, so this drain ends at once and
+		// Heartbeat would stop before its first call. Tell Auto Scaling we
+		// are alive first, so a slow completion cannot let the action lapse.
+		bctx, cancel := context.WithTimeout(a.hard, max(a.cfg.Lifecycle.HeartbeatInterval, time.Second))
+		if err := a.d.Actor.Beat(bctx, *action); err != nil {
+			a.log.Warn("heartbeat on resuming the drain failed", "err", err)
+		}
+		cancel()
+	}
 
 	// Heartbeats live exactly as long as the work they cover.
 	side, stopSide := context.WithCancel(context.WithoutCancel(a.hard))

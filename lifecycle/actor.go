@@ -223,6 +223,30 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 	}
 }
 
+// Beat sends one RecordLifecycleActionHeartbeat now, retrying retryable
+// errors with backoff until ctx's deadline (one heartbeat_interval without
+// one). The agent calls it when it resumes a drain after a restart: the
+// previous process may have died long before its next heartbeat was due,
+// and the resumed drain, with no work of its own left, ends (and stops
+// Heartbeat) at once.
+func (a *Actor) Beat(ctx context.Context, act Action) error {
+	if a.d.AutoScaling == nil {
+		return errors.New("lifecycle: heartbeat: no Auto Scaling client")
+	}
+	if err := a.ResolveASG(ctx, &act); err != nil {
+		return fmt.Errorf("lifecycle: heartbeat: %w", err)
+	}
+	interval := a.cfg.HeartbeatInterval
+	if interval <= 0 {
+		interval = DefaultConfig().HeartbeatInterval
+	}
+	due, ok := ctx.Deadline()
+	if !ok {
+		due = a.d.Clock.Now().Add(interval)
+	}
+	return a.beat(ctx, act, interval, due, a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName))
+}
+
 // beat sends one heartbeat, retrying retryable errors with backoff until due.
 func (a *Actor) beat(ctx context.Context, act Action, interval time.Duration, due time.Time, log *slog.Logger) error {
 	in := &autoscaling.RecordLifecycleActionHeartbeatInput{
