@@ -559,11 +559,15 @@ func (a *Agent) unmarkRunning(id string) {
 
 // keepAlive extends the message's visibility and the lease while a task
 // runs, every third of the visibility timeout; the returned func stops it.
+// The two run as separate loops, each call bounded by a third of the
+// timeout: the lease is what keeps a redelivered message from running
+// elsewhere, so a slow or failing SQS call must not delay or cancel its
+// renewal (they once shared one context, and a ChangeMessageVisibility
+// answered late let the lease lapse and another agent run the task again).
 func (a *Agent) keepAlive(j *job, lease time.Duration) func() {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(a.hard))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	var wg sync.WaitGroup
+	every := func(call func(context.Context) error, onErr func(error)) {
 		t := time.NewTicker(lease / 3)
 		defer t.Stop()
 		for {
@@ -573,17 +577,24 @@ func (a *Agent) keepAlive(j *job, lease time.Duration) func() {
 			case <-t.C:
 			}
 			cctx, ccancel := context.WithTimeout(ctx, lease/3)
-			if err := a.d.Source.ChangeVisibility(cctx, j.msg, lease); err != nil && ctx.Err() == nil {
-				a.log.Warn("extending visibility failed", "task_id", j.task.ID, "err", err)
-			}
-			if err := a.d.Store.Renew(cctx, j.task.ID, a.d.InstanceID, lease); err != nil && ctx.Err() == nil {
-				a.noteStore(err)
-				a.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
+			if err := call(cctx); err != nil && ctx.Err() == nil {
+				onErr(err)
 			}
 			ccancel()
 		}
-	}()
-	return func() { cancel(); <-done }
+	}
+	wg.Go(func() {
+		every(func(c context.Context) error { return a.d.Store.Renew(c, j.task.ID, a.d.InstanceID, lease) },
+			func(err error) {
+				a.noteStore(err)
+				a.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
+			})
+	})
+	wg.Go(func() {
+		every(func(c context.Context) error { return a.d.Source.ChangeVisibility(c, j.msg, lease) },
+			func(err error) { a.log.Warn("extending visibility failed", "task_id", j.task.ID, "err", err) })
+	})
+	return func() { cancel(); wg.Wait() }
 }
 
 func (a *Agent) noteStore(err error) {
