@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
@@ -169,10 +170,15 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName}
 	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 		ld := lifecycle.Deps{
-			AutoScaling: autoscaling.NewFromConfig(awsCfg),
-			InstanceID:  instanceID,
-			Logger:      log, // Watcher and Actor add component=lifecycle themselves
-			Registerer:  reg,
+			// One attempt per call: the Actor retries with its own backoff,
+			// bounded by the next heartbeat's due time; the SDK's retries
+			// (3 attempts, jittered backoff of seconds) would sleep past it.
+			AutoScaling: autoscaling.NewFromConfig(awsCfg, func(o *autoscaling.Options) {
+				o.Retryer = retry.AddWithMaxAttempts(o.Retryer, 1)
+			}),
+			InstanceID: instanceID,
+			Logger:     log, // Watcher and Actor add component=lifecycle themselves
+			Registerer: reg,
 		}
 		if imdsClient != nil {
 			ld.IMDS = imdsClient
