@@ -32,21 +32,28 @@ func (a *Agent) publishLimiterDegraded(ctx context.Context) {
 		now := a.degradedTotal()
 		delta := now - last
 		last = now
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := a.d.CloudWatch.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
-			Namespace: aws.String(a.cfg.CloudWatch.Namespace),
-			MetricData: []cwtypes.MetricDatum{{
-				MetricName: aws.String("LimiterDegraded"),
-				Dimensions: []cwtypes.Dimension{{Name: aws.String("AutoScalingGroupName"), Value: aws.String(asg)}},
-				Unit:       cwtypes.StandardUnitCount,
-				Value:      aws.Float64(delta),
-			}},
-		})
-		cancel()
+		err := a.putMetric(ctx, "LimiterDegraded", cwtypes.StandardUnitCount, delta, asg)
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("publishing LimiterDegraded failed", "err", err)
 		}
 	}
+}
+
+// putMetric publishes one datum of the agent's namespace with the
+// AutoScalingGroupName dimension.
+func (a *Agent) putMetric(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, asg string) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.d.CloudWatch.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
+		Namespace: aws.String(a.cfg.CloudWatch.Namespace),
+		MetricData: []cwtypes.MetricDatum{{
+			MetricName: aws.String(name),
+			Dimensions: []cwtypes.Dimension{{Name: aws.String("AutoScalingGroupName"), Value: aws.String(asg)}},
+			Unit:       unit,
+			Value:      aws.Float64(value),
+		}},
+	})
+	return err
 }
 
 // degradedTotal reads autodiag_limiter_degraded_total from the registry.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 
@@ -185,17 +184,7 @@ func (a *Agent) publishDrainSeconds(ctx context.Context, action *lifecycle.Actio
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := a.d.CloudWatch.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
-			Namespace: aws.String(a.cfg.CloudWatch.Namespace),
-			MetricData: []cwtypes.MetricDatum{{
-				MetricName: aws.String("DrainSeconds"),
-				Dimensions: []cwtypes.Dimension{{Name: aws.String("AutoScalingGroupName"), Value: aws.String(asg)}},
-				Unit:       cwtypes.StandardUnitSeconds,
-				Value:      aws.Float64(time.Since(start).Seconds()),
-			}},
-		})
-		cancel()
+		err := a.putMetric(ctx, "DrainSeconds", cwtypes.StandardUnitSeconds, time.Since(start).Seconds(), asg)
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("publishing DrainSeconds failed", "err", err)
 		}
