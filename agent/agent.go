@@ -338,6 +338,11 @@ type job struct {
 	received time.Time
 	ran      time.Duration
 	ended    bool
+
+	// freeSlots gives back the job's receive slot and, once it has one,
+	// its worker slot; ack calls it before waiting for the delete, and
+	// handle on its way out. Used by the handle goroutine only.
+	freeSlots func()
 }
 
 func (a *Agent) accept(m *queue.Message) {
@@ -350,8 +355,17 @@ func (a *Agent) accept(m *queue.Message) {
 
 // handle takes one message to its outcome.
 func (a *Agent) handle(j *job) {
-	defer a.receive.Release(1)
+	// A drain waits for the item, so for the delete too; the slots are
+	// freed earlier (see ack).
 	defer j.item.Done()
+	haveRun := false
+	j.freeSlots = sync.OnceFunc(func() {
+		if haveRun {
+			a.run.Release(1)
+		}
+		a.receive.Release(1)
+	})
+	defer func() { j.freeSlots() }()
 	m := j.msg
 	t, err := task.Decode(m.Body)
 	if err == nil && t.ID == "" {
@@ -376,7 +390,7 @@ func (a *Agent) handle(j *job) {
 		a.releaseUnstarted(j)
 		return
 	}
-	defer a.run.Release(1)
+	haveRun = true
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(a.hard))
 	defer cancelRun()
 	stop := context.AfterFunc(a.hard, cancelRun)
@@ -425,7 +439,16 @@ func (a *Agent) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(a.hard), 30*time.Second)
 }
 
+// ack deletes the message of a task that has ended. The task no longer
+// needs its worker or its receive slot, so they are freed first: the
+// delete is batched and may wait for a DeleteMessageBatch in flight, and a
+// worker held through that wait idled for about as long as a no-op
+// diagnostic runs. A message whose delete is pending is not hoarded work:
+// should the delete fail, its redelivery ends as duplicate.
 func (a *Agent) ack(ctx context.Context, j *job) {
+	if j.freeSlots != nil {
+		j.freeSlots()
+	}
 	if err := a.d.Source.Delete(ctx, j.msg); err != nil {
 		a.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
 	}
