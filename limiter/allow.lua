@@ -3,24 +3,30 @@
 -- Quota is consumed only when every limit allows; a denial sets the sticky
 -- block. With dry = 1 nothing is written (autodiag limits check).
 --
--- KEYS: only the parts the decision uses, in this order, all with the same
--- hash tag {<limited key value>}:
---   dedupe  <prefix>lim:{tag}:dd:<host>:<diagnostic>:<event> value = until (µs), PX = dedupe ttl
---   block   <prefix>lim:{tag}:b:<rule>              value = until (µs), PX = block
---   daily   <prefix>lim:{tag}:d:<rule>:<YYYYMMDD>   counter, PX = until next local midnight
---   min     <prefix>lim:{tag}:mi:<rule>             value = last allowed run (µs), PX = interval
---   window  <prefix>lim:{tag}:w:<rule>              ZSET score = run time (µs), PX = per
---   rate    <prefix>lim:{tag}:r:<rule>              value = theoretical arrival time (µs), PX = until empty
+-- KEYS: only the ones the decision uses, in this order, with the same hash
+-- tag {<limited key value>}:
+--   dedupe  <prefix>lim:{tag}:dd:<host>:<diagnostic>:<event>  value = until (µs, decimal), PX = dedupe ttl
+--   state   <prefix>lim:{tag}:s:<rule>  (when the rule has a limit or a block)
 --
--- ARGV[1]: 11 little-endian int64 (struct '<i8' each; times: Unix µs of the
+-- The state of one rule for one key is ONE string, so that a decision is a
+-- GET (MGET with the dedupe key) and at most one SET: 5 little-endian int64
+-- (struct '<i8' each; times are Unix µs of the callers' clocks, 0 = none)
+--   block_until, day (local calendar day, YYYYMMDD), daily count of that
+--   day, last allowed run, bucket theoretical arrival time
+-- followed by the sliding window: the allowed runs still inside the window,
+-- one '<i8' each, ascending, never more than window_count of them (an exact
+-- sliding log). The SET's PX is the longest any part still needs: block,
+-- next local midnight (daily count > 0), last run + min_interval, newest
+-- window entry + per, bucket drain time. A daily count of another day than
+-- ARGV's counts as 0, so the quota resets at local midnight whatever the TTL.
+--
+-- ARGV[1]: 12 little-endian int64 (struct '<i8' each; times: Unix µs of the
 -- caller's clock; durations: µs; 0 = the rule does not have that part):
---   dry (0|1), now, dedupe_ttl, block, daily_limit, daily_ttl (until the next
---   local midnight), min_interval, window_count, window_per,
---   rate_interval (per/count, rounded up), rate_capacity (count*burst)
+--   dry (0|1), now, dedupe_ttl, block, daily_limit, day (YYYYMMDD),
+--   daily_ttl (until the next local midnight), min_interval, window_count,
+--   window_per, rate_interval (per/count, rounded up), rate_capacity
+--   (count*burst)
 -- ARGV[2]: order: limit codes d m w r in rule order ("-" none)
--- ARGV[3]: member: unique id of this decision (window ZSET member suffix)
---
--- String keys are read with one MGET, the window with ZCOUNT.
 --
 -- Returns 7 little-endian int64 (struct '<i8' each):
 --   status (0 denied, 1 allowed, 2 duplicate), denying limit code (ASCII of
@@ -29,69 +35,75 @@
 -- Time is the caller's: expiry decisions compare stored times with ARGV now;
 -- key TTLs only collect garbage.
 
-local dry, now, ddttl, block, dlimit, dttl, mi, wcount, wper, rt, rcap =
-  struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8', ARGV[1])
-local order = ARGV[2]
-local nows = string.format('%d', now)
+local dry, now, ddttl, block, dlimit, day, dttl, mi, wcount, wper, rt, rcap =
+  struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[1])
 local R = '<i8i8i8i8i8i8i8'
+local I = '<i8'
 
--- Map the keys present to their parts; read every string key in one MGET.
-local n = 0
-local kdd, kb, kd, kmi, kw, kr
-local strs = {}
-if ddttl > 0 then n = n + 1 kdd = KEYS[n] strs[#strs + 1] = kdd end
-if block > 0 then n = n + 1 kb = KEYS[n] strs[#strs + 1] = kb end
-if dlimit > 0 then n = n + 1 kd = KEYS[n] strs[#strs + 1] = kd end
-if mi > 0 then n = n + 1 kmi = KEYS[n] strs[#strs + 1] = kmi end
-if wcount > 0 then n = n + 1 kw = KEYS[n] end
-if rt > 0 then n = n + 1 kr = KEYS[n] strs[#strs + 1] = kr end
-local vals = {}
-if #strs > 0 then vals = redis.call('MGET', unpack(strs)) end
-local vi = 0
-local vdd, vb, vd, vmi, vr
-if kdd then vi = vi + 1 vdd = vals[vi] end
-if kb then vi = vi + 1 vb = vals[vi] end
-if kd then vi = vi + 1 vd = vals[vi] end
-if kmi then vi = vi + 1 vmi = vals[vi] end
-if kr then vi = vi + 1 vr = vals[vi] end
+local kdd, ks, vdd, vs
+if ddttl > 0 then
+  kdd = KEYS[1]
+  ks = KEYS[2]
+  if ks then
+    local v = redis.call('MGET', kdd, ks)
+    vdd, vs = v[1], v[2]
+  else
+    vdd = redis.call('GET', kdd)
+  end
+  if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0) end
+else
+  ks = KEYS[1]
+  vs = redis.call('GET', ks)
+end
 
-if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0) end
+local bu, sday, used, last, tat = 0, 0, 0, 0, 0
+local win = ''
+if vs and #vs >= 40 then
+  bu, sday, used, last, tat = struct.unpack('<i8i8i8i8i8', vs)
+  win = string.sub(vs, 41)
+end
+if sday ~= day then used = 0 end
+
+-- upto returns how many entries of the ascending log s are <= t.
+local function upto(s, t)
+  local a, b = 0, #s / 8
+  while a < b do
+    local m = math.floor((a + b) / 2)
+    if struct.unpack(I, s, m * 8 + 1) <= t then a = m + 1 else b = m end
+  end
+  return a
+end
 
 local retry = 0
 local blocked = false
 local dd, dm, dw, dr = false, false, false, false
-local used, since, wc, level = 0, -1, 0, 0
+local since, wc, level = -1, 0, 0
 
-if vb then
-  local t = tonumber(vb)
-  if t > now then blocked = true retry = t - now end
+if bu > now then blocked = true retry = bu - now end
+if dlimit > 0 and used >= dlimit then
+  dd = true
+  if dttl > retry then retry = dttl end
 end
-if kd then
-  if vd then used = tonumber(vd) end
-  if used >= dlimit then dd = true if dttl > retry then retry = dttl end end
-end
-if vmi then
-  local s = now - tonumber(vmi)
+if mi > 0 and last ~= 0 then
+  local s = now - last
   if s < mi then
     since = s dm = true
     if mi - s > retry then retry = mi - s end
   end
 end
-local lo
-if kw then
-  lo = string.format('%d', now - wper)
-  wc = redis.call('ZCOUNT', kw, '(' .. lo, '+inf')
+if wcount > 0 then
+  win = string.sub(win, upto(win, now - wper) * 8 + 1) -- drop what left the window
+  wc = #win / 8
   if wc >= wcount then
     dw = true
-    local oldest = redis.call('ZRANGEBYSCORE', kw, '(' .. lo, '+inf', 'WITHSCORES', 'LIMIT', wc - wcount, 1)
-    local r = tonumber(oldest[2]) + wper - now
+    local r = struct.unpack(I, win, (wc - wcount) * 8 + 1) + wper - now
     if r > retry then retry = r end
   end
+else
+  win = ''
 end
-local tat = now
-if kr then
-  if vr then tat = tonumber(vr) end
-  if tat < now then tat = now end
+if tat < now then tat = now end
+if rt > 0 then
   level = tat - now
   if level + rt > rt * rcap then
     dr = true
@@ -104,6 +116,7 @@ local limit = 0
 if blocked then
   limit = 98 -- b
 else
+  local order = ARGV[2]
   for i = 1, #order do
     local c = string.byte(order, i)
     if (c == 100 and dd) or (c == 109 and dm) or (c == 119 and dw) or (c == 114 and dr) then
@@ -115,29 +128,54 @@ end
 local status = 0
 if limit == 0 then status = 1 retry = 0 end
 
+local write = false
 if dry == 0 then
-  if kw then redis.call('ZREMRANGEBYSCORE', kw, '-inf', lo) end
   if status == 1 then
-    if kd then
-      used = used + 1
-      redis.call('SET', kd, used, 'PX', math.ceil(dttl / 1000))
-    end
-    if kmi then redis.call('SET', kmi, nows, 'PX', math.ceil(mi / 1000)) end
-    if kw then
-      redis.call('ZADD', kw, nows, nows .. '-' .. ARGV[3])
-      redis.call('PEXPIRE', kw, math.ceil(wper / 1000))
+    write = true
+    bu = 0
+    if dlimit > 0 then used = used + 1 end
+    if mi > 0 then last = now end
+    if wcount > 0 then
+      local p = upto(win, now)
+      if p * 8 == #win then
+        win = win .. struct.pack(I, now)
+      else
+        win = string.sub(win, 1, p * 8) .. struct.pack(I, now) .. string.sub(win, p * 8 + 1)
+      end
       wc = wc + 1
     end
-    if kr then
+    if rt > 0 then
       tat = tat + rt
       level = tat - now
-      redis.call('SET', kr, string.format('%d', tat), 'PX', math.ceil(level / 1000))
     end
     if kdd then redis.call('SET', kdd, string.format('%d', now + ddttl), 'PX', math.ceil(ddttl / 1000)) end
-  elseif kb and not blocked then
-    redis.call('SET', kb, string.format('%d', now + block), 'PX', math.ceil(block / 1000))
+  elseif block > 0 and not blocked then
+    write = true
+    bu = now + block
     if block > retry then retry = block end
   end
 end
 
+if write and ks then
+  if #win > wcount * 8 then win = string.sub(win, #win - wcount * 8 + 1) end
+  -- The key lives as long as its longest-lived part.
+  local ttl = 0
+  if bu > now then ttl = bu - now end
+  if dlimit > 0 and used > 0 and dttl > ttl then ttl = dttl end
+  if mi > 0 and last ~= 0 and last + mi - now > ttl then ttl = last + mi - now end
+  if #win > 0 then
+    local t = struct.unpack(I, win, #win - 7) + wper - now
+    if t > ttl then ttl = t end
+  end
+  if rt > 0 and tat - now > ttl then ttl = tat - now end
+  if dlimit == 0 then used = 0 end
+  if mi == 0 then last = 0 end
+  if rt == 0 then tat = 0 end
+  local px = math.ceil(ttl / 1000)
+  if px < 1 then px = 1 end
+  redis.call('SET', ks, struct.pack('<i8i8i8i8i8', bu, day, used, last, tat) .. win, 'PX', px)
+end
+
+if rt > 0 then level = tat - now else level = 0 end
+if dlimit == 0 then used = 0 end
 return struct.pack(R, status, limit, retry, used, since, wc, level)

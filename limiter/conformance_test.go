@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
@@ -100,13 +101,20 @@ func denied(rule, limit, reason string, retry time.Duration) Decision {
 	return Decision{Rule: rule, Limit: limit, Reason: reason, RetryAfter: retry}
 }
 
-// dailyTTL reports the remaining TTL of the daily counter of (tag, rule, day).
+// dailyTTL reports the remaining TTL of the daily counter of (tag, rule,
+// day). On Redis that is the TTL of the rule's state key, which holds the
+// counter (with its day) and lives as long as its longest-lived part: in a
+// rule with only a daily limit, until the next local midnight.
 func (e *env) dailyTTL(tag, rule, day string) (time.Duration, bool) {
 	e.t.Helper()
 	if e.mem != nil {
 		return e.mem.dailyTTL(tag, rule, e.clock.Now().UnixMicro())
 	}
-	key := e.prefix + "lim:{" + tag + "}:d:" + rule + ":" + day
+	key := e.prefix + "lim:{" + tag + "}:s:" + rule
+	if v, err := e.client.Get(context.Background(), key).Bytes(); err != nil || len(v) < 40 ||
+		fmt.Sprint(binary.LittleEndian.Uint64(v[8:16])) != day {
+		e.t.Fatalf("state key %s: %x (%v), want the daily count of day %s", key, v, err, day)
+	}
 	ttl, err := e.client.PTTL(context.Background(), key).Result()
 	if err != nil {
 		e.t.Fatalf("PTTL %s: %v", key, err)

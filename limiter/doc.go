@@ -19,14 +19,22 @@
 // for key: global), so it runs unchanged on Redis Cluster; the dedupe key is
 // put under the rule's tag for that reason. Keys (prefix is redis.prefix):
 //
-//	<prefix>lim:{tag}:d:<rule>:<YYYYMMDD>         daily counter, expires at the next local midnight
-//	<prefix>lim:{tag}:mi:<rule>                   last allowed run, TTL = min_interval
-//	<prefix>lim:{tag}:w:<rule>                    window ZSET, TTL = per
-//	<prefix>lim:{tag}:r:<rule>                    bucket (theoretical arrival time), TTL = until empty
-//	<prefix>lim:{tag}:b:<rule>                    block, TTL = block
+//	<prefix>lim:{tag}:s:<rule>                    state of the rule for the key, TTL = its longest-lived part
 //	<prefix>lim:{tag}:dd:<host>:<diagnostic>:<id>  dedupe mark, TTL = dedupe.ttl
 //
-// The rule name is part of every key so that two rules never share a
+// The state is one packed string (layout at the top of allow.lua): block
+// until, local day (YYYYMMDD) and that day's count, last allowed run, bucket
+// theoretical arrival time, then the sliding window as an exact log of the
+// allowed runs still inside it (ascending, never more than the window's
+// count). A decision is therefore one GET (MGET with the dedupe mark) and at
+// most one SET, whatever limits the rule combines. Its TTL is the longest
+// any part needs: the block, the next local midnight while the day's count
+// is above 0, the last run plus min_interval, the newest window entry plus
+// per, the bucket's drain time. A count stored for another day reads as 0,
+// so the daily quota resets at local midnight (23 h and 25 h days included)
+// however long the key lives.
+//
+// The rule name is part of the state key so that two rules never share a
 // counter. The dedupe identity is (host, diagnostic, event id): one alert
 // fanned out to two diagnostics is not a duplicate. Only an allowed decision
 // marks the event, so a task deferred after a denial is not a duplicate

@@ -100,8 +100,6 @@ type Limiter struct {
 	metrics *metrics
 	breaker breaker
 	day     atomic.Pointer[dayInfo]
-	seq     atomic.Uint64
-	salt    uint64
 }
 
 // compiledRule is a Rule ready to evaluate.
@@ -149,7 +147,6 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 		log:     opts.Logger,
 		timeout: opts.Timeout,
 		loc:     loc,
-		salt:    uint64(time.Now().UnixNano()),
 	}
 	if l.clock == nil {
 		l.clock = wallClock{}

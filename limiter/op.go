@@ -30,6 +30,7 @@ type op struct {
 	block     int64
 	daily     int
 	day       string // local calendar day, YYYYMMDD
+	dayNum    int64  // the same day as a number
 	dailyTTL  int64  // until the next local midnight
 	minIvl    int64
 	winCount  int
@@ -37,7 +38,6 @@ type op struct {
 	rateT     int64
 	rateCap   int
 	order     string // limit codes (d m w r) in configuration order
-	member    uint64 // unique id of this decision (window member)
 }
 
 // Result statuses.
@@ -62,6 +62,7 @@ type result struct {
 type dayInfo struct {
 	start, end int64 // µs, [start, end)
 	stamp      string
+	num        int64 // stamp as a number
 }
 
 // dayOf returns the local calendar day containing now.
@@ -71,7 +72,9 @@ func (l *Limiter) dayOf(now time.Time) *dayInfo {
 		return d
 	}
 	start, end := dayBounds(now, l.loc)
-	d := &dayInfo{start: start.UnixMicro(), end: end.UnixMicro(), stamp: start.In(l.loc).Format("20060102")}
+	y, m, dd := start.In(l.loc).Date()
+	d := &dayInfo{start: start.UnixMicro(), end: end.UnixMicro(), stamp: start.In(l.loc).Format("20060102"),
+		num: int64(y)*10000 + int64(m)*100 + int64(dd)}
 	if us >= d.start && us < d.end {
 		l.day.Store(d)
 	}
@@ -133,13 +136,10 @@ func (l *Limiter) buildOp(o *op, cr *compiledRule, r *Request, now time.Time, dr
 	o.block = cr.block
 	if cr.daily > 0 {
 		d := l.dayOf(now)
-		o.daily, o.day, o.dailyTTL = cr.daily, d.stamp, d.end-o.now
+		o.daily, o.day, o.dayNum, o.dailyTTL = cr.daily, d.stamp, d.num, d.end-o.now
 	}
 	o.minIvl = cr.minIvl
 	o.winCount, o.winPer = cr.winCount, cr.winPer
 	o.rateT, o.rateCap = cr.rateT, cr.rateCap
 	o.order = cr.order
-	if cr.winCount > 0 {
-		o.member = l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15
-	}
 }

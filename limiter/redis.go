@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -67,8 +66,8 @@ var ErrBadReply = errors.New("limiter: unexpected reply from allow.lua")
 // go-redis as *string (boxing a pointer does not allocate).
 type evalCall struct {
 	buf  []byte
-	strs [6 + nArgv]string // keys, then ARGV
-	args [3 + 6 + nArgv]interface{}
+	strs [nKeys + nArgv]string // keys, then ARGV
+	args [3 + nKeys + nArgv]interface{}
 	ctx  deadlineCtx
 
 	// The call runs on its own goroutine so that the limiter, not the
@@ -175,16 +174,8 @@ func isNoScript(err error) bool {
 // allow.lua's KEYS.
 func (b *Redis) encode(ec *evalCall, o *op) int {
 	buf := ec.buf[:0]
-	var ends [6 + nArgv + 1]int
+	var ends [nKeys + nArgv + 1]int
 	n := 0
-	base := func(buf []byte, kind string) []byte {
-		buf = append(buf, b.prefix...)
-		buf = append(buf, "lim:{"...)
-		buf = append(buf, o.tag...)
-		buf = append(buf, "}:"...)
-		buf = append(buf, kind...)
-		return append(buf, o.rule...)
-	}
 	if o.dedupeID != "" {
 		buf = append(buf, b.prefix...)
 		buf = append(buf, "lim:{"...)
@@ -198,41 +189,23 @@ func (b *Redis) encode(ec *evalCall, o *op) int {
 		n++
 		ends[n] = len(buf)
 	}
-	if o.block > 0 {
-		buf = base(buf, "b:")
+	if o.order != "" || o.block > 0 {
+		buf = append(buf, b.prefix...)
+		buf = append(buf, "lim:{"...)
+		buf = append(buf, o.tag...)
+		buf = append(buf, "}:s:"...)
+		buf = append(buf, o.rule...)
 		n++
 		ends[n] = len(buf)
 	}
-	if o.daily > 0 {
-		buf = base(buf, "d:")
-		buf = append(buf, ':')
-		buf = append(buf, o.day...)
-		n++
-		ends[n] = len(buf)
-	}
-	if o.minIvl > 0 {
-		buf = base(buf, "mi:")
-		n++
-		ends[n] = len(buf)
-	}
-	if o.winCount > 0 {
-		buf = base(buf, "w:")
-		n++
-		ends[n] = len(buf)
-	}
-	if o.rateT > 0 {
-		buf = base(buf, "r:")
-		n++
-		ends[n] = len(buf)
-	}
-	// ARGV (see allow.lua): packed integers, order, member.
+	// ARGV (see allow.lua): packed integers, order.
 	m := n
 	dry := int64(0)
 	if o.dry {
 		dry = 1
 	}
-	for _, v := range [...]int64{dry, o.now, o.dedupeTTL, o.block, int64(o.daily), o.dailyTTL, o.minIvl,
-		int64(o.winCount), o.winPer, o.rateT, int64(o.rateCap)} {
+	for _, v := range [...]int64{dry, o.now, o.dedupeTTL, o.block, int64(o.daily), o.dayNum, o.dailyTTL,
+		o.minIvl, int64(o.winCount), o.winPer, o.rateT, int64(o.rateCap)} {
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
 	}
 	m++
@@ -244,9 +217,6 @@ func (b *Redis) encode(ec *evalCall, o *op) int {
 	}
 	m++
 	ends[m] = len(buf)
-	buf = strconv.AppendUint(buf, o.member, 10)
-	m++
-	ends[m] = len(buf)
 	ec.buf = buf
 	// buf is not written again until ec goes back to the pool, after the call.
 	s := unsafe.String(unsafe.SliceData(buf), len(buf))
@@ -256,8 +226,11 @@ func (b *Redis) encode(ec *evalCall, o *op) int {
 	return n
 }
 
-// nArgv is the number of ARGV of allow.lua.
-const nArgv = 3
+// nKeys and nArgv are the most KEYS and the number of ARGV of allow.lua.
+const (
+	nKeys = 2
+	nArgv = 2
+)
 
 // parseReply parses allow.lua's reply: 7 little-endian int64.
 func parseReply(s string) (result, error) {
