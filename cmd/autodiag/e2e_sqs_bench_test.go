@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/sqsfake"
+)
+
+// BenchmarkSQSIntake measures tasks per second from a prefilled queue on the
+// SQS fake until every message is deleted, b.N messages per run:
+//
+//   - sdk-loop: a plain SDK loop in this process, ReceiveMessage (10) then
+//     DeleteMessageBatch, one at a time: the baseline of the issue;
+//   - sdk-loop-exec16: 16 such loops that also run /bin/true in its own
+//     process group per message: the floor of any consumer that forks a
+//     process per task;
+//   - agent-memory: one `autodiag run` child, 16 workers, a no-op
+//     diagnostic (/bin/true), in-memory state;
+//   - agent-inproc-memory: the same agent in this process (logs discarded),
+//     so that -cpuprofile and -blockprofile see it;
+//   - agent-redis: the child with Redis state and audit
+//     (AUTODIAG_TEST_REDIS_ADDR; skipped without it).
+//
+// Each runs with the fake answering at once (rtt=0) and with 10ms added to
+// every SQS call (rtt=10ms), nearer a real endpoint, where time a worker
+// spends waiting on SQS shows.
+//
+// tasks/s is b.N over the time from the first ReceiveMessage that returned
+// messages to the last DeleteMessageBatch, both as the fake logged them, so
+// process start-up is not counted. Run with a fixed count, e.g.
+//
+//	go test -run '^$' -bench SQSIntake -benchtime 2000x ./cmd/autodiag
+//
+// or scripts/bench-intake.
+func BenchmarkSQSIntake(b *testing.B) {
+	for _, rtt := range []time.Duration{0, 10 * time.Millisecond} {
+		b.Run(fmt.Sprintf("rtt=%v", rtt), func(b *testing.B) { benchIntake(b, rtt) })
+	}
+}
+
+func benchIntake(b *testing.B, rtt time.Duration) {
+	queue := func(b *testing.B) *sqsFake {
+		fq := newSQSFake(b, "tasks")
+		prefill(b, fq, b.N)
+		if rtt > 0 {
+			fq.srv.InjectFault(sqsfake.Fault{Kind: sqsfake.FaultLatency, Latency: rtt})
+		}
+		return fq
+	}
+	b.Run("sdk-loop", func(b *testing.B) {
+		fq := queue(b)
+		b.ResetTimer()
+		ctx := context.Background()
+		for {
+			out, err := fq.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+				QueueUrl: aws.String(fq.url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+					types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameSentTimestamp},
+				MessageAttributeNames: []string{"All"},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(out.Messages) > 0 {
+				entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
+				for i, m := range out.Messages {
+					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle}
+				}
+				if _, err := fq.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(fq.url), Entries: entries}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if fq.drained(b) {
+				break
+			}
+		}
+		b.StopTimer()
+		reportRate(b, fq)
+	})
+	b.Run("sdk-loop-exec16", func(b *testing.B) {
+		fq := queue(b)
+		b.ResetTimer()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					out, err := fq.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+						QueueUrl: aws.String(fq.url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60})
+					if err != nil {
+						return
+					}
+					entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
+					for i, m := range out.Messages {
+						cmd := exec.Command("/bin/true")
+						cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+						if err := cmd.Run(); err != nil {
+							b.Error(err)
+						}
+						entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle}
+					}
+					if len(entries) > 0 {
+						if _, err := fq.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(fq.url), Entries: entries}); err != nil {
+							return
+						}
+					}
+				}
+			})
+		}
+		waitDrained(b, fq)
+		b.StopTimer()
+		cancel()
+		wg.Wait()
+		reportRate(b, fq)
+	})
+	child := func(b *testing.B, redisAddr, prefix string) {
+		fq := queue(b)
+		cfg := sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url, visibility: time.Minute,
+			redisAddr: redisAddr, prefix: prefix}
+		b.ResetTimer()
+		stop := startBenchAgent(b, cfg.yaml(), fq.env...)
+		waitDrained(b, fq)
+		b.StopTimer()
+		stop()
+		reportRate(b, fq)
+	}
+	b.Run("agent-memory", func(b *testing.B) { child(b, "", "") })
+	b.Run("agent-inproc-memory", func(b *testing.B) {
+		fq := queue(b)
+		for _, kv := range append(fq.awsEnv(), "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null") {
+			k, v, _ := strings.Cut(kv, "=")
+			b.Setenv(k, v)
+		}
+		cfg, err := agentpkg.LoadConfig([]byte(sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url,
+			visibility: time.Minute}.yaml()), func(string) (string, bool) { return "", false })
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b.ResetTimer()
+		a, closeFn, err := agentpkg.Open(ctx, cfg, agentpkg.OpenOptions{Logger: newLogger(io.Discard, "info"), Version: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer closeFn()
+		runErr := make(chan error, 1)
+		go func() { runErr <- a.Run(ctx) }()
+		waitDrained(b, fq)
+		b.StopTimer()
+		a.Drain("bench", "done")
+		if err := <-runErr; err != nil {
+			b.Error(err)
+		}
+		reportRate(b, fq)
+	})
+	b.Run("agent-redis", func(b *testing.B) {
+		_, prefix := sqsRedis(b)
+		child(b, sqsRedisAddr(b), prefix)
+	})
+}
+
+// waitDrained polls until every message was deleted.
+func waitDrained(b *testing.B, fq *sqsFake) {
+	for !fq.drained(b) {
+		time.Sleep(2 * time.Millisecond) // a benchmark's poll of the fake, not a test waiting
+	}
+}
+
+// prefill sends n no-op tasks.
+func prefill(b *testing.B, fq *sqsFake, n int) {
+	b.Helper()
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = sqsTaskBody(fmt.Sprintf("b-%06d", i), "noop")
+	}
+	fq.send(b, bodies...)
+	fq.srv.ResetLog()
+}
+
+// reportRate reports tasks/s between the first receive that returned
+// messages and the last delete batch.
+func reportRate(b *testing.B, fq *sqsFake) {
+	b.Helper()
+	var first, last time.Time
+	for _, c := range fq.srv.Calls("ReceiveMessage", "DeleteMessageBatch") {
+		switch {
+		case c.Op == "ReceiveMessage" && c.N > 0 && first.IsZero():
+			first = c.Time
+		case c.Op == "DeleteMessageBatch" && c.Status == 200:
+			last = c.Time
+		}
+	}
+	_, _, _, st := fq.stats(b)
+	if st.Deleted != b.N {
+		b.Fatalf("deleted %d of %d", st.Deleted, b.N)
+	}
+	if span := last.Sub(first); span > 0 {
+		b.ReportMetric(float64(b.N)/span.Seconds(), "tasks/s")
+	}
+	counts := fq.srv.Counters()
+	b.ReportMetric(float64(counts["ReceiveMessage"])/float64(b.N), "receives/task")
+	b.ReportMetric(float64(counts["DeleteMessageBatch"])/float64(b.N), "deletebatches/task")
+}
+
+// startBenchAgent runs `autodiag run` with yaml, waits for its ready line
+// and returns a func that drains it (SIGTERM) and waits for its exit.
+func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "run", "--config", path)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
+		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
+		"AWS_EC2_METADATA_DISABLED=true"}, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	var tail []string
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		readySeen := false
+		for sc.Scan() {
+			// Parse only what matters: this process shares the CPUs.
+			line := sc.Bytes()
+			if !readySeen && bytes.Contains(line, []byte(`"msg":"ready"`)) {
+				var m map[string]any
+				if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
+					readySeen = true
+					close(ready)
+				}
+			}
+			if bytes.Contains(line, []byte(`"level":"WARN"`)) || bytes.Contains(line, []byte(`"level":"ERROR"`)) {
+				tail = append(tail, string(line))
+			}
+		}
+	}()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("agent exit: %v", err)
+		}
+		if len(tail) > 0 {
+			b.Logf("agent warnings (%d):\n%s", len(tail), strings.Join(tail[:min(len(tail), 20)], "\n"))
+		}
+	}
+	select {
+	case <-ready:
+	case <-done:
+		b.Fatalf("agent exited before ready")
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		b.Fatal("agent not ready after 30s")
+	}
+	return stop
+}
