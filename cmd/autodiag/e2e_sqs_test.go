@@ -261,6 +261,61 @@ func TestSQSKill9TakeOver(t *testing.T) {
 	}
 }
 
+// TestSQSKill9RestartRecovers: an agent killed with SIGKILL mid-task and
+// restarted under the same instance id finds its stale in-flight entry,
+// marks the task interrupted and leaves it to SQS; the redelivery runs it
+// once more (attempts=2) and nothing stays in flight.
+func TestSQSKill9RestartRecovers(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	led := newSQSLedger(t)
+	cfg := sqsAgentConfig{instance: "agent-r", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+		redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}.yaml()
+
+	a := startProc(t, cfg, fq.env...)
+	fq.send(t, sqsTaskBody("r-1", "gate"))
+	eventually(t, 20*time.Second, "r-1 running", func() bool { return led.counts(t)["r-1"] == 1 })
+	sqsKill9(a)
+	a2 := startProc(t, cfg, fq.env...)
+	eventually(t, 20*time.Second, "the restarted agent recovering r-1", func() bool {
+		for _, l := range a2.logs("task interrupted by a previous run; SQS will redeliver it") {
+			if l["task_id"] == "r-1" {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 30*time.Second, "r-1 running again", func() bool { return led.counts(t)["r-1"] == 2 })
+	led.open()
+	eventually(t, 30*time.Second, "r-1 done and its message deleted", func() bool {
+		rec, _ := sqsTaskRecord(t, rc, prefix, "r-1")
+		return rec.Status == state.StatusDone && fq.drained(t)
+	})
+	if rec, _ := sqsTaskRecord(t, rc, prefix, "r-1"); rec.Outcome != "succeeded" || rec.Attempts != 2 || rec.Owner != "agent-r" {
+		t.Errorf("record = %+v, want succeeded with attempts=2 on agent-r", rec)
+	}
+	if n := led.counts(t)["r-1"]; n != 2 {
+		t.Errorf("r-1 executed %d times, want 2", n)
+	}
+	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: sqsRedisAddr(t), prefix: prefix})
+	interrupted := false
+	for _, e := range fv.Recent {
+		interrupted = interrupted || e.TaskID == "r-1" && e.Outcome == "interrupted"
+	}
+	if !interrupted {
+		t.Errorf("status --json recent %+v lacks r-1 interrupted", fv.Recent)
+	}
+	for _, in := range fv.Instances {
+		if len(in.Tasks) != 0 {
+			t.Errorf("status --json: %s has %d tasks in flight, want none", in.ID, len(in.Tasks))
+		}
+	}
+	a2.signal(syscall.SIGTERM)
+	if code := a2.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+}
+
 // TestSQSLongTaskNotRedelivered: a task running 7s with a 2s visibility
 // timeout (over 3 timeouts) is never redelivered while it runs: the agent
 // extends the message's visibility (and its lease) before it lapses.
