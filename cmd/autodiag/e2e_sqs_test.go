@@ -91,6 +91,16 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 	// Outcome totals: across the fleet 500 succeeded, nothing else but
 	// duplicates; every delivery an agent saw ended as succeeded or
 	// duplicate, or was handed back because the task was running.
+	for _, a := range agents {
+		// The harness reads each agent's log from a pipe: let it catch up.
+		eventually(t, 10*time.Second, "every outcome's log line read", func() bool {
+			n := 0
+			for _, v := range sqsOutcomes(a) {
+				n += v
+			}
+			return len(a.logs("task ended")) == n
+		})
+	}
 	total := map[string]int{}
 	received, deferred := 0, 0
 	for _, a := range agents {
@@ -452,8 +462,14 @@ func TestSQSEnqueueAndStatusCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "ThrottlingException") {
 		t.Errorf("enqueue throttled for good: exit %d, stderr %q; want 1 naming ThrottlingException", code, stderr)
 	}
-	if n := len(fq.srv.Calls("SendMessage")); n != 3 {
-		t.Errorf("%d SendMessage attempts, want the SDK default of 3", n)
+	sends = fq.srv.Calls("SendMessage")
+	if len(sends) != 3 {
+		t.Errorf("%d SendMessage attempts, want the SDK default of 3", len(sends))
+	} else {
+		// Information, not an assertion: the standard retryer waits
+		// rand[0,1) × min(1s × 2^i, 20s) after the i-th throttle.
+		t.Logf("throttled SendMessage attempts %v and %v apart", sends[1].Time.Sub(sends[0].Time).Round(time.Millisecond),
+			sends[2].Time.Sub(sends[1].Time).Round(time.Millisecond))
 	}
 
 	a.signal(syscall.SIGTERM)
