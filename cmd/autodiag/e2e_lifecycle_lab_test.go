@@ -169,10 +169,13 @@ type lcLab struct {
 	scale    float64
 	hookTTL  time.Duration
 
-	imdsURL    string
-	terminated sync.Once
-	syncMu     sync.Mutex
-	synced     bool
+	imdsURL string
+	syncMu  sync.Mutex
+	synced  bool
+	// eventAt is when the trigger became visible to the instance: IMDS
+	// said Terminated (seen by the lab's 5ms poll) or our notification was
+	// sent to the lifecycle queue.
+	eventAt time.Time
 }
 
 func lcRedisAddr(t *testing.T) string {
@@ -226,6 +229,9 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 	}}
 	if o.notify {
 		opts.Notify = func(body string) {
+			if strings.Contains(body, lcMockInstance) {
+				defer l.setEventAt(time.Now())
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if _, err := l.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(l.lcQURL), MessageBody: aws.String(body)}); err != nil {
@@ -402,6 +408,20 @@ func (l *lcLab) imdsState() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+func (l *lcLab) setEventAt(at time.Time) {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.eventAt.IsZero() {
+		l.eventAt = at
+	}
+}
+
+func (l *lcLab) event() time.Time {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return l.eventAt
+}
+
 func (l *lcLab) isSynced() bool {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
@@ -421,6 +441,7 @@ func (l *lcLab) syncIMDS() {
 	if st, err := l.imdsState(); err != nil || st != "Terminated" {
 		return
 	}
+	l.eventAt = time.Now()
 	if _, err := l.asg.Terminate(lcMockInstance); err != nil {
 		l.t.Errorf("asgfake terminate: %v", err)
 	}

@@ -33,9 +33,9 @@ func lcEndedCount(p *proc) int { return len(p.logs("task ended")) }
 
 // lcDrainFacts is what lcCheckDrain measured.
 type lcDrainFacts struct {
-	trigger, drainStarted, lastEnded, complete time.Time
-	heartbeats                                 []lcCall
-	cancelledReceive                           *lcCall
+	event, trigger, drainStarted, lastEnded, complete time.Time
+	heartbeats                                        []lcCall
+	cancelledReceive                                  *lcCall
 }
 
 // lcCheckDrain asserts the drain contract on what the fakes and the agent's
@@ -43,7 +43,7 @@ type lcDrainFacts struct {
 // observed the trigger (its own log line).
 func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time, midRun bool) lcDrainFacts {
 	t.Helper()
-	f := lcDrainFacts{trigger: trigger}
+	f := lcDrainFacts{trigger: trigger, event: l.event()}
 	f.drainStarted, _ = lcFirstLog(t, p, "drain started")
 
 	// Intake: no ReceiveMessage on the task queue starts after the trigger;
@@ -112,15 +112,16 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 		t.Fatalf("%d successful CompleteLifecycleAction calls, want 1", len(ok))
 	}
 	f.complete = ok[0].Start
-	if !bytes.Contains(ok[0].Body, []byte("LifecycleActionResult=CONTINUE")) {
-		t.Errorf("completion %s, want CONTINUE", ok[0].Body)
+	want := asgfake.ResultContinue
+	if !bytes.Contains(ok[0].Body, []byte("LifecycleActionResult="+want)) {
+		t.Errorf("completion %s, want %s", ok[0].Body, want)
 	}
 	if f.complete.Before(f.lastEnded) {
 		t.Errorf("CompleteLifecycleAction %s before the last task ended", lcMS(f.lastEnded.Sub(f.complete)))
 	}
 	act, found := l.asg.Action(lcMockInstance)
-	if !found || act.EndReason != asgfake.EndCompleted || act.Completions != 1 || act.Result != asgfake.ResultContinue {
-		t.Errorf("lifecycle action in Auto Scaling: %+v, want completed once with CONTINUE", act)
+	if !found || act.EndReason != asgfake.EndCompleted || act.Completions != 1 || act.Result != want {
+		t.Errorf("lifecycle action in Auto Scaling: %+v, want completed once with %s", act, want)
 	}
 
 	// Heartbeats: while work remained (they stop before the supervisor
@@ -180,9 +181,13 @@ func (f lcDrainFacts) report(t *testing.T, name string, interval time.Duration) 
 	if f.cancelledReceive != nil {
 		inflight = "in-flight long poll cancelled " + lcMS(f.cancelledReceive.End.Sub(f.trigger)) + " after the trigger"
 	}
-	t.Logf("REPORT %s: trigger→intake stopped (drain started) %s (%s); drain work %s; last task end→CompleteLifecycleAction %s; "+
+	seen := "n/a"
+	if !f.event.IsZero() {
+		seen = lcMS(f.trigger.Sub(f.event))
+	}
+	t.Logf("REPORT %s: event→agent trigger %s; trigger→intake stopped (drain started) %s (%s); drain work %s; last task end→CompleteLifecycleAction %s; "+
 		"heartbeats %d (first %s after drain start; intervals %s, configured %s)",
-		name, lcMS(f.drainStarted.Sub(f.trigger)), inflight, lcMS(f.lastEnded.Sub(f.drainStarted)), lcMS(f.complete.Sub(f.lastEnded)),
+		name, seen, lcMS(f.drainStarted.Sub(f.trigger)), inflight, lcMS(f.lastEnded.Sub(f.drainStarted)), lcMS(f.complete.Sub(f.lastEnded)),
 		len(f.heartbeats), first, lcSummary(gaps), interval)
 }
 
@@ -232,6 +237,7 @@ func TestLifecycleDrainE2E(t *testing.T) {
 		}
 		trig, _ := lcFirstLog(t, p, "signal received: draining")
 		f := lcCheckDrain(t, l, p, total, trig, true)
+		f.event = time.Time{} // the signal is the event
 		if n := len(l.asgRec.log("DescribeAutoScalingInstances", "")); n == 0 {
 			t.Errorf("the group was not resolved with DescribeAutoScalingInstances")
 		}
