@@ -119,9 +119,12 @@ func reportCommands(b *testing.B, c *redis.Client, before map[string]int64) {
 	}
 }
 
+// benchClient is the client both sides use, with the options of the agent's
+// (agent.NewRedisClient: ContextTimeoutEnabled, so the limiter bounds a call
+// with a context deadline instead of a goroutine of its own).
 func benchClient(b *testing.B) *redis.Client {
 	addr := requireEnv(b, "AUTODIAG_TEST_REDIS_ADDR")
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, MinIdleConns: 8})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, MinIdleConns: 8, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		b.Fatal(err)

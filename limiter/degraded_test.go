@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -187,8 +188,68 @@ func TestRuleWithoutLimitsNeedsNoBackend(t *testing.T) {
 
 // TestTimeoutBoundsCall: a Redis that accepts connections but never answers
 // is cut off by Options.Timeout (the client's own timeouts are an hour), and
-// the decision degrades.
+// the decision degrades: on a goroutine of its own when the client ignores
+// context deadlines, on the caller's with ContextTimeoutEnabled, including a
+// decision that waits for the only pooled connection, held by another.
 func TestTimeoutBoundsCall(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ctxTimeout bool
+		poolBusy   bool // another call holds the only connection for an hour
+		wantDirect bool
+	}{
+		{"own goroutine", false, false, false},
+		{"context deadline", true, false, true},
+		{"context deadline, waiting for the pool", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: silentAddr(t), MaxRetries: -1, PoolSize: 1,
+				ContextTimeoutEnabled: tc.ctxTimeout,
+				DialTimeout:           time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, PoolTimeout: time.Hour})
+			t.Cleanup(func() { _ = c.Close() })
+			b := NewRedis(c, "autodiag:")
+			if b.direct != tc.wantDirect {
+				t.Fatalf("direct call = %v, want %v", b.direct, tc.wantDirect)
+			}
+			l, err := New(failCfg(), b, Options{Timeout: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.poolBusy {
+				go func() { _ = c.Get(context.Background(), "held").Err() }() // ends with c.Close
+				for deadline := time.Now().Add(10 * time.Second); ; {
+					if st := c.PoolStats(); st.TotalConns == 1 && st.IdleConns == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the holding call never took the connection: %+v", c.PoolStats())
+					}
+					runtime.Gosched()
+				}
+			}
+			type answer struct {
+				d   Decision
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				d, err := l.Allow(context.Background(), db1)
+				done <- answer{d, err}
+			}()
+			select {
+			case a := <-done:
+				if a.err != nil || !a.d.Degraded || a.d.Allowed || a.d.Reason != ReasonDegradedClosed {
+					t.Fatalf("got %+v %v, want a degraded closed decision", a.d, a.err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Allow still waiting on a silent Redis: Options.Timeout did not bound the call")
+			}
+		})
+	}
+}
+
+// silentAddr is a listener that accepts connections and never answers.
+func silentAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -209,28 +270,5 @@ func TestTimeoutBoundsCall(t *testing.T) {
 			held = append(held, c) // read nothing, answer nothing
 		}
 	}()
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1,
-		DialTimeout: time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, PoolTimeout: time.Hour})
-	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(failCfg(), NewRedis(c, "autodiag:"), Options{Timeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		d   Decision
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		d, err := l.Allow(context.Background(), db1)
-		done <- answer{d, err}
-	}()
-	select {
-	case a := <-done:
-		if a.err != nil || !a.d.Degraded || a.d.Allowed || a.d.Reason != ReasonDegradedClosed {
-			t.Fatalf("got %+v %v, want a degraded closed decision", a.d, a.err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Allow still waiting on a silent Redis: Options.Timeout did not bound the call")
-	}
+	return ln.Addr().String()
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -44,6 +45,8 @@ var (
 type Redis struct {
 	c      scripter
 	prefix string
+	direct bool      // c bounds a call by its context's deadline (see honoursDeadlines)
+	slots  doneSlots // Done channels of direct calls
 	calls  sync.Pool // *evalCall
 }
 
@@ -54,8 +57,29 @@ var _ Backend = (*Redis)(nil)
 // go-redis client fits: Client, ClusterClient, Ring, failover clients, and
 // the client's AutoPipeline(), which batches concurrent decisions into
 // pipelines (still one EVALSHA per decision).
+//
+// The limiter bounds each call by Options.Timeout. A *redis.Client,
+// *redis.ClusterClient or *redis.Ring with ContextTimeoutEnabled turns a
+// context deadline into its pool-wait, dial, read and write deadlines, so the
+// call runs on the caller's goroutine under a deadline; with any
+// other client (or without that option) the call runs on a goroutine of its
+// own that the decision stops waiting for at the timeout.
 func NewRedis(client scripter, prefix string) *Redis {
-	return &Redis{c: client, prefix: prefix}
+	return &Redis{c: client, prefix: prefix, direct: honoursDeadlines(client)}
+}
+
+// honoursDeadlines reports whether c bounds every call by its context's
+// deadline.
+func honoursDeadlines(c scripter) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // ErrBadReply means the script's reply could not be understood.
@@ -80,13 +104,70 @@ type evalCall struct {
 
 // deadlineCtx is ctx with an earlier deadline but without a timer of its
 // own. A client with ContextTimeoutEnabled turns it into dial, read and write
-// deadlines, which lets an abandoned call (see eval) end promptly.
+// deadlines, which lets an abandoned call (see eval) end promptly. When done
+// is set (the direct path) it is the context's Done channel: it closes at the
+// deadline or at most doneSlack later, so a wait for a pooled connection ends
+// too; a cancelled parent then shows in Err at once, but interrupts such a
+// wait only at that deadline.
 type deadlineCtx struct {
 	context.Context
 	deadline time.Time
+	done     <-chan struct{}
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *deadlineCtx) Done() <-chan struct{} {
+	if c.done != nil {
+		return c.done
+	}
+	return c.Context.Done()
+}
+
+func (c *deadlineCtx) Err() error {
+	if err := c.Context.Err(); err != nil || c.done == nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// doneSlots hands out Done channels shared by the calls whose deadlines are
+// close together: one timer and one channel per slot of doneSlack instead of
+// a context.WithTimeout (its timer, channel and closures) per decision.
+type doneSlots struct {
+	cur atomic.Pointer[doneSlot]
+	mu  sync.Mutex
+}
+
+type doneSlot struct {
+	end time.Time // the channel closes at end
+	ch  chan struct{}
+}
+
+// doneSlack is how much later than its deadline a direct call's Done channel
+// may close: a fraction of the timeout.
+func doneSlack(timeout time.Duration) time.Duration { return timeout/8 + time.Millisecond }
+
+// done returns a channel that closes at deadline or at most slack later.
+func (s *doneSlots) done(deadline time.Time, slack time.Duration) <-chan struct{} {
+	if c := s.cur.Load(); c != nil && !c.end.Before(deadline) && c.end.Sub(deadline) <= slack {
+		return c.ch
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cur.Load(); c != nil && !c.end.Before(deadline) && c.end.Sub(deadline) <= slack {
+		return c.ch
+	}
+	c := &doneSlot{end: deadline.Add(slack), ch: make(chan struct{})}
+	time.AfterFunc(time.Until(c.end), func() { close(c.ch) })
+	s.cur.Store(c)
+	return c.ch
+}
 
 // errTimeout is the cause of a decision that waited longer than the timeout.
 var errTimeout = errors.New("timed out")
@@ -116,6 +197,18 @@ func (b *Redis) eval(ctx context.Context, o op, timeout time.Duration) (result, 
 	ec.ctx = deadlineCtx{Context: ctx, deadline: time.Now().Add(timeout)}
 	if pd, ok := ctx.Deadline(); ok && pd.Before(ec.ctx.deadline) {
 		ec.ctx.deadline = pd
+	}
+	if b.direct {
+		// The client turns the deadline into its dial, read and write
+		// deadlines, and Done bounds a wait for a pooled connection: the
+		// call runs here, no goroutine needed to stop waiting.
+		ec.ctx.done = b.slots.done(ec.ctx.deadline, doneSlack(timeout))
+		b.call(&ec.ctx, ec, 3+nkeys+nArgv)
+		<-ec.done
+		if ec.err != nil && ctx.Err() == nil && !time.Now().Before(ec.ctx.deadline) {
+			return result{}, fmt.Errorf("redis evalsha allow.lua: %w after %s: %w", errTimeout, timeout, ec.err)
+		}
+		return b.finish(ec)
 	}
 	if ec.timer == nil {
 		ec.timer = time.NewTimer(timeout)
