@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -81,6 +82,23 @@ func TestLifecycleThrottledE2E(t *testing.T) {
 	eventually(t, 30*time.Second, "workers busy", func() bool { return lcInflight(p) >= 4 })
 	if _, err := l.asg.Terminate(lcMockInstance); err != nil {
 		t.Fatal(err)
+	}
+	// While the drain runs (its work lasts about 6s): the status drain
+	// block, /readyz and the metrics tell an operator what is going on.
+	eventually(t, 5*time.Second, "status: draining with heartbeats", func() bool {
+		d, _ := p.status()["drain"].(map[string]any)
+		lc, _ := d["lifecycle"].(map[string]any)
+		hb, _ := lc["heartbeats"].(float64)
+		return d["source"] == "sqs" && lc["hook"] == lcLabHook && hb >= 2 && d["remaining"].(float64) > 0
+	})
+	if code := p.getCode("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz %d while draining, want 503", code)
+	}
+	m := p.metrics()
+	for _, want := range []string{"autodiag_drain_state 1", `autodiag_lifecycle_heartbeats_total{result="ok"}`, `autodiag_lifecycle_heartbeats_total{result="throttled"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics while draining lacks %s", want)
+		}
 	}
 	if code := p.wait(90 * time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
