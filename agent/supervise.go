@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
@@ -38,24 +39,12 @@ func (a *Agent) supervise(ctx context.Context) error {
 	tr := a.trigger
 	a.mu.Unlock()
 	action := tr.action
-	if action == nil && a.d.Watcher != nil {
+	if action == nil {
 		// A signal on an instance already in Terminating:Wait still owes
 		// the Auto Scaling group a completion.
-		pctx, cancel := context.WithTimeout(a.hard, 5*time.Second)
-		act, err := a.d.Watcher.Probe(pctx)
-		cancel()
-		if err != nil {
-			a.log.Warn("lifecycle probe failed; draining without a lifecycle action", "err", err)
-		}
-		action = act
+		action = a.probeAction(a.hard, "drain start")
 	}
-	if action != nil && a.d.Actor != nil && action.ASGName == "" {
-		rctx, cancel := context.WithTimeout(a.hard, 10*time.Second)
-		if err := a.d.Actor.ResolveASG(rctx, action); err != nil {
-			a.log.Warn("resolving the Auto Scaling group failed", "err", err)
-		}
-		cancel()
-	}
+	a.resolveASG(a.hard, action)
 	if action != nil && a.d.Actor == nil {
 		a.log.Warn("lifecycle action seen but no Auto Scaling client configured; it will time out", "hook", action.HookName)
 		action = nil
@@ -75,15 +64,35 @@ func (a *Agent) supervise(ctx context.Context) error {
 
 	// Heartbeats live exactly as long as the work they cover.
 	side, stopSide := context.WithCancel(context.WithoutCancel(a.hard))
-	sideDone := make(chan struct{}, 3)
+	sideDone := make(chan struct{}, 4)
 	sides := 0
 	if action != nil {
 		sides++
 		go func() {
 			defer func() { sideDone <- struct{}{} }()
-			if err := a.d.Actor.Heartbeat(side, *action); err != nil && !errors.Is(err, context.Canceled) {
-				a.log.Warn("lifecycle heartbeats stopped", "err", err)
+			a.heartbeat(side, *action)
+		}()
+	}
+	// A drain without an action (SIGTERM, POST /v1/drain, a spot notice)
+	// keeps watching IMDS: Auto Scaling may begin terminating the instance
+	// meanwhile, and that action needs heartbeats and a completion too.
+	var late struct {
+		sync.Mutex
+		action *lifecycle.Action
+	}
+	if action == nil && a.d.Actor != nil && a.cfg.Lifecycle.Has(lifecycle.SourceIMDS) {
+		sides++
+		go func() {
+			defer func() { sideDone <- struct{}{} }()
+			act := a.awaitAction(side)
+			if act == nil {
+				return
 			}
+			late.Lock()
+			late.action = act
+			late.Unlock()
+			a.persistDrain(tr, act, false)
+			a.heartbeat(side, *act)
 		}()
 	}
 	sides++
@@ -107,6 +116,18 @@ func (a *Agent) supervise(ctx context.Context) error {
 		a.log.Info("drain work ended", "released", p.Released, "cancelled", p.Cancelled, "timed_out", p.TimedOut)
 	}
 
+	if action == nil {
+		late.Lock()
+		action = late.action
+		late.Unlock()
+	}
+	if action == nil && !fast && a.d.Actor != nil {
+		// Terminating:Wait may have begun since the last look.
+		if action = a.probeAction(a.hard, "drain end"); action != nil {
+			a.resolveASG(a.hard, action)
+			a.persistDrain(tr, action, false)
+		}
+	}
 	if action != nil {
 		result := a.cfg.Lifecycle.CompletionResult(errors.Is(err, drain.ErrTimedOut))
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
@@ -128,6 +149,59 @@ func (a *Agent) supervise(ctx context.Context) error {
 		return ErrFastExit
 	}
 	return nil
+}
+
+func (a *Agent) heartbeat(ctx context.Context, action lifecycle.Action) {
+	if err := a.d.Actor.Heartbeat(ctx, action); err != nil && !errors.Is(err, context.Canceled) {
+		a.log.Warn("lifecycle heartbeats stopped", "err", err)
+	}
+}
+
+// awaitAction probes IMDS every imds_poll_interval until the instance is
+// in Terminating:Wait (its action, group resolved) or ctx ends (nil).
+func (a *Agent) awaitAction(ctx context.Context) *lifecycle.Action {
+	t := time.NewTicker(a.cfg.Lifecycle.IMDSPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if act := a.probeAction(ctx, "draining"); act != nil && ctx.Err() == nil {
+			a.log.Info("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action", "hook", act.HookName)
+			a.resolveASG(ctx, act)
+			return act
+		}
+	}
+}
+
+// probeAction asks the imds source whether the instance is in
+// Terminating:Wait; nil when it is not, or without an imds source.
+func (a *Agent) probeAction(ctx context.Context, when string) *lifecycle.Action {
+	if a.d.Watcher == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	act, err := a.d.Watcher.Probe(pctx)
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("lifecycle probe failed", "when", when, "err", err)
+	}
+	return act
+}
+
+// resolveASG fills in the action's Auto Scaling group at the drain's
+// start, so completion does not wait for it.
+func (a *Agent) resolveASG(ctx context.Context, action *lifecycle.Action) {
+	if action == nil || a.d.Actor == nil || action.ASGName != "" {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.d.Actor.ResolveASG(rctx, action); err != nil {
+		a.log.Warn("resolving the Auto Scaling group failed", "err", err)
+	}
 }
 
 // waitReleased gives work cancelled by a fast exit a bounded moment to
