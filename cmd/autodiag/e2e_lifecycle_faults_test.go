@@ -190,3 +190,48 @@ func TestLifecycleRestartMidDrainE2E(t *testing.T) {
 	t.Logf("REPORT restart: kill→restarted ready %s; restarted ready→CompleteLifecycleAction %s; heartbeats after restart %d (%d ok)",
 		lcMS(restarted.Sub(killed)), lcMS(ok[0].Start.Sub(restarted)), len(after), lcStatusCount(after, http.StatusOK))
 }
+
+// TestLifecycleTerminatedDuringDrainE2E: a drain started by POST /v1/drain
+// on an instance still InService; Auto Scaling begins terminating it
+// mid-drain (IMDS turns Terminated). The agent picks the action up,
+// heartbeats it while work remains (the hook's timeout is shorter than the
+// rest of the drain) and completes it once before exiting 0.
+func TestLifecycleTerminatedDuringDrainE2E(t *testing.T) {
+	const total = 4
+	interval := 250 * time.Millisecond
+	l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
+	l.startIMDSMock(3 * time.Second)
+	l.enqueue(lcRepeat(total, 3.5))
+	p := startProc(t, l.config(2, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
+		fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+	eventually(t, 30*time.Second, "workers busy", func() bool { return lcInflight(p) >= 2 })
+	if l.isSynced() {
+		t.Fatal("IMDS already says Terminated: the machine is too slow for this scenario")
+	}
+	if code, _ := p.post("/v1/drain", ""); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/drain = %d", code)
+	}
+	if code := p.wait(60 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if n := len(p.logs("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action")); n != 1 {
+		t.Fatalf("the action was not picked up during the drain (%d lines)", n)
+	}
+	trig, line := lcFirstLog(t, p, "drain started")
+	if line["source"] != "admin" {
+		t.Fatalf("drain source %v, want admin", line["source"])
+	}
+	if work := lcCheckLateAction(t, l, p, total, trig); work <= l.realTTL() {
+		t.Fatalf("the drain went on %s after IMDS said Terminated, not longer than the hook's heartbeat timeout (%s): expiry was never at stake", lcMS(work), l.realTTL())
+	}
+}
+
+// lcCheckLateAction checks the drain and returns how long its work went on after the action began.
+func lcCheckLateAction(t *testing.T, l *lcLab, p *proc, total int, trig time.Time) time.Duration {
+	facts := lcCheckDrain(t, l, p, total, trig, true)
+	if len(facts.heartbeats) == 0 {
+		t.Errorf("no heartbeat for the action that began during the drain")
+	}
+	facts.report(t, "Terminated during an admin drain", 250*time.Millisecond)
+	return facts.lastEnded.Sub(facts.event)
+}

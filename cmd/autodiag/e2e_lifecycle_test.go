@@ -129,6 +129,9 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 	// the hook's heartbeat timeout could fall into.
 	workEnded, _ := lcFirstLog(t, p, "drain work ended")
 	prev := f.drainStarted
+	if f.event.After(prev) {
+		prev = f.event // the action began during the drain
+	}
 	for _, c := range l.asgRec.log("RecordLifecycleActionHeartbeat", "") {
 		if !c.Start.Before(f.complete) {
 			t.Errorf("heartbeat %s after the completion", lcMS(c.Start.Sub(f.complete)))
@@ -182,7 +185,11 @@ func (f lcDrainFacts) report(t *testing.T, name string, interval time.Duration) 
 		inflight = "in-flight long poll cancelled " + lcMS(f.cancelledReceive.End.Sub(f.trigger)) + " after the trigger"
 	}
 	seen := "n/a"
-	if !f.event.IsZero() {
+	switch {
+	case f.event.IsZero():
+	case f.event.After(f.trigger):
+		seen = "n/a (the action began " + lcMS(f.event.Sub(f.trigger)) + " into the drain)"
+	default:
 		seen = lcMS(f.trigger.Sub(f.event))
 	}
 	t.Logf("REPORT %s: event→agent trigger %s; trigger→intake stopped (drain started) %s (%s); drain work %s; last task end→CompleteLifecycleAction %s; "+
