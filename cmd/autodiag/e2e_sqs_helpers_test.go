@@ -212,6 +212,7 @@ type sqsAgentConfig struct {
 	instance   string
 	workers    int
 	queueURL   string
+	dlqURL     string
 	visibility time.Duration
 	redisAddr  string // "" = in-memory state
 	prefix     string
@@ -231,6 +232,9 @@ func (c sqsAgentConfig) yaml() string {
 	}
 	fmt.Fprintf(&b, "instance_id: %s\nadmin_addr: 127.0.0.1:0\nlog_level: %s\nworkers: %d\n", c.instance, level, c.workers)
 	fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: 2s\n  batch_size: 10\n  visibility_timeout: %s\n", c.queueURL, vis)
+	if c.dlqURL != "" {
+		fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.dlqURL)
+	}
 	if c.redisAddr != "" {
 		fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: 2s\n", c.redisAddr, c.prefix)
 	}

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
 	"github.com/autodiag/autodiag/agent/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -476,4 +480,100 @@ func TestSQSEnqueueAndStatusCLI(t *testing.T) {
 	if code := a.wait(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM", code)
 	}
+}
+
+// TestSQSRejectedMessages: invalid task messages are never executed. With
+// queue.dlq_url they go to the DLQ with the reason and their original
+// attributes as message attributes, and are deleted from the task queue;
+// without it they are left to the queue's redrive policy, which moves them
+// after maxReceiveCount deliveries.
+func TestSQSRejectedMessages(t *testing.T) {
+	t.Run("dlq_url", func(t *testing.T) {
+		rc, prefix := sqsRedis(t)
+		fq := newSQSFake(t, "tasks")
+		dlqURL, err := fq.srv.CreateQueue("tasks-dlq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		led := newSQSLedger(t)
+		a := startProc(t, sqsAgentConfig{instance: "agent-d", workers: 2, queueURL: fq.url, dlqURL: dlqURL,
+			redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...)
+		bad := map[string]string{ // body → reason
+			`{"id":"bad-1","host":"$(reboot)","diagnostic":"mark"}`: "invalid_host",
+			`not json`: "malformed_json",
+			`{"id":"bad-3","host":"web-1","diagnostic":"rm-rf"}`: "unknown_diagnostic",
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for body := range bad {
+			if _, err := fq.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(fq.url), MessageBody: aws.String(body),
+				MessageAttributes: map[string]types.MessageAttributeValue{
+					"source": {DataType: aws.String("String"), StringValue: aws.String("zabbix")}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fq.send(t, sqsTaskBody("ok-1", "mark"))
+		eventually(t, 30*time.Second, "task queue drained, DLQ holding the 3 bad messages", func() bool {
+			_, _, _, st, _ := fq.srv.Stats("tasks-dlq")
+			return fq.drained(t) && st.Sent == len(bad)
+		})
+		v, _ := fq.srv.Queue("tasks-dlq")
+		if len(v.Messages) != len(bad) {
+			t.Errorf("DLQ holds %d messages, want %d", len(v.Messages), len(bad))
+		}
+		for _, m := range v.Messages {
+			want, ok := bad[m.Body]
+			if !ok {
+				t.Errorf("DLQ holds unexpected body %q", m.Body)
+				continue
+			}
+			reason := m.Attributes["autodiag-reject-reason"].StringValue
+			if !strings.HasPrefix(reason, want+": ") {
+				t.Errorf("DLQ message %q: reason %q, want %s: ...", m.Body, reason, want)
+			}
+			if src := m.Attributes["source"].StringValue; src != "zabbix" {
+				t.Errorf("DLQ message %q: original attribute source = %q, want zabbix", m.Body, src)
+			}
+		}
+		if c := led.counts(t); len(c) != 1 || c["ok-1"] != 1 {
+			t.Errorf("ledger %v, want only ok-1 once", c)
+		}
+		if o := sqsOutcomes(a); o["rejected"] != len(bad) || o["succeeded"] != 1 {
+			t.Errorf("outcomes %v, want %d rejected and 1 succeeded", o, len(bad))
+		}
+		// An invalid host never reaches Redis (validation comes first).
+		if _, ok := sqsTaskRecord(t, rc, prefix, "bad-1"); ok {
+			t.Error("a task record exists for the message with an invalid host")
+		}
+	})
+
+	t.Run("redrive policy", func(t *testing.T) {
+		_, prefix := sqsRedis(t)
+		fq := newSQSFake(t, "tasks")
+		if _, err := fq.srv.CreateQueue("redrive-dlq", nil); err != nil {
+			t.Fatal(err)
+		}
+		url, err := fq.srv.CreateQueue("tasks-redriven", map[string]string{
+			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"2"}`, fq.srv.QueueARN("redrive-dlq"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := startProc(t, sqsAgentConfig{instance: "agent-p", workers: 2, queueURL: url, visibility: 2 * time.Second,
+			redisAddr: sqsRedisAddr(t), prefix: prefix}.yaml(), fq.env...)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := fq.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url),
+			MessageBody: aws.String(`{"id":"bad-r","host":"web-1","diagnostic":"rm-rf"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "the message moved to the DLQ by the redrive policy", func() bool {
+			_, _, _, st, _ := fq.srv.Stats("redrive-dlq")
+			return st.MovedIn == 1
+		})
+		v, _, _, st, _ := fq.srv.Stats("tasks-redriven")
+		if v != 0 || st.Deleted != 0 || st.Received != 2 {
+			t.Errorf("task queue: %d visible, stats %+v; want the message received twice, never deleted, moved", v, st)
+		}
+		eventually(t, 10*time.Second, "both deliveries rejected", func() bool { return sqsOutcomes(a)["rejected"] == 2 })
+	})
 }
