@@ -155,6 +155,17 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 		if left, err := store.Inflight(ctx, inst); err != nil || len(left) != 0 {
 			t.Errorf("in flight on %s after the run: %v %v", inst, left, err)
 		}
+		// Not even a stale entry that Inflight would filter out.
+		if n, err := rc.HLen(ctx, prefix+"inflight:"+inst).Result(); err != nil || n != 0 {
+			t.Errorf("%sinflight:%s holds %d entries (%v), want none", prefix, inst, n, err)
+		}
+	}
+	var leases []string
+	for it := rc.Scan(ctx, 0, prefix+"lease:*", 1000).Iterator(); it.Next(ctx); {
+		leases = append(leases, it.Val())
+	}
+	if len(leases) != 0 {
+		t.Errorf("execution leases still held after the run: %v", leases)
 	}
 	for _, id := range ids {
 		if rec, ok := sqsTaskRecord(t, rc, prefix, id); !ok || rec.Status != state.StatusDone || rec.Outcome != "succeeded" || rec.Attempts != 1 {
