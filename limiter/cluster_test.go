@@ -12,11 +12,12 @@ import (
 // clusterHarness runs the conformance suite on a Redis Cluster given by
 // AUTODIAG_TEST_REDIS_CLUSTER_ADDRS (scripts/redis-cluster.sh starts one):
 // every decision's keys must hash to one slot or the script fails with
-// CROSSSLOT.
+// CROSSSLOT. The client has the agent's ContextTimeoutEnabled, so the
+// backend calls it directly and coalesces concurrent decisions.
 func clusterHarness() harness {
 	return harness{name: "cluster", client: func(t *testing.T) redis.UniversalClient {
 		addrs := strings.Split(requireEnv(t, "AUTODIAG_TEST_REDIS_CLUSTER_ADDRS"), ",")
-		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs})
+		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		if _, ok := c.(*redis.ClusterClient); !ok {
 			t.Fatalf("AUTODIAG_TEST_REDIS_CLUSTER_ADDRS=%v gave a %T, want a cluster client", addrs, c)

@@ -447,3 +447,7 @@ func runConformance(t *testing.T, h harness) {
 func TestConformanceMemory(t *testing.T) { runConformance(t, memoryHarness()) }
 
 func TestConformanceRedis(t *testing.T) { runConformance(t, redisHarness()) }
+
+func TestConformanceRedisDirect(t *testing.T) {
+	runConformance(t, harness{name: "redis-direct", client: func(t *testing.T) redis.UniversalClient { return testRedisDirect(t) }})
+}

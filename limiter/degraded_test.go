@@ -208,8 +208,8 @@ func TestTimeoutBoundsCall(t *testing.T) {
 				DialTimeout:           time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, PoolTimeout: time.Hour})
 			t.Cleanup(func() { _ = c.Close() })
 			b := NewRedis(c, "autodiag:")
-			if b.direct != tc.wantDirect {
-				t.Fatalf("direct call = %v, want %v", b.direct, tc.wantDirect)
+			if direct := b.pipe != nil; direct != tc.wantDirect {
+				t.Fatalf("direct call = %v, want %v", direct, tc.wantDirect)
 			}
 			l, err := New(failCfg(), b, Options{Timeout: 100 * time.Millisecond})
 			if err != nil {

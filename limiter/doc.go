@@ -40,6 +40,16 @@
 // marks the event, so a task deferred after a denial is not a duplicate
 // when it comes back.
 //
+// With a client that honours context deadlines (see Failure) the backend
+// also coalesces concurrent decisions: at most two EVALSHAs are in flight
+// on their own, decisions arriving meanwhile queue, and the first call to
+// answer hands the queue to one of them, which sends it as one pipeline.
+// Each decision is still one EVALSHA, atomic on its own; only the system
+// calls (one write and one read per batch instead of per decision, on the
+// client and on the server) are shared. A lone decision is never delayed,
+// and a queued one still ends by its own deadline: the calls ahead of it
+// started earlier, and its batch runs under the earliest deadline in it.
+//
 // NewMemory keeps the same state in process (embedded mode, one agent). The
 // conformance suite runs the same cases against both backends.
 //
@@ -63,12 +73,16 @@
 // # Failure
 //
 // Each backend call is bounded by Options.Timeout (redis.timeout) by the
-// limiter itself: the call runs on its own goroutine and the decision stops
-// waiting at the timeout, whatever the client's options (go-redis ignores
-// context deadlines unless ContextTimeoutEnabled is set). The abandoned call
-// ends with the client's own timeouts; with ContextTimeoutEnabled it gets
-// the decision's deadline as dial/read/write deadlines and ends promptly, so
-// set it (and ReadTimeout/WriteTimeout/PoolTimeout near redis.timeout). On an
+// limiter itself, whatever the client's options. With a *redis.Client,
+// ClusterClient or Ring built with ContextTimeoutEnabled (the agent's), the
+// call runs on the caller's goroutine with that deadline, which the client
+// applies to dial, read and write, and a Done channel (shared by the calls
+// of one time slot, closing at most Timeout/8+1ms late) that ends a wait for
+// a pooled connection. With any other client (go-redis ignores context
+// deadlines without ContextTimeoutEnabled, and an AutoPipeliner queues the
+// call) it runs on a goroutine of its own and the decision stops waiting at
+// the timeout; the abandoned call ends with the client's own timeouts, so
+// set ReadTimeout/WriteTimeout/PoolTimeout near redis.timeout there. On an
 // error or timeout Allow decides by the rule's fail mode (open: allowed;
 // closed: denied with RetryAfter = the breaker cooldown), marks the decision
 // Degraded, logs the cause and counts autodiag_limiter_degraded_total. After BreakerThreshold

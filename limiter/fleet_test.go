@@ -13,21 +13,32 @@ import (
 
 // TestFleetExactness: 8 clients (each its own limiter and, for Redis, its
 // own connection pool, like 8 agents) make 1000 concurrent decisions against
-// daily: 2; exactly 2 are allowed.
+// daily: 2; exactly 2 are allowed. With ContextTimeoutEnabled each client
+// decides on 5 goroutines at once, so its decisions are also coalesced into
+// pipelines.
 func TestFleetExactness(t *testing.T) {
 	const clients, decisions = 8, 1000
 	for _, tc := range []struct {
 		name    string
+		perCli  int // goroutines per client
 		backend func(t *testing.T, prefix string) func() Backend
 	}{
-		{"memory", func(t *testing.T, _ string) func() Backend {
+		{"memory", 1, func(t *testing.T, _ string) func() Backend {
 			m := NewMemory()
 			return func() Backend { return m }
 		}},
-		{"redis", func(t *testing.T, prefix string) func() Backend {
+		{"redis", 1, func(t *testing.T, prefix string) func() Backend {
 			addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
 			return func() Backend {
 				c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
+				t.Cleanup(func() { _ = c.Close() })
+				return NewRedis(c, prefix)
+			}
+		}},
+		{"redis direct, coalesced", 5, func(t *testing.T, prefix string) func() Backend {
+			addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
+			return func() Backend {
+				c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4, ContextTimeoutEnabled: true})
 				t.Cleanup(func() { _ = c.Close() })
 				return NewRedis(c, prefix)
 			}
@@ -44,22 +55,24 @@ func TestFleetExactness(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				n := decisions / clients
-				wg.Go(func() {
-					<-start
-					for range n {
-						d, err := l.Allow(context.Background(), web1)
-						switch {
-						case err != nil || d.Degraded:
-							t.Errorf("client %d: %+v %v", i, d, err)
-							return
-						case d.Allowed:
-							allowedN.Add(1)
-						default:
-							deniedN.Add(1)
+				n := decisions / clients / tc.perCli
+				for range tc.perCli {
+					wg.Go(func() {
+						<-start
+						for range n {
+							d, err := l.Allow(context.Background(), web1)
+							switch {
+							case err != nil || d.Degraded:
+								t.Errorf("client %d: %+v %v", i, d, err)
+								return
+							case d.Allowed:
+								allowedN.Add(1)
+							default:
+								deniedN.Add(1)
+							}
 						}
-					}
-				})
+					})
+				}
 			}
 			close(start)
 			wg.Wait()

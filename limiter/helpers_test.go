@@ -56,11 +56,24 @@ func requireEnv(t testing.TB, name string) string {
 	return v
 }
 
-// testRedis returns a client for AUTODIAG_TEST_REDIS_ADDR.
+// testRedis returns a client for AUTODIAG_TEST_REDIS_ADDR, without
+// ContextTimeoutEnabled: the backend runs each call on a goroutine of its own.
 func testRedis(t testing.TB) *redis.Client {
+	return testRedisOpts(t, redis.Options{})
+}
+
+// testRedisDirect returns a client for AUTODIAG_TEST_REDIS_ADDR with
+// ContextTimeoutEnabled, as the agent builds it: the backend calls it
+// directly and coalesces concurrent decisions into pipelines.
+func testRedisDirect(t testing.TB) *redis.Client {
+	return testRedisOpts(t, redis.Options{ContextTimeoutEnabled: true})
+}
+
+func testRedisOpts(t testing.TB, opt redis.Options) *redis.Client {
 	t.Helper()
 	addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	opt.Addr = addr
+	c := redis.NewClient(&opt)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

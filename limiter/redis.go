@@ -45,8 +45,9 @@ var (
 type Redis struct {
 	c      scripter
 	prefix string
-	direct bool      // c bounds a call by its context's deadline (see honoursDeadlines)
+	pipe   pipeliner // c when it bounds a call by its context's deadline (see honoursDeadlines), else nil
 	slots  doneSlots // Done channels of direct calls
+	co     coalescer // direct calls in flight and queued
 	calls  sync.Pool // *evalCall
 }
 
@@ -65,7 +66,16 @@ var _ Backend = (*Redis)(nil)
 // other client (or without that option) the call runs on a goroutine of its
 // own that the decision stops waiting for at the timeout.
 func NewRedis(client scripter, prefix string) *Redis {
-	return &Redis{c: client, prefix: prefix, direct: honoursDeadlines(client)}
+	b := &Redis{c: client, prefix: prefix}
+	if honoursDeadlines(client) {
+		b.pipe = client.(pipeliner)
+	}
+	return b
+}
+
+// pipeliner is a client that can send a batch of commands in one pipeline.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
 }
 
 // honoursDeadlines reports whether c bounds every call by its context's
@@ -82,6 +92,90 @@ func honoursDeadlines(c scripter) bool {
 	return false
 }
 
+// coalescer batches direct calls: at most maxInFlight EVALSHAs of one
+// backend are sent on their own; decisions arriving while that many are in
+// flight queue, and the first call to finish hands the whole queue to its
+// first member, which sends it as ONE pipeline (still one EVALSHA per
+// decision, each atomic on its own) and hands the replies out. Under
+// concurrency this turns one write and one read system call per decision,
+// on the client and on the server, into one per batch; a lone decision is
+// never delayed.
+type coalescer struct {
+	mu       sync.Mutex
+	inFlight int
+	queue    []*evalCall
+}
+
+// maxInFlight is how many direct calls (single or batches) of one backend
+// may be in flight at once.
+var maxInFlight = 2 // doc.go says "two"
+
+// direct runs ec (deadline and args set) on the caller's goroutine, alone or
+// in a batch, and returns when ec.reply and ec.err are set.
+func (b *Redis) direct(ec *evalCall) {
+	co := &b.co
+	co.mu.Lock()
+	if co.inFlight < maxInFlight {
+		co.inFlight++
+		co.mu.Unlock()
+		b.call(&ec.ctx, ec, ec.nargs)
+		<-ec.done
+	} else {
+		co.queue = append(co.queue, ec)
+		co.mu.Unlock()
+		<-ec.done
+		if ec.batch == nil {
+			return // a leader ran it
+		}
+		batch := ec.batch
+		ec.batch = nil
+		b.runBatch(ec, batch)
+	}
+	b.release()
+}
+
+// release frees a slot in flight, or hands it to the queued calls, if any,
+// as one batch led by its first member.
+func (b *Redis) release() {
+	co := &b.co
+	co.mu.Lock()
+	if len(co.queue) == 0 {
+		co.inFlight--
+		co.mu.Unlock()
+		return
+	}
+	batch := co.queue
+	co.queue = nil
+	co.mu.Unlock()
+	batch[0].batch = batch
+	batch[0].done <- struct{}{}
+}
+
+// runBatch sends the calls of batch (leader among them) as one pipeline
+// under the leader's deadline and hands each other member its reply.
+func (b *Redis) runBatch(leader *evalCall, batch []*evalCall) {
+	ctx := &leader.ctx
+	pipe := b.pipe.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, e := range batch {
+		cmds[i] = redis.NewCmd(ctx, e.args[:e.nargs]...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, e := range batch {
+		cmd := cmds[i]
+		if err := cmd.Err(); err != nil && isNoScript(err) {
+			e.args[0], e.args[1] = argEval, argScript
+			cmd = redis.NewCmd(ctx, e.args[:e.nargs]...)
+			_ = b.c.Process(ctx, cmd)
+		}
+		e.reply, e.err = cmd.Text()
+		if e != leader {
+			e.done <- struct{}{}
+		}
+	}
+}
+
 // ErrBadReply means the script's reply could not be understood.
 var ErrBadReply = errors.New("limiter: unexpected reply from allow.lua")
 
@@ -93,6 +187,9 @@ type evalCall struct {
 	strs [nKeys + nArgv]string // keys, then ARGV
 	args [3 + nKeys + nArgv]interface{}
 	ctx  deadlineCtx
+	// direct calls (see coalescer)
+	nargs int
+	batch []*evalCall // set when this call leads a batch
 
 	// The call runs on its own goroutine so that the limiter, not the
 	// client's configuration, bounds how long a decision waits.
@@ -198,13 +295,13 @@ func (b *Redis) eval(ctx context.Context, o op, timeout time.Duration) (result, 
 	if pd, ok := ctx.Deadline(); ok && pd.Before(ec.ctx.deadline) {
 		ec.ctx.deadline = pd
 	}
-	if b.direct {
+	if b.pipe != nil {
 		// The client turns the deadline into its dial, read and write
 		// deadlines, and Done bounds a wait for a pooled connection: the
 		// call runs here, no goroutine needed to stop waiting.
 		ec.ctx.done = b.slots.done(ec.ctx.deadline, doneSlack(timeout))
-		b.call(&ec.ctx, ec, 3+nkeys+nArgv)
-		<-ec.done
+		ec.nargs = 3 + nkeys + nArgv
+		b.direct(ec)
 		if ec.err != nil && ctx.Err() == nil && !time.Now().Before(ec.ctx.deadline) {
 			return result{}, fmt.Errorf("redis evalsha allow.lua: %w after %s: %w", errTimeout, timeout, ec.err)
 		}
