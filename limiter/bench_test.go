@@ -228,16 +228,25 @@ func BenchmarkAllowMemory(b *testing.B) {
 
 // compareRound is how many operations of one side run before the other
 // side's turn in BenchmarkCompare.
-const compareRound = 256
+const compareRound = 1024
 
 // BenchmarkCompare interleaves full-rule limiter decisions and redis_rate
 // Allow calls in rounds of compareRound operations, at the same concurrency
-// on the same Redis and client, so that load drift on a shared machine hits
-// both alike. b.N counts the operations of each side. It reports wall time
-// per operation of each side, their ratio as decisions/s (limiter ÷
+// on the same Redis, with the same client options (the agent's) and the
+// same key distribution (operation i uses host i%benchKeys on both sides),
+// after a warm-up round of each, so that load drift on a shared machine
+// hits both alike. b.N counts the operations of each side. It reports wall
+// time per operation of each side, their ratio as decisions/s (limiter ÷
 // redis_rate: above 1 the limiter is faster), p50/p99 latency of each, and
 // evalsha+eval calls per operation of both sides together (1 = one per
 // operation).
+//
+// Modes: plain: both on the *redis.Client (the limiter coalesces its
+// concurrent decisions into pipelines itself, redis_rate sends one command
+// per call); autopipeline: both through client.AutoPipeline() (the limiter
+// then runs each call on a goroutine of its own and does not coalesce);
+// batched: each batching its own way, the limiter coalescing on the client,
+// redis_rate through AutoPipeline().
 func BenchmarkCompare(b *testing.B) {
 	c := benchClient(b)
 	ap, err := c.AutoPipeline()
@@ -252,6 +261,7 @@ func BenchmarkCompare(b *testing.B) {
 	}{
 		{"plain", c, c},
 		{"autopipeline", ap, ap},
+		{"batched", c, ap},
 	} {
 		for _, g := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", mode.name, g), func(b *testing.B) {
@@ -277,14 +287,13 @@ func BenchmarkCompare(b *testing.B) {
 					_, err := rl.Allow(ctx, keys[i%benchKeys], limit)
 					return err
 				}
-				for _, op := range []func(context.Context, int) error{limOp, rateOp} { // load the scripts
-					if err := op(context.Background(), 0); err != nil {
-						b.Fatal(err)
-					}
-				}
-				before := commandStats(b, c)
 				var limT, rateT time.Duration
 				var limLat, rateLat []time.Duration
+				// Warm-up (loads the scripts, fills the pools).
+				runRound(b, g, benchKeys/2, compareRound, limOp, &limLat)
+				runRound(b, g, benchKeys/2, compareRound, rateOp, &rateLat)
+				limLat, rateLat = limLat[:0], rateLat[:0]
+				before := commandStats(b, c)
 				b.ResetTimer()
 				for done := 0; done < b.N; {
 					n := min(compareRound, b.N-done)
