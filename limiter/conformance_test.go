@@ -259,6 +259,26 @@ var conformanceCases = []conformanceCase{
 		}
 		e.expect("window full again", web1, denied("default", LimitWindow, ReasonWindow, time.Second))
 	}},
+	{"daily count resets at midnight while other parts live on", func(t *testing.T, h harness) {
+		// The window keeps the rule's state for 48h; the day's count must
+		// still start again at local midnight.
+		e := h.setup(t, rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}, {Window: &Window{Count: 10, Per: 48 * time.Hour}}}}), t0)
+		e.expect("first", web1, allowed("default"))
+		e.expect("second, same day", web1, denied("default", LimitDaily, ReasonDaily, 14*time.Hour))
+		if e.client != nil {
+			key := e.prefix + "lim:{" + web1.Host + "}:s:default"
+			if ttl := e.client.PTTL(context.Background(), key).Val(); ttl < 47*time.Hour || ttl > 48*time.Hour {
+				t.Fatalf("state key TTL %s, want the window's 48h", ttl)
+			}
+		}
+		midnight := time.Date(2026, 8, 12, 0, 0, 0, 0, time.UTC)
+		e.clock.Set(midnight)
+		d := e.expect("next day", web1, allowed("default"))
+		if d.Counters.DailyUsed != 1 || d.Counters.WindowCount != 2 {
+			t.Fatalf("counters %+v, want daily 1 (new day), window 2", d.Counters)
+		}
+		e.expect("second of the next day", web1, denied("default", LimitDaily, ReasonDaily, 24*time.Hour))
+	}},
 	{"rate burst ceiling", func(t *testing.T, h harness) {
 		for _, per := range []time.Duration{time.Second, 1000 * time.Millisecond} {
 			t.Run(per.String(), func(t *testing.T) {

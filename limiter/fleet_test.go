@@ -149,3 +149,45 @@ func TestScriptReload(t *testing.T) {
 		t.Fatalf("allow.lua not cached after the fallback: %v", ok)
 	}
 }
+
+// TestWindowClockSkew: agents whose clocks disagree share one sliding
+// window; it stays a log sorted by time, so trimming and retry_after use the
+// oldest run, not the first one written.
+func TestWindowClockSkew(t *testing.T) {
+	c := testRedisDirect(t)
+	prefix := uniquePrefix(t)
+	cfg := rules(Rule{Name: "default", Limits: []Limit{{Window: &Window{Count: 3, Per: time.Minute}}}})
+	ahead, behind := newFakeClock(t0.Add(10*time.Second)), newFakeClock(t0)
+	la, err := New(cfg, NewRedis(c, prefix), Options{Clock: ahead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := New(cfg, NewRedis(c, prefix), Options{Clock: behind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name  string
+		l     *Limiter
+		clock *fakeClock
+		at    time.Duration // from t0
+		want  Decision
+		count int
+	}{
+		{"ahead at +10s", la, ahead, 10 * time.Second, allowed("default"), 1},
+		{"behind at 0s", lb, behind, 0, allowed("default"), 2},
+		{"ahead at +20s", la, ahead, 20 * time.Second, allowed("default"), 3},
+		{"ahead at +30s: full, the oldest (0s) leaves at +60s", la, ahead, 30 * time.Second,
+			denied("default", LimitWindow, ReasonWindow, 30*time.Second), 3},
+		{"ahead at +60s: 0s left", la, ahead, time.Minute, allowed("default"), 3},
+		{"behind at +25s: full, the oldest (10s) leaves at +70s", lb, behind, 25 * time.Second,
+			denied("default", LimitWindow, ReasonWindow, 45*time.Second), 3},
+	} {
+		step.clock.Set(t0.Add(step.at))
+		d, err := step.l.Allow(context.Background(), web1)
+		if err != nil || d.Degraded || d.Allowed != step.want.Allowed || d.Limit != step.want.Limit ||
+			d.RetryAfter != step.want.RetryAfter || d.Counters.WindowCount != step.count {
+			t.Fatalf("%s: %s %v, want %s with %d in the window", step.name, verdict(d), err, verdict(step.want), step.count)
+		}
+	}
+}
