@@ -56,20 +56,24 @@ else
   vs = redis.call('GET', ks)
 end
 
+-- The window log is read in place: entry k (0-based) is at byte 41 + 8k of
+-- vs, so that a decision copies it once, into the SET.
 local bu, sday, used, last, tat = 0, 0, 0, 0, 0
-local win = ''
+local we = 0 -- entries in the log
 if vs and #vs >= 40 then
   bu, sday, used, last, tat = struct.unpack('<i8i8i8i8i8', vs)
-  win = string.sub(vs, 41)
+  we = (#vs - 40) / 8
+else
+  vs = ''
 end
 if sday ~= day then used = 0 end
 
--- upto returns how many entries of the ascending log s are <= t.
-local function upto(s, t)
-  local a, b = 0, #s / 8
+local function at(k) return (struct.unpack(I, vs, 41 + 8 * k)) end
+-- upto returns the first entry in [a, b) later than t (b if none).
+local function upto(t, a, b)
   while a < b do
     local m = math.floor((a + b) / 2)
-    if struct.unpack(I, s, m * 8 + 1) <= t then a = m + 1 else b = m end
+    if at(m) <= t then a = m + 1 else b = m end
   end
   return a
 end
@@ -91,16 +95,15 @@ if mi > 0 and last ~= 0 then
     if mi - s > retry then retry = mi - s end
   end
 end
+local ws = we -- first entry still in the window
 if wcount > 0 then
-  win = string.sub(win, upto(win, now - wper) * 8 + 1) -- drop what left the window
-  wc = #win / 8
+  ws = upto(now - wper, 0, we)
+  wc = we - ws
   if wc >= wcount then
     dw = true
-    local r = struct.unpack(I, win, (wc - wcount) * 8 + 1) + wper - now
+    local r = at(we - wcount) + wper - now
     if r > retry then retry = r end
   end
-else
-  win = ''
 end
 if tat < now then tat = now end
 if rt > 0 then
@@ -135,15 +138,7 @@ if dry == 0 then
     bu = 0
     if dlimit > 0 then used = used + 1 end
     if mi > 0 then last = now end
-    if wcount > 0 then
-      local p = upto(win, now)
-      if p * 8 == #win then
-        win = win .. struct.pack(I, now)
-      else
-        win = string.sub(win, 1, p * 8) .. struct.pack(I, now) .. string.sub(win, p * 8 + 1)
-      end
-      wc = wc + 1
-    end
+    if wcount > 0 then wc = wc + 1 end
     if rt > 0 then
       tat = tat + rt
       level = tat - now
@@ -157,23 +152,38 @@ if dry == 0 then
 end
 
 if write and ks then
-  if #win > wcount * 8 then win = string.sub(win, #win - wcount * 8 + 1) end
+  -- The new log: entries ws..we-1, with now inserted in order when allowed,
+  -- as two pieces around the insertion point (b = '' when not inserted).
+  local a, b, newest = '', '', 0
+  if wcount > 0 then
+    if status == 1 then
+      local p = upto(now, ws, we)
+      a = string.sub(vs, 41 + 8 * ws, 40 + 8 * p) .. struct.pack(I, now)
+      if p < we then b = string.sub(vs, 41 + 8 * p) end
+      newest = now
+      if p < we then newest = at(we - 1) end
+    elseif ws < we then
+      a = string.sub(vs, 41 + 8 * ws)
+      newest = at(we - 1)
+    end
+    if #a + #b > wcount * 8 then -- never more than count (after a lower count)
+      a = string.sub(a .. b, #a + #b - wcount * 8 + 1)
+      b = ''
+    end
+  end
   -- The key lives as long as its longest-lived part.
   local ttl = 0
   if bu > now then ttl = bu - now end
   if dlimit > 0 and used > 0 and dttl > ttl then ttl = dttl end
   if mi > 0 and last ~= 0 and last + mi - now > ttl then ttl = last + mi - now end
-  if #win > 0 then
-    local t = struct.unpack(I, win, #win - 7) + wper - now
-    if t > ttl then ttl = t end
-  end
+  if #a > 0 and newest + wper - now > ttl then ttl = newest + wper - now end
   if rt > 0 and tat - now > ttl then ttl = tat - now end
   if dlimit == 0 then used = 0 end
   if mi == 0 then last = 0 end
   if rt == 0 then tat = 0 end
   local px = math.ceil(ttl / 1000)
   if px < 1 then px = 1 end
-  redis.call('SET', ks, struct.pack('<i8i8i8i8i8', bu, day, used, last, tat) .. win, 'PX', px)
+  redis.call('SET', ks, struct.pack('<i8i8i8i8i8', bu, day, used, last, tat) .. a .. b, 'PX', px)
 end
 
 if rt > 0 then level = tat - now else level = 0 end

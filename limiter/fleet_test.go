@@ -191,3 +191,41 @@ func TestWindowClockSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowNeverKeepsMoreThanCount: after the window's count is lowered
+// (agents with an older configuration wrote more runs), the next write keeps
+// only the newest count runs.
+func TestWindowNeverKeepsMoreThanCount(t *testing.T) {
+	c := testRedisDirect(t)
+	prefix := uniquePrefix(t)
+	clock := newFakeClock(t0)
+	rule := func(count int) Config {
+		return rules(Rule{Name: "default", Block: time.Second, Limits: []Limit{{Window: &Window{Count: count, Per: time.Hour}}}})
+	}
+	before, err := New(rule(5), NewRedis(c, prefix), Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := New(rule(2), NewRedis(c, prefix), Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := prefix + "lim:{" + web1.Host + "}:s:default"
+	for i := range 5 {
+		clock.Advance(time.Second)
+		if d, err := before.Allow(ctx, web1); err != nil || !d.Allowed {
+			t.Fatalf("run %d under count 5: %s %v", i, verdict(d), err)
+		}
+	}
+	if n := len(c.Get(ctx, key).Val()); n != 40+5*8 {
+		t.Fatalf("state %d bytes, want 5 runs", n)
+	}
+	clock.Advance(time.Second)
+	if d, err := after.Allow(ctx, web1); err != nil || d.Allowed || d.Limit != LimitWindow || d.Counters.WindowCount != 5 {
+		t.Fatalf("under count 2: %s %v, want a window denial seeing 5", verdict(d), err)
+	}
+	if n := len(c.Get(ctx, key).Val()); n != 40+2*8 { // the denial wrote the block
+		t.Fatalf("state %d bytes after the block was written, want the newest 2 runs", n)
+	}
+}
