@@ -244,11 +244,15 @@ func (m *Memory) Instances(context.Context) ([]Instance, error) {
 	now := m.o.Clock.Now()
 	var out []Instance
 	for id, i := range m.instances {
-		if !now.Before(i.expires) {
+		if !now.Before(i.expires.Add(GoneKeep)) {
 			delete(m.instances, id)
 			continue
 		}
-		out = append(out, i.inst)
+		inst := i.inst
+		if !now.Before(i.expires) {
+			inst.State = StateGone
+		}
+		out = append(out, inst)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil

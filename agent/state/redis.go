@@ -408,11 +408,13 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	}
 	idx := r.instancesKey()
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, r.instanceKey(inst.ID), js, time.Duration(ms(ttl))*time.Millisecond)
+		// The record outlives the heartbeat by GoneKeep so a vanished
+		// agent is listed as gone; the index score is the heartbeat expiry.
+		p.Set(ctx, r.instanceKey(inst.ID), js, time.Duration(ms(ttl+GoneKeep))*time.Millisecond)
 		p.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
-		p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.UnixMilli(), 10))
+		p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
 		p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
-		p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl))
+		p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
 		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
 		return nil
 	})
@@ -422,18 +424,25 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	return nil
 }
 
-// Instances implements Store: ids from the index whose expiry is after now,
-// then their records (one pipelined GET each, so Cluster works).
+// Instances implements Store: ids from the index whose heartbeat expiry is
+// within GoneKeep of now (those past it listed as gone), then their records
+// (one pipelined GET each, so Cluster works).
 func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
-	now := strconv.FormatInt(r.o.Clock.Now().UnixMilli(), 10)
-	ids, err := r.c.ZRangeArgs(ctx, redis.ZRangeArgs{
-		Key: r.instancesKey(), Start: "(" + now, Stop: "+inf", ByScore: true,
+	now := r.o.Clock.Now()
+	zs, err := r.c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: r.instancesKey(), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
 	}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("state: instances: %w", err)
 	}
-	if len(ids) == 0 {
+	if len(zs) == 0 {
 		return nil, nil
+	}
+	ids := make([]string, len(zs))
+	gone := make([]bool, len(zs))
+	for i, z := range zs {
+		ids[i], _ = z.Member.(string)
+		gone[i] = z.Score <= float64(now.UnixMilli())
 	}
 	cmds := make([]*redis.StringCmd, len(ids))
 	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -456,6 +465,9 @@ func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 		var inst Instance
 		if err := json.Unmarshal([]byte(s), &inst); err != nil {
 			return nil, fmt.Errorf("state: instances: decode %s: %w", ids[i], err)
+		}
+		if gone[i] {
+			inst.State = StateGone
 		}
 		out = append(out, inst)
 	}

@@ -94,6 +94,13 @@ type Instance struct {
 	SeenAt    time.Time `json:"seen_at"`
 }
 
+// StateGone is the state Instances reports for an agent whose heartbeat
+// lapsed; GoneKeep is how long such an agent is still listed.
+const (
+	StateGone = "gone"
+	GoneKeep  = time.Hour
+)
+
 // InflightEntry is one task an instance is running.
 type InflightEntry struct {
 	TaskID     string    `json:"task_id"`
@@ -144,7 +151,9 @@ type Store interface {
 
 	// PutInstance writes inst with ttl.
 	PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error
-	// Instances lists live instance records.
+	// Instances lists instance records, by id: live ones with their
+	// state, and those whose heartbeat lapsed within the last GoneKeep as
+	// state "gone", so a vanished agent stays visible for a while.
 	Instances(ctx context.Context) ([]Instance, error)
 	// Inflight lists the tasks instanceID is running.
 	Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error)

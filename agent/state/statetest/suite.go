@@ -479,17 +479,33 @@ func testInstances(t *testing.T, s state.Store, c *FakeClock) {
 		!a.SeenAt.Equal(c.Now()) || !a.StartedAt.Equal(start) {
 		t.Errorf("instance = %+v", a)
 	}
+	states := func() map[string]string {
+		t.Helper()
+		is, err := s.Instances(ctx)
+		if err != nil {
+			t.Fatalf("Instances: %v", err)
+		}
+		out := map[string]string{}
+		for _, i := range is {
+			out[i.ID] = i.State
+		}
+		return out
+	}
 	c.Advance(60 * time.Second)
-	if got := ids(); !equalIDs(got, []string{"i-b"}) {
-		t.Errorf("after 60s: %v, want [i-b]", got)
+	if got := states(); len(got) != 2 || got["i-a"] != state.StateGone || got["i-b"] != "running" {
+		t.Errorf("after 60s: %v, want i-a gone, i-b running", got)
 	}
 	put("i-a", 30*time.Second)
-	if got := ids(); !equalIDs(got, []string{"i-a", "i-b"}) {
-		t.Errorf("after heartbeat: %v, want [i-a i-b]", got)
+	if got := states(); len(got) != 2 || got["i-a"] != "running" || got["i-b"] != "running" {
+		t.Errorf("after heartbeat: %v, want both running", got)
 	}
 	c.Advance(2 * time.Minute)
+	if got := states(); len(got) != 2 || got["i-a"] != state.StateGone || got["i-b"] != state.StateGone {
+		t.Errorf("after both TTLs: %v, want both gone", got)
+	}
+	c.Advance(state.GoneKeep)
 	if got := ids(); len(got) != 0 {
-		t.Errorf("after both TTLs: %v, want none", got)
+		t.Errorf("GoneKeep after the last heartbeat: %v, want none", got)
 	}
 }
 
