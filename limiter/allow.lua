@@ -7,26 +7,32 @@
 -- tag {<limited key value>}:
 --   dedupe  <prefix>lim:{tag}:dd:<host>:<diagnostic>:<event>  value = until (µs, decimal), PX = dedupe ttl
 --   state   <prefix>lim:{tag}:s:<rule>  (when the rule has a limit or a block)
+--   window  <prefix>lim:{tag}:w:<rule>  (window_zset = 1 only) ZSET score = run
+--           time (µs), member = time-ARGV[3], PX = per
 --
 -- The state of one rule for one key is ONE string, so that a decision is a
--- GET (MGET with the dedupe key) and at most one SET: 5 little-endian int64
+-- GET (MGET with the dedupe key) and at most one SET (plus the window ZSET
+-- commands when window_zset = 1): 5 little-endian int64
 -- (struct '<i8' each; times are Unix µs of the callers' clocks, 0 = none)
 --   block_until, day (local calendar day, YYYYMMDD), daily count of that
 --   day, last allowed run, bucket theoretical arrival time
 -- followed by the sliding window: the allowed runs still inside the window,
 -- one '<i8' each, ascending, never more than window_count of them (an exact
--- sliding log). The SET's PX is the longest any part still needs: block,
+-- sliding log), unless window_zset = 1: a window whose count is too large to
+-- copy on every decision is the ZSET above (ZCOUNT, ZREMRANGEBYSCORE, ZADD,
+-- PEXPIRE; trimmed each call, never more than count members). The SET's PX is the longest any part still needs: block,
 -- next local midnight (daily count > 0), last run + min_interval, newest
 -- window entry + per, bucket drain time. A daily count of another day than
 -- ARGV's counts as 0, so the quota resets at local midnight whatever the TTL.
 --
--- ARGV[1]: 12 little-endian int64 (struct '<i8' each; times: Unix µs of the
+-- ARGV[1]: 13 little-endian int64 (struct '<i8' each; times: Unix µs of the
 -- caller's clock; durations: µs; 0 = the rule does not have that part):
 --   dry (0|1), now, dedupe_ttl, block, daily_limit, day (YYYYMMDD),
 --   daily_ttl (until the next local midnight), min_interval, window_count,
 --   window_per, rate_interval (per/count, rounded up), rate_capacity
---   (count*burst)
+--   (count*burst), window_zset (0|1)
 -- ARGV[2]: order: limit codes d m w r in rule order ("-" none)
+-- ARGV[3]: unique id of this decision (window ZSET member suffix)
 --
 -- Returns 7 little-endian int64 (struct '<i8' each):
 --   status (0 denied, 1 allowed, 2 duplicate), denying limit code (ASCII of
@@ -35,8 +41,8 @@
 -- Time is the caller's: expiry decisions compare stored times with ARGV now;
 -- key TTLs only collect garbage.
 
-local dry, now, ddttl, block, dlimit, day, dttl, mi, wcount, wper, rt, rcap =
-  struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[1])
+local dry, now, ddttl, block, dlimit, day, dttl, mi, wcount, wper, rt, rcap, wz =
+  struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[1])
 local R = '<i8i8i8i8i8i8i8'
 local I = '<i8'
 
@@ -55,6 +61,8 @@ else
   ks = KEYS[1]
   vs = redis.call('GET', ks)
 end
+local kw, wlog = nil, wcount > 0
+if wz == 1 then kw = KEYS[#KEYS] wlog = false end
 
 -- The window log is read in place: entry k (0-based) is at byte 41 + 8k of
 -- vs, so that a decision copies it once, into the SET.
@@ -96,12 +104,22 @@ if mi > 0 and last ~= 0 then
   end
 end
 local ws = we -- first entry still in the window
-if wcount > 0 then
+local lo
+if wlog then
   ws = upto(now - wper, 0, we)
   wc = we - ws
   if wc >= wcount then
     dw = true
     local r = at(we - wcount) + wper - now
+    if r > retry then retry = r end
+  end
+elseif kw then
+  lo = string.format('%d', now - wper)
+  wc = redis.call('ZCOUNT', kw, '(' .. lo, '+inf')
+  if wc >= wcount then
+    dw = true
+    local oldest = redis.call('ZRANGEBYSCORE', kw, '(' .. lo, '+inf', 'WITHSCORES', 'LIMIT', wc - wcount, 1)
+    local r = tonumber(oldest[2]) + wper - now
     if r > retry then retry = r end
   end
 end
@@ -133,6 +151,17 @@ if limit == 0 then status = 1 retry = 0 end
 
 local write = false
 if dry == 0 then
+  if kw then
+    redis.call('ZREMRANGEBYSCORE', kw, '-inf', lo)
+    if wc > wcount then -- never more than count (after a lower count)
+      redis.call('ZREMRANGEBYRANK', kw, 0, wc - wcount - 1)
+    end
+    if status == 1 then
+      local nows = string.format('%d', now)
+      redis.call('ZADD', kw, nows, nows .. '-' .. ARGV[3])
+      redis.call('PEXPIRE', kw, math.ceil(wper / 1000))
+    end
+  end
   if status == 1 then
     write = true
     bu = 0
@@ -155,7 +184,7 @@ if write and ks then
   -- The new log: entries ws..we-1, with now inserted in order when allowed,
   -- as two pieces around the insertion point (b = '' when not inserted).
   local a, b, newest = '', '', 0
-  if wcount > 0 then
+  if wlog then
     if status == 1 then
       local p = upto(now, ws, we)
       a = string.sub(vs, 41 + 8 * ws, 40 + 8 * p) .. struct.pack(I, now)
@@ -181,9 +210,9 @@ if write and ks then
   if dlimit == 0 then used = 0 end
   if mi == 0 then last = 0 end
   if rt == 0 then tat = 0 end
-  local px = math.ceil(ttl / 1000)
-  if px < 1 then px = 1 end
-  redis.call('SET', ks, struct.pack('<i8i8i8i8i8', bu, day, used, last, tat) .. a .. b, 'PX', px)
+  if ttl > 0 then -- else nothing in it matters any more (a window in a ZSET only)
+    redis.call('SET', ks, struct.pack('<i8i8i8i8i8', bu, day, used, last, tat) .. a .. b, 'PX', math.ceil(ttl / 1000))
+  end
 end
 
 if rt > 0 then level = tat - now else level = 0 end

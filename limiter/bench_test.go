@@ -36,11 +36,18 @@ func benchHosts(n int) []string {
 
 // fullRule has every limit kind, with limits high enough that the
 // benchmark's decisions are allowed (the most work: everything is written).
-func fullRule() Config {
+// Its window has windowLogMax runs per second: the largest kept as a log in
+// the state key (each of the benchKeys keys sees far fewer runs per second).
+func fullRule() Config { return fullRuleWindow(windowLogMax) }
+
+// largeWindow is a window count kept in a sorted set.
+const largeWindow = 1 << 20
+
+func fullRuleWindow(count int) Config {
 	return rules(Rule{Name: "full", Block: time.Minute, Limits: []Limit{
 		{Daily: 1 << 30},
 		{MinInterval: time.Millisecond},
-		{Window: &Window{Count: 1 << 20, Per: time.Second}},
+		{Window: &Window{Count: count, Per: time.Second}},
 		{Rate: &Rate{Count: 1 << 20, Per: time.Second, Burst: 2}},
 	}})
 }
@@ -246,7 +253,8 @@ const compareRound = 1024
 // per call); autopipeline: both through client.AutoPipeline() (the limiter
 // then runs each call on a goroutine of its own and does not coalesce);
 // batched: each batching its own way, the limiter coalescing on the client,
-// redis_rate through AutoPipeline().
+// redis_rate through AutoPipeline(); zset: plain, with a window too large
+// for the state key's log (a sorted set).
 func BenchmarkCompare(b *testing.B) {
 	c := benchClient(b)
 	ap, err := c.AutoPipeline()
@@ -255,18 +263,20 @@ func BenchmarkCompare(b *testing.B) {
 	}
 	hosts := benchHosts(benchKeys)
 	for _, mode := range []struct {
-		name string
-		lim  scripter
-		rate rateClient
+		name   string
+		lim    scripter
+		rate   rateClient
+		window int
 	}{
-		{"plain", c, c},
-		{"autopipeline", ap, ap},
-		{"batched", c, ap},
+		{"plain", c, c, windowLogMax},
+		{"autopipeline", ap, ap, windowLogMax},
+		{"batched", c, ap, windowLogMax},
+		{"zset", c, c, largeWindow},
 	} {
 		for _, g := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", mode.name, g), func(b *testing.B) {
 				prefix := uniquePrefix(b)
-				l, err := New(fullRule(), NewRedis(mode.lim, prefix), Options{Timeout: 5 * time.Second})
+				l, err := New(fullRuleWindow(mode.window), NewRedis(mode.lim, prefix), Options{Timeout: 5 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,8 +153,27 @@ func TestScriptReload(t *testing.T) {
 
 // TestWindowClockSkew: agents whose clocks disagree share one sliding
 // window; it stays a log sorted by time, so trimming and retry_after use the
-// oldest run, not the first one written.
+// oldest run, not the first one written; in the state's log and in a sorted
+// set.
 func TestWindowClockSkew(t *testing.T) {
+	forEachWindowKind(t, testWindowClockSkew)
+}
+
+// forEachWindowKind runs test with windows kept as a log in the state key,
+// and as sorted sets.
+func forEachWindowKind(t *testing.T, test func(t *testing.T, zset bool)) {
+	for _, zset := range []bool{false, true} {
+		t.Run(fmt.Sprintf("zset=%v", zset), func(t *testing.T) {
+			if zset {
+				defer func(max int) { windowLogMax = max }(windowLogMax)
+				windowLogMax = 0
+			}
+			test(t, zset)
+		})
+	}
+}
+
+func testWindowClockSkew(t *testing.T, _ bool) {
 	c := testRedisDirect(t)
 	prefix := uniquePrefix(t)
 	cfg := rules(Rule{Name: "default", Limits: []Limit{{Window: &Window{Count: 3, Per: time.Minute}}}})
@@ -196,6 +216,10 @@ func TestWindowClockSkew(t *testing.T) {
 // (agents with an older configuration wrote more runs), the next write keeps
 // only the newest count runs.
 func TestWindowNeverKeepsMoreThanCount(t *testing.T) {
+	forEachWindowKind(t, testWindowNeverKeepsMoreThanCount)
+}
+
+func testWindowNeverKeepsMoreThanCount(t *testing.T, zset bool) {
 	c := testRedisDirect(t)
 	prefix := uniquePrefix(t)
 	clock := newFakeClock(t0)
@@ -211,21 +235,26 @@ func TestWindowNeverKeepsMoreThanCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	key := prefix + "lim:{" + web1.Host + "}:s:default"
+	runs := func() int {
+		if zset {
+			return int(c.ZCard(ctx, prefix+"lim:{"+web1.Host+"}:w:default").Val())
+		}
+		return (len(c.Get(ctx, prefix+"lim:{"+web1.Host+"}:s:default").Val()) - 40) / 8
+	}
 	for i := range 5 {
 		clock.Advance(time.Second)
 		if d, err := before.Allow(ctx, web1); err != nil || !d.Allowed {
 			t.Fatalf("run %d under count 5: %s %v", i, verdict(d), err)
 		}
 	}
-	if n := len(c.Get(ctx, key).Val()); n != 40+5*8 {
-		t.Fatalf("state %d bytes, want 5 runs", n)
+	if n := runs(); n != 5 {
+		t.Fatalf("%d runs kept, want 5", n)
 	}
 	clock.Advance(time.Second)
 	if d, err := after.Allow(ctx, web1); err != nil || d.Allowed || d.Limit != LimitWindow || d.Counters.WindowCount != 5 {
 		t.Fatalf("under count 2: %s %v, want a window denial seeing 5", verdict(d), err)
 	}
-	if n := len(c.Get(ctx, key).Val()); n != 40+2*8 { // the denial wrote the block
-		t.Fatalf("state %d bytes after the block was written, want the newest 2 runs", n)
+	if n := runs(); n != 2 {
+		t.Fatalf("%d runs kept after the denial, want the newest 2", n)
 	}
 }

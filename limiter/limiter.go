@@ -100,6 +100,8 @@ type Limiter struct {
 	metrics *metrics
 	breaker breaker
 	day     atomic.Pointer[dayInfo]
+	seq     atomic.Uint64 // window ZSET members
+	salt    uint64
 }
 
 // compiledRule is a Rule ready to evaluate.
@@ -147,6 +149,7 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 		log:     opts.Logger,
 		timeout: opts.Timeout,
 		loc:     loc,
+		salt:    uint64(time.Now().UnixNano()),
 	}
 	if l.clock == nil {
 		l.clock = wallClock{}

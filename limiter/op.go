@@ -38,6 +38,7 @@ type op struct {
 	rateT     int64
 	rateCap   int
 	order     string // limit codes (d m w r) in configuration order
+	member    uint64 // unique id of this decision (member of a window ZSET)
 }
 
 // Result statuses.
@@ -142,4 +143,7 @@ func (l *Limiter) buildOp(o *op, cr *compiledRule, r *Request, now time.Time, dr
 	o.winCount, o.winPer = cr.winCount, cr.winPer
 	o.rateT, o.rateCap = cr.rateT, cr.rateCap
 	o.order = cr.order
+	if cr.winCount > windowLogMax {
+		o.member = l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15
+	}
 }
