@@ -46,9 +46,10 @@
 // when it comes back.
 //
 // With a client that honours context deadlines (see Failure) the backend
-// also coalesces concurrent decisions: at most two EVALSHAs are in flight
-// on their own, decisions arriving meanwhile queue, and the first call to
-// answer hands the queue to one of them, which sends it as one pipeline.
+// also coalesces concurrent decisions: up to eight concurrent decisions go
+// out as they come, each its own EVALSHA; decisions arriving while eight
+// calls are in flight queue, and the first call to answer hands the queue to
+// one of them, which sends it as one pipeline (a call in flight too).
 // Each decision is still one EVALSHA, atomic on its own; only the system
 // calls (one write and one read per batch instead of per decision, on the
 // client and on the server) are shared. A lone decision is never delayed,
