@@ -15,8 +15,8 @@ import (
 // TestFleetExactness: 8 clients (each its own limiter and, for Redis, its
 // own connection pool, like 8 agents) make 1000 concurrent decisions against
 // daily: 2; exactly 2 are allowed. With ContextTimeoutEnabled each client
-// decides on 5 goroutines at once, so its decisions are also coalesced into
-// pipelines.
+// decides on 25 goroutines at once (more than maxInFlight), so its decisions
+// are also coalesced into pipelines.
 func TestFleetExactness(t *testing.T) {
 	const clients, decisions = 8, 1000
 	for _, tc := range []struct {
@@ -36,7 +36,7 @@ func TestFleetExactness(t *testing.T) {
 				return NewRedis(c, prefix)
 			}
 		}},
-		{"redis direct, coalesced", 5, func(t *testing.T, prefix string) func() Backend {
+		{"redis direct, coalesced", 25, func(t *testing.T, prefix string) func() Backend {
 			addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
 			return func() Backend {
 				c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4, ContextTimeoutEnabled: true})
