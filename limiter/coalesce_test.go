@@ -34,7 +34,9 @@ func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // TestCoalescedBatch: decisions queued while the calls in flight are busy go
 // out as ONE pipeline of one EVALSHA each (EVAL after a SCRIPT FLUSH), and
 // every decision gets its own answer: host i has made i%7 decisions before,
-// so its batched decision must report i%7+1 used.
+// so its batched decision must report i%7+1 used. The batch's leader (the
+// first queued) has its context cancelled meanwhile: that must not fail the
+// batch, so no decision degrades.
 func TestCoalescedBatch(t *testing.T) {
 	const n = 64
 	c := testRedisDirect(t)
@@ -70,26 +72,41 @@ func TestCoalescedBatch(t *testing.T) {
 	b.co.mu.Unlock()
 	decisions := make([]Decision, n)
 	var wg sync.WaitGroup
-	for i := range n {
+	leaderCtx, cancelLeader := context.WithCancel(ctx)
+	defer cancelLeader()
+	decide := func(i int) {
 		wg.Go(func() {
-			d, err := l.Allow(ctx, host(i))
+			dctx := ctx
+			if i == 0 {
+				dctx = leaderCtx
+			}
+			d, err := l.Allow(dctx, host(i))
 			if err != nil {
 				t.Errorf("host %d: %v", i, err)
 			}
 			decisions[i] = d
 		})
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; runtime.Gosched() {
-		b.co.mu.Lock()
-		queued := len(b.co.queue)
-		b.co.mu.Unlock()
-		if queued == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d decisions queued", queued, n)
+	waitQueued := func(want int) {
+		for deadline := time.Now().Add(30 * time.Second); ; runtime.Gosched() {
+			b.co.mu.Lock()
+			queued := len(b.co.queue)
+			b.co.mu.Unlock()
+			if queued == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d decisions queued", queued, want)
+			}
 		}
 	}
+	decide(0)
+	waitQueued(1)
+	for i := 1; i < n; i++ {
+		decide(i)
+	}
+	waitQueued(n)
+	cancelLeader()
 	for range maxInFlight {
 		b.release() // the calls in flight answer: the queue goes out as one batch
 	}

@@ -65,7 +65,9 @@ var _ Backend = (*Redis)(nil)
 // context deadline into its pool-wait, dial, read and write deadlines, so the
 // call runs on the caller's goroutine under a deadline; with any
 // other client (or without that option) the call runs on a goroutine of its
-// own that the decision stops waiting for at the timeout.
+// own that the decision stops waiting for at the timeout. With such a
+// direct client, concurrent decisions beyond maxInFlight calls in flight are
+// coalesced into pipelines (see coalescer).
 func NewRedis(client scripter, prefix string) *Redis {
 	b := &Redis{c: client, prefix: prefix}
 	if honoursDeadlines(client) {
@@ -155,9 +157,11 @@ func (b *Redis) release() {
 }
 
 // runBatch sends the calls of batch (leader among them) as one pipeline
-// under the leader's deadline and hands each other member its reply.
+// under the leader's deadline and hands each other member its reply. The
+// leader's cancellation is not the batch's: it would fail the others'
+// decisions.
 func (b *Redis) runBatch(leader *evalCall, batch []*evalCall) {
-	ctx := &leader.ctx
+	ctx := &deadlineCtx{Context: context.WithoutCancel(leader.ctx.Context), deadline: leader.ctx.deadline, done: leader.ctx.done}
 	pipe := b.pipe.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, e := range batch {
