@@ -5,31 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
 
-func testRedisAddr(t *testing.T) string {
-	t.Helper()
-	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set under CI=true: run scripts/test.sh")
-		}
-		t.Skip("AUTODIAG_TEST_REDIS_ADDR not set (scripts/test.sh starts a redis-server)")
-	}
-	return addr
-}
-
 // TestInvalidHostNeverReachesRedis: a task whose host fails validation
 // creates no limiter or task key; the only trace in Redis is its outcome in
 // the audit stream.
 func TestInvalidHostNeverReachesRedis(t *testing.T) {
-	addr := testRedisAddr(t)
+	addr := testenv.RedisAddr(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "autodiag-test:invalid-host:" + hex.EncodeToString(b[:]) + ":"

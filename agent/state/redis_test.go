@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"os"
 	"strings"
 	"testing"
@@ -22,13 +23,7 @@ import (
 func redisClients(t *testing.T) map[string]redis.UniversalClient {
 	t.Helper()
 	out := map[string]redis.UniversalClient{}
-	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set under CI=true")
-		}
-		t.Skip("AUTODIAG_TEST_REDIS_ADDR not set")
-	}
+	addr := testenv.RedisAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
 	out["standalone"] = c

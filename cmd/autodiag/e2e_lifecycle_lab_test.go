@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"io"
 	"math"
 	"net"
@@ -178,18 +179,6 @@ type lcLab struct {
 	eventAt time.Time
 }
 
-func lcRedisAddr(t *testing.T) string {
-	t.Helper()
-	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set (CI=true): run scripts/test.sh")
-		}
-		t.Skip("AUTODIAG_TEST_REDIS_ADDR not set; scripts/test.sh starts a redis-server")
-	}
-	return addr
-}
-
 func lcRandHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -198,7 +187,7 @@ func lcRandHex(n int) string {
 
 func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 	t.Helper()
-	l := &lcLab{t: t, redis: lcRedisAddr(t), scale: o.scale, hookTTL: o.hookTTL}
+	l := &lcLab{t: t, redis: testenv.RedisAddr(t), scale: o.scale, hookTTL: o.hookTTL}
 	if l.scale == 0 {
 		l.scale = 1
 	}
@@ -328,13 +317,7 @@ func (l *lcLab) enqueue(secs []float64) {
 func (l *lcLab) startIMDSMock(delay time.Duration) {
 	t := l.t
 	t.Helper()
-	bin := os.Getenv("AUTODIAG_TEST_EC2_METADATA_MOCK")
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AUTODIAG_TEST_EC2_METADATA_MOCK is not set (CI=true): run scripts/test.sh")
-		}
-		t.Skip("AUTODIAG_TEST_EC2_METADATA_MOCK not set; scripts/test.sh installs ec2-metadata-mock v1.13.0")
-	}
+	bin := testenv.EC2MetadataMock(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,27 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
-
-// redisAddr returns the test Redis, skipping locally without one and
-// failing under CI, which must never pass by skipping.
-func redisAddr(t *testing.T) string {
-	t.Helper()
-	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set under CI=true: run scripts/test.sh")
-		}
-		t.Skip("AUTODIAG_TEST_REDIS_ADDR not set (scripts/test.sh starts a redis-server)")
-	}
-	return addr
-}
 
 func uniquePrefix(t *testing.T) string {
 	var b [4]byte
@@ -37,7 +23,7 @@ func uniquePrefix(t *testing.T) string {
 // sharing one Redis make 1000 concurrent decisions against `daily: 2`;
 // exactly two run.
 func TestFleetDailyQuotaAcrossProcesses(t *testing.T) {
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	prefix := uniquePrefix(t)
 	cfg := fmt.Sprintf(`
 admin_addr: 127.0.0.1:0

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -178,7 +179,7 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 	b.Run("agent-redis", func(b *testing.B) {
 		rc, prefix := sqsRedis(b)
 		before := redisCalls(b, rc)
-		child(b, sqsRedisAddr(b), prefix)
+		child(b, testenv.RedisAddr(b), prefix)
 		// Server-wide: exact when the benchmark has the Redis to itself.
 		b.ReportMetric(float64(redisCalls(b, rc)-before)/float64(b.N), "rediscalls/task")
 	})

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,25 +28,11 @@ import (
 // talks to an sqsfake server in this process (AWS_ENDPOINT_URL_SQS) and to
 // the redis-server at AUTODIAG_TEST_REDIS_ADDR.
 
-// sqsRedisAddr returns AUTODIAG_TEST_REDIS_ADDR; without it the test skips
-// locally and fails under CI=true, so CI cannot pass by skipping.
-func sqsRedisAddr(tb testing.TB) string {
-	tb.Helper()
-	addr := os.Getenv("AUTODIAG_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal("AUTODIAG_TEST_REDIS_ADDR is not set under CI=true")
-		}
-		tb.Skip("AUTODIAG_TEST_REDIS_ADDR not set; start a redis-server and set it to run this test")
-	}
-	return addr
-}
-
 // sqsRedis returns a client of the test Redis and a key prefix no other
 // test uses; the prefix's keys are deleted when tb ends.
 func sqsRedis(tb testing.TB) (*redis.Client, string) {
 	tb.Helper()
-	addr := sqsRedisAddr(tb)
+	addr := testenv.RedisAddr(tb)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

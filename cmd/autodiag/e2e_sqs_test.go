@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,7 +63,7 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 	var agents []*proc
 	for i := range 3 {
 		cfg := sqsAgentConfig{instance: fmt.Sprintf("agent-%d", i), workers: 8, queueURL: fq.url,
-			visibility: 2 * time.Second, redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}
+			visibility: 2 * time.Second, redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}
 		agents = append(agents, startProc(t, cfg.yaml(), fq.env...))
 	}
 	fq.send(t, bodies...)
@@ -172,7 +173,7 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 			t.Errorf("record of %s = %+v (found %v), want done, succeeded, 1 attempt", id, rec, ok)
 		}
 	}
-	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: sqsRedisAddr(t), prefix: prefix})
+	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix})
 	if len(fv.Instances) != 3 {
 		t.Errorf("status --json lists %d instances, want 3", len(fv.Instances))
 	}
@@ -238,7 +239,7 @@ func TestSQSKill9TakeOver(t *testing.T) {
 	led := newSQSLedger(t)
 	cfg := func(inst string) string {
 		return sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
-			redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}.yaml()
+			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
 	}
 
 	a := startProc(t, cfg("agent-a"), fq.env...)
@@ -295,7 +296,7 @@ func TestSQSKill9RestartRecovers(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
 	cfg := sqsAgentConfig{instance: "agent-r", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
-		redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}.yaml()
+		redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
 
 	a := startProc(t, cfg, fq.env...)
 	fq.send(t, sqsTaskBody("r-1", "gate"))
@@ -322,7 +323,7 @@ func TestSQSKill9RestartRecovers(t *testing.T) {
 	if n := led.counts(t)["r-1"]; n != 2 {
 		t.Errorf("r-1 executed %d times, want 2", n)
 	}
-	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: sqsRedisAddr(t), prefix: prefix})
+	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix})
 	interrupted := false
 	for _, e := range fv.Recent {
 		interrupted = interrupted || e.TaskID == "r-1" && e.Outcome == "interrupted"
@@ -352,7 +353,7 @@ func TestSQSLongTaskNotRedelivered(t *testing.T) {
 	var agents []*proc
 	for _, inst := range []string{"agent-a", "agent-b"} {
 		agents = append(agents, startProc(t, sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url,
-			visibility: 2 * time.Second, redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...))
+			visibility: 2 * time.Second, redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...))
 	}
 	ids := fq.send(t, sqsTaskBody("long-1", "long"))
 	eventually(t, 60*time.Second, "long-1 done and deleted", func() bool {
@@ -399,7 +400,7 @@ func TestSQSEnqueueAndStatusCLI(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
 	cfg := sqsAgentConfig{instance: "agent-s", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
-		redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}
+		redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}
 
 	// The agent's first ReceiveMessage is throttled twice: the SDK retries
 	// it under one invocation id.
@@ -508,7 +509,7 @@ func TestSQSRejectedMessages(t *testing.T) {
 		}
 		led := newSQSLedger(t)
 		a := startProc(t, sqsAgentConfig{instance: "agent-d", workers: 2, queueURL: fq.url, dlqURL: dlqURL,
-			redisAddr: sqsRedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...)
+			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...)
 		bad := map[string]string{ // body → reason
 			`{"id":"bad-1","host":"$(reboot)","diagnostic":"mark"}`: "invalid_host",
 			`not json`: "malformed_json",
@@ -570,7 +571,7 @@ func TestSQSRejectedMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := startProc(t, sqsAgentConfig{instance: "agent-p", workers: 2, queueURL: url, visibility: 2 * time.Second,
-			redisAddr: sqsRedisAddr(t), prefix: prefix}.yaml(), fq.env...)
+			redisAddr: testenv.RedisAddr(t), prefix: prefix}.yaml(), fq.env...)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := fq.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url),
