@@ -80,7 +80,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 		sync.Mutex
 		action *lifecycle.Action
 	}
-	if action == nil && a.d.Actor != nil && a.cfg.Lifecycle.Has(lifecycle.SourceIMDS) {
+	if action == nil && a.d.Actor != nil && (a.cfg.Lifecycle.Has(lifecycle.SourceIMDS) || a.cfg.Lifecycle.Has(lifecycle.SourceSQS)) {
 		sides++
 		go func() {
 			defer func() { sideDone <- struct{}{} }()
@@ -160,6 +160,9 @@ func (a *Agent) heartbeat(ctx context.Context, action lifecycle.Action) {
 // awaitAction probes IMDS every imds_poll_interval until the instance is
 // in Terminating:Wait (its action, group resolved) or ctx ends (nil).
 func (a *Agent) awaitAction(ctx context.Context) *lifecycle.Action {
+	if a.cfg.Lifecycle.Has(lifecycle.SourceSQS) {
+		return a.watchAction(ctx)
+	}
 	t := time.NewTicker(a.cfg.Lifecycle.IMDSPollInterval)
 	defer t.Stop()
 	for {
@@ -174,6 +177,31 @@ func (a *Agent) awaitAction(ctx context.Context) *lifecycle.Action {
 			return act
 		}
 	}
+}
+
+// watchAction runs the lifecycle watcher again during a drain that has no
+// action, so a notification on the sqs source (or IMDS turning Terminated)
+// still gets heartbeats and a completion. A trigger without an action (a
+// spot notice) is skipped after a pause, so a standing notice does not spin.
+func (a *Agent) watchAction(ctx context.Context) *lifecycle.Action {
+	for ctx.Err() == nil {
+		var act *lifecycle.Action
+		if err := a.d.Watcher.Run(ctx, func(tr lifecycle.Trigger) { act = tr.Action }); err != nil {
+			a.log.Warn("lifecycle watch during the drain failed", "err", err)
+		}
+		if act != nil {
+			// Returned even when ctx just ended: the notification is ours
+			// now and the drain's end completes it.
+			a.log.Info("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action", "hook", act.HookName)
+			a.resolveASG(context.WithoutCancel(ctx), act)
+			return act
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.cfg.Lifecycle.IMDSPollInterval):
+		}
+	}
+	return nil
 }
 
 // probeAction asks the imds source whether the instance is in

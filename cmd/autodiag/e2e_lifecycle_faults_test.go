@@ -235,3 +235,39 @@ func lcCheckLateAction(t *testing.T, l *lcLab, p *proc, total int, trig time.Tim
 	facts.report(t, "Terminated during an admin drain", 250*time.Millisecond)
 	return facts.lastEnded.Sub(facts.event)
 }
+
+// TestLifecycleNotifiedDuringDrainE2E: with the sqs source, an admin drain
+// (no lifecycle action) keeps watching the notification queue; Auto Scaling
+// starting to terminate the instance mid-drain gets heartbeats, exactly one
+// completion after the work, and its notification deleted.
+func TestLifecycleNotifiedDuringDrainE2E(t *testing.T) {
+	const total = 4
+	interval := 250 * time.Millisecond
+	l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second, notify: true})
+	l.enqueue(lcRepeat(total, 3.5))
+	p := startProc(t, l.config(2, "  sources: [signal, sqs]\n  queue_url: "+l.lcQURL+"\n  asg_name: "+lcLabASG+"\n"+
+		fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+	eventually(t, 30*time.Second, "workers busy", func() bool { return lcInflight(p) >= 2 })
+	if code, _ := p.post("/v1/drain", ""); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/drain = %d", code)
+	}
+	eventually(t, 10*time.Second, "draining", func() bool { return p.getCode("/readyz") == http.StatusServiceUnavailable })
+	if _, err := l.asg.Terminate(lcMockInstance); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(60 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if n := len(p.logs("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action")); n != 1 {
+		t.Fatalf("the notification was not picked up during the drain (%d lines)", n)
+	}
+	trig, line := lcFirstLog(t, p, "drain started")
+	if line["source"] != "admin" {
+		t.Fatalf("drain source %v, want admin", line["source"])
+	}
+	facts := lcCheckDrain(t, l, p, total, trig, true)
+	if len(facts.heartbeats) == 0 {
+		t.Errorf("no heartbeat for the action that began during the drain")
+	}
+	lcCheckNotifications(t, l, facts.complete, 0)
+}
