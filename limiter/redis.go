@@ -198,9 +198,10 @@ type evalCall struct {
 	nargs int
 	batch []*evalCall // set when this call leads a batch
 
-	// The call runs on its own goroutine so that the limiter, not the
-	// client's configuration, bounds how long a decision waits.
-	done  chan struct{} // buffered(1): the goroutine never blocks
+	// done is signalled once the reply is in (by the call's own goroutine,
+	// on the goroutine path, or by a batch's leader), or when a queued direct
+	// call is handed a batch to lead. Buffered(1): the signaller never blocks.
+	done  chan struct{}
 	timer *time.Timer
 	reply string
 	err   error
