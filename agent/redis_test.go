@@ -5,12 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/agent/testenv"
 )
 
 // TestInvalidHostNeverReachesRedis: a task whose host fails validation

@@ -184,18 +184,18 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 
-	// The in-flight entry goes first: see the crash-window note on Redis.
+	// The in-flight entry goes first, in the same round trip as the claim
+	// script: see the crash-window note on Redis.
 	ifk := r.inflightKey(owner)
-	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmd, err := r.withScript(ctx, func(p redis.Pipeliner) {
 		p.HSet(ctx, ifk, rec.ID, entry)
 		p.PExpire(ctx, ifk, r.o.RecordTTL)
-		return nil
-	}); err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: in-flight: %w", rec.ID, err)
+	}, claimScript, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
+		owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease))
+	if err != nil {
+		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
-
-	res, err := claimScript.Run(ctx, r.c, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
-		owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)).Slice()
+	res, err := cmd.Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
@@ -258,25 +258,48 @@ func (r *Redis) Finish(ctx context.Context, rec TaskRecord) error {
 	if err != nil {
 		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
 	}
-	res, err := finishScript.Run(ctx, r.c, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
-		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL)).Slice()
+	// The finishing owner's in-flight entry leaves in the same round trip;
+	// a previous owner's (the lease changed hands) takes one more.
+	cmd, err := r.withScript(ctx, func(p redis.Pipeliner) {
+		if rec.Owner != "" {
+			p.HDel(ctx, r.inflightKey(rec.Owner), rec.ID)
+		}
+	}, finishScript, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
+		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL))
 	if err != nil {
 		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
 	}
-	prev, _ := res[0].(string)
-	owners := []string{rec.Owner}
-	if prev != "" && prev != rec.Owner {
-		owners = append(owners, prev)
+	res, err := cmd.Slice()
+	if err != nil {
+		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
 	}
-	for _, o := range owners {
-		if o == "" {
-			continue
-		}
-		if err := r.c.HDel(ctx, r.inflightKey(o), rec.ID).Err(); err != nil {
+	if prev, _ := res[0].(string); prev != "" && prev != rec.Owner {
+		if err := r.c.HDel(ctx, r.inflightKey(prev), rec.ID).Err(); err != nil {
 			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
 		}
 	}
 	return nil
+}
+
+// withScript sends the commands of before and then s (by EVALSHA) in one
+// pipeline: one round trip where a standalone server or a cluster node
+// holds them all (a cluster client splits the pipeline per node). A server
+// without the script cached gets it by EVAL in a second call.
+func (r *Redis) withScript(ctx context.Context, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	var cmd *redis.Cmd
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		before(p)
+		cmd = s.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = s.Eval(ctx, r.c, keys, args...)
+		return cmd, cmd.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd, nil
 }
 
 // release runs release.lua; ok reports whether the task was running under

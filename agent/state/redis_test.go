@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/agent/testenv"
 )
 
 // redisClients returns the Redis deployments to test against: a standalone
@@ -258,5 +258,49 @@ func TestRedisPingError(t *testing.T) {
 	}
 	if !strings.HasPrefix(err.Error(), "state: ping:") {
 		t.Errorf("error %q not wrapped with context", err)
+	}
+}
+
+// TestRedisScriptsReloadAfterFlush: claim and finish send their script by
+// EVALSHA inside a pipeline; a server that lost its script cache (restart,
+// SCRIPT FLUSH, failover) must still get them.
+func TestRedisScriptsReloadAfterFlush(t *testing.T) {
+	for name, c := range redisClients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := state.NewRedis(c, state.RedisOptions{Prefix: "autodiag-test:flush:" + name + ":"})
+			flush := func() {
+				t.Helper()
+				if cc, ok := c.(*redis.ClusterClient); ok {
+					if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() }); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if err := c.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flush()
+			cl, err := s.Claim(ctx, state.TaskRecord{ID: "flush-1"}, "a", time.Minute)
+			if err != nil || cl.Result != state.Claimed {
+				t.Fatalf("claim after SCRIPT FLUSH = %+v, %v", cl, err)
+			}
+			if got, _ := s.Inflight(ctx, "a"); len(got) != 1 {
+				t.Fatalf("in-flight after claim = %v", got)
+			}
+			flush()
+			if err := s.Finish(ctx, state.TaskRecord{ID: "flush-1", Owner: "a", Outcome: "succeeded", Attempts: 1}); err != nil {
+				t.Fatalf("finish after SCRIPT FLUSH: %v", err)
+			}
+			if got, _ := s.Inflight(ctx, "a"); len(got) != 0 {
+				t.Fatalf("in-flight after finish = %v", got)
+			}
+			rec, ok, err := s.Task(ctx, "flush-1")
+			if err != nil || !ok || rec.Status != state.StatusDone {
+				t.Fatalf("record = %+v %v %v", rec, ok, err)
+			}
+			c.Del(ctx, s.TaskKey("flush-1"))
+		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"io"
 	"math"
 	"net"
@@ -29,6 +28,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/agent/testenv"
 	"github.com/autodiag/autodiag/lifecycle/asgfake"
 )
 

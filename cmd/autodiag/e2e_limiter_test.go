@@ -4,12 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/testenv"
 )
 
 func uniquePrefix(t *testing.T) string {

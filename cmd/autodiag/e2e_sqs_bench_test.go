@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	agentpkg "github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/agent/testenv"
 )
 
 // BenchmarkSQSIntake measures tasks per second from a prefilled queue on the

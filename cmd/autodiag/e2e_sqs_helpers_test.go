@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/testenv"
 )
 
 // Helpers of the SQS end-to-end tests: the real binary as a child process

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/autodiag/autodiag/agent/testenv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/testenv"
 )
 
 // TestSQSFleetExactlyOnce is issue 4's first must-show: 500 tasks on the
