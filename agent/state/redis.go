@@ -74,15 +74,15 @@ type RedisOptions struct {
 //
 // Task record and lease share the hash tag {ID}, so Claim, Renew, Finish and
 // Release are each one atomic script on Redis Cluster too. The in-flight hash
-// lives on another slot and is written by its own command, sent ahead of
-// the claim script in the same pipeline (and removed again when the claim
+// lives on another slot and is written by its own command, sent ahead of the
+// claim script in the same pipeline (and removed again when the claim
 // fails); on a cluster the two go to different nodes, so their order is not
-// guaranteed there. A crash between the two leaves an in-flight entry whose record is not running under the
-// instance; Recover and Inflight consult the task record's owner and status,
-// so such an entry is ignored and cleaned. The converse (a running record
-// with no in-flight entry, possible on a cluster) is harmless too: the
-// lease simply expires and the next delivery is claimed by
-// whoever receives it, with the attempt counted.
+// guaranteed there. A crash between the two leaves an in-flight entry whose
+// record is not running under the instance; Recover and Inflight consult the
+// task record's owner and status, so such an entry is ignored and cleaned.
+// The converse (a running record with no in-flight entry, possible on a
+// cluster) is harmless too: the lease simply expires and the next delivery
+// is claimed by whoever receives it, with the attempt counted.
 type Redis struct {
 	c redis.UniversalClient
 	o RedisOptions
