@@ -634,13 +634,32 @@ func (s *Server) opChangeMessageVisibility(in *changeVisibilityIn, call *Call) (
 }
 
 func (s *Server) opChangeMessageVisibilityBatch(rc reqCtx, in *changeVisibilityBatchIn, call *Call) (any, *apiError) {
-	ids := make([]*string, len(in.Entries))
-	for i := range in.Entries {
-		ids[i] = in.Entries[i].Id
+	entries := make([]batchEntry, len(in.Entries))
+	for i, e := range in.Entries {
+		entries[i] = batchEntry{id: e.Id, handle: e.ReceiptHandle}
+	}
+	return s.applyBatch(rc, in.QueueUrl, entries, call, func(q *queue, i int, now time.Time) *apiError {
+		return s.changeVisibilityLocked(q, in.Entries[i].ReceiptHandle, in.Entries[i].VisibilityTimeout, now)
+	})
+}
+
+// batchEntry is what applyBatch needs of one entry of a batch request.
+type batchEntry struct {
+	id, handle *string
+}
+
+// applyBatch runs one entry operation per entry of a batch request under
+// the queue lock, after SQS's batch checks (queue, distinct ids, size),
+// collecting per-entry successes and failures (injected entry faults
+// included) the way SQS answers them.
+func (s *Server) applyBatch(rc reqCtx, queueURL *string, entries []batchEntry, call *Call, apply func(q *queue, i int, now time.Time) *apiError) (any, *apiError) {
+	ids := make([]*string, len(entries))
+	for i := range entries {
+		ids[i] = entries[i].id
 	}
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
-	q, aerr := s.lookupLocked(in.QueueUrl)
+	q, aerr := s.lookupLocked(queueURL)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -649,20 +668,20 @@ func (s *Server) opChangeMessageVisibilityBatch(rc reqCtx, in *changeVisibilityB
 	}
 	now := s.clock.Now()
 	out := batchOut{Successful: []idEntry{}, Failed: []batchResultErrorEntry{}}
-	call.N = len(in.Entries)
-	for _, e := range in.Entries {
-		if e.ReceiptHandle != nil {
-			call.ReceiptHandles = append(call.ReceiptHandles, *e.ReceiptHandle)
+	call.N = len(entries)
+	for i, e := range entries {
+		if e.handle != nil {
+			call.ReceiptHandles = append(call.ReceiptHandles, *e.handle)
 		}
 		if s.entryFails(rc.entryFault, call) {
-			out.Failed = append(out.Failed, failedEntry(*e.Id, errEntryInternal()))
+			out.Failed = append(out.Failed, failedEntry(*e.id, errEntryInternal()))
 			continue
 		}
-		if aerr := s.changeVisibilityLocked(q, e.ReceiptHandle, e.VisibilityTimeout, now); aerr != nil {
-			out.Failed = append(out.Failed, failedEntry(*e.Id, aerr))
+		if aerr := apply(q, i, now); aerr != nil {
+			out.Failed = append(out.Failed, failedEntry(*e.id, aerr))
 			continue
 		}
-		out.Successful = append(out.Successful, idEntry{Id: *e.Id})
+		out.Successful = append(out.Successful, idEntry{Id: *e.id})
 	}
 	call.Failed = len(out.Failed)
 	return out, nil
@@ -708,36 +727,11 @@ func (s *Server) opDeleteMessage(in *deleteMessageIn, call *Call) (any, *apiErro
 }
 
 func (s *Server) opDeleteMessageBatch(rc reqCtx, in *deleteMessageBatchIn, call *Call) (any, *apiError) {
-	ids := make([]*string, len(in.Entries))
-	for i := range in.Entries {
-		ids[i] = in.Entries[i].Id
+	entries := make([]batchEntry, len(in.Entries))
+	for i, e := range in.Entries {
+		entries[i] = batchEntry{id: e.Id, handle: e.ReceiptHandle}
 	}
-	s.queueMu.Lock()
-	defer s.queueMu.Unlock()
-	q, aerr := s.lookupLocked(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if aerr := checkBatchIDs(ids); aerr != nil {
-		return nil, aerr
-	}
-	now := s.clock.Now()
-	out := batchOut{Successful: []idEntry{}, Failed: []batchResultErrorEntry{}}
-	call.N = len(in.Entries)
-	for _, e := range in.Entries {
-		if e.ReceiptHandle != nil {
-			call.ReceiptHandles = append(call.ReceiptHandles, *e.ReceiptHandle)
-		}
-		if s.entryFails(rc.entryFault, call) {
-			out.Failed = append(out.Failed, failedEntry(*e.Id, errEntryInternal()))
-			continue
-		}
-		if aerr := s.deleteLocked(q, e.ReceiptHandle, now, call); aerr != nil {
-			out.Failed = append(out.Failed, failedEntry(*e.Id, aerr))
-			continue
-		}
-		out.Successful = append(out.Successful, idEntry{Id: *e.Id})
-	}
-	call.Failed = len(out.Failed)
-	return out, nil
+	return s.applyBatch(rc, in.QueueUrl, entries, call, func(q *queue, i int, now time.Time) *apiError {
+		return s.deleteLocked(q, in.Entries[i].ReceiptHandle, now, call)
+	})
 }
