@@ -25,7 +25,8 @@ import (
 
 func (c *cli) configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Configuration tools"}
-	cmd.AddCommand(&cobra.Command{
+	var unit string
+	validate := &cobra.Command{
 		Use:   "validate",
 		Short: "Validate a config file: exit 0, or 2 with every problem naming its key and line",
 		Args:  cobra.NoArgs,
@@ -37,6 +38,11 @@ func (c *cli) configCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if unit != "" {
+				if err := checkUnit(unit, cfg.Lifecycle.DrainTimeout); err != nil {
+					return usageError{err}
+				}
+			}
 			mode := "fleet"
 			if cfg.Embedded() {
 				mode = "embedded"
@@ -45,8 +51,26 @@ func (c *cli) configCmd() *cobra.Command {
 				c.configPath, mode, len(cfg.Diagnostics), len(cfg.Limiter.Rules), cfg.Lifecycle.Sources)
 			return nil
 		},
-	})
+	}
+	validate.Flags().StringVar(&unit, "systemd-unit", "", "also check that the unit's TimeoutStopSec exceeds lifecycle.drain_timeout")
+	cmd.AddCommand(validate)
 	return cmd
+}
+
+// checkUnit: systemd must give a drain its whole budget, plus room to
+// cancel, release and complete, before it SIGKILLs the agent.
+func checkUnit(path string, drain time.Duration) error {
+	stop, infinite, ok, err := unitStopTimeout(path)
+	if err != nil {
+		return fmt.Errorf("--systemd-unit: %w", err)
+	}
+	if !ok {
+		stop = 90 * time.Second // systemd's DefaultTimeoutStopSec
+	}
+	if !infinite && stop <= drain {
+		return fmt.Errorf("lifecycle.drain_timeout: %s is not below %s's TimeoutStopSec (%s): systemd would SIGKILL the agent mid-drain, before it completes the lifecycle action", drain, path, stop)
+	}
+	return nil
 }
 
 func (c *cli) enqueueCmd() *cobra.Command {

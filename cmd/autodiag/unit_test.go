@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseTimespan(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"900": 900 * time.Second, "15min": 15 * time.Minute, "1h 30s": time.Hour + 30*time.Second,
+		"10m": 10 * time.Minute, "2.5s": 2500 * time.Millisecond, "1min30s": 90 * time.Second,
+	} {
+		if got, err := parseTimespan(in); err != nil || got != want {
+			t.Errorf("parseTimespan(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "soon", "5 fortnights", "-5s"} {
+		if _, err := parseTimespan(bad); err == nil {
+			t.Errorf("parseTimespan(%q) accepted", bad)
+		}
+	}
+}
+
+// TestConfigValidateSystemdUnit: config validate --systemd-unit refuses a
+// unit whose stop timeout would cut a drain short, and accepts the shipped
+// unit with the shipped config.
+func TestConfigValidateSystemdUnit(t *testing.T) {
+	example := filepath.Join("..", "..", "deploy", "config", "example.yaml")
+	shipped := filepath.Join("..", "..", "deploy", "systemd", "autodiag.service")
+	if code, out, errOut := runCLI(t, nil, "config", "validate", "--config", example, "--systemd-unit", shipped); code != 0 {
+		t.Fatalf("shipped unit + example config: exit %d\n%s%s", code, out, errOut)
+	}
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		unit string
+		ok   bool
+	}{
+		"short":    {"[Service]\nTimeoutStopSec=5min\n", false},
+		"default":  {"[Service]\nExecStart=/usr/local/bin/autodiag run\n", false},
+		"timeout":  {"[Service]\nTimeoutSec=20min\n", true},
+		"last":     {"[Service]\nTimeoutStopSec=20min\nTimeoutStopSec=9min\n", false},
+		"infinity": {"[Service]\nTimeoutStopSec=infinity\n", true},
+		"garbage":  {"[Service]\nTimeoutStopSec=later\n", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(dir, name+".service")
+			if err := os.WriteFile(p, []byte(tc.unit), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, _, errOut := runCLI(t, nil, "config", "validate", "--config", example, "--systemd-unit", p)
+			if tc.ok && code != 0 || !tc.ok && code != 2 {
+				t.Fatalf("exit %d (want ok=%v): %s", code, tc.ok, errOut)
+			}
+			if !tc.ok && name != "garbage" && !strings.Contains(errOut, "lifecycle.drain_timeout") {
+				t.Fatalf("error does not name lifecycle.drain_timeout: %s", errOut)
+			}
+		})
+	}
+}
