@@ -620,17 +620,25 @@ func (s *Server) changeVisibilityLocked(q *queue, handle *string, vtp *int64, no
 }
 
 func (s *Server) opChangeMessageVisibility(in *changeVisibilityIn, call *Call) (any, *apiError) {
+	return nil, s.applyOne(in.QueueUrl, in.ReceiptHandle, call, func(q *queue, now time.Time) *apiError {
+		return s.changeVisibilityLocked(q, in.ReceiptHandle, in.VisibilityTimeout, now)
+	})
+}
+
+// applyOne runs a single-message operation under the queue lock, logging
+// its receipt handle in the call.
+func (s *Server) applyOne(queueURL, handle *string, call *Call, apply func(q *queue, now time.Time) *apiError) *apiError {
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
-	q, aerr := s.lookupLocked(in.QueueUrl)
+	q, aerr := s.lookupLocked(queueURL)
 	if aerr != nil {
-		return nil, aerr
+		return aerr
 	}
-	if in.ReceiptHandle != nil {
-		call.ReceiptHandles = []string{*in.ReceiptHandle}
+	if handle != nil {
+		call.ReceiptHandles = []string{*handle}
 	}
 	call.N = 1
-	return nil, s.changeVisibilityLocked(q, in.ReceiptHandle, in.VisibilityTimeout, s.clock.Now())
+	return apply(q, s.clock.Now())
 }
 
 func (s *Server) opChangeMessageVisibilityBatch(rc reqCtx, in *changeVisibilityBatchIn, call *Call) (any, *apiError) {
@@ -713,17 +721,9 @@ func (s *Server) deleteLocked(q *queue, handle *string, now time.Time, call *Cal
 }
 
 func (s *Server) opDeleteMessage(in *deleteMessageIn, call *Call) (any, *apiError) {
-	s.queueMu.Lock()
-	defer s.queueMu.Unlock()
-	q, aerr := s.lookupLocked(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if in.ReceiptHandle != nil {
-		call.ReceiptHandles = []string{*in.ReceiptHandle}
-	}
-	call.N = 1
-	return nil, s.deleteLocked(q, in.ReceiptHandle, s.clock.Now(), call)
+	return nil, s.applyOne(in.QueueUrl, in.ReceiptHandle, call, func(q *queue, now time.Time) *apiError {
+		return s.deleteLocked(q, in.ReceiptHandle, now, call)
+	})
 }
 
 func (s *Server) opDeleteMessageBatch(rc reqCtx, in *deleteMessageBatchIn, call *Call) (any, *apiError) {
