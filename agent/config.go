@@ -177,6 +177,10 @@ func LoadConfig(data []byte, env func(string) (string, bool)) (Config, error) {
 	return cfg, err
 }
 
+// instanceIDPattern is what instance_id may hold: it becomes part of Redis
+// keys and log fields.
+var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
 // Validate reports every problem of the configuration at once, each
 // naming its key.
 func (c Config) Validate() error {
@@ -184,8 +188,8 @@ func (c Config) Validate() error {
 	add := func(key, format string, args ...any) {
 		errs = append(errs, &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
-	if c.InstanceID != "" && !regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`).MatchString(c.InstanceID) {
-		add("instance_id", "%q must be 1-128 of [A-Za-z0-9._-]", c.InstanceID)
+	if c.InstanceID != "" && !instanceIDPattern.MatchString(c.InstanceID) {
+		add("instance_id", "%q must match %s", c.InstanceID, instanceIDPattern)
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		add("admin_addr", "%q is not host:port: %v", c.AdminAddr, err)
