@@ -212,7 +212,7 @@ func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
 }
 
 func (w *Watcher) runIMDS(ctx context.Context, found chan<- Trigger) {
-	bo := newBackoff(w.cfg.IMDSPollInterval, max(30*time.Second, w.cfg.IMDSPollInterval))
+	bo := newBackoff(w.cfg.IMDSPollInterval, imdsMaxBackoff(w.cfg.IMDSPollInterval))
 	for {
 		tr, err := w.pollIMDS(ctx)
 		if ctx.Err() != nil {
@@ -235,6 +235,12 @@ func (w *Watcher) runIMDS(ctx context.Context, found chan<- Trigger) {
 		}
 	}
 }
+
+// imdsMaxBackoff caps the wait between failed instance-metadata polls. IMDS
+// is link-local and cheap to ask, and a spot notice leaves two minutes, so a
+// failing IMDS is retried at least every 15 s (22.5 s with the backoff's
+// ±50 % jitter) rather than drifting to the 30 s used for remote APIs.
+func imdsMaxBackoff(poll time.Duration) time.Duration { return max(15*time.Second, poll) }
 
 // newBackoff is an exponential backoff from initial to maxInterval; only its
 // NextBackOff is used (waits go through the injected Clock).

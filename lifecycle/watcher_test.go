@@ -290,7 +290,14 @@ func TestIMDSSource(t *testing.T) {
 				}
 				tr := fired[0]
 				elapsed := tr.At.Sub(start)
-				if tr.Source != tt.wantSource || elapsed < tt.wantAfter || elapsed > tt.wantAfter+cfg.IMDSPollInterval*8 {
+				// The trigger comes at the first poll after the state flips: at
+				// most one poll interval later, or one full backoff (jitter
+				// included) when the polls before it failed.
+				maxLag := cfg.IMDSPollInterval
+				if strings.Contains(tt.name, "errors") {
+					maxLag = imdsMaxBackoff(cfg.IMDSPollInterval) * 3 / 2
+				}
+				if tr.Source != tt.wantSource || elapsed < tt.wantAfter || elapsed > tt.wantAfter+maxLag {
 					t.Fatalf("trigger %+v after %s; want %s at about %s", tr, elapsed, tt.wantSource, tt.wantAfter)
 				}
 				if !tr.Deadline.Equal(tt.wantDeadline) {
