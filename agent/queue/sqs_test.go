@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,25 +239,30 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // TestSQSDeleteBatches: concurrent deletes share DeleteMessageBatch calls of
-// at most 10 entries and every message is gone.
+// at most 10 entries and every message is gone. Every batch is held until
+// all 25 deletes are made, so the batching is decided by the group commit,
+// not by how the scheduler happens to interleave the callers.
 func TestSQSDeleteBatches(t *testing.T) {
 	f := newFixture(t)
-	q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Second})
-	defer q.Close(context.Background())
 	const n = 25
 	for i := range n {
 		f.send(t, fmt.Sprint(i), nil)
 	}
+	g := &gatedDeletes{SQSAPI: f.client, open: make(chan struct{}), all: true}
+	q := queue.NewSQS(g, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Hour})
+	defer q.Close(context.Background())
 	ms := receiveN(t, q, n)
-	var wg sync.WaitGroup
 	errs := make(chan error, n)
-	for _, m := range ms {
-		wg.Go(func() { errs <- q.Delete(context.Background(), m) })
+	go func() { errs <- q.Delete(context.Background(), ms[0]) }()
+	waitFor(t, func() bool { return g.calls.Load() == 1 }) // the idle source sent it at once
+	for _, m := range ms[1:] {
+		go func() { errs <- q.Delete(context.Background(), m) }()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
+	// Two full batches go at once, the last 4 wait for a batch to return.
+	waitFor(t, func() bool { return g.calls.Load() == 3 && q.PendingDeletes() == 4 })
+	close(g.open)
+	for range n {
+		if err := <-errs; err != nil {
 			t.Errorf("Delete: %v", err)
 		}
 	}
@@ -270,8 +276,10 @@ func TestSQSDeleteBatches(t *testing.T) {
 	}
 	// Group commit: the first delete goes alone, the rest gather while a
 	// batch is in flight.
-	if sum != n || len(calls) > 5 {
-		t.Errorf("%d DeleteMessageBatch calls for %d entries, want %d entries in at most 5 calls", len(calls), sum, n)
+	sizes := batchSizes(calls)
+	slices.Sort(sizes)
+	if sum != n || !slices.Equal(sizes, []int{1, 4, 10, 10}) {
+		t.Errorf("batches %v for %d entries, want 1, 10, 10 and 4 entries for %d", batchSizes(calls), sum, n)
 	}
 	if calls := f.srv.Calls("DeleteMessage"); len(calls) != 0 {
 		t.Errorf("%d single DeleteMessage calls, want none", len(calls))
@@ -405,17 +413,19 @@ func TestSQSDeleteServerFaultRetried(t *testing.T) {
 	}
 }
 
-// gatedDeletes holds the first DeleteMessageBatch until open is closed.
+// gatedDeletes holds the first DeleteMessageBatch (every one with all)
+// until open is closed.
 type gatedDeletes struct {
 	queue.SQSAPI
 	open  chan struct{}
+	all   bool
 	calls atomic.Int32
 }
 
 var _ queue.SQSAPI = (*gatedDeletes)(nil)
 
 func (g *gatedDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	if g.calls.Add(1) == 1 {
+	if g.calls.Add(1) == 1 || g.all {
 		<-g.open
 	}
 	return g.SQSAPI.DeleteMessageBatch(ctx, in, opts...)
