@@ -551,7 +551,14 @@ func (a *Agent) execute(ctx context.Context, j *job) {
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	rec.FinishedAt = a.d.Clock.Now()
-	if err := a.d.Store.Finish(cctx, rec); err != nil {
+	switch err := a.d.Store.Finish(cctx, rec); {
+	case errors.Is(err, state.ErrSuperseded):
+		// Our lease lapsed while the diagnostic ran and another agent
+		// claimed the task: its attempt owns the record. This run still
+		// ends in its own outcome below (log, metric, audit).
+		a.log.Warn("lease lapsed while running; a later attempt owns the record, this result is logged only",
+			"task_id", t.ID, "attempt", rec.Attempts)
+	case err != nil:
 		a.noteStore(err)
 		a.log.Error("recording the result failed; a redelivery may run the task again", "task_id", t.ID, "err", err)
 	}
@@ -621,7 +628,7 @@ func (a *Agent) keepAlive(j *job, lease time.Duration) func() {
 }
 
 func (a *Agent) noteStore(err error) {
-	if err == nil || errors.Is(err, state.ErrLeaseLost) {
+	if err == nil || errors.Is(err, state.ErrLeaseLost) || errors.Is(err, state.ErrSuperseded) {
 		return
 	}
 	a.log.Warn("state store error", "err", err)

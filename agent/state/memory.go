@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -145,10 +146,14 @@ func (m *Memory) Finish(_ context.Context, rec TaskRecord) error {
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
 	t, ok := m.tasks[rec.ID]
-	if !ok {
+	switch {
+	case !ok:
 		t = &memTask{}
 		m.tasks[rec.ID] = t
-	} else if rec.Attempts == 0 {
+	case rec.Attempts > 0 && t.rec.Attempts > rec.Attempts,
+		rec.Attempts == 0 && t.rec.Status == StatusRunning && t.rec.Owner != rec.Owner:
+		return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
+	case rec.Attempts == 0:
 		rec.Attempts = t.rec.Attempts
 	}
 	rec.Status = StatusDone

@@ -274,6 +274,9 @@ func (r *Redis) Finish(ctx context.Context, rec TaskRecord) error {
 	if err != nil {
 		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
 	}
+	if sup, _ := res[2].(int64); sup == 1 {
+		return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
+	}
 	if prev, _ := res[0].(string); prev != "" && prev != rec.Owner {
 		if err := r.c.HDel(ctx, r.inflightKey(prev), rec.ID).Err(); err != nil {
 			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)

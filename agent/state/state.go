@@ -15,6 +15,11 @@ import (
 // expired and another agent took it, or the task finished).
 var ErrLeaseLost = errors.New("state: lease lost")
 
+// ErrSuperseded is returned by Finish when a later attempt owns the task's
+// record: this owner's lease lapsed while it ran and another agent claimed
+// the task. The later attempt's record stands; nothing was written.
+var ErrSuperseded = errors.New("state: record belongs to a later attempt")
+
 // Task statuses stored in TaskRecord.Status.
 const (
 	StatusRunning     = "running"
@@ -133,7 +138,10 @@ type Store interface {
 	// Renew extends owner's lease; ErrLeaseLost when it is not owner's.
 	Renew(ctx context.Context, taskID, owner string, lease time.Duration) error
 	// Finish records the task's outcome as done (kept for the record TTL),
-	// drops the lease and the in-flight entry.
+	// drops the lease and the in-flight entry. It never overwrites a later
+	// attempt: when the stored record has more attempts than rec.Attempts
+	// (or, with rec.Attempts 0, runs under another owner), it drops only
+	// rec.Owner's in-flight entry and returns ErrSuperseded.
 	Finish(ctx context.Context, rec TaskRecord) error
 	// Release gives the lease back without ending the task (released,
 	// deferred): the next delivery runs it.

@@ -287,6 +287,59 @@ func TestSQSKill9TakeOver(t *testing.T) {
 	}
 }
 
+// TestSQSStalledAgentKeepsLaterAttempt: an agent frozen (SIGSTOP) mid-task
+// cannot renew its lease; another agent runs the task again and records
+// attempt 2. When the frozen agent resumes, its diagnostic has long ended;
+// its late result must not overwrite the later attempt's record.
+func TestSQSStalledAgentKeepsLaterAttempt(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	led := newSQSLedger(t)
+	cfg := func(inst string) string {
+		return sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
+	}
+
+	a := startProc(t, cfg("agent-a"), fq.env...)
+	fq.send(t, sqsTaskBody("k-1", "gate"))
+	eventually(t, 20*time.Second, "k-1 running on agent-a", func() bool { return led.counts(t)["k-1"] == 1 })
+	b := startProc(t, cfg("agent-b"), fq.env...)
+	a.signal(syscall.SIGSTOP)
+	eventually(t, 30*time.Second, "k-1 running again on agent-b", func() bool { return led.counts(t)["k-1"] == 2 })
+	led.open() // both diagnostics end; agent-a cannot notice until it resumes
+	eventually(t, 30*time.Second, "agent-b's attempt recorded", func() bool {
+		rec, _ := sqsTaskRecord(t, rc, prefix, "k-1")
+		return rec.Status == state.StatusDone
+	})
+	a.signal(syscall.SIGCONT)
+	eventually(t, 30*time.Second, "agent-a ends its stale run", func() bool { return sqsOutcomes(a)["succeeded"] == 1 })
+
+	if len(a.logs("lease lapsed while running; a later attempt owns the record, this result is logged only")) != 1 {
+		t.Error("agent-a did not report that its result was superseded")
+	}
+	rec, _ := sqsTaskRecord(t, rc, prefix, "k-1")
+	if rec.Owner != "agent-b" || rec.Attempts != 2 || rec.Outcome != "succeeded" || rec.Status != state.StatusDone {
+		t.Errorf("record = %+v, want agent-b's succeeded attempt 2", rec)
+	}
+	if n := led.counts(t)["k-1"]; n != 2 {
+		t.Errorf("k-1 executed %d times, want 2", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: prefix})
+	for _, inst := range []string{"agent-a", "agent-b"} {
+		if left, err := store.Inflight(ctx, inst); err != nil || len(left) != 0 {
+			t.Errorf("in flight on %s: %v %v", inst, left, err)
+		}
+	}
+	for _, p := range []*proc{a, b} {
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(30 * time.Second); code != 0 {
+			t.Errorf("exit %d after SIGTERM", code)
+		}
+	}
+}
+
 // TestSQSKill9RestartRecovers: an agent killed with SIGKILL mid-task and
 // restarted under the same instance id finds its stale in-flight entry,
 // marks the task interrupted and leaves it to SQS; the redelivery runs it

@@ -66,6 +66,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Renew", testRenew},
 		{"Finish", testFinish},
 		{"FinishKeepsGivenAttempts", testFinishKeepsGivenAttempts},
+		{"FinishAfterTakeover", testFinishAfterTakeover},
 		{"Release", testRelease},
 		{"Recover", testRecover},
 		{"KilledAgentAttempts", testKilledAgentAttempts},
@@ -295,6 +296,53 @@ func testFinishKeepsGivenAttempts(t *testing.T, s state.Store, _ *FakeClock) {
 	}
 	if got := mustTask(t, s, "t2"); got.Attempts != 5 {
 		t.Errorf("Attempts = %d, want the given 5", got.Attempts)
+	}
+}
+
+// testFinishAfterTakeover: agent a's lease lapses while its diagnostic runs
+// and b claims the task again. a's late Finish must neither overwrite b's
+// record nor drop b's lease, whether b is still running or already done.
+func testFinishAfterTakeover(t *testing.T, s state.Store, c *FakeClock) {
+	ctx := context.Background()
+	ca := mustClaimed(t, s, "t1", "a", 1)
+	c.Advance(lease + time.Second)
+	cb := mustClaimed(t, s, "t1", "b", 2)
+
+	late := ca.Record
+	late.Outcome = "failed"
+	if err := s.Finish(ctx, late); !errors.Is(err, state.ErrSuperseded) {
+		t.Fatalf("Finish by a after takeover = %v, want ErrSuperseded", err)
+	}
+	if got := mustTask(t, s, "t1"); got.Status != state.StatusRunning || got.Owner != "b" || got.Attempts != 2 {
+		t.Fatalf("record after a's late Finish = %+v, want running under b, attempts 2", got)
+	}
+	if err := s.Renew(ctx, "t1", "b", lease); err != nil {
+		t.Fatalf("b's Renew after a's late Finish = %v; its lease must survive", err)
+	}
+	if cl := claim(t, s, "t1", "c"); cl.Result != state.HeldElsewhere {
+		t.Fatalf("Claim by c while b runs = %v, want held elsewhere", cl.Result)
+	}
+	if ids := inflightIDs(t, s, "a"); len(ids) != 0 {
+		t.Errorf("Inflight(a) = %v after its late Finish, want none", ids)
+	}
+	if ids := inflightIDs(t, s, "b"); !equalIDs(ids, []string{"t1"}) {
+		t.Errorf("Inflight(b) = %v, want [t1]", ids)
+	}
+	// An attempt-less finish by a stranger does not end b's run either.
+	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Outcome: "failed"}); !errors.Is(err, state.ErrSuperseded) {
+		t.Fatalf("attempt-less Finish by a while b runs = %v, want ErrSuperseded", err)
+	}
+
+	done := cb.Record
+	done.Outcome = "succeeded"
+	if err := s.Finish(ctx, done); err != nil {
+		t.Fatalf("Finish by b: %v", err)
+	}
+	if err := s.Finish(ctx, late); !errors.Is(err, state.ErrSuperseded) {
+		t.Fatalf("Finish by a after b finished = %v, want ErrSuperseded", err)
+	}
+	if got := mustTask(t, s, "t1"); got.Status != state.StatusDone || got.Owner != "b" || got.Attempts != 2 || got.Outcome != "succeeded" {
+		t.Errorf("record = %+v, want b's succeeded attempt 2", got)
 	}
 }
 
