@@ -28,9 +28,10 @@ type Actor struct {
 	completeMu sync.Mutex        // serialises Complete calls
 	completed  map[string]string // action key → completion result (CONTINUE/ABANDON/no_action)
 
-	mu     sync.Mutex
-	asg    string // resolved ASG name, cached
-	status ActorStatus
+	mu        sync.Mutex
+	asg       string        // resolved ASG name, cached
+	beatEvery time.Duration // the interval Heartbeat settled on (0 before it ran)
+	status    ActorStatus
 }
 
 // ActorStatus is what the agent shows in /v1/status drain.lifecycle.
@@ -193,6 +194,9 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 		interval = hbt / 3
 	}
 	limit := globalDeadline(act, hbt)
+	a.mu.Lock()
+	a.beatEvery = interval
+	a.mu.Unlock()
 
 	next := a.d.Clock.Now()
 	for {
@@ -303,7 +307,11 @@ func (a *Actor) extendNotification(ctx context.Context, act Action, interval tim
 // CONTINUE or ABANDON), on ctx (pass a detached, bounded context; one
 // without a deadline is bounded by DefaultCompleteTimeout), retrying
 // throttling, 5xx and transport errors with backoff. "No active Lifecycle
-// Action found" counts as done (logged, result="no_action"). Then, for an
+// Action found" counts as done (logged, result="no_action"). While it
+// retries, the action is kept alive: a heartbeat goes out whenever one is
+// due (heartbeat_interval after the last), so a throttling storm longer
+// than the hook's heartbeat timeout does not let the action lapse into its
+// default result. Then, for an
 // action announced on SQS, it deletes the notification (a failed delete is
 // logged, not returned: the completion stands). Attempts are counted in
 // lifecycle_completions_total{result}. Once an action is done, later calls
@@ -359,6 +367,11 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 		if !isRetryable(err) || ctx.Err() != nil {
 			return fmt.Errorf("lifecycle: complete %s: %w", act.InstanceID, err)
 		}
+		if a.keepAliveWhileCompleting(ctx, act, log) {
+			log.Warn("no active lifecycle action while completing; counted as completed", "outcome", "no_action")
+			outcome = "no_action"
+			break
+		}
 		wait := bo.NextBackOff()
 		log.Info("complete failed; retrying", "retry_in", wait, "err", err)
 		if serr := sleep(ctx, a.d.Clock, wait); serr != nil {
@@ -376,6 +389,30 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 	a.mu.Unlock()
 	a.deleteNotification(ctx, act, log)
 	return nil
+}
+
+// keepAliveWhileCompleting sends one heartbeat (no retries: Complete's own
+// loop comes back soon) when one is due, heartbeat_interval after the last
+// successful one. It reports whether Auto Scaling answered that the action
+// is gone.
+func (a *Actor) keepAliveWhileCompleting(ctx context.Context, act Action, log *slog.Logger) (gone bool) {
+	a.mu.Lock()
+	every, last := a.beatEvery, a.status.LastHeartbeat
+	a.mu.Unlock()
+	if every <= 0 {
+		every = a.cfg.HeartbeatInterval
+	}
+	if last.IsZero() {
+		last = act.Started // no heartbeat got through: count from the action's start
+	}
+	if every <= 0 || last.IsZero() || a.d.Clock.Now().Before(last.Add(every)) {
+		return false
+	}
+	err := a.beat(ctx, act, every, a.d.Clock.Now(), log)
+	if err == nil {
+		log.Info("heartbeat sent while completion is retried")
+	}
+	return isNoActiveAction(err)
 }
 
 // deleteNotification removes our SQS notification once the action is done.

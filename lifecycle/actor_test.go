@@ -269,6 +269,50 @@ func TestCompleteIsBoundedWithoutDeadline(t *testing.T) {
 	})
 }
 
+// TestCompleteKeepsActionAliveWhileRetrying: CompleteLifecycleAction is
+// throttled for 150 s against a hook whose heartbeat timeout is 60 s. The
+// drain's heartbeats have stopped, so without heartbeats from the retry
+// loop the action would lapse into its default result (ABANDON here).
+func TestCompleteKeepsActionAliveWhileRetrying(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newActorEnv(t, testConfig(20*time.Second, 60*time.Second), 60*time.Second, nil)
+		e.drain(t, 5*time.Second) // one heartbeat at the start, then the drain ends
+		e.fake.InjectFault(asgfake.Fault{Op: "CompleteLifecycleAction", Code: "Throttling"})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- e.actor.Complete(ctx, e.act, ResultContinue) }()
+		time.Sleep(150 * time.Second)
+		e.fake.ClearFaults()
+		if err := <-done; err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		a, _ := e.fake.Action("i-1")
+		if !a.Ended || a.EndReason != asgfake.EndCompleted || a.Result != ResultContinue {
+			t.Fatalf("action = %+v; want completed CONTINUE, not lapsed", a)
+		}
+		if st := e.actor.Status(); !st.Completed || st.NoActiveAction || st.Result != ResultContinue {
+			t.Errorf("status = %+v; want completed CONTINUE", st)
+		}
+		// Heartbeats during the retries, each at most 20 s plus one retry
+		// wait (10 s backoff cap, +50 % jitter) after the previous one.
+		beats := heartbeatTimes(e.fake, "ok")
+		const maxGap = 20*time.Second + 15*time.Second
+		if kept := len(beats) - 1; kept < int(150*time.Second/maxGap) {
+			t.Fatalf("%d heartbeats during 150 s of retries; want at least %d", kept, int(150*time.Second/maxGap))
+		}
+		for i := 1; i < len(beats); i++ {
+			if gap := beats[i].Sub(beats[i-1]); gap > maxGap {
+				t.Errorf("heartbeat gap %s at %s; want at most %s", gap, beats[i].Sub(start), maxGap)
+			}
+		}
+		if n := counter(t, e.reg, "autodiag_lifecycle_heartbeats_total", "result", "ok"); n != float64(len(beats)) {
+			t.Errorf("heartbeats counted %v; want %d", n, len(beats))
+		}
+	})
+}
+
 func TestHeartbeatStopsWhenActionGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newActorEnv(t, testConfig(30*time.Second, 90*time.Second), 90*time.Second, nil)
