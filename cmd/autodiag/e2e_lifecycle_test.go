@@ -47,7 +47,12 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 	f.drainStarted, _ = lcFirstLog(t, p, "drain started")
 
 	// Intake: no ReceiveMessage on the task queue starts after the trigger;
-	// one in flight may end after it only by being cancelled.
+	// one in flight may end after it only by being cancelled — or by an
+	// answer that crossed the cancel on the wire. The SDK then reports the
+	// cancel and drops the body, as it would against SQS, so the messages of
+	// that one answer stay in flight until their visibility lapses and come
+	// back: delayed, not lost.
+	crossed := false
 	for _, c := range l.sqsRec.log("ReceiveMessage", lcTaskQueue) {
 		switch {
 		case !c.Start.Before(trigger):
@@ -56,7 +61,12 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 			if f.cancelledReceive != nil {
 				t.Errorf("two ReceiveMessage calls still in flight after the drain started")
 			}
-			if !c.Gone || c.Status != 0 {
+			switch {
+			case c.Gone && c.Status == 0:
+			case !c.Gone && c.Status == http.StatusOK && c.End.Sub(trigger) < 50*time.Millisecond:
+				crossed = true
+				t.Logf("the long poll in flight at the trigger was answered %s after it, as it was cancelled", lcMS(c.End.Sub(trigger)))
+			default:
 				t.Errorf("ReceiveMessage in flight at the trigger ended %s after it without being cancelled (status %d)", lcMS(c.End.Sub(trigger)), c.Status)
 			}
 			f.cancelledReceive = &c
@@ -64,11 +74,16 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 	}
 
 	// Every received task ended, once, and the queue agrees.
-	received := 0
+	received, lastAnswer := 0, 0
 	for _, c := range l.sqs.Calls("ReceiveMessage") {
 		if c.Queue == lcTaskQueue {
 			received += len(c.MessageIDs)
+			lastAnswer = len(c.MessageIDs)
 		}
+	}
+	unseen := 0 // handed out by the crossed answer, never seen by the agent
+	if crossed {
+		unseen = min(lastAnswer, received-len(p.logs("task ended")))
 	}
 	ended := p.logs("task ended")
 	seen := map[string]bool{}
@@ -90,14 +105,14 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 			f.lastEnded = at
 		}
 	}
-	if len(ended) != received || received == 0 {
-		t.Errorf("%d tasks received, %d ended", received, len(ended))
+	if len(ended) != received-unseen || received == 0 {
+		t.Errorf("%d tasks received (%d of them unseen in a crossed answer), %d ended", received, unseen, len(ended))
 	}
 	if midRun && received >= total {
 		t.Errorf("all %d tasks were received: the trigger was not mid-run", total)
 	}
 	qv, _ := l.sqs.Queue(lcTaskQueue)
-	if qv.InFlight != 0 || qv.Stats.Deleted != succeeded || qv.Visible+qv.Stats.Deleted != total {
+	if qv.InFlight != unseen || qv.Stats.Deleted != succeeded || qv.Visible+qv.InFlight+qv.Stats.Deleted != total {
 		t.Errorf("task queue after exit: %d in flight, %d visible, %d deleted; %d succeeded of %d", qv.InFlight, qv.Visible, qv.Stats.Deleted, succeeded, total)
 	}
 
