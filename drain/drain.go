@@ -103,6 +103,7 @@ type Controller struct {
 	timedOut  bool
 	endedAt   time.Time
 	items     map[*Item]struct{}
+	holds     int // see Hold
 	released  int
 	cancelled int
 	draining  chan struct{} // closed when the drain starts
@@ -188,10 +189,36 @@ func (it *Item) Done() {
 	}
 	it.gone = true
 	delete(c.items, it)
-	if c.state == Draining && len(c.items) == 0 && c.endedAt.IsZero() {
+	c.markEndedLocked()
+	c.notifyLocked()
+}
+
+// Hold keeps a drain from ending without being work itself: intake holds
+// the controller while a receive may still hand it messages (a poll
+// answered as the drain began), so that work tracked a moment after Start
+// is still waited for. The returned func lets go; calling it again does
+// nothing. Holds are neither queued nor running in Progress.
+func (c *Controller) Hold() (release func()) {
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+	return sync.OnceFunc(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.holds--
+		c.markEndedLocked()
+		c.notifyLocked()
+	})
+}
+
+// idleLocked reports that nothing keeps a drain from ending.
+func (c *Controller) idleLocked() bool { return len(c.items) == 0 && c.holds == 0 }
+
+// markEndedLocked records when a drain's last work ended.
+func (c *Controller) markEndedLocked() {
+	if c.state == Draining && c.idleLocked() && c.endedAt.IsZero() {
 		c.endedAt = time.Now()
 	}
-	c.notifyLocked()
 }
 
 func (c *Controller) notifyLocked() {
@@ -216,7 +243,7 @@ func (c *Controller) Start(tr Trigger) bool {
 	if !tr.Deadline.IsZero() && tr.Deadline.Before(c.deadline) {
 		c.deadline = tr.Deadline
 	}
-	if len(c.items) == 0 {
+	if c.idleLocked() {
 		c.endedAt = now
 	}
 	close(c.draining)
@@ -241,9 +268,7 @@ func (c *Controller) unstartedLocked() []*Item {
 		}
 	}
 	c.released += len(out)
-	if c.state == Draining && len(c.items) == 0 && c.endedAt.IsZero() {
-		c.endedAt = time.Now()
-	}
+	c.markEndedLocked()
 	return out
 }
 
@@ -269,7 +294,8 @@ func (c *Controller) State() State {
 // work remaining; that work was released or cancelled.
 var ErrTimedOut = errors.New("drain: deadline reached with work remaining")
 
-// Wait blocks until a drain has started and all tracked work is done. At
+// Wait blocks until a drain has started, all tracked work is done and no
+// Hold is held. At
 // the drain deadline it releases unstarted work, cancels running work and
 // waits up to CancelGrace for it to report Done; it then returns
 // ErrTimedOut. It returns ctx.Err() if ctx ends first.
@@ -286,7 +312,7 @@ func (c *Controller) Wait(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		c.mu.Lock()
-		if len(c.items) == 0 {
+		if c.idleLocked() {
 			timedOut := c.timedOut
 			c.mu.Unlock()
 			if timedOut {
@@ -335,10 +361,10 @@ func (c *Controller) expire() {
 func (c *Controller) waitGrace(ctx context.Context, grace <-chan time.Time) error {
 	for {
 		c.mu.Lock()
-		n := len(c.items)
+		idle := c.idleLocked()
 		changed := c.changed
 		c.mu.Unlock()
-		if n == 0 {
+		if idle {
 			return nil
 		}
 		select {

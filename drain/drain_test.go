@@ -203,3 +203,56 @@ func TestEmptyDrainEndsAtOnce(t *testing.T) {
 		t.Fatal("EndedAt not set for a drain with no work")
 	}
 }
+
+// TestHoldWaitsForLateWork: intake holds the controller while a receive may
+// still answer. The drain starts with no work; messages tracked after Start
+// (the answer arrived as the drain began) are waited for, and the drain
+// ends only once the hold is let go and that work is done.
+func TestHoldWaitsForLateWork(t *testing.T) {
+	for _, queued := range []string{QueuedFinish, QueuedRelease} {
+		t.Run(queued, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := New(Config{Timeout: time.Minute, Queued: queued})
+				release := c.Hold()
+				c.Start(Trigger{Source: "signal"})
+				waited := make(chan error, 1)
+				go func() { waited <- c.Wait(context.Background()) }()
+				synctest.Wait()
+				select {
+				case err := <-waited:
+					t.Fatalf("Wait returned %v while intake held the drain", err)
+				default:
+				}
+				if p := c.Progress(); p.Remaining() != 0 || !p.EndedAt.IsZero() {
+					t.Fatalf("progress while held = %+v; want no work counted and not ended", p)
+				}
+				var released atomic.Int32
+				late := c.Track(func() { released.Add(1) })
+				release()
+				release() // idempotent
+				started := late.Start(func() {})
+				if started != (queued == QueuedFinish) {
+					t.Fatalf("late work started = %v under queued=%s", started, queued)
+				}
+				if started {
+					synctest.Wait()
+					select {
+					case err := <-waited:
+						t.Fatalf("Wait returned %v with late work running", err)
+					default:
+					}
+					late.Done()
+				}
+				if err := <-waited; err != nil {
+					t.Fatalf("Wait = %v", err)
+				}
+				if want := map[string]int32{QueuedFinish: 0, QueuedRelease: 1}[queued]; released.Load() != want {
+					t.Fatalf("late work released %d times under queued=%s; want %d", released.Load(), queued, want)
+				}
+				if c.Progress().EndedAt.IsZero() {
+					t.Fatal("EndedAt not set")
+				}
+			})
+		})
+	}
+}
