@@ -208,7 +208,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.recover(ctx)
 	g, gctx := errgroup.WithContext(a.hard)
 	done := make(chan struct{})
-	g.Go(func() error { return a.intakeLoop() })
+	// The drain may not end while intake can still hand it work: a poll
+	// answered as the drain began delivers messages after Start.
+	letGo := a.drain.Hold()
+	g.Go(func() error { defer letGo(); return a.intakeLoop() })
 	g.Go(func() error { a.instanceLoop(done); return nil })
 	if a.d.CloudWatch != nil {
 		g.Go(func() error {

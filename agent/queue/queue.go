@@ -37,9 +37,11 @@ type Message struct {
 
 // Source is a task queue. Implementations are safe for concurrent use.
 type Source interface {
-	// Receive waits (long poll) for at most max messages. It returns early
-	// with ctx.Err() when ctx is done, so cancelling ctx stops intake at
-	// once; no receive starts after that.
+	// Receive waits (long poll) for at most max messages. No receive starts
+	// once ctx is done, and a poll in progress ends with ctx.Err() at once
+	// or, for a remote queue, after a short grace in which an answer already
+	// on its way is still taken; messages returned with a nil error are the
+	// caller's even when ctx has ended.
 	Receive(ctx context.Context, max int) ([]*Message, error)
 	// Delete acknowledges a message whose task has ended. Implementations
 	// may batch deletes; Close flushes them.

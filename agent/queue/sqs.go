@@ -56,6 +56,9 @@ type SQSOptions struct {
 	// DeleteMessageBatch already in flight before it is sent anyway
 	// (default 10ms); see Delete.
 	DeleteBatchWindow time.Duration
+	// ReceiveGrace is how long a poll in progress may still answer after
+	// Receive's ctx ends (default 50ms); see Receive.
+	ReceiveGrace time.Duration
 	// DeleteRetries is how many times entries that failed inside a batch
 	// with a server-side fault are sent again (default 3).
 	DeleteRetries int
@@ -128,6 +131,9 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	if o.DeleteRetries <= 0 {
 		o.DeleteRetries = 3
 	}
+	if o.ReceiveGrace <= 0 {
+		o.ReceiveGrace = 50 * time.Millisecond
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -144,7 +150,13 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 
 // Receive implements Source: one long poll for up to min(max, 10) messages.
 // It checks ctx before calling, so no ReceiveMessage starts once ctx is
-// done, and ctx (or Close) aborts a poll in progress at once.
+// done. When ctx ends during a poll, the poll is aborted ReceiveGrace
+// later, not at once: SQS hands messages out the moment it answers, and the
+// SDK drops an answer whose context is cancelled while it is read, so an
+// answer already on the wire would leave its messages in flight, unseen,
+// until their visibility lapsed. An answer within the grace is returned
+// (with a nil error) even though ctx has ended; the caller must take the
+// messages. Close aborts a poll at once.
 func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
@@ -153,10 +165,13 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 		return nil, err
 	}
 	n = min(maxSQSBatch, max(1, n))
-	pctx, cancel := context.WithCancel(ctx)
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopWatch := context.AfterFunc(s.stop, cancel)
 	defer stopWatch()
+	// A grace timer left running after return only cancels pctx again.
+	graceWatch := context.AfterFunc(ctx, func() { time.AfterFunc(s.o.ReceiveGrace, cancel) })
+	defer graceWatch()
 
 	in := &sqs.ReceiveMessageInput{
 		QueueUrl:            aws.String(s.o.QueueURL),

@@ -169,8 +169,8 @@ func TestSQSReceiveBatchLimit(t *testing.T) {
 	}
 }
 
-// TestSQSReceiveCancel: cancelling ctx aborts a long poll at once, and no
-// ReceiveMessage starts with a cancelled ctx.
+// TestSQSReceiveCancel: cancelling ctx aborts a long poll (after the
+// ReceiveGrace), and no ReceiveMessage starts with a cancelled ctx.
 func TestSQSReceiveCancel(t *testing.T) {
 	f := newFixture(t)
 	q := f.source(queue.SQSOptions{WaitTime: 20 * time.Second})
@@ -187,7 +187,7 @@ func TestSQSReceiveCancel(t *testing.T) {
 	waitFor(t, func() bool { return f.srv.Pollers("tasks") == 1 })
 	cancel()
 	// Had the cancel not reached the HTTP request, Receive would end after
-	// the 20s poll with no error.
+	// the 20s poll with no error (waitFor gives up after 10s).
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive after cancel = %v, want context.Canceled", err)
 	}
@@ -200,6 +200,44 @@ func TestSQSReceiveCancel(t *testing.T) {
 	}
 	if after := len(f.srv.Calls("ReceiveMessage")); after != before {
 		t.Errorf("%d ReceiveMessage calls started after cancel", after-before)
+	}
+}
+
+// cancelDuringReceive cancels the caller's context as its ReceiveMessage
+// goes out: the answer crosses the cancel, as when a drain begins while
+// SQS is already answering.
+type cancelDuringReceive struct {
+	queue.SQSAPI
+	cancel context.CancelFunc
+}
+
+func (c cancelDuringReceive) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.cancel()
+	return c.SQSAPI.ReceiveMessage(ctx, in, opts...)
+}
+
+// TestSQSReceiveAnswerCrossingCancel: SQS hands messages out the moment it
+// answers; an answer that arrives just after the caller's ctx ended is
+// returned rather than dropped, so its messages are not left in flight,
+// unseen, until their visibility lapses.
+func TestSQSReceiveAnswerCrossingCancel(t *testing.T) {
+	f := newFixture(t)
+	f.send(t, "a", nil)
+	f.send(t, "b", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	// A generous grace keeps the test independent of machine speed.
+	q := queue.NewSQS(cancelDuringReceive{SQSAPI: f.client, cancel: cancel},
+		queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, ReceiveGrace: time.Minute})
+	defer q.Close(context.Background())
+	ms, err := q.Receive(ctx, 10)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("Receive answered during its cancel = %d messages, %v; want both, no error", len(ms), err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the caller's ctx was not cancelled during the call")
+	}
+	if _, err := q.Receive(ctx, 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("next Receive = %v, want context.Canceled", err)
 	}
 }
 

@@ -41,21 +41,27 @@ type lcDrainFacts struct {
 // lcCheckDrain asserts the drain contract on what the fakes and the agent's
 // log recorded, for an agent that has exited. trigger is when the agent
 // observed the trigger (its own log line).
+// lcInTransit is how long after an agent's log line a request it sent just
+// before that line may reach a fake: the recorders time a call when it
+// arrives, and a call the agent aborted (a long poll, a heartbeat cut off
+// by the drain's end) can still arrive after the line under -race on two
+// cores (0.4 ms and 0.7 ms seen).
+const lcInTransit = 10 * time.Millisecond
+
 func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time, midRun bool) lcDrainFacts {
 	t.Helper()
 	f := lcDrainFacts{trigger: trigger, event: l.event()}
 	f.drainStarted, _ = lcFirstLog(t, p, "drain started")
 
-	// Intake: no ReceiveMessage on the task queue starts after the trigger;
-	// one in flight may end after it only by being cancelled — or by an
-	// answer that crossed the cancel on the wire. The SDK then reports the
-	// cancel and drops the body, as it would against SQS, so the messages of
-	// that one answer stay in flight until their visibility lapses and come
-	// back: delayed, not lost.
-	crossed := false
+	// Intake: no ReceiveMessage on the task queue starts after the trigger
+	// (one sent just before may reach the fake up to lcInTransit after the
+	// trigger's log line); the one in flight ends after the drain started
+	// only by being aborted, or by an answer that came within the agent's
+	// receive grace — whose messages the agent must then take like any
+	// other (checked below: every received task ended).
 	for _, c := range l.sqsRec.log("ReceiveMessage", lcTaskQueue) {
 		switch {
-		case !c.Start.Before(trigger):
+		case c.Start.Sub(trigger) > lcInTransit:
 			t.Errorf("ReceiveMessage on the task queue started %s after the trigger (gone=%v status=%d)", lcMS(c.Start.Sub(trigger)), c.Gone, c.Status)
 		case c.End.After(f.drainStarted):
 			if f.cancelledReceive != nil {
@@ -63,27 +69,21 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 			}
 			switch {
 			case c.Gone && c.Status == 0:
-			case !c.Gone && c.Status == http.StatusOK && c.End.Sub(trigger) < 50*time.Millisecond:
-				crossed = true
-				t.Logf("the long poll in flight at the trigger was answered %s after it, as it was cancelled", lcMS(c.End.Sub(trigger)))
+			case c.Status == http.StatusOK:
+				t.Logf("the ReceiveMessage in flight at the trigger was answered %s after it, within the receive grace", lcMS(c.End.Sub(trigger)))
 			default:
-				t.Errorf("ReceiveMessage in flight at the trigger ended %s after it without being cancelled (status %d)", lcMS(c.End.Sub(trigger)), c.Status)
+				t.Errorf("ReceiveMessage in flight at the trigger ended %s after it, neither aborted nor answered (status %d)", lcMS(c.End.Sub(trigger)), c.Status)
 			}
 			f.cancelledReceive = &c
 		}
 	}
 
 	// Every received task ended, once, and the queue agrees.
-	received, lastAnswer := 0, 0
+	received := 0
 	for _, c := range l.sqs.Calls("ReceiveMessage") {
 		if c.Queue == lcTaskQueue {
 			received += len(c.MessageIDs)
-			lastAnswer = len(c.MessageIDs)
 		}
-	}
-	unseen := 0 // handed out by the crossed answer, never seen by the agent
-	if crossed {
-		unseen = min(lastAnswer, received-len(p.logs("task ended")))
 	}
 	ended := p.logs("task ended")
 	seen := map[string]bool{}
@@ -105,14 +105,14 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 			f.lastEnded = at
 		}
 	}
-	if len(ended) != received-unseen || received == 0 {
-		t.Errorf("%d tasks received (%d of them unseen in a crossed answer), %d ended", received, unseen, len(ended))
+	if len(ended) != received || received == 0 {
+		t.Errorf("%d tasks received, %d ended", received, len(ended))
 	}
 	if midRun && received >= total {
 		t.Errorf("all %d tasks were received: the trigger was not mid-run", total)
 	}
 	qv, _ := l.sqs.Queue(lcTaskQueue)
-	if qv.InFlight != unseen || qv.Stats.Deleted != succeeded || qv.Visible+qv.InFlight+qv.Stats.Deleted != total {
+	if qv.InFlight != 0 || qv.Stats.Deleted != succeeded || qv.Visible+qv.Stats.Deleted != total {
 		t.Errorf("task queue after exit: %d in flight, %d visible, %d deleted; %d succeeded of %d", qv.InFlight, qv.Visible, qv.Stats.Deleted, succeeded, total)
 	}
 
@@ -159,7 +159,7 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 		if !c.Start.Before(f.complete) {
 			t.Errorf("heartbeat %s after the completion", lcMS(c.Start.Sub(f.complete)))
 		}
-		if c.Start.After(workEnded) && (firstFailedComplete.IsZero() || c.Start.Before(firstFailedComplete)) {
+		if c.Start.Sub(workEnded) > lcInTransit && (firstFailedComplete.IsZero() || c.Start.Before(firstFailedComplete)) {
 			t.Errorf("heartbeat started %s after the drain's work ended, with no completion being retried", lcMS(c.Start.Sub(workEnded)))
 		}
 		if c.Status != http.StatusOK {
