@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptrace"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -56,8 +58,9 @@ type SQSOptions struct {
 	// DeleteMessageBatch already in flight before it is sent anyway
 	// (default 10ms); see Delete.
 	DeleteBatchWindow time.Duration
-	// ReceiveGrace is how long a poll in progress may still answer after
-	// Receive's ctx ends (default 50ms); see Receive.
+	// ReceiveGrace is how long a poll in progress may still begin to answer
+	// after Receive's ctx ends (default 20ms); an answer whose first byte
+	// has arrived by then gets up to a second more to be read. See Receive.
 	ReceiveGrace time.Duration
 	// DeleteRetries is how many times entries that failed inside a batch
 	// with a server-side fault are sent again (default 3).
@@ -132,7 +135,7 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 		o.DeleteRetries = 3
 	}
 	if o.ReceiveGrace <= 0 {
-		o.ReceiveGrace = 50 * time.Millisecond
+		o.ReceiveGrace = 20 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -150,13 +153,16 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 
 // Receive implements Source: one long poll for up to min(max, 10) messages.
 // It checks ctx before calling, so no ReceiveMessage starts once ctx is
-// done. When ctx ends during a poll, the poll is aborted ReceiveGrace
-// later, not at once: SQS hands messages out the moment it answers, and the
-// SDK drops an answer whose context is cancelled while it is read, so an
-// answer already on the wire would leave its messages in flight, unseen,
-// until their visibility lapsed. An answer within the grace is returned
-// (with a nil error) even though ctx has ended; the caller must take the
-// messages. Close aborts a poll at once.
+// done. When ctx ends during a poll, the poll is not aborted at once: SQS
+// hands messages out the moment it answers, and the SDK drops an answer
+// whose context is cancelled while it is read, so an answer already on the
+// wire (or a request still in transit that SQS will answer at once) would
+// leave its messages in flight, unseen, until their visibility lapsed. The
+// poll gets ReceiveGrace to begin answering and, once its first byte has
+// arrived, up to answerReadLimit to be read; an idle long poll is aborted
+// after the grace. An answer so taken is returned (with a nil error) even
+// though ctx has ended; the caller must take the messages. Close aborts a
+// poll at once.
 func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
@@ -169,9 +175,27 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	defer cancel()
 	stopWatch := context.AfterFunc(s.stop, cancel)
 	defer stopWatch()
-	// A grace timer left running after return only cancels pctx again.
-	graceWatch := context.AfterFunc(ctx, func() { time.AfterFunc(s.o.ReceiveGrace, cancel) })
-	defer graceWatch()
+	var answering atomic.Bool // the current attempt's answer has begun
+	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{
+		GetConn:              func(string) { answering.Store(false) }, // each SDK attempt
+		GotFirstResponseByte: func() { answering.Store(true) },
+	})
+	var g graceTimer
+	graceWatch := context.AfterFunc(ctx, func() {
+		g.after(s.o.ReceiveGrace, func() {
+			begun := answering.Load()
+			graceDecided(begun)
+			if begun {
+				g.after(answerReadLimit, cancel)
+				return
+			}
+			cancel()
+		})
+	})
+	defer func() {
+		graceWatch()
+		g.stop()
+	}()
 
 	in := &sqs.ReceiveMessageInput{
 		QueueUrl:            aws.String(s.o.QueueURL),
@@ -208,6 +232,39 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	s.mu.Unlock()
 	return msgs, nil
 }
+
+// graceTimer runs one pending func after a delay until stopped; a func
+// scheduled after stop never runs.
+type graceTimer struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+}
+
+func (g *graceTimer) after(d time.Duration, f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.stopped {
+		g.t = time.AfterFunc(d, f)
+	}
+}
+
+func (g *graceTimer) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	if g.t != nil {
+		g.t.Stop()
+	}
+}
+
+// graceDecided is called when a cancelled poll's grace ends, with whether
+// its answer had begun; tests replace it to observe the decision.
+var graceDecided = func(answering bool) {}
+
+// answerReadLimit bounds the reading of an answer that had begun when
+// Receive's ctx ended.
+const answerReadLimit = time.Second
 
 func fromSQS(m types.Message) *Message {
 	msg := &Message{

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -239,6 +242,111 @@ func TestSQSReceiveAnswerCrossingCancel(t *testing.T) {
 	if _, err := q.Receive(ctx, 10); !errors.Is(err, context.Canceled) {
 		t.Errorf("next Receive = %v, want context.Canceled", err)
 	}
+}
+
+// slowBody answers ReceiveMessage with its status, headers and first body
+// byte at once and the rest only when release is closed: an answer that
+// had begun to arrive when the caller's ctx ended.
+type slowBody struct {
+	next    http.Handler
+	begun   chan struct{}
+	release chan struct{}
+}
+
+func (h slowBody) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	h.next.ServeHTTP(rec, r)
+	maps.Copy(w.Header(), rec.Header())
+	w.WriteHeader(rec.Code)
+	body := rec.Body.Bytes()
+	_, _ = w.Write(body[:1])
+	w.(http.Flusher).Flush()
+	close(h.begun)
+	<-h.release
+	_, _ = w.Write(body[1:])
+}
+
+// headersSeen reports on seen when a ReceiveMessage answer's headers have
+// been read by the client, before its body.
+type headersSeen struct {
+	c    *http.Client
+	seen chan struct{}
+}
+
+func (h headersSeen) Do(r *http.Request) (*http.Response, error) {
+	resp, err := h.c.Do(r)
+	if r.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" {
+		h.seen <- struct{}{}
+	}
+	return resp, err
+}
+
+// TestSQSReceiveGrace: once the caller's ctx ends, a poll whose answer has
+// begun is read to its end past the grace, and an idle one is aborted when
+// the grace ends.
+func TestSQSReceiveGrace(t *testing.T) {
+	decided := make(chan bool, 1)
+	defer queue.SetGraceDecided(func(answering bool) { decided <- answering })()
+
+	t.Run("answer begun", func(t *testing.T) {
+		srv := sqsfake.New()
+		h := slowBody{next: srv, begun: make(chan struct{}), release: make(chan struct{})}
+		ts := httptest.NewServer(h)
+		defer ts.Close()
+		srv.SetBaseURL(ts.URL)
+		cfg := sqsfake.SDKConfig(ts.URL)
+		headers := make(chan struct{}, 1)
+		cfg.HTTPClient = headersSeen{c: http.DefaultClient, seen: headers}
+		client := sqs.NewFromConfig(cfg)
+		out, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("tasks")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: out.QueueUrl, MessageBody: aws.String("a")}); err != nil {
+			t.Fatal(err)
+		}
+		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: aws.ToString(out.QueueUrl), WaitTime: time.Second, ReceiveGrace: time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		type result struct {
+			n   int
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			ms, err := q.Receive(ctx, 10)
+			got <- result{len(ms), err}
+		}()
+		<-h.begun
+		<-headers // the client has the answer's first bytes
+		cancel()
+		if answering := <-decided; !answering {
+			t.Fatal("grace ended with the answer not begun; want begun (its first byte was flushed)")
+		}
+		close(h.release) // the rest of the body arrives after the grace
+		if r := <-got; r.err != nil || r.n != 1 {
+			t.Fatalf("Receive = %d messages, %v; want the begun answer read: 1, nil", r.n, r.err)
+		}
+	})
+
+	t.Run("idle", func(t *testing.T) {
+		f := newFixture(t)
+		q := f.source(queue.SQSOptions{WaitTime: 20 * time.Second, ReceiveGrace: time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { _, err := q.Receive(ctx, 10); done <- err }()
+		waitFor(t, func() bool { return f.srv.Pollers("tasks") == 1 })
+		cancel()
+		if answering := <-decided; answering {
+			t.Fatal("an idle long poll counted as answering")
+		}
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Receive = %v, want context.Canceled", err)
+		}
+	})
 }
 
 // TestSQSCloseAbortsReceive: Close ends a long poll with ErrClosed.
