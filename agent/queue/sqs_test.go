@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"net/http"
-	"net/http/httptest"
+	"net/http/httptrace"
 	"slices"
 	"strings"
 	"sync"
@@ -244,45 +242,27 @@ func TestSQSReceiveAnswerCrossingCancel(t *testing.T) {
 	}
 }
 
-// slowBody answers ReceiveMessage with its status, headers and first body
-// byte at once and the rest only when release is closed: an answer that
-// had begun to arrive when the caller's ctx ended.
-type slowBody struct {
-	next    http.Handler
+// slowAnswer stands in for the SDK's transport: its answer begins (the
+// httptrace hook Receive watches fires) at once, and ends only when release
+// is closed — or fails when its context is cancelled first, as a request
+// cut off mid-body does.
+type slowAnswer struct {
+	queue.SQSAPI
 	begun   chan struct{}
 	release chan struct{}
 }
 
-func (h slowBody) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" {
-		h.next.ServeHTTP(w, r)
-		return
+func (s slowAnswer) ReceiveMessage(ctx context.Context, _ *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.GotFirstResponseByte != nil {
+		tr.GotFirstResponseByte()
 	}
-	rec := httptest.NewRecorder()
-	h.next.ServeHTTP(rec, r)
-	maps.Copy(w.Header(), rec.Header())
-	w.WriteHeader(rec.Code)
-	body := rec.Body.Bytes()
-	_, _ = w.Write(body[:1])
-	w.(http.Flusher).Flush()
-	close(h.begun)
-	<-h.release
-	_, _ = w.Write(body[1:])
-}
-
-// headersSeen reports on seen when a ReceiveMessage answer's headers have
-// been read by the client, before its body.
-type headersSeen struct {
-	c    *http.Client
-	seen chan struct{}
-}
-
-func (h headersSeen) Do(r *http.Request) (*http.Response, error) {
-	resp, err := h.c.Do(r)
-	if r.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" {
-		h.seen <- struct{}{}
+	close(s.begun)
+	select {
+	case <-s.release:
+		return &sqs.ReceiveMessageOutput{Messages: []types.Message{{MessageId: aws.String("m-1"), ReceiptHandle: aws.String("h-1"), Body: aws.String("a")}}}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return resp, err
 }
 
 // TestSQSReceiveGrace: once the caller's ctx ends, a poll whose answer has
@@ -293,23 +273,8 @@ func TestSQSReceiveGrace(t *testing.T) {
 	defer queue.SetGraceDecided(func(answering bool) { decided <- answering })()
 
 	t.Run("answer begun", func(t *testing.T) {
-		srv := sqsfake.New()
-		h := slowBody{next: srv, begun: make(chan struct{}), release: make(chan struct{})}
-		ts := httptest.NewServer(h)
-		defer ts.Close()
-		srv.SetBaseURL(ts.URL)
-		cfg := sqsfake.SDKConfig(ts.URL)
-		headers := make(chan struct{}, 1)
-		cfg.HTTPClient = headersSeen{c: http.DefaultClient, seen: headers}
-		client := sqs.NewFromConfig(cfg)
-		out, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("tasks")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: out.QueueUrl, MessageBody: aws.String("a")}); err != nil {
-			t.Fatal(err)
-		}
-		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: aws.ToString(out.QueueUrl), WaitTime: time.Second, ReceiveGrace: time.Millisecond})
+		api := slowAnswer{begun: make(chan struct{}), release: make(chan struct{})}
+		q := queue.NewSQS(api, queue.SQSOptions{QueueURL: "https://sqs.test/1/tasks", WaitTime: time.Second, ReceiveGrace: time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		type result struct {
 			n   int
@@ -320,13 +285,17 @@ func TestSQSReceiveGrace(t *testing.T) {
 			ms, err := q.Receive(ctx, 10)
 			got <- result{len(ms), err}
 		}()
-		<-h.begun
-		<-headers // the client has the answer's first bytes
+		<-api.begun
 		cancel()
-		if answering := <-decided; !answering {
-			t.Fatal("grace ended with the answer not begun; want begun (its first byte was flushed)")
+		select {
+		case answering := <-decided:
+			if !answering {
+				t.Fatal("grace ended with the answer not begun; want begun")
+			}
+		case r := <-got:
+			t.Fatalf("Receive ended before its grace: %d messages, %v", r.n, r.err)
 		}
-		close(h.release) // the rest of the body arrives after the grace
+		close(api.release) // the rest of the answer arrives after the grace
 		if r := <-got; r.err != nil || r.n != 1 {
 			t.Fatalf("Receive = %d messages, %v; want the begun answer read: 1, nil", r.n, r.err)
 		}
