@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,4 +300,32 @@ func sqsTaskRecord(tb testing.TB, c *redis.Client, prefix, id string) (state.Tas
 		tb.Fatal(err)
 	}
 	return rec, ok
+}
+
+// sqsDrainAll sends SIGTERM to every agent at once and expects each to
+// drain and exit 0.
+func sqsDrainAll(tb testing.TB, agents ...*proc) {
+	tb.Helper()
+	for _, a := range agents {
+		a.signal(syscall.SIGTERM)
+	}
+	for _, a := range agents {
+		if code := a.wait(30 * time.Second); code != 0 {
+			tb.Errorf("agent pid %d: exit code %d after SIGTERM", a.cmd.Process.Pid, code)
+		}
+	}
+}
+
+// sqsNoneInFlight checks that Redis holds no in-flight task for any of the
+// instances.
+func sqsNoneInFlight(tb testing.TB, rc *redis.Client, prefix string, instances ...string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: prefix})
+	for _, inst := range instances {
+		if left, err := store.Inflight(ctx, inst); err != nil || len(left) != 0 {
+			tb.Errorf("in flight on %s: %v %v", inst, left, err)
+		}
+	}
 }

@@ -184,14 +184,7 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 	}
 
 	// A drain of each flushes and exits 0.
-	for _, a := range agents {
-		a.signal(syscall.SIGTERM)
-	}
-	for _, a := range agents {
-		if code := a.wait(30 * time.Second); code != 0 {
-			t.Errorf("exit code %d after SIGTERM", code)
-		}
-	}
+	sqsDrainAll(t, agents...)
 	if !fq.drained(t) {
 		t.Error("queue not empty after the drains")
 	}
@@ -273,18 +266,8 @@ func TestSQSKill9TakeOver(t *testing.T) {
 	if len(v.History) != 1 || v.History[0].State != "deleted" || v.History[0].ReceiveCount < 2 {
 		t.Errorf("message history %+v, want one message received at least twice, deleted", v.History)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	store := state.NewRedis(rc, state.RedisOptions{Prefix: prefix})
-	for _, inst := range []string{"agent-a", "agent-b"} {
-		if left, err := store.Inflight(ctx, inst); err != nil || len(left) != 0 {
-			t.Errorf("in flight on %s: %v %v", inst, left, err)
-		}
-	}
-	b.signal(syscall.SIGTERM)
-	if code := b.wait(30 * time.Second); code != 0 {
-		t.Errorf("agent-b exit %d after SIGTERM", code)
-	}
+	sqsNoneInFlight(t, rc, prefix, "agent-a", "agent-b")
+	sqsDrainAll(t, b)
 }
 
 // TestSQSStalledAgentKeepsLaterAttempt: an agent frozen (SIGSTOP) mid-task
@@ -326,20 +309,8 @@ func TestSQSStalledAgentKeepsLaterAttempt(t *testing.T) {
 	if n := led.counts(t)["k-1"]; n != 2 {
 		t.Errorf("k-1 executed %d times, want 2", n)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	store := state.NewRedis(rc, state.RedisOptions{Prefix: prefix})
-	for _, inst := range []string{"agent-a", "agent-b"} {
-		if left, err := store.Inflight(ctx, inst); err != nil || len(left) != 0 {
-			t.Errorf("in flight on %s: %v %v", inst, left, err)
-		}
-	}
-	for _, p := range []*proc{a, b} {
-		p.signal(syscall.SIGTERM)
-		if code := p.wait(30 * time.Second); code != 0 {
-			t.Errorf("exit %d after SIGTERM", code)
-		}
-	}
+	sqsNoneInFlight(t, rc, prefix, "agent-a", "agent-b")
+	sqsDrainAll(t, a, b)
 }
 
 // TestSQSKill9RestartRecovers: an agent killed with SIGKILL mid-task and
@@ -391,10 +362,7 @@ func TestSQSKill9RestartRecovers(t *testing.T) {
 			t.Errorf("status --json: %s has %d tasks in flight, want none", in.ID, len(in.Tasks))
 		}
 	}
-	a2.signal(syscall.SIGTERM)
-	if code := a2.wait(30 * time.Second); code != 0 {
-		t.Errorf("exit %d after SIGTERM", code)
-	}
+	sqsDrainAll(t, a2)
 }
 
 // TestSQSLongTaskNotRedelivered: a task running 7s with a 2s visibility
@@ -543,10 +511,7 @@ func TestSQSEnqueueAndStatusCLI(t *testing.T) {
 			sends[2].Time.Sub(sends[1].Time).Round(time.Millisecond))
 	}
 
-	a.signal(syscall.SIGTERM)
-	if code := a.wait(30 * time.Second); code != 0 {
-		t.Errorf("exit %d after SIGTERM", code)
-	}
+	sqsDrainAll(t, a)
 }
 
 // TestSQSRejectedMessages: invalid task messages are never executed. With
