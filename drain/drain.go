@@ -295,10 +295,9 @@ func (c *Controller) State() State {
 var ErrTimedOut = errors.New("drain: deadline reached with work remaining")
 
 // Wait blocks until a drain has started, all tracked work is done and no
-// Hold is held. At
-// the drain deadline it releases unstarted work, cancels running work and
-// waits up to CancelGrace for it to report Done; it then returns
-// ErrTimedOut. It returns ctx.Err() if ctx ends first.
+// Hold is held. At the drain deadline it releases unstarted work, cancels
+// running work and waits up to CancelGrace for it to report Done; it then
+// returns ErrTimedOut. It returns ctx.Err() if ctx ends first.
 func (c *Controller) Wait(ctx context.Context) error {
 	select {
 	case <-c.draining:
