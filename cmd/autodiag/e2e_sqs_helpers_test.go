@@ -329,3 +329,26 @@ func sqsNoneInFlight(tb testing.TB, rc *redis.Client, prefix string, instances .
 		}
 	}
 }
+
+// sqsTakeoverLab starts the scene of a lease takeover: two agents sharing
+// one Redis and one queue, task k-1 (the gate diagnostic, held until the
+// ledger opens) running on agent-a as attempt 1, and agent-b polling
+// beside it.
+func sqsTakeoverLab(t *testing.T) (rc *redis.Client, prefix string, fq *sqsFake, led *sqsLedger, a, b *proc) {
+	t.Helper()
+	rc, prefix = sqsRedis(t)
+	fq = newSQSFake(t, "tasks")
+	led = newSQSLedger(t)
+	cfg := func(inst string) string {
+		return sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
+	}
+	a = startProc(t, cfg("agent-a"), fq.env...)
+	fq.send(t, sqsTaskBody("k-1", "gate"))
+	eventually(t, 20*time.Second, "k-1 running on agent-a", func() bool { return led.counts(t)["k-1"] == 1 })
+	if rec, _ := sqsTaskRecord(t, rc, prefix, "k-1"); rec.Owner != "agent-a" || rec.Status != state.StatusRunning || rec.Attempts != 1 {
+		t.Fatalf("record with k-1 running = %+v, want running on agent-a, attempt 1", rec)
+	}
+	b = startProc(t, cfg("agent-b"), fq.env...)
+	return rc, prefix, fq, led, a, b
+}

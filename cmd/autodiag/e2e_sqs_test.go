@@ -227,21 +227,7 @@ func sqsFleetStatus(t *testing.T, fq *sqsFake, cfg sqsAgentConfig) sqsFleetView 
 // runs the task again, exactly once more, and the record ends succeeded
 // with attempts=2.
 func TestSQSKill9TakeOver(t *testing.T) {
-	rc, prefix := sqsRedis(t)
-	fq := newSQSFake(t, "tasks")
-	led := newSQSLedger(t)
-	cfg := func(inst string) string {
-		return sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
-			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
-	}
-
-	a := startProc(t, cfg("agent-a"), fq.env...)
-	fq.send(t, sqsTaskBody("k-1", "gate"))
-	eventually(t, 20*time.Second, "k-1 running on agent-a", func() bool { return led.counts(t)["k-1"] == 1 })
-	if rec, _ := sqsTaskRecord(t, rc, prefix, "k-1"); rec.Owner != "agent-a" || rec.Status != state.StatusRunning || rec.Attempts != 1 {
-		t.Fatalf("record before the kill = %+v, want running on agent-a, attempt 1", rec)
-	}
-	b := startProc(t, cfg("agent-b"), fq.env...)
+	rc, prefix, fq, led, a, b := sqsTakeoverLab(t)
 	sqsKill9(a)
 	// The diagnostic agent-a started is orphaned, still at the gate; open
 	// the gate only once agent-b runs the task, so both finish after.
@@ -275,18 +261,7 @@ func TestSQSKill9TakeOver(t *testing.T) {
 // attempt 2. When the frozen agent resumes, its diagnostic has long ended;
 // its late result must not overwrite the later attempt's record.
 func TestSQSStalledAgentKeepsLaterAttempt(t *testing.T) {
-	rc, prefix := sqsRedis(t)
-	fq := newSQSFake(t, "tasks")
-	led := newSQSLedger(t)
-	cfg := func(inst string) string {
-		return sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
-			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
-	}
-
-	a := startProc(t, cfg("agent-a"), fq.env...)
-	fq.send(t, sqsTaskBody("k-1", "gate"))
-	eventually(t, 20*time.Second, "k-1 running on agent-a", func() bool { return led.counts(t)["k-1"] == 1 })
-	b := startProc(t, cfg("agent-b"), fq.env...)
+	rc, prefix, _, led, a, b := sqsTakeoverLab(t)
 	a.signal(syscall.SIGSTOP)
 	eventually(t, 30*time.Second, "k-1 running again on agent-b", func() bool { return led.counts(t)["k-1"] == 2 })
 	led.open() // both diagnostics end; agent-a cannot notice until it resumes
