@@ -262,6 +262,33 @@ func forbiddenAddr(a netip.Addr) string {
 	return ""
 }
 
+// ValidateHost normalises a host and applies Validate's host checks alone,
+// for callers that have a host but no task (a dry-run decision).
+func (v *Validator) ValidateHost(host string) (string, error) {
+	h, err := NormalizeHost(host)
+	if err != nil {
+		return "", err
+	}
+	if err := v.checkHost(h); err != nil {
+		return "", err
+	}
+	return h, nil
+}
+
+// checkHost applies the forbidden targets, then the allow-list, to a
+// normalised host.
+func (v *Validator) checkHost(h string) error {
+	if err := v.checkTarget(h); err != nil {
+		return err
+	}
+	for _, re := range v.Allow {
+		if re.MatchString(h) {
+			return nil
+		}
+	}
+	return reject(ReasonHostNotAllowed, "host", "%q matches no pattern of limiter.hosts.allow", h)
+}
+
 // checkTarget rejects a normalised host that names this instance or its
 // metadata service whatever the configuration says, and an IP literal
 // unless the operator allows them.
@@ -322,19 +349,9 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := v.checkTarget(h); err != nil {
-		return err
-	}
 	t.Host = h
-	allowed := false
-	for _, re := range v.Allow {
-		if re.MatchString(h) {
-			allowed = true
-			break
-		}
-	}
-	if !allowed {
-		return reject(ReasonHostNotAllowed, "host", "%q matches no pattern of limiter.hosts.allow", h)
+	if err := v.checkHost(h); err != nil {
+		return err
 	}
 	if t.ID != "" && !idPattern.MatchString(t.ID) {
 		return reject(ReasonInvalidID, "id", "must match %s", idPattern)

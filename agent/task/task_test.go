@@ -208,6 +208,10 @@ func TestValidateHostTarget(t *testing.T) {
 				if err != nil && err.(*Error).Field != "host" {
 					t.Fatalf("field = %q, want host", err.(*Error).Field)
 				}
+				h, err := v.ValidateHost(tc.host)
+				if Reason(err) != want || err == nil && h != tk.Host {
+					t.Fatalf("ValidateHost(%q) = %q, %v; want reason %q like Validate", tc.host, h, err, want)
+				}
 			})
 		}
 	}
