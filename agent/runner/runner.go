@@ -201,16 +201,19 @@ const TruncationMark = "\n[autodiag: output truncated]\n"
 
 // Runner executes diagnostics.
 type Runner struct {
-	// Env is the whole environment of every diagnostic; default a minimal
-	// PATH and LC_ALL=C.
+	// Env is the whole environment of every diagnostic; nil means
+	// DefaultEnv().
 	Env []string
 	// KillGrace is how long a process group has between SIGTERM and
 	// SIGKILL; default 5s.
 	KillGrace time.Duration
 }
 
-// DefaultEnv is the environment diagnostics get unless Runner.Env is set.
-var DefaultEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+// DefaultEnv returns the environment diagnostics get unless Runner.Env is
+// set: a minimal PATH and LC_ALL=C.
+func DefaultEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+}
 
 // Run executes argv (from Diagnostic.Args) bounded by d's timeout and
 // output cap. Cancelling ctx kills the process group and yields Cancelled.
@@ -222,7 +225,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	}
 	env := r.Env
 	if env == nil {
-		env = DefaultEnv
+		env = DefaultEnv()
 	}
 	start := time.Now()
 	res := Result{ExitCode: -1}
