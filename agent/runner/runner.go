@@ -6,7 +6,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -251,7 +250,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	pgid := cmd.Process.Pid
 
 	outc := make(chan capture, 1)
-	go func() { outc <- readCapped(pr, int64(d.MaxOutput)) }()
+	go func() { outc <- readCapped(pr, int(d.MaxOutput)) }()
 
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
@@ -312,13 +311,51 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 type capture struct {
 	data      []byte
 	truncated bool
+	err       error // nil at end of file
 }
 
+// Output is read in place into a buffer that doubles from minRead up to
+// the cap plus room for TruncationMark, and past the cap into one
+// discardChunk, so however much a diagnostic writes, its run allocates
+// about twice its max_output in all and holds at most about one and a half
+// times it at once (old and new buffer during the last doubling).
+const (
+	minRead      = 4 << 10
+	discardChunk = 32 << 10
+)
+
 // readCapped keeps the first limit bytes and drains the rest, so a chatty
-// process never blocks on a full pipe.
-func readCapped(r io.Reader, limit int64) capture {
-	var buf bytes.Buffer
-	_, _ = io.Copy(&buf, io.LimitReader(r, limit))
-	extra, _ := io.Copy(io.Discard, r)
-	return capture{data: buf.Bytes(), truncated: extra > 0}
+// process never blocks on a full pipe; it returns at end of file or at
+// the first read error (the deadline).
+func readCapped(r io.Reader, limit int) capture {
+	var c capture
+	var buf, scratch []byte
+	for {
+		var n int
+		var err error
+		if len(buf) < limit {
+			if len(buf) == cap(buf) {
+				size := max(2*cap(buf), minRead)
+				if size >= limit {
+					size = limit + len(TruncationMark)
+				}
+				buf = append(make([]byte, 0, size), buf...)
+			}
+			n, err = r.Read(buf[len(buf):min(cap(buf), limit)])
+			buf = buf[:len(buf)+n]
+		} else {
+			if scratch == nil {
+				scratch = make([]byte, discardChunk)
+			}
+			n, err = r.Read(scratch)
+			c.truncated = c.truncated || n > 0
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				c.err = err
+			}
+			c.data = buf
+			return c
+		}
+	}
 }
