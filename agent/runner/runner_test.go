@@ -127,8 +127,10 @@ func TestMinimalEnvironment(t *testing.T) {
 	if bytes.Contains(res.Output, []byte("AUTODIAG_SECRET")) {
 		t.Fatal("the agent's environment leaked into a diagnostic")
 	}
-	if !bytes.Contains(res.Output, []byte("PATH=")) {
-		t.Fatalf("no PATH in %q", res.Output)
+	for _, want := range []string{"PATH=", RunIDVar + "="} {
+		if !bytes.Contains(res.Output, []byte(want)) {
+			t.Fatalf("no %s in %q", want, res.Output)
+		}
 	}
 }
 
