@@ -860,35 +860,13 @@ func TestPoliciesAreLeastPrivilege(t *testing.T) {
 	}
 }
 
-// TestAgentPolicyGrantsExactlyTheAgentCalls pins the instance role's grants:
-// every call the agent makes, on the resource it makes it on, and nothing else.
-// A new AWS call in the agent needs a line here and in the module.
-func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
-	const (
-		tasks     = "aws_sqs_queue.tasks.arn"
-		dlq       = "aws_sqs_queue.dlq.arn"
-		lifecycle = "aws_sqs_queue.lifecycle[0].arn"
-		asg       = "local.asg_arn"
-	)
-	want := []string{
-		"sqs:ReceiveMessage on " + tasks,
-		"sqs:DeleteMessage on " + tasks,
-		"sqs:ChangeMessageVisibility on " + tasks,
-		"sqs:GetQueueAttributes on " + tasks,
-		"sqs:SendMessage on " + tasks,
-		"sqs:SendMessage on " + dlq,
-		"sqs:ReceiveMessage on " + lifecycle,
-		"sqs:DeleteMessage on " + lifecycle,
-		"sqs:ChangeMessageVisibility on " + lifecycle,
-		"sqs:GetQueueAttributes on " + lifecycle,
-		"autoscaling:RecordLifecycleActionHeartbeat on " + asg,
-		"autoscaling:CompleteLifecycleAction on " + asg,
-		"autoscaling:DescribeAutoScalingInstances on *",
-		"cloudwatch:PutMetricData on * if cloudwatch:namespace",
-	}
+// grants lists "action on resource[ if condition keys]" for every Allow
+// statement of the named policy documents, sorted.
+func grants(t *testing.T, sts []statement, docs ...string) []string {
+	t.Helper()
 	var got []string
-	for _, st := range policyStatements(loadDir(t, moduleDir)) {
-		if st.doc != "agent" && st.doc != "agent_lifecycle_queue" {
+	for _, st := range sts {
+		if !slices.Contains(docs, st.doc) {
 			continue
 		}
 		if st.effect != "Allow" {
@@ -905,9 +883,81 @@ func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
+	return got
+}
+
+// TestAgentPolicyGrantsExactlyTheAgentCalls pins the instance role's grants:
+// every call the agent makes, on the resource it makes it on, and nothing else.
+// A new AWS call in the agent needs a line here and in the module. The calls,
+// by grep over agent/, lifecycle/ and cmd/:
+//
+//   - task queue: ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility
+//     (extend, release, defer), SendMessage (POST /v1/tasks, deferrals re-sent),
+//     GetQueueAttributes (the redrive policy's maxReceiveCount);
+//   - DLQ: SendMessage (rejections), GetQueueAttributes (MaximumMessageSize);
+//   - lifecycle queue: ReceiveMessage, ChangeMessageVisibility (others'
+//     notifications back at once, ours kept while draining), DeleteMessage;
+//   - Auto Scaling: RecordLifecycleActionHeartbeat, CompleteLifecycleAction,
+//     DescribeAutoScalingInstances (group unknown), DescribeLifecycleHooks
+//     (hook_heartbeat_timeout unset);
+//   - CloudWatch: PutMetricData (DrainSeconds, LimiterDegraded);
+//   - redis.url_secret: GetSecretValue or GetParameter, and Decrypt through
+//     that service when the secret has a customer managed key;
+//   - SSE-KMS queues: GenerateDataKey (send) and Decrypt (receive) through SQS.
+func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
+	const (
+		tasks     = "aws_sqs_queue.tasks.arn"
+		dlq       = "aws_sqs_queue.dlq.arn"
+		lifecycle = "aws_sqs_queue.lifecycle[0].arn"
+		asg       = "local.asg_arn"
+		secret    = "var.redis_url_secret_arn"
+		secretKey = "var.redis_url_secret_kms_key_arn"
+		queueKey  = "var.queue_kms_key_arn"
+		viaKMS    = " if kms:ViaService"
+	)
+	want := []string{
+		"sqs:ReceiveMessage on " + tasks,
+		"sqs:DeleteMessage on " + tasks,
+		"sqs:ChangeMessageVisibility on " + tasks,
+		"sqs:GetQueueAttributes on " + tasks,
+		"sqs:SendMessage on " + tasks,
+		"sqs:SendMessage on " + dlq,
+		"sqs:GetQueueAttributes on " + dlq,
+		"sqs:ReceiveMessage on " + lifecycle,
+		"sqs:DeleteMessage on " + lifecycle,
+		"sqs:ChangeMessageVisibility on " + lifecycle,
+		"autoscaling:RecordLifecycleActionHeartbeat on " + asg,
+		"autoscaling:CompleteLifecycleAction on " + asg,
+		"autoscaling:DescribeAutoScalingInstances on *",
+		"autoscaling:DescribeLifecycleHooks on *",
+		"cloudwatch:PutMetricData on * if cloudwatch:namespace",
+		"secretsmanager:GetSecretValue on " + secret,
+		"ssm:GetParameter on " + secret,
+		"kms:Decrypt on " + secretKey + viaKMS,
+		"kms:GenerateDataKey on " + queueKey + viaKMS,
+		"kms:Decrypt on " + queueKey + viaKMS,
+	}
 	slices.Sort(want)
+	got := grants(t, policyStatements(loadDir(t, moduleDir)), "agent", "agent_lifecycle_queue")
 	if !slices.Equal(got, want) {
 		t.Errorf("agent grants differ\n got: %q\nwant: %q", got, want)
+	}
+}
+
+// TestHookPolicyGrantsExactlyThePublish pins the role Auto Scaling assumes to
+// publish lifecycle notifications (AWS documents SendMessage and GetQueueUrl).
+func TestHookPolicyGrantsExactlyThePublish(t *testing.T) {
+	const lifecycle = "aws_sqs_queue.lifecycle[0].arn"
+	want := []string{
+		"sqs:SendMessage on " + lifecycle,
+		"sqs:GetQueueUrl on " + lifecycle,
+		"kms:GenerateDataKey on var.queue_kms_key_arn if kms:ViaService",
+		"kms:Decrypt on var.queue_kms_key_arn if kms:ViaService",
+	}
+	slices.Sort(want)
+	got := grants(t, policyStatements(loadDir(t, moduleDir)), "hook_publish")
+	if !slices.Equal(got, want) {
+		t.Errorf("hook grants differ\n got: %q\nwant: %q", got, want)
 	}
 }
 
