@@ -1005,7 +1005,9 @@ func TestUnitSettings(t *testing.T) {
 		{"EnvironmentFile", "-/etc/autodiag/autodiag.env"},
 		{"KillSignal", "SIGTERM"},
 		{"KillMode", "mixed"},
-		{"Restart", "on-failure"},
+		{"Type", "notify"},
+		{"NotifyAccess", "main"},
+		{"Restart", "always"},
 		{"User", "autodiag"},
 		{"NoNewPrivileges", "yes"},
 		{"ProtectSystem", "strict"},
@@ -1040,6 +1042,135 @@ func TestUnitSettings(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Exit statuses of `autodiag run` and what the unit must do with each.
+var exitContract = []struct {
+	status  int
+	restart bool
+	why     string
+}{
+	{0, false, "done: a drain that ended a lifecycle action, a spot termination, or a SIGTERM stop"},
+	{1, true, "a fast exit or a failure"},
+	{2, false, "bad configuration or usage: restarting cannot help"},
+	{75, true, "drained for another reason (POST /v1/drain, rebalance without replacement, resumed drain): the instance stays"},
+}
+
+// restartsOnExit reports whether systemd restarts the service after its main
+// process exits with status (not a signal, not a stop job), following
+// systemd.service(5): RestartPreventExitStatus and RestartForceExitStatus
+// win over Restart=; on-success and on-failure split on SuccessExitStatus.
+func restartsOnExit(u systemdUnit, status int) (bool, error) {
+	listed := func(key string) (bool, error) {
+		for _, v := range u["Service"][key] {
+			for _, f := range strings.Fields(v) {
+				n, err := strconv.Atoi(f)
+				if err != nil {
+					// Signal names apply to signals, not to exit statuses.
+					if strings.HasPrefix(f, "SIG") {
+						continue
+					}
+					return false, fmt.Errorf("%s=%s: %w", key, v, err)
+				}
+				if n == status {
+					return true, nil
+				}
+			}
+			if v == "" {
+				// An empty assignment resets the list.
+				return false, nil
+			}
+		}
+		return false, nil
+	}
+	if prevent, err := listed("RestartPreventExitStatus"); err != nil || prevent {
+		return false, err
+	}
+	if force, err := listed("RestartForceExitStatus"); err != nil || force {
+		return force, err
+	}
+	success, err := listed("SuccessExitStatus")
+	if err != nil {
+		return false, err
+	}
+	clean := status == 0 || success
+	restart, _ := u.last("Service", "Restart")
+	switch restart {
+	case "always":
+		return true, nil
+	case "on-success":
+		return clean, nil
+	case "on-failure":
+		return !clean, nil
+	case "", "no", "on-abnormal", "on-abort", "on-watchdog":
+		return false, nil
+	}
+	return false, fmt.Errorf("unknown Restart=%s", restart)
+}
+
+func checkExitContract(u systemdUnit) []error {
+	var errs []error
+	for _, c := range exitContract {
+		got, err := restartsOnExit(u, c.status)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if got != c.restart {
+			errs = append(errs, fmt.Errorf("exit %d (%s): restart = %v, want %v", c.status, c.why, got, c.restart))
+		}
+	}
+	return errs
+}
+
+// TestUnitRestartSemantics: the unit restarts exactly the exit statuses the
+// agent's contract says it must, and no start limit can stop it for good.
+func TestUnitRestartSemantics(t *testing.T) {
+	u := readUnit(t, unitPath)
+	for _, err := range checkExitContract(u) {
+		t.Error(err)
+	}
+	if v, _ := u.last("Unit", "StartLimitIntervalSec"); v != "0" {
+		t.Errorf("StartLimitIntervalSec=%q, want 0: after a burst of transient failures systemd would stop restarting, leaving no agent", v)
+	}
+	if v, _ := u.last("Service", "RestartSec"); v == "" {
+		t.Error("RestartSec unset: systemd's 100ms would hammer a dependency that is down")
+	} else if d, err := parseTimespan(v); err != nil || d < 5*time.Second || d > time.Minute {
+		t.Errorf("RestartSec=%s (%v), want between 5s and 1min", v, err)
+	}
+	// Type=notify: a start that never reports READY must end, and within the
+	// example's user data run (which waits for it).
+	if v, ok := u.last("Service", "TimeoutStartSec"); !ok {
+		t.Error("TimeoutStartSec unset")
+	} else if d, err := parseTimespan(v); err != nil || d > 5*time.Minute {
+		t.Errorf("TimeoutStartSec=%s (%v), want finite and at most 5min", v, err)
+	}
+}
+
+// TestRejectsUnitsThatBreakTheExitContract: the check fails on the old unit
+// and on near misses.
+func TestRejectsUnitsThatBreakTheExitContract(t *testing.T) {
+	tests := []struct {
+		name, unit string
+		want       []string
+	}{
+		{"contract", "[Service]\nRestart=always\nRestartPreventExitStatus=0 2\nSuccessExitStatus=75\n", nil},
+		{"contract without SuccessExitStatus", "[Service]\nRestart=always\nRestartPreventExitStatus=0 2\n", nil},
+		{"on-failure (75 would be success, then not restarted)", "[Service]\nRestart=on-failure\nSuccessExitStatus=75\n", []string{"exit 2", "exit 75"}},
+		{"on-failure without success list restarts bad config", "[Service]\nRestart=on-failure\n", []string{"exit 2"}},
+		{"always restarts a finished drain", "[Service]\nRestart=always\nRestartPreventExitStatus=2\n", []string{"exit 0"}},
+		{"no restart", "[Service]\n", []string{"exit 1", "exit 75"}},
+		{"signal names ignored", "[Service]\nRestart=always\nRestartPreventExitStatus=0 2 SIGKILL\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := parseUnit([]byte(tt.unit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantErrors(t, checkExitContract(u), tt.want...)
+		})
+	}
 }
 
 // systemdVerify runs `systemd-analyze verify` on unit text, with ExecStart's
