@@ -860,35 +860,13 @@ func TestPoliciesAreLeastPrivilege(t *testing.T) {
 	}
 }
 
-// TestAgentPolicyGrantsExactlyTheAgentCalls pins the instance role's grants:
-// every call the agent makes, on the resource it makes it on, and nothing else.
-// A new AWS call in the agent needs a line here and in the module.
-func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
-	const (
-		tasks     = "aws_sqs_queue.tasks.arn"
-		dlq       = "aws_sqs_queue.dlq.arn"
-		lifecycle = "aws_sqs_queue.lifecycle[0].arn"
-		asg       = "local.asg_arn"
-	)
-	want := []string{
-		"sqs:ReceiveMessage on " + tasks,
-		"sqs:DeleteMessage on " + tasks,
-		"sqs:ChangeMessageVisibility on " + tasks,
-		"sqs:GetQueueAttributes on " + tasks,
-		"sqs:SendMessage on " + tasks,
-		"sqs:SendMessage on " + dlq,
-		"sqs:ReceiveMessage on " + lifecycle,
-		"sqs:DeleteMessage on " + lifecycle,
-		"sqs:ChangeMessageVisibility on " + lifecycle,
-		"sqs:GetQueueAttributes on " + lifecycle,
-		"autoscaling:RecordLifecycleActionHeartbeat on " + asg,
-		"autoscaling:CompleteLifecycleAction on " + asg,
-		"autoscaling:DescribeAutoScalingInstances on *",
-		"cloudwatch:PutMetricData on * if cloudwatch:namespace",
-	}
+// grants lists "action on resource[ if condition keys]" for every Allow
+// statement of the named policy documents, sorted.
+func grants(t *testing.T, sts []statement, docs ...string) []string {
+	t.Helper()
 	var got []string
-	for _, st := range policyStatements(loadDir(t, moduleDir)) {
-		if st.doc != "agent" && st.doc != "agent_lifecycle_queue" {
+	for _, st := range sts {
+		if !slices.Contains(docs, st.doc) {
 			continue
 		}
 		if st.effect != "Allow" {
@@ -905,9 +883,81 @@ func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
+	return got
+}
+
+// TestAgentPolicyGrantsExactlyTheAgentCalls pins the instance role's grants:
+// every call the agent makes, on the resource it makes it on, and nothing else.
+// A new AWS call in the agent needs a line here and in the module. The calls,
+// by grep over agent/, lifecycle/ and cmd/:
+//
+//   - task queue: ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility
+//     (extend, release, defer), SendMessage (POST /v1/tasks, deferrals re-sent),
+//     GetQueueAttributes (the redrive policy's maxReceiveCount);
+//   - DLQ: SendMessage (rejections), GetQueueAttributes (MaximumMessageSize);
+//   - lifecycle queue: ReceiveMessage, ChangeMessageVisibility (others'
+//     notifications back at once, ours kept while draining), DeleteMessage;
+//   - Auto Scaling: RecordLifecycleActionHeartbeat, CompleteLifecycleAction,
+//     DescribeAutoScalingInstances (group unknown), DescribeLifecycleHooks
+//     (hook_heartbeat_timeout unset);
+//   - CloudWatch: PutMetricData (DrainSeconds, LimiterDegraded);
+//   - redis.url_secret: GetSecretValue or GetParameter, and Decrypt through
+//     that service when the secret has a customer managed key;
+//   - SSE-KMS queues: GenerateDataKey (send) and Decrypt (receive) through SQS.
+func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
+	const (
+		tasks     = "aws_sqs_queue.tasks.arn"
+		dlq       = "aws_sqs_queue.dlq.arn"
+		lifecycle = "aws_sqs_queue.lifecycle[0].arn"
+		asg       = "local.asg_arn"
+		secret    = "var.redis_url_secret_arn"
+		secretKey = "var.redis_url_secret_kms_key_arn"
+		queueKey  = "var.queue_kms_key_arn"
+		viaKMS    = " if kms:ViaService"
+	)
+	want := []string{
+		"sqs:ReceiveMessage on " + tasks,
+		"sqs:DeleteMessage on " + tasks,
+		"sqs:ChangeMessageVisibility on " + tasks,
+		"sqs:GetQueueAttributes on " + tasks,
+		"sqs:SendMessage on " + tasks,
+		"sqs:SendMessage on " + dlq,
+		"sqs:GetQueueAttributes on " + dlq,
+		"sqs:ReceiveMessage on " + lifecycle,
+		"sqs:DeleteMessage on " + lifecycle,
+		"sqs:ChangeMessageVisibility on " + lifecycle,
+		"autoscaling:RecordLifecycleActionHeartbeat on " + asg,
+		"autoscaling:CompleteLifecycleAction on " + asg,
+		"autoscaling:DescribeAutoScalingInstances on *",
+		"autoscaling:DescribeLifecycleHooks on *",
+		"cloudwatch:PutMetricData on * if cloudwatch:namespace",
+		"secretsmanager:GetSecretValue on " + secret,
+		"ssm:GetParameter on " + secret,
+		"kms:Decrypt on " + secretKey + viaKMS,
+		"kms:GenerateDataKey on " + queueKey + viaKMS,
+		"kms:Decrypt on " + queueKey + viaKMS,
+	}
 	slices.Sort(want)
+	got := grants(t, policyStatements(loadDir(t, moduleDir)), "agent", "agent_lifecycle_queue")
 	if !slices.Equal(got, want) {
 		t.Errorf("agent grants differ\n got: %q\nwant: %q", got, want)
+	}
+}
+
+// TestHookPolicyGrantsExactlyThePublish pins the role Auto Scaling assumes to
+// publish lifecycle notifications (AWS documents SendMessage and GetQueueUrl).
+func TestHookPolicyGrantsExactlyThePublish(t *testing.T) {
+	const lifecycle = "aws_sqs_queue.lifecycle[0].arn"
+	want := []string{
+		"sqs:SendMessage on " + lifecycle,
+		"sqs:GetQueueUrl on " + lifecycle,
+		"kms:GenerateDataKey on var.queue_kms_key_arn if kms:ViaService",
+		"kms:Decrypt on var.queue_kms_key_arn if kms:ViaService",
+	}
+	slices.Sort(want)
+	got := grants(t, policyStatements(loadDir(t, moduleDir)), "hook_publish")
+	if !slices.Equal(got, want) {
+		t.Errorf("hook grants differ\n got: %q\nwant: %q", got, want)
 	}
 }
 
@@ -955,7 +1005,9 @@ func TestUnitSettings(t *testing.T) {
 		{"EnvironmentFile", "-/etc/autodiag/autodiag.env"},
 		{"KillSignal", "SIGTERM"},
 		{"KillMode", "mixed"},
-		{"Restart", "on-failure"},
+		{"Type", "notify"},
+		{"NotifyAccess", "main"},
+		{"Restart", "always"},
 		{"User", "autodiag"},
 		{"NoNewPrivileges", "yes"},
 		{"ProtectSystem", "strict"},
@@ -990,6 +1042,135 @@ func TestUnitSettings(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Exit statuses of `autodiag run` and what the unit must do with each.
+var exitContract = []struct {
+	status  int
+	restart bool
+	why     string
+}{
+	{0, false, "done: a drain that ended a lifecycle action, a spot termination, or a SIGTERM stop"},
+	{1, true, "a fast exit or a failure"},
+	{2, false, "bad configuration or usage: restarting cannot help"},
+	{75, true, "drained for another reason (POST /v1/drain, rebalance without replacement, resumed drain): the instance stays"},
+}
+
+// restartsOnExit reports whether systemd restarts the service after its main
+// process exits with status (not a signal, not a stop job), following
+// systemd.service(5): RestartPreventExitStatus and RestartForceExitStatus
+// win over Restart=; on-success and on-failure split on SuccessExitStatus.
+func restartsOnExit(u systemdUnit, status int) (bool, error) {
+	listed := func(key string) (bool, error) {
+		for _, v := range u["Service"][key] {
+			for _, f := range strings.Fields(v) {
+				n, err := strconv.Atoi(f)
+				if err != nil {
+					// Signal names apply to signals, not to exit statuses.
+					if strings.HasPrefix(f, "SIG") {
+						continue
+					}
+					return false, fmt.Errorf("%s=%s: %w", key, v, err)
+				}
+				if n == status {
+					return true, nil
+				}
+			}
+			if v == "" {
+				// An empty assignment resets the list.
+				return false, nil
+			}
+		}
+		return false, nil
+	}
+	if prevent, err := listed("RestartPreventExitStatus"); err != nil || prevent {
+		return false, err
+	}
+	if force, err := listed("RestartForceExitStatus"); err != nil || force {
+		return force, err
+	}
+	success, err := listed("SuccessExitStatus")
+	if err != nil {
+		return false, err
+	}
+	clean := status == 0 || success
+	restart, _ := u.last("Service", "Restart")
+	switch restart {
+	case "always":
+		return true, nil
+	case "on-success":
+		return clean, nil
+	case "on-failure":
+		return !clean, nil
+	case "", "no", "on-abnormal", "on-abort", "on-watchdog":
+		return false, nil
+	}
+	return false, fmt.Errorf("unknown Restart=%s", restart)
+}
+
+func checkExitContract(u systemdUnit) []error {
+	var errs []error
+	for _, c := range exitContract {
+		got, err := restartsOnExit(u, c.status)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if got != c.restart {
+			errs = append(errs, fmt.Errorf("exit %d (%s): restart = %v, want %v", c.status, c.why, got, c.restart))
+		}
+	}
+	return errs
+}
+
+// TestUnitRestartSemantics: the unit restarts exactly the exit statuses the
+// agent's contract says it must, and no start limit can stop it for good.
+func TestUnitRestartSemantics(t *testing.T) {
+	u := readUnit(t, unitPath)
+	for _, err := range checkExitContract(u) {
+		t.Error(err)
+	}
+	if v, _ := u.last("Unit", "StartLimitIntervalSec"); v != "0" {
+		t.Errorf("StartLimitIntervalSec=%q, want 0: after a burst of transient failures systemd would stop restarting, leaving no agent", v)
+	}
+	if v, _ := u.last("Service", "RestartSec"); v == "" {
+		t.Error("RestartSec unset: systemd's 100ms would hammer a dependency that is down")
+	} else if d, err := parseTimespan(v); err != nil || d < 5*time.Second || d > time.Minute {
+		t.Errorf("RestartSec=%s (%v), want between 5s and 1min", v, err)
+	}
+	// Type=notify: a start that never reports READY must end, and within the
+	// example's user data run (which waits for it).
+	if v, ok := u.last("Service", "TimeoutStartSec"); !ok {
+		t.Error("TimeoutStartSec unset")
+	} else if d, err := parseTimespan(v); err != nil || d > 5*time.Minute {
+		t.Errorf("TimeoutStartSec=%s (%v), want finite and at most 5min", v, err)
+	}
+}
+
+// TestRejectsUnitsThatBreakTheExitContract: the check fails on the old unit
+// and on near misses.
+func TestRejectsUnitsThatBreakTheExitContract(t *testing.T) {
+	tests := []struct {
+		name, unit string
+		want       []string
+	}{
+		{"contract", "[Service]\nRestart=always\nRestartPreventExitStatus=0 2\nSuccessExitStatus=75\n", nil},
+		{"contract without SuccessExitStatus", "[Service]\nRestart=always\nRestartPreventExitStatus=0 2\n", nil},
+		{"on-failure (75 would be success, then not restarted)", "[Service]\nRestart=on-failure\nSuccessExitStatus=75\n", []string{"exit 2", "exit 75"}},
+		{"on-failure without success list restarts bad config", "[Service]\nRestart=on-failure\n", []string{"exit 2"}},
+		{"always restarts a finished drain", "[Service]\nRestart=always\nRestartPreventExitStatus=2\n", []string{"exit 0"}},
+		{"no restart", "[Service]\n", []string{"exit 1", "exit 75"}},
+		{"signal names ignored", "[Service]\nRestart=always\nRestartPreventExitStatus=0 2 SIGKILL\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := parseUnit([]byte(tt.unit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantErrors(t, checkExitContract(u), tt.want...)
+		})
+	}
 }
 
 // systemdVerify runs `systemd-analyze verify` on unit text, with ExecStart's

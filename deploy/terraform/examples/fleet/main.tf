@@ -12,8 +12,10 @@ locals {
       url     = module.autodiag.task_queue_url
       dlq_url = module.autodiag.dlq_url
     })
-    redis = merge(local.base_config.redis, {
-      url = var.redis_url
+    # The agent fetches the URL with its instance role; user data holds only
+    # the secret's ARN.
+    redis = merge({ for k, v in local.base_config.redis : k => v if k != "url" }, {
+      url_secret = var.redis_url_secret_arn
     })
     lifecycle = merge(local.base_config.lifecycle, {
       sources = module.autodiag.lifecycle_sources
@@ -31,6 +33,7 @@ locals {
 
   user_data = templatefile("${path.module}/templates/user-data.sh.tftpl", {
     region        = var.region
+    asg_name      = var.name
     binary_url    = var.autodiag_binary_url
     binary_sha256 = var.autodiag_binary_sha256
     config_yaml   = yamlencode(local.agent_config)
@@ -42,9 +45,15 @@ data "aws_ssm_parameter" "ami" {
   name = var.ami_ssm_parameter
 }
 
+locals {
+  # insecure_value: an AMI id is no secret, and a plan must show when the
+  # parameter moves to a new AMI (value is sensitive and would hide it).
+  ami_id = data.aws_ssm_parameter.ami.insecure_value
+}
+
 resource "aws_launch_template" "fleet" {
   name_prefix            = "${var.name}-"
-  image_id               = data.aws_ssm_parameter.ami.value
+  image_id               = local.ami_id
   instance_type          = var.instance_type
   vpc_security_group_ids = var.security_group_ids
   user_data              = base64encode(local.user_data)
@@ -75,6 +84,11 @@ resource "aws_autoscaling_group" "fleet" {
   desired_capacity    = var.desired_capacity
   vpc_zone_identifier = var.subnet_ids
   health_check_type   = "EC2"
+
+  # GroupTerminatingInstances feeds the module's terminating-stuck alarm, the
+  # one that needs no agent (module.autodiag.group_metrics).
+  enabled_metrics     = ["GroupTerminatingInstances", "GroupInServiceInstances", "GroupDesiredCapacity"]
+  metrics_granularity = "1Minute"
 
   launch_template {
     id      = aws_launch_template.fleet.id
@@ -113,10 +127,32 @@ module "autodiag" {
   default_result    = "CONTINUE"
   max_receive_count = 5
 
-  # drain_timeout is 10m; allow the completion call and a slow heartbeat.
-  drain_stuck_minutes           = 12
+  # DrainSeconds passes 11 minutes only when a drain that used its 10m
+  # budget (+ 30s cancel grace) is still completing a minute later; the
+  # nesting rule is in the README and deploy/deploy_test.go checks it.
+  drain_stuck_minutes           = 11
   enable_limiter_degraded_alarm = true
   alarm_sns_topic_arn           = var.alarm_sns_topic_arn
 
+  redis_url_secret_arn         = var.redis_url_secret_arn
+  redis_url_secret_kms_key_arn = var.redis_url_secret_kms_key_arn
+
   tags = var.tags
+}
+
+# A failed install marks the instance Unhealthy so the group replaces it (the
+# example has no launch lifecycle hook that could ABANDON instead). Auto
+# Scaling authorises SetInstanceHealth on the group, not on the instance.
+data "aws_iam_policy_document" "install_health" {
+  statement {
+    sid       = "MarkFailedInstallUnhealthy"
+    actions   = ["autoscaling:SetInstanceHealth"]
+    resources = [aws_autoscaling_group.fleet.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "install_health" {
+  name   = "autodiag-install-health"
+  role   = module.autodiag.instance_role_name
+  policy = data.aws_iam_policy_document.install_health.json
 }

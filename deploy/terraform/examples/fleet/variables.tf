@@ -64,10 +64,15 @@ variable "autodiag_binary_sha256" {
   }
 }
 
-variable "redis_url" {
-  description = "Redis URL shared by the fleet (rediss://user:password@host:6379/0), e.g. an ElastiCache endpoint."
+variable "redis_url_secret_arn" {
+  description = "ARN of the secret holding the fleet's Redis URL (rediss://user:password@host:6379/0): a Secrets Manager secret (full ARN) or an SSM SecureString parameter. The agent reads it at start (redis.url_secret); the URL itself never reaches user data or Terraform state."
   type        = string
-  sensitive   = true
+}
+
+variable "redis_url_secret_kms_key_arn" {
+  description = "ARN of the customer managed KMS key encrypting the Redis URL secret; null for the AWS managed key."
+  type        = string
+  default     = null
 }
 
 variable "lifecycle_source" {

@@ -1,7 +1,8 @@
 # autodiag: the AWS side of an autodiag fleet. The caller owns the Auto Scaling
 # group and its launch template; this module adds the task queues, the
 # termination lifecycle hook, the instance role the agent runs under, and the
-# alarms that page someone when a drain is stuck in Terminating:Wait.
+# alarms that page someone when a drain is stuck in Terminating:Wait or no
+# agent consumes.
 
 locals {
   hook_name = coalesce(var.lifecycle_hook_name, "${var.name}-drain")
@@ -19,6 +20,32 @@ locals {
   # hence the "*" in that position. The ARN still matches one group name.
   asg_arn = "arn:${local.partition}:autoscaling:${local.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${var.asg_name}"
 
+  # IAM names are account-wide: with name_prefix Terraform generates unique
+  # ones, so the same name can be deployed in several regions.
+  agent_role_name   = var.name_prefix == null ? "${var.name}-agent" : null
+  agent_role_prefix = var.name_prefix == null ? null : "${var.name_prefix}agent-"
+  hook_role_name    = var.name_prefix == null ? "${var.name}-lifecycle-hook" : null
+  hook_role_prefix  = var.name_prefix == null ? null : "${var.name_prefix}lifecycle-hook-"
+
+  # The Redis URL secret: Secrets Manager (GetSecretValue) or SSM Parameter
+  # Store (GetParameter), told apart by the service in its ARN
+  # (arn:PARTITION:SERVICE:REGION:ACCOUNT:...). Its CMK is usable only
+  # through that service in that region.
+  secret_parts   = var.redis_url_secret_arn == null ? [] : split(":", var.redis_url_secret_arn)
+  secret_service = length(local.secret_parts) > 2 ? local.secret_parts[2] : ""
+  secret_via     = length(local.secret_parts) > 3 ? "${local.secret_parts[2]}.${local.secret_parts[3]}.amazonaws.com" : ""
+
+  # Every queue the module creates, for the TLS-only queue policies.
+  queues = merge(
+    {
+      tasks = { arn = aws_sqs_queue.tasks.arn, url = aws_sqs_queue.tasks.id }
+      dlq   = { arn = aws_sqs_queue.dlq.arn, url = aws_sqs_queue.dlq.id }
+    },
+    { for q in aws_sqs_queue.lifecycle : "lifecycle" => { arn = q.arn, url = q.id } },
+  )
+
+  terminating_stuck_minutes = coalesce(var.terminating_stuck_minutes, var.drain_stuck_minutes + 5)
+
   alarm_actions = var.alarm_sns_topic_arn == null ? [] : [var.alarm_sns_topic_arn]
 }
 
@@ -28,7 +55,8 @@ locals {
 resource "aws_sqs_queue" "dlq" {
   name                      = "${var.name}-tasks-dlq"
   message_retention_seconds = var.dlq_message_retention_seconds
-  sqs_managed_sse_enabled   = true
+  sqs_managed_sse_enabled   = var.queue_kms_key_arn == null ? true : null
+  kms_master_key_id         = var.queue_kms_key_arn
   tags                      = var.tags
 }
 
@@ -37,7 +65,8 @@ resource "aws_sqs_queue" "tasks" {
   visibility_timeout_seconds = var.visibility_timeout_seconds
   message_retention_seconds  = var.message_retention_seconds
   receive_wait_time_seconds  = 20
-  sqs_managed_sse_enabled    = true
+  sqs_managed_sse_enabled    = var.queue_kms_key_arn == null ? true : null
+  kms_master_key_id          = var.queue_kms_key_arn
 
   redrive_policy = jsonencode({
     deadLetterTargetArn = aws_sqs_queue.dlq.arn
@@ -57,6 +86,36 @@ resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
   })
 }
 
+# Every queue refuses requests that do not use TLS.
+data "aws_iam_policy_document" "queue_tls_only" {
+  for_each = local.queues
+
+  statement {
+    sid       = "DenyInsecureTransport"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [each.value.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "tls_only" {
+  for_each = local.queues
+
+  queue_url = each.value.url
+  policy    = data.aws_iam_policy_document.queue_tls_only[each.key].json
+}
+
 # ---------------------------------------------------------------------------
 # Lifecycle notifications (lifecycle_source = "sqs" only)
 
@@ -67,8 +126,10 @@ resource "aws_sqs_queue" "lifecycle" {
   visibility_timeout_seconds = 30
   message_retention_seconds  = 86400
   receive_wait_time_seconds  = 20
-  # SSE-SQS (not SSE-KMS with the AWS managed key), so Auto Scaling can publish.
-  sqs_managed_sse_enabled = true
+  # SSE-SQS, or a customer managed key the hook role may use: not the AWS
+  # managed aws/sqs key, whose policy no role of Auto Scaling's can be granted.
+  sqs_managed_sse_enabled = var.queue_kms_key_arn == null ? true : null
+  kms_master_key_id       = var.queue_kms_key_arn
   tags                    = var.tags
 }
 
@@ -94,15 +155,34 @@ data "aws_iam_policy_document" "hook_publish" {
     actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
     resources = [aws_sqs_queue.lifecycle[0].arn]
   }
+
+  # Sending to an SSE-KMS queue needs a data key, and the key checked.
+  dynamic "statement" {
+    for_each = var.queue_kms_key_arn == null ? [] : [var.queue_kms_key_arn]
+    content {
+      sid       = "EncryptLifecycleNotifications"
+      actions   = ["kms:GenerateDataKey", "kms:Decrypt"]
+      resources = [var.queue_kms_key_arn]
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["sqs.${local.region}.amazonaws.com"]
+      }
+    }
+  }
 }
 
 resource "aws_iam_role" "hook" {
   count = local.use_sqs ? 1 : 0
 
-  name               = "${var.name}-lifecycle-hook"
-  description        = "Lets Auto Scaling publish ${local.hook_name} notifications to the autodiag lifecycle queue."
-  assume_role_policy = data.aws_iam_policy_document.hook_assume[0].json
-  tags               = var.tags
+  name                 = local.hook_role_name
+  name_prefix          = local.hook_role_prefix
+  path                 = var.iam_path
+  permissions_boundary = var.permissions_boundary
+  description          = "Lets Auto Scaling publish ${local.hook_name} notifications to the autodiag lifecycle queue."
+  assume_role_policy   = data.aws_iam_policy_document.hook_assume[0].json
+  tags                 = var.tags
 }
 
 resource "aws_iam_role_policy" "hook" {
@@ -154,12 +234,13 @@ data "aws_iam_policy_document" "agent_lifecycle_queue" {
   count = local.use_sqs ? 1 : 0
 
   statement {
+    # Others' notifications are made visible again, ours is kept invisible
+    # while draining and deleted once the action is completed.
     sid = "ConsumeLifecycleNotifications"
     actions = [
       "sqs:ReceiveMessage",
       "sqs:DeleteMessage",
       "sqs:ChangeMessageVisibility",
-      "sqs:GetQueueAttributes",
     ]
     resources = [aws_sqs_queue.lifecycle[0].arn]
   }
@@ -174,16 +255,18 @@ data "aws_iam_policy_document" "agent" {
       "sqs:ReceiveMessage",
       "sqs:DeleteMessage",
       "sqs:ChangeMessageVisibility",
+      # The redrive policy's maxReceiveCount, so deferrals never dead-letter.
       "sqs:GetQueueAttributes",
-      # autodiag enqueue and limiter deferrals put tasks back on the queue.
+      # POST /v1/tasks, and deferrals re-sent as new messages.
       "sqs:SendMessage",
     ]
     resources = [aws_sqs_queue.tasks.arn]
   }
 
   statement {
+    # Rejected tasks, with the reason; MaximumMessageSize bounds what fits.
     sid       = "RejectToDeadLetterQueue"
-    actions   = ["sqs:SendMessage"]
+    actions   = ["sqs:SendMessage", "sqs:GetQueueAttributes"]
     resources = [aws_sqs_queue.dlq.arn]
   }
 
@@ -198,8 +281,14 @@ data "aws_iam_policy_document" "agent" {
 
   statement {
     # Describe* calls do not support resource-level permissions; read-only.
-    sid       = "FindOwnGroup"
-    actions   = ["autoscaling:DescribeAutoScalingInstances"]
+    # DescribeAutoScalingInstances finds the group when lifecycle.asg_name is
+    # empty; DescribeLifecycleHooks reads the hook's heartbeat timeout when
+    # lifecycle.hook_heartbeat_timeout is unset.
+    sid = "FindOwnGroupAndHook"
+    actions = [
+      "autoscaling:DescribeAutoScalingInstances",
+      "autoscaling:DescribeLifecycleHooks",
+    ]
     resources = ["*"]
   }
 
@@ -215,10 +304,64 @@ data "aws_iam_policy_document" "agent" {
       values   = [var.metrics_namespace]
     }
   }
+
+  # redis.url_secret: the agent reads the Redis URL at start, so it is in
+  # neither user data nor Terraform state.
+  dynamic "statement" {
+    for_each = local.secret_service == "secretsmanager" ? [var.redis_url_secret_arn] : []
+    content {
+      sid       = "ReadRedisURLSecret"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = [var.redis_url_secret_arn]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.secret_service == "ssm" ? [var.redis_url_secret_arn] : []
+    content {
+      sid       = "ReadRedisURLParameter"
+      actions   = ["ssm:GetParameter"]
+      resources = [var.redis_url_secret_arn]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.redis_url_secret_arn != null && var.redis_url_secret_kms_key_arn != null ? [var.redis_url_secret_kms_key_arn] : []
+    content {
+      sid       = "DecryptRedisURLSecret"
+      actions   = ["kms:Decrypt"]
+      resources = [var.redis_url_secret_kms_key_arn]
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = [local.secret_via]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.queue_kms_key_arn == null ? [] : [var.queue_kms_key_arn]
+    content {
+      # Receiving decrypts; sending (deferrals, rejections) needs a data key.
+      sid       = "UseQueueKey"
+      actions   = ["kms:GenerateDataKey", "kms:Decrypt"]
+      resources = [var.queue_kms_key_arn]
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["sqs.${local.region}.amazonaws.com"]
+      }
+    }
+  }
 }
 
 resource "aws_iam_role" "agent" {
-  name = "${var.name}-agent"
+  name                 = local.agent_role_name
+  name_prefix          = local.agent_role_prefix
+  path                 = var.iam_path
+  permissions_boundary = var.permissions_boundary
   # No reference to var.asg_name here: the caller's launch template needs the
   # instance profile before the group (and its name) exists.
   description        = "autodiag agent instance role."
@@ -233,17 +376,24 @@ resource "aws_iam_role_policy" "agent" {
 }
 
 resource "aws_iam_instance_profile" "agent" {
-  name = "${var.name}-agent"
-  role = aws_iam_role.agent.name
-  tags = var.tags
+  name        = local.agent_role_name
+  name_prefix = local.agent_role_prefix
+  path        = var.iam_path
+  role        = aws_iam_role.agent.name
+  tags        = var.tags
 }
 
 # ---------------------------------------------------------------------------
 # Alarms
 
+# Two alarms on a stuck drain. drain_stuck needs a live agent (it publishes
+# DrainSeconds from the drain's start, every minute, until the lifecycle action
+# is completed); terminating_stuck needs none (Auto Scaling's own group
+# metric), so it also catches a dead agent or one that lost its action.
+
 resource "aws_cloudwatch_metric_alarm" "drain_stuck" {
   alarm_name        = "${var.name}-drain-stuck"
-  alarm_description = "An autodiag agent in ${var.asg_name} has been draining for more than ${var.drain_stuck_minutes} minutes (instance held in Terminating:Wait). Runbook: README.md#stuck-drain."
+  alarm_description = "An autodiag agent in ${var.asg_name} has been draining, or failing to complete its lifecycle action, for more than ${var.drain_stuck_minutes} minutes (instance held in Terminating:Wait). Runbook: README.md#stuck-drain."
 
   namespace   = var.metrics_namespace
   metric_name = "DrainSeconds"
@@ -255,8 +405,82 @@ resource "aws_cloudwatch_metric_alarm" "drain_stuck" {
   evaluation_periods  = 1
   comparison_operator = "GreaterThanThreshold"
   threshold           = var.drain_stuck_minutes * 60
-  # The metric exists only while an agent drains.
+  # The metric exists only while an agent drains or completes.
   treat_missing_data = "notBreaching"
+
+  alarm_actions = local.alarm_actions
+  ok_actions    = local.alarm_actions
+  tags          = var.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "terminating_stuck" {
+  alarm_name        = "${var.name}-terminating-stuck"
+  alarm_description = "${var.asg_name} has had an instance in a Terminating state for ${local.terminating_stuck_minutes} consecutive minutes: a drain or its completion is stuck, or the agent is gone. INSUFFICIENT_DATA: the group does not publish GroupTerminatingInstances (enabled_metrics). Runbook: README.md#stuck-drain."
+
+  namespace   = "AWS/AutoScaling"
+  metric_name = "GroupTerminatingInstances"
+  dimensions = {
+    AutoScalingGroupName = var.asg_name
+  }
+  # Minimum: one minute with nothing terminating (between the batches of an
+  # instance refresh, say) breaks the run.
+  statistic           = "Minimum"
+  period              = 60
+  evaluation_periods  = local.terminating_stuck_minutes
+  datapoints_to_alarm = local.terminating_stuck_minutes
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  # A group with the metric enabled reports 0 every minute; no data means it
+  # is not enabled, which must show rather than read as OK.
+  treat_missing_data = "missing"
+
+  alarm_actions = local.alarm_actions
+  ok_actions    = local.alarm_actions
+  tags          = var.tags
+}
+
+# ---------------------------------------------------------------------------
+# An absent fleet: nothing else notices when no agent consumes.
+
+resource "aws_cloudwatch_metric_alarm" "task_queue_age" {
+  alarm_name        = "${var.name}-task-queue-age"
+  alarm_description = "The oldest task on ${aws_sqs_queue.tasks.name} has waited more than ${var.task_queue_age_alarm_seconds} s: no autodiag agent consumes (fleet at zero, agents stopped or failing), or deferrals outlast it."
+
+  namespace   = "AWS/SQS"
+  metric_name = "ApproximateAgeOfOldestMessage"
+  dimensions = {
+    QueueName = aws_sqs_queue.tasks.name
+  }
+  statistic           = "Maximum"
+  period              = 300
+  evaluation_periods  = 1
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.task_queue_age_alarm_seconds
+  # SQS stops reporting a queue that has been empty and unused for hours.
+  treat_missing_data = "notBreaching"
+
+  alarm_actions = local.alarm_actions
+  ok_actions    = local.alarm_actions
+  tags          = var.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "lifecycle_queue_age" {
+  count = local.use_sqs ? 1 : 0
+
+  alarm_name        = "${var.name}-lifecycle-queue-age"
+  alarm_description = "A lifecycle notification on ${aws_sqs_queue.lifecycle[0].name} has waited more than ${coalesce(var.lifecycle_queue_age_alarm_seconds, local.terminating_stuck_minutes * 60)} s: no autodiag agent reads the queue, so terminations wait for the hook's heartbeat timeout."
+
+  namespace   = "AWS/SQS"
+  metric_name = "ApproximateAgeOfOldestMessage"
+  dimensions = {
+    QueueName = aws_sqs_queue.lifecycle[0].name
+  }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = coalesce(var.lifecycle_queue_age_alarm_seconds, local.terminating_stuck_minutes * 60)
+  treat_missing_data  = "notBreaching"
 
   alarm_actions = local.alarm_actions
   ok_actions    = local.alarm_actions

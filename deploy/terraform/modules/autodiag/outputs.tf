@@ -76,12 +76,20 @@ output "agent_policy_json" {
 }
 
 output "alarm_arns" {
-  description = "ARNs of the alarms, by name: drain_stuck, dlq_not_empty and (when enabled) limiter_degraded."
+  description = "ARNs of the alarms, by name: drain_stuck, terminating_stuck, dlq_not_empty, task_queue_age, and when created lifecycle_queue_age and limiter_degraded."
   value = merge(
     {
-      drain_stuck   = aws_cloudwatch_metric_alarm.drain_stuck.arn
-      dlq_not_empty = aws_cloudwatch_metric_alarm.dlq_not_empty.arn
+      drain_stuck       = aws_cloudwatch_metric_alarm.drain_stuck.arn
+      terminating_stuck = aws_cloudwatch_metric_alarm.terminating_stuck.arn
+      dlq_not_empty     = aws_cloudwatch_metric_alarm.dlq_not_empty.arn
+      task_queue_age    = aws_cloudwatch_metric_alarm.task_queue_age.arn
     },
+    { for a in aws_cloudwatch_metric_alarm.lifecycle_queue_age : "lifecycle_queue_age" => a.arn },
     { for a in aws_cloudwatch_metric_alarm.limiter_degraded : "limiter_degraded" => a.arn },
   )
+}
+
+output "group_metrics" {
+  description = "Group metrics the caller's Auto Scaling group must publish (enabled_metrics, 1Minute granularity) for the terminating-stuck alarm."
+  value       = ["GroupTerminatingInstances"]
 }

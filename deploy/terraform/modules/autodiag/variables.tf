@@ -88,14 +88,108 @@ variable "metrics_namespace" {
 }
 
 variable "drain_stuck_minutes" {
-  description = "The drain-stuck alarm fires when the maximum DrainSeconds of the group exceeds this many minutes. Keep it at or above the agent's lifecycle.drain_timeout."
+  description = "The drain-stuck alarm fires when the maximum DrainSeconds of the group exceeds this many minutes. It must lie between the longest healthy drain and the longest an agent keeps publishing while its completion fails; see \"Timeouts that must nest\" in the README (default: for lifecycle.drain_timeout 10m)."
   type        = number
-  default     = 10
+  default     = 11
 
   validation {
-    condition     = var.drain_stuck_minutes > 0
-    error_message = "drain_stuck_minutes must be positive."
+    condition     = var.drain_stuck_minutes > 0 && floor(var.drain_stuck_minutes) == var.drain_stuck_minutes
+    error_message = "drain_stuck_minutes must be a positive whole number."
   }
+}
+
+variable "terminating_stuck_minutes" {
+  description = "The instance-terminating alarm fires when the group has had an instance in a Terminating state (GroupTerminatingInstances > 0) for this many consecutive minutes. Null means drain_stuck_minutes + 5: a healthy drain that uses its whole budget is followed by the EC2 shutdown. Needs enabled_metrics on the group."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.terminating_stuck_minutes == null ? true : (var.terminating_stuck_minutes > 0 && var.terminating_stuck_minutes <= 1440 && floor(var.terminating_stuck_minutes) == var.terminating_stuck_minutes)
+    error_message = "terminating_stuck_minutes must be a whole number of minutes between 1 and 1440 (CloudWatch evaluates at most one day)."
+  }
+}
+
+variable "task_queue_age_alarm_seconds" {
+  description = "The task-queue-age alarm fires when the oldest task on the task queue has waited longer than this many seconds (ApproximateAgeOfOldestMessage): no agent consumes. The default is the agent's queue.max_age (1h), past which tasks end stale unrun whatever the cause; deferrals longer than it trip it too."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.task_queue_age_alarm_seconds >= 60
+    error_message = "task_queue_age_alarm_seconds must be at least 60."
+  }
+}
+
+variable "lifecycle_queue_age_alarm_seconds" {
+  description = "With lifecycle_source = \"sqs\": the lifecycle-queue-age alarm fires when a lifecycle notification has waited longer than this many seconds (ApproximateAgeOfOldestMessage): no agent reads the queue. An agent holds its own notification (in flight) for its whole drain, so keep it above the longest healthy drain. Null: terminating_stuck_minutes x 60."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.lifecycle_queue_age_alarm_seconds == null ? true : var.lifecycle_queue_age_alarm_seconds >= 60
+    error_message = "lifecycle_queue_age_alarm_seconds must be at least 60."
+  }
+}
+
+variable "redis_url_secret_arn" {
+  description = "ARN of the secret holding the Redis URL (redis.url_secret in the agent config): a Secrets Manager secret (full ARN, with its 6-character suffix) or an SSM SecureString parameter. The instance role may read exactly this ARN. Null grants nothing."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.redis_url_secret_arn == null ? true : can(regex("^arn:[a-z-]+:(secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}|ssm:[a-z0-9-]+:[0-9]{12}:parameter/[A-Za-z0-9/_.-]+)$", var.redis_url_secret_arn))
+    error_message = "redis_url_secret_arn must be a full Secrets Manager secret ARN (ending in -XXXXXX) or an SSM parameter ARN (arn:...:ssm:REGION:ACCOUNT:parameter/NAME)."
+  }
+}
+
+variable "redis_url_secret_kms_key_arn" {
+  description = "ARN of the customer managed KMS key that encrypts redis_url_secret_arn. Null: the AWS managed key (aws/secretsmanager or aws/ssm), which needs no grant. When set, the role may kms:Decrypt with it only through Secrets Manager or SSM."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.redis_url_secret_kms_key_arn == null ? true : can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", var.redis_url_secret_kms_key_arn))
+    error_message = "redis_url_secret_kms_key_arn must be a KMS key ARN (arn:...:kms:REGION:ACCOUNT:key/ID)."
+  }
+}
+
+variable "queue_kms_key_arn" {
+  description = "ARN of a customer managed KMS key for the task, dead-letter and lifecycle queues (SSE-KMS). Null: SSE-SQS. When set, the agent role and the lifecycle hook role get kms:GenerateDataKey and kms:Decrypt on it through SQS; the key policy must allow them (and whatever sends tasks)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.queue_kms_key_arn == null ? true : can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", var.queue_kms_key_arn))
+    error_message = "queue_kms_key_arn must be a KMS key ARN (arn:...:kms:REGION:ACCOUNT:key/ID)."
+  }
+}
+
+variable "name_prefix" {
+  description = "Prefix from which Terraform generates unique IAM role and instance profile names (IAM names are account-wide: use it when the same name is deployed in several regions of one account). Null: fixed names <name>-agent and <name>-lifecycle-hook."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.name_prefix == null ? true : can(regex("^[A-Za-z0-9+=,.@_-]{1,23}$", var.name_prefix))
+    error_message = "name_prefix must be 1-23 characters valid in IAM names (the longest generated prefix adds \"lifecycle-hook-\" within IAM's 38)."
+  }
+}
+
+variable "iam_path" {
+  description = "Path of the IAM roles and the instance profile."
+  type        = string
+  default     = "/"
+
+  validation {
+    condition     = can(regex("^/([A-Za-z0-9+=,.@_-]+/)*$", var.iam_path)) && length(var.iam_path) <= 512
+    error_message = "iam_path must begin and end with / (e.g. /autodiag/)."
+  }
+}
+
+variable "permissions_boundary" {
+  description = "ARN of the managed policy set as permissions boundary on both IAM roles. Null: none."
+  type        = string
+  default     = null
 }
 
 variable "enable_limiter_degraded_alarm" {

@@ -1,5 +1,6 @@
 terraform {
-  required_version = ">= 1.5.0"
+  # 1.7: the tests (tests/*.tftest.hcl) use mock_provider.
+  required_version = ">= 1.7.0"
 
   required_providers {
     aws = {

@@ -25,7 +25,14 @@ mock_provider "aws" {
 
   mock_data "aws_ssm_parameter" {
     defaults = {
-      value = "ami-0123456789abcdef0"
+      value          = "ami-0123456789abcdef0"
+      insecure_value = "ami-0123456789abcdef0"
+    }
+  }
+
+  mock_resource "aws_autoscaling_group" {
+    defaults = {
+      arn = "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:0b6c6a8e-0000-4000-8000-000000000000:autoScalingGroupName/autodiag"
     }
   }
 
@@ -42,7 +49,7 @@ variables {
   security_group_ids     = ["sg-1"]
   autodiag_binary_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag-linux-amd64"
   autodiag_binary_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
-  redis_url              = "rediss://autodiag:secret@redis.example.internal:6379/0"
+  redis_url_secret_arn   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/redis-AbC123"
 }
 
 run "imds_fleet" {
@@ -65,12 +72,24 @@ run "imds_fleet" {
     error_message = "config must point at the module's queues"
   }
   assert {
-    condition     = local.agent_config.redis.url == var.redis_url && local.agent_config.cloudwatch.enabled
-    error_message = "config must carry the Redis URL and enable CloudWatch"
+    condition     = local.agent_config.redis.url_secret == var.redis_url_secret_arn && !contains(keys(local.agent_config.redis), "url") && local.agent_config.cloudwatch.enabled
+    error_message = "config must name the Redis URL secret (never the URL) and enable CloudWatch"
   }
   assert {
-    condition     = strcontains(local.user_data, "TimeoutStopSec=15min") && strcontains(local.user_data, "systemctl enable --now autodiag.service")
+    condition     = !strcontains(local.user_data, "redis://") && !strcontains(local.user_data, "rediss://") && strcontains(local.user_data, "\"url_secret\": \"${var.redis_url_secret_arn}\"")
+    error_message = "user data must hold the secret's ARN and no Redis URL"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "TimeoutStopSec=15min") && strcontains(local.user_data, "Type=notify") && strcontains(local.user_data, "systemctl enable --now autodiag.service")
     error_message = "user data must install and enable the systemd unit"
+  }
+  assert {
+    condition     = module.autodiag.alarm_arns["terminating_stuck"] != null && contains(aws_autoscaling_group.fleet.enabled_metrics, "GroupTerminatingInstances") && aws_autoscaling_group.fleet.metrics_granularity == "1Minute"
+    error_message = "the group must publish GroupTerminatingInstances for the terminating-stuck alarm"
+  }
+  assert {
+    condition     = aws_launch_template.fleet.image_id == "ami-0123456789abcdef0"
+    error_message = "the AMI comes from the SSM parameter"
   }
   assert {
     condition     = strcontains(local.user_data, "sha256sum --check") && strcontains(local.user_data, "AWS_REGION=eu-west-1")

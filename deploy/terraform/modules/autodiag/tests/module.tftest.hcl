@@ -60,8 +60,41 @@ run "imds_source_has_no_notification_queue" {
     error_message = "the lifecycle grants must be limited to the group's ARN"
   }
   assert {
-    condition     = aws_cloudwatch_metric_alarm.drain_stuck.threshold == 600 && aws_cloudwatch_metric_alarm.drain_stuck.statistic == "Maximum"
-    error_message = "drain-stuck alarm: Maximum DrainSeconds above 10 minutes by default"
+    condition     = aws_cloudwatch_metric_alarm.drain_stuck.threshold == 660 && aws_cloudwatch_metric_alarm.drain_stuck.statistic == "Maximum"
+    error_message = "drain-stuck alarm: Maximum DrainSeconds above 11 minutes by default"
+  }
+  assert {
+    condition = (
+      aws_cloudwatch_metric_alarm.terminating_stuck.namespace == "AWS/AutoScaling" &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.metric_name == "GroupTerminatingInstances" &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.dimensions["AutoScalingGroupName"] == "fleet" &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.period == 60 &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.evaluation_periods == 16 &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.datapoints_to_alarm == 16 &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.comparison_operator == "GreaterThanThreshold" &&
+      aws_cloudwatch_metric_alarm.terminating_stuck.threshold == 0
+    )
+    error_message = "terminating-stuck alarm: GroupTerminatingInstances > 0 for drain_stuck_minutes + 5 consecutive minutes by default"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.task_queue_age.metric_name == "ApproximateAgeOfOldestMessage" && aws_cloudwatch_metric_alarm.task_queue_age.threshold == 3600 && length(aws_cloudwatch_metric_alarm.lifecycle_queue_age) == 0
+    error_message = "task queue age alarm at 1h by default; no lifecycle queue alarm without the sqs source"
+  }
+  assert {
+    condition     = length(aws_sqs_queue_policy.tls_only) == 2 && contains(keys(aws_sqs_queue_policy.tls_only), "tasks") && contains(keys(aws_sqs_queue_policy.tls_only), "dlq")
+    error_message = "both task queues get the TLS-only policy"
+  }
+  assert {
+    condition     = aws_sqs_queue.tasks.sqs_managed_sse_enabled && aws_sqs_queue.tasks.kms_master_key_id == null
+    error_message = "SSE-SQS without queue_kms_key_arn"
+  }
+  assert {
+    condition     = aws_iam_role.agent.name == "autodiag-agent" && aws_iam_role.agent.path == "/" && aws_iam_role.agent.permissions_boundary == null
+    error_message = "fixed role name, root path and no boundary by default"
+  }
+  assert {
+    condition     = local.secret_service == "" && jsonencode(output.group_metrics) == jsonencode(["GroupTerminatingInstances"])
+    error_message = "no secret grant without redis_url_secret_arn"
   }
   assert {
     condition     = aws_cloudwatch_metric_alarm.drain_stuck.treat_missing_data == "notBreaching" && aws_cloudwatch_metric_alarm.drain_stuck.dimensions["AutoScalingGroupName"] == "fleet"
@@ -106,8 +139,20 @@ run "sqs_source_creates_queue_and_hook_role" {
     error_message = "redrive maxReceiveCount must follow max_receive_count"
   }
   assert {
-    condition     = aws_cloudwatch_metric_alarm.drain_stuck.threshold == 900
-    error_message = "drain_stuck_minutes is in minutes"
+    condition     = aws_cloudwatch_metric_alarm.drain_stuck.threshold == 900 && aws_cloudwatch_metric_alarm.terminating_stuck.evaluation_periods == 20
+    error_message = "drain_stuck_minutes is in minutes; the terminating alarm follows it"
+  }
+  assert {
+    condition     = length(aws_cloudwatch_metric_alarm.lifecycle_queue_age) == 1 && aws_cloudwatch_metric_alarm.lifecycle_queue_age[0].threshold == 1200
+    error_message = "the sqs source gets a lifecycle queue age alarm at terminating_stuck_minutes by default"
+  }
+  assert {
+    condition     = length(aws_sqs_queue_policy.tls_only) == 3 && contains(keys(aws_sqs_queue_policy.tls_only), "lifecycle")
+    error_message = "the lifecycle queue gets the TLS-only policy too"
+  }
+  assert {
+    condition     = length(output.alarm_arns) == 6
+    error_message = "alarm_arns lists every alarm created"
   }
   assert {
     condition     = length(aws_cloudwatch_metric_alarm.limiter_degraded) == 1 && contains(aws_cloudwatch_metric_alarm.dlq_not_empty.alarm_actions, "arn:aws:sns:eu-west-1:123456789012:oncall")
@@ -117,6 +162,82 @@ run "sqs_source_creates_queue_and_hook_role" {
     condition     = output.lifecycle_sources == tolist(["signal", "sqs"]) && output.lifecycle_queue_url != null
     error_message = "outputs for the agent config"
   }
+}
+
+run "secrets_manager_secret_and_keys" {
+  command = apply
+
+  variables {
+    redis_url_secret_arn         = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/redis-AbC123"
+    redis_url_secret_kms_key_arn = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    queue_kms_key_arn            = "arn:aws:kms:eu-west-1:123456789012:key/abcd1234-12ab-34cd-56ef-1234567890ab"
+    terminating_stuck_minutes    = 30
+    task_queue_age_alarm_seconds = 600
+    name_prefix                  = "autodiag-euw1-"
+    iam_path                     = "/autodiag/"
+    permissions_boundary         = "arn:aws:iam::123456789012:policy/boundary"
+  }
+
+  assert {
+    condition     = local.secret_service == "secretsmanager" && local.secret_via == "secretsmanager.eu-west-1.amazonaws.com"
+    error_message = "a Secrets Manager ARN selects GetSecretValue and its KMS via-service"
+  }
+  assert {
+    condition     = aws_sqs_queue.tasks.kms_master_key_id == var.queue_kms_key_arn && aws_sqs_queue.dlq.kms_master_key_id == var.queue_kms_key_arn
+    error_message = "queue_kms_key_arn switches the queues to SSE-KMS"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.terminating_stuck.evaluation_periods == 30 && aws_cloudwatch_metric_alarm.task_queue_age.threshold == 600
+    error_message = "alarm inputs are honoured"
+  }
+  assert {
+    condition     = aws_iam_role.agent.name_prefix == "autodiag-euw1-agent-" && aws_iam_instance_profile.agent.name_prefix == "autodiag-euw1-agent-"
+    error_message = "name_prefix makes Terraform generate IAM names"
+  }
+  assert {
+    condition     = aws_iam_role.agent.path == "/autodiag/" && aws_iam_instance_profile.agent.path == "/autodiag/" && aws_iam_role.agent.permissions_boundary == var.permissions_boundary
+    error_message = "iam_path and permissions_boundary apply to the role and the profile"
+  }
+}
+
+run "ssm_parameter_secret" {
+  command = apply
+
+  variables {
+    lifecycle_source     = "sqs"
+    redis_url_secret_arn = "arn:aws:ssm:eu-west-1:123456789012:parameter/autodiag/redis-url"
+    name_prefix          = "ad-"
+  }
+
+  assert {
+    condition     = local.secret_service == "ssm" && local.secret_via == "ssm.eu-west-1.amazonaws.com"
+    error_message = "an SSM parameter ARN selects GetParameter"
+  }
+  assert {
+    condition     = aws_iam_role.hook[0].name_prefix == "ad-lifecycle-hook-"
+    error_message = "name_prefix applies to the hook role"
+  }
+}
+
+run "rejects_secret_name_instead_of_arn" {
+  command = plan
+
+  variables {
+    redis_url_secret_arn = "autodiag/redis"
+  }
+
+  expect_failures = [var.redis_url_secret_arn]
+}
+
+run "rejects_partial_secrets_manager_arn" {
+  command = plan
+
+  variables {
+    # Without the random suffix IAM would not match the secret's real ARN.
+    redis_url_secret_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/redis"
+  }
+
+  expect_failures = [var.redis_url_secret_arn]
 }
 
 run "rejects_unknown_lifecycle_source" {
