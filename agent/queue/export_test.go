@@ -1,0 +1,7 @@
+package queue
+
+// Bounds the tests check against.
+const (
+	DeadLetterAttempts = deadLetterAttempts
+	DeferReserve       = deferReserve
+)
