@@ -86,6 +86,7 @@ func TestSQSHoldKeepsQueuedMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		received := time.Now()
 		ms, err := q.Receive(ctx, pending)
 		if err != nil || len(ms) != pending {
 			t.Fatalf("Receive = %d messages, %v; want %d", len(ms), err, pending)
@@ -132,9 +133,14 @@ func TestSQSHoldKeepsQueuedMessages(t *testing.T) {
 		if len(calls) == 0 {
 			t.Error("no ChangeMessageVisibilityBatch calls")
 		}
-		for _, c := range calls {
+		for i, c := range calls {
 			if c.Status != 200 || c.Failed != 0 || c.N > 10 {
 				t.Errorf("extension call: status %d, %d of %d entries failed", c.Status, c.Failed, c.N)
+			}
+			// One batch for all three, every third of the timeout from
+			// the receive, while the first task runs.
+			if at := received.Add(time.Duration(i+1) * (vis / 3)); at.Before(received.Add(run)) && (!c.Time.Equal(at) || c.N != pending) {
+				t.Errorf("extension %d at %v with %d entries, want at %v with %d", i+1, c.Time.Sub(received), c.N, at.Sub(received), pending)
 			}
 		}
 		if warns := w.all(); len(warns) != 0 {

@@ -26,6 +26,8 @@ const (
 	// queueAttrsTTL is how long attributes read from a queue are trusted:
 	// an operator may raise a limit or change the redrive policy.
 	queueAttrsTTL = 5 * time.Minute
+	// attrsReadLimit bounds a read that no caller's context bounds.
+	attrsReadLimit = 10 * time.Second
 )
 
 // queueAttrs is what the source reads of a queue with GetQueueAttributes.

@@ -54,7 +54,9 @@ func (s *SQS) Hold(m *Message) (release func()) {
 		return func() {}
 	}
 	if _, ok := k.held[m.Handle]; !ok {
-		k.held[m.Handle] = &heldMsg{m: m, due: s.o.Now()} // the first pass schedules it
+		// The keeper's loop schedules it a third of the timeout after
+		// its receive.
+		k.held[m.Handle] = &heldMsg{m: m}
 	}
 	if !k.running {
 		k.running = true
@@ -122,7 +124,9 @@ func (k *keeper) visibility(ctx context.Context) time.Duration {
 func (k *keeper) run() {
 	defer k.done.Done()
 	s := k.s
-	vis := k.visibility(s.stop)
+	actx, cancel := context.WithTimeout(s.stop, attrsReadLimit)
+	vis := k.visibility(actx)
+	cancel()
 	interval := vis / 3
 	retry := min(time.Second, interval)
 	for {
