@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -11,11 +12,14 @@ import (
 // Memory is an in-process queue for embedded mode (one agent, tasks POSTed
 // to /v1/tasks). It keeps SQS's visibility semantics so the agent behaves the
 // same on both: a received message is hidden until it is deleted or its
-// visibility lapses, then it is handed out again with a higher receive count.
+// visibility lapses, then it is handed out again with a higher receive count;
+// with MaxReceiveCount, a message is dead-lettered on the receive that would
+// exceed it, and Defer re-sends as the SQS source does.
 type Memory struct {
-	visibility time.Duration
-	wait       time.Duration
-	capacity   int
+	visibility      time.Duration
+	wait            time.Duration
+	capacity        int
+	maxReceiveCount int
 
 	mu       sync.Mutex
 	wake     chan struct{} // closed and replaced whenever a message may have become available
@@ -34,6 +38,7 @@ type DeadLetter struct {
 type memMsg struct {
 	msg       Message
 	visibleAt time.Time
+	held      bool // extended by Hold whenever its visibility lapses
 }
 
 // MemoryOptions tune a Memory queue; zero values take the defaults.
@@ -44,6 +49,10 @@ type MemoryOptions struct {
 	Wait time.Duration
 	// Capacity bounds the messages held; Send fails past it (default 10000).
 	Capacity int
+	// MaxReceiveCount is the redrive policy's: the receive that would
+	// exceed it moves the message to the dead letters instead. Zero (the
+	// default) means no redrive.
+	MaxReceiveCount int
 }
 
 // keepDeadLetters bounds the dead letters Memory keeps for inspection.
@@ -68,11 +77,12 @@ func NewMemory(o MemoryOptions) *Memory {
 		o.Capacity = 10000
 	}
 	return &Memory{
-		visibility: o.Visibility,
-		wait:       o.Wait,
-		capacity:   o.Capacity,
-		wake:       make(chan struct{}),
-		inflight:   map[string]*memMsg{},
+		visibility:      o.Visibility,
+		wait:            o.Wait,
+		capacity:        o.Capacity,
+		maxReceiveCount: max(o.MaxReceiveCount, 0),
+		wake:            make(chan struct{}),
+		inflight:        map[string]*memMsg{},
 	}
 }
 
@@ -116,6 +126,9 @@ func (q *Memory) Send(_ context.Context, body []byte) (string, error) {
 func (q *Memory) requeueExpired(now time.Time) time.Time {
 	var next time.Time
 	for h, m := range q.inflight {
+		if m.held && !now.Before(m.visibleAt) {
+			m.visibleAt = now.Add(q.visibility)
+		}
 		if !now.Before(m.visibleAt) {
 			delete(q.inflight, h)
 			m.msg.Handle = ""
@@ -149,10 +162,12 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
 		}
 		now := time.Now()
 		next := q.requeueExpired(now)
+		q.redriveLocked()
 		if len(q.ready) > 0 {
 			n := min(max, len(q.ready))
 			out := make([]*Message, 0, n)
 			for _, m := range q.ready[:n] {
+				m.held = false
 				m.msg.ReceiveCount++
 				m.msg.Handle = newID()
 				m.visibleAt = now.Add(q.visibility)
@@ -193,6 +208,25 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
 	}
 }
 
+// redriveLocked moves ready messages already received MaxReceiveCount
+// times to the dead letters, as SQS does on the receive that would exceed
+// it.
+func (q *Memory) redriveLocked() {
+	if q.maxReceiveCount == 0 {
+		return
+	}
+	kept := q.ready[:0]
+	for _, m := range q.ready {
+		if m.msg.ReceiveCount >= q.maxReceiveCount {
+			q.deadLocked(m.msg, "maxReceiveCount exceeded")
+			continue
+		}
+		kept = append(kept, m)
+	}
+	clear(q.ready[len(kept):])
+	q.ready = kept
+}
+
 func cloneMap(m map[string]string) map[string]string {
 	c := make(map[string]string, len(m))
 	for k, v := range m {
@@ -210,15 +244,21 @@ func (q *Memory) Delete(_ context.Context, m *Message) error {
 	return nil
 }
 
-// ChangeVisibility hides m for d; d == 0 makes it available at once.
+// ChangeVisibility hides m for d (at most 12 hours); d == 0 makes it
+// available at once. It ends a Hold of m.
 func (q *Memory) ChangeVisibility(_ context.Context, m *Message, d time.Duration) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.changeVisibilityLocked(m, d)
+}
+
+func (q *Memory) changeVisibilityLocked(m *Message, d time.Duration) error {
 	im, ok := q.inflight[m.Handle]
 	if !ok {
 		return errStaleHandle
 	}
-	im.visibleAt = time.Now().Add(d)
+	im.held = false
+	im.visibleAt = time.Now().Add(min(max(d, 0), maxSQSVisibility))
 	// Waiting receivers recompute when the earliest message becomes visible.
 	q.signal()
 	return nil
@@ -235,11 +275,63 @@ func (q *Memory) DeadLetter(_ context.Context, m *Message, reason string) error 
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.inflight, m.Handle)
-	q.dead = append(q.dead, DeadLetter{Message: *m, Reason: reason})
+	q.deadLocked(*m, reason)
+	return nil
+}
+
+func (q *Memory) deadLocked(m Message, reason string) {
+	q.dead = append(q.dead, DeadLetter{Message: m, Reason: reason})
 	if len(q.dead) > keepDeadLetters {
 		q.dead = q.dead[len(q.dead)-keepDeadLetters:]
 	}
+}
+
+// Defer implements Source with the SQS source's semantics: within
+// deferReserve of MaxReceiveCount, m is re-sent (receive count reset,
+// DeferralsAttribute one higher, OriginalIDAttribute set, delayed by
+// min(delay, 15 min)); otherwise it is ChangeVisibility.
+func (q *Memory) Defer(_ context.Context, m *Message, delay time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	im, ok := q.inflight[m.Handle]
+	if !ok {
+		return errStaleHandle
+	}
+	if !mustResend(im.msg.ReceiveCount, q.maxReceiveCount) {
+		return q.changeVisibilityLocked(m, delay)
+	}
+	delete(q.inflight, m.Handle)
+	deferrals, _ := strconv.Atoi(im.msg.Attributes[DeferralsAttribute])
+	attrs := cloneMap(im.msg.Attributes)
+	attrs[DeferralsAttribute] = strconv.Itoa(deferrals + 1)
+	attrs[OriginalIDAttribute] = im.msg.ID
+	re := &memMsg{msg: Message{ID: im.msg.ID, Body: im.msg.Body, SentAt: time.Now(), Attributes: attrs}}
+	if delay = min(max(delay, 0), maxSQSDelay); delay > 0 {
+		// Delayed: in flight under a handle no consumer holds.
+		re.visibleAt = time.Now().Add(delay)
+		q.inflight[newID()] = re
+	} else {
+		q.ready = append(q.ready, re)
+	}
+	q.signal()
 	return nil
+}
+
+// Hold implements Source: m stays hidden until release is called or it is
+// deleted, deferred, dead-lettered or its visibility changed.
+func (q *Memory) Hold(m *Message) (release func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if im, ok := q.inflight[m.Handle]; ok {
+		im.held = true
+	}
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if im, ok := q.inflight[m.Handle]; ok {
+			im.held = false
+		}
+	}
 }
 
 // DeadLetters returns the most recent dead letters.

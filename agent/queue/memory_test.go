@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -98,4 +99,106 @@ func TestMemoryDeadLetterAndCapacity(t *testing.T) {
 	if ready, inflight := q.Len(); ready+inflight != 0 {
 		t.Fatal("dead-lettered message still in the queue")
 	}
+}
+
+// TestMemoryDeferKeepsBudget: with a redrive policy, a message deferred
+// more times than MaxReceiveCount is never dead-lettered and keeps its id;
+// handing it back with ChangeVisibility dead-letters it as SQS would.
+func TestMemoryDeferKeepsBudget(t *testing.T) {
+	const maxReceive = 3
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		handOff func(*Memory, *Message) error
+		wantDLQ bool
+	}{
+		{"defer", func(q *Memory, m *Message) error { return q.Defer(ctx, m, 0) }, false},
+		{"change visibility spends the budget", func(q *Memory, m *Message) error { return q.ChangeVisibility(ctx, m, 0) }, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := NewMemory(MemoryOptions{Wait: 10 * time.Millisecond, MaxReceiveCount: maxReceive})
+			id, _ := q.Send(ctx, []byte("a"))
+			rounds := 0
+			for ; rounds < 3*maxReceive; rounds++ {
+				ms, err := q.Receive(ctx, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ms) == 0 {
+					break
+				}
+				if ms[0].ID != id || (!tc.wantDLQ && ms[0].ReceiveCount > maxReceive-deferReserve) {
+					t.Fatalf("round %d: %+v, want id %s received at most %d times", rounds, ms[0], id, maxReceive-deferReserve)
+				}
+				if err := tc.handOff(q, ms[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dl := q.DeadLetters()
+			if tc.wantDLQ {
+				if rounds != maxReceive || len(dl) != 1 || dl[0].Message.ID != id {
+					t.Errorf("received %d times, dead letters %+v; want %d and the message", rounds, dl, maxReceive)
+				}
+				return
+			}
+			if rounds != 3*maxReceive || len(dl) != 0 {
+				t.Errorf("received %d times, dead letters %+v; want %d and none", rounds, dl, 3*maxReceive)
+			}
+		})
+	}
+}
+
+// TestMemoryDeferDelay: a re-sent message waits min(delay, 15 min); one
+// deferred by ChangeVisibility waits the whole delay.
+func TestMemoryDeferDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		for _, tc := range []struct {
+			maxReceive int
+			want       time.Duration
+		}{{1, 15 * time.Minute}, {0, 30 * time.Minute}} {
+			q := NewMemory(MemoryOptions{Wait: time.Second, MaxReceiveCount: tc.maxReceive})
+			q.Send(ctx, []byte("a"))
+			ms, _ := q.Receive(ctx, 1)
+			if err := q.Defer(ctx, ms[0], 30*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			for {
+				ms, _ := q.Receive(ctx, 1)
+				if len(ms) == 1 {
+					break
+				}
+			}
+			if got := time.Since(start); got < tc.want || got > tc.want+time.Second {
+				t.Errorf("maxReceiveCount %d: back after %v, want %v", tc.maxReceive, got, tc.want)
+			}
+		}
+	})
+}
+
+// TestMemoryHold: a held message stays hidden past its visibility until it
+// is released, then lapses as usual.
+func TestMemoryHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		q := NewMemory(MemoryOptions{Visibility: 4 * time.Second, Wait: time.Second})
+		q.Send(ctx, []byte("a"))
+		ms, _ := q.Receive(ctx, 1)
+		release := q.Hold(ms[0])
+		time.Sleep(9 * time.Second) // bubble time
+		if again, _ := q.Receive(ctx, 1); len(again) != 0 {
+			t.Fatalf("held message received again: %+v", again[0])
+		}
+		release()
+		time.Sleep(4 * time.Second)
+		again, _ := q.Receive(ctx, 1)
+		if len(again) != 1 || again[0].ReceiveCount != 2 {
+			t.Fatalf("after release = %+v, want the message back", again)
+		}
+		if err := q.Delete(ctx, again[0]); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -17,10 +17,24 @@ var ErrNoDeadLetter = errors.New("queue: no dead-letter queue configured")
 // ErrClosed is returned by Send and Receive after Close.
 var ErrClosed = errors.New("queue: closed")
 
+// Message attributes the queue sets on messages it re-sends or moves.
+const (
+	// RejectReasonAttribute carries DeadLetter's reason on the DLQ copy.
+	RejectReasonAttribute = "autodiag-reject-reason"
+	// TruncatedAttribute is set on a DLQ copy whose body was cut to fit the
+	// DLQ's MaximumMessageSize: the original body's size in bytes.
+	TruncatedAttribute = "autodiag-truncated"
+	// DeferralsAttribute counts how often Defer re-sent a message.
+	DeferralsAttribute = "autodiag-deferrals"
+	// OriginalIDAttribute is the message id a re-sent message was first
+	// sent with; Message.ID reads it so the id stays stable.
+	OriginalIDAttribute = "autodiag-original-id"
+)
+
 // Message is one received task message.
 type Message struct {
-	// ID is the queue's message id (SQS MessageId); the task id when the
-	// body has none.
+	// ID is the queue's message id (SQS MessageId) as first sent, kept
+	// across Defer's re-sends; the task id when the body has none.
 	ID string
 	// Body is the raw task JSON.
 	Body []byte
@@ -46,10 +60,23 @@ type Source interface {
 	// Delete acknowledges a message whose task has ended. Implementations
 	// may batch deletes; Close flushes them.
 	Delete(ctx context.Context, m *Message) error
-	// ChangeVisibility hides m for d from now: the agent extends it while a
-	// task runs and defers rate-limited work with it; d == 0 releases the
-	// message to other consumers at once.
+	// ChangeVisibility hides m for d from now; d == 0 releases the message
+	// to other consumers at once. Each such release costs a receive of the
+	// queue's maxReceiveCount; Defer does not.
 	ChangeVisibility(ctx context.Context, m *Message, d time.Duration) error
+	// Defer hands m back to be received again after delay (0: at once), for
+	// limiter deferrals and drain releases. Unlike ChangeVisibility it never
+	// spends the message's way to the dead-letter queue: once the receive
+	// count nears the queue's maxReceiveCount, m is re-sent as a new message
+	// (DeferralsAttribute counting the deferrals, OriginalIDAttribute keeping
+	// its ID) and the old one deleted.
+	Defer(ctx context.Context, m *Message, delay time.Duration) error
+	// Hold keeps m hidden, extending its visibility in the background, until
+	// release is called or m is deleted, deferred, dead-lettered or its
+	// visibility changed; a message received ahead of a free worker must not
+	// lapse and be received again while it waits. release is idempotent and
+	// returns once no extension of m is in progress.
+	Hold(m *Message) (release func())
 	// DeadLetter moves m to the dead-letter queue with reason attached and
 	// deletes it from the source, or returns ErrNoDeadLetter.
 	DeadLetter(ctx context.Context, m *Message, reason string) error

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptrace"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,12 +23,11 @@ type SQSAPI interface {
 	DeleteMessageBatch(ctx context.Context, params *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
 	ChangeMessageVisibility(ctx context.Context, params *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 	SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, params *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+	GetQueueAttributes(ctx context.Context, params *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 }
 
 var _ SQSAPI = (*sqs.Client)(nil)
-
-// RejectReasonAttribute is the message attribute DeadLetter puts the reason in.
-const RejectReasonAttribute = "autodiag-reject-reason"
 
 // SQS limits the source respects.
 const (
@@ -70,6 +68,9 @@ type SQSOptions struct {
 	// Now is the clock that ChangeVisibility measures a message's time in
 	// flight with; nil = time.Now.
 	Now func() time.Time
+	// OnGraceDecided, when set, is called as a cancelled poll's grace ends,
+	// with whether its answer had begun; tests observe the decision with it.
+	OnGraceDecided func(answering bool)
 }
 
 // Validate reports every problem with o at once, naming the config key.
@@ -111,6 +112,9 @@ type SQS struct {
 	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
 	flushes  sync.WaitGroup
+
+	taskAttrs, dlqAttrs attrCache
+	keep                *keeper
 }
 
 type pendingDelete struct {
@@ -144,11 +148,18 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if o.OnGraceDecided == nil {
+		o.OnGraceDecided = func(bool) {}
+	}
 	stop, cancel := context.WithCancel(context.Background())
-	return &SQS{
+	s := &SQS{
 		c: client, o: o, log: log.With("component", "queue.sqs"),
 		stop: stop, cancel: cancel, received: map[string]time.Time{},
+		taskAttrs: attrCache{url: o.QueueURL},
+		dlqAttrs:  attrCache{url: o.DLQURL},
 	}
+	s.keep = newKeeper(s)
+	return s
 }
 
 // Receive implements Source: one long poll for up to min(max, 10) messages.
@@ -184,7 +195,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	graceWatch := context.AfterFunc(ctx, func() {
 		g.after(s.o.ReceiveGrace, func() {
 			begun := answering.Load()
-			graceDecided(begun)
+			s.o.OnGraceDecided(begun)
 			if begun {
 				g.after(answerReadLimit, cancel)
 				return
@@ -258,10 +269,6 @@ func (g *graceTimer) stop() {
 	}
 }
 
-// graceDecided is called when a cancelled poll's grace ends, with whether
-// its answer had begun; tests replace it to observe the decision.
-var graceDecided = func(answering bool) {}
-
 // answerReadLimit bounds the reading of an answer that had begun when
 // Receive's ctx ended.
 const answerReadLimit = time.Second
@@ -284,6 +291,9 @@ func fromSQS(m types.Message) *Message {
 		if v.StringValue != nil {
 			msg.Attributes[k] = *v.StringValue
 		}
+	}
+	if id := msg.Attributes[OriginalIDAttribute]; id != "" {
+		msg.ID = id
 	}
 	return msg
 }
@@ -310,6 +320,20 @@ func (s *SQS) forget(handle string) {
 	s.mu.Unlock()
 }
 
+// clampLocked bounds a visibility change of the message received with
+// handle to SQS's 12 hours in flight from its receive.
+func (s *SQS) clampLocked(handle string, d time.Duration) time.Duration {
+	d = min(max(d, 0), maxSQSVisibility)
+	if at, ok := s.received[handle]; ok {
+		// at is when the receive request started, no later than SQS's
+		// receive time, so this never overshoots.
+		if limit := maxSQSVisibility - s.o.Now().Sub(at); d > limit {
+			d = max(0, limit.Truncate(time.Second)) // rounding up could pass the cap
+		}
+	}
+	return d
+}
+
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
@@ -330,6 +354,7 @@ func (s *SQS) isClosed() bool {
 // once. If ctx ends first, Delete returns ctx.Err() and the batch still goes
 // out.
 func (s *SQS) Delete(ctx context.Context, m *Message) error {
+	s.keep.unhold(m)
 	p := &pendingDelete{handle: m.Handle, id: m.ID, done: make(chan error, 1)}
 	s.mu.Lock()
 	delete(s.received, m.Handle)
@@ -461,17 +486,12 @@ func (e *BatchEntryError) Error() string {
 
 // ChangeVisibility implements Source. d is rounded up to whole seconds and
 // clamped so the message's total time in flight stays within SQS's 12 hours
-// from its receive (SQS rejects more); d == 0 releases it.
+// from its receive (SQS rejects more); d == 0 releases it. It ends a Hold
+// of m.
 func (s *SQS) ChangeVisibility(ctx context.Context, m *Message, d time.Duration) error {
-	d = min(max(d, 0), maxSQSVisibility)
+	s.keep.unhold(m)
 	s.mu.Lock()
-	if at, ok := s.received[m.Handle]; ok {
-		// at is when the receive request started, no later than SQS's
-		// receive time, so this never overshoots.
-		if limit := maxSQSVisibility - s.o.Now().Sub(at); d > limit {
-			d = max(0, limit.Truncate(time.Second)) // rounding up could pass the cap
-		}
-	}
+	d = s.clampLocked(m.Handle, d)
 	if d == 0 {
 		delete(s.received, m.Handle)
 	}
@@ -483,46 +503,6 @@ func (s *SQS) ChangeVisibility(ctx context.Context, m *Message, d time.Duration)
 	})
 	if err != nil {
 		return fmt.Errorf("queue: change visibility of %s to %v: %w", m.ID, d, err)
-	}
-	return nil
-}
-
-// DeadLetter implements Source: the original body goes to the DLQ with the
-// reason in RejectReasonAttribute and the original string attributes (as
-// many as fit in SQS's 10, by name), then the message is deleted here.
-func (s *SQS) DeadLetter(ctx context.Context, m *Message, reason string) error {
-	if s.o.DLQURL == "" {
-		return ErrNoDeadLetter
-	}
-	if reason == "" {
-		reason = "unspecified"
-	}
-	attrs := map[string]types.MessageAttributeValue{
-		RejectReasonAttribute: {DataType: aws.String("String"), StringValue: aws.String(reason)},
-	}
-	names := make([]string, 0, len(m.Attributes))
-	for k, v := range m.Attributes {
-		if k != RejectReasonAttribute && v != "" {
-			names = append(names, k)
-		}
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if len(attrs) == maxSQSAttributes {
-			break
-		}
-		attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(m.Attributes[k])}
-	}
-	defer s.forget(m.Handle)
-	if _, err := s.c.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl:          aws.String(s.o.DLQURL),
-		MessageBody:       aws.String(string(m.Body)),
-		MessageAttributes: attrs,
-	}); err != nil {
-		return fmt.Errorf("queue: dead-letter %s: %w", m.ID, err)
-	}
-	if err := s.Delete(ctx, m); err != nil {
-		return fmt.Errorf("queue: dead-letter %s: sent, but: %w", m.ID, err)
 	}
 	return nil
 }
@@ -542,18 +522,20 @@ func (s *SQS) Send(ctx context.Context, body []byte) (string, error) {
 	return aws.ToString(out.MessageId), nil
 }
 
-// Close implements Source: it aborts long polls in progress, sends pending
-// deletes at once and waits for them (or ctx). Deletes after Close are sent
-// unbatched.
+// Close implements Source: it aborts long polls in progress, stops extending
+// held messages, sends pending deletes at once and waits for them (or ctx).
+// Deletes after Close are sent unbatched.
 func (s *SQS) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.flushLocked()
 	s.mu.Unlock()
+	s.keep.close()
 	s.cancel()
 	done := make(chan struct{})
 	go func() {
 		s.flushes.Wait()
+		s.keep.wait()
 		close(done)
 	}()
 	select {
@@ -562,4 +544,15 @@ func (s *SQS) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("queue: close: pending deletes: %w", ctx.Err())
 	}
+}
+
+// receivedAt is when the receive of the message with handle started, or
+// def when unknown.
+func (s *SQS) receivedAt(handle string, def time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at, ok := s.received[handle]; ok {
+		return at
+	}
+	return def
 }

@@ -270,11 +270,11 @@ func (s slowAnswer) ReceiveMessage(ctx context.Context, _ *sqs.ReceiveMessageInp
 // the grace ends.
 func TestSQSReceiveGrace(t *testing.T) {
 	decided := make(chan bool, 1)
-	defer queue.SetGraceDecided(func(answering bool) { decided <- answering })()
+	onDecided := func(answering bool) { decided <- answering }
 
 	t.Run("answer begun", func(t *testing.T) {
 		api := slowAnswer{begun: make(chan struct{}), release: make(chan struct{})}
-		q := queue.NewSQS(api, queue.SQSOptions{QueueURL: "https://sqs.test/1/tasks", WaitTime: time.Second, ReceiveGrace: time.Millisecond})
+		q := queue.NewSQS(api, queue.SQSOptions{QueueURL: "https://sqs.test/1/tasks", WaitTime: time.Second, ReceiveGrace: time.Millisecond, OnGraceDecided: onDecided})
 		ctx, cancel := context.WithCancel(context.Background())
 		type result struct {
 			n   int
@@ -303,7 +303,7 @@ func TestSQSReceiveGrace(t *testing.T) {
 
 	t.Run("idle", func(t *testing.T) {
 		f := newFixture(t)
-		q := f.source(queue.SQSOptions{WaitTime: 20 * time.Second, ReceiveGrace: time.Millisecond})
+		q := f.source(queue.SQSOptions{WaitTime: 20 * time.Second, ReceiveGrace: time.Millisecond, OnGraceDecided: onDecided})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { _, err := q.Receive(ctx, 10); done <- err }()

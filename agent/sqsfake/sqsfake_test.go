@@ -1029,3 +1029,45 @@ func TestRawProtocol(t *testing.T) {
 		}
 	})
 }
+
+// TestMaximumMessageSizeCountsAttributes: SendMessage counts the body plus
+// each attribute's name, data type and value bytes against the queue's
+// MaximumMessageSize, accepting a message of exactly that size.
+func TestMaximumMessageSizeCountsAttributes(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	def := e.queue(t, "size-default", nil)
+	big := e.queue(t, "size-1mib", map[string]string{"MaximumMessageSize": "1048576"})
+	attrs := map[string]types.MessageAttributeValue{
+		"k":   {DataType: aws.String("String"), StringValue: aws.String("vv")},     // 1 + 6 + 2
+		"n":   {DataType: aws.String("Number.int"), StringValue: aws.String("42")}, // 1 + 10 + 2
+		"bin": {DataType: aws.String("Binary"), BinaryValue: []byte{0, 1, 2}},      // 3 + 6 + 3
+	}
+	const attrBytes = 9 + 13 + 12
+	tests := []struct {
+		name  string
+		url   string
+		body  int
+		fault bool
+	}{
+		{"exactly the default", def, 262144 - attrBytes, false},
+		{"one byte over the default", def, 262144 - attrBytes + 1, true},
+		{"exactly 1 MiB", big, 1048576 - attrBytes, false},
+		{"one byte over 1 MiB", big, 1048576 - attrBytes + 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.SendMessage(ctx, &sqs.SendMessageInput{
+				QueueUrl: aws.String(tc.url), MessageBody: aws.String(strings.Repeat("é", tc.body/2) + strings.Repeat("x", tc.body%2)),
+				MessageAttributes: attrs,
+			})
+			var ae smithy.APIError
+			switch {
+			case !tc.fault && err != nil:
+				t.Fatalf("SendMessage of %d bytes = %v, want accepted", tc.body+attrBytes, err)
+			case tc.fault && (!errors.As(err, &ae) || ae.ErrorCode() != "InvalidParameterValue" || !strings.Contains(ae.ErrorMessage(), "shorter than")):
+				t.Fatalf("SendMessage of %d bytes = %v, want InvalidParameterValue: must be shorter", tc.body+attrBytes, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package queue_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/sqsfake"
+)
+
+// inProcess is an HTTP client that serves requests with a handler in the
+// calling goroutine: no sockets, so the real SDK client works inside a
+// testing/synctest bubble.
+type inProcess struct{ h http.Handler }
+
+func (c inProcess) Do(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	c.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+// warnings records the messages of warnings logged.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}
+
+// bubbleFixture is an sqsfake server and an SDK client of it, in process,
+// for tests inside a synctest bubble; the task queue has visibility vis.
+func bubbleFixture(t *testing.T, vis time.Duration) (*sqsfake.Server, *sqs.Client, string) {
+	srv := sqsfake.New()
+	srv.SetBaseURL("http://sqs.test")
+	t.Cleanup(srv.Close)
+	cfg := sqsfake.SDKConfig("http://sqs.test")
+	cfg.HTTPClient = inProcess{srv}
+	client := sqs.NewFromConfig(cfg)
+	url, err := srv.CreateQueue("tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(vis / time.Second))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, client, url
+}
+
+// TestSQSHoldKeepsQueuedMessages: one consumer receives messages ahead of
+// its single worker, which runs each for 9 s with a 4 s visibility
+// timeout. Held, none lapses while it waits: every message is received
+// once, deleted with its only handle, and no extension fails.
+func TestSQSHoldKeepsQueuedMessages(t *testing.T) {
+	const (
+		vis     = 4 * time.Second
+		run     = 9 * time.Second
+		pending = 3
+	)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv, client, url := bubbleFixture(t, vis)
+		w := &warnings{}
+		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis, Logger: slog.New(w)})
+		for range pending {
+			if _, err := q.Send(ctx, []byte("task")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		received := time.Now()
+		ms, err := q.Receive(ctx, pending)
+		if err != nil || len(ms) != pending {
+			t.Fatalf("Receive = %d messages, %v; want %d", len(ms), err, pending)
+		}
+		var releases []func()
+		for _, m := range ms {
+			releases = append(releases, q.Hold(m))
+		}
+
+		// The consumer keeps polling while its worker is busy: a message
+		// whose visibility lapsed would be received again here.
+		pollCtx, stopPolling := context.WithCancel(ctx)
+		var again []*queue.Message
+		polled := make(chan struct{})
+		go func() {
+			defer close(polled)
+			for pollCtx.Err() == nil {
+				got, _ := q.Receive(pollCtx, 10)
+				again = append(again, got...)
+			}
+		}()
+		for i, m := range ms {
+			time.Sleep(run) // the worker runs the task, in bubble time
+			if err := q.Delete(ctx, m); err != nil {
+				t.Errorf("Delete: %v", err)
+			}
+			releases[i]() // a no-op after Delete
+		}
+		stopPolling()
+		<-polled
+		if len(again) != 0 {
+			t.Errorf("%d messages received again while held", len(again))
+		}
+		v, _ := srv.Queue("tasks")
+		if !v.Empty() || v.Stats.Deleted != pending || v.Stats.StaleDeletes != 0 {
+			t.Errorf("queue stats %+v, want %d deleted, none stale", v.Stats, pending)
+		}
+		for _, h := range v.History {
+			if h.ReceiveCount != 1 {
+				t.Errorf("message %s received %d times, want 1", h.ID, h.ReceiveCount)
+			}
+		}
+		calls := srv.Calls("ChangeMessageVisibilityBatch")
+		if len(calls) == 0 {
+			t.Error("no ChangeMessageVisibilityBatch calls")
+		}
+		for i, c := range calls {
+			if c.Status != 200 || c.Failed != 0 || c.N > 10 {
+				t.Errorf("extension call: status %d, %d of %d entries failed", c.Status, c.Failed, c.N)
+			}
+			// One batch for all three, every third of the timeout from
+			// the receive, while the first task runs.
+			if at := received.Add(time.Duration(i+1) * (vis / 3)); at.Before(received.Add(run)) && (!c.Time.Equal(at) || c.N != pending) {
+				t.Errorf("extension %d at %v with %d entries, want at %v with %d", i+1, c.Time.Sub(received), c.N, at.Sub(received), pending)
+			}
+		}
+		if warns := w.all(); len(warns) != 0 {
+			t.Errorf("warnings: %q", warns)
+		}
+		if err := q.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := q.Held(); n != 0 {
+			t.Errorf("%d messages still held", n)
+		}
+	})
+}
+
+// TestSQSHoldRetriesFailedEntries: an extension entry that fails with a
+// server fault is tried again before the visibility lapses, and held
+// messages beyond 10 go in further batches.
+func TestSQSHoldRetriesFailedEntries(t *testing.T) {
+	const vis = 3 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv, client, url := bubbleFixture(t, vis)
+		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis})
+		defer q.Close(ctx)
+		var ms []*queue.Message
+		for range 12 {
+			if _, err := q.Send(ctx, []byte("task")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(ms) < 12 {
+			got, err := q.Receive(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, got...)
+		}
+		for _, m := range ms {
+			q.Hold(m)
+		}
+		srv.InjectFault(sqsfake.Fault{Op: "ChangeMessageVisibilityBatch", Kind: sqsfake.FaultBatchEntryError, Count: 3})
+		time.Sleep(5 * vis)
+		if got, _ := q.Receive(ctx, 10); len(got) != 0 {
+			t.Fatalf("%d held messages lapsed and were received again", len(got))
+		}
+		failed := 0
+		for _, c := range srv.Calls("ChangeMessageVisibilityBatch") {
+			if c.N > 10 {
+				t.Errorf("batch of %d entries", c.N)
+			}
+			failed += c.Failed
+		}
+		if failed != 3 {
+			t.Errorf("%d failed entries, want the 3 injected", failed)
+		}
+		for _, m := range ms {
+			if err := q.Delete(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, _ := srv.Queue("tasks"); v.Stats.Deleted != 12 || v.Stats.StaleDeletes != 0 {
+			t.Errorf("queue stats %+v, want 12 deleted, none stale", v.Stats)
+		}
+	})
+}
