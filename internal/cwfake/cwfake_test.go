@@ -449,3 +449,40 @@ func TestWait(t *testing.T) {
 		t.Errorf("Reset left data or calls")
 	}
 }
+
+// TestConcurrentPublishers checks that requests racing each other are all
+// recorded, each with its own sequence number.
+func TestConcurrentPublishers(t *testing.T) {
+	e := newEnv(t)
+	const workers, each = 4, 25
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range each {
+				if err := put(t.Context(), e.client, "autodiag", []cwtypes.MetricDatum{agentDatum(fmt.Sprintf("W%d", w), float64(i))}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatalf("PutMetricData: %v", err)
+		}
+	}
+	data := e.srv.Data()
+	seen := map[int]bool{}
+	for _, d := range data {
+		seen[d.Seq] = true
+	}
+	if len(data) != workers*each || len(seen) != workers*each {
+		t.Errorf("%d datums with %d distinct Seq, want %d", len(data), len(seen), workers*each)
+	}
+	for w := range workers {
+		if n := len(cwfake.Named(data, fmt.Sprintf("W%d", w))); n != each {
+			t.Errorf("W%d: %d datums, want %d", w, n, each)
+		}
+	}
+}
