@@ -1,0 +1,131 @@
+package cwfake
+
+// FaultKind says how an injected fault answers a request.
+type FaultKind int
+
+const (
+	// FaultThrottle answers 400 Throttling ("Rate exceeded"), which the
+	// SDK's standard retryer retries as a throttle.
+	FaultThrottle FaultKind = iota + 1
+	// FaultServerError answers 500 InternalServiceError
+	// (*types.InternalServiceFault in the SDK).
+	FaultServerError
+	// FaultUnavailable answers 503 ServiceUnavailable.
+	FaultUnavailable
+)
+
+func (k FaultKind) String() string {
+	switch k {
+	case FaultThrottle:
+		return "throttle"
+	case FaultServerError:
+		return "server-error"
+	case FaultUnavailable:
+		return "unavailable"
+	}
+	return ""
+}
+
+// Fault describes PutMetricData requests to fail. A faulted request is
+// answered before it is decoded, so nothing of it is recorded, as with a
+// throttled or failed call to CloudWatch.
+type Fault struct {
+	Kind FaultKind
+	// Count limits how many requests are hit; 0 means unlimited.
+	Count int
+	// Skip lets this many requests through before the fault arms.
+	Skip int
+	// Probability that a request is hit, in (0,1]; 0 means always. Draws
+	// come from the server's random source (see WithSeed).
+	Probability float64
+}
+
+type faultState struct {
+	id    int
+	f     Fault
+	seen  int
+	fired int
+}
+
+// InjectFault arms a fault and returns its id for RemoveFault and
+// FaultFired. Faults are checked in the order they were added; the first
+// that fires answers the request.
+func (s *Server) InjectFault(f Fault) int {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.nextID++
+	s.faults = append(s.faults, &faultState{id: s.nextID, f: f})
+	return s.nextID
+}
+
+// ThrottleNext makes the next n requests fail with Throttling.
+func (s *Server) ThrottleNext(n int) int { return s.InjectFault(Fault{Kind: FaultThrottle, Count: n}) }
+
+// FailNext makes the next n requests fail with 500 InternalServiceError.
+func (s *Server) FailNext(n int) int { return s.InjectFault(Fault{Kind: FaultServerError, Count: n}) }
+
+// RemoveFault disarms the fault with the given id.
+func (s *Server) RemoveFault(id int) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for i, fs := range s.faults {
+		if fs.id == id {
+			s.faults = append(s.faults[:i], s.faults[i+1:]...)
+			return
+		}
+	}
+}
+
+// ClearFaults disarms every fault.
+func (s *Server) ClearFaults() {
+	s.faultMu.Lock()
+	s.faults = nil
+	s.faultMu.Unlock()
+}
+
+// FaultFired reports how many requests the fault with the given id hit
+// (0 once it is removed).
+func (s *Server) FaultFired(id int) int {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for _, fs := range s.faults {
+		if fs.id == id {
+			return fs.fired
+		}
+	}
+	return 0
+}
+
+// pickFault returns the error of the first armed fault that hits the
+// request, and notes its kind in call.
+func (s *Server) pickFault(call *Call) *apiError {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for _, fs := range s.faults {
+		f := fs.f
+		if f.Kind < FaultThrottle || f.Kind > FaultUnavailable {
+			continue
+		}
+		if f.Count > 0 && fs.fired >= f.Count {
+			continue
+		}
+		fs.seen++
+		if fs.seen <= f.Skip {
+			continue
+		}
+		if f.Probability > 0 && s.rng.Float64() >= f.Probability {
+			continue
+		}
+		fs.fired++
+		call.Fault = f.Kind
+		switch f.Kind {
+		case FaultThrottle:
+			return errThrottling()
+		case FaultServerError:
+			return errInternal()
+		case FaultUnavailable:
+			return errUnavailable()
+		}
+	}
+	return nil
+}
