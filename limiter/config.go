@@ -49,6 +49,11 @@ type Config struct {
 // HostsConfig is the allow-list of host names (regular expressions, any of).
 type HostsConfig struct {
 	Allow []string `yaml:"allow"`
+	// AllowIPLiterals lets a task name a loopback, link-local, unspecified
+	// or instance-metadata address, or a numeric-only host form, which are
+	// rejected before the allow-list by default so a diagnostic cannot be
+	// pointed at the instance's credentials.
+	AllowIPLiterals bool `yaml:"allow_ip_literals"`
 }
 
 // DedupeConfig names the task field that identifies an alert event and how
