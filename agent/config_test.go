@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/runner"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -160,5 +165,171 @@ func TestEnvOverrides(t *testing.T) {
 	env["AUTODIAG_WORKERS"] = "0"
 	if _, err := LoadConfig(nil, lookup); err == nil || !strings.Contains(err.Error(), "workers") {
 		t.Fatalf("env value not validated: %v", err)
+	}
+}
+
+// catalogYAML is a config whose one diagnostic runs argv, with a
+// permissive parameter x.
+func catalogYAML(t *testing.T, argv []string) string {
+	t.Helper()
+	cmd, err := json.Marshal(argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "diagnostics:\n  - name: d\n    params: {x: '.*'}\n    command: " + string(cmd) + "\n"
+}
+
+func TestConfigRejectsPlaceholderInScript(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		argv []string
+		bad  int // index of the rejected argument; -1 = accepted
+	}{
+		{"sh -c", []string{"/bin/sh", "-c", "echo {param.x}"}, 2},
+		{"bash -ec", []string{"/bin/bash", "-ec", "df {param.x}"}, 2},
+		{"bash -lc", []string{"/usr/bin/bash", "-lc", "echo {host}"}, 2},
+		{"dash", []string{"/bin/dash", "-c", "echo {param.x}"}, 2},
+		{"zsh", []string{"/bin/zsh", "-c", "echo {id}"}, 2},
+		{"ksh", []string{"/bin/ksh", "-c", "echo {param.x}"}, 2},
+		{"options after -c", []string{"/bin/sh", "-c", "-e", "echo {param.x}"}, 3},
+		{"option with a value", []string{"/bin/bash", "-o", "pipefail", "-c", "echo {param.x}"}, 4},
+		{"busybox sh", []string{"/bin/busybox", "sh", "-c", "echo {param.x}"}, 3},
+		{"env sh", []string{"/usr/bin/env", "sh", "-c", "echo {param.x}"}, 3},
+		{"env options and assignments", []string{"/usr/bin/env", "-i", "-u", "HOME", "LANG=C", "/bin/sh", "-c", "echo {param.x}"}, 7},
+		{"env -S", []string{"/usr/bin/env", "-S", "sh -c 'echo {param.x}'"}, 2},
+		{"python3 -c", []string{"/usr/bin/python3", "-c", "print('{param.x}')"}, 2},
+		{"python -Ic", []string{"/usr/bin/python3.12", "-Ic", "print('{param.x}')"}, 2},
+		{"python -cCODE", []string{"/usr/bin/python", "-cprint('{param.x}')"}, 1},
+		{"perl -e", []string{"/usr/bin/perl", "-e", "print '{param.x}'"}, 2},
+		{"perl -le", []string{"/usr/bin/perl", "-Mstrict", "-le", "print '{param.x}'"}, 3},
+		{"ruby -e", []string{"/usr/bin/ruby", "-e", "puts '{param.x}'"}, 2},
+		{"node -e", []string{"/usr/bin/node", "-e", "console.log('{param.x}')"}, 2},
+		{"node -pe", []string{"/usr/bin/node", "-pe", "'{param.x}'"}, 2},
+		{"node --eval=", []string{"/usr/bin/node", "--eval=console.log('{param.x}')"}, 1},
+
+		{"sh value as its own argument", []string{"/bin/sh", "-c", `echo "$1"`, "sh", "{param.x}"}, -1},
+		{"bash -ec value as its own argument", []string{"/bin/bash", "-ec", `df -h -- "$1"`, "bash", "{host}"}, -1},
+		{"python value as its own argument", []string{"/usr/bin/python3", "-c", "import sys; print(sys.argv[1])", "{param.x}"}, -1},
+		{"perl value as its own argument", []string{"/usr/bin/perl", "-e", "print $ARGV[0]", "{param.x}"}, -1},
+		{"node value as its own argument", []string{"/usr/bin/node", "-e", "console.log(process.argv[1])", "{param.x}"}, -1},
+		{"script file", []string{"/bin/sh", "/opt/diag/check.sh", "{param.x}"}, -1},
+		{"env in front of a plain command", []string{"/usr/bin/env", "LANG=C", "/usr/bin/df", "-h", "{param.x}"}, -1},
+		{"not an interpreter", []string{"/usr/bin/getent", "ahosts", "{host}"}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadConfig([]byte(catalogYAML(t, tc.argv)), nil)
+			if tc.bad < 0 {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				return
+			}
+			want := fmt.Sprintf("diagnostics[0].command[%d] (line 4): ", tc.bad)
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "argument of its own") {
+				t.Fatalf("error = %v\nwant one naming %q and saying how to pass the value", err, want)
+			}
+		})
+	}
+}
+
+func TestConfigScriptPlaceholderSuggestion(t *testing.T) {
+	_, err := LoadConfig([]byte(catalogYAML(t, []string{"/bin/sh", "-c", "echo {param.x}"})), nil)
+	want := `[/bin/sh, -c, 'echo "$1"', sh, '{param.x}']`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v\nwant the suggestion %s", err, want)
+	}
+}
+
+func TestConfigReportsEveryProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"every duplicate key", "workers: 1\nworkers: 2\nlog_level: info\nqueue:\n  url: \"\"\n  url: \"\"\nlog_level: warn\n", []string{
+			"workers (line 2): duplicate key (first at line 1)", "queue.url (line 6): duplicate key", "log_level (line 7): duplicate key"}},
+		{"every type error and the checks", "workers: many\nqueue:\n  wait_time: soon\n  batch_size: 11\nlog_level: loud\n" +
+			"diagnostics:\n  - {name: x, command: [/bin/true], max_output: lots, timeout: never}\n", []string{
+			"workers (line 1)", "queue.wait_time (line 3)", "queue.batch_size (line 4)", "log_level (line 5)",
+			"diagnostics[0].max_output (line 7)", "diagnostics[0].timeout (line 7)"}},
+		{"unknown keys and type errors", "workerz: 1\nworkers: [1]\nredis:\n  prefixx: a\n", []string{
+			"workerz (line 1): unknown key", "workers (line 2): want a whole number", "redis.prefixx (line 4): unknown key"}},
+		{"size overflow", "diagnostics:\n  - name: x\n    command: [/bin/true]\n    max_output: 17179869184GiB\n", []string{
+			"diagnostics[0].max_output (line 4)"}},
+		{"second document", "workers: 2\n---\nworkers: 3\n", []string{"config (line 3): a second YAML document"}},
+		{"line of a list item", "limiter:\n  rules:\n    - name: a\n      limits:\n        - daily: 2\n        - min_interval: 2h\n" +
+			"        - window: {count: 10, per: 1m}\n        - {daily: 1, min_interval: 1h}\n", []string{
+			"limiter.rules[0].limits[3] (line 8)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadConfig([]byte(tc.yaml), nil)
+			if err == nil {
+				t.Fatal("LoadConfig accepted an invalid file")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigDedupeKeyIsATaskField(t *testing.T) {
+	for _, tc := range []struct {
+		key string
+		ok  bool
+	}{
+		{"alert.event_id", true}, {"host", true}, {"params.ticket", true}, {"", true},
+		{"alert.eventid", false}, {"alert_event_id", false}, {"params.", false},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			_, err := LoadConfig([]byte("limiter:\n  dedupe:\n    key: "+strconv.Quote(tc.key)+"\n"), nil)
+			if tc.ok && err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "limiter.dedupe.key (line 3)")) {
+				t.Fatalf("error = %v, want one naming limiter.dedupe.key", err)
+			}
+		})
+	}
+}
+
+func TestConfigEffectiveDiagnosticTimeoutWithinDrain(t *testing.T) {
+	drainTimeout := runner.DefaultTimeout / 2
+	base := fmt.Sprintf("lifecycle:\n  drain_timeout: %s\ndiagnostics:\n", drainTimeout)
+	if _, err := LoadConfig([]byte(base+"  - {name: x, command: [/bin/true], timeout: "+(drainTimeout/2).String()+"}\n"), nil); err != nil {
+		t.Fatalf("a timeout within the drain was rejected: %v", err)
+	}
+	_, err := LoadConfig([]byte(base+"  - {name: x, command: [/bin/true]}\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "diagnostics[0].timeout (line 4)") || !strings.Contains(err.Error(), runner.DefaultTimeout.String()) {
+		t.Fatalf("error = %v, want diagnostics[0].timeout naming the default %s", err, runner.DefaultTimeout)
+	}
+}
+
+func TestConfigInstanceIDWithLifecycleSources(t *testing.T) {
+	const sqs = "lifecycle:\n  sources: [signal, sqs]\n  queue_url: https://sqs.eu-west-1.amazonaws.com/123456789012/lifecycle\n"
+	const imds = "lifecycle:\n  sources: [signal, imds]\n  hook_name: drain\n"
+	for _, tc := range []struct {
+		name, yaml string
+		ok         bool
+	}{
+		{"sqs, empty (discovered)", "instance_id: \"\"\n" + sqs, true},
+		{"sqs, EC2 id", "instance_id: i-0123456789abcdef0\n" + sqs, true},
+		{"sqs, short EC2 id", "instance_id: i-01234567\n" + sqs, true},
+		{"sqs, hostname", "instance_id: web-1\n" + sqs, false},
+		{"sqs, upper case", "instance_id: i-0123456789ABCDEF0\n" + sqs, false},
+		{"imds, hostname", "instance_id: web-1\n" + imds, false},
+		{"signal only, hostname", "instance_id: web-1\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadConfig([]byte(tc.yaml), nil)
+			if tc.ok && err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "instance_id (line 1)")) {
+				t.Fatalf("error = %v, want one naming instance_id", err)
+			}
+		})
 	}
 }

@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Diagnostics run as argv, never through a shell, so a task's value cannot
+// become code. A catalog entry can still hand a value to an interpreter as
+// part of its program ([/bin/sh, -c, "echo {param.x}"]): then "x; id" runs
+// id. scriptArgs finds the arguments an interpreter runs as code, so
+// validation can refuse a placeholder there; the value belongs in an
+// argument of its own, which the script reads as data ("$1", sys.argv[1]).
+
+// valuePlaceholder matches the placeholders a task fills in.
+var valuePlaceholder = regexp.MustCompile(`\{(host|id|param\.[^{}]*)\}`)
+
+// interpreter is how one family of interpreters takes a program inline.
+type interpreter struct {
+	// flags are the short options whose argument is the program: -c, -e.
+	flags string
+	// long are the long options whose argument is the program: --eval.
+	long []string
+	// withArg are the short options that take an argument: attached
+	// ("-Mstrict") or, when nothing follows the letter, the next one.
+	withArg string
+	// shell: the program is the first operand after the options (POSIX
+	// "sh -c [options] program [name [args]]") rather than the argument of
+	// the flag itself.
+	shell bool
+	// attached: the program may follow its flag in the same argument
+	// ("-cCODE").
+	attached bool
+	// readArg is how the program reads its first extra argument, for the
+	// message.
+	readArg string
+	// name fills $0 in the suggested command (shells only).
+	argv0 string
+}
+
+var (
+	shellFamily  = interpreter{flags: "c", withArg: "oO", shell: true, readArg: `"$1"`, argv0: "sh"}
+	interpreters = map[string]interpreter{
+		"sh": shellFamily, "bash": shellFamily, "dash": shellFamily, "zsh": shellFamily,
+		"ksh": shellFamily, "mksh": shellFamily, "ash": shellFamily,
+		"python": {flags: "c", withArg: "WXmQ", attached: true, readArg: "sys.argv[1]"},
+		"perl":   {flags: "eE", withArg: "MmIxidDC", attached: true, readArg: "$ARGV[0]"},
+		"ruby":   {flags: "e", withArg: "IrCEFxTWKi", attached: true, readArg: "ARGV[0]"},
+		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", readArg: "process.argv[1]"},
+	}
+	pythonName = regexp.MustCompile(`^python[0-9.]*$`)
+)
+
+// lookupInterpreter knows an interpreter by its program's base name.
+func lookupInterpreter(name string) (interpreter, bool) {
+	base := path.Base(name)
+	if pythonName.MatchString(base) {
+		base = "python"
+	}
+	if base == "nodejs" {
+		base = "node"
+	}
+	in, ok := interpreters[base]
+	return in, ok
+}
+
+// scriptArgs returns the indexes of argv that an interpreter runs as code,
+// and the interpreter; env and busybox in front of one are looked through.
+func scriptArgs(argv []string) ([]int, interpreter) {
+	for start := 0; start < len(argv); {
+		switch path.Base(argv[start]) {
+		case "env":
+			next, split := envCommand(argv, start+1)
+			if split >= 0 {
+				return []int{split}, interpreter{readArg: "its own argument"}
+			}
+			start = next
+			continue
+		case "busybox":
+			start++
+			continue
+		}
+		in, ok := lookupInterpreter(argv[start])
+		if !ok {
+			return nil, interpreter{}
+		}
+		return in.programs(argv, start), in
+	}
+	return nil, interpreter{}
+}
+
+// envCommand skips env's options and NAME=VALUE assignments from i and
+// returns where the command starts; split is the index of a -S string
+// (which env splits into a command line of its own), else -1.
+func envCommand(argv []string, i int) (next, split int) {
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--":
+			return i + 1, -1
+		case a == "-S" || a == "--split-string":
+			return len(argv), i + 1
+		case strings.HasPrefix(a, "--split-string=") || (strings.HasPrefix(a, "-S") && !strings.HasPrefix(a, "--")):
+			return len(argv), i
+		case a == "-u" || a == "-C" || a == "--unset" || a == "--chdir":
+			i++
+		case strings.HasPrefix(a, "-"):
+		case strings.Contains(a, "="):
+		default:
+			return i, -1
+		}
+	}
+	return i, -1
+}
+
+// programs returns the indexes of the program arguments of the
+// interpreter invoked at argv[start].
+func (in interpreter) programs(argv []string, start int) []int {
+	var out []int
+	inline := false
+	i := start + 1
+options:
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		if a == "--" {
+			i++
+			break
+		}
+		if !strings.HasPrefix(a, "-") && !(in.shell && strings.HasPrefix(a, "+")) || a == "-" {
+			break
+		}
+		if strings.HasPrefix(a, "--") {
+			for _, l := range in.long {
+				if a == l {
+					out = append(out, i+1)
+					i++
+					continue options
+				}
+				if strings.HasPrefix(a, l+"=") {
+					out = append(out, i)
+					continue options
+				}
+			}
+			continue
+		}
+		program, skip := false, false
+	cluster:
+		for j := 1; j < len(a); j++ {
+			c := a[j]
+			switch {
+			case strings.IndexByte(in.flags, c) >= 0 && in.shell:
+				inline = true
+			case strings.IndexByte(in.flags, c) >= 0 && in.attached && j+1 < len(a):
+				out = append(out, i) // -cCODE
+				continue options
+			case strings.IndexByte(in.flags, c) >= 0:
+				program = true
+			case strings.IndexByte(in.withArg, c) >= 0:
+				skip = j+1 == len(a)
+				break cluster
+			}
+		}
+		if program && i+1 < len(argv) {
+			i++
+			out = append(out, i)
+		}
+		if skip {
+			i++
+		}
+	}
+	if in.shell && inline && i < len(argv) {
+		out = append(out, i)
+	}
+	return out
+}
+
+// checkScripts reports a placeholder inside an interpreter's program.
+func checkScripts(p *problems, key string, argv []string) {
+	idx, in := scriptArgs(argv)
+	for _, i := range idx {
+		if i >= len(argv) {
+			continue
+		}
+		ph := valuePlaceholder.FindString(argv[i])
+		if ph == "" {
+			continue
+		}
+		p.add(fmt.Sprintf("%s.command[%d]", key, i), fmt.Errorf(
+			"%s is inside the program that %s runs, so a value such as \"x; id\" would run as code; "+
+				"pass it as an argument of its own and read it as %s, e.g. %s",
+			ph, argv[0], in.readArg, suggestion(argv, i, in, ph)))
+	}
+}
+
+// suggestion rewrites argv so the placeholder at argv[i] becomes its own
+// argument after the program.
+func suggestion(argv []string, i int, in interpreter, ph string) string {
+	out := make([]string, 0, len(argv)+2)
+	for j, a := range argv[:i+1] {
+		if j == i {
+			a = strings.ReplaceAll(a, ph, in.readArg)
+		}
+		out = append(out, a)
+	}
+	if in.argv0 != "" {
+		out = append(out, in.argv0)
+	}
+	out = append(out, ph)
+	for j, a := range out {
+		if strings.ContainsAny(a, " ,[]{}\"$;#:") {
+			out[j] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
+		}
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
