@@ -1,12 +1,17 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent/runner"
 )
@@ -331,5 +336,117 @@ func TestConfigInstanceIDWithLifecycleSources(t *testing.T) {
 				t.Fatalf("error = %v, want one naming instance_id", err)
 			}
 		})
+	}
+}
+
+func TestConfigNewKeys(t *testing.T) {
+	cfg, err := LoadConfig(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Redis.StateFail != StateFailOpen || cfg.Redis.URLSecret != "" || cfg.Limiter.Hosts.AllowIPLiterals {
+		t.Fatalf("defaults: state_fail %q, url_secret %q, allow_ip_literals %v", cfg.Redis.StateFail, cfg.Redis.URLSecret, cfg.Limiter.Hosts.AllowIPLiterals)
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		bad        string // key (line) in the error; "" = accepted
+		check      func(Config) bool
+	}{
+		{"state_fail closed", "redis:\n  state_fail: closed\n", "", func(c Config) bool { return c.Redis.StateFail == StateFailClosed }},
+		{"state_fail unknown", "redis:\n  state_fail: maybe\n", "redis.state_fail (line 2)", nil},
+		{"allow_ip_literals", "limiter:\n  hosts:\n    allow_ip_literals: true\n", "", func(c Config) bool { return c.Limiter.Hosts.AllowIPLiterals }},
+		{"allow_ip_literals not a bool", "limiter:\n  hosts:\n    allow_ip_literals: sometimes\n", "limiter.hosts.allow_ip_literals (line 3)", nil},
+		{"secrets manager ARN", "redis:\n  url_secret: arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/redis-AbCdEf\n", "",
+			func(c Config) bool { s, ok := c.Redis.SecretSource(); return ok && s == SecretsManager }},
+		{"SSM parameter name", "redis:\n  url_secret: /autodiag/redis-url\n", "",
+			func(c Config) bool { s, ok := c.Redis.SecretSource(); return ok && s == SSMParameter }},
+		{"SSM parameter ARN", "redis:\n  url_secret: arn:aws:ssm:eu-west-1:123456789012:parameter/autodiag/redis-url\n", "",
+			func(c Config) bool { s, ok := c.Redis.SecretSource(); return ok && s == SSMParameter }},
+		{"other ARN", "redis:\n  url_secret: arn:aws:s3:::bucket/key\n", "redis.url_secret (line 2)", nil},
+		{"url and url_secret", "redis:\n  url: redis://127.0.0.1:6379\n  url_secret: /autodiag/redis-url\n", "redis.url_secret (line 3): set either", nil},
+		{"addrs and url_secret", "redis:\n  addrs: [a:6379]\n  url_secret: /autodiag/redis-url\n", "redis.url_secret (line 3): set either", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := LoadConfig([]byte(tc.yaml), nil)
+			if tc.bad != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.bad) {
+					t.Fatalf("error = %v, want one naming %s", err, tc.bad)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(cfg) {
+				t.Fatalf("not decoded: %+v", cfg.Redis)
+			}
+		})
+	}
+	// The variable names the store outright and replaces the file's secret.
+	env := func(k string) (string, bool) { return "redis://127.0.0.1:6379", k == "AUTODIAG_REDIS_URL" }
+	cfg, err = LoadConfig([]byte("redis:\n  url_secret: /autodiag/redis-url\n"), env)
+	if err != nil || cfg.Redis.URLSecret != "" || cfg.Redis.URL == "" {
+		t.Fatalf("AUTODIAG_REDIS_URL over url_secret: %v, %+v", err, cfg.Redis)
+	}
+}
+
+func TestConfigErrorsAreTyped(t *testing.T) {
+	_, err := LoadConfig([]byte("workers: 2\nqueue:\n  visibility: 30s\n  batch_size: 0\n"), nil)
+	if !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("errors.Is(err, ErrUnknownKey) = false for %v", err)
+	}
+	var got []ConfigError
+	for _, ce := range Problems(err) {
+		got = append(got, ConfigError{Key: ce.Key, Line: ce.Line})
+	}
+	want := []ConfigError{{Key: "queue.visibility", Line: 3}, {Key: "queue.batch_size", Line: 4}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("problems = %+v, want %+v", got, want)
+	}
+	env := func(k string) (string, bool) { return "0", k == "AUTODIAG_WORKERS" }
+	_, err = LoadConfig([]byte("workers: 2\n"), env)
+	if p := Problems(err); len(p) != 1 || p[0].Key != "workers" || p[0].Line != 0 || !strings.Contains(p[0].Error(), "AUTODIAG_WORKERS") {
+		t.Fatalf("a value from the environment: %v, want workers naming AUTODIAG_WORKERS and no line", err)
+	}
+}
+
+// TestConfigSchemaIsTheStructs: every key the Go types have is accepted, so
+// the defaults written out as YAML load back to themselves.
+func TestConfigSchemaIsTheStructs(t *testing.T) {
+	out, err := yaml.Marshal(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(out, nil)
+	if err != nil {
+		t.Fatalf("the defaults written out do not load:\n%v\n%s", err, out)
+	}
+	again, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, again) {
+		t.Fatalf("round trip changed the config:\n%s\n---\n%s", out, again)
+	}
+	for _, key := range []string{"redis.state_fail", "redis.url_secret", "limiter.hosts.allow_ip_literals", "lifecycle.imds_poll_interval"} {
+		if lookup(mustParse(t, out), key) == nil {
+			t.Errorf("%s is not in the written-out defaults", key)
+		}
+	}
+}
+
+func mustParse(t *testing.T, data []byte) *yaml.Node {
+	t.Helper()
+	var n yaml.Node
+	if err := yaml.Unmarshal(data, &n); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+func TestEnvIsACopy(t *testing.T) {
+	Env()[0] = "CHANGED"
+	if Env()[0] == "CHANGED" {
+		t.Fatal("Env returns shared state")
 	}
 }
