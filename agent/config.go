@@ -105,7 +105,7 @@ const (
 var (
 	secretsManagerARN = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$`)
 	ssmParameterARN   = regexp.MustCompile(`^arn:aws[a-z-]*:ssm:[a-z0-9-]+:[0-9]{12}:parameter/[A-Za-z0-9/_.-]+$`)
-	ssmParameterName  = regexp.MustCompile(`^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+	ssmParameterName  = regexp.MustCompile(`^(/[A-Za-z0-9_.-]+)+$|^[A-Za-z0-9_.-]+$`)
 )
 
 // SecretSource says which store URLSecret names: a Secrets Manager ARN, or

@@ -220,6 +220,8 @@ func TestConfigRejectsPlaceholderInScript(t *testing.T) {
 		{"script file", []string{"/bin/sh", "/opt/diag/check.sh", "{param.x}"}, -1},
 		{"env in front of a plain command", []string{"/usr/bin/env", "LANG=C", "/usr/bin/df", "-h", "{param.x}"}, -1},
 		{"not an interpreter", []string{"/usr/bin/getent", "ahosts", "{host}"}, -1},
+		{"python arguments after -c", []string{"/usr/bin/python3", "-c", "import sys; print(sys.argv[2])", "-c", "{param.x}"}, -1},
+		{"python -m", []string{"/usr/bin/python3", "-m", "json.tool", "-c", "{param.x}"}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadConfig([]byte(catalogYAML(t, tc.argv)), nil)
@@ -362,6 +364,7 @@ func TestConfigNewKeys(t *testing.T) {
 			func(c Config) bool { s, ok := c.Redis.SecretSource(); return ok && s == SSMParameter }},
 		{"SSM parameter ARN", "redis:\n  url_secret: arn:aws:ssm:eu-west-1:123456789012:parameter/autodiag/redis-url\n", "",
 			func(c Config) bool { s, ok := c.Redis.SecretSource(); return ok && s == SSMParameter }},
+		{"SSM path without the leading slash", "redis:\n  url_secret: autodiag/redis-url\n", "redis.url_secret (line 2)", nil},
 		{"other ARN", "redis:\n  url_secret: arn:aws:s3:::bucket/key\n", "redis.url_secret (line 2)", nil},
 		{"url and url_secret", "redis:\n  url: redis://127.0.0.1:6379\n  url_secret: /autodiag/redis-url\n", "redis.url_secret (line 3): set either", nil},
 		{"addrs and url_secret", "redis:\n  addrs: [a:6379]\n  url_secret: /autodiag/redis-url\n", "redis.url_secret (line 3): set either", nil},

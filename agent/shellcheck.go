@@ -33,11 +33,18 @@ type interpreter struct {
 	// attached: the program may follow its flag in the same argument
 	// ("-cCODE").
 	attached bool
+	// once: the program ends the options; what follows is its arguments.
+	once bool
+	// stop are the short options after which the rest are arguments of
+	// something else (python -m MODULE).
+	stop string
 	// readArg is how the program reads its first extra argument, for the
 	// message.
 	readArg string
-	// name fills $0 in the suggested command (shells only).
+	// argv0 fills $0 in the suggested command (shells only).
 	argv0 string
+	// split: env -S, which splits its argument into a command line.
+	split bool
 }
 
 var (
@@ -45,10 +52,10 @@ var (
 	interpreters = map[string]interpreter{
 		"sh": shellFamily, "bash": shellFamily, "dash": shellFamily, "zsh": shellFamily,
 		"ksh": shellFamily, "mksh": shellFamily, "ash": shellFamily,
-		"python": {flags: "c", withArg: "WXmQ", attached: true, readArg: "sys.argv[1]"},
+		"python": {flags: "c", withArg: "WXQ", stop: "m", attached: true, once: true, readArg: "sys.argv[1]"},
 		"perl":   {flags: "eE", withArg: "MmIxidDC", attached: true, readArg: "$ARGV[0]"},
 		"ruby":   {flags: "e", withArg: "IrCEFxTWKi", attached: true, readArg: "ARGV[0]"},
-		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", readArg: "process.argv[1]"},
+		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", once: true, readArg: "process.argv[1]"},
 	}
 	pythonName = regexp.MustCompile(`^python[0-9.]*$`)
 )
@@ -74,7 +81,7 @@ func scriptArgs(argv []string) ([]int, interpreter) {
 		case "env":
 			next, split := envCommand(argv, start+1)
 			if split >= 0 {
-				return []int{split}, interpreter{readArg: "its own argument"}
+				return []int{split}, interpreter{split: true}
 			}
 			start = next
 			continue
@@ -136,10 +143,16 @@ options:
 				if a == l {
 					out = append(out, i+1)
 					i++
+					if in.once {
+						return out
+					}
 					continue options
 				}
 				if strings.HasPrefix(a, l+"=") {
 					out = append(out, i)
+					if in.once {
+						return out
+					}
 					continue options
 				}
 			}
@@ -154,17 +167,25 @@ options:
 				inline = true
 			case strings.IndexByte(in.flags, c) >= 0 && in.attached && j+1 < len(a):
 				out = append(out, i) // -cCODE
+				if in.once {
+					return out
+				}
 				continue options
 			case strings.IndexByte(in.flags, c) >= 0:
 				program = true
 			case strings.IndexByte(in.withArg, c) >= 0:
 				skip = j+1 == len(a)
 				break cluster
+			case strings.IndexByte(in.stop, c) >= 0:
+				return out
 			}
 		}
 		if program && i+1 < len(argv) {
 			i++
 			out = append(out, i)
+			if in.once {
+				return out
+			}
 		}
 		if skip {
 			i++
@@ -185,6 +206,12 @@ func checkScripts(p *problems, key string, argv []string) {
 		}
 		ph := valuePlaceholder.FindString(argv[i])
 		if ph == "" {
+			continue
+		}
+		if in.split {
+			p.addf(fmt.Sprintf("%s.command[%d]", key, i),
+				"%s is inside the string that env -S splits into a command line, so a value with spaces becomes arguments or code; "+
+					"name the program and its arguments directly, each placeholder an argument of its own", ph)
 			continue
 		}
 		p.add(fmt.Sprintf("%s.command[%d]", key, i), fmt.Errorf(
