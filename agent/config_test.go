@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -451,5 +452,22 @@ func TestEnvIsACopy(t *testing.T) {
 	Env()[0] = "CHANGED"
 	if Env()[0] == "CHANGED" {
 		t.Fatal("Env returns shared state")
+	}
+}
+
+func TestConfigAdoptsSectionErrors(t *testing.T) {
+	var p problems
+	p.adopt("limiter", errors.Join(
+		configerr.Errorf("rules[0].name", "must be set"),
+		errors.New("timezone: unknown time zone Mars/Olympus"),
+	))
+	p.adopt("diagnostics[2]", configerr.Errorf("command[0]", "must be absolute"))
+	var keys []string
+	for _, ce := range Problems(p.err()) {
+		keys = append(keys, ce.Key)
+	}
+	want := []string{"limiter.rules[0].name", "limiter.timezone", "diagnostics[2].command[0]"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Fatalf("keys = %q, want %q", keys, want)
 	}
 }

@@ -9,26 +9,16 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // ConfigError is one problem of a configuration: the dotted key it is about
 // ("limiter.rules[0].limits[1].window.per"), the line of the file it is on
-// (0 or less when the value is not from the file: a default, or an
-// AUTODIAG_* variable) and the problem itself.
-type ConfigError struct {
-	Key  string
-	Line int
-	Err  error
-}
-
-func (e *ConfigError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s (line %d): %v", e.Key, e.Line, e.Err)
-	}
-	return fmt.Sprintf("%s: %v", e.Key, e.Err)
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
+// (0 when the value is not from the file: a default, or an AUTODIAG_*
+// variable) and the problem itself. Leaf packages return the same type
+// (configerr.Error) with keys relative to their section.
+type ConfigError = configerr.Error
 
 // ErrUnknownKey is the problem of a key the configuration does not have.
 var ErrUnknownKey = errors.New("unknown key")
@@ -59,9 +49,10 @@ func (p *problems) addf(key, format string, args ...any) {
 	p.add(key, fmt.Errorf(format, args...))
 }
 
-// adopt takes a leaf package's Validate error under section. The leaf
-// packages cannot name agent's types, so each of their problems is a
-// "key: problem" error; a *ConfigError is taken as it is, under section.
+// adopt takes a section's Validate error under section: a *ConfigError
+// keeps its problem and gets the section prefixed to its key. A leaf
+// package that still returns plain errors says "key: problem"; that key is
+// taken from the text, until the package returns configerr.Errors.
 func (p *problems) adopt(section string, err error) {
 	for _, e := range flatten(err) {
 		var ce *ConfigError
