@@ -212,10 +212,10 @@ func LoadConfig(data []byte, env func(string) (string, bool)) (Config, error) {
 	var p problems
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
-	case err == nil:
+	case err == nil && docContent(&extra) != nil && !isNull(docContent(&extra)):
 		p.list = append(p.list, &ConfigError{Key: "config", Line: docLine(&extra),
 			Err: errors.New("a second YAML document: a configuration file holds one")})
-	case !errors.Is(err, io.EOF):
+	case err != nil && !errors.Is(err, io.EOF):
 		p.list = append(p.list, &ConfigError{Key: "config", Err: fmt.Errorf("after the first document: %w", err)})
 	}
 	decodeErr := decodeYAML(&root, &cfg)

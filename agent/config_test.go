@@ -471,3 +471,11 @@ func TestConfigAdoptsSectionErrors(t *testing.T) {
 		t.Fatalf("keys = %q, want %q", keys, want)
 	}
 }
+
+func TestConfigEmptyDocumentsAreTheDefaults(t *testing.T) {
+	for _, y := range []string{"", "# nothing\n", "---\n", "~\n", "workers: 2\n---\n", "workers: 2\n---\n# trailing\n"} {
+		if _, err := LoadConfig([]byte(y), nil); err != nil {
+			t.Errorf("%q: %v", y, err)
+		}
+	}
+}

@@ -22,8 +22,8 @@ import (
 // default wholesale.
 func decodeYAML(root *yaml.Node, out any) error {
 	n := docContent(root)
-	if n == nil {
-		return nil
+	if n == nil || isNull(resolve(n)) {
+		return nil // an empty document: the defaults
 	}
 	var p problems
 	d := decoder{p: &p}
@@ -52,6 +52,10 @@ var (
 	yamlUnmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 )
 
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
 // isLeaf reports whether t is read from a single YAML value by the yaml
 // package itself.
 func isLeaf(t reflect.Type) bool {
@@ -67,7 +71,7 @@ func isLeaf(t reflect.Type) bool {
 
 func (d decoder) value(n *yaml.Node, v reflect.Value, key string) {
 	n = resolve(n)
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+	if isNull(n) {
 		// As in the yaml package: "key:" empties a list, map or pointer
 		// and leaves any other value at its default.
 		switch v.Kind() {
