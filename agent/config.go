@@ -9,13 +9,14 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -92,35 +93,6 @@ const (
 	StateFailOpen   = "open"
 	StateFailClosed = "closed"
 )
-
-// SecretStore is where redis.url_secret is kept.
-type SecretStore string
-
-// The stores redis.url_secret can name.
-const (
-	SecretsManager SecretStore = "secretsmanager"
-	SSMParameter   SecretStore = "ssm"
-)
-
-var (
-	secretsManagerARN = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$`)
-	ssmParameterARN   = regexp.MustCompile(`^arn:aws[a-z-]*:ssm:[a-z0-9-]+:[0-9]{12}:parameter/[A-Za-z0-9/_.-]+$`)
-	ssmParameterName  = regexp.MustCompile(`^(/[A-Za-z0-9_.-]+)+$|^[A-Za-z0-9_.-]+$`)
-)
-
-// SecretSource says which store URLSecret names: a Secrets Manager ARN, or
-// else an SSM parameter (its name or ARN, either of which GetParameter
-// takes). ok is false when URLSecret is empty or names neither.
-func (r RedisConfig) SecretSource() (store SecretStore, ok bool) {
-	switch {
-	case secretsManagerARN.MatchString(r.URLSecret):
-		return SecretsManager, true
-	case ssmParameterARN.MatchString(r.URLSecret),
-		!strings.HasPrefix(r.URLSecret, "arn:") && len(r.URLSecret) <= 2048 && ssmParameterName.MatchString(r.URLSecret):
-		return SSMParameter, true
-	}
-	return "", false
-}
 
 // CloudWatchConfig controls the DrainSeconds metric for stuck-drain alarms.
 type CloudWatchConfig struct {
@@ -254,10 +226,6 @@ func docLine(doc *yaml.Node) int {
 	return doc.Line
 }
 
-// ec2InstanceID is the form of an EC2 instance id, which the sqs and imds
-// lifecycle sources match notices against.
-var ec2InstanceID = regexp.MustCompile(`^i-[0-9a-f]{8,17}$`)
-
 // instanceIDPattern is what instance_id may hold: it becomes part of Redis
 // keys and log fields.
 var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -271,9 +239,9 @@ func (c Config) Validate() error {
 	case c.InstanceID == "":
 	case !instanceIDPattern.MatchString(c.InstanceID):
 		p.addf("instance_id", "%q must match %s", c.InstanceID, instanceIDPattern)
-	case (c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS)) && !ec2InstanceID.MatchString(c.InstanceID):
+	case (c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS)) && !instance.Pattern.MatchString(c.InstanceID):
 		p.addf("instance_id", "%q is not an EC2 instance id (%s), which the sqs and imds lifecycle sources match notices against: "+
-			"leave it empty to discover it at start, or set the instance's id", c.InstanceID, ec2InstanceID)
+			"leave it empty to discover it at start, or set the instance's id", c.InstanceID, instance.Pattern)
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		p.addf("admin_addr", "%q is not host:port: %w", c.AdminAddr, err)
@@ -364,9 +332,8 @@ func (r RedisConfig) Validate() error {
 		}
 	}
 	if r.URLSecret != "" {
-		if _, ok := r.SecretSource(); !ok {
-			p.addf("url_secret", "%q is neither a Secrets Manager secret ARN (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME) "+
-				"nor an SSM parameter name or ARN", r.URLSecret)
+		if _, err := secret.ParseRef(r.URLSecret); err != nil {
+			p.add("url_secret", err)
 		}
 	}
 	for i, a := range r.Addrs {

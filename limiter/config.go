@@ -49,10 +49,11 @@ type Config struct {
 // HostsConfig is the allow-list of host names (regular expressions, any of).
 type HostsConfig struct {
 	Allow []string `yaml:"allow"`
-	// AllowIPLiterals lets a task name a loopback, link-local, unspecified
-	// or instance-metadata address, or a numeric-only host form, which are
-	// rejected before the allow-list by default so a diagnostic cannot be
-	// pointed at the instance's credentials.
+	// AllowIPLiterals accepts a host that is a dotted-quad IPv4 address,
+	// which must still match Allow; off, every IP literal is rejected
+	// before the allow-list. Loopback, link-local (the instance metadata
+	// service), unspecified addresses and localhost stay rejected either
+	// way, so a diagnostic cannot be pointed at the instance's credentials.
 	AllowIPLiterals bool `yaml:"allow_ip_literals"`
 }
 

@@ -1,13 +1,9 @@
-// Package runner executes catalog diagnostics: argv only (never a shell),
-// placeholders substituted from already-validated values, each run in its
-// own process group with a timeout, a minimal environment and bounded
-// output. A timeout or cancellation signals the whole group with SIGTERM,
-// then SIGKILL after a grace, so no descendant outlives its task.
 package runner
 
 import (
-	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,7 +194,7 @@ type Result struct {
 	Output    []byte // stdout and stderr interleaved, at most MaxOutput bytes
 	Truncated bool
 	Duration  time.Duration
-	Err       error // start failure or signal, for the log
+	Err       error // start failure, signal, output held open or processes that survived: for the log
 }
 
 // TruncationMark is appended to output cut at max_output.
@@ -205,19 +202,37 @@ const TruncationMark = "\n[autodiag: output truncated]\n"
 
 // Runner executes diagnostics.
 type Runner struct {
-	// Env is the whole environment of every diagnostic; default a minimal
-	// PATH and LC_ALL=C.
+	// Env is the environment of every diagnostic, to which the runner adds
+	// RunIDVar; nil means DefaultEnv().
 	Env []string
 	// KillGrace is how long a process group has between SIGTERM and
 	// SIGKILL; default 5s.
 	KillGrace time.Duration
 }
 
-// DefaultEnv is the environment diagnostics get unless Runner.Env is set.
-var DefaultEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+// DefaultEnv returns the environment diagnostics get unless Runner.Env is
+// set: a minimal PATH and LC_ALL=C.
+func DefaultEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+}
+
+// RunIDVar names the environment variable that marks every process of one
+// run: a diagnostic's descendants inherit it even after setsid or a double
+// fork, which is how the runner finds what a diagnostic left behind.
+const RunIDVar = "AUTODIAG_RUN_ID"
+
+func newRunID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("runner: run id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
 
 // Run executes argv (from Diagnostic.Args) bounded by d's timeout and
-// output cap. Cancelling ctx kills the process group and yields Cancelled.
+// output cap. Cancelling ctx kills the run and yields Cancelled. When Run
+// returns, no process of the run is left (see the package doc for the one
+// exception).
 func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	d = d.WithDefaults()
 	grace := r.KillGrace
@@ -226,24 +241,30 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	}
 	env := r.Env
 	if env == nil {
-		env = DefaultEnv
+		env = DefaultEnv()
 	}
 	start := time.Now()
+	deadline := start.Add(d.Timeout)
 	res := Result{ExitCode: -1}
 
+	id, err := newRunID()
+	if err != nil {
+		res.Outcome, res.Err = Failed, err
+		return res
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		res.Outcome, res.Err = Failed, fmt.Errorf("runner: pipe: %w", err)
 		return res
 	}
+	defer pr.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
+	cmd.Env = append(slices.Clip(env), RunIDVar+"="+id)
 	cmd.Dir = "/"
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		pr.Close()
+	if err := procs.start(cmd); err != nil {
 		pw.Close()
 		res.Outcome, res.Err, res.Duration = Failed, fmt.Errorf("runner: start %s: %w", argv[0], err), time.Since(start)
 		return res
@@ -251,13 +272,19 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	pw.Close() // the children hold the only write ends now
 	pgid := cmd.Process.Pid
 
+	// Reading ends at the timeout whoever still holds the write end: a
+	// process that left the run's reach must not stretch the run.
+	var deadlineErr error
+	if err := pr.SetReadDeadline(deadline); err != nil {
+		deadlineErr = fmt.Errorf("runner: output deadline: %w", err)
+	}
 	outc := make(chan capture, 1)
-	go func() { outc <- readCapped(pr, int64(d.MaxOutput)) }()
+	go func() { outc <- readCapped(pr, int(d.MaxOutput)) }()
 
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
-	timer := time.NewTimer(d.Timeout)
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var waitErr error
 	stopped := ""
@@ -267,6 +294,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 		stopped = TimedOut
 	case <-ctx.Done():
 		stopped = Cancelled
+		_ = pr.SetReadDeadline(time.Now())
 	}
 	if stopped != "" {
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
@@ -279,11 +307,13 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 			waitErr = <-waitc
 		}
 	}
-	// The leader is gone; descendants left in its group (background jobs,
-	// daemons it spawned) die with it and release the output pipe.
+	procs.exited(pgid)
+	// The leader is gone; what it left in its group and anything else of
+	// the run (a setsid daemon, a double fork) dies with it and releases
+	// the output pipe.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	reapErr := procs.finish(id)
 	out := <-outc
-	pr.Close()
 
 	res.Duration = time.Since(start)
 	res.Output, res.Truncated = out.data, out.truncated
@@ -296,6 +326,11 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	switch {
 	case stopped != "":
 		res.Outcome = stopped
+	case errors.Is(out.err, os.ErrDeadlineExceeded):
+		// The leader ended in time, but something out of reach held its
+		// output open until the timeout.
+		res.Outcome = TimedOut
+		res.Err = errors.New("runner: output still open at the timeout after the diagnostic exited")
 	case waitErr == nil:
 		res.Outcome = Succeeded
 	default:
@@ -307,19 +342,58 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 			res.Err = fmt.Errorf("runner: killed by %v", ws.Signal())
 		}
 	}
+	res.Err = errors.Join(res.Err, deadlineErr, reapErr)
 	return res
 }
 
 type capture struct {
 	data      []byte
 	truncated bool
+	err       error // nil at end of file
 }
 
+// Output is read in place into a buffer that doubles from minRead up to
+// the cap plus room for TruncationMark, and past the cap into one
+// discardChunk, so however much a diagnostic writes, its run allocates
+// about twice its max_output in all and holds at most about one and a half
+// times it at once (old and new buffer during the last doubling).
+const (
+	minRead      = 4 << 10
+	discardChunk = 32 << 10
+)
+
 // readCapped keeps the first limit bytes and drains the rest, so a chatty
-// process never blocks on a full pipe.
-func readCapped(r io.Reader, limit int64) capture {
-	var buf bytes.Buffer
-	_, _ = io.Copy(&buf, io.LimitReader(r, limit))
-	extra, _ := io.Copy(io.Discard, r)
-	return capture{data: buf.Bytes(), truncated: extra > 0}
+// process never blocks on a full pipe; it returns at end of file or at
+// the first read error (the deadline).
+func readCapped(r io.Reader, limit int) capture {
+	var c capture
+	var buf, scratch []byte
+	for {
+		var n int
+		var err error
+		if len(buf) < limit {
+			if len(buf) == cap(buf) {
+				size := max(2*cap(buf), minRead)
+				if size >= limit {
+					size = limit + len(TruncationMark)
+				}
+				buf = append(make([]byte, 0, size), buf...)
+			}
+			n, err = r.Read(buf[len(buf):min(cap(buf), limit)])
+			buf = buf[:len(buf)+n]
+		} else {
+			if scratch == nil {
+				scratch = make([]byte, discardChunk)
+			}
+			n, err = r.Read(scratch)
+			c.truncated = c.truncated || n > 0
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				c.err = err
+			}
+			c.data = buf
+			return c
+		}
+	}
 }

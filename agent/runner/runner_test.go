@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,8 +127,10 @@ func TestMinimalEnvironment(t *testing.T) {
 	if bytes.Contains(res.Output, []byte("AUTODIAG_SECRET")) {
 		t.Fatal("the agent's environment leaked into a diagnostic")
 	}
-	if !bytes.Contains(res.Output, []byte("PATH=")) {
-		t.Fatalf("no PATH in %q", res.Output)
+	for _, want := range []string{"PATH=", RunIDVar + "="} {
+		if !bytes.Contains(res.Output, []byte(want)) {
+			t.Fatalf("no %s in %q", want, res.Output)
+		}
 	}
 }
 
@@ -235,5 +238,45 @@ func TestCancelKillsGroup(t *testing.T) {
 	waitGone(t, pid)
 	if res.Err != nil && !errors.Is(res.Err, context.Canceled) && !strings.Contains(res.Err.Error(), "killed") {
 		t.Logf("err: %v", res.Err)
+	}
+}
+
+// capRun is a diagnostic writing 16 times its 1 MiB output cap.
+var capRun = struct {
+	d    Diagnostic
+	argv []string
+}{Diagnostic{MaxOutput: 1 << 20, Timeout: time.Minute}, []string{"/bin/sh", "-c", "yes | head -c 16777216"}}
+
+func TestOutputMemoryStaysNearCap(t *testing.T) {
+	r := &Runner{}
+	run(t, r, Diagnostic{}, "/bin/true") // one-time setup out of the measurement
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res := r.Run(context.Background(), capRun.d, capRun.argv)
+	runtime.ReadMemStats(&after)
+	if res.Outcome != Succeeded || !res.Truncated || len(res.Output) != int(capRun.d.MaxOutput)+len(TruncationMark) {
+		t.Fatalf("outcome %s truncated %v len %d err %v", res.Outcome, res.Truncated, len(res.Output), res.Err)
+	}
+	// The buffer doubles up to the cap plus the mark (at most twice that in
+	// all), one discard chunk drains the rest; everything else a run
+	// allocates (exec, the /proc sweep) gets half the cap.
+	limit := uint64(capRun.d.MaxOutput)
+	bound := 2*(limit+uint64(len(TruncationMark))) + discardChunk + limit/2
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Fatalf("a run allocated %d bytes, want at most %d for a %d-byte cap", got, bound, limit)
+	} else {
+		t.Logf("a run allocated %d bytes (bound %d)", got, bound)
+	}
+}
+
+// BenchmarkRunCappedOutput reports what one run writing 16 MiB against a
+// 1 MiB cap allocates (B/op).
+func BenchmarkRunCappedOutput(b *testing.B) {
+	r := &Runner{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res := r.Run(context.Background(), capRun.d, capRun.argv); res.Outcome != Succeeded {
+			b.Fatalf("outcome %s err %v", res.Outcome, res.Err)
+		}
 	}
 }

@@ -1,18 +1,22 @@
 // Package task decodes and validates diagnostic task messages. Validation
-// happens before anything touches Redis: the host is normalised and matched
-// against the allow-list first, then the diagnostic and its parameters
-// against the catalog. Every rejection carries a machine-readable reason.
+// happens before anything touches Redis: the host is normalised, checked
+// against the targets no task may name (this instance, its metadata
+// service) and matched against the allow-list first, then the diagnostic
+// and its parameters against the catalog. Every rejection carries a
+// machine-readable reason.
 package task
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // MaxBodySize is the largest task message accepted (SQS's own limit).
@@ -69,6 +73,8 @@ const (
 	ReasonMissingHost       = "missing_host"
 	ReasonInvalidHost       = "invalid_host"
 	ReasonHostNotAllowed    = "host_not_allowed"
+	ReasonHostForbidden     = "host_forbidden"
+	ReasonIPLiteral         = "ip_literal_not_allowed"
 	ReasonMissingDiagnostic = "missing_diagnostic"
 	ReasonUnknownDiagnostic = "unknown_diagnostic"
 	ReasonUnknownParam      = "unknown_param"
@@ -76,6 +82,7 @@ const (
 	ReasonInvalidParam      = "invalid_param"
 	ReasonInvalidSeverity   = "invalid_severity"
 	ReasonInvalidAlert      = "invalid_alert"
+	ReasonInvalidCreatedAt  = "invalid_created_at"
 	ReasonStale             = "stale"
 )
 
@@ -108,8 +115,11 @@ func reject(reason, field, format string, args ...any) *Error {
 	return &Error{Reason: reason, Field: field, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Decode parses a message body strictly: size-capped, one JSON object, no
-// unknown fields.
+// Decode parses a message body strictly: size-capped, one JSON object,
+// member names matched exactly (case-sensitive), no duplicate names at any
+// level and no unknown fields. Case folding and "last duplicate wins" would
+// let a body carry a second host that a reviewer or an upstream filter
+// reading the first one never sees.
 func Decode(body []byte) (Task, error) {
 	var t Task
 	if len(body) > MaxBodySize {
@@ -118,27 +128,35 @@ func Decode(body []byte) (Task, error) {
 	if !utf8.Valid(body) {
 		return t, reject(ReasonMalformed, "", "body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&t); err != nil {
+	err := json.Unmarshal(body, &t,
+		json.RejectUnknownMembers(true),
+		json.MatchCaseInsensitiveNames(false),
+		jsontext.AllowDuplicateNames(false),
+		jsontext.AllowInvalidUTF8(false))
+	if err != nil {
 		return Task{}, reject(ReasonMalformed, "", "%s", jsonDetail(err))
-	}
-	if dec.More() {
-		return Task{}, reject(ReasonMalformed, "", "trailing data after the JSON object")
 	}
 	return t, nil
 }
 
+// maxDetailLen bounds a decode error's detail: it quotes member names from
+// the body, and the detail travels in log lines and the dead-letter
+// attribute.
+const maxDetailLen = 256
+
 func jsonDetail(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
+	var se *jsontext.SyntacticError
+	var te *json.SemanticError
+	var d string
 	switch {
 	case errors.As(err, &se):
-		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)
+		d = fmt.Sprintf("invalid JSON at byte %d (%q): %v", se.ByteOffset, se.JSONPointer, se.Err)
 	case errors.As(err, &te):
-		return fmt.Sprintf("field %q: expected %s, got %s", te.Field, te.Type, te.Value)
+		d = fmt.Sprintf("at byte %d: %v", te.ByteOffset, te)
+	default:
+		d = err.Error()
 	}
-	return err.Error()
+	return truncate(d, maxDetailLen)
 }
 
 // Limits on field sizes.
@@ -198,7 +216,97 @@ func NormalizeHost(h string) (string, error) {
 			}
 		}
 	}
+	if endsInNumber(h) {
+		// Resolvers read such a name as an IPv4 address in the forms
+		// inet_aton accepts: "2852039166", "0xa9fea9fe", "0", "127.1",
+		// "0251.0376.0251.0376" (octal). Only the one canonical spelling of
+		// an address is a host, so an address has one name for the
+		// allow-list, the forbidden ranges and the limiter keys alike.
+		if a, err := netip.ParseAddr(h); err != nil || !a.Is4() {
+			return "", reject(ReasonInvalidHost, "host", "%q is a numeric host form; only a dotted-quad IPv4 address without leading zeros is one", h)
+		}
+	}
 	return h, nil
+}
+
+// endsInNumber reports whether the last label of a normalised host is a
+// number in decimal, octal or hexadecimal ("0x" prefix) notation, which
+// makes resolvers parse the whole name as an IPv4 address; no top-level
+// domain is numeric.
+func endsInNumber(h string) bool {
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if hex, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return strings.Trim(last, "0123456789") == ""
+}
+
+// imdsIPv6 is the instance metadata service's IPv6 endpoint on Nitro
+// instances; its IPv4 endpoint, 169.254.169.254, is link-local.
+var imdsIPv6 = netip.MustParseAddr("fd00:ec2::254")
+
+// forbiddenAddr says why a reaches this instance or its metadata service
+// (and with it the instance role's credentials), or "" if it does not.
+func forbiddenAddr(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case a.IsLoopback():
+		return "a loopback address"
+	case a.IsLinkLocalUnicast():
+		return "a link-local address (the instance metadata service is 169.254.169.254)"
+	case a.IsUnspecified(), a.Is4() && a.As4()[0] == 0:
+		return "an unspecified address (it reaches this host)"
+	case a == imdsIPv6:
+		return "the instance metadata service"
+	}
+	return ""
+}
+
+// ValidateHost normalises a host and applies Validate's host checks alone,
+// for callers that have a host but no task (a dry-run decision).
+func (v *Validator) ValidateHost(host string) (string, error) {
+	h, err := NormalizeHost(host)
+	if err != nil {
+		return "", err
+	}
+	if err := v.checkHost(h); err != nil {
+		return "", err
+	}
+	return h, nil
+}
+
+// checkHost applies the forbidden targets, then the allow-list, to a
+// normalised host.
+func (v *Validator) checkHost(h string) error {
+	if err := v.checkTarget(h); err != nil {
+		return err
+	}
+	for _, re := range v.Allow {
+		if re.MatchString(h) {
+			return nil
+		}
+	}
+	return reject(ReasonHostNotAllowed, "host", "%q matches no pattern of limiter.hosts.allow", h)
+}
+
+// checkTarget rejects a normalised host that names this instance or its
+// metadata service whatever the configuration says, and an IP literal
+// unless the operator allows them.
+func (v *Validator) checkTarget(h string) error {
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return reject(ReasonHostForbidden, "host", "%q names this host", h)
+	}
+	a, err := netip.ParseAddr(h)
+	if err != nil {
+		return nil
+	}
+	if why := forbiddenAddr(a); why != "" {
+		return reject(ReasonHostForbidden, "host", "%s is %s", h, why)
+	}
+	if !v.AllowIPLiterals {
+		return reject(ReasonIPLiteral, "host", "%s is an IP literal and limiter.hosts.allow_ip_literals is off", h)
+	}
+	return nil
 }
 
 // Spec is what the validator knows of one catalog diagnostic.
@@ -219,26 +327,31 @@ type Validator struct {
 	Catalog map[string]Spec
 	// MaxAge: tasks created longer ago end as stale (0 = no limit).
 	MaxAge time.Duration
+	// AllowIPLiterals accepts a host that is an IPv4 address in dotted-quad
+	// form (it still has to match Allow). The zero value rejects every IP
+	// literal. Loopback, link-local (which holds the instance metadata
+	// service), unspecified addresses and localhost are rejected either
+	// way: a catalog entry that connects to its host must not reach this
+	// instance's credentials.
+	AllowIPLiterals bool
 }
 
+// MaxFutureSkew is how far in the future a task's created_at may lie, for
+// clock skew between the sender and this instance; further out, a task
+// would stay clear of MaxAge as long as it liked.
+const MaxFutureSkew = 5 * time.Minute
+
 // Validate normalises t in place and checks it; the host comes first so
-// that an invalid host is rejected before anything else is looked at. now
-// is the decision time for staleness.
+// that an invalid or forbidden host is rejected before anything else is
+// looked at. now is the decision time for staleness.
 func (v *Validator) Validate(t *Task, now time.Time) error {
 	h, err := NormalizeHost(t.Host)
 	if err != nil {
 		return err
 	}
 	t.Host = h
-	allowed := false
-	for _, re := range v.Allow {
-		if re.MatchString(h) {
-			allowed = true
-			break
-		}
-	}
-	if !allowed {
-		return reject(ReasonHostNotAllowed, "host", "%q matches no pattern of limiter.hosts.allow", h)
+	if err := v.checkHost(h); err != nil {
+		return err
 	}
 	if t.ID != "" && !idPattern.MatchString(t.ID) {
 		return reject(ReasonInvalidID, "id", "must match %s", idPattern)
@@ -275,6 +388,9 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 			return reject(ReasonInvalidAlert, f.field, "longer than %d or holds control characters", maxAlertLen)
 		}
 	}
+	if t.CreatedAt.Sub(now) > MaxFutureSkew {
+		return reject(ReasonInvalidCreatedAt, "created_at", "%s is more than %s in the future", t.CreatedAt.Format(time.RFC3339), MaxFutureSkew)
+	}
 	if v.MaxAge > 0 && !t.CreatedAt.IsZero() && now.Sub(t.CreatedAt) > v.MaxAge {
 		return reject(ReasonStale, "created_at", "created %s ago, older than queue.max_age %s", now.Sub(t.CreatedAt).Round(time.Second), v.MaxAge)
 	}
@@ -308,9 +424,14 @@ func FullMatch(pattern string) (*regexp.Regexp, error) {
 	return regexp.Compile(`^(?:` + pattern + `)$`)
 }
 
+// truncate cuts s to at most n bytes on a rune boundary, so the result
+// stays valid UTF-8 (SQS refuses attributes that are not).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

@@ -1,10 +1,13 @@
 package task
 
 import (
+	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestNormalizeHost(t *testing.T) {
@@ -41,8 +44,29 @@ func TestNormalizeHost(t *testing.T) {
 		{"label 64 chars", strings.Repeat("a", 64) + ".com", "", ReasonInvalidHost},
 		{"empty label", "web..example.com", "", ReasonInvalidHost},
 		{"ipv4 literal", "10.0.0.1", "10.0.0.1", ""},
+		{"ipv4 literal trailing dot", "169.254.169.254.", "169.254.169.254", ""},
 		{"ipv6 literal", "[::1]", "", ReasonInvalidHost},
+		{"ipv6 imds", "fd00:ec2::254", "", ReasonInvalidHost},
+		{"ipv6 imds bracketed", "[fd00:ec2::254]", "", ReasonInvalidHost},
+		{"ipv4-mapped ipv6", "::ffff:169.254.169.254", "", ReasonInvalidHost},
 		{"port", "web:22", "", ReasonInvalidHost},
+		{"decimal number", "2852039166", "", ReasonInvalidHost},
+		{"hex number", "0xa9fea9fe", "", ReasonInvalidHost},
+		{"hex number upper case", "0XA9FEA9FE", "", ReasonInvalidHost},
+		{"bare 0x", "0x", "", ReasonInvalidHost},
+		{"zero", "0", "", ReasonInvalidHost},
+		{"octal quad", "0251.0376.0251.0376", "", ReasonInvalidHost},
+		{"leading zero", "010.0.0.1", "", ReasonInvalidHost},
+		{"short form", "127.1", "", ReasonInvalidHost},
+		{"three parts", "169.254.43518", "", ReasonInvalidHost},
+		{"mixed hex quad", "0xa9.0xfe.0xa9.0xfe", "", ReasonInvalidHost},
+		{"octet over 255", "256.0.0.1", "", ReasonInvalidHost},
+		{"five parts", "1.2.3.4.5", "", ReasonInvalidHost},
+		{"numeric last label", "web.example.123", "", ReasonInvalidHost},
+		{"hex last label", "web.0x10", "", ReasonInvalidHost},
+		{"numeric first label", "123.example.com", "123.example.com", ""},
+		{"hex-looking first label", "0x10.example.com", "0x10.example.com", ""},
+		{"hex word last label", "web.cafe", "web.cafe", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := NormalizeHost(tc.in)
@@ -128,6 +152,133 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestValidateHostTarget(t *testing.T) {
+	now := time.Date(2026, 8, 11, 10, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		host string
+		// reason with the zero Validator, and with AllowIPLiterals.
+		strict, optIn string
+	}{
+		{"web-01.example.com", "", ""},
+		{"localhost.example.com", "", ""},
+		{"10.0.0.1", ReasonIPLiteral, ""},
+		{"192.0.2.10", ReasonIPLiteral, ""},
+		{"172.16.0.5", ReasonIPLiteral, ""},
+		{"169.254.169.254", ReasonHostForbidden, ReasonHostForbidden},
+		{"169.254.169.254.", ReasonHostForbidden, ReasonHostForbidden},
+		{"169.254.170.2", ReasonHostForbidden, ReasonHostForbidden},
+		{"169.254.169.253", ReasonHostForbidden, ReasonHostForbidden},
+		{"127.0.0.1", ReasonHostForbidden, ReasonHostForbidden},
+		{"127.255.3.9", ReasonHostForbidden, ReasonHostForbidden},
+		{"0.0.0.0", ReasonHostForbidden, ReasonHostForbidden},
+		{"0.1.2.3", ReasonHostForbidden, ReasonHostForbidden},
+		{"localhost", ReasonHostForbidden, ReasonHostForbidden},
+		{"LOCALHOST.", ReasonHostForbidden, ReasonHostForbidden},
+		{"web.localhost", ReasonHostForbidden, ReasonHostForbidden},
+		{"2852039166", ReasonInvalidHost, ReasonInvalidHost},
+		{"0xa9fea9fe", ReasonInvalidHost, ReasonInvalidHost},
+		{"0", ReasonInvalidHost, ReasonInvalidHost},
+		{"0251.0376.0251.0376", ReasonInvalidHost, ReasonInvalidHost},
+		{"127.1", ReasonInvalidHost, ReasonInvalidHost},
+		{"0x7f.1", ReasonInvalidHost, ReasonInvalidHost},
+		{"010.0.0.1", ReasonInvalidHost, ReasonInvalidHost},
+		{"fd00:ec2::254", ReasonInvalidHost, ReasonInvalidHost},
+		{"[fd00:ec2::254]", ReasonInvalidHost, ReasonInvalidHost},
+		{"::1", ReasonInvalidHost, ReasonInvalidHost},
+	} {
+		for _, optIn := range []bool{false, true} {
+			want := tc.strict
+			if optIn {
+				want = tc.optIn
+			}
+			t.Run(fmt.Sprintf("%s/allow_ip_literals=%v", tc.host, optIn), func(t *testing.T) {
+				// The README's default allow-list: it matches every name
+				// and dotted quad, so what is rejected here is rejected
+				// before it.
+				v := &Validator{
+					Allow:           []*regexp.Regexp{regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)*$`)},
+					Catalog:         map[string]Spec{"uptime": {}},
+					AllowIPLiterals: optIn,
+				}
+				tk := Task{Host: tc.host, Diagnostic: "uptime"}
+				err := v.Validate(&tk, now)
+				if Reason(err) != want {
+					t.Fatalf("Validate(host %q) error = %v, want reason %q", tc.host, err, want)
+				}
+				if err != nil && err.(*Error).Field != "host" {
+					t.Fatalf("field = %q, want host", err.(*Error).Field)
+				}
+				h, err := v.ValidateHost(tc.host)
+				if Reason(err) != want || err == nil && h != tk.Host {
+					t.Fatalf("ValidateHost(%q) = %q, %v; want reason %q like Validate", tc.host, h, err, want)
+				}
+			})
+		}
+	}
+}
+
+// TestIPLiteralsStillNeedTheAllowList: the opt-in lifts the ban on IP
+// literals, not the allow-list.
+func TestIPLiteralsStillNeedTheAllowList(t *testing.T) {
+	v := testValidator(t)
+	v.AllowIPLiterals = true
+	tk := Task{Host: "10.0.0.1", Diagnostic: "uptime"}
+	if err := v.Validate(&tk, time.Now()); Reason(err) != ReasonHostNotAllowed {
+		t.Fatalf("Validate error = %v, want %s", err, ReasonHostNotAllowed)
+	}
+}
+
+// TestForbiddenAddr covers the IPv6 side, which host syntax keeps out of
+// Validate today.
+func TestForbiddenAddr(t *testing.T) {
+	for addr, forbidden := range map[string]bool{
+		"fd00:ec2::254":          true,
+		"::1":                    true,
+		"::":                     true,
+		"fe80::1":                true,
+		"::ffff:169.254.169.254": true,
+		"::ffff:127.0.0.1":       true,
+		"169.254.0.1":            true,
+		"fd00:ec2::253":          false,
+		"2001:db8::1":            false,
+		"10.0.0.1":               false,
+	} {
+		if got := forbiddenAddr(netip.MustParseAddr(addr)) != ""; got != forbidden {
+			t.Errorf("forbiddenAddr(%s) = %v, want %v", addr, got, forbidden)
+		}
+	}
+}
+
+func TestValidateCreatedAt(t *testing.T) {
+	now := time.Date(2026, 8, 11, 10, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		created time.Time
+		maxAge  time.Duration
+		reason  string
+	}{
+		{"at the skew bound", now.Add(MaxFutureSkew), time.Hour, ""},
+		{"past the skew bound", now.Add(MaxFutureSkew + time.Second), time.Hour, ReasonInvalidCreatedAt},
+		{"far future", time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), time.Hour, ReasonInvalidCreatedAt},
+		{"far future without max_age", time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), 0, ReasonInvalidCreatedAt},
+		{"past max_age", now.Add(-2 * time.Hour), time.Hour, ReasonStale},
+		{"absent", time.Time{}, time.Hour, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := testValidator(t)
+			v.MaxAge = tc.maxAge
+			tk := Task{Host: "web-01.example.com", Diagnostic: "uptime", CreatedAt: tc.created}
+			err := v.Validate(&tk, now)
+			if Reason(err) != tc.reason {
+				t.Fatalf("Validate error = %v, want reason %q", err, tc.reason)
+			}
+			if err != nil && err.(*Error).Field != "created_at" {
+				t.Fatalf("field = %q, want created_at", err.(*Error).Field)
+			}
+		})
+	}
+}
+
 func TestDecode(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, reason string
@@ -144,6 +295,16 @@ func TestDecode(t *testing.T) {
 		{"bad time", `{"host":"a","created_at":"yesterday"}`, ReasonMalformed},
 		{"invalid utf8", "{\"host\":\"\xff\"}", ReasonMalformed},
 		{"too large", `{"host":"` + strings.Repeat("a", MaxBodySize) + `"}`, ReasonTooLarge},
+		{"just under the cap", `{"host":"` + strings.Repeat("a", MaxBodySize-11) + `"}`, ""},
+		{"case-variant second host", `{"host": "ok.example.com", "HOST": "169.254.169.254", "diagnostic": "uptime"}`, ReasonMalformed},
+		{"case-variant only", `{"Host": "ok.example.com", "diagnostic": "uptime"}`, ReasonMalformed},
+		{"unicode-folded name", `{"ho\u017ft": "169.254.169.254", "diagnostic": "uptime"}`, ReasonMalformed},
+		{"duplicate host", `{"host": "ok.example.com", "host": "169.254.169.254", "diagnostic": "uptime"}`, ReasonMalformed},
+		{"duplicate host escaped", `{"host": "ok.example.com", "h\u006fst": "169.254.169.254", "diagnostic": "uptime"}`, ReasonMalformed},
+		{"duplicate param", `{"host": "a", "diagnostic": "disk-usage", "params": {"mount": "/var", "mount": "/"}}`, ReasonMalformed},
+		{"duplicate alert member", `{"host": "a", "diagnostic": "b", "alert": {"event_id": "1", "event_id": "2"}}`, ReasonMalformed},
+		{"case-variant alert member", `{"host": "a", "diagnostic": "b", "alert": {"event_id": "1", "EVENT_ID": "2"}}`, ReasonMalformed},
+		{"null", `null`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Decode([]byte(tc.body))
@@ -163,5 +324,18 @@ func TestField(t *testing.T) {
 	}
 	if _, ok := tk.Field("alert.nope"); ok {
 		t.Error("unknown field reported ok")
+	}
+}
+
+// TestDecodeDetailBounded: a decode error quotes names from the body; the
+// detail stays short and valid UTF-8 however long the name is.
+func TestDecodeDetailBounded(t *testing.T) {
+	body := `{"host": "a", "` + strings.Repeat("é", 100_000) + `": 1}`
+	_, err := Decode([]byte(body))
+	if Reason(err) != ReasonMalformed {
+		t.Fatalf("Decode error = %v, want %s", err, ReasonMalformed)
+	}
+	if d := err.(*Error).Detail; len(d) > maxDetailLen+len("…") || !utf8.ValidString(d) {
+		t.Fatalf("detail of %d bytes (valid UTF-8: %v)", len(d), utf8.ValidString(d))
 	}
 }

@@ -33,7 +33,7 @@ limiter:
 // 503, then exits 0.
 func TestEmbeddedBinarySIGTERM(t *testing.T) {
 	p := startProc(t, embeddedConfig)
-	if code, out := p.post("/v1/tasks", `{"id":"ok-1","host":"localhost","diagnostic":"uptime"}`); code != http.StatusAccepted || out["id"] != "ok-1" {
+	if code, out := p.post("/v1/tasks", `{"id":"ok-1","host":"web-01.example.com","diagnostic":"uptime"}`); code != http.StatusAccepted || out["id"] != "ok-1" {
 		t.Fatalf("valid task: %d %v", code, out)
 	}
 	eventually(t, 20*time.Second, "ok-1 succeeded", func() bool {
@@ -53,7 +53,7 @@ func TestEmbeddedBinarySIGTERM(t *testing.T) {
 	}
 
 	for _, id := range []string{"s-1", "s-2", "s-3"} {
-		if code, _ := p.post("/v1/tasks", `{"id":"`+id+`","host":"localhost","diagnostic":"sleep","params":{"secs":"0.5"}}`); code != http.StatusAccepted {
+		if code, _ := p.post("/v1/tasks", `{"id":"`+id+`","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"0.5"}}`); code != http.StatusAccepted {
 			t.Fatalf("POST %s = %d", id, code)
 		}
 	}

@@ -1,0 +1,215 @@
+package runner
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// How long finishing a run waits for the processes it killed to be gone,
+// and how often it looks. SIGKILL takes effect within milliseconds unless
+// a process is stuck in the kernel.
+const (
+	reapTimeout = time.Second
+	reapPoll    = 5 * time.Millisecond
+)
+
+// The subreaper attribute and the process's children belong to the whole
+// process, not to one Runner, so the bookkeeping that goes with them is
+// process-wide too.
+var procs = &reaper{leaders: map[int]bool{}}
+
+// reaper keeps a diagnostic's orphans in the agent's own process tree
+// (PR_SET_CHILD_SUBREAPER) and ends them with their run.
+type reaper struct {
+	once    sync.Once
+	root    int // the process whose subtree is searched: the agent, or 1 without the subreaper
+	pgid    int // the agent's own process group, never a diagnostic's
+	initErr error
+
+	// mu orders starting (and registering) a leader against a sweep, so a
+	// leader that exits at once is never taken for an orphan.
+	mu      sync.Mutex
+	leaders map[int]bool // pids os/exec will wait for
+}
+
+func (rp *reaper) init() {
+	rp.pgid = syscall.Getpgrp()
+	rp.root = os.Getpid()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		// Orphans then go to init, which reaps them; the marker still finds
+		// them to kill, by searching every process.
+		rp.root, rp.initErr = 1, fmt.Errorf("runner: PR_SET_CHILD_SUBREAPER: %w", err)
+	}
+}
+
+// start starts cmd and registers its leader in one step.
+func (rp *reaper) start(cmd *exec.Cmd) error {
+	rp.once.Do(rp.init)
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	rp.leaders[cmd.Process.Pid] = true
+	return nil
+}
+
+// exited forgets a leader once os/exec has waited for it.
+func (rp *reaper) exited(pid int) {
+	rp.mu.Lock()
+	delete(rp.leaders, pid)
+	rp.mu.Unlock()
+}
+
+// finish kills every remaining process of run id and returns once they are
+// gone and reaped, or after reapTimeout with an error naming how many
+// remain. Processes of other runs are left alone.
+func (rp *reaper) finish(id string) error {
+	deadline := time.Now().Add(reapTimeout)
+	for {
+		left := rp.sweep(id)
+		if left == 0 {
+			return rp.initErr
+		}
+		if time.Now().After(deadline) {
+			return errors.Join(rp.initErr, fmt.Errorf("runner: %d processes of the run survived SIGKILL for %.1fs", left, reapTimeout.Seconds()))
+		}
+		time.Sleep(reapPoll)
+	}
+}
+
+// sweep sends SIGKILL to the live processes of run id, reaps dead orphans
+// (of any run) reparented to the agent, and returns how many processes of
+// run id are not yet gone.
+func (rp *reaper) sweep(id string) int {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	self := os.Getpid()
+	left := 0
+	for _, p := range rp.tree() {
+		if rp.leaders[p.pid] {
+			continue
+		}
+		// A dead child of the agent outside the agent's process group is a
+		// diagnostic's orphan: os/exec waits only for the leaders above.
+		if p.zombie && p.ppid == self && p.pgid != rp.pgid {
+			if wpid, err := unix.Wait4(p.pid, nil, unix.WNOHANG, nil); err == nil && wpid == p.pid {
+				continue
+			}
+		}
+		if p.run != id {
+			continue
+		}
+		if !p.zombie {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		left++
+	}
+	return left
+}
+
+type proc struct {
+	pid, ppid, pgid int
+	zombie          bool
+	run             string // the RunIDVar of the process, or of its nearest marked ancestor
+}
+
+// tree lists the processes below rp.root, parents before children, each
+// attributed to a run. A process whose environment cannot be read (a
+// zombie, another user's) belongs to its parent's run; a process directly
+// below the root without a marker belongs to none.
+func (rp *reaper) tree() []proc {
+	all := readProcs()
+	var out []proc
+	runOf := map[int]string{}
+	parents := []int{rp.root}
+	for len(parents) > 0 {
+		ppid := parents[0]
+		parents = parents[1:]
+		for _, p := range all {
+			if p.ppid != ppid {
+				continue
+			}
+			p.run = runMarker(p.pid)
+			if p.run == "" && p.ppid != rp.root {
+				p.run = runOf[p.ppid]
+			}
+			runOf[p.pid] = p.run
+			out = append(out, p)
+			parents = append(parents, p.pid)
+		}
+	}
+	return out
+}
+
+// readProcs reads pid, parent, group and state of every process. It runs
+// at the end of every run, so it reads with raw syscalls into one buffer
+// rather than allocating an *os.File per process.
+func readProcs() []proc {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	out := make([]proc, 0, len(names))
+	var buf [1024]byte
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		fd, err := syscall.Open("/proc/"+name+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		n, _ := syscall.Read(fd, buf[:])
+		syscall.Close(fd)
+		if n <= 0 {
+			continue
+		}
+		// "pid (comm) state ppid pgrp ...": comm may hold spaces and parens.
+		line := buf[:n]
+		i := bytes.LastIndexByte(line, ')')
+		if i < 0 {
+			continue
+		}
+		var f [3][]byte
+		rest := line[i+1:]
+		for k := range f {
+			rest = bytes.TrimLeft(rest, " ")
+			end := bytes.IndexByte(rest, ' ')
+			if end < 0 {
+				end = len(rest)
+			}
+			f[k], rest = rest[:end], rest[end:]
+		}
+		ppid, _ := strconv.Atoi(string(f[1]))
+		pgid, _ := strconv.Atoi(string(f[2]))
+		out = append(out, proc{pid: pid, ppid: ppid, pgid: pgid, zombie: bytes.Equal(f[0], []byte("Z"))})
+	}
+	return out
+}
+
+// runMarker returns the RunIDVar in pid's environment, or "".
+func runMarker(pid int) string {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return ""
+	}
+	for kv := range bytes.SplitSeq(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(RunIDVar+"=")); ok {
+			return string(v)
+		}
+	}
+	return ""
+}

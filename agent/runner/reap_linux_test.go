@@ -1,0 +1,194 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// exists reports whether pid is still in the process table, a zombie
+// included: a run must have killed and reaped what it left behind.
+func exists(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
+}
+
+// parentOf returns pid's parent, or 0 once pid is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// zombieChildren lists the test process's dead, unreaped children.
+func zombieChildren(t *testing.T) []int {
+	t.Helper()
+	names, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			pid, _ := strconv.Atoi(strings.Fields(s)[0])
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killOnCleanup ends the process whose pid is in pidFile, if a run left
+// it behind (on purpose, or by failing), and reaps it if it is the test
+// process's child.
+func killOnCleanup(t *testing.T, pidFile string) {
+	t.Cleanup(func() {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil && parentOf(pid) == os.Getpid() {
+			_, _ = unix.Wait4(pid, nil, 0, nil)
+		}
+	})
+}
+
+// runBounded runs argv and fails the test if Run has not returned within
+// bound.
+func runBounded(t *testing.T, ctx context.Context, r *Runner, d Diagnostic, argv []string, bound time.Duration) Result {
+	t.Helper()
+	done := make(chan Result, 1)
+	go func() { done <- r.Run(ctx, d, argv) }()
+	select {
+	case res := <-done:
+		return res
+	case <-time.After(bound):
+		t.Fatalf("Run still going %.1fs after it started (bound: timeout + KillGrace + reapTimeout)", bound.Seconds())
+		return Result{}
+	}
+}
+
+// detach returns a shell command that starts a setsid'd sleep (through
+// prefix, with redirect) and returns once it has left the run's process
+// group, so the group kill at the leader's exit cannot end it first.
+func detach(prefix, pidFile, redirect string) string {
+	return prefix + ` /usr/bin/setsid /bin/sh -c 'echo $$ > ` + pidFile + `; exec sleep 300' ` + redirect +
+		` & while [ ! -s ` + pidFile + ` ]; do sleep 0.01; done`
+}
+
+func TestDetachedDescendantHoldingOutputTimesOut(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	killOnCleanup(t, pidFile)
+	r := &Runner{KillGrace: 100 * time.Millisecond}
+	d := Diagnostic{Timeout: 300 * time.Millisecond}
+	// The setsid'd sleep leaves the process group and keeps the output pipe.
+	script := detach("", pidFile, "") + `; exec sleep 300`
+	bound := d.Timeout + r.KillGrace + reapTimeout
+	res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
+	pid := readPID(t, pidFile)
+	if res.Outcome != TimedOut || res.Duration > bound {
+		t.Fatalf("outcome = %s after %.2fs, want %s within %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, bound.Seconds())
+	}
+	if exists(pid) {
+		t.Fatalf("setsid descendant %d survived its run", pid)
+	}
+	if z := zombieChildren(t); len(z) > 0 {
+		t.Fatalf("unreaped children: %v", z)
+	}
+}
+
+func TestDetachedDescendantWithoutOutputDoesNotSurvive(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	killOnCleanup(t, pidFile)
+	r := &Runner{KillGrace: 100 * time.Millisecond}
+	d := Diagnostic{Timeout: time.Minute}
+	script := detach("", pidFile, ">/dev/null 2>&1") + `; echo started`
+	res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, d.Timeout)
+	pid := readPID(t, pidFile)
+	if res.Outcome != Succeeded || res.Err != nil {
+		t.Fatalf("outcome = %s err = %v", res.Outcome, res.Err)
+	}
+	if exists(pid) {
+		t.Fatalf("setsid descendant %d survived its run", pid)
+	}
+	if z := zombieChildren(t); len(z) > 0 {
+		t.Fatalf("unreaped children: %v", z)
+	}
+}
+
+func TestUnmarkedHolderStopsReadingAtTimeout(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	killOnCleanup(t, pidFile)
+	r := &Runner{KillGrace: 100 * time.Millisecond}
+	d := Diagnostic{Timeout: 300 * time.Millisecond}
+	// env -i drops the run's id, so nothing ties the sleep to its run once
+	// the shell has exited: only the read deadline ends the run.
+	script := detach("/usr/bin/env -i", pidFile, "") + `; echo started`
+	bound := d.Timeout + r.KillGrace + reapTimeout
+	res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
+	if res.Outcome != TimedOut || res.Duration < d.Timeout || res.Duration > bound {
+		t.Fatalf("outcome = %s after %.2fs, want %s at %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, d.Timeout.Seconds())
+	}
+	if !strings.Contains(string(res.Output), "started") {
+		t.Fatalf("output before the timeout lost: %q", res.Output)
+	}
+}
+
+func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	killOnCleanup(t, pidFile)
+	r := &Runner{KillGrace: 100 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan Result, 1)
+	// The subshell exits at once, so its setsid'd sleep is an orphan of
+	// run A while A's leader keeps running.
+	scriptA := `(setsid sleep 300 >/dev/null 2>&1 & echo $! > ` + pidFile + `); exec sleep 300`
+	go func() {
+		done <- r.Run(ctx, Diagnostic{Timeout: time.Hour}, []string{"/bin/sh", "-c", scriptA})
+	}()
+	orphan := readPID(t, pidFile)
+	deadline := time.Now().Add(10 * time.Second)
+	for parentOf(orphan) != os.Getpid() {
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d never reparented to the test process (parent %d)", orphan, parentOf(orphan))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	if res := run(t, r, Diagnostic{Timeout: time.Minute}, "/bin/true"); res.Outcome != Succeeded {
+		t.Fatalf("run B: %s %v", res.Outcome, res.Err)
+	}
+	if !alive(orphan) {
+		t.Fatal("finishing run B killed a descendant of run A")
+	}
+
+	cancel()
+	if res := <-done; res.Outcome != Cancelled {
+		t.Fatalf("run A: outcome %s", res.Outcome)
+	}
+	if exists(orphan) {
+		t.Fatalf("run A's orphan %d survived it", orphan)
+	}
+}
