@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -45,6 +46,9 @@ type interpreter struct {
 	argv0 string
 	// split: env -S, which splits its argument into a command line.
 	split bool
+	// remote: ssh, whose arguments after the destination are joined into
+	// one line that the remote shell runs.
+	remote bool
 }
 
 var (
@@ -55,6 +59,7 @@ var (
 		"python": {flags: "c", withArg: "WXQ", stop: "m", attached: true, once: true, readArg: "sys.argv[1]"},
 		"perl":   {flags: "eE", withArg: "MmIxidDC", attached: true, readArg: "$ARGV[0]"},
 		"ruby":   {flags: "e", withArg: "IrCEFxTWKi", attached: true, readArg: "ARGV[0]"},
+		"ssh":    {withArg: "BbcDEeFIiJLlmOopQRSWw", remote: true},
 		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", once: true, readArg: "process.argv[1]"},
 	}
 	pythonName = regexp.MustCompile(`^python[0-9.]*$`)
@@ -73,20 +78,62 @@ func lookupInterpreter(name string) (interpreter, bool) {
 	return in, ok
 }
 
+// wrapper is a program that runs a command given after its own options
+// and operands (timeout 5s sh -c …).
+type wrapper struct {
+	withArg  string   // short options that take a value
+	long     []string // long options that take a value (unless written --opt=value)
+	operands int      // operands before the command (timeout's duration)
+}
+
+var wrappers = map[string]wrapper{
+	"busybox": {},
+	"nohup":   {},
+	"setsid":  {},
+	"nice":    {withArg: "n", long: []string{"--adjustment"}},
+	"timeout": {withArg: "sk", long: []string{"--signal", "--kill-after"}, operands: 1},
+	"stdbuf":  {withArg: "ioe", long: []string{"--input", "--output", "--error"}},
+}
+
+// command returns where the wrapped command starts in argv, the wrapper's
+// own arguments starting at i.
+func (w wrapper) command(argv []string, i int) int {
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--":
+			return i + 1 + w.operands
+		case strings.HasPrefix(a, "--"):
+			if slices.Contains(w.long, a) {
+				i++
+			}
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			if j := strings.IndexAny(a[1:], w.withArg); j >= 0 && j+2 == len(a) {
+				i++ // the value is the next argument
+			}
+		default:
+			return i + w.operands
+		}
+	}
+	return i
+}
+
 // scriptArgs returns the indexes of argv that an interpreter runs as code,
-// and the interpreter; env and busybox in front of one are looked through.
+// and the interpreter; env, busybox and the common wrappers (timeout,
+// nice, nohup, setsid, stdbuf) in front of one are looked through.
 func scriptArgs(argv []string) ([]int, interpreter) {
 	for start := 0; start < len(argv); {
-		switch path.Base(argv[start]) {
-		case "env":
+		base := path.Base(argv[start])
+		if base == "env" {
 			next, split := envCommand(argv, start+1)
 			if split >= 0 {
 				return []int{split}, interpreter{split: true}
 			}
 			start = next
 			continue
-		case "busybox":
-			start++
+		}
+		if w, ok := wrappers[base]; ok {
+			start = w.command(argv, start+1)
 			continue
 		}
 		in, ok := lookupInterpreter(argv[start])
@@ -194,6 +241,11 @@ options:
 	if in.shell && inline && i < len(argv) {
 		out = append(out, i)
 	}
+	if in.remote {
+		for j := i + 1; j < len(argv); j++ {
+			out = append(out, j)
+		}
+	}
 	return out
 }
 
@@ -206,6 +258,12 @@ func checkScripts(p *problems, key string, argv []string) {
 		}
 		ph := valuePlaceholder.FindString(argv[i])
 		if ph == "" {
+			continue
+		}
+		if in.remote {
+			p.addf(fmt.Sprintf("%s.command[%d]", key, i),
+				"%s is in the command that %s joins into one line for the remote shell, so a value such as \"x; id\" would run as code there, "+
+					"and no argument after the destination is passed as data; run a fixed remote command instead", ph, argv[0])
 			continue
 		}
 		if in.split {
