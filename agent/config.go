@@ -184,8 +184,8 @@ func LoadConfig(data []byte, env func(string) (string, bool)) (Config, error) {
 	var p problems
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
-	case err == nil && docContent(&extra) != nil && !isNull(docContent(&extra)):
-		p.list = append(p.list, &ConfigError{Key: "config", Line: docLine(&extra),
+	case err == nil && !emptyDocument(&extra):
+		p.list = append(p.list, &ConfigError{Key: "config", Line: docContent(&extra).Line,
 			Err: errors.New("a second YAML document: a configuration file holds one")})
 	case err != nil && !errors.Is(err, io.EOF):
 		p.list = append(p.list, &ConfigError{Key: "config", Err: fmt.Errorf("after the first document: %w", err)})
@@ -211,19 +211,17 @@ func LoadConfig(data []byte, env func(string) (string, bool)) (Config, error) {
 		if name, ok := fromEnv[ce.Key]; ok {
 			// The value is not the file's: say where it came from, and
 			// give no line.
-			ce.Line, ce.Err = -1, fmt.Errorf("%w (set by %s)", ce.Err, name)
+			ce.Line, ce.Err = lineNotInFile, fmt.Errorf("%w (set by %s)", ce.Err, name)
 		}
 		p.list = append(p.list, ce)
 	}
 	return cfg, withLines(&root, p.err())
 }
 
-// docLine is the line a parsed document starts on.
-func docLine(doc *yaml.Node) int {
-	if n := docContent(doc); n != nil {
-		return n.Line
-	}
-	return doc.Line
+// emptyDocument reports whether doc holds no settings ("---" alone, "~").
+func emptyDocument(doc *yaml.Node) bool {
+	n := docContent(doc)
+	return n == nil || isNull(resolve(n))
 }
 
 // instanceIDPattern is what instance_id may hold: it becomes part of Redis
@@ -439,7 +437,7 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) (set map[string]st
 	if v, ok := lookup(envWorkers); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return set, &ConfigError{Key: "workers", Line: -1, Err: fmt.Errorf("%s=%q is not a number", envWorkers, v)}
+			return set, &ConfigError{Key: "workers", Line: lineNotInFile, Err: fmt.Errorf("%s=%q is not a number", envWorkers, v)}
 		}
 		c.Workers = n
 		set["workers"] = envWorkers

@@ -20,6 +20,10 @@ import (
 // (configerr.Error) with keys relative to their section.
 type ConfigError = configerr.Error
 
+// lineNotInFile marks a problem whose value did not come from the file
+// (an AUTODIAG_* variable), so withLines gives it no line.
+const lineNotInFile = -1
+
 // ErrUnknownKey is the problem of a key the configuration does not have.
 var ErrUnknownKey = errors.New("unknown key")
 
@@ -113,7 +117,7 @@ func withLines(root *yaml.Node, err error) error {
 			continue
 		}
 		switch {
-		case ce.Line < 0:
+		case ce.Line == lineNotInFile:
 			ce.Line = 0
 		case ce.Line == 0 && root != nil:
 			ce.Line = lineOf(root, ce.Key)

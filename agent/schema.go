@@ -21,10 +21,10 @@ import (
 // A mapping updates the fields it names; a list or a map replaces the
 // default wholesale.
 func decodeYAML(root *yaml.Node, out any) error {
-	n := docContent(root)
-	if n == nil || isNull(resolve(n)) {
-		return nil // an empty document: the defaults
+	if emptyDocument(root) {
+		return nil // the defaults
 	}
+	n := docContent(root)
 	var p problems
 	d := decoder{p: &p}
 	if resolve(n).Kind != yaml.MappingNode {
