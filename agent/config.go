@@ -9,21 +9,26 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/secret"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
 
-// Config is the whole configuration file (DESIGN.md "Configuration").
+// Config is the whole configuration file (README "Configuration").
 // Every field has a default (DefaultConfig); a file overrides what it
-// names, AUTODIAG_* variables override the common keys (ApplyEnv).
+// names, AUTODIAG_* variables override the common keys (Env).
 type Config struct {
-	// InstanceID names this agent; empty = IMDS instance-id, else hostname.
+	// InstanceID names this agent; empty = discovered at start. With the
+	// sqs or imds lifecycle source it must be the EC2 instance id.
 	InstanceID string `yaml:"instance_id"`
 	// AdminAddr is the admin HTTP listener; loopback by default.
 	AdminAddr string `yaml:"admin_addr"`
@@ -60,8 +65,13 @@ type QueueConfig struct {
 
 // RedisConfig is the shared state store.
 type RedisConfig struct {
-	// URL is redis:// or rediss://; empty (and no Addrs) = in-memory state.
+	// URL is redis:// or rediss://; empty (and no Addrs or URLSecret) =
+	// in-memory state.
 	URL string `yaml:"url"`
+	// URLSecret names where the agent reads the URL at start, so no
+	// password sits in the file or user data: a Secrets Manager secret ARN,
+	// or an SSM SecureString parameter name or ARN. Instead of URL.
+	URLSecret string `yaml:"url_secret"`
 	// Addrs are cluster or sentinel seeds, instead of URL.
 	Addrs []string `yaml:"addrs"`
 	// MasterName selects Sentinel mode with Addrs.
@@ -69,15 +79,52 @@ type RedisConfig struct {
 	// Prefix of every key (default "autodiag:").
 	Prefix string `yaml:"prefix"`
 	// Timeout bounds each call (default 200ms); past it the limiter rule's
-	// fail mode applies.
+	// fail mode applies to decisions and StateFail to task state.
 	Timeout time.Duration `yaml:"timeout"`
+	// StateFail is what a task does when its state (claim, record) cannot
+	// be read or written in Timeout: StateFailOpen (default) runs it with
+	// the queue's visibility as the only guard against a second run;
+	// StateFailClosed releases it to be retried later.
+	StateFail string `yaml:"state_fail"`
 }
+
+// Values of redis.state_fail.
+const (
+	StateFailOpen   = "open"
+	StateFailClosed = "closed"
+)
 
 // CloudWatchConfig controls the DrainSeconds metric for stuck-drain alarms.
 type CloudWatchConfig struct {
 	Enabled   bool   `yaml:"enabled"`
 	Namespace string `yaml:"namespace"` // default "autodiag"
 }
+
+// Defaults of the agent's own keys; the sections of the leaf packages
+// (limiter, lifecycle, runner) keep theirs beside their types.
+const (
+	DefaultAdminAddr         = "127.0.0.1:9464"
+	DefaultLogLevel          = "info"
+	DefaultWorkers           = 4
+	DefaultWaitTime          = 20 * time.Second
+	DefaultBatchSize         = 10
+	DefaultVisibilityTimeout = 60 * time.Second
+	DefaultMaxAge            = time.Hour
+	DefaultRedisPrefix       = "autodiag:"
+	DefaultRedisTimeout      = 200 * time.Millisecond
+	DefaultStateFail         = StateFailOpen
+	DefaultNamespace         = "autodiag"
+)
+
+// Bounds the agent's own keys are checked against.
+const (
+	maxWorkers           = 256
+	maxWaitTime          = 20 * time.Second // SQS long poll
+	maxBatchSize         = 10               // SQS ReceiveMessage
+	minVisibilityTimeout = 2 * time.Second
+	maxVisibilityTimeout = 12 * time.Hour // SQS
+	maxRedisTimeout      = 30 * time.Second
+)
 
 // DefaultConfig is the embedded configuration `autodiag run` uses with no
 // file: in-memory queue and state, a small read-only catalog, signal-only
@@ -88,24 +135,24 @@ func DefaultConfig() Config {
 	lim.Hosts.Allow = []string{`^[a-z0-9-]+(\.[a-z0-9-]+)*$`}
 	lim.Rules = []limiter.Rule{{
 		Name:   "default",
-		Key:    "host+diagnostic",
+		Key:    limiter.KeyHostDiagnostic,
 		Limits: []limiter.Limit{{Window: &limiter.Window{Count: 30, Per: time.Minute}}},
 	}}
 	return Config{
-		AdminAddr: "127.0.0.1:9464",
-		LogLevel:  "info",
-		Workers:   4,
+		AdminAddr: DefaultAdminAddr,
+		LogLevel:  DefaultLogLevel,
+		Workers:   DefaultWorkers,
 		Queue: QueueConfig{
-			WaitTime:          20 * time.Second,
-			BatchSize:         10,
-			VisibilityTimeout: 60 * time.Second,
-			MaxAge:            time.Hour,
+			WaitTime:          DefaultWaitTime,
+			BatchSize:         DefaultBatchSize,
+			VisibilityTimeout: DefaultVisibilityTimeout,
+			MaxAge:            DefaultMaxAge,
 		},
-		Redis:       RedisConfig{Prefix: "autodiag:", Timeout: 200 * time.Millisecond},
+		Redis:       RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail},
 		Diagnostics: BuiltinCatalog(),
 		Limiter:     lim,
 		Lifecycle:   lifecycle.DefaultConfig(),
-		CloudWatch:  CloudWatchConfig{Namespace: "autodiag"},
+		CloudWatch:  CloudWatchConfig{Namespace: DefaultNamespace},
 	}
 }
 
@@ -121,478 +168,279 @@ func BuiltinCatalog() []runner.Diagnostic {
 	}
 }
 
-// ConfigError is one problem of a configuration, naming its key and, when
-// it came from a file, the line.
-type ConfigError struct {
-	Key  string
-	Line int
-	Msg  string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s (line %d): %s", e.Key, e.Line, e.Msg)
-	}
-	return e.Key + ": " + e.Msg
-}
-
-// LoadConfig decodes a YAML file over the defaults, strictly (an unknown
-// key or a bad value is an error naming the key and line), applies the
-// AUTODIAG_* overrides read through env (nil for none) and validates the
-// result. Every problem is reported at once, each naming its key, and its
-// line when the key is in the file. Empty data means the defaults.
+// LoadConfig decodes a YAML file over the defaults, strictly (an unknown or
+// duplicate key, a value of the wrong type or a second document is an
+// error), applies the AUTODIAG_* overrides read through env (nil for none)
+// and validates the result. Every problem is reported at once, as
+// *ConfigErrors joined with errors.Join, each naming its key and, when the
+// key is in the file, its line. Empty data means the defaults.
 func LoadConfig(data []byte, env func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, fmt.Errorf("config: %w", err)
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, &ConfigError{Key: "config", Err: err}
 	}
-	if root.Kind != 0 {
-		if errs := checkKeys(&root); len(errs) > 0 {
-			return cfg, errors.Join(errs...)
-		}
-		// Lists in the file replace the defaults rather than merge into them.
-		if lookup(&root, "diagnostics") != nil {
-			cfg.Diagnostics = nil
-		}
-		if lookup(&root, "limiter.rules") != nil {
-			cfg.Limiter.Rules = nil
-		}
-		if lookup(&root, "limiter.hosts.allow") != nil {
-			cfg.Limiter.Hosts.Allow = nil
-		}
-		if err := root.Decode(&cfg); err != nil {
-			return cfg, typeErrors(&root, err)
-		}
+	var p problems
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case err == nil && !emptyDocument(&extra):
+		p.list = append(p.list, &ConfigError{Key: "config", Line: docContent(&extra).Line,
+			Err: errors.New("a second YAML document: a configuration file holds one")})
+	case err != nil && !errors.Is(err, io.EOF):
+		p.list = append(p.list, &ConfigError{Key: "config", Err: fmt.Errorf("after the first document: %w", err)})
 	}
-	var errs []error
+	decodeErr := decodeYAML(&root, &cfg)
+	p.list = append(p.list, flatten(decodeErr)...)
+	var fromEnv map[string]string
 	if env != nil {
-		errs = append(errs, cfg.applyEnv(env))
+		var err error
+		fromEnv, err = cfg.applyEnv(env)
+		p.list = append(p.list, flatten(err)...)
 	}
-	errs = append(errs, cfg.Validate())
-	err := errors.Join(errs...)
-	if err != nil && root.Kind != 0 {
-		err = annotate(&root, err)
+	// A value that could not be read keeps its default; its problem is
+	// already reported, and checks of that default would only add noise.
+	bad := map[string]bool{}
+	for _, ce := range Problems(decodeErr) {
+		bad[ce.Key] = true
 	}
-	return cfg, err
+	for _, ce := range Problems(cfg.Validate()) {
+		if bad[ce.Key] {
+			continue
+		}
+		if name, ok := fromEnv[ce.Key]; ok {
+			// The value is not the file's: say where it came from, and
+			// give no line.
+			ce.Line, ce.Err = lineNotInFile, fmt.Errorf("%w (set by %s)", ce.Err, name)
+		}
+		p.list = append(p.list, ce)
+	}
+	return cfg, withLines(&root, p.err())
+}
+
+// emptyDocument reports whether doc holds no settings ("---" alone, "~").
+func emptyDocument(doc *yaml.Node) bool {
+	n := docContent(doc)
+	return n == nil || isNull(resolve(n))
 }
 
 // instanceIDPattern is what instance_id may hold: it becomes part of Redis
 // keys and log fields.
 var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
-// Validate reports every problem of the configuration at once, each
-// naming its key.
+// Validate reports every problem of the configuration at once, as
+// *ConfigErrors naming their keys. It validates each section with the
+// section's own Validate and then the rules that span sections.
 func (c Config) Validate() error {
-	var errs []error
-	add := func(key, format string, args ...any) {
-		errs = append(errs, &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)})
-	}
-	if c.InstanceID != "" && !instanceIDPattern.MatchString(c.InstanceID) {
-		add("instance_id", "%q must match %s", c.InstanceID, instanceIDPattern)
+	var p problems
+	switch {
+	case c.InstanceID == "":
+	case !instanceIDPattern.MatchString(c.InstanceID):
+		p.addf("instance_id", "%q must match %s", c.InstanceID, instanceIDPattern)
+	case (c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS)) && !instance.Pattern.MatchString(c.InstanceID):
+		p.addf("instance_id", "%q is not an EC2 instance id (%s), which the sqs and imds lifecycle sources match notices against: "+
+			"leave it empty to discover it at start, or set the instance's id", c.InstanceID, instance.Pattern)
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
-		add("admin_addr", "%q is not host:port: %v", c.AdminAddr, err)
+		p.addf("admin_addr", "%q is not host:port: %w", c.AdminAddr, err)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		add("log_level", "must be debug, info, warn or error, not %q", c.LogLevel)
+		p.addf("log_level", "must be debug, info, warn or error, not %q", c.LogLevel)
 	}
-	if c.Workers < 1 || c.Workers > 256 {
-		add("workers", "must be between 1 and 256, not %d", c.Workers)
+	if c.Workers < 1 || c.Workers > maxWorkers {
+		p.addf("workers", "must be between 1 and %d, not %d", maxWorkers, c.Workers)
 	}
-	q := c.Queue
+	p.adopt("queue", c.Queue.Validate())
+	if c.Queue.URL != "" {
+		p.adoptNew("", queue.SQSOptions{QueueURL: c.Queue.URL, WaitTime: c.Queue.WaitTime, VisibilityTimeout: c.Queue.VisibilityTimeout}.Validate())
+	}
+	p.adopt("redis", c.Redis.Validate())
+	p.adopt("", c.validateDiagnostics())
+	p.adopt("limiter", c.Limiter.Validate())
+	if len(c.Limiter.Hosts.Allow) == 0 {
+		p.addf("limiter.hosts.allow", "no pattern: every task would be rejected")
+	}
+	if k := c.Limiter.Dedupe.Key; k != "" {
+		if _, ok := (&task.Task{}).Field(k); !ok || k == "params." {
+			p.addf("limiter.dedupe.key", "%q is not a task field (want id, host, diagnostic, severity, alert.source, alert.name, alert.event_id or params.NAME); "+
+				"a typo would disable dedupe", k)
+		}
+	}
+	p.adopt("lifecycle", c.Lifecycle.Validate())
+	p.adoptNew("lifecycle", c.DrainConfig().Validate())
+	if c.Lifecycle.Has(lifecycle.SourceSQS) && c.Lifecycle.QueueURL != "" && c.Lifecycle.QueueURL == c.Queue.URL {
+		p.addf("lifecycle.queue_url", "must not be the task queue")
+	}
+	p.adopt("cloudwatch", c.CloudWatch.Validate())
+	return p.err()
+}
+
+// DrainConfig is the drain's view of the lifecycle section.
+func (c Config) DrainConfig() drain.Config {
+	return drain.Config{Timeout: c.Lifecycle.DrainTimeout, Queued: c.Lifecycle.Queued}
+}
+
+// Validate reports every problem of the queue section; keys are relative
+// to it.
+func (q QueueConfig) Validate() error {
+	var p problems
 	if q.URL != "" {
 		if _, err := url.ParseRequestURI(q.URL); err != nil {
-			add("queue.url", "not a URL: %v", err)
+			p.addf("url", "not a URL: %w", err)
 		}
 	}
 	if q.DLQURL != "" {
 		if _, err := url.ParseRequestURI(q.DLQURL); err != nil {
-			add("queue.dlq_url", "not a URL: %v", err)
+			p.addf("dlq_url", "not a URL: %w", err)
 		}
 	}
-	if q.WaitTime < 0 || q.WaitTime > 20*time.Second {
-		add("queue.wait_time", "must be between 0s and 20s (SQS long poll), not %s", q.WaitTime)
+	if q.WaitTime < 0 || q.WaitTime > maxWaitTime {
+		p.addf("wait_time", "must be between 0s and %s (SQS long poll), not %s", maxWaitTime, q.WaitTime)
 	}
-	if q.BatchSize < 1 || q.BatchSize > 10 {
-		add("queue.batch_size", "must be between 1 and 10, not %d", q.BatchSize)
+	if q.BatchSize < 1 || q.BatchSize > maxBatchSize {
+		p.addf("batch_size", "must be between 1 and %d, not %d", maxBatchSize, q.BatchSize)
 	}
-	if q.VisibilityTimeout < 2*time.Second || q.VisibilityTimeout > 12*time.Hour {
-		add("queue.visibility_timeout", "must be between 2s and 12h, not %s", q.VisibilityTimeout)
+	if q.VisibilityTimeout < minVisibilityTimeout || q.VisibilityTimeout > maxVisibilityTimeout {
+		p.addf("visibility_timeout", "must be between %s and %s, not %s", minVisibilityTimeout, maxVisibilityTimeout, q.VisibilityTimeout)
 	}
 	if q.MaxAge < 0 {
-		add("queue.max_age", "must not be negative")
+		p.addf("max_age", "must not be negative")
 	}
-	r := c.Redis
+	return p.err()
+}
+
+// Validate reports every problem of the redis section; keys are relative
+// to it.
+func (r RedisConfig) Validate() error {
+	var p problems
 	if r.URL != "" && len(r.Addrs) > 0 {
-		add("redis.addrs", "set either redis.url or redis.addrs, not both")
+		p.addf("addrs", "set either redis.url or redis.addrs, not both")
+	}
+	if r.URL != "" && r.URLSecret != "" {
+		p.addf("url_secret", "set either redis.url or redis.url_secret, not both")
+	}
+	if r.URLSecret != "" && len(r.Addrs) > 0 {
+		p.addf("url_secret", "set either redis.url_secret or redis.addrs, not both")
 	}
 	if r.URL != "" {
 		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			add("redis.url", "must be a redis:// or rediss:// URL")
+			p.addf("url", "must be a redis:// or rediss:// URL")
+		}
+	}
+	if r.URLSecret != "" {
+		if _, err := secret.ParseRef(r.URLSecret); err != nil {
+			p.add("url_secret", err)
 		}
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			add(fmt.Sprintf("redis.addrs[%d]", i), "%q is not host:port", a)
+			p.addf(fmt.Sprintf("addrs[%d]", i), "%q is not host:port", a)
 		}
 	}
 	if r.MasterName != "" && len(r.Addrs) == 0 {
-		add("redis.master_name", "needs redis.addrs (the sentinels)")
+		p.addf("master_name", "needs redis.addrs (the sentinels)")
 	}
-	if r.Timeout <= 0 || r.Timeout > 30*time.Second {
-		add("redis.timeout", "must be between 1ms and 30s, not %s", r.Timeout)
+	if r.Timeout <= 0 || r.Timeout > maxRedisTimeout {
+		p.addf("timeout", "must be between 1ms and %s, not %s", maxRedisTimeout, r.Timeout)
 	}
 	if r.Prefix == "" {
-		add("redis.prefix", "must not be empty")
+		p.addf("prefix", "must not be empty")
 	}
+	switch r.StateFail {
+	case StateFailOpen, StateFailClosed:
+	default:
+		p.addf("state_fail", "must be %q or %q, not %q", StateFailOpen, StateFailClosed, r.StateFail)
+	}
+	return p.err()
+}
+
+// Validate reports every problem of the cloudwatch section; keys are
+// relative to it.
+func (cw CloudWatchConfig) Validate() error {
+	var p problems
+	if cw.Enabled && cw.Namespace == "" {
+		p.addf("namespace", "must be set when cloudwatch.enabled")
+	}
+	return p.err()
+}
+
+// validateDiagnostics checks the catalog: each entry, names unique, no
+// value placeholder inside an interpreter's program, and each entry's
+// effective timeout within the drain.
+func (c Config) validateDiagnostics() error {
+	var p problems
 	if len(c.Diagnostics) == 0 {
-		add("diagnostics", "the catalog is empty")
+		p.addf("diagnostics", "the catalog is empty")
 	}
-	seen := map[string]bool{}
+	drainTimeout := c.Lifecycle.DrainTimeout
+	seen := map[string]int{}
 	for i, d := range c.Diagnostics {
 		key := fmt.Sprintf("diagnostics[%d]", i)
-		errs = append(errs, prefixed(key, d.Validate())...)
-		if seen[d.Name] {
-			add(key+".name", "duplicate diagnostic %q", d.Name)
+		p.adopt(key, d.Validate())
+		if j, dup := seen[d.Name]; dup {
+			p.addf(key+".name", "duplicate diagnostic %q (also diagnostics[%d])", d.Name, j)
+		} else {
+			seen[d.Name] = i
 		}
-		seen[d.Name] = true
-		if d.Timeout > c.Lifecycle.DrainTimeout && c.Lifecycle.DrainTimeout > 0 {
-			add(key+".timeout", "%s exceeds lifecycle.drain_timeout %s: a drain would always cut it short", d.Timeout, c.Lifecycle.DrainTimeout)
-		}
-	}
-	errs = append(errs, prefixed("limiter", c.Limiter.Validate())...)
-	if len(c.Limiter.Hosts.Allow) == 0 {
-		add("limiter.hosts.allow", "no pattern: every task would be rejected")
-	}
-	errs = append(errs, prefixed("lifecycle", c.Lifecycle.Validate())...)
-	if c.Lifecycle.Has("sqs") && c.Lifecycle.QueueURL != "" && c.Lifecycle.QueueURL == c.Queue.URL {
-		add("lifecycle.queue_url", "must not be the task queue")
-	}
-	if c.CloudWatch.Enabled && c.CloudWatch.Namespace == "" {
-		add("cloudwatch.namespace", "must be set when cloudwatch.enabled")
-	}
-	return errors.Join(errs...)
-}
-
-// prefixed turns a leaf package's joined "key: problem" errors into
-// ConfigErrors under section.
-func prefixed(section string, err error) []error {
-	if err == nil {
-		return nil
-	}
-	list := flatten(err)
-	out := make([]error, 0, len(list))
-	for _, e := range list {
-		var ce *ConfigError
-		if errors.As(e, &ce) {
-			out = append(out, &ConfigError{Key: section + "." + ce.Key, Msg: ce.Msg})
-			continue
-		}
-		msg := e.Error()
-		key, rest, ok := strings.Cut(msg, ": ")
-		if !ok || strings.ContainsAny(key, " \"") {
-			out = append(out, &ConfigError{Key: section, Msg: msg})
-			continue
-		}
-		sep := "."
-		if strings.HasPrefix(key, "[") {
-			sep = ""
-		}
-		out = append(out, &ConfigError{Key: section + sep + key, Msg: rest})
-	}
-	return out
-}
-
-// annotate adds YAML line numbers to ConfigErrors.
-func annotate(root *yaml.Node, err error) error {
-	if err == nil {
-		return nil
-	}
-	list := flatten(err)
-	for _, e := range list {
-		var ce *ConfigError
-		if errors.As(e, &ce) && ce.Line == 0 {
-			ce.Line = lineOf(root, ce.Key)
-		}
-	}
-	return errors.Join(list...)
-}
-
-// flatten unnests errors.Join trees.
-func flatten(err error) []error {
-	if err == nil {
-		return nil
-	}
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return []error{err}
-	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, flatten(e)...)
-	}
-	return out
-}
-
-// pathSteps splits "limiter.rules[0].limits[1].window" into steps.
-func pathSteps(key string) []string {
-	var steps []string
-	for part := range strings.SplitSeq(key, ".") {
-		for part != "" {
-			i := strings.IndexByte(part, '[')
-			if i < 0 {
-				steps = append(steps, part)
-				break
+		checkScripts(&p, key, d.Command)
+		if eff := d.WithDefaults().Timeout; drainTimeout > 0 && eff > drainTimeout {
+			how := eff.String()
+			if d.Timeout == 0 {
+				how = fmt.Sprintf("not set, so the default %s applies, which", eff)
 			}
-			if i > 0 {
-				steps = append(steps, part[:i])
-			}
-			j := strings.IndexByte(part, ']')
-			if j < i {
-				break
-			}
-			steps = append(steps, part[i:j+1])
-			part = part[j+1:]
+			p.addf(key+".timeout", "%s exceeds lifecycle.drain_timeout %s: a drain would always cut it short", how, drainTimeout)
 		}
 	}
-	return steps
+	return p.err()
 }
 
-// lookup finds the node at key, nil if absent.
-func lookup(root *yaml.Node, key string) *yaml.Node {
-	n, _ := walk(root, key)
-	return n
-}
-
-// lineOf returns the line of the deepest node on key's path that exists.
-func lineOf(root *yaml.Node, key string) int {
-	_, line := walk(root, key)
-	return line
-}
-
-func walk(root *yaml.Node, key string) (*yaml.Node, int) {
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := 0
-	for _, step := range pathSteps(key) {
-		var next *yaml.Node
-		if strings.HasPrefix(step, "[") {
-			idx, err := strconv.Atoi(strings.Trim(step, "[]"))
-			if err == nil && n.Kind == yaml.SequenceNode && idx < len(n.Content) {
-				next = n.Content[idx]
-			}
-		} else if n.Kind == yaml.MappingNode {
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == step {
-					line = n.Content[i].Line
-					next = n.Content[i+1]
-					break
-				}
-			}
-		}
-		if next == nil {
-			return nil, line
-		}
-		n = next
-		if line == 0 || n.Kind != yaml.MappingNode {
-			line = n.Line
-		}
-	}
-	return n, line
-}
-
-// typeErrors rewrites the YAML decoder's "line N: cannot unmarshal ..."
-// errors so each names its key.
-func typeErrors(root *yaml.Node, err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return sizeErrors(root, err)
-	}
-	keys := keysByLine(root)
-	var errs []error
-	for _, msg := range te.Errors {
-		line := 0
-		if rest, ok := strings.CutPrefix(msg, "line "); ok {
-			if i := strings.IndexByte(rest, ':'); i > 0 {
-				line, _ = strconv.Atoi(rest[:i])
-				msg = strings.TrimSpace(rest[i+1:])
-			}
-		}
-		key := keys[line]
-		if key == "" {
-			key = "config"
-		}
-		errs = append(errs, &ConfigError{Key: key, Line: line, Msg: msg})
-	}
-	return errors.Join(errs...)
-}
-
-// sizeErrors locates the size values the decoder could not parse (its
-// TextUnmarshaler errors carry no position).
-func sizeErrors(root *yaml.Node, err error) error {
-	var errs []error
-	if d := lookup(root, "diagnostics"); d != nil && d.Kind == yaml.SequenceNode {
-		for i := range d.Content {
-			key := fmt.Sprintf("diagnostics[%d].max_output", i)
-			if n := lookup(root, key); n != nil {
-				if _, perr := runner.ParseSize(n.Value); perr != nil {
-					errs = append(errs, &ConfigError{Key: key, Line: n.Line, Msg: perr.Error()})
-				}
-			}
-		}
-	}
-	if len(errs) == 0 {
-		return fmt.Errorf("config: %w", err)
-	}
-	return errors.Join(errs...)
-}
-
-// keysByLine maps each line to the dotted key of the value on it.
-func keysByLine(root *yaml.Node) map[int]string {
-	out := map[int]string{}
-	var visit func(n *yaml.Node, path string)
-	visit = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				visit(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k := n.Content[i].Value
-				p := k
-				if path != "" {
-					p = path + "." + k
-				}
-				if _, ok := out[n.Content[i].Line]; !ok {
-					out[n.Content[i].Line] = p
-				}
-				out[n.Content[i+1].Line] = p
-				visit(n.Content[i+1], p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				if _, ok := out[c.Line]; !ok {
-					out[c.Line] = p
-				}
-				visit(c, p)
-			}
-		}
-	}
-	visit(root, "")
-	return out
-}
-
-// checkKeys reports unknown keys, each with its dotted path and line,
-// before decoding (the decoder's own message names the Go type, not the key).
-func checkKeys(root *yaml.Node) []error {
-	var errs []error
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	if n.Kind != yaml.MappingNode {
-		return []error{&ConfigError{Key: "config", Line: n.Line, Msg: "the file must be a YAML mapping"}}
-	}
-	checkMapping(n, "", configSchema, &errs)
-	return errs
-}
-
-// schema describes the accepted keys: a nil value is a leaf, "*" accepts
-// any key (maps such as params), "[]" marks a list of the inner schema.
-type schema map[string]any
-
-var limitSchema = schema{"daily": nil, "min_interval": nil,
-	"window": schema{"count": nil, "per": nil}, "rate": schema{"count": nil, "per": nil, "burst": nil}}
-
-var configSchema = schema{
-	"instance_id": nil, "admin_addr": nil, "log_level": nil, "workers": nil,
-	"queue":       schema{"url": nil, "wait_time": nil, "batch_size": nil, "visibility_timeout": nil, "dlq_url": nil, "max_age": nil},
-	"redis":       schema{"url": nil, "addrs": nil, "master_name": nil, "prefix": nil, "timeout": nil},
-	"diagnostics": []schema{{"name": nil, "command": nil, "params": schema{"*": nil}, "timeout": nil, "max_output": nil}},
-	"limiter": schema{
-		"timezone": nil, "fail": nil,
-		"hosts":  schema{"allow": nil},
-		"dedupe": schema{"key": nil, "ttl": nil},
-		"rules": []schema{{
-			"name": nil, "key": nil, "block": nil, "on_exceed": nil, "fail": nil,
-			"match":  schema{"diagnostic": nil, "host": nil, "severity": nil},
-			"limits": []schema{limitSchema},
-		}},
-	},
-	"lifecycle": schema{"sources": nil, "queue_url": nil, "hook_name": nil, "asg_name": nil, "hook_heartbeat_timeout": nil,
-		"heartbeat_interval": nil, "drain_timeout": nil, "on_timeout": nil, "queued": nil, "imds_poll_interval": nil},
-	"cloudwatch": schema{"enabled": nil, "namespace": nil},
-}
-
-func checkMapping(n *yaml.Node, path string, s schema, errs *[]error) {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		p := k.Value
-		if path != "" {
-			p = path + "." + k.Value
-		}
-		sub, ok := s[k.Value]
-		if !ok {
-			if _, any := s["*"]; any {
-				continue
-			}
-			*errs = append(*errs, &ConfigError{Key: p, Line: k.Line, Msg: "unknown key"})
-			continue
-		}
-		checkValue(v, p, sub, errs)
-	}
-}
-
-func checkValue(v *yaml.Node, p string, sub any, errs *[]error) {
-	switch inner := sub.(type) {
-	case schema:
-		if v.Kind == yaml.MappingNode {
-			checkMapping(v, p, inner, errs)
-		}
-	case []schema:
-		if v.Kind == yaml.SequenceNode {
-			for j, item := range v.Content {
-				if item.Kind == yaml.MappingNode {
-					checkMapping(item, fmt.Sprintf("%s[%d]", p, j), inner[0], errs)
-				}
-			}
-		}
-	}
-}
+// Environment variables that override the file.
+const (
+	envInstanceID        = "AUTODIAG_INSTANCE_ID"
+	envRedisURL          = "AUTODIAG_REDIS_URL"
+	envQueueURL          = "AUTODIAG_QUEUE_URL"
+	envLifecycleQueueURL = "AUTODIAG_LIFECYCLE_QUEUE_URL"
+	envAdminAddr         = "AUTODIAG_ADMIN_ADDR"
+	envLogLevel          = "AUTODIAG_LOG_LEVEL"
+	envWorkers           = "AUTODIAG_WORKERS"
+)
 
 // Env names the AUTODIAG_* variables that override the file.
-var Env = []string{"AUTODIAG_INSTANCE_ID", "AUTODIAG_REDIS_URL", "AUTODIAG_QUEUE_URL",
-	"AUTODIAG_LIFECYCLE_QUEUE_URL", "AUTODIAG_ADMIN_ADDR", "AUTODIAG_LOG_LEVEL", "AUTODIAG_WORKERS"}
+func Env() []string {
+	return []string{envInstanceID, envRedisURL, envQueueURL, envLifecycleQueueURL, envAdminAddr, envLogLevel, envWorkers}
+}
 
-// applyEnv overrides the common keys from AUTODIAG_* variables.
-func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
-	set := func(name string, dst *string) {
+// applyEnv overrides the common keys from AUTODIAG_* variables; set maps
+// each key it overrode to its variable.
+func (c *Config) applyEnv(lookup func(string) (string, bool)) (set map[string]string, err error) {
+	set = map[string]string{}
+	str := func(name, key string, dst *string) {
 		if v, ok := lookup(name); ok {
 			*dst = v
+			set[key] = name
 		}
 	}
-	set("AUTODIAG_INSTANCE_ID", &c.InstanceID)
-	set("AUTODIAG_REDIS_URL", &c.Redis.URL)
-	set("AUTODIAG_QUEUE_URL", &c.Queue.URL)
-	set("AUTODIAG_LIFECYCLE_QUEUE_URL", &c.Lifecycle.QueueURL)
-	set("AUTODIAG_ADMIN_ADDR", &c.AdminAddr)
-	set("AUTODIAG_LOG_LEVEL", &c.LogLevel)
-	if v, ok := lookup("AUTODIAG_REDIS_URL"); ok && v != "" {
+	str(envInstanceID, "instance_id", &c.InstanceID)
+	str(envRedisURL, "redis.url", &c.Redis.URL)
+	str(envQueueURL, "queue.url", &c.Queue.URL)
+	str(envLifecycleQueueURL, "lifecycle.queue_url", &c.Lifecycle.QueueURL)
+	str(envAdminAddr, "admin_addr", &c.AdminAddr)
+	str(envLogLevel, "log_level", &c.LogLevel)
+	if v, ok := lookup(envRedisURL); ok && v != "" {
+		// The variable names the store outright: it replaces the file's
+		// seeds or secret rather than conflicting with them.
 		c.Redis.Addrs = nil
+		c.Redis.URLSecret = ""
 	}
-	if v, ok := lookup("AUTODIAG_WORKERS"); ok {
+	if v, ok := lookup(envWorkers); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return &ConfigError{Key: "workers", Msg: fmt.Sprintf("AUTODIAG_WORKERS=%q is not a number", v)}
+			return set, &ConfigError{Key: "workers", Line: lineNotInFile, Err: fmt.Errorf("%s=%q is not a number", envWorkers, v)}
 		}
 		c.Workers = n
+		set["workers"] = envWorkers
 	}
-	return nil
+	return set, nil
 }

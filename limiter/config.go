@@ -49,6 +49,12 @@ type Config struct {
 // HostsConfig is the allow-list of host names (regular expressions, any of).
 type HostsConfig struct {
 	Allow []string `yaml:"allow"`
+	// AllowIPLiterals accepts a host that is a dotted-quad IPv4 address,
+	// which must still match Allow; off, every IP literal is rejected
+	// before the allow-list. Loopback, link-local (the instance metadata
+	// service), unspecified addresses and localhost stay rejected either
+	// way, so a diagnostic cannot be pointed at the instance's credentials.
+	AllowIPLiterals bool `yaml:"allow_ip_literals"`
 }
 
 // DedupeConfig names the task field that identifies an alert event and how

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -45,6 +46,9 @@ func ParseSize(s string) (Size, error) {
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("invalid size %q (want e.g. 65536, 64KiB, 1MiB)", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
 	}
 	return Size(n * mult), nil
 }
