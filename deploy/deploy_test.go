@@ -1192,7 +1192,7 @@ func systemdVerify(t *testing.T, unit string) string {
 	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "verify", path).CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), bin, "verify", path).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("%v: %s", err, out)
 	}
@@ -1543,7 +1543,7 @@ func terraformBinary(t *testing.T) string {
 
 func runTerraform(t *testing.T, bin, dir string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1")
 	out, err := cmd.CombinedOutput()

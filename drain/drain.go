@@ -90,10 +90,38 @@ type Progress struct {
 // Remaining is the work the drain still waits for.
 func (p Progress) Remaining() int { return p.Queued + p.Running }
 
+// Clock is the time source of a Controller: the drain's start, deadline
+// and end are read from it, and Wait's deadline and cancel grace are timers
+// on it. lifecycle.Clock has the same shape, so one value serves both.
+type Clock interface {
+	Now() time.Time
+	// After behaves like time.After.
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Option configures a Controller beyond its Config.
+type Option func(*Controller)
+
+// WithClock makes the Controller read time from clk instead of the wall
+// clock (a fake clock in tests, the agent's injected one in production).
+func WithClock(clk Clock) Option {
+	return func(c *Controller) {
+		if clk != nil {
+			c.clock = clk
+		}
+	}
+}
+
 // Controller is the drain state machine of one agent. The zero value is not
 // usable; call New.
 type Controller struct {
-	cfg Config
+	cfg   Config
+	clock Clock
 
 	mu        sync.Mutex
 	state     State
@@ -111,7 +139,7 @@ type Controller struct {
 }
 
 // New returns a running Controller.
-func New(cfg Config) *Controller {
+func New(cfg Config, opts ...Option) *Controller {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
@@ -121,12 +149,17 @@ func New(cfg Config) *Controller {
 	if cfg.CancelGrace <= 0 {
 		cfg.CancelGrace = 30 * time.Second
 	}
-	return &Controller{
+	c := &Controller{
 		cfg:      cfg,
+		clock:    wallClock{},
 		items:    map[*Item]struct{}{},
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}),
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // Item is one received unit of work tracked by the drain.
@@ -217,7 +250,7 @@ func (c *Controller) idleLocked() bool { return len(c.items) == 0 && c.holds == 
 // markEndedLocked records when a drain's last work ended.
 func (c *Controller) markEndedLocked() {
 	if c.state == Draining && c.idleLocked() && c.endedAt.IsZero() {
-		c.endedAt = time.Now()
+		c.endedAt = c.clock.Now()
 	}
 }
 
@@ -235,7 +268,7 @@ func (c *Controller) Start(tr Trigger) bool {
 		c.mu.Unlock()
 		return false
 	}
-	now := time.Now()
+	now := c.clock.Now()
 	c.state = Draining
 	c.trigger = tr
 	c.startedAt = now
@@ -307,8 +340,7 @@ func (c *Controller) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	deadline := c.deadline
 	c.mu.Unlock()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	expired := c.clock.After(deadline.Sub(c.clock.Now()))
 	for {
 		c.mu.Lock()
 		if c.idleLocked() {
@@ -325,10 +357,9 @@ func (c *Controller) Wait(ctx context.Context) error {
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timer.C:
+		case <-expired:
 			c.expire()
-			timer.Reset(c.cfg.CancelGrace)
-			if err := c.waitGrace(ctx, timer.C); err != nil {
+			if err := c.waitGrace(ctx, c.clock.After(c.cfg.CancelGrace)); err != nil {
 				return err
 			}
 			return ErrTimedOut

@@ -11,6 +11,7 @@ import (
 )
 
 func TestStateString(t *testing.T) {
+	t.Parallel()
 	for s, want := range map[State]string{Running: "running", Draining: "draining", Drained: "drained"} {
 		if s.String() != want {
 			t.Errorf("%d.String() = %q, want %q", s, s.String(), want)
@@ -19,6 +20,7 @@ func TestStateString(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	err := Config{Timeout: -1, Queued: "later"}.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted a negative timeout and an unknown queued policy")
@@ -36,6 +38,7 @@ func TestConfigValidate(t *testing.T) {
 // TestFinishWaitsForReceivedWork: queued work started after the trigger
 // still runs under queued=finish, and Wait returns only when all is done.
 func TestFinishWaitsForReceivedWork(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Config{Timeout: time.Minute})
 		var released atomic.Int32
@@ -90,6 +93,7 @@ func TestFinishWaitsForReceivedWork(t *testing.T) {
 }
 
 func TestReleasePolicyHandsBackUnstarted(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Config{Timeout: time.Minute, Queued: QueuedRelease})
 		var released atomic.Int32
@@ -118,6 +122,7 @@ func TestReleasePolicyHandsBackUnstarted(t *testing.T) {
 }
 
 func TestDeadlineReleasesAndCancels(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Config{Timeout: time.Minute, CancelGrace: 5 * time.Second})
 		var released, cancelled atomic.Int32
@@ -150,6 +155,7 @@ func TestDeadlineReleasesAndCancels(t *testing.T) {
 }
 
 func TestTriggerDeadlineShortensDrain(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Config{Timeout: 10 * time.Minute})
 		it := c.Track(nil)
@@ -169,6 +175,7 @@ func TestTriggerDeadlineShortensDrain(t *testing.T) {
 }
 
 func TestGraceBoundsStuckWork(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := New(Config{Timeout: time.Second, CancelGrace: 3 * time.Second})
 		it := c.Track(nil)
@@ -185,6 +192,7 @@ func TestGraceBoundsStuckWork(t *testing.T) {
 }
 
 func TestWaitHonoursContext(t *testing.T) {
+	t.Parallel()
 	c := New(Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -194,6 +202,7 @@ func TestWaitHonoursContext(t *testing.T) {
 }
 
 func TestEmptyDrainEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	c := New(Config{})
 	c.Start(Trigger{Source: "admin"})
 	if err := c.Wait(context.Background()); err != nil {
@@ -209,6 +218,7 @@ func TestEmptyDrainEndsAtOnce(t *testing.T) {
 // (the answer arrived as the drain began) are waited for, and the drain
 // ends only once the hold is let go and that work is done.
 func TestHoldWaitsForLateWork(t *testing.T) {
+	t.Parallel()
 	for _, queued := range []string{QueuedFinish, QueuedRelease} {
 		t.Run(queued, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -254,5 +264,61 @@ func TestHoldWaitsForLateWork(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// manualClock is a Clock whose time stands still and whose timers fire
+// only when the test fires them; it records the durations asked for.
+type manualClock struct {
+	now    time.Time
+	timers chan manualTimer
+}
+
+type manualTimer struct {
+	d  time.Duration
+	ch chan time.Time
+}
+
+func (m *manualClock) Now() time.Time { return m.now }
+
+func (m *manualClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	m.timers <- manualTimer{d: d, ch: ch}
+	return ch
+}
+
+// TestClockDrivesDeadline: the start, the deadline and both of Wait's
+// timers (the deadline, then the cancel grace) come from the injected
+// clock, not the wall clock.
+func TestClockDrivesDeadline(t *testing.T) {
+	t.Parallel()
+	clk := &manualClock{now: time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC), timers: make(chan manualTimer, 1)}
+	const timeout, grace = time.Minute, 5 * time.Second
+	c := New(Config{Timeout: timeout, CancelGrace: grace}, WithClock(clk))
+	var cancelled atomic.Bool
+	it := c.Track(nil)
+	it.Start(func() { cancelled.Store(true) })
+	c.Start(Trigger{Source: "signal"})
+	p := c.Progress()
+	if !p.StartedAt.Equal(clk.now) || !p.Deadline.Equal(clk.now.Add(timeout)) {
+		t.Fatalf("started %s, deadline %s; want %s and %s from the clock", p.StartedAt, p.Deadline, clk.now, clk.now.Add(timeout))
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait(context.Background()) }()
+	deadline := <-clk.timers
+	if deadline.d != timeout {
+		t.Fatalf("Wait's deadline timer is %s, want %s", deadline.d, timeout)
+	}
+	deadline.ch <- clk.now.Add(timeout)
+	graceTimer := <-clk.timers
+	if graceTimer.d != grace {
+		t.Fatalf("grace timer is %s, want %s", graceTimer.d, grace)
+	}
+	if !cancelled.Load() {
+		t.Fatal("running work not cancelled at the clock's deadline")
+	}
+	graceTimer.ch <- clk.now.Add(timeout + grace)
+	if err := <-waited; !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("Wait = %v, want ErrTimedOut", err)
 	}
 }

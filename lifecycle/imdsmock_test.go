@@ -51,7 +51,7 @@ func startMetadataMock(t *testing.T, args ...string) (string, time.Time) {
 		}
 		t.Skip("AUTODIAG_TEST_EC2_METADATA_MOCK not set")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func startMetadataMock(t *testing.T, args ...string) (string, time.Time) {
 
 	var out lockedBuffer
 	home := t.TempDir() // no stray $HOME/aemm-config.json
-	cmd := exec.Command(bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
+	cmd := exec.CommandContext(t.Context(), bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
 	cmd.Dir = home
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -81,7 +81,7 @@ func startMetadataMock(t *testing.T, args ...string) (string, time.Time) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, _ := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/latest/api/token", nil)
 		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()

@@ -87,7 +87,7 @@ func (w *Watcher) Run(ctx context.Context, fire func(Trigger)) error {
 		wg.Wait()
 		close(found)
 		for late := range found { // found just as the watcher stopped
-			w.release(late)
+			w.release(ctx, late)
 		}
 		return nil
 	case tr := <-found:
@@ -98,19 +98,20 @@ func (w *Watcher) Run(ctx context.Context, fire func(Trigger)) error {
 		wg.Wait()
 		close(found)
 		for late := range found {
-			w.release(late)
+			w.release(ctx, late)
 		}
 		return nil
 	}
 }
 
 // release hands back the notification of a trigger that lost the race, so
-// it is not hidden until its visibility timeout.
-func (w *Watcher) release(tr Trigger) {
+// it is not hidden until its visibility timeout. ctx is the watcher's,
+// already cancelled: the call runs detached from it, under its own bound.
+func (w *Watcher) release(ctx context.Context, tr Trigger) {
 	if tr.Action == nil || tr.Action.NotificationReceipt == "" || w.d.SQS == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_, err := w.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(tr.Action.NotificationQueueURL), ReceiptHandle: aws.String(tr.Action.NotificationReceipt),

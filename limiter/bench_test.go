@@ -36,9 +36,9 @@ func benchHosts(n int) []string {
 
 // fullRule has every limit kind, with limits high enough that the
 // benchmark's decisions are allowed (the most work: everything is written).
-// Its window has windowLogMax runs per second: the largest kept as a log in
+// Its window has defaultWindowLogMax runs per second: the largest kept as a log in
 // the state key (each of the benchKeys keys sees far fewer runs per second).
-func fullRule() Config { return fullRuleWindow(windowLogMax) }
+func fullRule() Config { return fullRuleWindow(defaultWindowLogMax) }
 
 // largeWindow is a window count kept in a sorted set.
 const largeWindow = 1 << 20
@@ -144,7 +144,7 @@ func BenchmarkAllowRedis(b *testing.B) {
 	benchAllowRedis(b, c, c)
 }
 
-func benchAllowRedis(b *testing.B, c *redis.Client, s scripter) {
+func benchAllowRedis(b *testing.B, c *redis.Client, s redis.Scripter) {
 	hosts := benchHosts(benchKeys)
 	for _, g := range benchConcurrency {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
@@ -248,13 +248,11 @@ const compareRound = 1024
 // evalsha+eval calls per operation of both sides together (1 = one per
 // operation).
 //
-// Modes: plain: both on the *redis.Client (the limiter coalesces its
-// concurrent decisions into pipelines itself, redis_rate sends one command
-// per call); autopipeline: both through client.AutoPipeline() (the limiter
-// then runs each call on a goroutine of its own and does not coalesce);
-// batched: each batching its own way, the limiter coalescing on the client,
-// redis_rate through AutoPipeline(); zset: plain, with a window too large
-// for the state key's log (a sorted set).
+// Modes: plain: both on the *redis.Client, one command per call;
+// autopipeline: both through client.AutoPipeline() (the limiter then runs
+// each call on a goroutine of its own); batched: the limiter on the
+// client, redis_rate through AutoPipeline(); zset: plain, with a window too
+// large for the state key's log (a sorted set).
 func BenchmarkCompare(b *testing.B) {
 	c := benchClient(b)
 	ap, err := c.AutoPipeline()
@@ -264,13 +262,13 @@ func BenchmarkCompare(b *testing.B) {
 	hosts := benchHosts(benchKeys)
 	for _, mode := range []struct {
 		name   string
-		lim    scripter
+		lim    redis.Scripter
 		rate   rateClient
 		window int
 	}{
-		{"plain", c, c, windowLogMax},
-		{"autopipeline", ap, ap, windowLogMax},
-		{"batched", c, ap, windowLogMax},
+		{"plain", c, c, defaultWindowLogMax},
+		{"autopipeline", ap, ap, defaultWindowLogMax},
+		{"batched", c, ap, defaultWindowLogMax},
 		{"zset", c, c, largeWindow},
 	} {
 		for _, g := range benchConcurrency {

@@ -36,6 +36,7 @@ func TestConformanceCluster(t *testing.T) { runConformance(t, clusterHarness()) 
 // TestClusterKeysShareSlot: the keys of a full decision live on one slot,
 // for every key kind, and the global tag is fixed.
 func TestClusterKeysShareSlot(t *testing.T) {
+	t.Parallel()
 	c := clusterHarness().client(t)
 	prefix := uniquePrefix(t)
 	for _, key := range []string{KeyHost, KeyDiagnostic, KeyHostDiagnostic, KeyGlobal} {

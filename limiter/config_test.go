@@ -10,6 +10,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	valid := func(mod func(c *Config)) Config {
 		c := DefaultConfig()
 		c.Rules = []Rule{{Name: "default", Limits: []Limit{{Daily: 2}, {MinInterval: 2 * time.Hour}}}}
@@ -92,6 +93,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestConfigYAML(t *testing.T) {
+	t.Parallel()
 	const doc = `
 timezone: America/Sao_Paulo
 fail: open
@@ -130,6 +132,7 @@ rules:
 }
 
 func TestDayBounds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		zone       string
 		at         time.Time

@@ -18,6 +18,9 @@ type harness struct {
 	name string
 	// client returns the Redis client of the harness, nil for memory.
 	client func(t *testing.T) redis.UniversalClient
+	// zset keeps every window in a sorted set, as windows larger than
+	// the state key's log are.
+	zset bool
 }
 
 func memoryHarness() harness { return harness{name: "memory"} }
@@ -34,6 +37,7 @@ type env struct {
 	reg    *prometheus.Registry
 	mem    *Memory
 	client redis.UniversalClient
+	redis  *Redis
 	prefix string
 }
 
@@ -47,7 +51,11 @@ func (h harness) setup(t *testing.T, cfg Config, start time.Time) *env {
 	} else {
 		e.client = h.client(t)
 		e.prefix = uniquePrefix(t)
-		b = NewRedis(e.client, e.prefix)
+		e.redis = NewRedis(e.client, e.prefix)
+		if h.zset {
+			e.redis.logMax = 0
+		}
+		b = e.redis
 	}
 	l, err := New(cfg, b, Options{Clock: e.clock, Registerer: e.reg, Timeout: 2 * time.Second})
 	if err != nil {
@@ -265,7 +273,7 @@ var conformanceCases = []conformanceCase{
 		e := h.setup(t, rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}, {Window: &Window{Count: 10, Per: 48 * time.Hour}}}}), t0)
 		e.expect("first", web1, allowed("default"))
 		e.expect("second, same day", web1, denied("default", LimitDaily, ReasonDaily, 14*time.Hour))
-		if e.client != nil && windowLogMax >= 10 { // the window is in the state key
+		if e.redis != nil && e.redis.logMax >= 10 { // the window is in the state key
 			key := e.prefix + "lim:{" + web1.Host + "}:s:default"
 			if ttl := e.client.PTTL(context.Background(), key).Val(); ttl < 47*time.Hour || ttl > 48*time.Hour {
 				t.Fatalf("state key TTL %s, want the window's 48h", ttl)
@@ -280,7 +288,7 @@ var conformanceCases = []conformanceCase{
 		e.expect("second of the next day", web1, denied("default", LimitDaily, ReasonDaily, 24*time.Hour))
 	}},
 	{"large window", func(t *testing.T, h harness) {
-		const count = 100 // above windowLogMax: a sorted set on Redis
+		const count = 100 // above defaultWindowLogMax: a sorted set on Redis
 		e := h.setup(t, rules(Rule{Name: "default", Limits: []Limit{{Window: &Window{Count: count, Per: time.Minute}}}}), t0)
 		for i := range count {
 			e.expect(fmt.Sprintf("run %d", i), web1, allowed("default"))
@@ -488,13 +496,13 @@ func TestConformanceMemory(t *testing.T) { runConformance(t, memoryHarness()) }
 func TestConformanceRedis(t *testing.T) { runConformance(t, redisHarness()) }
 
 // TestConformanceRedisWindowZSet: every window in a sorted set of its own,
-// as windows larger than windowLogMax are.
+// as windows larger than the state key's log are.
 func TestConformanceRedisWindowZSet(t *testing.T) {
-	defer func(max int) { windowLogMax = max }(windowLogMax)
-	windowLogMax = 0
-	runConformance(t, harness{name: "redis-zset", client: func(t *testing.T) redis.UniversalClient { return testRedisDirect(t) }})
+	t.Parallel()
+	runConformance(t, harness{name: "redis-zset", zset: true, client: func(t *testing.T) redis.UniversalClient { return testRedisDirect(t) }})
 }
 
 func TestConformanceRedisDirect(t *testing.T) {
+	t.Parallel()
 	runConformance(t, harness{name: "redis-direct", client: func(t *testing.T) redis.UniversalClient { return testRedisDirect(t) }})
 }

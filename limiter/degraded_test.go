@@ -53,6 +53,7 @@ func failCfg() Config {
 }
 
 func TestUnreachableRedisFailMode(t *testing.T) {
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	reg := prometheus.NewRegistry()
@@ -91,6 +92,7 @@ func TestUnreachableRedisFailMode(t *testing.T) {
 }
 
 func TestBreaker(t *testing.T) {
+	t.Parallel()
 	fb := &fakeBackend{err: errors.New("connection refused")}
 	clock := newFakeClock(t0)
 	reg := prometheus.NewRegistry()
@@ -132,6 +134,7 @@ func TestBreaker(t *testing.T) {
 }
 
 func TestBreakerSingleProbe(t *testing.T) {
+	t.Parallel()
 	var b breaker
 	b.threshold, b.cooldown = 1, time.Second
 	b.failure(t0)
@@ -152,6 +155,7 @@ func TestBreakerSingleProbe(t *testing.T) {
 }
 
 func TestCancelledContext(t *testing.T) {
+	t.Parallel()
 	l, err := New(failCfg(), NewMemory(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +173,7 @@ func TestCancelledContext(t *testing.T) {
 // TestRuleWithoutLimitsNeedsNoBackend: a rule with no limits, block or
 // dedupe allows without a backend call, so it never degrades.
 func TestRuleWithoutLimitsNeedsNoBackend(t *testing.T) {
+	t.Parallel()
 	fb := &fakeBackend{err: errors.New("down")}
 	cfg := rules(Rule{Name: "free", Fail: FailClosed})
 	l, err := New(cfg, fb, Options{})
@@ -192,6 +197,7 @@ func TestRuleWithoutLimitsNeedsNoBackend(t *testing.T) {
 // context deadlines, on the caller's with ContextTimeoutEnabled, including a
 // decision that waits for the only pooled connection, held by another.
 func TestTimeoutBoundsCall(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		ctxTimeout bool
@@ -203,12 +209,13 @@ func TestTimeoutBoundsCall(t *testing.T) {
 		{"context deadline, waiting for the pool", true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := redis.NewClient(&redis.Options{Addr: silentAddr(t), MaxRetries: -1, PoolSize: 1,
 				ContextTimeoutEnabled: tc.ctxTimeout,
 				DialTimeout:           time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, PoolTimeout: time.Hour})
 			t.Cleanup(func() { _ = c.Close() })
 			b := NewRedis(c, "autodiag:")
-			if direct := b.pipe != nil; direct != tc.wantDirect {
+			if direct := b.bounded; direct != tc.wantDirect {
 				t.Fatalf("direct call = %v, want %v", direct, tc.wantDirect)
 			}
 			l, err := New(failCfg(), b, Options{Timeout: 100 * time.Millisecond})
@@ -250,7 +257,7 @@ func TestTimeoutBoundsCall(t *testing.T) {
 
 // silentAddr is a listener that accepts connections and never answers.
 func silentAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

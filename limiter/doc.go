@@ -45,16 +45,9 @@
 // marks the event, so a task deferred after a denial is not a duplicate
 // when it comes back.
 //
-// With a client that honours context deadlines (see Failure) the backend
-// also coalesces concurrent decisions: up to eight concurrent decisions go
-// out as they come, each its own EVALSHA; decisions arriving while eight
-// calls are in flight queue, and the first call to answer hands the queue to
-// one of them, which sends it as one pipeline (a call in flight too).
-// Each decision is still one EVALSHA, atomic on its own; only the system
-// calls (one write and one read per batch instead of per decision, on the
-// client and on the server) are shared. A lone decision is never delayed,
-// and a queued one still ends by its own deadline: the calls ahead of it
-// started earlier, and its batch runs under the earliest deadline in it.
+// The call is go-redis's Script.Run on the client as given; a client that
+// batches (client.AutoPipeline()) batches decisions too, each still one
+// EVALSHA, atomic on its own.
 //
 // NewMemory keeps the same state in process (embedded mode, one agent). The
 // conformance suite runs the same cases against both backends.
@@ -82,20 +75,19 @@
 // limiter itself, whatever the client's options. With a *redis.Client,
 // ClusterClient or Ring built with ContextTimeoutEnabled (the agent's), the
 // call runs on the caller's goroutine with that deadline, which the client
-// applies to dial, read and write, and a Done channel (shared by the calls
-// of one time slot, closing at most Timeout/8+1ms late) that ends a wait for
-// a pooled connection. With any other client (go-redis ignores context
-// deadlines without ContextTimeoutEnabled, and an AutoPipeliner queues the
-// call) it runs on a goroutine of its own and the decision stops waiting at
-// the timeout; the abandoned call ends with the client's own timeouts, so
-// set ReadTimeout/WriteTimeout/PoolTimeout near redis.timeout there. On an
-// error or timeout Allow decides by the rule's fail mode (open: allowed;
-// closed: denied with RetryAfter = the breaker cooldown), marks the decision
-// Degraded, logs the cause and counts autodiag_limiter_degraded_total. After BreakerThreshold
-// consecutive failures a circuit breaker stops calling Redis for
-// BreakerCooldown (on the Clock), deciding by fail mode at once (reason
-// "breaker_open"), then lets one probe through. Check, the dry run behind
-// `autodiag limits check`, returns the error instead.
+// applies to dial, read and write and to a wait for a pooled connection.
+// With any other client (go-redis ignores context deadlines without
+// ContextTimeoutEnabled, and an AutoPipeliner queues the call) it runs on a
+// goroutine of its own and the decision stops waiting at the timeout; the
+// abandoned call ends with the client's own timeouts, so set
+// ReadTimeout/WriteTimeout/PoolTimeout near redis.timeout there. On an error
+// or timeout Allow decides by the rule's fail mode (open: allowed; closed:
+// denied with RetryAfter = the breaker cooldown), marks the decision
+// Degraded, logs the cause and counts autodiag_limiter_degraded_total.
+// After BreakerThreshold consecutive failures a circuit breaker stops
+// calling Redis for BreakerCooldown (on the Clock), deciding by fail mode at
+// once (reason "breaker_open"), then lets one probe through. Check, the dry
+// run behind `autodiag limits check`, returns the error instead.
 //
 // # Observability
 //

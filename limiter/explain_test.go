@@ -8,6 +8,7 @@ import (
 )
 
 func TestExplain(t *testing.T) {
+	t.Parallel()
 	cfg := rules(
 		Rule{Name: "free"},
 		Rule{Name: "sixty", Limits: []Limit{{Rate: &Rate{Count: 60, Per: 60 * time.Second, Burst: 2}}}},

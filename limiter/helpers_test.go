@@ -63,8 +63,8 @@ func testRedis(t testing.TB) *redis.Client {
 }
 
 // testRedisDirect returns a client for AUTODIAG_TEST_REDIS_ADDR with
-// ContextTimeoutEnabled, as the agent builds it: the backend calls it
-// directly and coalesces concurrent decisions into pipelines.
+// ContextTimeoutEnabled, as the agent builds it: the backend calls it on
+// the caller's goroutine under a context deadline.
 func testRedisDirect(t testing.TB) *redis.Client {
 	return testRedisOpts(t, redis.Options{ContextTimeoutEnabled: true})
 }
@@ -137,7 +137,7 @@ func scanKeys(t testing.TB, c redis.UniversalClient, pattern string) []string {
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

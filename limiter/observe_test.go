@@ -17,6 +17,7 @@ import (
 // TestDenialLogged: every denial and degraded decision is one log line an
 // operator can act on; allowed decisions are not logged.
 func TestDenialLogged(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		backend Backend
@@ -69,6 +70,7 @@ func TestDenialLogged(t *testing.T) {
 }
 
 func TestMetricsLint(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}}}), NewMemory(), Options{Registerer: reg, Clock: newFakeClock(t0)})
 	if err != nil {

@@ -143,7 +143,7 @@ func (l *Limiter) buildOp(o *op, cr *compiledRule, r *Request, now time.Time, dr
 	o.winCount, o.winPer = cr.winCount, cr.winPer
 	o.rateT, o.rateCap = cr.rateT, cr.rateCap
 	o.order = cr.order
-	if cr.winCount > windowLogMax {
+	if cr.winCount > 0 {
 		o.member = l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15
 	}
 }

@@ -2,10 +2,11 @@
 # scripts/test.sh — the one command that runs every test of autodiag.
 #
 # It installs what is missing (Debian redis-server; the pinned
-# amazon-ec2-metadata-mock), starts a redis-server and a 3-master Redis
-# Cluster on free loopback ports, exports their addresses to the tests,
-# runs gofmt, go vet and go test -race over the whole module, and stops
-# everything it started, whatever happens.
+# amazon-ec2-metadata-mock and golangci-lint), starts a redis-server and a
+# 3-master Redis Cluster on free loopback ports, exports their addresses to
+# the tests, runs gofmt, go vet, golangci-lint (.golangci.yml) and go test
+# -race over the whole module, and stops everything it started, whatever
+# happens.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./limiter/...   # only these packages (same services)
@@ -24,6 +25,7 @@ mkdir -p "$bin"
 export PATH=$bin:$PATH
 
 IMDS_MOCK_VERSION=v1.13.0
+GOLANGCI_LINT_VERSION=v2.15.0
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 
@@ -56,6 +58,13 @@ if [[ ! -x $bin/ec2-metadata-mock || $(cat "$bin/.ec2-metadata-mock.version" 2>/
 	log "installing ec2-metadata-mock $IMDS_MOCK_VERSION"
 	GOBIN=$bin go install "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@$IMDS_MOCK_VERSION"
 	echo "$IMDS_MOCK_VERSION" >"$bin/.ec2-metadata-mock.version"
+fi
+if [[ ! -x $bin/golangci-lint || $(cat "$bin/.golangci-lint.version" 2>/dev/null) != "$GOLANGCI_LINT_VERSION" ]]; then
+	# Built from source through the module proxy: the only registry a
+	# machine here reaches (no release binaries).
+	log "installing golangci-lint $GOLANGCI_LINT_VERSION"
+	GOBIN=$bin go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+	echo "$GOLANGCI_LINT_VERSION" >"$bin/.golangci-lint.version"
 fi
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
@@ -111,6 +120,10 @@ if [[ -n $unformatted ]]; then
 fi
 log "go vet ${pkgs[*]}"
 go vet "${pkgs[@]}"
+# Several worktrees share this machine and its lint cache (safe for
+# concurrent use, like the Go build cache): run beside them, not after.
+log "golangci-lint run ${pkgs[*]}"
+golangci-lint run --allow-parallel-runners "${pkgs[@]}"
 log "go test -race ${pkgs[*]}"
 # Two cores: at most two test binaries at once.
 go test -race -p 2 -timeout 20m "${pkgs[@]}"
