@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // TestInvalidHostNeverReachesRedis: a task whose host fails validation

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
 	"github.com/autodiag/autodiag/lifecycle"
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
 )
 
 // The agent's side of a drain: heartbeat the lifecycle action while work

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
 )
 
 // Issue 5's must-show, with the real binary: an instance leaving its Auto

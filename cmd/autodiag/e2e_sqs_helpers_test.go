@@ -20,9 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // Helpers of the SQS end-to-end tests: the real binary as a child process

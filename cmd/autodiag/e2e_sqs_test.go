@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // TestSQSFleetExactlyOnce is issue 4's first must-show: 500 tasks on the

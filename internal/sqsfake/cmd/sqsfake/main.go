@@ -1,4 +1,4 @@
-// Command sqsfake serves the agent/sqsfake SQS fake on an address for manual
+// Command sqsfake serves the internal/sqsfake SQS fake on an address for manual
 // demos and for running the autodiag binary against it:
 //
 //	go run ./agent/sqsfake/cmd/sqsfake -addr 127.0.0.1:4566 -queue tasks -queue tasks-dlq
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
 func main() { os.Exit(run()) }
