@@ -17,9 +17,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/autodiag/autodiag/internal/asgfake"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/lifecycle"
-	"github.com/autodiag/autodiag/internal/asgfake"
 )
 
 func TestSQSSourceAgainstSQSFake(t *testing.T) {

@@ -20,8 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

@@ -173,24 +173,32 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		mode = "embedded"
 	}
 	log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
-		"startup", time.Since(start).String())
+		"startup", time.Since(start).Seconds())
 
+	// The signal goroutine ends with Run: the first signal drains, a
+	// second one exits fast, and Run's return ends the wait for either.
+	runDone := make(chan struct{})
+	sigDone := make(chan struct{})
 	go func() {
-		s, ok := <-sigc
-		if !ok {
+		defer close(sigDone)
+		select {
+		case s := <-sigc:
+			log.Info("signal received: draining", "signal", s.String())
+			a.Drain("signal", s.String())
+		case <-runDone:
 			return
 		}
-		log.Info("signal received: draining", "signal", s.String())
-		a.Drain("signal", s.String())
-		s, ok = <-sigc
-		if !ok {
-			return
+		select {
+		case s := <-sigc:
+			log.Warn("second signal: fast exit, releasing running work", "signal", s.String())
+			cancel()
+		case <-runDone:
 		}
-		log.Warn("second signal: fast exit, releasing running work", "signal", s.String())
-		cancel()
 	}()
 
 	runErr := a.Run(ctx)
+	close(runDone)
+	<-sigDone
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	scancel()
