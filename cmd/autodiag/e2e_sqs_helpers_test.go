@@ -204,6 +204,8 @@ type sqsAgentConfig struct {
 	visibility time.Duration
 	redisAddr  string // "" = in-memory state
 	prefix     string
+	// redisTimeout is redis.timeout; 0 = 2s.
+	redisTimeout time.Duration
 	ledger     *sqsLedger
 	logLevel   string
 }
@@ -224,7 +226,11 @@ func (c sqsAgentConfig) yaml() string {
 		fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.dlqURL)
 	}
 	if c.redisAddr != "" {
-		fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: 2s\n", c.redisAddr, c.prefix)
+		timeout := c.redisTimeout
+		if timeout == 0 {
+			timeout = 2 * time.Second
+		}
+		fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: %s\n", c.redisAddr, c.prefix, timeout)
 	}
 	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n")
 	if c.ledger != nil {
