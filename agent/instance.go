@@ -19,16 +19,10 @@ const (
 	drainedInstanceTTL = time.Minute
 )
 
-// instanceStore is the part of the state store that keeps instance records.
-type instanceStore interface {
-	PutInstance(ctx context.Context, inst state.Instance, ttl time.Duration) error
-	Ping(ctx context.Context) error
-}
-
 // presence keeps this instance's record in the state store fresh, and
 // with it autodiag_redis_up.
 type presence struct {
-	store        instanceStore
+	store        state.InstanceStore
 	storeTimeout time.Duration // redis.timeout
 	drain        *drain.Controller
 	outcomes     *outcomeRecorder

@@ -44,18 +44,13 @@ func (j *job) ranFor() (time.Duration, bool) {
 	return j.ran, j.ran > 0
 }
 
-// auditor is the part of the state store the outcome recorder writes.
-type auditor interface {
-	Audit(ctx context.Context, e state.AuditEntry) error
-}
-
 // outcomeRecorder is the one place a task's outcome is written: a log
 // line, a metric, an audit entry and the status counters. It also counts
 // the jobs between receipt and outcome (autodiag_tasks_inflight).
 type outcomeRecorder struct {
 	log        *slog.Logger
 	m          *metrics
-	store      auditor
+	store      state.AuditLog
 	clock      Clock
 	instanceID string
 	timeout    time.Duration // of each audit write (redis.timeout)

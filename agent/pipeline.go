@@ -54,7 +54,7 @@ const (
 // Each step is one method; every end goes through the outcome recorder.
 type pipeline struct {
 	src          queue.Source
-	store        state.Store
+	store        state.TaskStore
 	limiter      decider
 	runner       Runner
 	validator    *task.Validator

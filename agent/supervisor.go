@@ -29,12 +29,6 @@ const (
 // sourceRestart is the trigger source of a drain resumed after a restart.
 const sourceRestart = "restart"
 
-// drainStore is the part of the state store that persists drains.
-type drainStore interface {
-	SaveDrain(ctx context.Context, instanceID string, d state.DrainRecord) error
-	LoadDrain(ctx context.Context, instanceID string) (*state.DrainRecord, error)
-}
-
 // drainTrigger is what started the drain, with its lifecycle action when
 // the trigger carried one.
 type drainTrigger struct {
@@ -50,7 +44,7 @@ type supervisor struct {
 	drain        *drain.Controller
 	watcher      *lifecycle.Watcher // nil without imds or sqs sources
 	actor        *lifecycle.Actor   // nil without imds or sqs sources
-	store        drainStore
+	store        state.DrainStore
 	storeTimeout time.Duration // redis.timeout
 	clock        Clock
 	log          *slog.Logger

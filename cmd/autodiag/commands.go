@@ -220,7 +220,14 @@ type InflightView struct {
 	Age string `json:"age"`
 }
 
-func fleetView(ctx context.Context, st state.Store, recent int) (FleetView, error) {
+// fleetSource is what the fleet view reads from the state store.
+type fleetSource interface {
+	Instances(ctx context.Context) ([]state.Instance, error)
+	Inflight(ctx context.Context, instanceID string) ([]state.InflightEntry, error)
+	RecentAudit(ctx context.Context, n int) ([]state.AuditEntry, error)
+}
+
+func fleetView(ctx context.Context, st fleetSource, recent int) (FleetView, error) {
 	now := time.Now()
 	fv := FleetView{At: now, Outcomes: map[string]int{}}
 	insts, err := st.Instances(ctx)

@@ -206,8 +206,8 @@ type sqsAgentConfig struct {
 	prefix     string
 	// redisTimeout is redis.timeout; 0 = 2s.
 	redisTimeout time.Duration
-	ledger     *sqsLedger
-	logLevel   string
+	ledger       *sqsLedger
+	logLevel     string
 }
 
 func (c sqsAgentConfig) yaml() string {
