@@ -263,6 +263,9 @@ func TestStatusJSONShape(t *testing.T) {
 	if m["instance_id"] != "test-host" || m["state"] != "running" {
 		t.Fatalf("status = %s", body)
 	}
+	if up, ok := m["redis_up"]; ok {
+		t.Errorf("embedded /v1/status reports redis_up %v without a Redis", up)
+	}
 	resp, err := http.Post(ta.srv.URL+"/v1/drain", "", nil)
 	if err != nil {
 		t.Fatal(err)

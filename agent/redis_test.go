@@ -80,6 +80,9 @@ lifecycle: {drain_timeout: 1m}
 	if lim == 0 || task == 0 {
 		t.Fatalf("scan saw %d limiter and %d task keys in %v: the check would not notice stray keys", lim, task, keys)
 	}
+	if up := ta.Status().RedisUp; up == nil || !*up {
+		t.Errorf("status redis_up = %v with Redis answering, want true", up)
+	}
 	if got := ta.outcome(OutcomeRejected); got != int64(len(bad)) {
 		t.Fatalf("rejected = %d, want %d", got, len(bad))
 	}

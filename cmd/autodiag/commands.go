@@ -314,6 +314,9 @@ func (c *cli) limitsCmd() *cobra.Command {
 		Short: "Dry-run one decision against the configured Redis (consumes nothing)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlags(cmd, "host", "diagnostic"); err != nil {
+				return err
+			}
 			cfg, err := c.loadConfig()
 			if err != nil {
 				return err
@@ -350,8 +353,6 @@ func (c *cli) limitsCmd() *cobra.Command {
 	check.Flags().StringVar(&req.Host, "host", "", "target host (required)")
 	check.Flags().StringVar(&req.Diagnostic, "diagnostic", "", "diagnostic (required)")
 	check.Flags().StringVar(&req.Severity, "severity", "", "severity")
-	_ = check.MarkFlagRequired("host")
-	_ = check.MarkFlagRequired("diagnostic")
 	cmd.AddCommand(check)
 	return cmd
 }

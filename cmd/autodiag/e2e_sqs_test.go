@@ -18,7 +18,7 @@ import (
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
-// TestSQSFleetExactlyOnce is issue 4's first must-show: 500 tasks on the
+// TestSQSFleetExactlyOnce: 500 tasks on the
 // SQS fake, 3 real agents sharing one redis-server, with duplicates
 // injected two ways — 50 bodies sent twice, and deliveries SQS makes again
 // after a short visibility timeout lapses (lost ReceiveMessage responses,
