@@ -263,7 +263,8 @@ func (a *Agent) recoverInterrupted() {
 		return
 	}
 	for _, r := range recs {
-		a.log.Warn("task interrupted by a previous run; SQS will redeliver it", "task_id", r.ID, "host", r.Host, "diagnostic", r.Diagnostic, "attempts", r.Attempts)
+		a.log.Warn("task interrupted", "task_id", r.ID, "host", r.Host, "diagnostic", r.Diagnostic, "attempts", r.Attempts,
+			"detail", "left running by this instance's previous process")
 		a.outcomes.audit(state.AuditEntry{TaskID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Outcome: "interrupted"})
 	}
 }

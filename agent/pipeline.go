@@ -149,7 +149,7 @@ func (p *pipeline) execute(ctx context.Context, j *job) {
 	t := j.task
 	if !p.markRunning(t.ID) {
 		p.lookAgain(j, p.lease+lookAgainMargin, "running_here", nil,
-			"duplicate delivery of a task running here; looking again later")
+			"detail", "a duplicate delivery of a task running here")
 		return
 	}
 	defer p.unmarkRunning(t.ID)
@@ -188,7 +188,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 		return state.TaskRecord{}, false
 	case state.HeldElsewhere:
 		p.lookAgain(j, c.LeaseRemaining+lookAgainMargin, "running_elsewhere", nil,
-			"task running on another agent; looking again later", "owner", c.Record.Owner)
+			"detail", "running on another agent", "owner", c.Record.Owner)
 		return state.TaskRecord{}, false
 	}
 	return c.Record, true
@@ -224,7 +224,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		p.releaseLease(t.ID)
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
 		p.lookAgain(j, delay, dec.Reason, map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()},
-			"task deferred by the limiter", "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
+			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
 		return false
 	default:
 		rec.Outcome, rec.Reason = OutcomeRateLimited, dec.Reason
@@ -262,8 +262,8 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 		// The lease lapsed while the diagnostic ran and another agent
 		// claimed the task: its attempt owns the record. This run still
 		// ends in its own outcome below (log, metric, audit).
-		p.log.Warn("lease lapsed while running; a later attempt owns the record, this result is logged only",
-			"task_id", t.ID, "attempt", rec.Attempts)
+		p.log.Warn("lease lapsed while running", "task_id", t.ID, "attempt", rec.Attempts,
+			"detail", "a later attempt owns the record; this result is logged only")
 	case err != nil:
 		p.log.Error("recording the result failed; a redelivery may run the task again", "task_id", t.ID, "err", err)
 	}
@@ -310,10 +310,11 @@ func (p *pipeline) releaseUnstarted(j *job) {
 
 // lookAgain hides the message for hide and lets the job go without an
 // outcome: the task is not done, and ends when the message comes back.
-func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, msg string, attrs ...any) {
+// Its log line is "task deferred" with the reason; attrs add detail.
+func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, attrs ...any) {
 	t := j.task
 	p.changeVisibility(j, hide)
-	p.log.Info(msg, append([]any{"task_id", t.ID, "retry_after", hide.Seconds()}, attrs...)...)
+	p.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
 	p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: fields})
 	p.outcomes.drop(j)
 }

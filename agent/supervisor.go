@@ -103,7 +103,7 @@ func (s *supervisor) resume() {
 			action = nil
 		}
 	}
-	s.log.Info("resuming a drain persisted before a restart", "source", rec.Source, "deadline", rec.Deadline)
+	s.log.Info("drain resumed", "source", rec.Source, "deadline", rec.Deadline, "detail", "persisted by this instance's previous process")
 	s.start(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action)
 }
 
@@ -263,7 +263,7 @@ func (s *supervisor) awaitAction(ctx context.Context) *lifecycle.Action {
 		case <-t.C:
 		}
 		if act := s.probeAction(ctx, "draining"); act != nil && ctx.Err() == nil {
-			s.log.Info("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action", "hook", act.HookName)
+			s.actionSeen(act)
 			s.resolveASG(ctx, act)
 			return act
 		}
@@ -283,7 +283,7 @@ func (s *supervisor) watchAction(ctx context.Context) *lifecycle.Action {
 		if act != nil {
 			// Returned even when ctx just ended: the notification is ours
 			// now and the drain's end completes it.
-			s.log.Info("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action", "hook", act.HookName)
+			s.actionSeen(act)
 			s.resolveASG(context.WithoutCancel(ctx), act)
 			return act
 		}
@@ -295,6 +295,12 @@ func (s *supervisor) watchAction(ctx context.Context) *lifecycle.Action {
 		}
 	}
 	return nil
+}
+
+// actionSeen logs a lifecycle action that began during the drain.
+func (s *supervisor) actionSeen(act *lifecycle.Action) {
+	s.log.Info("lifecycle action during the drain", "hook", act.HookName,
+		"detail", "Auto Scaling began terminating the instance; its action is heartbeated and completed")
 }
 
 // probeAction asks the imds source whether the instance is in
