@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -124,6 +125,61 @@ lifecycle: {drain_timeout: 5m}
 		}
 		if got := a.Status().Outcomes[OutcomeSucceeded]; got != 1 {
 			t.Fatalf("succeeded = %d, want 1", got)
+		}
+	})
+}
+
+// TestRunWaitsForItsHandlers: on a fast exit, a diagnostic that takes
+// longer than releaseGrace to stop still has its handler waited for: Run
+// returns after the handler recorded the release, so nothing main closes
+// after Run (the queue, the Redis client) is closed under it.
+func TestRunWaitsForItsHandlers(t *testing.T) {
+	const stopping = releaseGrace + 5*time.Second
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := LoadConfig([]byte(`
+diagnostics:
+  - {name: stubborn, command: [/bin/true], timeout: 2m}
+limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
+lifecycle: {drain_timeout: 5m}
+`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout})
+		store := deadlineStore{state.NewMemory(state.MemoryOptions{})}
+		lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		var returned bool
+		stubborn := runnerFunc(func(ctx context.Context, _ runner.Diagnostic, _ []string) runner.Result {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(stopping)
+			returned = true
+			return runner.Result{Outcome: runner.Cancelled, ExitCode: -1}
+		})
+		a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: stubborn, InstanceID: "i-stubborn"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		if _, err := src.Send(context.Background(), []byte(`{"id":"s-1","host":"web-01","diagnostic":"stubborn"}`)); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		cancel()
+		if err := <-done; !errors.Is(err, ErrFastExit) {
+			t.Fatalf("Run = %v, want ErrFastExit", err)
+		}
+		if !returned {
+			t.Fatal("Run returned while a handler's diagnostic was still stopping")
+		}
+		if got := a.Status().Outcomes[OutcomeReleased]; got != 1 {
+			t.Fatalf("released = %d, want 1", got)
 		}
 	})
 }
