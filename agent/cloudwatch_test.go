@@ -44,6 +44,7 @@ func (d *degradedStub) add(n float64)          { d.mu.Lock(); d.n += n; d.mu.Unl
 // decisions of each minute, read from the limiter, with the group as its
 // dimension.
 func TestPublisherLimiterDegraded(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		cw := &fakeCloudWatch{}
 		lim := &degradedStub{n: 7} // decisions before the publisher started do not count
@@ -78,6 +79,7 @@ func TestPublisherLimiterDegraded(t *testing.T) {
 // TestLimiterDegradedTotal: the count the publisher reads is the
 // limiter's autodiag_limiter_degraded_total.
 func TestLimiterDegradedTotal(t *testing.T) {
+	t.Parallel()
 	cfg, err := LoadConfig(nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ func (f *failingSource) Receive(context.Context, int) ([]*queue.Message, error) 
 // TestIntakeBacksOffOnReceiveErrors: a failing queue is polled after
 // growing, jittered pauses capped near receiveRetryMax, not every second.
 func TestIntakeBacksOffOnReceiveErrors(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := &failingSource{}
 		in := &intake{src: src, slots: semaphore.NewWeighted(2), batch: 10, log: slog.New(slog.DiscardHandler),

@@ -65,6 +65,7 @@ func (s deadlineStore) Audit(ctx context.Context, e state.AuditEntry) error {
 // in-flight entry dropped and its message deleted: the bookkeeping after
 // a run never uses a context created before it.
 func TestRunLongerThanCallBoundsRecordsItsResult(t *testing.T) {
+	t.Parallel()
 	const runFor = queueCallTimeout + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
 		cfg, err := LoadConfig([]byte(`
@@ -134,6 +135,7 @@ lifecycle: {drain_timeout: 5m}
 // returns after the handler recorded the release, so nothing main closes
 // after Run (the queue, the Redis client) is closed under it.
 func TestRunWaitsForItsHandlers(t *testing.T) {
+	t.Parallel()
 	const stopping = releaseGrace + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
 		cfg, err := LoadConfig([]byte(`

@@ -12,6 +12,7 @@ import (
 // registers (its own series, the limiter's, Go and process collectors) and
 // checks the names the README documents are there.
 func TestMetricNamesLint(t *testing.T) {
+	t.Parallel()
 	cfg, err := LoadConfig(nil, nil)
 	if err != nil {
 		t.Fatal(err)

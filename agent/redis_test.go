@@ -18,6 +18,7 @@ import (
 // creates no limiter or task key; the only trace in Redis is its outcome in
 // the audit stream.
 func TestInvalidHostNeverReachesRedis(t *testing.T) {
+	t.Parallel()
 	addr := testenv.RedisAddr(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
