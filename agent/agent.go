@@ -34,9 +34,6 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
 
-// recoverTimeout bounds the look for tasks a previous process left running.
-const recoverTimeout = 5 * time.Second
-
 // Deps are the agent's collaborators; Open builds them from a Config.
 type Deps struct {
 	Source  queue.Source
@@ -254,7 +251,7 @@ func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 // life as interrupted.
 func (a *Agent) recoverInterrupted() {
 	var recs []state.TaskRecord
-	err := callWithin(recoverTimeout, func(ctx context.Context) (err error) {
+	err := callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
 		recs, err = a.d.Store.Recover(ctx, a.d.InstanceID)
 		return err
 	})
