@@ -21,8 +21,10 @@ type Status struct {
 	Inflight   int              `json:"inflight"`
 	Queued     int              `json:"queued"`
 	Outcomes   map[string]int64 `json:"outcomes"`
-	RedisUp    bool             `json:"redis_up"`
-	Drain      *DrainStatus     `json:"drain,omitempty"`
+	// RedisUp is whether Redis answered the last check; absent without
+	// Redis (embedded mode).
+	RedisUp *bool        `json:"redis_up,omitempty"`
+	Drain   *DrainStatus `json:"drain,omitempty"`
 }
 
 // DrainStatus is the drain block of Status.
@@ -56,14 +58,17 @@ func (a *Agent) Status() Status {
 		Inflight:   p.Running,
 		Queued:     p.Queued,
 		Outcomes:   map[string]int64{},
-		RedisUp:    a.redisState.Load(),
+	}
+	if a.cfg.hasRedis() {
+		up := a.presence.up.Load()
+		s.RedisUp = &up
 	}
 	if p.State == drain.Running {
 		// Outside a drain the tracker still counts received work.
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
-	counts := a.outcomeCounts()
-	for _, o := range Outcomes {
+	counts := a.outcomes.snapshot()
+	for _, o := range Outcomes() {
 		s.Outcomes[o] = counts[o]
 	}
 	if p.State != drain.Running {
@@ -78,7 +83,7 @@ func (a *Agent) Status() Status {
 	return s
 }
 
-// Handler serves the admin API (DESIGN.md "Admin HTTP").
+// Handler serves the admin API (README "Admin HTTP").
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.d.Registry, promhttp.HandlerOpts{Registry: a.d.Registry}))
@@ -143,10 +148,9 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) rejectPosted(w http.ResponseWriter, t task.Task, err error) {
-	a.m.received.Inc()
-	a.m.inflight.Set(float64(a.inflight.Add(1)))
+	a.outcomes.received()
 	j := &job{task: t, received: a.d.Clock.Now()}
-	a.end(j, OutcomeRejected, task.Reason(err), err.Error(), nil)
+	a.outcomes.end(j, ended{outcome: OutcomeRejected, reason: task.Reason(err), detail: err.Error()})
 	writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 

@@ -115,6 +115,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func (ta *testAgent) outcome(o string) int64 { return ta.Status().Outcomes[o] }
 
 func TestEmbeddedTaskLifecycle(t *testing.T) {
+	t.Parallel()
 	ta := startAgent(t, testConfig)
 	if code, _ := ta.get(t, "/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d before any drain", code)
@@ -189,6 +190,7 @@ func TestEmbeddedTaskLifecycle(t *testing.T) {
 }
 
 func TestDrainFinishesRunningWork(t *testing.T) {
+	t.Parallel()
 	ta := startAgent(t, testConfig)
 	for i := range 3 {
 		if code, _ := ta.post(t, fmt.Sprintf(`{"id":"s-%d","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"0.3"}}`, i)); code != http.StatusAccepted {
@@ -225,6 +227,7 @@ func TestDrainFinishesRunningWork(t *testing.T) {
 }
 
 func TestFastExitReleases(t *testing.T) {
+	t.Parallel()
 	ta := startAgent(t, testConfig)
 	ta.post(t, `{"id":"long-1","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"30"}}`)
 	waitFor(t, "running", func() bool { return ta.Status().Inflight == 1 })
@@ -249,6 +252,7 @@ func TestFastExitReleases(t *testing.T) {
 }
 
 func TestStatusJSONShape(t *testing.T) {
+	t.Parallel()
 	ta := startAgent(t, testConfig)
 	_, body := ta.get(t, "/v1/status")
 	var m map[string]any
@@ -262,6 +266,9 @@ func TestStatusJSONShape(t *testing.T) {
 	}
 	if m["instance_id"] != "test-host" || m["state"] != "running" {
 		t.Fatalf("status = %s", body)
+	}
+	if up, ok := m["redis_up"]; ok {
+		t.Errorf("embedded /v1/status reports redis_up %v without a Redis", up)
 	}
 	resp, err := http.Post(ta.srv.URL+"/v1/drain", "", nil)
 	if err != nil {

@@ -2,26 +2,55 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
+
+	"github.com/autodiag/autodiag/lifecycle"
 )
 
-// publishLimiterDegraded puts, every minute, how many limiter decisions
-// were taken by a fail mode since the last publication (CloudWatch metric
-// LimiterDegraded), so an alarm can catch a fleet deciding without Redis.
-func (a *Agent) publishLimiterDegraded(ctx context.Context) {
-	asg := a.d.ASGName
-	if asg == "" {
-		asg = a.cfg.Lifecycle.ASGName
-	}
-	if asg == "" {
+// cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
+type cloudWatchAPI interface {
+	PutMetricData(ctx context.Context, params *cloudwatch.PutMetricDataInput, optFns ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error)
+}
+
+var _ cloudWatchAPI = (*cloudwatch.Client)(nil)
+
+// degradedCounter is the part of the limiter the publisher reads.
+type degradedCounter interface{ DegradedTotal() float64 }
+
+const (
+	// publishEvery is the period of both CloudWatch metrics.
+	publishEvery = time.Minute
+	// putMetricTimeout bounds one PutMetricData.
+	putMetricTimeout = 10 * time.Second
+)
+
+// publisher puts the agent's two CloudWatch metrics, with the
+// AutoScalingGroupName dimension: DrainSeconds while draining and
+// LimiterDegraded while running.
+type publisher struct {
+	api       cloudWatchAPI
+	namespace string
+	// asg is the group of this instance, "" when unknown.
+	asg     string
+	limiter degradedCounter
+	clock   Clock
+	log     *slog.Logger
+}
+
+// limiterDegraded puts, every minute, how many limiter decisions were
+// taken by a fail mode since the last publication, so an alarm can catch a
+// fleet deciding without Redis.
+func (p *publisher) limiterDegraded(ctx context.Context) {
+	if p.asg == "" {
 		return
 	}
-	last := a.degradedTotal()
-	t := time.NewTicker(time.Minute)
+	last := p.limiter.DegradedTotal()
+	t := time.NewTicker(publishEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -29,23 +58,48 @@ func (a *Agent) publishLimiterDegraded(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := a.degradedTotal()
+		now := p.limiter.DegradedTotal()
 		delta := now - last
 		last = now
-		err := a.putMetric(ctx, "LimiterDegraded", cwtypes.StandardUnitCount, delta, asg)
-		if err != nil && ctx.Err() == nil {
-			a.log.Warn("publishing LimiterDegraded failed", "err", err)
+		if err := p.put(ctx, "LimiterDegraded", cwtypes.StandardUnitCount, delta, p.asg); err != nil && ctx.Err() == nil {
+			p.log.Warn("publishing LimiterDegraded failed", "err", err)
 		}
 	}
 }
 
-// putMetric publishes one datum of the agent's namespace with the
-// AutoScalingGroupName dimension.
-func (a *Agent) putMetric(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, asg string) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// drainSeconds puts DrainSeconds every minute until ctx ends, so a
+// CloudWatch alarm can catch a drain stuck in Terminating:Wait. The
+// action's group wins over the configured one.
+func (p *publisher) drainSeconds(ctx context.Context, start time.Time, action *lifecycle.Action) {
+	asg := p.asg
+	if action != nil && action.ASGName != "" {
+		asg = action.ASGName
+	}
+	if asg == "" {
+		p.log.Warn("DrainSeconds not published: Auto Scaling group unknown (set lifecycle.asg_name)")
+		return
+	}
+	t := time.NewTicker(publishEvery)
+	defer t.Stop()
+	for {
+		err := p.put(ctx, "DrainSeconds", cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("publishing DrainSeconds failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// put publishes one datum.
+func (p *publisher) put(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, asg string) error {
+	pctx, cancel := context.WithTimeout(ctx, putMetricTimeout)
 	defer cancel()
-	_, err := a.d.CloudWatch.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
-		Namespace: aws.String(a.cfg.CloudWatch.Namespace),
+	_, err := p.api.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
+		Namespace: aws.String(p.namespace),
 		MetricData: []cwtypes.MetricDatum{{
 			MetricName: aws.String(name),
 			Dimensions: []cwtypes.Dimension{{Name: aws.String("AutoScalingGroupName"), Value: aws.String(asg)}},
@@ -54,23 +108,4 @@ func (a *Agent) putMetric(ctx context.Context, name string, unit cwtypes.Standar
 		}},
 	})
 	return err
-}
-
-// degradedTotal reads autodiag_limiter_degraded_total from the registry.
-func (a *Agent) degradedTotal() float64 {
-	mfs, err := a.d.Registry.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "autodiag_limiter_degraded_total" {
-			continue
-		}
-		sum := 0.0
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-		return sum
-	}
-	return 0
 }

@@ -10,6 +10,7 @@ import (
 // denied task back to the queue for retry_after instead of dropping it, and
 // it runs once the limit allows.
 func TestDeferRequeuesAfterRetryAfter(t *testing.T) {
+	t.Parallel()
 	ta := startAgent(t, `
 workers: 2
 diagnostics:

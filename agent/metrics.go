@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the agent's own series (DESIGN.md "Metrics"); the limiter and
+// metrics are the agent's own series (README "Metrics"); the limiter and
 // lifecycle packages register theirs on the same registry.
 type metrics struct {
 	received      prometheus.Counter
@@ -29,8 +29,10 @@ const (
 )
 
 // Outcomes lists them in a stable order.
-var Outcomes = []string{OutcomeSucceeded, OutcomeFailed, OutcomeTimedOut, OutcomeRateLimited,
-	OutcomeRejected, OutcomeDuplicate, OutcomeStale, OutcomeReleased}
+func Outcomes() []string {
+	return []string{OutcomeSucceeded, OutcomeFailed, OutcomeTimedOut, OutcomeRateLimited,
+		OutcomeRejected, OutcomeDuplicate, OutcomeStale, OutcomeReleased}
+}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{

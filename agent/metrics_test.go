@@ -10,8 +10,9 @@ import (
 
 // TestMetricNamesLint runs promlint over everything an embedded agent
 // registers (its own series, the limiter's, Go and process collectors) and
-// checks the DESIGN.md names are there.
+// checks the names the README documents are there.
 func TestMetricNamesLint(t *testing.T) {
+	t.Parallel()
 	cfg, err := LoadConfig(nil, nil)
 	if err != nil {
 		t.Fatal(err)

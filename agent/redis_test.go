@@ -11,13 +11,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // TestInvalidHostNeverReachesRedis: a task whose host fails validation
 // creates no limiter or task key; the only trace in Redis is its outcome in
 // the audit stream.
 func TestInvalidHostNeverReachesRedis(t *testing.T) {
+	t.Parallel()
 	addr := testenv.RedisAddr(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -79,6 +80,9 @@ lifecycle: {drain_timeout: 1m}
 	}
 	if lim == 0 || task == 0 {
 		t.Fatalf("scan saw %d limiter and %d task keys in %v: the check would not notice stray keys", lim, task, keys)
+	}
+	if up := ta.Status().RedisUp; up == nil || !*up {
+		t.Errorf("status redis_up = %v with Redis answering, want true", up)
 	}
 	if got := ta.outcome(OutcomeRejected); got != int64(len(bad)) {
 		t.Fatalf("rejected = %d, want %d", got, len(bad))

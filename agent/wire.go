@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -36,8 +35,11 @@ type OpenOptions struct {
 
 // Embedded reports whether cfg runs without AWS and Redis.
 func (c Config) Embedded() bool {
-	return c.Queue.URL == "" && c.Redis.URL == "" && len(c.Redis.Addrs) == 0
+	return c.Queue.URL == "" && !c.hasRedis()
 }
+
+// hasRedis reports whether cfg names a Redis for state and the limiter.
+func (c Config) hasRedis() bool { return c.Redis.URL != "" || len(c.Redis.Addrs) > 0 }
 
 func (c Config) needsAWS() bool {
 	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) || c.CloudWatch.Enabled
@@ -218,6 +220,3 @@ func readAll(out *imds.GetMetadataOutput) string {
 		}
 	}
 }
-
-// ErrNotEmbedded is returned where only embedded mode applies.
-var ErrNotEmbedded = errors.New("agent: not in embedded mode")

@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/lifecycle"
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
 )
 
 // BenchmarkSQSTrigger measures, over real HTTP with the real SDK, the time

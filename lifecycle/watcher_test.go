@@ -16,7 +16,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
 )
 
 // runWatcher runs w until it returns (bounded by an hour of fake time) and

@@ -20,7 +20,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
 // fixture is the fake SQS server with a task queue and a DLQ, and a real SDK

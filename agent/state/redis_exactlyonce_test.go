@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
 // TestRedisSQSExactlyOnce drives the two backends the way a fleet does,

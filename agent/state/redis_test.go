@@ -13,7 +13,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/state/statetest"
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // redisClients returns the Redis deployments to test against: a standalone

@@ -127,9 +127,9 @@ type DrainRecord struct {
 	Completed bool      `json:"completed"`
 }
 
-// Store is the agent's state. Every key it writes has a TTL or a bound.
-// Implementations are safe for concurrent use.
-type Store interface {
+// TaskStore keeps task records and their execution leases: what makes a
+// redelivered or duplicate message run at most once.
+type TaskStore interface {
 	// Claim takes the execution lease of rec.ID for owner (for lease), or
 	// reports that another owner holds it or that the task already ended.
 	// On Claimed the record is written as running with Attempts+1 and the
@@ -151,12 +151,19 @@ type Store interface {
 	Recover(ctx context.Context, owner string) ([]TaskRecord, error)
 	// Task returns a task record, ok=false when none.
 	Task(ctx context.Context, id string) (TaskRecord, bool, error)
+}
 
+// AuditLog is the capped stream of task outcomes and deferrals.
+type AuditLog interface {
 	// Audit appends e to the capped audit stream.
 	Audit(ctx context.Context, e AuditEntry) error
 	// RecentAudit returns the newest n audit entries, newest first.
 	RecentAudit(ctx context.Context, n int) ([]AuditEntry, error)
+}
 
+// InstanceStore keeps each agent's record and shows what it runs: the
+// fleet view of `autodiag status`.
+type InstanceStore interface {
 	// PutInstance writes inst with ttl.
 	PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error
 	// Instances lists instance records, by id: live ones with their
@@ -165,13 +172,25 @@ type Store interface {
 	Instances(ctx context.Context) ([]Instance, error)
 	// Inflight lists the tasks instanceID is running.
 	Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error)
+	// Ping reports whether the backing store answers (redis_up).
+	Ping(ctx context.Context) error
+}
 
+// DrainStore persists an instance's drain so a restart resumes it.
+type DrainStore interface {
 	// SaveDrain persists instanceID's drain state (with a TTL past its deadline).
 	SaveDrain(ctx context.Context, instanceID string, d DrainRecord) error
 	// LoadDrain returns instanceID's drain state, nil when none.
 	LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error)
+}
 
-	// Ping reports whether the backing store answers (redis_up).
-	Ping(ctx context.Context) error
+// Store is the agent's state, every role in one backend. Every key it
+// writes has a TTL or a bound. Implementations are safe for concurrent
+// use. Consumers take the role they use, not the Store.
+type Store interface {
+	TaskStore
+	AuditLog
+	InstanceStore
+	DrainStore
 	Close() error
 }

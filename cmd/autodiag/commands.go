@@ -220,7 +220,14 @@ type InflightView struct {
 	Age string `json:"age"`
 }
 
-func fleetView(ctx context.Context, st state.Store, recent int) (FleetView, error) {
+// fleetSource is what the fleet view reads from the state store.
+type fleetSource interface {
+	Instances(ctx context.Context) ([]state.Instance, error)
+	Inflight(ctx context.Context, instanceID string) ([]state.InflightEntry, error)
+	RecentAudit(ctx context.Context, n int) ([]state.AuditEntry, error)
+}
+
+func fleetView(ctx context.Context, st fleetSource, recent int) (FleetView, error) {
 	now := time.Now()
 	fv := FleetView{At: now, Outcomes: map[string]int{}}
 	insts, err := st.Instances(ctx)
@@ -307,6 +314,9 @@ func (c *cli) limitsCmd() *cobra.Command {
 		Short: "Dry-run one decision against the configured Redis (consumes nothing)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlags(cmd, "host", "diagnostic"); err != nil {
+				return err
+			}
 			cfg, err := c.loadConfig()
 			if err != nil {
 				return err
@@ -343,8 +353,6 @@ func (c *cli) limitsCmd() *cobra.Command {
 	check.Flags().StringVar(&req.Host, "host", "", "target host (required)")
 	check.Flags().StringVar(&req.Diagnostic, "diagnostic", "", "diagnostic (required)")
 	check.Flags().StringVar(&req.Severity, "severity", "", "severity")
-	_ = check.MarkFlagRequired("host")
-	_ = check.MarkFlagRequired("diagnostic")
 	cmd.AddCommand(check)
 	return cmd
 }

@@ -27,7 +27,7 @@ limiter:
   rules: []
 `
 
-// TestEmbeddedBinarySIGTERM is issue 2's must-show: the real binary on
+// TestEmbeddedBinarySIGTERM: the real binary on
 // embedded defaults runs a POSTed task, rejects an invalid one with a
 // reason, and on SIGTERM with tasks running finishes them while /readyz is
 // 503, then exits 0.

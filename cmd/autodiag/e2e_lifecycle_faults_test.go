@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
 )
 
 // lcRepeat is n tasks of secs each.
@@ -149,10 +149,10 @@ func TestLifecycleRestartMidDrainE2E(t *testing.T) {
 	if code := p2.wait(60 * time.Second); code != 0 {
 		t.Fatalf("restarted agent: exit code %d, want 0", code)
 	}
-	if n := len(p2.logs("resuming a drain persisted before a restart")); n != 1 {
+	if n := len(p2.logsWhere("msg", "drain resumed")); n != 1 {
 		t.Fatalf("restarted agent did not resume the drain (%d lines)", n)
 	}
-	if n := len(p2.logs("task interrupted by a previous run; SQS will redeliver it")); n == 0 {
+	if n := len(p2.logsWhere("msg", "task interrupted")); n == 0 {
 		t.Errorf("the killed agent's running tasks were not recovered as interrupted")
 	}
 	for _, c := range l.sqsRec.log("ReceiveMessage", lcTaskQueue) {
@@ -214,7 +214,7 @@ func TestLifecycleTerminatedDuringDrainE2E(t *testing.T) {
 	if code := p.wait(60 * time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}
-	if n := len(p.logs("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action")); n != 1 {
+	if n := len(p.logsWhere("msg", "lifecycle action during the drain")); n != 1 {
 		t.Fatalf("the action was not picked up during the drain (%d lines)", n)
 	}
 	trig, line := lcFirstLog(t, p, "drain started")
@@ -258,7 +258,7 @@ func TestLifecycleNotifiedDuringDrainE2E(t *testing.T) {
 	if code := p.wait(60 * time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}
-	if n := len(p.logs("Auto Scaling began terminating the instance during the drain; heartbeating its lifecycle action")); n != 1 {
+	if n := len(p.logsWhere("msg", "lifecycle action during the drain")); n != 1 {
 		t.Fatalf("the notification was not picked up during the drain (%d lines)", n)
 	}
 	trig, line := lcFirstLog(t, p, "drain started")

@@ -27,9 +27,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
-	"github.com/autodiag/autodiag/agent/testenv"
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // The lab is the AWS side of the lifecycle end-to-end tests: SQS (task queue

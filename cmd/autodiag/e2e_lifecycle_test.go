@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/lifecycle/asgfake"
+	"github.com/autodiag/autodiag/internal/asgfake"
 )
 
-// Issue 5's must-show, with the real binary: an instance leaving its Auto
+// The lifecycle drain with the real binary: an instance leaving its Auto
 // Scaling group (IMDS Terminated, SIGTERM on an instance already in
 // Terminating:Wait, an SQS lifecycle notification) stops intake at once,
 // finishes what it received, heartbeats while work remains and completes
@@ -192,7 +192,7 @@ func lcCheckDrain(t *testing.T, l *lcLab, p *proc, total int, trigger time.Time,
 	return f
 }
 
-// report logs the measured gaps (issue 5's closing note).
+// report logs the measured gaps, for a reader judging heartbeat timing.
 func (f lcDrainFacts) report(t *testing.T, name string, interval time.Duration) {
 	t.Helper()
 	var gaps []time.Duration

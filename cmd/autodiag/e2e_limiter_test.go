@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 func uniquePrefix(t *testing.T) string {

@@ -23,8 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	agentpkg "github.com/autodiag/autodiag/agent"
-	"github.com/autodiag/autodiag/agent/sqsfake"
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // BenchmarkSQSIntake measures tasks per second from a prefilled queue on the

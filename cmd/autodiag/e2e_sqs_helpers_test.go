@@ -20,9 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/testenv"
+	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // Helpers of the SQS end-to-end tests: the real binary as a child process
@@ -204,8 +204,10 @@ type sqsAgentConfig struct {
 	visibility time.Duration
 	redisAddr  string // "" = in-memory state
 	prefix     string
-	ledger     *sqsLedger
-	logLevel   string
+	// redisTimeout is redis.timeout; 0 = 2s.
+	redisTimeout time.Duration
+	ledger       *sqsLedger
+	logLevel     string
 }
 
 func (c sqsAgentConfig) yaml() string {
@@ -224,7 +226,11 @@ func (c sqsAgentConfig) yaml() string {
 		fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.dlqURL)
 	}
 	if c.redisAddr != "" {
-		fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: 2s\n", c.redisAddr, c.prefix)
+		timeout := c.redisTimeout
+		if timeout == 0 {
+			timeout = 2 * time.Second
+		}
+		fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: %s\n", c.redisAddr, c.prefix, timeout)
 	}
 	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n")
 	if c.ledger != nil {

@@ -135,6 +135,25 @@ func (p *proc) scan(r io.Reader) {
 	}
 }
 
+// logsWhere returns the JSON log lines whose fields equal the given
+// key/value pairs, e.g. logsWhere("msg", "task deferred", "reason", "running_here").
+func (p *proc) logsWhere(kv ...string) []map[string]any {
+	var out []map[string]any
+	for _, l := range p.logs("") {
+		match := true
+		for i := 0; i+1 < len(kv); i += 2 {
+			if l[kv[i]] != kv[i+1] {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // logs returns the JSON log lines with msg == msg ("" = all).
 func (p *proc) logs(msg string) []map[string]any {
 	p.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,14 +29,17 @@ import (
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// Exit codes (DESIGN.md).
+// Exit codes (README "CLI").
 const (
 	exitOK      = 0
 	exitRuntime = 1
 	exitUsage   = 2
 )
 
-// usageError marks errors that exit 2.
+// usageError marks errors that exit 2: a bad command line or config. Every
+// usage error cobra can produce is wrapped in one where cobra reports it
+// (flag parsing, argument validation, unknown commands), so the exit code
+// never depends on cobra's wording.
 type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -51,13 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "autodiag:", err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		return exitUsage
-	}
-	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
-		strings.Contains(err.Error(), "flag needs an argument") || strings.Contains(err.Error(), "required flag") ||
-		strings.Contains(err.Error(), "invalid argument") || strings.Contains(err.Error(), "accepts ") {
+	if errors.As(err, new(usageError)) {
 		return exitUsage
 	}
 	return exitRuntime
@@ -81,7 +79,47 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
 	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd())
+	// The root runs only to name an unknown command (cobra's own check
+	// returns an untyped error) or to print help.
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	typeArgErrors(root)
 	return root
+}
+
+// typeArgErrors makes every argument check in the tree return a usageError.
+func typeArgErrors(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		typeArgErrors(sub)
+	}
+}
+
+// requireFlags reports the named flags that were not set, as a usage error.
+func requireFlags(cmd *cobra.Command, names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if !cmd.Flags().Changed(n) {
+			missing = append(missing, strconv.Quote(n))
+		}
+	}
+	if len(missing) > 0 {
+		return usageError{fmt.Errorf("required flag(s) %s not set", strings.Join(missing, ", "))}
+	}
+	return nil
 }
 
 // loadConfig reads --config (or $AUTODIAG_CONFIG), applies AUTODIAG_*
@@ -173,24 +211,32 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		mode = "embedded"
 	}
 	log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
-		"startup", time.Since(start).String())
+		"startup", time.Since(start).Seconds())
 
+	// The signal goroutine ends with Run: the first signal drains, a
+	// second one exits fast, and Run's return ends the wait for either.
+	runDone := make(chan struct{})
+	sigDone := make(chan struct{})
 	go func() {
-		s, ok := <-sigc
-		if !ok {
+		defer close(sigDone)
+		select {
+		case s := <-sigc:
+			log.Info("signal received: draining", "signal", s.String())
+			a.Drain("signal", s.String())
+		case <-runDone:
 			return
 		}
-		log.Info("signal received: draining", "signal", s.String())
-		a.Drain("signal", s.String())
-		s, ok = <-sigc
-		if !ok {
-			return
+		select {
+		case s := <-sigc:
+			log.Warn("second signal: fast exit, releasing running work", "signal", s.String())
+			cancel()
+		case <-runDone:
 		}
-		log.Warn("second signal: fast exit, releasing running work", "signal", s.String())
-		cancel()
 	}()
 
 	runErr := a.Run(ctx)
+	close(runDone)
+	<-sigDone
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	scancel()

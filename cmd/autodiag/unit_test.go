@@ -60,3 +60,31 @@ func TestConfigValidateSystemdUnit(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageExitCodes: every kind of command-line mistake exits 2 through a
+// typed error, whatever cobra's wording; a runtime failure exits 1.
+func TestUsageExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"unknown command", []string{"frobnicate"}, exitUsage},
+		{"unknown flag", []string{"status", "--bogus"}, exitUsage},
+		{"flag without its value", []string{"drain", "--admin-addr"}, exitUsage},
+		{"invalid flag value", []string{"status", "--recent", "many"}, exitUsage},
+		{"extra argument", []string{"run", "extra"}, exitUsage},
+		{"required flag missing", []string{"limits", "check", "--host", "web-01"}, exitUsage},
+		{"missing config file", []string{"config", "validate", "--config", "/nonexistent/autodiag.yaml"}, exitUsage},
+		{"help", []string{"--help"}, exitOK},
+		{"no command", nil, exitOK},
+		{"agent unreachable", []string{"drain", "--admin-addr", "127.0.0.1:1"}, exitRuntime},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			if got := run(tc.args, &out, &errOut); got != tc.want {
+				t.Fatalf("run(%q) = %d, want %d; stderr %q", tc.args, got, tc.want, errOut.String())
+			}
+		})
+	}
+}

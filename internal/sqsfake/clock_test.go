@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
 func TestFakeClock(t *testing.T) {

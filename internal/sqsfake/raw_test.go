@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/autodiag/autodiag/agent/sqsfake"
+	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
 func rawCall(srv *sqsfake.Server, op, body string) *httptest.ResponseRecorder {

@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/drain"
+)
+
+// The instance record is refreshed every instanceEvery and lives three
+// periods, so one missed write does not show the agent as gone; a drained
+// agent's record stays a little while for `autodiag status`.
+const (
+	instanceEvery      = 10 * time.Second
+	instanceTTL        = 3 * instanceEvery
+	drainedInstanceTTL = time.Minute
+)
+
+// presence keeps this instance's record in the state store fresh, and
+// with it autodiag_redis_up.
+type presence struct {
+	store        state.InstanceStore
+	storeTimeout time.Duration // redis.timeout
+	drain        *drain.Controller
+	outcomes     *outcomeRecorder
+	m            *metrics
+	log          *slog.Logger
+	instanceID   string
+	version      string
+	started      time.Time
+
+	up atomic.Bool
+}
+
+// run refreshes the record until done is closed, then writes it once more.
+func (p *presence) run(done <-chan struct{}) {
+	t := time.NewTicker(instanceEvery)
+	defer t.Stop()
+	for {
+		p.put(instanceTTL)
+		select {
+		case <-done:
+			p.put(instanceTTL)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// put writes the record with ttl and pings the store.
+func (p *presence) put(ttl time.Duration) {
+	inst := state.Instance{ID: p.instanceID, State: p.drain.State().String(), StartedAt: p.started,
+		Version: p.version, Inflight: p.outcomes.inFlight()}
+	err := callWithin(p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
+	if err == nil {
+		err = callWithin(p.storeTimeout, p.store.Ping)
+	}
+	up := err == nil
+	p.up.Store(up)
+	if up {
+		p.m.redisUp.Set(1)
+	} else {
+		p.m.redisUp.Set(0)
+		p.log.Warn("state store unreachable", "err", err)
+	}
+}

@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// job is one received message on its way to an outcome.
+type job struct {
+	msg  *queue.Message
+	item *drain.Item
+
+	mu       sync.Mutex
+	task     task.Task
+	received time.Time
+	ran      time.Duration
+	ended    bool
+
+	// release hands the unstarted message back once, whoever asks first
+	// (the drain, or the handler on a fast exit).
+	release sync.Once
+
+	// freeSlots gives back the job's receive slot and, once it has one,
+	// its worker slot; ack calls it before waiting for the delete, and
+	// the handler on its way out. Used by the handler goroutine only.
+	freeSlots func()
+}
+
+// ranFor is how long the diagnostic ran, when it did.
+func (j *job) ranFor() (time.Duration, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ran, j.ran > 0
+}
+
+// outcomeRecorder is the one place a task's outcome is written: a log
+// line, a metric, an audit entry and the status counters. It also counts
+// the jobs between receipt and outcome (autodiag_tasks_inflight).
+type outcomeRecorder struct {
+	log        *slog.Logger
+	m          *metrics
+	store      state.AuditLog
+	clock      Clock
+	instanceID string
+	timeout    time.Duration // of each audit write (redis.timeout)
+	// known says whether a diagnostic name is in the catalog: only catalog
+	// names become label values, as a rejected task's diagnostic is
+	// caller-chosen and would grow the series without bound.
+	known func(name string) bool
+
+	inflight atomic.Int64
+	mu       sync.Mutex
+	counts   map[string]int64
+}
+
+// received counts a job that now waits for its outcome.
+func (r *outcomeRecorder) received() {
+	r.m.received.Inc()
+	r.m.inflight.Set(float64(r.inflight.Add(1)))
+}
+
+// inFlight is the number of received jobs without an outcome yet.
+func (r *outcomeRecorder) inFlight() int { return int(r.inflight.Load()) }
+
+// drop lets go of a job that does not end here (deferred, running
+// elsewhere): its message comes back later and ends then.
+func (r *outcomeRecorder) drop(j *job) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.ended {
+		j.ended = true
+		r.m.inflight.Set(float64(r.inflight.Add(-1)))
+	}
+}
+
+// ended is one outcome with what explains it.
+type ended struct {
+	outcome, reason, detail string
+	decision                *limiter.Decision
+	result                  *runner.Result
+}
+
+// end writes j's one outcome; a job ends once and later calls are ignored.
+func (r *outcomeRecorder) end(j *job, e ended) {
+	j.mu.Lock()
+	if j.ended {
+		j.mu.Unlock()
+		return
+	}
+	j.ended = true
+	if e.result != nil {
+		j.ran = e.result.Duration
+	}
+	t := j.task
+	j.mu.Unlock()
+	r.m.inflight.Set(float64(r.inflight.Add(-1)))
+
+	diagLabel := t.Diagnostic
+	if !r.known(diagLabel) {
+		diagLabel = "unknown"
+	}
+	r.m.outcomes.WithLabelValues(diagLabel, e.outcome).Inc()
+	r.mu.Lock()
+	r.counts[e.outcome]++
+	r.mu.Unlock()
+
+	took := r.clock.Now().Sub(j.received)
+	if ran, ok := j.ranFor(); ok {
+		took = ran
+	}
+	attrs := []any{"task_id", t.ID, "host", t.Host, "diagnostic", t.Diagnostic, "outcome", e.outcome, "reason", e.reason,
+		"duration", took.Seconds()}
+	var fields map[string]string
+	if e.detail != "" {
+		attrs = append(attrs, "detail", e.detail)
+	}
+	if dec := e.decision; dec != nil {
+		attrs = append(attrs, "rule", dec.Rule, "limit", dec.Limit, "retry_after", dec.RetryAfter.Seconds(), "degraded", dec.Degraded,
+			"daily_used", dec.Counters.DailyUsed, "window_count", dec.Counters.WindowCount)
+		fields = map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": dec.RetryAfter.String()}
+	}
+	if res := e.result; res != nil {
+		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)
+	}
+	level := slog.LevelInfo
+	if e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut || e.outcome == OutcomeRejected {
+		level = slog.LevelWarn
+	}
+	r.log.Log(context.Background(), level, "task ended", attrs...)
+	r.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields})
+}
+
+// audit appends e to the audit stream, on a context of its own so that it
+// is written even mid-shutdown.
+func (r *outcomeRecorder) audit(e state.AuditEntry) {
+	e.InstanceID = r.instanceID
+	if e.Time.IsZero() {
+		e.Time = r.clock.Now()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	if err := r.store.Audit(ctx, e); err != nil {
+		logStoreErr(r.log, err)
+	}
+}
+
+// snapshot returns the outcome counts so far.
+func (r *outcomeRecorder) snapshot() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counts)
+}
