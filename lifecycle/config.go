@@ -3,7 +3,10 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // Source names accepted in Config.Sources.
@@ -12,6 +15,14 @@ const (
 	SourceIMDS   = "imds"   // instance metadata: target-lifecycle-state and spot/instance-action
 	SourceSQS    = "sqs"    // ASG lifecycle notifications on an SQS queue
 	sourceSpot   = "spot"   // Trigger.Source for spot interruption notices (found by the imds source)
+)
+
+// Events accepted in Config.DrainOn: the instance-metadata notices that
+// start a drain (all found by the imds source).
+const (
+	DrainOnSpot      = "spot_interruption"        // spot/instance-action
+	DrainOnRebalance = "rebalance_recommendation" // events/recommendations/rebalance
+	DrainOnScheduled = "scheduled_event"          // events/maintenance/scheduled
 )
 
 // Values of Config.OnTimeout and Config.Queued.
@@ -74,17 +85,34 @@ type Config struct {
 	Queued string `yaml:"queued"`
 	// IMDSPollInterval is the period of the imds source's polls; default 5s.
 	IMDSPollInterval time.Duration `yaml:"imds_poll_interval"`
+	// LaunchHookName is the EC2_INSTANCE_LAUNCHING hook that
+	// Actor.LaunchGate completes once the agent is ready; empty = none.
+	LaunchHookName string `yaml:"launch_hook_name"`
+	// LaunchTimeout bounds the wait for readiness: not ready by then, the
+	// launch action is completed with ABANDON (the instance is replaced).
+	// Default 5m.
+	LaunchTimeout time.Duration `yaml:"launch_timeout"`
+	// DrainOn lists the instance-metadata notices that start a drain:
+	// spot_interruption, rebalance_recommendation, scheduled_event; default
+	// [spot_interruption]. Empty = none of them. They need the imds source.
+	DrainOn []string `yaml:"drain_on"`
+	// ScheduledEventLead is how long before a scheduled maintenance event's
+	// NotBefore its drain starts; default 15m, 0 = at NotBefore.
+	ScheduledEventLead time.Duration `yaml:"scheduled_event_lead"`
 }
 
 // DefaultConfig returns the documented defaults of the lifecycle section.
 func DefaultConfig() Config {
 	return Config{
-		Sources:           []string{SourceSignal},
-		HeartbeatInterval: 30 * time.Second,
-		DrainTimeout:      10 * time.Minute,
-		OnTimeout:         OnTimeoutContinue,
-		Queued:            QueuedFinish,
-		IMDSPollInterval:  5 * time.Second,
+		Sources:            []string{SourceSignal},
+		HeartbeatInterval:  30 * time.Second,
+		DrainTimeout:       10 * time.Minute,
+		OnTimeout:          OnTimeoutContinue,
+		Queued:             QueuedFinish,
+		IMDSPollInterval:   5 * time.Second,
+		LaunchTimeout:      5 * time.Minute,
+		DrainOn:            []string{DrainOnSpot},
+		ScheduledEventLead: 15 * time.Minute,
 	}
 }
 
@@ -111,6 +139,10 @@ func (c Config) Has(s string) bool {
 	return false
 }
 
+// Drains reports whether event (a DrainOn value) is configured to start a
+// drain.
+func (c Config) Drains(event string) bool { return slices.Contains(c.DrainOn, event) }
+
 // CompletionResult maps the drain outcome to the CompleteLifecycleAction
 // result: ABANDON only when on_timeout is abandon and the drain hit its
 // deadline, CONTINUE otherwise.
@@ -121,12 +153,12 @@ func (c Config) CompletionResult(hitDeadline bool) string {
 	return ResultContinue
 }
 
-// Validate reports every problem at once (errors.Join); each message starts
-// with the key path relative to the lifecycle section.
+// Validate reports every problem at once (errors.Join), each a
+// *configerr.Error whose key is relative to the lifecycle section.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, configerr.Errorf(key, format, args...))
 	}
 
 	seen := map[string]bool{}
@@ -180,6 +212,35 @@ func (c Config) Validate() error {
 	}
 	if c.IMDSPollInterval <= 0 {
 		bad("imds_poll_interval", "must be positive, got %s", c.IMDSPollInterval)
+	}
+
+	switch {
+	case c.LaunchTimeout <= 0:
+		bad("launch_timeout", "must be positive, got %s", c.LaunchTimeout)
+	case c.LaunchTimeout >= MaxGlobalTimeout:
+		bad("launch_timeout", "must be below the lifecycle action's global timeout (at most %s), got %s", MaxGlobalTimeout, c.LaunchTimeout)
+	}
+	seenEvent := map[string]bool{}
+	for i, e := range c.DrainOn {
+		key := fmt.Sprintf("drain_on[%d]", i)
+		switch e {
+		case DrainOnSpot, DrainOnRebalance, DrainOnScheduled:
+		default:
+			bad(key, "unknown event %q (want %s, %s or %s)", e, DrainOnSpot, DrainOnRebalance, DrainOnScheduled)
+			continue
+		}
+		if seenEvent[e] {
+			bad(key, "duplicate event %q", e)
+		}
+		seenEvent[e] = true
+		// spot_interruption is in the defaults, also of signal-only agents;
+		// the others are asked for explicitly and would do nothing.
+		if e != DrainOnSpot && !c.Has(SourceIMDS) {
+			bad(key, "%s is read from instance metadata: add imds to sources", e)
+		}
+	}
+	if c.ScheduledEventLead < 0 {
+		bad("scheduled_event_lead", "must not be negative, got %s", c.ScheduledEventLead)
 	}
 	return errors.Join(errs...)
 }

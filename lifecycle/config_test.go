@@ -1,9 +1,13 @@
 package lifecycle
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -41,6 +45,20 @@ func TestValidate(t *testing.T) {
 			[]string{"heartbeat_interval: must be positive", "drain_timeout: must be positive", "imds_poll_interval: must be positive"}},
 		{"bad enums", func(c *Config) { c.OnTimeout = "CONTINUE"; c.Queued = "drop" },
 			[]string{"on_timeout: must be continue or abandon", "queued: must be finish or release"}},
+		{"every drain event with imds", func(c *Config) {
+			c.Sources = []string{"imds"}
+			c.HookName = "drain"
+			c.DrainOn = []string{DrainOnSpot, DrainOnRebalance, DrainOnScheduled}
+		}, nil},
+		{"no drain event", func(c *Config) { c.DrainOn = nil }, nil},
+		{"drain events without imds", func(c *Config) { c.DrainOn = []string{DrainOnSpot, DrainOnRebalance, DrainOnScheduled} },
+			[]string{"drain_on[1]: rebalance_recommendation is read from instance metadata", "drain_on[2]: scheduled_event is read from instance metadata"}},
+		{"unknown and duplicate drain event", func(c *Config) { c.DrainOn = []string{"spot", DrainOnSpot, DrainOnSpot} },
+			[]string{"drain_on[0]: unknown event \"spot\"", "drain_on[2]: duplicate event"}},
+		{"launch and lead bounds", func(c *Config) { c.LaunchTimeout = 0; c.ScheduledEventLead = -time.Second },
+			[]string{"launch_timeout: must be positive", "scheduled_event_lead: must not be negative"}},
+		{"launch timeout past 48h", func(c *Config) { c.LaunchHookName = "ready"; c.LaunchTimeout = 48 * time.Hour },
+			[]string{"launch_timeout: must be below the lifecycle action's global timeout"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +85,35 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestValidateKeysAreData: each problem is a *configerr.Error naming its key,
+// so the agent prefixes the section and adds the line without parsing text.
+func TestValidateKeysAreData(t *testing.T) {
+	c := DefaultConfig()
+	c.LaunchTimeout = 0
+	c.DrainOn = []string{"x"}
+	var keys []string
+	for _, e := range flattenJoin(c.Validate()) {
+		var ce *configerr.Error
+		if !errors.As(e, &ce) {
+			t.Fatalf("problem %v is a %T; want *configerr.Error", e, e)
+		}
+		keys = append(keys, ce.Key)
+	}
+	if want := []string{"launch_timeout", "drain_on[0]"}; !slices.Equal(keys, want) {
+		t.Fatalf("keys = %q; want %q", keys, want)
+	}
+}
+
+func flattenJoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 func TestGlobalTimeoutAndResult(t *testing.T) {
