@@ -206,3 +206,111 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 		}
 	})
 }
+
+// countingIMDS counts the polls of each path going through to the mock.
+type countingIMDS struct {
+	imdsAPI
+	mu    sync.Mutex
+	polls map[string]int
+}
+
+func (c *countingIMDS) GetMetadata(ctx context.Context, in *imds.GetMetadataInput, optFns ...func(*imds.Options)) (*imds.GetMetadataOutput, error) {
+	c.mu.Lock()
+	c.polls[in.Path]++
+	c.mu.Unlock()
+	return c.imdsAPI.GetMetadata(ctx, in, optFns...)
+}
+
+func (c *countingIMDS) count(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.polls[path]
+}
+
+// TestDrainEventsAgainstMetadataMock: a rebalance recommendation and an
+// active instance-stop event, as ec2-metadata-mock serves them, each start
+// a drain when listed in drain_on and are ignored when not.
+func TestDrainEventsAgainstMetadataMock(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string // the mock's; the spot notice is pushed past the test
+		path       string   // where the mock serves the event
+		drainOn    []string
+		wantSource string // "" = ignored
+	}{
+		{"rebalance configured", []string{"spot", "-d", "3600", "--rebalance-delay-sec", "0"}, pathRebalance,
+			[]string{DrainOnSpot, DrainOnRebalance}, sourceRebalance},
+		{"rebalance ignored", []string{"spot", "-d", "3600", "--rebalance-delay-sec", "0"}, pathRebalance,
+			[]string{DrainOnSpot, DrainOnScheduled}, ""},
+		{"instance-stop configured", []string{"events", "-o", "instance-stop", "-t", "active"}, pathScheduledEvents,
+			[]string{DrainOnScheduled}, sourceScheduledEvent},
+		{"instance-stop ignored", []string{"events", "-o", "instance-stop", "-t", "active"}, pathScheduledEvents,
+			[]string{DrainOnSpot, DrainOnRebalance}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url, _ := startMetadataMock(t, append(tt.args, "--imdsv2")...)
+			client := imds.New(imds.Options{Endpoint: url})
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			// The mock serves the event: what the watcher does with it is
+			// the agent's choice, not an absence.
+			out, err := client.GetMetadata(ctx, &imds.GetMetadataInput{Path: tt.path})
+			if err != nil {
+				t.Fatalf("mock does not serve %s: %v", tt.path, err)
+			}
+			out.Content.Close()
+
+			cfg := DefaultConfig()
+			cfg.Sources = []string{SourceSignal, SourceIMDS}
+			cfg.HookName = "drain"
+			cfg.ASGName = "web"
+			cfg.DrainOn = tt.drainOn
+			cfg.IMDSPollInterval = 50 * time.Millisecond
+			reg := prometheus.NewRegistry()
+			c := &countingIMDS{imdsAPI: client, polls: map[string]int{}}
+			w, err := NewWatcher(cfg, Deps{IMDS: c, InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const polls = 5
+			if tt.wantSource == "" {
+				// Ignored: polls go on, and the event's path is not even read.
+				go func() {
+					tick := time.NewTicker(cfg.IMDSPollInterval)
+					defer tick.Stop()
+					for c.count(pathTargetLifecycleState) < polls && ctx.Err() == nil {
+						<-tick.C
+					}
+					cancel()
+				}()
+			}
+			var fired []Trigger
+			if err := w.Run(ctx, func(tr Trigger) { fired = append(fired, tr) }); err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantSource == "" {
+				if len(fired) != 0 || c.count(pathTargetLifecycleState) < polls || c.count(tt.path) != 0 {
+					t.Fatalf("fired %+v after %d polls, %d reads of %s; want nothing fired, %s never read",
+						fired, c.count(pathTargetLifecycleState), c.count(tt.path), tt.path, tt.path)
+				}
+				return
+			}
+			if len(fired) != 1 {
+				t.Fatalf("fired %d triggers within 30s; want 1", len(fired))
+			}
+			tr := fired[0]
+			if tr.Source != tt.wantSource || tr.Action != nil || tr.Reason == "" {
+				t.Fatalf("trigger = %+v; want source %s without a lifecycle action, with a reason", tr, tt.wantSource)
+			}
+			// The mock's instance-stop NotBefore is its start time: already
+			// past, so no deadline of its own (drain_timeout applies).
+			if !tr.Deadline.IsZero() {
+				t.Fatalf("deadline = %s; want none", tr.Deadline)
+			}
+			if n := counter(t, reg, "autodiag_lifecycle_source_errors_total", "source", "imds"); n != 0 {
+				t.Fatalf("%v imds poll errors; want 0 (the mock's answers parse)", n)
+			}
+		})
+	}
+}

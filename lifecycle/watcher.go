@@ -23,8 +23,41 @@ import (
 const (
 	pathTargetLifecycleState = "autoscaling/target-lifecycle-state"
 	pathSpotInstanceAction   = "spot/instance-action"
-	stateTerminated          = "Terminated"
+	pathRebalance            = "events/recommendations/rebalance"
+	pathScheduledEvents      = "events/maintenance/scheduled"
 )
+
+// Values of autoscaling/target-lifecycle-state that the agent acts on.
+// Warm pool states all start with StateWarmedPrefix (Warmed:Stopped,
+// Warmed:Running, Warmed:Hibernated, Warmed:Terminated).
+const (
+	StateInService         = "InService"
+	StateTerminated        = "Terminated"
+	StateWarmedTerminated  = "Warmed:Terminated"
+	StateWarmedPrefix      = "Warmed:"
+	stateTerminated        = StateTerminated
+	sourceRebalance        = "rebalance"   // Trigger.Source of a rebalance recommendation
+	sourceScheduledEvent   = "maintenance" // Trigger.Source of a scheduled maintenance event
+	scheduledEventTimeForm = "2 Jan 2006 15:04:05 MST"
+)
+
+// IsWarmed reports whether a target-lifecycle-state puts the instance in a
+// warm pool, where it takes no work.
+func IsWarmed(state string) bool { return strings.HasPrefix(state, StateWarmedPrefix) }
+
+// isTerminating reports the states in which a terminating lifecycle action
+// waits for this instance: leaving the group, or leaving its warm pool.
+func isTerminating(state string) bool {
+	return state == StateTerminated || state == StateWarmedTerminated
+}
+
+// drainingMaintenance are the scheduled event codes that take the instance
+// away (stop, retire) or reboot it: each starts a drain when
+// scheduled_event is in drain_on.
+var drainingMaintenance = map[string]bool{
+	"instance-stop": true, "instance-retirement": true, "system-reboot": true,
+	"instance-reboot": true, "system-maintenance": true,
+}
 
 // sqsWaitTime is the long-poll duration of the sqs source (the SQS maximum).
 const sqsWaitTime = 20 * time.Second
@@ -41,6 +74,12 @@ type Watcher struct {
 	d   Deps
 	log *slog.Logger
 	m   *metrics
+
+	mu      sync.Mutex
+	state   string        // last target-lifecycle-state read ("" = none, 404)
+	known   bool          // state has been read at least once
+	warmed  bool          // a Warmed:* state has been seen
+	changed chan struct{} // closed and replaced when state or known changes
 }
 
 // NewWatcher checks that the clients of the configured sources are present.
@@ -59,7 +98,77 @@ func NewWatcher(cfg Config, d Deps) (*Watcher, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer)}, nil
+	return &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
+		changed: make(chan struct{})}, nil
+}
+
+// State returns the last autoscaling/target-lifecycle-state read by Run or
+// Probe ("" when IMDS has none: not in an Auto Scaling group), and whether
+// one has been read yet. Without the imds source it is ("", true).
+func (w *Watcher) State() (state string, known bool) {
+	if !w.cfg.Has(SourceIMDS) {
+		return "", true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state, w.known
+}
+
+// Warmed reports whether the instance is in a warm pool now (its target
+// lifecycle state is Warmed:*): the agent takes no work and says "warmed".
+func (w *Watcher) Warmed() bool {
+	s, _ := w.State()
+	return IsWarmed(s)
+}
+
+// StateChanged returns a channel closed at the next change of State.
+func (w *Watcher) StateChanged() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// WaitInService blocks until a target-lifecycle-state has been read and it
+// is not Warmed:* (InService, or none outside an Auto Scaling group), then
+// reports whether a Warmed:* state was seen before: an instance leaving a
+// warm pool goes through the launch hook again, with the Auto Scaling group
+// as destination. Run must be running for the state to move (it polls every
+// imds_poll_interval); without the imds source WaitInService returns at
+// once. It returns ctx.Err() when ctx ends first.
+func (w *Watcher) WaitInService(ctx context.Context) (wasWarmed bool, err error) {
+	if !w.cfg.Has(SourceIMDS) {
+		return false, nil
+	}
+	for {
+		w.mu.Lock()
+		state, known, warmed, changed := w.state, w.known, w.warmed, w.changed
+		w.mu.Unlock()
+		if known && !IsWarmed(state) {
+			return warmed, nil
+		}
+		select {
+		case <-ctx.Done():
+			return warmed, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// setState records a target-lifecycle-state answer and wakes the waiters
+// when it changed.
+func (w *Watcher) setState(state string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.known && w.state == state {
+		return
+	}
+	if w.known {
+		w.log.Info("target lifecycle state changed", "instance_id", w.d.InstanceID, "from", w.state, "to", state)
+	}
+	w.state, w.known = state, true
+	w.warmed = w.warmed || IsWarmed(state)
+	close(w.changed)
+	w.changed = make(chan struct{})
 }
 
 // Run polls the configured sources (imds target-lifecycle-state and
@@ -135,7 +244,8 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: probe %s: %w", pathTargetLifecycleState, err)
 	}
-	if state != stateTerminated {
+	w.setState(state)
+	if !isTerminating(state) {
 		return nil, nil
 	}
 	return w.imdsAction(ctx), nil
@@ -182,15 +292,54 @@ type spotAction struct {
 	Time   time.Time `json:"time"`
 }
 
-// pollIMDS checks both IMDS paths once and returns a trigger or nil.
+// rebalanceNotice is the body of events/recommendations/rebalance.
+type rebalanceNotice struct {
+	NoticeTime time.Time `json:"noticeTime"`
+}
+
+// scheduledEvent is one entry of events/maintenance/scheduled. Its times are
+// in the form "21 Jan 2019 09:00:43 GMT".
+type scheduledEvent struct {
+	Code      string `json:"Code"`
+	State     string `json:"State"` // active | completed | canceled
+	EventID   string `json:"EventId"`
+	NotBefore string `json:"NotBefore"`
+}
+
+// parseEventTime reads a scheduled event's time (RFC 3339 accepted too).
+func parseEventTime(s string) (time.Time, error) {
+	if t, err := time.Parse(scheduledEventTimeForm, s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}
+
+// pollIMDS checks the IMDS paths once and returns a trigger or nil: the
+// target lifecycle state always (it is recorded for State), the notices of
+// drain_on only when listed (the others are not read, so they are
+// ignored). A terminating state wins (its action is carried by a spot
+// trigger too); then spot, scheduled events, rebalance.
 func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
 	state, errState := w.getMetadata(ctx, pathTargetLifecycleState)
-	spot, errSpot := w.getMetadata(ctx, pathSpotInstanceAction)
+	var spot, rebalance, scheduled string
+	var errSpot, errRebalance, errScheduled error
+	if w.cfg.Drains(DrainOnSpot) {
+		spot, errSpot = w.getMetadata(ctx, pathSpotInstanceAction)
+	}
+	if w.cfg.Drains(DrainOnScheduled) {
+		scheduled, errScheduled = w.getMetadata(ctx, pathScheduledEvents)
+	}
+	if w.cfg.Drains(DrainOnRebalance) {
+		rebalance, errRebalance = w.getMetadata(ctx, pathRebalance)
+	}
 	now := w.d.Clock.Now()
 
 	var act *Action
-	if errState == nil && state == stateTerminated {
-		act = w.imdsAction(ctx)
+	if errState == nil {
+		w.setState(state)
+		if isTerminating(state) {
+			act = w.imdsAction(ctx)
+		}
 	}
 	if errSpot == nil && spot != "" {
 		var sa spotAction
@@ -207,9 +356,61 @@ func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
 	}
 	if act != nil {
 		return &Trigger{Source: SourceIMDS, At: now, Action: act,
-			Reason: "target-lifecycle-state is Terminated (Terminating:Wait)"}, nil
+			Reason: fmt.Sprintf("target-lifecycle-state is %s (Terminating:Wait)", state)}, nil
 	}
-	return nil, errors.Join(errState, errSpot)
+	if errScheduled == nil && scheduled != "" {
+		tr, err := w.scheduledTrigger(scheduled, now)
+		if tr != nil {
+			return tr, nil
+		}
+		errScheduled = err
+	}
+	if errRebalance == nil && rebalance != "" {
+		var rn rebalanceNotice
+		if err := json.Unmarshal([]byte(rebalance), &rn); err != nil {
+			errRebalance = fmt.Errorf("decode %s %q: %w", pathRebalance, rebalance, err)
+		} else {
+			return &Trigger{Source: sourceRebalance, At: now,
+				Reason: fmt.Sprintf("rebalance recommendation at %s", rn.NoticeTime.Format(time.RFC3339))}, nil
+		}
+	}
+	return nil, errors.Join(errState, errSpot, errScheduled, errRebalance)
+}
+
+// scheduledTrigger returns a trigger for the active draining event whose
+// drain time (NotBefore − scheduled_event_lead) is earliest and has come,
+// or nil. The drain's deadline is NotBefore minus SpotSafetyMargin while
+// that is ahead, else the agent's drain_timeout applies.
+func (w *Watcher) scheduledTrigger(body string, now time.Time) (*Trigger, error) {
+	var events []scheduledEvent
+	if err := json.Unmarshal([]byte(body), &events); err != nil {
+		return nil, fmt.Errorf("decode %s %q: %w", pathScheduledEvents, body, err)
+	}
+	var best *scheduledEvent
+	var bestAt time.Time
+	var errs []error
+	for i, ev := range events {
+		if !strings.EqualFold(ev.State, "active") || !drainingMaintenance[ev.Code] {
+			continue
+		}
+		nb, err := parseEventTime(ev.NotBefore)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: event %s NotBefore: %w", pathScheduledEvents, ev.EventID, err))
+			continue
+		}
+		if best == nil || nb.Before(bestAt) {
+			best, bestAt = &events[i], nb
+		}
+	}
+	if best == nil || now.Before(bestAt.Add(-w.cfg.ScheduledEventLead)) {
+		return nil, errors.Join(errs...)
+	}
+	tr := &Trigger{Source: sourceScheduledEvent, At: now,
+		Reason: fmt.Sprintf("scheduled event %s %s not before %s", best.Code, best.EventID, bestAt.UTC().Format(time.RFC3339))}
+	if d := bestAt.Add(-SpotSafetyMargin); d.After(now) {
+		tr.Deadline = d
+	}
+	return tr, nil
 }
 
 func (w *Watcher) runIMDS(ctx context.Context, found chan<- Trigger) {

@@ -345,3 +345,52 @@ func TestNewWatcherChecksClients(t *testing.T) {
 		t.Fatalf("NewWatcher = %v; want missing clients and instance id reported", err)
 	}
 }
+
+// TestScheduledTrigger: the earliest active draining event triggers
+// scheduled_event_lead before its NotBefore, with NotBefore less
+// SpotSafetyMargin as deadline while ahead; other codes and states do not.
+func TestScheduledTrigger(t *testing.T) {
+	now := time.Date(2026, 1, 7, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return now.Add(d).Format(scheduledEventTimeForm) }
+	ev := func(code, state string, d time.Duration) string {
+		return fmt.Sprintf(`{"Code":%q,"State":%q,"EventId":"instance-event-%s","NotBefore":%q,"NotAfter":%q}`, code, state, code, at(d), at(d+time.Hour))
+	}
+	tests := []struct {
+		name         string
+		body         string
+		lead         time.Duration
+		wantReason   string // "" = no trigger
+		wantDeadline time.Time
+	}{
+		{"inside the lead", "[" + ev("instance-stop", "active", 10*time.Minute) + "]", 15 * time.Minute,
+			"instance-stop", now.Add(10*time.Minute - SpotSafetyMargin)},
+		{"before the lead", "[" + ev("instance-stop", "active", 20*time.Minute) + "]", 15 * time.Minute, "", time.Time{}},
+		{"lead 0 at NotBefore", "[" + ev("system-reboot", "active", 0) + "]", 0, "system-reboot", time.Time{}},
+		{"past NotBefore", "[" + ev("instance-retirement", "active", -time.Hour) + "]", 15 * time.Minute, "instance-retirement", time.Time{}},
+		{"completed and canceled ignored", "[" + ev("instance-stop", "completed", 0) + "," + ev("system-maintenance", "canceled", 0) + "]",
+			15 * time.Minute, "", time.Time{}},
+		{"earliest wins", "[" + ev("instance-reboot", "active", 14*time.Minute) + "," + ev("system-maintenance", "active", 5*time.Minute) + "]",
+			15 * time.Minute, "system-maintenance", now.Add(5*time.Minute - SpotSafetyMargin)},
+		{"none", "[]", 15 * time.Minute, "", time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ScheduledEventLead = tt.lead
+			w := &Watcher{cfg: cfg}
+			tr, err := w.scheduledTrigger(tt.body, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantReason == "" {
+				if tr != nil {
+					t.Fatalf("trigger %+v; want none", tr)
+				}
+				return
+			}
+			if tr == nil || tr.Source != sourceScheduledEvent || !strings.Contains(tr.Reason, tt.wantReason) || !tr.Deadline.Equal(tt.wantDeadline) {
+				t.Fatalf("trigger %+v; want %s (%s) with deadline %s", tr, sourceScheduledEvent, tt.wantReason, tt.wantDeadline)
+			}
+		})
+	}
+}
