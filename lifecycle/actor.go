@@ -161,7 +161,8 @@ func (a *Actor) hookHeartbeatTimeout(ctx context.Context, act Action, log *slog.
 // one is due; attempts are counted in lifecycle_heartbeats_total{result}.
 // For an action announced on SQS it also keeps the notification invisible.
 // It stops early (logged, nil) when Auto Scaling answers "No active
-// Lifecycle Action found" or when the action's global timeout
+// Lifecycle Action found" (for an action known only from IMDS, only once
+// that answer has held for NoActionSettle, see Complete) or when the action's global timeout
 // (min(48h, 100 × hook_heartbeat_timeout) from Action.Started) is reached.
 // When hook_heartbeat_timeout is not configured it asks DescribeLifecycleHooks
 // once (best effort); an interval not below half of the hook's timeout is
@@ -198,6 +199,7 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 	a.beatEvery = interval
 	a.mu.Unlock()
 
+	sw := &settleWindow{act: act}
 	next := a.d.Clock.Now()
 	for {
 		now := a.d.Clock.Now()
@@ -208,10 +210,12 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 		}
 		next = next.Add(interval)
 		a.extendNotification(ctx, act, interval, log)
-		err := a.beat(ctx, act, interval, next, log)
+		err := a.beat(ctx, act, interval, next, sw, log)
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case isNoActiveAction(err) && sw.retry(a.d.Clock.Now()):
+			log.Info("lifecycle action not visible to the API yet; heartbeats go on", "err", err)
 		case isNoActiveAction(err):
 			a.mu.Lock()
 			a.status.NoActiveAction = true
@@ -248,11 +252,25 @@ func (a *Actor) Beat(ctx context.Context, act Action) error {
 	if !ok {
 		due = a.d.Clock.Now().Add(interval)
 	}
-	return a.beat(ctx, act, interval, due, a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName))
+	return a.beat(ctx, act, interval, due, nil, a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName))
 }
 
-// beat sends one heartbeat, retrying retryable errors with backoff until due.
-func (a *Actor) beat(ctx context.Context, act Action, interval time.Duration, due time.Time, log *slog.Logger) error {
+// beat sends one heartbeat, retrying retryable errors with backoff until
+// due, and "no active action" while sw says it may not be visible yet.
+func (a *Actor) beat(ctx context.Context, act Action, interval time.Duration, due time.Time, sw *settleWindow, log *slog.Logger) error {
+	err := a.beatOnce(ctx, act, interval, due, sw, log)
+	if err == nil {
+		a.mu.Lock()
+		a.status.Heartbeats++
+		a.status.LastHeartbeat = a.d.Clock.Now()
+		a.mu.Unlock()
+	}
+	return err
+}
+
+// beatOnce is beat without the drain's status bookkeeping (the launch gate
+// keeps its own).
+func (a *Actor) beatOnce(ctx context.Context, act Action, interval time.Duration, due time.Time, sw *settleWindow, log *slog.Logger) error {
 	in := &autoscaling.RecordLifecycleActionHeartbeatInput{
 		AutoScalingGroupName: aws.String(act.ASGName),
 		LifecycleHookName:    aws.String(act.HookName),
@@ -269,13 +287,10 @@ func (a *Actor) beat(ctx context.Context, act Action, interval time.Duration, du
 		}
 		a.m.heartbeats.WithLabelValues(metricResult(err)).Inc()
 		if err == nil {
-			a.mu.Lock()
-			a.status.Heartbeats++
-			a.status.LastHeartbeat = a.d.Clock.Now()
-			a.mu.Unlock()
 			return nil
 		}
-		if isNoActiveAction(err) || !isRetryable(err) {
+		settling := isNoActiveAction(err) && sw.retry(a.d.Clock.Now())
+		if !settling && (isNoActiveAction(err) || !isRetryable(err)) {
 			return fmt.Errorf("lifecycle: heartbeat %s: %w", act.InstanceID, err)
 		}
 		wait := bo.NextBackOff()
@@ -307,7 +322,10 @@ func (a *Actor) extendNotification(ctx context.Context, act Action, interval tim
 // CONTINUE or ABANDON), on ctx (pass a detached, bounded context; one
 // without a deadline is bounded by DefaultCompleteTimeout), retrying
 // throttling, 5xx and transport errors with backoff. "No active Lifecycle
-// Action found" counts as done (logged, result="no_action"). While it
+// Action found" counts as done (logged, result="no_action"), except for an
+// action known only from IMDS (no token) answered within NoActionSettle of
+// Action.Started: that answer is retried with backoff for up to
+// NoActionSettle, since the API can lag instance metadata. While it
 // retries, the action is kept alive: a heartbeat goes out whenever one is
 // due (heartbeat_interval after the last), so a throttling storm longer
 // than the hook's heartbeat timeout does not let the action lapse into its
@@ -340,43 +358,10 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 		return nil
 	}
 	log := a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName, "result", result)
-
-	in := &autoscaling.CompleteLifecycleActionInput{
-		AutoScalingGroupName:  aws.String(act.ASGName),
-		LifecycleHookName:     aws.String(act.HookName),
-		InstanceId:            aws.String(act.InstanceID),
-		LifecycleActionResult: aws.String(result),
-	}
-	if act.Token != "" {
-		in.LifecycleActionToken = aws.String(act.Token)
-	}
-	bo := newBackoff(200*time.Millisecond, 10*time.Second)
-	outcome := result
-	for {
-		_, err := a.d.AutoScaling.CompleteLifecycleAction(ctx, in)
-		a.m.completions.WithLabelValues(metricResult(err)).Inc()
-		if err == nil {
-			log.Info("lifecycle action completed", "outcome", "ok")
-			break
-		}
-		if isNoActiveAction(err) {
-			log.Warn("no active lifecycle action; counted as completed", "outcome", "no_action", "err", err)
-			outcome = "no_action"
-			break
-		}
-		if !isRetryable(err) || ctx.Err() != nil {
-			return fmt.Errorf("lifecycle: complete %s: %w", act.InstanceID, err)
-		}
-		if a.keepAliveWhileCompleting(ctx, act, log) {
-			log.Warn("no active lifecycle action while completing; counted as completed", "outcome", "no_action")
-			outcome = "no_action"
-			break
-		}
-		wait := bo.NextBackOff()
-		log.Info("complete failed; retrying", "retry_in", wait, "err", err)
-		if serr := sleep(ctx, a.d.Clock, wait); serr != nil {
-			return fmt.Errorf("lifecycle: complete %s: %w (gave up: %w)", act.InstanceID, err, serr)
-		}
+	outcome, err := a.complete(ctx, act, result, &settleWindow{act: act},
+		func(ctx context.Context) bool { return a.keepAliveWhileCompleting(ctx, act, log) }, log)
+	if err != nil {
+		return err
 	}
 	a.completed[key] = outcome
 	a.mu.Lock()
@@ -389,6 +374,85 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 	a.mu.Unlock()
 	a.deleteNotification(ctx, act, log)
 	return nil
+}
+
+// complete calls CompleteLifecycleAction until one call succeeds, retrying
+// retryable errors with backoff and "no active action" while sw says it may
+// not be visible yet; keepAlive (nil = none) runs before each retry and
+// reports whether the action is gone. It returns the result sent, or
+// "no_action" when the action had already ended.
+func (a *Actor) complete(ctx context.Context, act Action, result string, sw *settleWindow, keepAlive func(context.Context) bool, log *slog.Logger) (string, error) {
+	in := &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName:  aws.String(act.ASGName),
+		LifecycleHookName:     aws.String(act.HookName),
+		InstanceId:            aws.String(act.InstanceID),
+		LifecycleActionResult: aws.String(result),
+	}
+	if act.Token != "" {
+		in.LifecycleActionToken = aws.String(act.Token)
+	}
+	bo := newBackoff(200*time.Millisecond, 10*time.Second)
+	for {
+		_, err := a.d.AutoScaling.CompleteLifecycleAction(ctx, in)
+		a.m.completions.WithLabelValues(metricResult(err)).Inc()
+		if err == nil {
+			log.Info("lifecycle action completed", "outcome", "ok")
+			return result, nil
+		}
+		now := a.d.Clock.Now()
+		settling := isNoActiveAction(err) && sw.retry(now)
+		if isNoActiveAction(err) && !settling {
+			log.Warn("no active lifecycle action; counted as completed", "outcome", "no_action", "err", err)
+			return "no_action", nil
+		}
+		if !settling && (!isRetryable(err) || ctx.Err() != nil) {
+			return "", fmt.Errorf("lifecycle: complete %s: %w", act.InstanceID, err)
+		}
+		if !settling && keepAlive != nil && keepAlive(ctx) {
+			log.Warn("no active lifecycle action while completing; counted as completed", "outcome", "no_action")
+			return "no_action", nil
+		}
+		wait := bo.NextBackOff()
+		if settling {
+			// The last try comes when the window closes, not after it.
+			wait = min(wait, sw.until.Sub(now))
+			log.Info("lifecycle action not visible to the API yet; retrying", "retry_in_seconds", wait.Seconds(),
+				"settle_left_seconds", sw.until.Sub(now).Seconds())
+		} else {
+			log.Info("complete failed; retrying", "retry_in", wait, "err", err)
+		}
+		if serr := sleep(ctx, a.d.Clock, wait); serr != nil {
+			return "", fmt.Errorf("lifecycle: complete %s: %w (gave up: %w)", act.InstanceID, err, serr)
+		}
+	}
+}
+
+// NoActionSettle is how long "No active Lifecycle Action found" is not
+// believed for an action known only from instance metadata: IMDS can show
+// the target state before the action is visible to the Auto Scaling API.
+const NoActionSettle = 30 * time.Second
+
+// settleWindow decides whether a "no active action" answer may be eventual
+// consistency: for an action known from IMDS (no token) answered within
+// NoActionSettle of Action.Started, calls are retried until NoActionSettle
+// after that first answer. A nil window never retries.
+type settleWindow struct {
+	act   Action
+	until time.Time // zero until the first "no active action" inside the window
+}
+
+// retry reports whether a "no active action" answer at now is to be retried.
+func (s *settleWindow) retry(now time.Time) bool {
+	if s == nil || s.act.Token != "" || s.act.Started.IsZero() {
+		return false
+	}
+	if s.until.IsZero() {
+		if now.Sub(s.act.Started) >= NoActionSettle {
+			return false
+		}
+		s.until = now.Add(NoActionSettle)
+	}
+	return now.Before(s.until)
 }
 
 // keepAliveWhileCompleting sends one heartbeat (no retries: Complete's own
@@ -408,7 +472,7 @@ func (a *Actor) keepAliveWhileCompleting(ctx context.Context, act Action, log *s
 	if every <= 0 || last.IsZero() || a.d.Clock.Now().Before(last.Add(every)) {
 		return false
 	}
-	err := a.beat(ctx, act, every, a.d.Clock.Now(), log)
+	err := a.beat(ctx, act, every, a.d.Clock.Now(), nil, log)
 	if err == nil {
 		log.Info("heartbeat sent while completion is retried")
 	}

@@ -52,6 +52,11 @@ type Options struct {
 	// with a NotificationTargetARN is put. Called synchronously from the call
 	// that caused it, without locks held.
 	Notify func(body string)
+	// VisibleAfter hides each action from RecordLifecycleActionHeartbeat and
+	// CompleteLifecycleAction (they answer "No active Lifecycle Action
+	// found") for this long after it starts, as the real API can lag what
+	// instance metadata already shows. 0 = visible at once.
+	VisibleAfter time.Duration
 }
 
 // Hook is a lifecycle hook of a group.
@@ -138,8 +143,9 @@ type instance struct {
 
 // Server is the fake service; it implements http.Handler.
 type Server struct {
-	now    func() time.Time
-	notify func(string)
+	now          func() time.Time
+	notify       func(string)
+	visibleAfter time.Duration
 
 	mu        sync.Mutex
 	rng       *rand.Rand
@@ -158,7 +164,7 @@ func New(o Options) *Server {
 		o.Now = time.Now
 	}
 	return &Server{
-		now: o.Now, notify: o.Notify,
+		now: o.Now, notify: o.Notify, visibleAfter: o.VisibleAfter,
 		rng:    rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15)),
 		groups: map[string]*group{}, instances: map[string]*instance{},
 	}
@@ -532,9 +538,10 @@ func (s *Server) findAction(form url.Values) (*Action, *apiError) {
 	if token == "" && iid == "" {
 		return nil, validation("Either LifecycleActionToken or InstanceId must be specified")
 	}
+	now := s.now()
 	for i := len(s.actions) - 1; i >= 0; i-- {
 		a := s.actions[i]
-		if a.Group != gname || a.Hook != hname || a.Ended {
+		if a.Group != gname || a.Hook != hname || a.Ended || now.Before(a.Started.Add(s.visibleAfter)) {
 			continue
 		}
 		if token != "" && a.Token == token && (iid == "" || iid == a.InstanceID) {
