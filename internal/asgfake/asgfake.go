@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -27,6 +28,23 @@ const (
 	TransitionLaunching   = "autoscaling:EC2_INSTANCE_LAUNCHING"
 	ResultContinue        = "CONTINUE"
 	ResultAbandon         = "ABANDON"
+)
+
+// Origins and destinations of a lifecycle action (Action.Origin,
+// Action.Destination, and the notices' fields of the same names).
+const (
+	PlaceEC2      = "EC2"
+	PlaceGroup    = "AutoScalingGroup"
+	PlaceWarmPool = "WarmPool"
+)
+
+// Warm pool states an instance rests in (SetWarmPool), and the state
+// Launch gives an instance without launching hooks.
+const (
+	WarmedStopped    = "Warmed:Stopped"
+	WarmedRunning    = "Warmed:Running"
+	WarmedHibernated = "Warmed:Hibernated"
+	stateInService   = "InService"
 )
 
 // Reasons an action ended (Action.EndReason).
@@ -82,6 +100,8 @@ type Action struct {
 	Hook           string
 	Token          string
 	Transition     string
+	Origin         string // EC2 | AutoScalingGroup | WarmPool
+	Destination    string // AutoScalingGroup | WarmPool | EC2
 	Started        time.Time
 	LastHeartbeat  time.Time // zero until the first heartbeat
 	Heartbeats     int       // accepted heartbeats
@@ -133,6 +153,7 @@ type group struct {
 	az        string
 	instances []string
 	hooks     map[string]*Hook
+	warmState string // the warm pool's resting state, Warmed:Stopped by default
 }
 
 type instance struct {
@@ -175,8 +196,133 @@ func (s *Server) AddGroup(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.groups[name]; !ok {
-		s.groups[name] = &group{name: name, az: "us-east-1a", hooks: map[string]*Hook{}}
+		s.groups[name] = &group{name: name, az: "us-east-1a", hooks: map[string]*Hook{}, warmState: WarmedStopped}
 	}
+}
+
+// SetWarmPool sets the state the group's warm pool keeps instances in:
+// WarmedStopped (the API default), WarmedRunning or WarmedHibernated.
+func (s *Server) SetWarmPool(groupName, state string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.groups[groupName]
+	if !ok {
+		return fmt.Errorf("asgfake: no group %q", groupName)
+	}
+	switch state {
+	case WarmedStopped, WarmedRunning, WarmedHibernated:
+	default:
+		return fmt.Errorf("asgfake: warm pool state %q is not one of %s, %s, %s", state, WarmedStopped, WarmedRunning, WarmedHibernated)
+	}
+	g.warmState = state
+	return nil
+}
+
+// Launch starts a new instance as a scale-out would, into the group
+// (destination PlaceGroup) or into its warm pool (PlaceWarmPool): with
+// launching hooks it waits in Pending:Wait (Warmed:Pending:Wait) with one
+// action per hook (returned); without, it goes straight to InService (the
+// warm pool's state). CONTINUE moves it on the same way; ABANDON, or a
+// timeout with DefaultResult ABANDON, terminates it.
+func (s *Server) Launch(groupName, instanceID, destination string) ([]Action, error) {
+	s.mu.Lock()
+	acts, err := s.launch(groupName, instanceID, destination)
+	pending := s.takePending()
+	s.mu.Unlock()
+	s.send(pending)
+	return acts, err
+}
+
+func (s *Server) launch(groupName, instanceID, destination string) ([]Action, error) {
+	s.expire()
+	g, ok := s.groups[groupName]
+	if !ok {
+		return nil, fmt.Errorf("asgfake: no group %q", groupName)
+	}
+	if _, ok := s.instances[instanceID]; ok {
+		return nil, fmt.Errorf("asgfake: instance %s already exists", instanceID)
+	}
+	if destination != PlaceGroup && destination != PlaceWarmPool {
+		return nil, fmt.Errorf("asgfake: launch destination %q is neither %s nor %s", destination, PlaceGroup, PlaceWarmPool)
+	}
+	in := &instance{id: instanceID, group: groupName}
+	s.instances[instanceID] = in
+	g.instances = append(g.instances, instanceID)
+	return s.startActions(g, in, TransitionLaunching, PlaceEC2, destination), nil
+}
+
+// LeaveWarmPool moves a warmed instance into the group as a scale-out
+// served from the warm pool does: it goes through the launching hooks
+// again (origin WarmPool, destination AutoScalingGroup).
+func (s *Server) LeaveWarmPool(instanceID string) ([]Action, error) {
+	s.mu.Lock()
+	s.expire()
+	in, ok := s.instances[instanceID]
+	var acts []Action
+	var err error
+	switch {
+	case !ok:
+		err = fmt.Errorf("asgfake: no instance %s", instanceID)
+	case !strings.HasPrefix(in.state, "Warmed:") || strings.Contains(in.state, ":Wait") || strings.Contains(in.state, "Terminat"):
+		err = fmt.Errorf("asgfake: instance %s is %s, not resting in the warm pool", instanceID, in.state)
+	default:
+		acts = s.startActions(s.groups[in.group], in, TransitionLaunching, PlaceWarmPool, PlaceGroup)
+	}
+	pending := s.takePending()
+	s.mu.Unlock()
+	s.send(pending)
+	return acts, err
+}
+
+// startActions puts in into the wait state of transition with one action
+// per hook of it (each announced through Notify), or straight past it when
+// the group has no such hook.
+func (s *Server) startActions(g *group, in *instance, transition, origin, destination string) []Action {
+	now := s.now()
+	var out []Action
+	names := make([]string, 0, len(g.hooks))
+	for name := range g.hooks {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		h := g.hooks[name]
+		if h.Transition != transition {
+			continue
+		}
+		a := &Action{
+			InstanceID: in.id, Group: g.name, Hook: h.Name, Token: s.uuid(), Transition: h.Transition,
+			Origin: origin, Destination: destination, Started: now, GlobalDeadline: now.Add(h.GlobalTimeout()),
+		}
+		a.Deadline = minTime(now.Add(h.HeartbeatTimeout), a.GlobalDeadline)
+		s.actions = append(s.actions, a)
+		out = append(out, *a)
+		if h.NotificationTargetARN != "" || s.notify != nil {
+			s.pending = append(s.pending, mustJSON(map[string]string{
+				"Origin": origin, "Destination": destination, "Service": "AWS Auto Scaling",
+				"Time": now.UTC().Format(time.RFC3339Nano), "RequestId": s.requestID(), "AccountId": "123456789012",
+				"AutoScalingGroupName": g.name, "LifecycleHookName": h.Name, "LifecycleActionToken": a.Token,
+				"EC2InstanceId": in.id, "LifecycleTransition": h.Transition,
+				"NotificationMetadata": h.NotificationMetadata,
+			}))
+		}
+	}
+	wait := len(out) > 0
+	switch {
+	case transition == TransitionTerminating && wait:
+		in.state = "Terminating:Wait"
+	case transition == TransitionTerminating:
+		in.state = "Terminating:Proceed"
+	case destination == PlaceWarmPool && wait:
+		in.state = "Warmed:Pending:Wait"
+	case destination == PlaceWarmPool:
+		in.state = g.warmState
+	case wait:
+		in.state = "Pending:Wait"
+	default:
+		in.state = stateInService
+	}
+	return out
 }
 
 // AddInstance puts an InService instance into a group.
@@ -261,45 +407,19 @@ func (s *Server) terminate(instanceID string) ([]Action, error) {
 	if !ok {
 		return nil, fmt.Errorf("Instance Id not found - No managed instance found for instance ID: %s", instanceID)
 	}
-	if in.state != "InService" {
+	origin := PlaceGroup
+	switch {
+	case in.state == stateInService:
+	case in.state == WarmedStopped || in.state == WarmedRunning || in.state == WarmedHibernated:
+		origin = PlaceWarmPool
+	default:
 		return nil, fmt.Errorf("instance %s is %s, not InService", instanceID, in.state)
 	}
-	g := s.groups[in.group]
-	now := s.now()
-	var out []Action
-	names := make([]string, 0, len(g.hooks))
-	for name := range g.hooks {
-		names = append(names, name)
+	acts := s.startActions(s.groups[in.group], in, TransitionTerminating, origin, PlaceEC2)
+	if origin == PlaceWarmPool {
+		in.state = strings.Replace(in.state, "Terminating", "Warmed:Terminating", 1)
 	}
-	slices.Sort(names)
-	for _, name := range names {
-		h := g.hooks[name]
-		if h.Transition != TransitionTerminating {
-			continue
-		}
-		a := &Action{
-			InstanceID: instanceID, Group: g.name, Hook: h.Name, Token: s.uuid(), Transition: h.Transition,
-			Started: now, GlobalDeadline: now.Add(h.GlobalTimeout()),
-		}
-		a.Deadline = minTime(now.Add(h.HeartbeatTimeout), a.GlobalDeadline)
-		s.actions = append(s.actions, a)
-		out = append(out, *a)
-		if h.NotificationTargetARN != "" || s.notify != nil {
-			s.pending = append(s.pending, mustJSON(map[string]string{
-				"Origin": "AutoScalingGroup", "Destination": "EC2", "Service": "AWS Auto Scaling",
-				"Time": now.UTC().Format(time.RFC3339Nano), "RequestId": s.requestID(), "AccountId": "123456789012",
-				"AutoScalingGroupName": g.name, "LifecycleHookName": h.Name, "LifecycleActionToken": a.Token,
-				"EC2InstanceId": instanceID, "LifecycleTransition": h.Transition,
-				"NotificationMetadata": h.NotificationMetadata,
-			}))
-		}
-	}
-	if len(out) > 0 {
-		in.state = "Terminating:Wait"
-	} else {
-		in.state = "Terminating:Proceed"
-	}
-	return out, nil
+	return acts, nil
 }
 
 // Actions returns a snapshot of every action, after applying expiry.
@@ -395,13 +515,32 @@ func (s *Server) expire() {
 
 func (s *Server) end(a *Action, at time.Time, reason, result string) {
 	a.Ended, a.EndedAt, a.EndReason, a.Result = true, at, reason, result
+	in := s.instances[a.InstanceID]
+	if in == nil {
+		return
+	}
+	if a.Transition == TransitionLaunching && result == ResultAbandon {
+		in.state = "Terminating:Proceed" // an abandoned launch is terminated at once
+		return
+	}
 	for _, b := range s.actions {
 		if b.InstanceID == a.InstanceID && !b.Ended {
 			return // another hook still holds the instance
 		}
 	}
-	if in := s.instances[a.InstanceID]; in != nil && in.state == "Terminating:Wait" {
+	switch in.state {
+	case "Terminating:Wait":
 		in.state = "Terminating:Proceed"
+	case "Warmed:Terminating:Wait":
+		in.state = "Warmed:Terminating:Proceed"
+	case "Pending:Wait":
+		in.state = stateInService
+	case "Warmed:Pending:Wait":
+		in.state = s.groups[in.group].warmState
+	case WarmedStopped, WarmedRunning, WarmedHibernated:
+		if a.Transition == TransitionLaunching && a.Destination == PlaceGroup {
+			in.state = stateInService // left the warm pool
+		}
 	}
 }
 

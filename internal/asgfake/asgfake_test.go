@@ -421,3 +421,179 @@ func TestCallsRecorded(t *testing.T) {
 		t.Fatalf("call = %+v", c)
 	}
 }
+
+func (e *env) launchHook(t *testing.T, hbt time.Duration, def string) {
+	t.Helper()
+	if err := e.fake.PutHook(asgfake.Hook{Group: "web", Name: "ready", Transition: asgfake.TransitionLaunching,
+		HeartbeatTimeout: hbt, DefaultResult: def}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) completeLaunch(instance, result string) error {
+	_, err := e.client.CompleteLifecycleAction(context.Background(), &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName: aws.String("web"), LifecycleHookName: aws.String("ready"),
+		InstanceId: aws.String(instance), LifecycleActionResult: aws.String(result)})
+	return err
+}
+
+// TestLaunchingActionTimeouts: a launching action waits in Pending:Wait,
+// heartbeats extend it up to the global timeout, and a timeout applies the
+// hook's DefaultResult (ABANDON terminates the instance, CONTINUE puts it in
+// service).
+func TestLaunchingActionTimeouts(t *testing.T) {
+	tests := []struct {
+		name      string
+		def       string
+		beats     int // heartbeats 50 s apart before going silent
+		wantEnd   string
+		wantAt    time.Duration
+		wantState string
+	}{
+		{"heartbeat timeout abandons", asgfake.ResultAbandon, 0, asgfake.EndHeartbeatTimeout, time.Minute, "Terminating:Proceed"},
+		{"heartbeat timeout continues", asgfake.ResultContinue, 2, asgfake.EndHeartbeatTimeout, 160 * time.Second, "InService"},
+		{"global timeout", asgfake.ResultContinue, 200, asgfake.EndGlobalTimeout, 100 * time.Minute, "InService"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.launchHook(t, time.Minute, tt.def)
+			acts, err := e.fake.Launch("web", "i-9", asgfake.PlaceGroup)
+			if err != nil || len(acts) != 1 || acts[0].Transition != asgfake.TransitionLaunching ||
+				acts[0].Origin != asgfake.PlaceEC2 || acts[0].Destination != asgfake.PlaceGroup {
+				t.Fatalf("Launch = %+v, %v; want one launching action EC2 → AutoScalingGroup", acts, err)
+			}
+			if got := e.fake.InstanceState("i-9"); got != "Pending:Wait" {
+				t.Fatalf("state = %q; want Pending:Wait", got)
+			}
+			for range tt.beats {
+				e.clock.Advance(50 * time.Second)
+				if err := e.heartbeat2("ready", "i-9"); err != nil {
+					break // the global timeout ended it
+				}
+			}
+			e.clock.Advance(100 * time.Minute)
+			a, _ := e.fake.Action("i-9")
+			if !a.Ended || a.EndReason != tt.wantEnd || a.EndedAt.Sub(t0) != tt.wantAt || a.Result != tt.def {
+				t.Fatalf("action = %+v; want ended by %s at +%s with %s", a, tt.wantEnd, tt.wantAt, tt.def)
+			}
+			if got := e.fake.InstanceState("i-9"); got != tt.wantState {
+				t.Fatalf("state = %q; want %q", got, tt.wantState)
+			}
+		})
+	}
+}
+
+func (e *env) heartbeat2(hook, instance string) error {
+	_, err := e.client.RecordLifecycleActionHeartbeat(context.Background(), &autoscaling.RecordLifecycleActionHeartbeatInput{
+		AutoScalingGroupName: aws.String("web"), LifecycleHookName: aws.String(hook), InstanceId: aws.String(instance)})
+	return err
+}
+
+// TestWarmPoolLaunch: an instance launched into the warm pool completes its
+// launching action (destination WarmPool) and rests in the pool's state;
+// leaving the pool runs the launching hook again (WarmPool →
+// AutoScalingGroup); the notices carry Origin and Destination.
+func TestWarmPoolLaunch(t *testing.T) {
+	e := newEnv(t, nil)
+	e.launchHook(t, 5*time.Minute, asgfake.ResultAbandon)
+	if err := e.fake.SetWarmPool("web", asgfake.WarmedRunning); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := e.fake.Launch("web", "i-9", asgfake.PlaceWarmPool)
+	if err != nil || len(acts) != 1 || acts[0].Destination != asgfake.PlaceWarmPool {
+		t.Fatalf("Launch = %+v, %v; want one action into the warm pool", acts, err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != "Warmed:Pending:Wait" {
+		t.Fatalf("state = %q; want Warmed:Pending:Wait", got)
+	}
+	if err := e.completeLaunch("i-9", asgfake.ResultContinue); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != asgfake.WarmedRunning {
+		t.Fatalf("state = %q; want %s", got, asgfake.WarmedRunning)
+	}
+	acts, err = e.fake.LeaveWarmPool("i-9")
+	if err != nil || len(acts) != 1 || acts[0].Origin != asgfake.PlaceWarmPool || acts[0].Destination != asgfake.PlaceGroup {
+		t.Fatalf("LeaveWarmPool = %+v, %v; want one action WarmPool → AutoScalingGroup", acts, err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != "Pending:Wait" {
+		t.Fatalf("state = %q; want Pending:Wait", got)
+	}
+	if err := e.completeLaunch("i-9", asgfake.ResultContinue); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != "InService" {
+		t.Fatalf("state = %q; want InService", got)
+	}
+	if err := e.completeLaunch("i-9", asgfake.ResultContinue); err == nil {
+		t.Fatal("a third completion succeeded; want No active Lifecycle Action found")
+	}
+
+	var got [][2]string
+	for _, b := range e.notes.all() {
+		var n map[string]string
+		if err := json.Unmarshal([]byte(b), &n); err != nil {
+			t.Fatal(err)
+		}
+		if n["LifecycleTransition"] != asgfake.TransitionLaunching || n["EC2InstanceId"] != "i-9" ||
+			n["LifecycleHookName"] != "ready" || n["LifecycleActionToken"] == "" {
+			t.Fatalf("notice %s; want a launching notice of i-9 for hook ready with a token", b)
+		}
+		got = append(got, [2]string{n["Origin"], n["Destination"]})
+	}
+	want := [][2]string{{asgfake.PlaceEC2, asgfake.PlaceWarmPool}, {asgfake.PlaceWarmPool, asgfake.PlaceGroup}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("notices (origin, destination) = %v; want %v", got, want)
+	}
+}
+
+// TestWarmedInstanceTerminates: a warmed instance scaled in from the pool
+// waits in Warmed:Terminating:Wait for its terminating hooks, origin WarmPool.
+func TestWarmedInstanceTerminates(t *testing.T) {
+	e := newEnv(t, nil)
+	if err := e.fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.Launch("web", "i-9", asgfake.PlaceWarmPool); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != asgfake.WarmedStopped {
+		t.Fatalf("state = %q; want %s (no launching hook)", got, asgfake.WarmedStopped)
+	}
+	acts, err := e.fake.Terminate("i-9")
+	if err != nil || len(acts) != 1 || acts[0].Origin != asgfake.PlaceWarmPool || acts[0].Destination != asgfake.PlaceEC2 {
+		t.Fatalf("Terminate = %+v, %v; want one action WarmPool → EC2", acts, err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != "Warmed:Terminating:Wait" {
+		t.Fatalf("state = %q; want Warmed:Terminating:Wait", got)
+	}
+	if err := e.complete("", "i-9", asgfake.ResultContinue); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.InstanceState("i-9"); got != "Warmed:Terminating:Proceed" {
+		t.Fatalf("state = %q; want Warmed:Terminating:Proceed", got)
+	}
+}
+
+// TestVisibleAfter: an action is "No active Lifecycle Action found" to the
+// API until VisibleAfter has passed since it began.
+func TestVisibleAfter(t *testing.T) {
+	clock := asgfake.NewClock(t0)
+	fake := asgfake.New(asgfake.Options{Now: clock.Now, VisibleAfter: 5 * time.Second})
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	e := &env{clock: clock, fake: fake, client: NewClient(ts.URL, nil), notes: &notes{}}
+	fake.AddGroup("web")
+	_ = fake.AddInstance("web", "i-1")
+	_ = fake.PutHook(asgfake.Hook{Group: "web", Name: "drain"})
+	if _, err := fake.Terminate("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5*time.Second - time.Millisecond)
+	wantAPIError(t, e.complete("", "i-1", asgfake.ResultContinue), "ValidationError", "No active Lifecycle Action found")
+	clock.Advance(time.Millisecond)
+	if err := e.complete("", "i-1", asgfake.ResultContinue); err != nil {
+		t.Fatalf("complete once visible: %v", err)
+	}
+}
