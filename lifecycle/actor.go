@@ -28,10 +28,14 @@ type Actor struct {
 	completeMu sync.Mutex        // serialises Complete calls
 	completed  map[string]string // action key → completion result (CONTINUE/ABANDON/no_action)
 
+	launchMu sync.Mutex        // serialises LaunchGate calls
+	launched map[string]string // destination → launch result sent
+
 	mu        sync.Mutex
 	asg       string        // resolved ASG name, cached
 	beatEvery time.Duration // the interval Heartbeat settled on (0 before it ran)
 	status    ActorStatus
+	launch    LaunchStatus
 }
 
 // ActorStatus is what the agent shows in /v1/status drain.lifecycle.
@@ -49,7 +53,7 @@ type ActorStatus struct {
 func NewActor(cfg Config, d Deps) *Actor {
 	d = d.withDefaults()
 	return &Actor{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
-		completed: map[string]string{}, asg: cfg.ASGName}
+		completed: map[string]string{}, launched: map[string]string{}, asg: cfg.ASGName}
 }
 
 // Status returns a snapshot for status reporting.
