@@ -67,6 +67,13 @@ type Deps struct {
 	Logger      *slog.Logger   // nil = discard
 	// Registerer receives the lifecycle metrics; nil = not registered.
 	Registerer prometheus.Registerer
+	// Claimed reports whether an agent of the fleet has claimed the
+	// lifecycle action of instanceID (it drains and will complete it). The
+	// sqs source asks it before deleting a notification of another instance
+	// whose action's heartbeat timeout has passed; an error or true keeps
+	// the notification. nil = no agent claims any: the heartbeat timeout
+	// alone decides.
+	Claimed func(ctx context.Context, instanceID string) (bool, error)
 }
 
 func (d Deps) withDefaults() Deps {

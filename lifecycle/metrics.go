@@ -11,6 +11,7 @@ type metrics struct {
 	heartbeats   *prometheus.CounterVec // autodiag_lifecycle_heartbeats_total{result}
 	completions  *prometheus.CounterVec // autodiag_lifecycle_completions_total{result}
 	sourceErrors *prometheus.CounterVec // autodiag_lifecycle_source_errors_total{source}
+	orphaned     *prometheus.CounterVec // autodiag_lifecycle_orphaned_notifications_total{transition}
 }
 
 // newMetrics registers the counters on reg (nil = unregistered). A counter
@@ -30,11 +31,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "autodiag", Name: "lifecycle_source_errors_total",
 			Help: "Failed polls of a lifecycle trigger source (imds, sqs); retried with backoff.",
 		}, []string{"source"}),
+		orphaned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "autodiag", Name: "lifecycle_orphaned_notifications_total",
+			Help: "Lifecycle notifications deleted from the queue because no agent claims their instance and their action's heartbeat timeout has passed, by transition (launching, terminating).",
+		}, []string{"transition"}),
 	}
 	if reg != nil {
 		m.heartbeats = register(reg, m.heartbeats)
 		m.completions = register(reg, m.completions)
 		m.sourceErrors = register(reg, m.sourceErrors)
+		m.orphaned = register(reg, m.orphaned)
 	}
 	return m
 }

@@ -10,8 +10,10 @@ import (
 // Lifecycle transitions and events found in ASG notifications.
 const (
 	transitionTerminating = "autoscaling:EC2_INSTANCE_TERMINATING"
+	transitionLaunching   = "autoscaling:EC2_INSTANCE_LAUNCHING"
 	eventTestNotification = "autoscaling:TEST_NOTIFICATION"
 	detailTypeTerminate   = "EC2 Instance-terminate Lifecycle Action"
+	detailTypeLaunch      = "EC2 Instance-launch Lifecycle Action"
 )
 
 // notification is an ASG lifecycle notification, whatever its envelope.
@@ -23,6 +25,10 @@ type notification struct {
 	Token      string
 	InstanceID string
 	Time       time.Time
+	// Origin and Destination say where the instance moves (EC2,
+	// AutoScalingGroup, WarmPool); empty in older notices.
+	Origin      string
+	Destination string
 }
 
 // asgMessage is the body Auto Scaling sends to SQS/SNS directly, and the
@@ -35,6 +41,8 @@ type asgMessage struct {
 	LifecycleActionToken string `json:"LifecycleActionToken"`
 	EC2InstanceID        string `json:"EC2InstanceId"`
 	Time                 string `json:"Time"`
+	Origin               string `json:"Origin"`
+	Destination          string `json:"Destination"`
 }
 
 // envelope holds the fields that tell the shapes apart.
@@ -80,6 +88,9 @@ func parse(body string, depth int) (notification, error) {
 		if m.LifecycleTransition == "" && env.DetailType == detailTypeTerminate {
 			m.LifecycleTransition = transitionTerminating
 		}
+		if m.LifecycleTransition == "" && env.DetailType == detailTypeLaunch {
+			m.LifecycleTransition = transitionLaunching
+		}
 		return fromASG(m)
 	default:
 		return fromASG(env.asgMessage)
@@ -94,6 +105,7 @@ func fromASG(m asgMessage) (notification, error) {
 		HookName:   m.LifecycleHookName,
 		Token:      m.LifecycleActionToken,
 		InstanceID: m.EC2InstanceID,
+		Origin:     m.Origin, Destination: m.Destination,
 	}
 	if m.Time != "" {
 		if t, err := time.Parse(time.RFC3339Nano, m.Time); err == nil {

@@ -14,13 +14,18 @@ const (
 	launchNote = `{"version":"0","id":"e-2","detail-type":"EC2 Instance-launch Lifecycle Action","source":"aws.autoscaling","time":"2026-08-11T10:00:00Z","detail":{"LifecycleActionToken":"tok-2","AutoScalingGroupName":"web","LifecycleHookName":"warm","EC2InstanceId":"i-9","LifecycleTransition":"autoscaling:EC2_INSTANCE_LAUNCHING"}}`
 )
 
+// warmLaunchNote is an EventBridge launch event without LifecycleTransition
+// (the detail-type says it), into a warm pool.
+const warmLaunchNote = `{"version":"0","id":"e-3","detail-type":"EC2 Instance-launch Lifecycle Action","source":"aws.autoscaling","time":"2026-08-11T10:00:00Z","detail":{"LifecycleActionToken":"tok-3","AutoScalingGroupName":"web","LifecycleHookName":"ready","EC2InstanceId":"i-9","Origin":"EC2","Destination":"WarmPool"}}`
+
 func snsWrap(body string) string {
 	b, _ := json.Marshal(map[string]string{"Type": "Notification", "MessageId": "m-1", "TopicArn": "arn:aws:sns:us-east-1:123456789012:asg", "Message": body})
 	return string(b)
 }
 
 func TestParseNotification(t *testing.T) {
-	want := notification{Transition: transitionTerminating, ASGName: "web", HookName: "drain", Token: "tok-1", InstanceID: "i-1"}
+	want := notification{Transition: transitionTerminating, ASGName: "web", HookName: "drain", Token: "tok-1", InstanceID: "i-1",
+		Origin: "AutoScalingGroup", Destination: "EC2"}
 	tests := []struct {
 		name     string
 		body     string
@@ -33,6 +38,8 @@ func TestParseNotification(t *testing.T) {
 		{"EventBridge", bridgeNote, want, time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC), false},
 		{"test notification", testNote, notification{Test: true, ASGName: "web"}, time.Date(2026, 8, 11, 9, 0, 0, 0, time.UTC), false},
 		{"SNS wrapped test notification", snsWrap(testNote), notification{Test: true, ASGName: "web"}, time.Date(2026, 8, 11, 9, 0, 0, 0, time.UTC), false},
+		{"EventBridge launch into the warm pool", warmLaunchNote, notification{Transition: transitionLaunching, ASGName: "web", HookName: "ready",
+			Token: "tok-3", InstanceID: "i-9", Origin: "EC2", Destination: "WarmPool"}, time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC), false},
 		{"EventBridge launch", launchNote, notification{Transition: "autoscaling:EC2_INSTANCE_LAUNCHING", ASGName: "web", HookName: "warm", Token: "tok-2", InstanceID: "i-9"},
 			time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC), false},
 		{"not JSON", "hello", notification{}, time.Time{}, true},

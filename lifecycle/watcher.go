@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -80,6 +82,10 @@ type Watcher struct {
 	known   bool          // state has been read at least once
 	warmed  bool          // a Warmed:* state has been seen
 	changed chan struct{} // closed and replaced when state or known changes
+
+	// onGraceDecided, when set, is called as a cancelled notification poll's
+	// grace ends, with whether its answer had begun (tests observe it).
+	onGraceDecided func(answering bool)
 }
 
 // NewWatcher checks that the clients of the configured sources are present.
@@ -464,17 +470,11 @@ func notificationVisibility(heartbeat time.Duration) int32 {
 func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
 	bo := newBackoff(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
-		out, err := w.d.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:            aws.String(w.cfg.QueueURL),
-			MaxNumberOfMessages: 10,
-			WaitTimeSeconds:     int32(sqsWaitTime / time.Second),
-		})
-		if ctx.Err() != nil {
-			// A batch received as the watcher stops is left to its
-			// visibility timeout: nothing here consumed it.
-			return
-		}
+		out, err := w.receive(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			w.m.sourceErrors.WithLabelValues(SourceSQS).Inc()
 			wait := bo.NextBackOff()
 			w.log.Warn("receive lifecycle notifications; retrying", "source", SourceSQS, "retry_in", wait, "err", err)
@@ -484,12 +484,18 @@ func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
 			continue
 		}
 		bo.Reset()
+		// A batch taken in the receive grace is handled like any other:
+		// others' notices are shown again at once and ours reaches Run,
+		// which releases it when it comes too late. The calls run detached
+		// from ctx, which may have ended.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		var mine *Trigger
 		for _, msg := range out.Messages {
-			if tr := w.handleMessage(ctx, msg, mine); tr != nil {
+			if tr := w.handleMessage(hctx, msg, mine); tr != nil {
 				mine = tr
 			}
 		}
+		cancel()
 		if mine != nil {
 			found <- *mine
 			return
@@ -500,6 +506,115 @@ func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
 			}
 		}
 	}
+}
+
+// NotificationReceiveGrace is how long a notification poll in progress may
+// still begin to answer after Run's ctx ends; an answer begun by then gets
+// up to answerReadLimit more to be read. SQS hides the messages of an
+// answer the moment it sends it, and the SDK drops an answer whose context
+// is cancelled while it is read: without the grace, notices on the wire as
+// the watcher stops would stay hidden for the queue's visibility timeout.
+const NotificationReceiveGrace = 20 * time.Millisecond
+
+// answerReadLimit bounds the reading of an answer that had begun when the
+// grace ended.
+const answerReadLimit = time.Second
+
+// receive is one long poll of queue_url. No poll starts once ctx is done;
+// a poll in progress when ctx ends is aborted after NotificationReceiveGrace
+// unless its answer has begun, which is then read (and returned with a nil
+// error).
+func (w *Watcher) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var answering atomic.Bool
+	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{
+		GetConn:              func(string) { answering.Store(false) }, // each SDK attempt
+		GotFirstResponseByte: func() { answering.Store(true) },
+	})
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopped := false
+	after := func(d time.Duration, f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer = time.AfterFunc(d, f)
+		}
+	}
+	stopGrace := context.AfterFunc(ctx, func() {
+		after(NotificationReceiveGrace, func() {
+			begun := answering.Load()
+			if w.onGraceDecided != nil {
+				w.onGraceDecided(begun)
+			}
+			if begun {
+				after(answerReadLimit, cancel)
+				return
+			}
+			cancel()
+		})
+	})
+	defer func() {
+		stopGrace()
+		mu.Lock()
+		stopped = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+	}()
+	out, err := w.d.SQS.ReceiveMessage(pctx, &sqs.ReceiveMessageInput{
+		QueueUrl:            aws.String(w.cfg.QueueURL),
+		MaxNumberOfMessages: 10,
+		WaitTimeSeconds:     int32(sqsWaitTime / time.Second),
+	})
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// orphanLimit is when a notification's action has passed its heartbeat
+// timeout without a heartbeat: hook_heartbeat_timeout when configured and
+// the notice is of our terminating hook (any, when hook_name is empty), else the longest Auto Scaling allows (2 h), which no action
+// outlives unheartbeated.
+func (w *Watcher) orphanLimit(n notification) time.Time {
+	hbt := maxHookHeartbeatTimeout
+	ourHook := w.cfg.HookName == "" || n.HookName == w.cfg.HookName
+	if ourHook && n.Transition == transitionTerminating && w.cfg.HookHeartbeatTimeout > 0 {
+		hbt = w.cfg.HookHeartbeatTimeout
+	}
+	return n.Time.Add(hbt)
+}
+
+// orphaned reports whether the notification of another instance is one no
+// agent will take: its action's heartbeat timeout has passed since it was
+// sent (so unless an agent heartbeats it, it has ended) and Deps.Claimed,
+// when set, says no agent claims the instance. An agent holding its notice
+// keeps it hidden, so a visible one past that point only cycles through the
+// fleet until the queue's retention or redrive drops it.
+func (w *Watcher) orphaned(ctx context.Context, n notification, log *slog.Logger) bool {
+	if n.Time.IsZero() || w.d.Clock.Now().Before(w.orphanLimit(n)) {
+		return false
+	}
+	if w.d.Claimed == nil {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	claimed, err := w.d.Claimed(cctx, n.InstanceID)
+	if err != nil {
+		log.Warn("could not learn whether an agent claims the lifecycle action; notification kept", "for_instance", n.InstanceID, "err", err)
+		return false
+	}
+	return !claimed
 }
 
 // handleMessage sorts one received message: TEST_NOTIFICATION deleted,
@@ -518,8 +633,22 @@ func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Tr
 		log.Info("consumed autoscaling:TEST_NOTIFICATION", "asg", n.ASGName)
 		w.deleteMessage(ctx, receipt, log)
 		return nil
+	case n.InstanceID == w.d.InstanceID && n.Transition == transitionLaunching &&
+		w.cfg.LaunchHookName != "" && n.HookName == w.cfg.LaunchHookName:
+		log.Info("launching notification for this instance; deleted (the launch gate completes it by instance id)",
+			"hook", n.HookName, "destination", n.Destination)
+		w.deleteMessage(ctx, receipt, log)
+		return nil
 	case n.InstanceID != w.d.InstanceID || n.Transition != transitionTerminating ||
 		(w.cfg.HookName != "" && n.HookName != w.cfg.HookName):
+		if n.InstanceID != w.d.InstanceID && w.orphaned(ctx, n, log) {
+			log.Warn("lifecycle notification no agent will take: its instance is unclaimed and its action's heartbeat timeout has passed; deleted",
+				"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName, "asg", n.ASGName,
+				"age_seconds", w.d.Clock.Now().Sub(n.Time).Seconds())
+			w.m.orphaned.WithLabelValues(transitionLabel(n.Transition)).Inc()
+			w.deleteMessage(ctx, receipt, log)
+			return nil
+		}
 		log.Debug("lifecycle notification not for us; left for its owner",
 			"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName)
 		w.setVisibility(ctx, receipt, 0, log)
@@ -544,6 +673,17 @@ func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Tr
 		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token,
 			Started: started, NotificationQueueURL: w.cfg.QueueURL, NotificationReceipt: receipt},
 	}
+}
+
+// transitionLabel is the {transition} label of a lifecycle transition.
+func transitionLabel(t string) string {
+	switch t {
+	case transitionLaunching:
+		return "launching"
+	case transitionTerminating:
+		return "terminating"
+	}
+	return "other"
 }
 
 func (w *Watcher) deleteMessage(ctx context.Context, receipt string, log *slog.Logger) {
