@@ -1,7 +1,10 @@
-// Package lifecycle turns EC2 Auto Scaling lifecycle actions and spot
-// interruption notices into drain triggers, and keeps the lifecycle action
-// alive (RecordLifecycleActionHeartbeat) until the drain ends, then completes
-// it (CompleteLifecycleAction) exactly once.
+// Package lifecycle turns EC2 Auto Scaling lifecycle actions, spot
+// interruption notices, rebalance recommendations and scheduled events into
+// drain triggers, gates the launch lifecycle action on the agent's
+// readiness, tells the agent when the instance sits in a warm pool, and
+// keeps the terminating lifecycle action alive
+// (RecordLifecycleActionHeartbeat) until the drain ends, then completes it
+// (CompleteLifecycleAction) exactly once.
 //
 // It is the only package that imports service/autoscaling. It does not drain
 // anything itself (that is package drain) and does not handle signals (the
@@ -14,15 +17,26 @@
 //   - signal: always on; the agent handles SIGTERM/SIGINT and calls
 //     Watcher.Probe to learn whether a lifecycle action is waiting (IMDS
 //     target-lifecycle-state already Terminated).
-//   - imds: Watcher.Run polls autoscaling/target-lifecycle-state and
-//     spot/instance-action every imds_poll_interval, with IMDSv2 tokens (the
-//     SDK's imds client). 404 and InService are normal answers. Terminated
-//     means Terminating:Wait has begun: the trigger carries an Action for
+//   - imds: Watcher.Run polls autoscaling/target-lifecycle-state every
+//     imds_poll_interval, with IMDSv2 tokens (the SDK's imds client), and
+//     the notices drain_on lists: spot/instance-action,
+//     events/recommendations/rebalance, events/maintenance/scheduled
+//     (unlisted ones are not read). 404 and InService are normal answers.
+//     Terminated (or Warmed:Terminated, leaving a warm pool) means
+//     Terminating:Wait has begun: the trigger carries an Action for
 //     hook_name, completed by InstanceId (IMDS has no token); the group is
 //     asg_name or found with DescribeAutoScalingInstances. A spot notice
 //     triggers with a hard Deadline (interruption time − SpotSafetyMargin) and
 //     the ASG action if one is already waiting (else Action is nil; the agent
-//     may Probe again before completing).
+//     may Probe again before completing). A rebalance recommendation
+//     triggers at once (source "rebalance"), an active instance-stop,
+//     instance-retirement, system-reboot, instance-reboot or
+//     system-maintenance event scheduled_event_lead before its NotBefore
+//     (source "maintenance", Deadline NotBefore − SpotSafetyMargin while
+//     ahead); neither has an Action.
+//     The state read is kept for the agent: State, Warmed, StateChanged and
+//     WaitInService tell it when the instance sits in a warm pool (Warmed:*),
+//     where it takes no work, and when it leaves it.
 //   - sqs: Watcher.Run long-polls queue_url for ASG lifecycle notifications,
 //     in the direct Auto Scaling JSON, the same wrapped by SNS, or the
 //     EventBridge "EC2 Instance-terminate Lifecycle Action" event.
@@ -31,7 +45,13 @@
 //     at once (ChangeMessageVisibility 0) and never deleted. Ours is kept
 //     invisible while draining (at the trigger, then by every Heartbeat) and
 //     deleted by Complete only after the completion succeeded. Malformed
-//     messages are logged and left to the queue's redrive policy.
+//     messages are logged and left to the queue's redrive policy. A
+//     notification of another instance whose action's heartbeat timeout has
+//     passed since it was sent, and that no agent claims (Deps.Claimed), is
+//     deleted (autodiag_lifecycle_orphaned_notifications_total{transition});
+//     so is this instance's own launching notification of
+//     launch_hook_name. A poll in progress when Run stops gets
+//     NotificationReceiveGrace, so an answer already on the wire is taken.
 //
 // Run calls fire once, for the first trigger, after every source has been
 // told to stop: no ReceiveMessage starts after a trigger. Polling errors are
@@ -50,6 +70,11 @@
 // timeout, beats every third of it instead (logged as a warning) rather than
 // let the action expire.
 //
+// "No active Lifecycle Action found" is not believed at once for an action
+// known only from IMDS (no token): within NoActionSettle of Action.Started
+// the heartbeat or completion is retried for up to NoActionSettle, since
+// the API can lag instance metadata.
+//
 // Actor.Complete calls CompleteLifecycleAction until one call succeeds
 // (CONTINUE, or ABANDON from Config.CompletionResult when on_timeout is
 // abandon and the drain hit its deadline), retrying throttling, 5xx and
@@ -62,6 +87,16 @@
 // Metrics (registered on Deps.Registerer): autodiag_lifecycle_heartbeats_total
 // and autodiag_lifecycle_completions_total, {result} = ok, throttled, error,
 // no_action, one count per attempt.
+//
+// # Launch
+//
+// Actor.LaunchGate holds the EC2_INSTANCE_LAUNCHING action of
+// launch_hook_name until the agent's readiness checks (a ReadinessFunc the
+// agent passes) all pass, re-checking every LaunchRecheck and heartbeating
+// meanwhile, then completes it by instance id with CONTINUE, or with
+// ABANDON at launch_timeout, exactly once per destination (WarmPool, then
+// AutoScalingGroup when the instance leaves the pool). LaunchStatus shows
+// the checks for /v1/status.
 //
 // # Restart mid-drain
 //
@@ -80,6 +115,7 @@
 //   - IAM: autoscaling:RecordLifecycleActionHeartbeat,
 //     autoscaling:CompleteLifecycleAction,
 //     autoscaling:DescribeAutoScalingInstances (unless asg_name is set),
+//     for the launch hook the same two calls on its group,
 //     optionally autoscaling:DescribeLifecycleHooks (see above); for
 //     the sqs source sqs:ReceiveMessage, sqs:DeleteMessage,
 //     sqs:ChangeMessageVisibility on queue_url.

@@ -314,3 +314,56 @@ func TestDrainEventsAgainstMetadataMock(t *testing.T) {
 		})
 	}
 }
+
+// TestCompletionAfterLaggingAPIAgainstMetadataMock: the mock says
+// Terminated, but Auto Scaling shows the action only 5 s later; the
+// completion right after the trigger is answered "No active Lifecycle
+// Action found" and retried until exactly one succeeds.
+func TestCompletionAfterLaggingAPIAgainstMetadataMock(t *testing.T) {
+	url, _ := startMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", "0")
+	const lag = 5 * time.Second
+	fake := asgfake.New(asgfake.Options{VisibleAfter: lag})
+	fake.AddGroup("web")
+	if err := fake.AddInstance("web", mockInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Sources = []string{SourceSignal, SourceIMDS}
+	cfg.HookName = "drain"
+	cfg.IMDSPollInterval = 100 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	d := Deps{IMDS: imds.New(imds.Options{Endpoint: url}), AutoScaling: newASGClient(fake, nil),
+		InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: reg}
+	w, err := NewWatcher(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var tr *Trigger
+	if err := w.Run(ctx, func(got Trigger) { tr = &got }); err != nil || tr == nil || tr.Action == nil {
+		t.Fatalf("Run = %v, trigger %+v; want the imds trigger with its action", err, tr)
+	}
+	// Auto Scaling starts the action as IMDS shows it.
+	if _, err := fake.Terminate(mockInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	actor := NewActor(cfg, d)
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCompleteTimeout)
+	defer ccancel()
+	if err := actor.Complete(cctx, *tr.Action, ResultContinue); err != nil {
+		t.Fatalf("Complete = %v", err)
+	}
+	if n := fake.Count("CompleteLifecycleAction", "ok"); n != 1 {
+		t.Fatalf("%d successful completions; want exactly 1", n)
+	}
+	if n := counter(t, reg, "autodiag_lifecycle_completions_total", "result", "no_action"); n == 0 {
+		t.Fatal("no no_action answer: the lag was not exercised")
+	}
+	if a, _ := fake.Action(mockInstanceID); a.Completions != 1 || a.EndReason != asgfake.EndCompleted || actor.Status().NoActiveAction {
+		t.Fatalf("action = %+v, status %+v; want completed once, not counted as no_action", a, actor.Status())
+	}
+}
