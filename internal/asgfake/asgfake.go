@@ -408,9 +408,9 @@ func (s *Server) terminate(instanceID string) ([]Action, error) {
 		return nil, fmt.Errorf("Instance Id not found - No managed instance found for instance ID: %s", instanceID)
 	}
 	origin := PlaceGroup
-	switch {
-	case in.state == stateInService:
-	case in.state == WarmedStopped || in.state == WarmedRunning || in.state == WarmedHibernated:
+	switch in.state {
+	case stateInService:
+	case WarmedStopped, WarmedRunning, WarmedHibernated:
 		origin = PlaceWarmPool
 	default:
 		return nil, fmt.Errorf("instance %s is %s, not InService", instanceID, in.state)
