@@ -96,7 +96,13 @@
 // meanwhile, then completes it by instance id with CONTINUE, or with
 // ABANDON at launch_timeout, exactly once per destination (WarmPool, then
 // AutoScalingGroup when the instance leaves the pool). LaunchStatus shows
-// the checks for /v1/status.
+// the checks for /v1/status. GateIntake is the whole start-up sequence for
+// the agent: launch gate, wait while warmed, second launch gate; it returns
+// when intake may start.
+//
+// An instance in service sent back to its warm pool (scale-in with instance
+// reuse: InService, then Warmed:*) has its terminating hooks run: the imds
+// source triggers with the hook_name action as for Terminated.
 //
 // # Restart mid-drain
 //

@@ -117,7 +117,10 @@ func (a *Actor) LaunchGate(ctx context.Context, destination string, ready Readin
 	a.mu.Lock()
 	a.launch = LaunchStatus{Hook: act.HookName, Destination: destination, Deadline: deadline, Checks: []Check{}}
 	a.mu.Unlock()
-	if err := a.ResolveASG(ctx, &act); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, timeout)
+	err := a.ResolveASG(rctx, &act)
+	rcancel()
+	if err != nil {
 		return "", fmt.Errorf("lifecycle: launch gate: %w", err)
 	}
 	log := a.log.With("instance_id", act.InstanceID, "asg", act.ASGName, "hook", act.HookName, "destination", destination)
@@ -229,4 +232,76 @@ func (a *Actor) LaunchStatus() LaunchStatus {
 	st := a.launch
 	st.Checks = slices.Clone(st.Checks)
 	return st
+}
+
+// ErrLaunchAbandoned is returned by GateIntake when the launch was
+// completed with ABANDON: the instance is being replaced and takes no work.
+var ErrLaunchAbandoned = errors.New("lifecycle: launch abandoned: not ready by launch_timeout")
+
+// LaunchDestination waits for the first target-lifecycle-state read and
+// returns where this instance's launching action is taking it:
+// DestinationWarmPool while the state is Warmed:*, else DestinationGroup
+// (also without the imds source). Run must be running.
+func (w *Watcher) LaunchDestination(ctx context.Context) (string, error) {
+	for {
+		w.mu.Lock()
+		changed := w.changed
+		w.mu.Unlock()
+		state, known := w.State()
+		if known {
+			if IsWarmed(state) {
+				return DestinationWarmPool, nil
+			}
+			return DestinationGroup, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// GateIntake is the launch sequence of an agent, run once at start beside
+// Watcher.Run: it returns nil when intake may start. With launch_hook_name
+// set it holds the launching action until ready (LaunchGate, destination
+// from LaunchDestination); then it waits while the instance sits in a warm
+// pool (WaitInService) and, when it leaves the pool, gates the second
+// launching action (destination AutoScalingGroup) the same way. w nil means
+// no imds source (no warm pool to wait for). It returns
+// ErrLaunchAbandoned when a launch was abandoned, ctx.Err() when ctx ends
+// first, and LaunchGate's error when a completion failed.
+func GateIntake(ctx context.Context, w *Watcher, a *Actor, ready ReadinessFunc) error {
+	hook := a != nil && a.cfg.LaunchHookName != ""
+	gate := func(dest string) error {
+		if !hook {
+			return nil
+		}
+		res, err := a.LaunchGate(ctx, dest, ready)
+		if err != nil {
+			return err
+		}
+		if res == ResultAbandon {
+			return ErrLaunchAbandoned
+		}
+		return nil
+	}
+	if w == nil {
+		return gate(DestinationGroup)
+	}
+	dest, err := w.LaunchDestination(ctx)
+	if err != nil {
+		return err
+	}
+	if err := gate(dest); err != nil {
+		return err
+	}
+	warmed, err := w.WaitInService(ctx)
+	if err != nil {
+		return err
+	}
+	if warmed && dest == DestinationWarmPool {
+		return gate(DestinationGroup)
+	}
+	return nil
 }

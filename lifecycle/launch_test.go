@@ -215,3 +215,75 @@ func TestLaunchGateWithoutHook(t *testing.T) {
 		t.Fatalf("LaunchGate = %v; want ErrNoLaunchHook", err)
 	}
 }
+
+// TestGateIntakeWarmPool: launched into a Warmed:Running pool, the agent
+// completes the launch into the pool once ready but may not take work; when
+// the instance leaves the pool it completes the second launch and intake
+// may start within one poll interval of InService.
+func TestGateIntakeWarmPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake, actor, _ := launchEnv(t, 5*time.Minute, asgfake.PlaceWarmPool)
+		s := newIMDSStandIn()
+		s.set(pathTargetLifecycleState, asgfake.WarmedRunning)
+		cfg := actor.cfg
+		cfg.Sources = []string{SourceSignal, SourceIMDS}
+		cfg.HookName = "drain"
+		cfg.ASGName = "web"
+		w, err := NewWatcher(cfg, Deps{IMDS: standInClient(s), InstanceID: "i-9", Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go func() { _ = w.Run(ctx, func(Trigger) {}) }()
+		gated := make(chan time.Time, 1)
+		var gateErr error
+		go func() {
+			gateErr = GateIntake(ctx, w, actor, func(context.Context) []Check { return []Check{{Name: "all", OK: true}} })
+			gated <- time.Now()
+		}()
+
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		select {
+		case <-gated:
+			t.Fatalf("GateIntake returned (%v) while warmed", gateErr)
+		default:
+		}
+		if st := fake.InstanceState("i-9"); st != asgfake.WarmedRunning {
+			t.Fatalf("instance state = %q; want %s (launch into the pool completed)", st, asgfake.WarmedRunning)
+		}
+
+		if _, err := fake.LeaveWarmPool("i-9"); err != nil {
+			t.Fatal(err)
+		}
+		s.set(pathTargetLifecycleState, StateInService)
+		left := time.Now()
+		at := <-gated
+		if gateErr != nil {
+			t.Fatalf("GateIntake = %v", gateErr)
+		}
+		if lag := at.Sub(left); lag > cfg.IMDSPollInterval {
+			t.Fatalf("intake allowed %s after InService; want within one poll interval (%s)", lag, cfg.IMDSPollInterval)
+		}
+		if st := fake.InstanceState("i-9"); st != "InService" {
+			t.Fatalf("instance state = %q; want InService (second launch completed)", st)
+		}
+		if n := fake.Count("CompleteLifecycleAction", "ok"); n != 2 {
+			t.Fatalf("%d completions; want 2 (into the pool, out of it)", n)
+		}
+	})
+}
+
+func TestGateIntakeAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake, actor, _ := launchEnv(t, 5*time.Minute, asgfake.PlaceGroup)
+		err := GateIntake(t.Context(), nil, actor, func(context.Context) []Check { return []Check{{Name: "redis", Detail: "down"}} })
+		if !errors.Is(err, ErrLaunchAbandoned) {
+			t.Fatalf("GateIntake = %v; want ErrLaunchAbandoned", err)
+		}
+		if a, _ := fake.Action("i-9"); a.Result != ResultAbandon {
+			t.Fatalf("action = %+v; want abandoned", a)
+		}
+	})
+}

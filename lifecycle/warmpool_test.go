@@ -206,3 +206,29 @@ func TestWaitInServiceWithoutIMDS(t *testing.T) {
 		t.Fatalf("WaitInService = %v, %v; want false, nil at once", warmed, err)
 	}
 }
+
+// TestReturnToWarmPoolDrains: an instance in service sent back to its warm
+// pool (scale-in with instance reuse) has its terminating hook's action
+// waiting: it drains like a terminated one. One that starts warmed does not.
+func TestReturnToWarmPoolDrains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newIMDSStandIn()
+		s.set(pathTargetLifecycleState, StateInService)
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceIMDS}
+		cfg.HookName = "drain"
+		cfg.ASGName = "web"
+		w, err := NewWatcher(cfg, Deps{IMDS: standInClient(s), InstanceID: "i-1", Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(time.Minute, func() { s.set(pathTargetLifecycleState, "Warmed:Running") })
+		fired, _ := runWatcher(t, t.Context(), w, nil)
+		if len(fired) != 1 || fired[0].Action == nil || fired[0].Action.HookName != "drain" || !strings.Contains(fired[0].Reason, "Warmed:Running") {
+			t.Fatalf("fired %+v; want one imds trigger with the drain hook's action", fired)
+		}
+		if act, err := w.Probe(t.Context()); act == nil || err != nil {
+			t.Fatalf("Probe = %+v, %v; want the action", act, err)
+		}
+	})
+}

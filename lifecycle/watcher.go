@@ -81,6 +81,7 @@ type Watcher struct {
 	state   string        // last target-lifecycle-state read ("" = none, 404)
 	known   bool          // state has been read at least once
 	warmed  bool          // a Warmed:* state has been seen
+	served  bool          // InService has been seen
 	changed chan struct{} // closed and replaced when state or known changes
 
 	// onGraceDecided, when set, is called as a cancelled notification poll's
@@ -160,6 +161,15 @@ func (w *Watcher) WaitInService(ctx context.Context) (wasWarmed bool, err error)
 	}
 }
 
+// returning reports whether state sends an instance that has been in
+// service back to its warm pool (a scale-in with instance reuse): its
+// terminating hooks run, so it drains like a terminated one.
+func (w *Watcher) returning(state string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return IsWarmed(state) && w.served
+}
+
 // setState records a target-lifecycle-state answer and wakes the waiters
 // when it changed.
 func (w *Watcher) setState(state string) {
@@ -173,6 +183,7 @@ func (w *Watcher) setState(state string) {
 	}
 	w.state, w.known = state, true
 	w.warmed = w.warmed || IsWarmed(state)
+	w.served = w.served || state == StateInService
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
@@ -251,7 +262,7 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 		return nil, fmt.Errorf("lifecycle: probe %s: %w", pathTargetLifecycleState, err)
 	}
 	w.setState(state)
-	if !isTerminating(state) {
+	if !isTerminating(state) && !w.returning(state) {
 		return nil, nil
 	}
 	return w.imdsAction(ctx), nil
@@ -343,7 +354,7 @@ func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
 	var act *Action
 	if errState == nil {
 		w.setState(state)
-		if isTerminating(state) {
+		if isTerminating(state) || w.returning(state) {
 			act = w.imdsAction(ctx)
 		}
 	}
