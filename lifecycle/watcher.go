@@ -33,15 +33,22 @@ const (
 // Warm pool states all start with StateWarmedPrefix (Warmed:Stopped,
 // Warmed:Running, Warmed:Hibernated, Warmed:Terminated).
 const (
-	StateInService         = "InService"
-	StateTerminated        = "Terminated"
-	StateWarmedTerminated  = "Warmed:Terminated"
-	StateWarmedPrefix      = "Warmed:"
-	stateTerminated        = StateTerminated
-	sourceRebalance        = "rebalance"   // Trigger.Source of a rebalance recommendation
-	sourceScheduledEvent   = "maintenance" // Trigger.Source of a scheduled maintenance event
-	scheduledEventTimeForm = "2 Jan 2006 15:04:05 MST"
+	StateInService        = "InService"
+	StateTerminated       = "Terminated"
+	StateWarmedTerminated = "Warmed:Terminated"
+	StateWarmedPrefix     = "Warmed:"
 )
+
+// Trigger.Source of the drain events found by the imds source besides
+// target-lifecycle-state.
+const (
+	sourceRebalance      = "rebalance"   // a rebalance recommendation
+	sourceScheduledEvent = "maintenance" // a scheduled maintenance event
+)
+
+// scheduledEventTimeForm is the form of a scheduled event's times
+// ("21 Jan 2019 09:00:43 GMT").
+const scheduledEventTimeForm = "2 Jan 2006 15:04:05 MST"
 
 // IsWarmed reports whether a target-lifecycle-state puts the instance in a
 // warm pool, where it takes no work.
