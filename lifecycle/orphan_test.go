@@ -97,14 +97,14 @@ func TestOwnLaunchingNotificationDeleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newFakeSQS()
 		n := 0
-		fake := asgfake.New(asgfake.Options{Seed: 4, Notify: func(body string) { n++; q.send([]string{"", "own-ready", "own-other"}[n], body) }})
+		fake := asgfake.New(asgfake.Options{Seed: 4, Notify: func(body string) { n++; q.send([]string{"", "own-other", "own-ready"}[n], body) }})
 		fake.AddGroup("web")
 		for _, h := range []string{"ready", "other"} {
 			if err := fake.PutHook(asgfake.Hook{Group: "web", Name: h, Transition: asgfake.TransitionLaunching}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := fake.Launch("web", "i-1", asgfake.PlaceGroup); err != nil { // "other" sorts first
+		if _, err := fake.Launch("web", "i-1", asgfake.PlaceGroup); err != nil {
 			t.Fatal(err)
 		}
 		cfg := DefaultConfig()
@@ -121,7 +121,7 @@ func TestOwnLaunchingNotificationDeleted(t *testing.T) {
 			t.Fatalf("fired %+v; want nothing", fired)
 		}
 		// Notify order follows the sorted hook names: other, then ready.
-		ready, other := q.msg("own-other"), q.msg("own-ready")
+		ready, other := q.msg("own-ready"), q.msg("own-other")
 		if !ready.deleted || other.deleted {
 			t.Fatalf("ready deleted %v, other deleted %v; want only the launch hook's notice deleted", ready.deleted, other.deleted)
 		}
@@ -197,9 +197,14 @@ func TestNotificationReceiveGrace(t *testing.T) {
 			if begun := <-decided; begun != tt.wantBegun {
 				t.Fatalf("grace decided answering=%v; want %v", begun, tt.wantBegun)
 			}
-			close(g.release) // the rest of the answer arrives after the grace
+			if tt.answer {
+				close(g.release) // the rest of the answer arrives after the grace
+			}
 			if err := <-done; err != nil {
 				t.Fatalf("Run = %v", err)
+			}
+			if !tt.answer {
+				close(g.release) // an idle poll was aborted: nothing comes
 			}
 			if len(fired) != 0 {
 				t.Fatalf("fired %+v after the stop; want nothing", fired)
