@@ -103,6 +103,10 @@ type SQS struct {
 
 	stop   context.Context // cancelled by Close: aborts long polls
 	cancel context.CancelFunc
+	// flush is stop without its cancellation: delete batches carry many
+	// callers' deletes and outlive each caller's context, and Close sends
+	// the last of them after it cancels stop.
+	flush context.Context
 
 	mu       sync.Mutex
 	closed   bool
@@ -154,7 +158,7 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	stop, cancel := context.WithCancel(context.Background())
 	s := &SQS{
 		c: client, o: o, log: log.With("component", "queue.sqs"),
-		stop: stop, cancel: cancel, received: map[string]time.Time{},
+		stop: stop, cancel: cancel, flush: context.WithoutCancel(stop), received: map[string]time.Time{},
 		taskAttrs: attrCache{url: o.QueueURL},
 		dlqAttrs:  attrCache{url: o.DLQURL},
 	}
@@ -184,7 +188,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	n = min(maxSQSBatch, max(1, n))
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stopWatch := context.AfterFunc(s.stop, cancel)
+	stopWatch := context.AfterFunc(s.stop, cancel) //nolint:contextcheck // Close aborts the poll as well as ctx
 	defer stopWatch()
 	var answering atomic.Bool // the current attempt's answer has begun
 	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{
@@ -400,7 +404,7 @@ func (s *SQS) flushLocked() {
 		s.pending = s.pending[n:]
 		s.sending++
 		s.flushes.Go(func() {
-			s.deleteBatch(batch)
+			s.deleteBatch(s.flush, batch)
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.sending--
@@ -411,9 +415,10 @@ func (s *SQS) flushLocked() {
 }
 
 // deleteBatch sends one DeleteMessageBatch and delivers each entry's result,
-// retrying entries that failed with a server-side fault.
-func (s *SQS) deleteBatch(batch []*pendingDelete) {
-	ctx, cancel := context.WithTimeout(context.Background(), deleteFlushLimit)
+// retrying entries that failed with a server-side fault, within
+// deleteFlushLimit.
+func (s *SQS) deleteBatch(ctx context.Context, batch []*pendingDelete) {
+	ctx, cancel := context.WithTimeout(ctx, deleteFlushLimit)
 	defer cancel()
 	for attempt := 0; len(batch) > 0; attempt++ {
 		if attempt > 0 {

@@ -258,7 +258,10 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 		return res
 	}
 	defer pr.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	// Not CommandContext: ctx and the timeout end the run below, with
+	// SIGTERM to the whole process group and SIGKILL after the grace;
+	// CommandContext would SIGKILL the leader alone, at once.
+	cmd := exec.Command(argv[0], argv[1:]...) //nolint:noctx // see above
 	cmd.Env = append(slices.Clip(env), RunIDVar+"="+id)
 	cmd.Dir = "/"
 	cmd.Stdin = nil
