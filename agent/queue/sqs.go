@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // SQSAPI is the part of *sqs.Client the SQS source uses, in the SDK's own
@@ -73,20 +75,22 @@ type SQSOptions struct {
 	OnGraceDecided func(answering bool)
 }
 
-// Validate reports every problem with o at once, naming the config key.
+// Validate reports every problem with o at once, each a *configerr.Error
+// whose key is relative to the configuration's queue section (options
+// that are not configuration keys are named by their field).
 func (o SQSOptions) Validate() error {
 	var errs []error
 	if o.QueueURL == "" {
-		errs = append(errs, errors.New("queue.url: required for the SQS source"))
+		errs = append(errs, configerr.Errorf("url", "required for the SQS source"))
 	}
 	if o.WaitTime < 0 || o.WaitTime > maxSQSWait {
-		errs = append(errs, fmt.Errorf("queue.wait_time: %v is outside 0s..20s", o.WaitTime))
+		errs = append(errs, configerr.Errorf("wait_time", "%v is outside 0s..20s", o.WaitTime))
 	}
 	if o.VisibilityTimeout < 0 || o.VisibilityTimeout > maxSQSVisibility {
-		errs = append(errs, fmt.Errorf("queue.visibility_timeout: %v is outside 0s..12h", o.VisibilityTimeout))
+		errs = append(errs, configerr.Errorf("visibility_timeout", "%v is outside 0s..12h", o.VisibilityTimeout))
 	}
 	if o.DeleteBatchWindow < 0 {
-		errs = append(errs, fmt.Errorf("queue delete batch window: %v is negative", o.DeleteBatchWindow))
+		errs = append(errs, configerr.Errorf("DeleteBatchWindow", "%v is negative", o.DeleteBatchWindow))
 	}
 	return errors.Join(errs...)
 }

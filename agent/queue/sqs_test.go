@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http/httptrace"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
@@ -94,12 +94,12 @@ func TestSQSOptionsValidate(t *testing.T) {
 	tests := []struct {
 		name string
 		o    queue.SQSOptions
-		want []string // substrings of the error; none = valid
+		want []string // keys of the problems, relative to the queue section; none = valid
 	}{
 		{"ok", queue.SQSOptions{QueueURL: "u", WaitTime: 20 * time.Second, VisibilityTimeout: time.Minute}, nil},
-		{"missing url", queue.SQSOptions{}, []string{"queue.url"}},
+		{"missing url", queue.SQSOptions{}, []string{"url"}},
 		{"all wrong", queue.SQSOptions{WaitTime: 21 * time.Second, VisibilityTimeout: 13 * time.Hour},
-			[]string{"queue.url", "queue.wait_time", "queue.visibility_timeout"}},
+			[]string{"url", "wait_time", "visibility_timeout"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,10 +113,16 @@ func TestSQSOptionsValidate(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Validate = nil, want errors naming %v", tc.want)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate = %q, want it to name %s", err, w)
+			var keys []string
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *configerr.Error
+				if !errors.As(e, &ce) {
+					t.Fatalf("problem %q is not a *configerr.Error", e)
 				}
+				keys = append(keys, ce.Key)
+			}
+			if !slices.Equal(keys, tc.want) {
+				t.Errorf("Validate = %q: keys %q, want %q", err, keys, tc.want)
 			}
 		})
 	}
