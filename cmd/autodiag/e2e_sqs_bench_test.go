@@ -31,7 +31,7 @@ import (
 // SQS fake until every message is deleted, b.N messages per run:
 //
 //   - sdk-loop: a plain SDK loop in this process, ReceiveMessage (10) then
-//     DeleteMessageBatch, one at a time: the baseline of the issue;
+//     DeleteMessageBatch, one at a time: the baseline any SQS consumer pays;
 //   - sdk-loop-exec16: 16 such loops that also run /bin/true in its own
 //     process group per message: the floor of any consumer that forks a
 //     process per task;
