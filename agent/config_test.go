@@ -449,7 +449,8 @@ func TestConfigSchemaIsTheStructs(t *testing.T) {
 	if !bytes.Equal(out, again) {
 		t.Fatalf("round trip changed the config:\n%s\n---\n%s", out, again)
 	}
-	for _, key := range []string{"redis.state_fail", "redis.url_secret", "limiter.hosts.allow_ip_literals", "lifecycle.imds_poll_interval"} {
+	for _, key := range []string{"redis.state_fail", "redis.url_secret", "limiter.hosts.allow_ip_literals", "lifecycle.imds_poll_interval",
+		"lifecycle.drain_timeout", "lifecycle.queued", "limiter.hosts.allow", "limiter.rules"} {
 		if lookup(mustParse(t, out), key) == nil {
 			t.Errorf("%s is not in the written-out defaults", key)
 		}
