@@ -106,7 +106,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	}
 	log := d.Logger.With("instance_id", d.InstanceID)
 	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry), validator: validator}
-	a.drain = drain.New(drain.Config{Timeout: cfg.Lifecycle.DrainTimeout, Queued: cfg.Lifecycle.Queued})
+	a.drain = drain.New(cfg.Drain)
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	var stopIntake context.CancelFunc
 	a.intakeCtx, stopIntake = context.WithCancel(a.hard)

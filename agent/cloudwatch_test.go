@@ -88,7 +88,7 @@ func TestLimiterDegradedTotal(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer rc.Close()
 	reg := prometheus.NewRegistry()
-	lim, err := limiter.New(cfg.Limiter, limiter.NewRedis(rc, "t:"), limiter.Options{Registerer: reg, Timeout: time.Second})
+	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewRedis(rc, "t:"), limiter.Options{Registerer: reg, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

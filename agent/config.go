@@ -39,9 +39,29 @@ type Config struct {
 	Queue       QueueConfig         `yaml:"queue"`
 	Redis       RedisConfig         `yaml:"redis"`
 	Diagnostics []runner.Diagnostic `yaml:"diagnostics"`
-	Limiter     limiter.Config      `yaml:"limiter"`
-	Lifecycle   lifecycle.Config    `yaml:"lifecycle"`
-	CloudWatch  CloudWatchConfig    `yaml:"cloudwatch"`
+	Limiter     LimiterConfig       `yaml:"limiter"`
+	// LifecycleSection is embedded so that cfg.Lifecycle and cfg.Drain
+	// name the two packages' settings the section holds.
+	LifecycleSection `yaml:"lifecycle"`
+	CloudWatch       CloudWatchConfig `yaml:"cloudwatch"`
+}
+
+// LimiterConfig is the `limiter:` section: the limiter's settings and,
+// under limiter.hosts, the host allow-list that task validation applies
+// before the limiter is asked. The allow-list stays under that key, which
+// operators write, though the limiter does not use it.
+type LimiterConfig struct {
+	limiter.Config `yaml:",inline"`
+	Hosts          task.HostsConfig `yaml:"hosts"`
+}
+
+// LifecycleSection is the `lifecycle:` section: how the agent learns of and
+// completes a termination (the lifecycle package's keys) and how the work
+// ends meanwhile (the drain's keys drain_timeout and queued), side by side
+// under one key, which operators write.
+type LifecycleSection struct {
+	Lifecycle lifecycle.Config `yaml:",inline"`
+	Drain     drain.Config     `yaml:",inline"`
 }
 
 // QueueConfig is the task queue.
@@ -101,7 +121,7 @@ type CloudWatchConfig struct {
 }
 
 // Defaults of the agent's own keys; the sections of the leaf packages
-// (limiter, lifecycle, runner) keep theirs beside their types.
+// (limiter, lifecycle, drain, runner) keep theirs beside their types.
 const (
 	DefaultAdminAddr         = "127.0.0.1:9464"
 	DefaultLogLevel          = "info"
@@ -131,8 +151,7 @@ const (
 // lifecycle, a permissive host allow-list (syntax is still enforced) and one
 // limiter rule so a runaway alert cannot flood a host.
 func DefaultConfig() Config {
-	lim := limiter.DefaultConfig()
-	lim.Hosts.Allow = []string{`^[a-z0-9-]+(\.[a-z0-9-]+)*$`}
+	lim := LimiterConfig{Config: limiter.DefaultConfig(), Hosts: task.HostsConfig{Allow: []string{`^[a-z0-9-]+(\.[a-z0-9-]+)*$`}}}
 	lim.Rules = []limiter.Rule{{
 		Name:   "default",
 		Key:    limiter.KeyHostDiagnostic,
@@ -148,11 +167,11 @@ func DefaultConfig() Config {
 			VisibilityTimeout: DefaultVisibilityTimeout,
 			MaxAge:            DefaultMaxAge,
 		},
-		Redis:       RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail},
-		Diagnostics: BuiltinCatalog(),
-		Limiter:     lim,
-		Lifecycle:   lifecycle.DefaultConfig(),
-		CloudWatch:  CloudWatchConfig{Namespace: DefaultNamespace},
+		Redis:            RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail},
+		Diagnostics:      BuiltinCatalog(),
+		Limiter:          lim,
+		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
+		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
 	}
 }
 
@@ -254,22 +273,20 @@ func (c Config) Validate() error {
 	}
 	p.adopt("queue", c.Queue.Validate())
 	if c.Queue.URL != "" {
-		p.adoptNew("", queue.SQSOptions{QueueURL: c.Queue.URL, WaitTime: c.Queue.WaitTime, VisibilityTimeout: c.Queue.VisibilityTimeout}.Validate())
+		// The SQS source's own bounds; those the queue section already
+		// reported are not repeated.
+		p.adoptNew("queue", queue.SQSOptions{QueueURL: c.Queue.URL, WaitTime: c.Queue.WaitTime, VisibilityTimeout: c.Queue.VisibilityTimeout}.Validate())
 	}
 	p.adopt("redis", c.Redis.Validate())
 	p.adopt("", c.validateDiagnostics())
 	p.adopt("limiter", c.Limiter.Validate())
-	if len(c.Limiter.Hosts.Allow) == 0 {
-		p.addf("limiter.hosts.allow", "no pattern: every task would be rejected")
-	}
 	if k := c.Limiter.Dedupe.Key; k != "" {
 		if _, ok := (&task.Task{}).Field(k); !ok || k == "params." {
 			p.addf("limiter.dedupe.key", "%q is not a task field (want id, host, diagnostic, severity, alert.source, alert.name, alert.event_id or params.NAME); "+
 				"a typo would disable dedupe", k)
 		}
 	}
-	p.adopt("lifecycle", c.Lifecycle.Validate())
-	p.adoptNew("lifecycle", c.DrainConfig().Validate())
+	p.adopt("lifecycle", c.LifecycleSection.Validate())
 	if c.Lifecycle.Has(lifecycle.SourceSQS) && c.Lifecycle.QueueURL != "" && c.Lifecycle.QueueURL == c.Queue.URL {
 		p.addf("lifecycle.queue_url", "must not be the task queue")
 	}
@@ -277,9 +294,26 @@ func (c Config) Validate() error {
 	return p.err()
 }
 
-// DrainConfig is the drain's view of the lifecycle section.
-func (c Config) DrainConfig() drain.Config {
-	return drain.Config{Timeout: c.Lifecycle.DrainTimeout, Queued: c.Lifecycle.Queued}
+// Validate reports every problem of the limiter section, the limiter's
+// and the allow-list's; keys are relative to it.
+func (l LimiterConfig) Validate() error {
+	var p problems
+	p.adopt("", l.Config.Validate())
+	p.adopt("hosts", l.Hosts.Validate())
+	return p.err()
+}
+
+// Validate reports every problem of the lifecycle section: the lifecycle
+// package's, the drain's, and whether the drain ends before the lifecycle
+// action's global timeout; keys are relative to the section.
+func (s LifecycleSection) Validate() error {
+	var p problems
+	p.adopt("", s.Lifecycle.Validate())
+	p.adopt("", s.Drain.Validate())
+	if s.Drain.Timeout > 0 { // else the drain's Validate has said so
+		p.adopt("", s.Lifecycle.CheckDrainTimeout(s.Drain.Timeout))
+	}
+	return p.err()
 }
 
 // Validate reports every problem of the queue section; keys are relative
@@ -374,7 +408,7 @@ func (c Config) validateDiagnostics() error {
 	if len(c.Diagnostics) == 0 {
 		p.addf("diagnostics", "the catalog is empty")
 	}
-	drainTimeout := c.Lifecycle.DrainTimeout
+	drainTimeout := c.Drain.Timeout
 	seen := map[string]int{}
 	for i, d := range c.Diagnostics {
 		key := fmt.Sprintf("diagnostics[%d]", i)

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -30,7 +31,8 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	}
 }
 
-const designExample = `
+// fullExample sets every section of README "Configuration".
+const fullExample = `
 instance_id: ""
 admin_addr: 127.0.0.1:9464
 log_level: info
@@ -88,10 +90,10 @@ cloudwatch:
   namespace: autodiag
 `
 
-func TestDesignExampleLoads(t *testing.T) {
-	cfg, err := LoadConfig([]byte(designExample), nil)
+func TestFullExampleLoads(t *testing.T) {
+	cfg, err := LoadConfig([]byte(fullExample), nil)
 	if err != nil {
-		t.Fatalf("DESIGN.md example rejected: %v", err)
+		t.Fatalf("full example rejected: %v", err)
 	}
 	if len(cfg.Diagnostics) != 1 || cfg.Diagnostics[0].MaxOutput != 64<<10 || cfg.Diagnostics[0].Timeout != 2*time.Minute {
 		t.Fatalf("diagnostics = %+v", cfg.Diagnostics)
@@ -101,6 +103,9 @@ func TestDesignExampleLoads(t *testing.T) {
 	}
 	if len(cfg.Limiter.Hosts.Allow) != 1 {
 		t.Fatalf("allow list merged with defaults: %v", cfg.Limiter.Hosts.Allow)
+	}
+	if cfg.Drain.Timeout != 10*time.Minute || cfg.Drain.Queued != drain.QueuedFinish {
+		t.Fatalf("drain = %+v", cfg.Drain)
 	}
 }
 
@@ -125,6 +130,12 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"duplicate diagnostic", "diagnostics:\n  - {name: x, command: [/bin/true]}\n  - {name: x, command: [/bin/true]}\n", []string{"diagnostics[1].name (line 3): duplicate"}},
 		{"diagnostic longer than drain", "diagnostics:\n  - {name: x, command: [/bin/true], timeout: 20m}\n", []string{"diagnostics[0].timeout (line 2)"}},
 		{"empty allow list", "limiter:\n  hosts:\n    allow: []\n", []string{"limiter.hosts.allow (line 3)"}},
+		{"bad allow pattern", "limiter:\n  hosts:\n    allow: ['^a$', '(']\n", []string{"limiter.hosts.allow[1] (line 3): invalid regexp"}},
+		{"zero drain timeout", "lifecycle:\n  drain_timeout: 0s\n", []string{"lifecycle.drain_timeout (line 2): must be positive"}},
+		{"unknown queued policy", "lifecycle:\n  queued: drop\n", []string{"lifecycle.queued (line 2): must be finish or release"}},
+		{"drain past the global timeout", "lifecycle:\n  hook_heartbeat_timeout: 60s\n  heartbeat_interval: 20s\n  drain_timeout: 100m\n",
+			[]string{"lifecycle.drain_timeout (line 4): must be below the lifecycle action's global timeout (1h40m0s"}},
+		{"sqs queue bounds", "queue:\n  url: https://sqs.us-east-1.amazonaws.com/1/q\n  visibility_timeout: 13h\n", []string{"queue.visibility_timeout (line 3)"}},
 		{"limiter timezone", "limiter:\n  timezone: Mars/Olympus\n", []string{"limiter.timezone (line 2)"}},
 		{"limiter window per", "limiter:\n  rules:\n    - name: a\n      limits:\n        - window: {count: 10, per: 0s}\n", []string{"limiter.rules[0].limits[0].window.per"}},
 		{"lifecycle source", "lifecycle:\n  sources: [signal, carrier-pigeon]\n", []string{"lifecycle.sources[1] (line 2)"}},
@@ -438,7 +449,8 @@ func TestConfigSchemaIsTheStructs(t *testing.T) {
 	if !bytes.Equal(out, again) {
 		t.Fatalf("round trip changed the config:\n%s\n---\n%s", out, again)
 	}
-	for _, key := range []string{"redis.state_fail", "redis.url_secret", "limiter.hosts.allow_ip_literals", "lifecycle.imds_poll_interval"} {
+	for _, key := range []string{"redis.state_fail", "redis.url_secret", "limiter.hosts.allow_ip_literals", "lifecycle.imds_poll_interval",
+		"lifecycle.drain_timeout", "lifecycle.queued", "limiter.hosts.allow", "limiter.rules"} {
 		if lookup(mustParse(t, out), key) == nil {
 			t.Errorf("%s is not in the written-out defaults", key)
 		}
@@ -461,6 +473,9 @@ func TestEnvIsACopy(t *testing.T) {
 	}
 }
 
+// TestConfigAdoptsSectionErrors: a section's typed problem gets the
+// section prefixed to its key; an untyped error is the section's, its text
+// never parsed for a key.
 func TestConfigAdoptsSectionErrors(t *testing.T) {
 	var p problems
 	p.adopt("limiter", errors.Join(
@@ -472,9 +487,41 @@ func TestConfigAdoptsSectionErrors(t *testing.T) {
 	for _, ce := range Problems(p.err()) {
 		keys = append(keys, ce.Key)
 	}
-	want := []string{"limiter.rules[0].name", "limiter.timezone", "diagnostics[2].command[0]"}
+	want := []string{"limiter.rules[0].name", "limiter", "diagnostics[2].command[0]"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("keys = %q, want %q", keys, want)
+	}
+}
+
+// TestConfigSectionProblemsAreTyped: every section's Validate (limiter,
+// the host allow-list, lifecycle, drain, the runner's catalog entries, the
+// SQS source) reports *configerr.Errors with keys inside the section, so
+// no problem of a file with one mistake in each ends up keyed by a bare
+// section name.
+func TestConfigSectionProblemsAreTyped(t *testing.T) {
+	const file = `queue:
+  url: https://sqs.us-east-1.amazonaws.com/1/q
+  visibility_timeout: 13h
+diagnostics:
+  - {name: x, command: [/bin/echo, "{param.p}"]}
+limiter:
+  timezone: Mars/Olympus
+  hosts:
+    allow: ['(']
+lifecycle:
+  sources: [kafka]
+  drain_timeout: 0s
+  queued: drop
+`
+	_, err := LoadConfig([]byte(file), nil)
+	var keys []string
+	for _, ce := range Problems(err) {
+		keys = append(keys, ce.Key)
+	}
+	want := []string{"queue.visibility_timeout", "diagnostics[0].command[1]", "limiter.timezone",
+		"limiter.hosts.allow[0]", "lifecycle.sources[0]", "lifecycle.drain_timeout", "lifecycle.queued"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Fatalf("keys = %q, want %q\n%v", keys, want, err)
 	}
 }
 

@@ -54,9 +54,8 @@ func (p *problems) addf(key, format string, args ...any) {
 }
 
 // adopt takes a section's Validate error under section: a *ConfigError
-// keeps its problem and gets the section prefixed to its key. A leaf
-// package that still returns plain errors says "key: problem"; that key is
-// taken from the text, until the package returns configerr.Errors.
+// keeps its problem and gets the section prefixed to its key; any other
+// error is a problem of the section as a whole.
 func (p *problems) adopt(section string, err error) {
 	for _, e := range flatten(err) {
 		var ce *ConfigError
@@ -64,17 +63,13 @@ func (p *problems) adopt(section string, err error) {
 			p.list = append(p.list, &ConfigError{Key: joinKey(section, ce.Key), Line: ce.Line, Err: ce.Err})
 			continue
 		}
-		key, rest, ok := strings.Cut(e.Error(), ": ")
-		if !ok || strings.ContainsAny(key, " \"") {
-			p.add(section, e)
-			continue
-		}
-		p.add(joinKey(section, key), errors.New(rest))
+		p.add(section, e)
 	}
 }
 
-// adoptNew is adopt for a second view of the same settings (e.g. the
-// drain's): it drops problems about keys already reported.
+// adoptNew is adopt for a second check of the same settings (the SQS
+// source's bounds on the queue section): it drops problems about keys
+// already reported.
 func (p *problems) adoptNew(section string, err error) {
 	var q problems
 	q.adopt(section, err)

@@ -80,7 +80,7 @@ lifecycle: {drain_timeout: 5m}
 		}
 		src := queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout})
 		store := deadlineStore{state.NewMemory(state.MemoryOptions{})}
-		lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+		lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ lifecycle: {drain_timeout: 5m}
 		}
 		src := queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout})
 		store := deadlineStore{state.NewMemory(state.MemoryOptions{})}
-		lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+		lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -161,7 +161,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		}
 		cancel()
 	}
-	lim, err := limiter.New(cfg.Limiter, backend, limiter.Options{
+	lim, err := limiter.New(cfg.Limiter.Config, backend, limiter.Options{
 		Registerer: reg, Logger: log.With("component", "limiter"), Timeout: cfg.Redis.Timeout,
 	})
 	if err != nil {

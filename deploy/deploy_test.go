@@ -606,9 +606,9 @@ func checkStopTimeout(u systemdUnit, drain time.Duration) error {
 // ---------------------------------------------------------------------------
 // Example config
 
-// The DESIGN.md configuration contract, mirrored here so a typo in
-// example.yaml fails this package's tests even before `autodiag config
-// validate` (cmd/) runs against it. Strings are kept as written.
+// The configuration contract (README "Configuration"), mirrored here so a
+// typo in example.yaml fails this package's tests even before `autodiag
+// config validate` (cmd/) runs against it. Strings are kept as written.
 type (
 	exampleConfig struct {
 		InstanceID  string            `yaml:"instance_id"`
@@ -698,7 +698,7 @@ type (
 	}
 )
 
-// Defaults from DESIGN.md for the lifecycle timeouts.
+// Defaults of the lifecycle timeouts (README "Configuration").
 const (
 	defaultDrainTimeout      = 10 * time.Minute
 	defaultHeartbeatInterval = 30 * time.Second
@@ -1219,7 +1219,7 @@ func TestUnitVerify(t *testing.T) {
 	})
 }
 
-// TestExampleConfig decodes example.yaml strictly against the DESIGN.md keys
+// TestExampleConfig decodes example.yaml strictly against the README's keys
 // and checks that its timeouts nest and that it agrees with the module.
 func TestExampleConfig(t *testing.T) {
 	c := loadExampleConfig(t)

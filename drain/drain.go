@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // State is where a Controller is in its life.
@@ -37,28 +39,47 @@ const (
 	QueuedRelease = "release" // hand it back to the queue at once
 )
 
-// Config bounds a drain.
+// Defaults of a drain.
+const (
+	DefaultTimeout = 10 * time.Minute
+	DefaultQueued  = QueuedFinish
+)
+
+// Config bounds a drain. Its yaml keys are those of the configuration
+// file's lifecycle section (lifecycle.drain_timeout, lifecycle.queued),
+// where the agent inlines it beside the lifecycle package's settings.
 type Config struct {
 	// Timeout bounds the whole drain from its trigger; at the deadline
-	// unstarted work is released and running work cancelled. Zero means 10m.
-	Timeout time.Duration
+	// unstarted work is released and running work cancelled. Zero means
+	// DefaultTimeout.
+	Timeout time.Duration `yaml:"drain_timeout"`
 	// Queued is QueuedFinish (default, also for "") or QueuedRelease.
-	Queued string
+	Queued string `yaml:"queued"`
 	// CancelGrace bounds how long Wait waits, after cancelling running work
-	// at the deadline, for it to report Done. Zero means 30s.
-	CancelGrace time.Duration
+	// at the deadline, for it to report Done. Zero means 30s. Not a
+	// configuration key (deploy/nesting_test.go reads the default from New).
+	CancelGrace time.Duration `yaml:"-"`
 }
 
-// Validate reports every problem, each naming its key.
+// DefaultConfig is the drain a configuration file that leaves the keys out
+// gets.
+func DefaultConfig() Config {
+	return Config{Timeout: DefaultTimeout, Queued: DefaultQueued}
+}
+
+// Validate reports every problem of a loaded configuration at once, each a
+// *configerr.Error naming its key. Unlike New, which fills in zero values,
+// it takes a zero timeout or an empty queued policy as written in the file
+// and rejects them.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Timeout < 0 {
-		errs = append(errs, errors.New("drain_timeout: must not be negative"))
+	if c.Timeout <= 0 {
+		errs = append(errs, configerr.Errorf("drain_timeout", "must be positive, got %s", c.Timeout))
 	}
 	switch c.Queued {
-	case "", QueuedFinish, QueuedRelease:
+	case QueuedFinish, QueuedRelease:
 	default:
-		errs = append(errs, fmt.Errorf("queued: must be %q or %q, not %q", QueuedFinish, QueuedRelease, c.Queued))
+		errs = append(errs, configerr.Errorf("queued", "must be %s or %s, got %q", QueuedFinish, QueuedRelease, c.Queued))
 	}
 	return errors.Join(errs...)
 }
@@ -141,10 +162,10 @@ type Controller struct {
 // New returns a running Controller.
 func New(cfg Config, opts ...Option) *Controller {
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Minute
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Queued == "" {
-		cfg.Queued = QueuedFinish
+		cfg.Queued = DefaultQueued
 	}
 	if cfg.CancelGrace <= 0 {
 		cfg.CancelGrace = 30 * time.Second

@@ -25,12 +25,10 @@ const (
 	DrainOnScheduled = "scheduled_event"          // events/maintenance/scheduled
 )
 
-// Values of Config.OnTimeout and Config.Queued.
+// Values of Config.OnTimeout.
 const (
 	OnTimeoutContinue = "continue"
 	OnTimeoutAbandon  = "abandon"
-	QueuedFinish      = "finish"
-	QueuedRelease     = "release"
 )
 
 // Results accepted by CompleteLifecycleAction.
@@ -50,9 +48,10 @@ const (
 	maxHookHeartbeatTimeout = 7200 * time.Second
 )
 
-// Config is the `lifecycle:` section of the agent configuration (see
-// DESIGN.md). The zero value of a duration means "not set"; DefaultConfig
-// gives the documented defaults.
+// Config is the lifecycle package's part of the `lifecycle:` section of the
+// agent configuration (README "Configuration"); the drain's keys in the
+// same section (drain_timeout, queued) are drain.Config's. The zero value of
+// a duration means "not set"; DefaultConfig gives the documented defaults.
 type Config struct {
 	// Sources lists the trigger sources: any of signal, imds, sqs. signal is
 	// always active (the agent handles it); default [signal].
@@ -68,21 +67,16 @@ type Config struct {
 	// with DescribeAutoScalingInstances.
 	ASGName string `yaml:"asg_name"`
 	// HookHeartbeatTimeout is the hook's HeartbeatTimeout when known (0 =
-	// unknown). It lets Validate check heartbeat_interval and drain_timeout,
-	// and Heartbeat stop at the action's global timeout.
+	// unknown). It lets Validate check heartbeat_interval, the agent check
+	// drain_timeout against GlobalTimeout, and Heartbeat stop at the
+	// action's global timeout.
 	HookHeartbeatTimeout time.Duration `yaml:"hook_heartbeat_timeout"`
 	// HeartbeatInterval is the period of RecordLifecycleActionHeartbeat;
 	// default 30s. Must be below half of HookHeartbeatTimeout.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	// DrainTimeout bounds a drain; default 10m. Must stay below the lifecycle
-	// action's global timeout.
-	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// OnTimeout is the completion result when the drain hits its deadline:
 	// continue (default, CONTINUE) or abandon (ABANDON).
 	OnTimeout string `yaml:"on_timeout"`
-	// Queued says what happens to received-but-unstarted work on drain:
-	// finish (default) or release. Used by the drain package via the agent.
-	Queued string `yaml:"queued"`
 	// IMDSPollInterval is the period of the imds source's polls; default 5s.
 	IMDSPollInterval time.Duration `yaml:"imds_poll_interval"`
 	// LaunchHookName is the EC2_INSTANCE_LAUNCHING hook that
@@ -106,9 +100,7 @@ func DefaultConfig() Config {
 	return Config{
 		Sources:            []string{SourceSignal},
 		HeartbeatInterval:  30 * time.Second,
-		DrainTimeout:       10 * time.Minute,
 		OnTimeout:          OnTimeoutContinue,
-		Queued:             QueuedFinish,
 		IMDSPollInterval:   5 * time.Second,
 		LaunchTimeout:      5 * time.Minute,
 		DrainOn:            []string{DrainOnSpot},
@@ -192,23 +184,10 @@ func (c Config) Validate() error {
 		bad("heartbeat_interval", "must be below half of hook_heartbeat_timeout (%s), got %s",
 			c.HookHeartbeatTimeout, c.HeartbeatInterval)
 	}
-	global := GlobalTimeout(c.HookHeartbeatTimeout)
-	switch {
-	case c.DrainTimeout <= 0:
-		bad("drain_timeout", "must be positive, got %s", c.DrainTimeout)
-	case c.DrainTimeout >= global:
-		bad("drain_timeout", "must be below the lifecycle action's global timeout (%s = min(48h, 100 × hook_heartbeat_timeout)), got %s",
-			global, c.DrainTimeout)
-	}
 	switch c.OnTimeout {
 	case OnTimeoutContinue, OnTimeoutAbandon:
 	default:
 		bad("on_timeout", "must be continue or abandon, got %q", c.OnTimeout)
-	}
-	switch c.Queued {
-	case QueuedFinish, QueuedRelease:
-	default:
-		bad("queued", "must be finish or release, got %q", c.Queued)
 	}
 	if c.IMDSPollInterval <= 0 {
 		bad("imds_poll_interval", "must be positive, got %s", c.IMDSPollInterval)
@@ -243,4 +222,17 @@ func (c Config) Validate() error {
 		bad("scheduled_event_lead", "must not be negative, got %s", c.ScheduledEventLead)
 	}
 	return errors.Join(errs...)
+}
+
+// CheckDrainTimeout reports whether a drain bounded by d ends before the
+// lifecycle action's global timeout, past which heartbeats no longer help
+// and Auto Scaling ends the action on its own. The error is a
+// *configerr.Error for the key drain_timeout, relative to the lifecycle
+// section that holds both.
+func (c Config) CheckDrainTimeout(d time.Duration) error {
+	if global := GlobalTimeout(c.HookHeartbeatTimeout); d >= global {
+		return configerr.Errorf("drain_timeout", "must be below the lifecycle action's global timeout (%s = min(48h, 100 × hook_heartbeat_timeout)), got %s",
+			global, d)
+	}
+	return nil
 }

@@ -34,17 +34,10 @@ func TestValidate(t *testing.T) {
 		{"unknown hook timeout allows any positive interval", func(c *Config) { c.HeartbeatInterval = 10 * time.Minute }, nil},
 		{"hook timeout outside the API range", func(c *Config) { c.HookHeartbeatTimeout = 3 * time.Hour },
 			[]string{"hook_heartbeat_timeout: must be between 30s and 2h0m0s"}},
-		{"drain timeout past 100 x hook timeout", func(c *Config) {
-			c.HookHeartbeatTimeout = 60 * time.Second
-			c.HeartbeatInterval = 20 * time.Second
-			c.DrainTimeout = 100 * time.Minute
-		}, []string{"drain_timeout: must be below the lifecycle action's global timeout (1h40m0s"}},
-		{"drain timeout past 48h", func(c *Config) { c.DrainTimeout = 49 * time.Hour },
-			[]string{"drain_timeout: must be below the lifecycle action's global timeout (48h0m0s"}},
-		{"zero durations", func(c *Config) { c.HeartbeatInterval = 0; c.DrainTimeout = 0; c.IMDSPollInterval = 0 },
-			[]string{"heartbeat_interval: must be positive", "drain_timeout: must be positive", "imds_poll_interval: must be positive"}},
-		{"bad enums", func(c *Config) { c.OnTimeout = "CONTINUE"; c.Queued = "drop" },
-			[]string{"on_timeout: must be continue or abandon", "queued: must be finish or release"}},
+		{"zero durations", func(c *Config) { c.HeartbeatInterval = 0; c.IMDSPollInterval = 0 },
+			[]string{"heartbeat_interval: must be positive", "imds_poll_interval: must be positive"}},
+		{"bad enum", func(c *Config) { c.OnTimeout = "CONTINUE" },
+			[]string{"on_timeout: must be continue or abandon"}},
 		{"every drain event with imds", func(c *Config) {
 			c.Sources = []string{"imds"}
 			c.HookName = "drain"
@@ -82,6 +75,42 @@ func TestValidate(t *testing.T) {
 				if !strings.HasPrefix(lines[i], w) {
 					t.Errorf("problem %d = %q; want prefix %q", i, lines[i], w)
 				}
+			}
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *configerr.Error
+				if !errors.As(e, &ce) || !strings.HasPrefix(e.Error(), ce.Key+": ") {
+					t.Errorf("problem %q is not a *configerr.Error naming its key", e)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckDrainTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		hook  time.Duration // hook_heartbeat_timeout
+		drain time.Duration
+		want  string // "" = fine
+	}{
+		{"default", 0, 10 * time.Minute, ""},
+		{"past 100 x hook timeout", 60 * time.Second, 100 * time.Minute, "drain_timeout: must be below the lifecycle action's global timeout (1h40m0s"},
+		{"just below 100 x hook timeout", 60 * time.Second, 100*time.Minute - time.Second, ""},
+		{"past 48h", 0, 49 * time.Hour, "drain_timeout: must be below the lifecycle action's global timeout (48h0m0s"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.HookHeartbeatTimeout = tt.hook
+			err := c.CheckDrainTimeout(tt.drain)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("CheckDrainTimeout(%s) = %v; want nil", tt.drain, err)
+				}
+				return
+			}
+			var ce *configerr.Error
+			if !errors.As(err, &ce) || ce.Key != "drain_timeout" || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Fatalf("CheckDrainTimeout(%s) = %v; want a *configerr.Error %q", tt.drain, err, tt.want)
 			}
 		})
 	}

@@ -12,7 +12,7 @@
 //
 // # Sources
 //
-// Config.Sources selects them (the `lifecycle:` section of DESIGN.md):
+// Config.Sources selects them (lifecycle.sources, README "Configuration"):
 //
 //   - signal: always on; the agent handles SIGTERM/SIGINT and calls
 //     Watcher.Probe to learn whether a lifecycle action is waiting (IMDS

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the lifecycle counters (DESIGN.md "Metrics").
+// metrics are the lifecycle counters (README "Metrics reference").
 type metrics struct {
 	heartbeats   *prometheus.CounterVec // autodiag_lifecycle_heartbeats_total{result}
 	completions  *prometheus.CounterVec // autodiag_lifecycle_completions_total{result}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // Fail modes: what a rule decides when the backend cannot answer.
@@ -27,7 +29,9 @@ const (
 	OnExceedDefer = "defer" // requeue the task after RetryAfter
 )
 
-// Config is the `limiter:` section of the autodiag configuration.
+// Config is the `limiter:` section of the autodiag configuration, less the
+// host allow-list (limiter.hosts), which is task validation's and which the
+// agent inlines beside it.
 //
 // The zero value is usable after Defaults is applied: see DefaultConfig for
 // the value of every field when it is left out.
@@ -37,24 +41,10 @@ type Config struct {
 	Timezone string `yaml:"timezone"`
 	// Fail is the default fail mode of every rule: "open" (empty) or "closed".
 	Fail string `yaml:"fail"`
-	// Hosts is the host allow-list; the agent applies it before asking the
-	// limiter, the limiter only checks that the expressions compile.
-	Hosts HostsConfig `yaml:"hosts"`
 	// Dedupe makes the same alert event within TTL a duplicate.
 	Dedupe DedupeConfig `yaml:"dedupe"`
 	// Rules are evaluated first-match in order. No rules: everything allowed.
 	Rules []Rule `yaml:"rules"`
-}
-
-// HostsConfig is the allow-list of host names (regular expressions, any of).
-type HostsConfig struct {
-	Allow []string `yaml:"allow"`
-	// AllowIPLiterals accepts a host that is a dotted-quad IPv4 address,
-	// which must still match Allow; off, every IP literal is rejected
-	// before the allow-list. Loopback, link-local (the instance metadata
-	// service), unspecified addresses and localhost stay rejected either
-	// way, so a diagnostic cannot be pointed at the instance's credentials.
-	AllowIPLiterals bool `yaml:"allow_ip_literals"`
 }
 
 // DedupeConfig names the task field that identifies an alert event and how
@@ -138,7 +128,6 @@ const DefaultDedupeTTL = 10 * time.Minute
 //
 //	timezone: UTC
 //	fail: open
-//	hosts: {allow: []}                     # the agent decides what empty means
 //	dedupe: {key: alert.event_id, ttl: 10m}
 //	rules: []                              # no rule: every task allowed (rule "none")
 func DefaultConfig() Config {
@@ -168,25 +157,20 @@ func (l Limit) kind() (string, int) {
 	return k, n
 }
 
-// Validate reports every problem of the section at once. Each error message
-// starts with the key path relative to the limiter section, then ": ".
+// Validate reports every problem of the section at once, each a
+// *configerr.Error whose key is relative to the limiter section.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(path, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+		errs = append(errs, configerr.Errorf(path, format, a...))
 	}
 	if c.Timezone != "" {
 		if _, err := time.LoadLocation(c.Timezone); err != nil {
-			errs = append(errs, fmt.Errorf("timezone: %w", err))
+			add("timezone", "%w", err)
 		}
 	}
 	if !validFail(c.Fail) {
 		add("fail", "must be %q or %q, got %q", FailOpen, FailClosed, c.Fail)
-	}
-	for i, re := range c.Hosts.Allow {
-		if _, err := regexp.Compile(re); err != nil {
-			errs = append(errs, fmt.Errorf("hosts.allow[%d]: invalid regexp: %w", i, err))
-		}
 	}
 	if c.Dedupe.TTL < 0 || (c.Dedupe.TTL > 0 && c.Dedupe.TTL < time.Millisecond) {
 		add("dedupe.ttl", "must be 0 (default 10m) or at least 1ms, got %s", c.Dedupe.TTL)
@@ -209,7 +193,7 @@ func (c Config) Validate() error {
 		}
 		if r.Match.Host != "" {
 			if _, err := regexp.Compile(r.Match.Host); err != nil {
-				errs = append(errs, fmt.Errorf("%s.match.host: invalid regexp: %w", p, err))
+				add(p+".match.host", "invalid regexp: %w", err)
 			}
 		}
 		switch r.Key {

@@ -404,6 +404,11 @@ func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err 
 	case d.Degraded:
 		msg = "limiter degraded, failing closed"
 	}
+	sinceLast := d.Counters.SinceLast.Seconds()
+	if d.Counters.SinceLast < 0 {
+		sinceLast = -1 // none within min_interval
+	}
+	// Durations are seconds as numbers, like every duration the agent logs.
 	attrs := []slog.Attr{
 		slog.String("host", r.Host),
 		slog.String("diagnostic", r.Diagnostic),
@@ -411,13 +416,13 @@ func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err 
 		slog.String("limit", d.Limit),
 		slog.String("reason", d.Reason),
 		slog.Bool("allowed", d.Allowed),
-		slog.Duration("retry_after", d.RetryAfter),
+		slog.Float64("retry_after", d.RetryAfter.Seconds()),
 		slog.Bool("degraded", d.Degraded),
 		slog.String("redis", l.breaker.state()),
 		slog.Group("counters",
 			slog.Int("daily_used", d.Counters.DailyUsed),
 			slog.Int("daily_limit", d.Counters.DailyLimit),
-			slog.Duration("since_last", d.Counters.SinceLast),
+			slog.Float64("since_last", sinceLast),
 			slog.Int("window_count", d.Counters.WindowCount),
 			slog.Int("window_limit", d.Counters.WindowLimit),
 			slog.Float64("bucket_level", d.Counters.BucketLevel),

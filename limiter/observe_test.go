@@ -27,7 +27,7 @@ func TestDenialLogged(t *testing.T) {
 	}{
 		{"rate limited", NewMemory(), 3, map[string]any{
 			"msg": "limiter denied task", "level": "INFO", "host": web1.Host, "rule": "default", "limit": "daily",
-			"reason": ReasonDaily, "allowed": false, "degraded": false, "redis": "up", "retry_after": float64(14 * time.Hour),
+			"reason": ReasonDaily, "allowed": false, "degraded": false, "redis": "up", "retry_after": (14 * time.Hour).Seconds(),
 		}, map[string]any{"daily_used": float64(2), "daily_limit": float64(2), "since_last": float64(-1)}},
 		{"degraded", &fakeBackend{err: errors.New("i/o timeout")}, 1, map[string]any{
 			"msg": "limiter degraded, failing open", "level": "WARN", "host": web1.Host, "rule": "default",

@@ -2,7 +2,8 @@
 # scripts/test.sh — the one command that runs every test of autodiag.
 #
 # It installs what is missing (Debian redis-server; the pinned
-# amazon-ec2-metadata-mock and golangci-lint), starts a redis-server and a
+# amazon-ec2-metadata-mock and golangci-lint, built once per machine into
+# the tools cache and linked into .tmp/bin), starts a redis-server and a
 # 3-master Redis Cluster on free loopback ports, exports their addresses to
 # the tests, runs gofmt, go vet, golangci-lint (.golangci.yml) and go test
 # -race over the whole module, and stops everything it started, whatever
@@ -10,6 +11,10 @@
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./limiter/...   # only these packages (same services)
+#
+# Environment read:
+#   AUTODIAG_TOOLS_CACHE               where built tools are kept across clones
+#                                      (default ${XDG_CACHE_HOME:-$HOME/.cache}/autodiag-tools)
 #
 # Environment given to the tests:
 #   AUTODIAG_TEST_REDIS_ADDR           host:port of a single redis-server
@@ -54,18 +59,55 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
-if [[ ! -x $bin/ec2-metadata-mock || $(cat "$bin/.ec2-metadata-mock.version" 2>/dev/null) != "$IMDS_MOCK_VERSION" ]]; then
-	log "installing ec2-metadata-mock $IMDS_MOCK_VERSION"
-	GOBIN=$bin go install "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@$IMDS_MOCK_VERSION"
-	echo "$IMDS_MOCK_VERSION" >"$bin/.ec2-metadata-mock.version"
-fi
-if [[ ! -x $bin/golangci-lint || $(cat "$bin/.golangci-lint.version" 2>/dev/null) != "$GOLANGCI_LINT_VERSION" ]]; then
-	# Built from source through the module proxy: the only registry a
-	# machine here reaches (no release binaries).
-	log "installing golangci-lint $GOLANGCI_LINT_VERSION"
-	GOBIN=$bin go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
-	echo "$GOLANGCI_LINT_VERSION" >"$bin/.golangci-lint.version"
-fi
+
+# install_tool NAME VERSION PACKAGE: puts the pinned tool into $bin.
+# Tools are built from source through the module proxy (the only registry a
+# machine here reaches: no release binaries), which takes minutes for
+# golangci-lint. So each build is kept outside the clone, in the tools
+# cache under the tool's version and the Go toolchain that built it (a
+# golangci-lint built by an older Go refuses a module that needs a newer
+# one), and a fresh clone on the same machine links it instead of building
+# again. A lock makes concurrent runs wait for one build. Without a usable
+# cache the tool is built into $bin.
+tools_cache=${AUTODIAG_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/autodiag-tools}
+go_version=$(go env GOVERSION)
+install_tool() {
+	local name=$1 version=$2 pkg=$3
+	local key="$version $go_version"
+	if [[ -x $bin/$name && $(cat "$bin/.$name.version" 2>/dev/null) == "$key" ]]; then
+		return 0
+	fi
+	local dir=$tools_cache/$name-$version-$go_version
+	if ! mkdir -p "$tools_cache" 2>/dev/null || [[ ! -w $tools_cache ]]; then
+		log "installing $name $version into $bin (no tools cache at $tools_cache)"
+		GOBIN=$bin go install "$pkg@$version"
+		echo "$key" >"$bin/.$name.version"
+		return 0
+	fi
+	(
+		if command -v flock >/dev/null; then
+			exec 9>"$tools_cache/.$name.lock"
+			flock 9
+		fi
+		if [[ ! -x $dir/$name ]]; then
+			log "building $name $version with $go_version into $dir (from source: minutes)"
+			# Into a private directory first: a run stopped halfway leaves
+			# no binary that a later run would take for a complete one.
+			local partial
+			partial=$(mktemp -d "$tools_cache/.partial.XXXXXX")
+			GOBIN=$partial go install "$pkg@$version" || { rm -rf "$partial"; exit 1; }
+			mkdir -p "$dir"
+			mv -f "$partial/$name" "$dir/$name"
+			rmdir "$partial"
+		fi
+	)
+	log "$name $version from $dir"
+	rm -f "$bin/$name"
+	ln "$dir/$name" "$bin/$name" 2>/dev/null || cp -p "$dir/$name" "$bin/$name"
+	echo "$key" >"$bin/.$name.version"
+}
+install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
+install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
 # the next two and their +10000 bus ports as well).

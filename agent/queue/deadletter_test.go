@@ -38,7 +38,7 @@ func (f *fixture) sends(name string) int {
 
 func (f *fixture) setAttrs(tb testing.TB, url string, attrs map[string]string) {
 	tb.Helper()
-	if _, err := f.client.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: attrs}); err != nil {
+	if _, err := f.client.SetQueueAttributes(tb.Context(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: attrs}); err != nil {
 		tb.Fatalf("SetQueueAttributes: %v", err)
 	}
 }
@@ -137,9 +137,9 @@ func TestSQSDeadLetterFits(t *testing.T) {
 // tried again with backoff; one that keeps failing returns an error after
 // a bounded number of sends and leaves the message in the source.
 func TestSQSDeadLetterRetries(t *testing.T) {
-	ctx := context.Background()
 	oneAttempt := func(o *sqs.Options) { o.RetryMaxAttempts = 1 }
 	t.Run("transient", func(t *testing.T) {
+		ctx := t.Context()
 		f := newFixture(t, oneAttempt)
 		q := f.source(queue.SQSOptions{DLQURL: f.dlqURL})
 		defer q.Close(ctx)
@@ -157,6 +157,7 @@ func TestSQSDeadLetterRetries(t *testing.T) {
 		}
 	})
 	t.Run("persistent", func(t *testing.T) {
+		ctx := t.Context()
 		f := newFixture(t, oneAttempt)
 		q := f.source(queue.SQSOptions{DLQURL: f.dlqURL})
 		defer q.Close(ctx)

@@ -34,6 +34,7 @@ func TestSQSDeferKeepsDLQBudget(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			f := newFixture(t)
 			f.redrive(t, maxReceive)
 			q := f.source(queue.SQSOptions{DLQURL: f.dlqURL})
@@ -86,7 +87,6 @@ func TestSQSDeferKeepsDLQBudget(t *testing.T) {
 // TestSQSDeferDelay: a deferral by ChangeVisibility hides the message for
 // the delay; a re-send delays the new message by at most 15 minutes.
 func TestSQSDeferDelay(t *testing.T) {
-	ctx := context.Background()
 	tests := []struct {
 		name       string
 		maxReceive int // 0: no redrive policy
@@ -102,6 +102,7 @@ func TestSQSDeferDelay(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			f := newFixture(t)
 			if tc.maxReceive > 0 {
 				f.redrive(t, tc.maxReceive)

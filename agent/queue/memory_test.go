@@ -44,7 +44,9 @@ func TestMemoryVisibilityAndRedelivery(t *testing.T) {
 func TestMemoryChangeVisibilityWakesReceiver(t *testing.T) {
 	q := NewMemory(MemoryOptions{Visibility: time.Hour, Wait: 10 * time.Second})
 	ctx := context.Background()
-	q.Send(ctx, []byte("x"))
+	if _, err := q.Send(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	msgs, _ := q.Receive(ctx, 1)
 	got := make(chan []*Message, 1)
 	go func() { m, _ := q.Receive(ctx, 1); got <- m }()
@@ -84,7 +86,9 @@ func TestMemoryReceiveCancelAndClose(t *testing.T) {
 func TestMemoryDeadLetterAndCapacity(t *testing.T) {
 	q := NewMemory(MemoryOptions{Capacity: 1, Wait: time.Second})
 	ctx := context.Background()
-	q.Send(ctx, []byte("bad"))
+	if _, err := q.Send(ctx, []byte("bad")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := q.Send(ctx, []byte("more")); !errors.Is(err, ErrFull) {
 		t.Fatalf("Send past capacity = %v", err)
 	}
@@ -159,7 +163,9 @@ func TestMemoryDeferDelay(t *testing.T) {
 			want       time.Duration
 		}{{1, 15 * time.Minute}, {0, 30 * time.Minute}} {
 			q := NewMemory(MemoryOptions{Wait: time.Second, MaxReceiveCount: tc.maxReceive})
-			q.Send(ctx, []byte("a"))
+			if _, err := q.Send(ctx, []byte("a")); err != nil {
+				t.Fatal(err)
+			}
 			ms, _ := q.Receive(ctx, 1)
 			if err := q.Defer(ctx, ms[0], 30*time.Minute); err != nil {
 				t.Fatal(err)
@@ -184,7 +190,9 @@ func TestMemoryHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		q := NewMemory(MemoryOptions{Visibility: 4 * time.Second, Wait: time.Second})
-		q.Send(ctx, []byte("a"))
+		if _, err := q.Send(ctx, []byte("a")); err != nil {
+			t.Fatal(err)
+		}
 		ms, _ := q.Receive(ctx, 1)
 		release := q.Hold(ms[0])
 		time.Sleep(9 * time.Second) // bubble time

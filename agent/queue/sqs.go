@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // SQSAPI is the part of *sqs.Client the SQS source uses, in the SDK's own
@@ -73,20 +75,22 @@ type SQSOptions struct {
 	OnGraceDecided func(answering bool)
 }
 
-// Validate reports every problem with o at once, naming the config key.
+// Validate reports every problem with o at once, each a *configerr.Error
+// whose key is relative to the configuration's queue section (options
+// that are not configuration keys are named by their field).
 func (o SQSOptions) Validate() error {
 	var errs []error
 	if o.QueueURL == "" {
-		errs = append(errs, errors.New("queue.url: required for the SQS source"))
+		errs = append(errs, configerr.Errorf("url", "required for the SQS source"))
 	}
 	if o.WaitTime < 0 || o.WaitTime > maxSQSWait {
-		errs = append(errs, fmt.Errorf("queue.wait_time: %v is outside 0s..20s", o.WaitTime))
+		errs = append(errs, configerr.Errorf("wait_time", "%v is outside 0s..20s", o.WaitTime))
 	}
 	if o.VisibilityTimeout < 0 || o.VisibilityTimeout > maxSQSVisibility {
-		errs = append(errs, fmt.Errorf("queue.visibility_timeout: %v is outside 0s..12h", o.VisibilityTimeout))
+		errs = append(errs, configerr.Errorf("visibility_timeout", "%v is outside 0s..12h", o.VisibilityTimeout))
 	}
 	if o.DeleteBatchWindow < 0 {
-		errs = append(errs, fmt.Errorf("queue delete batch window: %v is negative", o.DeleteBatchWindow))
+		errs = append(errs, configerr.Errorf("DeleteBatchWindow", "%v is negative", o.DeleteBatchWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -103,6 +107,10 @@ type SQS struct {
 
 	stop   context.Context // cancelled by Close: aborts long polls
 	cancel context.CancelFunc
+	// flush is stop without its cancellation: delete batches carry many
+	// callers' deletes and outlive each caller's context, and Close sends
+	// the last of them after it cancels stop.
+	flush context.Context
 
 	mu       sync.Mutex
 	closed   bool
@@ -154,7 +162,7 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	stop, cancel := context.WithCancel(context.Background())
 	s := &SQS{
 		c: client, o: o, log: log.With("component", "queue.sqs"),
-		stop: stop, cancel: cancel, received: map[string]time.Time{},
+		stop: stop, cancel: cancel, flush: context.WithoutCancel(stop), received: map[string]time.Time{},
 		taskAttrs: attrCache{url: o.QueueURL},
 		dlqAttrs:  attrCache{url: o.DLQURL},
 	}
@@ -184,7 +192,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	n = min(maxSQSBatch, max(1, n))
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stopWatch := context.AfterFunc(s.stop, cancel)
+	stopWatch := context.AfterFunc(s.stop, cancel) //nolint:contextcheck // Close aborts the poll as well as ctx
 	defer stopWatch()
 	var answering atomic.Bool // the current attempt's answer has begun
 	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{
@@ -400,7 +408,7 @@ func (s *SQS) flushLocked() {
 		s.pending = s.pending[n:]
 		s.sending++
 		s.flushes.Go(func() {
-			s.deleteBatch(batch)
+			s.deleteBatch(s.flush, batch)
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.sending--
@@ -411,9 +419,10 @@ func (s *SQS) flushLocked() {
 }
 
 // deleteBatch sends one DeleteMessageBatch and delivers each entry's result,
-// retrying entries that failed with a server-side fault.
-func (s *SQS) deleteBatch(batch []*pendingDelete) {
-	ctx, cancel := context.WithTimeout(context.Background(), deleteFlushLimit)
+// retrying entries that failed with a server-side fault, within
+// deleteFlushLimit.
+func (s *SQS) deleteBatch(ctx context.Context, batch []*pendingDelete) {
+	ctx, cancel := context.WithTimeout(ctx, deleteFlushLimit)
 	defer cancel()
 	for attempt := 0; len(batch) > 0; attempt++ {
 		if attempt > 0 {

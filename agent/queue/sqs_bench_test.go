@@ -24,7 +24,7 @@ func (f *fixture) fill(tb testing.TB, n int) {
 				MessageBody: aws.String(fmt.Sprintf(`{"id":"t-%d","host":"web-01.example.com","diagnostic":"noop"}`, j)),
 			})
 		}
-		out, err := f.client.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(f.url), Entries: entries})
+		out, err := f.client.SendMessageBatch(tb.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(f.url), Entries: entries})
 		if err != nil || len(out.Failed) > 0 {
 			tb.Fatalf("SendMessageBatch: %v %v", err, out)
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http/httptrace"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 )
 
@@ -36,7 +36,7 @@ func newFixture(tb testing.TB, optFns ...func(*sqs.Options)) *fixture {
 	tb.Helper()
 	srv, ts := sqsfake.NewTestServer(tb)
 	client := sqs.NewFromConfig(sqsfake.SDKConfig(ts.URL), optFns...)
-	ctx := context.Background()
+	ctx := tb.Context()
 	mk := func(name string) string {
 		out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
 		if err != nil {
@@ -66,7 +66,7 @@ func (f *fixture) send(tb testing.TB, body string, attrs map[string]string) stri
 			in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 		}
 	}
-	out, err := f.client.SendMessage(context.Background(), in)
+	out, err := f.client.SendMessage(tb.Context(), in)
 	if err != nil {
 		tb.Fatalf("SendMessage: %v", err)
 	}
@@ -78,7 +78,7 @@ func receiveN(tb testing.TB, q *queue.SQS, n int) []*queue.Message {
 	tb.Helper()
 	var out []*queue.Message
 	for len(out) < n {
-		ms, err := q.Receive(context.Background(), n-len(out))
+		ms, err := q.Receive(tb.Context(), n-len(out))
 		if err != nil {
 			tb.Fatalf("Receive: %v", err)
 		}
@@ -94,12 +94,12 @@ func TestSQSOptionsValidate(t *testing.T) {
 	tests := []struct {
 		name string
 		o    queue.SQSOptions
-		want []string // substrings of the error; none = valid
+		want []string // keys of the problems, relative to the queue section; none = valid
 	}{
 		{"ok", queue.SQSOptions{QueueURL: "u", WaitTime: 20 * time.Second, VisibilityTimeout: time.Minute}, nil},
-		{"missing url", queue.SQSOptions{}, []string{"queue.url"}},
+		{"missing url", queue.SQSOptions{}, []string{"url"}},
 		{"all wrong", queue.SQSOptions{WaitTime: 21 * time.Second, VisibilityTimeout: 13 * time.Hour},
-			[]string{"queue.url", "queue.wait_time", "queue.visibility_timeout"}},
+			[]string{"url", "wait_time", "visibility_timeout"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,10 +113,16 @@ func TestSQSOptionsValidate(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Validate = nil, want errors naming %v", tc.want)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate = %q, want it to name %s", err, w)
+			var keys []string
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *configerr.Error
+				if !errors.As(e, &ce) {
+					t.Fatalf("problem %q is not a *configerr.Error", e)
 				}
+				keys = append(keys, ce.Key)
+			}
+			if !slices.Equal(keys, tc.want) {
+				t.Errorf("Validate = %q: keys %q, want %q", err, keys, tc.want)
 			}
 		})
 	}
@@ -140,7 +146,7 @@ func TestSQSReceiveMapsMessage(t *testing.T) {
 	}
 	view, _ := f.srv.Queue("tasks")
 	if len(view.Messages) != 1 || view.Messages[0].State != "inflight" ||
-		view.Messages[0].VisibleAt.Sub(time.Now()) > 45*time.Second || view.Messages[0].VisibleAt.Sub(time.Now()) < 30*time.Second {
+		time.Until(view.Messages[0].VisibleAt) > 45*time.Second || time.Until(view.Messages[0].VisibleAt) < 30*time.Second {
 		t.Errorf("queue = %+v, want the message in flight for the requested 45s", view.Messages)
 	}
 }
@@ -681,8 +687,8 @@ func TestSQSChangeVisibility(t *testing.T) {
 }
 
 func TestSQSDeadLetter(t *testing.T) {
-	ctx := context.Background()
 	t.Run("no dlq", func(t *testing.T) {
+		ctx := t.Context()
 		f := newFixture(t)
 		q := f.source(queue.SQSOptions{})
 		defer q.Close(ctx)
@@ -696,6 +702,7 @@ func TestSQSDeadLetter(t *testing.T) {
 		}
 	})
 	t.Run("with dlq", func(t *testing.T) {
+		ctx := t.Context()
 		f := newFixture(t)
 		q := f.source(queue.SQSOptions{DLQURL: f.dlqURL})
 		defer q.Close(ctx)
@@ -754,19 +761,18 @@ func TestSQSSend(t *testing.T) {
 // the SDK's standard retryer under one invocation id; past its 3 attempts
 // the throttle reaches the caller as a typed API error.
 func TestSQSThrottlingRetriedBySDK(t *testing.T) {
-	ctx := context.Background()
 	tests := []struct {
 		name     string
 		fault    sqsfake.Fault
-		op       func(*queue.SQS, *fixture) error
+		op       func(*testing.T, *queue.SQS, *fixture) error
 		attempts int
 		wantErr  string // error code; "" = success
 	}{
 		{
 			name:  "receive throttled twice",
 			fault: sqsfake.Fault{Op: "ReceiveMessage", Kind: sqsfake.FaultThrottle, Count: 2},
-			op: func(q *queue.SQS, f *fixture) error {
-				_, err := q.Receive(ctx, 1)
+			op: func(t *testing.T, q *queue.SQS, f *fixture) error {
+				_, err := q.Receive(t.Context(), 1)
 				return err
 			},
 			attempts: 3,
@@ -774,8 +780,8 @@ func TestSQSThrottlingRetriedBySDK(t *testing.T) {
 		{
 			name:  "modeled RequestThrottled on send",
 			fault: sqsfake.Fault{Op: "SendMessage", Kind: sqsfake.FaultThrottle, Count: 1, Code: "RequestThrottled"},
-			op: func(q *queue.SQS, f *fixture) error {
-				_, err := q.Send(ctx, []byte("x"))
+			op: func(t *testing.T, q *queue.SQS, f *fixture) error {
+				_, err := q.Send(t.Context(), []byte("x"))
 				return err
 			},
 			attempts: 2,
@@ -783,18 +789,18 @@ func TestSQSThrottlingRetriedBySDK(t *testing.T) {
 		{
 			name:  "delete batch 500 once",
 			fault: sqsfake.Fault{Op: "DeleteMessageBatch", Kind: sqsfake.FaultServerError, Count: 1},
-			op: func(q *queue.SQS, f *fixture) error {
+			op: func(t *testing.T, q *queue.SQS, f *fixture) error {
 				f.send(t, "a", nil)
-				return q.Delete(ctx, receiveN(t, q, 1)[0])
+				return q.Delete(t.Context(), receiveN(t, q, 1)[0])
 			},
 			attempts: 2,
 		},
 		{
 			name:  "change visibility throttled for good",
 			fault: sqsfake.Fault{Op: "ChangeMessageVisibility", Kind: sqsfake.FaultThrottle},
-			op: func(q *queue.SQS, f *fixture) error {
+			op: func(t *testing.T, q *queue.SQS, f *fixture) error {
 				f.send(t, "a", nil)
-				return q.ChangeVisibility(ctx, receiveN(t, q, 1)[0], time.Minute)
+				return q.ChangeVisibility(t.Context(), receiveN(t, q, 1)[0], time.Minute)
 			},
 			attempts: 3,
 			wantErr:  "ThrottlingException",
@@ -802,11 +808,12 @@ func TestSQSThrottlingRetriedBySDK(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			f := newFixture(t)
 			q := f.source(queue.SQSOptions{DeleteBatchWindow: time.Millisecond})
 			defer q.Close(ctx)
 			f.srv.InjectFault(tc.fault)
-			err := tc.op(q, f)
+			err := tc.op(t, q, f)
 			if tc.wantErr == "" && err != nil {
 				t.Fatalf("op = %v, want success after SDK retries", err)
 			}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 // Outcomes a run can end in.
@@ -113,16 +115,17 @@ func (d Diagnostic) Placeholders() []string {
 	return out
 }
 
-// Validate reports every problem of d; keys are relative to the entry.
+// Validate reports every problem of d, each a *configerr.Error whose key is
+// relative to the catalog entry.
 func (d Diagnostic) Validate() error {
 	var errs []error
 	if !namePattern.MatchString(d.Name) {
-		errs = append(errs, fmt.Errorf("name: %q must match %s", d.Name, namePattern))
+		errs = append(errs, configerr.Errorf("name", "%q must match %s", d.Name, namePattern))
 	}
 	if len(d.Command) == 0 {
-		errs = append(errs, errors.New("command: must not be empty"))
+		errs = append(errs, configerr.Errorf("command", "must not be empty"))
 	} else if !strings.HasPrefix(d.Command[0], "/") || strings.Contains(d.Command[0], "{") {
-		errs = append(errs, fmt.Errorf("command[0]: %q must be an absolute path without placeholders", d.Command[0]))
+		errs = append(errs, configerr.Errorf("command[0]", "%q must be an absolute path without placeholders", d.Command[0]))
 	}
 	for i, arg := range d.Command {
 		for _, ph := range placeholderPattern.FindAllString(arg, -1) {
@@ -132,26 +135,26 @@ func (d Diagnostic) Validate() error {
 			case strings.HasPrefix(inner, "param."):
 				name := strings.TrimPrefix(inner, "param.")
 				if _, ok := d.Params[name]; !ok {
-					errs = append(errs, fmt.Errorf("command[%d]: placeholder %s has no pattern under params", i, ph))
+					errs = append(errs, configerr.Errorf(fmt.Sprintf("command[%d]", i), "placeholder %s has no pattern under params", ph))
 				}
 			default:
-				errs = append(errs, fmt.Errorf("command[%d]: unknown placeholder %s (want {host}, {id} or {param.NAME})", i, ph))
+				errs = append(errs, configerr.Errorf(fmt.Sprintf("command[%d]", i), "unknown placeholder %s (want {host}, {id} or {param.NAME})", ph))
 			}
 		}
 	}
 	for name, pat := range d.Params {
 		if !paramNamePattern.MatchString(name) {
-			errs = append(errs, fmt.Errorf("params.%s: parameter names must match %s", name, paramNamePattern))
+			errs = append(errs, configerr.Errorf("params."+name, "parameter names must match %s", paramNamePattern))
 		}
 		if _, err := regexp.Compile(pat); err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: invalid pattern: %w", name, err))
+			errs = append(errs, configerr.Errorf("params."+name, "invalid pattern: %w", err))
 		}
 	}
 	if d.Timeout < 0 {
-		errs = append(errs, errors.New("timeout: must be positive"))
+		errs = append(errs, configerr.Errorf("timeout", "must be positive"))
 	}
 	if d.MaxOutput < 0 || d.MaxOutput > maxMaxOutput {
-		errs = append(errs, fmt.Errorf("max_output: must be between 1 and %d bytes", maxMaxOutput))
+		errs = append(errs, configerr.Errorf("max_output", "must be between 1 and %d bytes", maxMaxOutput))
 	}
 	return errors.Join(errs...)
 }
@@ -258,7 +261,10 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 		return res
 	}
 	defer pr.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	// Not CommandContext: ctx and the timeout end the run below, with
+	// SIGTERM to the whole process group and SIGKILL after the grace;
+	// CommandContext would SIGKILL the leader alone, at once.
+	cmd := exec.Command(argv[0], argv[1:]...) //nolint:noctx // see above
 	cmd.Env = append(slices.Clip(env), RunIDVar+"="+id)
 	cmd.Dir = "/"
 	cmd.Stdin = nil

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
 )
 
 func TestParseSize(t *testing.T) {
@@ -67,6 +69,12 @@ func TestDiagnosticValidate(t *testing.T) {
 			for _, k := range tc.keys {
 				if !strings.Contains(err.Error(), k) {
 					t.Errorf("error %q does not mention %q", err, k)
+				}
+			}
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *configerr.Error
+				if !errors.As(e, &ce) || !strings.HasPrefix(e.Error(), ce.Key+": ") {
+					t.Errorf("problem %q is not a *configerr.Error naming its key", e)
 				}
 			}
 		})

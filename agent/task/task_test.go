@@ -1,6 +1,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -137,8 +138,9 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate error = %v, want reason %q", err, tc.reason)
 			}
 			if err != nil {
-				if e := err.(*Error); e.Field != tc.field {
-					t.Fatalf("field = %q, want %q", e.Field, tc.field)
+				var e *Error
+				if !errors.As(err, &e) || e.Field != tc.field {
+					t.Fatalf("error %v: want an *Error with field %q", err, tc.field)
 				}
 				return
 			}
@@ -205,8 +207,9 @@ func TestValidateHostTarget(t *testing.T) {
 				if Reason(err) != want {
 					t.Fatalf("Validate(host %q) error = %v, want reason %q", tc.host, err, want)
 				}
-				if err != nil && err.(*Error).Field != "host" {
-					t.Fatalf("field = %q, want host", err.(*Error).Field)
+				var e *Error
+				if err != nil && (!errors.As(err, &e) || e.Field != "host") {
+					t.Fatalf("error %v: want an *Error with field host", err)
 				}
 				h, err := v.ValidateHost(tc.host)
 				if Reason(err) != want || err == nil && h != tk.Host {
@@ -272,8 +275,9 @@ func TestValidateCreatedAt(t *testing.T) {
 			if Reason(err) != tc.reason {
 				t.Fatalf("Validate error = %v, want reason %q", err, tc.reason)
 			}
-			if err != nil && err.(*Error).Field != "created_at" {
-				t.Fatalf("field = %q, want created_at", err.(*Error).Field)
+			var e *Error
+			if err != nil && (!errors.As(err, &e) || e.Field != "created_at") {
+				t.Fatalf("error %v: want an *Error with field created_at", err)
 			}
 		})
 	}
@@ -335,7 +339,11 @@ func TestDecodeDetailBounded(t *testing.T) {
 	if Reason(err) != ReasonMalformed {
 		t.Fatalf("Decode error = %v, want %s", err, ReasonMalformed)
 	}
-	if d := err.(*Error).Detail; len(d) > maxDetailLen+len("…") || !utf8.ValidString(d) {
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("Decode error %v is not an *Error", err)
+	}
+	if d := e.Detail; len(d) > maxDetailLen+len("…") || !utf8.ValidString(d) {
 		t.Fatalf("detail of %d bytes (valid UTF-8: %v)", len(d), utf8.ValidString(d))
 	}
 }

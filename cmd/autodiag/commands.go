@@ -39,7 +39,7 @@ func (c *cli) configCmd() *cobra.Command {
 				return err
 			}
 			if unit != "" {
-				if err := checkUnit(unit, cfg.Lifecycle.DrainTimeout); err != nil {
+				if err := checkUnit(unit, cfg.Drain.Timeout); err != nil {
 					return usageError{err}
 				}
 			}
@@ -301,7 +301,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+			lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
 			if err != nil {
 				return usageError{err}
 			}
@@ -335,7 +335,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 				defer rc.Close()
 				backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
 			}
-			lim, err := limiter.New(cfg.Limiter, backend, limiter.Options{Timeout: cfg.Redis.Timeout})
+			lim, err := limiter.New(cfg.Limiter.Config, backend, limiter.Options{Timeout: cfg.Redis.Timeout})
 			if err != nil {
 				return usageError{err}
 			}

@@ -59,7 +59,7 @@ limiter:
 			defer wg.Done()
 			p := procs[i%len(procs)]
 			body := fmt.Sprintf(`{"id":"q-%d","host":"web-01","diagnostic":"noop"}`, i)
-			resp, err := http.Post(p.url("/v1/tasks"), "application/json", strings.NewReader(body))
+			resp, err := httpDo(t, http.MethodPost, p.url("/v1/tasks"), body)
 			if err != nil {
 				errs <- err
 				return

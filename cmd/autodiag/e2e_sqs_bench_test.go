@@ -31,7 +31,7 @@ import (
 // SQS fake until every message is deleted, b.N messages per run:
 //
 //   - sdk-loop: a plain SDK loop in this process, ReceiveMessage (10) then
-//     DeleteMessageBatch, one at a time: the baseline of the issue;
+//     DeleteMessageBatch, one at a time: the baseline any SQS consumer pays;
 //   - sdk-loop-exec16: 16 such loops that also run /bin/true in its own
 //     process group per message: the floor of any consumer that forks a
 //     process per task;
@@ -114,7 +114,7 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 					}
 					entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
 					for i, m := range out.Messages {
-						cmd := exec.Command("/bin/true")
+						cmd := exec.CommandContext(ctx, "/bin/true")
 						cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 						if err := cmd.Run(); err != nil {
 							b.Error(err)
@@ -256,7 +256,7 @@ func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "run", "--config", path)
+	cmd := exec.CommandContext(b.Context(), binPath, "run", "--config", path)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true"}, env...)

@@ -13,7 +13,7 @@ import (
 // and service unless auth is given.
 func post(t *testing.T, url, target, body, auth string) (int, http.Header, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
 	req.Header.Set("X-Amz-Target", target)
 	if auth != "" {

@@ -81,11 +81,10 @@ type Fault struct {
 }
 
 type faultState struct {
-	id      int
-	f       Fault
-	seen    int
-	fired   int
-	removed bool
+	id    int
+	f     Fault
+	seen  int
+	fired int
 }
 
 // InjectFault adds a fault and returns its id for RemoveFault and

@@ -13,7 +13,6 @@ import (
 )
 
 func TestBatchEntryFault(t *testing.T) {
-	ctx := context.Background()
 	tests := []struct {
 		name       string
 		op         string
@@ -28,6 +27,7 @@ func TestBatchEntryFault(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			e := newEnv(t)
 			url := e.queue(t, "be", nil)
 			for i := range 4 {

@@ -1,7 +1,6 @@
 package sqsfake_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -74,7 +73,7 @@ func newEnvClock(t *testing.T, opts ...sqsfake.Option) *env {
 
 func (e *env) queue(t *testing.T, name string, attrs map[string]string) string {
 	t.Helper()
-	out, err := e.client.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+	out, err := e.client.CreateQueue(t.Context(), &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 	if err != nil {
 		t.Fatalf("CreateQueue %s: %v", name, err)
 	}
@@ -83,7 +82,7 @@ func (e *env) queue(t *testing.T, name string, attrs map[string]string) string {
 
 func (e *env) send(t *testing.T, url, body string) string {
 	t.Helper()
-	out, err := e.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)})
+	out, err := e.client.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)})
 	if err != nil {
 		t.Fatalf("SendMessage: %v", err)
 	}
@@ -92,7 +91,7 @@ func (e *env) send(t *testing.T, url, body string) string {
 
 func (e *env) receive(t *testing.T, url string, max int32) []sqsMessage {
 	t.Helper()
-	out, err := e.client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+	out, err := e.client.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(url), MaxNumberOfMessages: max,
 		MessageSystemAttributeNames: []sqsSysName{"All"},
 	})

@@ -128,8 +128,12 @@ func TestConcurrentConsumersDeliverOnce(t *testing.T) {
 				}
 				mu.Unlock()
 				res, err := e.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del})
-				if err != nil || len(res.Failed) != 0 {
-					errs <- fmt.Errorf("delete batch: %v %+v", err, res)
+				if err != nil {
+					errs <- fmt.Errorf("delete batch: %w", err)
+					return
+				}
+				if len(res.Failed) != 0 {
+					errs <- fmt.Errorf("delete batch: failed %+v", res.Failed)
 					return
 				}
 			}

@@ -76,7 +76,6 @@ func TestMD5MatchesRealSQS(t *testing.T) {
 }
 
 func TestSendReceiveAttributesAndChecksums(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t)
 	url := e.queue(t, "attrs", nil)
 	tests := []struct {
@@ -104,6 +103,7 @@ func TestSendReceiveAttributesAndChecksums(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			sent, err := e.client.SendMessage(ctx, &sqs.SendMessageInput{
 				QueueUrl: aws.String(url), MessageBody: aws.String(tc.body), MessageAttributes: tc.attrs,
 			})
@@ -184,6 +184,7 @@ func TestMessageAttributeNamesFilter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprint(tc.names), func(t *testing.T) {
+			ctx := t.Context()
 			out, err := e.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MessageAttributeNames: tc.names})
 			if err != nil || len(out.Messages) != 1 {
 				t.Fatalf("receive: %v, %d messages", err, len(out.Messages))
@@ -292,7 +293,6 @@ func TestReceiveVisibilityTimeoutOverride(t *testing.T) {
 }
 
 func TestChangeMessageVisibility(t *testing.T) {
-	ctx := context.Background()
 	tests := []struct {
 		name    string
 		prepare func(e *env) // after the receive at epoch
@@ -347,6 +347,7 @@ func TestChangeMessageVisibility(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			e := newEnv(t)
 			url := e.queue(t, "cmv", map[string]string{"VisibilityTimeout": "30"})
 			e.send(t, url, "x")
@@ -367,6 +368,7 @@ func TestChangeMessageVisibility(t *testing.T) {
 	}
 
 	t.Run("extension outlives the original timeout", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "ext", map[string]string{"VisibilityTimeout": "30"})
 		e.send(t, url, "x")
@@ -418,8 +420,8 @@ func TestChangeMessageVisibilityBatch(t *testing.T) {
 }
 
 func TestLongPoll(t *testing.T) {
-	ctx := context.Background()
 	t.Run("wakes as soon as a message is sent", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "lp", nil)
 		ch := async(func() (*sqs.ReceiveMessageOutput, error) {
@@ -441,6 +443,7 @@ func TestLongPoll(t *testing.T) {
 		}
 	})
 	t.Run("returns empty at the wait time", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "lp", nil)
 		ch := async(func() (*sqs.ReceiveMessageOutput, error) {
@@ -460,6 +463,7 @@ func TestLongPoll(t *testing.T) {
 		}
 	})
 	t.Run("queue default ReceiveMessageWaitTimeSeconds", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "lpd", map[string]string{"ReceiveMessageWaitTimeSeconds": "20"})
 		ch := async(func() (*sqs.ReceiveMessageOutput, error) {
@@ -472,6 +476,7 @@ func TestLongPoll(t *testing.T) {
 		}
 	})
 	t.Run("wakes when an in-flight message becomes visible", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "lpv", map[string]string{"VisibilityTimeout": "10"})
 		e.send(t, url, "x")
@@ -488,6 +493,7 @@ func TestLongPoll(t *testing.T) {
 		}
 	})
 	t.Run("real clock wakes early", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnvClock(t)
 		url := e.queue(t, "lpr", nil)
 		ch := async(func() (*sqs.ReceiveMessageOutput, error) {
@@ -500,6 +506,7 @@ func TestLongPoll(t *testing.T) {
 		}
 	})
 	t.Run("client cancel ends the poll", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "lpc", nil)
 		cctx, cancel := context.WithCancel(ctx)
@@ -652,6 +659,7 @@ func TestQueueAttributes(t *testing.T) {
 	}
 	for _, tc := range errTests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			_, err := e.client.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: tc.attrs})
 			if !errors.As(err, tc.want) {
 				t.Fatalf("err = %v, want %T", err, tc.want)
@@ -762,11 +770,13 @@ func TestTypedErrors(t *testing.T) {
 		})
 	}
 	t.Run("message of exactly 256 KiB is accepted", func(t *testing.T) {
+		ctx := t.Context()
 		if _, err := e.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(strings.Repeat("x", 262144))}); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("OverLimit past the in-flight limit", func(t *testing.T) {
+		ctx := t.Context()
 		e.send(t, url, "second")
 		if got := e.receive(t, url, 1); len(got) != 1 {
 			t.Fatal("no message")
@@ -778,6 +788,7 @@ func TestTypedErrors(t *testing.T) {
 		}
 	})
 	t.Run("PurgeQueue twice within 60 s", func(t *testing.T) {
+		ctx := t.Context()
 		if _, err := e.client.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(url)}); err != nil {
 			t.Fatal(err)
 		}
@@ -880,7 +891,6 @@ func TestQueueLifecycle(t *testing.T) {
 }
 
 func TestFaultInjection(t *testing.T) {
-	ctx := context.Background()
 	tests := []struct {
 		name      string
 		fault     sqsfake.Fault
@@ -902,6 +912,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			e := newEnv(t)
 			url := e.queue(t, "f", nil)
 			id := e.srv.InjectFault(tc.fault)
@@ -944,6 +955,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 
 	t.Run("dropped delete is idempotent on retry", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		url := e.queue(t, "f", nil)
 		e.send(t, url, "x")
@@ -962,6 +974,7 @@ func TestFaultInjection(t *testing.T) {
 	})
 
 	t.Run("latency on the server clock", func(t *testing.T) {
+		ctx := t.Context()
 		e := newEnv(t)
 		e.srv.InjectFault(sqsfake.Fault{Op: "CreateQueue", Kind: sqsfake.FaultLatency, Latency: 3 * time.Second})
 		ch := async(func() (*sqs.CreateQueueOutput, error) {
@@ -1034,7 +1047,6 @@ func TestRawProtocol(t *testing.T) {
 // each attribute's name, data type and value bytes against the queue's
 // MaximumMessageSize, accepting a message of exactly that size.
 func TestMaximumMessageSizeCountsAttributes(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t)
 	def := e.queue(t, "size-default", nil)
 	big := e.queue(t, "size-1mib", map[string]string{"MaximumMessageSize": "1048576"})
@@ -1057,6 +1069,7 @@ func TestMaximumMessageSizeCountsAttributes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
 			_, err := e.client.SendMessage(ctx, &sqs.SendMessageInput{
 				QueueUrl: aws.String(tc.url), MessageBody: aws.String(strings.Repeat("é", tc.body/2) + strings.Repeat("x", tc.body%2)),
 				MessageAttributes: attrs,

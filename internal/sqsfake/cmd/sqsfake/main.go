@@ -39,8 +39,11 @@ func run() int {
 	flag.Var(&queues, "queue", "queue to create at start, `name[:Attr=Value,...]` (repeatable), e.g. tasks:VisibilityTimeout=60")
 	flag.Parse()
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 
-	ln, err := net.Listen("tcp", *addr)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", *addr)
 	if err != nil {
 		logger.Error("listen", "err", err)
 		return 1
@@ -58,13 +61,12 @@ func run() int {
 			return 2
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Close() // end long polls so Shutdown does not wait 20 s
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// ctx has ended: the shutdown gets its own bound.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
