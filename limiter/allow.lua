@@ -73,10 +73,15 @@ local kdd
 if ddttl > 0 then kdd = KEYS[1] ki = 2 end
 local rules = {}
 for i = 1, n do
-  local r = {}
-  r.block, r.dlimit, r.day, r.dttl, r.mi, r.wcount, r.wper, r.rt, r.rcap, r.wz, r.hs, r.conc, r.bf, r.bw, r.bo =
+  local block, dlimit, day, dttl, mi, wcount, wper, rt, rcap, wz, hs, conc, bf, bw, bo =
     struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[2 + 2 * i])
-  r.order = ARGV[3 + 2 * i]
+  -- One constructor with every field the decision sets, so that the table
+  -- is sized once.
+  local r = {block = block, dlimit = dlimit, day = day, dttl = dttl, mi = mi, wcount = wcount, wper = wper,
+    rt = rt, rcap = rcap, wz = wz, hs = hs, conc = conc, bf = bf, bw = bw, bo = bo, order = ARGV[3 + 2 * i],
+    ks = false, kw = false, kc = false, kb = false, vs = 0, at = false, upto = false, lo = false, mine = false,
+    status = 0, limit = 0, retry = 0, blocked = false, bu = 0, used = 0, last = 0, tat = 0, we = 0, ws = 0,
+    since = -1, wc = 0, level = 0, holders = 0, probe = 0, wlog = false}
   if r.hs == 1 then r.ks = KEYS[ki] ki = ki + 1 end
   if r.wz == 1 then r.kw = KEYS[ki] ki = ki + 1 end
   if r.conc > 0 then r.kc = KEYS[ki] ki = ki + 1 end
@@ -99,7 +104,7 @@ end
 -- check evaluates rule r without writing.
 local function check(r)
   local vs = r.vs
-  if vs == nil and r.ks then vs = redis.call('GET', r.ks) end
+  if vs == 0 then vs = r.ks and redis.call('GET', r.ks) end -- 0: not read yet
   -- The window log is read in place: entry k (0-based) is at byte 41 + 8k
   -- of vs, so that a decision copies it once, into the SET.
   local bu, sday, used, last, tat = 0, 0, 0, 0, 0
