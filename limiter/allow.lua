@@ -71,40 +71,22 @@ local SEC = 1000000
 local ki = 1
 local kdd
 if ddttl > 0 then kdd = KEYS[1] ki = 2 end
-local rules = {}
-for i = 1, n do
+
+-- rule evaluates rule i and, unless dry, writes its part of the decision.
+-- vs is its state when already read (false: absent), nil when not. It
+-- returns the rule's reply record. Rules are evaluated in order, so the
+-- enforced rule's verdict (rule 1) is known before any shadow writes.
+local function rule(i, vs)
   local block, dlimit, day, dttl, mi, wcount, wper, rt, rcap, wz, hs, conc, bf, bw, bo =
     struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[2 + 2 * i])
-  -- One constructor with every field the decision sets, so that the table
-  -- is sized once.
-  local r = {block = block, dlimit = dlimit, day = day, dttl = dttl, mi = mi, wcount = wcount, wper = wper,
-    rt = rt, rcap = rcap, wz = wz, hs = hs, conc = conc, bf = bf, bw = bw, bo = bo, order = ARGV[3 + 2 * i],
-    ks = false, kw = false, kc = false, kb = false, vs = 0, at = false, upto = false, lo = false, mine = false,
-    status = 0, limit = 0, retry = 0, blocked = false, bu = 0, used = 0, last = 0, tat = 0, we = 0, ws = 0,
-    since = -1, wc = 0, level = 0, holders = 0, probe = 0, wlog = false}
-  if r.hs == 1 then r.ks = KEYS[ki] ki = ki + 1 end
-  if r.wz == 1 then r.kw = KEYS[ki] ki = ki + 1 end
-  if r.conc > 0 then r.kc = KEYS[ki] ki = ki + 1 end
-  if r.bf > 0 then r.kb = KEYS[ki] ki = ki + 1 end
-  rules[i] = r
-end
+  local order = ARGV[3 + 2 * i]
+  local ks, kw, kc, kb
+  if hs == 1 then ks = KEYS[ki] ki = ki + 1 end
+  if wz == 1 then kw = KEYS[ki] ki = ki + 1 end
+  if conc > 0 then kc = KEYS[ki] ki = ki + 1 end
+  if bf > 0 then kb = KEYS[ki] ki = ki + 1 end
+  if vs == nil and ks then vs = redis.call('GET', ks) end
 
-if kdd then
-  local vdd
-  if n > 0 and rules[1].ks then
-    local v = redis.call('MGET', kdd, rules[1].ks)
-    vdd = v[1]
-    rules[1].vs = v[2] or false
-  else
-    vdd = redis.call('GET', kdd)
-  end
-  if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0, 0, 0) end
-end
-
--- check evaluates rule r without writing.
-local function check(r)
-  local vs = r.vs
-  if vs == 0 then vs = r.ks and redis.call('GET', r.ks) end -- 0: not read yet
   -- The window log is read in place: entry k (0-based) is at byte 41 + 8k
   -- of vs, so that a decision copies it once, into the SET.
   local bu, sday, used, last, tat = 0, 0, 0, 0, 0
@@ -115,8 +97,7 @@ local function check(r)
   else
     vs = ''
   end
-  if sday ~= r.day then used = 0 end
-  r.vs = vs
+  if sday ~= day then used = 0 end
   local function at(k) return (struct.unpack(I, vs, 41 + 8 * k)) end
   -- upto returns the first entry in [a, b) later than t (b if none).
   local function upto(t, a, b)
@@ -126,15 +107,14 @@ local function check(r)
     end
     return a
   end
-  r.at, r.upto = at, upto
 
   local retry = 0
   local failing, blocked = false, false
   local dd, dm, dw, dr, dc = false, false, false, false, false
-  local since, wc, level, holders, probe = -1, 0, 0, 0, 0
+  local since, wc, level, holders, probe, mine = -1, 0, 0, 0, 0, false
 
-  if r.kb then
-    local b = redis.call('HMGET', r.kb, 'o', 'p', 'pu')
+  if kb then
+    local b = redis.call('HMGET', kb, 'o', 'p', 'pu')
     local open = tonumber(b[1]) or 0
     if open > 0 then
       local pu = tonumber(b[3]) or 0
@@ -148,55 +128,55 @@ local function check(r)
     end
   end
   if bu > now then blocked = true if bu - now > retry then retry = bu - now end end
-  if r.dlimit > 0 and used >= r.dlimit then
+  if dlimit > 0 and used >= dlimit then
     dd = true
-    if r.dttl > retry then retry = r.dttl end
+    if dttl > retry then retry = dttl end
   end
-  if r.mi > 0 and last ~= 0 then
+  if mi > 0 and last ~= 0 then
     local s = now - last
-    if s < r.mi then
+    if s < mi then
       since = s dm = true
-      if r.mi - s > retry then retry = r.mi - s end
+      if mi - s > retry then retry = mi - s end
     end
   end
-  local wlog = r.wcount > 0 and not r.kw
+  local wlog = wcount > 0 and not kw
   local ws = we -- first entry still in the window
+  local lo
   if wlog then
-    ws = upto(now - r.wper, 0, we)
+    ws = upto(now - wper, 0, we)
     wc = we - ws
-    if wc >= r.wcount then
+    if wc >= wcount then
       dw = true
-      local t = at(we - r.wcount) + r.wper - now
+      local t = at(we - wcount) + wper - now
       if t > retry then retry = t end
     end
-  elseif r.kw then
-    r.lo = string.format('%d', now - r.wper)
-    wc = redis.call('ZCOUNT', r.kw, '(' .. r.lo, '+inf')
-    if wc >= r.wcount then
+  elseif kw then
+    lo = string.format('%d', now - wper)
+    wc = redis.call('ZCOUNT', kw, '(' .. lo, '+inf')
+    if wc >= wcount then
       dw = true
-      local oldest = redis.call('ZRANGEBYSCORE', r.kw, '(' .. r.lo, '+inf', 'WITHSCORES', 'LIMIT', wc - r.wcount, 1)
-      local t = tonumber(oldest[2]) + r.wper - now
+      local oldest = redis.call('ZRANGEBYSCORE', kw, '(' .. lo, '+inf', 'WITHSCORES', 'LIMIT', wc - wcount, 1)
+      local t = tonumber(oldest[2]) + wper - now
       if t > retry then retry = t end
     end
   end
   if tat < now then tat = now end
-  if r.rt > 0 then
+  if rt > 0 then
     level = tat - now
-    if level + r.rt > r.rt * r.rcap then
+    if level + rt > rt * rcap then
       dr = true
-      local t = level + r.rt - r.rt * r.rcap
+      local t = level + rt - rt * rcap
       if t > retry then retry = t end
     end
   end
-  if r.kc then
+  if kc then
     local nows = string.format('%d', now)
-    holders = redis.call('ZCOUNT', r.kc, '(' .. nows, '+inf')
-    local mine = tonumber(redis.call('ZSCORE', r.kc, task) or 0)
-    if mine > now then
-      r.mine = true -- the same task again: it already holds its slot
-    elseif holders >= r.conc then
+    holders = redis.call('ZCOUNT', kc, '(' .. nows, '+inf')
+    if tonumber(redis.call('ZSCORE', kc, task) or 0) > now then
+      mine = true -- the same task again: it already holds its slot
+    elseif holders >= conc then
       dc = true
-      local first = redis.call('ZRANGEBYSCORE', r.kc, '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local first = redis.call('ZRANGEBYSCORE', kc, '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
       local t = math.max(tonumber(first[2]) - now, SEC)
       if t > retry then retry = t end
     end
@@ -208,124 +188,123 @@ local function check(r)
   elseif blocked then
     limit = 98 -- b
   else
-    for i = 1, #r.order do
-      local c = string.byte(r.order, i)
+    for j = 1, #order do
+      local c = string.byte(order, j)
       if (c == 100 and dd) or (c == 109 and dm) or (c == 119 and dw) or (c == 114 and dr) or (c == 99 and dc) then
         limit = c
         break
       end
     end
   end
-  r.status = 0
-  if limit == 0 then r.status = 1 retry = 0 end
-  r.limit, r.retry, r.blocked = limit, retry, blocked or failing
-  r.bu, r.used, r.last, r.tat, r.we, r.ws = bu, used, last, tat, we, ws
-  r.since, r.wc, r.level, r.holders, r.probe = since, wc, level, holders, probe
-  r.wlog = wlog
-end
+  local status = 0
+  if limit == 0 then status = 1 retry = 0 end
+  if i == 1 and enforced == 1 then
+    runs = 0
+    if status == 1 then runs = 1 end
+  end
+  local take = status == 1 and runs == 1
+  if not take then probe = 0 end
 
--- apply writes rule r's part of the decision.
-local function apply(r)
-  local at, upto = r.at, r.upto
-  local vs, we, ws = r.vs, r.we, r.ws
-  local take = r.status == 1 and runs == 1
-  local bu, used, last, tat = r.bu, r.used, r.last, r.tat
-  if r.kw then
-    redis.call('ZREMRANGEBYSCORE', r.kw, '-inf', r.lo)
-    if r.wc > r.wcount then -- never more than count (after a lower count)
-      redis.call('ZREMRANGEBYRANK', r.kw, 0, r.wc - r.wcount - 1)
-    end
-    if take then
-      local nows = string.format('%d', now)
-      redis.call('ZADD', r.kw, nows, nows .. '-' .. ARGV[3])
-      redis.call('PEXPIRE', r.kw, math.ceil(r.wper / 1000))
-    end
-  end
-  if r.kc then
-    redis.call('ZREMRANGEBYSCORE', r.kc, '-inf', string.format('%d', now))
-    if take then
-      redis.call('ZADD', r.kc, string.format('%d', lease), task)
-      if not r.mine then r.holders = r.holders + 1 end
-      local last_ = redis.call('ZRANGE', r.kc, -1, -1, 'WITHSCORES')
-      redis.call('PEXPIRE', r.kc, math.max(1, math.ceil((tonumber(last_[2]) - now) / 1000)))
-    end
-  end
-  if r.kb and take and r.probe == 1 then
-    redis.call('HSET', r.kb, 'p', task, 'pu', string.format('%d', lease))
-    redis.call('PEXPIRE', r.kb, math.max(1, math.ceil((lease - now + math.max(r.bo, r.bw)) / 1000)))
-  end
-  if r.kb and r.status == 1 and not take then r.probe = 0 end
-
-  local write = false
-  if take then
-    write = true
-    bu = 0
-    if r.dlimit > 0 then used = used + 1 end
-    if r.mi > 0 then last = now end
-    if r.wcount > 0 then r.wc = r.wc + 1 end
-    if r.rt > 0 then tat = tat + r.rt end
-  elseif r.status == 0 and r.block > 0 and not r.blocked then
-    write = true
-    bu = now + r.block
-    if r.block > r.retry then r.retry = r.block end
-  end
-  if write and r.ks then
-    -- The new log: entries ws..we-1, with now inserted in order when taken,
-    -- as two pieces around the insertion point (b = '' when not inserted).
-    local a, b, newest = '', '', 0
-    if r.wlog then
+  if dry == 0 then
+    if kw then
+      redis.call('ZREMRANGEBYSCORE', kw, '-inf', lo)
+      if wc > wcount then -- never more than count (after a lower count)
+        redis.call('ZREMRANGEBYRANK', kw, 0, wc - wcount - 1)
+      end
       if take then
-        local p = upto(now, ws, we)
-        a = string.sub(vs, 41 + 8 * ws, 40 + 8 * p) .. struct.pack(I, now)
-        if p < we then b = string.sub(vs, 41 + 8 * p) end
-        newest = now
-        if p < we then newest = at(we - 1) end
-      elseif ws < we then
-        a = string.sub(vs, 41 + 8 * ws)
-        newest = at(we - 1)
-      end
-      if #a + #b > r.wcount * 8 then -- never more than count (after a lower count)
-        a = string.sub(a .. b, #a + #b - r.wcount * 8 + 1)
-        b = ''
+        local nows = string.format('%d', now)
+        redis.call('ZADD', kw, nows, nows .. '-' .. ARGV[3])
+        redis.call('PEXPIRE', kw, math.ceil(wper / 1000))
       end
     end
-    -- The key lives as long as its longest-lived part.
-    local ttl = 0
-    if bu > now then ttl = bu - now end
-    if r.dlimit > 0 and used > 0 and r.dttl > ttl then ttl = r.dttl end
-    if r.mi > 0 and last ~= 0 and last + r.mi - now > ttl then ttl = last + r.mi - now end
-    if #a > 0 and newest + r.wper - now > ttl then ttl = newest + r.wper - now end
-    if r.rt > 0 and tat - now > ttl then ttl = tat - now end
-    if r.dlimit == 0 then used = 0 end
-    if r.mi == 0 then last = 0 end
-    if r.rt == 0 then tat = 0 end
-    if ttl > 0 then -- else nothing in it matters any more (a window in a ZSET only)
-      redis.call('SET', r.ks, struct.pack('<i8i8i8i8i8', bu, r.day, used, last, tat) .. a .. b, 'PX', math.ceil(ttl / 1000))
+    if kc then
+      redis.call('ZREMRANGEBYSCORE', kc, '-inf', string.format('%d', now))
+      if take then
+        redis.call('ZADD', kc, string.format('%d', lease), task)
+        if not mine then holders = holders + 1 end
+        local latest = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
+        redis.call('PEXPIRE', kc, math.max(1, math.ceil((tonumber(latest[2]) - now) / 1000)))
+      end
+    end
+    if probe == 1 then
+      redis.call('HSET', kb, 'p', task, 'pu', string.format('%d', lease))
+      redis.call('PEXPIRE', kb, math.max(1, math.ceil((lease - now + math.max(bo, bw)) / 1000)))
+    end
+
+    local write = false
+    if take then
+      write = true
+      bu = 0
+      if dlimit > 0 then used = used + 1 end
+      if mi > 0 then last = now end
+      if wcount > 0 then wc = wc + 1 end
+      if rt > 0 then tat = tat + rt end
+    elseif status == 0 and block > 0 and not blocked and not failing then
+      write = true
+      bu = now + block
+      if block > retry then retry = block end
+    end
+    if write and ks then
+      -- The new log: entries ws..we-1, with now inserted in order when taken,
+      -- as two pieces around the insertion point (b = '' when not inserted).
+      local a, b, newest = '', '', 0
+      if wlog then
+        if take then
+          local p = upto(now, ws, we)
+          a = string.sub(vs, 41 + 8 * ws, 40 + 8 * p) .. struct.pack(I, now)
+          if p < we then b = string.sub(vs, 41 + 8 * p) end
+          newest = now
+          if p < we then newest = at(we - 1) end
+        elseif ws < we then
+          a = string.sub(vs, 41 + 8 * ws)
+          newest = at(we - 1)
+        end
+        if #a + #b > wcount * 8 then -- never more than count (after a lower count)
+          a = string.sub(a .. b, #a + #b - wcount * 8 + 1)
+          b = ''
+        end
+      end
+      -- The key lives as long as its longest-lived part.
+      local ttl = 0
+      if bu > now then ttl = bu - now end
+      if dlimit > 0 and used > 0 and dttl > ttl then ttl = dttl end
+      if mi > 0 and last ~= 0 and last + mi - now > ttl then ttl = last + mi - now end
+      if #a > 0 and newest + wper - now > ttl then ttl = newest + wper - now end
+      if rt > 0 and tat - now > ttl then ttl = tat - now end
+      if dlimit == 0 then used = 0 end
+      if mi == 0 then last = 0 end
+      if rt == 0 then tat = 0 end
+      if ttl > 0 then -- else nothing in it matters any more (a window in a ZSET only)
+        redis.call('SET', ks, struct.pack('<i8i8i8i8i8', bu, day, used, last, tat) .. a .. b, 'PX', math.ceil(ttl / 1000))
+      end
     end
   end
-  r.bu, r.used, r.last, r.tat = bu, used, last, tat
+
+  if rt > 0 then level = tat - now else level = 0 end
+  if dlimit == 0 then used = 0 end
+  return struct.pack(R, status, limit, retry, used, since, wc, level, holders, probe)
 end
 
-for i = 1, n do check(rules[i]) end
-if enforced == 1 then
-  runs = 0
-  if n == 0 or rules[1].status == 1 then runs = 1 end
-end
-if dry == 0 then
-  for i = 1, n do apply(rules[i]) end
-  if kdd and runs == 1 then
-    redis.call('SET', kdd, string.format('%d', now + ddttl), 'PX', math.ceil(ddttl / 1000))
+local vs1
+if kdd then
+  local vdd
+  local _, _, _, _, _, _, _, _, _, _, hs1 = struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8', ARGV[4])
+  if n > 0 and hs1 == 1 then
+    local v = redis.call('MGET', kdd, KEYS[2])
+    vdd, vs1 = v[1], v[2]
+  else
+    vdd = redis.call('GET', kdd)
   end
-elseif runs == 0 then
-  for i = 1, n do rules[i].probe = 0 end
+  if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0, 0, 0) end
 end
 
-local out = {}
-for i = 1, n do
-  local r = rules[i]
-  local level, used = 0, r.used
-  if r.rt > 0 then level = r.tat - now end
-  if r.dlimit == 0 then used = 0 end
-  out[i] = struct.pack(R, r.status, r.limit, r.retry, used, r.since, r.wc, level, r.holders, r.probe)
+local out = rule(1, vs1)
+if n > 1 then
+  out = {out}
+  for i = 2, n do out[i] = rule(i) end
+  out = table.concat(out)
 end
-return table.concat(out)
+if dry == 0 and kdd and runs == 1 then
+  redis.call('SET', kdd, string.format('%d', now + ddttl), 'PX', math.ceil(ddttl / 1000))
+end
+return out

@@ -361,22 +361,26 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 	if dedupe {
 		o.dedupeID, o.dedupeTTL = r.DedupeKey, l.dedupe
 	}
-	o.task = r.TaskID
-	if o.task == "" {
-		o.task = "anon-" + strconv.FormatUint(o.member, 16)
-	}
-	lease := r.Lease
-	if lease <= 0 {
-		lease = DefaultLease
-	}
-	o.leaseUntil = o.now + lease.Microseconds()
 	var rulesBuf [4]ruleOp
 	o.rules = rulesBuf[:0]
 	o.rules = append(o.rules, ruleOp{})
 	l.ruleOpFor(&o.rules[0], cr, r, now)
+	holds := cr.holds()
 	for _, sr := range shadows {
 		o.rules = append(o.rules, ruleOp{})
 		l.ruleOpFor(&o.rules[len(o.rules)-1], sr, r, now)
+		holds = holds || sr.holds()
+	}
+	if holds {
+		o.task = r.TaskID
+		if o.task == "" {
+			o.task = "anon-" + strconv.FormatUint(o.member, 16)
+		}
+		lease := r.Lease
+		if lease <= 0 {
+			lease = DefaultLease
+		}
+		o.leaseUntil = o.now + lease.Microseconds()
 	}
 
 	var res result
