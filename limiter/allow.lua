@@ -4,8 +4,10 @@
 -- concurrency slots for one key. The enforced rule's verdict decides whether
 -- the task runs; a rule consumes quota (and takes a slot, or the breaker's
 -- probe) only when every one of its limits allows it AND the task runs. A
--- denial sets the rule's sticky block. With dry = 1 nothing is written
--- (autodiag limits check).
+-- denial sets the rule's sticky block (a breaker's "failing" does not: it
+-- has open_for). Rules are evaluated and written in order, one at a time,
+-- so the enforced verdict is known before a shadow writes. With dry = 1
+-- nothing is written (autodiag limits check).
 --
 -- KEYS: only the ones the decision uses, in this order; on a Cluster every
 -- key of one call carries the same hash tag {<limited key value>}:

@@ -124,7 +124,9 @@
 // or timeout Allow decides by the rule's fail mode (open: allowed; closed:
 // denied with RetryAfter = the breaker cooldown), marks the decision
 // Degraded, logs the cause and counts autodiag_limiter_degraded_total.
-// After BreakerThreshold consecutive failures a circuit breaker stops
+// A degraded decision takes no slot and no probe and evaluates no shadow:
+// a rule whose concurrency cap must hold through a Redis outage needs
+// fail: closed. After BreakerThreshold consecutive failures a circuit breaker stops
 // calling Redis for BreakerCooldown (on the Clock), deciding by fail mode at
 // once (reason "breaker_open"), then lets one probe through. Check, the dry
 // run behind `autodiag limits check`, and Inspect (the slots' holders and
