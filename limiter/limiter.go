@@ -361,8 +361,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 	if dedupe {
 		o.dedupeID, o.dedupeTTL = r.DedupeKey, l.dedupe
 	}
-	var rulesBuf [4]ruleOp
-	o.rules = rulesBuf[:0]
+	o.rules = o.ruleBuf[:0]
 	o.rules = append(o.rules, ruleOp{})
 	l.ruleOpFor(&o.rules[0], cr, r, now)
 	holds := cr.holds()

@@ -73,10 +73,17 @@ func (m *Memory) eval(_ context.Context, o *op, _ time.Duration) (result, error)
 	if o.dedupeID != "" {
 		dk = dedupeKey{o.rules[0].tag, o.host, o.diag, o.dedupeID}
 		if until, ok := m.dedupe[dk]; ok && until > now {
-			return result{rules: []ruleResult{{status: statusDuplicate, since: -1}}}, nil
+			res := result{rules: o.results(1)}
+			res.rules[0] = ruleResult{status: statusDuplicate, since: -1}
+			return res, nil
 		}
 	}
-	checks := make([]memCheck, len(o.rules))
+	var buf [2]memCheck
+	checks := buf[:0]
+	if len(o.rules) > len(buf) {
+		checks = make([]memCheck, 0, len(o.rules))
+	}
+	checks = checks[:len(o.rules)]
 	for i := range o.rules {
 		m.check(&checks[i], &o.rules[i], o)
 	}
@@ -84,7 +91,7 @@ func (m *Memory) eval(_ context.Context, o *op, _ time.Duration) (result, error)
 	if o.enforced {
 		runs = len(checks) == 0 || checks[0].res.status == statusAllowed
 	}
-	res := result{rules: make([]ruleResult, len(o.rules))}
+	res := result{rules: o.results(len(o.rules))}
 	for i := range o.rules {
 		c := &checks[i]
 		if o.dry {

@@ -39,6 +39,20 @@ type op struct {
 	enforced bool
 	runs     bool
 	rules    []ruleOp
+	// ruleBuf and outBuf hold the rules and the backend's answer of a
+	// decision with up to two rules, so that one allocation (the op, which
+	// the call through Backend takes to the heap) covers them.
+	ruleBuf [2]ruleOp
+	outBuf  [2]ruleResult
+}
+
+// results returns a slice for n rule results, in o.outBuf when it fits.
+func (o *op) results(n int) []ruleResult {
+	if n <= len(o.outBuf) {
+		clear(o.outBuf[:n])
+		return o.outBuf[:n]
+	}
+	return make([]ruleResult, n)
 }
 
 // ruleOp is one rule of a decision, for one key.

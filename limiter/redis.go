@@ -122,7 +122,7 @@ var errTimeout = errors.New("timed out")
 func (b *Redis) eval(parent context.Context, o *op, timeout time.Duration) (result, error) {
 	if !b.split || len(o.rules) < 2 {
 		keys, args := b.encode(o, o.rules)
-		return b.call(parent, timeout, keys, args, len(o.rules))
+		return b.call(parent, timeout, keys, args, o.results(len(o.rules)))
 	}
 	// On a Cluster (or Ring) a call's keys must share a slot: the rules
 	// under the enforced rule's tag go with it, every other tag costs one
@@ -148,7 +148,7 @@ func (b *Redis) eval(parent context.Context, o *op, timeout time.Duration) (resu
 			sub.dedupeID, sub.dedupeTTL, sub.enforced = "", 0, false
 		}
 		keys, args := b.encode(&sub, group)
-		r, err := b.call(parent, timeout, keys, args, len(group))
+		r, err := b.call(parent, timeout, keys, args, make([]ruleResult, len(group)))
 		if err != nil {
 			return result{}, err
 		}
@@ -169,15 +169,15 @@ func (b *Redis) eval(parent context.Context, o *op, timeout time.Duration) (resu
 }
 
 // call runs allow.lua with keys and args under timeout and parses a reply
-// of n rules.
-func (b *Redis) call(parent context.Context, timeout time.Duration, keys []string, args []any, n int) (result, error) {
+// of len(dst) rules into dst.
+func (b *Redis) call(parent context.Context, timeout time.Duration, keys []string, args []any, dst []ruleResult) (result, error) {
 	b.calls.Add(1)
 	run := func(ctx context.Context) (result, error) {
 		reply, err := allowScript.Run(ctx, b.c, keys, args...).Text()
 		if err != nil {
 			return result{}, fmt.Errorf("redis evalsha allow.lua: %w", err)
 		}
-		return parseReply(reply, n)
+		return parseReply(reply, dst)
 	}
 	return bounded(parent, timeout, b.bounded, "allow.lua", run)
 }
@@ -234,6 +234,8 @@ func (b *Redis) encode(o *op, rules []ruleOp) ([]string, []any) {
 		keys = append(keys, b.prefix+"lim:{"+rules[0].tag+"}:dd:"+o.host+":"+o.diag+":"+o.dedupeID)
 	}
 	args := make([]any, 3, 3+2*len(rules))
+	// One buffer for the header and every rule's parameters.
+	packed := make([]byte, 7*8, 7*8+15*8*len(rules))
 	for i := range rules {
 		r := &rules[i]
 		hs, wz := int64(0), int64(0)
@@ -251,7 +253,7 @@ func (b *Redis) encode(o *op, rules []ruleOp) ([]string, []any) {
 		if r.brkFail > 0 {
 			keys = append(keys, b.key(r.tag, "f:", r.rule))
 		}
-		packed := make([]byte, 0, 15*8)
+		start := len(packed)
 		for _, v := range [...]int64{r.block, int64(r.daily), r.dayNum, r.dailyTTL, r.minIvl, int64(r.winCount),
 			r.winPer, r.rateT, int64(r.rateCap), wz, hs, int64(r.conc), int64(r.brkFail), r.brkWin, r.brkOpen} {
 			packed = binary.LittleEndian.AppendUint64(packed, uint64(v))
@@ -260,13 +262,12 @@ func (b *Redis) encode(o *op, rules []ruleOp) ([]string, []any) {
 		if order == "" {
 			order = "-"
 		}
-		args = append(args, packed, order)
+		args = append(args, packed[start:len(packed):len(packed)], order)
 	}
-	header := make([]byte, 0, 7*8)
-	for _, v := range [...]int64{b2i(o.dry), o.now, o.dedupeTTL, int64(len(rules)), o.leaseUntil, b2i(o.enforced), b2i(o.runs)} {
-		header = binary.LittleEndian.AppendUint64(header, uint64(v))
+	for i, v := range [...]int64{b2i(o.dry), o.now, o.dedupeTTL, int64(len(rules)), o.leaseUntil, b2i(o.enforced), b2i(o.runs)} {
+		binary.LittleEndian.PutUint64(packed[i*8:], uint64(v))
 	}
-	args[0], args[1], args[2] = header, o.task, strconv.FormatUint(o.member, 10)
+	args[0], args[1], args[2] = packed[:7*8:7*8], o.task, strconv.FormatUint(o.member, 10)
 	return keys, args
 }
 
@@ -280,16 +281,19 @@ func b2i(v bool) int64 {
 // replyRecord is the size of one rule's record in allow.lua's reply.
 const replyRecord = 9 * 8
 
-// parseReply parses allow.lua's reply: n records of 9 little-endian int64
-// (1 for a duplicate).
-func parseReply(s string, n int) (result, error) {
+// parseReply parses allow.lua's reply into dst: len(dst) records of 9
+// little-endian int64 (1 for a duplicate).
+func parseReply(s string, dst []ruleResult) (result, error) {
+	n := len(dst)
 	if len(s) == 0 || len(s)%replyRecord != 0 || (len(s) != n*replyRecord && len(s) != replyRecord) {
 		return result{}, fmt.Errorf("%w: %d bytes for %d rules", ErrBadReply, len(s), n)
 	}
-	p := []byte(s)
-	res := result{rules: make([]ruleResult, len(s)/replyRecord)}
+	res := result{rules: dst[:len(s)/replyRecord]}
 	for k := range res.rules {
-		f := func(i int) int64 { return int64(binary.LittleEndian.Uint64(p[k*replyRecord+i*8:])) }
+		f := func(i int) int64 {
+			j := k*replyRecord + i*8
+			return int64(binary.LittleEndian.Uint64([]byte(s[j : j+8])))
+		}
 		res.rules[k] = ruleResult{status: int(f(0)), limit: byte(f(1)), retry: f(2), dailyUsed: f(3), since: f(4),
 			winCount: f(5), level: f(6), holders: f(7), probe: f(8) == 1}
 	}
