@@ -1,8 +1,11 @@
 package limiter
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -304,4 +307,34 @@ var runLimitCases = []conformanceCase{
 		}
 		e.expect("unmatched by enforced rules", Request{Host: web1.Host, Diagnostic: "x"}, Decision{Allowed: true, Rule: RuleNone, Reason: ReasonNoRule})
 	}},
+}
+
+// TestShadowDenialLogged: a shadow rule's would-be denial is one log line
+// naming the shadow rule and its reason (retry_after in seconds); the
+// allowed task itself is not logged.
+func TestShadowDenialLogged(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	cfg := rules(Rule{Name: "default", Limits: []Limit{{Daily: 10}}}, Rule{Name: "tighter", Shadow: true, Limits: []Limit{{Daily: 1}}})
+	l, err := New(cfg, NewMemory(), Options{Clock: newFakeClock(t0), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if d, err := l.Allow(context.Background(), task(web1, fmt.Sprint(i), 0)); err != nil || !d.Allowed {
+			t.Fatalf("Allow: %+v %v", d, err)
+		}
+	}
+	var got map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &got); err != nil {
+		t.Fatalf("want one JSON line: %v\n%s", err, buf.String())
+	}
+	want := map[string]any{"msg": "limiter shadow rule would deny task", "level": "INFO", "host": web1.Host, "task_id": "1",
+		"rule": "tighter", "limit": LimitDaily, "reason": ReasonDaily, "retry_after": (14 * time.Hour).Seconds()}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("log %s = %v, want %v", k, got[k], v)
+		}
+	}
 }
