@@ -45,8 +45,8 @@ var (
 // (default 4), each followed by a diagnostic run of seconds, so a
 // coalescer that batches decisions beyond eight in flight never engages;
 // pooled call buffers aliased as strings through unsafe save allocations
-// (6 a decision instead of 23; redis_rate makes 22) but no measurable
-// time. scripts/bench, plain mode, full-rule decisions/s over redis_rate
+// (a full-rule decision makes 26 with Script.Run, redis_rate 22) but no
+// measurable time. scripts/bench, plain mode, full-rule decisions/s over redis_rate
 // Allow/s on the same client (above 1: the limiter is faster), one run of
 // each transport on 2 shared cores:
 //
