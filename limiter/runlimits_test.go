@@ -110,6 +110,17 @@ var runLimitCases = []conformanceCase{
 			t.Fatalf("decisions_total{denied,concurrency_exceeded} = %v, want %d", got, n-1)
 		}
 	}},
+	{"concurrency: no slot taken when another limit denies", func(t *testing.T, h harness) {
+		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 2}, {Daily: 1}}}), t0)
+		e.expect("a", task(db1, "a", time.Minute), allowed("heavy"))
+		d := e.expect("b: daily denies", task(db1, "b", time.Minute), denied("heavy", LimitDaily, ReasonDaily, 14*time.Hour))
+		if d.OnExceed != OnExceedDrop || d.Counters.Running != 1 {
+			t.Fatalf("on_exceed %s, running %d; want drop (not a concurrency denial), 1", d.OnExceed, d.Counters.Running)
+		}
+		if got := e.holders(db1); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("holders %v, want [a]", got)
+		}
+	}},
 	{"concurrency: the same task again keeps its one slot", func(t *testing.T, h harness) {
 		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 2}}}), t0)
 		a := task(db1, "a", time.Minute)
