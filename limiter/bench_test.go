@@ -52,6 +52,18 @@ func fullRuleWindow(count int) Config {
 	}})
 }
 
+// fullRuleRuns is fullRule with a concurrency limit (high enough that
+// every decision takes a slot) and a shadow rule with a daily quota and a
+// rate on the same key: the most a decision under one key writes.
+func fullRuleRuns() Config {
+	c := fullRule()
+	c.Rules[0].Limits = append(c.Rules[0].Limits, Limit{Concurrency: 1 << 20})
+	c.Rules = append(c.Rules, Rule{Name: "shadow", Shadow: true, Limits: []Limit{
+		{Daily: 1 << 30}, {Rate: &Rate{Count: 1 << 20, Per: time.Second}},
+	}})
+	return c
+}
+
 // runConcurrent runs b.N calls of op on exactly g goroutines and reports
 // latency percentiles.
 func runConcurrent(b *testing.B, g int, op func(ctx context.Context, i int) error) {
@@ -252,7 +264,9 @@ const compareRound = 1024
 // autopipeline: both through client.AutoPipeline() (the limiter then runs
 // each call on a goroutine of its own); batched: the limiter on the
 // client, redis_rate through AutoPipeline(); zset: plain, with a window too
-// large for the state key's log (a sorted set).
+// large for the state key's log (a sorted set); runlimits: plain, the full
+// rule plus a concurrency slot taken per decision and a shadow rule on the
+// same key (fullRuleRuns), still one EVALSHA.
 func BenchmarkCompare(b *testing.B) {
 	c := benchClient(b)
 	ap, err := c.AutoPipeline()
@@ -265,16 +279,22 @@ func BenchmarkCompare(b *testing.B) {
 		lim    redis.Scripter
 		rate   rateClient
 		window int
+		runs   bool // the full rule with a concurrency slot and a shadow rule on the same key
 	}{
-		{"plain", c, c, defaultWindowLogMax},
-		{"autopipeline", ap, ap, defaultWindowLogMax},
-		{"batched", c, ap, defaultWindowLogMax},
-		{"zset", c, c, largeWindow},
+		{"plain", c, c, defaultWindowLogMax, false},
+		{"autopipeline", ap, ap, defaultWindowLogMax, false},
+		{"batched", c, ap, defaultWindowLogMax, false},
+		{"zset", c, c, largeWindow, false},
+		{"runlimits", c, c, defaultWindowLogMax, true},
 	} {
 		for _, g := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", mode.name, g), func(b *testing.B) {
 				prefix := uniquePrefix(b)
-				l, err := New(fullRuleWindow(mode.window), NewRedis(mode.lim, prefix), Options{Timeout: 5 * time.Second})
+				cfg := fullRuleWindow(mode.window)
+				if mode.runs {
+					cfg = fullRuleRuns()
+				}
+				l, err := New(cfg, NewRedis(mode.lim, prefix), Options{Timeout: 5 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -285,7 +305,11 @@ func BenchmarkCompare(b *testing.B) {
 					keys[i] = prefix + "rate:" + h
 				}
 				limOp := func(ctx context.Context, i int) error {
-					d, err := l.Allow(ctx, Request{Host: hosts[i%benchKeys], Diagnostic: "disk-usage"})
+					r := Request{Host: hosts[i%benchKeys], Diagnostic: "disk-usage"}
+					if mode.runs {
+						r.TaskID, r.Lease = strconv.Itoa(i), time.Minute
+					}
+					d, err := l.Allow(ctx, r)
 					if err == nil && d.Degraded {
 						err = fmt.Errorf("degraded decision: %+v", d)
 					}

@@ -76,6 +76,22 @@ type Rule struct {
 	OnExceed string `yaml:"on_exceed"`
 	// Fail overrides Config.Fail for this rule; empty inherits it.
 	Fail string `yaml:"fail"`
+	// Breaker denies the key (reason "failing") for OpenFor once Failures
+	// runs it allowed ended failed or timed_out within Window, then lets one
+	// probe through. Nil: no breaker.
+	Breaker *Breaker `yaml:"breaker"`
+	// Shadow rules never deny: every matching one is evaluated besides the
+	// first matching enforced rule (first-match applies among enforced rules
+	// only), with its state kept as if enforced, and a would-be denial is
+	// logged and counted (decision="shadow_denied").
+	Shadow bool `yaml:"shadow"`
+}
+
+// Breaker is a rule's failure breaker.
+type Breaker struct {
+	Failures int           `yaml:"failures"`
+	Window   time.Duration `yaml:"window"`
+	OpenFor  time.Duration `yaml:"open_for"`
 }
 
 // Match selects the tasks a rule applies to. Every non-empty field has to match.
@@ -95,6 +111,9 @@ type Limit struct {
 	Window *Window `yaml:"window"`
 	// Rate is a leaky bucket (GCRA): Count per Per sustained, Count*Burst at once.
 	Rate *Rate `yaml:"rate"`
+	// Concurrency is how many allowed tasks of the key may run at once,
+	// fleet-wide; a slot is held under the task's lease until its run ends.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // Window is a sliding-window limit.
@@ -118,6 +137,8 @@ const (
 	LimitWindow      = "window"
 	LimitRate        = "rate"
 	LimitBlock       = "block"
+	LimitConcurrency = "concurrency"
+	LimitBreaker     = "breaker"
 )
 
 // DefaultDedupeTTL is the dedupe TTL when Dedupe.Key is set and TTL is zero.
@@ -153,6 +174,9 @@ func (l Limit) kind() (string, int) {
 	}
 	if l.Rate != nil {
 		k, n = LimitRate, n+1
+	}
+	if l.Concurrency != 0 {
+		k, n = LimitConcurrency, n+1
 	}
 	return k, n
 }
@@ -217,7 +241,7 @@ func (c Config) Validate() error {
 			lp := fmt.Sprintf("%s.limits[%d]", p, j)
 			k, n := l.kind()
 			if n != 1 {
-				add(lp, "exactly one of daily, min_interval, window, rate must be set, got %d", n)
+				add(lp, "exactly one of daily, min_interval, window, rate, concurrency must be set, got %d", n)
 				continue
 			}
 			if prev, dup := seen[k]; dup {
@@ -254,6 +278,22 @@ func (c Config) Validate() error {
 				if l.Rate.Burst < 0 {
 					add(lp+".rate.burst", "must not be negative (0 means 1), got %d", l.Rate.Burst)
 				}
+			case LimitConcurrency:
+				if l.Concurrency < 0 {
+					add(lp+".concurrency", "must be positive, got %d", l.Concurrency)
+				}
+			}
+		}
+		if b := r.Breaker; b != nil {
+			bp := p + ".breaker"
+			if b.Failures <= 0 {
+				add(bp+".failures", "must be positive, got %d", b.Failures)
+			}
+			if b.Window < time.Millisecond {
+				add(bp+".window", "must be at least 1ms, got %s", b.Window)
+			}
+			if b.OpenFor < time.Millisecond {
+				add(bp+".open_for", "must be at least 1ms, got %s", b.OpenFor)
 			}
 		}
 	}

@@ -65,6 +65,19 @@ func TestValidate(t *testing.T) {
 			"rules[6].limits[1].window.per: must be at least 1ms",
 		}},
 		{"missing name", Config{Rules: []Rule{{}}}, []string{"rules[0].name: must be set"}},
+		{"concurrency and breaker", valid(func(c *Config) {
+			c.Rules = append(c.Rules,
+				Rule{Name: "slots", Limits: []Limit{{Concurrency: -1}, {Concurrency: 2}, {Concurrency: 1, Daily: 1}}},
+				Rule{Name: "brk", Shadow: true, Breaker: &Breaker{Failures: 0, Window: 0, OpenFor: time.Microsecond}},
+			)
+		}), []string{
+			"rules[1].limits[0].concurrency: must be positive",
+			"rules[1].limits[1]: a rule has at most one concurrency limit",
+			"rules[1].limits[2]: exactly one of daily, min_interval, window, rate, concurrency must be set, got 2",
+			"rules[2].breaker.failures: must be positive",
+			"rules[2].breaker.window: must be at least 1ms",
+			"rules[2].breaker.open_for: must be at least 1ms",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -115,6 +128,23 @@ rules:
     block: 1h
     on_exceed: drop
     fail: closed
+  - name: heavy-per-host
+    match: {diagnostic: [full-dump]}
+    key: host
+    limits:
+      - concurrency: 1
+      - daily: 2
+    on_exceed: defer
+  - name: fleet-cap
+    key: global
+    limits: [{concurrency: 20}]
+  - name: broken-diagnostic
+    key: host+diagnostic
+    breaker: {failures: 5, window: 10m, open_for: 30m}
+  - name: try-tighter-quota
+    shadow: true
+    key: host
+    limits: [{daily: 1}]
   - name: default
     limits: [{daily: 2}, {min_interval: 2h}]
 `
@@ -131,6 +161,10 @@ rules:
 	if h.Block != time.Hour || h.Limits[1].MinInterval != 2*time.Hour || h.Limits[2].Window.Per != time.Minute ||
 		h.Limits[3].Rate.Burst != 3 || c.Dedupe.TTL != 10*time.Minute || h.Fail != FailClosed {
 		t.Fatalf("decoded %+v", c)
+	}
+	if c.Rules[1].Limits[0].Concurrency != 1 || c.Rules[2].Limits[0].Concurrency != 20 ||
+		*c.Rules[3].Breaker != (Breaker{Failures: 5, Window: 10 * time.Minute, OpenFor: 30 * time.Minute}) || !c.Rules[4].Shadow {
+		t.Fatalf("decoded %+v", c.Rules)
 	}
 }
 

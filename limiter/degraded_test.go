@@ -23,14 +23,32 @@ type fakeBackend struct {
 
 var _ Backend = (*fakeBackend)(nil)
 
-func (f *fakeBackend) eval(ctx context.Context, o op, _ time.Duration) (result, error) {
+func (f *fakeBackend) eval(ctx context.Context, o *op, _ time.Duration) (result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	if f.err != nil {
 		return result{}, f.err
 	}
-	return result{status: statusAllowed, since: -1}, nil
+	res := result{rules: make([]ruleResult, len(o.rules))}
+	for i := range res.rules {
+		res.rules[i] = ruleResult{status: statusAllowed, since: -1}
+	}
+	return res, nil
+}
+
+func (f *fakeBackend) held(context.Context, *heldOp, time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return f.err
+}
+
+func (f *fakeBackend) inspect(context.Context, string, *ruleOp, int64, time.Duration) (ruleState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return ruleState{}, f.err
 }
 
 func (f *fakeBackend) set(err error) {

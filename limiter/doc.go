@@ -5,22 +5,61 @@
 // diagnostic, host+diagnostic or globally. Its limits, in any combination:
 // a daily quota (calendar day of an operational time zone, reset at local
 // midnight, 23 h and 25 h days included), a minimum interval, a sliding window
-// (sorted set), a leaky bucket (GCRA) with a burst multiplier, and a sticky
-// block after any denial. An alert event seen within the dedupe TTL is a
-// duplicate: not a denial, it consumes nothing. A task no rule matches is
-// allowed under rule "none". A decision consumes quota only when every limit
-// of the rule allows it.
+// (sorted set), a leaky bucket (GCRA) with a burst multiplier, a
+// concurrency cap, and a sticky block after any denial. An alert event seen
+// within the dedupe TTL is a duplicate: not a denial, it consumes nothing. A
+// task no rule matches is allowed under rule "none". A decision consumes
+// quota only when every limit of the rule allows it.
+//
+// # Runs: concurrency slots and failure breakers
+//
+// A rule's `concurrency: N` lets N allowed tasks of its key run at once,
+// fleet-wide. The slot is taken in the decision, atomically with the rule's
+// other limits, under Request.TaskID until Request.Lease from now (the
+// task's execution lease); Renew extends it with the lease, Done gives it
+// back when the run ends, and an agent that dies frees it when its lease
+// ends, never later. A denial's RetryAfter is the earliest lease expiry
+// among the holders, at least 1 s, and it defers unless the rule sets
+// on_exceed. The same task id asking again keeps its one slot (a
+// redelivered task).
+//
+// A rule's `breaker: {failures, window, open_for}` counts the runs it
+// allowed that end failed or timed_out (Done's outcome) for the rule's key:
+// the failures-th within window opens it, and the rule denies with reason
+// "failing" for open_for. Then exactly one run, fleet-wide, is let through
+// as the probe (Decision.Probe); its success closes the breaker, its
+// failure reopens it, and a probe whose lease lapses without a Done is
+// replaced by the next allowed task. Failures of other runs while it is open
+// count for nothing. This breaker is the rule's; the Redis-outage breaker
+// (reason "breaker_open", below) is the limiter's own.
+//
+// # Shadow rules
+//
+// A rule with `shadow: true` never denies. First-match applies among the
+// enforced rules only; every matching shadow is evaluated in the same
+// decision, with its state kept as if it were enforced: it consumes (a
+// quota, a slot, a probe) when it allows and the task runs, and a would-be
+// denial sets its block. A would-be denial is logged, counted as
+// decision="shadow_denied" under the shadow's name and reason, and reported
+// in Decision.Shadow.
 //
 // # Backends
 //
 // NewRedis: one decision is ONE EVALSHA of the embedded allow.lua (EVAL once
-// after a SCRIPT FLUSH), so a fleet of agents sharing Redis is exact. Every
-// key of a decision carries the same hash tag, {<limited key value>} ({global}
-// for key: global), so it runs unchanged on Redis Cluster; the dedupe key is
-// put under the rule's tag for that reason. Keys (prefix is redis.prefix):
+// after a SCRIPT FLUSH), so a fleet of agents sharing Redis is exact; the
+// enforced rule and every matching shadow are evaluated in that one call.
+// Every key of a rule carries the hash tag {<limited key value>} ({global}
+// for key: global), and the dedupe key is put under the enforced rule's tag,
+// so a decision runs unchanged on Redis Cluster. There (a ClusterClient or
+// Ring), a shadow whose key kind differs from the enforced rule's is in
+// another slot and costs one more EVALSHA, after the first, each (Explain
+// states the count). Done and Renew are one EVALSHA of held.lua per slot
+// likewise. Keys (prefix is redis.prefix):
 //
 //	<prefix>lim:{tag}:s:<rule>                    state of the rule for the key, TTL = its longest-lived part
 //	<prefix>lim:{tag}:w:<rule>                    window ZSET, only for a window count above 64, TTL = per
+//	<prefix>lim:{tag}:c:<rule>                    concurrency slots: ZSET task id -> lease expiry, TTL = the latest
+//	<prefix>lim:{tag}:f:<rule>                    failure breaker: HASH open-until, probe, probe lease, failure times
 //	<prefix>lim:{tag}:dd:<host>:<diagnostic>:<id>  dedupe mark, TTL = dedupe.ttl
 //
 // The state is one packed string (layout at the top of allow.lua): block
@@ -61,8 +100,9 @@
 // share state but not clocks. If one agent's clock runs ahead by s, its
 // allowed runs look s later to the others: a min_interval or window can
 // appear up to s longer or shorter, a block set by it lasts s longer or
-// shorter for the others, and a daily quota can switch days up to s early or
-// late around midnight. Keep fleet clocks NTP-synchronised (EC2 provides
+// shorter for the others, a daily quota can switch days up to s early or
+// late around midnight, and a concurrency slot or breaker probe it takes
+// lasts up to s longer or shorter. Keep fleet clocks NTP-synchronised (EC2 provides
 // chrony with the Amazon Time Sync Service); skew well below a second is
 // negligible against limits of minutes and hours. The alternative, Redis
 // TIME, would make every decision depend on one clock but could not be
@@ -84,15 +124,21 @@
 // or timeout Allow decides by the rule's fail mode (open: allowed; closed:
 // denied with RetryAfter = the breaker cooldown), marks the decision
 // Degraded, logs the cause and counts autodiag_limiter_degraded_total.
-// After BreakerThreshold consecutive failures a circuit breaker stops
+// A degraded decision takes no slot and no probe and evaluates no shadow:
+// a rule whose concurrency cap must hold through a Redis outage needs
+// fail: closed. After BreakerThreshold consecutive failures a circuit breaker stops
 // calling Redis for BreakerCooldown (on the Clock), deciding by fail mode at
 // once (reason "breaker_open"), then lets one probe through. Check, the dry
-// run behind `autodiag limits check`, returns the error instead.
+// run behind `autodiag limits check`, and Inspect (the slots' holders and
+// the breakers' state of a request's rules) return the error instead; so do
+// Done and Renew, which bypass that breaker (a slot they fail to give back
+// lapses with its lease).
 //
 // # Observability
 //
 // autodiag_limiter_decisions_total{rule,decision,reason} counts every Allow
-// (decision: allowed, denied, duplicate; reason: the Reason* constants), and
+// (decision: allowed, denied, duplicate; reason: the Reason* constants) and
+// every shadow rule's would-be denial (decision: shadow_denied), and
 // autodiag_limiter_degraded_total the fail-mode decisions. Every denial and
 // degraded decision is logged with host, rule, limit, reason, counters,
 // retry_after, degraded and the Redis state (up, failing, breaker_open), so an

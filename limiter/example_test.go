@@ -80,3 +80,53 @@ func ExampleWriteExplain() {
 	//   timezone: America/Sao_Paulo; next reset: 2026-08-12T00:00:00-03:00
 	// rule none: tasks no rule matches are allowed (counted as rule="none")
 }
+
+// ExampleLimiter_Done: the calls an agent makes around a run under a rule
+// with a concurrency cap and a failure breaker: Allow with the task's id and
+// lease, Renew with each lease renewal, Done with the outcome when the run
+// ends.
+func ExampleLimiter_Done() {
+	cfg := limiter.DefaultConfig()
+	cfg.Rules = []limiter.Rule{{
+		Name:    "heavy-per-host",
+		Match:   limiter.Match{Diagnostic: []string{"full-dump"}},
+		Limits:  []limiter.Limit{{Concurrency: 1}, {Daily: 20}},
+		Breaker: &limiter.Breaker{Failures: 5, Window: 10 * time.Minute, OpenFor: 30 * time.Minute},
+	}, {
+		Name:   "try-tighter-quota",
+		Shadow: true,
+		Limits: []limiter.Limit{{Daily: 1}},
+	}}
+	l, err := limiter.New(cfg, limiter.NewMemory(), limiter.Options{Clock: fixedClock{time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	lease := time.Minute // the task's execution lease (queue.visibility_timeout)
+	a := limiter.Request{Host: "db-01", Diagnostic: "full-dump", TaskID: "task-a", Lease: lease}
+	b := limiter.Request{Host: "db-01", Diagnostic: "full-dump", TaskID: "task-b", Lease: lease}
+	show := func(name string, d limiter.Decision) {
+		fmt.Printf("%s: allowed=%v reason=%s on_exceed=%s retry_after=%s running=%d/%d", name, d.Allowed, d.Reason,
+			d.OnExceed, d.RetryAfter, d.Counters.Running, d.Counters.ConcurrencyLimit)
+		for _, s := range d.Shadow {
+			fmt.Printf(" shadow %s allowed=%v reason=%s", s.Rule, s.Allowed, s.Reason)
+		}
+		fmt.Println()
+	}
+	d, _ := l.Allow(ctx, a)
+	show("a", d)
+	_ = l.Renew(ctx, a, lease) // with every renewal of a's lease
+	d, _ = l.Allow(ctx, b)
+	show("b", d)
+	_ = l.Done(ctx, a, limiter.OutcomeFailed) // a's run ended: the slot is free, one failure counted
+	d, _ = l.Allow(ctx, b)
+	show("b", d)
+	st, _ := l.Inspect(ctx, b)
+	fmt.Printf("%s: holders=%s breaker=%s failures=%d\n", st[0].Rule, st[0].Holders[0].TaskID, st[0].Breaker, st[0].Failures)
+	// Output:
+	// a: allowed=true reason=allowed on_exceed=drop retry_after=0s running=1/1 shadow try-tighter-quota allowed=true reason=allowed
+	// b: allowed=false reason=concurrency_exceeded on_exceed=defer retry_after=1m0s running=1/1 shadow try-tighter-quota allowed=false reason=daily_exceeded
+	// b: allowed=true reason=allowed on_exceed=drop retry_after=0s running=1/1 shadow try-tighter-quota allowed=false reason=daily_exceeded
+	// heavy-per-host: holders=task-b breaker=closed failures=1
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,6 +31,18 @@ type RuleExplanation struct {
 	Timezone     string
 	// NextReset is the next local midnight after the explained time (when daily quotas reset).
 	NextReset time.Time
+	// Shadow: the rule never denies; it is evaluated besides the first
+	// matching enforced rule and its would-be denials are counted.
+	Shadow bool
+	// Breaker describes the rule's failure breaker in words ("" none).
+	Breaker string
+	// ClusterCalls is how many EVALSHA a decision under this rule costs on
+	// a Redis Cluster when every shadow rule that can match with it does:
+	// 1, plus one per other key kind among those shadows (a shadow keyed
+	// like the rule shares its hash slot). On standalone Redis it is 1.
+	ClusterCalls int
+	// ShadowsWith names those shadow rules (for an enforced rule).
+	ShadowsWith []string
 }
 
 // LimitExplanation is one limit normalised.
@@ -46,10 +59,30 @@ func (l *Limiter) Explain(now time.Time) []RuleExplanation {
 	_, next := dayBounds(now, l.loc)
 	out := make([]RuleExplanation, 0, len(l.cfg.Rules))
 	for i, r := range l.cfg.Rules {
-		cr := &l.rules[i]
+		cr := l.compiled(i + 1)
 		e := RuleExplanation{
 			Rule: r.Name, Match: matchString(r.Match), Key: cr.key, PerSecond: math.Inf(1), Burst: -1,
 			Block: r.Block, OnExceed: cr.onExceed, Fail: cr.fail, Timezone: l.cfg.Timezone, NextReset: next,
+			Shadow: cr.shadow, ClusterCalls: 1,
+		}
+		if b := r.Breaker; b != nil {
+			e.Breaker = fmt.Sprintf("opens after %d failed or timed_out runs within %s for one %s; "+
+				"then denies (reason failing) for %s and lets one probe through: its success closes it, its failure reopens it",
+				b.Failures, b.Window, cr.key, b.OpenFor)
+		}
+		if !cr.shadow {
+			kinds := []string{cr.key}
+			for j := range l.shadows {
+				sr := &l.shadows[j]
+				if !mayOverlap(cr, sr) {
+					continue
+				}
+				e.ShadowsWith = append(e.ShadowsWith, sr.name)
+				if !slices.Contains(kinds, sr.key) {
+					kinds = append(kinds, sr.key)
+				}
+			}
+			e.ClusterCalls = len(kinds)
 		}
 		first := ""
 		for _, lim := range r.Limits {
@@ -68,6 +101,15 @@ func (l *Limiter) Explain(now time.Time) []RuleExplanation {
 				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d per %s (sliding)", w.Count, w.Per),
 					PerSecond: float64(w.Count) / w.Per.Seconds(), Burst: w.Count,
 					Denies: fmt.Sprintf("task %d within any %s", w.Count+1, w.Per)}
+			case LimitConcurrency:
+				onExceed := cr.onExceed
+				if cr.deferConc {
+					onExceed = OnExceedDefer
+				}
+				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d at once (fleet-wide)", lim.Concurrency),
+					PerSecond: math.Inf(1), Burst: lim.Concurrency,
+					Denies: fmt.Sprintf("a task while %d runs for the same %s hold a slot (held until the run ends, or its lease lapses); "+
+						"retry after the earliest holder's lease, at least 1s; on exceed: %s", lim.Concurrency, cr.key, onExceed)}
 			case LimitRate:
 				rt := lim.Rate
 				b := max(rt.Burst, 1)
@@ -103,6 +145,21 @@ func (e RuleExplanation) String() string {
 		fmt.Fprintf(&b, "  effective:   %s/s (%s/h), burst ceiling %d\n", ftoa(e.PerSecond), ftoa(e.PerSecond*3600), e.Burst)
 	}
 	fmt.Fprintf(&b, "  denials start: %s\n", e.DenialsStart)
+	if e.Breaker != "" {
+		fmt.Fprintf(&b, "  breaker: %s\n", e.Breaker)
+	}
+	if e.Shadow {
+		fmt.Fprintf(&b, "  shadow: never denies; evaluated with the first matching enforced rule, state kept as if enforced, would-be denials logged and counted as decision=\"shadow_denied\"\n")
+	} else if len(e.ShadowsWith) > 0 {
+		calls := "1 EVALSHA per decision"
+		if len(e.ShadowsWith) > 0 {
+			calls += fmt.Sprintf(" with shadows [%s]", strings.Join(e.ShadowsWith, ", "))
+		}
+		if e.ClusterCalls > 1 {
+			calls += fmt.Sprintf("; %d on a Redis Cluster (keys in %d hash slots)", e.ClusterCalls, e.ClusterCalls)
+		}
+		fmt.Fprintf(&b, "  round trips: %s\n", calls)
+	}
 	block := "none"
 	if e.Block > 0 {
 		block = e.Block.String() + " after any denial (sticky)"
@@ -145,4 +202,37 @@ func ftoa(f float64) string {
 		return "unlimited"
 	}
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.6f", f), "0"), ".")
+}
+
+// compiled returns the compiled rule of configuration index idx-1.
+func (l *Limiter) compiled(idx int) *compiledRule {
+	for i := range l.rules {
+		if l.rules[i].idx == idx {
+			return &l.rules[i]
+		}
+	}
+	for i := range l.shadows {
+		if l.shadows[i].idx == idx {
+			return &l.shadows[i]
+		}
+	}
+	return nil
+}
+
+// mayOverlap reports whether a task could match both a and b: false only
+// when their diagnostic or severity lists are both set and disjoint (host
+// expressions are assumed to overlap).
+func mayOverlap(a, b *compiledRule) bool {
+	disjoint := func(x, y []string) bool {
+		if len(x) == 0 || len(y) == 0 {
+			return false
+		}
+		for _, v := range x {
+			if slices.Contains(y, v) {
+				return false
+			}
+		}
+		return true
+	}
+	return !disjoint(a.diags, b.diags) && !disjoint(a.sevs, b.sevs)
 }

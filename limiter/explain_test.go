@@ -53,3 +53,42 @@ func TestExplain(t *testing.T) {
 		t.Errorf("per: 60s and per: 1m explained differently:\n%s\n%s", ex[1], ex[2])
 	}
 }
+
+func TestExplainRunLimits(t *testing.T) {
+	t.Parallel()
+	cfg := rules(
+		Rule{Name: "heavy-per-host", Match: Match{Diagnostic: []string{"full-dump"}}, Limits: []Limit{{Concurrency: 1}, {Daily: 2}}},
+		Rule{Name: "fleet-cap", Key: KeyGlobal, Limits: []Limit{{Concurrency: 20}}},
+		Rule{Name: "broken-diagnostic", Key: KeyHostDiagnostic, Breaker: &Breaker{Failures: 5, Window: 10 * time.Minute, OpenFor: 30 * time.Minute}},
+		Rule{Name: "try-tighter-quota", Shadow: true, Limits: []Limit{{Daily: 1}}},
+		Rule{Name: "cpu-only", Shadow: true, Match: Match{Diagnostic: []string{"cpu-top"}}, Key: KeyDiagnostic, Limits: []Limit{{Daily: 1}}},
+	)
+	l, err := New(cfg, NewMemory(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := l.Explain(t0)
+	for _, tc := range []struct {
+		i        int
+		calls    int
+		contains []string
+	}{
+		{0, 1, []string{"concurrency  1 at once (fleet-wide)",
+			"denies a task while 1 runs for the same host hold a slot (held until the run ends, or its lease lapses); retry after the earliest holder's lease, at least 1s; on exceed: defer",
+			"round trips: 1 EVALSHA per decision with shadows [try-tighter-quota]\n"}},
+		{1, 3, []string{"20 at once (fleet-wide)", "task 21 in a burst for one global (by concurrency)",
+			"round trips: 1 EVALSHA per decision with shadows [try-tighter-quota, cpu-only]; 3 on a Redis Cluster (keys in 3 hash slots)"}},
+		{2, 3, []string{"breaker: opens after 5 failed or timed_out runs within 10m0s for one host+diagnostic; then denies (reason failing) for 30m0s and lets one probe through"}},
+		{3, 1, []string{"shadow: never denies", `decision="shadow_denied"`}},
+	} {
+		e := ex[tc.i]
+		if e.ClusterCalls != tc.calls {
+			t.Errorf("%s: ClusterCalls %d, want %d", e.Rule, e.ClusterCalls, tc.calls)
+		}
+		for _, s := range tc.contains {
+			if !strings.Contains(e.String(), s) {
+				t.Errorf("%s: explanation lacks %q:\n%s", e.Rule, s, e)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,5 +270,94 @@ func testWindowNeverKeepsMoreThanCount(t *testing.T, zset bool) {
 	}
 	if n := runs(); n != 2 {
 		t.Fatalf("%d runs kept after the denial, want the newest 2", n)
+	}
+}
+
+// TestFleetConcurrency: 4 agents (each its own limiter and connection pool)
+// with 2 workers each run 200 tasks for one host under concurrency: 1. A
+// denied task goes back to the queue (defer); an allowed one marks its start
+// and end and ends with Done. At no instant do two run, and all 200 run.
+func TestFleetConcurrency(t *testing.T) {
+	t.Parallel()
+	const agents, workers, tasks = 4, 2, 200
+	for _, tc := range []struct {
+		name    string
+		backend func(t *testing.T, prefix string) func() Backend
+	}{
+		{"memory", func(t *testing.T, _ string) func() Backend {
+			m := NewMemory()
+			return func() Backend { return m }
+		}},
+		{"redis", func(t *testing.T, prefix string) func() Backend {
+			addr := requireEnv(t, "AUTODIAG_TEST_REDIS_ADDR")
+			return func() Backend {
+				c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = c.Close() })
+				return NewRedis(c, prefix)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newBackend := tc.backend(t, uniquePrefix(t))
+			cfg := rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 1}}})
+			queue := make(chan string, tasks)
+			for i := range tasks {
+				queue <- fmt.Sprintf("task-%03d", i)
+			}
+			var running, maxRunning, ran, deferred atomic.Int64
+			finished := make(chan struct{})
+			var wg sync.WaitGroup
+			for range agents {
+				l, err := New(cfg, newBackend(), Options{Clock: newFakeClock(t0), Timeout: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range workers {
+					wg.Go(func() {
+						for {
+							var id string
+							select {
+							case id = <-queue:
+							case <-finished:
+								return
+							}
+							r := task(db1, id, time.Minute)
+							d, err := l.Allow(context.Background(), r)
+							if err != nil || d.Degraded {
+								t.Errorf("%s: %+v %v", id, d, err)
+								return
+							}
+							if !d.Allowed {
+								if d.OnExceed != OnExceedDefer || d.Reason != ReasonConcurrency {
+									t.Errorf("%s: %s on_exceed %s", id, verdict(d), d.OnExceed)
+									return
+								}
+								deferred.Add(1)
+								queue <- id
+								continue
+							}
+							n := running.Add(1) // start mark
+							for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+							}
+							for range 20 { // the run: let the other workers try meanwhile
+								runtime.Gosched()
+							}
+							running.Add(-1) // end mark
+							if err := l.Done(context.Background(), r, OutcomeSucceeded); err != nil {
+								t.Errorf("%s: Done: %v", id, err)
+								return
+							}
+							if ran.Add(1) == tasks {
+								close(finished)
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if ran.Load() != tasks || maxRunning.Load() != 1 {
+				t.Fatalf("ran %d of %d, at most %d at once (want 1); %d deferrals", ran.Load(), tasks, maxRunning.Load(), deferred.Load())
+			}
+		})
 	}
 }

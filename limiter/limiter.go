@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,24 @@ const (
 	ReasonDegradedOpen   = "degraded_open"
 	ReasonDegradedClosed = "degraded_closed"
 	ReasonBreakerOpen    = "breaker_open"
+	ReasonConcurrency    = "concurrency_exceeded"
+	// ReasonFailing is a denial by the rule's failure breaker (runs it
+	// allowed kept failing), not by the Redis-outage breaker (ReasonBreakerOpen).
+	ReasonFailing = "failing"
 )
+
+// Outcomes of a run, as passed to Done: failed and timed_out count for the
+// failure breaker of the rules that allowed the run; any other outcome
+// (e.g. "released") only gives back what the run holds.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomeTimedOut  = "timed_out"
+)
+
+// DefaultLease is how long a concurrency slot or breaker probe is held when
+// Request.Lease is zero.
+const DefaultLease = time.Minute
 
 // Request is what the limiter decides on: one validated task.
 type Request struct {
@@ -40,6 +58,14 @@ type Request struct {
 	Diagnostic string
 	Severity   string
 	DedupeKey  string // value of the dedupe field for this task; "" = no dedupe
+	// TaskID identifies the run: it holds concurrency slots and the breaker
+	// probe under this id, and Done and Renew find them by it. Empty: a slot
+	// or probe taken cannot be given back or renewed and lapses with Lease.
+	TaskID string
+	// Lease is how long a slot or probe taken now is held unless Renew
+	// extends it: the task's execution lease, so that an agent that dies
+	// frees them when its lease ends. Zero means DefaultLease.
+	Lease time.Duration
 }
 
 // Decision is the limiter's answer, with the data an operator or the agent
@@ -54,6 +80,22 @@ type Decision struct {
 	RetryAfter time.Duration // when a retry could be allowed (0 when allowed)
 	Degraded   bool          // the backend failed, timed out or the breaker is open; the fail mode decided
 	Counters   Counters
+	// Probe: the run is the one its rule's failure breaker lets through
+	// after open_for; its outcome (Done) closes or reopens the breaker.
+	Probe bool
+	// Shadow holds the verdict of every matching shadow rule, in
+	// configuration order; they never change Allowed.
+	Shadow []ShadowResult
+}
+
+// ShadowResult is what a shadow rule would have decided.
+type ShadowResult struct {
+	Rule       string
+	Allowed    bool // false: the rule would have denied the task (decision="shadow_denied")
+	Limit      string
+	Reason     string
+	RetryAfter time.Duration
+	Counters   Counters
 }
 
 // Counters are the state of the matched rule's limits after the decision.
@@ -63,6 +105,9 @@ type Counters struct {
 	SinceLast                   time.Duration // since the last allowed run; -1 if none within min_interval
 	WindowCount, WindowLimit    int
 	BucketLevel, BucketCapacity float64
+	// Running is how many concurrency slots of the key are held (this
+	// run's included when allowed), of ConcurrencyLimit.
+	Running, ConcurrencyLimit int
 }
 
 // Clock tells the time; tests inject a fake one.
@@ -94,9 +139,10 @@ type Limiter struct {
 	log     *slog.Logger
 	timeout time.Duration
 	loc     *time.Location
-	rules   []compiledRule
-	none    compiledRule // the pseudo rule of unmatched requests (dedupe only)
-	dedupe  int64        // dedupe TTL in µs; 0 = dedupe off
+	rules   []compiledRule // enforced rules, first-match
+	shadows []compiledRule // shadow rules, every match
+	none    compiledRule   // the pseudo rule of unmatched requests (dedupe only)
+	dedupe  int64          // dedupe TTL in µs; 0 = dedupe off
 	metrics *metrics
 	breaker breaker
 	day     atomic.Pointer[dayInfo]
@@ -122,6 +168,13 @@ type compiledRule struct {
 	rateT    int64 // µs between two tasks at the sustained rate (ceil)
 	rateCap  int   // bucket capacity, Count*Burst
 	block    int64 // µs
+	conc     int   // concurrency slots
+	brkFail  int   // failure breaker: failures within brkWin open it for brkOpen
+	brkWin   int64 // µs
+	brkOpen  int64 // µs
+	shadow   bool
+	// deferConc: a concurrency denial defers (on_exceed left empty).
+	deferConc bool
 }
 
 // New validates cfg and returns a limiter deciding with backend b.
@@ -189,7 +242,12 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 		}
 		if cr.onExceed == "" {
 			cr.onExceed = OnExceedDrop
+			cr.deferConc = true
 		}
+		if b := r.Breaker; b != nil {
+			cr.brkFail, cr.brkWin, cr.brkOpen = b.Failures, b.Window.Microseconds(), b.OpenFor.Microseconds()
+		}
+		cr.shadow = r.Shadow
 		if r.Match.Host != "" {
 			cr.host = regexp.MustCompile(r.Match.Host) // validated above
 		}
@@ -207,9 +265,15 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 				cr.rateT = (per + int64(lim.Rate.Count) - 1) / int64(lim.Rate.Count)
 				cr.rateCap = lim.Rate.Count * burst
 				cr.order += "r"
+			case LimitConcurrency:
+				cr.conc, cr.order = lim.Concurrency, cr.order+"c"
 			}
 		}
-		l.rules = append(l.rules, cr)
+		if cr.shadow {
+			l.shadows = append(l.shadows, cr)
+		} else {
+			l.rules = append(l.rules, cr)
+		}
 		names = append(names, r.Name)
 	}
 	l.none = compiledRule{idx: 0, name: RuleNone, key: KeyHost, fail: cfg.Fail, onExceed: OnExceedDrop}
@@ -221,23 +285,34 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// match returns the first rule matching r, or nil.
+// match returns the first enforced rule matching r, or nil.
 func (l *Limiter) match(r *Request) *compiledRule {
 	for i := range l.rules {
-		cr := &l.rules[i]
-		if len(cr.diags) > 0 && !slices.Contains(cr.diags, r.Diagnostic) {
-			continue
+		if cr := &l.rules[i]; cr.matches(r) {
+			return cr
 		}
-		if len(cr.sevs) > 0 && !slices.Contains(cr.sevs, r.Severity) {
-			continue
-		}
-		if cr.host != nil && !cr.host.MatchString(r.Host) {
-			continue
-		}
-		return cr
 	}
 	return nil
 }
+
+// matchShadows appends every shadow rule matching r to dst.
+func (l *Limiter) matchShadows(dst []*compiledRule, r *Request) []*compiledRule {
+	for i := range l.shadows {
+		if cr := &l.shadows[i]; cr.matches(r) {
+			dst = append(dst, cr)
+		}
+	}
+	return dst
+}
+
+func (cr *compiledRule) matches(r *Request) bool {
+	return (len(cr.diags) == 0 || slices.Contains(cr.diags, r.Diagnostic)) &&
+		(len(cr.sevs) == 0 || slices.Contains(cr.sevs, r.Severity)) &&
+		(cr.host == nil || cr.host.MatchString(r.Host))
+}
+
+// holds reports whether a run allowed by cr holds something until it ends.
+func (cr *compiledRule) holds() bool { return cr.conc > 0 || cr.brkFail > 0 }
 
 // Allow decides whether r may run now and, when every limit of the matched
 // rule allows it, consumes quota. On a backend error or timeout (or while the
@@ -261,40 +336,61 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 	}
 	cr := l.match(r)
 	matched := cr != nil
+	var shadowBuf [4]*compiledRule
+	shadows := l.matchShadows(shadowBuf[:0], r)
+	dedupe := r.DedupeKey != "" && l.dedupe > 0
 	if !matched {
-		if r.DedupeKey == "" || l.dedupe == 0 {
-			d := Decision{Allowed: true, Rule: RuleNone, Reason: ReasonNoRule, OnExceed: OnExceedDrop,
-				Counters: Counters{SinceLast: -1}}
-			if !dry {
-				l.metrics.observe(0, &d)
-			}
-			return d, nil
-		}
 		cr = &l.none
 	}
-	if cr.order == "" && (r.DedupeKey == "" || l.dedupe == 0) {
-		// A rule without limits (so without denials to block on): nothing to
-		// ask the backend.
+	if cr.order == "" && cr.brkFail == 0 && !dedupe && len(shadows) == 0 {
+		// No limits (so no denials to block on) and nothing to count: nothing
+		// to ask the backend.
 		d := Decision{Allowed: true, Rule: cr.name, Reason: ReasonAllowed, OnExceed: cr.onExceed,
 			Counters: Counters{SinceLast: -1}}
+		if !matched {
+			d.Reason = ReasonNoRule
+		}
 		if !dry {
 			l.metrics.observe(cr.idx, &d)
 		}
 		return d, nil
 	}
 	now := l.clock.Now()
-	var o op
-	l.buildOp(&o, cr, r, now, dry)
+	o := op{dry: dry, now: now.UnixMicro(), host: r.Host, diag: r.Diagnostic, enforced: true,
+		member: l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15}
+	if dedupe {
+		o.dedupeID, o.dedupeTTL = r.DedupeKey, l.dedupe
+	}
+	o.rules = o.ruleBuf[:0]
+	o.rules = append(o.rules, ruleOp{})
+	l.ruleOpFor(&o.rules[0], cr, r, now)
+	holds := cr.holds()
+	for _, sr := range shadows {
+		o.rules = append(o.rules, ruleOp{})
+		l.ruleOpFor(&o.rules[len(o.rules)-1], sr, r, now)
+		holds = holds || sr.holds()
+	}
+	if holds {
+		o.task = r.TaskID
+		if o.task == "" {
+			o.task = "anon-" + strconv.FormatUint(o.member, 16)
+		}
+		lease := r.Lease
+		if lease <= 0 {
+			lease = DefaultLease
+		}
+		o.leaseUntil = o.now + lease.Microseconds()
+	}
 
 	var res result
 	var err error
 	if dry {
-		res, err = l.backend.eval(ctx, o, l.timeout)
+		res, err = l.backend.eval(ctx, &o, l.timeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return Decision{}, ctx.Err()
 			}
-			return Decision{}, fmt.Errorf("limiter: check %s: %w", o.tag, err)
+			return Decision{}, fmt.Errorf("limiter: check %s: %w", o.rules[0].tag, err)
 		}
 	} else {
 		if !l.breaker.allow(now) {
@@ -304,7 +400,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 			l.logDecision(ctx, r, &d, nil)
 			return d, nil
 		}
-		res, err = l.backend.eval(ctx, o, l.timeout)
+		res, err = l.backend.eval(ctx, &o, l.timeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				l.breaker.abort()
@@ -323,14 +419,50 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		}
 		l.breaker.success()
 	}
-	d := l.decision(cr, matched, &res)
+	if len(res.rules) == 0 {
+		return Decision{}, fmt.Errorf("limiter: decide %s: %w: no rule in the reply", o.rules[0].tag, ErrBadReply)
+	}
+	d := l.decision(cr, matched, &res.rules[0])
+	if res.rules[0].status != statusDuplicate && len(shadows) > 0 {
+		if len(res.rules) != len(o.rules) {
+			return Decision{}, fmt.Errorf("limiter: decide %s: %w: %d rules, want %d", o.rules[0].tag, ErrBadReply, len(res.rules), len(o.rules))
+		}
+		d.Shadow = make([]ShadowResult, len(shadows))
+		for i, sr := range shadows {
+			sd := l.decision(sr, true, &res.rules[i+1])
+			d.Shadow[i] = ShadowResult{Rule: sd.Rule, Allowed: sd.Allowed, Limit: sd.Limit, Reason: sd.Reason,
+				RetryAfter: sd.RetryAfter, Counters: sd.Counters}
+		}
+	}
 	if !dry {
 		l.metrics.observe(cr.idx, &d)
 		if !d.Allowed && !d.Duplicate {
 			l.logDecision(ctx, r, &d, nil)
 		}
+		for i := range d.Shadow {
+			if sd := &d.Shadow[i]; !sd.Allowed {
+				l.metrics.observeShadow(shadows[i].idx, sd.Reason)
+				l.logShadow(ctx, r, sd)
+			}
+		}
 	}
 	return d, nil
+}
+
+// logShadow logs a shadow rule's would-be denial.
+func (l *Limiter) logShadow(ctx context.Context, r *Request, sd *ShadowResult) {
+	if !l.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	l.log.LogAttrs(ctx, slog.LevelInfo, "limiter shadow rule would deny task",
+		slog.String("host", r.Host),
+		slog.String("diagnostic", r.Diagnostic),
+		slog.String("task_id", r.TaskID),
+		slog.String("rule", sd.Rule),
+		slog.String("limit", sd.Limit),
+		slog.String("reason", sd.Reason),
+		slog.Float64("retry_after", sd.RetryAfter.Seconds()),
+	)
 }
 
 // degraded is the fail-mode decision of rule cr.
@@ -346,7 +478,7 @@ func (l *Limiter) degraded(cr *compiledRule, reason string) Decision {
 }
 
 // decision turns a backend result into a Decision.
-func (l *Limiter) decision(cr *compiledRule, matched bool, res *result) Decision {
+func (l *Limiter) decision(cr *compiledRule, matched bool, res *ruleResult) Decision {
 	d := Decision{Rule: cr.name, OnExceed: cr.onExceed}
 	c := &d.Counters
 	c.SinceLast = -1
@@ -363,6 +495,10 @@ func (l *Limiter) decision(cr *compiledRule, matched bool, res *result) Decision
 		c.BucketLevel = float64(res.level) / float64(cr.rateT)
 		c.BucketCapacity = float64(cr.rateCap)
 	}
+	if cr.conc > 0 {
+		c.Running, c.ConcurrencyLimit = int(res.holders), cr.conc
+	}
+	d.Probe = res.probe
 	switch {
 	case res.status == statusDuplicate:
 		d.Duplicate, d.Reason = true, ReasonDuplicate
@@ -383,6 +519,13 @@ func (l *Limiter) decision(cr *compiledRule, matched bool, res *result) Decision
 			d.Limit, d.Reason = LimitWindow, ReasonWindow
 		case 'r':
 			d.Limit, d.Reason = LimitRate, ReasonRate
+		case 'c':
+			d.Limit, d.Reason = LimitConcurrency, ReasonConcurrency
+			if cr.deferConc {
+				d.OnExceed = OnExceedDefer
+			}
+		case 'f':
+			d.Limit, d.Reason = LimitBreaker, ReasonFailing
 		}
 	}
 	return d

@@ -12,11 +12,15 @@ const (
 	decisionAllowed   = "allowed"
 	decisionDenied    = "denied"
 	decisionDuplicate = "duplicate"
+	// decisionShadowDenied counts a shadow rule's would-be denial (the
+	// task's own decision is counted under its enforced rule).
+	decisionShadowDenied = "shadow_denied"
 )
 
 var reasons = []string{
 	ReasonAllowed, ReasonNoRule, ReasonDaily, ReasonMinInterval, ReasonWindow, ReasonRate,
 	ReasonBlocked, ReasonDuplicate, ReasonDegradedOpen, ReasonDegradedClosed, ReasonBreakerOpen,
+	ReasonConcurrency, ReasonFailing,
 }
 
 type metrics struct {
@@ -32,7 +36,7 @@ func newMetrics(reg prometheus.Registerer, rules []string) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "autodiag_limiter_decisions_total",
-			Help: "Limiter decisions by matched rule (\"none\" when no rule matched), decision (allowed, denied, duplicate) and reason.",
+			Help: "Limiter decisions by matched rule (\"none\" when no rule matched), decision (allowed, denied, duplicate; shadow_denied for a shadow rule that would have denied) and reason.",
 		}, []string{"rule", "decision", "reason"}),
 		degraded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "autodiag_limiter_degraded_total",
@@ -82,4 +86,9 @@ func (m *metrics) observe(idx int, d *Decision) {
 		slot.Store(c)
 	}
 	(*c).Inc()
+}
+
+// observeShadow counts a would-be denial of shadow rule number idx.
+func (m *metrics) observeShadow(idx int, reason string) {
+	m.decisions.WithLabelValues(m.rules[idx], decisionShadowDenied, reason).Inc()
 }

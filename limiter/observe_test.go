@@ -89,7 +89,7 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("promlint %s: %s", p.Metric, p.Text)
 	}
 	const want = `
-# HELP autodiag_limiter_decisions_total Limiter decisions by matched rule ("none" when no rule matched), decision (allowed, denied, duplicate) and reason.
+# HELP autodiag_limiter_decisions_total Limiter decisions by matched rule ("none" when no rule matched), decision (allowed, denied, duplicate; shadow_denied for a shadow rule that would have denied) and reason.
 # TYPE autodiag_limiter_decisions_total counter
 autodiag_limiter_decisions_total{decision="allowed",reason="allowed",rule="default"} 1
 autodiag_limiter_decisions_total{decision="denied",reason="daily_exceeded",rule="default"} 1

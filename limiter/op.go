@@ -12,33 +12,74 @@ import (
 type Backend interface {
 	// eval evaluates (and, unless o.dry, applies) one decision atomically.
 	// timeout bounds a remote call; a local backend ignores it.
-	eval(ctx context.Context, o op, timeout time.Duration) (result, error)
+	eval(ctx context.Context, o *op, timeout time.Duration) (result, error)
+	// held renews (h.done false) or gives back (h.done true) what a run
+	// holds, and records its outcome for the breakers.
+	held(ctx context.Context, h *heldOp, timeout time.Duration) error
+	// inspect reads the concurrency slots and breaker of one rule and key.
+	inspect(ctx context.Context, tag string, rr *ruleOp, now int64, timeout time.Duration) (ruleState, error)
 }
 
 // op is everything a backend needs for one decision. Times are Unix
 // microseconds from the limiter's Clock, durations are microseconds; a zero
 // limit field means the rule does not have that limit.
 type op struct {
-	dry       bool
-	now       int64
-	tag       string // hash tag: the limited key's value
-	rule      string // "" for the dedupe-only decision of an unmatched task
-	host      string
-	diag      string
-	dedupeID  string // "" = no dedupe for this task
-	dedupeTTL int64
-	block     int64
-	daily     int
-	day       string // local calendar day, YYYYMMDD
-	dayNum    int64  // the same day as a number
-	dailyTTL  int64  // until the next local midnight
-	minIvl    int64
-	winCount  int
-	winPer    int64
-	rateT     int64
-	rateCap   int
-	order     string // limit codes (d m w r) in configuration order
-	member    uint64 // unique id of this decision (member of a window ZSET)
+	dry        bool
+	now        int64
+	host       string
+	diag       string
+	dedupeID   string // "" = no dedupe for this task
+	dedupeTTL  int64
+	task       string // slot member and probe id
+	leaseUntil int64  // expiry of a slot or probe taken now
+	member     uint64 // unique id of this decision (member of a window ZSET)
+	// enforced: rules[0] is the enforced rule (or the dedupe-only pseudo
+	// rule of an unmatched task) and its verdict decides whether the task
+	// runs; false: every rule is a shadow and runs says it.
+	enforced bool
+	runs     bool
+	rules    []ruleOp
+	// ruleBuf and outBuf hold the rules and the backend's answer of a
+	// decision with up to two rules, so that one allocation (the op, which
+	// the call through Backend takes to the heap) covers them.
+	ruleBuf [2]ruleOp
+	outBuf  [2]ruleResult
+}
+
+// results returns a slice for n rule results, in o.outBuf when it fits.
+func (o *op) results(n int) []ruleResult {
+	if n <= len(o.outBuf) {
+		clear(o.outBuf[:n])
+		return o.outBuf[:n]
+	}
+	return make([]ruleResult, n)
+}
+
+// ruleOp is one rule of a decision, for one key.
+type ruleOp struct {
+	tag      string // hash tag: the limited key's value
+	rule     string // "" for the dedupe-only pseudo rule of an unmatched task
+	block    int64
+	daily    int
+	day      string // local calendar day, YYYYMMDD
+	dayNum   int64  // the same day as a number
+	dailyTTL int64  // until the next local midnight
+	minIvl   int64
+	winCount int
+	winPer   int64
+	rateT    int64
+	rateCap  int
+	conc     int
+	brkFail  int
+	brkWin   int64
+	brkOpen  int64
+	order    string // limit codes (d m w r c) in configuration order
+}
+
+// hasState reports whether the rule keeps the packed state (a limit other
+// than concurrency, or a block).
+func (r *ruleOp) hasState() bool {
+	return r.block > 0 || r.daily > 0 || r.minIvl > 0 || r.winCount > 0 || r.rateT > 0
 }
 
 // Result statuses.
@@ -48,15 +89,49 @@ const (
 	statusDuplicate = 2
 )
 
-// result is a backend's answer; counters are after the decision.
+// result is a backend's answer: one ruleResult per rule of the op, or one
+// with statusDuplicate.
 type result struct {
+	rules []ruleResult
+}
+
+// ruleResult is one rule's answer; counters are after the decision.
+type ruleResult struct {
 	status    int
-	limit     byte  // code of the denying limit: b d m w r, or 0
+	limit     byte  // code of the denying limit: f b d m w r c, or 0
 	retry     int64 // µs
 	dailyUsed int64
 	since     int64 // µs since the last allowed run, -1 if none within min_interval
 	winCount  int64
 	level     int64 // µs of backlog in the bucket (level*rateT)
+	holders   int64 // concurrency slots held after the decision
+	probe     bool  // the run is the breaker's probe
+}
+
+// Outcome codes of heldOp.
+const (
+	heldSucceeded = 0
+	heldFailed    = 1
+	heldNeutral   = 2
+)
+
+// heldOp renews or gives back what a run holds in rules.
+type heldOp struct {
+	now        int64
+	done       bool
+	outcome    int   // held* code, when done
+	leaseUntil int64 // when renewing
+	task       string
+	rules      []ruleOp // only those with concurrency or a breaker
+}
+
+// ruleState is what inspect reads.
+type ruleState struct {
+	holders    []Holder
+	openUntil  int64
+	probe      string
+	probeUntil int64
+	failures   []int64
 }
 
 // dayInfo caches the bounds of the current local calendar day.
@@ -110,40 +185,40 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 	return s
 }
 
-// buildOp fills o for request r under rule cr at time now.
-func (l *Limiter) buildOp(o *op, cr *compiledRule, r *Request, now time.Time, dry bool) {
-	o.dry = dry
-	o.now = now.UnixMicro()
-	o.host, o.diag = r.Host, r.Diagnostic
-	switch cr.key {
-	case KeyDiagnostic:
-		o.tag = r.Diagnostic
-	case KeyHostDiagnostic:
-		o.tag = r.Host + "|" + r.Diagnostic
-	case KeyGlobal:
-		o.tag = KeyGlobal
-	default:
-		o.tag = r.Host
-	}
-	if o.tag == "" {
-		o.tag = "_"
-	}
+// ruleOpFor fills o for request r under rule cr at time now.
+func (l *Limiter) ruleOpFor(o *ruleOp, cr *compiledRule, r *Request, now time.Time) {
+	o.tag = tagOf(cr.key, r)
 	if cr.idx > 0 {
 		o.rule = cr.name
-	}
-	if l.dedupe > 0 && r.DedupeKey != "" {
-		o.dedupeID, o.dedupeTTL = r.DedupeKey, l.dedupe
 	}
 	o.block = cr.block
 	if cr.daily > 0 {
 		d := l.dayOf(now)
-		o.daily, o.day, o.dayNum, o.dailyTTL = cr.daily, d.stamp, d.num, d.end-o.now
+		o.daily, o.day, o.dayNum, o.dailyTTL = cr.daily, d.stamp, d.num, d.end-now.UnixMicro()
 	}
 	o.minIvl = cr.minIvl
 	o.winCount, o.winPer = cr.winCount, cr.winPer
 	o.rateT, o.rateCap = cr.rateT, cr.rateCap
+	o.conc = cr.conc
+	o.brkFail, o.brkWin, o.brkOpen = cr.brkFail, cr.brkWin, cr.brkOpen
 	o.order = cr.order
-	if cr.winCount > 0 {
-		o.member = l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15
+}
+
+// tagOf returns the hash tag of a request under key kind key.
+func tagOf(key string, r *Request) string {
+	var tag string
+	switch key {
+	case KeyDiagnostic:
+		tag = r.Diagnostic
+	case KeyHostDiagnostic:
+		tag = r.Host + "|" + r.Diagnostic
+	case KeyGlobal:
+		tag = KeyGlobal
+	default:
+		tag = r.Host
 	}
+	if tag == "" {
+		tag = "_"
+	}
+	return tag
 }

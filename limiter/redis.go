@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,9 +17,16 @@ import (
 //go:embed allow.lua
 var allowLua string
 
-// allowScript runs allow.lua: EVALSHA, and EVAL when the server does not
-// have the script cached (a restarted or failed-over Redis).
-var allowScript = redis.NewScript(allowLua)
+//go:embed held.lua
+var heldLua string
+
+// allowScript runs allow.lua, heldScript held.lua: EVALSHA, and EVAL when
+// the server does not have the script cached (a restarted or failed-over
+// Redis).
+var (
+	allowScript = redis.NewScript(allowLua)
+	heldScript  = redis.NewScript(heldLua)
+)
 
 var (
 	_ redis.Scripter = (*redis.Client)(nil)
@@ -36,8 +45,8 @@ var (
 // (default 4), each followed by a diagnostic run of seconds, so a
 // coalescer that batches decisions beyond eight in flight never engages;
 // pooled call buffers aliased as strings through unsafe save allocations
-// (6 a decision instead of 23; redis_rate makes 22) but no measurable
-// time. scripts/bench, plain mode, full-rule decisions/s over redis_rate
+// (a full-rule decision makes 26 with Script.Run, redis_rate 22) but no
+// measurable time. scripts/bench, plain mode, full-rule decisions/s over redis_rate
 // Allow/s on the same client (above 1: the limiter is faster), one run of
 // each transport on 2 shared cores:
 //
@@ -57,6 +66,10 @@ type Redis struct {
 	// on a small machine), the sorted set about 5 µs more whatever its
 	// size (ZCOUNT, ZREMRANGEBYSCORE, ZADD, PEXPIRE).
 	logMax int
+	// split: the client routes by key (Cluster, Ring), so one call's keys
+	// must share a hash tag; rules under other tags are calls of their own.
+	split bool
+	calls atomic.Int64 // allow.lua runs, for tests and the bench
 }
 
 var _ Backend = (*Redis)(nil)
@@ -78,7 +91,12 @@ const defaultWindowLogMax = 64
 // client (or without that option) the call runs on a goroutine of its own
 // that the decision stops waiting for at the timeout.
 func NewRedis(client redis.Scripter, prefix string) *Redis {
-	return &Redis{c: client, prefix: prefix, bounded: honoursDeadlines(client), logMax: defaultWindowLogMax}
+	b := &Redis{c: client, prefix: prefix, bounded: honoursDeadlines(client), logMax: defaultWindowLogMax}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		b.split = true
+	}
+	return b
 }
 
 // honoursDeadlines reports whether c bounds every call by its context's
@@ -101,28 +119,93 @@ var ErrBadReply = errors.New("limiter: unexpected reply from allow.lua")
 // errTimeout is the cause of a decision that waited longer than the timeout.
 var errTimeout = errors.New("timed out")
 
-func (b *Redis) eval(parent context.Context, o op, timeout time.Duration) (result, error) {
-	keys, args := b.encode(&o)
+func (b *Redis) eval(parent context.Context, o *op, timeout time.Duration) (result, error) {
+	if !b.split || len(o.rules) < 2 {
+		keys, args := b.encode(o, o.rules)
+		return b.call(parent, timeout, keys, args, o.results(len(o.rules)))
+	}
+	// On a Cluster (or Ring) a call's keys must share a slot: the rules
+	// under the enforced rule's tag go with it, every other tag costs one
+	// call more, after the first, told whether the task runs.
+	res := result{rules: make([]ruleResult, len(o.rules))}
+	tags := make([]string, 0, 2)
+	for _, r := range o.rules {
+		if !slices.Contains(tags, r.tag) {
+			tags = append(tags, r.tag)
+		}
+	}
+	sub := *o
+	for gi, tag := range tags {
+		var idx []int
+		group := make([]ruleOp, 0, len(o.rules))
+		for i := range o.rules {
+			if o.rules[i].tag == tag {
+				idx = append(idx, i)
+				group = append(group, o.rules[i])
+			}
+		}
+		if gi > 0 {
+			sub.dedupeID, sub.dedupeTTL, sub.enforced = "", 0, false
+		}
+		keys, args := b.encode(&sub, group)
+		r, err := b.call(parent, timeout, keys, args, make([]ruleResult, len(group)))
+		if err != nil {
+			return result{}, err
+		}
+		if gi == 0 {
+			if r.rules[0].status == statusDuplicate {
+				return r, nil
+			}
+			sub.runs = !o.enforced || r.rules[0].status == statusAllowed
+			if !o.enforced {
+				sub.runs = o.runs
+			}
+		}
+		for k, i := range idx {
+			res.rules[i] = r.rules[k]
+		}
+	}
+	return res, nil
+}
+
+// call runs allow.lua with keys and args under timeout and parses a reply
+// of len(dst) rules into dst.
+func (b *Redis) call(parent context.Context, timeout time.Duration, keys []string, args []any, dst []ruleResult) (result, error) {
+	b.calls.Add(1)
+	run := func(ctx context.Context) (result, error) {
+		reply, err := allowScript.Run(ctx, b.c, keys, args...).Text()
+		if err != nil {
+			return result{}, fmt.Errorf("redis evalsha allow.lua: %w", err)
+		}
+		return parseReply(reply, dst)
+	}
+	return bounded(parent, timeout, b.bounded, "allow.lua", run)
+}
+
+// bounded runs f under timeout: on the caller's goroutine when the client
+// honours deadlines (direct), else on a goroutine of its own that is
+// abandoned at the timeout.
+func bounded[T any](parent context.Context, timeout time.Duration, direct bool, script string, f func(context.Context) (T, error)) (T, error) {
 	if timeout <= 0 {
-		return b.run(parent, keys, args)
+		return f(parent)
 	}
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	var res result
+	var res T
 	var err error
-	if b.bounded {
-		res, err = b.run(ctx, keys, args)
+	if direct {
+		res, err = f(ctx)
 	} else {
 		// The client does not stop at ctx's deadline: wait on a goroutine
 		// of its own and abandon it at the timeout. The abandoned call ends
 		// with the client's own timeouts.
 		type answer struct {
-			res result
+			res T
 			err error
 		}
 		done := make(chan answer, 1)
 		go func() {
-			r, err := b.run(ctx, keys, args)
+			r, err := f(ctx)
 			done <- answer{r, err}
 		}()
 		select {
@@ -133,58 +216,184 @@ func (b *Redis) eval(parent context.Context, o op, timeout time.Duration) (resul
 		}
 	}
 	if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return result{}, fmt.Errorf("redis evalsha allow.lua: %w after %s: %w", errTimeout, timeout, err)
+		var zero T
+		return zero, fmt.Errorf("redis evalsha %s: %w after %s: %w", script, errTimeout, timeout, err)
 	}
 	return res, err
 }
 
-// run runs allow.lua once and parses its reply.
-func (b *Redis) run(ctx context.Context, keys []string, args []any) (result, error) {
-	reply, err := allowScript.Run(ctx, b.c, keys, args...).Text()
-	if err != nil {
-		return result{}, fmt.Errorf("redis evalsha allow.lua: %w", err)
-	}
-	return parseReply(reply)
+func (b *Redis) key(tag, kind, rule string) string {
+	return b.prefix + "lim:{" + tag + "}:" + kind + rule
 }
 
-// encode returns the decision's KEYS, in allow.lua's order, and ARGV.
-func (b *Redis) encode(o *op) ([]string, []any) {
-	keys := make([]string, 0, 3)
+// encode returns the KEYS, in allow.lua's order, and ARGV of a call for
+// rules (o.rules, or a group of them sharing a tag).
+func (b *Redis) encode(o *op, rules []ruleOp) ([]string, []any) {
+	keys := make([]string, 0, 1+2*len(rules))
 	if o.dedupeID != "" {
-		keys = append(keys, b.prefix+"lim:{"+o.tag+"}:dd:"+o.host+":"+o.diag+":"+o.dedupeID)
+		keys = append(keys, b.prefix+"lim:{"+rules[0].tag+"}:dd:"+o.host+":"+o.diag+":"+o.dedupeID)
 	}
-	key := func(kind string) { keys = append(keys, b.prefix+"lim:{"+o.tag+"}:"+kind+o.rule) }
-	if o.order != "" || o.block > 0 {
-		key("s:")
+	args := make([]any, 3, 3+2*len(rules))
+	// One buffer for the header and every rule's parameters.
+	packed := make([]byte, 7*8, 7*8+15*8*len(rules))
+	for i := range rules {
+		r := &rules[i]
+		hs, wz := int64(0), int64(0)
+		if r.hasState() {
+			keys = append(keys, b.key(r.tag, "s:", r.rule))
+			hs = 1
+		}
+		if r.winCount > b.logMax {
+			keys = append(keys, b.key(r.tag, "w:", r.rule))
+			wz = 1
+		}
+		if r.conc > 0 {
+			keys = append(keys, b.key(r.tag, "c:", r.rule))
+		}
+		if r.brkFail > 0 {
+			keys = append(keys, b.key(r.tag, "f:", r.rule))
+		}
+		start := len(packed)
+		for _, v := range [...]int64{r.block, int64(r.daily), r.dayNum, r.dailyTTL, r.minIvl, int64(r.winCount),
+			r.winPer, r.rateT, int64(r.rateCap), wz, hs, int64(r.conc), int64(r.brkFail), r.brkWin, r.brkOpen} {
+			packed = binary.LittleEndian.AppendUint64(packed, uint64(v))
+		}
+		order := r.order
+		if order == "" {
+			order = "-"
+		}
+		args = append(args, packed[start:len(packed):len(packed)], order)
 	}
-	wz := int64(0)
-	if o.winCount > b.logMax {
-		key("w:")
-		wz = 1
+	for i, v := range [...]int64{b2i(o.dry), o.now, o.dedupeTTL, int64(len(rules)), o.leaseUntil, b2i(o.enforced), b2i(o.runs)} {
+		binary.LittleEndian.PutUint64(packed[i*8:], uint64(v))
 	}
-	dry := int64(0)
-	if o.dry {
-		dry = 1
-	}
-	packed := make([]byte, 0, 13*8)
-	for _, v := range [...]int64{dry, o.now, o.dedupeTTL, o.block, int64(o.daily), o.dayNum, o.dailyTTL,
-		o.minIvl, int64(o.winCount), o.winPer, o.rateT, int64(o.rateCap), wz} {
-		packed = binary.LittleEndian.AppendUint64(packed, uint64(v))
-	}
-	order := o.order
-	if order == "" {
-		order = "-"
-	}
-	return keys, []any{packed, order, strconv.FormatUint(o.member, 10)}
+	args[0], args[1], args[2] = packed[:7*8:7*8], o.task, strconv.FormatUint(o.member, 10)
+	return keys, args
 }
 
-// parseReply parses allow.lua's reply: 7 little-endian int64.
-func parseReply(s string) (result, error) {
-	if len(s) != 7*8 {
-		return result{}, fmt.Errorf("%w: %d bytes", ErrBadReply, len(s))
+func b2i(v bool) int64 {
+	if v {
+		return 1
 	}
-	p := []byte(s)
-	f := func(i int) int64 { return int64(binary.LittleEndian.Uint64(p[i*8:])) }
-	return result{status: int(f(0)), limit: byte(f(1)), retry: f(2), dailyUsed: f(3), since: f(4),
-		winCount: f(5), level: f(6)}, nil
+	return 0
+}
+
+// replyRecord is the size of one rule's record in allow.lua's reply.
+const replyRecord = 9 * 8
+
+// parseReply parses allow.lua's reply into dst: len(dst) records of 9
+// little-endian int64 (1 for a duplicate).
+func parseReply(s string, dst []ruleResult) (result, error) {
+	n := len(dst)
+	if len(s) == 0 || len(s)%replyRecord != 0 || (len(s) != n*replyRecord && len(s) != replyRecord) {
+		return result{}, fmt.Errorf("%w: %d bytes for %d rules", ErrBadReply, len(s), n)
+	}
+	res := result{rules: dst[:len(s)/replyRecord]}
+	for k := range res.rules {
+		f := func(i int) int64 {
+			j := k*replyRecord + i*8
+			return int64(binary.LittleEndian.Uint64([]byte(s[j : j+8])))
+		}
+		res.rules[k] = ruleResult{status: int(f(0)), limit: byte(f(1)), retry: f(2), dailyUsed: f(3), since: f(4),
+			winCount: f(5), level: f(6), holders: f(7), probe: f(8) == 1}
+	}
+	if len(res.rules) != n && res.rules[0].status != statusDuplicate {
+		return result{}, fmt.Errorf("%w: %d records for %d rules", ErrBadReply, len(res.rules), n)
+	}
+	return res, nil
+}
+
+// held runs held.lua, one call per tag on a Cluster.
+func (b *Redis) held(ctx context.Context, h *heldOp, timeout time.Duration) error {
+	groups := [][]ruleOp{h.rules}
+	if b.split && len(h.rules) > 1 {
+		groups = groups[:0]
+		var tags []string
+		for _, r := range h.rules {
+			if !slices.Contains(tags, r.tag) {
+				tags = append(tags, r.tag)
+			}
+		}
+		for _, tag := range tags {
+			var g []ruleOp
+			for _, r := range h.rules {
+				if r.tag == tag {
+					g = append(g, r)
+				}
+			}
+			groups = append(groups, g)
+		}
+	}
+	for _, g := range groups {
+		var keys []string
+		args := make([]any, 2, 2+len(g))
+		for i := range g {
+			r := &g[i]
+			conc := int64(0)
+			if r.conc > 0 {
+				keys = append(keys, b.key(r.tag, "c:", r.rule))
+				conc = 1
+			}
+			if r.brkFail > 0 {
+				keys = append(keys, b.key(r.tag, "f:", r.rule))
+			}
+			packed := make([]byte, 0, 4*8)
+			for _, v := range [...]int64{conc, int64(r.brkFail), r.brkWin, r.brkOpen} {
+				packed = binary.LittleEndian.AppendUint64(packed, uint64(v))
+			}
+			args = append(args, packed)
+		}
+		header := make([]byte, 0, 5*8)
+		for _, v := range [...]int64{h.now, b2i(h.done), int64(h.outcome), h.leaseUntil, int64(len(g))} {
+			header = binary.LittleEndian.AppendUint64(header, uint64(v))
+		}
+		args[0], args[1] = header, h.task
+		_, err := bounded(ctx, timeout, b.bounded, "held.lua", func(ctx context.Context) (int64, error) {
+			n, err := heldScript.Run(ctx, b.c, keys, args...).Int64()
+			if err != nil {
+				return 0, fmt.Errorf("redis evalsha held.lua: %w", err)
+			}
+			return n, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inspect reads one rule's slots and breaker for tag.
+func (b *Redis) inspect(ctx context.Context, tag string, r *ruleOp, now int64, timeout time.Duration) (ruleState, error) {
+	return bounded(ctx, timeout, b.bounded, "inspect", func(ctx context.Context) (ruleState, error) {
+		var st ruleState
+		c, ok := b.c.(redis.Cmdable)
+		if !ok {
+			return st, fmt.Errorf("inspect: client %T cannot run plain commands", b.c)
+		}
+		if r.conc > 0 {
+			zs, err := c.ZRangeByScoreWithScores(ctx, b.key(tag, "c:", r.rule),
+				&redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"}).Result()
+			if err != nil {
+				return st, fmt.Errorf("redis zrangebyscore: %w", err)
+			}
+			for _, z := range zs {
+				st.holders = append(st.holders, Holder{TaskID: fmt.Sprint(z.Member), Expires: time.UnixMicro(int64(z.Score))})
+			}
+		}
+		if r.brkFail > 0 {
+			v, err := c.HMGet(ctx, b.key(tag, "f:", r.rule), "o", "p", "pu", "f").Result()
+			if err != nil {
+				return st, fmt.Errorf("redis hmget: %w", err)
+			}
+			str := func(i int) string { s, _ := v[i].(string); return s }
+			st.openUntil, _ = strconv.ParseInt(str(0), 10, 64)
+			st.probe = str(1)
+			st.probeUntil, _ = strconv.ParseInt(str(2), 10, 64)
+			f := []byte(str(3))
+			for i := 0; i+8 <= len(f); i += 8 {
+				st.failures = append(st.failures, int64(binary.LittleEndian.Uint64(f[i:])))
+			}
+		}
+		return st, nil
+	})
 }
