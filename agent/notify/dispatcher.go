@@ -85,7 +85,7 @@ type Dispatcher struct {
 }
 
 // NewDispatcher returns a Dispatcher of sinks over ob. A sink whose
-// Timeout is not below half of ob.ClaimIdle() is an error: a delivery
+// Timeout is more than half of ob.ClaimIdle() is an error: a delivery
 // still running would be taken over by another agent.
 func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 	if o.InstanceID == "" {
@@ -125,8 +125,8 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		direct: make(chan Delivery, 64)}
 	for _, s := range sinks {
-		if 2*s.Timeout() >= ob.ClaimIdle() {
-			return nil, fmt.Errorf("notify: sink %s: timeout %s must be below half the outbox claim idle time %s",
+		if 2*s.Timeout() > ob.ClaimIdle() {
+			return nil, fmt.Errorf("notify: sink %s: timeout %s must be at most half the outbox claim idle time %s",
 				s.Name(), s.Timeout(), ob.ClaimIdle())
 		}
 		if _, dup := d.sinks[s.Name()]; dup {

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fakeClock is a settable clock shared by an outbox and a dispatcher.
@@ -111,3 +114,12 @@ func runDispatcher(t *testing.T, d *Dispatcher) {
 		<-done
 	})
 }
+
+// answerNow makes the receiver answer from now on instead of hanging.
+func (r *receiver) answerNow() {
+	r.mu.Lock()
+	r.hang = nil
+	r.mu.Unlock()
+}
+
+func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
