@@ -202,7 +202,10 @@ func TestDispatcherStopRespectsDeadline(t *testing.T) {
 		t.Fatalf("Stop took %s with a %s bound", took, bound)
 	}
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after Stop cut its deliveries short")
 	}

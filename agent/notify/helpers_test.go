@@ -111,7 +111,9 @@ func runDispatcher(t *testing.T, d *Dispatcher) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = d.Stop(ctx)
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
 	})
 }
 

@@ -52,13 +52,13 @@ func testPrefix(t *testing.T) string {
 
 // claimAfterIdle claims for consumer once the claim idle time has passed:
 // the memory outbox's clock is advanced, Redis's own clock is waited for.
-func (o outboxUnderTest) claimAfterIdle(t *testing.T, consumer string, n int) []Delivery {
+func (o outboxUnderTest) claimAfterIdle(ctx context.Context, t *testing.T, consumer string, n int) []Delivery {
 	t.Helper()
 	o.clock.Advance(testIdle)
 	var got []Delivery
 	waitFor(t, 20*testIdle, "a claim after the idle time", func() bool {
 		var err error
-		got, err = o.Claim(context.Background(), consumer, n, true)
+		got, err = o.Claim(ctx, consumer, n, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,12 +89,12 @@ func TestOutbox(t *testing.T) {
 				if err != nil || len(got) != 2 {
 					t.Fatalf("Claim: %v %v", got, err)
 				}
-				if got[0].Entry.ID != "e1" || got[0].Sink != "a" || got[0].Attempt != 1 || string(got[0].Body) != `{"delivery_id":"e1"}` ||
+				if got[0].ID != "e1" || got[0].Sink != "a" || got[0].Attempt != 1 || string(got[0].Body) != `{"delivery_id":"e1"}` ||
 					!got[0].Time.Equal(entry("e1", "a").Time) || got[0].Origin != "i-a" || got[0].Event != EventFailed {
 					t.Errorf("first claim = %+v", got[0])
 				}
 				rest, _ := o.Claim(ctx, "i-b", 5, true)
-				if len(rest) != 1 || rest[0].Entry.ID != "e2" {
+				if len(rest) != 1 || rest[0].ID != "e2" {
 					t.Fatalf("second consumer got %+v", rest)
 				}
 				if none, _ := o.Claim(ctx, "i-b", 5, true); len(none) != 0 {
@@ -121,8 +121,8 @@ func TestOutbox(t *testing.T) {
 				if got, _ := o.Claim(ctx, "i-b", 1, true); len(got) != 0 {
 					t.Fatal("an entry in flight was taken over at once")
 				}
-				got := o.claimAfterIdle(t, "i-b", 1)
-				if got[0].Entry.ID != "e1" || got[0].Attempt != 2 {
+				got := o.claimAfterIdle(ctx, t, "i-b", 1)
+				if got[0].ID != "e1" || got[0].Attempt != 2 {
 					t.Fatalf("takeover = %+v", got[0])
 				}
 				if err := o.Ack(ctx, got[0]); err != nil {
@@ -143,7 +143,7 @@ func TestOutbox(t *testing.T) {
 				}
 				o.clock.Advance(time.Hour)
 				got, err := o.Claim(ctx, "i-b", 1, true)
-				if err != nil || len(got) != 1 || got[0].Attempt != 2 || got[0].Entry.ID != "e1" {
+				if err != nil || len(got) != 1 || got[0].Attempt != 2 || got[0].ID != "e1" {
 					t.Fatalf("due retry: %+v %v", got, err)
 				}
 				// Claimed again, it is in flight: no one else takes it.
@@ -180,7 +180,7 @@ func TestOutbox(t *testing.T) {
 				if err != nil || len(dead) == 0 || len(dead) > 5 {
 					t.Fatalf("ListDead: %d %v", len(dead), err)
 				}
-				if dead[0].Entry.ID != "e4" || dead[0].Reason != "status_400" || dead[0].Attempts != 1 {
+				if dead[0].ID != "e4" || dead[0].Reason != "status_400" || dead[0].Attempts != 1 {
 					t.Errorf("newest dead = %+v", dead[0])
 				}
 				n, err := o.Requeue(ctx, []string{dead[0].Ref, "0-1"})
@@ -188,7 +188,7 @@ func TestOutbox(t *testing.T) {
 					t.Fatalf("Requeue: %d %v", n, err)
 				}
 				got, _ := o.Claim(ctx, "i-a", 5, true)
-				if len(got) != 1 || got[0].Entry.ID != "e4" || string(got[0].Body) != `{"delivery_id":"e4"}` {
+				if len(got) != 1 || got[0].ID != "e4" || string(got[0].Body) != `{"delivery_id":"e4"}` {
 					t.Fatalf("requeued entry: %+v", got)
 				}
 			})
@@ -209,7 +209,7 @@ func TestMemoryOutboxBounds(t *testing.T) {
 	for _, d := range ds {
 		_ = o.Dead(ctx, d, "x")
 	}
-	if dead, _ := o.ListDead(ctx, 10); len(dead) != 1 || dead[0].Entry.ID != "3" {
+	if dead, _ := o.ListDead(ctx, 10); len(dead) != 1 || dead[0].ID != "3" {
 		t.Fatalf("dead = %+v", dead)
 	}
 }
@@ -235,7 +235,7 @@ func TestRedisOutboxReset(t *testing.T) {
 	if _, err := o.Enqueue(ctx, []Entry{entry("e2", "a")}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := o.Claim(ctx, "i-a", 1, true); err != nil || len(got) != 1 || got[0].Entry.ID != "e2" {
+	if got, err := o.Claim(ctx, "i-a", 1, true); err != nil || len(got) != 1 || got[0].ID != "e2" {
 		t.Fatalf("claim after the reset: %v %v", got, err)
 	}
 }

@@ -74,7 +74,9 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 	if err := a.d.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v", err)
 	}
-	<-done
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
 	a.rcv.answerNow()
 
 	b := newHarness(t, outbox(), clock, "i-b", Options{})
