@@ -35,6 +35,14 @@ func outboxes(t *testing.T) map[string]func(t *testing.T) outboxUnderTest {
 			t.Cleanup(func() { rc.Del(context.Background(), o.stream, o.retry, o.dead) })
 			return outboxUnderTest{o, c}
 		},
+		"redis-cluster": func(t *testing.T) outboxUnderTest {
+			c := newFakeClock()
+			rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+			t.Cleanup(func() { rc.Close() })
+			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, Clock: c.Now})
+			t.Cleanup(func() { rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+			return outboxUnderTest{o, c}
+		},
 	}
 }
 
@@ -46,7 +54,7 @@ func testRedis(t *testing.T) *redis.Client {
 }
 
 // testPrefix keeps each test's keys apart on the shared server.
-func testPrefix(t *testing.T) string {
+func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("notifytest:%s:%d:", t.Name(), time.Now().UnixNano())
 }
 
