@@ -262,6 +262,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var lastPending time.Time // the gauge is read from the outbox once per PollInterval
 	for {
 		select {
 		case <-ctx.Done():
@@ -297,9 +298,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				start(dl, false)
 			}
 			got += len(ds)
-			if got == 0 {
-				d.updatePending(ctx)
-			}
+		}
+		if now := time.Now(); now.Sub(lastPending) >= d.o.PollInterval {
+			lastPending = now
+			d.updatePending(ctx)
 		}
 		if got > 0 && len(slots) < d.o.Workers {
 			continue

@@ -241,6 +241,7 @@ func TestDispatcherDrainSendsOwnEventsOnly(t *testing.T) {
 	if n, _ := ob.Pending(context.Background()); n != 1 {
 		t.Fatalf("Pending = %d, want the other agent's event left", n)
 	}
+	waitFor(t, 5*time.Second, "autodiag_outbox_pending shows it", func() bool { return testutil.ToFloat64(h.d.m.pending) == 1 })
 }
 
 func TestNewDispatcherChecksTimeoutAgainstClaimIdle(t *testing.T) {

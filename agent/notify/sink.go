@@ -64,10 +64,14 @@ func NewHTTPClient() *http.Client {
 // NewSinks builds the sinks of a validated notify list, reading url_env and
 // secret_env through getenv. A missing or empty variable, or a URL in one
 // that is not https (http with allow_http), is an error naming the variable,
-// never its value. client nil means NewHTTPClient().
+// never its value. getenv nil means an empty environment; client nil means
+// NewHTTPClient().
 func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *http.Client) ([]Sink, error) {
 	if err := ValidateSinks(list); err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
+	}
+	if getenv == nil {
+		getenv = func(string) (string, bool) { return "", false }
 	}
 	if client == nil {
 		client = NewHTTPClient()

@@ -171,11 +171,12 @@ const maxPasses = 4
 // Redactor applies a list of rules. It is safe for concurrent use; a nil
 // *Redactor returns its input unchanged.
 type Redactor struct {
-	res     []*regexp.Regexp
-	hints   [][][]byte // per rule; nil: always search
-	names   []string
-	markers [][]byte
-	counts  *prometheus.CounterVec
+	res      []*regexp.Regexp
+	hints    [][][]byte // per rule; nil: always search
+	anyHints bool
+	names    []string
+	markers  [][]byte
+	counts   *prometheus.CounterVec
 }
 
 // New compiles rules into a Redactor and registers
@@ -201,6 +202,7 @@ func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
 	for _, rule := range rules {
 		r.res = append(r.res, regexp.MustCompile(rule.Pattern)) // validated above
 		r.hints = append(r.hints, hints[rule.Pattern])
+		r.anyHints = r.anyHints || hints[rule.Pattern] != nil
 		r.names = append(r.names, rule.Name)
 		r.markers = append(r.markers, []byte(Marker(rule.Name)))
 		r.counts.WithLabelValues(rule.Name)
@@ -248,7 +250,10 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 // of them together. Memory is the output plus one match per rule.
 func (r *Redactor) pass(src []byte) ([]byte, int) {
 	next := make([][2]int, len(r.res)) // next match of each rule at or after pos; -1: none
-	lower := bytes.ToLower(src)
+	var lower []byte
+	if r.anyHints {
+		lower = bytes.ToLower(src)
+	}
 	for i, re := range r.res {
 		next[i] = [2]int{-1, -1}
 		if r.mayMatch(i, lower) {

@@ -226,6 +226,13 @@ func FuzzRedact(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	// The same rules searched without the literal prefilter: the
+	// prefilter may only skip work, never a match.
+	plain, err := New(DefaultRules(), nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	plain.hints, plain.anyHints = make([][][]byte, len(plain.res)), false
 	maxMarker := 0
 	for _, m := range r.markers {
 		maxMarker = max(maxMarker, len(m))
@@ -238,6 +245,9 @@ func FuzzRedact(f *testing.F) {
 		}
 		if len(out) > len(in)+n*maxMarker {
 			t.Fatalf("output %d bytes for %d of input and %d markers", len(out), len(in), n)
+		}
+		if want, _ := plain.redact(in); !bytes.Equal(out, want) {
+			t.Fatalf("prefilter changed the result: %q, without it %q", out, want)
 		}
 		// No secret is left: scanning the output again finds nothing.
 		if again, m := r.redact(out); m != 0 {
