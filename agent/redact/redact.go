@@ -41,12 +41,12 @@ func DefaultRules() []Rule {
 	}
 }
 
-// hints are, for each default pattern, lower-case strings one of which
-// any match contains (in any case). A text holding none of them cannot
-// match, and a search for a literal is two orders of magnitude faster than
-// Go's regexp engine on a pattern without a literal prefix: most outputs
-// hold no secret, and then Redact costs a lower-casing and a few
-// bytes.Contains (BenchmarkRedact/clean against /secrets).
+// hints are, for each default pattern, lower-case ASCII strings one of
+// which any match contains (in any case). A text holding none of them
+// cannot match, and a search for a literal is two orders of magnitude
+// faster than Go's regexp engine on a pattern without a literal prefix:
+// most outputs hold no secret, and then Redact costs an ASCII lower-casing
+// and a few bytes.Index (BenchmarkRedact/clean against /secrets).
 var hints = func() map[string][][]byte {
 	words := map[string][]string{
 		"private_key":           {"private key"},
@@ -67,6 +67,38 @@ var hints = func() map[string][][]byte {
 	}
 	return m
 }()
+
+// oneLine are the default patterns whose matches never span a line end,
+// so a match lies on a line that holds one of its hints: only such lines
+// are searched with the regexp. (private_key spans lines; its pattern
+// starts with a literal, which Go's regexp finds fast by itself.)
+var oneLine = func() map[string]bool {
+	m := map[string]bool{}
+	for _, r := range DefaultRules() {
+		if r.Name != "private_key" {
+			m[r.Pattern] = true
+		}
+	}
+	return m
+}()
+
+// foldTraps are the two non-ASCII letters that (?i) matches as ASCII ones
+// (U+017F ſ as s, U+212A Kelvin sign as k), which an ASCII lower-casing
+// does not see; a text holding one is searched without hints.
+var foldTraps = [][]byte{[]byte("\u017f"), []byte("\u212a")}
+
+// asciiLower is src with A-Z mapped to a-z: the same length, so an index
+// into it is an index into src.
+func asciiLower(src []byte) []byte {
+	out := make([]byte, len(src))
+	for i, c := range src {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
+}
 
 // Config is what the results section of the configuration file says
 // about redaction; the agent embeds it inline there, so its keys are
@@ -172,7 +204,8 @@ const maxPasses = 4
 // *Redactor returns its input unchanged.
 type Redactor struct {
 	res      []*regexp.Regexp
-	hints    [][][]byte // per rule; nil: always search
+	hints    [][][]byte // per rule; nil: always search the whole text
+	oneLine  []bool     // per rule: with hints, search only lines holding one
 	anyHints bool
 	names    []string
 	markers  [][]byte
@@ -202,6 +235,7 @@ func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
 	for _, rule := range rules {
 		r.res = append(r.res, regexp.MustCompile(rule.Pattern)) // validated above
 		r.hints = append(r.hints, hints[rule.Pattern])
+		r.oneLine = append(r.oneLine, oneLine[rule.Pattern])
 		r.anyHints = r.anyHints || hints[rule.Pattern] != nil
 		r.names = append(r.names, rule.Name)
 		r.markers = append(r.markers, []byte(Marker(rule.Name)))
@@ -249,16 +283,13 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 // faster than one alternation of all rules, whose NFA is as large as all
 // of them together. Memory is the output plus one match per rule.
 func (r *Redactor) pass(src []byte) ([]byte, int) {
-	next := make([][2]int, len(r.res)) // next match of each rule at or after pos; -1: none
-	var lower []byte
-	if r.anyHints {
-		lower = bytes.ToLower(src)
+	var lower []byte // nil: search every rule over the whole text
+	if r.anyHints && !containsAny(src, foldTraps) {
+		lower = asciiLower(src)
 	}
-	for i, re := range r.res {
-		next[i] = [2]int{-1, -1}
-		if r.mayMatch(i, lower) {
-			next[i] = find(re, src, 0)
-		}
+	next := make([][2]int, len(r.res)) // next match of each rule at or after the last one; -1: none
+	for i := range r.res {
+		next[i] = r.find(i, src, lower, 0)
 	}
 	var buf bytes.Buffer
 	n, last := 0, 0
@@ -283,7 +314,7 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 		last = end
 		for i, m := range next {
 			if m[0] >= 0 && m[0] < end {
-				next[i] = find(r.res[i], src, end)
+				next[i] = r.find(i, src, lower, end)
 			}
 		}
 	}
@@ -294,31 +325,63 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 	return buf.Bytes(), n
 }
 
-// mayMatch says whether rule i can match the text whose lower-case form
-// is lower.
-func (r *Redactor) mayMatch(i int, lower []byte) bool {
-	if r.hints[i] == nil {
-		return true
+var none = [2]int{-1, -1}
+
+// find is the first match of rule i in src at or after pos, none if there
+// is none. The search starts at pos as if the text began there: the byte
+// before pos is the end of a match, which becomes a marker ending in ']',
+// a non-word byte like the start of text, so \b behaves as it does in the
+// output. lower (the text lower-cased, nil for none) lets a rule with
+// hints skip text that holds none of them.
+func (r *Redactor) find(i int, src, lower []byte, pos int) [2]int {
+	if lower == nil || r.hints[i] == nil {
+		return match(r.res[i], src, pos, len(src))
 	}
-	for _, h := range r.hints[i] {
-		if bytes.Contains(lower, h) {
+	for pos <= len(src) {
+		h := -1
+		for _, w := range r.hints[i] {
+			if j := bytes.Index(lower[pos:], w); j >= 0 && (h < 0 || pos+j < h) {
+				h = pos + j
+			}
+		}
+		if h < 0 {
+			return none
+		}
+		if !r.oneLine[i] {
+			return match(r.res[i], src, pos, len(src))
+		}
+		// A line end, like the start of text, is a non-word byte, so \b
+		// behaves the same inside the line as in the whole text.
+		from := pos + bytes.LastIndexByte(src[pos:h], '\n') + 1
+		to := len(src)
+		if j := bytes.IndexByte(src[h:], '\n'); j >= 0 {
+			to = h + j
+		}
+		if m := match(r.res[i], src, from, to); m[0] >= 0 {
+			return m
+		}
+		pos = to + 1
+	}
+	return none
+}
+
+// match is the first non-empty match of re in src[from:to], none if none.
+func match(re *regexp.Regexp, src []byte, from, to int) [2]int {
+	if from > to {
+		return none
+	}
+	m := re.FindIndex(src[from:to])
+	if m == nil || m[1] == m[0] { // an empty match cannot happen (Validate)
+		return none
+	}
+	return [2]int{from + m[0], from + m[1]}
+}
+
+func containsAny(b []byte, subs [][]byte) bool {
+	for _, s := range subs {
+		if bytes.Contains(b, s) {
 			return true
 		}
 	}
 	return false
-}
-
-// find is the first match of re in src at or after pos, {-1, -1} if none.
-// The search starts at pos as if the text began there: the byte before pos
-// is the end of a match, which becomes a marker ending in ']', a non-word
-// byte like the start of text, so \b behaves as it does in the output.
-func find(re *regexp.Regexp, src []byte, pos int) [2]int {
-	if pos > len(src) {
-		return [2]int{-1, -1}
-	}
-	m := re.FindIndex(src[pos:])
-	if m == nil || m[1] == m[0] { // an empty match cannot happen (Validate)
-		return [2]int{-1, -1}
-	}
-	return [2]int{pos + m[0], pos + m[1]}
 }

@@ -43,6 +43,10 @@ func TestDefaultRules(t *testing.T) {
 		{"password", "password=hunter2 next", "[REDACTED:password] next"},
 		{"password", "db passwd: 'correct horse'", "db [REDACTED:password]"},
 		{"password", `PASSWORD="a b c"`, `[REDACTED:password]`},
+		// (?i) matches ſ as s and the Kelvin sign as k; the prefilter must too.
+		{"password", "paſſword=hunter2", "[REDACTED:password]"},
+		{"aws_secret_access_key", "aws_ſecret_access_\u212aey=x", "[REDACTED:aws_secret_access_key]"},
+		{"password", "a\nb password=1 c\npassword=2", "a\nb [REDACTED:password] c\n[REDACTED:password]"},
 		// negatives: text that looks close but holds no secret
 		{"none", "AKIAIOSFODNN7EXAMPL", "AKIAIOSFODNN7EXAMPL"},
 		{"none", "XAKIAIOSFODNN7EXAMPLEX", "XAKIAIOSFODNN7EXAMPLEX"},
@@ -219,6 +223,7 @@ func FuzzRedact(f *testing.F) {
 		pemKey, "AKIAIOSFODNN7EXAMPLE", "https://u:p@h", "password=x", "xoxb-1",
 		"aws_secret_access_key=abc", "Authorization: Bearer abc", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
 		"sk-abcdefghijklmnopqrstuvwxyz", "x https://u:" + pemKey + "@host", "",
+		"paſſword=x", "\u212a", "a\npassword=1 xoxb-2\nAKIAIOSFODNN7EXAMPLE",
 	} {
 		f.Add([]byte(s))
 	}
