@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -88,5 +90,41 @@ func TestValidateMaxAge(t *testing.T) {
 		if err := ValidateMaxAge(d); (err == nil) != ok {
 			t.Errorf("%s: %v", d, err)
 		}
+	}
+}
+
+// The issue's example section decodes strictly and validates.
+func TestSinksFromYAML(t *testing.T) {
+	const doc = `
+notify:
+  - name: oncall-slack
+    type: slack                  # slack | webhook
+    url_env: SLACK_WEBHOOK_URL   # a secret URL comes from the environment
+    on: [failed, timed_out, report, drain_failed]
+  - name: incident-api
+    type: webhook
+    url: https://hooks.example.com/autodiag
+    secret_env: AUTODIAG_WEBHOOK_SECRET   # HMAC-SHA256 of the body
+    on: [succeeded, failed, timed_out, rate_limited, report, drain_started, drain_completed, drain_failed]
+    timeout: 10s
+notify_max_age: 24h
+`
+	var cfg struct {
+		Notify       []SinkConfig  `yaml:"notify"`
+		NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(doc))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateSinks(cfg.Notify); err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateMaxAge(cfg.NotifyMaxAge); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Notify[1].Timeout != 10*time.Second || cfg.Notify[0].EffectiveTimeout() != DefaultTimeout || len(cfg.Notify[1].On) != 8 {
+		t.Errorf("decoded %+v", cfg.Notify)
 	}
 }
