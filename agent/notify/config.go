@@ -1,0 +1,152 @@
+package notify
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
+)
+
+// Sink types.
+const (
+	TypeSlack   = "slack"
+	TypeWebhook = "webhook"
+)
+
+// Defaults and bounds of the notify keys.
+const (
+	DefaultTimeout = 10 * time.Second
+	MaxTimeout     = 60 * time.Second
+	DefaultMaxAge  = 24 * time.Hour
+)
+
+// SinkConfig is one entry of the notify list in the configuration file.
+type SinkConfig struct {
+	// Name labels the sink in metrics, logs and the outbox: lower case
+	// letters, digits, - and _.
+	Name string `yaml:"name"`
+	// Type is slack (an incoming webhook, Block Kit) or webhook (POST of
+	// the event as JSON).
+	Type string `yaml:"type"`
+	// URL is the endpoint when it holds no secret; a Slack webhook URL is
+	// a secret and belongs in URLEnv. Exactly one of URL and URLEnv.
+	URL string `yaml:"url"`
+	// URLEnv names the environment variable holding the URL, read at start.
+	URLEnv string `yaml:"url_env"`
+	// SecretEnv names the environment variable holding the HMAC-SHA256 key;
+	// with it every request carries X-Autodiag-Signature: sha256=<hex HMAC
+	// of the raw body>. Empty: unsigned.
+	SecretEnv string `yaml:"secret_env"`
+	// On lists the events the sink receives (at least one).
+	On []EventType `yaml:"on"`
+	// Timeout bounds one request, answer included (0: DefaultTimeout; at
+	// most MaxTimeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// AllowHTTP accepts an http:// URL; without it only https is sent to.
+	AllowHTTP bool `yaml:"allow_http"`
+}
+
+// EffectiveTimeout is Timeout with its default applied.
+func (c SinkConfig) EffectiveTimeout() time.Duration {
+	if c.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return c.Timeout
+}
+
+var (
+	validSinkName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	validEnvName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ValidateSinks reports every problem of a notify list at once, as
+// *configerr.Error with keys relative to the list ("[1].url_env"). It does
+// not read the environment (config validate runs where the secrets are
+// not); NewSinks does.
+func ValidateSinks(list []SinkConfig) error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, configerr.Errorf(key, format, args...))
+	}
+	seen := map[string]bool{}
+	for i, c := range list {
+		k := fmt.Sprintf("[%d]", i)
+		switch {
+		case c.Name == "":
+			add(k+".name", "must be set")
+		case !validSinkName.MatchString(c.Name):
+			add(k+".name", "%q: use lower case letters, digits, - and _", c.Name)
+		case seen[c.Name]:
+			add(k+".name", "%q is used twice", c.Name)
+		}
+		seen[c.Name] = true
+		if c.Type != TypeSlack && c.Type != TypeWebhook {
+			add(k+".type", "%q: must be %s or %s", c.Type, TypeSlack, TypeWebhook)
+		}
+		switch {
+		case c.URL == "" && c.URLEnv == "":
+			add(k+".url", "one of url and url_env must be set")
+		case c.URL != "" && c.URLEnv != "":
+			add(k+".url", "url and url_env are exclusive")
+		case c.URL != "":
+			if err := checkURL(c.URL, c.AllowHTTP); err != nil {
+				errs = append(errs, &configerr.Error{Key: k + ".url", Err: err})
+			} else if u, _ := url.Parse(c.URL); u.User != nil {
+				add(k+".url", "holds credentials: put a URL with a secret in the environment (url_env)")
+			}
+		}
+		if c.URLEnv != "" && !validEnvName.MatchString(c.URLEnv) {
+			add(k+".url_env", "%q is not an environment variable name", c.URLEnv)
+		}
+		if c.SecretEnv != "" && !validEnvName.MatchString(c.SecretEnv) {
+			add(k+".secret_env", "%q is not an environment variable name", c.SecretEnv)
+		}
+		if c.SecretEnv != "" && c.Type == TypeSlack {
+			add(k+".secret_env", "Slack incoming webhooks do not check signatures; the URL is the secret")
+		}
+		if len(c.On) == 0 {
+			add(k+".on", "must list at least one event")
+		}
+		for j, e := range c.On {
+			if !e.valid() {
+				add(fmt.Sprintf("%s.on[%d]", k, j), "%q: not one of %v", e, EventTypes)
+			}
+		}
+		if c.Timeout < 0 || c.Timeout > MaxTimeout {
+			add(k+".timeout", "%s: must be between 0 (default %s) and %s", c.Timeout, DefaultTimeout, MaxTimeout)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateMaxAge checks notify_max_age (0: DefaultMaxAge).
+func ValidateMaxAge(d time.Duration) error {
+	if d < 0 || (d > 0 && d < time.Minute) || d > 7*24*time.Hour {
+		return configerr.Errorf("notify_max_age", "%s: must be between 1m and 168h (0: %s)", d, DefaultMaxAge)
+	}
+	return nil
+}
+
+// checkURL accepts an absolute https URL (http with allowHTTP). Its error
+// never contains the URL: it may come from a secret.
+func checkURL(raw string, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && allowHTTP:
+	case u.Scheme == "http":
+		return errors.New("http is not allowed: use https, or set allow_http: true")
+	default:
+		return errors.New("must be an https URL")
+	}
+	if u.Host == "" {
+		return errors.New("has no host")
+	}
+	return nil
+}

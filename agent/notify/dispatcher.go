@@ -1,0 +1,499 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers      = 4
+	DefaultPollInterval = time.Second
+	DefaultMaxAttempts  = 10
+	DefaultBackoffBase  = 2 * time.Second
+	DefaultBackoffMax   = 10 * time.Minute
+	DefaultStoreTimeout = time.Second
+)
+
+// Results of autodiag_notifications_total.
+const (
+	ResultDelivered = "delivered"
+	ResultRetry     = "retry"
+	ResultDead      = "dead"
+)
+
+// Options configure a Dispatcher; zero values mean the defaults.
+type Options struct {
+	// InstanceID names this agent: the outbox consumer and the events'
+	// instance_id and origin. Required.
+	InstanceID string
+	// Workers is how many deliveries run at once (DefaultWorkers).
+	Workers int
+	// PollInterval is how often an idle dispatcher looks for work others
+	// wrote or gave up (DefaultPollInterval); its own Enqueue wakes it at
+	// once.
+	PollInterval time.Duration
+	// MaxAttempts: an entry that failed this many times is dead
+	// (DefaultMaxAttempts).
+	MaxAttempts int
+	// MaxAge (notify_max_age): an entry older than this is dead instead of
+	// retried (DefaultMaxAge).
+	MaxAge time.Duration
+	// BackoffBase and BackoffMax shape the retry delay: base·2^(attempt-1),
+	// at most max, with full jitter over its upper half; a longer
+	// Retry-After wins.
+	BackoffBase, BackoffMax time.Duration
+	// StoreTimeout bounds each outbox call (DefaultStoreTimeout); use
+	// redis.timeout's order of magnitude.
+	StoreTimeout time.Duration
+	Clock        func() time.Time      // time.Now
+	Logger       *slog.Logger          // slog.Default()
+	Registerer   prometheus.Registerer // nil: metrics are not registered
+	// Rand returns a number in [0, 1) for jitter (math/rand/v2).
+	Rand func() float64
+}
+
+// Dispatcher writes events to the outbox and delivers the outbox's
+// entries to the sinks with a bounded pool of workers.
+type Dispatcher struct {
+	ob    Outbox
+	sinks map[string]Sink
+	order []Sink
+	o     Options
+	log   *slog.Logger
+	m     *metrics
+
+	wake chan struct{} // a local Enqueue or a finished delivery
+	stop chan struct{} // closed by Stop
+	done chan struct{} // closed when Run returned
+	// direct holds this agent's own entries to deliver while draining.
+	direct chan Delivery
+
+	mu            sync.Mutex
+	started       bool
+	stopped       bool
+	draining      bool
+	cancelDeliver context.CancelFunc
+}
+
+// NewDispatcher returns a Dispatcher of sinks over ob. A sink whose
+// Timeout is more than half of ob.ClaimIdle() is an error: a delivery
+// still running would be taken over by another agent.
+func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
+	if o.InstanceID == "" {
+		return nil, errors.New("notify: dispatcher: InstanceID is required")
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	if o.StoreTimeout <= 0 {
+		o.StoreTimeout = DefaultStoreTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	d := &Dispatcher{ob: ob, sinks: map[string]Sink{}, o: o, log: o.Logger.With("component", "notify"),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		direct: make(chan Delivery, 64)}
+	for _, s := range sinks {
+		if 2*s.Timeout() > ob.ClaimIdle() {
+			return nil, fmt.Errorf("notify: sink %s: timeout %s must be at most half the outbox claim idle time %s",
+				s.Name(), s.Timeout(), ob.ClaimIdle())
+		}
+		if _, dup := d.sinks[s.Name()]; dup {
+			return nil, fmt.Errorf("notify: sink %s is configured twice", s.Name())
+		}
+		d.sinks[s.Name()] = s
+		d.order = append(d.order, s)
+	}
+	m, err := newMetrics(o.Registerer, sinks)
+	if err != nil {
+		return nil, err
+	}
+	d.m = m
+	return d, nil
+}
+
+// Entries are the outbox entries of ev, one per sink that wants it, with
+// ev's ID, Time and InstanceID set when empty and the task output cut to
+// MaxOutputExcerpt. A caller that writes them itself (RedisOutbox.AddTo,
+// in the pipeline of the task's final record) uses this; Enqueue does both.
+func (d *Dispatcher) Entries(ev Event) ([]Entry, error) {
+	if ev.ID == "" {
+		ev.ID = NewID()
+	}
+	if ev.Time.IsZero() {
+		ev.Time = d.o.Clock().UTC()
+	}
+	if ev.InstanceID == "" {
+		ev.InstanceID = d.o.InstanceID
+	}
+	if ev.Task != nil {
+		t := *ev.Task
+		show := "autodiag show " + t.ID
+		if t.OutputURL != "" {
+			show = t.OutputURL
+		}
+		t.Output = Excerpt(t.Output, MaxOutputExcerpt, show)
+		ev.Task = &t
+	}
+	var out []Entry
+	var body []byte
+	for _, s := range d.order {
+		if !s.Wants(ev.Type) {
+			continue
+		}
+		if body == nil {
+			var err error
+			if body, err = json.Marshal(ev); err != nil {
+				return nil, fmt.Errorf("notify: encode %s event: %w", ev.Type, err)
+			}
+		}
+		out = append(out, Entry{ID: ev.ID, Sink: s.Name(), Event: ev.Type, Origin: d.o.InstanceID, Time: ev.Time, Body: body})
+	}
+	return out, nil
+}
+
+// Enqueue writes ev for every sink that wants it, in one outbox round
+// trip bounded by ctx, and returns: delivery happens on the workers. It
+// returns the event's delivery id ("" when no sink wants it).
+func (d *Dispatcher) Enqueue(ctx context.Context, ev Event) (string, error) {
+	entries, err := d.Entries(ev)
+	if err != nil || len(entries) == 0 {
+		return "", err
+	}
+	refs, err := d.ob.Enqueue(ctx, entries)
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	draining := d.draining && !d.stopped
+	d.mu.Unlock()
+	if draining {
+		// A draining agent claims nothing from the outbox, but its own
+		// events go out from here; should it stop first, they stay in
+		// the outbox for the others.
+		for i, e := range entries {
+			select {
+			case d.direct <- Delivery{Entry: e, Attempt: 1, ref: refs[i]}:
+			default:
+			}
+		}
+	}
+	d.signal()
+	return entries[0].ID, nil
+}
+
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Drain stops claiming from the outbox: what this agent holds is still
+// delivered, and so are the events it enqueues from now on, until Stop.
+func (d *Dispatcher) Drain() {
+	d.mu.Lock()
+	d.draining = true
+	d.mu.Unlock()
+	d.signal()
+}
+
+// Run claims and delivers until ctx is done or Stop is called, then waits
+// for the deliveries it started (each bounded by its sink's timeout, or
+// cut short by Stop's deadline) and returns nil. It runs once.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.started {
+		d.mu.Unlock()
+		return errors.New("notify: dispatcher: Run called twice")
+	}
+	d.started = true
+	// Deliveries outlive a cancelled ctx (SIGTERM stops intake, not work
+	// in flight); Stop's deadline cancels them.
+	deliverCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancelDeliver = cancel
+	d.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		cancel()
+		close(d.done)
+	}()
+	slots := make(chan struct{}, d.o.Workers)
+	start := func(dl Delivery, direct bool) {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done(); d.signal() }()
+			d.deliver(deliverCtx, dl, direct)
+		}()
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var lastPending time.Time // the gauge is read from the outbox once per PollInterval
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.stop:
+			return nil
+		default:
+		}
+		free := d.o.Workers - len(slots)
+		got := 0
+		d.mu.Lock()
+		draining := d.draining
+		d.mu.Unlock()
+	direct:
+		for free > 0 {
+			select {
+			case dl := <-d.direct:
+				start(dl, true)
+				got++
+				free--
+			default:
+				break direct
+			}
+		}
+		if free > 0 && !draining {
+			cctx, ccancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+			ds, err := d.ob.Claim(cctx, d.o.InstanceID, free, true)
+			ccancel()
+			if err != nil {
+				d.claimFailed(err)
+			}
+			for _, dl := range ds {
+				start(dl, false)
+			}
+			got += len(ds)
+		}
+		if now := time.Now(); now.Sub(lastPending) >= d.o.PollInterval {
+			lastPending = now
+			d.updatePending(ctx)
+		}
+		if got > 0 && len(slots) < d.o.Workers {
+			continue
+		}
+		timer.Reset(d.o.PollInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.stop:
+			return nil
+		case <-d.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+func (d *Dispatcher) claimFailed(err error) {
+	if errors.Is(err, ErrReset) {
+		d.m.resets.Inc()
+		d.log.Error("notification outbox was reset; pending notifications are lost", "err", err)
+		return
+	}
+	if !errors.Is(err, context.Canceled) {
+		d.log.Warn("claim notifications", "err", err)
+	}
+}
+
+func (d *Dispatcher) updatePending(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+	defer cancel()
+	if n, err := d.ob.Pending(cctx); err == nil {
+		d.m.pending.Set(float64(n))
+	}
+}
+
+// Stop stops claiming and waits for the deliveries in flight until ctx is
+// done; then it cancels them (their entries stay pending, for another
+// agent to take over after the claim idle time) and returns ctx.Err()
+// without waiting further. A Stop before Run returns at once.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	if !d.stopped {
+		d.stopped = true
+		close(d.stop)
+	}
+	started, cancel := d.started, d.cancelDeliver
+	d.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		cancel()
+		return fmt.Errorf("notify: stop: deliveries cut short: %w", ctx.Err())
+	}
+}
+
+// deliver sends one entry and records what came of it. direct marks an
+// entry this agent enqueued while draining: it is not claimed, so a
+// failure leaves it to the others rather than scheduling a retry.
+func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
+	log := d.log.With("sink", dl.Sink, "event", string(dl.Event), "delivery_id", dl.ID, "attempt", dl.Attempt)
+	now := d.o.Clock()
+	if now.Sub(dl.Time) > d.o.MaxAge {
+		d.giveUp(ctx, log, dl, "max_age")
+		return
+	}
+	sink, ok := d.sinks[dl.Sink]
+	var err error
+	if !ok {
+		// Another agent's configuration names it; retrying here lets one
+		// that has it take the entry, and gives up if none does.
+		err = fmt.Errorf("notify: sink %s is not configured on this agent", dl.Sink)
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, sink.Timeout())
+		err = sink.Send(sctx, dl)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		// Stop's deadline: the entry stays pending for another agent.
+		log.Info("notification cut short by stop; left to another agent")
+		return
+	}
+	if err == nil {
+		d.store(ctx, log, "ack", func(c context.Context) error { return d.ob.Ack(c, dl) })
+		d.m.count(dl, ResultDelivered)
+		delay := d.o.Clock().Sub(dl.Time)
+		d.m.delay.Observe(max(delay, 0).Seconds())
+		log.Debug("notification delivered", "delay", delay.Seconds())
+		return
+	}
+	var se *SendError
+	if errors.As(err, &se) && se.Permanent {
+		d.giveUp(ctx, log.With("err", err), dl, fmt.Sprintf("status_%d", se.Status))
+		return
+	}
+	if dl.Attempt >= d.o.MaxAttempts {
+		d.giveUp(ctx, log.With("err", err), dl, "max_attempts")
+		return
+	}
+	wait := d.backoff(dl.Attempt)
+	if se != nil && se.RetryAfter > wait {
+		wait = min(se.RetryAfter, d.o.BackoffMax)
+	}
+	at := d.o.Clock().Add(wait)
+	if at.Sub(dl.Time) > d.o.MaxAge {
+		d.giveUp(ctx, log.With("err", err), dl, "max_age")
+		return
+	}
+	d.m.count(dl, ResultRetry)
+	log.Warn("notification failed; will retry", "err", err, "retry_in", wait.Seconds())
+	if direct {
+		return
+	}
+	d.store(ctx, log, "schedule retry", func(c context.Context) error { return d.ob.Retry(c, dl, at) })
+}
+
+// backoff is the delay after attempt (1-based): BackoffBase·2^(attempt-1)
+// capped at BackoffMax, drawn uniformly from its upper half so agents that
+// failed together do not retry together.
+func (d *Dispatcher) backoff(attempt int) time.Duration {
+	b := d.o.BackoffBase
+	for i := 1; i < attempt && b < d.o.BackoffMax; i++ {
+		b *= 2
+	}
+	b = min(b, d.o.BackoffMax)
+	return b/2 + time.Duration(d.o.Rand()*float64(b/2))
+}
+
+func (d *Dispatcher) giveUp(ctx context.Context, log *slog.Logger, dl Delivery, reason string) {
+	d.store(ctx, log, "dead-letter", func(c context.Context) error { return d.ob.Dead(c, dl, reason) })
+	d.m.count(dl, ResultDead)
+	log.Error("notification given up", "reason", reason)
+}
+
+// store runs one outbox call with its own bound.
+func (d *Dispatcher) store(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
+	c, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+	defer cancel()
+	if err := f(c); err != nil {
+		log.Warn("notification outbox: "+what, "err", err)
+	}
+}
+
+type metrics struct {
+	total   *prometheus.CounterVec
+	pending prometheus.Gauge
+	delay   prometheus.Histogram
+	resets  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, sinks []Sink) (*metrics, error) {
+	m := &metrics{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_notifications_total",
+			Help: "Notification attempts by sink, event and result (delivered, retry, dead).",
+		}, []string{"sink", "event", "result"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_outbox_pending",
+			Help: "Notifications in the outbox: new, in flight or waiting to retry.",
+		}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "autodiag_notification_delay_seconds",
+			Help:    "Time from an event written to the outbox to its delivery.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 120, 600, 3600},
+		}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "autodiag_outbox_resets_total",
+			Help: "Times the notification outbox was found gone (Redis restarted empty) and created again.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.total, m.pending, m.delay, m.resets} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("notify: register metrics: %w", err)
+			}
+		}
+	}
+	for _, s := range sinks {
+		for _, r := range []string{ResultDelivered, ResultRetry, ResultDead} {
+			for _, e := range EventTypes {
+				if s.Wants(e) {
+					m.total.WithLabelValues(s.Name(), string(e), r)
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) count(dl Delivery, result string) {
+	m.total.WithLabelValues(dl.Sink, string(dl.Event), result).Inc()
+}

@@ -1,0 +1,158 @@
+package notify
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// EventType names what happened; sinks subscribe to types with `on`.
+type EventType string
+
+// The events a sink can subscribe to: the task outcomes worth telling a
+// person about, a finished root-cause report, and the drain's milestones.
+const (
+	EventSucceeded      EventType = "succeeded"
+	EventFailed         EventType = "failed"
+	EventTimedOut       EventType = "timed_out"
+	EventRateLimited    EventType = "rate_limited"
+	EventReport         EventType = "report"
+	EventDrainStarted   EventType = "drain_started"
+	EventDrainCompleted EventType = "drain_completed"
+	EventDrainFailed    EventType = "drain_failed"
+)
+
+// EventTypes are all event types, in the order the README lists them.
+var EventTypes = []EventType{EventSucceeded, EventFailed, EventTimedOut, EventRateLimited,
+	EventReport, EventDrainStarted, EventDrainCompleted, EventDrainFailed}
+
+func (t EventType) valid() bool {
+	for _, e := range EventTypes {
+		if t == e {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxOutputExcerpt bounds the task output an event carries: a person
+// reads the head and the tail; the whole output is in the record.
+const MaxOutputExcerpt = 16 << 10
+
+// Event is one notification, exactly as a webhook receives it.
+type Event struct {
+	Type EventType `json:"event"`
+	// ID is the delivery id: set by Enqueue when empty, stable across
+	// retries, the same for every sink.
+	ID         string    `json:"delivery_id"`
+	InstanceID string    `json:"instance_id"`
+	Time       time.Time `json:"time"`
+	Task       *Task     `json:"task,omitempty"`
+	Drain      *Drain    `json:"drain,omitempty"`
+}
+
+// Task is the task record as GET /v1/tasks/{id} shows it, with the output
+// cut to an excerpt (Excerpt).
+type Task struct {
+	ID         string            `json:"id"`
+	Host       string            `json:"host"`
+	Diagnostic string            `json:"diagnostic"`
+	Params     map[string]string `json:"params,omitempty"`
+	Severity   string            `json:"severity,omitempty"`
+	Alert      *Alert            `json:"alert,omitempty"`
+	Status     string            `json:"status,omitempty"`
+	Outcome    string            `json:"outcome"`
+	Reason     string            `json:"reason,omitempty"`
+	Attempts   int               `json:"attempts"`
+	Owner      string            `json:"owner,omitempty"`
+	ReceivedAt *time.Time        `json:"received_at,omitempty"`
+	StartedAt  *time.Time        `json:"started_at,omitempty"`
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
+	ExitCode   *int              `json:"exit_code,omitempty"`
+	Output     string            `json:"output"`
+	Truncated  bool              `json:"truncated"`
+	OutputURL  string            `json:"output_url,omitempty"`
+	Limiter    json.RawMessage   `json:"limiter,omitempty"`
+	Report     json.RawMessage   `json:"report"`
+}
+
+// Alert is the alert a task came from.
+type Alert struct {
+	Source  string `json:"source,omitempty"`
+	Name    string `json:"name,omitempty"`
+	EventID string `json:"event_id,omitempty"`
+}
+
+// Drain describes a drain for the drain_* events.
+type Drain struct {
+	Source    string     `json:"source"`
+	Reason    string     `json:"reason,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	Deadline  time.Time  `json:"deadline"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	// Result is the lifecycle completion (CONTINUE, ABANDON) or why the
+	// drain failed (deadline, completion_failed).
+	Result    string `json:"result,omitempty"`
+	Released  int    `json:"released,omitempty"`
+	Cancelled int    `json:"cancelled,omitempty"`
+	TimedOut  bool   `json:"timed_out,omitempty"`
+}
+
+// NewID is a random delivery id (128 bits, hex).
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// Excerpt cuts s to at most max bytes: the first and the last lines, and
+// between them a line saying how much was cut and, when show is set, where
+// the whole is (an `autodiag show ID` command or an output URL). Cuts fall
+// on line ends where a line end is near, and never inside a UTF-8
+// sequence.
+func Excerpt(s string, max int, show string) string {
+	if len(s) <= max {
+		return s
+	}
+	marker := func(cut int) string {
+		m := fmt.Sprintf("\n… %d bytes cut …\n", cut)
+		if show != "" {
+			m = fmt.Sprintf("\n… %d bytes cut; the whole output: %s …\n", cut, show)
+		}
+		return m
+	}
+	room := max - len(marker(len(s)))
+	if room <= 0 {
+		return truncateUTF8(marker(len(s))[1:], max)
+	}
+	headLen := room / 2
+	head := s[:headLen]
+	if i := strings.LastIndexByte(head, '\n'); i >= headLen/2 {
+		head = head[:i+1]
+	}
+	head = truncateUTF8(head, len(head))
+	tailLen := room - len(head)
+	tail := s[len(s)-tailLen:]
+	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < tailLen/2 {
+		tail = tail[i+1:]
+	}
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	return strings.TrimSuffix(head, "\n") + marker(len(s)-len(head)-len(tail)) + tail
+}
+
+// truncateUTF8 cuts s to at most n bytes on a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

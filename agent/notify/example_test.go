@@ -1,0 +1,49 @@
+package notify_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+
+	"github.com/autodiag/autodiag/agent/notify"
+)
+
+// A receiver checks X-Autodiag-Signature over the raw body before it
+// decodes anything, and dedupes on X-Autodiag-Delivery.
+func ExampleVerify() {
+	key := []byte("the value of AUTODIAG_WEBHOOK_SECRET")
+	seen := map[string]bool{}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil || !notify.Verify(key, body, r.Header.Get("X-Autodiag-Signature")) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		id := r.Header.Get("X-Autodiag-Delivery")
+		if !seen[id] { // a retry of a delivery already handled is acknowledged, not redone
+			seen[id] = true
+			fmt.Println("event", r.Header.Get("X-Autodiag-Event"), "delivery", id)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+
+	body := []byte(`{"event":"failed","delivery_id":"d-1"}`)
+	for range 2 { // the same delivery, twice
+		req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/autodiag", nil)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.Header.Set("X-Autodiag-Event", "failed")
+		req.Header.Set("X-Autodiag-Delivery", "d-1")
+		req.Header.Set("X-Autodiag-Signature", notify.Sign(key, body))
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Fprintln(os.Stdout, rec.Code)
+	}
+	// Output:
+	// event failed delivery d-1
+	// 204
+	// 204
+}

@@ -1,0 +1,127 @@
+package notify
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeClock is a settable clock shared by an outbox and a dispatcher.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// request is what a receiver saw.
+type request struct {
+	header http.Header
+	body   []byte
+}
+
+// receiver is an httptest server answering with the statuses of answers in
+// turn (the last one from then on), recording every request.
+type receiver struct {
+	*httptest.Server
+	mu      sync.Mutex
+	answers []int
+	reqs    []request
+	hang    chan struct{} // when set, requests wait for it to close
+	header  http.Header   // added to every answer
+}
+
+func newReceiver(t *testing.T, answers ...int) *receiver {
+	r := &receiver{answers: answers, header: http.Header{}}
+	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	r.reqs = append(r.reqs, request{header: req.Header.Clone(), body: body})
+	code := http.StatusOK
+	if len(r.answers) > 0 {
+		code = r.answers[0]
+		if len(r.answers) > 1 {
+			r.answers = r.answers[1:]
+		}
+	}
+	hang := r.hang
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	r.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-req.Context().Done():
+		}
+	}
+	w.WriteHeader(code)
+}
+
+func (r *receiver) requests() []request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]request(nil), r.reqs...)
+}
+
+// waitFor polls cond until it holds or within passes, failing the test then.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runDispatcher runs d until the test ends.
+func runDispatcher(t *testing.T, d *Dispatcher) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+// answerNow makes the receiver answer from now on instead of hanging.
+func (r *receiver) answerNow() {
+	r.mu.Lock()
+	r.hang = nil
+	r.mu.Unlock()
+}
+
+func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }

@@ -1,0 +1,186 @@
+package notify
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MemoryOptions configure a MemoryOutbox; zero values mean the defaults.
+type MemoryOptions struct {
+	ClaimIdle time.Duration    // DefaultClaimIdle
+	DeadMax   int              // DefaultDeadMax
+	MaxLen    int              // DefaultMaxLen: past it the oldest entries are dropped
+	Clock     func() time.Time // time.Now
+}
+
+// MemoryOutbox is the Outbox of embedded mode, with the Redis outbox's
+// semantics inside one process.
+type MemoryOutbox struct {
+	o       MemoryOptions
+	mu      sync.Mutex
+	seq     int64
+	entries []*memEntry // in write order
+	dead    []DeadEntry // oldest first
+}
+
+type memEntry struct {
+	Entry
+	ref       string
+	owner     string // "" = never claimed
+	claimedAt time.Time
+	retryAt   time.Time
+	claims    int
+}
+
+var _ Outbox = (*MemoryOutbox)(nil)
+
+// NewMemoryOutbox returns an empty MemoryOutbox.
+func NewMemoryOutbox(o MemoryOptions) *MemoryOutbox {
+	if o.ClaimIdle <= 0 {
+		o.ClaimIdle = DefaultClaimIdle
+	}
+	if o.DeadMax <= 0 {
+		o.DeadMax = DefaultDeadMax
+	}
+	if o.MaxLen <= 0 {
+		o.MaxLen = DefaultMaxLen
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return &MemoryOutbox{o: o}
+}
+
+// ClaimIdle implements Outbox.
+func (m *MemoryOutbox) ClaimIdle() time.Duration { return m.o.ClaimIdle }
+
+// Enqueue implements Outbox.
+func (m *MemoryOutbox) Enqueue(_ context.Context, entries []Entry) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	refs := make([]string, len(entries))
+	for i, e := range entries {
+		m.seq++
+		refs[i] = strconv.FormatInt(m.seq, 10)
+		m.entries = append(m.entries, &memEntry{Entry: e, ref: refs[i]})
+	}
+	if over := len(m.entries) - m.o.MaxLen; over > 0 {
+		m.entries = slices.Delete(m.entries, 0, over)
+	}
+	return refs, nil
+}
+
+// Claim implements Outbox.
+func (m *MemoryOutbox) Claim(_ context.Context, consumer string, max int, newWork bool) ([]Delivery, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock()
+	var out []Delivery
+	claim := func(e *memEntry) {
+		e.owner, e.claimedAt, e.retryAt = consumer, now, time.Time{}
+		e.claims++
+		out = append(out, Delivery{Entry: e.Entry, Attempt: e.claims, ref: e.ref})
+	}
+	for _, e := range m.entries {
+		if len(out) >= max {
+			return out, nil
+		}
+		if e.owner != "" && now.Sub(e.claimedAt) >= m.o.ClaimIdle && !now.Before(e.retryAt) {
+			claim(e)
+		}
+	}
+	if !newWork {
+		return out, nil
+	}
+	for _, e := range m.entries {
+		if len(out) >= max {
+			break
+		}
+		if e.owner == "" {
+			claim(e)
+		}
+	}
+	return out, nil
+}
+
+func (m *MemoryOutbox) find(ref string) int {
+	return slices.IndexFunc(m.entries, func(e *memEntry) bool { return e.ref == ref })
+}
+
+// Ack implements Outbox.
+func (m *MemoryOutbox) Ack(_ context.Context, d Delivery) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := m.find(d.ref); i >= 0 {
+		m.entries = slices.Delete(m.entries, i, i+1)
+	}
+	return nil
+}
+
+// Retry implements Outbox: the entry is idle enough for anyone to claim,
+// and held back until at.
+func (m *MemoryOutbox) Retry(_ context.Context, d Delivery, at time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := m.find(d.ref); i >= 0 {
+		e := m.entries[i]
+		e.claimedAt = m.o.Clock().Add(-m.o.ClaimIdle)
+		e.retryAt = at
+	}
+	return nil
+}
+
+// Dead implements Outbox.
+func (m *MemoryOutbox) Dead(_ context.Context, d Delivery, reason string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := m.find(d.ref); i >= 0 {
+		m.entries = slices.Delete(m.entries, i, i+1)
+	}
+	m.seq++
+	m.dead = append(m.dead, DeadEntry{Entry: d.Entry, Attempts: d.Attempt, Reason: reason,
+		DiedAt: m.o.Clock(), Ref: strconv.FormatInt(m.seq, 10)})
+	if over := len(m.dead) - m.o.DeadMax; over > 0 {
+		m.dead = slices.Delete(m.dead, 0, over)
+	}
+	return nil
+}
+
+// Pending implements Outbox.
+func (m *MemoryOutbox) Pending(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.entries)), nil
+}
+
+// ListDead implements Outbox.
+func (m *MemoryOutbox) ListDead(_ context.Context, max int) ([]DeadEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []DeadEntry
+	for i := len(m.dead) - 1; i >= 0 && len(out) < max; i-- {
+		out = append(out, m.dead[i])
+	}
+	return out, nil
+}
+
+// Requeue implements Outbox.
+func (m *MemoryOutbox) Requeue(_ context.Context, refs []string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, ref := range refs {
+		i := slices.IndexFunc(m.dead, func(d DeadEntry) bool { return d.Ref == ref })
+		if i < 0 {
+			continue
+		}
+		m.seq++
+		m.entries = append(m.entries, &memEntry{Entry: m.dead[i].Entry, ref: strconv.FormatInt(m.seq, 10)})
+		m.dead = slices.Delete(m.dead, i, i+1)
+		n++
+	}
+	return n, nil
+}

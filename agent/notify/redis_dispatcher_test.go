@@ -1,0 +1,117 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Two agents share a Redis outbox; the receiver fails three times, then
+// takes the event: it is delivered once, every try with the same id,
+// whichever agent made it.
+func TestRedisDispatchersDeliverAtLeastOnce(t *testing.T) {
+	rc := testRedis(t)
+	prefix := testPrefix(t)
+	clock := newFakeClock()
+	outbox := func() *RedisOutbox {
+		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+	}
+	o := Options{BackoffBase: time.Second, BackoffMax: time.Minute}
+	a := newHarness(t, outbox(), clock, "i-a", o, 500, 500, 500, 200)
+	b := newHarness(t, outbox(), clock, "i-b", o)
+	// Both agents post to the same receiver.
+	b.d.sinks["hook"].(*Webhook).url = a.rcv.URL
+	t.Cleanup(func() { o := outbox(); rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+	runDispatcher(t, a.d)
+	runDispatcher(t, b.d)
+
+	id, err := a.d.Enqueue(context.Background(), failedEvent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	retries := func() float64 { return a.count(ResultRetry) + b.count(ResultRetry) }
+	for try := 1; try <= 3; try++ {
+		waitFor(t, 5*time.Second, "a failed try", func() bool { return retries() == float64(try) })
+		clock.Advance(time.Second << (try - 1))
+	}
+	waitFor(t, 5*time.Second, "delivered", func() bool { return a.count(ResultDelivered)+b.count(ResultDelivered) == 1 })
+	reqs := a.rcv.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	for _, r := range reqs {
+		if r.header.Get(HeaderDelivery) != id {
+			t.Fatalf("delivery id %q, want %q on every try", r.header.Get(HeaderDelivery), id)
+		}
+	}
+	waitFor(t, 5*time.Second, "outbox empty", func() bool { n, _ := outbox().Pending(context.Background()); return n == 0 })
+}
+
+// The agent holding a delivery goes away mid-request (its Stop deadline
+// cuts the request; the entry stays pending under it); another agent takes
+// the entry over once it has been idle for the claim idle time.
+func TestRedisDispatcherTakeover(t *testing.T) {
+	rc := testRedis(t)
+	prefix := testPrefix(t)
+	clock := newFakeClock()
+	outbox := func() *RedisOutbox {
+		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+	}
+	t.Cleanup(func() { o := outbox(); rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+	a := newHarness(t, outbox(), clock, "i-a", Options{})
+	a.rcv.hang = make(chan struct{})
+	defer close(a.rcv.hang)
+	done := make(chan error, 1)
+	go func() { done <- a.d.Run(context.Background()) }()
+	id, err := a.d.Enqueue(context.Background(), failedEvent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "agent a's request", func() bool { return len(a.rcv.requests()) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := a.d.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	a.rcv.answerNow()
+
+	b := newHarness(t, outbox(), clock, "i-b", Options{})
+	b.d.sinks["hook"].(*Webhook).url = a.rcv.URL
+	start := time.Now()
+	runDispatcher(t, b.d)
+	waitFor(t, 20*testIdle, "agent b takes over", func() bool { return b.count(ResultDelivered) == 1 })
+	if took := time.Since(start); took < testIdle/2 {
+		t.Errorf("taken over after %s, before the claim idle time %s", took, testIdle)
+	}
+	reqs := a.rcv.requests()
+	if len(reqs) != 2 || reqs[1].header.Get(HeaderDelivery) != id {
+		t.Fatalf("requests: %d, ids %q", len(reqs), reqs[len(reqs)-1].header.Get(HeaderDelivery))
+	}
+}
+
+// Redis restarted empty mid-run: no crash, the loss is counted, and
+// events written afterwards are delivered.
+func TestRedisDispatcherSurvivesReset(t *testing.T) {
+	rc := testRedis(t)
+	clock := newFakeClock()
+	ob := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, Clock: clock.Now})
+	t.Cleanup(func() { rc.Del(context.Background(), ob.stream, ob.retry, ob.dead) })
+	h := newHarness(t, ob, clock, "i-a", Options{})
+	runDispatcher(t, h.d)
+	if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "first delivery", func() bool { return h.count(ResultDelivered) == 1 })
+	if err := rc.Del(context.Background(), ob.stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the reset counted", func() bool { return testutilCounter(h.d.m.resets) == 1 })
+	if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "delivery after the reset", func() bool { return h.count(ResultDelivered) == 2 })
+}

@@ -1,0 +1,166 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Slack's limits on an incoming-webhook Block Kit message.
+const (
+	slackHeaderMax  = 150  // plain_text of a header block
+	slackSectionMax = 3000 // text of a section block
+	slackFieldMax   = 2000 // one field of a section block
+	slackFallback   = 300  // the notification text; ours stays short
+)
+
+// Slack posts a Block Kit message to an incoming webhook: a header
+// (outcome, diagnostic, host), fields (duration, attempts, agent, alert),
+// the output excerpt in a code block and how to see the whole.
+type Slack struct {
+	httpSink
+}
+
+// Send builds the message from the event in d.Body and posts it.
+func (s *Slack) Send(ctx context.Context, d Delivery) error {
+	var ev Event
+	if err := json.Unmarshal(d.Body, &ev); err != nil {
+		return &SendError{Permanent: true}
+	}
+	body, err := json.Marshal(SlackMessage(ev))
+	if err != nil {
+		return &SendError{Permanent: true}
+	}
+	return s.post(ctx, body, nil)
+}
+
+// SlackPayload is an incoming-webhook message.
+type SlackPayload struct {
+	Text   string       `json:"text"`
+	Blocks []SlackBlock `json:"blocks"`
+}
+
+// SlackBlock is one Block Kit block (header, section or context).
+type SlackBlock struct {
+	Type     string       `json:"type"`
+	Text     *SlackText   `json:"text,omitempty"`
+	Fields   []*SlackText `json:"fields,omitempty"`
+	Elements []*SlackText `json:"elements,omitempty"`
+}
+
+// SlackText is a Block Kit text object.
+type SlackText struct {
+	Type string `json:"type"` // plain_text or mrkdwn
+	Text string `json:"text"`
+}
+
+// SlackMessage is the message for ev, every text within Slack's limits.
+func SlackMessage(ev Event) SlackPayload {
+	var title string
+	var fields []*SlackText
+	field := func(name, value string) {
+		if value != "" {
+			fields = append(fields, &SlackText{Type: "mrkdwn", Text: truncateUTF8("*"+name+"*\n"+escapeMrkdwn(value), slackFieldMax)})
+		}
+	}
+	var blocks []SlackBlock
+	switch {
+	case ev.Task != nil:
+		t := ev.Task
+		title = fmt.Sprintf("%s %s: %s on %s", icon(ev.Type), headline(ev.Type, t.Outcome), t.Diagnostic, t.Host)
+		if t.StartedAt != nil && t.FinishedAt != nil {
+			field("Duration", t.FinishedAt.Sub(*t.StartedAt).Round(time.Millisecond).String())
+		}
+		field("Attempts", fmt.Sprint(t.Attempts))
+		field("Agent", firstNonEmpty(t.Owner, ev.InstanceID))
+		if t.Alert != nil {
+			field("Alert", t.Alert.Name)
+		}
+		if t.ExitCode != nil {
+			field("Exit code", fmt.Sprint(*t.ExitCode))
+		}
+		field("Reason", t.Reason)
+		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: truncateUTF8(title, slackHeaderMax)}})
+		if len(fields) > 0 {
+			blocks = append(blocks, SlackBlock{Type: "section", Fields: fields})
+		}
+		show := "autodiag show " + t.ID
+		if t.OutputURL != "" {
+			show = t.OutputURL
+		}
+		if t.Output != "" {
+			blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: codeBlock(t.Output, show)}})
+		}
+		blocks = append(blocks, SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn", Text: truncateUTF8(escapeMrkdwn("`"+show+"`  ·  delivery "+ev.ID), slackSectionMax)}}})
+	case ev.Drain != nil:
+		dr := ev.Drain
+		title = fmt.Sprintf("%s %s on %s", icon(ev.Type), strings.ReplaceAll(string(ev.Type), "_", " "), ev.InstanceID)
+		field("Source", dr.Source)
+		field("Reason", dr.Reason)
+		field("Deadline", dr.Deadline.UTC().Format(time.RFC3339))
+		field("Result", dr.Result)
+		if dr.Released > 0 {
+			field("Released", fmt.Sprint(dr.Released))
+		}
+		if dr.Cancelled > 0 {
+			field("Cancelled", fmt.Sprint(dr.Cancelled))
+		}
+		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: truncateUTF8(title, slackHeaderMax)}})
+		if len(fields) > 0 {
+			blocks = append(blocks, SlackBlock{Type: "section", Fields: fields})
+		}
+	default:
+		title = fmt.Sprintf("%s %s on %s", icon(ev.Type), ev.Type, ev.InstanceID)
+		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: truncateUTF8(title, slackHeaderMax)}})
+	}
+	return SlackPayload{Text: truncateUTF8(title, slackFallback), Blocks: blocks}
+}
+
+// codeBlock is output in a code block of at most slackSectionMax
+// characters: an excerpt when it does not fit, saying where the whole is.
+func codeBlock(output, show string) string {
+	const fences = len("```\n\n```")
+	limit := slackSectionMax - fences
+	for {
+		text := escapeMrkdwn(strings.ReplaceAll(Excerpt(output, limit, show), "```", "`\u200b``"))
+		if len(text)+fences <= slackSectionMax || limit <= 0 {
+			return truncateUTF8("```\n"+text+"\n```", slackSectionMax)
+		}
+		limit -= len(text) + fences - slackSectionMax
+	}
+}
+
+// escapeMrkdwn escapes the three characters Slack's mrkdwn reserves.
+func escapeMrkdwn(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func headline(t EventType, outcome string) string {
+	if t == EventReport {
+		return "report ready for " + outcome
+	}
+	return strings.ReplaceAll(outcome, "_", " ")
+}
+
+func icon(t EventType) string {
+	switch t {
+	case EventSucceeded, EventDrainCompleted:
+		return "✅"
+	case EventReport:
+		return "📝"
+	case EventRateLimited, EventDrainStarted:
+		return "⏳"
+	}
+	return "❌"
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
