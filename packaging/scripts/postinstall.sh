@@ -23,8 +23,10 @@ if ! getent passwd autodiag >/dev/null; then
 fi
 
 # The agent reads its config as autodiag and nobody else needs to (a
-# redis.url may carry a password). Only on a fresh install: an upgrade keeps
-# whatever owner and mode the operator chose.
+# redis.url may carry a password). The package says root:autodiag 0640, but
+# on a fresh install the group did not exist when the file was unpacked.
+# Only then: on an upgrade an edited config keeps the owner and mode the
+# operator gave it.
 if [ "$fresh" = 1 ]; then
 	chown root:autodiag /etc/autodiag/config.yaml
 	chmod 0640 /etc/autodiag/config.yaml
