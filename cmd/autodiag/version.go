@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -13,10 +15,10 @@ import (
 //
 //	-ldflags "-X main.version=1.2.3 -X main.commit=<sha> -X main.date=<RFC 3339>"
 //
-// A build that stamps nothing falls back to what the Go toolchain recorded
-// (the module version of `go install …@v1.2.3`, the VCS revision and time of
-// a build in a git checkout); "dev" and "unknown" remain only when neither
-// says.
+// A build that stamps nothing falls back to what the Go toolchain recorded:
+// a release's module version (`go install …@v1.2.3`), the VCS revision and
+// time of a build in a git checkout. "dev" stays for any other build, and
+// "unknown" where the toolchain recorded nothing.
 var (
 	version = "dev"
 	commit  = ""
@@ -37,7 +39,7 @@ func currentBuild() buildInfo {
 	b := buildInfo{Version: version, Commit: commit, Date: date,
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if info, ok := debug.ReadBuildInfo(); ok {
-		if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		if b.Version == "dev" && isReleaseVersion(info.Main.Version) {
 			b.Version = info.Main.Version
 		}
 		for _, s := range info.Settings {
@@ -56,6 +58,17 @@ func currentBuild() buildInfo {
 		b.Date = "unknown"
 	}
 	return b
+}
+
+// pseudoVersion matches the toolchain's version of an untagged commit
+// (v0.0.0-20260102150405-0123456789ab and its pre-release forms).
+var pseudoVersion = regexp.MustCompile(`[-.][0-9]{14}-[0-9a-f]{12}$`)
+
+// isReleaseVersion: v names a tagged release, not "(devel)", an untagged
+// commit's pseudo-version or a modified tree ("+dirty"), which are
+// development builds.
+func isReleaseVersion(v string) bool {
+	return strings.HasPrefix(v, "v") && !strings.Contains(v, "+") && !pseudoVersion.MatchString(v)
 }
 
 func (b buildInfo) String() string {

@@ -106,3 +106,27 @@ func TestVersionCommandArgs(t *testing.T) {
 		t.Fatalf("version extra: exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
 	}
 }
+
+// TestIsReleaseVersion: only a tagged release's module version replaces
+// "dev"; a checkout's pseudo-version or a modified tree stays a development
+// build.
+func TestIsReleaseVersion(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want bool
+	}{
+		{"", false},
+		{"(devel)", false},
+		{"v1.2.3", true},
+		{"v1.3.0-rc.1", true},
+		{"v0.0.0-20261130141006-b57cfd7d8a06", false},
+		{"v1.2.4-0.20261130141006-b57cfd7d8a06", false},
+		{"v1.3.0-rc.1.0.20261130141006-b57cfd7d8a06", false},
+		{"v1.2.3+dirty", false},
+		{"v0.0.0-20261130141006-b57cfd7d8a06+dirty", false},
+	} {
+		if got := isReleaseVersion(tc.v); got != tc.want {
+			t.Errorf("isReleaseVersion(%q) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+}
