@@ -26,9 +26,6 @@ import (
 	"github.com/autodiag/autodiag/agent"
 )
 
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
-
 // Exit codes (README "CLI").
 const (
 	exitOK      = 0
@@ -71,7 +68,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "autodiag",
 		Short:         "Diagnostic tasks from alerts, rate-limited, drained cleanly on EC2 Auto Scaling",
-		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -79,6 +75,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
 	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd())
+	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
 	root.Args = func(cmd *cobra.Command, args []string) error {
