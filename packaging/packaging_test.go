@@ -131,7 +131,7 @@ func TestPackagedConfigRunsWithoutAWS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example config does not validate: %v", err)
 	}
-	if cfg.Lifecycle.DrainTimeout != example.Lifecycle.DrainTimeout || len(cfg.Diagnostics) != len(example.Diagnostics) ||
+	if cfg.Drain.Timeout != example.Drain.Timeout || len(cfg.Diagnostics) != len(example.Diagnostics) ||
 		len(cfg.Limiter.Rules) != len(example.Limiter.Rules) {
 		t.Error("packaged config lost the example's drain timeout, diagnostics or limiter rules")
 	}
