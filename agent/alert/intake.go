@@ -176,4 +176,3 @@ func (c IntakeConfig) MaxBodyBytes() int64 {
 	}
 	return int64(c.MaxBody)
 }
-
