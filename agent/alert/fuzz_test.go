@@ -66,14 +66,14 @@ func fuzzDecoder(f *testing.F, decode func([]byte) (Payload, error), seeds ...st
 	})
 }
 
-//	go test ./agent/alert -run '^$' -fuzz FuzzDecodeAlertmanager -fuzztime 60s
+// go test ./agent/alert -run '^$' -fuzz FuzzDecodeAlertmanager -fuzztime 60s
 func FuzzDecodeAlertmanager(f *testing.F) {
 	fuzzDecoder(f, DecodeAlertmanager,
 		`{"version":"4","truncatedAlerts":-3,"alerts":[{"status":"firing","labels":{"alertname":"DiskSpaceLow","severity":"critical","instance":"a:1","mountpoint":"/x"},"startsAt":"2026-11-30T13:00:00Z"}]}`,
 		`{"version":"4","alerts":[{},[],1,{"status":"resolved"}]}`)
 }
 
-//	go test ./agent/alert -run '^$' -fuzz FuzzDecodeZabbix -fuzztime 60s
+// go test ./agent/alert -run '^$' -fuzz FuzzDecodeZabbix -fuzztime 60s
 func FuzzDecodeZabbix(f *testing.F) {
 	fuzzDecoder(f, DecodeZabbix,
 		`{"event_id":"1","event_value":"1","event_name":"Disk space low","host":"h","tags":"[{\"tag\":\"filesystem\",\"value\":\"/\"}]"}`,
@@ -81,14 +81,14 @@ func FuzzDecodeZabbix(f *testing.F) {
 		`{"tags":"\"[]\""}`)
 }
 
-//	go test ./agent/alert -run '^$' -fuzz FuzzDecodeCloudWatch -fuzztime 60s
+// go test ./agent/alert -run '^$' -fuzz FuzzDecodeCloudWatch -fuzztime 60s
 func FuzzDecodeCloudWatch(f *testing.F) {
 	fuzzDecoder(f, DecodeCloudWatch,
 		`{"Type":"Notification","Message":"{\"AlarmName\":\"StatusCheckFailed\",\"NewStateValue\":\"ALARM\",\"Trigger\":{\"Dimensions\":[{\"name\":\"InstanceId\",\"value\":\"i-1\"}]}}"}`,
 		`{"AlarmName":"a","NewStateValue":"ALARM","StateChangeTime":"x"}`)
 }
 
-//	go test ./agent/alert -run '^$' -fuzz FuzzRecognize -fuzztime 60s
+// go test ./agent/alert -run '^$' -fuzz FuzzRecognize -fuzztime 60s
 func FuzzRecognize(f *testing.F) {
 	fuzzDecoder(f, func(b []byte) (Payload, error) {
 		p, ok, err := Recognize(b)
@@ -99,7 +99,7 @@ func FuzzRecognize(f *testing.F) {
 	}, `{"host":"web-01","diagnostic":"uptime"}`)
 }
 
-//	go test ./agent/alert -run '^$' -fuzz FuzzDecodeGeneric -fuzztime 60s
+// go test ./agent/alert -run '^$' -fuzz FuzzDecodeGeneric -fuzztime 60s
 func FuzzDecodeGeneric(f *testing.F) {
 	fuzzDecoder(f, DecodeGeneric,
 		`{"name":"disk space low","host":"web-01","labels":{"filesystem":"/"}}`,
