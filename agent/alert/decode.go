@@ -182,3 +182,24 @@ func splitArray(b jsontext.Value) ([]jsontext.Value, error) {
 	}
 	return items, nil
 }
+
+// Decode decodes body as the named source (alertmanager, zabbix,
+// cloudwatch, generic), for callers that get the source from a flag or a
+// path (`autodiag routes test --source`); ok is false for another name.
+func Decode(source string, body []byte) (p Payload, ok bool, err error) {
+	var dec func([]byte) (Payload, error)
+	switch source {
+	case SourceAlertmanager:
+		dec = DecodeAlertmanager
+	case SourceZabbix:
+		dec = DecodeZabbix
+	case SourceCloudWatch:
+		dec = DecodeCloudWatch
+	case SourceGeneric:
+		dec = DecodeGeneric
+	default:
+		return Payload{}, false, nil
+	}
+	p, err = dec(body)
+	return p, true, err
+}

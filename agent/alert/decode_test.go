@@ -223,3 +223,14 @@ func TestGenericList(t *testing.T) {
 		t.Fatal("a resent generic alert has a new derived event id")
 	}
 }
+
+func TestDecodeBySource(t *testing.T) {
+	for _, src := range []string{SourceAlertmanager, SourceZabbix, SourceCloudWatch, SourceGeneric} {
+		if _, ok, _ := Decode(src, []byte(`{}`)); !ok {
+			t.Errorf("%s: no decoder", src)
+		}
+	}
+	if _, ok, _ := Decode("nagios", []byte(`{}`)); ok {
+		t.Error("a decoder for an unknown source")
+	}
+}

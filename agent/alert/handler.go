@@ -33,8 +33,6 @@ type Credentials struct {
 	BasicPassword string
 }
 
-func (c Credentials) none() bool { return c.BearerToken == "" && c.BasicUser == "" }
-
 // DefaultSendTimeout bounds one SendBatch; it stays below
 // DefaultWriteTimeout so the answer can still be written.
 const DefaultSendTimeout = 10 * time.Second
@@ -161,7 +159,7 @@ func (h *Handler) post(source string) http.HandlerFunc {
 				return
 			}
 		}
-		h.c.Metrics.Record(h.c.Logger, source, p, ans)
+		h.c.Metrics.Record(r.Context(), h.c.Logger, source, p, ans)
 		writeJSON(w, http.StatusOK, ans)
 	}
 }

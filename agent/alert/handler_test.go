@@ -82,7 +82,7 @@ func newTestIntake(t *testing.T, cr Credentials, maxBody int64) *testIntake {
 
 func (ti *testIntake) post(t *testing.T, path, body string, auth func(*http.Request)) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, ti.srv.URL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ti.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestHandlerMixedGeneric(t *testing.T) {
 	}
 	body := `[{"name":"a","host":"web-01"},{"name":"b","host":"web;02"},{"name":"c","nope":1},{"source":"other","name":"d","host":"web-04"},{"name":"e","host":"web-05"}]`
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/alerts/generic", bytes.NewBufferString(body)))
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/alerts/generic", bytes.NewBufferString(body)))
 	want := `{"accepted":2,"ignored":[{"index":3,"reason":"no_route"}],"rejected":[{"index":1,"reason":"invalid_host"},{"index":2,"reason":"malformed_alert"}]}` + "\n"
 	if rec.Code != http.StatusOK || rec.Body.String() != want {
 		t.Fatalf("%d %s\nwant %s", rec.Code, rec.Body, want)
@@ -241,7 +241,11 @@ func TestReadyz(t *testing.T) {
 	ti := newTestIntake(t, Credentials{BearerToken: "x"}, 0)
 	for _, draining := range []bool{false, true} {
 		ti.draining.Store(draining)
-		resp, err := ti.srv.Client().Get(ti.srv.URL + "/readyz")
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ti.srv.URL+"/readyz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := ti.srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

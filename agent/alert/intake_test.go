@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -36,7 +37,8 @@ func TestIntakeValidate(t *testing.T) {
 				if e == nil {
 					continue
 				}
-				ce, ok := e.(*configerr.Error)
+				var ce *configerr.Error
+				ok := errors.As(e, &ce)
 				if !ok {
 					t.Fatalf("%T %v", e, e)
 				}

@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // that made no task (reason and detail), one for the payload. source is
 // the endpoint or queue shape (a bounded label), not what a generic
 // sender calls itself.
-func (m *Metrics) Record(log *slog.Logger, source string, p Payload, ans Answer) {
+func (m *Metrics) Record(ctx context.Context, log *slog.Logger, source string, p Payload, ans Answer) {
 	if m != nil {
 		m.alerts.WithLabelValues(source, ResultAccepted).Add(float64(ans.Accepted))
 		m.alerts.WithLabelValues(source, ResultIgnored).Add(float64(len(ans.Ignored)))
@@ -50,7 +50,6 @@ func (m *Metrics) Record(log *slog.Logger, source string, p Payload, ans Answer)
 	if log == nil {
 		return
 	}
-	ctx := context.Background()
 	for _, o := range ans.Ignored {
 		log.LogAttrs(ctx, slog.LevelInfo, "alert ignored", slog.String("source", source), slog.Int("index", o.Index),
 			slog.String("route", ans.Decisions[o.Index].Route), slog.String("outcome", ResultIgnored), slog.String("reason", o.Reason))
@@ -61,7 +60,7 @@ func (m *Metrics) Record(log *slog.Logger, source string, p Payload, ans Answer)
 			slog.String("detail", o.Detail))
 	}
 	if p.Truncated > 0 {
-		log.Warn("alerts truncated by the sender", "source", source, "truncated", p.Truncated)
+		log.WarnContext(ctx, "alerts truncated by the sender", "source", source, "truncated", p.Truncated)
 	}
 	log.LogAttrs(ctx, slog.LevelInfo, "alerts routed", slog.String("source", source), slog.Int("accepted", ans.Accepted),
 		slog.Int("ignored", len(ans.Ignored)), slog.Int("rejected", len(ans.Rejected)), slog.Int("tasks", len(ans.Tasks)))

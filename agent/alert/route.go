@@ -94,8 +94,9 @@ type compiledTask struct {
 func compile(rs Routes) ([]compiled, error) {
 	var errs []error
 	add := func(key, format string, a ...any) { errs = append(errs, configerr.Errorf(key, format, a...)) }
+	fm := funcMap(&regexCache{m: map[string]*regexp.Regexp{}})
 	tmpl := func(key, text string) *template.Template {
-		t, err := newTemplate(key).Parse(text)
+		t, err := newTemplate(key, fm).Parse(text)
 		if err != nil {
 			add(key, "invalid template: %w", err)
 		}
@@ -165,16 +166,20 @@ func cmpOr(s, def string) string {
 
 // newTemplate makes a template with the route functions; a missing label
 // is "" so `default` can replace it.
-func newTemplate(name string) *template.Template {
-	return template.New(name).Option("missingkey=zero").Funcs(funcs)
+func newTemplate(name string, fm template.FuncMap) *template.Template {
+	return template.New(name).Option("missingkey=zero").Funcs(fm)
 }
 
-var funcs = template.FuncMap{
-	"default":      tmplDefault,
-	"lower":        strings.ToLower,
-	"upper":        strings.ToUpper,
-	"trimPort":     trimPort,
-	"regexReplace": regexReplace,
+// funcMap is the functions route templates may call; regexReplace
+// compiles through cache.
+func funcMap(cache *regexCache) template.FuncMap {
+	return template.FuncMap{
+		"default":      tmplDefault,
+		"lower":        strings.ToLower,
+		"upper":        strings.ToUpper,
+		"trimPort":     trimPort,
+		"regexReplace": cache.replace,
+	}
 }
 
 // tmplDefault: {{ .Labels.mountpoint | default "/" }}.
@@ -198,31 +203,31 @@ func trimPort(s string) string {
 	return s
 }
 
-// regexCache holds the patterns regexReplace compiled; patterns are
-// config literals in practice, and the bound keeps one computed from
-// alert data from growing it.
-var regexCache = struct {
-	sync.Mutex
-	m map[string]*regexp.Regexp
-}{m: map[string]*regexp.Regexp{}}
+// regexCache holds the patterns regexReplace compiled, one per Router;
+// patterns are config literals in practice, and the bound keeps one
+// computed from alert data from growing it.
+type regexCache struct {
+	mu sync.Mutex
+	m  map[string]*regexp.Regexp
+}
 
 const maxCachedRegexps = 256
 
-// regexReplace: {{ .Labels.instance | regexReplace "\\.internal$" "" }}.
-func regexReplace(pattern, repl, s string) (string, error) {
-	regexCache.Lock()
-	re, ok := regexCache.m[pattern]
-	regexCache.Unlock()
+// replace: {{ .Labels.instance | regexReplace "\\.internal$" "" }}.
+func (c *regexCache) replace(pattern, repl, s string) (string, error) {
+	c.mu.Lock()
+	re, ok := c.m[pattern]
+	c.mu.Unlock()
 	if !ok {
 		var err error
 		if re, err = regexp.Compile(pattern); err != nil {
 			return "", err
 		}
-		regexCache.Lock()
-		if len(regexCache.m) < maxCachedRegexps {
-			regexCache.m[pattern] = re
+		c.mu.Lock()
+		if len(c.m) < maxCachedRegexps {
+			c.m[pattern] = re
 		}
-		regexCache.Unlock()
+		c.mu.Unlock()
 	}
 	return re.ReplaceAllString(s, repl), nil
 }

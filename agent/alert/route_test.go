@@ -1,6 +1,8 @@
 package alert
 
 import (
+	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +26,8 @@ func TestRoutesValidate(t *testing.T) {
 	}
 	var keys []string
 	for _, e := range flatten(err) {
-		ce, ok := e.(*configerr.Error)
+		var ce *configerr.Error
+		ok := errors.As(e, &ce)
 		if !ok {
 			t.Fatalf("%T %v is not a configerr.Error", e, e)
 		}
@@ -133,7 +136,8 @@ func TestTemplateFuncs(t *testing.T) {
 	if got := tmplDefault("/", nil); got != "/" {
 		t.Errorf("default of nil = %q", got)
 	}
-	if got, err := regexReplace(`\.internal$`, "", "a.internal"); err != nil || got != "a" {
+	c := &regexCache{m: map[string]*regexp.Regexp{}}
+	if got, err := c.replace(`\.internal$`, "", "a.internal"); err != nil || got != "a" {
 		t.Errorf("regexReplace = %q, %v", got, err)
 	}
 }
