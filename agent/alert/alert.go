@@ -94,7 +94,6 @@ const (
 	ReasonMalformedAlert = "malformed_alert"
 	ReasonMissingEventID = "missing_event_id"
 	ReasonTemplateError  = "template_error"
-	ReasonTooManyTasks   = "too_many_tasks"
 )
 
 // normSeverity lower-cases a severity and writes spaces as '_', so the
