@@ -135,8 +135,17 @@ func checkAlert(a *Alert) (string, string) {
 
 func isControl(r rune) bool { return r < ' ' || r == 0x7f }
 
+// resolvedSuffix marks the event id of a resolved alert: its resolution is
+// an event of its own, which the limiter's dedupe must not take for a
+// repeat of the firing that shares the source's id (Alertmanager's
+// fingerprint and startsAt, Zabbix's problem {EVENT.ID}).
+const resolvedSuffix = "/resolved"
+
 // add appends a to p, or its rejection if it breaks a limit.
 func (p *Payload) add(i int, a Alert) {
+	if a.Status == StatusResolved && a.EventID != "" {
+		a.EventID += resolvedSuffix
+	}
 	if r, d := checkAlert(&a); r != "" {
 		p.Rejected = append(p.Rejected, Outcome{Index: i, Reason: r, Detail: d})
 		return

@@ -215,7 +215,7 @@ func TestGenericList(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 	a, d := p.Items[0].Alert, p.Items[1].Alert
-	if a.Source != SourceGeneric || a.EventID == "" || d.Source != "nagios" || d.EventID != "n-1" || d.Status != StatusResolved {
+	if a.Source != SourceGeneric || a.EventID == "" || d.Source != "nagios" || d.EventID != "n-1/resolved" || d.Status != StatusResolved {
 		t.Fatalf("%+v %+v", a, d)
 	}
 	again, _ := DecodeGeneric([]byte(`{"name":"a","host":"h1","labels":{"x":"1"}}`))

@@ -115,6 +115,25 @@ func TestRoute(t *testing.T) {
 	}
 }
 
+// TestResolvedIsItsOwnEvent: a resolved alert's tasks do not share the
+// firing one's event id, or dedupe would drop them as repeats.
+func TestResolvedIsItsOwnEvent(t *testing.T) {
+	p, err := DecodeAlertmanager([]byte(`{"version":"4","alerts":[
+		{"status":"firing","labels":{"alertname":"A"},"startsAt":"2026-11-30T13:00:00Z","fingerprint":"f1"},
+		{"status":"resolved","labels":{"alertname":"A"},"startsAt":"2026-11-30T13:00:00Z","fingerprint":"f1"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	firing, resolved := p.Items[0].Alert.EventID, p.Items[1].Alert.EventID
+	if firing != "f1@2026-11-30T13:00:00Z" || resolved != firing+"/resolved" {
+		t.Fatalf("event ids %q and %q", firing, resolved)
+	}
+	z, err := DecodeZabbix([]byte(`{"event_id":"81237","event_value":"0"}`))
+	if err != nil || z.Items[0].Alert.EventID != "81237/resolved" {
+		t.Fatalf("%v %+v", err, z)
+	}
+}
+
 func TestNoRoute(t *testing.T) {
 	r, err := NewRouter(Routes{{Name: "only-zabbix", Match: Match{Source: []string{"zabbix"}}, Tasks: []RouteTask{{Diagnostic: "uptime"}}}}, nil)
 	if err != nil {
