@@ -67,16 +67,18 @@ func malformed(err error) error {
 // maxDetail bounds an error's detail: it may quote the body.
 const maxDetail = 256
 
-func jsonDetail(err error) string {
-	d := err.Error()
-	if len(d) > maxDetail {
-		n := maxDetail
-		for n > 0 && !utf8.RuneStart(d[n]) {
-			n--
-		}
-		d = d[:n] + "…"
+func jsonDetail(err error) string { return clip(err.Error()) }
+
+// clip cuts d to maxDetail bytes on a rune boundary.
+func clip(d string) string {
+	if len(d) <= maxDetail {
+		return d
 	}
-	return d
+	n := maxDetail
+	for n > 0 && !utf8.RuneStart(d[n]) {
+		n--
+	}
+	return d[:n] + "…"
 }
 
 // Reason returns the machine-readable reason of a decode error ("" if err

@@ -365,7 +365,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 }
 
 func (d Decision) reject(reason, detail string) Decision {
-	d.Result, d.Reason, d.Detail, d.Tasks = ResultRejected, reason, jsonDetail(errors.New(detail)), nil
+	d.Result, d.Reason, d.Detail, d.Tasks = ResultRejected, reason, clip(detail), nil
 	return d
 }
 
