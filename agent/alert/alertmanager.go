@@ -1,0 +1,97 @@
+package alert
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// amMessage is Alertmanager's webhook payload, version 4.
+type amMessage struct {
+	Version           string            `json:"version"`
+	GroupKey          string            `json:"groupKey"`
+	TruncatedAlerts   int               `json:"truncatedAlerts"`
+	Status            string            `json:"status"`
+	Receiver          string            `json:"receiver"`
+	GroupLabels       map[string]string `json:"groupLabels"`
+	CommonLabels      map[string]string `json:"commonLabels"`
+	CommonAnnotations map[string]string `json:"commonAnnotations"`
+	ExternalURL       string            `json:"externalURL"`
+	Alerts            jsontext.Value    `json:"alerts"`
+}
+
+type amAlert struct {
+	Status       string            `json:"status"`
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
+	StartsAt     time.Time         `json:"startsAt"`
+	EndsAt       time.Time         `json:"endsAt"`
+	GeneratorURL string            `json:"generatorURL"`
+	Fingerprint  string            `json:"fingerprint"`
+}
+
+// DecodeAlertmanager splits an Alertmanager webhook payload (version 4)
+// into one alert per element of alerts[], resolved ones included (a route
+// decides whether it wants them). An element that cannot be read is
+// rejected on its own. The event id is fingerprint and startsAt, so a
+// repeat notification of one alert has the same id and a new firing of
+// it a new one.
+func DecodeAlertmanager(body []byte) (Payload, error) {
+	p := Payload{Source: SourceAlertmanager}
+	if err := bodyError(body); err != nil {
+		return p, err
+	}
+	var m amMessage
+	if err := unmarshal(body, &m, false); err != nil {
+		return p, malformed(err)
+	}
+	if m.Version != "4" {
+		return p, &task.Error{Reason: ReasonUnsupportedVersion, Field: "version", Detail: fmt.Sprintf("%.16q is not 4", m.Version)}
+	}
+	if len(m.Alerts) == 0 {
+		return p, &task.Error{Reason: ReasonMalformed, Field: "alerts", Detail: "missing"}
+	}
+	items, err := splitArray(m.Alerts)
+	if err != nil {
+		return p, &task.Error{Reason: ReasonMalformed, Field: "alerts", Detail: jsonDetail(err)}
+	}
+	p.Truncated = max(m.TruncatedAlerts, 0)
+	for i, raw := range items {
+		var a amAlert
+		if err := unmarshal(raw, &a, false); err != nil {
+			p.Rejected = append(p.Rejected, Outcome{Index: i, Reason: ReasonMalformedAlert, Detail: jsonDetail(err)})
+			continue
+		}
+		status := StatusFiring
+		switch a.Status {
+		case "firing":
+		case "resolved":
+			status = StatusResolved
+		default:
+			p.Rejected = append(p.Rejected, Outcome{Index: i, Reason: ReasonMalformedAlert, Detail: fmt.Sprintf("status %.16q is neither firing nor resolved", a.Status)})
+			continue
+		}
+		fp := a.Fingerprint
+		if fp == "" {
+			fp = hashID(labelParts(a.Labels)...)
+		}
+		var id string
+		if !a.StartsAt.IsZero() {
+			id = fp + "@" + a.StartsAt.UTC().Format(time.RFC3339Nano)
+		}
+		p.add(i, Alert{
+			Source:      SourceAlertmanager,
+			Name:        a.Labels["alertname"],
+			Severity:    normSeverity(a.Labels["severity"]),
+			EventID:     id,
+			Labels:      a.Labels,
+			Annotations: a.Annotations,
+			StartsAt:    a.StartsAt.UTC(),
+			Status:      status,
+		})
+	}
+	return p, nil
+}

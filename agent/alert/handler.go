@@ -1,0 +1,204 @@
+package alert
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// Sender puts tasks on the task queue: the agent's SQS queue
+// (SendMessageBatch, 10 per call) in fleet mode, the embedded queue
+// otherwise. An error means the tasks may not all be queued; the handler
+// answers 503 so the alerting system retries the payload, and the
+// limiter's dedupe on alert.event_id absorbs the repeats.
+type Sender interface {
+	SendBatch(ctx context.Context, tasks []task.Task) error
+}
+
+// Credentials are the secrets intake requests must carry, read from the
+// environment by whoever starts the listener (IntakeConfig.Credentials).
+// The zero value requires nothing: only a loopback listener may have it.
+type Credentials struct {
+	BearerToken   string
+	BasicUser     string
+	BasicPassword string
+}
+
+// DefaultSendTimeout bounds one SendBatch; it stays below
+// DefaultWriteTimeout so the answer can still be written.
+const DefaultSendTimeout = 10 * time.Second
+
+// HandlerConfig is what NewHandler needs; Router and Sender are required.
+type HandlerConfig struct {
+	Router      *Router
+	Sender      Sender
+	Credentials Credentials
+	// MaxBody is the largest body read; past it the answer is 413. 0 =
+	// DefaultMaxBody.
+	MaxBody int64
+	// Draining says the agent is draining: alerts are answered 503 so
+	// senders retry elsewhere. nil = never.
+	Draining func() bool
+	// Metrics counts alerts; nil counts nothing.
+	Metrics *Metrics
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Now stamps the tasks' created_at; nil = time.Now.
+	Now func() time.Time
+	// SendTimeout bounds one SendBatch; 0 = DefaultSendTimeout.
+	SendTimeout time.Duration
+}
+
+// Handler is the intake listener's HTTP interface:
+//
+//	POST /v1/alerts/alertmanager   Alertmanager webhook, version 4
+//	POST /v1/alerts/zabbix         the autodiag Zabbix media type
+//	POST /v1/alerts/generic        {source, name, host, severity, event_id, labels}
+//	GET  /readyz                   200, or 503 while draining (no auth)
+//
+// An accepted payload is answered 200 {"accepted": n, "ignored": [{index,
+// reason}], "rejected": [{index, reason}]}; a malformed one 400, a
+// missing or wrong credential 401, a body over MaxBody 413, a draining
+// agent or a failed send 503.
+type Handler struct {
+	c   HandlerConfig
+	mux *http.ServeMux
+}
+
+// Decoders by endpoint.
+var decoders = map[string]func([]byte) (Payload, error){
+	SourceAlertmanager: DecodeAlertmanager,
+	SourceZabbix:       DecodeZabbix,
+	SourceGeneric:      DecodeGeneric,
+}
+
+// NewHandler returns the intake handler.
+func NewHandler(c HandlerConfig) (*Handler, error) {
+	if c.Router == nil || c.Sender == nil {
+		return nil, errors.New("alert: handler needs a router and a sender")
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	c.MaxBody = min(c.MaxBody, MaxBody)
+	if c.Draining == nil {
+		c.Draining = func() bool { return false }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.SendTimeout <= 0 {
+		c.SendTimeout = DefaultSendTimeout
+	}
+	h := &Handler{c: c, mux: http.NewServeMux()}
+	for src := range decoders {
+		h.mux.HandleFunc("POST /v1/alerts/"+src, h.post(src))
+	}
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	if h.c.Draining() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"state": "draining"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"state": "ready"})
+}
+
+func (h *Handler) post(source string) http.HandlerFunc {
+	decode := decoders[source]
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.authorized(r) {
+			w.Header().Set("WWW-Authenticate", h.challenge())
+			writeJSON(w, http.StatusUnauthorized, errorBody("unauthorized", "missing or wrong credentials"))
+			return
+		}
+		if h.c.Draining() {
+			writeJSON(w, http.StatusServiceUnavailable, errorBody("draining", "this agent is draining; send elsewhere"))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.c.MaxBody))
+		if err != nil {
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				writeJSON(w, http.StatusRequestEntityTooLarge, errorBody(ReasonTooLarge, "body exceeds intake.max_body"))
+				return
+			}
+			writeJSON(w, http.StatusBadRequest, errorBody(ReasonMalformed, "reading the body: "+err.Error()))
+			return
+		}
+		p, err := decode(body)
+		if err != nil {
+			h.c.Logger.Warn("alert payload refused", "source", source, "reason", Reason(err), "err", err)
+			writeJSON(w, http.StatusBadRequest, errorBody(Reason(err), err.Error()))
+			return
+		}
+		ans := h.c.Router.RoutePayload(p, h.c.Now())
+		if len(ans.Tasks) > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), h.c.SendTimeout)
+			err := h.c.Sender.SendBatch(ctx, ans.Tasks)
+			cancel()
+			if err != nil {
+				h.c.Logger.Error("alert tasks not queued", "source", source, "tasks", len(ans.Tasks), "err", err)
+				writeJSON(w, http.StatusServiceUnavailable, errorBody("queue_unavailable", "the task queue did not take the tasks; retry"))
+				return
+			}
+		}
+		h.c.Metrics.Record(r.Context(), h.c.Logger, source, p, ans)
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+// authorized compares credentials in constant time; both sides are hashed
+// first so neither does a length mismatch answer early.
+func (h *Handler) authorized(r *http.Request) bool {
+	c := h.c.Credentials
+	switch {
+	case c.BearerToken != "":
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		return ok && equal(tok, c.BearerToken)
+	case c.BasicUser != "":
+		u, p, ok := r.BasicAuth()
+		// Both compared, always, so the time does not say which was wrong.
+		uok, pok := equal(u, c.BasicUser), equal(p, c.BasicPassword)
+		return ok && uok && pok
+	}
+	return true
+}
+
+func (h *Handler) challenge() string {
+	if h.c.Credentials.BasicUser != "" {
+		return `Basic realm="autodiag intake"`
+	}
+	return `Bearer realm="autodiag intake"`
+}
+
+func equal(a, b string) bool {
+	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+}
+
+func errorBody(reason, detail string) map[string]string {
+	return map[string]string{"error": reason, "detail": detail}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

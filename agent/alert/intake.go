@@ -1,0 +1,178 @@
+package alert
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/internal/configerr"
+)
+
+// IntakeConfig is the intake: section: the listener alerting systems post
+// to, separate from the admin listener.
+type IntakeConfig struct {
+	// Addr is host:port to listen on; empty (the default) = no intake.
+	Addr string     `yaml:"addr"`
+	Auth AuthConfig `yaml:"auth"`
+	TLS  TLSConfig  `yaml:"tls"`
+	// MaxBody is the largest payload read (default 1MiB, at most 32MiB);
+	// past it the answer is 413.
+	MaxBody runner.Size `yaml:"max_body"`
+}
+
+// AuthConfig names where the credentials are: environment variables, so
+// no secret sits in the file. At most one of bearer_token_env and basic.
+type AuthConfig struct {
+	// BearerTokenEnv names the variable holding the token requests send
+	// as "Authorization: Bearer <token>".
+	BearerTokenEnv string    `yaml:"bearer_token_env"`
+	Basic          BasicAuth `yaml:"basic"`
+}
+
+// BasicAuth is HTTP basic authentication (what Zabbix and Alertmanager's
+// basic_auth send).
+type BasicAuth struct {
+	User string `yaml:"user"`
+	// PasswordEnv names the variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
+}
+
+// TLSConfig turns on TLS when both files are set.
+type TLSConfig struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether both files are set.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
+
+// Defaults and bounds of the intake section.
+const (
+	DefaultMaxBody = 1 << 20
+	minMaxBody     = 1 << 10
+)
+
+// Server timeouts: a slow or stalled client cannot hold a connection, and
+// the write timeout leaves room for one SendBatch (DefaultSendTimeout).
+const (
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	maxHeaderBytes           = 64 << 10
+)
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Enabled reports whether an intake listener is configured.
+func (c IntakeConfig) Enabled() bool { return c.Addr != "" }
+
+// Validate reports every problem of the section, each naming its key
+// relative to it. A listener reachable from other hosts without auth is
+// an error: anyone who reaches it could start diagnostics on the fleet.
+func (c IntakeConfig) Validate() error {
+	var errs []error
+	add := func(key, format string, a ...any) { errs = append(errs, configerr.Errorf(key, format, a...)) }
+	if c.MaxBody != 0 && (c.MaxBody < minMaxBody || c.MaxBody > MaxBody) {
+		add("max_body", "must be between %d and %d bytes, got %d", minMaxBody, MaxBody, c.MaxBody)
+	}
+	a := c.Auth
+	if a.BearerTokenEnv != "" && !envNameRE.MatchString(a.BearerTokenEnv) {
+		add("auth.bearer_token_env", "must name an environment variable, got %q", a.BearerTokenEnv)
+	}
+	basic := a.Basic.User != "" || a.Basic.PasswordEnv != ""
+	if basic {
+		if a.Basic.User == "" {
+			add("auth.basic.user", "must be set with auth.basic.password_env")
+		}
+		if !envNameRE.MatchString(a.Basic.PasswordEnv) {
+			add("auth.basic.password_env", "must name an environment variable, got %q", a.Basic.PasswordEnv)
+		}
+	}
+	if a.BearerTokenEnv != "" && basic {
+		add("auth", "set bearer_token_env or basic, not both")
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		add("tls", "cert_file and key_file go together")
+	}
+	if c.Addr == "" {
+		return errors.Join(errs...)
+	}
+	host, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		add("addr", "must be host:port: %w", err)
+		return errors.Join(errs...)
+	}
+	if port == "" {
+		add("addr", "must name a port, got %q", c.Addr)
+	}
+	if !loopback(host) && a.BearerTokenEnv == "" && !basic {
+		add("auth", "intake.addr %q is reachable from other hosts: set auth.bearer_token_env or auth.basic", c.Addr)
+	}
+	return errors.Join(errs...)
+}
+
+// loopback reports whether host only accepts connections from this host.
+// An empty host or 0.0.0.0 listens everywhere; a name other than
+// localhost could resolve anywhere.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// Credentials reads the secrets the auth section names through getenv
+// (os.LookupEnv in cmd). A named variable that is unset or empty is an
+// error: the listener must not start open because a secret is missing.
+func (c IntakeConfig) Credentials(getenv func(string) (string, bool)) (Credentials, error) {
+	var cr Credentials
+	read := func(key, name string) (string, error) {
+		v, ok := getenv(name)
+		if !ok || v == "" {
+			return "", configerr.Errorf(key, "environment variable %s is unset or empty", name)
+		}
+		return v, nil
+	}
+	var err error
+	switch {
+	case c.Auth.BearerTokenEnv != "":
+		cr.BearerToken, err = read("auth.bearer_token_env", c.Auth.BearerTokenEnv)
+	case c.Auth.Basic.User != "":
+		cr.BasicUser = c.Auth.Basic.User
+		cr.BasicPassword, err = read("auth.basic.password_env", c.Auth.Basic.PasswordEnv)
+	}
+	if err != nil {
+		return Credentials{}, err
+	}
+	return cr, nil
+}
+
+// NewServer returns the intake server for h, with timeouts that bound
+// every phase of a request. The caller serves it with ListenAndServeTLS
+// (c.TLS.CertFile, c.TLS.KeyFile) when c.TLS.Enabled(), ListenAndServe
+// otherwise, and stops it with Shutdown when the agent drains.
+func NewServer(c IntakeConfig, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              c.Addr,
+		Handler:           h,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
+// MaxBodyBytes is max_body with its default applied.
+func (c IntakeConfig) MaxBodyBytes() int64 {
+	if c.MaxBody == 0 {
+		return DefaultMaxBody
+	}
+	return int64(c.MaxBody)
+}
