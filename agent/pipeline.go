@@ -146,7 +146,7 @@ func (p *pipeline) handle(j *job) {
 	if !j.item.Start(cancelRun) {
 		return // the drain released it
 	}
-	p.execute(runCtx, j)
+	p.execute(j, func() runner.Result { return p.runTask(runCtx, j) })
 }
 
 // validate decodes and checks the message's task before anything shared
@@ -165,8 +165,9 @@ func (p *pipeline) validate(j *job) error {
 	return err
 }
 
-// execute is claim → decide → run → record for one valid task.
-func (p *pipeline) execute(ctx context.Context, j *job) {
+// execute is claim → decide → run → record for one valid task; run runs
+// the diagnostic on the run's own context.
+func (p *pipeline) execute(j *job, run func() runner.Result) {
 	t := j.task
 	if !p.markRunning(t.ID) {
 		p.lookAgain(j, p.lease+lookAgainMargin, "running_here", nil,
@@ -182,7 +183,7 @@ func (p *pipeline) execute(ctx context.Context, j *job) {
 	if !p.decide(j, rec) {
 		return
 	}
-	res := p.runTask(ctx, j)
+	res := run()
 	p.record(j, rec, res)
 }
 
@@ -274,7 +275,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
 	t := j.task
 	diag := p.catalog[t.Diagnostic]
-	keep := p.keepAlive(j)
+	keep := p.keepAlive(ctx, j)
 	defer keep()
 	return p.runner.Run(ctx, diag, diag.Args(t.Host, t.ID, t.Params))
 }
@@ -466,16 +467,17 @@ func (p *pipeline) unmarkRunning(id string) {
 	delete(p.running, id)
 }
 
-// keepAlive renews the job's lease while its task runs, every third of
+// keepAlive renews the job's lease while its task runs (until ctx, the
+// run's, ends), every third of
 // the visibility timeout, each call bounded by redis.timeout; the returned
 // func stops it and waits for it. The message's visibility is the queue's
 // Hold, taken when the message was accepted. A task run without a lease
 // (redis.state_fail open) has nothing to renew.
-func (p *pipeline) keepAlive(j *job) func() {
+func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
 	if !j.leased {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	every := p.lease / 3
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -173,7 +173,7 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 		if c, f := l.degraded("claim"), l.degraded("finish"); c != 1 || f != 1 {
 			t.Fatalf("degraded claim %v finish %v, want 1 and 1", c, f)
 		}
-		if _, ok, _ := store.Memory.Task(context.Background(), "open-1"); ok {
+		if _, ok, _ := store.Task(context.Background(), "open-1"); ok {
 			t.Fatal("a record was written while the store was down")
 		}
 		if n := l.a.pipeline.backlogged(); n != 1 {

@@ -44,7 +44,8 @@ func startPrivateRedis(t *testing.T) *privateRedis {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("a private redis-server: %v", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,8 @@ func startPrivateRedis(t *testing.T) *privateRedis {
 func (r *privateRedis) start() {
 	r.t.Helper()
 	_, port, _ := net.SplitHostPort(r.addr)
-	r.cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	// Not bound to a context: kill ends it, at the outage and at cleanup.
+	r.cmd = exec.CommandContext(context.Background(), "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatalf("redis-server: %v", err)
