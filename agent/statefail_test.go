@@ -94,10 +94,11 @@ func (q *faultyDLQ) DeadLetter(ctx context.Context, m *queue.Message, reason str
 // pipelineLab is an agent on a memory queue, a store and a counting
 // runner, run inside a synctest bubble.
 type pipelineLab struct {
-	a    *Agent
-	src  queue.Source
-	ran  func() int
-	done chan error
+	a       *Agent
+	src     queue.Source
+	ran     func() int
+	done    chan error
+	stopped bool
 }
 
 func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *pipelineLab {
@@ -128,14 +129,21 @@ func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *p
 		return runs
 	}}
 	go func() { l.done <- a.Run(context.Background()) }()
+	// A test that fails early still ends its agent, so the bubble ends.
+	t.Cleanup(func() { l.stop(t) })
 	return l
 }
 
+// stop drains the agent and waits for Run, once.
 func (l *pipelineLab) stop(t *testing.T) {
 	t.Helper()
+	if l.stopped {
+		return
+	}
+	l.stopped = true
 	l.a.Drain("test", "end of test")
 	if err := <-l.done; err != nil {
-		t.Fatalf("Run = %v", err)
+		t.Errorf("Run = %v", err)
 	}
 }
 
