@@ -117,7 +117,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	workers := int64(cfg.Workers)
 	prefetch := max(1, workers/4)
 	receive := semaphore.NewWeighted(workers + prefetch)
-	a.pipeline = &pipeline{src: d.Source, store: d.Store, limiter: d.Limiter, runner: d.Runner, validator: validator,
+	a.pipeline = &pipeline{src: d.Source, store: d.Store, marks: d.Store, stateFail: cfg.Redis.StateFail, limiter: d.Limiter, runner: d.Runner, validator: validator,
 		catalog: catalog, outcomes: a.outcomes, drain: a.drain, clock: d.Clock, log: log, instanceID: d.InstanceID,
 		lease: cfg.Queue.VisibilityTimeout, dedupeKey: cfg.Limiter.Dedupe.Key, storeTimeout: cfg.Redis.Timeout,
 		receive: receive, run: semaphore.NewWeighted(workers), hard: a.hard, running: map[string]bool{}}

@@ -14,7 +14,11 @@ type metrics struct {
 	drainState    prometheus.Gauge
 	drainDuration prometheus.Gauge
 	redisUp       prometheus.Gauge
+	stateDegraded *prometheus.CounterVec
 }
+
+// Operations counted by autodiag_state_degraded_total.
+var stateOps = []string{"claim", "finish", "renew", "release", "audit", "mark"}
 
 // Outcomes every task ends in exactly one of.
 const (
@@ -65,9 +69,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "autodiag_redis_up",
 			Help: "1 when the state store answered its last ping (always 1 for in-memory state).",
 		}),
+		stateDegraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_state_degraded_total",
+			Help: "Task state operations that could not reach the state store within redis.timeout, by operation; redis.state_fail decides what the task does.",
+		}, []string{"op"}),
+	}
+	for _, op := range stateOps {
+		m.stateDegraded.WithLabelValues(op)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.redisUp)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.redisUp, m.stateDegraded)
 	}
 	return m
 }

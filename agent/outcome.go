@@ -31,6 +31,11 @@ type job struct {
 	// (the drain, or the handler on a fast exit).
 	release sync.Once
 
+	// leased says the job holds its task's execution lease: false until
+	// the claim, and for a task run without one (redis.state_fail open).
+	// Used by the handler goroutine only.
+	leased bool
+
 	// freeSlots gives back the job's receive slot and, once it has one,
 	// its worker slot; ack calls it before waiting for the delete, and
 	// the handler on its way out. Used by the handler goroutine only.
@@ -151,6 +156,9 @@ func (r *outcomeRecorder) audit(e state.AuditEntry) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	if err := r.store.Audit(ctx, e); err != nil {
+		if stateUnreachable(err) {
+			r.m.stateDegraded.WithLabelValues("audit").Inc()
+		}
 		logStoreErr(r.log, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -43,10 +44,18 @@ const (
 	// lookAgainMargin is added to a deferral that waits for a lease held
 	// elsewhere, so the message comes back after the lease has ended.
 	lookAgainMargin = 5 * time.Second
-	// stateRetryDelay hides a message whose claim failed for a later try.
-	stateRetryDelay = 10 * time.Second
+	// retryBase and retryMax shape the backoff of a message handed back
+	// because something it needs failed (the state store with
+	// redis.state_fail closed, the dead-letter send): retryBase doubled
+	// per receive, at most retryMax, with jitter (see retryDelay).
+	retryBase = 2 * time.Second
+	retryMax  = 5 * time.Minute
 	// maxDefer is SQS's longest visibility timeout.
 	maxDefer = 12 * time.Hour
+	// rejectMarkTTL is how long a rejected message's first outcome is
+	// remembered: SQS's longest message retention, so no redelivery of it
+	// is counted twice.
+	rejectMarkTTL = 14 * 24 * time.Hour
 )
 
 // pipeline takes each received message to its outcome: validate, claim the
@@ -55,6 +64,7 @@ const (
 type pipeline struct {
 	src          queue.Source
 	store        state.TaskStore
+	marks        state.Marks
 	limiter      decider
 	runner       Runner
 	validator    *task.Validator
@@ -67,6 +77,7 @@ type pipeline struct {
 	lease        time.Duration // queue.visibility_timeout
 	dedupeKey    string        // limiter.dedupe.key
 	storeTimeout time.Duration // redis.timeout
+	stateFail    string        // redis.state_fail
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -82,14 +93,24 @@ type pipeline struct {
 	// already runs the task is caught here.
 	runningMu sync.Mutex
 	running   map[string]bool
+
+	// backlog keeps results the state store could not take, to write
+	// them when it answers again.
+	backlog recordBacklog
 }
 
-// accept tracks a received message and starts its handler.
+// accept tracks a received message and starts its handler. The queue
+// keeps the message hidden from the moment it is accepted until its
+// handler ends, whether it waits for a worker or runs.
 func (p *pipeline) accept(m *queue.Message) {
 	p.outcomes.received()
 	j := &job{msg: m, received: p.clock.Now()}
+	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
-	p.handlers.Go(func() { p.handle(j) })
+	p.handlers.Go(func() {
+		defer unhold()
+		p.handle(j)
+	})
 }
 
 // wait returns once every handler has.
@@ -125,7 +146,7 @@ func (p *pipeline) handle(j *job) {
 	if !j.item.Start(cancelRun) {
 		return // the drain released it
 	}
-	p.execute(runCtx, j)
+	p.execute(j, func() runner.Result { return p.runTask(runCtx, j) })
 }
 
 // validate decodes and checks the message's task before anything shared
@@ -144,8 +165,9 @@ func (p *pipeline) validate(j *job) error {
 	return err
 }
 
-// execute is claim → decide → run → record for one valid task.
-func (p *pipeline) execute(ctx context.Context, j *job) {
+// execute is claim → decide → run → record for one valid task; run runs
+// the diagnostic on the run's own context.
+func (p *pipeline) execute(j *job, run func() runner.Result) {
 	t := j.task
 	if !p.markRunning(t.ID) {
 		p.lookAgain(j, p.lease+lookAgainMargin, "running_here", nil,
@@ -157,15 +179,18 @@ func (p *pipeline) execute(ctx context.Context, j *job) {
 	if !ok {
 		return
 	}
+
 	if !p.decide(j, rec) {
 		return
 	}
-	res := p.runTask(ctx, j)
+	res := run()
 	p.record(j, rec, res)
 }
 
 // claim takes the task's execution lease; false when the job ended or was
-// put back instead.
+// put back instead. When the store cannot answer within redis.timeout,
+// redis.state_fail decides: open runs the task without a lease (j.leased
+// false), closed hands the message back with backoff.
 func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
@@ -174,12 +199,21 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 		return err
 	})
 	if err != nil {
-		// Without the lease exactly-once cannot be guaranteed: hand the
-		// message back for a later attempt.
-		p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "err", err)
-		p.changeVisibility(j, stateRetryDelay)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "state_unavailable", detail: err.Error()})
-		return state.TaskRecord{}, false
+		p.degraded("claim")
+		if p.stateFail == StateFailClosed {
+			// Without the lease exactly-once cannot be guaranteed: hand
+			// the message back for a later attempt.
+			delay := retryDelay(j.msg.ReceiveCount)
+			p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
+				"retry_after", delay.Seconds(), "err", err)
+			p.deferMsg(j, delay)
+			p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "state_unavailable", detail: err.Error()})
+			return state.TaskRecord{}, false
+		}
+		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
+			"detail", "the message's visibility is the only guard against a second run", "err", err)
+		return state.TaskRecord{ID: t.ID, Status: state.StatusRunning, Owner: p.instanceID, Host: t.Host,
+			Diagnostic: t.Diagnostic, StartedAt: p.clock.Now()}, true
 	}
 	switch c.Result {
 	case state.AlreadyDone:
@@ -191,6 +225,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 			"detail", "running on another agent", "owner", c.Record.Owner)
 		return state.TaskRecord{}, false
 	}
+	j.leased = true
 	return c.Record, true
 }
 
@@ -221,7 +256,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 	case dec.Allowed:
 		return true
 	case dec.OnExceed == "defer":
-		p.releaseLease(t.ID)
+		p.releaseLease(j)
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
 		p.lookAgain(j, delay, dec.Reason, map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()},
 			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
@@ -235,11 +270,12 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 	}
 }
 
-// runTask runs the diagnostic while keeping the message and the lease alive.
+// runTask runs the diagnostic while keeping the lease alive; the queue's
+// Hold keeps the message hidden.
 func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
 	t := j.task
 	diag := p.catalog[t.Diagnostic]
-	keep := p.keepAlive(j)
+	keep := p.keepAlive(ctx, j)
 	defer keep()
 	return p.runner.Run(ctx, diag, diag.Args(t.Host, t.ID, t.Params))
 }
@@ -257,16 +293,7 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	rec.FinishedAt = p.clock.Now()
-	switch err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec) }); {
-	case errors.Is(err, state.ErrSuperseded):
-		// The lease lapsed while the diagnostic ran and another agent
-		// claimed the task: its attempt owns the record. This run still
-		// ends in its own outcome below (log, metric, audit).
-		p.log.Warn("lease lapsed while running", "task_id", t.ID, "attempt", rec.Attempts,
-			"detail", "a later attempt owns the record; this result is logged only")
-	case err != nil:
-		p.log.Error("recording the result failed; a redelivery may run the task again", "task_id", t.ID, "err", err)
-	}
+	p.finish(rec)
 	p.outcomes.m.duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {
@@ -276,7 +303,12 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	p.ack(j)
 }
 
-// reject ends an invalid or stale message.
+// reject ends an invalid or stale message. A rejected message has one
+// outcome however often it is delivered: the first delivery (by message
+// id, marked in the store) writes it; every delivery tries the dead-letter
+// copy, and one whose copy fails comes back after a backoff by its
+// receive count to try again. Nothing from the body keys the mark, as the
+// task is invalid.
 func (p *pipeline) reject(j *job, err error) {
 	reason := task.Reason(err)
 	if reason == task.ReasonStale {
@@ -287,7 +319,27 @@ func (p *pipeline) reject(j *job, err error) {
 	if j.msg.ReceiveCount >= 5 {
 		p.log.Warn("poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
 	}
-	p.outcomes.end(j, ended{outcome: OutcomeRejected, reason: reason, detail: err.Error()})
+	first := true
+	if p.marks != nil {
+		merr := p.storeCall(func(ctx context.Context) (err error) {
+			first, err = p.marks.MarkOnce(ctx, "rejected:"+j.msg.ID, rejectMarkTTL)
+			return err
+		})
+		if merr != nil {
+			// Counting a reject twice beats losing it.
+			p.degraded("mark")
+			p.log.Warn("state store unavailable; the rejected message is counted without knowing whether it was before",
+				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
+			first = true
+		}
+	}
+	if first {
+		p.outcomes.end(j, ended{outcome: OutcomeRejected, reason: reason, detail: err.Error()})
+	} else {
+		p.log.Debug("rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
+			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
+		p.outcomes.drop(j)
+	}
 	switch dlErr := p.queueCall(func(ctx context.Context) error {
 		return p.src.DeadLetter(ctx, j.msg, reason+": "+err.Error())
 	}); {
@@ -295,7 +347,10 @@ func (p *pipeline) reject(j *job, err error) {
 	case errors.Is(dlErr, queue.ErrNoDeadLetter):
 		// Left to the queue's redrive policy.
 	default:
-		p.log.Warn("dead-letter failed; the message will be redelivered", "task_id", j.task.ID, "err", dlErr)
+		delay := retryDelay(j.msg.ReceiveCount)
+		p.log.Warn("dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
+			"retry_after", delay.Seconds(), "err", dlErr)
+		p.deferMsg(j, delay)
 	}
 }
 
@@ -303,7 +358,7 @@ func (p *pipeline) reject(j *job, err error) {
 // deadline, fast exit).
 func (p *pipeline) releaseUnstarted(j *job) {
 	j.release.Do(func() {
-		p.changeVisibility(j, 0)
+		p.deferMsg(j, 0)
 		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "drain", detail: "handed back to the queue unstarted"})
 	})
 }
@@ -313,7 +368,7 @@ func (p *pipeline) releaseUnstarted(j *job) {
 // Its log line is "task deferred" with the reason; attrs add detail.
 func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, attrs ...any) {
 	t := j.task
-	p.changeVisibility(j, hide)
+	p.deferMsg(j, hide)
 	p.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
 	p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: fields})
 	p.outcomes.drop(j)
@@ -321,21 +376,48 @@ func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields m
 
 // release gives the lease and the message back without ending the task.
 func (p *pipeline) release(j *job) {
-	p.releaseLease(j.task.ID)
-	p.changeVisibility(j, 0)
+	p.releaseLease(j)
+	p.deferMsg(j, 0)
 }
 
-func (p *pipeline) releaseLease(taskID string) {
-	logStoreErr(p.log, p.storeCall(func(ctx context.Context) error { return p.store.Release(ctx, taskID, p.instanceID) }))
+// releaseLease gives back the job's lease, when it has one.
+func (p *pipeline) releaseLease(j *job) {
+	if !j.leased {
+		return
+	}
+	err := p.storeCall(func(ctx context.Context) error { return p.store.Release(ctx, j.task.ID, p.instanceID) })
+	if stateUnreachable(err) {
+		// The lease expires by itself.
+		p.degraded("release")
+	}
+	logStoreErr(p.log, err)
 }
 
+// finish writes a task's final record. One the store cannot take now is
+// kept in the backlog and written when the store answers again.
 func (p *pipeline) finish(rec state.TaskRecord) {
-	logStoreErr(p.log, p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec) }))
+	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec) })
+	switch {
+	case err == nil:
+	case errors.Is(err, state.ErrSuperseded):
+		// The lease lapsed while the diagnostic ran and another agent
+		// claimed the task: its attempt owns the record. This run still
+		// ends in its own outcome (log, metric, audit).
+		p.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
+			"detail", "a later attempt owns the record; this result is logged only")
+	default:
+		p.degraded("finish")
+		p.log.Warn("recording the result failed; kept to be written when the state store answers",
+			"task_id", rec.ID, "err", err)
+		p.keepRecord(rec)
+	}
 }
 
-func (p *pipeline) changeVisibility(j *job, d time.Duration) {
-	if err := p.queueCall(func(ctx context.Context) error { return p.src.ChangeVisibility(ctx, j.msg, d) }); err != nil {
-		p.log.Warn("changing the message's visibility failed", "task_id", j.task.ID, "visibility", d.Seconds(), "err", err)
+// deferMsg hands the message back to be received again after d, without
+// spending its way to the dead-letter queue.
+func (p *pipeline) deferMsg(j *job, d time.Duration) {
+	if err := p.queueCall(func(ctx context.Context) error { return p.src.Defer(ctx, j.msg, d) }); err != nil {
+		p.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
 	}
 }
 
@@ -364,6 +446,11 @@ func (p *pipeline) queueCall(call func(context.Context) error) error {
 	return callWithin(queueCallTimeout, call)
 }
 
+// degraded counts a store operation that could not reach the store.
+func (p *pipeline) degraded(op string) {
+	p.outcomes.m.stateDegraded.WithLabelValues(op).Inc()
+}
+
 func (p *pipeline) markRunning(id string) bool {
 	p.runningMu.Lock()
 	defer p.runningMu.Unlock()
@@ -380,17 +467,20 @@ func (p *pipeline) unmarkRunning(id string) {
 	delete(p.running, id)
 }
 
-// keepAlive extends the message's visibility and the lease while a task
-// runs, every third of the visibility timeout; the returned func stops it
-// and waits for it. The two run as separate loops, each call bounded by a
-// third of the timeout at most: the lease is what keeps a redelivered
-// message from running elsewhere, so a slow or failing SQS call must not
-// delay or cancel its renewal.
-func (p *pipeline) keepAlive(j *job) func() {
-	ctx, cancel := context.WithCancel(context.Background())
+// keepAlive renews the job's lease while its task runs (until ctx, the
+// run's, ends), every third of
+// the visibility timeout, each call bounded by redis.timeout; the returned
+// func stops it and waits for it. The message's visibility is the queue's
+// Hold, taken when the message was accepted. A task run without a lease
+// (redis.state_fail open) has nothing to renew.
+func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
+	if !j.leased {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	every := p.lease / 3
 	var wg sync.WaitGroup
-	loop := func(bound time.Duration, call func(context.Context) error, onErr func(error)) {
+	wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -399,31 +489,44 @@ func (p *pipeline) keepAlive(j *job) func() {
 				return
 			case <-t.C:
 			}
-			cctx, ccancel := context.WithTimeout(ctx, min(bound, every))
-			if err := call(cctx); err != nil && ctx.Err() == nil {
-				onErr(err)
-			}
+			cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
+			err := p.store.Renew(cctx, j.task.ID, p.instanceID, p.lease)
 			ccancel()
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			if stateUnreachable(err) {
+				p.degraded("renew")
+			}
+			logStoreErr(p.log, err)
+			p.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
 		}
-	}
-	wg.Go(func() {
-		loop(p.storeTimeout, func(c context.Context) error { return p.store.Renew(c, j.task.ID, p.instanceID, p.lease) },
-			func(err error) {
-				logStoreErr(p.log, err)
-				p.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
-			})
-	})
-	wg.Go(func() {
-		loop(queueCallTimeout, func(c context.Context) error { return p.src.ChangeVisibility(c, j.msg, p.lease) },
-			func(err error) { p.log.Warn("extending visibility failed", "task_id", j.task.ID, "err", err) })
 	})
 	return func() { cancel(); wg.Wait() }
+}
+
+// retryDelay is how long a message handed back after a failure waits,
+// by how often it was received: retryBase doubled per earlier receive, at
+// most retryMax, less a random part of up to half so that messages failing
+// together do not come back together.
+func retryDelay(receiveCount int) time.Duration {
+	d := retryMax
+	if n := max(receiveCount-1, 0); n < 20 {
+		d = min(retryBase<<n, retryMax)
+	}
+	return d - rand.N(d/2+1)
+}
+
+// stateUnreachable reports whether err means the store did not answer
+// (down, stalled past redis.timeout), as opposed to an answer.
+func stateUnreachable(err error) bool {
+	return err != nil && !errors.Is(err, state.ErrLeaseLost) && !errors.Is(err, state.ErrSuperseded)
 }
 
 // logStoreErr logs a state store error; a lost or superseded lease is an
 // answer, not an error.
 func logStoreErr(log *slog.Logger, err error) {
-	if err == nil || errors.Is(err, state.ErrLeaseLost) || errors.Is(err, state.ErrSuperseded) {
+	if !stateUnreachable(err) {
 		return
 	}
 	log.Warn("state store error", "err", err)

@@ -20,7 +20,7 @@ type MemoryOptions struct {
 	Clock     Clock         // nil = wall clock
 	RecordTTL time.Duration // how long finished task records are kept (default 24h)
 	AuditMax  int           // audit entries kept (default 10000)
-	MaxTasks  int           // task records kept at most, oldest finished dropped first (default 100000)
+	MaxTasks  int           // task records (and marks) kept at most, oldest finished dropped first (default 100000)
 }
 
 // Memory is the Store of embedded mode: one agent, nothing survives a
@@ -33,6 +33,7 @@ type Memory struct {
 	audit     []AuditEntry // ring, newest last
 	instances map[string]memInstance
 	drains    map[string]DrainRecord
+	marks     map[string]time.Time // key → expiry
 }
 
 type memTask struct {
@@ -67,6 +68,7 @@ func NewMemory(o MemoryOptions) *Memory {
 		tasks:     map[string]*memTask{},
 		instances: map[string]memInstance{},
 		drains:    map[string]DrainRecord{},
+		marks:     map[string]time.Time{},
 	}
 }
 
@@ -294,6 +296,35 @@ func (m *Memory) LoadDrain(_ context.Context, instanceID string) (*DrainRecord, 
 		return nil, nil
 	}
 	return &d, nil
+}
+
+// MarkOnce implements Store. Past MaxTasks marks, expired ones go first,
+// then those nearest their expiry.
+func (m *Memory) MarkOnce(_ context.Context, key string, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock.Now()
+	if exp, ok := m.marks[key]; ok && now.Before(exp) {
+		return false, nil
+	}
+	if len(m.marks) >= m.o.MaxTasks {
+		for k, exp := range m.marks {
+			if !now.Before(exp) {
+				delete(m.marks, k)
+			}
+		}
+		for len(m.marks) >= m.o.MaxTasks {
+			oldest, at := "", time.Time{}
+			for k, exp := range m.marks {
+				if oldest == "" || exp.Before(at) {
+					oldest, at = k, exp
+				}
+			}
+			delete(m.marks, oldest)
+		}
+	}
+	m.marks[key] = now.Add(max(ttl, time.Millisecond))
+	return true, nil
 }
 
 // Ping implements Store; memory always answers.

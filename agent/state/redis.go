@@ -71,6 +71,7 @@ type RedisOptions struct {
 //	                  capped at MaxInstances; TTL RecordTTL.
 //	P drain:INST      DrainRecord JSON, TTL until one RecordTTL past its deadline.
 //	P audit           stream, XADD MAXLEN ~ AuditMaxLen.
+//	P mark:{KEY}      string "1", SET NX PX ttl: MarkOnce.
 //
 // Task record and lease share the hash tag {ID}, so Claim, Renew, Finish and
 // Release are each one atomic script on Redis Cluster too. The in-flight hash
@@ -121,6 +122,7 @@ func (r *Redis) instanceKey(inst string) string { return r.o.Prefix + "instance:
 func (r *Redis) instancesKey() string           { return r.o.Prefix + "instances" }
 func (r *Redis) drainKey(inst string) string    { return r.o.Prefix + "drain:" + inst }
 func (r *Redis) auditKey() string               { return r.o.Prefix + "audit" }
+func (r *Redis) markKey(key string) string      { return r.o.Prefix + "mark:{" + key + "}" }
 
 // TaskKey is the key of a task record, for tools that read it directly.
 func (r *Redis) TaskKey(id string) string { return r.taskKey(id) }
@@ -571,6 +573,19 @@ func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord,
 		return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
 	}
 	return &d, nil
+}
+
+// MarkOnce implements Store with SET NX PX: one round trip, atomic on a
+// cluster too (the key's hash tag is the mark's own).
+func (r *Redis) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	err := r.c.SetArgs(ctx, r.markKey(key), "1", redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}).Err()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	}
+	return false, fmt.Errorf("state: mark %s: %w", key, err)
 }
 
 // Ping implements Store.

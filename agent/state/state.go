@@ -184,6 +184,15 @@ type DrainStore interface {
 	LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error)
 }
 
+// Marks remembers that something happened once, for a while: a rejected
+// message's outcome is written on its first delivery only, however often
+// the queue hands it out again.
+type Marks interface {
+	// MarkOnce sets key for ttl unless it is set already; first reports
+	// whether this call set it.
+	MarkOnce(ctx context.Context, key string, ttl time.Duration) (first bool, err error)
+}
+
 // Store is the agent's state, every role in one backend. Every key it
 // writes has a TTL or a bound. Implementations are safe for concurrent
 // use. Consumers take the role they use, not the Store.
@@ -192,5 +201,6 @@ type Store interface {
 	AuditLog
 	InstanceStore
 	DrainStore
+	Marks
 	Close() error
 }

@@ -76,6 +76,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"Instances", testInstances},
 		{"Drain", testDrain},
 		{"ConcurrentClaims", testConcurrentClaims},
+		{"MarkOnce", testMarkOnce},
+		{"MarkOnceConcurrent", testMarkOnceConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -636,5 +638,66 @@ func testConcurrentClaims(t *testing.T, s state.Store, _ *FakeClock) {
 		if rec := mustTask(t, s, id); rec.Attempts != 1 || rec.Owner != winners[id][0] {
 			t.Errorf("%s record owner %s attempts %d, want %s 1", id, rec.Owner, rec.Attempts, winners[id][0])
 		}
+	}
+}
+
+// markTTL is short so that a Redis mark expires in real time within the
+// test; the fake clock is advanced past it for the memory store.
+const markTTL = 200 * time.Millisecond
+
+func testMarkOnce(t *testing.T, s state.Store, c *FakeClock) {
+	ctx := context.Background()
+	mark := func(key string) bool {
+		t.Helper()
+		first, err := s.MarkOnce(ctx, key, markTTL)
+		if err != nil {
+			t.Fatalf("MarkOnce(%s): %v", key, err)
+		}
+		return first
+	}
+	if !mark("rejected:m1") {
+		t.Fatal("first MarkOnce(m1) = false, want true")
+	}
+	for range 3 {
+		if mark("rejected:m1") {
+			t.Fatal("repeated MarkOnce(m1) = true, want false while the mark lives")
+		}
+	}
+	if !mark("rejected:m2") {
+		t.Fatal("MarkOnce(m2) = false, want true: marks are per key")
+	}
+	// Past the TTL the mark is gone: the fake clock for memory, real time
+	// (bounded by a deadline) for Redis, whose PX is its own clock.
+	c.Advance(markTTL + time.Millisecond)
+	deadline := time.Now().Add(markTTL + 5*time.Second)
+	for !mark("rejected:m1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("MarkOnce(m1) still false %v past its TTL", markTTL+5*time.Second)
+		}
+		time.Sleep(markTTL / 10)
+	}
+}
+
+func testMarkOnceConcurrent(t *testing.T, s state.Store, _ *FakeClock) {
+	const n = 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	firsts := 0
+	for range n {
+		wg.Go(func() {
+			first, err := s.MarkOnce(context.Background(), "rejected:race", time.Hour)
+			if err != nil {
+				t.Errorf("MarkOnce: %v", err)
+			}
+			if first {
+				mu.Lock()
+				firsts++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if firsts != 1 {
+		t.Fatalf("%d of %d concurrent MarkOnce calls were first, want exactly 1", firsts, n)
 	}
 }
