@@ -107,7 +107,7 @@ func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
