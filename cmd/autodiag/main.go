@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -187,8 +188,12 @@ func (c *cli) runAgent(cfg agent.Config) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, closeAgent, err := agent.Open(ctx, cfg, agent.OpenOptions{Logger: log, Version: version})
+	redis.SetLogger(agent.RedisLogger{Logger: log.With("component", "redis")})
+	a, closeAgent, err := agent.Open(ctx, cfg, c.openOptions(log))
 	if err != nil {
+		if errors.As(err, new(*agent.InstanceIDError)) {
+			return usageError{fmt.Errorf("start: %w", err)}
+		}
 		return fmt.Errorf("start: %w", err)
 	}
 	defer closeAgent()
@@ -200,12 +205,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
 		log.Warn("admin HTTP listens beyond loopback; it accepts POST /v1/drain and /v1/tasks without authentication", "addr", ln.Addr().String())
 	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin server stopped", "err", err)
-		}
-	}()
+	admin := agent.ServeAdmin(ln, a.Handler(), log.With("component", "admin"))
 	mode := "fleet"
 	if cfg.Embedded() {
 		mode = "embedded"
@@ -237,9 +237,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	runErr := a.Run(ctx)
 	close(runDone)
 	<-sigDone
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = srv.Shutdown(sctx)
-	scancel()
+	admin.Shutdown()
 	if runErr != nil {
 		return runErr
 	}
