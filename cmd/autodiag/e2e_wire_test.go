@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/internal/awssecretsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
@@ -99,7 +102,7 @@ lifecycle:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, tc.env, append(tc.args, "--config", cfg)...)
+			code, stdout, stderr := runCLIWithin(t, startBound, tc.env, append(tc.args, "--config", cfg)...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, stdout, stderr)
 			}
@@ -112,6 +115,31 @@ lifecycle:
 			}
 		})
 	}
+}
+
+// startBound bounds a start that is to fail: discovery's instance
+// metadata bound and room for the rest.
+const startBound = instance.DefaultIMDSTimeout + 10*time.Second
+
+// runCLIWithin is runCLI for a command that may not end by itself (an
+// agent that starts when it should have refused): it is killed at bound.
+func runCLIWithin(t *testing.T, bound time.Duration, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%v still running after %s\nstderr: %s", args, bound, lastLines(stderr.String(), 20))
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
 // TestRedisURLFromSecret: the agent reads redis.url_secret with the SDK
@@ -164,7 +192,7 @@ func TestRedisURLFromSecret(t *testing.T) {
 	t.Run("invalid URL", func(t *testing.T) {
 		bad := fake.PutSecretString("autodiag/bad-url", "redis://default:"+password+"@[::1/0")
 		cfg := writeConfig(t, fmt.Sprintf("admin_addr: 127.0.0.1:0\ninstance_id: bad\nredis:\n  url_secret: %q\n", bad))
-		code, stdout, stderr := runCLI(t, append(env, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret",
+		code, stdout, stderr := runCLIWithin(t, startBound, append(env, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret",
 			"AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"), "run", "--config", cfg)
 		if code == exitOK || !strings.Contains(stderr, "redis.url_secret") {
 			t.Fatalf("exit %d; want a failure naming redis.url_secret\nstdout: %s\nstderr: %s", code, stdout, stderr)
