@@ -137,7 +137,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			a.rejectPosted(w, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"})
+			a.rejectPosted(w, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
 			return
 		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
@@ -148,7 +148,9 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 		err = a.validator.Validate(&t, a.d.Clock.Now())
 	}
 	if err != nil {
-		a.rejectPosted(w, t, err)
+		// The outcome's audit write is detached from the request by design:
+		// it lands even when the client has gone.
+		a.rejectPosted(w, t, err) //nolint:contextcheck // see above
 		return
 	}
 	if t.ID == "" {

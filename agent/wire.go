@@ -237,7 +237,8 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		src = sqsSrc
 	}
 	closers = append(closers, func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Closing runs after ctx may have ended; it keeps ctx's values only.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = src.Close(cctx)
 	})

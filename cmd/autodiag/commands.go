@@ -138,7 +138,7 @@ func (c *cli) enqueueCmd() *cobra.Command {
 				if addr == "" {
 					addr = cfg.AdminAddr
 				}
-				out, err := adminCall(http.MethodPost, addr, "/v1/tasks", bytes.NewReader(body))
+				out, err := adminCall(cmd.Context(), http.MethodPost, addr, "/v1/tasks", bytes.NewReader(body))
 				if err != nil {
 					return err
 				}
@@ -196,7 +196,7 @@ func (c *cli) statusCmd() *cobra.Command {
 				if addr == "" {
 					addr = cfg.AdminAddr
 				}
-				out, err := adminCall(http.MethodGet, addr, "/v1/status", nil)
+				out, err := adminCall(cmd.Context(), http.MethodGet, addr, "/v1/status", nil)
 				if err != nil {
 					return fmt.Errorf("no redis configured, and the local agent did not answer: %w", err)
 				}

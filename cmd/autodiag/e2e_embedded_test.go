@@ -86,12 +86,16 @@ func TestConfigValidateCLI(t *testing.T) {
 		t.Fatalf("deploy/config/example.yaml: exit %d\n%s%s", code, stdout, stderr)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	os.WriteFile(bad, []byte("workers: 0\nqueue:\n  batch_size: 20\n  colour: blue\n"), 0o600)
+	if err := os.WriteFile(bad, []byte("workers: 0\nqueue:\n  batch_size: 20\n  colour: blue\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	code, _, stderr = runCLI(t, nil, "config", "validate", "--config", bad)
 	if code != 2 || !strings.Contains(stderr, "queue.colour (line 4): unknown key") {
 		t.Fatalf("unknown key: exit %d, stderr %q", code, stderr)
 	}
-	os.WriteFile(bad, []byte("workers: 0\nqueue:\n  batch_size: 20\n"), 0o600)
+	if err := os.WriteFile(bad, []byte("workers: 0\nqueue:\n  batch_size: 20\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	code, _, stderr = runCLI(t, nil, "config", "validate", "--config", bad)
 	if code != 2 || !strings.Contains(stderr, "workers (line 1)") || !strings.Contains(stderr, "queue.batch_size (line 3)") {
 		t.Fatalf("every problem at once: exit %d, stderr %q", code, stderr)

@@ -318,13 +318,14 @@ func (l *lcLab) startIMDSMock(delay time.Duration) {
 	t := l.t
 	t.Helper()
 	bin := testenv.EC2MetadataMock(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	cmd := exec.Command(bin, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)),
+	// The mock lives until the test's cleanup kills it.
+	cmd := exec.CommandContext(context.Background(), bin, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)),
 		"-p", port, "-n", "127.0.0.1")
 	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
 	cmd.Dir = t.TempDir()
@@ -369,7 +370,7 @@ var lcImdsHTTP = &http.Client{Timeout: 2 * time.Second}
 
 // imdsState reads target-lifecycle-state from the mock (IMDSv2).
 func (l *lcLab) imdsState() (string, error) {
-	req, _ := http.NewRequest(http.MethodPut, l.imdsURL+"/latest/api/token", nil)
+	req, _ := http.NewRequestWithContext(l.t.Context(), http.MethodPut, l.imdsURL+"/latest/api/token", nil)
 	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
 	resp, err := lcImdsHTTP.Do(req)
 	if err != nil {
@@ -377,7 +378,7 @@ func (l *lcLab) imdsState() (string, error) {
 	}
 	tok, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	req, _ = http.NewRequest(http.MethodGet, l.imdsURL+"/latest/meta-data/autoscaling/target-lifecycle-state", nil)
+	req, _ = http.NewRequestWithContext(l.t.Context(), http.MethodGet, l.imdsURL+"/latest/meta-data/autoscaling/target-lifecycle-state", nil)
 	req.Header.Set("X-aws-ec2-metadata-token", string(tok))
 	resp, err = lcImdsHTTP.Do(req)
 	if err != nil {

@@ -59,7 +59,13 @@ limiter:
 			defer wg.Done()
 			p := procs[i%len(procs)]
 			body := fmt.Sprintf(`{"id":"q-%d","host":"web-01","diagnostic":"noop"}`, i)
-			resp, err := http.Post(p.url("/v1/tasks"), "application/json", strings.NewReader(body))
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url("/v1/tasks"), strings.NewReader(body))
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				errs <- err
 				return

@@ -114,7 +114,7 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 					}
 					entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
 					for i, m := range out.Messages {
-						cmd := exec.Command("/bin/true")
+						cmd := exec.CommandContext(ctx, "/bin/true")
 						cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 						if err := cmd.Run(); err != nil {
 							b.Error(err)
@@ -256,7 +256,8 @@ func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "run", "--config", path)
+	// The agent lives until the returned stop function ends it.
+	cmd := exec.CommandContext(context.Background(), binPath, "run", "--config", path)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true"}, env...)

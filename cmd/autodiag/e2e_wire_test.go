@@ -52,7 +52,7 @@ func writeConfig(t *testing.T, yaml string) string {
 // closedLoopbackURL is an http URL on loopback where nothing listens.
 func closedLoopbackURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestAdminSlowClientsBounded(t *testing.T) {
 	const clients = 4 * agent.AdminMaxConns
 	req := "POST /v1/tasks HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"
 	for range clients {
-		c, err := net.Dial("tcp", p.addr)
+		c, err := new(net.Dialer).DialContext(t.Context(), "tcp", p.addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binPath = filepath.Join(dir, "autodiag")
-	build := exec.Command("go", "build", "-o", binPath, ".")
+	build := exec.CommandContext(context.Background(), "go", "build", "-o", binPath, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building autodiag:", err)
@@ -61,7 +63,8 @@ func startProc(t *testing.T, yaml string, env ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, ready: make(chan string, 1), done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, "run", "--config", cfgPath)
+	// The agent lives until the test stops it or its cleanup kills it.
+	p.cmd = exec.CommandContext(context.Background(), binPath, "run", "--config", cfgPath)
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true"}, env...)
@@ -189,7 +192,12 @@ func (p *proc) url(path string) string { return "http://" + p.addr + path }
 
 func (p *proc) post(path, body string) (int, map[string]any) {
 	p.t.Helper()
-	resp, err := http.Post(p.url(path), "application/json", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(p.t.Context(), http.MethodPost, p.url(path), strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -200,7 +208,7 @@ func (p *proc) post(path, body string) (int, map[string]any) {
 }
 
 func (p *proc) getCode(path string) int {
-	resp, err := http.Get(p.url(path))
+	resp, err := p.get(path)
 	if err != nil {
 		return 0
 	}
@@ -208,10 +216,19 @@ func (p *proc) getCode(path string) int {
 	return resp.StatusCode
 }
 
+// get is GET path on the agent, bounded by the test's context.
+func (p *proc) get(path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(p.t.Context(), http.MethodGet, p.url(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
+}
+
 // status fetches /v1/status.
 func (p *proc) status() map[string]any {
 	p.t.Helper()
-	resp, err := http.Get(p.url("/v1/status"))
+	resp, err := p.get("/v1/status")
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -225,7 +242,7 @@ func (p *proc) status() map[string]any {
 
 func (p *proc) metrics() string {
 	p.t.Helper()
-	resp, err := http.Get(p.url("/metrics"))
+	resp, err := p.get("/metrics")
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -249,15 +266,15 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // runCLI runs the binary with args and returns exit code, stdout, stderr.
 func runCLI(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	cmd := exec.CommandContext(t.Context(), binPath, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	code := 0
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
 			t.Fatal(err)
 		}
 		code = ee.ExitCode()

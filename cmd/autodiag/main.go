@@ -198,7 +198,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	}
 	defer closeAgent()
 
-	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
@@ -258,7 +258,7 @@ func (c *cli) drainCmd() *cobra.Command {
 				}
 				addr = cfg.AdminAddr
 			}
-			body, err := adminCall(http.MethodPost, addr, "/v1/drain", nil)
+			body, err := adminCall(cmd.Context(), http.MethodPost, addr, "/v1/drain", nil)
 			if err != nil {
 				return err
 			}
@@ -271,8 +271,8 @@ func (c *cli) drainCmd() *cobra.Command {
 }
 
 // adminCall talks to a local agent's admin HTTP.
-func adminCall(method, addr, path string, body io.Reader) ([]byte, error) {
-	req, err := http.NewRequest(method, "http://"+addr+path, body)
+func adminCall(ctx context.Context, method, addr, path string, body io.Reader) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
 	if err != nil {
 		return nil, err
 	}
