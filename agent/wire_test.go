@@ -105,3 +105,13 @@ func TestResolveInstanceID(t *testing.T) {
 		})
 	}
 }
+
+// TestURLSecretIsFleetMode: a Redis named by a secret is a Redis (not
+// embedded mode) and needs the AWS configuration to be read.
+func TestURLSecretIsFleetMode(t *testing.T) {
+	var c Config
+	c.Redis.URLSecret = "/autodiag/redis-url"
+	if c.Embedded() || !c.needsAWS() || !c.hasRedis() {
+		t.Fatalf("Embedded, needsAWS, hasRedis = %v, %v, %v; want false, true, true", c.Embedded(), c.needsAWS(), c.hasRedis())
+	}
+}
