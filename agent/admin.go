@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
@@ -29,10 +33,18 @@ type Status struct {
 
 // DrainStatus is the drain block of Status.
 type DrainStatus struct {
-	Source    string          `json:"source"`
-	Reason    string          `json:"reason"`
-	StartedAt time.Time       `json:"started_at"`
-	Deadline  time.Time       `json:"deadline"`
+	Source    string    `json:"source"`
+	Reason    string    `json:"reason"`
+	StartedAt time.Time `json:"started_at"`
+	Deadline  time.Time `json:"deadline"`
+	// RemainingTasks is how many tasks the drain still waits for (queued
+	// and running).
+	RemainingTasks int `json:"remaining_tasks"`
+	// DeadlineInSeconds is the time left before the drain deadline, in
+	// seconds (0 once it has passed).
+	DeadlineInSeconds float64 `json:"deadline_in_seconds"`
+	// Remaining is RemainingTasks under its old name, which reads as a
+	// time; deprecated, kept for one release.
 	Remaining int             `json:"remaining"`
 	Released  int             `json:"released"`
 	Cancelled int             `json:"cancelled"`
@@ -73,7 +85,11 @@ func (a *Agent) Status() Status {
 	}
 	if p.State != drain.Running {
 		d := &DrainStatus{Source: p.Source, Reason: p.Reason, StartedAt: p.StartedAt, Deadline: p.Deadline,
-			Remaining: p.Remaining(), Released: p.Released, Cancelled: p.Cancelled, TimedOut: p.TimedOut}
+			RemainingTasks: p.Remaining(), Remaining: p.Remaining(),
+			Released: p.Released, Cancelled: p.Cancelled, TimedOut: p.TimedOut}
+		if !p.Deadline.IsZero() {
+			d.DeadlineInSeconds = max(0, p.Deadline.Sub(a.d.Clock.Now()).Seconds())
+		}
 		if a.d.Actor != nil {
 			st := a.d.Actor.Status()
 			d.Lifecycle = LifecycleStatus{Hook: st.Hook, Heartbeats: st.Heartbeats, Completed: st.Completed, Result: st.Result}
@@ -109,7 +125,9 @@ func (a *Agent) Handler() http.Handler {
 }
 
 // postTask validates a task and puts it on the queue. Invalid input is
-// answered 400 with the reason and recorded as rejected.
+// answered 400 with the reason and recorded as rejected, or as stale when
+// it is older than queue.max_age (as a stale message from the queue is). A
+// full embedded queue is answered 503.
 func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if a.drain.State() != drain.Running {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "draining: not accepting tasks"})
@@ -119,7 +137,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			a.rejectPosted(w, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"})
+			a.rejectPosted(w, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
 			return
 		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
@@ -130,7 +148,9 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 		err = a.validator.Validate(&t, a.d.Clock.Now())
 	}
 	if err != nil {
-		a.rejectPosted(w, t, err)
+		// The outcome's audit write is detached from the request by design:
+		// it lands even when the client has gone.
+		a.rejectPosted(w, t, err) //nolint:contextcheck // see above
 		return
 	}
 	if t.ID == "" {
@@ -150,7 +170,11 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) rejectPosted(w http.ResponseWriter, t task.Task, err error) {
 	a.outcomes.received()
 	j := &job{task: t, received: a.d.Clock.Now()}
-	a.outcomes.end(j, ended{outcome: OutcomeRejected, reason: task.Reason(err), detail: err.Error()})
+	outcome := OutcomeRejected
+	if task.Reason(err) == task.ReasonStale {
+		outcome = OutcomeStale
+	}
+	a.outcomes.end(j, ended{outcome: outcome, reason: task.Reason(err), detail: err.Error()})
 	writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 
@@ -160,4 +184,62 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// Bounds of the admin HTTP server. Any local process can connect, so a
+// client that trickles its request, never reads the answer or opens
+// thousands of connections must cost the agent a bounded number of
+// descriptors and must not hold its exit.
+const (
+	// AdminReadHeaderTimeout bounds reading a request's headers.
+	AdminReadHeaderTimeout = 5 * time.Second
+	// AdminReadTimeout bounds reading a whole request, body included (a
+	// task is at most 256 KiB, from a local client).
+	AdminReadTimeout = 10 * time.Second
+	// AdminWriteTimeout bounds writing an answer (/metrics is the largest).
+	AdminWriteTimeout = 10 * time.Second
+	// AdminIdleTimeout closes a kept-alive connection with no request.
+	AdminIdleTimeout = 60 * time.Second
+	// AdminMaxConns caps the connections served at once; further ones wait
+	// in the kernel's accept backlog, holding no descriptor of the agent.
+	AdminMaxConns = 64
+	// AdminShutdownTimeout is how long the exit waits for requests in
+	// progress to finish before it closes every connection.
+	AdminShutdownTimeout = time.Second
+)
+
+// AdminServer serves the admin API on a listener with the bounds above.
+type AdminServer struct {
+	srv  *http.Server
+	done chan struct{}
+}
+
+// ServeAdmin starts serving h on ln until Shutdown. Errors other than the
+// shutdown itself are logged.
+func ServeAdmin(ln net.Listener, h http.Handler, log *slog.Logger) *AdminServer {
+	s := &AdminServer{
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: AdminReadHeaderTimeout, ReadTimeout: AdminReadTimeout,
+			WriteTimeout: AdminWriteTimeout, IdleTimeout: AdminIdleTimeout, MaxHeaderBytes: 64 << 10,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(netutil.LimitListener(ln, AdminMaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server stopped", "err", err)
+		}
+	}()
+	return s
+}
+
+// Shutdown stops accepting, lets requests in progress finish for at most
+// AdminShutdownTimeout, then closes every connection left (a slow client
+// among them) and waits for the server's goroutine to end.
+func (s *AdminServer) Shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), AdminShutdownTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.done
 }

@@ -142,7 +142,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 
 // compileCatalog builds the task validator and the runnable catalog.
 func compileCatalog(cfg Config) (*task.Validator, map[string]runner.Diagnostic, error) {
-	v := &task.Validator{Catalog: map[string]task.Spec{}, MaxAge: cfg.Queue.MaxAge}
+	v := &task.Validator{Catalog: map[string]task.Spec{}, MaxAge: cfg.Queue.MaxAge, AllowIPLiterals: cfg.Limiter.Hosts.AllowIPLiterals}
 	for _, p := range cfg.Limiter.Hosts.Allow {
 		re, err := regexp.Compile(p)
 		if err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,13 +15,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -31,6 +37,10 @@ type OpenOptions struct {
 	Version string
 	// Hostname is the instance id of last resort; "" = os.Hostname.
 	Hostname string
+	// CloudInitPath and DMIAssetTagPath are where instance id discovery
+	// reads its fallbacks; "" = where EC2 keeps them (package instance).
+	CloudInitPath   string
+	DMIAssetTagPath string
 }
 
 // Embedded reports whether cfg runs without AWS and Redis.
@@ -39,10 +49,115 @@ func (c Config) Embedded() bool {
 }
 
 // hasRedis reports whether cfg names a Redis for state and the limiter.
-func (c Config) hasRedis() bool { return c.Redis.URL != "" || len(c.Redis.Addrs) > 0 }
+func (c Config) hasRedis() bool {
+	return c.Redis.URL != "" || c.Redis.URLSecret != "" || len(c.Redis.Addrs) > 0
+}
 
 func (c Config) needsAWS() bool {
-	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) || c.CloudWatch.Enabled
+	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) ||
+		c.CloudWatch.Enabled || c.Redis.URLSecret != ""
+}
+
+// NeedsEC2InstanceID reports whether cfg's lifecycle sources match notices
+// against this instance's EC2 id (imds, sqs): without one the agent would
+// never see its own termination.
+func (c Config) NeedsEC2InstanceID() bool {
+	return c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS)
+}
+
+// InstanceIDError is why the agent refuses to start: its lifecycle sources
+// need the EC2 instance id, instance_id is empty and discovery found none.
+// It is a configuration problem (exit 2), not a runtime failure.
+type InstanceIDError struct {
+	Err error // the discovery's *instance.NotFoundError
+}
+
+func (e *InstanceIDError) Error() string {
+	return "instance_id: the imds and sqs lifecycle sources need this instance's EC2 id: " + e.Err.Error()
+}
+
+func (e *InstanceIDError) Unwrap() error { return e.Err }
+
+// loadAWS loads the SDK configuration for cfg: the default chain, with the
+// region from instance metadata when the imds source is on.
+func loadAWS(ctx context.Context, cfg Config) (aws.Config, error) {
+	var opts []func(*awsconfig.LoadOptions) error
+	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) {
+		opts = append(opts, awsconfig.WithEC2IMDSRegion())
+	}
+	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("aws config: %w", err)
+	}
+	return c, nil
+}
+
+// ResolveInstanceID returns the id Open would run under, for `config
+// validate`: instance_id, else the discovered EC2 id, else (when no
+// lifecycle source needs an EC2 id) the hostname. It fails with an
+// *InstanceIDError where Open would refuse to start.
+func ResolveInstanceID(ctx context.Context, cfg Config, o OpenOptions) (string, error) {
+	var awsCfg *aws.Config
+	if cfg.InstanceID == "" && cfg.needsAWS() {
+		// Not loadAWS: instance metadata needs no region, and asking for
+		// it would be one more call that can fail before discovery.
+		c, err := awsconfig.LoadDefaultConfig(ctx)
+		if err != nil {
+			return "", fmt.Errorf("aws config: %w", err)
+		}
+		awsCfg = &c
+	}
+	return resolveInstanceID(ctx, cfg, awsCfg, o, orDiscard(o.Logger))
+}
+
+// resolveInstanceID asks instance metadata only when AWS is configured
+// (strict IMDSv2: a session token first, no unauthenticated fallback), then
+// the files package instance reads.
+func resolveInstanceID(ctx context.Context, cfg Config, awsCfg *aws.Config, o OpenOptions, log *slog.Logger) (string, error) {
+	if cfg.InstanceID != "" {
+		return cfg.InstanceID, nil
+	}
+	do := instance.Options{CloudInitPath: o.CloudInitPath, DMIAssetTagPath: o.DMIAssetTagPath,
+		Logger: log.With("component", "instance")}
+	if awsCfg != nil {
+		do.IMDS = imds.NewFromConfig(*awsCfg, func(io *imds.Options) { io.EnableFallback = aws.FalseTernary })
+	}
+	id, source, err := instance.Discover(ctx, do)
+	switch {
+	case err == nil:
+		log.Info("instance id discovered", "instance_id", id, "source", source)
+		return id, nil
+	case !errors.Is(err, instance.ErrNotFound):
+		return "", fmt.Errorf("instance id: %w", err)
+	case cfg.NeedsEC2InstanceID():
+		return "", &InstanceIDError{Err: err}
+	}
+	id = o.Hostname
+	if id == "" {
+		if id, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("instance id: no EC2 id and no hostname: %w", err)
+		}
+	}
+	log.Info("no EC2 instance id found; using the hostname", "instance_id", id)
+	return id, nil
+}
+
+func orDiscard(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
+}
+
+// RedisLogger routes go-redis's own log lines (dial failures, pool
+// trouble during an outage) into slog, so stderr stays one JSON object a
+// line. Install it with redis.SetLogger, once per process: go-redis keeps
+// one logger for all clients.
+type RedisLogger struct{ Logger *slog.Logger }
+
+// Printf logs one go-redis message as a warning; its text is in detail.
+func (l RedisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.Logger.WarnContext(ctx, "redis client", "detail", strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 // NewRedisClient builds the go-redis client for cfg: a URL, or cluster or
@@ -80,50 +195,35 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var closers []func()
-	closeFn = func() {
+	// closeAll, not the named result: an error return sets that to nil.
+	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			closeFn()
+			closeAll()
 		}
 	}()
 
 	var awsCfg aws.Config
 	if cfg.needsAWS() {
-		opts := []func(*awsconfig.LoadOptions) error{}
-		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) {
-			opts = append(opts, awsconfig.WithEC2IMDSRegion())
-		}
-		awsCfg, err = awsconfig.LoadDefaultConfig(ctx, opts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("aws config: %w", err)
+		if awsCfg, err = loadAWS(ctx, cfg); err != nil {
+			return nil, nil, err
 		}
 	}
 	var imdsClient *imds.Client
 	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) {
 		imdsClient = imds.NewFromConfig(awsCfg)
 	}
-	instanceID := cfg.InstanceID
-	if instanceID == "" && imdsClient != nil {
-		ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		out, ierr := imdsClient.GetMetadata(ictx, &imds.GetMetadataInput{Path: "instance-id"})
-		cancel()
-		if ierr == nil {
-			b := new(strings.Builder)
-			_, _ = fmt.Fprint(b, readAll(out))
-			instanceID = strings.TrimSpace(b.String())
-		} else {
-			log.Warn("instance id from IMDS failed; using the hostname", "err", ierr)
-		}
+	var discoverWith *aws.Config
+	if cfg.needsAWS() {
+		discoverWith = &awsCfg
 	}
-	if instanceID == "" {
-		instanceID = o.Hostname
-		if instanceID == "" {
-			instanceID, _ = os.Hostname()
-		}
+	instanceID, err := resolveInstanceID(ctx, cfg, discoverWith, o, log)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	var src queue.Source
@@ -137,12 +237,21 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		src = sqsSrc
 	}
 	closers = append(closers, func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Closing runs after ctx may have ended; it keeps ctx's values only.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = src.Close(cctx)
 	})
 
-	rc, err := NewRedisClient(cfg.Redis)
+	redisCfg := cfg.Redis
+	if redisCfg.URLSecret != "" {
+		if redisCfg.URL, err = redisURLFromSecret(ctx, redisCfg.URLSecret, awsCfg); err != nil {
+			return nil, nil, err
+		}
+		redisCfg.URLSecret = ""
+		log.Info("redis URL read from its secret", "url_secret", cfg.Redis.URLSecret)
+	}
+	rc, err := NewRedisClient(redisCfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -202,21 +311,38 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, closeFn, nil
+	return a, closeAll, nil
 }
 
-func readAll(out *imds.GetMetadataOutput) string {
-	if out == nil || out.Content == nil {
-		return ""
+// secretTimeout bounds fetching redis.url_secret at start, the SDK's
+// retries included: long enough for a slow regional endpoint, short
+// enough that a missing grant fails the start instead of hanging it.
+const secretTimeout = 15 * time.Second
+
+// redisURLFromSecret reads the Redis URL that ref names with the instance
+// role. Its errors never contain the value: it holds the password.
+func redisURLFromSecret(ctx context.Context, ref string, awsCfg aws.Config) (string, error) {
+	sctx, cancel := context.WithTimeout(ctx, secretTimeout)
+	defer cancel()
+	u, err := secret.Fetch(sctx, ref, secret.Clients{
+		SecretsManager: secretsmanager.NewFromConfig(awsCfg),
+		SSM:            ssm.NewFromConfig(awsCfg),
+	})
+	if err != nil {
+		return "", fmt.Errorf("redis.url_secret: %w", err)
 	}
-	defer out.Content.Close()
-	var sb strings.Builder
-	buf := make([]byte, 256)
-	for {
-		n, err := out.Content.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			return sb.String()
-		}
+	u = strings.TrimSpace(u)
+	// redis.ParseURL's errors quote the URL; only the verdict is kept.
+	if _, perr := redis.ParseURL(u); perr != nil {
+		return "", fmt.Errorf("redis.url_secret: the value of %s is not a valid redis:// or rediss:// URL (not shown: it holds the password)", ref)
 	}
+	return u, nil
+}
+
+// NewValidator builds the task validator cfg describes (the host
+// allow-list, the IP literal opt-in, the catalog, queue.max_age), so a dry
+// run judges a host exactly as the agent would.
+func NewValidator(cfg Config) (*task.Validator, error) {
+	v, _, err := compileCatalog(cfg)
+	return v, err
 }

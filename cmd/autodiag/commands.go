@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -43,6 +45,15 @@ func (c *cli) configCmd() *cobra.Command {
 					return usageError{err}
 				}
 			}
+			if cfg.InstanceID == "" && cfg.NeedsEC2InstanceID() {
+				// The agent would refuse to start: discover now, as it will.
+				if _, err := agent.ResolveInstanceID(cmd.Context(), cfg, c.openOptions(nil)); err != nil {
+					if errors.As(err, new(*agent.InstanceIDError)) {
+						return usageError{err}
+					}
+					return err
+				}
+			}
 			mode := "fleet"
 			if cfg.Embedded() {
 				mode = "embedded"
@@ -71,6 +82,20 @@ func checkUnit(path string, drain time.Duration) error {
 		return fmt.Errorf("lifecycle.drain_timeout: %s is not below %s's TimeoutStopSec (%s): systemd would SIGKILL the agent mid-drain, before it completes the lifecycle action", drain, path, stop)
 	}
 	return nil
+}
+
+// Where instance id discovery reads its file fallbacks instead of EC2's
+// paths (README "Configuration", instance_id): for tests, and images that
+// keep cloud-init's data elsewhere.
+const (
+	envCloudInitPath = "AUTODIAG_INSTANCE_ID_CLOUD_INIT_PATH"
+	envDMIPath       = "AUTODIAG_INSTANCE_ID_DMI_PATH"
+)
+
+// openOptions are the agent's start options from the environment.
+func (c *cli) openOptions(log *slog.Logger) agent.OpenOptions {
+	return agent.OpenOptions{Logger: log, Version: version,
+		CloudInitPath: os.Getenv(envCloudInitPath), DMIAssetTagPath: os.Getenv(envDMIPath)}
 }
 
 func (c *cli) enqueueCmd() *cobra.Command {
@@ -113,7 +138,7 @@ func (c *cli) enqueueCmd() *cobra.Command {
 				if addr == "" {
 					addr = cfg.AdminAddr
 				}
-				out, err := adminCall(http.MethodPost, addr, "/v1/tasks", bytes.NewReader(body))
+				out, err := adminCall(cmd.Context(), http.MethodPost, addr, "/v1/tasks", bytes.NewReader(body))
 				if err != nil {
 					return err
 				}
@@ -171,7 +196,7 @@ func (c *cli) statusCmd() *cobra.Command {
 				if addr == "" {
 					addr = cfg.AdminAddr
 				}
-				out, err := adminCall(http.MethodGet, addr, "/v1/status", nil)
+				out, err := adminCall(cmd.Context(), http.MethodGet, addr, "/v1/status", nil)
 				if err != nil {
 					return fmt.Errorf("no redis configured, and the local agent did not answer: %w", err)
 				}
@@ -321,7 +346,11 @@ func (c *cli) limitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			host, err := task.NormalizeHost(req.Host)
+			v, err := agent.NewValidator(cfg)
+			if err != nil {
+				return usageError{err}
+			}
+			host, err := v.ValidateHost(req.Host)
 			if err != nil {
 				return usageError{err}
 			}

@@ -78,7 +78,10 @@ func TestEmbeddedBinarySIGTERM(t *testing.T) {
 }
 
 func TestConfigValidateCLI(t *testing.T) {
-	code, stdout, stderr := runCLI(t, nil, "config", "validate", "--config", filepath.Join("..", "..", "deploy", "config", "example.yaml"))
+	// The example's imds source needs an instance id; this host has none
+	// to discover, and instance metadata is not to be asked from a test.
+	exampleEnv := []string{"AUTODIAG_INSTANCE_ID=i-0123456789abcdef0", "AWS_EC2_METADATA_DISABLED=true"}
+	code, stdout, stderr := runCLI(t, exampleEnv, "config", "validate", "--config", filepath.Join("..", "..", "deploy", "config", "example.yaml"))
 	if code != 0 {
 		t.Fatalf("deploy/config/example.yaml: exit %d\n%s%s", code, stdout, stderr)
 	}

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -184,25 +185,24 @@ func (c *cli) runAgent(cfg agent.Config) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, closeAgent, err := agent.Open(ctx, cfg, agent.OpenOptions{Logger: log, Version: version})
+	redis.SetLogger(agent.RedisLogger{Logger: log.With("component", "redis")})
+	a, closeAgent, err := agent.Open(ctx, cfg, c.openOptions(log))
 	if err != nil {
+		if errors.As(err, new(*agent.InstanceIDError)) {
+			return usageError{fmt.Errorf("start: %w", err)}
+		}
 		return fmt.Errorf("start: %w", err)
 	}
 	defer closeAgent()
 
-	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
 		log.Warn("admin HTTP listens beyond loopback; it accepts POST /v1/drain and /v1/tasks without authentication", "addr", ln.Addr().String())
 	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin server stopped", "err", err)
-		}
-	}()
+	admin := agent.ServeAdmin(ln, a.Handler(), log.With("component", "admin"))
 	mode := "fleet"
 	if cfg.Embedded() {
 		mode = "embedded"
@@ -234,9 +234,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	runErr := a.Run(ctx)
 	close(runDone)
 	<-sigDone
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = srv.Shutdown(sctx)
-	scancel()
+	admin.Shutdown()
 	if runErr != nil {
 		return runErr
 	}
@@ -257,7 +255,7 @@ func (c *cli) drainCmd() *cobra.Command {
 				}
 				addr = cfg.AdminAddr
 			}
-			body, err := adminCall(http.MethodPost, addr, "/v1/drain", nil)
+			body, err := adminCall(cmd.Context(), http.MethodPost, addr, "/v1/drain", nil)
 			if err != nil {
 				return err
 			}
@@ -270,8 +268,8 @@ func (c *cli) drainCmd() *cobra.Command {
 }
 
 // adminCall talks to a local agent's admin HTTP.
-func adminCall(method, addr, path string, body io.Reader) ([]byte, error) {
-	req, err := http.NewRequest(method, "http://"+addr+path, body)
+func adminCall(ctx context.Context, method, addr, path string, body io.Reader) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
 	if err != nil {
 		return nil, err
 	}

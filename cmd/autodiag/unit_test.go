@@ -30,7 +30,9 @@ func TestParseTimespan(t *testing.T) {
 func TestConfigValidateSystemdUnit(t *testing.T) {
 	example := filepath.Join("..", "..", "deploy", "config", "example.yaml")
 	shipped := filepath.Join("..", "..", "deploy", "systemd", "autodiag.service")
-	if code, out, errOut := runCLI(t, nil, "config", "validate", "--config", example, "--systemd-unit", shipped); code != 0 {
+	// The example's imds source needs an instance id (see TestConfigValidateCLI).
+	exampleEnv := []string{"AUTODIAG_INSTANCE_ID=i-0123456789abcdef0", "AWS_EC2_METADATA_DISABLED=true"}
+	if code, out, errOut := runCLI(t, exampleEnv, "config", "validate", "--config", example, "--systemd-unit", shipped); code != 0 {
 		t.Fatalf("shipped unit + example config: exit %d\n%s%s", code, out, errOut)
 	}
 	dir := t.TempDir()
@@ -50,7 +52,7 @@ func TestConfigValidateSystemdUnit(t *testing.T) {
 			if err := os.WriteFile(p, []byte(tc.unit), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			code, _, errOut := runCLI(t, nil, "config", "validate", "--config", example, "--systemd-unit", p)
+			code, _, errOut := runCLI(t, exampleEnv, "config", "validate", "--config", example, "--systemd-unit", p)
 			if tc.ok && code != 0 || !tc.ok && code != 2 {
 				t.Fatalf("exit %d (want ok=%v): %s", code, tc.ok, errOut)
 			}
