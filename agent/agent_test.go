@@ -79,7 +79,12 @@ func startAgent(t *testing.T, yaml string) *testAgent {
 
 func (ta *testAgent) post(t *testing.T, body string) (int, map[string]string) {
 	t.Helper()
-	resp, err := http.Post(ta.srv.URL+"/v1/tasks", "application/json", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ta.srv.URL+"/v1/tasks", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +96,11 @@ func (ta *testAgent) post(t *testing.T, body string) (int, map[string]string) {
 
 func (ta *testAgent) get(t *testing.T, path string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(ta.srv.URL + path)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ta.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +279,11 @@ func TestStatusJSONShape(t *testing.T) {
 	if up, ok := m["redis_up"]; ok {
 		t.Errorf("embedded /v1/status reports redis_up %v without a Redis", up)
 	}
-	resp, err := http.Post(ta.srv.URL+"/v1/drain", "", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ta.srv.URL+"/v1/drain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func startMetadataMock(t *testing.T, args ...string) string {
 	port := closedPort(t)
 	var out lockedBuffer
 	home := t.TempDir() // no stray $HOME/aemm-config.json
-	cmd := exec.Command(bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
+	cmd := exec.CommandContext(context.WithoutCancel(t.Context()), bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
 	cmd.Dir = home
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -73,7 +73,7 @@ func startMetadataMock(t *testing.T, args ...string) string {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, _ := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/latest/api/token", nil)
 		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
@@ -92,7 +92,7 @@ func startMetadataMock(t *testing.T, args ...string) string {
 // refused at once.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestReleaseBuildStampsVersion(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "autodiag")
 	args := append([]string{"build"}, b.Flags...)
 	args = append(args, "-ldflags", ldflags, "-o", bin, ".")
-	build := exec.Command("go", args...)
+	build := exec.CommandContext(t.Context(), "go", args...)
 	build.Env = append(os.Environ(), b.Env...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -90,7 +90,7 @@ func TestReleaseBuildStampsVersion(t *testing.T) {
 func runVersion(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("autodiag %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
