@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,9 @@ func startAgent(t *testing.T, yaml string) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "test-host"})
+	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "test-host",
+		// Discovery must not find the id of the machine the tests run on.
+		CloudInitPath: filepath.Join(t.TempDir(), "none"), DMIAssetTagPath: filepath.Join(t.TempDir(), "none")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +70,10 @@ func startAgent(t *testing.T, yaml string) *testAgent {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-ta.done:
+		case err := <-ta.done:
+			if err != nil {
+				t.Logf("Run after cancel: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("agent did not stop")
 		}
