@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -81,7 +82,10 @@ func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
 	return true
 }
 
-// resume restarts a drain that a previous process persisted mid-way.
+// resume restarts a drain that a previous process persisted mid-way,
+// unless instance metadata says the instance is InService: then the drain
+// was not a termination (or Auto Scaling has since put the instance back)
+// and resuming it would only stop the agent again.
 func (s *supervisor) resume() {
 	var rec *state.DrainRecord
 	err := s.storeCall(func(ctx context.Context) (err error) {
@@ -93,6 +97,15 @@ func (s *supervisor) resume() {
 		return
 	}
 	if rec == nil || rec.Completed {
+		return
+	}
+	if st := s.lifecycleState(); st == lifecycleInService {
+		s.log.Info("persisted drain discarded", "source", rec.Source, "reason", rec.Reason,
+			"detail", "instance metadata says InService: the instance is not terminating, so the agent keeps running")
+		rec.Completed = true
+		if err := s.storeCall(func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, *rec) }); err != nil {
+			s.log.Warn("marking the discarded drain done failed", "err", err)
+		}
 		return
 	}
 	var action *lifecycle.Action
@@ -107,21 +120,56 @@ func (s *supervisor) resume() {
 	s.start(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action)
 }
 
+// lifecycleInService is the target lifecycle state of an instance that
+// Auto Scaling is not terminating.
+const lifecycleInService = "InService"
+
+// lifecycleState is the instance's target lifecycle state from IMDS, ""
+// when unknown (no imds source, or IMDS did not answer).
+func (s *supervisor) lifecycleState() string {
+	if s.watcher == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	st, err := s.watcher.TargetLifecycleState(ctx)
+	if err != nil {
+		s.log.Warn("reading the target lifecycle state failed", "err", err)
+		return ""
+	}
+	return st
+}
+
 // run waits for a drain, keeps its lifecycle action alive while work
 // remains, completes it exactly once and moves the agent to drained. ctx
-// is the root context: its end is a fast exit.
-func (s *supervisor) run(ctx context.Context) error {
+// is the root context: its end is a fast exit (ErrFastExit). It reports
+// how the drain ended (see Ending); a completion that failed is an error.
+func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	select {
 	case <-s.drain.Draining():
 	case <-s.hard.Done():
 		s.start(drain.Trigger{Source: "fast-exit", Reason: "stopped before any drain"}, nil)
 		s.waitReleased()
-		return ErrFastExit
+		return 0, ErrFastExit
 	}
 	s.mu.Lock()
 	tr := s.trigger
 	s.mu.Unlock()
 	action := s.initialAction(tr)
+	// known is the action as far as it is known: at the start, found
+	// during the drain or at its end. DrainSeconds takes its group.
+	var known lateAction
+	known.set(action)
+
+	// DrainSeconds lasts until the completion has ended, not just the
+	// drain's work: a completion that keeps failing keeps it rising.
+	pub, stopPub := context.WithCancel(context.WithoutCancel(s.hard))
+	var publishing sync.WaitGroup
+	if s.cloudwatch != nil {
+		start := s.drain.Progress().StartedAt
+		publishing.Go(func() { s.cloudwatch.drainSeconds(pub, start, known.group) })
+	}
+	defer func() { stopPub(); publishing.Wait() }()
 
 	// Heartbeats live exactly as long as the work they cover.
 	side, stopSide := context.WithCancel(context.WithoutCancel(s.hard))
@@ -140,14 +188,12 @@ func (s *supervisor) run(ctx context.Context) error {
 				return
 			}
 			late.set(act)
+			known.set(act)
 			s.persist(tr, act, false)
 			s.heartbeat(side, *act)
 		})
 	}
 	sides.Go(func() { s.trackDrainDuration(side) })
-	if s.cloudwatch != nil {
-		sides.Go(func() { s.cloudwatch.drainSeconds(side, s.drain.Progress().StartedAt, action) })
-	}
 
 	err := s.drain.Wait(s.hard)
 	stopSide()
@@ -168,23 +214,46 @@ func (s *supervisor) run(ctx context.Context) error {
 		// Terminating:Wait may have begun since the last look.
 		if action = s.probeAction(s.hard, "drain end"); action != nil {
 			s.resolveASG(s.hard, action)
+			known.set(action)
 			s.persist(tr, action, false)
 		}
 	}
+	var completeErr error
 	if action != nil {
-		s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
+		completeErr = s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
-	s.persist(tr, action, true)
+	stopPub()
+	publishing.Wait()
+	// A failed completion stays unfinished in the store, so the restarted
+	// agent resumes the drain and completes the action.
+	s.persist(tr, action, completeErr == nil)
 	s.drain.Finish()
 	took := s.clock.Now().Sub(p.StartedAt)
 	s.m.drainState.Set(2)
 	s.m.drainDuration.Set(took.Seconds())
 	s.presence.put(drainedInstanceTTL)
-	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot())
-	if fast {
-		return ErrFastExit
+	ending := drainEnding(tr.Source, action != nil)
+	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot(), "ending", ending.String())
+	switch {
+	case fast:
+		return ending, ErrFastExit
+	case completeErr != nil:
+		return ending, completeErr
 	}
-	return nil
+	return ending, nil
+}
+
+// drainEnding classifies a drain that finished: it ended a lifecycle
+// action, or its trigger says the instance or the service is going away
+// (Done); any other drain leaves the instance running (Drained).
+func drainEnding(source string, hadAction bool) Ending {
+	switch {
+	case hadAction:
+		return EndingDone
+	case source == lifecycle.SourceSignal, source == lifecycle.TriggerSpot:
+		return EndingDone
+	}
+	return EndingDrained
 }
 
 // initialAction is the lifecycle action the drain starts with: the
@@ -217,16 +286,18 @@ func (s *supervisor) initialAction(tr *drainTrigger) *lifecycle.Action {
 }
 
 // complete calls CompleteLifecycleAction on a detached, bounded context so
-// that it happens even mid-shutdown.
-func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) {
+// that it happens even mid-shutdown. Success includes Auto Scaling
+// answering that no action is active any more.
+func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) error {
 	result := s.cfg.CompletionResult(timedOut)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
 	defer cancel()
 	if err := s.actor.Complete(cctx, action, result); err != nil {
 		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
-		return
+		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
 	}
 	s.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)
+	return nil
 }
 
 // lateAction is an action discovered during the drain.
@@ -240,6 +311,14 @@ func (l *lateAction) get() *lifecycle.Action {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.action
+}
+
+// group is the action's Auto Scaling group, "" without an action.
+func (l *lateAction) group() string {
+	if a := l.get(); a != nil {
+		return a.ASGName
+	}
+	return ""
 }
 
 func (s *supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -29,12 +30,19 @@ import (
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// Exit codes (README "CLI").
+// Exit codes (README "CLI" and "The systemd unit").
 const (
 	exitOK      = 0
 	exitRuntime = 1
 	exitUsage   = 2
+	// exitDrained (EX_TEMPFAIL) ends a drain that leaves the instance
+	// running; the unit restarts the agent on it.
+	exitDrained = 75
 )
+
+// errDrained is what `autodiag run` ends with after a drain that was not a
+// termination nor a stop (agent.EndingDrained).
+var errDrained = errors.New("drained without a termination; the instance stays, so the agent should be started again")
 
 // usageError marks errors that exit 2: a bad command line or config. Every
 // usage error cobra can produce is wrapped in one where cobra reports it
@@ -51,14 +59,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	err := root.Execute()
-	if err == nil {
-		return exitOK
+	code := exitCode(err)
+	if err != nil {
+		fmt.Fprintln(stderr, "autodiag:", err)
 	}
-	fmt.Fprintln(stderr, "autodiag:", err)
-	if errors.As(err, new(usageError)) {
+	return code
+}
+
+// exitCode maps what a command returned to the process's exit status.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errDrained):
+		return exitDrained
+	case errors.As(err, new(usageError)):
 		return exitUsage
 	}
 	return exitRuntime
+}
+
+// runResult is what `autodiag run` returns once the agent's Run did: nil
+// for a drain after which the agent is done (exit 0), errDrained for one
+// that leaves the instance running (75), the error otherwise (1).
+func runResult(runErr error, ending agent.Ending) error {
+	switch {
+	case runErr != nil:
+		return runErr
+	case ending == agent.EndingDrained:
+		return errDrained
+	}
+	return nil
 }
 
 type cli struct {
@@ -210,8 +241,6 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	if cfg.Embedded() {
 		mode = "embedded"
 	}
-	log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
-		"startup", time.Since(start).Seconds())
 
 	// The signal goroutine ends with Run: the first signal drains, a
 	// second one exits fast, and Run's return ends the wait for either.
@@ -233,17 +262,42 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		case <-runDone:
 		}
 	}()
+	// The agent is ready once the admin API listens and Run serves; the
+	// service manager hears READY=1 then, and STOPPING=1 when a drain starts.
+	notifyDone := make(chan struct{})
+	go func() {
+		defer close(notifyDone)
+		select {
+		case <-a.Started():
+		case <-runDone:
+			return
+		}
+		log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
+			"startup", time.Since(start).Seconds())
+		sdNotify(log, daemon.SdNotifyReady)
+		select {
+		case <-a.Draining():
+			sdNotify(log, daemon.SdNotifyStopping)
+		case <-runDone:
+		}
+	}()
 
 	runErr := a.Run(ctx)
 	close(runDone)
 	<-sigDone
+	<-notifyDone
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	scancel()
-	if runErr != nil {
-		return runErr
+	return runResult(runErr, a.Ending())
+}
+
+// sdNotify tells systemd about the agent's state (Type=notify); without
+// NOTIFY_SOCKET it does nothing.
+func sdNotify(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("notifying the service manager failed", "state", state, "err", err)
 	}
-	return nil
 }
 
 func (c *cli) drainCmd() *cobra.Command {
