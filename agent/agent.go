@@ -175,7 +175,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	}
 	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
-		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake, hard: a.hard}
+		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake}
 	a.m.redisUp.Set(1)
 	return a, nil
 }
@@ -259,15 +259,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stop()
 	defer a.cancelHard()
 
-	a.recoverInterrupted()
-	a.sup.resume()
-	g, gctx := errgroup.WithContext(a.hard)
+	a.recoverInterrupted(ctx)
+	a.sup.resume(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	done := make(chan struct{})
 	// The drain may not end while intake can still hand it work: a poll
 	// answered as the drain began delivers messages after Start.
 	letGo := a.drain.Hold()
 	g.Go(func() error { defer letGo(); a.intake.run(a.intakeCtx); return nil })
-	g.Go(func() error { a.presence.run(done); return nil })
+	g.Go(func() error { a.presence.run(ctx, done); return nil })
 	if a.publisher != nil {
 		g.Go(func() error {
 			pctx, cancel := context.WithCancel(gctx)
@@ -333,9 +333,9 @@ type inflightLister interface {
 // record marked interrupted (the next delivery of its message runs it
 // again); a task whose record already has an outcome is left as it is.
 // Every entry is removed and audited, and the log says what happens next.
-func (a *Agent) recoverInterrupted() {
+func (a *Agent) recoverInterrupted(ctx context.Context) {
 	var entries []state.InflightEntry
-	err := callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+	err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
 		entries, err = a.d.Store.Inflight(ctx, a.d.InstanceID)
 		return err
 	})
@@ -347,7 +347,7 @@ func (a *Agent) recoverInterrupted() {
 		ids = append(ids, e.TaskID)
 	}
 	if l, ok := a.d.Store.(inflightLister); ok {
-		err := callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+		err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
 			ids, err = l.InflightIDs(ctx, a.d.InstanceID)
 			return err
 		})
@@ -356,7 +356,7 @@ func (a *Agent) recoverInterrupted() {
 		}
 	}
 	var recs []state.TaskRecord
-	err = callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+	err = callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
 		recs, err = a.d.Store.Recover(ctx, a.d.InstanceID)
 		return err
 	})
@@ -371,12 +371,12 @@ func (a *Agent) recoverInterrupted() {
 			"detail", fmt.Sprintf("left running by this instance's previous process; its record is marked interrupted. "+
 				"If its message was not deleted, SQS delivers it again once its visibility timeout lapses and it runs as attempt %d; "+
 				"if it was deleted, nothing runs it again", r.Attempts+1))
-		a.outcomes.audit(state.AuditEntry{TaskID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Outcome: state.StatusInterrupted,
+		a.auditRecovery(ctx, state.AuditEntry{TaskID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Outcome: state.StatusInterrupted,
 			Reason: "left running by this instance's previous process"})
 	}
 	for _, id := range ids {
 		if !marked[id] {
-			a.reconcileEntry(id)
+			a.reconcileEntry(ctx, id)
 		}
 	}
 }
@@ -388,10 +388,10 @@ const recoveredOutcome = "reconciled"
 // reconcileEntry logs and audits the removed in-flight entry of a task
 // that was not running under this instance any more; its record is left
 // alone.
-func (a *Agent) reconcileEntry(id string) {
+func (a *Agent) reconcileEntry(ctx context.Context, id string) {
 	var rec state.TaskRecord
 	var found bool
-	err := callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+	err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
 		rec, found, err = a.d.Store.Task(ctx, id)
 		return err
 	})
@@ -415,14 +415,29 @@ func (a *Agent) reconcileEntry(id string) {
 		attrs = append(attrs, "err", err)
 	}
 	a.log.Info("in-flight entry of the previous process removed", attrs...)
-	a.outcomes.audit(state.AuditEntry{TaskID: id, Host: rec.Host, Diagnostic: rec.Diagnostic, Outcome: recoveredOutcome, Reason: reason})
+	a.auditRecovery(ctx, state.AuditEntry{TaskID: id, Host: rec.Host, Diagnostic: rec.Diagnostic, Outcome: recoveredOutcome, Reason: reason})
+}
+
+// auditRecovery appends a recovery's audit entry, on a call detached from
+// ctx like the recovery's other store calls.
+func (a *Agent) auditRecovery(ctx context.Context, e state.AuditEntry) {
+	e.InstanceID, e.Time = a.d.InstanceID, a.d.Clock.Now()
+	if err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) error { return a.d.Store.Audit(ctx, e) }); err != nil {
+		logStoreErr(a.log, err)
+	}
 }
 
 // callWithin runs one call on a fresh context bounded by d, created right
 // before the call and detached from shutdown: bookkeeping happens
 // mid-drain and after a long run too.
 func callWithin(d time.Duration, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return callDetached(context.Background(), d, call)
+}
+
+// callDetached is callWithin for a caller holding a context: the call
+// keeps parent's values but not its end.
+func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
 	defer cancel()
 	return call(ctx)
 }

@@ -56,8 +56,6 @@ type supervisor struct {
 	instanceID   string
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
-	// hard ends on a fast exit.
-	hard context.Context
 
 	mu      sync.Mutex
 	trigger *drainTrigger
@@ -86,9 +84,9 @@ func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
 // unless instance metadata says the instance is InService: then the drain
 // was not a termination (or Auto Scaling has since put the instance back)
 // and resuming it would only stop the agent again.
-func (s *supervisor) resume() {
+func (s *supervisor) resume(ctx context.Context) {
 	var rec *state.DrainRecord
-	err := s.storeCall(func(ctx context.Context) (err error) {
+	err := s.storeCall(ctx, func(ctx context.Context) (err error) {
 		rec, err = s.store.LoadDrain(ctx, s.instanceID)
 		return err
 	})
@@ -99,11 +97,11 @@ func (s *supervisor) resume() {
 	if rec == nil || rec.Completed {
 		return
 	}
-	if st := s.lifecycleState(); st == lifecycleInService {
+	if st := s.lifecycleState(ctx); st == lifecycleInService {
 		s.log.Info("persisted drain discarded", "source", rec.Source, "reason", rec.Reason,
 			"detail", "instance metadata says InService: the instance is not terminating, so the agent keeps running")
 		rec.Completed = true
-		if err := s.storeCall(func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, *rec) }); err != nil {
+		if err := s.storeCall(ctx, func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, *rec) }); err != nil {
 			s.log.Warn("marking the discarded drain done failed", "err", err)
 		}
 		return
@@ -126,11 +124,11 @@ const lifecycleInService = "InService"
 
 // lifecycleState is the instance's target lifecycle state from IMDS, ""
 // when unknown (no imds source, or IMDS did not answer).
-func (s *supervisor) lifecycleState() string {
+func (s *supervisor) lifecycleState(ctx context.Context) string {
 	if s.watcher == nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	st, err := s.watcher.TargetLifecycleState(ctx)
 	if err != nil {
@@ -142,20 +140,21 @@ func (s *supervisor) lifecycleState() string {
 
 // run waits for a drain, keeps its lifecycle action alive while work
 // remains, completes it exactly once and moves the agent to drained. ctx
-// is the root context: its end is a fast exit (ErrFastExit). It reports
+// is the root context: its end is a fast exit (ErrFastExit), and calls
+// that must happen all the same run on contexts detached from it. It reports
 // how the drain ended (see Ending); a completion that failed is an error.
 func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	select {
 	case <-s.drain.Draining():
-	case <-s.hard.Done():
+	case <-ctx.Done():
 		s.start(drain.Trigger{Source: "fast-exit", Reason: "stopped before any drain"}, nil)
-		s.waitReleased()
+		s.waitReleased(ctx)
 		return 0, ErrFastExit
 	}
 	s.mu.Lock()
 	tr := s.trigger
 	s.mu.Unlock()
-	action := s.initialAction(tr)
+	action := s.initialAction(ctx, tr)
 	// known is the action as far as it is known: at the start, found
 	// during the drain or at its end. DrainSeconds takes its group.
 	var known lateAction
@@ -163,7 +162,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 
 	// DrainSeconds lasts until the completion has ended, not just the
 	// drain's work: a completion that keeps failing keeps it rising.
-	pub, stopPub := context.WithCancel(context.WithoutCancel(s.hard))
+	pub, stopPub := context.WithCancel(context.WithoutCancel(ctx))
 	var publishing sync.WaitGroup
 	if s.cloudwatch != nil {
 		start := s.drain.Progress().StartedAt
@@ -172,7 +171,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	defer func() { stopPub(); publishing.Wait() }()
 
 	// Heartbeats live exactly as long as the work they cover.
-	side, stopSide := context.WithCancel(context.WithoutCancel(s.hard))
+	side, stopSide := context.WithCancel(context.WithoutCancel(ctx))
 	var sides sync.WaitGroup
 	var late lateAction
 	if action != nil {
@@ -189,18 +188,18 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 			}
 			late.set(act)
 			known.set(act)
-			s.persist(tr, act, false)
+			s.persist(side, tr, act, false)
 			s.heartbeat(side, *act)
 		})
 	}
 	sides.Go(func() { s.trackDrainDuration(side) })
 
-	err := s.drain.Wait(s.hard)
+	err := s.drain.Wait(ctx)
 	stopSide()
 	sides.Wait()
-	fast := s.hard.Err() != nil
+	fast := ctx.Err() != nil
 	if fast {
-		s.waitReleased()
+		s.waitReleased(ctx)
 	}
 	p := s.drain.Progress()
 	if !p.EndedAt.IsZero() {
@@ -212,10 +211,10 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	}
 	if action == nil && !fast && s.actor != nil {
 		// Terminating:Wait may have begun since the last look.
-		if action = s.probeAction(s.hard, "drain end"); action != nil {
-			s.resolveASG(s.hard, action)
+		if action = s.probeAction(ctx, "drain end"); action != nil {
+			s.resolveASG(ctx, action)
 			known.set(action)
-			s.persist(tr, action, false)
+			s.persist(ctx, tr, action, false)
 		}
 	}
 	var completeErr error
@@ -226,12 +225,12 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	publishing.Wait()
 	// A failed completion stays unfinished in the store, so the restarted
 	// agent resumes the drain and completes the action.
-	s.persist(tr, action, completeErr == nil)
+	s.persist(ctx, tr, action, completeErr == nil)
 	s.drain.Finish()
 	took := s.clock.Now().Sub(p.StartedAt)
 	s.m.drainState.Set(2)
 	s.m.drainDuration.Set(took.Seconds())
-	s.presence.put(drainedInstanceTTL)
+	s.presence.put(ctx, drainedInstanceTTL)
 	ending := drainEnding(tr.Source, action != nil)
 	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot(), "ending", ending.String())
 	switch {
@@ -258,25 +257,25 @@ func drainEnding(source string, hadAction bool) Ending {
 
 // initialAction is the lifecycle action the drain starts with: the
 // trigger's, or one IMDS already reports. It is persisted with the drain.
-func (s *supervisor) initialAction(tr *drainTrigger) *lifecycle.Action {
+func (s *supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifecycle.Action {
 	action := tr.action
 	if action == nil {
 		// A signal on an instance already in Terminating:Wait still owes
 		// the Auto Scaling group a completion.
-		action = s.probeAction(s.hard, "drain start")
+		action = s.probeAction(ctx, "drain start")
 	}
-	s.resolveASG(s.hard, action)
+	s.resolveASG(ctx, action)
 	if action != nil && s.actor == nil {
 		s.log.Warn("lifecycle action seen but no Auto Scaling client configured; it will time out", "hook", action.HookName)
 		action = nil
 	}
-	s.persist(tr, action, false)
+	s.persist(ctx, tr, action, false)
 	if action != nil && tr.Source == sourceRestart {
 		// The previous process died mid-drain, maybe long ago; what it was
 		// running is redelivered by SQS, so this drain ends at once and
 		// Heartbeat would stop before its first call. Tell Auto Scaling we
 		// are alive first, so a slow completion cannot let the action lapse.
-		bctx, cancel := context.WithTimeout(s.hard, max(s.cfg.HeartbeatInterval, time.Second))
+		bctx, cancel := context.WithTimeout(ctx, max(s.cfg.HeartbeatInterval, time.Second))
 		if err := s.actor.Beat(bctx, *action); err != nil {
 			s.log.Warn("heartbeat on resuming the drain failed", "err", err)
 		}
@@ -412,21 +411,21 @@ func (s *supervisor) resolveASG(ctx context.Context, action *lifecycle.Action) {
 
 // waitReleased gives work cancelled by a fast exit a bounded moment to
 // record its outcome and hand its message back.
-func (s *supervisor) waitReleased() {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseGrace)
+func (s *supervisor) waitReleased(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
 	defer cancel()
 	_ = s.drain.Wait(ctx)
 }
 
 // persist saves the drain so that a restarted agent resumes it.
-func (s *supervisor) persist(tr *drainTrigger, action *lifecycle.Action, completed bool) {
+func (s *supervisor) persist(ctx context.Context, tr *drainTrigger, action *lifecycle.Action, completed bool) {
 	rec := state.DrainRecord{Reason: tr.Reason, Source: tr.Source, Completed: completed}
 	p := s.drain.Progress()
 	rec.StartedAt, rec.Deadline = p.StartedAt, p.Deadline
 	if action != nil {
 		rec.Action, _ = json.Marshal(action)
 	}
-	if err := s.storeCall(func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, rec) }); err != nil {
+	if err := s.storeCall(ctx, func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, rec) }); err != nil {
 		s.log.Warn("persisting drain state failed", "err", err)
 	}
 }
@@ -446,7 +445,8 @@ func (s *supervisor) trackDrainDuration(ctx context.Context) {
 	}
 }
 
-// storeCall runs one store call, bounded by redis.timeout.
-func (s *supervisor) storeCall(call func(context.Context) error) error {
-	return callWithin(s.storeTimeout, call)
+// storeCall runs one store call, bounded by redis.timeout and detached
+// from ctx's end: the drain's bookkeeping happens during a fast exit too.
+func (s *supervisor) storeCall(ctx context.Context, call func(context.Context) error) error {
+	return callDetached(ctx, s.storeTimeout, call)
 }

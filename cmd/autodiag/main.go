@@ -224,7 +224,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	}
 	defer closeAgent()
 
-	ln, err := net.Listen("tcp", cfg.AdminAddr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
@@ -328,7 +328,7 @@ func (c *cli) drainCmd() *cobra.Command {
 
 // adminCall talks to a local agent's admin HTTP.
 func adminCall(method, addr, path string, body io.Reader) ([]byte, error) {
-	req, err := http.NewRequest(method, "http://"+addr+path, body)
+	req, err := http.NewRequestWithContext(context.Background(), method, "http://"+addr+path, body)
 	if err != nil {
 		return nil, err
 	}
