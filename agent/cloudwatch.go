@@ -92,6 +92,14 @@ func (p *publisher) group(ctx context.Context) string {
 	return name
 }
 
+// groupUnknown says why the group is unknown and what to do about it.
+func (p *publisher) groupUnknown() string {
+	if p.resolve == nil {
+		return "Auto Scaling group unknown: set lifecycle.asg_name (without an imds or sqs source the agent does not ask Auto Scaling)"
+	}
+	return "Auto Scaling group unknown: DescribeAutoScalingInstances has not answered (asked again each period); set lifecycle.asg_name or check autoscaling:DescribeAutoScalingInstances"
+}
+
 // limiterDegraded puts, every interval, how many limiter decisions were
 // taken by a fail mode since the last publication, so an alarm can catch a
 // fleet deciding without Redis.
@@ -108,7 +116,7 @@ func (p *publisher) limiterDegraded(ctx context.Context) {
 		asg := p.group(ctx)
 		if asg == "" {
 			if ctx.Err() == nil {
-				p.failed(metricLimiterDegraded, "Auto Scaling group unknown: set lifecycle.asg_name or grant autoscaling:DescribeAutoScalingInstances", nil)
+				p.failed(metricLimiterDegraded, p.groupUnknown(), nil)
 			}
 			continue
 		}
@@ -134,7 +142,7 @@ func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGro
 		switch {
 		case ctx.Err() != nil:
 		case asg == "":
-			p.failed(metricDrainSeconds, "Auto Scaling group unknown: set lifecycle.asg_name or grant autoscaling:DescribeAutoScalingInstances", nil)
+			p.failed(metricDrainSeconds, p.groupUnknown(), nil)
 		default:
 			p.publish(ctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
 		}
