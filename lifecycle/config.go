@@ -14,10 +14,6 @@ const (
 	sourceSpot   = "spot"   // Trigger.Source for spot interruption notices (found by the imds source)
 )
 
-// TriggerSpot is Trigger.Source of a spot interruption notice: the
-// instance is going away whether or not a lifecycle action exists.
-const TriggerSpot = sourceSpot
-
 // Values of Config.OnTimeout and Config.Queued.
 const (
 	OnTimeoutContinue = "continue"
