@@ -82,6 +82,10 @@ type Deps struct {
 	CloudWatch cloudWatchAPI
 	// ASGName is the dimension of the CloudWatch metrics.
 	ASGName string
+	// ResolveASG learns the instance's group for the CloudWatch metrics
+	// when ASGName is empty (DescribeAutoScalingInstances); nil = through
+	// Actor, or not at all without one.
+	ResolveASG func(ctx context.Context) (string, error)
 
 	InstanceID string
 	Version    string
@@ -171,7 +175,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 			asg = cfg.Lifecycle.ASGName
 		}
 		a.publisher = &publisher{api: d.CloudWatch, namespace: cfg.CloudWatch.Namespace, asg: asg,
-			every: cfg.CloudWatch.Interval, resolve: actorResolver(d.Actor, d.InstanceID), limiter: d.Limiter, clock: d.Clock, log: log}
+			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), limiter: d.Limiter, clock: d.Clock, log: log}
 	}
 	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
@@ -191,6 +195,14 @@ func actorResolver(actor *lifecycle.Actor, instanceID string) groupResolver {
 		err := actor.ResolveASG(ctx, &act)
 		return act.ASGName, err
 	}
+}
+
+// cmpResolver is the first resolver that is set.
+func cmpResolver(first func(context.Context) (string, error), second groupResolver) groupResolver {
+	if first != nil {
+		return first
+	}
+	return second
 }
 
 // compileCatalog builds the task validator and the runnable catalog.

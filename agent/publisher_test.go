@@ -16,8 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 
+	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/lifecycle"
+	"github.com/autodiag/autodiag/limiter"
 )
 
 // flakyCloudWatch fails PutMetricData while failing is set.
@@ -186,5 +188,28 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 	a.Drain("admin", "end of test")
 	if err := <-done; err != nil || a.Ending() != EndingDrained {
 		t.Fatalf("Run = %v, ending %s", err, a.Ending())
+	}
+}
+
+// TestDepsResolveASG: without lifecycle.asg_name and without an Actor (the
+// signal source alone), the group comes from Deps.ResolveASG.
+func TestDepsResolveASG(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte(testConfig+"cloudwatch: {enabled: true}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, Deps{Source: queue.NewMemory(queue.MemoryOptions{}), Store: state.NewMemory(state.MemoryOptions{}),
+		Limiter: lim, CloudWatch: &flakyCloudWatch{}, InstanceID: endingInstance,
+		ResolveASG: func(context.Context) (string, error) { return "from-describe", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.publisher.group(context.Background()); got != "from-describe" {
+		t.Fatalf("group %q, want the resolver's", got)
 	}
 }
