@@ -26,7 +26,8 @@ import (
 type flakyCloudWatch struct {
 	mu      sync.Mutex
 	failing bool
-	names   []string // metric names accepted
+	names   []string  // metric names accepted
+	values  []float64 // their values
 }
 
 var _ cloudWatchAPI = (*flakyCloudWatch)(nil)
@@ -38,6 +39,7 @@ func (f *flakyCloudWatch) PutMetricData(_ context.Context, in *cloudwatch.PutMet
 		return nil, errors.New("api error Throttling: Rate exceeded")
 	}
 	f.names = append(f.names, aws.ToString(in.MetricData[0].MetricName))
+	f.values = append(f.values, aws.ToFloat64(in.MetricData[0].Value))
 	return &cloudwatch.PutMetricDataOutput{}, nil
 }
 
@@ -211,5 +213,44 @@ func TestDepsResolveASG(t *testing.T) {
 	}
 	if got := a.publisher.group(context.Background()); got != "from-describe" {
 		t.Fatalf("group %q, want the resolver's", got)
+	}
+}
+
+// TestResumedDrainSecondsCountsFromFirstStart: a drain resumed after a
+// restart publishes DrainSeconds from when the previous process started
+// it, so restarts of an agent whose completion keeps failing do not reset
+// what the stuck-drain alarm reads.
+func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte(testConfig), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	cw := &flakyCloudWatch{}
+	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: wallClock{},
+		log: slog.New(slog.DiscardHandler)}
+	a.sup.cloudwatch = a.publisher
+	ctx := context.Background()
+	const ago = 5 * time.Minute
+	first := time.Now().Add(-ago)
+	if err := a.d.Store.SaveDrain(ctx, endingInstance, state.DrainRecord{Source: "admin", Reason: "POST /v1/drain",
+		StartedAt: first, Deadline: first.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if len(cw.values) == 0 || cw.names[0] != metricDrainSeconds || cw.values[0] < ago.Seconds() {
+		t.Fatalf("published %v %v, want DrainSeconds of at least %.0f", cw.names, cw.values, ago.Seconds())
+	}
+	if rec, _ := a.d.Store.LoadDrain(ctx, endingInstance); rec == nil || !rec.StartedAt.Equal(first) {
+		t.Fatalf("persisted drain %+v, want its first start kept", rec)
 	}
 }

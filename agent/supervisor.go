@@ -35,6 +35,9 @@ const sourceRestart = "restart"
 type drainTrigger struct {
 	drain.Trigger
 	action *lifecycle.Action
+	// since is when a resumed drain first started, in the process that
+	// persisted it; zero for a drain of this process.
+	since time.Time
 }
 
 // supervisor owns the drain from its trigger to drained: it stops intake,
@@ -63,12 +66,19 @@ type supervisor struct {
 
 // start begins a drain; the first trigger wins.
 func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
+	return s.startSince(tr, action, time.Time{})
+}
+
+// startSince is start for a drain that began at since in a previous
+// process (zero = now): DrainSeconds and the persisted record keep
+// counting from then, so restarts do not hide a drain that is stuck.
+func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, since time.Time) bool {
 	s.mu.Lock()
 	if s.trigger != nil {
 		s.mu.Unlock()
 		return false
 	}
-	s.trigger = &drainTrigger{Trigger: tr, action: action}
+	s.trigger = &drainTrigger{Trigger: tr, action: action, since: since}
 	s.mu.Unlock()
 	// Stop intake synchronously: no receive starts after this line.
 	s.stopIntake()
@@ -115,7 +125,7 @@ func (s *supervisor) resume(ctx context.Context) {
 		}
 	}
 	s.log.Info("drain resumed", "source", rec.Source, "deadline", rec.Deadline, "detail", "persisted by this instance's previous process")
-	s.start(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action)
+	s.startSince(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action, rec.StartedAt)
 }
 
 // lifecycleInService is the target lifecycle state of an instance that
@@ -166,6 +176,9 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	var publishing sync.WaitGroup
 	if s.cloudwatch != nil {
 		start := s.drain.Progress().StartedAt
+		if !tr.since.IsZero() {
+			start = tr.since
+		}
 		publishing.Go(func() { s.cloudwatch.drainSeconds(pub, start, known.group) })
 	}
 	defer func() { stopPub(); publishing.Wait() }()
@@ -422,6 +435,9 @@ func (s *supervisor) persist(ctx context.Context, tr *drainTrigger, action *life
 	rec := state.DrainRecord{Reason: tr.Reason, Source: tr.Source, Completed: completed}
 	p := s.drain.Progress()
 	rec.StartedAt, rec.Deadline = p.StartedAt, p.Deadline
+	if !tr.since.IsZero() {
+		rec.StartedAt = tr.since
+	}
 	if action != nil {
 		rec.Action, _ = json.Marshal(action)
 	}
