@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// TestCloudWatchIntervalConfig: cloudwatch.interval defaults to a minute
-// and may not exceed it, the period of the alarms that read the metrics.
+// TestCloudWatchIntervalConfig: cloudwatch.interval is a minute when
+// unset (zero) and may not exceed it, the period of the alarms that read the metrics.
 func TestCloudWatchIntervalConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -28,7 +28,7 @@ func TestCloudWatchIntervalConfig(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%q: %v", tc.yaml, err)
-		case cfg.CloudWatch.Interval != tc.want:
+		case (&publisher{every: cfg.CloudWatch.Interval}).interval() != tc.want:
 			t.Errorf("%q: interval %s, want %s", tc.yaml, cfg.CloudWatch.Interval, tc.want)
 		}
 	}

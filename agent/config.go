@@ -161,7 +161,7 @@ func DefaultConfig() Config {
 		Diagnostics: BuiltinCatalog(),
 		Limiter:     lim,
 		Lifecycle:   lifecycle.DefaultConfig(),
-		CloudWatch:  CloudWatchConfig{Namespace: DefaultNamespace, Interval: DefaultCloudWatchInterval},
+		CloudWatch:  CloudWatchConfig{Namespace: DefaultNamespace},
 	}
 }
 
