@@ -133,7 +133,7 @@ func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
 	if tc.persisted != nil {
 		rec := *tc.persisted
 		rec.StartedAt = time.Now().Add(-time.Minute)
-		rec.Deadline = rec.StartedAt.Add(cfg.Lifecycle.DrainTimeout)
+		rec.Deadline = rec.StartedAt.Add(2 * time.Minute) // testConfig's drain_timeout
 		if tc.wantEnd == EndingDone {
 			rec.Action, _ = json.Marshal(action)
 		}

@@ -172,7 +172,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now().Add(-time.Minute)
 	if err := a.d.Store.SaveDrain(ctx, endingInstance, state.DrainRecord{Source: "admin", Reason: "POST /v1/drain",
-		StartedAt: start, Deadline: start.Add(lc.DrainTimeout)}); err != nil {
+		StartedAt: start, Deadline: start.Add(2 * time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
