@@ -201,7 +201,7 @@ func TestDepsResolveASG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(cfg.Limiter, limiter.NewMemory(), limiter.Options{})
+	lim, err := limiter.New(limiter.DefaultConfig(), limiter.NewMemory(), limiter.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
