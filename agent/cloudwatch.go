@@ -134,23 +134,27 @@ func (p *publisher) limiterDegraded(ctx context.Context) {
 func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
 	t := time.NewTicker(p.interval())
 	defer t.Stop()
+	// The start is published even when the drain and its completion end
+	// before this goroutine runs: every drain leaves a data point.
+	pctx := context.WithoutCancel(ctx)
 	for {
 		asg := actionGroup()
 		if asg == "" {
-			asg = p.group(ctx)
+			asg = p.group(pctx)
 		}
 		switch {
-		case ctx.Err() != nil:
+		case pctx.Err() != nil:
 		case asg == "":
 			p.failed(metricDrainSeconds, p.groupUnknown(), nil)
 		default:
-			p.publish(ctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
+			p.publish(pctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		pctx = ctx
 	}
 }
 
