@@ -30,7 +30,7 @@ import (
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// Exit codes (README "CLI" and "The systemd unit").
+// Exit codes (README "CLI").
 const (
 	exitOK      = 0
 	exitRuntime = 1
