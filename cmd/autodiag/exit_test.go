@@ -31,7 +31,12 @@ func TestExitStatusMapping(t *testing.T) {
 		{"completion failed", fmt.Errorf("%w: throttled", agent.ErrCompletionFailed), agent.EndingDone, exitRuntime},
 		{"bad configuration", usageError{errors.New("workers: must be positive")}, agent.EndingNone, exitUsage},
 	} {
-		if got := exitCode(runResult(tc.runErr, tc.ending)); got != tc.want {
+		// As runAgent ends: Run's error, else how the drain ended.
+		result := tc.runErr
+		if result == nil {
+			result = endingResult(tc.ending)
+		}
+		if got := exitCode(result); got != tc.want {
 			t.Errorf("%s: exit %d, want %d", tc.name, got, tc.want)
 		}
 	}

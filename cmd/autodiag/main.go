@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -79,14 +78,11 @@ func exitCode(err error) int {
 	return exitRuntime
 }
 
-// runResult is what `autodiag run` returns once the agent's Run did: nil
-// for a drain after which the agent is done (exit 0), errDrained for one
-// that leaves the instance running (75), the error otherwise (1).
-func runResult(runErr error, ending agent.Ending) error {
-	switch {
-	case runErr != nil:
-		return runErr
-	case ending == agent.EndingDrained:
+// endingResult is what `autodiag run` returns after a drain that Run
+// finished without an error: nil when the agent is done (exit 0),
+// errDrained when the instance stays (75). Run's errors exit 1.
+func endingResult(ending agent.Ending) error {
+	if ending == agent.EndingDrained {
 		return errDrained
 	}
 	return nil
@@ -224,7 +220,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	}
 	defer closeAgent()
 
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.AdminAddr)
+	ln, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
@@ -265,6 +261,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	// The agent is ready once the admin API listens and Run serves; the
 	// service manager hears READY=1 then, and STOPPING=1 when a drain starts.
 	notifyDone := make(chan struct{})
+	defer func() { <-notifyDone }()
 	go func() {
 		defer close(notifyDone)
 		select {
@@ -274,10 +271,10 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		}
 		log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
 			"startup", time.Since(start).Seconds())
-		sdNotify(log, daemon.SdNotifyReady)
+		sdNotify(log, sdReady)
 		select {
 		case <-a.Draining():
-			sdNotify(log, daemon.SdNotifyStopping)
+			sdNotify(log, sdStopping)
 		case <-runDone:
 		}
 	}()
@@ -285,19 +282,13 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	runErr := a.Run(ctx)
 	close(runDone)
 	<-sigDone
-	<-notifyDone
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	scancel()
-	return runResult(runErr, a.Ending())
-}
-
-// sdNotify tells systemd about the agent's state (Type=notify); without
-// NOTIFY_SOCKET it does nothing.
-func sdNotify(log *slog.Logger, state string) {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		log.Warn("notifying the service manager failed", "state", state, "err", err)
+	if runErr != nil {
+		return runErr
 	}
+	return endingResult(a.Ending())
 }
 
 func (c *cli) drainCmd() *cobra.Command {
@@ -328,7 +319,7 @@ func (c *cli) drainCmd() *cobra.Command {
 
 // adminCall talks to a local agent's admin HTTP.
 func adminCall(method, addr, path string, body io.Reader) ([]byte, error) {
-	req, err := http.NewRequestWithContext(context.Background(), method, "http://"+addr+path, body)
+	req, err := http.NewRequest(method, "http://"+addr+path, body)
 	if err != nil {
 		return nil, err
 	}
