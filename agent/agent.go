@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -26,6 +28,40 @@ import (
 // ErrFastExit is returned by Run when the root context ended before the
 // drain did (a second signal): running work was released, not finished.
 var ErrFastExit = errors.New("agent: stopped before the drain completed")
+
+// ErrCompletionFailed is returned by Run when the drain ended but
+// CompleteLifecycleAction did not succeed within its retries: the hook
+// times out with its default result unless a restarted agent, which
+// resumes the persisted drain, completes it first.
+var ErrCompletionFailed = errors.New("agent: lifecycle action not completed")
+
+// Ending says how a drain that finished ended, so the process can tell
+// its supervisor whether to start it again.
+type Ending int
+
+const (
+	// EndingNone: Run has not finished a drain.
+	EndingNone Ending = iota
+	// EndingDone: the drain ended a lifecycle action (completed, or Auto
+	// Scaling answered that none was active), or its trigger was a spot
+	// interruption or SIGTERM/SIGINT: the instance or the service is
+	// going away, and the agent is not to be restarted.
+	EndingDone
+	// EndingDrained: drained for another reason (POST /v1/drain, a
+	// rebalance notice, a persisted drain resumed without an action): the
+	// instance stays, and so must an agent.
+	EndingDrained
+)
+
+func (e Ending) String() string {
+	switch e {
+	case EndingDone:
+		return "done"
+	case EndingDrained:
+		return "drained"
+	}
+	return "none"
+}
 
 // Clock tells the time; tests inject a fake one.
 type Clock interface{ Now() time.Time }
@@ -46,6 +82,10 @@ type Deps struct {
 	CloudWatch cloudWatchAPI
 	// ASGName is the dimension of the CloudWatch metrics.
 	ASGName string
+	// ResolveASG learns the instance's group for the CloudWatch metrics
+	// when ASGName is empty (DescribeAutoScalingInstances); nil = through
+	// Actor, or not at all without one.
+	ResolveASG func(ctx context.Context) (string, error)
 
 	InstanceID string
 	Version    string
@@ -78,6 +118,10 @@ type Agent struct {
 	hard       context.Context
 	cancelHard context.CancelFunc
 	intakeCtx  context.Context
+
+	startOnce sync.Once
+	started   chan struct{} // closed once Run serves; see Started
+	ending    atomic.Int32  // an Ending, set when Run returns
 }
 
 // New assembles an agent from validated config and its dependencies.
@@ -131,13 +175,34 @@ func New(cfg Config, d Deps) (*Agent, error) {
 			asg = cfg.Lifecycle.ASGName
 		}
 		a.publisher = &publisher{api: d.CloudWatch, namespace: cfg.CloudWatch.Namespace, asg: asg,
-			limiter: d.Limiter, clock: d.Clock, log: log}
+			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), limiter: d.Limiter, clock: d.Clock, log: log}
 	}
 	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
-		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake, hard: a.hard}
+		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake}
 	a.m.redisUp.Set(1)
 	return a, nil
+}
+
+// actorResolver learns the instance's group through the Actor
+// (DescribeAutoScalingInstances, or lifecycle.asg_name); nil without one.
+func actorResolver(actor *lifecycle.Actor, instanceID string) groupResolver {
+	if actor == nil {
+		return nil
+	}
+	return func(ctx context.Context) (string, error) {
+		act := lifecycle.Action{InstanceID: instanceID}
+		err := actor.ResolveASG(ctx, &act)
+		return act.ASGName, err
+	}
+}
+
+// cmpResolver is the first resolver that is set.
+func cmpResolver(first func(context.Context) (string, error), second groupResolver) groupResolver {
+	if first != nil {
+		return first
+	}
+	return second
 }
 
 // compileCatalog builds the task validator and the runnable catalog.
@@ -175,10 +240,28 @@ func (a *Agent) Drain(source, reason string) bool {
 	return a.sup.start(drain.Trigger{Source: source, Reason: reason}, nil)
 }
 
+// Started is closed once Run has reconciled what a previous process left
+// and serves: intake, presence and the drain supervisor are running.
+func (a *Agent) Started() <-chan struct{} { return a.startedCh() }
+
+func (a *Agent) startedCh() chan struct{} {
+	a.startOnce.Do(func() { a.started = make(chan struct{}) })
+	return a.started
+}
+
+// Draining is closed when a drain starts, whatever triggered it.
+func (a *Agent) Draining() <-chan struct{} { return a.drain.Draining() }
+
+// Ending says how the drain that Run finished ended; EndingNone until Run
+// has returned, or when it returned ErrFastExit before any drain.
+func (a *Agent) Ending() Ending { return Ending(a.ending.Load()) }
+
 // Run serves until a drain completes (nil) or ctx ends first (ErrFastExit
-// after releasing what was running). Cancel ctx only for a fast exit; a
-// graceful stop is Drain. Run returns after every goroutine it started,
-// including each message's handler, has returned; Run is called once.
+// after releasing what was running); ErrCompletionFailed when the drain
+// ended but its lifecycle action could not be completed. Ending then says
+// how the drain ended. Cancel ctx only for a fast exit; a graceful stop is
+// Drain. Run returns after every goroutine it started, including each
+// message's handler, has returned; Run is called once.
 func (a *Agent) Run(ctx context.Context) error {
 	// Handlers can outlive the supervisor's run: a fast exit stops waiting
 	// for them after releaseGrace, and a released message's handler may
@@ -188,15 +271,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stop()
 	defer a.cancelHard()
 
-	a.recoverInterrupted()
-	a.sup.resume()
-	g, gctx := errgroup.WithContext(a.hard)
+	a.recoverInterrupted(ctx)
+	a.sup.resume(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	done := make(chan struct{})
 	// The drain may not end while intake can still hand it work: a poll
 	// answered as the drain began delivers messages after Start.
 	letGo := a.drain.Hold()
 	g.Go(func() error { defer letGo(); a.intake.run(a.intakeCtx); return nil })
-	g.Go(func() error { a.presence.run(done); return nil })
+	g.Go(func() error { a.presence.run(ctx, done); return nil })
 	if a.publisher != nil {
 		g.Go(func() error {
 			pctx, cancel := context.WithCancel(gctx)
@@ -221,9 +304,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	var runErr error
 	g.Go(func() error {
 		defer close(done)
-		runErr = a.sup.run(ctx)
+		var ending Ending
+		ending, runErr = a.sup.run(ctx)
+		a.ending.Store(int32(ending))
 		return nil
 	})
+	close(a.startedCh())
 	err := g.Wait()
 	if runErr != nil {
 		return runErr
@@ -247,11 +333,42 @@ func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 	return func() { close(quit); <-ended }
 }
 
-// recoverInterrupted marks tasks this instance left running in a previous
-// life as interrupted.
-func (a *Agent) recoverInterrupted() {
+// inflightLister lists a store's in-flight entries as they are, including
+// those of tasks that ended (state.Redis); a store without it derives its
+// entries from the records, so it has no such leftovers.
+type inflightLister interface {
+	InflightIDs(ctx context.Context, instanceID string) ([]string, error)
+}
+
+// recoverInterrupted reconciles the in-flight entries this instance left
+// in a previous life: a task still running under this instance has its
+// record marked interrupted (the next delivery of its message runs it
+// again); a task whose record already has an outcome is left as it is.
+// Every entry is removed and audited, and the log says what happens next.
+func (a *Agent) recoverInterrupted(ctx context.Context) {
+	var entries []state.InflightEntry
+	err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+		entries, err = a.d.Store.Inflight(ctx, a.d.InstanceID)
+		return err
+	})
+	if err != nil {
+		a.log.Warn("list in-flight tasks of the previous process", "err", err)
+	}
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		ids = append(ids, e.TaskID)
+	}
+	if l, ok := a.d.Store.(inflightLister); ok {
+		err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+			ids, err = l.InflightIDs(ctx, a.d.InstanceID)
+			return err
+		})
+		if err != nil {
+			a.log.Warn("list in-flight entries of the previous process", "err", err)
+		}
+	}
 	var recs []state.TaskRecord
-	err := callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+	err = callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
 		recs, err = a.d.Store.Recover(ctx, a.d.InstanceID)
 		return err
 	})
@@ -259,10 +376,66 @@ func (a *Agent) recoverInterrupted() {
 		a.log.Warn("recover in-flight tasks", "err", err)
 		return
 	}
+	marked := map[string]bool{}
 	for _, r := range recs {
+		marked[r.ID] = true
 		a.log.Warn("task interrupted", "task_id", r.ID, "host", r.Host, "diagnostic", r.Diagnostic, "attempts", r.Attempts,
-			"detail", "left running by this instance's previous process")
-		a.outcomes.audit(state.AuditEntry{TaskID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Outcome: "interrupted"})
+			"detail", fmt.Sprintf("left running by this instance's previous process; its record is marked interrupted. "+
+				"If its message was not deleted, SQS delivers it again once its visibility timeout lapses and it runs as attempt %d; "+
+				"if it was deleted, nothing runs it again", r.Attempts+1))
+		a.auditRecovery(ctx, state.AuditEntry{TaskID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Outcome: state.StatusInterrupted,
+			Reason: "left running by this instance's previous process"})
+	}
+	for _, id := range ids {
+		if !marked[id] {
+			a.reconcileEntry(ctx, id)
+		}
+	}
+}
+
+// recoveredOutcome is the audit outcome of an in-flight entry removed at
+// start whose task was not running under this instance any more.
+const recoveredOutcome = "reconciled"
+
+// reconcileEntry logs and audits the removed in-flight entry of a task
+// that was not running under this instance any more; its record is left
+// alone.
+func (a *Agent) reconcileEntry(ctx context.Context, id string) {
+	var rec state.TaskRecord
+	var found bool
+	err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
+		rec, found, err = a.d.Store.Task(ctx, id)
+		return err
+	})
+	var detail, reason string
+	switch {
+	case err != nil:
+		reason = "record unreadable"
+		detail = "its record could not be read and is left as it is"
+	case !found:
+		reason = "no record"
+		detail = "its record has expired; if its message was not deleted, SQS delivers it again and it runs as a new task"
+	case rec.Status == state.StatusDone:
+		reason = "already ended " + rec.Outcome
+		detail = "the task had already ended (" + rec.Outcome + "); its record is left as it is and nothing runs it again"
+	default:
+		reason = "owned by a later attempt"
+		detail = "a later attempt owns the task (" + rec.Status + " under " + rec.Owner + "); its record is left as it is"
+	}
+	attrs := []any{"task_id", id, "host", rec.Host, "diagnostic", rec.Diagnostic, "outcome", rec.Outcome, "detail", detail}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	a.log.Info("in-flight entry of the previous process removed", attrs...)
+	a.auditRecovery(ctx, state.AuditEntry{TaskID: id, Host: rec.Host, Diagnostic: rec.Diagnostic, Outcome: recoveredOutcome, Reason: reason})
+}
+
+// auditRecovery appends a recovery's audit entry, on a call detached from
+// ctx like the recovery's other store calls.
+func (a *Agent) auditRecovery(ctx context.Context, e state.AuditEntry) {
+	e.InstanceID, e.Time = a.d.InstanceID, a.d.Clock.Now()
+	if err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) error { return a.d.Store.Audit(ctx, e) }); err != nil {
+		logStoreErr(a.log, err)
 	}
 }
 
@@ -270,7 +443,13 @@ func (a *Agent) recoverInterrupted() {
 // before the call and detached from shutdown: bookkeeping happens
 // mid-drain and after a long run too.
 func callWithin(d time.Duration, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return callDetached(context.Background(), d, call)
+}
+
+// callDetached is callWithin for a caller holding a context: the call
+// keeps parent's values but not its end.
+func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
 	defer cancel()
 	return call(ctx)
 }

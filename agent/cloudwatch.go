@@ -3,13 +3,12 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
-
-	"github.com/autodiag/autodiag/lifecycle"
 )
 
 // cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
@@ -22,76 +21,178 @@ var _ cloudWatchAPI = (*cloudwatch.Client)(nil)
 // degradedCounter is the part of the limiter the publisher reads.
 type degradedCounter interface{ DegradedTotal() float64 }
 
+// groupResolver asks Auto Scaling which group this instance is in
+// (DescribeAutoScalingInstances).
+type groupResolver func(ctx context.Context) (string, error)
+
 const (
-	// publishEvery is the period of both CloudWatch metrics.
-	publishEvery = time.Minute
+	// publishEvery is the period of both CloudWatch metrics when the
+	// publisher is given none (cloudwatch.interval's default).
+	publishEvery = DefaultCloudWatchInterval
 	// putMetricTimeout bounds one PutMetricData.
 	putMetricTimeout = 10 * time.Second
 )
 
+// Names of the CloudWatch metrics.
+const (
+	metricDrainSeconds    = "DrainSeconds"
+	metricLimiterDegraded = "LimiterDegraded"
+)
+
 // publisher puts the agent's two CloudWatch metrics, with the
-// AutoScalingGroupName dimension: DrainSeconds while draining and
-// LimiterDegraded while running.
+// AutoScalingGroupName dimension: DrainSeconds while a drain and its
+// completion last, and LimiterDegraded while running.
 type publisher struct {
 	api       cloudWatchAPI
 	namespace string
-	// asg is the group of this instance, "" when unknown.
-	asg     string
+	// every is the period of both metrics; zero = publishEvery.
+	every time.Duration
+	// resolve learns the group when asg is empty; nil = it cannot be.
+	resolve groupResolver
 	limiter degradedCounter
 	clock   Clock
 	log     *slog.Logger
+
+	mu sync.Mutex
+	// asg is the group of this instance, "" until known.
+	asg string
+	// failing holds the metrics whose last publication failed, so a
+	// failure is logged once, not every period, until one succeeds again.
+	failing map[string]bool
 }
 
-// limiterDegraded puts, every minute, how many limiter decisions were
+func (p *publisher) interval() time.Duration {
+	if p.every > 0 {
+		return p.every
+	}
+	return publishEvery
+}
+
+// group is the instance's Auto Scaling group, resolved once and cached;
+// "" while unknown.
+func (p *publisher) group(ctx context.Context) string {
+	p.mu.Lock()
+	asg := p.asg
+	p.mu.Unlock()
+	if asg != "" || p.resolve == nil {
+		return asg
+	}
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	name, err := p.resolve(rctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Debug("resolving the Auto Scaling group for CloudWatch failed", "err", err)
+		}
+		return ""
+	}
+	p.mu.Lock()
+	p.asg = name
+	p.mu.Unlock()
+	return name
+}
+
+// groupUnknown says why the group is unknown and what to do about it.
+func (p *publisher) groupUnknown() string {
+	if p.resolve == nil {
+		return "Auto Scaling group unknown: set lifecycle.asg_name (without an imds or sqs source the agent does not ask Auto Scaling)"
+	}
+	return "Auto Scaling group unknown: DescribeAutoScalingInstances has not answered (asked again each period); set lifecycle.asg_name or check autoscaling:DescribeAutoScalingInstances"
+}
+
+// limiterDegraded puts, every interval, how many limiter decisions were
 // taken by a fail mode since the last publication, so an alarm can catch a
 // fleet deciding without Redis.
 func (p *publisher) limiterDegraded(ctx context.Context) {
-	if p.asg == "" {
-		return
-	}
 	last := p.limiter.DegradedTotal()
-	t := time.NewTicker(publishEvery)
+	t := time.NewTicker(p.interval())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		asg := p.group(ctx)
+		if asg == "" {
+			if ctx.Err() == nil {
+				p.failed(metricLimiterDegraded, p.groupUnknown(), nil)
+			}
+			continue
 		}
 		now := p.limiter.DegradedTotal()
 		delta := now - last
 		last = now
-		if err := p.put(ctx, "LimiterDegraded", cwtypes.StandardUnitCount, delta, p.asg); err != nil && ctx.Err() == nil {
-			p.log.Warn("publishing LimiterDegraded failed", "err", err)
-		}
+		p.publish(ctx, metricLimiterDegraded, cwtypes.StandardUnitCount, delta, asg)
 	}
 }
 
-// drainSeconds puts DrainSeconds every minute until ctx ends, so a
-// CloudWatch alarm can catch a drain stuck in Terminating:Wait. The
-// action's group wins over the configured one.
-func (p *publisher) drainSeconds(ctx context.Context, start time.Time, action *lifecycle.Action) {
-	asg := p.asg
-	if action != nil && action.ASGName != "" {
-		asg = action.ASGName
-	}
-	if asg == "" {
-		p.log.Warn("DrainSeconds not published: Auto Scaling group unknown (set lifecycle.asg_name)")
-		return
-	}
-	t := time.NewTicker(publishEvery)
+// drainSeconds puts DrainSeconds at once and every interval until ctx
+// ends, so a CloudWatch alarm can catch a drain, or a completion, stuck in
+// Terminating:Wait. actionGroup, when it returns a name, is the group of
+// the lifecycle action and wins over the instance's.
+func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
+	t := time.NewTicker(p.interval())
 	defer t.Stop()
+	// The start is published even when the drain and its completion end
+	// before this goroutine runs: every drain leaves a data point.
+	pctx := context.WithoutCancel(ctx)
 	for {
-		err := p.put(ctx, "DrainSeconds", cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
-		if err != nil && ctx.Err() == nil {
-			p.log.Warn("publishing DrainSeconds failed", "err", err)
+		asg := actionGroup()
+		if asg == "" {
+			asg = p.group(pctx)
+		}
+		switch {
+		case pctx.Err() != nil:
+		case asg == "":
+			p.failed(metricDrainSeconds, p.groupUnknown(), nil)
+		default:
+			p.publish(pctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		pctx = ctx
 	}
+}
+
+// publish puts one datum and logs the first failure of a run of them.
+func (p *publisher) publish(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, asg string) {
+	err := p.put(ctx, name, unit, value, asg)
+	switch {
+	case err == nil:
+		p.mu.Lock()
+		was := p.failing[name]
+		delete(p.failing, name)
+		p.mu.Unlock()
+		if was {
+			p.log.Info("CloudWatch metric published again", "metric", name)
+		}
+	case ctx.Err() == nil:
+		p.failed(name, "PutMetricData failed", err)
+	}
+}
+
+// failed logs that a metric could not be published, once until it is
+// published again.
+func (p *publisher) failed(name, why string, err error) {
+	p.mu.Lock()
+	if p.failing == nil {
+		p.failing = map[string]bool{}
+	}
+	was := p.failing[name]
+	p.failing[name] = true
+	p.mu.Unlock()
+	if was {
+		return
+	}
+	attrs := []any{"metric", name, "detail", why + "; logged once until it is published again"}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	p.log.Warn("CloudWatch metric not published", attrs...)
 }
 
 // put publishes one datum.

@@ -118,6 +118,10 @@ const (
 type CloudWatchConfig struct {
 	Enabled   bool   `yaml:"enabled"`
 	Namespace string `yaml:"namespace"` // default "autodiag"
+	// Interval is the period of DrainSeconds and LimiterDegraded; zero
+	// means DefaultCloudWatchInterval. At most a minute, the period of
+	// the alarms that read them.
+	Interval time.Duration `yaml:"interval"`
 }
 
 // Defaults of the agent's own keys; the sections of the leaf packages
@@ -134,6 +138,8 @@ const (
 	DefaultRedisTimeout      = 200 * time.Millisecond
 	DefaultStateFail         = StateFailOpen
 	DefaultNamespace         = "autodiag"
+	// DefaultCloudWatchInterval is the period of the CloudWatch metrics.
+	DefaultCloudWatchInterval = time.Minute
 )
 
 // Bounds the agent's own keys are checked against.
@@ -144,6 +150,9 @@ const (
 	minVisibilityTimeout = 2 * time.Second
 	maxVisibilityTimeout = 12 * time.Hour // SQS
 	maxRedisTimeout      = 30 * time.Second
+	// maxCloudWatchInterval is the alarms' period: a longer interval
+	// leaves alarm periods without data, which does not breach.
+	maxCloudWatchInterval = time.Minute
 )
 
 // DefaultConfig is the embedded configuration `autodiag run` uses with no
@@ -396,6 +405,9 @@ func (cw CloudWatchConfig) Validate() error {
 	var p problems
 	if cw.Enabled && cw.Namespace == "" {
 		p.addf("namespace", "must be set when cloudwatch.enabled")
+	}
+	if cw.Interval < 0 || cw.Interval > maxCloudWatchInterval {
+		p.addf("interval", "must be at most %s (the alarms' period) and not negative, not %s", maxCloudWatchInterval, cw.Interval)
 	}
 	return p.err()
 }

@@ -36,27 +36,28 @@ type presence struct {
 }
 
 // run refreshes the record until done is closed, then writes it once more.
-func (p *presence) run(done <-chan struct{}) {
+func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTicker(instanceEvery)
 	defer t.Stop()
 	for {
-		p.put(instanceTTL)
+		p.put(ctx, instanceTTL)
 		select {
 		case <-done:
-			p.put(instanceTTL)
+			p.put(ctx, instanceTTL)
 			return
 		case <-t.C:
 		}
 	}
 }
 
-// put writes the record with ttl and pings the store.
-func (p *presence) put(ttl time.Duration) {
+// put writes the record with ttl and pings the store, on calls detached
+// from ctx: a drained agent still writes its last record.
+func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	inst := state.Instance{ID: p.instanceID, State: p.drain.State().String(), StartedAt: p.started,
 		Version: p.version, Inflight: p.outcomes.inFlight()}
-	err := callWithin(p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
+	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	if err == nil {
-		err = callWithin(p.storeTimeout, p.store.Ping)
+		err = callDetached(ctx, p.storeTimeout, p.store.Ping)
 	}
 	up := err == nil
 	p.up.Store(up)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,6 +35,9 @@ const sourceRestart = "restart"
 type drainTrigger struct {
 	drain.Trigger
 	action *lifecycle.Action
+	// since is when a resumed drain first started, in the process that
+	// persisted it; zero for a drain of this process.
+	since time.Time
 }
 
 // supervisor owns the drain from its trigger to drained: it stops intake,
@@ -55,8 +59,6 @@ type supervisor struct {
 	instanceID   string
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
-	// hard ends on a fast exit.
-	hard context.Context
 
 	mu      sync.Mutex
 	trigger *drainTrigger
@@ -64,12 +66,19 @@ type supervisor struct {
 
 // start begins a drain; the first trigger wins.
 func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
+	return s.startSince(tr, action, time.Time{})
+}
+
+// startSince is start for a drain that began at since in a previous
+// process (zero = now): DrainSeconds and the persisted record keep
+// counting from then, so restarts do not hide a drain that is stuck.
+func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, since time.Time) bool {
 	s.mu.Lock()
 	if s.trigger != nil {
 		s.mu.Unlock()
 		return false
 	}
-	s.trigger = &drainTrigger{Trigger: tr, action: action}
+	s.trigger = &drainTrigger{Trigger: tr, action: action, since: since}
 	s.mu.Unlock()
 	// Stop intake synchronously: no receive starts after this line.
 	s.stopIntake()
@@ -81,10 +90,13 @@ func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
 	return true
 }
 
-// resume restarts a drain that a previous process persisted mid-way.
-func (s *supervisor) resume() {
+// resume restarts a drain that a previous process persisted mid-way,
+// unless instance metadata says the instance is InService: then the drain
+// was not a termination (or Auto Scaling has since put the instance back)
+// and resuming it would only stop the agent again.
+func (s *supervisor) resume(ctx context.Context) {
 	var rec *state.DrainRecord
-	err := s.storeCall(func(ctx context.Context) (err error) {
+	err := s.storeCall(ctx, func(ctx context.Context) (err error) {
 		rec, err = s.store.LoadDrain(ctx, s.instanceID)
 		return err
 	})
@@ -93,6 +105,15 @@ func (s *supervisor) resume() {
 		return
 	}
 	if rec == nil || rec.Completed {
+		return
+	}
+	if st := s.lifecycleState(ctx); st == lifecycleInService {
+		s.log.Info("persisted drain discarded", "source", rec.Source, "reason", rec.Reason,
+			"detail", "instance metadata says InService: the instance is not terminating, so the agent keeps running")
+		rec.Completed = true
+		if err := s.storeCall(ctx, func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, *rec) }); err != nil {
+			s.log.Warn("marking the discarded drain done failed", "err", err)
+		}
 		return
 	}
 	var action *lifecycle.Action
@@ -104,27 +125,66 @@ func (s *supervisor) resume() {
 		}
 	}
 	s.log.Info("drain resumed", "source", rec.Source, "deadline", rec.Deadline, "detail", "persisted by this instance's previous process")
-	s.start(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action)
+	s.startSince(drain.Trigger{Source: sourceRestart, Reason: "resumed: " + rec.Reason, Deadline: rec.Deadline}, action, rec.StartedAt)
+}
+
+// lifecycleInService is the target lifecycle state of an instance that
+// Auto Scaling is not terminating.
+const lifecycleInService = "InService"
+
+// lifecycleState is the instance's target lifecycle state from IMDS, ""
+// when unknown (no imds source, or IMDS did not answer).
+func (s *supervisor) lifecycleState(ctx context.Context) string {
+	if s.watcher == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	st, err := s.watcher.TargetLifecycleState(ctx)
+	if err != nil {
+		s.log.Warn("reading the target lifecycle state failed", "err", err)
+		return ""
+	}
+	return st
 }
 
 // run waits for a drain, keeps its lifecycle action alive while work
 // remains, completes it exactly once and moves the agent to drained. ctx
-// is the root context: its end is a fast exit.
-func (s *supervisor) run(ctx context.Context) error {
+// is the root context: its end is a fast exit (ErrFastExit), and calls
+// that must happen all the same run on contexts detached from it. It reports
+// how the drain ended (see Ending); a completion that failed is an error.
+func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	select {
 	case <-s.drain.Draining():
-	case <-s.hard.Done():
+	case <-ctx.Done():
 		s.start(drain.Trigger{Source: "fast-exit", Reason: "stopped before any drain"}, nil)
-		s.waitReleased()
-		return ErrFastExit
+		s.waitReleased(ctx)
+		return 0, ErrFastExit
 	}
 	s.mu.Lock()
 	tr := s.trigger
 	s.mu.Unlock()
-	action := s.initialAction(tr)
+	action := s.initialAction(ctx, tr)
+	// known is the action as far as it is known: at the start, found
+	// during the drain or at its end. DrainSeconds takes its group.
+	var known lateAction
+	known.set(action)
+
+	// DrainSeconds lasts until the completion has ended, not just the
+	// drain's work: a completion that keeps failing keeps it rising.
+	pub, stopPub := context.WithCancel(context.WithoutCancel(ctx))
+	var publishing sync.WaitGroup
+	if s.cloudwatch != nil {
+		start := s.drain.Progress().StartedAt
+		if !tr.since.IsZero() {
+			start = tr.since
+		}
+		publishing.Go(func() { s.cloudwatch.drainSeconds(pub, start, known.group) })
+	}
+	defer func() { stopPub(); publishing.Wait() }()
 
 	// Heartbeats live exactly as long as the work they cover.
-	side, stopSide := context.WithCancel(context.WithoutCancel(s.hard))
+	side, stopSide := context.WithCancel(context.WithoutCancel(ctx))
 	var sides sync.WaitGroup
 	var late lateAction
 	if action != nil {
@@ -140,21 +200,19 @@ func (s *supervisor) run(ctx context.Context) error {
 				return
 			}
 			late.set(act)
-			s.persist(tr, act, false)
+			known.set(act)
+			s.persist(side, tr, act, false)
 			s.heartbeat(side, *act)
 		})
 	}
 	sides.Go(func() { s.trackDrainDuration(side) })
-	if s.cloudwatch != nil {
-		sides.Go(func() { s.cloudwatch.drainSeconds(side, s.drain.Progress().StartedAt, action) })
-	}
 
-	err := s.drain.Wait(s.hard)
+	err := s.drain.Wait(ctx)
 	stopSide()
 	sides.Wait()
-	fast := s.hard.Err() != nil
+	fast := ctx.Err() != nil
 	if fast {
-		s.waitReleased()
+		s.waitReleased(ctx)
 	}
 	p := s.drain.Progress()
 	if !p.EndedAt.IsZero() {
@@ -166,48 +224,71 @@ func (s *supervisor) run(ctx context.Context) error {
 	}
 	if action == nil && !fast && s.actor != nil {
 		// Terminating:Wait may have begun since the last look.
-		if action = s.probeAction(s.hard, "drain end"); action != nil {
-			s.resolveASG(s.hard, action)
-			s.persist(tr, action, false)
+		if action = s.probeAction(ctx, "drain end"); action != nil {
+			s.resolveASG(ctx, action)
+			known.set(action)
+			s.persist(ctx, tr, action, false)
 		}
 	}
+	var completeErr error
 	if action != nil {
-		s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
+		completeErr = s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
-	s.persist(tr, action, true)
+	stopPub()
+	publishing.Wait()
+	// A failed completion stays unfinished in the store, so the restarted
+	// agent resumes the drain and completes the action.
+	s.persist(ctx, tr, action, completeErr == nil)
 	s.drain.Finish()
 	took := s.clock.Now().Sub(p.StartedAt)
 	s.m.drainState.Set(2)
 	s.m.drainDuration.Set(took.Seconds())
-	s.presence.put(drainedInstanceTTL)
-	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot())
-	if fast {
-		return ErrFastExit
+	s.presence.put(ctx, drainedInstanceTTL)
+	ending := drainEnding(tr.Source, action != nil)
+	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot(), "ending", ending.String())
+	switch {
+	case fast:
+		return ending, ErrFastExit
+	case completeErr != nil:
+		return ending, completeErr
 	}
-	return nil
+	return ending, nil
+}
+
+// drainEnding classifies a drain that finished: it ended a lifecycle
+// action, or its trigger says the instance or the service is going away
+// (Done); any other drain leaves the instance running (Drained).
+func drainEnding(source string, hadAction bool) Ending {
+	switch {
+	case hadAction:
+		return EndingDone
+	case source == lifecycle.SourceSignal, source == lifecycle.TriggerSpot:
+		return EndingDone
+	}
+	return EndingDrained
 }
 
 // initialAction is the lifecycle action the drain starts with: the
 // trigger's, or one IMDS already reports. It is persisted with the drain.
-func (s *supervisor) initialAction(tr *drainTrigger) *lifecycle.Action {
+func (s *supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifecycle.Action {
 	action := tr.action
 	if action == nil {
 		// A signal on an instance already in Terminating:Wait still owes
 		// the Auto Scaling group a completion.
-		action = s.probeAction(s.hard, "drain start")
+		action = s.probeAction(ctx, "drain start")
 	}
-	s.resolveASG(s.hard, action)
+	s.resolveASG(ctx, action)
 	if action != nil && s.actor == nil {
 		s.log.Warn("lifecycle action seen but no Auto Scaling client configured; it will time out", "hook", action.HookName)
 		action = nil
 	}
-	s.persist(tr, action, false)
+	s.persist(ctx, tr, action, false)
 	if action != nil && tr.Source == sourceRestart {
 		// The previous process died mid-drain, maybe long ago; what it was
 		// running is redelivered by SQS, so this drain ends at once and
 		// Heartbeat would stop before its first call. Tell Auto Scaling we
 		// are alive first, so a slow completion cannot let the action lapse.
-		bctx, cancel := context.WithTimeout(s.hard, max(s.cfg.HeartbeatInterval, time.Second))
+		bctx, cancel := context.WithTimeout(ctx, max(s.cfg.HeartbeatInterval, time.Second))
 		if err := s.actor.Beat(bctx, *action); err != nil {
 			s.log.Warn("heartbeat on resuming the drain failed", "err", err)
 		}
@@ -217,16 +298,18 @@ func (s *supervisor) initialAction(tr *drainTrigger) *lifecycle.Action {
 }
 
 // complete calls CompleteLifecycleAction on a detached, bounded context so
-// that it happens even mid-shutdown.
-func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) {
+// that it happens even mid-shutdown. Success includes Auto Scaling
+// answering that no action is active any more.
+func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) error {
 	result := s.cfg.CompletionResult(timedOut)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
 	defer cancel()
 	if err := s.actor.Complete(cctx, action, result); err != nil {
 		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
-		return
+		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
 	}
 	s.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)
+	return nil
 }
 
 // lateAction is an action discovered during the drain.
@@ -240,6 +323,14 @@ func (l *lateAction) get() *lifecycle.Action {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.action
+}
+
+// group is the action's Auto Scaling group, "" without an action.
+func (l *lateAction) group() string {
+	if a := l.get(); a != nil {
+		return a.ASGName
+	}
+	return ""
 }
 
 func (s *supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {
@@ -333,21 +424,24 @@ func (s *supervisor) resolveASG(ctx context.Context, action *lifecycle.Action) {
 
 // waitReleased gives work cancelled by a fast exit a bounded moment to
 // record its outcome and hand its message back.
-func (s *supervisor) waitReleased() {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseGrace)
+func (s *supervisor) waitReleased(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
 	defer cancel()
 	_ = s.drain.Wait(ctx)
 }
 
 // persist saves the drain so that a restarted agent resumes it.
-func (s *supervisor) persist(tr *drainTrigger, action *lifecycle.Action, completed bool) {
+func (s *supervisor) persist(ctx context.Context, tr *drainTrigger, action *lifecycle.Action, completed bool) {
 	rec := state.DrainRecord{Reason: tr.Reason, Source: tr.Source, Completed: completed}
 	p := s.drain.Progress()
 	rec.StartedAt, rec.Deadline = p.StartedAt, p.Deadline
+	if !tr.since.IsZero() {
+		rec.StartedAt = tr.since
+	}
 	if action != nil {
 		rec.Action, _ = json.Marshal(action)
 	}
-	if err := s.storeCall(func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, rec) }); err != nil {
+	if err := s.storeCall(ctx, func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, rec) }); err != nil {
 		s.log.Warn("persisting drain state failed", "err", err)
 	}
 }
@@ -367,7 +461,8 @@ func (s *supervisor) trackDrainDuration(ctx context.Context) {
 	}
 }
 
-// storeCall runs one store call, bounded by redis.timeout.
-func (s *supervisor) storeCall(call func(context.Context) error) error {
-	return callWithin(s.storeTimeout, call)
+// storeCall runs one store call, bounded by redis.timeout and detached
+// from ctx's end: the drain's bookkeeping happens during a fast exit too.
+func (s *supervisor) storeCall(ctx context.Context, call func(context.Context) error) error {
+	return callDetached(ctx, s.storeTimeout, call)
 }

@@ -124,6 +124,10 @@ type Trigger struct {
 	Action *Action
 }
 
+// TriggerSpot is Trigger.Source of a spot interruption notice: the
+// instance is going away whether or not a lifecycle action exists.
+const TriggerSpot = sourceSpot
+
 // SpotSafetyMargin is taken off a spot interruption time to give the drain
 // a hard deadline that ends before the instance is reclaimed.
 const SpotSafetyMargin = 15 * time.Second

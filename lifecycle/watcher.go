@@ -275,6 +275,20 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 	return w.imdsAction(ctx), nil
 }
 
+// TargetLifecycleState reads the instance's target lifecycle state from
+// instance metadata ("InService", "Terminated", …; "" while IMDS has none).
+// Without the imds source it answers "", nil: nothing is known.
+func (w *Watcher) TargetLifecycleState(ctx context.Context) (string, error) {
+	if !w.cfg.Has(SourceIMDS) {
+		return "", nil
+	}
+	state, err := w.getMetadata(ctx, pathTargetLifecycleState)
+	if err != nil {
+		return "", fmt.Errorf("lifecycle: %s: %w", pathTargetLifecycleState, err)
+	}
+	return state, nil
+}
+
 // imdsAction builds the action announced by IMDS; the ASG name comes from
 // the configuration or DescribeAutoScalingInstances (left empty when that
 // fails: the Actor resolves it again before calling Auto Scaling).

@@ -337,6 +337,19 @@ func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
 	return nil
 }
 
+// InflightIDs lists the task ids in instanceID's in-flight hash as they
+// are, unlike Inflight, which keeps only those still running under
+// instanceID: an agent reconciling what its previous process left needs
+// the entries of tasks that ended too.
+func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, error) {
+	ids, err := r.c.HKeys(ctx, r.inflightKey(instanceID)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
 // Recover implements Store. It walks owner's in-flight hash; entries whose
 // record is no longer running under owner (finished, taken over after lease
 // expiry, or left by a crash inside Claim) are dropped without touching the

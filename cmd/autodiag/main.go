@@ -32,7 +32,14 @@ const (
 	exitOK      = 0
 	exitRuntime = 1
 	exitUsage   = 2
+	// exitDrained (EX_TEMPFAIL) ends a drain that leaves the instance
+	// running; the unit restarts the agent on it.
+	exitDrained = 75
 )
+
+// errDrained is what `autodiag run` ends with after a drain that was not a
+// termination nor a stop (agent.EndingDrained).
+var errDrained = errors.New("drained without a termination; the instance stays, so the agent should be started again")
 
 // usageError marks errors that exit 2: a bad command line or config. Every
 // usage error cobra can produce is wrapped in one where cobra reports it
@@ -49,14 +56,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	err := root.Execute()
-	if err == nil {
-		return exitOK
+	code := exitCode(err)
+	if err != nil {
+		fmt.Fprintln(stderr, "autodiag:", err)
 	}
-	fmt.Fprintln(stderr, "autodiag:", err)
-	if errors.As(err, new(usageError)) {
+	return code
+}
+
+// exitCode maps what a command returned to the process's exit status.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errDrained):
+		return exitDrained
+	case errors.As(err, new(usageError)):
 		return exitUsage
 	}
 	return exitRuntime
+}
+
+// endingResult is what `autodiag run` returns after a drain that Run
+// finished without an error: nil when the agent is done (exit 0),
+// errDrained when the instance stays (75). Run's errors exit 1.
+func endingResult(ending agent.Ending) error {
+	if ending == agent.EndingDrained {
+		return errDrained
+	}
+	return nil
 }
 
 type cli struct {
@@ -207,8 +234,6 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	if cfg.Embedded() {
 		mode = "embedded"
 	}
-	log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
-		"startup", time.Since(start).Seconds())
 
 	// The signal goroutine ends with Run: the first signal drains, a
 	// second one exits fast, and Run's return ends the wait for either.
@@ -230,6 +255,26 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		case <-runDone:
 		}
 	}()
+	// The agent is ready once the admin API listens and Run serves; the
+	// service manager hears READY=1 then, and STOPPING=1 when a drain starts.
+	notifyDone := make(chan struct{})
+	defer func() { <-notifyDone }()
+	go func() {
+		defer close(notifyDone)
+		select {
+		case <-a.Started():
+		case <-runDone:
+			return
+		}
+		log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
+			"startup", time.Since(start).Seconds())
+		sdNotify(log, sdReady)
+		select {
+		case <-a.Draining():
+			sdNotify(log, sdStopping)
+		case <-runDone:
+		}
+	}()
 
 	runErr := a.Run(ctx)
 	close(runDone)
@@ -238,7 +283,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	if runErr != nil {
 		return runErr
 	}
-	return nil
+	return endingResult(a.Ending())
 }
 
 func (c *cli) drainCmd() *cobra.Command {

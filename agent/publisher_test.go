@@ -1,0 +1,256 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/lifecycle"
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// flakyCloudWatch fails PutMetricData while failing is set.
+type flakyCloudWatch struct {
+	mu      sync.Mutex
+	failing bool
+	names   []string  // metric names accepted
+	values  []float64 // their values
+}
+
+var _ cloudWatchAPI = (*flakyCloudWatch)(nil)
+
+func (f *flakyCloudWatch) PutMetricData(_ context.Context, in *cloudwatch.PutMetricDataInput, _ ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failing {
+		return nil, errors.New("api error Throttling: Rate exceeded")
+	}
+	f.names = append(f.names, aws.ToString(in.MetricData[0].MetricName))
+	f.values = append(f.values, aws.ToFloat64(in.MetricData[0].Value))
+	return &cloudwatch.PutMetricDataOutput{}, nil
+}
+
+func (f *flakyCloudWatch) set(failing bool) { f.mu.Lock(); f.failing = failing; f.mu.Unlock() }
+
+func (f *flakyCloudWatch) count(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, m := range f.names {
+		if m == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPublisherLogsOnce: a metric that cannot be published is logged once,
+// not every period, until it is published again; an unknown group is
+// resolved through Auto Scaling and then used.
+func TestPublisherLogsOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const every = time.Second
+		cw := &flakyCloudWatch{failing: true}
+		logs := &syncBuffer{}
+		var resolves atomic.Int32
+		p := &publisher{api: cw, namespace: "autodiag", every: every, limiter: &degradedStub{}, clock: wallClock{},
+			log: slog.New(slog.NewJSONHandler(logs, nil)),
+			resolve: func(context.Context) (string, error) {
+				if resolves.Add(1) < 3 {
+					return "", errors.New("throttled")
+				}
+				return "web-asg", nil
+			}}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+		wg.Go(func() { p.limiterDegraded(ctx) })
+
+		time.Sleep(5*every + every/2) // the group is known from the 3rd look; puts fail
+		synctest.Wait()
+		if n := len(logs.lines("CloudWatch metric not published")); n != 2 {
+			t.Fatalf("%d warnings over 5 failing periods of two metrics, want one per metric", n)
+		}
+		cw.set(false)
+		time.Sleep(every)
+		synctest.Wait()
+		if n := len(logs.lines("CloudWatch metric published again")); n != 2 {
+			t.Fatalf("%d recoveries logged, want one per metric", n)
+		}
+		if cw.count(metricDrainSeconds) == 0 || cw.count(metricLimiterDegraded) == 0 {
+			t.Fatalf("accepted %v, want both metrics", cw.names)
+		}
+		cw.set(true)
+		time.Sleep(every)
+		synctest.Wait()
+		cancel()
+		wg.Wait()
+		if n := len(logs.lines("CloudWatch metric not published")); n != 4 {
+			t.Fatalf("%d warnings after failing again, want two more", n)
+		}
+	})
+}
+
+// TestPublisherGroupUnknownLogsOnce: without a group and without a way to
+// learn it, neither metric is published and each says so once.
+func TestPublisherGroupUnknownLogsOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		cw := &flakyCloudWatch{}
+		logs := &syncBuffer{}
+		p := &publisher{api: cw, namespace: "autodiag", every: time.Second, limiter: &degradedStub{}, clock: wallClock{},
+			log: slog.New(slog.NewJSONHandler(logs, nil))}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+		wg.Go(func() { p.limiterDegraded(ctx) })
+		time.Sleep(5 * time.Second)
+		cancel()
+		wg.Wait()
+		lines := logs.lines("CloudWatch metric not published")
+		if len(lines) != 2 || len(cw.names) != 0 {
+			t.Fatalf("%d warnings, %d puts; want one warning per metric and no put", len(lines), len(cw.names))
+		}
+		if d, _ := lines[0]["detail"].(string); !strings.Contains(d, "lifecycle.asg_name") {
+			t.Errorf("warning %v does not say how to set the group", lines[0])
+		}
+	})
+}
+
+// stateIMDS answers target-lifecycle-state with state and 404 elsewhere.
+type stateIMDS struct{ state string }
+
+type notFound struct{}
+
+func (notFound) Error() string       { return "404 Not Found" }
+func (notFound) HTTPStatusCode() int { return 404 }
+
+func (s stateIMDS) GetMetadata(_ context.Context, in *imds.GetMetadataInput, _ ...func(*imds.Options)) (*imds.GetMetadataOutput, error) {
+	if in.Path != "autoscaling/target-lifecycle-state" {
+		return nil, notFound{}
+	}
+	return &imds.GetMetadataOutput{Content: io.NopCloser(strings.NewReader(s.state))}, nil
+}
+
+// TestPersistedDrainDiscardedWhenInService: a drain the previous process
+// persisted is not resumed when instance metadata says InService: the
+// agent logs it, marks the record done and keeps taking work.
+func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte(testConfig), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	lc := cfg.Lifecycle
+	lc.Sources = []string{lifecycle.SourceSignal, lifecycle.SourceIMDS}
+	lc.HookName = endingHook
+	w, err := lifecycle.NewWatcher(lc, lifecycle.Deps{IMDS: stateIMDS{state: "InService"}, InstanceID: endingInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.sup.watcher = w
+	ctx := context.Background()
+	start := time.Now().Add(-time.Minute)
+	if err := a.d.Store.SaveDrain(ctx, endingInstance, state.DrainRecord{Source: "admin", Reason: "POST /v1/drain",
+		StartedAt: start, Deadline: start.Add(2 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.Started()
+	if st := a.Status().State; st != "running" {
+		t.Fatalf("state %q after start, want running: the persisted drain was resumed", st)
+	}
+	if n := len(logs.lines("persisted drain discarded")); n != 1 {
+		t.Fatalf("%d discard lines, want 1", n)
+	}
+	if rec, _ := a.d.Store.LoadDrain(ctx, endingInstance); rec == nil || !rec.Completed {
+		t.Fatalf("persisted drain %+v, want marked done so no later start resumes it", rec)
+	}
+	a.Drain("admin", "end of test")
+	if err := <-done; err != nil || a.Ending() != EndingDrained {
+		t.Fatalf("Run = %v, ending %s", err, a.Ending())
+	}
+}
+
+// TestDepsResolveASG: without lifecycle.asg_name and without an Actor (the
+// signal source alone), the group comes from Deps.ResolveASG.
+func TestDepsResolveASG(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte(testConfig+"cloudwatch: {enabled: true}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(limiter.DefaultConfig(), limiter.NewMemory(), limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, Deps{Source: queue.NewMemory(queue.MemoryOptions{}), Store: state.NewMemory(state.MemoryOptions{}),
+		Limiter: lim, CloudWatch: &flakyCloudWatch{}, InstanceID: endingInstance,
+		ResolveASG: func(context.Context) (string, error) { return "from-describe", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.publisher.group(context.Background()); got != "from-describe" {
+		t.Fatalf("group %q, want the resolver's", got)
+	}
+}
+
+// TestResumedDrainSecondsCountsFromFirstStart: a drain resumed after a
+// restart publishes DrainSeconds from when the previous process started
+// it, so restarts of an agent whose completion keeps failing do not reset
+// what the stuck-drain alarm reads.
+func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig([]byte(testConfig), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	cw := &flakyCloudWatch{}
+	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: wallClock{},
+		log: slog.New(slog.DiscardHandler)}
+	a.sup.cloudwatch = a.publisher
+	ctx := context.Background()
+	const ago = 5 * time.Minute
+	first := time.Now().Add(-ago)
+	if err := a.d.Store.SaveDrain(ctx, endingInstance, state.DrainRecord{Source: "admin", Reason: "POST /v1/drain",
+		StartedAt: first, Deadline: first.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if len(cw.values) == 0 || cw.names[0] != metricDrainSeconds || cw.values[0] < ago.Seconds() {
+		t.Fatalf("published %v %v, want DrainSeconds of at least %.0f", cw.names, cw.values, ago.Seconds())
+	}
+	if rec, _ := a.d.Store.LoadDrain(ctx, endingInstance); rec == nil || !rec.StartedAt.Equal(first) {
+		t.Fatalf("persisted drain %+v, want its first start kept", rec)
+	}
+}
