@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,15 @@ type job struct {
 	// the claim, and for a task run without one (redis.state_fail open).
 	// Used by the handler goroutine only.
 	leased bool
+
+	// limitReq is the limiter request of an allowed decision, by which
+	// the run's slots and probe are renewed and given back (Renew, Done);
+	// nil until allowed, and again once given back. Used by the handler
+	// goroutine only (and the keepAlive it waits for).
+	limitReq *limiter.Request
+	// decision is the limiter's allowing decision, summarised in the
+	// run's outcome. Guarded by mu.
+	decision *limiter.Decision
 
 	// freeSlots gives back the job's receive slot and, once it has one,
 	// its worker slot; ack calls it before waiting for the delete, and
@@ -107,6 +117,9 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 	if e.result != nil {
 		j.ran = e.result.Duration
 	}
+	if e.decision == nil {
+		e.decision = j.decision
+	}
 	t := j.task
 	j.mu.Unlock()
 	r.m.inflight.Set(float64(r.inflight.Add(-1)))
@@ -131,9 +144,7 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 		attrs = append(attrs, "detail", e.detail)
 	}
 	if dec := e.decision; dec != nil {
-		attrs = append(attrs, "rule", dec.Rule, "limit", dec.Limit, "retry_after", dec.RetryAfter.Seconds(), "degraded", dec.Degraded,
-			"daily_used", dec.Counters.DailyUsed, "window_count", dec.Counters.WindowCount)
-		fields = map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": dec.RetryAfter.String()}
+		attrs, fields = decisionSummary(dec, attrs)
 	}
 	if res := e.result; res != nil {
 		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)
@@ -144,6 +155,54 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 	}
 	r.log.Log(context.Background(), level, "task ended", attrs...)
 	r.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields})
+}
+
+// decisionSummary appends the limiter decision's summary to a task's log
+// attributes and returns it as audit fields too: the rule; for a denial its
+// limit, retry_after and counters; for an allowed run whether it is its
+// rule's breaker probe and how many slots were held; and every shadow
+// rule's verdict.
+func decisionSummary(dec *limiter.Decision, attrs []any) ([]any, map[string]string) {
+	fields := map[string]string{"rule": dec.Rule}
+	attrs = append(attrs, "rule", dec.Rule)
+	if !dec.Allowed {
+		attrs = append(attrs, "limit", dec.Limit, "retry_after", dec.RetryAfter.Seconds(), "degraded", dec.Degraded,
+			"daily_used", dec.Counters.DailyUsed, "window_count", dec.Counters.WindowCount)
+		fields["limit"], fields["retry_after"] = dec.Limit, dec.RetryAfter.String()
+	} else if dec.Degraded {
+		attrs = append(attrs, "degraded", true)
+		fields["degraded"] = "true"
+	}
+	if c := dec.Counters; c.ConcurrencyLimit > 0 {
+		attrs = append(attrs, "running", c.Running, "concurrency", c.ConcurrencyLimit)
+	}
+	if dec.Probe {
+		attrs = append(attrs, "probe", true)
+		fields["probe"] = "true"
+	}
+	if s := shadowSummary(dec); s != "" {
+		attrs = append(attrs, "shadow", s)
+		fields["shadow"] = s
+	}
+	return attrs, fields
+}
+
+// shadowSummary names every shadow rule's verdict on the decision, in
+// configuration order, as "rule:allowed" or "rule:<reason>" (a would-be
+// denial), comma-separated; "" when no shadow rule matched.
+func shadowSummary(dec *limiter.Decision) string {
+	if len(dec.Shadow) == 0 {
+		return ""
+	}
+	parts := make([]string, len(dec.Shadow))
+	for i, s := range dec.Shadow {
+		verdict := s.Reason
+		if s.Allowed {
+			verdict = limiter.ReasonAllowed
+		}
+		parts[i] = s.Rule + ":" + verdict
+	}
+	return strings.Join(parts, ",")
 }
 
 // audit appends e to the audit stream, on a context of its own so that it

@@ -25,9 +25,13 @@ type Runner interface {
 
 var _ Runner = (*runner.Runner)(nil)
 
-// decider is the part of the limiter the pipeline asks.
+// decider is the part of the limiter the pipeline asks: a decision, then,
+// for an allowed run, renewals of what it holds (concurrency slots, the
+// breaker probe) with the task's lease and its outcome when it ends.
 type decider interface {
 	Allow(ctx context.Context, r limiter.Request) (limiter.Decision, error)
+	Renew(ctx context.Context, r limiter.Request, lease time.Duration) error
+	Done(ctx context.Context, r limiter.Request, outcome string) error
 }
 
 // Bounds of the pipeline's calls. Each call gets a context of its own,
@@ -184,6 +188,9 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 		return
 	}
 	res := run()
+	// The run is over: give its slots back before the bookkeeping, so the
+	// next task of the key need not wait for the record and the delete.
+	p.limiterDone(j, res.Outcome)
 	p.record(j, rec, res)
 }
 
@@ -233,7 +240,9 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 // ended, or was deferred).
 func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 	t := j.task
-	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity}
+	// A slot or probe the decision takes is held under the task's lease,
+	// so that it lapses with the lease if this agent dies.
+	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, TaskID: t.ID, Lease: p.lease}
 	if p.dedupeKey != "" {
 		req.DedupeKey, _ = t.Field(p.dedupeKey)
 	}
@@ -254,11 +263,21 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		p.ack(j)
 		return false
 	case dec.Allowed:
+		j.limitReq = &req
+		j.mu.Lock()
+		j.decision = &dec
+		j.mu.Unlock()
 		return true
-	case dec.OnExceed == "defer":
+	case dec.OnExceed == limiter.OnExceedDefer:
+		// A concurrency denial defers by default: its retry_after is when
+		// the earliest holder's lease ends, by which time the slot is free.
 		p.releaseLease(j)
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
-		p.lookAgain(j, delay, dec.Reason, map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()},
+		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
+		if s := shadowSummary(&dec); s != "" {
+			fields["shadow"] = s
+		}
+		p.lookAgain(j, delay, dec.Reason, fields,
 			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
 		return false
 	default:
@@ -278,6 +297,27 @@ func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
 	keep := p.keepAlive(ctx, j)
 	defer keep()
 	return p.runner.Run(ctx, diag, diag.Args(t.Host, t.ID, t.Params))
+}
+
+// limiterDone tells the limiter that the allowed run of j ended, once:
+// it gives back the run's slots and probe and counts a failed or timed_out
+// run for the failure breakers. A cancelled run ends as released. The call
+// is bounded by redis.timeout on a context of its own (it runs on a fast
+// exit too); a failure is logged, as what it could not give back lapses
+// with the lease.
+func (p *pipeline) limiterDone(j *job, outcome string) {
+	req := j.limitReq
+	if req == nil {
+		return
+	}
+	j.limitReq = nil
+	if outcome == runner.Cancelled {
+		outcome = OutcomeReleased
+	}
+	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, outcome) }); err != nil {
+		p.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+			"outcome", outcome, "lease", p.lease.Seconds(), "err", err)
+	}
 }
 
 // record writes the run's result and ends the job.
@@ -467,14 +507,16 @@ func (p *pipeline) unmarkRunning(id string) {
 	delete(p.running, id)
 }
 
-// keepAlive renews the job's lease while its task runs (until ctx, the
-// run's, ends), every third of
-// the visibility timeout, each call bounded by redis.timeout; the returned
-// func stops it and waits for it. The message's visibility is the queue's
-// Hold, taken when the message was accepted. A task run without a lease
-// (redis.state_fail open) has nothing to renew.
+// keepAlive renews the job's lease, and what its run holds in the
+// limiter (slots, the breaker probe) with it, while its task runs (until
+// ctx, the run's, ends), every third of the visibility timeout, each call
+// bounded by redis.timeout; the returned func stops it and waits for it.
+// The message's visibility is the queue's Hold, taken when the message was
+// accepted. A task run without a lease (redis.state_fail open) renews only
+// the limiter's hold.
 func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
-	if !j.leased {
+	req := j.limitReq
+	if !j.leased && req == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -489,20 +531,37 @@ func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
 				return
 			case <-t.C:
 			}
-			cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
-			err := p.store.Renew(cctx, j.task.ID, p.instanceID, p.lease)
-			ccancel()
-			if err == nil || ctx.Err() != nil {
-				continue
+			if j.leased {
+				p.renewLease(ctx, j, every)
 			}
-			if stateUnreachable(err) {
-				p.degraded("renew")
+			if req != nil {
+				cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
+				err := p.limiter.Renew(cctx, *req, p.lease)
+				ccancel()
+				if err != nil && ctx.Err() == nil {
+					p.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
+						"task_id", j.task.ID, "err", err)
+				}
 			}
-			logStoreErr(p.log, err)
-			p.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
 		}
 	})
 	return func() { cancel(); wg.Wait() }
+}
+
+// renewLease renews the job's execution lease once, bounded by
+// redis.timeout (at most every, the renewal period).
+func (p *pipeline) renewLease(ctx context.Context, j *job, every time.Duration) {
+	cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
+	err := p.store.Renew(cctx, j.task.ID, p.instanceID, p.lease)
+	ccancel()
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if stateUnreachable(err) {
+		p.degraded("renew")
+	}
+	logStoreErr(p.log, err)
+	p.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
 }
 
 // retryDelay is how long a message handed back after a failure waits,

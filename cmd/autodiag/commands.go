@@ -319,7 +319,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "limits", Short: "Explain and dry-run the limiter policy"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "explain",
-		Short: "Print each rule normalised: per-second rate, burst ceiling, when denials start, block, fail mode, next reset",
+		Short: "Print each rule normalised: per-second rate, burst ceiling, concurrency, breaker, shadow, when denials start, block, fail mode, next reset",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := c.loadConfig()
@@ -336,7 +336,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 	var req limiter.Request
 	check := &cobra.Command{
 		Use:   "check --host H --diagnostic D [--severity S]",
-		Short: "Dry-run one decision against the configured Redis (consumes nothing)",
+		Short: "Dry-run one decision against the configured Redis (consumes nothing), with the holders of its concurrency slots and its breakers' state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "host", "diagnostic"); err != nil {
@@ -374,9 +374,15 @@ func (c *cli) limitsCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("limits check: %w", err)
 			}
+			rules, err := lim.Inspect(ctx, req)
+			if err != nil {
+				return fmt.Errorf("limits check: %w", err)
+			}
+			view := decisionView(dec)
+			view["state"] = ruleStatesView(rules, time.Now())
 			enc := json.NewEncoder(c.stdout)
 			enc.SetIndent("", "  ")
-			return enc.Encode(decisionView(dec))
+			return enc.Encode(view)
 		},
 	}
 	check.Flags().StringVar(&req.Host, "host", "", "target host (required)")
@@ -387,14 +393,58 @@ func (c *cli) limitsCmd() *cobra.Command {
 }
 
 func decisionView(d limiter.Decision) map[string]any {
+	shadow := make([]map[string]any, 0, len(d.Shadow))
+	for _, s := range d.Shadow {
+		shadow = append(shadow, map[string]any{"rule": s.Rule, "allowed": s.Allowed, "limit": s.Limit,
+			"reason": s.Reason, "retry_after": s.RetryAfter.String(), "counters": countersView(s.Counters)})
+	}
 	return map[string]any{
 		"allowed": d.Allowed, "rule": d.Rule, "limit": d.Limit, "reason": d.Reason, "on_exceed": d.OnExceed,
-		"retry_after": d.RetryAfter.String(), "degraded": d.Degraded,
-		"counters": map[string]any{
-			"daily_used": d.Counters.DailyUsed, "daily_limit": d.Counters.DailyLimit,
-			"since_last": d.Counters.SinceLast.String(), "window_count": d.Counters.WindowCount,
-			"window_limit": d.Counters.WindowLimit, "bucket_level": d.Counters.BucketLevel,
-			"bucket_capacity": d.Counters.BucketCapacity,
-		},
+		"retry_after": d.RetryAfter.String(), "degraded": d.Degraded, "probe": d.Probe,
+		"counters": countersView(d.Counters), "shadow": shadow,
 	}
+}
+
+func countersView(c limiter.Counters) map[string]any {
+	return map[string]any{
+		"daily_used": c.DailyUsed, "daily_limit": c.DailyLimit,
+		"since_last": c.SinceLast.String(), "window_count": c.WindowCount,
+		"window_limit": c.WindowLimit, "bucket_level": c.BucketLevel,
+		"bucket_capacity": c.BucketCapacity, "running": c.Running, "concurrency_limit": c.ConcurrencyLimit,
+	}
+}
+
+// ruleStatesView is the live state of the rules that apply to the checked
+// task: who holds their concurrency slots until when, and their failure
+// breakers. Times are RFC 3339 with the seconds left from now, so an
+// operator can tell when a slot of a dead agent frees.
+func ruleStatesView(rules []limiter.RuleState, now time.Time) []map[string]any {
+	at := func(t time.Time) map[string]any {
+		return map[string]any{"at": t.UTC().Format(time.RFC3339Nano), "in_seconds": t.Sub(now).Seconds()}
+	}
+	out := make([]map[string]any, 0, len(rules))
+	for _, r := range rules {
+		v := map[string]any{"rule": r.Rule, "shadow": r.Shadow, "key": r.Key}
+		if r.Concurrency > 0 {
+			holders := make([]map[string]any, 0, len(r.Holders))
+			for _, h := range r.Holders {
+				holders = append(holders, map[string]any{"task_id": h.TaskID, "expires": at(h.Expires)})
+			}
+			v["concurrency"], v["holders"] = r.Concurrency, holders
+		}
+		if r.Breaker != "" {
+			b := map[string]any{"state": r.Breaker}
+			switch r.Breaker {
+			case "closed":
+				b["failures"] = r.Failures
+			case "open":
+				b["open_until"] = at(r.OpenUntil)
+			case "probing":
+				b["probe"], b["probe_until"] = r.Probe, at(r.ProbeUntil)
+			}
+			v["breaker"] = b
+		}
+		out = append(out, v)
+	}
+	return out
 }
