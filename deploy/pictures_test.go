@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -285,7 +287,17 @@ func unwiredNames(t *testing.T) map[string]bool {
 // rules name a metric the agent does not register, so a renamed metric
 // cannot leave an empty panel or an alert that never fires.
 func TestPicturesReferenceRegisteredMetrics(t *testing.T) {
-	registered := describedNames(t, openAgent(t).Registry())
+	a := openAgent(t)
+	registered := describedNames(t, a.Registry())
+	// The registry described is the one GET /metrics serves: its
+	// unlabelled families are there before any task.
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, name := range []string{"autodiag_tasks_received_total", "autodiag_drain_state", "autodiag_redis_up"} {
+		if !registered[name] || !strings.Contains(rec.Body.String(), "\n"+name+" ") {
+			t.Fatalf("%s: described %v, served by /metrics: %q", name, registered[name], rec.Body.String())
+		}
+	}
 	// A sanity check on the descriptor parsing: an empty set would make
 	// every reference look missing for the wrong reason.
 	for _, must := range []string{"autodiag_tasks_received_total", "autodiag_lifecycle_completions_total", "autodiag_limiter_decisions_total"} {
