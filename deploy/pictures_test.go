@@ -292,7 +292,7 @@ func TestPicturesReferenceRegisteredMetrics(t *testing.T) {
 	// The registry described is the one GET /metrics serves: its
 	// unlabelled families are there before any task.
 	rec := httptest.NewRecorder()
-	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	a.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
 	for _, name := range []string{"autodiag_tasks_received_total", "autodiag_drain_state", "autodiag_redis_up"} {
 		if !registered[name] || !strings.Contains(rec.Body.String(), "\n"+name+" ") {
 			t.Fatalf("%s: described %v, served by /metrics: %q", name, registered[name], rec.Body.String())
