@@ -158,8 +158,21 @@ func dashboardQueries(t *testing.T, d dashboard) []query {
 			})
 		}
 	}
+	for _, v := range d.Templating.List {
+		q, ok := v.Query.(map[string]any)
+		if !ok {
+			continue
+		}
+		text, _ := q["query"].(string)
+		if m := labelValues.FindStringSubmatch(text); m != nil {
+			qs = append(qs, query{where: fmt.Sprintf("%s variable %s", dashboardPath, v.Name), expr: expandGrafana(m[1])})
+		}
+	}
 	return qs
 }
+
+// labelValues is a Grafana variable query: label_values(selector, label).
+var labelValues = regexp.MustCompile(`^label_values\((.+),\s*\w+\)$`)
 
 func ruleQueries(f rulesFile) (qs []query, recorded map[string]bool) {
 	recorded = map[string]bool{}
