@@ -14,7 +14,10 @@
 //   - systemd/autodiag.service: the hardened Type=notify unit, whose stop
 //     timeout outlasts the drain and whose restart policy follows the
 //     agent's exit statuses;
-//   - config/example.yaml: a production-like agent configuration.
+//   - config/example.yaml: a production-like agent configuration;
+//   - grafana/autodiag.json and prometheus/autodiag-rules.yml: the fleet
+//     dashboard and the alerting and recording rules (promtool unit tests
+//     in prometheus/autodiag-rules_test.yml, run by scripts/test.sh).
 //
 // The tests parse every .tf file with hashicorp/hcl, check that variables are
 // documented and typed, that the example passes exactly the module's inputs,
@@ -30,6 +33,8 @@
 // also run `terraform fmt -check`; with AUTODIAG_TF_PLUGIN_DIR pointing at a
 // provider mirror they run `terraform validate` and `terraform test` (the
 // tests/*.tftest.hcl files, against a mocked AWS provider) offline.
+// pictures_test.go opens an agent and fails when the dashboard or the rules
+// name a metric it does not register.
 //
 // The package has no exported API; operators read the README's Operations section.
 package deploy

@@ -2,12 +2,13 @@
 # scripts/test.sh — the one command that runs every test of autodiag.
 #
 # It installs what is missing (Debian redis-server; the pinned
-# amazon-ec2-metadata-mock and golangci-lint, built once per machine into
-# the tools cache and linked into .tmp/bin), starts a redis-server and a
-# 3-master Redis Cluster on free loopback ports, exports their addresses to
-# the tests, runs gofmt, go vet, golangci-lint (.golangci.yml) and go test
-# -race over the whole module, and stops everything it started, whatever
-# happens.
+# amazon-ec2-metadata-mock, golangci-lint and promtool, built once per
+# machine into the tools cache and linked into .tmp/bin), starts a
+# redis-server and a 3-master Redis Cluster on free loopback ports, exports
+# their addresses to the tests, runs gofmt, go vet, golangci-lint
+# (.golangci.yml), promtool on the Prometheus rules in deploy/prometheus and
+# go test -race over the whole module, and stops everything it started,
+# whatever happens.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./limiter/...   # only these packages (same services)
@@ -31,6 +32,8 @@ export PATH=$bin:$PATH
 
 IMDS_MOCK_VERSION=v1.13.0
 GOLANGCI_LINT_VERSION=v2.15.0
+# Prometheus 3.16.0's promtool (Prometheus tags its Go module v0.3MM.P).
+PROMTOOL_VERSION=v0.316.0
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 
@@ -108,6 +111,7 @@ install_tool() {
 }
 install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+install_tool promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
 # the next two and their +10000 bus ports as well).
@@ -166,6 +170,11 @@ go vet "${pkgs[@]}"
 # concurrent use, like the Go build cache): run beside them, not after.
 log "golangci-lint run ${pkgs[*]}"
 golangci-lint run --allow-parallel-runners "${pkgs[@]}"
+# Seconds, whatever packages were asked for: the rules are not Go, so no
+# package pattern selects them.
+log "promtool check rules, test rules (deploy/prometheus)"
+promtool check rules deploy/prometheus/autodiag-rules.yml
+promtool test rules deploy/prometheus/autodiag-rules_test.yml
 log "go test -race ${pkgs[*]}"
 # Two cores: at most two test binaries at once.
 go test -race -p 2 -timeout 20m "${pkgs[@]}"
