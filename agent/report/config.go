@@ -186,6 +186,9 @@ func rekey(err error, prefix string) error {
 }
 
 func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
 		for _, e := range j.Unwrap() {

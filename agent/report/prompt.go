@@ -109,21 +109,18 @@ func BuildPrompt(ev Evidence, in Input) Prompt {
 	line("Output truncated by the agent", strconv.FormatBool(ev.Truncated))
 	tail, shown, total := Tail(ev.Output, in.MaxLines, int(in.MaxBytes))
 	b.WriteString("\n# Output\n")
-	switch {
-	case total == 0:
+	if total == 0 {
 		b.WriteString("(no output)\n")
-	default:
+	} else {
 		if shown < total {
 			fmt.Fprintf(&b, "The last %d of %d lines:\n", shown, total)
 		} else {
 			fmt.Fprintf(&b, "All %d lines:\n", total)
 		}
-		b.WriteString("```\n")
+		fence := strings.Repeat("`", max(3, longestRun(tail, '`')+1))
+		b.WriteString(fence + "\n")
 		b.WriteString(tail)
-		if !strings.HasSuffix(tail, "\n") {
-			b.WriteByte('\n')
-		}
-		b.WriteString("```\n")
+		b.WriteString(fence + "\n")
 	}
 	b.WriteString("\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n")
 	return Prompt{System: SystemPrompt, User: b.String()}
@@ -173,4 +170,19 @@ func Tail(s string, maxLines, maxBytes int) (tail string, shown, total int) {
 		return last[start:] + "\n", 1, total
 	}
 	return strings.Join(lines[total-shown:], "\n") + "\n", shown, total
+}
+
+// longestRun is the length of the longest run of c in s: the output's
+// fence is longer, so output holding a fence cannot end it.
+func longestRun(s string, c byte) int {
+	best, n := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			n++
+			best = max(best, n)
+		} else {
+			n = 0
+		}
+	}
+	return best
 }

@@ -44,7 +44,6 @@ type fault struct {
 }
 
 var (
-	fOK       = fault{bedrockfake.OK, openaifake.OK}
 	fThrottle = fault{bedrockfake.Throttle, openaifake.Throttle}
 	f500      = fault{bedrockfake.ServerErr, openaifake.ServerErr}
 	fLength   = fault{bedrockfake.MaxTokens, openaifake.Length}

@@ -84,7 +84,7 @@ func (q *RedisQueue) ensureGroup(ctx context.Context, force bool) error {
 	return nil
 }
 
-func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
+func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error(), "NOGROUP") }
 
 // Claim implements Queue.
 func (q *RedisQueue) Claim(ctx context.Context, consumer string) (Claimed, bool, error) {

@@ -181,7 +181,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		go func() { //nolint:contextcheck // a report in progress outlives ctx: Stop bounds it
 			defer wg.Done()
 			defer func() { <-slots }()
 			r.handle(c)

@@ -115,9 +115,7 @@ func TestReporterWritesReportThenRateLimits(t *testing.T) {
 	if got := testutil.ToFloat64(h.r.m.tokens.WithLabelValues(ProviderOpenAI, "input")); got == 0 {
 		t.Fatal("no input tokens counted")
 	}
-	if n, _ := h.q.Len(ctx); n != 0 {
-		t.Fatalf("%d jobs left queued", n)
-	}
+	waitLen(t, h.q, 0)
 	if problems, err := testutil.GatherAndLint(h.reg); err != nil || len(problems) > 0 {
 		t.Fatalf("promlint: %v %v", problems, err)
 	}
@@ -248,7 +246,9 @@ func TestEnqueueCutsOutput(t *testing.T) {
 	q := NewMemoryQueue(0, nil)
 	h := newHarness(t, q, nil)
 	h.r.Drain()
-	<-h.run
+	if err := <-h.run; err != nil {
+		t.Fatal(err)
+	}
 	j := job("t1")
 	j.Evidence.Output = strings.Repeat("x\n", 1000)
 	if err := h.r.Enqueue(context.Background(), j); err != nil {
@@ -257,5 +257,22 @@ func TestEnqueueCutsOutput(t *testing.T) {
 	c, ok, _ := q.Claim(context.Background(), "c")
 	if !ok || strings.Count(c.Evidence.Output, "\n") != testConfig().Input.MaxLines {
 		t.Fatalf("queued output has %d lines", strings.Count(c.Evidence.Output, "\n"))
+	}
+}
+
+// waitLen waits for the queue to hold n jobs: a worker acknowledges a job
+// right after its Sink returned.
+func waitLen(t *testing.T, q Queue, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got, err := q.Len(context.Background())
+		if err == nil && got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue holds %d jobs (err %v), want %d", got, err, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling an observable condition
 	}
 }

@@ -76,7 +76,11 @@ func (s *Server) SetReply(text string) { s.mu.Lock(); s.reply = text; s.mu.Unloc
 func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
 
 // Script makes the next requests answer with faults, in order.
-func (s *Server) Script(faults ...Fault) { s.mu.Lock(); s.script = append(s.script, faults...); s.mu.Unlock() }
+func (s *Server) Script(faults ...Fault) {
+	s.mu.Lock()
+	s.script = append(s.script, faults...)
+	s.mu.Unlock()
+}
 
 // Always sets the fault of every request after the script.
 func (s *Server) Always(f Fault) { s.mu.Lock(); s.always = f; s.mu.Unlock() }

@@ -78,7 +78,11 @@ func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.
 
 // Script makes the next requests answer with faults, in order; after them
 // the fake answers with Always's fault.
-func (s *Server) Script(faults ...Fault) { s.mu.Lock(); s.script = append(s.script, faults...); s.mu.Unlock() }
+func (s *Server) Script(faults ...Fault) {
+	s.mu.Lock()
+	s.script = append(s.script, faults...)
+	s.mu.Unlock()
+}
 
 // Always sets the fault of every request after the script.
 func (s *Server) Always(f Fault) { s.mu.Lock(); s.always = f; s.mu.Unlock() }
