@@ -51,6 +51,7 @@ func TestGenerateFaults(t *testing.T) {
 		{name: "malformed", always: fGarbage, status: StatusFailed, reason: "after 1 attempt", attempts: 1},
 		{name: "empty", always: fEmpty, status: StatusFailed, reason: "empty answer", attempts: 1},
 		{name: "cut at max_tokens", always: fLength, status: StatusFailed, reason: "max_tokens", attempts: 1},
+		{name: "model does not exist", always: fNoModel, status: StatusFailed, reason: "after 1 attempt", attempts: 1},
 		{name: "slow", latency: time.Hour, status: StatusFailed, reason: "no answer within 2s", attempts: 1},
 	}
 	for name, mk := range providers(t) {

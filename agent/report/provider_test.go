@@ -49,6 +49,7 @@ var (
 	fLength   = fault{bedrockfake.MaxTokens, openaifake.Length}
 	fEmpty    = fault{bedrockfake.Empty, openaifake.Empty}
 	fGarbage  = fault{bedrockfake.Garbage, openaifake.Garbage}
+	fNoModel  = fault{bedrockfake.UnknownModel, openaifake.UnknownModel}
 )
 
 // fakeProvider is a provider and the controls of its fake.

@@ -24,12 +24,13 @@ type Fault int
 
 // Faults.
 const (
-	OK        Fault = iota // the reply, stopReason end_turn
-	Throttle               // 429 ThrottlingException
-	ServerErr              // 500 InternalServerException
-	MaxTokens              // the reply cut, stopReason max_tokens
-	Empty                  // a message without text
-	Garbage                // a 200 whose body is not JSON
+	OK           Fault = iota // the reply, stopReason end_turn
+	Throttle                  // 429 ThrottlingException
+	ServerErr                 // 500 InternalServerException
+	MaxTokens                 // the reply cut, stopReason max_tokens
+	Empty                     // a message without text
+	Garbage                   // a 200 whose body is not JSON
+	UnknownModel              // 400 ValidationException, as for a model id that does not exist
 )
 
 // Request is one recorded request.
@@ -132,7 +133,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "ValidationException", "body is not JSON")
 		return
 	}
-	if len(models) > 0 && !slices.Contains(models, model) {
+	if f == UnknownModel || len(models) > 0 && !slices.Contains(models, model) {
 		writeErr(w, http.StatusBadRequest, "ValidationException", "The provided model identifier is invalid.")
 		return
 	}

@@ -22,13 +22,13 @@ type Fault int
 
 // Faults.
 const (
-	OK        Fault = iota // the reply, finish_reason "stop"
-	Throttle               // 429 with Retry-After: 0
-	ServerErr              // 500
-	Length                 // the reply cut, finish_reason "length"
-	Empty                  // an empty content
-	Garbage                // a 200 whose body is not JSON
-	NotFound               // 404 model_not_found
+	OK           Fault = iota // the reply, finish_reason "stop"
+	Throttle                  // 429 with Retry-After: 0
+	ServerErr                 // 500
+	Length                    // the reply cut, finish_reason "length"
+	Empty                     // an empty content
+	Garbage                   // a 200 whose body is not JSON
+	UnknownModel              // 404 model_not_found, as for a model that does not exist
 )
 
 // Request is one recorded request.
@@ -136,7 +136,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case ServerErr:
 		writeErr(w, http.StatusInternalServerError, "server_error", "The server had an error")
 		return
-	case NotFound:
+	case UnknownModel:
 		writeErr(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model %q does not exist", req.Model))
 		return
 	case Garbage:
