@@ -236,3 +236,8 @@ func (c Config) LimiterConfig(force bool) limiter.Config {
 	}
 	return cfg
 }
+
+// JobLease is the queue lease for report jobs: a job is taken over only
+// when its holder cannot still be writing it (twice the timeout, at
+// least DefaultLease).
+func (c Config) JobLease() time.Duration { return max(DefaultLease, 2*c.Timeout) }
