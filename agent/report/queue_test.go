@@ -119,3 +119,54 @@ func TestReporterOnRedisQueue(t *testing.T) {
 	}
 	waitLen(t, h.q, 0)
 }
+
+// TestRedisQueueTakeoverBehindLiveJobs: a dead holder's job behind more
+// live jobs than one XAUTOCLAIM scans is still taken over.
+func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	const lease = 100 * time.Millisecond
+	q := NewRedisQueue(c, prefix, lease)
+	ctx := context.Background()
+	const live = 40 // XAUTOCLAIM COUNT 1 scans at most 10 pending entries
+	var liveRefs []string
+	for i := range live + 1 {
+		if err := q.Enqueue(ctx, job(fmt.Sprint("t", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range live {
+		cl, ok, err := q.Claim(ctx, "alive")
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		liveRefs = append(liveRefs, cl.ref)
+	}
+	if _, ok, err := q.Claim(ctx, "dies"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	deadline := time.Now().Add(lease + 5*time.Second)
+	for {
+		// The live holder keeps its jobs fresh (idle 0) as a worker
+		// that is still writing them would be.
+		if err := c.XClaimJustID(ctx, &redis.XClaimArgs{Stream: q.stream, Group: redisGroup, Consumer: "alive",
+			Messages: liveRefs}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := q.Claim(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if got.ID != fmt.Sprint("t", live) {
+				t.Fatalf("took over %s, a live job", got.ID)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead holder's job was never taken over")
+		}
+		time.Sleep(lease / 10) // polling the lease's end
+	}
+}

@@ -34,6 +34,10 @@ type RedisQueue struct {
 	maxLen  int64
 	mu      sync.Mutex
 	grouped bool
+	// cursor is where the next XAUTOCLAIM scan starts: each scans a
+	// bounded part of the pending list, so successive claims go round
+	// it and a dead holder's job behind many live ones is still found.
+	cursor string
 }
 
 var _ Queue = (*RedisQueue)(nil)
@@ -102,11 +106,20 @@ func (q *RedisQueue) Claim(ctx context.Context, consumer string) (Claimed, bool,
 }
 
 func (q *RedisQueue) claim(ctx context.Context, consumer string) (Claimed, bool, error) {
-	msgs, _, err := q.c.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: q.stream, Group: redisGroup,
-		Consumer: consumer, MinIdle: q.lease, Start: "0", Count: 1}).Result()
+	q.mu.Lock()
+	start := q.cursor
+	q.mu.Unlock()
+	if start == "" {
+		start = "0"
+	}
+	msgs, next, err := q.c.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: q.stream, Group: redisGroup,
+		Consumer: consumer, MinIdle: q.lease, Start: start, Count: 1}).Result()
 	if err != nil {
 		return Claimed{}, false, fmt.Errorf("report: claim pending: %w", err)
 	}
+	q.mu.Lock()
+	q.cursor = next // "0-0" when the scan reached the end: start over
+	q.mu.Unlock()
 	attempt := 2 // taken over: at least the second claim
 	if len(msgs) == 0 {
 		res, err := q.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: redisGroup, Consumer: consumer,
