@@ -1,0 +1,115 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+)
+
+// Redactor is what reports use of redact.Redactor: the model's answer is
+// redacted again before it is stored, since it may quote the output.
+type Redactor interface {
+	RedactString(s string) string
+}
+
+// Generator asks a provider for one report.
+type Generator struct {
+	cfg      Config
+	provider Provider
+	redactor Redactor
+	now      func() time.Time
+	// initialBackoff is the first wait before a retry; tests shorten it.
+	initialBackoff time.Duration
+}
+
+// DefaultInitialBackoff is the first wait before a retry; it grows by 1.5
+// with jitter up to maxBackoff, always inside Config.Timeout.
+const (
+	DefaultInitialBackoff = 500 * time.Millisecond
+	maxBackoff            = 10 * time.Second
+)
+
+// NewGenerator returns a generator; redactor nil leaves answers as they
+// are (tests only), now nil is time.Now.
+func NewGenerator(cfg Config, p Provider, redactor Redactor, now func() time.Time) *Generator {
+	if now == nil {
+		now = time.Now
+	}
+	return &Generator{cfg: cfg, provider: p, redactor: redactor, now: now, initialBackoff: DefaultInitialBackoff}
+}
+
+// Generate writes the report of ev. It returns within Config.Timeout
+// (plus the time to notice the deadline) and never an error: every failure
+// is a Result with Status failed and a Reason. A ctx ending early ends the
+// report failed as well.
+func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
+	p := BuildPrompt(ev, g.cfg.Input)
+	req := Request{Model: g.cfg.Model, System: p.System, User: p.User,
+		Temperature: g.cfg.Temperature, MaxTokens: g.cfg.MaxTokens}
+	start := g.now()
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval = g.initialBackoff, maxBackoff
+	var (
+		resp     Response
+		err      error
+		attempts int
+	)
+	for {
+		attempts++
+		resp, err = g.provider.Complete(ctx, req)
+		var pe *Error
+		if err == nil || ctx.Err() != nil || !errors.As(err, &pe) || !pe.Retryable() {
+			break
+		}
+		wait := bo.NextBackOff()
+		if pe.RetryAfter > wait {
+			wait = pe.RetryAfter
+		}
+		if dl, _ := ctx.Deadline(); time.Until(dl) < wait {
+			break // the next try could not end in time
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	res := Result{
+		Model: g.cfg.Model, Provider: g.provider.Name(), CreatedAt: g.now().UTC(),
+		InputTokens: resp.InputTokens, OutputTokens: resp.OutputTokens,
+		FinishReason: resp.FinishReason, Truncated: resp.Truncated, Attempts: attempts,
+	}
+	res.LatencyS = res.CreatedAt.Sub(start).Seconds()
+	if err != nil {
+		res.Status = StatusFailed
+		res.Reason = g.reason(ctx, err, attempts)
+		return res
+	}
+	res.Markdown = resp.Text
+	if g.redactor != nil {
+		res.Markdown = g.redactor.RedactString(res.Markdown)
+	}
+	res.Confidence = ParseConfidence(res.Markdown)
+	res.Status = StatusOK
+	if resp.Truncated {
+		res.Status = StatusFailed
+		res.Reason = fmt.Sprintf("answer cut at max_tokens (%d; finish reason %q)", g.cfg.MaxTokens, resp.FinishReason)
+	}
+	return res
+}
+
+func (g *Generator) reason(ctx context.Context, err error, attempts int) string {
+	if ctx.Err() != nil {
+		return fmt.Sprintf("no answer within %gs after %d attempt(s): %v", g.cfg.Timeout.Seconds(), attempts, err)
+	}
+	return fmt.Sprintf("after %d attempt(s): %v", attempts, err)
+}

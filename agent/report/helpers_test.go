@@ -1,0 +1,5 @@
+package report
+
+import "errors"
+
+func asError(err error, pe **Error) bool { return errors.As(err, pe) }

@@ -1,0 +1,172 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/testenv"
+)
+
+// queueConformance is what every Queue does. lease is the queue's lease;
+// the takeover case waits for it on the wall clock.
+func queueConformance(t *testing.T, q Queue, lease time.Duration) {
+	ctx := context.Background()
+	if _, ok, err := q.Claim(ctx, "a"); ok || err != nil {
+		t.Fatalf("empty queue: ok %v err %v", ok, err)
+	}
+	j := job("t1")
+	j.EnqueuedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := q.Enqueue(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	c, ok, err := q.Claim(ctx, "a")
+	if !ok || err != nil || c.ID != "t1" || c.Attempt != 1 || !c.EnqueuedAt.Equal(j.EnqueuedAt) ||
+		c.Evidence.Output != j.Evidence.Output || *c.Evidence.ExitCode != 1 || c.Evidence.Duration != j.Evidence.Duration {
+		t.Fatalf("claim: %+v ok %v err %v", c, ok, err)
+	}
+	if _, ok, _ := q.Claim(ctx, "b"); ok {
+		t.Fatal("a claimed job was claimed again within its lease")
+	}
+	if n, _ := q.Len(ctx); n != 1 {
+		t.Fatalf("Len %d", n)
+	}
+	// Takeover: a holder that died.
+	deadline := time.Now().Add(lease + 5*time.Second)
+	var c2 Claimed
+	for {
+		c2, ok, err = q.Claim(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a job whose lease ended was not taken over")
+		}
+		time.Sleep(lease / 4) // polling the lease's end
+	}
+	if c2.ID != "t1" || c2.Attempt < 2 {
+		t.Fatalf("takeover %+v", c2)
+	}
+	if err := q.Ack(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := q.Len(ctx); n != 0 {
+		t.Fatalf("Len after ack %d", n)
+	}
+	if err := q.Ack(ctx, c); err == nil {
+		t.Fatal("a second ack of a finished job is not ErrGone")
+	}
+}
+
+func TestMemoryQueue(t *testing.T) {
+	queueConformance(t, NewMemoryQueue(50*time.Millisecond, nil), 50*time.Millisecond)
+}
+
+func TestRedisQueue(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	const lease = 100 * time.Millisecond
+	queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
+}
+
+func TestRedisQueueCluster(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	const lease = 100 * time.Millisecond
+	queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
+}
+
+// TestRedisQueueRecreated: Redis restarted empty; the queue makes its
+// group again and goes on.
+func TestRedisQueueRecreated(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	q := NewRedisQueue(c, prefix, 0)
+	ctx := context.Background()
+	if _, _, err := q.Claim(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	c.Del(ctx, prefix+"{report}:jobs")
+	if err := q.Enqueue(ctx, job("t1")); err != nil {
+		t.Fatal(err)
+	}
+	// The XADD made the stream anew without the group.
+	if c, ok, err := q.Claim(ctx, "a"); err != nil || !ok || c.ID != "t1" {
+		t.Fatalf("claim after reset: %+v %v %v", c, ok, err)
+	}
+}
+
+// TestReporterOnRedisQueue: the worker path end to end on the fleet queue.
+func TestReporterOnRedisQueue(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	h := newHarness(t, NewRedisQueue(c, prefix, 0), nil)
+	if err := h.r.Enqueue(context.Background(), job("t1")); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.sink.next(t, wait); r.Status != StatusOK {
+		t.Fatalf("report %+v", r)
+	}
+	waitLen(t, h.q, 0)
+}
+
+// TestRedisQueueTakeoverBehindLiveJobs: a dead holder's job behind more
+// live jobs than one XAUTOCLAIM scans is still taken over.
+func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	const lease = 100 * time.Millisecond
+	q := NewRedisQueue(c, prefix, lease)
+	ctx := context.Background()
+	const live = 40 // XAUTOCLAIM COUNT 1 scans at most 10 pending entries
+	var liveRefs []string
+	for i := range live + 1 {
+		if err := q.Enqueue(ctx, job(fmt.Sprint("t", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range live {
+		cl, ok, err := q.Claim(ctx, "alive")
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		liveRefs = append(liveRefs, cl.ref)
+	}
+	if _, ok, err := q.Claim(ctx, "dies"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	deadline := time.Now().Add(lease + 5*time.Second)
+	for {
+		// The live holder keeps its jobs fresh (idle 0) as a worker
+		// that is still writing them would be.
+		if err := c.XClaimJustID(ctx, &redis.XClaimArgs{Stream: q.stream, Group: redisGroup, Consumer: "alive",
+			Messages: liveRefs}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := q.Claim(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if got.ID != fmt.Sprint("t", live) {
+				t.Fatalf("took over %s, a live job", got.ID)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead holder's job was never taken over")
+		}
+		time.Sleep(lease / 10) // polling the lease's end
+	}
+}

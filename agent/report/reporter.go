@@ -1,0 +1,288 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// Sink receives every finished report: the program writes it into the
+// task record (`report`) and emits the `report` notification event.
+type Sink interface {
+	Report(ctx context.Context, j Job, r Result) error
+}
+
+// SinkFunc is a Sink of one function.
+type SinkFunc func(ctx context.Context, j Job, r Result) error
+
+// Report implements Sink.
+func (f SinkFunc) Report(ctx context.Context, j Job, r Result) error { return f(ctx, j, r) }
+
+// Limiter is what reports use of *limiter.Limiter.
+type Limiter interface {
+	Allow(ctx context.Context, r limiter.Request) (limiter.Decision, error)
+}
+
+// Options are a Reporter's parts; Provider, Queue and Sink are required.
+type Options struct {
+	Config   Config
+	Provider Provider
+	Queue    Queue
+	Sink     Sink
+	// Limiter decides before anything is sent: a limiter.New of
+	// Config.LimiterConfig(false). Nil: no limit.
+	Limiter Limiter
+	// ForceLimiter decides for jobs with Force: a limiter.New of
+	// Config.LimiterConfig(true) on the same backend. Nil: Limiter.
+	ForceLimiter Limiter
+	// Redactor redacts the model's answer; nil leaves it as it is.
+	Redactor Redactor
+	// Consumer names this agent in the queue (the instance id).
+	Consumer string
+	Now      func() time.Time // nil: time.Now
+	Logger   *slog.Logger     // nil: discard
+	// Registerer gets the report metrics; nil: not registered.
+	Registerer prometheus.Registerer
+	// PollInterval is how often an idle worker looks for jobs other
+	// agents queued; a job queued through this Reporter is taken at
+	// once. 0: DefaultPollInterval.
+	PollInterval time.Duration
+	// SinkTimeout bounds one Sink call. 0: DefaultSinkTimeout.
+	SinkTimeout time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultPollInterval = time.Second
+	DefaultSinkTimeout  = 5 * time.Second
+)
+
+// Reporter runs report jobs on Config.Workers workers of its own.
+type Reporter struct {
+	o        Options
+	gen      *Generator
+	log      *slog.Logger
+	m        *metrics
+	kick     chan struct{}
+	draining chan struct{}
+	drainOne sync.Once
+	started  atomic.Bool
+	done     chan struct{}
+	// work is the context of reports in progress: not the Run context
+	// (a stopping agent lets them finish) but cancelled by Stop's
+	// deadline.
+	work       context.Context
+	cancelWork context.CancelFunc
+}
+
+// New returns a Reporter; Run starts its workers.
+func New(o Options) (*Reporter, error) {
+	if o.Provider == nil || o.Queue == nil || o.Sink == nil {
+		return nil, errors.New("report: Provider, Queue and Sink are required")
+	}
+	if o.Config.Workers <= 0 {
+		return nil, fmt.Errorf("report: workers must be positive, got %d", o.Config.Workers)
+	}
+	if o.ForceLimiter == nil {
+		o.ForceLimiter = o.Limiter
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.SinkTimeout <= 0 {
+		o.SinkTimeout = DefaultSinkTimeout
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	work, cancel := context.WithCancel(context.Background())
+	return &Reporter{
+		o: o, gen: NewGenerator(o.Config, o.Provider, o.Redactor, o.Now),
+		log: o.Logger.With("component", "report", "provider", o.Provider.Name()), m: m,
+		kick: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}),
+		work: work, cancelWork: cancel,
+	}, nil
+}
+
+// Enqueue queues the report of a finished task in one round trip. It
+// sets EnqueuedAt when zero and cuts the output to the prompt's input
+// bounds, so the queue holds no more than a prompt needs.
+func (r *Reporter) Enqueue(ctx context.Context, j Job) error {
+	if j.EnqueuedAt.IsZero() {
+		j.EnqueuedAt = r.o.Now().UTC()
+	}
+	if j.Evidence.Output != "" {
+		j.Evidence.Output, _, _ = Tail(j.Evidence.Output, r.o.Config.Input.MaxLines, int(r.o.Config.Input.MaxBytes))
+	}
+	if err := r.o.Queue.Enqueue(ctx, j); err != nil {
+		return err
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Run takes jobs until ctx ends or Drain is called, then waits for the
+// reports in progress (bounded by Stop) and returns. ctx ending does not
+// cancel a report in progress.
+func (r *Reporter) Run(ctx context.Context) error {
+	if r.started.Swap(true) {
+		return errors.New("report: Run called twice")
+	}
+	defer close(r.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, r.o.Config.Workers)
+	tick := time.NewTicker(r.o.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-r.draining:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+		if r.stopping(ctx) {
+			return nil
+		}
+		c, ok, err := r.o.Queue.Claim(ctx, r.o.Consumer)
+		if !ok {
+			<-slots
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("report: claim failed", "err", err)
+			}
+			select {
+			case <-r.kick:
+			case <-tick.C:
+			case <-r.draining:
+				return nil
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() { //nolint:contextcheck // a report in progress outlives ctx: Stop bounds it
+			defer wg.Done()
+			defer func() { <-slots }()
+			r.handle(c)
+		}()
+	}
+}
+
+func (r *Reporter) stopping(ctx context.Context) bool {
+	select {
+	case <-r.draining:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
+}
+
+// Drain makes Run take no new job; jobs not taken stay queued for other
+// agents.
+func (r *Reporter) Drain() { r.drainOne.Do(func() { close(r.draining) }) }
+
+// Stop drains and waits for the reports in progress until ctx ends (the
+// drain deadline); then it cancels them, leaves their jobs queued for
+// another agent, waits for Run to return and returns ctx.Err().
+func (r *Reporter) Stop(ctx context.Context) error {
+	r.Drain()
+	if !r.started.Load() {
+		r.cancelWork()
+		return nil
+	}
+	select {
+	case <-r.done:
+		r.cancelWork()
+		return nil
+	case <-ctx.Done():
+		r.cancelWork()
+		<-r.done
+		return ctx.Err()
+	}
+}
+
+// handle runs one claimed job to its end.
+func (r *Reporter) handle(c Claimed) {
+	start := r.o.Now()
+	res := r.Process(r.work, c.Job)
+	log := r.log.With("task_id", c.ID, "host", c.Evidence.Host, "diagnostic", c.Evidence.Diagnostic)
+	if r.work.Err() != nil && res.Status == StatusFailed {
+		// Stopped at the drain deadline: another agent writes it.
+		log.Info("report: stopped at the drain deadline; left queued", "duration_s", r.o.Now().Sub(start).Seconds())
+		return
+	}
+	r.m.observe(r.o.Provider.Name(), res)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.work), r.o.SinkTimeout)
+	err := r.o.Sink.Report(sctx, c.Job, res)
+	cancel()
+	if err != nil {
+		log.Error("report: writing the result failed", "err", err)
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(r.work), r.o.SinkTimeout)
+	err = r.o.Queue.Ack(actx, c)
+	cancel()
+	if err != nil && !errors.Is(err, ErrGone) {
+		log.Warn("report: ack failed; another agent may write it again", "err", err)
+	}
+	attrs := []any{"status", res.Status, "attempt", c.Attempt, "latency_s", res.LatencyS,
+		"input_tokens", res.InputTokens, "output_tokens", res.OutputTokens}
+	if res.Status == StatusOK {
+		log.Info("report: written", append(attrs, "confidence", res.Confidence)...)
+	} else {
+		log.Warn("report: not written", append(attrs, "reason", res.Reason)...)
+	}
+}
+
+// Process writes the report of j now: skipped when it waited longer
+// than max_age, rate_limited when the limiter denies it (nothing is
+// sent), else what the provider answered. It is what a worker does with a
+// job, and what `autodiag report ID` calls directly (then with Force).
+func (r *Reporter) Process(ctx context.Context, j Job) Result {
+	now := r.o.Now()
+	base := Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: now.UTC()}
+	if age := now.Sub(j.EnqueuedAt); !j.EnqueuedAt.IsZero() && age > r.o.Config.MaxAge {
+		base.Status = StatusSkipped
+		base.Reason = fmt.Sprintf("queued for %.0fs, longer than max_age %gs", age.Seconds(), r.o.Config.MaxAge.Seconds())
+		return base
+	}
+	lim := r.o.Limiter
+	if j.Force {
+		lim = r.o.ForceLimiter
+	}
+	if lim != nil {
+		d, err := lim.Allow(ctx, limiter.Request{Host: j.Evidence.Host, Diagnostic: j.Evidence.Diagnostic,
+			Severity: j.Evidence.Alert.Severity, TaskID: j.ID})
+		if err != nil {
+			base.Status = StatusFailed
+			base.Reason = fmt.Sprintf("limiter: %v", err)
+			return base
+		}
+		if !d.Allowed {
+			base.Status = StatusRateLimited
+			base.Reason = fmt.Sprintf("limiter rule %s: %s %s, retry after %.0fs", d.Rule, d.Limit, d.Reason, d.RetryAfter.Seconds())
+			return base
+		}
+	}
+	return r.gen.Generate(ctx, j.Evidence)
+}

@@ -1,0 +1,55 @@
+package report
+
+import (
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Statuses of a Result.
+const (
+	StatusOK          = "ok"
+	StatusFailed      = "failed"
+	StatusRateLimited = "rate_limited"
+	StatusSkipped     = "skipped"
+)
+
+// Confidence values the prompt asks for.
+const (
+	ConfidenceConfirmed    = "confirmed"
+	ConfidenceLikely       = "likely"
+	ConfidenceInconclusive = "inconclusive"
+)
+
+// Result is a report as the task record holds it (`report` of GET
+// /v1/tasks/{id}).
+type Result struct {
+	Status       string    `json:"status"`
+	Markdown     string    `json:"markdown,omitempty"`
+	Confidence   string    `json:"confidence,omitempty"`
+	Model        string    `json:"model,omitempty"`
+	Provider     string    `json:"provider,omitempty"`
+	InputTokens  int       `json:"input_tokens"`
+	OutputTokens int       `json:"output_tokens"`
+	LatencyS     float64   `json:"latency_s"`
+	FinishReason string    `json:"finish_reason,omitempty"`
+	Truncated    bool      `json:"truncated,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	// Reason says why a report is not ok: the provider's error, "cut at
+	// max_tokens", the limiter's denial, "older than max_age".
+	Reason string `json:"reason,omitempty"`
+	// Attempts is how many requests were sent (0: none).
+	Attempts int `json:"attempts"`
+}
+
+var confidenceRE = regexp.MustCompile(`(?is)confidence\W*?(?:[:\-–]|\n)\W*(confirmed|likely|inconclusive)\b`)
+
+// ParseConfidence finds the Confidence section's word in a report; "" when
+// the report has none.
+func ParseConfidence(md string) string {
+	m := confidenceRE.FindAllStringSubmatch(md, -1)
+	if len(m) == 0 {
+		return ""
+	}
+	return strings.ToLower(m[len(m)-1][1])
+}
