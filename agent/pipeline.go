@@ -97,6 +97,9 @@ type pipeline struct {
 	// backlog keeps results the state store could not take, to write
 	// them when it answers again.
 	backlog recordBacklog
+
+	// alerts routes alarms received on the task queue; nil = none.
+	alerts *alertRouting
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -130,6 +133,9 @@ func (p *pipeline) handle(j *job) {
 	})
 	defer func() { j.freeSlots() }()
 
+	if p.routeAlert(j) {
+		return
+	}
 	if err := p.validate(j); err != nil {
 		p.reject(j, err)
 		return
