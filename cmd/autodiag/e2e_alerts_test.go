@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -285,5 +288,62 @@ func TestE2ERoutesTest(t *testing.T) {
 		filepath.Join("..", "..", "agent", "alert", "testdata", "alertmanager_v4.json"))
 	if code != 2 {
 		t.Fatalf("unknown source: exit %d %s, want 2", code, stderr)
+	}
+}
+
+// TestE2EStandaloneIntake: `autodiag intake` routes a payload onto the
+// fleet's queue with no workers of its own, answers 503 after a signal and
+// exits 0.
+func TestE2EStandaloneIntake(t *testing.T) {
+	fq := newSQSFake(t, "central")
+	l := newAlertLedger(t)
+	const token = "central-token"
+	cfgPath := sqsWriteConfig(t, alertAgentYAML(t, fq.url, "127.0.0.1:1", "x:", l))
+	cmd := exec.CommandContext(t.Context(), binPath, "intake", "--config", cfgPath)
+	cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, fq.awsEnv()...), intakeTokenEnv+"="+token)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "intake listening" {
+				addrc <- m["addr"].(string)
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-scanned:
+		t.Fatal("intake exited before listening")
+	case <-time.After(30 * time.Second):
+		t.Fatal("intake not listening after 30s")
+	}
+	code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json"))
+	if code != http.StatusOK || !strings.Contains(body, `"accepted":2`) {
+		t.Fatalf("answer %d %s", code, body)
+	}
+	if v, _, _, st := fq.stats(t); st.Sent != 3 || v != 3 {
+		t.Fatalf("queue: sent %d, visible %d; want the 3 tasks waiting for the fleet", st.Sent, v)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
+		c, _ := postAlert(t, addr, "/v1/alerts/alertmanager", token, "{}")
+		return c == http.StatusServiceUnavailable
+	})
+	<-scanned
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("intake exit: %v", err)
 	}
 }
