@@ -134,6 +134,11 @@ func (p *pipeline) routeAlert(j *job) bool {
 	if !ok {
 		return false
 	}
+	// Routing is work of its own, short and not cancellable: started, the
+	// drain waits for it rather than handing the message back under it.
+	if !j.item.Start(nil) {
+		return true // the drain released it first
+	}
 	log := p.log.With("message_id", j.msg.ID)
 	ctx := context.Background()
 	if err != nil {
