@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -72,6 +73,8 @@ func BenchmarkAlertIntake(b *testing.B) {
 				b.Error(err)
 				return
 			}
+			// Read to the end, so the connection is reused.
+			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				b.Error("intake answered", resp.Status)
