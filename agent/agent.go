@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -94,6 +95,9 @@ type Deps struct {
 	Clock      Clock
 	// Runner executes diagnostics; nil = a default *runner.Runner.
 	Runner Runner
+	// AlertSender puts the tasks alerts become onto the task queue; nil =
+	// one Source.Send per task.
+	AlertSender alert.Sender
 }
 
 // Agent is one `autodiag run`: it wires intake, the job pipeline, the
@@ -113,6 +117,7 @@ type Agent struct {
 	sup       *supervisor
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
+	alerts    *alertRouting
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -150,6 +155,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	}
 	log := d.Logger.With("instance_id", d.InstanceID)
 	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry), validator: validator}
+	if a.alerts, err = newAlertRouting(cfg, validator, d); err != nil {
+		return nil, err
+	}
 	a.drain = drain.New(cfg.Drain)
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	var stopIntake context.CancelFunc
@@ -164,7 +172,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.pipeline = &pipeline{src: d.Source, store: d.Store, marks: d.Store, stateFail: cfg.Redis.StateFail, limiter: d.Limiter, runner: d.Runner, validator: validator,
 		catalog: catalog, outcomes: a.outcomes, drain: a.drain, clock: d.Clock, log: log, instanceID: d.InstanceID,
 		lease: cfg.Queue.VisibilityTimeout, dedupeKey: cfg.Limiter.Dedupe.Key, storeTimeout: cfg.Redis.Timeout,
-		receive: receive, run: semaphore.NewWeighted(workers), hard: a.hard, running: map[string]bool{}}
+		receive: receive, run: semaphore.NewWeighted(workers), hard: a.hard, running: map[string]bool{}, alerts: a.alerts}
 	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -44,6 +45,12 @@ type Config struct {
 	// name the two packages' settings the section holds.
 	LifecycleSection `yaml:"lifecycle"`
 	CloudWatch       CloudWatchConfig `yaml:"cloudwatch"`
+	// Intake is the listener alerting systems post to; off by default.
+	Intake alert.IntakeConfig `yaml:"intake"`
+	// Routes decide which alerts become which tasks, on the intake
+	// listener and on the task queue (CloudWatch alarms); none = every
+	// alert is ignored (no_route).
+	Routes alert.Routes `yaml:"routes"`
 }
 
 // LimiterConfig is the `limiter:` section: the limiter's settings and,
@@ -300,6 +307,9 @@ func (c Config) Validate() error {
 		p.addf("lifecycle.queue_url", "must not be the task queue")
 	}
 	p.adopt("cloudwatch", c.CloudWatch.Validate())
+	p.adopt("intake", c.Intake.Validate())
+	p.adopt("routes", c.Routes.Validate())
+	p.adopt("routes", c.routesInCatalog())
 	return p.err()
 }
 

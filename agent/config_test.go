@@ -141,6 +141,10 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"lifecycle source", "lifecycle:\n  sources: [signal, carrier-pigeon]\n", []string{"lifecycle.sources[1] (line 2)"}},
 		{"heartbeat nesting", "lifecycle:\n  hook_heartbeat_timeout: 60s\n  heartbeat_interval: 30s\n", []string{"lifecycle.heartbeat_interval (line 3)"}},
 		{"not a mapping", "- a\n- b\n", []string{"config (line 1)"}},
+		{"intake open beyond loopback", "intake:\n  addr: 0.0.0.0:9465\n", []string{"intake.auth (line 1): intake.addr \"0.0.0.0:9465\" is reachable from other hosts"}},
+		{"intake max_body", "intake:\n  max_body: 10\n", []string{"intake.max_body (line 2)"}},
+		{"route template", "routes:\n  - name: a\n    host: '{{ .Labels.x'\n    tasks: [{diagnostic: uptime}]\n", []string{"routes[0].host (line 3): invalid template"}},
+		{"route diagnostic not in catalog", "routes:\n  - name: a\n    tasks: [{diagnostic: uptim}]\n", []string{"routes[0].tasks[0].diagnostic (line 3): \"uptim\" is not in the diagnostics catalog"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadConfig([]byte(tc.yaml), nil)

@@ -101,6 +101,9 @@ type pipeline struct {
 	// backlog keeps results the state store could not take, to write
 	// them when it answers again.
 	backlog recordBacklog
+
+	// alerts routes alarms received on the task queue; nil = none.
+	alerts *alertRouting
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -134,6 +137,9 @@ func (p *pipeline) handle(j *job) {
 	})
 	defer func() { j.freeSlots() }()
 
+	if p.routeAlert(j) {
+		return
+	}
 	if err := p.validate(j); err != nil {
 		p.reject(j, err)
 		return

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/secret"
@@ -227,14 +228,17 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}
 
 	var src queue.Source
+	var alertSender alert.Sender
 	if cfg.Queue.URL == "" {
 		src = queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout, Wait: cfg.Queue.WaitTime})
 	} else {
-		sqsSrc := queue.NewSQS(sqs.NewFromConfig(awsCfg), queue.SQSOptions{
+		sqsClient := sqs.NewFromConfig(awsCfg)
+		sqsSrc := queue.NewSQS(sqsClient, queue.SQSOptions{
 			QueueURL: cfg.Queue.URL, DLQURL: cfg.Queue.DLQURL, WaitTime: cfg.Queue.WaitTime,
 			VisibilityTimeout: cfg.Queue.VisibilityTimeout, Logger: log.With("component", "queue"),
 		})
 		src = sqsSrc
+		alertSender = NewSQSSender(sqsClient, cfg.Queue.URL)
 	}
 	closers = append(closers, func() {
 		// Closing runs after ctx may have ended; it keeps ctx's values only.
@@ -278,7 +282,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}
 
 	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
-		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName}
+		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender}
 	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,

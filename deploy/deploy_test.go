@@ -961,6 +961,55 @@ func TestHookPolicyGrantsExactlyThePublish(t *testing.T) {
 	}
 }
 
+// TestAlarmTopicGrantIsScopedToTheTopic pins the task queue's one Allow
+// statement: SendMessage for the SNS service, only from the module's alarm
+// topic (aws:SourceArn), only on the task queue. Any topic in any account
+// could otherwise put tasks on the fleet's queue.
+func TestAlarmTopicGrantIsScopedToTheTopic(t *testing.T) {
+	var found int
+	for _, f := range loadDir(t, moduleDir) {
+		for _, b := range f.body.Blocks {
+			if b.Type != "data" || len(b.Labels) != 2 || b.Labels[0] != "aws_iam_policy_document" || b.Labels[1] != "queue_tls_only" {
+				continue
+			}
+			for _, sb := range b.Body.Blocks {
+				if sb.Type != "dynamic" {
+					continue
+				}
+				found++
+				if got := f.text(sb.Body.Attributes["for_each"].Expr.Range()); got != `each.key == "tasks" ? aws_sns_topic.alarms : []` {
+					t.Errorf("the alarm topic statement applies to %s, want the task queue with the topic only", got)
+				}
+				var content *hclsyntax.Body
+				for _, c := range sb.Body.Blocks {
+					if c.Type == "content" {
+						content = c.Body
+					}
+				}
+				st := parseStatement(f, b.Labels[1], content)
+				if !slices.Equal(st.actions, []string{"sqs:SendMessage"}) || !slices.Equal(st.dynResources, []string{"each.value.arn"}) {
+					t.Errorf("%s: grants %v on %v, want sqs:SendMessage on the task queue", st.where, st.actions, st.dynResources)
+				}
+				if !slices.Contains(st.conditionOn, "aws:SourceArn") {
+					t.Errorf("%s: no aws:SourceArn condition: any topic could send", st.where)
+				}
+				var principal string
+				for _, c := range content.Blocks {
+					if c.Type == "principals" {
+						principal = f.text(c.Body.Attributes["type"].Expr.Range()) + " " + f.text(c.Body.Attributes["identifiers"].Expr.Range())
+					}
+				}
+				if principal != `"Service" ["sns.amazonaws.com"]` {
+					t.Errorf("%s: principal %s, want the SNS service", st.where, principal)
+				}
+			}
+		}
+	}
+	if found != 1 {
+		t.Fatalf("found %d alarm topic statements in queue_tls_only, want 1", found)
+	}
+}
+
 func TestModuleReadmeListsInputsAndOutputs(t *testing.T) {
 	readme, err := os.ReadFile(moduleReadme)
 	if err != nil {

@@ -102,7 +102,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
-	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd())
+	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd(),
+		c.intakeCmd(), c.routesCmd())
 	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
@@ -230,6 +231,12 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		log.Warn("admin HTTP listens beyond loopback; it accepts POST /v1/drain and /v1/tasks without authentication", "addr", ln.Addr().String())
 	}
 	admin := agent.ServeAdmin(ln, a.Handler(), log.With("component", "admin"))
+	intake, err := startAgentIntake(ctx, cfg, a, log)
+	if err != nil {
+		admin.Shutdown()
+		return err
+	}
+	defer intake.shutdown()
 	mode := "fleet"
 	if cfg.Embedded() {
 		mode = "embedded"

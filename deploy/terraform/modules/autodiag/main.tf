@@ -86,7 +86,8 @@ resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
   })
 }
 
-# Every queue refuses requests that do not use TLS.
+# Every queue refuses requests that do not use TLS; the task queue also
+# takes the alarm topic's deliveries when there is one.
 data "aws_iam_policy_document" "queue_tls_only" {
   for_each = local.queues
 
@@ -107,6 +108,30 @@ data "aws_iam_policy_document" "queue_tls_only" {
       values   = ["false"]
     }
   }
+
+  # With alarm_topic: the topic, and nothing else through SNS, may send
+  # CloudWatch alarm notifications to the task queue.
+  dynamic "statement" {
+    for_each = each.key == "tasks" ? aws_sns_topic.alarms : []
+
+    content {
+      sid       = "AllowAlarmTopic"
+      effect    = "Allow"
+      actions   = ["sqs:SendMessage"]
+      resources = [each.value.arn]
+
+      principals {
+        type        = "Service"
+        identifiers = ["sns.amazonaws.com"]
+      }
+
+      condition {
+        test     = "ArnEquals"
+        variable = "aws:SourceArn"
+        values   = [statement.value.arn]
+      }
+    }
+  }
 }
 
 resource "aws_sqs_queue_policy" "tls_only" {
@@ -114,6 +139,33 @@ resource "aws_sqs_queue_policy" "tls_only" {
 
   queue_url = each.value.url
   policy    = data.aws_iam_policy_document.queue_tls_only[each.key].json
+}
+
+# ---------------------------------------------------------------------------
+# Alarm topic (alarm_topic = true only): CloudWatch alarms whose actions
+# publish here reach the task queue in the SNS envelope, which the agent
+# recognises and routes (README "CloudWatch alarms"). Raw delivery stays
+# off: the envelope tells an alarm from a task.
+
+resource "aws_sns_topic" "alarms" {
+  count = var.alarm_topic ? 1 : 0
+
+  name              = "${var.name}-alarms"
+  kms_master_key_id = var.alarm_topic_kms_key_arn
+  tags              = var.tags
+}
+
+resource "aws_sns_topic_subscription" "alarms_to_tasks" {
+  count = var.alarm_topic ? 1 : 0
+
+  topic_arn            = aws_sns_topic.alarms[0].arn
+  protocol             = "sqs"
+  endpoint             = aws_sqs_queue.tasks.arn
+  raw_message_delivery = false
+
+  # The queue policy must allow the topic before SNS confirms the
+  # subscription's first delivery.
+  depends_on = [aws_sqs_queue_policy.tls_only]
 }
 
 # ---------------------------------------------------------------------------

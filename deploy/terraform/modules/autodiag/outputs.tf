@@ -93,3 +93,8 @@ output "group_metrics" {
   description = "Group metrics the caller's Auto Scaling group must publish (enabled_metrics, 1Minute granularity) for the terminating-stuck alarm."
   value       = ["GroupTerminatingInstances"]
 }
+
+output "alarm_topic_arn" {
+  description = "ARN of the alarm topic subscribed to the task queue: the alarm_actions of CloudWatch alarms that should run diagnostics; null unless alarm_topic."
+  value       = one(aws_sns_topic.alarms[*].arn)
+}

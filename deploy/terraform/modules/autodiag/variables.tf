@@ -210,6 +210,18 @@ variable "alarm_sns_topic_arn" {
   default     = null
 }
 
+variable "alarm_topic" {
+  description = "Create an SNS topic (<name>-alarms) subscribed to the task queue (raw delivery off), with the queue policy allowing it: CloudWatch alarms whose actions publish to it become the tasks their route makes. For SSE-KMS queues (queue_kms_key_arn) the key policy must also let sns.amazonaws.com use the key."
+  type        = bool
+  default     = false
+}
+
+variable "alarm_topic_kms_key_arn" {
+  description = "KMS key that encrypts the alarm topic; null means no encryption at rest (CloudWatch alarms can publish to an encrypted topic only when the key policy lets cloudwatch.amazonaws.com use it)."
+  type        = string
+  default     = null
+}
+
 variable "tags" {
   description = "Tags added to every taggable resource."
   type        = map(string)

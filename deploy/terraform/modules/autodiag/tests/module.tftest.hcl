@@ -10,6 +10,12 @@ mock_provider "aws" {
     }
   }
 
+  mock_resource "aws_sns_topic" {
+    defaults = {
+      arn = "arn:aws:sns:eu-west-1:123456789012:autodiag-alarms"
+    }
+  }
+
   mock_resource "aws_iam_role" {
     defaults = {
       arn = "arn:aws:iam::123456789012:role/autodiag"
@@ -107,6 +113,42 @@ run "imds_source_has_no_notification_queue" {
   assert {
     condition     = output.lifecycle_sources == tolist(["signal", "imds"]) && output.lifecycle_queue_url == null
     error_message = "outputs for the agent config"
+  }
+}
+
+run "alarm_topic_subscribed_to_the_task_queue" {
+  command = apply
+
+  variables {
+    alarm_topic = true
+  }
+
+  assert {
+    condition     = length(aws_sns_topic.alarms) == 1 && aws_sns_topic.alarms[0].name == "autodiag-alarms"
+    error_message = "alarm_topic must create the <name>-alarms topic"
+  }
+  assert {
+    condition = (aws_sns_topic_subscription.alarms_to_tasks[0].protocol == "sqs" &&
+      aws_sns_topic_subscription.alarms_to_tasks[0].endpoint == aws_sqs_queue.tasks.arn &&
+    aws_sns_topic_subscription.alarms_to_tasks[0].topic_arn == aws_sns_topic.alarms[0].arn)
+    error_message = "the alarm topic must be subscribed to the task queue"
+  }
+  assert {
+    condition     = aws_sns_topic_subscription.alarms_to_tasks[0].raw_message_delivery == false
+    error_message = "raw delivery must stay off: the SNS envelope tells an alarm from a task"
+  }
+  assert {
+    condition     = output.alarm_topic_arn == aws_sns_topic.alarms[0].arn
+    error_message = "alarm_topic_arn must name the topic"
+  }
+}
+
+run "no_alarm_topic_by_default" {
+  command = plan
+
+  assert {
+    condition     = length(aws_sns_topic.alarms) == 0 && length(aws_sns_topic_subscription.alarms_to_tasks) == 0
+    error_message = "without alarm_topic no topic or subscription exists"
   }
 }
 

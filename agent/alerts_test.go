@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// fakeBatchSQS records SendMessageBatch calls; failIn makes that call's
+// first entry fail.
+type fakeBatchSQS struct {
+	mu     sync.Mutex
+	calls  [][]string
+	failIn int
+	err    error
+}
+
+var _ sqsBatchAPI = (*fakeBatchSQS)(nil)
+
+func (f *fakeBatchSQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	var bodies []string
+	for _, e := range in.Entries {
+		bodies = append(bodies, aws.ToString(e.MessageBody))
+	}
+	f.calls = append(f.calls, bodies)
+	out := &sqs.SendMessageBatchOutput{}
+	if len(f.calls) == f.failIn {
+		out.Failed = []types.BatchResultErrorEntry{{Id: in.Entries[0].Id, Code: aws.String("InternalError"), Message: aws.String("try again")}}
+	}
+	return out, nil
+}
+
+func alertTasks(n int) []task.Task {
+	ts := make([]task.Task, n)
+	for i := range ts {
+		ts[i] = task.Task{ID: "t" + string(rune('a'+i)), Host: "web-1", Diagnostic: "uptime"}
+	}
+	return ts
+}
+
+func TestSQSSenderSendsInBatchesOfTen(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tasks   int
+		failIn  int
+		err     error
+		sizes   []int
+		wantErr string
+	}{
+		{name: "none", tasks: 0},
+		{name: "one call", tasks: 10, sizes: []int{10}},
+		{name: "chunks", tasks: 23, sizes: []int{10, 10, 3}},
+		{name: "a failed entry fails the send", tasks: 23, failIn: 2, sizes: []int{10, 10}, wantErr: "1 of 10 entries failed, first InternalError"},
+		{name: "a failed call", tasks: 3, err: errors.New("boom"), wantErr: "boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeBatchSQS{failIn: tc.failIn, err: tc.err}
+			err := NewSQSSender(f, "https://sqs.example/q").SendBatch(t.Context(), alertTasks(tc.tasks))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			var sizes []int
+			for _, c := range f.calls {
+				sizes = append(sizes, len(c))
+				for _, b := range c {
+					var got task.Task
+					if err := json.Unmarshal([]byte(b), &got); err != nil || got.Diagnostic != "uptime" {
+						t.Fatalf("body %s is not the task: %v", b, err)
+					}
+				}
+			}
+			if len(sizes) != len(tc.sizes) || (len(sizes) > 0 && !equalInts(sizes, tc.sizes)) {
+				t.Fatalf("batch sizes %v, want %v", sizes, tc.sizes)
+			}
+		})
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+const alarmConfig = `
+workers: 2
+diagnostics:
+  - name: uptime
+    command: [/bin/echo, "{host}"]
+    timeout: 10s
+limiter:
+  hosts:
+    allow: ['^[a-z0-9-]+$']
+routes:
+  - name: ec2-status
+    match: {source: [cloudwatch], name: '^StatusCheckFailed'}
+    host: '{{ .Dimensions.InstanceId }}'
+    tasks: [{diagnostic: uptime}]
+`
+
+// TestQueueAlarmBecomesItsRouteTasks: a CloudWatch alarm in its SNS
+// envelope on the task queue runs its route's task and is counted as an
+// alert, not as a task; an OK transition is ignored; an SNS message that
+// is not an alarm is rejected; a plain task still runs.
+func TestQueueAlarmBecomesItsRouteTasks(t *testing.T) {
+	ta := startAgent(t, alarmConfig)
+	alarm, err := os.ReadFile("alert/testdata/sns_cloudwatch_alarm.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := os.ReadFile("alert/testdata/sns_cloudwatch_ok.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAlarm := `{"Type":"Notification","MessageId":"m","TopicArn":"arn:aws:sns:eu-west-1:1:t","Message":"hello"}`
+	for _, b := range []string{string(alarm), string(ok), notAlarm, `{"id":"plain","host":"web-1","diagnostic":"uptime"}`} {
+		if _, err := ta.d.Source.Send(t.Context(), []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the alarm's task and the plain task to run, the bad envelope to be rejected", func() bool {
+		return ta.outcome(OutcomeSucceeded) == 2 && ta.outcome(OutcomeRejected) == 1
+	})
+	alerts := func(result string) float64 { return alertsTotal(t, ta.Agent, alert.SourceCloudWatch, result) }
+	waitFor(t, "the alerts to be counted", func() bool {
+		return alerts(alert.ResultAccepted) == 1 && alerts(alert.ResultIgnored) == 1 && alerts(alert.ResultRejected) == 1
+	})
+	recs := ta.Status()
+	if n := recs.Outcomes[OutcomeSucceeded] + recs.Outcomes[OutcomeRejected]; n != 3 {
+		t.Fatalf("outcomes %v: the accepted and ignored envelopes must have no task outcome", recs.Outcomes)
+	}
+}
+
+// TestIntakeHandlerNeedsItsCredentials: a named variable that is unset is
+// an *IntakeError, which cmd maps to exit 2.
+func TestIntakeHandlerNeedsItsCredentials(t *testing.T) {
+	cfg, err := LoadConfig([]byte("intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewIntakeHandler(cfg, IntakeOptions{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "", false }})
+	var ie *IntakeError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "TOKEN is unset") {
+		t.Fatalf("err = %v, want an *IntakeError naming TOKEN", err)
+	}
+	if _, err := NewIntakeHandler(cfg, IntakeOptions{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "t", true }}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// alertsTotal reads autodiag_alerts_total{source,result} from the agent's
+// registry.
+func alertsTotal(t *testing.T, a *Agent, source, result string) float64 {
+	t.Helper()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "autodiag_alerts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["source"] == source && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

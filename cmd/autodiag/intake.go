@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/alert"
+)
+
+// intakeShutdownTimeout bounds the wait for intake requests in progress at
+// exit. Requests begun before the drain had the whole drain to finish;
+// those since are answered 503 at once, so little is left to wait for.
+const intakeShutdownTimeout = time.Second
+
+// intakeServer serves the intake listener until shutdown.
+type intakeServer struct {
+	srv  *http.Server
+	addr string
+	done chan struct{}
+}
+
+// serveIntake listens on intake.addr and serves h there, with TLS when
+// intake.tls names the files. A listener beyond loopback without
+// credentials never gets here: config validation and the handler's
+// construction refuse it.
+func serveIntake(ctx context.Context, cfg alert.IntakeConfig, h http.Handler, log *slog.Logger) (*intakeServer, error) {
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("intake listener: %w", err)
+	}
+	srv := alert.NewServer(cfg, h)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	s := &intakeServer{srv: srv, addr: ln.Addr().String(), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		var err error
+		if cfg.TLS.Enabled() {
+			err = srv.ServeTLS(ln, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("intake server stopped", "err", err)
+		}
+	}()
+	log.Info("intake listening", "addr", s.addr, "tls", cfg.TLS.Enabled())
+	return s, nil
+}
+
+// shutdown stops accepting, lets requests in progress finish for at most
+// intakeShutdownTimeout, then closes what is left and waits for the
+// server's goroutine. nil is a no-op (no intake configured).
+func (s *intakeServer) shutdown() {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), intakeShutdownTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.done
+}
+
+// startAgentIntake serves a's intake when intake.addr is set; nil
+// otherwise. Missing credentials are a configuration error (exit 2).
+func startAgentIntake(ctx context.Context, cfg agent.Config, a *agent.Agent, log *slog.Logger) (*intakeServer, error) {
+	if !cfg.Intake.Enabled() {
+		return nil, nil
+	}
+	h, err := a.IntakeHandler(os.LookupEnv)
+	if err != nil {
+		return nil, intakeStartError(err)
+	}
+	return serveIntake(ctx, cfg.Intake, h, log.With("component", "intake"))
+}
+
+// intakeStartError makes an *agent.IntakeError a usage error (exit 2).
+func intakeStartError(err error) error {
+	if errors.As(err, new(*agent.IntakeError)) {
+		return usageError{fmt.Errorf("start: %w", err)}
+	}
+	return fmt.Errorf("start: %w", err)
+}
+
+func (c *cli) intakeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "intake",
+		Short: "Run only the alert intake listener (no workers), sending tasks to the fleet's SQS queue",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			return c.runIntake(cfg)
+		},
+	}
+}
+
+// runIntake serves the intake until a signal: the first answers 503 from
+// then on and stops after intakeDrainGrace, so a load balancer sees the
+// intake go unready before its connections close; a second stops at once.
+func (c *cli) runIntake(cfg agent.Config) error {
+	log := newLogger(c.stderr, cfg.LogLevel)
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigc)
+	ctx := context.Background()
+	in, err := agent.OpenIntake(ctx, cfg, c.openOptions(log), os.LookupEnv)
+	if err != nil {
+		return intakeStartError(err)
+	}
+	srv, err := serveIntake(ctx, cfg.Intake, in.Handler, log.With("component", "intake"))
+	if err != nil {
+		return err
+	}
+	defer srv.shutdown()
+	s := <-sigc
+	log.Info("signal received: intake answers 503 and stops", "signal", s.String(), "grace", intakeDrainGrace.Seconds())
+	in.StartDrain()
+	t := time.NewTimer(intakeDrainGrace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-sigc:
+	}
+	return nil
+}
+
+// intakeDrainGrace is how long a stopping standalone intake answers 503
+// before it closes: a few health checks of a load balancer.
+const intakeDrainGrace = 5 * time.Second
+
+func (c *cli) routesCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "routes", Short: "Alert routing tools"}
+	var source string
+	test := &cobra.Command{
+		Use:   "test FILE",
+		Short: "Show the route and tasks each alert of a saved payload would make, consuming nothing",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "source"); err != nil {
+				return err
+			}
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			body, err := os.ReadFile(args[0])
+			if err != nil {
+				return usageError{fmt.Errorf("routes test: %w", err)}
+			}
+			return c.routesTest(cfg, source, body)
+		},
+	}
+	test.Flags().StringVar(&source, "source", "", "payload format: alertmanager, zabbix, cloudwatch or generic")
+	cmd.AddCommand(test)
+	return cmd
+}
+
+// routesTest prints, for each alert of body, its route and tasks or why it
+// makes none. Nothing is sent: the router only builds and validates.
+func (c *cli) routesTest(cfg agent.Config, source string, body []byte) error {
+	v, err := agent.NewValidator(cfg)
+	if err != nil {
+		return err
+	}
+	router, err := alert.NewRouter(cfg.Routes, v)
+	if err != nil {
+		return usageError{fmt.Errorf("routes: %w", err)}
+	}
+	p, ok, err := alert.Decode(source, body)
+	if !ok {
+		return usageError{fmt.Errorf("--source %q: want alertmanager, zabbix, cloudwatch or generic", source)}
+	}
+	if err != nil {
+		return fmt.Errorf("payload refused (%s): %w", alert.Reason(err), err)
+	}
+	ans := router.RoutePayload(p, time.Now())
+	why := map[int]alert.Outcome{}
+	for _, o := range append(append([]alert.Outcome{}, ans.Ignored...), ans.Rejected...) {
+		why[o.Index] = o
+	}
+	idx := map[int]bool{}
+	for i := range why {
+		idx[i] = true
+	}
+	for i := range ans.Decisions {
+		idx[i] = true
+	}
+	order := make([]int, 0, len(idx))
+	for i := range idx {
+		order = append(order, i)
+	}
+	sort.Ints(order)
+	alerts := map[int]alert.Alert{}
+	for _, it := range p.Items {
+		alerts[it.Index] = it.Alert
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tALERT\tROUTE\tRESULT\tTASKS / REASON")
+	for _, i := range order {
+		d := ans.Decisions[i]
+		name := alerts[i].Name
+		if name == "" {
+			name = "-"
+		}
+		route := d.Route
+		if route == "" {
+			route = "-"
+		}
+		if d.Result == alert.ResultAccepted {
+			var ts []string
+			for _, t := range d.Tasks {
+				ts = append(ts, taskLine(t.Diagnostic, t.Host, t.Params))
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i, name, route, d.Result, strings.Join(ts, "; "))
+			continue
+		}
+		o := why[i]
+		result := d.Result
+		if result == "" {
+			result = alert.ResultIgnored
+			for _, r := range ans.Rejected {
+				if r.Index == i {
+					result = alert.ResultRejected
+				}
+			}
+		}
+		reason := o.Reason
+		if o.Detail != "" {
+			reason += " (" + o.Detail + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i, name, route, result, reason)
+	}
+	if p.Truncated > 0 {
+		fmt.Fprintf(tw, "-\t-\t-\ttruncated\t%d alerts left out by the sender\n", p.Truncated)
+	}
+	return tw.Flush()
+}
+
+func taskLine(diagnostic, host string, params map[string]string) string {
+	s := diagnostic + " host=" + host
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s += " " + k + "=" + params[k]
+	}
+	return s
+}
