@@ -27,8 +27,11 @@ type Status struct {
 	Outcomes   map[string]int64 `json:"outcomes"`
 	// RedisUp is whether Redis answered the last check; absent without
 	// Redis (embedded mode).
-	RedisUp *bool        `json:"redis_up,omitempty"`
-	Drain   *DrainStatus `json:"drain,omitempty"`
+	RedisUp *bool `json:"redis_up,omitempty"`
+	// RecentTasks are the ids of the newest task outcomes, newest first,
+	// for GET /v1/tasks/{id}.
+	RecentTasks []string     `json:"recent_tasks"`
+	Drain       *DrainStatus `json:"drain,omitempty"`
 }
 
 // DrainStatus is the drain block of Status.
@@ -79,6 +82,7 @@ func (a *Agent) Status() Status {
 		// Outside a drain the tracker still counts received work.
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
+	s.RecentTasks = a.recentTasks(recentTaskIDs)
 	counts := a.outcomes.snapshot()
 	for _, o := range Outcomes() {
 		s.Outcomes[o] = counts[o]
@@ -121,6 +125,7 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, http.StatusAccepted, map[string]any{"state": a.drain.State().String(), "started": started})
 	})
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
+	mux.HandleFunc("GET /v1/tasks/{id}", a.getTask)
 	return mux
 }
 

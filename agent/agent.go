@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -54,6 +55,11 @@ type Deps struct {
 	Clock      Clock
 	// Runner executes diagnostics; nil = a default *runner.Runner.
 	Runner Runner
+	// Outbox holds notifications until a sink took them; nil = in memory.
+	Outbox notify.Outbox
+	// LookupEnv reads the sinks' url_env and secret_env; nil = an empty
+	// environment.
+	LookupEnv func(string) (string, bool)
 }
 
 // Agent is one `autodiag run`: it wires intake, the job pipeline, the
@@ -73,6 +79,7 @@ type Agent struct {
 	sup       *supervisor
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
+	notifier  *notifier  // nil = no sinks
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -136,6 +143,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
 		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake, hard: a.hard}
+	if err := a.wireResults(); err != nil {
+		return nil, err
+	}
 	a.m.redisUp.Set(1)
 	return a, nil
 }
@@ -217,6 +227,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.sup.start(drain.Trigger{Source: tr.Source, Reason: tr.Reason, Deadline: tr.Deadline}, tr.Action)
 			})
 		})
+	}
+	if a.notifier != nil {
+		// Stopped by the supervisor before the lifecycle completion.
+		g.Go(func() error { return a.notifier.d.Run(gctx) })
 	}
 	var runErr error
 	g.Go(func() error {

@@ -14,7 +14,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/task"
@@ -44,6 +46,20 @@ type Config struct {
 	// name the two packages' settings the section holds.
 	LifecycleSection `yaml:"lifecycle"`
 	CloudWatch       CloudWatchConfig `yaml:"cloudwatch"`
+	// Results says what happens to a diagnostic's output once it ran
+	// (redaction); each diagnostic's max_output bounds what is kept.
+	Results ResultsConfig `yaml:"results"`
+	// Notify lists the sinks told about task outcomes and drains; empty
+	// = no notifications.
+	Notify []notify.SinkConfig `yaml:"notify"`
+	// NotifyMaxAge gives up an event not delivered by then (default 24h).
+	NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+}
+
+// ResultsConfig is the `results:` section. The redaction keys
+// (results.redact, results.redact_defaults) are the redact package's.
+type ResultsConfig struct {
+	Redact redact.Config `yaml:",inline"`
 }
 
 // LimiterConfig is the `limiter:` section: the limiter's settings and,
@@ -172,6 +188,7 @@ func DefaultConfig() Config {
 		Limiter:          lim,
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
+		NotifyMaxAge:     notify.DefaultMaxAge,
 	}
 }
 
@@ -291,6 +308,9 @@ func (c Config) Validate() error {
 		p.addf("lifecycle.queue_url", "must not be the task queue")
 	}
 	p.adopt("cloudwatch", c.CloudWatch.Validate())
+	p.adopt("results", c.Results.Redact.Validate())
+	p.adopt("notify", notify.ValidateSinks(c.Notify))
+	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
 	return p.err()
 }
 

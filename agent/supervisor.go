@@ -55,6 +55,7 @@ type supervisor struct {
 	instanceID   string
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
+	notifier   *notifier // nil = no sinks
 	// hard ends on a fast exit.
 	hard context.Context
 
@@ -78,6 +79,7 @@ func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
 	}
 	s.m.drainState.Set(1)
 	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", s.drain.Progress().Deadline)
+	s.notifier.drainStarted(s.drain.Progress())
 	return true
 }
 
@@ -171,6 +173,7 @@ func (s *supervisor) run(ctx context.Context) error {
 			s.persist(tr, action, false)
 		}
 	}
+	s.notifier.drainEnded(p, drainResult(s.cfg, action, errors.Is(err, drain.ErrTimedOut)))
 	if action != nil {
 		s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
@@ -224,6 +227,7 @@ func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, time
 	defer cancel()
 	if err := s.actor.Complete(cctx, action, result); err != nil {
 		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
+		s.notifier.completionFailed(s.drain.Progress())
 		return
 	}
 	s.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)

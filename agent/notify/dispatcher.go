@@ -260,6 +260,19 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.deliver(deliverCtx, dl, direct)
 		}()
 	}
+	// flushDirect starts this agent's own entries already handed over
+	// (a drain_* event written just before Stop), so that Stop's bound,
+	// not the race with this loop, decides whether they are sent.
+	flushDirect := func() {
+		for {
+			select {
+			case dl := <-d.direct:
+				start(dl, true)
+			default:
+				return
+			}
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var lastPending time.Time // the gauge is read from the outbox once per PollInterval
@@ -268,6 +281,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.stop:
+			flushDirect()
 			return nil
 		default:
 		}
@@ -311,6 +325,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.stop:
+			flushDirect()
 			return nil
 		case <-d.wake:
 		case <-timer.C:

@@ -75,7 +75,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
-	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd())
+	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd(), c.showCmd(), c.notifyCmd())
 	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
