@@ -82,7 +82,6 @@ func (a *Agent) Status() Status {
 		// Outside a drain the tracker still counts received work.
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
-	s.RecentTasks = a.recentTasks(recentTaskIDs)
 	counts := a.outcomes.snapshot()
 	for _, o := range Outcomes() {
 		s.Outcomes[o] = counts[o]
@@ -117,8 +116,10 @@ func (a *Agent) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, a.Status())
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		s := a.Status()
+		s.RecentTasks = a.recentTasks(r.Context(), recentTaskIDs)
+		writeJSON(w, http.StatusOK, s)
 	})
 	mux.HandleFunc("POST /v1/drain", func(w http.ResponseWriter, r *http.Request) {
 		started := a.Drain("admin", "POST /v1/drain from "+r.RemoteAddr)

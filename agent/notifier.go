@@ -16,7 +16,10 @@ import (
 // outbox write bounded by redis.timeout; delivery happens on the
 // dispatcher's workers, so nothing here waits for a sink.
 type notifier struct {
-	d       *notify.Dispatcher
+	d *notify.Dispatcher
+	// base is what the outbox writes and Stop derive their bounds from:
+	// never cancelled, so an event is written mid-shutdown too.
+	base    context.Context
 	timeout time.Duration // of each outbox write (redis.timeout)
 	clock   Clock
 	log     *slog.Logger
@@ -63,7 +66,10 @@ func (n *notifier) drainStarted(p drain.Progress) {
 // cut work short or the action is abandoned) and stops the dispatcher
 // within what is left of the drain deadline, so that the lifecycle
 // completion that follows is never late because of a sink. What is not
-// delivered by then stays in the outbox for other agents.
+// delivered by then stays in the outbox for other agents. Its bound is
+// the drain deadline's, not the caller's context.
+//
+//nolint:contextcheck // see above
 func (n *notifier) drainEnded(p drain.Progress, result string) {
 	if n == nil {
 		return
@@ -80,7 +86,7 @@ func (n *notifier) drainEnded(p drain.Progress, result string) {
 	if p.Deadline.IsZero() {
 		left = 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(left, 0))
+	ctx, cancel := context.WithTimeout(n.base, max(left, 0))
 	defer cancel()
 	if err := n.d.Stop(ctx); err != nil {
 		n.log.Warn("notifications cut short by the drain deadline; the outbox keeps them for other agents", "err", err)
@@ -115,11 +121,14 @@ func drainOf(p drain.Progress, result string) *notify.Drain {
 	return d
 }
 
-// enqueue writes ev to the outbox in one call bounded by redis.timeout,
-// on a context of its own so that it lands mid-shutdown too. A failure is
-// logged (the event is lost) and never holds the caller.
+// enqueue writes ev to the outbox in one call bounded by redis.timeout.
+// A failure is logged (the event is lost) and never holds the caller.
+// Its context is detached from the caller's by design: an event is
+// written mid-shutdown too.
+//
+//nolint:contextcheck // see above
 func (n *notifier) enqueue(ev notify.Event, attrs ...any) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.timeout)
+	ctx, cancel := context.WithTimeout(n.base, n.timeout)
 	defer cancel()
 	if _, err := n.d.Enqueue(ctx, ev); err != nil {
 		n.log.Warn("notification not written to the outbox; it is lost",

@@ -42,18 +42,36 @@ func (p *pipeline) openRecord(j *job) state.TaskRecord {
 // LimiterSummary is the limiter's decision on a denied task, as its
 // record and notifications carry it.
 type LimiterSummary struct {
-	Rule       string           `json:"rule"`
-	Limit      string           `json:"limit"`
-	Reason     string           `json:"reason"`
-	RetryAfter float64          `json:"retry_after_seconds"`
-	Degraded   bool             `json:"degraded,omitempty"`
-	Counters   limiter.Counters `json:"counters"`
+	Rule       string          `json:"rule"`
+	Limit      string          `json:"limit"`
+	Reason     string          `json:"reason"`
+	RetryAfter float64         `json:"retry_after_seconds"`
+	Degraded   bool            `json:"degraded,omitempty"`
+	Counters   LimiterCounters `json:"counters"`
+}
+
+// LimiterCounters are the denying rule's counters after the decision;
+// limits the rule does not have are zero.
+type LimiterCounters struct {
+	DailyUsed        int     `json:"daily_used"`
+	DailyLimit       int     `json:"daily_limit"`
+	SinceLast        float64 `json:"since_last_seconds"`
+	WindowCount      int     `json:"window_count"`
+	WindowLimit      int     `json:"window_limit"`
+	BucketLevel      float64 `json:"bucket_level"`
+	BucketCapacity   float64 `json:"bucket_capacity"`
+	Running          int     `json:"running"`
+	ConcurrencyLimit int     `json:"concurrency_limit"`
 }
 
 // limiterSummary shapes dec for the task record.
 func limiterSummary(dec limiter.Decision) json.RawMessage {
+	c := dec.Counters
 	b, _ := json.Marshal(LimiterSummary{Rule: dec.Rule, Limit: dec.Limit, Reason: dec.Reason,
-		RetryAfter: dec.RetryAfter.Seconds(), Degraded: dec.Degraded, Counters: dec.Counters})
+		RetryAfter: dec.RetryAfter.Seconds(), Degraded: dec.Degraded, Counters: LimiterCounters{
+			DailyUsed: c.DailyUsed, DailyLimit: c.DailyLimit, SinceLast: c.SinceLast.Seconds(),
+			WindowCount: c.WindowCount, WindowLimit: c.WindowLimit, BucketLevel: c.BucketLevel,
+			BucketCapacity: c.BucketCapacity, Running: c.Running, ConcurrencyLimit: c.ConcurrencyLimit}})
 	return b
 }
 
@@ -104,12 +122,10 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 
 // recentTasks lists the ids of the newest task outcomes (the audit
 // stream), newest first, for `autodiag status` without Redis.
-func (a *Agent) recentTasks(n int) []string {
-	var entries []state.AuditEntry
-	err := callWithin(a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
-		entries, err = a.d.Store.RecentAudit(ctx, n)
-		return err
-	})
+func (a *Agent) recentTasks(ctx context.Context, n int) []string {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Redis.Timeout)
+	defer cancel()
+	entries, err := a.d.Store.RecentAudit(ctx, n)
 	if err != nil {
 		return nil
 	}
@@ -161,7 +177,7 @@ func (a *Agent) wireResults() error {
 	if err != nil {
 		return fmt.Errorf("agent: notify: %w", err)
 	}
-	a.notifier = &notifier{d: disp, timeout: a.cfg.Redis.Timeout, clock: a.d.Clock, log: a.log.With("component", "notify")}
+	a.notifier = &notifier{d: disp, base: context.WithoutCancel(a.hard), timeout: a.cfg.Redis.Timeout, clock: a.d.Clock, log: a.log.With("component", "notify")}
 	a.pipeline.notifier = a.notifier
 	a.sup.notifier = a.notifier
 	return nil
