@@ -1,11 +1,18 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/notify"
 )
 
 // GET /v1/tasks/{id} in embedded mode: a run task with its output and
@@ -104,5 +111,70 @@ notify_max_age: 10s
 	}
 	if rules := cfg.Results.Redact.Effective(); len(rules) < 2 || rules[0].Name != "ticket" {
 		t.Errorf("effective rules %v, want ticket then the defaults", rules)
+	}
+}
+
+// A drain whose sink never answers ends within lifecycle.drain_timeout:
+// the dispatcher is stopped with what is left of the deadline, not the
+// sink's timeout.
+func TestDrainNotBlockedBySilentSink(t *testing.T) {
+	t.Parallel()
+	hang := make(chan struct{})
+	var mu sync.Mutex
+	var events []string
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		events = append(events, r.Header.Get(notify.HeaderEvent))
+		mu.Unlock()
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer sink.Close()
+	defer close(hang)
+	const drainTimeout = 3 * time.Second
+	cfg, err := LoadConfig([]byte(fmt.Sprintf(`
+diagnostics:
+  - {name: echo, command: [/bin/echo, hi], timeout: 1s}
+lifecycle:
+  drain_timeout: %s
+notify:
+  - {name: slow, type: webhook, url: '%s', allow_http: true, timeout: 50s, on: [succeeded, drain_started, drain_completed]}
+`, drainTimeout, sink.URL)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "test-host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	// A task's event reaches the sink (the dispatcher runs) and hangs there.
+	ta := &testAgent{Agent: a, srv: srv}
+	if code, out := ta.post(t, `{"host":"a","diagnostic":"echo"}`); code != http.StatusAccepted {
+		t.Fatalf("POST: %d %v", code, out)
+	}
+	waitFor(t, "the succeeded event at the sink", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(events, "succeeded")
+	})
+	start := time.Now()
+	a.Drain("test", "silent sink")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(drainTimeout + 5*time.Second):
+		t.Fatalf("Run still running %s after the drain began; the silent sink holds it", drainTimeout+5*time.Second)
+	}
+	if took := time.Since(start); took > drainTimeout+time.Second {
+		t.Errorf("drain took %s, want within drain_timeout %s", took, drainTimeout)
 	}
 }

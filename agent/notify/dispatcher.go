@@ -239,6 +239,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("notify: dispatcher: Run called twice")
 	}
 	d.started = true
+	if d.stopped {
+		// Stop came first and waited for nothing: a delivery started now
+		// would have no bound but its sink's timeout.
+		d.mu.Unlock()
+		close(d.done)
+		return nil
+	}
 	// Deliveries outlive a cancelled ctx (SIGTERM stops intake, not work
 	// in flight); Stop's deadline cancels them.
 	deliverCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
