@@ -88,7 +88,8 @@ func NewTaskView(rec state.TaskRecord) TaskView {
 	if rec.Alert != nil {
 		v.Alert = &notify.Alert{Source: rec.Alert.Source, Name: rec.Alert.Name, EventID: rec.Alert.EventID}
 	}
-	if rec.Status == state.StatusDone && !rec.StartedAt.IsZero() && rec.Limiter == nil {
+	switch rec.Outcome {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeTimedOut: // the diagnostic ran
 		code := rec.ExitCode
 		v.ExitCode = &code
 	}

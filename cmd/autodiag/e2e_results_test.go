@@ -46,17 +46,22 @@ type hookRequest struct {
 	body                       []byte
 }
 
-// hookReceiver is an httptest webhook receiver that answers 500 to the
-// first failN requests and 200 after.
+// hookReceiver is an httptest webhook receiver that answers failCode to
+// the first failN requests and 200 after.
 type hookReceiver struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	reqs  []hookRequest
-	failN int
+	srv      *httptest.Server
+	mu       sync.Mutex
+	reqs     []hookRequest
+	failN    int
+	failCode int
 }
 
 func newHookReceiver(t *testing.T, failN int) *hookReceiver {
-	h := &hookReceiver{failN: failN}
+	return newHookReceiverCode(t, failN, http.StatusInternalServerError)
+}
+
+func newHookReceiverCode(t *testing.T, failN, failCode int) *hookReceiver {
+	h := &hookReceiver{failN: failN, failCode: failCode}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
@@ -65,7 +70,7 @@ func newHookReceiver(t *testing.T, failN int) *hookReceiver {
 		fail := len(h.reqs) <= h.failN
 		h.mu.Unlock()
 		if fail {
-			w.WriteHeader(http.StatusInternalServerError)
+			w.WriteHeader(h.failCode)
 			return
 		}
 		w.WriteHeader(http.StatusOK)
@@ -293,4 +298,43 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A 400 gives the event up at once; `autodiag notify dead` lists it and
+// --requeue puts it back, to be delivered with its delivery id.
+func TestNotifyDeadRequeue(t *testing.T) {
+	_, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	hook := newHookReceiverCode(t, 1, http.StatusBadRequest)
+	cfg := sqsAgentConfig{instance: "agent-d", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	yaml := cfg.yaml() + notifyYAML(hook.srv.URL, "succeeded")
+	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
+	a := startProc(t, yaml, env...)
+	fq.send(t, sqsTaskBody("ok-1", "noop"))
+	eventually(t, 30*time.Second, "the succeeded event refused", func() bool { return len(hook.of("succeeded")) == 1 })
+	cfgPath := sqsWriteConfig(t, yaml)
+	var stdout string
+	eventually(t, 10*time.Second, "the event in the dead list", func() bool {
+		_, stdout, _ = runCLI(t, nil, "notify", "dead", "--config", cfgPath)
+		return strings.Contains(stdout, "status_400")
+	})
+	first := hook.of("succeeded")[0].delivery
+	if !strings.Contains(stdout, first) || !strings.Contains(stdout, "hook") {
+		t.Errorf("notify dead = %q, want delivery %s of sink hook", stdout, first)
+	}
+	code, stdout, stderr := runCLI(t, nil, "notify", "dead", "--requeue", "--config", cfgPath)
+	if code != 0 || !strings.Contains(stdout, "requeued 1") {
+		t.Fatalf("notify dead --requeue: exit %d %q %s", code, stdout, stderr)
+	}
+	eventually(t, 30*time.Second, "the requeued event delivered", func() bool { return len(hook.of("succeeded")) == 2 })
+	if again := hook.of("succeeded")[1].delivery; again != first {
+		t.Errorf("requeued delivery id %s, want %s", again, first)
+	}
+	if _, stdout, _ := runCLI(t, nil, "notify", "dead", "--config", cfgPath); strings.TrimSpace(stdout) != "" {
+		t.Errorf("dead list after the requeue: %q, want empty", stdout)
+	}
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(60 * time.Second); code != 0 {
+		t.Fatalf("exit %d after the drain, want 0", code)
+	}
 }
