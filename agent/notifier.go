@@ -66,11 +66,9 @@ func (n *notifier) drainStarted(p drain.Progress) {
 // cut work short or the action is abandoned) and stops the dispatcher
 // within what is left of the drain deadline, so that the lifecycle
 // completion that follows is never late because of a sink. What is not
-// delivered by then stays in the outbox for other agents. Its bound is
-// the drain deadline's, not the caller's context.
-//
-//nolint:contextcheck // see above
-func (n *notifier) drainEnded(p drain.Progress, result string) {
+// delivered by then stays in the outbox for other agents. The wait ends
+// early when stop ends (a fast exit).
+func (n *notifier) drainEnded(stop context.Context, p drain.Progress, result string) {
 	if n == nil {
 		return
 	}
@@ -86,7 +84,7 @@ func (n *notifier) drainEnded(p drain.Progress, result string) {
 	if p.Deadline.IsZero() {
 		left = 0
 	}
-	ctx, cancel := context.WithTimeout(n.base, max(left, 0))
+	ctx, cancel := context.WithTimeout(stop, max(left, 0))
 	defer cancel()
 	if err := n.d.Stop(ctx); err != nil {
 		n.log.Warn("notifications cut short by the drain deadline; the outbox keeps them for other agents", "err", err)

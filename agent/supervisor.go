@@ -173,7 +173,7 @@ func (s *supervisor) run(ctx context.Context) error {
 			s.persist(tr, action, false)
 		}
 	}
-	s.notifier.drainEnded(p, drainResult(s.cfg, action, errors.Is(err, drain.ErrTimedOut)))
+	s.notifier.drainEnded(ctx, p, drainResult(s.cfg, action, errors.Is(err, drain.ErrTimedOut)))
 	if action != nil {
 		s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
