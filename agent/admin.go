@@ -27,8 +27,11 @@ type Status struct {
 	Outcomes   map[string]int64 `json:"outcomes"`
 	// RedisUp is whether Redis answered the last check; absent without
 	// Redis (embedded mode).
-	RedisUp *bool        `json:"redis_up,omitempty"`
-	Drain   *DrainStatus `json:"drain,omitempty"`
+	RedisUp *bool `json:"redis_up,omitempty"`
+	// RecentTasks are the ids of the newest task outcomes, newest first,
+	// for GET /v1/tasks/{id}.
+	RecentTasks []string     `json:"recent_tasks"`
+	Drain       *DrainStatus `json:"drain,omitempty"`
 }
 
 // DrainStatus is the drain block of Status.
@@ -113,14 +116,17 @@ func (a *Agent) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, a.Status())
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		s := a.Status()
+		s.RecentTasks = a.recentTasks(r.Context(), recentTaskIDs)
+		writeJSON(w, http.StatusOK, s)
 	})
 	mux.HandleFunc("POST /v1/drain", func(w http.ResponseWriter, r *http.Request) {
 		started := a.Drain("admin", "POST /v1/drain from "+r.RemoteAddr)
 		writeJSON(w, http.StatusAccepted, map[string]any{"state": a.drain.State().String(), "started": started})
 	})
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
+	mux.HandleFunc("GET /v1/tasks/{id}", a.getTask)
 	return mux
 }
 

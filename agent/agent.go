@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -98,6 +99,11 @@ type Deps struct {
 	// AlertSender puts the tasks alerts become onto the task queue; nil =
 	// one Source.Send per task.
 	AlertSender alert.Sender
+	// Outbox holds notifications until a sink took them; nil = in memory.
+	Outbox notify.Outbox
+	// LookupEnv reads the sinks' url_env and secret_env; nil = an empty
+	// environment.
+	LookupEnv func(string) (string, bool)
 }
 
 // Agent is one `autodiag run`: it wires intake, the job pipeline, the
@@ -118,6 +124,7 @@ type Agent struct {
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
 	alerts    *alertRouting
+	notifier  *notifier // nil = no sinks
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -188,6 +195,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
 		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake}
+	if err := a.wireResults(); err != nil {
+		return nil, err
+	}
 	a.m.redisUp.Set(1)
 	return a, nil
 }
@@ -308,6 +318,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.sup.start(drain.Trigger{Source: tr.Source, Reason: tr.Reason, Deadline: tr.Deadline}, tr.Action)
 			})
 		})
+	}
+	if a.notifier != nil {
+		// Stopped by the supervisor before the lifecycle completion.
+		g.Go(func() error { return a.notifier.d.Run(gctx) })
 	}
 	var runErr error
 	g.Go(func() error {

@@ -15,7 +15,9 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/task"
@@ -51,6 +53,20 @@ type Config struct {
 	// listener and on the task queue (CloudWatch alarms); none = every
 	// alert is ignored (no_route).
 	Routes alert.Routes `yaml:"routes"`
+	// Results says what happens to a diagnostic's output once it ran
+	// (redaction); each diagnostic's max_output bounds what is kept.
+	Results ResultsConfig `yaml:"results"`
+	// Notify lists the sinks told about task outcomes and drains; empty
+	// = no notifications.
+	Notify []notify.SinkConfig `yaml:"notify"`
+	// NotifyMaxAge gives up an event not delivered by then (default 24h).
+	NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+}
+
+// ResultsConfig is the `results:` section. The redaction keys
+// (results.redact, results.redact_defaults) are the redact package's.
+type ResultsConfig struct {
+	Redact redact.Config `yaml:",inline"`
 }
 
 // LimiterConfig is the `limiter:` section: the limiter's settings and,
@@ -188,6 +204,7 @@ func DefaultConfig() Config {
 		Limiter:          lim,
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
+		NotifyMaxAge:     notify.DefaultMaxAge,
 	}
 }
 
@@ -310,6 +327,9 @@ func (c Config) Validate() error {
 	p.adopt("intake", c.Intake.Validate())
 	p.adopt("routes", c.Routes.Validate())
 	p.adopt("routes", c.routesInCatalog())
+	p.adopt("results", c.Results.Redact.Validate())
+	p.adopt("notify", notify.ValidateSinks(c.Notify))
+	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
 	return p.err()
 }
 

@@ -148,6 +148,10 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 	}
 	if res := e.result; res != nil {
 		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)
+		if (e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut) && len(res.Output) > 0 {
+			// Redacted by the pipeline before it got here.
+			attrs = append(attrs, "output", outputExcerpt(res.Output))
+		}
 	}
 	level := slog.LevelInfo
 	if e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut || e.outcome == OutcomeRejected {

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
@@ -82,6 +83,8 @@ type pipeline struct {
 	dedupeKey    string        // limiter.dedupe.key
 	storeTimeout time.Duration // redis.timeout
 	stateFail    string        // redis.state_fail
+	redactor     *redact.Redactor
+	notifier     *notifier // nil = no sinks
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -208,7 +211,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
 	err := p.storeCall(func(ctx context.Context) (err error) {
-		c, err = p.store.Claim(ctx, state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic}, p.instanceID, p.lease)
+		c, err = p.store.Claim(ctx, newRecord(j), p.instanceID, p.lease)
 		return err
 	})
 	if err != nil {
@@ -225,8 +228,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 		}
 		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
 			"detail", "the message's visibility is the only guard against a second run", "err", err)
-		return state.TaskRecord{ID: t.ID, Status: state.StatusRunning, Owner: p.instanceID, Host: t.Host,
-			Diagnostic: t.Diagnostic, StartedAt: p.clock.Now()}, true
+		return p.openRecord(j), true
 	}
 	switch c.Result {
 	case state.AlreadyDone:
@@ -287,7 +289,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
 		return false
 	default:
-		rec.Outcome, rec.Reason = OutcomeRateLimited, dec.Reason
+		rec.Outcome, rec.Reason, rec.Limiter = OutcomeRateLimited, dec.Reason, limiterSummary(dec)
 		p.finish(rec)
 		p.outcomes.end(j, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
 		p.ack(j)
@@ -334,6 +336,9 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "cancelled", detail: "running task cancelled by the drain deadline or a fast exit"})
 		return
 	}
+	// The one chokepoint: nothing below stores, logs or sends the output
+	// unredacted.
+	res.Output = p.redactor.Redact(res.Output)
 	rec.Outcome = res.Outcome
 	rec.ExitCode = res.ExitCode
 	rec.Output = string(res.Output)
@@ -456,6 +461,9 @@ func (p *pipeline) finish(rec state.TaskRecord) {
 		p.log.Warn("recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
 		p.keepRecord(rec)
+	}
+	if !errors.Is(err, state.ErrSuperseded) {
+		p.notifier.taskEnded(rec)
 	}
 }
 

@@ -59,6 +59,7 @@ type supervisor struct {
 	instanceID   string
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
+	notifier   *notifier // nil = no sinks
 
 	mu      sync.Mutex
 	trigger *drainTrigger
@@ -87,6 +88,7 @@ func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 	}
 	s.m.drainState.Set(1)
 	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", s.drain.Progress().Deadline)
+	s.notifier.drainStarted(s.drain.Progress())
 	return true
 }
 
@@ -231,6 +233,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 		}
 	}
 	var completeErr error
+	s.notifier.drainEnded(ctx, p, drainResult(s.cfg, action, errors.Is(err, drain.ErrTimedOut)))
 	if action != nil {
 		completeErr = s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
@@ -306,6 +309,7 @@ func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, time
 	defer cancel()
 	if err := s.actor.Complete(cctx, action, result); err != nil {
 		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
+		s.notifier.completionFailed(s.drain.Progress())
 		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
 	}
 	s.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)

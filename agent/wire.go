@@ -24,6 +24,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
@@ -42,6 +43,9 @@ type OpenOptions struct {
 	// reads its fallbacks; "" = where EC2 keeps them (package instance).
 	CloudInitPath   string
 	DMIAssetTagPath string
+	// LookupEnv reads the notification sinks' secrets (url_env,
+	// secret_env); nil = an empty environment.
+	LookupEnv func(string) (string, bool)
 }
 
 // Embedded reports whether cfg runs without AWS and Redis.
@@ -261,6 +265,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}
 	var store state.Store
 	var backend limiter.Backend
+	var outbox notify.Outbox // nil = in memory
 	if rc == nil {
 		store = state.NewMemory(state.MemoryOptions{})
 		backend = limiter.NewMemory()
@@ -268,6 +273,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		closers = append(closers, func() { _ = rc.Close() })
 		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
 		backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
+		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if perr := rc.Ping(pctx).Err(); perr != nil {
 			log.Warn("redis not answering at start; limiter rules apply their fail mode until it does", "err", perr)
@@ -282,7 +288,8 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}
 
 	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
-		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender}
+		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender,
+		Outbox: outbox, LookupEnv: o.LookupEnv}
 	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,

@@ -239,6 +239,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("notify: dispatcher: Run called twice")
 	}
 	d.started = true
+	if d.stopped {
+		// Stop came first and waited for nothing: a delivery started now
+		// would have no bound but its sink's timeout.
+		d.mu.Unlock()
+		close(d.done)
+		return nil
+	}
 	// Deliveries outlive a cancelled ctx (SIGTERM stops intake, not work
 	// in flight); Stop's deadline cancels them.
 	deliverCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -260,6 +267,19 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.deliver(deliverCtx, dl, direct)
 		}()
 	}
+	// flushDirect starts this agent's own entries already handed over
+	// (a drain_* event written just before Stop), so that Stop's bound,
+	// not the race with this loop, decides whether they are sent.
+	flushDirect := func() {
+		for {
+			select {
+			case dl := <-d.direct:
+				start(dl, true)
+			default:
+				return
+			}
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var lastPending time.Time // the gauge is read from the outbox once per PollInterval
@@ -268,6 +288,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.stop:
+			flushDirect()
 			return nil
 		default:
 		}
@@ -311,6 +332,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.stop:
+			flushDirect()
 			return nil
 		case <-d.wake:
 		case <-timer.C:

@@ -274,3 +274,46 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A Stop that comes before Run (a drain that ends as the agent starts)
+// leaves Run nothing to deliver: a delivery started then would be bounded
+// by its sink's timeout only, not by the Stop that already returned.
+func TestDispatcherRunAfterStopReturns(t *testing.T) {
+	clock := newFakeClock()
+	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: time.Hour, Clock: clock.Now})
+	rcv := newReceiver(t, 200)
+	rcv.hang = make(chan struct{})
+	defer close(rcv.hang)
+	sinks, err := NewSinks([]SinkConfig{{Name: "hook", Type: TypeWebhook, URL: rcv.URL, AllowHTTP: true,
+		On: EventTypes, Timeout: MaxTimeout}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDispatcher(ob, sinks, Options{InstanceID: "i-a", Clock: clock.Now, PollInterval: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Drain()
+	if _, err := d.Enqueue(context.Background(), Event{Type: EventDrainCompleted, Drain: &Drain{Source: "signal"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatalf("Stop before Run = %v, want nil", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run after Stop is still delivering; nothing bounds it")
+	}
+	if n, _ := ob.Pending(context.Background()); n != 1 {
+		t.Errorf("Pending = %d: the event must stay for another agent", n)
+	}
+}

@@ -304,3 +304,27 @@ func TestRedisScriptsReloadAfterFlush(t *testing.T) {
 		})
 	}
 }
+
+// A record written before the request and result fields existed reads
+// back with them empty.
+func TestRedisOldRecordReadable(t *testing.T) {
+	for name, c := range redisClients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := uniquePrefix(t, c)
+			old := `{"id":"old-1","status":"done","owner":"a","attempts":1,"host":"web-1","diagnostic":"uptime",` +
+				`"started_at":"2026-11-01T10:00:00Z","finished_at":"2026-11-01T10:00:01Z","exit_code":0,"output":"up 3 days","outcome":"succeeded"}`
+			if err := c.HSet(ctx, prefix+"task:{old-1}", "rec", old, "status", "done", "owner", "a", "attempts", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rec, ok, err := state.NewRedis(c, state.RedisOptions{Prefix: prefix}).Task(ctx, "old-1")
+			if err != nil || !ok {
+				t.Fatalf("Task = %v, %v", ok, err)
+			}
+			if rec.Output != "up 3 days" || rec.Outcome != "succeeded" || rec.Params != nil || rec.Alert != nil ||
+				rec.Limiter != nil || rec.Report != nil || !rec.ReceivedAt.IsZero() {
+				t.Errorf("record = %+v, want the old fields and the new ones empty", rec)
+			}
+		})
+	}
+}

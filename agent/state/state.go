@@ -7,6 +7,7 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -42,6 +43,29 @@ type TaskRecord struct {
 	Truncated  bool      `json:"truncated,omitempty"`
 	Outcome    string    `json:"outcome,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
+
+	// What the task asked for and why it ended, for GET /v1/tasks/{id}
+	// and notifications; a record written before these existed reads
+	// with them empty.
+	Params     map[string]string `json:"params,omitempty"`
+	Severity   string            `json:"severity,omitempty"`
+	Alert      *Alert            `json:"alert,omitempty"`
+	ReceivedAt time.Time         `json:"received_at,omitzero"`
+	// OutputURL is where the whole (redacted) output was uploaded; empty
+	// when it was not.
+	OutputURL string `json:"output_url,omitempty"`
+	// Limiter is the limiter's decision summary (rule, limit, counters)
+	// of a denied task, as JSON the agent shapes.
+	Limiter json.RawMessage `json:"limiter,omitempty"`
+	// Report is the root-cause report, as JSON; empty until one is made.
+	Report json.RawMessage `json:"report,omitempty"`
+}
+
+// Alert is the alert a task came from.
+type Alert struct {
+	Source  string `json:"source,omitempty"`
+	Name    string `json:"name,omitempty"`
+	EventID string `json:"event_id,omitempty"`
 }
 
 // ClaimResult says what Claim found.

@@ -95,7 +95,8 @@ const (
 // openOptions are the agent's start options from the environment.
 func (c *cli) openOptions(log *slog.Logger) agent.OpenOptions {
 	return agent.OpenOptions{Logger: log, Version: version,
-		CloudInitPath: os.Getenv(envCloudInitPath), DMIAssetTagPath: os.Getenv(envDMIPath)}
+		CloudInitPath: os.Getenv(envCloudInitPath), DMIAssetTagPath: os.Getenv(envDMIPath),
+		LookupEnv: os.LookupEnv}
 }
 
 func (c *cli) enqueueCmd() *cobra.Command {

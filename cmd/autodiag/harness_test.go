@@ -225,6 +225,15 @@ func (p *proc) getCode(path string) int {
 	return resp.StatusCode
 }
 
+// get is GET path on the agent, bounded by the test's context.
+func (p *proc) get(path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(p.t.Context(), http.MethodGet, p.url(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
+}
+
 // status fetches /v1/status.
 func (p *proc) status() map[string]any {
 	p.t.Helper()

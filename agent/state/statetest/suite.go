@@ -78,6 +78,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"MarkOnce", testMarkOnce},
 		{"MarkOnceConcurrent", testMarkOnceConcurrent},
+		{"RecordKeepsRequestAndResult", testRecordKeepsRequestAndResult},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -699,5 +700,39 @@ func testMarkOnceConcurrent(t *testing.T, s state.Store, _ *FakeClock) {
 	wg.Wait()
 	if firsts != 1 {
 		t.Fatalf("%d of %d concurrent MarkOnce calls were first, want exactly 1", firsts, n)
+	}
+}
+
+// testRecordKeepsRequestAndResult: what the task asked for (written by the
+// claim) and what explains its end (written by the finish) read back as
+// written, for GET /v1/tasks/{id}.
+func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *FakeClock) {
+	ctx := context.Background()
+	rec := task("full")
+	rec.Params = map[string]string{"mount": "/var"}
+	rec.Severity = "critical"
+	rec.Alert = &state.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "fp-1"}
+	rec.ReceivedAt = c.Now().Add(-time.Second)
+	cl, err := s.Claim(ctx, rec, "a", lease)
+	if err != nil || cl.Result != state.Claimed {
+		t.Fatalf("Claim = %v, %v", cl.Result, err)
+	}
+	running := mustTask(t, s, "full")
+	if running.Params["mount"] != "/var" || running.Alert == nil || running.Alert.Name != "DiskFull" ||
+		!running.ReceivedAt.Equal(rec.ReceivedAt) || running.Severity != "critical" {
+		t.Fatalf("running record = %+v, want the claim's request fields", running)
+	}
+	fin := cl.Record
+	fin.Outcome, fin.Reason = "rate_limited", "daily_exceeded"
+	fin.Limiter = []byte(`{"rule":"r","limit":"daily"}`)
+	fin.OutputURL = "s3://bucket/p/full.txt"
+	fin.Report = []byte(`{"summary":"disk full"}`)
+	if err := s.Finish(ctx, fin); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	got := mustTask(t, s, "full")
+	if string(got.Limiter) != string(fin.Limiter) || string(got.Report) != string(fin.Report) || got.OutputURL != fin.OutputURL ||
+		got.Params["mount"] != "/var" || got.Alert == nil || got.Alert.EventID != "fp-1" {
+		t.Fatalf("finished record = %+v, want the finish's fields and the request's", got)
 	}
 }

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/state"
+)
+
+// errNotFound is a task or entry that does not exist: exit 1.
+var errNotFound = errors.New("not found")
+
+// cliTimeout bounds the store or agent calls of one CLI command.
+const cliTimeout = 10 * time.Second
+
+func (c *cli) showCmd() *cobra.Command {
+	var (
+		asJSON bool
+		addr   string
+	)
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one task's record: outcome, times, its (redacted) output and report (exit 1 when there is none)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
+			defer cancel()
+			v, err := lookupTask(ctx, cfg, addr, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(c.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(v)
+			}
+			printTask(c.stdout, v)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as GET /v1/tasks/{id} returns it")
+	cmd.Flags().StringVar(&addr, "admin-addr", "", "local agent admin address when no Redis is configured (default: admin_addr of the config)")
+	return cmd
+}
+
+// lookupTask reads a task record from Redis when one is configured, else
+// from the local agent's admin API.
+func lookupTask(ctx context.Context, cfg agent.Config, addr, id string) (agent.TaskView, error) {
+	rc, err := agent.NewRedisClient(cfg.Redis)
+	if err != nil {
+		return agent.TaskView{}, usageError{err}
+	}
+	if rc != nil {
+		defer rc.Close()
+		rec, ok, err := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix}).Task(ctx, id)
+		if err != nil {
+			return agent.TaskView{}, fmt.Errorf("show: %w", err)
+		}
+		if !ok {
+			return agent.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+		}
+		return agent.NewTaskView(rec), nil
+	}
+	if addr == "" {
+		addr = cfg.AdminAddr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks/"+id, nil)
+	if err != nil {
+		return agent.TaskView{}, usageError{err}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return agent.TaskView{}, fmt.Errorf("show: no redis configured, and the local agent did not answer: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return agent.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+	default:
+		return agent.TaskView{}, fmt.Errorf("show: agent at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var v agent.TaskView
+	if err := json.Unmarshal(body, &v); err != nil {
+		return v, fmt.Errorf("show: agent's answer: %w", err)
+	}
+	return v, nil
+}
+
+// printTask writes the human form: a header, the output in a block, the
+// report.
+func printTask(w io.Writer, v agent.TaskView) {
+	outcome := v.Outcome
+	if outcome == "" {
+		outcome = v.Status
+	}
+	fmt.Fprintf(w, "task %s: %s", v.ID, outcome)
+	if v.Reason != "" {
+		fmt.Fprintf(w, " (%s)", v.Reason)
+	}
+	fmt.Fprintln(w)
+	row := func(k, val string) {
+		if val != "" {
+			fmt.Fprintf(w, "  %-11s %s\n", k+":", val)
+		}
+	}
+	row("host", v.Host)
+	row("diagnostic", v.Diagnostic)
+	if len(v.Params) > 0 {
+		b, _ := json.Marshal(v.Params)
+		row("params", string(b))
+	}
+	if v.Alert != nil {
+		row("alert", strings.TrimSpace(v.Alert.Source+" "+v.Alert.Name+" "+v.Alert.EventID))
+	}
+	row("severity", v.Severity)
+	row("agent", v.Owner)
+	row("attempts", fmt.Sprint(v.Attempts))
+	row("received", fmtTime(v.ReceivedAt))
+	row("started", fmtTime(v.StartedAt))
+	row("finished", fmtTime(v.FinishedAt))
+	if v.StartedAt != nil && v.FinishedAt != nil {
+		row("duration", fmt.Sprintf("%.3fs", v.FinishedAt.Sub(*v.StartedAt).Seconds()))
+	}
+	if v.ExitCode != nil {
+		row("exit code", fmt.Sprint(*v.ExitCode))
+	}
+	if len(v.Limiter) > 0 {
+		row("limiter", string(v.Limiter))
+	}
+	row("output url", v.OutputURL)
+	fmt.Fprintln(w)
+	head := "output"
+	if v.Truncated {
+		head += " (truncated)"
+	}
+	fmt.Fprintf(w, "%s:\n", head)
+	if v.Output == "" {
+		fmt.Fprintln(w, "  (none)")
+	} else {
+		for _, l := range strings.Split(strings.TrimRight(v.Output, "\n"), "\n") {
+			fmt.Fprintln(w, "  | "+l)
+		}
+	}
+	fmt.Fprintln(w)
+	if len(v.Report) == 0 || string(v.Report) == "null" {
+		fmt.Fprintln(w, "report: (none)")
+		return
+	}
+	var pretty strings.Builder
+	var tmp any
+	if json.Unmarshal(v.Report, &tmp) == nil {
+		b, _ := json.MarshalIndent(tmp, "  ", "  ")
+		pretty.Write(b)
+	}
+	fmt.Fprintf(w, "report:\n  %s\n", pretty.String())
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func (c *cli) notifyCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "notify", Short: "Notification outbox tools (fleet mode: Redis)"}
+	var (
+		requeue bool
+		limit   int
+	)
+	dead := &cobra.Command{
+		Use:   "dead",
+		Short: "List notifications that were given up (newest first); --requeue puts them back in the outbox",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			rc, err := agent.NewRedisClient(cfg.Redis)
+			if err != nil {
+				return usageError{err}
+			}
+			if rc == nil {
+				return usageError{errors.New("notify dead: needs redis (embedded mode keeps its outbox in the agent's memory)")}
+			}
+			defer rc.Close()
+			ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
+			ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
+			defer cancel()
+			list, err := ob.ListDead(ctx, limit)
+			if err != nil {
+				return fmt.Errorf("notify dead: %w", err)
+			}
+			for _, e := range list {
+				fmt.Fprintf(c.stdout, "%s\t%s\t%s\t%s\tattempts=%d\treason=%s\tdied=%s\n", e.Ref, e.ID, e.Sink, e.Event,
+					e.Attempts, e.Reason, e.DiedAt.UTC().Format(time.RFC3339))
+			}
+			if !requeue || len(list) == 0 {
+				return nil
+			}
+			refs := make([]string, len(list))
+			for i, e := range list {
+				refs[i] = e.Ref
+			}
+			n, err := ob.Requeue(ctx, refs)
+			if err != nil {
+				return fmt.Errorf("notify dead: requeue: %w", err)
+			}
+			fmt.Fprintf(c.stdout, "requeued %d\n", n)
+			return nil
+		},
+	}
+	dead.Flags().BoolVar(&requeue, "requeue", false, "move the listed entries back into the outbox (same delivery ids)")
+	dead.Flags().IntVar(&limit, "limit", 100, "most entries to list (and requeue)")
+	cmd.AddCommand(dead)
+	return cmd
+}
