@@ -31,6 +31,9 @@ type presence struct {
 	instanceID   string
 	version      string
 	started      time.Time
+	// warmed reports whether the instance sits in a warm pool (its record
+	// then says "warmed"); nil = never.
+	warmed func() bool
 
 	up atomic.Bool
 }
@@ -53,7 +56,11 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 // put writes the record with ttl and pings the store, on calls detached
 // from ctx: a drained agent still writes its last record.
 func (p *presence) put(ctx context.Context, ttl time.Duration) {
-	inst := state.Instance{ID: p.instanceID, State: p.drain.State().String(), StartedAt: p.started,
+	st := p.drain.State().String()
+	if p.warmed != nil && p.drain.State() == drain.Running && p.warmed() {
+		st = stateWarmed
+	}
+	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
 		Version: p.version, Inflight: p.outcomes.inFlight()}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	if err == nil {
