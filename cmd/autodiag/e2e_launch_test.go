@@ -172,9 +172,11 @@ func TestLaunchHookE2E(t *testing.T) {
 		if len(done) != 1 {
 			t.Fatalf("%d successful CompleteLifecycleAction calls, want 1", len(done))
 		}
-		if first := l.sqsRec.log("ReceiveMessage", lcTaskQueue)[0]; first.Start.Before(done[0].End) {
+		first := l.sqsRec.log("ReceiveMessage", lcTaskQueue)[0]
+		if first.Start.Before(done[0].End) {
 			t.Errorf("first ReceiveMessage at %s, before the launch completed at %s", first.Start, done[0].End)
 		}
+		t.Logf("first ReceiveMessage %s after the launch completion", lcMS(first.Start.Sub(done[0].End)))
 		if code := p.getCode("/readyz"); code != http.StatusOK {
 			t.Errorf("/readyz = %d once launched", code)
 		}
@@ -343,9 +345,11 @@ func TestWarmPoolE2E(t *testing.T) {
 	first := l.sqsRec.log("ReceiveMessage", lcTaskQueue)[0]
 	// One poll to see InService, then the second gate's checks and
 	// completion: bounded by another poll interval on loopback.
-	if lag := first.Start.Sub(inService); lag > 2*lnPoll {
+	lag := first.Start.Sub(inService)
+	if lag > 2*lnPoll {
 		t.Errorf("first ReceiveMessage %s after InService; want within %s", lag, 2*lnPoll)
 	}
+	t.Logf("first ReceiveMessage %s after IMDS said InService (imds_poll_interval %s)", lcMS(lag), lnPoll)
 	group := lnEnded(t, l, 2, 10*time.Second)
 	if group.Destination != asgfake.PlaceGroup || group.Result != asgfake.ResultContinue || group.Completions != 1 {
 		t.Fatalf("group launching action %+v; want CONTINUE once", group)
