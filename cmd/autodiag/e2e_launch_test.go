@@ -475,3 +475,33 @@ func TestDrainOnNoticesE2E(t *testing.T) {
 		})
 	}
 }
+
+// TestNoActionSettleE2E: IMDS says Terminated before the action is visible
+// to the Auto Scaling API (the fake hides it for 5s): the agent's
+// completion answered "No active Lifecycle Action found" is retried, not
+// counted as done, and the action is completed exactly once when it
+// appears.
+func TestNoActionSettleE2E(t *testing.T) {
+	const hidden = 5 * time.Second
+	l := lcNewLab(t, lcLabOptions{visibleAfter: hidden})
+	l.startIMDSMock(time.Second)
+	p := startProc(t, lnShortPolls(l.config(2, fmt.Sprintf("  sources: [signal, imds]\n  asg_name: %s\n  imds_poll_interval: %s\n"+
+		lcLifecycleBase, lcLabASG, lnPoll, 5*time.Second))), l.env()...)
+	if code := p.wait(hidden + lifecycle.NoActionSettle + 30*time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	act, ok := l.asg.Action(lcMockInstance)
+	if !ok || act.EndReason != asgfake.EndCompleted || act.Completions != 1 {
+		t.Fatalf("action %+v; want completed once by the agent", act)
+	}
+	var noAction int
+	for _, c := range l.asgRec.log("CompleteLifecycleAction", "") {
+		if c.Status != http.StatusOK {
+			noAction++
+		}
+	}
+	if ok := len(lnCompletes(l)); ok != 1 || noAction == 0 {
+		t.Fatalf("%d successful and %d refused completions; want 1 after at least one no_action", ok, noAction)
+	}
+	t.Logf("%d no_action answers before the one completion", noAction)
+}
