@@ -173,7 +173,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
-	a.presence.warmed = a.warmed
+	a.presence.launchState = a.launchState
 	a.presence.up.Store(true)
 	if d.CloudWatch != nil {
 		asg := d.ASGName

@@ -31,9 +31,10 @@ type presence struct {
 	instanceID   string
 	version      string
 	started      time.Time
-	// warmed reports whether the instance sits in a warm pool (its record
-	// then says "warmed"); nil = never.
-	warmed func() bool
+	// launchState is the agent's state before a drain when intake does
+	// not run (starting, warmed, abandoned; see launch.go), "" when it
+	// does; nil = never.
+	launchState func() string
 
 	up atomic.Bool
 }
@@ -57,8 +58,10 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 // from ctx: a drained agent still writes its last record.
 func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	st := p.drain.State().String()
-	if p.warmed != nil && p.drain.State() == drain.Running && p.warmed() {
-		st = stateWarmed
+	if p.launchState != nil && p.drain.State() == drain.Running {
+		if ls := p.launchState(); ls != "" {
+			st = ls
+		}
 	}
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
 		Version: p.version, Inflight: p.outcomes.inFlight()}
