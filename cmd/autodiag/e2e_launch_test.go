@@ -308,7 +308,8 @@ const lnStatePath = "autoscaling/target-lifecycle-state"
 // completes the launch hook for the pool, takes no work while warmed
 // (/readyz 503, state warmed, no ReceiveMessage), and when the instance
 // leaves the pool completes the second launching action and starts intake
-// within one poll interval of InService.
+// within one poll interval of InService; sent back to the pool, it drains,
+// completes the terminating hook and exits 75.
 func TestWarmPoolE2E(t *testing.T) {
 	l := lnLab(t, asgfake.PlaceWarmPool)
 	md, mdURL := newLnIMDS(t)
@@ -360,9 +361,19 @@ func TestWarmPoolE2E(t *testing.T) {
 	if code := p.getCode("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d in service", code)
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(60 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0", code)
+
+	// Scale-in with instance reuse: back to the pool through the
+	// terminating hook. The agent completes it and exits 75, so systemd
+	// starts it again to wait in the pool.
+	if acts, err := l.asg.Terminate(lnInstance); err != nil || len(acts) != 1 {
+		t.Fatalf("Terminate = %v, %v", acts, err)
+	}
+	md.set(lnStatePath, asgfake.WarmedRunning)
+	if code := p.wait(60 * time.Second); code != exitDrained {
+		t.Fatalf("exit %d after the return to the warm pool, want %d", code, exitDrained)
+	}
+	if act, _ := l.asg.Action(lnInstance); act.Transition != asgfake.TransitionTerminating || act.EndReason != asgfake.EndCompleted {
+		t.Errorf("terminating action %+v; want completed by the agent", act)
 	}
 }
 
