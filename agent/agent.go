@@ -173,7 +173,10 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
-	a.presence.launchState = a.launchState
+	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)
+	if d.Watcher != nil {
+		a.presence.changed = d.Watcher.StateChanged
+	}
 	a.presence.up.Store(true)
 	if d.CloudWatch != nil {
 		asg := d.ASGName

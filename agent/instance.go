@@ -35,6 +35,13 @@ type presence struct {
 	// not run (starting, warmed, abandoned; see launch.go), "" when it
 	// does; nil = never.
 	launchState func() string
+	// changed, when set, returns a channel closed at the next change of
+	// the launch state (the lifecycle watcher's StateChanged, and nudge):
+	// the record is written again at once, so the fleet view does not show
+	// a warmed instance as running for a refresh period.
+	changed func() <-chan struct{}
+	// nudge is sent to (without blocking) when intake opens or is refused.
+	nudge chan struct{}
 
 	up atomic.Bool
 }
@@ -44,12 +51,18 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTicker(instanceEvery)
 	defer t.Stop()
 	for {
+		var changed <-chan struct{}
+		if p.changed != nil {
+			changed = p.changed()
+		}
 		p.put(ctx, instanceTTL)
 		select {
 		case <-done:
 			p.put(ctx, instanceTTL)
 			return
 		case <-t.C:
+		case <-changed:
+		case <-p.nudge:
 		}
 	}
 }

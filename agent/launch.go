@@ -55,10 +55,12 @@ func (a *Agent) awaitLaunch(ctx context.Context) bool {
 		switch {
 		case err == nil:
 			a.launch.Store(launchOpen)
+			a.nudgePresence()
 			a.log.Info("intake starts")
 			return true
 		case errors.Is(err, lifecycle.ErrLaunchAbandoned):
 			a.launch.Store(launchAbandoned)
+			a.nudgePresence()
 			a.log.Error("launch abandoned: no work is taken; waiting for the instance's termination to drain")
 			return false
 		case ctx.Err() != nil:
@@ -72,6 +74,15 @@ func (a *Agent) awaitLaunch(ctx context.Context) bool {
 			return false
 		case <-t.C:
 		}
+	}
+}
+
+// nudgePresence has the instance record written again now that the
+// launch state changed.
+func (a *Agent) nudgePresence() {
+	select {
+	case a.presence.nudge <- struct{}{}:
+	default:
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/asgfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -304,6 +305,21 @@ func (s *lnIMDS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 const lnStatePath = "autoscaling/target-lifecycle-state"
 
+// lnRecordState is lnInstance's state in the fleet's instance records.
+func lnRecordState(t *testing.T, fleet *state.Redis) string {
+	t.Helper()
+	ins, err := fleet.Instances(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range ins {
+		if in.ID == lnInstance {
+			return in.State
+		}
+	}
+	return ""
+}
+
 // TestWarmPoolE2E: launched into a warm pool (Warmed:Running), the agent
 // completes the launch hook for the pool, takes no work while warmed
 // (/readyz 503, state warmed, no ReceiveMessage), and when the instance
@@ -334,6 +350,13 @@ func TestWarmPoolE2E(t *testing.T) {
 	if n := len(l.sqsRec.log("ReceiveMessage", lcTaskQueue)); n != 0 {
 		t.Fatalf("%d ReceiveMessage calls while Warmed:Running", n)
 	}
+	// The fleet view (autodiag status) says warmed too, without waiting
+	// for the record's periodic refresh.
+	rc, _ := sqsRedis(t)
+	fleet := state.NewRedis(rc, state.RedisOptions{Prefix: l.prefix})
+	if st := lnRecordState(t, fleet); st != "warmed" {
+		t.Errorf("instance record state %q while warmed", st)
+	}
 
 	if _, err := l.asg.LeaveWarmPool(lnInstance); err != nil {
 		t.Fatal(err)
@@ -361,6 +384,7 @@ func TestWarmPoolE2E(t *testing.T) {
 	if code := p.getCode("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d in service", code)
 	}
+	eventually(t, 5*time.Second, "instance record running", func() bool { return lnRecordState(t, fleet) == "running" })
 
 	// Scale-in with instance reuse: back to the pool through the
 	// terminating hook. The agent completes it and exits 75, so systemd
