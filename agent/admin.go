@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/lifecycle"
 )
 
 // Status is the body of GET /v1/status.
@@ -32,6 +33,9 @@ type Status struct {
 	// for GET /v1/tasks/{id}.
 	RecentTasks []string     `json:"recent_tasks"`
 	Drain       *DrainStatus `json:"drain,omitempty"`
+	// Launch is the launch hook's gate: its readiness checks and
+	// completion; absent without lifecycle.launch_hook_name.
+	Launch *lifecycle.LaunchStatus `json:"launch,omitempty"`
 }
 
 // DrainStatus is the drain block of Status.
@@ -73,6 +77,10 @@ func (a *Agent) Status() Status {
 		Inflight:   p.Running,
 		Queued:     p.Queued,
 		Outcomes:   map[string]int64{},
+		Launch:     a.launchStatus(),
+	}
+	if st := a.launchState(); st != "" && p.State == drain.Running {
+		s.State = st
 	}
 	if a.cfg.hasRedis() {
 		up := a.presence.up.Load()
@@ -112,6 +120,10 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if st := a.drain.State(); st != drain.Running {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st.String()})
+			return
+		}
+		if st := a.launchState(); st != "" {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

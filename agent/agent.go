@@ -46,12 +46,14 @@ const (
 	EndingNone Ending = iota
 	// EndingDone: the drain ended a lifecycle action (completed, or Auto
 	// Scaling answered that none was active), or its trigger was a spot
-	// interruption or SIGTERM/SIGINT: the instance or the service is
-	// going away, and the agent is not to be restarted.
+	// interruption, a rebalance recommendation, a scheduled maintenance
+	// event or SIGTERM/SIGINT: the instance or the service is going away,
+	// and the agent is not to be restarted (it would find the standing
+	// notice and drain again).
 	EndingDone
 	// EndingDrained: drained for another reason (POST /v1/drain, a
-	// rebalance notice, a persisted drain resumed without an action): the
-	// instance stays, and so must an agent.
+	// persisted drain resumed without an action, the instance going back to
+	// its warm pool): the instance stays, and so must an agent.
 	EndingDrained
 )
 
@@ -77,7 +79,8 @@ type Deps struct {
 	Source  queue.Source
 	Store   state.Store
 	Limiter *limiter.Limiter
-	// Watcher and Actor are nil when only the signal source is configured.
+	// Watcher is nil when only the signal source is configured; Actor
+	// too, unless lifecycle.launch_hook_name is set.
 	Watcher *lifecycle.Watcher
 	Actor   *lifecycle.Actor
 	// CloudWatch publishes DrainSeconds and LimiterDegraded; nil = off.
@@ -134,6 +137,8 @@ type Agent struct {
 	startOnce sync.Once
 	started   chan struct{} // closed once Run serves; see Started
 	ending    atomic.Int32  // an Ending, set when Run returns
+	launch    atomic.Int32  // launchStarting, launchOpen or launchAbandoned (launch.go)
+	watching  atomic.Bool   // the lifecycle watcher runs
 }
 
 // New assembles an agent from validated config and its dependencies.
@@ -183,6 +188,10 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
+	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)
+	if d.Watcher != nil {
+		a.presence.changed = d.Watcher.StateChanged
+	}
 	a.presence.up.Store(true)
 	if d.CloudWatch != nil {
 		asg := d.ASGName
@@ -291,12 +300,21 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.recoverInterrupted(ctx)
 	a.sup.resume(ctx)
+	if !a.launchGated() {
+		a.launch.Store(launchOpen)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	done := make(chan struct{})
 	// The drain may not end while intake can still hand it work: a poll
 	// answered as the drain began delivers messages after Start.
 	letGo := a.drain.Hold()
-	g.Go(func() error { defer letGo(); a.intake.run(a.intakeCtx); return nil })
+	g.Go(func() error {
+		defer letGo()
+		if a.awaitLaunch(a.intakeCtx) {
+			a.intake.run(a.intakeCtx)
+		}
+		return nil
+	})
 	g.Go(func() error { a.presence.run(ctx, done); return nil })
 	if a.publisher != nil {
 		g.Go(func() error {
@@ -314,6 +332,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer cancel()
 			stopOnDrain := afterClose(a.drain.Draining(), cancel)
 			defer stopOnDrain()
+			a.watching.Store(true)
 			return a.d.Watcher.Run(wctx, func(tr lifecycle.Trigger) {
 				a.sup.start(drain.Trigger{Source: tr.Source, Reason: tr.Reason, Deadline: tr.Deadline}, tr.Action)
 			})

@@ -289,8 +289,9 @@ func (c Config) Validate() error {
 	case c.InstanceID == "":
 	case !instanceIDPattern.MatchString(c.InstanceID):
 		p.addf("instance_id", "%q must match %s", c.InstanceID, instanceIDPattern)
-	case (c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS)) && !instance.Pattern.MatchString(c.InstanceID):
-		p.addf("instance_id", "%q is not an EC2 instance id (%s), which the sqs and imds lifecycle sources match notices against: "+
+	case c.NeedsEC2InstanceID() && !instance.Pattern.MatchString(c.InstanceID):
+		p.addf("instance_id", "%q is not an EC2 instance id (%s), which the sqs and imds lifecycle sources match notices against "+
+			"and launch_hook_name is completed by: "+
 			"leave it empty to discover it at start, or set the instance's id", c.InstanceID, instance.Pattern)
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {

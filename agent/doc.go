@@ -1,6 +1,9 @@
 // Package agent is the program `autodiag run` executes. Each role is a
 // type in a file of its name, wired together by Agent (agent.go):
 //
+//   - the launch gate (launch.go) holds intake until the readiness checks
+//     pass and the launch hook is completed, and while the instance sits in
+//     a warm pool;
 //   - intake (intake.go) receives messages while there are free slots;
 //   - pipeline (pipeline.go) takes each one through validate → claim →
 //     decide → run → record;

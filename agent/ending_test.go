@@ -41,9 +41,10 @@ type endingCase struct {
 
 // TestRunEndingBySource: how Run ends for each drain source, which main
 // maps to the exit status: a drain that ends a lifecycle action (completed
-// or no longer active), a spot notice or a signal is done; an admin drain,
-// a rebalance notice or a resumed drain without an action leaves the
-// instance running; a completion that fails is an error.
+// or no longer active), a spot notice, a rebalance recommendation, a
+// maintenance event or a signal is done; an admin drain or a resumed drain
+// without an action leaves the instance running; a completion that fails
+// is an error.
 func TestRunEndingBySource(t *testing.T) {
 	t.Parallel()
 	drainBy := func(source string) func(*Agent, *lifecycle.Action) {
@@ -63,7 +64,8 @@ func TestRunEndingBySource(t *testing.T) {
 		{name: "signal", trigger: drainBy(lifecycle.SourceSignal), wantEnd: EndingDone},
 		{name: "spot", trigger: drainBy(lifecycle.TriggerSpot), wantEnd: EndingDone},
 		{name: "admin", trigger: drainBy("admin"), wantEnd: EndingDrained},
-		{name: "rebalance", trigger: drainBy("rebalance"), wantEnd: EndingDrained},
+		{name: "rebalance", trigger: drainBy(lifecycle.TriggerRebalance), wantEnd: EndingDone},
+		{name: "maintenance", trigger: drainBy(lifecycle.TriggerMaintenance), wantEnd: EndingDone},
 		{name: "sqs action completed", trigger: withAction(lifecycle.SourceSQS), wantEnd: EndingDone, completed: true},
 		{name: "imds action completed", trigger: withAction(lifecycle.SourceIMDS), wantEnd: EndingDone, completed: true},
 		{name: "admin drain that ended an action", trigger: withAction("admin"), wantEnd: EndingDone, completed: true},
@@ -163,23 +165,29 @@ func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
 func TestDrainEndingTable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		source    string
-		hadAction bool
-		want      Ending
+		source     string
+		hadAction  bool
+		toWarmPool bool
+		want       Ending
 	}{
-		{lifecycle.SourceSignal, false, EndingDone},
-		{lifecycle.TriggerSpot, false, EndingDone},
-		{lifecycle.TriggerSpot, true, EndingDone},
-		{lifecycle.SourceIMDS, true, EndingDone},
-		{lifecycle.SourceSQS, true, EndingDone},
-		{"admin", false, EndingDrained},
-		{"admin", true, EndingDone},
-		{sourceRestart, false, EndingDrained},
-		{sourceRestart, true, EndingDone},
-		{"rebalance", false, EndingDrained},
+		{lifecycle.SourceSignal, false, false, EndingDone},
+		{lifecycle.TriggerSpot, false, false, EndingDone},
+		{lifecycle.TriggerSpot, true, false, EndingDone},
+		{lifecycle.SourceIMDS, true, false, EndingDone},
+		{lifecycle.SourceSQS, true, false, EndingDone},
+		{"admin", false, false, EndingDrained},
+		{"admin", true, false, EndingDone},
+		{sourceRestart, false, false, EndingDrained},
+		{sourceRestart, true, false, EndingDone},
+		{lifecycle.TriggerRebalance, false, false, EndingDone},
+		{lifecycle.TriggerMaintenance, false, false, EndingDone},
+		// Back to the warm pool (InService, then Warmed:*): the agent
+		// comes back when the instance re-enters service.
+		{lifecycle.SourceIMDS, true, true, EndingDrained},
+		{sourceRestart, true, true, EndingDrained},
 	} {
-		if got := drainEnding(tc.source, tc.hadAction); got != tc.want {
-			t.Errorf("drainEnding(%q, action %v) = %s, want %s", tc.source, tc.hadAction, got, tc.want)
+		if got := drainEnding(tc.source, tc.hadAction, tc.toWarmPool); got != tc.want {
+			t.Errorf("drainEnding(%q, action %v, to warm pool %v) = %s, want %s", tc.source, tc.hadAction, tc.toWarmPool, got, tc.want)
 		}
 	}
 }

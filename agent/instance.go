@@ -31,6 +31,17 @@ type presence struct {
 	instanceID   string
 	version      string
 	started      time.Time
+	// launchState is the agent's state before a drain when intake does
+	// not run (starting, warmed, abandoned; see launch.go), "" when it
+	// does; nil = never.
+	launchState func() string
+	// changed, when set, returns a channel closed at the next change of
+	// the launch state (the lifecycle watcher's StateChanged, and nudge):
+	// the record is written again at once, so the fleet view does not show
+	// a warmed instance as running for a refresh period.
+	changed func() <-chan struct{}
+	// nudge is sent to (without blocking) when intake opens or is refused.
+	nudge chan struct{}
 
 	up atomic.Bool
 }
@@ -40,12 +51,18 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTicker(instanceEvery)
 	defer t.Stop()
 	for {
+		var changed <-chan struct{}
+		if p.changed != nil {
+			changed = p.changed()
+		}
 		p.put(ctx, instanceTTL)
 		select {
 		case <-done:
 			p.put(ctx, instanceTTL)
 			return
 		case <-t.C:
+		case <-changed:
+		case <-p.nudge:
 		}
 	}
 }
@@ -53,7 +70,13 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 // put writes the record with ttl and pings the store, on calls detached
 // from ctx: a drained agent still writes its last record.
 func (p *presence) put(ctx context.Context, ttl time.Duration) {
-	inst := state.Instance{ID: p.instanceID, State: p.drain.State().String(), StartedAt: p.started,
+	st := p.drain.State().String()
+	if p.launchState != nil && p.drain.State() == drain.Running {
+		if ls := p.launchState(); ls != "" {
+			st = ls
+		}
+	}
+	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
 		Version: p.version, Inflight: p.outcomes.inFlight()}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	if err == nil {

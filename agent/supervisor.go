@@ -247,7 +247,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	s.m.drainState.Set(2)
 	s.m.drainDuration.Set(took.Seconds())
 	s.presence.put(ctx, drainedInstanceTTL)
-	ending := drainEnding(tr.Source, action != nil)
+	ending := drainEnding(tr.Source, action != nil, s.toWarmPool())
 	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot(), "ending", ending.String())
 	switch {
 	case fast:
@@ -258,17 +258,36 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	return ending, nil
 }
 
-// drainEnding classifies a drain that finished: it ended a lifecycle
-// action, or its trigger says the instance or the service is going away
-// (Done); any other drain leaves the instance running (Drained).
-func drainEnding(source string, hadAction bool) Ending {
+// drainEnding classifies a drain that finished: an instance going back to
+// its warm pool stays and comes back into service (Drained); a drain that
+// ended a lifecycle action, or whose trigger says the instance or the
+// service is going away (a signal, a spot notice, a rebalance
+// recommendation, a maintenance event), is Done: a restarted agent would
+// only find the standing notice and drain again. Any other drain (POST
+// /v1/drain, a drain resumed without an action) leaves the instance
+// running (Drained).
+func drainEnding(source string, hadAction, toWarmPool bool) Ending {
 	switch {
+	case toWarmPool:
+		return EndingDrained
 	case hadAction:
 		return EndingDone
-	case source == lifecycle.SourceSignal, source == lifecycle.TriggerSpot:
+	case source == lifecycle.SourceSignal, source == lifecycle.TriggerSpot,
+		source == lifecycle.TriggerRebalance, source == lifecycle.TriggerMaintenance:
 		return EndingDone
 	}
 	return EndingDrained
+}
+
+// toWarmPool reports whether the instance's last target lifecycle state
+// sends it (back) to its warm pool, where it stays running or stopped and
+// comes back into service later: Warmed:*, but not Warmed:Terminated.
+func (s *supervisor) toWarmPool() bool {
+	if s.watcher == nil {
+		return false
+	}
+	st, _ := s.watcher.State()
+	return lifecycle.IsWarmed(st) && st != lifecycle.StateWarmedTerminated
 }
 
 // initialAction is the lifecycle action the drain starts with: the

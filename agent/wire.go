@@ -60,14 +60,22 @@ func (c Config) hasRedis() bool {
 
 func (c Config) needsAWS() bool {
 	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) ||
-		c.CloudWatch.Enabled || c.Redis.URLSecret != ""
+		c.Lifecycle.LaunchHookName != "" || c.CloudWatch.Enabled || c.Redis.URLSecret != ""
 }
 
 // NeedsEC2InstanceID reports whether cfg's lifecycle sources match notices
-// against this instance's EC2 id (imds, sqs): without one the agent would
-// never see its own termination.
+// against this instance's EC2 id (imds, sqs), or a launch hook is completed
+// by it (launch_hook_name): without one the agent would never see its own
+// termination, or never let its launch go on.
 func (c Config) NeedsEC2InstanceID() bool {
-	return c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS)
+	return c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.LaunchHookName != ""
+}
+
+// needsActor reports whether cfg calls Auto Scaling: the imds and sqs
+// sources complete terminating actions, launch_hook_name the launching one
+// (with the signal source alone too).
+func (c Config) needsActor() bool {
+	return c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.LaunchHookName != ""
 }
 
 // InstanceIDError is why the agent refuses to start: its lifecycle sources
@@ -78,7 +86,7 @@ type InstanceIDError struct {
 }
 
 func (e *InstanceIDError) Error() string {
-	return "instance_id: the imds and sqs lifecycle sources need this instance's EC2 id: " + e.Err.Error()
+	return "instance_id: the imds and sqs lifecycle sources and launch_hook_name need this instance's EC2 id: " + e.Err.Error()
 }
 
 func (e *InstanceIDError) Unwrap() error { return e.Err }
@@ -290,7 +298,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv}
-	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
+	if cfg.needsActor() {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,
 			// bounded by the next heartbeat's due time; the SDK's retries
@@ -308,11 +316,13 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		if cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			ld.SQS = sqs.NewFromConfig(awsCfg)
 		}
-		w, werr := lifecycle.NewWatcher(cfg.Lifecycle, ld)
-		if werr != nil {
-			return nil, nil, werr
+		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
+			w, werr := lifecycle.NewWatcher(cfg.Lifecycle, ld)
+			if werr != nil {
+				return nil, nil, werr
+			}
+			d.Watcher = w
 		}
-		d.Watcher = w
 		d.Actor = lifecycle.NewActor(cfg.Lifecycle, ld)
 	}
 	if cfg.CloudWatch.Enabled {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -54,6 +55,8 @@ func TestResolveInstanceID(t *testing.T) {
 	sqsSource.Lifecycle.Sources = []string{"signal", "sqs"}
 	signalOnly := Config{}
 	signalOnly.Lifecycle.Sources = []string{"signal"}
+	launchHook := signalOnly
+	launchHook.Lifecycle.LaunchHookName = "launch"
 	tests := []struct {
 		name     string
 		v2, aws  bool
@@ -65,6 +68,7 @@ func TestResolveInstanceID(t *testing.T) {
 		{name: "IMDSv2", v2: true, aws: true, cfg: sqsSource, want: "i-0123456789abcdef0", wantCall: true},
 		{name: "IMDSv1 only: no fallback", aws: true, cfg: sqsSource, wantErr: true, wantCall: true},
 		{name: "IMDSv1 only, signal source", aws: true, cfg: signalOnly, want: "test-host", wantCall: true},
+		{name: "IMDSv1 only, launch hook: no fallback", aws: true, cfg: launchHook, wantErr: true, wantCall: true},
 		{name: "no AWS: IMDS not asked", v2: true, cfg: signalOnly, want: "test-host"},
 		{name: "configured id", v2: true, aws: true, cfg: Config{InstanceID: "i-0fedcba9876543210"}, want: "i-0fedcba9876543210"},
 	}
@@ -113,5 +117,23 @@ func TestURLSecretIsFleetMode(t *testing.T) {
 	c.Redis.URLSecret = "/autodiag/redis-url"
 	if c.Embedded() || !c.needsAWS() || !c.hasRedis() {
 		t.Fatalf("Embedded, needsAWS, hasRedis = %v, %v, %v; want false, true, true", c.Embedded(), c.needsAWS(), c.hasRedis())
+	}
+}
+
+// TestLaunchHookNeedsInstanceAndActor: a launch hook is completed by
+// instance id through Auto Scaling, with the signal source alone too: the
+// config needs an EC2 instance id, and Open builds the Actor.
+func TestLaunchHookNeedsInstanceAndActor(t *testing.T) {
+	cfg, err := LoadConfig([]byte(testConfig), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Lifecycle.LaunchHookName = "launch"
+	if !cfg.NeedsEC2InstanceID() || !cfg.needsActor() || !cfg.needsAWS() {
+		t.Fatalf("NeedsEC2InstanceID, needsActor, needsAWS = %v, %v, %v; want true", cfg.NeedsEC2InstanceID(), cfg.needsActor(), cfg.needsAWS())
+	}
+	cfg.InstanceID = "web-1"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "instance_id") {
+		t.Fatalf("Validate with a hostname as instance_id = %v; want an instance_id error", err)
 	}
 }

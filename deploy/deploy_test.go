@@ -893,13 +893,15 @@ func grants(t *testing.T, sts []statement, docs ...string) []string {
 //
 //   - task queue: ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility
 //     (extend, release, defer), SendMessage (POST /v1/tasks, deferrals re-sent),
-//     GetQueueAttributes (the redrive policy's maxReceiveCount);
+//     GetQueueAttributes (the redrive policy's maxReceiveCount, the launch
+//     readiness check);
 //   - DLQ: SendMessage (rejections), GetQueueAttributes (MaximumMessageSize);
 //   - lifecycle queue: ReceiveMessage, ChangeMessageVisibility (others'
 //     notifications back at once, ours kept while draining), DeleteMessage;
-//   - Auto Scaling: RecordLifecycleActionHeartbeat, CompleteLifecycleAction,
-//     DescribeAutoScalingInstances (group unknown), DescribeLifecycleHooks
-//     (hook_heartbeat_timeout unset);
+//   - Auto Scaling: RecordLifecycleActionHeartbeat, CompleteLifecycleAction
+//     (the terminating action and, with launch_hook_name, the launching one,
+//     both on the group's ARN), DescribeAutoScalingInstances (group unknown),
+//     DescribeLifecycleHooks (hook_heartbeat_timeout unset);
 //   - CloudWatch: PutMetricData (DrainSeconds, LimiterDegraded);
 //   - redis.url_secret: GetSecretValue or GetParameter, and Decrypt through
 //     that service when the secret has a customer managed key;

@@ -128,6 +128,14 @@ type Trigger struct {
 // instance is going away whether or not a lifecycle action exists.
 const TriggerSpot = sourceSpot
 
+// TriggerRebalance and TriggerMaintenance are Trigger.Source of a rebalance
+// recommendation and of a scheduled maintenance event (drain_on): the
+// instance is going away, and no lifecycle action comes with them.
+const (
+	TriggerRebalance   = sourceRebalance
+	TriggerMaintenance = sourceScheduledEvent
+)
+
 // SpotSafetyMargin is taken off a spot interruption time to give the drain
 // a hard deadline that ends before the instance is reclaimed.
 const SpotSafetyMargin = 15 * time.Second

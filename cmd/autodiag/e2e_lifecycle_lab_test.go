@@ -150,6 +150,9 @@ type lcLabOptions struct {
 	// notify sends Auto Scaling's lifecycle notifications to the lifecycle
 	// queue (sqs source).
 	notify bool
+	// visibleAfter hides each action from the Auto Scaling API this long
+	// (on the fake's clock) after it starts, as the real API can lag IMDS.
+	visibleAfter time.Duration
 }
 
 type lcLab struct {
@@ -215,7 +218,7 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 	scale := l.scale
 	opts := asgfake.Options{Seed: 5, Now: func() time.Time {
 		return base.Add(time.Duration(float64(time.Since(base)) * scale))
-	}}
+	}, VisibleAfter: o.visibleAfter}
 	if o.notify {
 		opts.Notify = func(body string) {
 			if strings.Contains(body, lcMockInstance) {

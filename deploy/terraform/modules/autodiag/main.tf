@@ -5,8 +5,9 @@
 # agent consumes.
 
 locals {
-  hook_name = coalesce(var.lifecycle_hook_name, "${var.name}-drain")
-  use_sqs   = var.lifecycle_source == "sqs"
+  hook_name        = coalesce(var.lifecycle_hook_name, "${var.name}-drain")
+  launch_hook_name = coalesce(var.launch_hook_name, "${var.name}-launch")
+  use_sqs          = var.lifecycle_source == "sqs"
 
   # partition, region and account come from the task queue ARN
   # (arn:PARTITION:sqs:REGION:ACCOUNT:NAME): no extra data sources, and no
@@ -261,6 +262,22 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
   # The role must be able to publish before the hook is created: Auto Scaling
   # sends a test notification when the hook is put.
   depends_on = [aws_iam_role_policy.hook]
+}
+
+# Optional launch hook: the agent completes it (by instance id, CONTINUE) once
+# its readiness checks pass, and with ABANDON when they still fail at
+# lifecycle.launch_timeout. No notification target: the agent knows its own
+# launch. An agent that never starts lets the hook time out with ABANDON, so
+# the instance is replaced instead of put in service unable to work. The
+# agent's existing grants on the group cover it (CompleteOwnLifecycleActions).
+resource "aws_autoscaling_lifecycle_hook" "launch" {
+  count = var.launch_hook ? 1 : 0
+
+  name                   = local.launch_hook_name
+  autoscaling_group_name = var.asg_name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
+  heartbeat_timeout      = var.launch_heartbeat_timeout
+  default_result         = "ABANDON"
 }
 
 # ---------------------------------------------------------------------------

@@ -40,6 +40,11 @@ output "lifecycle_hook_name" {
   value = local.hook_name
 }
 
+output "launch_hook_name" {
+  description = "Name of the launch lifecycle hook, lifecycle.launch_hook_name in the agent config; null without launch_hook."
+  value       = var.launch_hook ? local.launch_hook_name : null
+}
+
 output "heartbeat_timeout" {
   description = "Heartbeat timeout of the hook in seconds; lifecycle.hook_heartbeat_timeout in the agent config."
   value       = var.heartbeat_timeout

@@ -30,6 +30,29 @@ variable "lifecycle_hook_name" {
   default     = null
 }
 
+variable "launch_hook" {
+  description = "Create an EC2_INSTANCE_LAUNCHING lifecycle hook that the agent completes once ready (lifecycle.launch_hook_name); it times out with ABANDON, so an instance whose agent never gets ready is replaced."
+  type        = bool
+  default     = false
+}
+
+variable "launch_hook_name" {
+  description = "Name of the launch hook (launch_hook = true). Null means \"<name>-launch\". Must match lifecycle.launch_hook_name in the agent config."
+  type        = string
+  default     = null
+}
+
+variable "launch_heartbeat_timeout" {
+  description = "Heartbeat timeout of the launch hook in seconds: the agent heartbeats it every lifecycle.heartbeat_interval while its readiness checks fail, and completes it by lifecycle.launch_timeout; if the agent is not running at all, the instance is abandoned after this long."
+  type        = number
+  default     = 600
+
+  validation {
+    condition     = var.launch_heartbeat_timeout >= 30 && var.launch_heartbeat_timeout <= 7200
+    error_message = "launch_heartbeat_timeout must be between 30 and 7200 seconds (AWS limits)."
+  }
+}
+
 variable "heartbeat_timeout" {
   description = "Lifecycle hook heartbeat timeout in seconds. Must exceed 2x the agent's lifecycle.heartbeat_interval; the hook's global timeout is min(48h, 100 x this)."
   type        = number

@@ -301,3 +301,37 @@ run "rejects_heartbeat_timeout_below_aws_minimum" {
 
   expect_failures = [var.heartbeat_timeout]
 }
+
+run "launch_hook_is_optional" {
+  command = apply
+
+  assert {
+    condition     = length(aws_autoscaling_lifecycle_hook.launch) == 0 && output.launch_hook_name == null
+    error_message = "no launch hook unless launch_hook = true"
+  }
+}
+
+run "launch_hook_abandons_by_default" {
+  command = apply
+
+  variables {
+    launch_hook = true
+  }
+
+  assert {
+    condition     = aws_autoscaling_lifecycle_hook.launch[0].lifecycle_transition == "autoscaling:EC2_INSTANCE_LAUNCHING"
+    error_message = "the launch hook must fire on launch"
+  }
+  assert {
+    condition     = aws_autoscaling_lifecycle_hook.launch[0].default_result == "ABANDON" && aws_autoscaling_lifecycle_hook.launch[0].heartbeat_timeout == 600
+    error_message = "an agent that never gets ready must have its instance abandoned"
+  }
+  assert {
+    condition     = aws_autoscaling_lifecycle_hook.launch[0].name == "autodiag-launch" && output.launch_hook_name == "autodiag-launch"
+    error_message = "default launch hook name is <name>-launch, and the output gives lifecycle.launch_hook_name"
+  }
+  assert {
+    condition     = aws_autoscaling_lifecycle_hook.launch[0].autoscaling_group_name == "fleet" && aws_autoscaling_lifecycle_hook.launch[0].notification_target_arn == null
+    error_message = "the launch hook attaches to asg_name, without a notification target"
+  }
+}
