@@ -492,7 +492,7 @@ func (c agentConfig) yaml() string {
 			fmt.Fprintf(&b, "  state_fail: %s\n", c.stateFail)
 		}
 	}
-	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n")
+	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n    timeout: 60s\n")
 	if c.ledger != nil {
 		for _, d := range []struct{ name, arg string }{{"mark", ""}, {"short", "0.1"}, {"gate", "gate"}} {
 			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', '{id}'", d.name, c.ledger.script)
@@ -501,7 +501,7 @@ func (c agentConfig) yaml() string {
 			}
 			b.WriteString("]\n    timeout: 60s\n")
 		}
-		fmt.Fprintf(&b, "  - name: param\n    command: [/bin/sh, '%s', '{id}', '{param.secs}']\n    params: {secs: '[0-9]'}\n", c.ledger.script)
+		fmt.Fprintf(&b, "  - name: param\n    command: [/bin/sh, '%s', '{id}', '{param.secs}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.ledger.script)
 	}
 	b.WriteString("limiter:\n")
 	if c.limiterFail != "" {

@@ -171,7 +171,7 @@ func r3Agents(l *lab, name, redisAddr string, timeout time.Duration, led *ledger
 	rule := func(mode string) string {
 		return "    - name: cap\n      key: host\n      limits: [{window: {count: 1000, per: 1m}}]\n      fail: " + mode + "\n"
 	}
-	open, err = l.startAgent(name+"-open", agentConfig{instance: "agent-open", workers: 4, queueURL: qOpen, redisAddr: redisAddr,
+	open, err = l.startAgent(name+"-open", agentConfig{instance: "agent-open", workers: 8, queueURL: qOpen, redisAddr: redisAddr,
 		prefix: name + ":", redisTimeout: timeout, stateFail: "open", ledger: led, rules: rule("open")}.yaml())
 	if err != nil {
 		return
@@ -231,10 +231,12 @@ func r3(l *lab) (string, bool, error) {
 	limDegraded := open.metric("autodiag_limiter_degraded_total")
 	stateDegradedClosed := closed.metric("autodiag_state_degraded_total", `op="claim"`)
 
+	// Redis "returns" when its process starts, before it answers: the
+	// measure includes the agent's reconnection.
+	back := time.Now()
 	if err := rs.start(); err != nil {
 		return "", false, err
 	}
-	back := time.Now()
 	rc := rs.client()
 	defer rc.Close()
 	store := state.NewRedis(rc, state.RedisOptions{Prefix: "r3:"})
@@ -312,9 +314,9 @@ func r10(l *lab) (string, bool, error) {
 		return "", false, err
 	}
 	time.Sleep(time.Until(began.Add(faultFor)))
+	fired := l.sqs.FaultFired(id)
 	l.sqs.RemoveFault(id)
 	lifted := time.Now()
-	fired := l.sqs.FaultFired(id)
 	// The step the intake was waiting out when the fault was lifted: the
 	// last "receive failed" line's retry_in, counted from that line.
 	var step time.Duration
