@@ -33,6 +33,7 @@ type lab struct {
 	dir  string
 	bin  string
 	toxi string // toxiproxy-server binary, "" when not installed
+	imds string // ec2-metadata-mock binary, "" when not installed
 
 	mu    sync.Mutex
 	procs []*exec.Cmd

@@ -2,9 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,13 +45,16 @@ type lcLab struct {
 	redis  *redisSrv
 	led    *ledger
 	base   time.Time // when the fake's clock began
+	scale  time.Duration
 }
 
 // real turns a time of the fake's clock into wall-clock time.
-func (lc *lcLab) real(t time.Time) time.Time { return lc.base.Add(t.Sub(lc.base) / lcScale) }
+func (lc *lcLab) real(t time.Time) time.Time { return lc.base.Add(t.Sub(lc.base) / lc.scale) }
 
-func (l *lab) newLifecycleLab(name string) (*lcLab, error) {
-	lc := &lcLab{}
+// newLifecycleLab: the fake's clock runs scale times the wall clock;
+// lifecycleYAML is the agent's lifecycle section ("" = the sqs source).
+func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML string) (*lcLab, error) {
+	lc := &lcLab{scale: scale}
 	var err error
 	if lc.redis, err = l.newRedis(name); err != nil {
 		return nil, err
@@ -61,7 +71,7 @@ func (l *lab) newLifecycleLab(name string) (*lcLab, error) {
 	base := time.Now()
 	lc.base = base
 	lc.asg = asgfake.New(asgfake.Options{Seed: 5,
-		Now: func() time.Time { return base.Add(time.Since(base) * lcScale) },
+		Now: func() time.Time { return base.Add(time.Since(base) * scale) },
 		Notify: func(body string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -83,8 +93,12 @@ func (l *lab) newLifecycleLab(name string) (*lcLab, error) {
 	go func() { _ = lc.hs.Serve(ln) }()
 
 	lc.yaml = agentConfig{instance: lcInstance, workers: 4, queueURL: lc.tasks, visibility: 60 * time.Second,
-		redisAddr: lc.redis.addr, prefix: name + ":", ledger: lc.led}.yaml() +
-		fmt.Sprintf("lifecycle:\n  sources: [signal, sqs]\n  queue_url: %s\n  hook_name: %s\n  heartbeat_interval: %s\n  drain_timeout: 1m\n",
+		redisAddr: lc.redis.addr, prefix: name + ":", ledger: lc.led}.yaml()
+	if lifecycleYAML != "" {
+		lc.yaml += lifecycleYAML
+		return lc, nil
+	}
+	lc.yaml += fmt.Sprintf("lifecycle:\n  sources: [signal, sqs]\n  queue_url: %s\n  hook_name: %s\n  heartbeat_interval: %s\n  drain_timeout: 1m\n",
 			lc.notify, lcHook, lcInterval)
 	return lc, nil
 }
@@ -125,7 +139,7 @@ func inflight(a *agent) float64 { return a.metric("autodiag_tasks_inflight") }
 // while a drain outlasts the hook's heartbeat timeout several times.
 func r4(l *lab) (string, bool, error) {
 	const total = 10
-	lc, err := l.newLifecycleLab("r4")
+	lc, err := l.newLifecycleLab("r4", lcScale, "")
 	if err != nil {
 		return "", false, err
 	}
@@ -174,7 +188,7 @@ func r4(l *lab) (string, bool, error) {
 // config and Redis: it resumes the drain, heartbeats, completes once.
 func r8(l *lab) (string, bool, error) {
 	const total = 10
-	lc, err := l.newLifecycleLab("r8")
+	lc, err := l.newLifecycleLab("r8", lcScale, "")
 	if err != nil {
 		return "", false, err
 	}
@@ -219,5 +233,139 @@ func r8(l *lab) (string, bool, error) {
 		resumed, secs(firstBeat.Sub(killed)), beats, secs(completed.Sub(killed)), act.EndReason, act.Completions, compsBefore, receivedAfter, code)
 	pass := code == 0 && resumed == 1 && !firstBeat.IsZero() && !completed.IsZero() && firstBeat.Before(completed) &&
 		act.EndReason == asgfake.EndCompleted && act.Completions == 1 && compsBefore == 0 && receivedAfter == 0
+	return m, pass, nil
+}
+
+// startIMDSMock runs ec2-metadata-mock in asglifecycle mode: its
+// target-lifecycle-state turns Terminated delay after it starts. It returns
+// the mock's URL once it answers.
+func (l *lab) startIMDSMock(delay time.Duration) (string, error) {
+	if l.imds == "" {
+		return "", errors.New("ec2-metadata-mock not given (-imds-mock; scripts/chaos.sh installs it)")
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	dir := filepath.Join(l.dir, "imds")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("imds dir: %w", err)
+	}
+	cmd := exec.CommandContext(context.Background(), l.imds, "asglifecycle", "--imdsv2",
+		"--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)), "-p", port, "-n", "127.0.0.1")
+	cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
+	cmd.Dir = dir
+	if err := l.spawn(cmd); err != nil {
+		return "", err
+	}
+	go func() { _ = cmd.Wait() }()
+	url := "http://" + addr
+	if !eventually(10*time.Second, func() bool { _, err := imdsState(url); return err == nil }) {
+		return "", errors.New("ec2-metadata-mock did not answer within 10s")
+	}
+	return url, nil
+}
+
+// imdsState reads target-lifecycle-state (IMDSv2).
+func imdsState(base string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/latest/api/token", nil)
+	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("imds token: %w", err)
+	}
+	tok, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/latest/meta-data/autoscaling/target-lifecycle-state", nil)
+	req.Header.Set("X-aws-ec2-metadata-token", string(tok))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("imds state: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("target-lifecycle-state: %s", resp.Status)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// R1: the instance is in Terminating:Wait (IMDS says Terminated, Auto
+// Scaling holds the action) when SIGTERM arrives during a burst of 200
+// short tasks: the agent ends what it runs, hands the rest back, and
+// completes the action once, after its last task. A second agent on
+// another instance takes what was handed back.
+func r1(l *lab) (string, bool, error) {
+	const total = 200
+	// IMDS turns Terminated a few seconds after the mock starts, after the
+	// agent's first poll: its next poll is a minute away, so the SIGTERM's
+	// probe is what finds the action.
+	const delay = 5 * time.Second
+	imdsURL, err := l.startIMDSMock(delay)
+	if err != nil {
+		return "", false, err
+	}
+	lc, err := l.newLifecycleLab("r1", 1, fmt.Sprintf("lifecycle:\n  sources: [signal, imds]\n  asg_name: %s\n  hook_name: %s\n  imds_poll_interval: 1m\n  heartbeat_interval: %s\n  drain_timeout: 1m\n",
+		lcGroup, lcHook, lcInterval))
+	if err != nil {
+		return "", false, err
+	}
+	defer lc.close()
+	env := append(lc.env(), "AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imdsURL)
+	a, err := l.startAgent("r1-a", lc.yaml, env...)
+	if err != nil {
+		return "", false, err
+	}
+	if !eventually(15*time.Second, func() bool { st, _ := imdsState(imdsURL); return st == "Terminated" }) {
+		return "IMDS never said Terminated", false, nil
+	}
+	if len(a.logs("lifecycle trigger")) > 0 {
+		return "the agent's own IMDS poll saw Terminated before the SIGTERM", false, nil
+	}
+	// Auto Scaling and IMDS tell the same story.
+	if _, err := lc.asg.Terminate(lcInstance); err != nil {
+		return "", false, fmt.Errorf("terminate: %w", err)
+	}
+	want := ids("r1", total)
+	var bodies []string
+	for _, id := range want {
+		bodies = append(bodies, taskBody(id, "short"))
+	}
+	if err := l.send(lc.tasks, bodies...); err != nil {
+		return "", false, err
+	}
+	if !eventually(60*time.Second, func() bool { n, _ := lc.led.counts(); return len(n) >= 40 }) {
+		return "burst did not start", false, nil
+	}
+	term := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	code := a.wait(60 * time.Second)
+	exitAfter := time.Since(term)
+	var lastEnded time.Time
+	for _, line := range a.logs("task ended") {
+		if at, _ := line["_at"].(time.Time); at.After(lastEnded) {
+			lastEnded = at
+		}
+	}
+	ranOnA, _ := lc.led.counts()
+	comps, compsFailed, completed := lc.calls("CompleteLifecycleAction", term)
+	act, _ := lc.asg.Action(lcInstance)
+
+	b, err := l.startAgent("r1-b", agentConfig{instance: "i-0ther0000000000000", workers: 8, queueURL: lc.tasks,
+		visibility: 60 * time.Second, redisAddr: lc.redis.addr, prefix: "r1:", ledger: lc.led}.yaml())
+	if err != nil {
+		return "", false, err
+	}
+	drained := eventually(120*time.Second, func() bool { return l.drained("r1-tasks") })
+	lost, twice := onceEach(lc.led, want)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	b.wait(30 * time.Second)
+	m := fmt.Sprintf("agent-a ran %d, exit %d %s after SIGTERM; completion attempts %d (%d failed), action %s with %d completion, %s after its last task ended; second agent ran the rest: lost %d, twice %d, drained %v",
+		len(ranOnA), code, secs(exitAfter), comps, compsFailed, act.EndReason, act.Completions, secs(completed.Sub(lastEnded)), lost, twice, drained)
+	pass := code == 0 && act.EndReason == asgfake.EndCompleted && act.Completions == 1 && !completed.IsZero() && completed.After(lastEnded) &&
+		lost == 0 && twice == 0 && drained
 	return m, pass, nil
 }

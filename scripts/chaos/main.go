@@ -37,6 +37,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	only := flag.String("only", "", "comma-separated scenario ids to run (default all)")
 	toxi := flag.String("toxiproxy", "", "path of toxiproxy-server (R3b)")
+	imds := flag.String("imds-mock", "", "path of ec2-metadata-mock (R1)")
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "autodiag-chaos")
@@ -44,7 +45,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	l := &lab{dir: dir, bin: filepath.Join(dir, "autodiag"), toxi: *toxi}
+	l := &lab{dir: dir, bin: filepath.Join(dir, "autodiag"), toxi: *toxi, imds: *imds}
 	stop := func() { l.stopAll(); os.RemoveAll(dir) }
 	defer stop()
 	// A signal stops everything started, then exits: scenarios run on the
@@ -108,7 +109,7 @@ func run() int {
 
 func scenarios() []scenario {
 	return []scenario{
-		{"R1", "SIGTERM during a 200-task burst", "0 lost, 0 run twice; the agent ends its running tasks and exits 0", r1},
+		{"R1", "SIGTERM during a 200-task burst", "0 lost, 0 run twice, 1 completion after the last task", r1},
 		{"R2", "kill -9 mid-task, a second agent running", "task re-run exactly once, in-flight record reconciled", r2},
 		{"R3", "Redis killed, down 10 s, restarted empty, tasks flowing", "no crash; fail-open counted, fail-closed denied; normal flow within 1 s of Redis returning", r3},
 		{"R3b", "300 ms added between agent and Redis (toxiproxy)", "decisions degrade per fail mode within redis.timeout; no task stuck", r3b},

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
@@ -38,66 +37,6 @@ func onceEach(led *ledger, want []string) (lost, twice int) {
 		}
 	}
 	return lost, twice
-}
-
-// R1: SIGTERM while 200 short tasks flow; the agent ends the tasks it
-// started and exits 0, a second agent takes what was left on the queue.
-func r1(l *lab) (string, bool, error) {
-	rs, err := l.newRedis("r1")
-	if err != nil {
-		return "", false, err
-	}
-	url, err := l.queue("r1", nil)
-	if err != nil {
-		return "", false, err
-	}
-	led, err := l.newLedger("r1")
-	if err != nil {
-		return "", false, err
-	}
-	cfg := func(inst string) string {
-		return agentConfig{instance: inst, workers: 8, queueURL: url, redisAddr: rs.addr, prefix: "r1:", ledger: led}.yaml()
-	}
-	a, err := l.startAgent("r1-a", cfg("agent-a"))
-	if err != nil {
-		return "", false, err
-	}
-	want := ids("r1", 200)
-	var bodies []string
-	for _, id := range want {
-		bodies = append(bodies, taskBody(id, "short"))
-	}
-	if err := l.send(url, bodies...); err != nil {
-		return "", false, err
-	}
-	if !eventually(60*time.Second, func() bool { n, _ := led.counts(); return len(n) >= 40 }) {
-		return "burst did not start", false, nil
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	term := time.Now()
-	code := a.wait(60 * time.Second)
-	exitAfter := time.Since(term)
-	ranOnA, _ := led.counts()
-	b, err := l.startAgent("r1-b", cfg("agent-b"))
-	if err != nil {
-		return "", false, err
-	}
-	drained := eventually(120*time.Second, func() bool { return l.drained("r1") })
-	lost, twice := onceEach(led, want)
-	running := 0
-	rc := rs.client()
-	defer rc.Close()
-	store := state.NewRedis(rc, state.RedisOptions{Prefix: "r1:"})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if left, err := store.Inflight(ctx, "agent-a"); err == nil {
-		running = len(left)
-	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	b.wait(30 * time.Second)
-	m := fmt.Sprintf("agent-a ran %d, exit %d %s after SIGTERM, %d left in flight; lost %d, twice %d, queue drained %v",
-		len(ranOnA), code, secs(exitAfter), running, lost, twice, drained)
-	return m, code == 0 && lost == 0 && twice == 0 && drained && running == 0, nil
 }
 
 // R2: agent-a is killed with -9 while its task waits at the gate; agent-b
