@@ -99,7 +99,7 @@ func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML st
 		return lc, nil
 	}
 	lc.yaml += fmt.Sprintf("lifecycle:\n  sources: [signal, sqs]\n  queue_url: %s\n  hook_name: %s\n  heartbeat_interval: %s\n  drain_timeout: 1m\n",
-			lc.notify, lcHook, lcInterval)
+		lc.notify, lcHook, lcInterval)
 	return lc, nil
 }
 
