@@ -335,9 +335,10 @@ func (a *agent) get(path string) ([]byte, error) {
 	return b, nil
 }
 
-// post sends a JSON body and returns the status code and the decoded answer.
+// post sends a JSON body and returns the status code and the decoded
+// answer; the bound is generous because a burst queues at the intake.
 func (a *agent) post(client *http.Client, path, body string) (int, map[string]any, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.addr+path, strings.NewReader(body))
 	if err != nil {

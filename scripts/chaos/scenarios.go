@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	agentpkg "github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 )
@@ -375,8 +376,10 @@ func r5(l *lab) (string, bool, error) {
 	return m, done && withReason == len(bad) && len(n) == 0 && panics == 0 && a.alive(), nil
 }
 
-// R6: 8 agents on one Redis each take 1,000 tasks at once through the
-// admin intake, under a daily quota of 2 for the host.
+// R6: 8 agents on one Redis, 32 workers each, each take 1,000 tasks
+// through the admin intake, under a daily quota of 2 for the host. Each
+// agent gets half its admin connection cap in requests at once: beyond
+// the cap, requests wait on kept-alive connections and starve.
 func r6(l *lab) (string, bool, error) {
 	rs, err := l.newRedis("r6")
 	if err != nil {
@@ -385,14 +388,15 @@ func r6(l *lab) (string, bool, error) {
 	rules := "    - name: quota\n      key: host\n      limits: [{daily: 2}]\n"
 	agents := make([]*agent, 8)
 	for i := range agents {
-		cfg := agentConfig{instance: fmt.Sprintf("fleet-%d", i), workers: 8, redisAddr: rs.addr, prefix: "r6:",
+		cfg := agentConfig{instance: fmt.Sprintf("fleet-%d", i), workers: 32, redisAddr: rs.addr, prefix: "r6:",
 			limiterFail: "closed", rules: rules}.yaml()
 		if agents[i], err = l.startAgent(fmt.Sprintf("r6-%d", i), cfg); err != nil {
 			return "", false, err
 		}
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	sem := make(chan struct{}, 256)
+	perAgent := agentpkg.AdminMaxConns / 2
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: perAgent, MaxIdleConnsPerHost: perAgent}}
+	sem := make(chan struct{}, perAgent*len(agents))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	accepted, refused := 0, 0
@@ -431,7 +435,7 @@ func r6(l *lab) (string, bool, error) {
 	}
 	settled := eventually(120*time.Second, func() bool { return total("succeeded")+total("rate_limited") == accepted })
 	ok, limited := total("succeeded"), total("rate_limited")
-	m := fmt.Sprintf("%d decisions (%d refused at intake): %d allowed, %d rate_limited", accepted, refused, ok, limited)
+	m := fmt.Sprintf("%d decisions (%d refused at intake, %d requests in flight): %d allowed, %d rate_limited", accepted, refused, cap(sem), ok, limited)
 	return m, settled && ok == 2 && limited == accepted-2 && accepted > 0, nil
 }
 
