@@ -245,6 +245,11 @@ func r10(l *lab) (string, bool, error) {
 	}
 	id := l.sqs.InjectFault(sqsfake.Fault{Op: "ReceiveMessage", Queue: "r10", Kind: sqsfake.FaultServerError})
 	began := time.Now()
+	// A long poll begun before the fault would still deliver: the tasks go
+	// out once the intake's single receive loop has hit the fault.
+	if !eventually(10*time.Second, func() bool { return l.sqs.FaultFired(id) > 0 }) {
+		return "no receive hit the fault", false, nil
+	}
 	want := ids("r10", 20)
 	var bodies []string
 	for _, id := range want {
