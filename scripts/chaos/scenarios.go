@@ -74,6 +74,7 @@ func r2(l *lab) (string, bool, error) {
 	}
 	a.kill9()
 	killed := time.Now()
+	before, _ := led.counts()
 	rerun := eventually(60*time.Second, func() bool { n, _ := led.counts(); return n["k-1"] == 2 })
 	took := time.Since(killed)
 	led.open()
@@ -94,9 +95,9 @@ func r2(l *lab) (string, bool, error) {
 		return "", false, fmt.Errorf("in flight of agent-a: %w", err)
 	}
 	n, _ := led.counts()
-	m := fmt.Sprintf("re-run on %s after %s; executions %d (1 before the kill); record %s/%s attempts %d; agent-a in flight %d",
-		rec.Owner, secs(took), n["k-1"], rec.Status, rec.Outcome, rec.Attempts, len(left))
-	return m, rerun && done && n["k-1"] == 2 && rec.Owner == "agent-b" && rec.Attempts == 2 && len(left) == 0, nil
+	m := fmt.Sprintf("re-run on %s %s after the kill; executions %d (%d before the kill); record %s/%s attempts %d; agent-a in flight %d",
+		rec.Owner, secs(took), n["k-1"], before["k-1"], rec.Status, rec.Outcome, rec.Attempts, len(left))
+	return m, rerun && done && n["k-1"] == 2 && before["k-1"] == 1 && rec.Owner == "agent-b" && rec.Attempts == 2 && len(left) == 0, nil
 }
 
 // r3Agents starts the fail-open and the fail-closed agent of R3 and R3b on
