@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/internal/sqsfake"
+)
+
+// receiveRetryMax is the intake's longest pause between failed receives
+// (agent/intake.go).
+const receiveRetryMax = 30 * time.Second
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+// onceEach checks that every id ran exactly once: lost and twice counts.
+func onceEach(led *ledger, want []string) (lost, twice int) {
+	n, _ := led.counts()
+	for _, id := range want {
+		switch {
+		case n[id] == 0:
+			lost++
+		case n[id] > 1:
+			twice++
+		}
+	}
+	return lost, twice
+}
+
+// R2: agent-a is killed with -9 while its task waits at the gate; agent-b
+// takes the task over once its lease lapses.
+func r2(l *lab) (string, bool, error) {
+	rs, err := l.newRedis("r2")
+	if err != nil {
+		return "", false, err
+	}
+	url, err := l.queue("r2", nil)
+	if err != nil {
+		return "", false, err
+	}
+	led, err := l.newLedger("r2")
+	if err != nil {
+		return "", false, err
+	}
+	defer led.open()
+	cfg := func(inst string) string {
+		return agentConfig{instance: inst, workers: 2, queueURL: url, redisAddr: rs.addr, prefix: "r2:", ledger: led}.yaml()
+	}
+	a, err := l.startAgent("r2-a", cfg("agent-a"))
+	if err != nil {
+		return "", false, err
+	}
+	if err := l.send(url, taskBody("k-1", "gate")); err != nil {
+		return "", false, err
+	}
+	if !eventually(20*time.Second, func() bool { n, _ := led.counts(); return n["k-1"] == 1 }) {
+		return "k-1 never started on agent-a", false, nil
+	}
+	if _, err := l.startAgent("r2-b", cfg("agent-b")); err != nil {
+		return "", false, err
+	}
+	a.kill9()
+	killed := time.Now()
+	before, _ := led.counts()
+	rerun := eventually(60*time.Second, func() bool { n, _ := led.counts(); return n["k-1"] == 2 })
+	took := time.Since(killed)
+	led.open()
+	rc := rs.client()
+	defer rc.Close()
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: "r2:"})
+	var rec state.TaskRecord
+	done := eventually(30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		rec, _, _ = store.Task(ctx, "k-1")
+		return rec.Status == state.StatusDone && l.drained("r2")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	left, err := store.Inflight(ctx, "agent-a")
+	if err != nil {
+		return "", false, fmt.Errorf("in flight of agent-a: %w", err)
+	}
+	n, _ := led.counts()
+	m := fmt.Sprintf("re-run on %s %s after the kill; executions %d (%d before the kill); record %s/%s attempts %d; agent-a in flight %d",
+		rec.Owner, secs(took), n["k-1"], before["k-1"], rec.Status, rec.Outcome, rec.Attempts, len(left))
+	return m, rerun && done && n["k-1"] == 2 && before["k-1"] == 1 && rec.Owner == "agent-b" && rec.Attempts == 2 && len(left) == 0, nil
+}
+
+// r3Agents starts the fail-open and the fail-closed agent of R3 and R3b on
+// their own queues, against redisAddr.
+func r3Agents(l *lab, name, redisAddr string, timeout time.Duration, led *ledger) (open, closed *agent, qOpen, qClosed string, err error) {
+	if qOpen, err = l.queue(name+"-open", nil); err != nil {
+		return
+	}
+	if qClosed, err = l.queue(name+"-closed", nil); err != nil {
+		return
+	}
+	rule := func(mode string) string {
+		return "    - name: cap\n      key: host\n      limits: [{window: {count: 1000, per: 1m}}]\n      fail: " + mode + "\n"
+	}
+	open, err = l.startAgent(name+"-open", agentConfig{instance: "agent-open", workers: 8, queueURL: qOpen, redisAddr: redisAddr,
+		prefix: name + ":", redisTimeout: timeout, stateFail: "open", ledger: led, rules: rule("open")}.yaml())
+	if err != nil {
+		return
+	}
+	closed, err = l.startAgent(name+"-closed", agentConfig{instance: "agent-closed", workers: 4, queueURL: qClosed, redisAddr: redisAddr,
+		prefix: name + ":", redisTimeout: timeout, stateFail: "closed", ledger: led, rules: rule("closed")}.yaml())
+	return
+}
+
+// R3: Redis killed for 10 s and restarted empty under a fail-open and a
+// fail-closed agent; afterwards a probe task every 100 ms measures when
+// tasks are claimed and recorded in Redis again.
+func r3(l *lab) (string, bool, error) {
+	const (
+		outage  = 10 * time.Second
+		timeout = 200 * time.Millisecond
+	)
+	rs, err := l.newRedis("r3")
+	if err != nil {
+		return "", false, err
+	}
+	led, err := l.newLedger("r3")
+	if err != nil {
+		return "", false, err
+	}
+	open, closed, qOpen, qClosed, err := r3Agents(l, "r3", rs.addr, timeout, led)
+	if err != nil {
+		return "", false, err
+	}
+	if err := l.send(qOpen, taskBody("before-open", "mark")); err != nil {
+		return "", false, err
+	}
+	if err := l.send(qClosed, taskBody("before-closed", "mark")); err != nil {
+		return "", false, err
+	}
+	if !eventually(20*time.Second, func() bool { n, _ := led.counts(); return n["before-open"] == 1 && n["before-closed"] == 1 }) {
+		return "tasks before the outage did not run", false, nil
+	}
+	rs.kill()
+	killed := time.Now()
+	duringOpen, duringClosed := ids("open", 4), ids("closed", 4)
+	for i := range duringOpen {
+		if err := l.send(qOpen, taskBody(duringOpen[i], "mark")); err != nil {
+			return "", false, err
+		}
+		if err := l.send(qClosed, taskBody(duringClosed[i], "mark")); err != nil {
+			return "", false, err
+		}
+	}
+	openRan := eventually(outage-time.Second, func() bool { return open.outcomes()["succeeded"] == 1+len(duringOpen) })
+	time.Sleep(time.Until(killed.Add(outage)))
+	n, _ := led.counts()
+	closedRan := 0
+	for _, id := range duringClosed {
+		closedRan += n[id]
+	}
+	limDegraded := open.metric("autodiag_limiter_degraded_total")
+	stateDegradedClosed := closed.metric("autodiag_state_degraded_total", `op="claim"`)
+
+	// Redis "returns" when its process starts, before it answers: the
+	// measure includes the agent's reconnection.
+	back := time.Now()
+	if err := rs.start(); err != nil {
+		return "", false, err
+	}
+	rc := rs.client()
+	defer rc.Close()
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: "r3:"})
+	var normal time.Duration
+	for i := 0; normal == 0 && time.Since(back) < 20*time.Second; i++ {
+		id := fmt.Sprintf("probe-%d", i)
+		if err := l.send(qOpen, taskBody(id, "mark")); err != nil {
+			return "", false, err
+		}
+		// A probe is normal flow when its record is done in Redis while
+		// the backlog of the outage would still be waiting to retry.
+		deadline := time.Now().Add(100 * time.Millisecond)
+		for time.Now().Before(deadline) && normal == 0 {
+			for j := 0; j <= i; j++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				rec, ok, err := store.Task(ctx, fmt.Sprintf("probe-%d", j))
+				cancel()
+				if err == nil && ok && rec.Status == state.StatusDone {
+					normal = time.Since(back)
+					break
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	closedAfter := eventually(60*time.Second, func() bool {
+		n, _ := led.counts()
+		for _, id := range duringClosed {
+			if n[id] != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	alive := open.alive() && closed.alive()
+	m := fmt.Sprintf("alive %v; open ran %d/%d during outage, limiter degraded %g; closed ran %d during outage (claim degraded %g), all %d ran once after: %v; first probe recorded %s after Redis returned",
+		alive, len(duringOpen), len(duringOpen), limDegraded, closedRan, stateDegradedClosed, len(duringClosed), closedAfter, secs(normal))
+	if !openRan {
+		m = strings.Replace(m, fmt.Sprintf("open ran %d/", len(duringOpen)), fmt.Sprintf("open ran %d/", open.outcomes()["succeeded"]-1), 1)
+	}
+	pass := alive && openRan && limDegraded >= float64(len(duringOpen)) && closedRan == 0 && stateDegradedClosed > 0 &&
+		closedAfter && normal > 0 && normal <= time.Second
+	return m, pass, nil
+}
+
+// R10: every ReceiveMessage of the queue answers 500 for 20 s while tasks
+// wait; the intake backs off, and after the fault is lifted resumes no
+// later than the backoff step it was in.
+func r10(l *lab) (string, bool, error) {
+	const faultFor = 20 * time.Second
+	rs, err := l.newRedis("r10")
+	if err != nil {
+		return "", false, err
+	}
+	url, err := l.queue("r10", nil)
+	if err != nil {
+		return "", false, err
+	}
+	led, err := l.newLedger("r10")
+	if err != nil {
+		return "", false, err
+	}
+	a, err := l.startAgent("r10", agentConfig{instance: "agent-r10", workers: 4, queueURL: url, redisAddr: rs.addr, prefix: "r10:", ledger: led}.yaml())
+	if err != nil {
+		return "", false, err
+	}
+	id := l.sqs.InjectFault(sqsfake.Fault{Op: "ReceiveMessage", Queue: "r10", Kind: sqsfake.FaultServerError})
+	began := time.Now()
+	// A long poll begun before the fault would still deliver: the tasks go
+	// out once the intake's single receive loop has hit the fault.
+	if !eventually(10*time.Second, func() bool { return l.sqs.FaultFired(id) > 0 }) {
+		return "no receive hit the fault", false, nil
+	}
+	want := ids("r10", 20)
+	var bodies []string
+	for _, id := range want {
+		bodies = append(bodies, taskBody(id, "mark"))
+	}
+	if err := l.send(url, bodies...); err != nil {
+		return "", false, err
+	}
+	time.Sleep(time.Until(began.Add(faultFor)))
+	fired := l.sqs.FaultFired(id)
+	l.sqs.RemoveFault(id)
+	lifted := time.Now()
+	// The step the intake was waiting out when the fault was lifted: the
+	// last "receive failed" line's retry_in, counted from that line.
+	var step time.Duration
+	var stepEnds time.Time
+	for _, line := range a.logs("receive failed") {
+		at, _ := line["_at"].(time.Time)
+		if r, ok := line["retry_in"].(float64); ok && at.Before(lifted) {
+			step = time.Duration(r * float64(time.Second))
+			stepEnds = at.Add(step)
+		}
+	}
+	allRan := eventually(receiveRetryMax+30*time.Second, func() bool {
+		lost, _ := onceEach(led, want)
+		return lost == 0
+	})
+	_, first := led.counts()
+	var resumed time.Time
+	for _, t := range first {
+		if resumed.IsZero() || t.Before(resumed) {
+			resumed = t
+		}
+	}
+	drained := eventually(10*time.Second, func() bool { return l.drained("r10") })
+	lost, twice := onceEach(led, want)
+	gap := resumed.Sub(lifted)
+	// One backoff step: the first task runs no later than the end of the
+	// step in progress, plus the time to receive and start it (1 s).
+	pass := allRan && drained && lost == 0 && twice == 0 && fired > 0 && step > 0 && step <= receiveRetryMax &&
+		!resumed.Before(lifted) && !resumed.After(stepEnds.Add(time.Second))
+	m := fmt.Sprintf("%d receives answered 500; step in progress %s (ends %s after lift); first task ran %s after lift; lost %d, twice %d, drained %v",
+		fired, secs(step), secs(stepEnds.Sub(lifted)), secs(gap), lost, twice, drained)
+	return m, pass, nil
+}
+
+// hostile are message bodies that must never run: the task package's fuzz
+// seeds and injection attempts aimed at this catalog.
+func hostile() []string {
+	big := strings.Repeat("A", 200<<10)
+	return []string{
+		`{"host":"web;reboot","diagnostic":"mark"}`,
+		`{"host":"$(id).example.com","diagnostic":"mark"}`,
+		"{\"host\":\"`id`\",\"diagnostic\":\"mark\"}",
+		`{"host":"-oProxyCommand=touch /tmp/x","diagnostic":"mark"}`,
+		`{"host":"web-1","diagnostic":"param","params":{"secs":"1; reboot"}}`,
+		`{"host":"web-1","diagnostic":"param","params":{"secs":"-1"}}`,
+		`{"host":"web-1","diagnostic":"param","params":{"secs":"1","x":"y"}}`,
+		`{"host":"web-1","diagnostic":"mark","params":{"x":"$(reboot)"}}`,
+		`{"host":"web-1","diagnostic":"../../bin/sh"}`,
+		`{"host":"ex\u0430mple.example.com","diagnostic":"mark"}`,
+		`{"host":"ok.example.com","HOST":"169.254.169.254","diagnostic":"mark"}`,
+		`{"host":"ok.example.com","host":"169.254.169.254","diagnostic":"mark"}`,
+		`{"ho\u017ft":"169.254.169.254","diagnostic":"mark"}`,
+		`{"host":"169.254.169.254","diagnostic":"mark"}`,
+		`{"host":"0xa9fea9fe","diagnostic":"mark"}`,
+		`{"host":"127.1","diagnostic":"mark"}`,
+		`{"host":"localhost","diagnostic":"mark"}`,
+		`{"host":"web-1\n","diagnostic":"mark"}`,
+		`{"host":"` + strings.Repeat("a.", 150) + `example.com","diagnostic":"mark"}`,
+		`{"host":"web-1","diagnostic":"mark","created_at":"9999-01-01T00:00:00Z"}`,
+		`{"host":"web-1","diagnostic":"mark","junk":"` + big + `"}`,
+		`{"host":["web-1"],"diagnostic":"mark"}`,
+		`{"host":"web-1","diagnostic":"mark"` + strings.Repeat(`,"a":{"b":`, 1) + `[` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `]}}`,
+		`{"host":null,"diagnostic":"mark"}`,
+		`not json`,
+		`{}`,
+		`[]`,
+		`"web-1"`,
+	}
+}
+
+// R5: every hostile message is dead-lettered with a reason and nothing runs.
+func r5(l *lab) (string, bool, error) {
+	rs, err := l.newRedis("r5")
+	if err != nil {
+		return "", false, err
+	}
+	url, err := l.queue("r5", nil)
+	if err != nil {
+		return "", false, err
+	}
+	dlq, err := l.queue("r5-dlq", nil)
+	if err != nil {
+		return "", false, err
+	}
+	led, err := l.newLedger("r5")
+	if err != nil {
+		return "", false, err
+	}
+	a, err := l.startAgent("r5", agentConfig{instance: "agent-r5", workers: 4, queueURL: url, dlqURL: dlq, redisAddr: rs.addr, prefix: "r5:", ledger: led}.yaml())
+	if err != nil {
+		return "", false, err
+	}
+	bad := hostile()
+	for _, b := range bad {
+		if err := l.send(url, b); err != nil {
+			return "", false, err
+		}
+	}
+	done := eventually(60*time.Second, func() bool {
+		_, _, _, st, _ := l.sqs.Stats("r5-dlq")
+		return l.drained("r5") && st.Sent == len(bad)
+	})
+	v, _ := l.sqs.Queue("r5-dlq")
+	withReason := 0
+	reasons := map[string]int{}
+	for _, m := range v.Messages {
+		if r := m.Attributes["autodiag-reject-reason"].StringValue; r != "" {
+			withReason++
+			k, _, _ := strings.Cut(r, ":")
+			reasons[k]++
+		}
+	}
+	n, _ := led.counts()
+	panics := strings.Count(a.output(), "panic")
+	m := fmt.Sprintf("%d hostile messages: %d dead-lettered with a reason %v; executions %d; panics %d; agent alive %v",
+		len(bad), withReason, reasons, len(n), panics, a.alive())
+	return m, done && withReason == len(bad) && len(n) == 0 && panics == 0 && a.alive(), nil
+}
+
+// R6: 8 agents on one Redis, 32 workers each, each take 1,000 tasks
+// through the admin intake, under a daily quota of 2 for the host. Each
+// agent gets half its admin connection cap in requests at once: beyond
+// the cap, requests wait on kept-alive connections and starve.
+func r6(l *lab) (string, bool, error) {
+	rs, err := l.newRedis("r6")
+	if err != nil {
+		return "", false, err
+	}
+	rules := "    - name: quota\n      key: host\n      limits: [{daily: 2}]\n"
+	agents := make([]*agent, 8)
+	for i := range agents {
+		cfg := agentConfig{instance: fmt.Sprintf("fleet-%d", i), workers: 32, redisAddr: rs.addr, prefix: "r6:",
+			limiterFail: "closed", rules: rules}.yaml()
+		if agents[i], err = l.startAgent(fmt.Sprintf("r6-%d", i), cfg); err != nil {
+			return "", false, err
+		}
+	}
+	perAgent := agentpkg.AdminMaxConns / 2
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: perAgent, MaxIdleConnsPerHost: perAgent}}
+	sem := make(chan struct{}, perAgent*len(agents))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	var firstErr error
+	for i := range 8000 {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			code, _, err := agents[i%8].post(client, "/v1/tasks", fmt.Sprintf(`{"id":"q-%d","host":"web-01","diagnostic":"noop"}`, i))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				if firstErr == nil {
+					firstErr = err
+				}
+			case code == http.StatusAccepted:
+				accepted++
+			default:
+				refused++
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return "", false, firstErr
+	}
+	total := func(outcome string) int {
+		n := 0
+		for _, a := range agents {
+			n += a.outcomes()[outcome]
+		}
+		return n
+	}
+	settled := eventually(120*time.Second, func() bool { return total("succeeded")+total("rate_limited") == accepted })
+	ok, limited := total("succeeded"), total("rate_limited")
+	m := fmt.Sprintf("%d decisions (%d refused at intake, %d requests in flight): %d allowed, %d rate_limited", accepted, refused, cap(sem), ok, limited)
+	return m, settled && ok == 2 && limited == accepted-2 && accepted > 0, nil
+}
+
+// R7: injection through the admin intake is refused with a reason and
+// never runs; without admin_addr the agent binds loopback.
+func r7(l *lab) (string, bool, error) {
+	led, err := l.newLedger("r7")
+	if err != nil {
+		return "", false, err
+	}
+	a, err := l.startAgent("r7", agentConfig{instance: "agent-r7", workers: 2, ledger: led}.yaml())
+	if err != nil {
+		return "", false, err
+	}
+	refused, withReason := 0, 0
+	bad := hostile()
+	for _, b := range bad {
+		code, out, err := a.post(http.DefaultClient, "/v1/tasks", b)
+		if err != nil {
+			return "", false, err
+		}
+		if code >= 400 && code < 500 {
+			refused++
+			if r, _ := out["reason"].(string); r != "" {
+				withReason++
+			}
+		}
+	}
+	n, _ := led.counts()
+
+	// Default admin address: the agent either listens on it or fails to
+	// because another process holds the port; both name the address.
+	yaml := strings.Replace(agentConfig{instance: "agent-r7d", workers: 1}.yaml(), "admin_addr: 127.0.0.1:0\n", "", 1)
+	d, err := l.spawnAgent("r7-default", yaml)
+	if err != nil {
+		return "", false, err
+	}
+	var addr string
+	select {
+	case addr = <-d.ready:
+	case <-d.done:
+		if out := d.output(); strings.Contains(out, "admin listener") && strings.Contains(out, "127.0.0.1:9464") {
+			addr = "127.0.0.1:9464 (in use by another process)"
+		}
+	case <-time.After(30 * time.Second):
+		return "", false, errors.New("default-config agent neither ready nor exited in 30s")
+	}
+	m := fmt.Sprintf("%d/%d injections refused, %d with a reason, %d executions; default admin address %s",
+		refused, len(bad), withReason, len(n), addr)
+	return m, refused == len(bad) && withReason == len(bad) && len(n) == 0 && strings.HasPrefix(addr, "127.0.0.1:"), nil
+}
