@@ -84,15 +84,18 @@ func TestDispatcherDelivers(t *testing.T) {
 // id and body on every try, a backoff between tries.
 func TestDispatcherRetriesWithTheSameID(t *testing.T) {
 	clock := newFakeClock()
-	h := newHarness(t, NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now}), clock, "i-a",
-		Options{BackoffBase: time.Second, BackoffMax: time.Minute}, 500, 500, 500, 200)
+	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now})
+	h := newHarness(t, ob, clock, "i-a", Options{BackoffBase: time.Second, BackoffMax: time.Minute}, 500, 500, 500, 200)
 	runDispatcher(t, h.d)
 	id, err := h.d.Enqueue(context.Background(), failedEvent())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for try := 1; try <= 3; try++ {
-		waitFor(t, 5*time.Second, "a failed try", func() bool { return h.count(ResultRetry) == float64(try) })
+		waitFor(t, 5*time.Second, "a failed try", func() bool { return rescheduled(ob, try) })
+		if n := h.count(ResultRetry); n != float64(try) {
+			t.Fatalf("%v retries counted, want %d", n, try)
+		}
 		if n := len(h.rcv.requests()); n != try {
 			t.Fatalf("%d requests before the backoff passed, want %d", n, try)
 		}
@@ -130,9 +133,10 @@ func TestDispatcherGivesUp(t *testing.T) {
 			if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
 				t.Fatal(err)
 			}
-			for h.count(ResultDead) == 0 {
-				retries := h.count(ResultRetry)
-				waitFor(t, 5*time.Second, "a try ends", func() bool { return h.count(ResultRetry) > retries || h.count(ResultDead) > 0 })
+			// The clock moves only once the dispatcher is done with a try:
+			// the entry is dead or back in the outbox, waiting for its retry.
+			for try := 1; h.count(ResultDead) == 0; try++ {
+				waitFor(t, 5*time.Second, "a try ends", func() bool { return rescheduled(ob, try) || h.count(ResultDead) > 0 })
 				h.clock.Advance(time.Second)
 			}
 			if n := len(h.rcv.requests()); n != tt.requests {
@@ -154,7 +158,7 @@ func TestDispatcherGivesUpPastMaxAge(t *testing.T) {
 	if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "first try", func() bool { return h.count(ResultRetry) == 1 })
+	waitFor(t, 5*time.Second, "first try", func() bool { return rescheduled(ob, 1) })
 	h.clock.Advance(40 * time.Minute)
 	// The second try fails too, and its backoff would end past max age.
 	waitFor(t, 5*time.Second, "dead", func() bool { return h.count(ResultDead) == 1 })

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -100,6 +101,15 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// rescheduled reports whether ob holds an entry waiting for its retry after
+// its claims-th try. A test moves its clock only then: moved while the try
+// still runs, past the claim idle time, the entry is claimed again under it.
+func rescheduled(ob *MemoryOutbox, claims int) bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return slices.ContainsFunc(ob.entries, func(e *memEntry) bool { return e.claims == claims && !e.retryAt.IsZero() })
 }
 
 // runDispatcher runs d until the test ends.
