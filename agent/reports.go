@@ -170,6 +170,8 @@ func (a *Agent) wireReports() error {
 
 // run runs the report workers until the drain stops them; a fast exit
 // (hard ending) abandons the reports in progress, which stay queued.
+//
+//nolint:contextcheck // Stop gets an ended context on purpose: give up at once
 func (rs *reports) run(ctx, hard context.Context) error {
 	if rs == nil {
 		return nil
@@ -177,7 +179,7 @@ func (rs *reports) run(ctx, hard context.Context) error {
 	stop := context.AfterFunc(hard, func() {
 		done, cancel := context.WithCancel(context.Background())
 		cancel()
-		_ = rs.r.Stop(done) //nolint:contextcheck // an ended context: give up at once
+		_ = rs.r.Stop(done)
 	})
 	defer stop()
 	return rs.r.Run(ctx)
