@@ -131,6 +131,9 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	if code, _, stderr := runCLI(t, nil, "report", "rep-2", "--force", "--config", cfgPath); code != 2 || !strings.Contains(stderr, "report.api_key_env") {
 		t.Errorf("report without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
 	}
+	if code, _, stderr := runCLI(t, nil, "run", "--config", cfgPath); code != 2 || !strings.Contains(stderr, "report.api_key_env") {
+		t.Errorf("run without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
+	}
 	code, stdout, _ = runCLI(t, nil, "show", "rep-1", "--config", cfgPath)
 	if code != 0 || !strings.Contains(stdout, `"status": "ok"`) {
 		t.Errorf("show rep-1: exit %d, want the ok report:\n%s", code, stdout)
