@@ -107,6 +107,9 @@ type Deps struct {
 	// LookupEnv reads the sinks' url_env and secret_env; nil = an empty
 	// environment.
 	LookupEnv func(string) (string, bool)
+	// Reports are the report provider, queue and limiter backend; needed
+	// with report.enabled (OpenReportParts).
+	Reports *ReportParts
 }
 
 // Agent is one `autodiag run`: it wires intake, the job pipeline, the
@@ -128,6 +131,7 @@ type Agent struct {
 	publisher *publisher // nil = CloudWatch off
 	alerts    *alertRouting
 	notifier  *notifier // nil = no sinks
+	reports   *reports  // nil = reports off
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -205,6 +209,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
 		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake}
 	if err := a.wireResults(); err != nil {
+		return nil, err
+	}
+	if err := a.wireReports(); err != nil {
 		return nil, err
 	}
 	a.m.redisUp.Set(1)
@@ -342,6 +349,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Stopped by the supervisor before the lifecycle completion.
 		g.Go(func() error { return a.notifier.d.Run(gctx) })
 	}
+	// Stopped by the supervisor before the lifecycle completion.
+	g.Go(func() error { return a.reports.run(gctx, a.hard) })
 	var runErr error
 	g.Go(func() error {
 		defer close(done)

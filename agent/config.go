@@ -18,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/task"
@@ -61,6 +62,8 @@ type Config struct {
 	Notify []notify.SinkConfig `yaml:"notify"`
 	// NotifyMaxAge gives up an event not delivered by then (default 24h).
 	NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+	// Report is the root-cause report of finished tasks; off by default.
+	Report report.Config `yaml:"report"`
 }
 
 // ResultsConfig is the `results:` section. The redaction keys
@@ -205,6 +208,7 @@ func DefaultConfig() Config {
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
 		NotifyMaxAge:     notify.DefaultMaxAge,
+		Report:           report.DefaultConfig(),
 	}
 }
 
@@ -331,6 +335,7 @@ func (c Config) Validate() error {
 	p.adopt("results", c.Results.Redact.Validate())
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
+	p.adopt("report", c.Report.Validate())
 	return p.err()
 }
 

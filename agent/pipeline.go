@@ -85,6 +85,7 @@ type pipeline struct {
 	stateFail    string        // redis.state_fail
 	redactor     *redact.Redactor
 	notifier     *notifier // nil = no sinks
+	reports      *reports  // nil = reports off
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -352,6 +353,7 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	}
 	p.outcomes.end(j, ended{outcome: res.Outcome, reason: reason, result: &res})
 	p.ack(j)
+	p.reports.taskEnded(rec, p.catalog[t.Diagnostic], res)
 }
 
 // reject ends an invalid or stale message. A rejected message has one

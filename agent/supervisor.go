@@ -60,6 +60,7 @@ type supervisor struct {
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
 	notifier   *notifier // nil = no sinks
+	reports    *reports  // nil = reports off
 
 	mu      sync.Mutex
 	trigger *drainTrigger
@@ -89,6 +90,7 @@ func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 	s.m.drainState.Set(1)
 	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", s.drain.Progress().Deadline)
 	s.notifier.drainStarted(s.drain.Progress())
+	s.reports.drainStarted()
 	return true
 }
 
@@ -234,6 +236,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	}
 	var completeErr error
 	s.notifier.drainEnded(ctx, p, drainResult(s.cfg, action, errors.Is(err, drain.ErrTimedOut)))
+	s.reports.drainEnded(ctx, p.Deadline)
 	if action != nil {
 		completeErr = s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}

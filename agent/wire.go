@@ -26,6 +26,7 @@ import (
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
@@ -60,7 +61,8 @@ func (c Config) hasRedis() bool {
 
 func (c Config) needsAWS() bool {
 	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) ||
-		c.Lifecycle.LaunchHookName != "" || c.CloudWatch.Enabled || c.Redis.URLSecret != ""
+		c.Lifecycle.LaunchHookName != "" || c.CloudWatch.Enabled || c.Redis.URLSecret != "" ||
+		(c.Report.Enabled && c.Report.Provider == report.ProviderBedrock)
 }
 
 // NeedsEC2InstanceID reports whether cfg's lifecycle sources match notices
@@ -327,6 +329,11 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}
 	if cfg.CloudWatch.Enabled {
 		d.CloudWatch = cloudwatch.NewFromConfig(awsCfg)
+	}
+	if cfg.Report.Enabled {
+		if d.Reports, err = OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {
+			return nil, nil, err
+		}
 	}
 	a, err = New(cfg, d)
 	if err != nil {

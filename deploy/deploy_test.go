@@ -905,7 +905,9 @@ func grants(t *testing.T, sts []statement, docs ...string) []string {
 //   - CloudWatch: PutMetricData (DrainSeconds, LimiterDegraded);
 //   - redis.url_secret: GetSecretValue or GetParameter, and Decrypt through
 //     that service when the secret has a customer managed key;
-//   - SSE-KMS queues: GenerateDataKey (send) and Decrypt (receive) through SQS.
+//   - SSE-KMS queues: GenerateDataKey (send) and Decrypt (receive) through SQS;
+//   - report.provider bedrock: InvokeModel (Converse) on the model, and
+//     ApplyGuardrail on report.guardrail.
 func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 	const (
 		tasks     = "aws_sqs_queue.tasks.arn"
@@ -938,6 +940,8 @@ func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 		"kms:Decrypt on " + secretKey + viaKMS,
 		"kms:GenerateDataKey on " + queueKey + viaKMS,
 		"kms:Decrypt on " + queueKey + viaKMS,
+		"bedrock:InvokeModel on var.report_model_arn",
+		"bedrock:ApplyGuardrail on var.report_guardrail_arn",
 	}
 	slices.Sort(want)
 	got := grants(t, policyStatements(loadDir(t, moduleDir)), "agent", "agent_lifecycle_queue")

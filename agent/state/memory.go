@@ -2,7 +2,9 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -207,6 +209,18 @@ func (m *Memory) Task(_ context.Context, id string) (TaskRecord, bool, error) {
 		return TaskRecord{}, false, nil
 	}
 	return t.rec, true, nil
+}
+
+// SetReport implements Store.
+func (m *Memory) SetReport(_ context.Context, id string, report json.RawMessage) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tasks[id]
+	if !ok {
+		return false, nil
+	}
+	t.rec.Report = slices.Clone(report)
+	return true, nil
 }
 
 // Audit implements Store.

@@ -29,6 +29,13 @@ var (
 	renewScript   = redis.NewScript(renewLua)
 	finishScript  = redis.NewScript(finishLua)
 	releaseScript = redis.NewScript(releaseLua)
+
+	// setReportScript writes the report beside the record (field report),
+	// only while the record exists, so a late report never recreates an
+	// expired record without a TTL.
+	setReportScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'report', ARGV[1])
+return 1`)
 )
 
 // RedisOptions configure a Redis store; zero values take the defaults.
@@ -378,7 +385,7 @@ func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error)
 
 // Task implements Store.
 func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
-	v, err := r.c.HMGet(ctx, r.taskKey(id), "rec", "status", "owner", "attempts").Result()
+	v, err := r.c.HMGet(ctx, r.taskKey(id), "rec", "status", "owner", "attempts", "report").Result()
 	if err != nil {
 		return TaskRecord{}, false, fmt.Errorf("state: task %s: %w", id, err)
 	}
@@ -394,7 +401,20 @@ func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
 	if err != nil {
 		return TaskRecord{}, false, err
 	}
+	if rep, _ := v[4].(string); rep != "" {
+		rec.Report = json.RawMessage(rep)
+	}
 	return rec, true, nil
+}
+
+// SetReport implements Store: the report is a field of its own in the
+// record's hash, so writing it races with no other write of the record.
+func (r *Redis) SetReport(ctx context.Context, id string, report json.RawMessage) (bool, error) {
+	n, err := setReportScript.Run(ctx, r.c, []string{r.taskKey(id)}, string(report)).Int()
+	if err != nil {
+		return false, fmt.Errorf("state: report of %s: %w", id, err)
+	}
+	return n == 1, nil
 }
 
 // Audit implements Store.

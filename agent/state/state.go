@@ -175,6 +175,10 @@ type TaskStore interface {
 	Recover(ctx context.Context, owner string) ([]TaskRecord, error)
 	// Task returns a task record, ok=false when none.
 	Task(ctx context.Context, id string) (TaskRecord, bool, error)
+	// SetReport writes a root-cause report (JSON) into the record of id,
+	// keeping the rest of the record and its TTL; ok=false when there is
+	// no record.
+	SetReport(ctx context.Context, id string, report json.RawMessage) (ok bool, err error)
 }
 
 // AuditLog is the capped stream of task outcomes and deferrals.

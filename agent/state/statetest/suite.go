@@ -79,6 +79,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"MarkOnce", testMarkOnce},
 		{"MarkOnceConcurrent", testMarkOnceConcurrent},
 		{"RecordKeepsRequestAndResult", testRecordKeepsRequestAndResult},
+		{"SetReport", testSetReport},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -734,5 +735,31 @@ func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *FakeClock) 
 	if string(got.Limiter) != string(fin.Limiter) || string(got.Report) != string(fin.Report) || got.OutputURL != fin.OutputURL ||
 		got.Params["mount"] != "/var" || got.Alert == nil || got.Alert.EventID != "fp-1" {
 		t.Fatalf("finished record = %+v, want the finish's fields and the request's", got)
+	}
+}
+
+// testSetReport: a report written after the finish reads back with the
+// record, which keeps its outcome and output; no record, no write.
+func testSetReport(t *testing.T, s state.Store, _ *FakeClock) {
+	ctx := context.Background()
+	if ok, err := s.SetReport(ctx, "none", []byte(`{"status":"ok"}`)); err != nil || ok {
+		t.Fatalf("SetReport(unknown) = %v, %v, want false, nil", ok, err)
+	}
+	if _, ok, _ := s.Task(ctx, "none"); ok {
+		t.Fatal("SetReport created a record")
+	}
+	cl := mustClaimed(t, s, "rep", "a", 1)
+	fin := cl.Record
+	fin.Outcome, fin.Output = "failed", "disk full"
+	if err := s.Finish(ctx, fin); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	rep := []byte(`{"status":"ok","markdown":"**Root cause**: disk full"}`)
+	if ok, err := s.SetReport(ctx, "rep", rep); err != nil || !ok {
+		t.Fatalf("SetReport = %v, %v, want true, nil", ok, err)
+	}
+	got := mustTask(t, s, "rep")
+	if string(got.Report) != string(rep) || got.Outcome != "failed" || got.Output != "disk full" || got.Status != state.StatusDone {
+		t.Fatalf("record after SetReport = %+v, want the report and the finished record", got)
 	}
 }

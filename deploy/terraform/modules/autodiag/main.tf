@@ -409,6 +409,26 @@ data "aws_iam_policy_document" "agent" {
     }
   }
 
+  # report.provider bedrock: Converse on exactly the configured model, and
+  # its guardrail when report.guardrail is set.
+  dynamic "statement" {
+    for_each = var.report_model_arn == null ? [] : [var.report_model_arn]
+    content {
+      sid       = "InvokeReportModel"
+      actions   = ["bedrock:InvokeModel"]
+      resources = [var.report_model_arn]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.report_guardrail_arn == null ? [] : [var.report_guardrail_arn]
+    content {
+      sid       = "ApplyReportGuardrail"
+      actions   = ["bedrock:ApplyGuardrail"]
+      resources = [var.report_guardrail_arn]
+    }
+  }
+
   dynamic "statement" {
     for_each = var.queue_kms_key_arn == null ? [] : [var.queue_kms_key_arn]
     content {

@@ -176,6 +176,28 @@ variable "redis_url_secret_kms_key_arn" {
   }
 }
 
+variable "report_model_arn" {
+  description = "ARN of the Bedrock model root-cause reports use (report.model with report.provider bedrock): a foundation model (arn:aws:bedrock:REGION::foundation-model/ID) or an inference profile. The instance role may bedrock:InvokeModel exactly this ARN. Null grants nothing (reports off, or the openai provider)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.report_model_arn == null ? true : can(regex("^arn:[a-z-]+:bedrock:[a-z0-9-]+:([0-9]{12})?:(foundation-model|inference-profile|application-inference-profile|provisioned-model|custom-model)/[A-Za-z0-9._:/-]+$", var.report_model_arn))
+    error_message = "report_model_arn must be a Bedrock model or inference profile ARN (arn:...:bedrock:REGION:[ACCOUNT]:foundation-model/ID)."
+  }
+}
+
+variable "report_guardrail_arn" {
+  description = "ARN of the Bedrock guardrail of report.guardrail.id; the instance role may bedrock:ApplyGuardrail exactly it. Null grants nothing."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.report_guardrail_arn == null ? true : can(regex("^arn:[a-z-]+:bedrock:[a-z0-9-]+:[0-9]{12}:guardrail/[A-Za-z0-9]+$", var.report_guardrail_arn))
+    error_message = "report_guardrail_arn must be a Bedrock guardrail ARN (arn:...:bedrock:REGION:ACCOUNT:guardrail/ID)."
+  }
+}
+
 variable "queue_kms_key_arn" {
   description = "ARN of a customer managed KMS key for the task, dead-letter and lifecycle queues (SSE-KMS). Null: SSE-SQS. When set, the agent role and the lifecycle hook role get kms:GenerateDataKey and kms:Decrypt on it through SQS; the key policy must allow them (and whatever sends tasks)."
   type        = string

@@ -335,3 +335,36 @@ run "launch_hook_abandons_by_default" {
     error_message = "the launch hook attaches to asg_name, without a notification target"
   }
 }
+
+run "report_model_and_guardrail" {
+  command = apply
+
+  variables {
+    report_model_arn     = "arn:aws:bedrock:eu-west-1::foundation-model/amazon.nova-lite-v1:0"
+    report_guardrail_arn = "arn:aws:bedrock:eu-west-1:123456789012:guardrail/abc123def456"
+  }
+
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if s.sid == "InvokeReportModel" && tolist(s.actions) == tolist(["bedrock:InvokeModel"]) && tolist(s.resources) == tolist([var.report_model_arn])]) == 1 && length([for s in data.aws_iam_policy_document.agent.statement : s if s.sid == "ApplyReportGuardrail" && tolist(s.actions) == tolist(["bedrock:ApplyGuardrail"]) && tolist(s.resources) == tolist([var.report_guardrail_arn])]) == 1
+    error_message = "report_model_arn and report_guardrail_arn grant InvokeModel and ApplyGuardrail on exactly them"
+  }
+}
+
+run "no_bedrock_grant_by_default" {
+  command = plan
+
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if contains(["InvokeReportModel", "ApplyReportGuardrail"], coalesce(s.sid, "-"))]) == 0
+    error_message = "no Bedrock grant without report_model_arn"
+  }
+}
+
+run "rejects_model_id_instead_of_arn" {
+  command = plan
+
+  variables {
+    report_model_arn = "amazon.nova-lite-v1:0"
+  }
+
+  expect_failures = [var.report_model_arn]
+}

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// ReportParts are what root-cause reports need from outside the agent:
+// the model endpoint, the job queue and the limiter backend of the report
+// rule. OpenReportParts builds them from the config.
+type ReportParts struct {
+	Provider report.Provider
+	Queue    report.Queue
+	Backend  limiter.Backend
+}
+
+// OpenReportParts builds the report provider (Bedrock with awsCfg, or an
+// OpenAI-compatible server with the key lookupEnv reads), the queue and
+// the limiter backend: in Redis when rc is set (a fleet shares the jobs
+// and the limits), else in memory.
+func OpenReportParts(cfg Config, awsCfg aws.Config, rc redis.UniversalClient, lookupEnv func(string) (string, bool)) (*ReportParts, error) {
+	rcfg := cfg.Report
+	var parts ReportParts
+	switch rcfg.Provider {
+	case report.ProviderBedrock:
+		parts.Provider = report.NewBedrock(awsCfg, rcfg.Guardrail)
+	case report.ProviderOpenAI:
+		if lookupEnv == nil {
+			lookupEnv = func(string) (string, bool) { return "", false }
+		}
+		key, _ := lookupEnv(rcfg.APIKeyEnv)
+		parts.Provider = report.NewOpenAI(rcfg.BaseURL, key, nil)
+	default:
+		return nil, fmt.Errorf("agent: report.provider %q: unknown", rcfg.Provider)
+	}
+	if rc != nil {
+		parts.Queue = report.NewRedisQueue(rc, cfg.Redis.Prefix, rcfg.JobLease())
+		parts.Backend = limiter.NewRedis(rc, cfg.Redis.Prefix+"report:")
+	} else {
+		parts.Queue = report.NewMemoryQueue(rcfg.JobLease(), nil)
+		parts.Backend = limiter.NewMemory()
+	}
+	return &parts, nil
+}
+
+// NewReporter builds the Reporter of parts: the report rule's two
+// limiters (cooldown and daily cap; with force only the cap) on parts'
+// backend, the model's answer redacted by red, each result handed to
+// sink. reg gets the report metrics (nil: none).
+func NewReporter(cfg Config, parts *ReportParts, sink report.Sink, red report.Redactor, consumer string,
+	reg prometheus.Registerer, log *slog.Logger) (*report.Reporter, error) {
+	lopts := limiter.Options{Timeout: cfg.Redis.Timeout, Logger: log.With("component", "report")}
+	lim, err := limiter.New(cfg.Report.LimiterConfig(false), parts.Backend, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("agent: report.limits: %w", err)
+	}
+	force, err := limiter.New(cfg.Report.LimiterConfig(true), parts.Backend, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("agent: report.limits: %w", err)
+	}
+	r, err := report.New(report.Options{Config: cfg.Report, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
+		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log.With("component", "report"),
+		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second)})
+	if err != nil {
+		return nil, fmt.Errorf("agent: report: %w", err)
+	}
+	return r, nil
+}
+
+// ReportSink writes each result into its task's record (SetReport) and
+// then, with a notifier, enqueues the `report` event of that record.
+func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
+	return func(ctx context.Context, j report.Job, r report.Result) error {
+		js, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("report of %s: %w", j.ID, err)
+		}
+		ok, err := store.SetReport(ctx, j.ID, js)
+		if err != nil {
+			return fmt.Errorf("report of %s: %w", j.ID, err)
+		}
+		if !ok || n == nil {
+			return nil
+		}
+		rec, found, err := store.Task(ctx, j.ID)
+		if err != nil || !found {
+			return nil //nolint:nilerr // the report is stored; only its event is lost
+		}
+		v := NewTaskView(rec)
+		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
+		return nil
+	}
+}
+
+// EvidenceOf is the evidence of a finished task's record: argv from the
+// catalog's diagnostic (nil when the catalog no longer has it), the
+// record's (redacted) output.
+func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
+	ev := report.Evidence{TaskID: rec.ID, Diagnostic: rec.Diagnostic, Host: rec.Host, Outcome: rec.Outcome,
+		Truncated: rec.Truncated, Output: rec.Output}
+	ev.Alert.Severity = rec.Severity
+	if rec.Alert != nil {
+		ev.Alert.Source, ev.Alert.Name, ev.Alert.EventID = rec.Alert.Source, rec.Alert.Name, rec.Alert.EventID
+	}
+	if diag != nil {
+		ev.Argv = diag.WithDefaults().Args(rec.Host, rec.ID, rec.Params)
+	}
+	if rec.ExitCode >= 0 && rec.Outcome != OutcomeTimedOut {
+		code := rec.ExitCode
+		ev.ExitCode = &code
+	}
+	if !rec.StartedAt.IsZero() && rec.FinishedAt.After(rec.StartedAt) {
+		ev.Duration = report.Seconds(rec.FinishedAt.Sub(rec.StartedAt))
+	}
+	return ev
+}
+
+// reports queues the report of each finished task and stops the report
+// workers with the drain. A nil *reports (reports off) does nothing.
+type reports struct {
+	r       *report.Reporter
+	cfg     report.Config
+	base    context.Context // never cancelled: a job is queued mid-shutdown too
+	timeout time.Duration   // of one Enqueue (redis.timeout)
+	clock   Clock
+	log     *slog.Logger
+}
+
+// wireReports builds the Reporter when report.enabled: parts from
+// Deps.Reports (Open builds them), else in memory with no provider, which
+// is an error.
+func (a *Agent) wireReports() error {
+	if !a.cfg.Report.Enabled {
+		return nil
+	}
+	parts := a.d.Reports
+	if parts == nil || parts.Provider == nil {
+		return fmt.Errorf("agent: report: enabled without a provider")
+	}
+	if parts.Queue == nil {
+		parts.Queue = report.NewMemoryQueue(a.cfg.Report.JobLease(), nil)
+	}
+	if parts.Backend == nil {
+		parts.Backend = limiter.NewMemory()
+	}
+	r, err := NewReporter(a.cfg, parts, ReportSink(a.d.Store, a.notifier), a.pipeline.redactor, a.d.InstanceID,
+		a.d.Registry, a.log)
+	if err != nil {
+		return err
+	}
+	a.reports = &reports{r: r, cfg: a.cfg.Report, base: context.WithoutCancel(a.hard), timeout: max(a.cfg.Redis.Timeout, time.Second),
+		clock: a.d.Clock, log: a.log.With("component", "report")}
+	a.pipeline.reports = a.reports
+	a.sup.reports = a.reports
+	return nil
+}
+
+// run runs the report workers until the drain stops them; a fast exit
+// (hard ending) abandons the reports in progress, which stay queued.
+//
+//nolint:contextcheck // Stop gets an ended context on purpose: give up at once
+func (rs *reports) run(ctx, hard context.Context) error {
+	if rs == nil {
+		return nil
+	}
+	stop := context.AfterFunc(hard, func() {
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = rs.r.Stop(done)
+	})
+	defer stop()
+	return rs.r.Run(ctx)
+}
+
+// taskEnded queues the report of a task that ran, when its outcome is in
+// report.on: one queue write bounded by redis.timeout, after the outcome
+// is recorded and the message deleted. A failure is logged; the task is
+// not affected.
+//
+//nolint:contextcheck // the write is detached from the task's context by design
+func (rs *reports) taskEnded(rec state.TaskRecord, diag runner.Diagnostic, res runner.Result) {
+	if rs == nil || !rs.cfg.Wants(rec.Outcome) {
+		return
+	}
+	ev := EvidenceOf(rec, &diag)
+	ev.Duration = report.Seconds(res.Duration)
+	ctx, cancel := context.WithTimeout(rs.base, rs.timeout)
+	defer cancel()
+	if err := rs.r.Enqueue(ctx, report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now()}); err != nil {
+		rs.log.Warn("report job not queued; the task has no report", "task_id", rec.ID, "err", err)
+	}
+}
+
+// drainStarted takes no new report job; queued ones stay for other agents.
+func (rs *reports) drainStarted() {
+	if rs == nil {
+		return
+	}
+	rs.r.Drain()
+}
+
+// drainEnded waits for the reports in progress within what is left of
+// the drain deadline (ending early with stop), then abandons them to the
+// queue, so that the lifecycle completion is never late because of a
+// model.
+func (rs *reports) drainEnded(stop context.Context, deadline time.Time) {
+	if rs == nil {
+		return
+	}
+	left := time.Duration(0)
+	if !deadline.IsZero() {
+		left = deadline.Sub(rs.clock.Now())
+	}
+	ctx, cancel := context.WithTimeout(stop, max(left, 0))
+	defer cancel()
+	if err := rs.r.Stop(ctx); err != nil {
+		rs.log.Warn("reports in progress cut short by the drain deadline; their jobs stay queued for other agents", "err", err)
+	}
+}

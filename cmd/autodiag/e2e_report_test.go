@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	rootcause "github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/testenv"
+)
+
+const (
+	reportKeyEnv  = "E2E_OPENAI_KEY"
+	reportKey     = "sk-e2e-report-key"
+	reportTimeout = 30 * time.Second // report.timeout of the test config
+	reportDrain   = 3 * time.Second  // lifecycle.drain_timeout of the test config
+)
+
+// reportYAML is a fleet config (SQS fake, Redis) with the leak diagnostic
+// and reports to the OpenAI fake: a 3m cooldown per host+diagnostic.
+func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string) string {
+	cfg := sqsAgentConfig{instance: instance, workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	yaml := strings.NewReplacer("command: [/bin/true]\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.yaml())
+	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
+		leakScript(t)), 1)
+	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+
+		"  base_url: '%s'\n  api_key_env: %s\n  timeout: %s\n  limits:\n    - min_interval: 3m\n    - daily: 100\n",
+		reportDrain, baseURL, reportKeyEnv, reportTimeout)
+}
+
+// recordReport is the report in a task's record; ok=false while there is none.
+func recordReport(t *testing.T, rc *redis.Client, prefix, id string) (rootcause.Result, bool) {
+	t.Helper()
+	rec, found := sqsTaskRecord(t, rc, prefix, id)
+	if !found || len(rec.Report) == 0 {
+		return rootcause.Result{}, false
+	}
+	var r rootcause.Result
+	if err := json.Unmarshal(rec.Report, &r); err != nil {
+		t.Fatalf("report of %s: %v: %s", id, err, rec.Report)
+	}
+	return r, true
+}
+
+// A failed diagnostic gets an ok report in its record shortly after the
+// model answered; the model never sees the secrets of the output; a second
+// failure of the same host+diagnostic inside the cooldown is rate_limited
+// with nothing sent; `autodiag report --force` skips the cooldown.
+func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	fake := openaifake.New()
+	t.Cleanup(fake.Close)
+	yaml := reportYAML(t, fq, prefix, "agent-rep", fake.BaseURL())
+	env := append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)
+	a := startProc(t, yaml, env...)
+
+	fq.send(t, `{"id":"rep-1","host":"web-1","diagnostic":"leak","severity":"high","alert":{"source":"generic","name":"CredsCheck"}}`)
+	eventually(t, 30*time.Second, "the model asked", func() bool { return len(fake.Requests()) == 1 })
+	asked := time.Now()
+	var r rootcause.Result
+	// Bound: the answer is immediate; what is left is one store write
+	// (redis.timeout 2s in the config).
+	eventually(t, 2*time.Second, "the report in the record", func() bool {
+		var ok bool
+		r, ok = recordReport(t, rc, prefix, "rep-1")
+		return ok
+	})
+	t.Logf("REPORT report in the record %.3fs after the model was asked", time.Since(asked).Seconds())
+	if r.Status != rootcause.StatusOK || r.Markdown == "" || r.Provider != "openai" || r.Model != "e2e-model" || r.Attempts != 1 {
+		t.Errorf("report %+v, want ok from openai e2e-model in one attempt", r)
+	}
+	req := fake.Requests()[0]
+	if req.Authorization != "Bearer "+reportKey {
+		t.Errorf("Authorization %q, want the key from %s", req.Authorization, reportKeyEnv)
+	}
+	assertRedacted(t, "the request the model got", string(req.Body))
+	if !strings.Contains(string(req.Body), "giving up") || !strings.Contains(string(req.Body), "web-1") {
+		t.Errorf("request body lacks the output tail or the host: %s", req.Body)
+	}
+
+	// GET /v1/tasks/{id} shows it.
+	resp, err := a.get("/v1/tasks/rep-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var view struct {
+		Outcome string           `json:"outcome"`
+		Report  rootcause.Result `json:"report"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &view) != nil || view.Report.Status != rootcause.StatusOK {
+		t.Errorf("GET /v1/tasks/rep-1: %d %s, want the ok report", resp.StatusCode, body)
+	}
+
+	// The same host+diagnostic again, inside the 3m cooldown.
+	fq.send(t, `{"id":"rep-2","host":"web-1","diagnostic":"leak","severity":"high"}`)
+	eventually(t, 30*time.Second, "the second report in the record", func() bool {
+		r, _ = recordReport(t, rc, prefix, "rep-2")
+		return r.Status != ""
+	})
+	if r.Status != rootcause.StatusRateLimited || r.Attempts != 0 || r.Reason == "" {
+		t.Errorf("second report %+v, want rate_limited with a reason and nothing sent", r)
+	}
+	if n := len(fake.Requests()); n != 1 {
+		t.Errorf("the model got %d requests, want 1 (the rate-limited report sends nothing)", n)
+	}
+
+	// On demand: the cooldown holds without --force, not with it.
+	cfgPath := sqsWriteConfig(t, yaml)
+	cliEnv := []string{reportKeyEnv + "=" + reportKey}
+	if code, stdout, _ := runCLI(t, cliEnv, "report", "rep-2", "--config", cfgPath); code != 1 || !strings.Contains(stdout, "rate_limited") {
+		t.Errorf("report rep-2 without --force: exit %d %q, want 1 and rate_limited", code, stdout)
+	}
+	code, stdout, stderr := runCLI(t, cliEnv, "report", "rep-2", "--force", "--config", cfgPath)
+	if code != 0 || !strings.Contains(stdout, "report: ok") {
+		t.Fatalf("report rep-2 --force: exit %d %q %s, want 0 and an ok report", code, stdout, stderr)
+	}
+	if r, _ = recordReport(t, rc, prefix, "rep-2"); r.Status != rootcause.StatusOK {
+		t.Errorf("record of rep-2 after --force: %+v, want the ok report stored", r)
+	}
+	if code, _, stderr := runCLI(t, nil, "report", "rep-2", "--force", "--config", cfgPath); code != 2 || !strings.Contains(stderr, "report.api_key_env") {
+		t.Errorf("report without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, "run", "--config", cfgPath); code != 2 || !strings.Contains(stderr, "report.api_key_env") {
+		t.Errorf("run without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
+	}
+	code, stdout, _ = runCLI(t, nil, "show", "rep-1", "--config", cfgPath)
+	if code != 0 || !strings.Contains(stdout, `"status": "ok"`) {
+		t.Errorf("show rep-1: exit %d, want the ok report:\n%s", code, stdout)
+	}
+
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(60 * time.Second); code != 0 {
+		t.Fatalf("exit %d after the drain, want 0", code)
+	}
+	a.mu.Lock()
+	assertNoSecret(t, "the agent's log", a.raw.String())
+	a.mu.Unlock()
+}
+
+// A model that hangs delays neither the task's outcome nor the drain: the
+// outcome is in the record while the model is still being asked, and a
+// drain mid-report ends within its deadline, the report abandoned to the
+// queue.
+func TestReportHangingProviderE2E(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	fake := openaifake.New()
+	t.Cleanup(fake.Close)
+	fake.SetLatency(2 * reportTimeout) // past every bound of the test
+	a := startProc(t, reportYAML(t, fq, prefix, "agent-hang", fake.BaseURL()),
+		append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)...)
+
+	fq.send(t, `{"id":"hang-1","host":"web-2","diagnostic":"leak"}`)
+	eventually(t, 30*time.Second, "the model asked", func() bool { return len(fake.Requests()) == 1 })
+	rec, ok := sqsTaskRecord(t, rc, prefix, "hang-1")
+	if !ok || rec.Outcome != "failed" || len(rec.Report) != 0 {
+		t.Fatalf("record while the model hangs: %+v, want outcome failed and no report yet", rec)
+	}
+	// Diagnostics go on: another task ends while the report hangs.
+	fq.send(t, sqsTaskBody("ok-1", "noop"))
+	eventually(t, 30*time.Second, "the next task done", func() bool {
+		r, ok := sqsTaskRecord(t, rc, prefix, "ok-1")
+		return ok && r.Outcome == "succeeded"
+	})
+
+	start := time.Now()
+	a.signal(syscall.SIGTERM)
+	// The drain's deadline, and the process's exit after it.
+	if code := a.wait(reportDrain + 5*time.Second); code != 0 {
+		t.Fatalf("exit %d after the drain, want 0", code)
+	}
+	took := time.Since(start)
+	t.Logf("REPORT drain with a hanging report took %.2fs (drain_timeout %s)", took.Seconds(), reportDrain)
+	if took > reportDrain+2*time.Second {
+		t.Errorf("the drain took %s, want at most drain_timeout %s and the exit", took, reportDrain)
+	}
+	if rec, _ := sqsTaskRecord(t, rc, prefix, "hang-1"); len(rec.Report) != 0 {
+		t.Errorf("report of hang-1 = %s, want none (abandoned to the queue)", rec.Report)
+	}
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/spf13/cobra"
+
+	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/redact"
+	rootcause "github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+)
+
+// errReportNotOK ends `autodiag report` with exit 1 when the report is not
+// ok (failed, rate_limited, skipped): it is printed all the same.
+var errReportNotOK = errors.New("report not written")
+
+func (c *cli) reportCmd() *cobra.Command {
+	var (
+		force  bool
+		asJSON bool
+		addr   string
+	)
+	cmd := &cobra.Command{
+		Use:   "report ID",
+		Short: "(Re)generate one task's root-cause report now, through the report limits, store it with Redis and print it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			if !cfg.Report.Enabled {
+				return usageError{errors.New("report: report.enabled is false in the configuration; nothing is sent")}
+			}
+			if err := cfg.Report.CheckEnv(os.LookupEnv); err != nil {
+				return usageError{fmt.Errorf("invalid configuration: report.%w", err)}
+			}
+			// The model's own bound, and the store's on either side.
+			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.Report.Timeout+2*cliTimeout)
+			defer cancel()
+			res, err := c.runReport(ctx, cfg, addr, args[0], force)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(c.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+			} else {
+				printReport(c, res)
+			}
+			if res.Status != rootcause.StatusOK {
+				return fmt.Errorf("%w: %s: %s", errReportNotOK, res.Status, res.Reason)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "skip the report cooldown (min_interval), not the daily cap")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as the task record holds it")
+	cmd.Flags().StringVar(&addr, "admin-addr", "", "local agent admin address when no Redis is configured (default: admin_addr of the config)")
+	return cmd
+}
+
+// runReport writes the report of one task: the record from Redis (then
+// the report is stored in it) or, without Redis, from the local agent's
+// admin API (then it is only printed: the record lives in that agent).
+func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, force bool) (rootcause.Result, error) {
+	rc, err := agent.NewRedisClient(cfg.Redis)
+	if err != nil {
+		return rootcause.Result{}, usageError{err}
+	}
+	var rec state.TaskRecord
+	var store state.TaskStore
+	if rc != nil {
+		defer rc.Close()
+		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
+		sctx, cancel := context.WithTimeout(ctx, cliTimeout)
+		r, ok, err := store.Task(sctx, id)
+		cancel()
+		if err != nil {
+			return rootcause.Result{}, fmt.Errorf("report: %w", err)
+		}
+		if !ok {
+			return rootcause.Result{}, fmt.Errorf("report: task %s: %w", id, errNotFound)
+		}
+		rec = r
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, cliTimeout)
+		v, err := lookupTask(sctx, cfg, addr, id)
+		cancel()
+		if err != nil {
+			return rootcause.Result{}, err
+		}
+		rec = recordOf(v)
+	}
+	if rec.Status != state.StatusDone || rec.Outcome == "" {
+		return rootcause.Result{}, usageError{fmt.Errorf("report: task %s has not ended (status %s)", id, rec.Status)}
+	}
+	var awsCfg aws.Config
+	if cfg.Report.Provider == rootcause.ProviderBedrock {
+		if awsCfg, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
+			return rootcause.Result{}, fmt.Errorf("report: aws config: %w", err)
+		}
+	}
+	parts, err := agent.OpenReportParts(cfg, awsCfg, rc, os.LookupEnv)
+	if err != nil {
+		return rootcause.Result{}, err
+	}
+	red, err := redact.New(cfg.Results.Redact.Effective(), nil)
+	if err != nil {
+		return rootcause.Result{}, usageError{fmt.Errorf("results.redact: %w", err)}
+	}
+	log := newLogger(c.stderr, cfg.LogLevel)
+	host, _ := os.Hostname()
+	var sink rootcause.SinkFunc = func(context.Context, rootcause.Job, rootcause.Result) error { return nil }
+	if store != nil {
+		sink = agent.ReportSink(store, nil)
+	}
+	r, err := agent.NewReporter(cfg, parts, sink, red, "cli-"+host, nil, log)
+	if err != nil {
+		return rootcause.Result{}, err
+	}
+	var diag *runner.Diagnostic
+	for i := range cfg.Diagnostics {
+		if cfg.Diagnostics[i].Name == rec.Diagnostic {
+			diag = &cfg.Diagnostics[i]
+		}
+	}
+	ev := agent.EvidenceOf(rec, diag)
+	// The output is redacted again: the configuration may redact more
+	// now than when the task ran.
+	ev.Output = red.RedactString(ev.Output)
+	job := rootcause.Job{ID: rec.ID, Evidence: ev, Force: force}
+	res := r.Process(ctx, job)
+	if store != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cliTimeout)
+		defer cancel()
+		if err := sink(sctx, job, res); err != nil {
+			return res, fmt.Errorf("report: written but not stored: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// recordOf is the record fields a report reads, from the API's view.
+func recordOf(v agent.TaskView) state.TaskRecord {
+	rec := state.TaskRecord{ID: v.ID, Status: v.Status, Host: v.Host, Diagnostic: v.Diagnostic, Params: v.Params,
+		Severity: v.Severity, Outcome: v.Outcome, Output: v.Output, Truncated: v.Truncated, ExitCode: -1}
+	if v.ExitCode != nil {
+		rec.ExitCode = *v.ExitCode
+	}
+	if v.StartedAt != nil {
+		rec.StartedAt = *v.StartedAt
+	}
+	if v.FinishedAt != nil {
+		rec.FinishedAt = *v.FinishedAt
+	}
+	if v.Alert != nil {
+		rec.Alert = &state.Alert{Source: v.Alert.Source, Name: v.Alert.Name, EventID: v.Alert.EventID}
+	}
+	return rec
+}
+
+// printReport writes the human form: one status line, then the Markdown.
+func printReport(c *cli, r rootcause.Result) {
+	fmt.Fprintf(c.stdout, "report: %s (provider %s, model %s, %d+%d tokens, %.1fs)\n", r.Status, r.Provider, r.Model,
+		r.InputTokens, r.OutputTokens, r.LatencyS)
+	if r.Reason != "" {
+		fmt.Fprintf(c.stdout, "reason: %s\n", r.Reason)
+	}
+	if r.Markdown != "" {
+		fmt.Fprintf(c.stdout, "\n%s\n", r.Markdown)
+	}
+}
