@@ -124,7 +124,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := Call{
 		Time:         s.clock.Now(),
 		InvocationID: r.Header.Get("Amz-Sdk-Invocation-Id"),
-		Attempt:      attemptOf(r.Header.Get("Amz-Sdk-Request")),
+		Attempt:      fakefault.Attempt(r.Header.Get("Amz-Sdk-Request")),
 
 		ContentEncoding: r.Header.Get("Content-Encoding"),
 	}
@@ -328,18 +328,6 @@ func waitFor(ctx context.Context, s *Server, check func() (bool, int), what stri
 			return fmt.Errorf("cwfake: condition not met after %d %s: %w", n, what, ctx.Err())
 		}
 	}
-}
-
-var attemptRe = regexp.MustCompile(`attempt=(\d+)`)
-
-// attemptOf reads the attempt number from the SDK's amz-sdk-request header.
-func attemptOf(h string) int {
-	m := attemptRe.FindStringSubmatch(h)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }
 
 func newRequestID() string {

@@ -163,7 +163,7 @@ func (s *Server) CreateQueue(name string, attrs map[string]string) (string, erro
 
 // ServeHTTP implements the AWS JSON 1.0 protocol for SQS.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	call := Call{Time: s.clock.Now(), InvocationID: r.Header.Get("Amz-Sdk-Invocation-Id"), Attempt: attemptOf(r.Header.Get("Amz-Sdk-Request"))}
+	call := Call{Time: s.clock.Now(), InvocationID: r.Header.Get("Amz-Sdk-Invocation-Id"), Attempt: fakefault.Attempt(r.Header.Get("Amz-Sdk-Request"))}
 	op, ok := strings.CutPrefix(r.Header.Get("X-Amz-Target"), target)
 	call.Op = op
 	if r.Method != http.MethodPost || !ok || op == "" {
@@ -271,17 +271,6 @@ func dropConnection(w http.ResponseWriter) {
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()
-}
-
-var attemptRe = regexp.MustCompile(`attempt=(\d+)`)
-
-func attemptOf(h string) int {
-	m := attemptRe.FindStringSubmatch(h)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }
 
 var credRe = regexp.MustCompile(`Credential=([^/,\s]+)`)
