@@ -1,7 +1,6 @@
 package instance
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,24 +22,6 @@ import (
 
 // mockInstanceID is the instance-id amazon-ec2-metadata-mock serves.
 const mockInstanceID = "i-1234567890abcdef0"
-
-// lockedBuffer collects output written from other goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // strictIMDS is an IMDSv2-only client for url: no fallback to v1 requests.
 func strictIMDS(url string) *imds.Client {
@@ -118,7 +98,7 @@ func TestDiscoverFallbacks(t *testing.T) {
 			if tc.dmi != nil {
 				writeFile(t, dir, "board_asset_tag", *tc.dmi)
 			}
-			var logs lockedBuffer
+			var logs testenv.LockedBuffer
 			o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 			id, source, err := Discover(t.Context(), o)
 			if tc.wantInErr == nil {

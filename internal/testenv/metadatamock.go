@@ -26,7 +26,7 @@ func StartMetadataMock(tb testing.TB, args ...string) (string, time.Time) {
 	tb.Helper()
 	bin := EC2MetadataMock(tb)
 	port := ClosedPort(tb)
-	var out lockedBuffer
+	var out LockedBuffer
 	home := tb.TempDir() // no stray $HOME/aemm-config.json
 	cmd := exec.CommandContext(context.WithoutCancel(tb.Context()), bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
@@ -77,19 +77,20 @@ func ClosedPort(tb testing.TB) string {
 	return port
 }
 
-// lockedBuffer collects the mock's output, written from exec's goroutines.
-type lockedBuffer struct {
+// LockedBuffer is a bytes.Buffer that output written from other goroutines
+// (a child process's, a logger's) can share with the test reading it.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
