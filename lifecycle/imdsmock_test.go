@@ -1,12 +1,7 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,90 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // mockInstanceID is the instance-id served by amazon-ec2-metadata-mock.
 const mockInstanceID = "i-1234567890abcdef0"
 
-// lockedBuffer collects the mock's output for failure messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startMetadataMock runs AWS's amazon-ec2-metadata-mock (v1.13.0, path in
-// AUTODIAG_TEST_EC2_METADATA_MOCK) on a free loopback port with args and
-// returns its URL once it answers, and when it was started.
-func startMetadataMock(t *testing.T, args ...string) (string, time.Time) {
-	t.Helper()
-	bin := os.Getenv("AUTODIAG_TEST_EC2_METADATA_MOCK")
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AUTODIAG_TEST_EC2_METADATA_MOCK is not set (scripts/test.sh installs ec2-metadata-mock@v1.13.0)")
-		}
-		t.Skip("AUTODIAG_TEST_EC2_METADATA_MOCK not set")
-	}
-	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-
-	var out lockedBuffer
-	home := t.TempDir() // no stray $HOME/aemm-config.json
-	cmd := exec.CommandContext(t.Context(), bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
-	cmd.Env = append(os.Environ(), "HOME="+home)
-	cmd.Dir = home
-	cmd.Stdout, cmd.Stderr = &out, &out
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("ec2-metadata-mock output:\n%s", out.String())
-		}
-	})
-
-	url := "http://127.0.0.1:" + port
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/latest/api/token", nil)
-		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url, started
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ec2-metadata-mock did not answer on %s within 15s:\n%s", url, out.String())
-		}
-		<-tick.C
-	}
-}
-
 func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 	t.Run("asglifecycle imdsv2", func(t *testing.T) {
 		const delay = 3 * time.Second
-		url, started := startMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
+		url, started := testenv.StartMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
 
 		fake := asgfake.New(asgfake.Options{})
 		fake.AddGroup("web")
@@ -175,7 +96,7 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 	})
 
 	t.Run("spot", func(t *testing.T) {
-		url, started := startMetadataMock(t, "spot", "-d", "2")
+		url, started := testenv.StartMetadataMock(t, "spot", "-d", "2")
 		cfg := DefaultConfig()
 		cfg.Sources = []string{SourceIMDS}
 		cfg.HookName = "drain"
@@ -249,7 +170,7 @@ func TestDrainEventsAgainstMetadataMock(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			url, _ := startMetadataMock(t, append(tt.args, "--imdsv2")...)
+			url, _ := testenv.StartMetadataMock(t, append(tt.args, "--imdsv2")...)
 			client := imds.New(imds.Options{Endpoint: url})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
@@ -320,7 +241,7 @@ func TestDrainEventsAgainstMetadataMock(t *testing.T) {
 // completion right after the trigger is answered "No active Lifecycle
 // Action found" and retried until exactly one succeeds.
 func TestCompletionAfterLaggingAPIAgainstMetadataMock(t *testing.T) {
-	url, _ := startMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", "0")
+	url, _ := testenv.StartMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", "0")
 	const lag = 5 * time.Second
 	fake := asgfake.New(asgfake.Options{VisibleAfter: lag})
 	fake.AddGroup("web")

@@ -1,20 +1,15 @@
 package instance
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,79 +22,6 @@ import (
 
 // mockInstanceID is the instance-id amazon-ec2-metadata-mock serves.
 const mockInstanceID = "i-1234567890abcdef0"
-
-// lockedBuffer collects output written from other goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startMetadataMock runs AWS's ec2-metadata-mock on a free loopback port
-// with args and returns its URL once it hands out IMDSv2 tokens.
-func startMetadataMock(t *testing.T, args ...string) string {
-	t.Helper()
-	bin := testenv.EC2MetadataMock(t)
-	port := closedPort(t)
-	var out lockedBuffer
-	home := t.TempDir() // no stray $HOME/aemm-config.json
-	cmd := exec.CommandContext(context.WithoutCancel(t.Context()), bin, append(args, "--hostname", "127.0.0.1", "--port", port)...)
-	cmd.Env = append(os.Environ(), "HOME="+home)
-	cmd.Dir = home
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("ec2-metadata-mock output:\n%s", out.String())
-		}
-	})
-	url := "http://127.0.0.1:" + port
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/latest/api/token", nil)
-		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ec2-metadata-mock did not answer on %s within 15s:\n%s", url, out.String())
-		}
-		<-tick.C
-	}
-}
-
-// closedPort is a loopback port nothing listens on: connections to it are
-// refused at once.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	return port
-}
 
 // strictIMDS is an IMDSv2-only client for url: no fallback to v1 requests.
 func strictIMDS(url string) *imds.Client {
@@ -117,7 +39,7 @@ func writeFile(t *testing.T, dir, name, content string) string {
 }
 
 func TestDiscoverFromMetadataMock(t *testing.T) {
-	url := startMetadataMock(t, "--imdsv2")
+	url, _ := testenv.StartMetadataMock(t, "--imdsv2")
 	dir := t.TempDir()
 	// Both fallbacks hold other valid ids: instance metadata must win.
 	id, source, err := Discover(t.Context(), Options{
@@ -131,7 +53,7 @@ func TestDiscoverFromMetadataMock(t *testing.T) {
 }
 
 func TestDiscoverFallbacks(t *testing.T) {
-	unreachable := strictIMDS("http://127.0.0.1:" + closedPort(t))
+	unreachable := strictIMDS("http://127.0.0.1:" + testenv.ClosedPort(t))
 	const (
 		cloudInitID = "i-0123456789abcdef0"
 		dmiID       = "i-0fedcba9876543210"
@@ -176,7 +98,7 @@ func TestDiscoverFallbacks(t *testing.T) {
 			if tc.dmi != nil {
 				writeFile(t, dir, "board_asset_tag", *tc.dmi)
 			}
-			var logs lockedBuffer
+			var logs testenv.LockedBuffer
 			o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 			id, source, err := Discover(t.Context(), o)
 			if tc.wantInErr == nil {

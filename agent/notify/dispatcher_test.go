@@ -167,15 +167,17 @@ func TestDispatcherGivesUpPastMaxAge(t *testing.T) {
 	}
 }
 
-// A receiver that never answers cannot hold Stop past its deadline; the
-// entry stays in the outbox for another agent.
-func TestDispatcherStopRespectsDeadline(t *testing.T) {
+// newHangingDispatcher is a dispatcher on a memory outbox (nothing is
+// reclaimed within a test) whose one sink, of type typ and with the longest
+// timeout, posts to a receiver that answers only when the test ends.
+func newHangingDispatcher(t *testing.T, typ string) (*Dispatcher, *MemoryOutbox, *receiver) {
+	t.Helper()
 	clock := newFakeClock()
 	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: time.Hour, Clock: clock.Now})
 	rcv := newReceiver(t, 200)
 	rcv.hang = make(chan struct{})
-	defer close(rcv.hang)
-	sinks, err := NewSinks([]SinkConfig{{Name: "slack", Type: TypeSlack, URL: rcv.URL, AllowHTTP: true,
+	t.Cleanup(func() { close(rcv.hang) })
+	sinks, err := NewSinks([]SinkConfig{{Name: typ, Type: typ, URL: rcv.URL, AllowHTTP: true,
 		On: EventTypes, Timeout: MaxTimeout}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +187,13 @@ func TestDispatcherStopRespectsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d, ob, rcv
+}
+
+// A receiver that never answers cannot hold Stop past its deadline; the
+// entry stays in the outbox for another agent.
+func TestDispatcherStopRespectsDeadline(t *testing.T) {
+	d, ob, rcv := newHangingDispatcher(t, TypeSlack)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(context.Background()) }()
 	if _, err := d.Enqueue(context.Background(), failedEvent()); err != nil {
@@ -196,7 +205,7 @@ func TestDispatcherStopRespectsDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	start := time.Now()
-	err = d.Stop(ctx)
+	err := d.Stop(ctx)
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the deadline", err)
@@ -283,21 +292,7 @@ func TestBackoff(t *testing.T) {
 // leaves Run nothing to deliver: a delivery started then would be bounded
 // by its sink's timeout only, not by the Stop that already returned.
 func TestDispatcherRunAfterStopReturns(t *testing.T) {
-	clock := newFakeClock()
-	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: time.Hour, Clock: clock.Now})
-	rcv := newReceiver(t, 200)
-	rcv.hang = make(chan struct{})
-	defer close(rcv.hang)
-	sinks, err := NewSinks([]SinkConfig{{Name: "hook", Type: TypeWebhook, URL: rcv.URL, AllowHTTP: true,
-		On: EventTypes, Timeout: MaxTimeout}}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := NewDispatcher(ob, sinks, Options{InstanceID: "i-a", Clock: clock.Now, PollInterval: time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ob, _ := newHangingDispatcher(t, TypeWebhook)
 	d.Drain()
 	if _, err := d.Enqueue(context.Background(), Event{Type: EventDrainCompleted, Drain: &Drain{Source: "signal"}}); err != nil {
 		t.Fatal(err)

@@ -263,15 +263,21 @@ func (r *RedisOutbox) claimPending(ctx context.Context, consumer string, max int
 // Ack implements Outbox.
 func (r *RedisOutbox) Ack(ctx context.Context, d Delivery) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAck(ctx, r.stream, redisGroup, d.ref)
-		p.XDel(ctx, r.stream, d.ref)
-		p.HDel(ctx, r.retry, d.ref)
+		r.remove(ctx, p, d.ref)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("notify: ack %s: %w", d.ID, err)
 	}
 	return nil
+}
+
+// remove queues, on p, what takes the entry ref out of the outbox: its
+// pending claim, its stream entry and its retry time.
+func (r *RedisOutbox) remove(ctx context.Context, p redis.Pipeliner, ref string) {
+	p.XAck(ctx, r.stream, redisGroup, ref)
+	p.XDel(ctx, r.stream, ref)
+	p.HDel(ctx, r.retry, ref)
 }
 
 // Retry implements Outbox: it records when the retry is due and sets the
@@ -296,9 +302,7 @@ func (r *RedisOutbox) Dead(ctx context.Context, d Delivery, reason string) error
 		"died", strconv.FormatInt(r.o.Clock().UnixMilli(), 10))
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: r.dead, MaxLen: r.o.DeadMax, Approx: true, Values: vals})
-		p.XAck(ctx, r.stream, redisGroup, d.ref)
-		p.XDel(ctx, r.stream, d.ref)
-		p.HDel(ctx, r.retry, d.ref)
+		r.remove(ctx, p, d.ref)
 		return nil
 	})
 	if err != nil {

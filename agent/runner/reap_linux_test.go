@@ -74,6 +74,18 @@ func killOnCleanup(t *testing.T, pidFile string) {
 	})
 }
 
+// assertReaped fails t if pid, a setsid'd descendant of a finished run, is
+// still in the process table, or if the run left a child unreaped.
+func assertReaped(t *testing.T, pid int) {
+	t.Helper()
+	if exists(pid) {
+		t.Fatalf("setsid descendant %d survived its run", pid)
+	}
+	if z := zombieChildren(t); len(z) > 0 {
+		t.Fatalf("unreaped children: %v", z)
+	}
+}
+
 // runBounded runs argv and fails the test if Run has not returned within
 // bound.
 func runBounded(t *testing.T, ctx context.Context, r *Runner, d Diagnostic, argv []string, bound time.Duration) Result {
@@ -110,12 +122,7 @@ func TestDetachedDescendantHoldingOutputTimesOut(t *testing.T) {
 	if res.Outcome != TimedOut || res.Duration > bound {
 		t.Fatalf("outcome = %s after %.2fs, want %s within %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, bound.Seconds())
 	}
-	if exists(pid) {
-		t.Fatalf("setsid descendant %d survived its run", pid)
-	}
-	if z := zombieChildren(t); len(z) > 0 {
-		t.Fatalf("unreaped children: %v", z)
-	}
+	assertReaped(t, pid)
 }
 
 func TestDetachedDescendantWithoutOutputDoesNotSurvive(t *testing.T) {
@@ -129,12 +136,7 @@ func TestDetachedDescendantWithoutOutputDoesNotSurvive(t *testing.T) {
 	if res.Outcome != Succeeded || res.Err != nil {
 		t.Fatalf("outcome = %s err = %v", res.Outcome, res.Err)
 	}
-	if exists(pid) {
-		t.Fatalf("setsid descendant %d survived its run", pid)
-	}
-	if z := zombieChildren(t); len(z) > 0 {
-		t.Fatalf("unreaped children: %v", z)
-	}
+	assertReaped(t, pid)
 }
 
 func TestUnmarkedHolderStopsReadingAtTimeout(t *testing.T) {

@@ -185,13 +185,9 @@ func (c *cli) statusCmd() *cobra.Command {
 		Short: "Fleet view from Redis: instances, their state, in-flight tasks, recent outcomes (local agent without Redis)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := c.loadConfig()
+			cfg, rc, err := c.configRedis()
 			if err != nil {
 				return err
-			}
-			rc, err := agent.NewRedisClient(cfg.Redis)
-			if err != nil {
-				return usageError{err}
 			}
 			if rc == nil {
 				if addr == "" {

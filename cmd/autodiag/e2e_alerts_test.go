@@ -20,50 +20,21 @@ import (
 
 const intakeTokenEnv = "AUTODIAG_INTAKE_TOKEN"
 
-// alertLedger is the file every diagnostic of the alert catalog appends
-// "NAME HOST" to, one line per execution.
-type alertLedger struct{ path, script, gate string }
-
-func newAlertLedger(tb testing.TB) *alertLedger {
+// newAlertLedger writes the diagnostic script of the alert catalog, run as
+// /bin/sh SCRIPT NAME HOST: it appends "NAME HOST" to the ledger; the
+// diagnostic named gate then waits for the gate file.
+func newAlertLedger(tb testing.TB) *sqsLedger {
 	tb.Helper()
-	dir := tb.TempDir()
-	l := &alertLedger{path: filepath.Join(dir, "ledger"), script: filepath.Join(dir, "diag.sh"), gate: filepath.Join(dir, "gate")}
-	script := fmt.Sprintf(`#!/bin/sh
-printf '%%s %%s\n' "$1" "$2" >> '%s'
-if [ "$1" = gate ]; then while [ ! -e '%s' ]; do /bin/sleep 0.02; done; fi
-`, l.path, l.gate)
-	if err := os.WriteFile(l.script, []byte(script), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(l.open)
-	return l
-}
-
-func (l *alertLedger) open() { _ = os.WriteFile(l.gate, nil, 0o644) }
-
-// runs returns how often each "NAME HOST" ran.
-func (l *alertLedger) runs(tb testing.TB) map[string]int {
-	tb.Helper()
-	out := map[string]int{}
-	f, err := os.Open(l.path)
-	if os.IsNotExist(err) {
-		return out
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		out[sc.Text()]++
-	}
-	return out
+	return newLedger(tb, "diag.sh", `#!/bin/sh
+printf '%%s %%s\n' "$1" "$2" >> '%[1]s'
+if [ "$1" = gate ]; then while [ ! -e '%[2]s' ]; do /bin/sleep 0.02; done; fi
+`)
 }
 
 // alertAgentYAML is an agent on the fake queue with the intake on loopback
 // (bearer token required), the routes the golden fixtures use, and a
 // catalog of the routes' diagnostics that write to the ledger.
-func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *alertLedger) string {
+func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLedger) string {
 	tb.Helper()
 	routes, err := os.ReadFile(filepath.Join("..", "..", "agent", "alert", "testdata", "routes.yaml"))
 	if err != nil {
@@ -172,7 +143,7 @@ func TestE2EAlerts(t *testing.T) {
 			t.Fatalf("answer %d %s", code, body)
 		}
 		eventually(t, wait, "the three tasks to run", func() bool { return sqsOutcomes(p)["succeeded"] == 3 })
-		if got := l.runs(t); !mapsEqual(got, want) {
+		if got := l.counts(t); !mapsEqual(got, want) {
 			t.Fatalf("runs = %v, want %v (web-02's alert is resolved)", got, want)
 		}
 		if _, _, _, st := fq.stats(t); st.Sent != 3 {
@@ -189,14 +160,14 @@ func TestE2EAlerts(t *testing.T) {
 			t.Fatalf("answer %d %s", code, body)
 		}
 		eventually(t, wait, "the repeats to end as duplicates", func() bool { return sqsOutcomes(p)["duplicate"] == 3 })
-		if got := l.runs(t); !mapsEqual(got, want) {
+		if got := l.counts(t); !mapsEqual(got, want) {
 			t.Fatalf("runs = %v, want still %v", got, want)
 		}
 	})
 
 	t.Run("a CloudWatch alarm through SNS on the task queue runs its route", func(t *testing.T) {
 		fq.send(t, fixture(t, "sns_cloudwatch_alarm.json"), fixture(t, "sns_cloudwatch_ok.json"))
-		eventually(t, wait, "the alarm's task to run", func() bool { return l.runs(t)["uptime i-0abc123def4567890"] == 1 })
+		eventually(t, wait, "the alarm's task to run", func() bool { return l.counts(t)["uptime i-0abc123def4567890"] == 1 })
 		eventually(t, wait, "both envelopes counted", func() bool {
 			return alertsTotal(p, "cloudwatch", "accepted") == 1 && alertsTotal(p, "cloudwatch", "ignored") == 1
 		})
@@ -208,7 +179,7 @@ func TestE2EAlerts(t *testing.T) {
 
 	t.Run("a draining agent answers 503", func(t *testing.T) {
 		fq.send(t, `{"id":"hold","host":"web-1","diagnostic":"gate"}`)
-		eventually(t, wait, "the gate task to start", func() bool { return l.runs(t)["gate web-1"] == 1 })
+		eventually(t, wait, "the gate task to start", func() bool { return l.counts(t)["gate web-1"] == 1 })
 		if code, _ := p.post("/v1/drain", ""); code != http.StatusAccepted {
 			t.Fatalf("drain: %d", code)
 		}

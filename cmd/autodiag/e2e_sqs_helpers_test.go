@@ -137,8 +137,10 @@ func sqsTaskBody(id, diagnostic string) string {
 	return fmt.Sprintf(`{"id":%q,"host":"web-1","diagnostic":%q}`, id, diagnostic)
 }
 
-// sqsLedger is the file every diagnostic of the test catalog appends its task
-// id to, one line per execution, so executions can be counted per id.
+// sqsLedger is the file every diagnostic of a test catalog appends a line to
+// (its task id, or "NAME HOST" for the alert catalog), one line per
+// execution, so executions can be counted; gate is a file diagnostics may
+// wait for.
 type sqsLedger struct {
 	dir    string
 	path   string
@@ -152,17 +154,23 @@ type sqsLedger struct {
 // test config; the task id only ever travels as an argv element.
 func newSQSLedger(tb testing.TB) *sqsLedger {
 	tb.Helper()
-	dir := tb.TempDir()
-	l := &sqsLedger{dir: dir, path: filepath.Join(dir, "ledger"), script: filepath.Join(dir, "mark.sh"), gate: filepath.Join(dir, "gate")}
-	script := fmt.Sprintf(`#!/bin/sh
-printf '%%s\n' "$1" >> '%s'
+	return newLedger(tb, "mark.sh", `#!/bin/sh
+printf '%%s\n' "$1" >> '%[1]s'
 case "$2" in
 '') ;;
-gate) while [ ! -e '%s' ]; do /bin/sleep 0.02; done ;;
+gate) while [ ! -e '%[2]s' ]; do /bin/sleep 0.02; done ;;
 *) exec /bin/sleep "$2" ;;
 esac
-`, l.path, l.gate)
-	if err := os.WriteFile(l.script, []byte(script), 0o644); err != nil {
+`)
+}
+
+// newLedger writes the script name into a fresh directory from script, a
+// format given the ledger's path (%[1]s) and the gate's (%[2]s).
+func newLedger(tb testing.TB, name, script string) *sqsLedger {
+	tb.Helper()
+	dir := tb.TempDir()
+	l := &sqsLedger{dir: dir, path: filepath.Join(dir, "ledger"), script: filepath.Join(dir, name), gate: filepath.Join(dir, "gate")}
+	if err := os.WriteFile(l.script, fmt.Appendf(nil, script, l.path, l.gate), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	// A diagnostic waiting at the gate must not outlive the test, even when
@@ -174,7 +182,8 @@ esac
 // open lets every diagnostic waiting at the gate finish.
 func (l *sqsLedger) open() { _ = os.WriteFile(l.gate, nil, 0o644) }
 
-// counts returns how many times each task id was executed.
+// counts returns how many times each line (task id, or "NAME HOST") was
+// written.
 func (l *sqsLedger) counts(tb testing.TB) map[string]int {
 	tb.Helper()
 	out := map[string]int{}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -171,6 +172,21 @@ func printTask(w io.Writer, v agent.TaskView) {
 	fmt.Fprintf(w, "report:\n  %s\n", pretty.String())
 }
 
+// configRedis loads the config and connects to the Redis it names; rc is
+// nil when none is configured (embedded mode). Both failures are usage
+// errors: the config is what is wrong.
+func (c *cli) configRedis() (agent.Config, redis.UniversalClient, error) {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return agent.Config{}, nil, err
+	}
+	rc, err := agent.NewRedisClient(cfg.Redis)
+	if err != nil {
+		return agent.Config{}, nil, usageError{err}
+	}
+	return cfg, rc, nil
+}
+
 func fmtTime(t *time.Time) string {
 	if t == nil {
 		return ""
@@ -189,13 +205,9 @@ func (c *cli) notifyCmd() *cobra.Command {
 		Short: "List notifications that were given up (newest first); --requeue puts them back in the outbox",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := c.loadConfig()
+			cfg, rc, err := c.configRedis()
 			if err != nil {
 				return err
-			}
-			rc, err := agent.NewRedisClient(cfg.Redis)
-			if err != nil {
-				return usageError{err}
 			}
 			if rc == nil {
 				return usageError{errors.New("notify dead: needs redis (embedded mode keeps its outbox in the agent's memory)")}

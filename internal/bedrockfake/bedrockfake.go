@@ -9,7 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
+
+	"github.com/autodiag/autodiag/internal/fakefault"
 )
 
 // Fault is how the fake answers one request.
@@ -35,15 +36,10 @@ type Request struct {
 // Server is the fake; Close stops it.
 type Server struct {
 	*httptest.Server
-	mu      sync.Mutex
-	reply   string
-	latency time.Duration
-	script  []Fault
-	always  Fault
-	models  []string
-	reqs    []Request
-	done    chan struct{}
-	once    sync.Once
+	fakefault.Plan[Fault, Request]
+	mu     sync.Mutex // guards reply and models
+	reply  string
+	models []string
 }
 
 // DefaultReply is the canned report.
@@ -52,39 +48,19 @@ const DefaultReply = "## Root cause\nThe process was killed by the kernel's OOM 
 // New starts a fake on a loopback port. models, when given, are the only
 // model ids it knows; others get a ValidationException.
 func New(models ...string) *Server {
-	s := &Server{reply: DefaultReply, models: models, done: make(chan struct{})}
+	s := &Server{reply: DefaultReply, models: models}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
 
 // Close ends pending slow answers, then stops the server.
 func (s *Server) Close() {
-	s.once.Do(func() { close(s.done) })
+	s.Plan.Close()
 	s.Server.Close()
 }
 
 // SetReply sets the answer text.
 func (s *Server) SetReply(text string) { s.mu.Lock(); s.reply = text; s.mu.Unlock() }
-
-// SetLatency delays every answer by d (or until the client gives up).
-func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
-
-// Script makes the next requests answer with faults, in order.
-func (s *Server) Script(faults ...Fault) {
-	s.mu.Lock()
-	s.script = append(s.script, faults...)
-	s.mu.Unlock()
-}
-
-// Always sets the fault of every request after the script.
-func (s *Server) Always(f Fault) { s.mu.Lock(); s.always = f; s.mu.Unlock() }
-
-// Requests returns the recorded requests.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.reqs...)
-}
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
@@ -98,24 +74,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "ValidationException", "bad model id")
 		return
 	}
+	f := s.Next(Request{ModelID: model, Body: body})
 	s.mu.Lock()
-	s.reqs = append(s.reqs, Request{ModelID: model, Body: body})
-	f := s.always
-	if len(s.script) > 0 {
-		f, s.script = s.script[0], s.script[1:]
-	}
-	reply, latency, models := s.reply, s.latency, s.models
+	reply, models := s.reply, s.models
 	s.mu.Unlock()
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		case <-s.done:
-			return
-		}
+	latency := s.Latency()
+	if !s.Wait(r.Context(), latency) {
+		return
 	}
 	var req struct {
 		InferenceConfig struct {

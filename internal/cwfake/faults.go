@@ -1,5 +1,7 @@
 package cwfake
 
+import "github.com/autodiag/autodiag/internal/fakefault"
+
 // FaultKind says how an injected fault answers a request.
 type FaultKind int
 
@@ -40,22 +42,11 @@ type Fault struct {
 	Probability float64
 }
 
-type faultState struct {
-	id    int
-	f     Fault
-	seen  int
-	fired int
-}
-
 // InjectFault arms a fault and returns its id for RemoveFault and
 // FaultFired. Faults are checked in the order they were added; the first
 // that fires answers the request.
 func (s *Server) InjectFault(f Fault) int {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	s.nextID++
-	s.faults = append(s.faults, &faultState{id: s.nextID, f: f})
-	return s.nextID
+	return s.faults.Add(f, fakefault.Gate{Count: f.Count, Skip: f.Skip, Probability: f.Probability})
 }
 
 // ThrottleNext makes the next n requests fail with Throttling.
@@ -65,67 +56,33 @@ func (s *Server) ThrottleNext(n int) int { return s.InjectFault(Fault{Kind: Faul
 func (s *Server) FailNext(n int) int { return s.InjectFault(Fault{Kind: FaultServerError, Count: n}) }
 
 // RemoveFault disarms the fault with the given id.
-func (s *Server) RemoveFault(id int) {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	for i, fs := range s.faults {
-		if fs.id == id {
-			s.faults = append(s.faults[:i], s.faults[i+1:]...)
-			return
-		}
-	}
-}
+func (s *Server) RemoveFault(id int) { s.faults.Remove(id) }
 
 // ClearFaults disarms every fault.
-func (s *Server) ClearFaults() {
-	s.faultMu.Lock()
-	s.faults = nil
-	s.faultMu.Unlock()
-}
+func (s *Server) ClearFaults() { s.faults.Clear() }
 
 // FaultFired reports how many requests the fault with the given id hit
 // (0 once it is removed).
-func (s *Server) FaultFired(id int) int {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	for _, fs := range s.faults {
-		if fs.id == id {
-			return fs.fired
-		}
-	}
-	return 0
-}
+func (s *Server) FaultFired(id int) int { return s.faults.Fired(id) }
 
 // pickFault returns the error of the first armed fault that hits the
 // request, and notes its kind in call.
 func (s *Server) pickFault(call *Call) *apiError {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	for _, fs := range s.faults {
-		f := fs.f
-		if f.Kind < FaultThrottle || f.Kind > FaultUnavailable {
-			continue
+	var err *apiError
+	s.faults.Scan(func(a *fakefault.Armed[Fault], hit func() bool) {
+		f := a.Fault
+		if err != nil || f.Kind < FaultThrottle || f.Kind > FaultUnavailable || !hit() {
+			return
 		}
-		if f.Count > 0 && fs.fired >= f.Count {
-			continue
-		}
-		fs.seen++
-		if fs.seen <= f.Skip {
-			continue
-		}
-		if f.Probability > 0 && s.rng.Float64() >= f.Probability {
-			continue
-		}
-		fs.fired++
 		call.Fault = f.Kind
 		switch f.Kind {
 		case FaultThrottle:
-			return errThrottling()
+			err = errThrottling()
 		case FaultServerError:
-			return errInternal()
+			err = errInternal()
 		case FaultUnavailable:
-			return errUnavailable()
+			err = errUnavailable()
 		}
-	}
-	return nil
+	})
+	return err
 }

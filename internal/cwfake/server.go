@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go/encoding/cbor"
+
+	"github.com/autodiag/autodiag/internal/fakefault"
 )
 
 const (
@@ -63,10 +64,8 @@ type Server struct {
 	seq     int
 	changed chan struct{} // closed and replaced after every request
 
-	faultMu sync.Mutex // guards faults, nextID and rng
-	faults  []*faultState
-	nextID  int
-	rng     *mrand.Rand
+	rng    *mrand.Rand // set by WithSeed, then owned by faults
+	faults *fakefault.Set[Fault]
 }
 
 // Option configures a Server.
@@ -81,7 +80,7 @@ func WithRegion(r string) Option { return func(s *Server) { s.region = r } }
 
 // WithSeed makes probabilistic fault injection deterministic.
 func WithSeed(seed uint64) Option {
-	return func(s *Server) { s.rng = mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+	return func(s *Server) { s.rng = fakefault.Seeded(seed) }
 }
 
 // New returns a Server that has recorded nothing.
@@ -94,11 +93,7 @@ func New(opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.rng == nil {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		s.rng = mrand.New(mrand.NewPCG(binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])))
-	}
+	s.faults = fakefault.NewSet[Fault](s.rng)
 	return s
 }
 
@@ -129,7 +124,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := Call{
 		Time:         s.clock.Now(),
 		InvocationID: r.Header.Get("Amz-Sdk-Invocation-Id"),
-		Attempt:      attemptOf(r.Header.Get("Amz-Sdk-Request")),
+		Attempt:      fakefault.Attempt(r.Header.Get("Amz-Sdk-Request")),
 
 		ContentEncoding: r.Header.Get("Content-Encoding"),
 	}
@@ -333,18 +328,6 @@ func waitFor(ctx context.Context, s *Server, check func() (bool, int), what stri
 			return fmt.Errorf("cwfake: condition not met after %d %s: %w", n, what, ctx.Err())
 		}
 	}
-}
-
-var attemptRe = regexp.MustCompile(`attempt=(\d+)`)
-
-// attemptOf reads the attempt number from the SDK's amz-sdk-request header.
-func attemptOf(h string) int {
-	m := attemptRe.FindStringSubmatch(h)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }
 
 func newRequestID() string {

@@ -8,7 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"time"
+
+	"github.com/autodiag/autodiag/internal/fakefault"
 )
 
 // Fault is how the fake answers one request.
@@ -35,14 +36,9 @@ type Request struct {
 // Server is the fake; Close stops it.
 type Server struct {
 	*httptest.Server
-	mu      sync.Mutex
-	reply   string
-	latency time.Duration
-	script  []Fault
-	always  Fault
-	reqs    []Request
-	done    chan struct{}
-	once    sync.Once
+	fakefault.Plan[Fault, Request]
+	mu    sync.Mutex // guards reply
+	reply string
 }
 
 // DefaultReply is the canned report.
@@ -50,7 +46,7 @@ const DefaultReply = "## Root cause\nThe disk is full.\n\n## Analysis\n`/dev/xvd
 
 // New starts a fake on a loopback port.
 func New() *Server {
-	s := &Server{reply: DefaultReply, done: make(chan struct{})}
+	s := &Server{reply: DefaultReply}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -60,58 +56,25 @@ func (s *Server) BaseURL() string { return s.URL + "/v1" }
 
 // Close ends pending slow answers, then stops the server.
 func (s *Server) Close() {
-	s.once.Do(func() { close(s.done) })
+	s.Plan.Close()
 	s.Server.Close()
 }
 
 // SetReply sets the answer text.
 func (s *Server) SetReply(text string) { s.mu.Lock(); s.reply = text; s.mu.Unlock() }
 
-// SetLatency delays every answer by d (or until the client gives up).
-func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
-
-// Script makes the next requests answer with faults, in order; after them
-// the fake answers with Always's fault.
-func (s *Server) Script(faults ...Fault) {
-	s.mu.Lock()
-	s.script = append(s.script, faults...)
-	s.mu.Unlock()
-}
-
-// Always sets the fault of every request after the script.
-func (s *Server) Always(f Fault) { s.mu.Lock(); s.always = f; s.mu.Unlock() }
-
-// Requests returns the recorded requests.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.reqs...)
-}
-
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	f := s.Next(Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
 	s.mu.Lock()
-	s.reqs = append(s.reqs, Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
-	f := s.always
-	if len(s.script) > 0 {
-		f, s.script = s.script[0], s.script[1:]
-	}
-	reply, latency := s.reply, s.latency
+	reply := s.reply
 	s.mu.Unlock()
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
 		return
 	}
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		case <-s.done:
-			return
-		}
+	if !s.Wait(r.Context(), s.Latency()) {
+		return
 	}
 	var req struct {
 		Model     string `json:"model"`

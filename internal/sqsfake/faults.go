@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/fakefault"
 )
 
 // FaultKind says what an injected fault does to a matching request.
@@ -80,60 +82,27 @@ type Fault struct {
 	Code string
 }
 
-type faultState struct {
-	id    int
-	f     Fault
-	seen  int
-	fired int
-}
-
 // InjectFault adds a fault and returns its id for RemoveFault and
 // FaultFired. Faults are checked in the order they were added; latency faults
 // add up, and the first other fault that fires decides the request.
 func (s *Server) InjectFault(f Fault) int {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	s.nextID++
-	s.faults = append(s.faults, &faultState{id: s.nextID, f: f})
-	return s.nextID
+	return s.faults.Add(f, fakefault.Gate{Count: f.Count, Skip: f.Skip, Probability: f.Probability})
 }
 
 // RemoveFault disarms the fault with the given id.
-func (s *Server) RemoveFault(id int) {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	for i, fs := range s.faults {
-		if fs.id == id {
-			s.faults = append(s.faults[:i], s.faults[i+1:]...)
-			return
-		}
-	}
-}
+func (s *Server) RemoveFault(id int) { s.faults.Remove(id) }
 
 // ClearFaults disarms every fault.
-func (s *Server) ClearFaults() {
-	s.faultMu.Lock()
-	s.faults = nil
-	s.faultMu.Unlock()
-}
+func (s *Server) ClearFaults() { s.faults.Clear() }
 
 // FaultFired reports how many requests the fault with the given id hit.
-func (s *Server) FaultFired(id int) int {
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	for _, fs := range s.faults {
-		if fs.id == id {
-			return fs.fired
-		}
-	}
-	return 0
-}
+func (s *Server) FaultFired(id int) int { return s.faults.Fired(id) }
 
 type faultAction struct {
-	err       *apiError   // answer this instead of running the operation
-	after     FaultKind   // FaultDropResponse or FaultServerErrorAfterApply
-	entry     *faultState // FaultBatchEntryError: decides per entry
-	duplicate bool        // FaultDuplicateDelivery
+	err       *apiError               // answer this instead of running the operation
+	after     FaultKind               // FaultDropResponse or FaultServerErrorAfterApply
+	entry     *fakefault.Armed[Fault] // FaultBatchEntryError: decides per entry
+	duplicate bool                    // FaultDuplicateDelivery
 }
 
 func terminal(k FaultKind) bool {
@@ -146,24 +115,10 @@ func terminal(k FaultKind) bool {
 
 // entryFails decides, for one batch entry, whether an armed
 // FaultBatchEntryError fails it.
-func (s *Server) entryFails(fs *faultState, call *Call) bool {
-	if fs == nil {
+func (s *Server) entryFails(a *fakefault.Armed[Fault], call *Call) bool {
+	if a == nil || !s.faults.Hit(a) {
 		return false
 	}
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	f := fs.f
-	if f.Count > 0 && fs.fired >= f.Count {
-		return false
-	}
-	fs.seen++
-	if fs.seen <= f.Skip {
-		return false
-	}
-	if f.Probability > 0 && s.rng.Float64() >= f.Probability {
-		return false
-	}
-	fs.fired++
 	if len(call.Faults) == 0 || call.Faults[len(call.Faults)-1] != FaultBatchEntryError {
 		call.Faults = append(call.Faults, FaultBatchEntryError)
 	}
@@ -177,35 +132,29 @@ func errEntryInternal() *apiError {
 func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
 	var delay time.Duration
 	var act faultAction
-	s.faultMu.Lock()
-	for _, fs := range s.faults {
-		f := fs.f
+	s.faults.Scan(func(a *fakefault.Armed[Fault], hit func() bool) {
+		f := a.Fault
 		if f.Op != "" && f.Op != call.Op || f.Queue != "" && f.Queue != call.Queue {
-			continue
+			return
 		}
-		if f.Count > 0 && fs.fired >= f.Count {
-			continue
+		if a.Spent() {
+			return
 		}
 		if terminal(f.Kind) && (act.err != nil || act.after != 0) {
-			continue
+			return
 		}
 		if f.Kind == FaultBatchEntryError {
 			if act.entry == nil && strings.HasSuffix(call.Op, "Batch") {
-				act.entry = fs
+				act.entry = a
 			}
-			continue
+			return
 		}
 		if f.Kind == FaultDuplicateDelivery && call.Op != "ReceiveMessage" {
-			continue
+			return
 		}
-		fs.seen++
-		if fs.seen <= f.Skip {
-			continue
+		if !hit() {
+			return
 		}
-		if f.Probability > 0 && s.rng.Float64() >= f.Probability {
-			continue
-		}
-		fs.fired++
 		call.Faults = append(call.Faults, f.Kind)
 		switch f.Kind {
 		case FaultLatency:
@@ -219,8 +168,7 @@ func (s *Server) pickFault(ctx context.Context, call *Call) faultAction {
 		case FaultDuplicateDelivery:
 			act.duplicate = true
 		}
-	}
-	s.faultMu.Unlock()
+	})
 	if delay > 0 {
 		t := s.clock.NewTimer(delay)
 		select {

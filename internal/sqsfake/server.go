@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/fakefault"
 )
 
 const (
@@ -57,10 +59,8 @@ type Server struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	faultMu  sync.Mutex // guards faults and rng
-	faults   []*faultState
-	nextID   int
-	rng      *mrand.Rand
+	rng      *mrand.Rand // set by WithSeed, then owned by faults
+	faults   *fakefault.Set[Fault]
 	logMu    sync.Mutex // guards calls, seq and counters
 	calls    []Call
 	seq      int
@@ -82,7 +82,7 @@ func WithAccountID(id string) Option { return func(s *Server) { s.account = id }
 
 // WithSeed makes probabilistic fault injection deterministic.
 func WithSeed(seed uint64) Option {
-	return func(s *Server) { s.rng = mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+	return func(s *Server) { s.rng = fakefault.Seeded(seed) }
 }
 
 // WithInflightLimit overrides the in-flight limit per queue (default 120000)
@@ -114,22 +114,10 @@ func New(opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.rng == nil {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		s.rng = mrand.New(mrand.NewPCG(beUint64(b[:8]), beUint64(b[8:])))
-	}
+	s.faults = fakefault.NewSet[Fault](s.rng)
 	s.macKey = make([]byte, 32)
 	_, _ = rand.Read(s.macKey)
 	return s
-}
-
-func beUint64(b []byte) uint64 {
-	var v uint64
-	for _, x := range b {
-		v = v<<8 | uint64(x)
-	}
-	return v
 }
 
 // Close ends every blocked long poll (with an empty response) and injected
@@ -175,7 +163,7 @@ func (s *Server) CreateQueue(name string, attrs map[string]string) (string, erro
 
 // ServeHTTP implements the AWS JSON 1.0 protocol for SQS.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	call := Call{Time: s.clock.Now(), InvocationID: r.Header.Get("Amz-Sdk-Invocation-Id"), Attempt: attemptOf(r.Header.Get("Amz-Sdk-Request"))}
+	call := Call{Time: s.clock.Now(), InvocationID: r.Header.Get("Amz-Sdk-Invocation-Id"), Attempt: fakefault.Attempt(r.Header.Get("Amz-Sdk-Request"))}
 	op, ok := strings.CutPrefix(r.Header.Get("X-Amz-Target"), target)
 	call.Op = op
 	if r.Method != http.MethodPost || !ok || op == "" {
@@ -232,8 +220,8 @@ type reqCtx struct {
 	host       string
 	scheme     string
 	sender     string
-	entryFault *faultState // armed FaultBatchEntryError, if any
-	duplicate  bool        // FaultDuplicateDelivery fired
+	entryFault *fakefault.Armed[Fault] // armed FaultBatchEntryError, if any
+	duplicate  bool                    // FaultDuplicateDelivery fired
 }
 
 func (rc reqCtx) queueURL(account, name string) string {
@@ -283,17 +271,6 @@ func dropConnection(w http.ResponseWriter) {
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()
-}
-
-var attemptRe = regexp.MustCompile(`attempt=(\d+)`)
-
-func attemptOf(h string) int {
-	m := attemptRe.FindStringSubmatch(h)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }
 
 var credRe = regexp.MustCompile(`Credential=([^/,\s]+)`)
