@@ -281,8 +281,14 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		sdNotify(log, sdReady)
 		select {
 		case <-a.Draining():
-			sdNotify(log, sdStopping)
 		case <-runDone:
+		}
+		// A drain that ends at once closes both channels before this
+		// goroutine looks: the drain decides, not which one select picks.
+		select {
+		case <-a.Draining():
+			sdNotify(log, sdStopping)
+		default:
 		}
 	}()
 
