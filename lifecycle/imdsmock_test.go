@@ -22,26 +22,8 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 		const delay = 3 * time.Second
 		url, started := testenv.StartMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
 
-		fake := asgfake.New(asgfake.Options{})
-		fake.AddGroup("web")
-		if err := fake.AddInstance("web", mockInstanceID); err != nil {
-			t.Fatal(err)
-		}
-		if err := fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
-
-		cfg := DefaultConfig()
-		cfg.Sources = []string{SourceSignal, SourceIMDS}
-		cfg.HookName = "drain"
-		cfg.IMDSPollInterval = 100 * time.Millisecond
-		reg := prometheus.NewRegistry()
-		d := Deps{IMDS: imds.New(imds.Options{Endpoint: url}), AutoScaling: newASGClient(fake, nil),
-			InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: reg}
-		w, err := NewWatcher(cfg, d)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := newMockLab(t, url, asgfake.Options{})
+		w, fake, reg := m.watcher, m.fake, m.reg
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 
@@ -86,7 +68,7 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 		if _, err := fake.Terminate(mockInstanceID); err != nil {
 			t.Fatal(err)
 		}
-		actor := NewActor(cfg, d)
+		actor := NewActor(m.cfg, m.deps)
 		if err := actor.Complete(ctx, *tr.Action, ResultContinue); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
@@ -243,7 +225,49 @@ func TestDrainEventsAgainstMetadataMock(t *testing.T) {
 func TestCompletionAfterLaggingAPIAgainstMetadataMock(t *testing.T) {
 	url, _ := testenv.StartMetadataMock(t, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", "0")
 	const lag = 5 * time.Second
-	fake := asgfake.New(asgfake.Options{VisibleAfter: lag})
+	m := newMockLab(t, url, asgfake.Options{VisibleAfter: lag})
+	w, fake, reg := m.watcher, m.fake, m.reg
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var tr *Trigger
+	if err := w.Run(ctx, func(got Trigger) { tr = &got }); err != nil || tr == nil || tr.Action == nil {
+		t.Fatalf("Run = %v, trigger %+v; want the imds trigger with its action", err, tr)
+	}
+	// Auto Scaling starts the action as IMDS shows it.
+	if _, err := fake.Terminate(mockInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	actor := NewActor(m.cfg, m.deps)
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCompleteTimeout)
+	defer ccancel()
+	if err := actor.Complete(cctx, *tr.Action, ResultContinue); err != nil {
+		t.Fatalf("Complete = %v", err)
+	}
+	if n := fake.Count("CompleteLifecycleAction", "ok"); n != 1 {
+		t.Fatalf("%d successful completions; want exactly 1", n)
+	}
+	if n := counter(t, reg, "autodiag_lifecycle_completions_total", "result", "no_action"); n == 0 {
+		t.Fatal("no no_action answer: the lag was not exercised")
+	}
+	if a, _ := fake.Action(mockInstanceID); a.Completions != 1 || a.EndReason != asgfake.EndCompleted || actor.Status().NoActiveAction {
+		t.Fatalf("action = %+v, status %+v; want completed once, not counted as no_action", a, actor.Status())
+	}
+}
+
+// mockLab is an imds-source Watcher reading the ec2-metadata-mock at a URL,
+// with an Auto Scaling fake that holds the mock's instance in group web
+// under the terminating hook drain.
+type mockLab struct {
+	watcher *Watcher
+	fake    *asgfake.Server
+	reg     *prometheus.Registry
+	cfg     Config
+	deps    Deps
+}
+
+func newMockLab(t *testing.T, url string, o asgfake.Options) mockLab {
+	t.Helper()
+	fake := asgfake.New(o)
 	fake.AddGroup("web")
 	if err := fake.AddInstance("web", mockInstanceID); err != nil {
 		t.Fatal(err)
@@ -262,29 +286,5 @@ func TestCompletionAfterLaggingAPIAgainstMetadataMock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var tr *Trigger
-	if err := w.Run(ctx, func(got Trigger) { tr = &got }); err != nil || tr == nil || tr.Action == nil {
-		t.Fatalf("Run = %v, trigger %+v; want the imds trigger with its action", err, tr)
-	}
-	// Auto Scaling starts the action as IMDS shows it.
-	if _, err := fake.Terminate(mockInstanceID); err != nil {
-		t.Fatal(err)
-	}
-	actor := NewActor(cfg, d)
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCompleteTimeout)
-	defer ccancel()
-	if err := actor.Complete(cctx, *tr.Action, ResultContinue); err != nil {
-		t.Fatalf("Complete = %v", err)
-	}
-	if n := fake.Count("CompleteLifecycleAction", "ok"); n != 1 {
-		t.Fatalf("%d successful completions; want exactly 1", n)
-	}
-	if n := counter(t, reg, "autodiag_lifecycle_completions_total", "result", "no_action"); n == 0 {
-		t.Fatal("no no_action answer: the lag was not exercised")
-	}
-	if a, _ := fake.Action(mockInstanceID); a.Completions != 1 || a.EndReason != asgfake.EndCompleted || actor.Status().NoActiveAction {
-		t.Fatalf("action = %+v, status %+v; want completed once, not counted as no_action", a, actor.Status())
-	}
+	return mockLab{watcher: w, fake: fake, reg: reg, cfg: cfg, deps: d}
 }
