@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"log"
@@ -10,9 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -406,26 +402,8 @@ func TestWarmPoolE2E(t *testing.T) {
 // proxy's URL and the counter.
 func lnMetadataMock(t *testing.T, args ...string) (string, func(path string) int) {
 	t.Helper()
-	bin := testenv.EC2MetadataMock(t)
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	cmd := exec.CommandContext(t.Context(), bin, append(args, "--imdsv2", "-p", port, "-n", "127.0.0.1")...)
-	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
-	cmd.Dir = t.TempDir()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	target, _ := url.Parse("http://127.0.0.1:" + port)
+	mockURL, _ := testenv.StartMetadataMock(t, append(args, "--imdsv2")...)
+	target, _ := url.Parse(mockURL)
 	var mu sync.Mutex
 	gets := map[string]int{}
 	rp := httputil.NewSingleHostReverseProxy(target)
@@ -439,21 +417,6 @@ func lnMetadataMock(t *testing.T, args ...string) (string, func(path string) int
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(ts.Close)
-	eventually(t, 15*time.Second, "ec2-metadata-mock answering", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("ec2-metadata-mock exited: %s", out.String())
-		default:
-		}
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, ts.URL+"/latest/api/token", nil)
-		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-		resp, err := lcImdsHTTP.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 	return ts.URL, func(path string) int { mu.Lock(); defer mu.Unlock(); return gets[path] }
 }
 

@@ -9,12 +9,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
 	"path"
 	"sort"
 	"strconv"
@@ -320,39 +317,9 @@ func (l *lcLab) enqueue(secs []float64) {
 func (l *lcLab) startIMDSMock(delay time.Duration) {
 	t := l.t
 	t.Helper()
-	bin := testenv.EC2MetadataMock(t)
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	cmd := exec.CommandContext(t.Context(), bin, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)),
-		"-p", port, "-n", "127.0.0.1")
-	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
-	cmd.Dir = t.TempDir()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	l.imdsURL = "http://127.0.0.1:" + port
-	eventually(t, 10*time.Second, "ec2-metadata-mock answering", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("ec2-metadata-mock exited: %s", out.String())
-		default:
-		}
-		_, err := l.imdsState()
-		return err == nil
-	})
+	l.imdsURL, _ = testenv.StartMetadataMock(t, "asglifecycle", "--imdsv2",
+		"--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
+	stop := t.Context().Done()
 	go func() {
 		// Auto Scaling and IMDS tell the same story: the instance enters
 		// Terminating:Wait the moment IMDS says Terminated (syncIMDS also
@@ -360,7 +327,7 @@ func (l *lcLab) startIMDSMock(delay time.Duration) {
 		// reach Auto Scaling before the action exists).
 		for !l.isSynced() {
 			select {
-			case <-done:
+			case <-stop:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
