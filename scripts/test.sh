@@ -12,8 +12,11 @@
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./limiter/...   # only these packages (same services)
+#   AUTODIAG_TEST_RUN='TestLaunch' scripts/test.sh ./cmd/autodiag/
+#                                   # only the tests matching go test -run
 #
 # Environment read:
+#   AUTODIAG_TEST_RUN                  go test -run pattern (default: every test)
 #   AUTODIAG_TOOLS_CACHE               where built tools are kept across clones
 #                                      (default ${XDG_CACHE_HOME:-$HOME/.cache}/autodiag-tools)
 #
@@ -177,4 +180,6 @@ promtool check rules deploy/prometheus/autodiag-rules.yml
 promtool test rules deploy/prometheus/autodiag-rules_test.yml
 log "go test -race ${pkgs[*]}"
 # Two cores: at most two test binaries at once.
-go test -race -p 2 -timeout 20m "${pkgs[@]}"
+run=()
+[[ -z ${AUTODIAG_TEST_RUN:-} ]] || run=(-run "$AUTODIAG_TEST_RUN")
+go test -race -p 2 -timeout 20m "${run[@]}" "${pkgs[@]}"

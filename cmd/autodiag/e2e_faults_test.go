@@ -252,7 +252,7 @@ func TestSQSRejectedHugeMessageOneOutcome(t *testing.T) {
 	if o := sqsOutcomes(a); o["rejected"] != 1 {
 		t.Errorf("outcomes %v, want exactly one rejected however often the message came back", o)
 	}
-	if n := len(a.logsWhere("msg", "task ended", "outcome", "rejected")); n != 1 {
+	if n := len(a.awaitLogsWhere("msg", "task ended", "outcome", "rejected")); n != 1 {
 		t.Errorf("%d 'task ended' lines with outcome rejected, want 1", n)
 	}
 	sqsDrainAll(t, a)

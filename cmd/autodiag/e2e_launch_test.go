@@ -197,8 +197,11 @@ func TestLaunchHookE2E(t *testing.T) {
 		if act.EndReason != asgfake.EndCompleted || act.Result != asgfake.ResultAbandon || act.Completions != 1 {
 			t.Fatalf("launching action %+v; want completed ABANDON once", act)
 		}
-		if ls := p.logs("not ready by launch_timeout; abandoning the launch (the instance is replaced)"); len(ls) != 1 ||
-			!strings.Contains(fmt.Sprint(ls[0]["failing"]), "redis") {
+		// The line precedes the completion call, but the harness reads the
+		// agent's stderr on its own goroutine.
+		const abandonMsg = "not ready by launch_timeout; abandoning the launch (the instance is replaced)"
+		eventually(t, 10*time.Second, "the abandon log line", func() bool { return len(p.logs(abandonMsg)) > 0 })
+		if ls := p.logs(abandonMsg); len(ls) != 1 || !strings.Contains(fmt.Sprint(ls[0]["failing"]), "redis") {
 			t.Errorf("abandon log lines %v; want one naming redis", ls)
 		}
 		eventually(t, 10*time.Second, "/readyz abandoned", func() bool { return p.getCode("/readyz") == http.StatusServiceUnavailable })

@@ -165,7 +165,7 @@ func TestResultsRedactedAndDelivered(t *testing.T) {
 	assertRedacted(t, "stored record", rec.Output)
 
 	// The log line, and nothing else in the log, holds the output.
-	ended := a.logsWhere("msg", "task ended", "task_id", "leak-1")
+	ended := a.awaitLogsWhere("msg", "task ended", "task_id", "leak-1")
 	if len(ended) != 1 {
 		t.Fatalf("%d task ended lines for leak-1, want 1", len(ended))
 	}

@@ -164,6 +164,16 @@ func (p *proc) logsWhere(kv ...string) []map[string]any {
 	return out
 }
 
+// awaitLogsWhere is logsWhere once at least one line matches, failing the
+// test if none does within 10 s: an outcome seen through the queue, a metric
+// or a sink may be ahead of the harness, which reads the agent's stderr on
+// its own goroutine.
+func (p *proc) awaitLogsWhere(kv ...string) []map[string]any {
+	p.t.Helper()
+	eventually(p.t, 10*time.Second, fmt.Sprintf("a log line with %v", kv), func() bool { return len(p.logsWhere(kv...)) > 0 })
+	return p.logsWhere(kv...)
+}
+
 // logs returns the JSON log lines with msg == msg ("" = all).
 func (p *proc) logs(msg string) []map[string]any {
 	p.mu.Lock()
