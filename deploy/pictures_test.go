@@ -3,15 +3,18 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -453,4 +456,84 @@ func filtered(s *parser.VectorSelector, label, value string) bool {
 		}
 	}
 	return false
+}
+
+// drainStuckMargin reads AutodiagDrainStuck's expression: it must compare
+// time() with the agent's exported deadline, `time() -
+// autodiag_drain_deadline_timestamp_seconds > N`, for agents still
+// draining, and not with a fixed drain duration that holds for one
+// drain_timeout only. It returns N.
+func drainStuckMargin(expr string) (time.Duration, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return 0, err
+	}
+	margin := time.Duration(-1)
+	names := map[string]bool{}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			names[metricName(n)] = true
+		case *parser.BinaryExpr:
+			lhs, ok := n.LHS.(*parser.BinaryExpr)
+			num, isNum := n.RHS.(*parser.NumberLiteral)
+			if n.Op != parser.GTR || !ok || !isNum || lhs.Op != parser.SUB {
+				return nil
+			}
+			call, isCall := lhs.LHS.(*parser.Call)
+			sel, isSel := lhs.RHS.(*parser.VectorSelector)
+			if isCall && call.Func.Name == "time" && isSel && metricName(sel) == "autodiag_drain_deadline_timestamp_seconds" {
+				margin = time.Duration(num.Val * float64(time.Second))
+			}
+		}
+		return nil
+	})
+	switch {
+	case names["autodiag_drain_duration_seconds"]:
+		return 0, errors.New("compares autodiag_drain_duration_seconds with a fixed threshold, right for one drain_timeout only")
+	case margin < 0:
+		return 0, errors.New("has no `time() - autodiag_drain_deadline_timestamp_seconds > N`")
+	case !names["autodiag_drain_state"]:
+		return 0, errors.New("does not require autodiag_drain_state (still draining): a drained agent keeps its deadline")
+	}
+	return margin, nil
+}
+
+// TestDrainStuckRuleFollowsTheDeadline: AutodiagDrainStuck fires past each
+// agent's own deadline, with a margin longer than the drain's cancel grace
+// (read from the drain package), so a healthy drain that used its whole
+// budget and cancelled its work does not page.
+func TestDrainStuckRuleFollowsTheDeadline(t *testing.T) {
+	grace := goDuration(t, filepath.Join("..", "drain"), "CancelGrace")
+	var found bool
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "AutodiagDrainStuck" {
+				continue
+			}
+			found = true
+			margin, err := drainStuckMargin(r.Expr)
+			if err != nil {
+				t.Fatalf("AutodiagDrainStuck %v:\n%s", err, r.Expr)
+			}
+			if margin <= grace {
+				t.Errorf("AutodiagDrainStuck fires %s past the deadline, not past the cancel grace %s: every drain that uses its budget pages", margin, grace)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no alert AutodiagDrainStuck")
+	}
+}
+
+func TestRejectsDrainStuckRulesWithoutTheDeadline(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{"autodiag_drain_duration_seconds > 660 and on (job, instance) autodiag_drain_state == 1", "fixed threshold"},
+		{"time() - autodiag_drain_deadline_timestamp_seconds > 60", "still draining"},
+		{"autodiag_drain_deadline_timestamp_seconds < time() and on (job, instance) autodiag_drain_state == 1", "no `time()"},
+	} {
+		if _, err := drainStuckMargin(tc.expr); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.expr, err, tc.want)
+		}
+	}
 }
