@@ -50,17 +50,41 @@ variable "desired_capacity" {
 }
 
 variable "autodiag_binary_url" {
-  description = "HTTPS URL of the linux/amd64 autodiag release binary that user data downloads to /usr/local/bin/autodiag."
+  description = "HTTPS URL of the linux/amd64 autodiag release binary that user data installs where the shipped unit's ExecStart looks (/usr/local/bin/autodiag), with that unit in /etc/systemd/system. Set this or autodiag_package_url."
   type        = string
+  default     = null
 }
 
 variable "autodiag_binary_sha256" {
   description = "Hex SHA-256 of the binary at autodiag_binary_url; user data refuses to install anything else."
   type        = string
+  default     = null
 
   validation {
-    condition     = can(regex("^[0-9a-f]{64}$", var.autodiag_binary_sha256))
+    condition     = var.autodiag_binary_sha256 == null || can(regex("^[0-9a-f]{64}$", var.autodiag_binary_sha256))
     error_message = "autodiag_binary_sha256 must be 64 lowercase hex digits."
+  }
+}
+
+variable "autodiag_package_url" {
+  description = "HTTPS URL of an autodiag release package that user data installs instead of the bare binary: a .deb for Debian or Ubuntu AMIs, an .rpm for Amazon Linux and other rpm-based AMIs (the format is read from the URL's path). The package brings /usr/bin/autodiag, the shipped unit in /lib/systemd/system with its drop-in, and the autodiag user. Set this or autodiag_binary_url."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.autodiag_package_url == null || can(regex("\\.(deb|rpm)(?:\\?.*)?$", var.autodiag_package_url))
+    error_message = "autodiag_package_url must name a .deb or .rpm file (a query string after it is allowed)."
+  }
+}
+
+variable "autodiag_package_sha256" {
+  description = "Hex SHA-256 of the package at autodiag_package_url (its line in the release's checksums.txt); user data refuses to install anything else."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.autodiag_package_sha256 == null || can(regex("^[0-9a-f]{64}$", var.autodiag_package_sha256))
+    error_message = "autodiag_package_sha256 must be 64 lowercase hex digits."
   }
 }
 

@@ -96,6 +96,10 @@ run "imds_fleet" {
     error_message = "user data must verify the binary and set the region"
   }
   assert {
+    condition     = strcontains(local.user_data, "install -m 0755 -o root -g root /tmp/autodiag /usr/local/bin/autodiag\n") && strcontains(local.user_data, "cat > /etc/systemd/system/autodiag.service <<") && strcontains(local.user_data, "/usr/local/bin/autodiag config validate --config /etc/autodiag/config.yaml \\\n  --systemd-unit /etc/systemd/system/autodiag.service\n") && !strcontains(local.user_data, "apt-get") && !strcontains(local.user_data, "rpm ")
+    error_message = "binary install: the binary where the unit's ExecStart looks, the unit in /etc/systemd/system, validated together"
+  }
+  assert {
     condition     = aws_launch_template.fleet.metadata_options[0].http_tokens == "required"
     error_message = "IMDSv2 only"
   }
@@ -112,4 +116,86 @@ run "sqs_fleet" {
     condition     = jsonencode(local.agent_config.lifecycle.sources) == jsonencode(["signal", "sqs"]) && local.agent_config.lifecycle.queue_url == module.autodiag.lifecycle_queue_url
     error_message = "sqs fleet: sources [signal, sqs] and the lifecycle queue URL"
   }
+}
+
+# The same fleet installed from the release's .deb: the package's binary and
+# unit (with its drop-in), no unit written by user data.
+run "deb_package_fleet" {
+  command = apply
+
+  variables {
+    autodiag_binary_url     = null
+    autodiag_binary_sha256  = null
+    autodiag_package_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  assert {
+    condition     = strcontains(local.user_data, "-o /tmp/autodiag.deb 'https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb'") && strcontains(local.user_data, "echo '1111111111111111111111111111111111111111111111111111111111111111  /tmp/autodiag.deb' | sha256sum --check --strict -")
+    error_message = "deb install: download the package and verify it"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "apt-get install -y -o DPkg::Lock::Timeout=300 /tmp/autodiag.deb\n") && !strcontains(local.user_data, "rpm ")
+    error_message = "deb install: apt-get installs the package, waiting a bounded time for the dpkg lock"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "/usr/bin/autodiag config validate --config /etc/autodiag/config.yaml \\\n  --systemd-unit /lib/systemd/system/autodiag.service\n") && strcontains(local.user_data, "systemctl enable --now autodiag.service")
+    error_message = "deb install: validate against the packaged unit and enable it"
+  }
+  assert {
+    condition     = !strcontains(local.user_data, "/usr/local/bin") && !strcontains(local.user_data, "TimeoutStopSec") && !strcontains(local.user_data, "cat > /etc/systemd/system/autodiag.service") && !strcontains(local.user_data, "useradd")
+    error_message = "deb install: the package brings the unit and the user; user data writes neither"
+  }
+}
+
+run "rpm_package_fleet" {
+  command = apply
+
+  variables {
+    autodiag_binary_url     = null
+    autodiag_binary_sha256  = null
+    autodiag_package_url    = "https://bucket.s3.eu-west-1.amazonaws.com/autodiag-1.0.0-1.x86_64.rpm?X-Amz-Expires=3600"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  assert {
+    condition     = strcontains(local.user_data, "rpm --upgrade --replacepkgs /tmp/autodiag.rpm\n") && !strcontains(local.user_data, "apt-get") && strcontains(local.user_data, "--systemd-unit /lib/systemd/system/autodiag.service")
+    error_message = "rpm install (format read from the URL's path, before its query string)"
+  }
+}
+
+run "both_sources_refused" {
+  command = plan
+
+  variables {
+    autodiag_package_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  expect_failures = [aws_launch_template.fleet]
+}
+
+run "package_without_checksum_refused" {
+  command = plan
+
+  variables {
+    autodiag_binary_url    = null
+    autodiag_binary_sha256 = null
+    autodiag_package_url   = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb"
+  }
+
+  expect_failures = [aws_launch_template.fleet]
+}
+
+run "not_a_package_refused" {
+  command = plan
+
+  variables {
+    autodiag_binary_url     = null
+    autodiag_binary_sha256  = null
+    autodiag_package_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_linux_amd64.tar.gz"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  expect_failures = [var.autodiag_package_url]
 }
