@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -242,7 +243,7 @@ func (a *Agent) wireUpload() error {
 		return nil
 	}
 	if a.d.S3 == nil {
-		return fmt.Errorf("agent: results.s3.bucket is set but Deps.S3 is nil")
+		return errors.New("agent: results.s3.bucket is set but Deps.S3 is nil")
 	}
 	a.pipeline.uploader = newUploader(a.d.S3, c, a.hard, a.log, a.d.Registry)
 	a.pipeline.runner = fullOutputRunner{Runner: a.pipeline.runner, maxSize: c.MaxSize}

@@ -226,6 +226,10 @@ func TestUploadFullOutput(t *testing.T) {
 			if ok, failed := uploads(a, "ok"), uploads(a, "failed"); ok != 1 || failed != 0 {
 				t.Errorf("uploads ok=%v failed=%v, want 1 and 0", ok, failed)
 			}
+			lint, err := testutil.GatherAndLint(a.Registry(), "autodiag_output_uploads_total")
+			if err != nil || len(lint) > 0 {
+				t.Errorf("promlint: %v %v", lint, err)
+			}
 		})
 	}
 }
