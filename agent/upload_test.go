@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -374,4 +377,42 @@ func keysOf(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// hangingS3 answers no PutObject until its context ends, and records
+// when that was.
+type hangingS3 struct{ ended time.Time }
+
+func (h *hangingS3) PutObject(ctx context.Context, _ *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	<-ctx.Done()
+	h.ended = time.Now()
+	return nil, ctx.Err()
+}
+
+var _ s3API = (*hangingS3)(nil)
+
+// An S3 that never answers holds the task's end for exactly
+// results.s3.timeout, then the upload counts as failed and the record
+// keeps max_output.
+func TestUploadBoundedByItsTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		cfg := DefaultS3Config()
+		cfg.Bucket, cfg.Timeout = "diag-out", 7*time.Second
+		h := &hangingS3{}
+		u := newUploader(h, cfg, context.Background(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		start := time.Now()
+		rec := state.TaskRecord{ID: "t1", FinishedAt: start}
+		res := runner.Result{Outcome: runner.Succeeded, Output: []byte(strings.Repeat("x", 100))}
+		u.keep(&rec, &res, runner.Diagnostic{MaxOutput: 10})
+		if got := h.ended.Sub(start); got != cfg.Timeout {
+			t.Errorf("the upload ended after %s, want results.s3.timeout %s", got, cfg.Timeout)
+		}
+		if rec.OutputUpload != OutputUploadFailed || rec.OutputURL != "" || testutil.ToFloat64(u.uploads.WithLabelValues("failed")) != 1 {
+			t.Errorf("record %+v, want output_upload failed, no URL, one failed upload counted", rec)
+		}
+		if rec.Output != strings.Repeat("x", 10)+runner.TruncationMark || !rec.Truncated || string(res.Output) != rec.Output {
+			t.Errorf("record output %q, want max_output (10 bytes) and the mark, the same in the result", rec.Output)
+		}
+	})
 }
