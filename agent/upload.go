@@ -30,7 +30,9 @@ type S3Config struct {
 	// the key is prefix/YYYY/MM/DD/<task id>.txt (UTC date of finish).
 	Prefix string `yaml:"prefix"`
 	// MaxSize bounds what a run keeps for the upload; longer output is
-	// cut and marked (default 10MiB).
+	// cut and marked (default 10MiB). A diagnostic whose max_output is
+	// larger keeps that much, so the object never holds less than the
+	// record.
 	MaxSize runner.Size `yaml:"max_size"`
 	// SSE is the server-side encryption PutObject asks for: AES256 or
 	// aws:kms; empty = the bucket's default encryption.
