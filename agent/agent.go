@@ -85,6 +85,9 @@ type Deps struct {
 	Actor   *lifecycle.Actor
 	// CloudWatch publishes DrainSeconds and LimiterDegraded; nil = off.
 	CloudWatch cloudWatchAPI
+	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
+	// results.s3.bucket is set.
+	S3 s3API
 	// ASGName is the dimension of the CloudWatch metrics.
 	ASGName string
 	// ResolveASG learns the instance's group for the CloudWatch metrics

@@ -55,7 +55,8 @@ type Config struct {
 	// alert is ignored (no_route).
 	Routes alert.Routes `yaml:"routes"`
 	// Results says what happens to a diagnostic's output once it ran
-	// (redaction); each diagnostic's max_output bounds what is kept.
+	// (redaction, the upload to S3); each diagnostic's max_output bounds
+	// what the record keeps.
 	Results ResultsConfig `yaml:"results"`
 	// Notify lists the sinks told about task outcomes and drains; empty
 	// = no notifications.
@@ -70,6 +71,8 @@ type Config struct {
 // (results.redact, results.redact_defaults) are the redact package's.
 type ResultsConfig struct {
 	Redact redact.Config `yaml:",inline"`
+	// S3 is where the whole output goes (results.s3); off by default.
+	S3 S3Config `yaml:"s3"`
 }
 
 // LimiterConfig is the `limiter:` section: the limiter's settings and,
@@ -207,6 +210,7 @@ func DefaultConfig() Config {
 		Limiter:          lim,
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
+		Results:          ResultsConfig{S3: DefaultS3Config()},
 		NotifyMaxAge:     notify.DefaultMaxAge,
 		Report:           report.DefaultConfig(),
 	}
@@ -333,6 +337,10 @@ func (c Config) Validate() error {
 	p.adopt("routes", c.Routes.Validate())
 	p.adopt("routes", c.routesInCatalog())
 	p.adopt("results", c.Results.Redact.Validate())
+	p.adopt("results.s3", c.Results.S3.Validate())
+	if c.Results.S3.Enabled() && c.Drain.Timeout > 0 && c.Results.S3.Timeout >= c.Drain.Timeout {
+		p.addf("results.s3.timeout", "%s must be below lifecycle.drain_timeout %s: an upload runs inside the drain", c.Results.S3.Timeout, c.Drain.Timeout)
+	}
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
 	p.adopt("report", c.Report.Validate())

@@ -29,7 +29,19 @@ locals {
       enabled   = true
       namespace = module.autodiag.metrics_namespace
     }
-  })
+    },
+    # results.s3 only with a bucket (a for expression: a conditional cannot
+    # choose between objects of different shapes).
+    { for k, v in {
+      results = {
+        s3 = merge(
+          { bucket = var.results_bucket, prefix = var.results_prefix },
+          { sse = var.results_kms_key_arn == null ? "AES256" : "aws:kms" },
+          { for name, key in { kms_key_id = var.results_kms_key_arn } : name => key if key != null },
+        )
+      }
+    } : k => v if var.results_bucket != null },
+  )
 
   # One unit for both installs: deploy/systemd/autodiag.service. The
   # package ships it in /lib/systemd/system with a drop-in that moves
@@ -173,6 +185,10 @@ module "autodiag" {
 
   redis_url_secret_arn         = var.redis_url_secret_arn
   redis_url_secret_kms_key_arn = var.redis_url_secret_kms_key_arn
+
+  results_bucket      = var.results_bucket
+  results_prefix      = var.results_prefix
+  results_kms_key_arn = var.results_kms_key_arn
 
   tags = var.tags
 }

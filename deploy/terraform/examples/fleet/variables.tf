@@ -99,6 +99,24 @@ variable "redis_url_secret_kms_key_arn" {
   default     = null
 }
 
+variable "results_bucket" {
+  description = "Existing S3 bucket for the full task outputs (results.s3); null leaves the upload off. Passed to the module, which grants s3:PutObject under results_prefix."
+  type        = string
+  default     = null
+}
+
+variable "results_prefix" {
+  description = "Key prefix of the full task outputs in results_bucket (results.s3.prefix)."
+  type        = string
+  default     = "autodiag"
+}
+
+variable "results_kms_key_arn" {
+  description = "Customer managed KMS key for the outputs (results.s3.sse aws:kms); null for SSE-S3."
+  type        = string
+  default     = null
+}
+
 variable "lifecycle_source" {
   description = "imds (poll instance metadata) or sqs (lifecycle notification queue); passed to the module."
   type        = string

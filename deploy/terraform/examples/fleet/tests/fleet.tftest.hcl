@@ -199,3 +199,31 @@ run "not_a_package_refused" {
 
   expect_failures = [var.autodiag_package_url]
 }
+
+run "results_bucket_in_the_config" {
+  command = apply
+
+  variables {
+    results_bucket      = "diag-out"
+    results_prefix      = "fleet/a"
+    results_kms_key_arn = "arn:aws:kms:eu-west-1:123456789012:key/5678abcd-12ab-34cd-56ef-1234567890ab"
+  }
+
+  assert {
+    condition     = local.agent_config.results.s3.bucket == "diag-out" && local.agent_config.results.s3.prefix == "fleet/a" && local.agent_config.results.s3.sse == "aws:kms" && local.agent_config.results.s3.kms_key_id == var.results_kms_key_arn
+    error_message = "results_bucket, results_prefix and results_kms_key_arn become results.s3 in the agent config"
+  }
+  assert {
+    condition     = module.autodiag.results_objects_arn == "arn:aws:s3:::diag-out/fleet/a/*"
+    error_message = "the module grants PutObject under the configured prefix"
+  }
+}
+
+run "no_results_bucket_no_results_section" {
+  command = apply
+
+  assert {
+    condition     = !contains(keys(local.agent_config), "results")
+    error_message = "without results_bucket the agent config has no results section"
+  }
+}
