@@ -277,6 +277,8 @@ report:
   enabled: true
   provider: bedrock
   model: amazon.nova-lite-v1:0
+results:
+  s3: {bucket: diag-out, prefix: autodiag}
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
