@@ -62,6 +62,9 @@ type Config struct {
 	Notify []notify.SinkConfig `yaml:"notify"`
 	// NotifyMaxAge gives up an event not delivered by then (default 24h).
 	NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+	// NotifyClaimIdle is how long an outbox entry stays with the agent
+	// that claimed it before another may take it over (default 2m).
+	NotifyClaimIdle time.Duration `yaml:"notify_claim_idle"`
 	// Report is the root-cause report of finished tasks; off by default.
 	Report report.Config `yaml:"report"`
 }
@@ -208,6 +211,7 @@ func DefaultConfig() Config {
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
 		NotifyMaxAge:     notify.DefaultMaxAge,
+		NotifyClaimIdle:  notify.DefaultClaimIdle,
 		Report:           report.DefaultConfig(),
 	}
 }
@@ -335,6 +339,7 @@ func (c Config) Validate() error {
 	p.adopt("results", c.Results.Redact.Validate())
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
+	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("report", c.Report.Validate())
 	return p.err()
 }
