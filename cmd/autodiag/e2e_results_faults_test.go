@@ -346,3 +346,91 @@ func TestNotifyOutboxRedisRestartedEmptyE2E(t *testing.T) {
 		upAt.Sub(downAt).Seconds(), warns, z2)
 	sqsDrainAll(t, a)
 }
+
+// A lifecycle drain with a Slack sink that accepts connections and never
+// answers: the agent holds a task's event and its own drain events in
+// requests that hang, and still calls CompleteLifecycleAction at its drain
+// deadline (drain started + drain_timeout), not after the sink's timeout;
+// the undelivered events stay in the outbox for other agents.
+func TestNotifyDrainSlackNeverAnswersE2E(t *testing.T) {
+	const (
+		drainTimeout = 2 * time.Second
+		heartbeat    = 500 * time.Millisecond
+		// The sink's timeout, far past the drain's: only the drain's bound
+		// can end its requests in time.
+		sinkTimeout = 10 * drainTimeout
+	)
+	l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second, notify: true})
+	slack := newFaultHook(t, func(int, http.Header) int { return hold })
+	cfg := l.config(2, fmt.Sprintf("  sources: [signal, sqs]\n  queue_url: %s\n  hook_name: %s\n  heartbeat_interval: %s\n  drain_timeout: %s\n",
+		l.lcQURL, lcLabHook, heartbeat, drainTimeout))
+	// The catalog's timeout has to fit the drain.
+	cfg = strings.Replace(cfg, "    timeout: 1m\n", "    timeout: "+drainTimeout.String()+"\n", 1)
+	cfg += fmt.Sprintf("notify:\n  - name: oncall-slack\n    type: slack\n    url_env: E2E_SLACK_URL\n    allow_http: true\n"+
+		"    timeout: %s\n    on: [succeeded, drain_started, drain_completed, drain_failed]\n", sinkTimeout)
+	p := startProc(t, cfg, append(l.env(), "E2E_SLACK_URL="+slack.srv.URL+"/services/T000/B000/e2e")...)
+
+	// A task's event is held by the sink when the drain begins.
+	l.enqueue([]float64{0.05})
+	eventually(t, 30*time.Second, "the task's event at the Slack sink", func() bool { return len(slack.all()) == 1 })
+	eventually(t, 30*time.Second, "the agent polling the lifecycle queue", func() bool { return l.sqs.Pollers(lcNotifyQueue) > 0 })
+	if _, err := l.asg.Terminate(lcMockInstance); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded by the sink's timeout: an agent waiting for the sink would
+	// still exit, late, and fail the checks below rather than this wait.
+	if code := p.wait(sinkTimeout + drainTimeout); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+
+	started, line := lcFirstLog(t, p, "drain started")
+	ds, _ := line["deadline"].(string)
+	deadline, err := time.Parse(time.RFC3339Nano, ds)
+	if err != nil {
+		t.Fatalf("drain started without a deadline: %v", line)
+	}
+	if d := deadline.Sub(started); d > drainTimeout || d < drainTimeout-heartbeat {
+		t.Errorf("drain deadline %s after its start line, want drain_timeout %s", lcMS(d), drainTimeout)
+	}
+	var done []lcCall
+	for _, c := range l.asgRec.log("CompleteLifecycleAction", "") {
+		if c.Status == http.StatusOK {
+			done = append(done, c)
+		}
+	}
+	if len(done) != 1 || l.asg.Count("CompleteLifecycleAction", "ok") != 1 {
+		t.Fatalf("%d successful completions, want 1", len(done))
+	}
+	// The completion follows the notifications' bound, the drain deadline;
+	// a completion that waited for the sink would come sinkTimeout after
+	// the requests began. One heartbeat interval covers the call itself.
+	if late := done[0].End.Sub(deadline); late > heartbeat {
+		t.Errorf("CompleteLifecycleAction ended %s after the drain deadline, want within heartbeat_interval %s", lcMS(late), heartbeat)
+	}
+	p.awaitLogsWhere("msg", "notifications cut short by the drain deadline; the outbox keeps them for other agents")
+
+	// The sink got the task's event and drain_started, answered neither,
+	// and every request was held until the drain's deadline cut it.
+	reqs := slack.all()
+	sawDrain := false
+	for i, r := range reqs {
+		sawDrain = sawDrain || bytes.Contains(r.body, []byte("drain started on "+lcMockInstance))
+		if r.status != hold {
+			t.Errorf("Slack request %d was answered %d", i, r.status)
+		}
+		if r.ended.Before(deadline) {
+			t.Errorf("Slack request %d ended %s before the drain deadline: the agent gave up early", i, lcMS(deadline.Sub(r.ended)))
+		}
+	}
+	if len(reqs) < 2 || !sawDrain {
+		t.Errorf("%d Slack requests (drain_started among them: %v), want the task's event and drain_started", len(reqs), sawDrain)
+	}
+	// What was not delivered waits in the outbox for the fleet.
+	rc := redis.NewClient(&redis.Options{Addr: l.redis})
+	t.Cleanup(func() { rc.Close() })
+	if n := outboxLen(t, rc, l.prefix); n < 2 {
+		t.Errorf("outbox holds %d entries after the drain, want the undelivered ones (at least the task's and drain_started)", n)
+	}
+	t.Logf("REPORT drain with a Slack sink that never answers: completion ended %s after the drain deadline (drain_timeout %s, sink timeout %s), %d Slack requests held",
+		lcMS(done[0].End.Sub(deadline)), drainTimeout, sinkTimeout, len(reqs))
+}
