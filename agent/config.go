@@ -63,6 +63,9 @@ type Config struct {
 	Notify []notify.SinkConfig `yaml:"notify"`
 	// NotifyMaxAge gives up an event not delivered by then (default 24h).
 	NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+	// NotifyClaimIdle is how long an outbox entry stays with the agent
+	// that claimed it before another may take it over (default 2m).
+	NotifyClaimIdle time.Duration `yaml:"notify_claim_idle"`
 	// Report is the root-cause report of finished tasks; off by default.
 	Report report.Config `yaml:"report"`
 }
@@ -212,6 +215,7 @@ func DefaultConfig() Config {
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
 		Results:          ResultsConfig{S3: DefaultS3Config()},
 		NotifyMaxAge:     notify.DefaultMaxAge,
+		NotifyClaimIdle:  notify.DefaultClaimIdle,
 		Report:           report.DefaultConfig(),
 	}
 }
@@ -343,6 +347,7 @@ func (c Config) Validate() error {
 	}
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
+	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("report", c.Report.Validate())
 	return p.err()
 }
