@@ -50,10 +50,46 @@ func recordReport(t *testing.T, rc *redis.Client, prefix, id string) (rootcause.
 	return r, true
 }
 
+// outboxEntries is what the notification outbox stream holds, oldest first.
+func outboxEntries(t *testing.T, rc *redis.Client, prefix string) []redis.XMessage {
+	t.Helper()
+	msgs, err := rc.XRange(t.Context(), prefix+"{notify}:outbox", "-", "+").Result()
+	if err != nil {
+		t.Fatalf("outbox: %v", err)
+	}
+	return msgs
+}
+
+// assertReportEvent checks that entries are exactly one `report` event for
+// sink, carrying task id with its ok report.
+func assertReportEvent(t *testing.T, entries []redis.XMessage, sink, id string) {
+	t.Helper()
+	if len(entries) != 1 {
+		t.Fatalf("outbox holds %d entries, want 1 report event: %v", len(entries), entries)
+	}
+	e := entries[0].Values
+	if e["event"] != "report" || e["sink"] != sink {
+		t.Errorf("outbox entry event %v sink %v, want report for %s", e["event"], e["sink"], sink)
+	}
+	body, _ := e["body"].(string)
+	var ev struct {
+		Event string `json:"event"`
+		Task  struct {
+			ID     string           `json:"id"`
+			Report rootcause.Result `json:"report"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal([]byte(body), &ev); err != nil || ev.Event != "report" || ev.Task.ID != id ||
+		ev.Task.Report.Status != rootcause.StatusOK || ev.Task.Report.Markdown == "" {
+		t.Errorf("report event body %s (%v), want task %s with its ok report", body, err, id)
+	}
+}
+
 // A failed diagnostic gets an ok report in its record shortly after the
 // model answered; the model never sees the secrets of the output; a second
 // failure of the same host+diagnostic inside the cooldown is rate_limited
-// with nothing sent; `autodiag report --force` skips the cooldown.
+// with nothing sent; `autodiag report --force` skips the cooldown, stores
+// the report and writes its `report` event to the notification outbox.
 func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
@@ -121,13 +157,22 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	if code, stdout, _ := runCLI(t, cliEnv, "report", "rep-2", "--config", cfgPath); code != 1 || !strings.Contains(stdout, "rate_limited") {
 		t.Errorf("report rep-2 without --force: exit %d %q, want 1 and rate_limited", code, stdout)
 	}
-	code, stdout, stderr := runCLI(t, cliEnv, "report", "rep-2", "--force", "--config", cfgPath)
+	if n := len(outboxEntries(t, rc, prefix)); n != 0 {
+		t.Errorf("outbox holds %d entries with no sink configured, want 0", n)
+	}
+	// With a sink that wants `report`, the stored report's event goes to
+	// the outbox for the agents to deliver; the CLI needs neither the
+	// sink's URL nor its secret (their variables are not in its env).
+	sinkCfg := sqsWriteConfig(t, yaml+"notify:\n  - name: oncall\n    type: webhook\n    url_env: E2E_REPORT_SINK_URL\n"+
+		"    secret_env: E2E_REPORT_SINK_SECRET\n    on: [report]\n")
+	code, stdout, stderr := runCLI(t, cliEnv, "report", "rep-2", "--force", "--config", sinkCfg)
 	if code != 0 || !strings.Contains(stdout, "report: ok") {
 		t.Fatalf("report rep-2 --force: exit %d %q %s, want 0 and an ok report", code, stdout, stderr)
 	}
 	if r, _ = recordReport(t, rc, prefix, "rep-2"); r.Status != rootcause.StatusOK {
 		t.Errorf("record of rep-2 after --force: %+v, want the ok report stored", r)
 	}
+	assertReportEvent(t, outboxEntries(t, rc, prefix), "oncall", "rep-2")
 	if code, _, stderr := runCLI(t, nil, "report", "rep-2", "--force", "--config", cfgPath); code != 2 || !strings.Contains(stderr, "report.api_key_env") {
 		t.Errorf("report without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
 	}
