@@ -22,18 +22,22 @@ const (
 	reportKey     = "sk-e2e-report-key"
 	reportTimeout = 30 * time.Second // report.timeout of the test config
 	reportDrain   = 3 * time.Second  // lifecycle.drain_timeout of the test config
+	// reportHangTimeout is report.timeout where the model hangs: the
+	// default, so a hung report holds its worker for a minute.
+	reportHangTimeout = 60 * time.Second
 )
 
 // reportYAML is a fleet config (SQS fake, Redis) with the leak diagnostic
-// and reports to the OpenAI fake: a 3m cooldown per host+diagnostic.
-func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string) string {
+// and reports to the OpenAI fake (report.timeout timeout, 2 report
+// workers): a 3m cooldown per host+diagnostic.
+func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string, timeout time.Duration) string {
 	cfg := sqsAgentConfig{instance: instance, workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	yaml := strings.NewReplacer("command: [/bin/true]\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.yaml())
 	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
 		leakScript(t)), 1)
 	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+
-		"  base_url: '%s'\n  api_key_env: %s\n  timeout: %s\n  limits:\n    - min_interval: 3m\n    - daily: 100\n",
-		reportDrain, baseURL, reportKeyEnv, reportTimeout)
+		"  base_url: '%s'\n  api_key_env: %s\n  timeout: %s\n  workers: 2\n  limits:\n    - min_interval: 3m\n    - daily: 100\n",
+		reportDrain, baseURL, reportKeyEnv, timeout)
 }
 
 // recordReport is the report in a task's record; ok=false while there is none.
@@ -95,7 +99,7 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	fake := openaifake.New()
 	t.Cleanup(fake.Close)
-	yaml := reportYAML(t, fq, prefix, "agent-rep", fake.BaseURL())
+	yaml := reportYAML(t, fq, prefix, "agent-rep", fake.BaseURL(), reportTimeout)
 	env := append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)
 	a := startProc(t, yaml, env...)
 
@@ -193,31 +197,84 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	a.mu.Unlock()
 }
 
-// A model that hangs delays neither the task's outcome nor the drain: the
-// outcome is in the record while the model is still being asked, and a
-// drain mid-report ends within its deadline, the report abandoned to the
-// queue.
+// A model that hangs delays neither the tasks' outcomes nor their message
+// deletes nor the drain. With every report worker held by the model, each
+// further failed task still ends, its message is deleted and its report
+// job waits in the queue; the jobs in progress stay claimed by the agent,
+// and a drain mid-report ends within its deadline, every job left queued
+// for another agent.
 func TestReportHangingProviderE2E(t *testing.T) {
+	const (
+		workers = 2  // report.workers of reportYAML
+		more    = 10 // failed tasks sent once every report worker hangs
+	)
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	fake := openaifake.New()
 	t.Cleanup(fake.Close)
-	fake.SetLatency(2 * reportTimeout) // past every bound of the test
-	a := startProc(t, reportYAML(t, fq, prefix, "agent-hang", fake.BaseURL()),
+	fake.SetLatency(2 * reportHangTimeout) // past every bound of the test
+	a := startProc(t, reportYAML(t, fq, prefix, "agent-hang", fake.BaseURL(), reportHangTimeout),
 		append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)...)
 
-	fq.send(t, `{"id":"hang-1","host":"web-2","diagnostic":"leak"}`)
-	eventually(t, 30*time.Second, "the model asked", func() bool { return len(fake.Requests()) == 1 })
-	rec, ok := sqsTaskRecord(t, rc, prefix, "hang-1")
+	// One host each, so that no report is held back by the cooldown.
+	failed := func(i int) string {
+		return fmt.Sprintf(`{"id":"hang-%d","host":"web-%d","diagnostic":"leak"}`, i, i)
+	}
+	for i := range workers {
+		fq.send(t, failed(i))
+	}
+	eventually(t, 30*time.Second, "every report worker asking the model", func() bool { return len(fake.Requests()) == workers })
+	// Until a hung report's timeout frees its worker, the counts below
+	// are exact: no worker can take another job.
+	freed := time.Now().Add(reportHangTimeout)
+	rec, ok := sqsTaskRecord(t, rc, prefix, "hang-0")
 	if !ok || rec.Outcome != "failed" || len(rec.Report) != 0 {
 		t.Fatalf("record while the model hangs: %+v, want outcome failed and no report yet", rec)
 	}
-	// Diagnostics go on: another task ends while the report hangs.
-	fq.send(t, sqsTaskBody("ok-1", "noop"))
-	eventually(t, 30*time.Second, "the next task done", func() bool {
+
+	bodies := []string{sqsTaskBody("ok-1", "noop")}
+	for i := workers; i < workers+more; i++ {
+		bodies = append(bodies, failed(i))
+	}
+	fq.send(t, bodies...)
+	eventually(t, time.Until(freed), "every task ended and its message deleted", func() bool {
+		if !fq.drained(t) {
+			return false
+		}
+		for i := range workers + more {
+			if r, ok := sqsTaskRecord(t, rc, prefix, fmt.Sprintf("hang-%d", i)); !ok || r.Outcome != "failed" {
+				return false
+			}
+		}
 		r, ok := sqsTaskRecord(t, rc, prefix, "ok-1")
 		return ok && r.Outcome == "succeeded"
 	})
+	jobs := prefix + "{report}:jobs"
+	queued, err := rc.XLen(t.Context(), jobs).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pend, err := rc.XPending(t.Context(), jobs, "autodiag").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().After(freed) {
+		t.Fatalf("the checks took past report.timeout %s; the counts are no longer exact", reportHangTimeout)
+	}
+	if n := len(fake.Requests()); n != workers {
+		t.Errorf("the model got %d requests, want %d: one per report worker, all of them held", n, workers)
+	}
+	if queued != workers+more {
+		t.Errorf("report jobs in the queue: %d, want %d (one per failed task, none done)", queued, workers+more)
+	}
+	if pend.Count != workers || pend.Consumers["agent-hang"] != workers {
+		t.Errorf("report jobs in progress: %d %v, want %d, all claimed by agent-hang", pend.Count, pend.Consumers, workers)
+	}
+	for i := range workers + more {
+		if r, _ := sqsTaskRecord(t, rc, prefix, fmt.Sprintf("hang-%d", i)); len(r.Report) != 0 {
+			t.Errorf("hang-%d has a report %s, want none while the model hangs", i, r.Report)
+		}
+	}
 
 	start := time.Now()
 	a.signal(syscall.SIGTERM)
@@ -230,7 +287,10 @@ func TestReportHangingProviderE2E(t *testing.T) {
 	if took > reportDrain+2*time.Second {
 		t.Errorf("the drain took %s, want at most drain_timeout %s and the exit", took, reportDrain)
 	}
-	if rec, _ := sqsTaskRecord(t, rc, prefix, "hang-1"); len(rec.Report) != 0 {
-		t.Errorf("report of hang-1 = %s, want none (abandoned to the queue)", rec.Report)
+	if rec, _ := sqsTaskRecord(t, rc, prefix, "hang-0"); len(rec.Report) != 0 {
+		t.Errorf("report of hang-0 = %s, want none (abandoned to the queue)", rec.Report)
+	}
+	if n, err := rc.XLen(t.Context(), jobs).Result(); err != nil || n != workers+more {
+		t.Errorf("report jobs after the drain: %d %v, want all %d left queued for other agents", n, err, workers+more)
 	}
 }
