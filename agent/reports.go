@@ -74,7 +74,7 @@ func NewReporter(cfg Config, parts *ReportParts, sink report.Sink, red report.Re
 		return nil, fmt.Errorf("agent: report.limits: %w", err)
 	}
 	r, err := report.New(report.Options{Config: cfg.Report, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
-		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log.With("component", "report"),
+		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log,
 		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second)})
 	if err != nil {
 		return nil, fmt.Errorf("agent: report: %w", err)
