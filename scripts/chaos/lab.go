@@ -469,6 +469,8 @@ type agentConfig struct {
 	ledger       *ledger
 	rules        string // limiter rules, YAML list items indented four spaces
 	limiterFail  string
+	waitTime     time.Duration // queue.wait_time; 0 = 2s
+	catalog      string        // more diagnostics, YAML list items indented two spaces
 }
 
 func (c agentConfig) yaml() string {
@@ -477,9 +479,13 @@ func (c agentConfig) yaml() string {
 	if vis == 0 {
 		vis = 2 * time.Second
 	}
+	wait := c.waitTime
+	if wait == 0 {
+		wait = 2 * time.Second
+	}
 	fmt.Fprintf(&b, "instance_id: %s\nadmin_addr: 127.0.0.1:0\nworkers: %d\n", c.instance, c.workers)
 	if c.queueURL != "" {
-		fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: 2s\n  batch_size: 10\n  visibility_timeout: %s\n", c.queueURL, vis)
+		fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: %s\n  batch_size: 10\n  visibility_timeout: %s\n", c.queueURL, wait, vis)
 		if c.dlqURL != "" {
 			fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.dlqURL)
 		}
@@ -505,6 +511,7 @@ func (c agentConfig) yaml() string {
 		}
 		fmt.Fprintf(&b, "  - name: param\n    command: [/bin/sh, '%s', '{id}', '{param.secs}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.ledger.script)
 	}
+	b.WriteString(c.catalog)
 	b.WriteString("limiter:\n")
 	if c.limiterFail != "" {
 		fmt.Fprintf(&b, "  fail: %s\n", c.limiterFail)
