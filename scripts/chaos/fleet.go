@@ -162,6 +162,7 @@ type fleetAgent struct {
 
 	mu     sync.Mutex
 	hwmKB  int64     // highest VmHWM seen
+	anonKB int64     // highest RssAnon seen: the agent's own pages, not the binary's shared ones
 	exitAt time.Time // when it exited (zero while running)
 	code   int
 }
@@ -479,8 +480,7 @@ func (r *fleetRun) stopSurvivors() {
 	wg.Wait()
 }
 
-// sampleRSS keeps each agent's highest VmHWM, read every 2 s and once more
-// at the end.
+// sampleRSS keeps each agent's highest VmHWM and RssAnon, read every 2 s.
 func (r *fleetRun) sampleRSS(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -489,9 +489,9 @@ func (r *fleetRun) sampleRSS(ctx context.Context) {
 			if fa.agent == nil || !fa.alive() {
 				continue
 			}
-			if kb := vmHWM(fa.cmd.Process.Pid); kb > 0 {
+			if hwm, anon := memKB(fa.cmd.Process.Pid); hwm > 0 {
 				fa.mu.Lock()
-				fa.hwmKB = max(fa.hwmKB, kb)
+				fa.hwmKB, fa.anonKB = max(fa.hwmKB, hwm), max(fa.anonKB, anon)
 				fa.mu.Unlock()
 			}
 		}
@@ -503,24 +503,30 @@ func (r *fleetRun) sampleRSS(ctx context.Context) {
 	}
 }
 
-// vmHWM reads the peak resident set size of pid in KiB (0 when gone).
-func vmHWM(pid int) int64 {
+// memKB reads the peak resident set size of pid (VmHWM) and its resident
+// anonymous memory (RssAnon) in KiB; 0 when it is gone. VmHWM counts the
+// pages of the binary, which every agent shares.
+func memKB(pid int) (hwm, anon int64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
+		name, v, _ := strings.Cut(line, ":")
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch name {
+		case "VmHWM":
+			hwm = n
+		case "RssAnon":
+			anon = n
 		}
 	}
-	return 0
+	return hwm, anon
 }
 
-// generate sends o.rate tasks a second until ctx ends: hosts Zipf-skewed
-// (a few hot hosts meet the limits), diagnostics 70 % quick, 10 % each of
-// the others, run times long-tailed.
+// generate sends o.rate tasks a second until ctx ends: 70 % quick with
+// long-tailed run times, 10 % each of the others on Zipf-skewed hosts (a
+// few hot hosts meet the quota, the interval and the window).
 func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error {
 	rng := rand.New(rand.NewPCG(r.o.seed, 0x7a5c))
 	zipf := rand.NewZipf(rng, 1.1, 1, uint64(r.o.hosts-1))
@@ -540,12 +546,18 @@ func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error 
 		owed -= float64(n)
 		bodies := make([]string, 0, n)
 		for range n {
-			st := sentTask{id: fmt.Sprintf("t-%06d", len(r.sent)), host: fmt.Sprintf("host-%02d", zipf.Uint64())}
+			st := sentTask{id: fmt.Sprintf("t-%06d", len(r.sent))}
 			switch x := rng.Float64(); {
 			case x < 0.7:
-				st.diag, st.secs = "quick", longTail(rng)
+				// Spread over every host, a tenth on one hot host so its
+				// cap is met without queueing the whole stream behind it.
+				st.diag, st.secs, st.host = "quick", longTail(rng), fmt.Sprintf("host-%02d", rng.IntN(r.o.hosts))
+				if rng.Float64() < 0.1 {
+					st.host = "host-00"
+				}
 			default:
 				st.diag, st.secs = fleetDiagnostics[1+int((x-0.7)/0.1)%3], 0.05+0.25*rng.Float64()
+				st.host = fmt.Sprintf("host-%02d", zipf.Uint64())
 			}
 			st.at = time.Now()
 			r.sent = append(r.sent, st)

@@ -186,6 +186,8 @@ type agentsRes struct {
 	PeakRSSMaxMiB  float64 `json:"peak_rss_max_mib"`
 	PeakRSSP50MiB  float64 `json:"peak_rss_p50_mib"`
 	PeakRSSMeanMiB float64 `json:"peak_rss_mean_mib"`
+	PeakAnonMaxMiB float64 `json:"peak_rss_anon_max_mib"`
+	PeakAnonP50MiB float64 `json:"peak_rss_anon_p50_mib"`
 	BadExits       int     `json:"unexpected_exits"`
 }
 
@@ -522,13 +524,14 @@ func (r *fleetRun) costs(notices int) costs {
 
 func (r *fleetRun) agentStats() agentsRes {
 	var ar agentsRes
-	var mibs []float64
+	var mibs, anon []float64
 	sum := 0.0
 	for _, fa := range r.agents {
 		fa.mu.Lock()
 		if fa.hwmKB > 0 {
 			m := float64(fa.hwmKB) / 1024
 			mibs = append(mibs, m)
+			anon = append(anon, float64(fa.anonKB)/1024)
 			sum += m
 		}
 		if fa.role != "killed" && fa.role != "scaled_in" && (fa.exitAt.IsZero() || fa.code != 0) {
@@ -538,6 +541,7 @@ func (r *fleetRun) agentStats() agentsRes {
 	}
 	ar.PeakRSSMaxMiB = quantile(mibs, 1)
 	ar.PeakRSSP50MiB = quantile(mibs, 0.5)
+	ar.PeakAnonMaxMiB, ar.PeakAnonP50MiB = quantile(anon, 1), quantile(anon, 0.5)
 	if len(mibs) > 0 {
 		ar.PeakRSSMeanMiB = sum / float64(len(mibs))
 	}
@@ -578,7 +582,8 @@ func (res *fleetResult) print(w io.Writer) {
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls))},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},
-		{"peak RSS per agent max / p50 / mean", fmt.Sprintf("%.1f / %.1f / %.1f MiB", a.PeakRSSMaxMiB, a.PeakRSSP50MiB, a.PeakRSSMeanMiB)},
+		{"peak RSS per agent (VmHWM) max / p50 / mean", fmt.Sprintf("%.1f / %.1f / %.1f MiB", a.PeakRSSMaxMiB, a.PeakRSSP50MiB, a.PeakRSSMeanMiB)},
+		{"of which the agent's own (RssAnon, sampled every 2 s) max / p50", fmt.Sprintf("%.1f / %.1f MiB", a.PeakAnonMaxMiB, a.PeakAnonP50MiB)},
 	}
 	for _, row := range rows {
 		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
