@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,6 +181,7 @@ type fleetRun struct {
 	freezeAt, contAt, scaleAt, killAt, sendStop time.Time
 	pending                                     int // task messages left on the queue at the end
 	sqsBefore, sqsAfter                         map[string]int
+	sqsByQueue                                  map[string]int // the agents' calls per queue
 	redisBefore, redisAfter                     redisUsage
 }
 
@@ -323,6 +325,12 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 	v, i, d, _, _ := l.sqs.Stats("fleet-tasks")
 	r.pending = v + i + d
 	r.sqsAfter = l.sqs.Counters()
+	r.sqsByQueue = map[string]int{}
+	for _, c := range l.sqs.Calls() {
+		if !c.Time.Before(r.t0) && c.Op != "SendMessageBatch" {
+			r.sqsByQueue[c.Queue]++
+		}
+	}
 	if r.redisAfter, err = readRedisUsage(rc); err != nil {
 		return nil, err
 	}
@@ -367,45 +375,63 @@ func (r *fleetRun) start(l *lab, yaml func(*fleetAgent) string, env []string) er
 	return errors.Join(errs...)
 }
 
-// chaos runs the timeline while tasks flow: the freeze at 20 % of the
-// duration (resumed fleetFreeze later), the scale-in at 45 %, the kills at
-// 60 %; it returns when the duration is over.
+// fleetEvent is one step of the timeline.
+type fleetEvent struct {
+	at time.Time
+	do func() error
+}
+
+// chaos runs the timeline while tasks flow, in time order: the freeze at
+// 20 % of the duration (resumed fleetFreeze later), the scale-in at 45 %,
+// the kills at 60 %; it returns when the duration is over.
 func (r *fleetRun) chaos(o fleetOpts) error {
 	at := func(f float64) time.Time { return r.t0.Add(time.Duration(f * float64(o.duration))) }
-	sleepUntil := func(t time.Time) { time.Sleep(time.Until(t)) }
-
-	sleepUntil(at(0.2))
 	frozen := r.role("frozen")
-	for _, fa := range frozen {
-		_ = fa.cmd.Process.Signal(syscall.SIGSTOP)
+	freezeAt := at(0.2)
+	events := []fleetEvent{
+		{freezeAt, func() error {
+			for _, fa := range frozen {
+				_ = fa.cmd.Process.Signal(syscall.SIGSTOP)
+			}
+			r.freezeAt = time.Now()
+			logf("froze %d agent(s) for %s", len(frozen), secs(fleetFreeze))
+			return nil
+		}},
+		{freezeAt.Add(fleetFreeze), func() error {
+			for _, fa := range frozen {
+				_ = fa.cmd.Process.Signal(syscall.SIGCONT)
+			}
+			r.contAt = time.Now()
+			logf("resumed the frozen agent(s)")
+			return nil
+		}},
+		{at(0.45), func() error {
+			r.scaleAt = time.Now()
+			for _, fa := range r.role("scaled_in") {
+				if _, err := r.asg.Terminate(fa.inst); err != nil {
+					return fmt.Errorf("terminate %s: %w", fa.inst, err)
+				}
+			}
+			logf("scale-in: %d instances in Terminating:Wait", len(r.role("scaled_in")))
+			return nil
+		}},
+		{at(0.6), func() error {
+			r.killAt = time.Now()
+			for _, fa := range r.role("killed") {
+				killInstance(fa.agent)
+			}
+			logf("killed %d agents (and their diagnostics)", len(r.role("killed")))
+			return nil
+		}},
+		{at(1), func() error { return nil }},
 	}
-	r.freezeAt = time.Now()
-	logf("froze %d agent(s) for %s", len(frozen), secs(fleetFreeze))
-
-	sleepUntil(at(0.45))
-	r.scaleAt = time.Now()
-	for _, fa := range r.role("scaled_in") {
-		if _, err := r.asg.Terminate(fa.inst); err != nil {
-			return fmt.Errorf("terminate %s: %w", fa.inst, err)
+	slices.SortStableFunc(events, func(a, b fleetEvent) int { return a.at.Compare(b.at) })
+	for _, e := range events {
+		time.Sleep(time.Until(e.at))
+		if err := e.do(); err != nil {
+			return err
 		}
 	}
-	logf("scale-in: %d instances in Terminating:Wait", len(r.role("scaled_in")))
-
-	sleepUntil(r.freezeAt.Add(fleetFreeze))
-	for _, fa := range frozen {
-		_ = fa.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	r.contAt = time.Now()
-	logf("resumed the frozen agent(s)")
-
-	sleepUntil(at(0.6))
-	r.killAt = time.Now()
-	for _, fa := range r.role("killed") {
-		killInstance(fa.agent)
-	}
-	logf("killed %d agents (and their diagnostics)", len(r.role("killed")))
-
-	sleepUntil(at(1))
 	return nil
 }
 
@@ -420,42 +446,13 @@ func (r *fleetRun) role(role string) []*fleetAgent {
 }
 
 // killInstance ends an agent as an instance dies: the agent is stopped so
-// that it starts nothing more, its diagnostics' process groups are killed,
-// then the agent.
+// that it starts nothing more, then it and its diagnostics' process groups
+// are killed.
 func killInstance(a *agent) {
 	pid := a.cmd.Process.Pid
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	for _, child := range childrenOf(pid) {
-		_ = syscall.Kill(-child, syscall.SIGKILL)
-		_ = syscall.Kill(child, syscall.SIGKILL)
-	}
-	a.kill9()
-}
-
-// childrenOf lists the processes whose parent is pid (from /proc).
-func childrenOf(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, p)
-		}
-	}
-	return out
+	killTree(pid, childrenByParent())
+	<-a.done
 }
 
 // stopSurvivors sends SIGTERM to every agent still running (resuming a

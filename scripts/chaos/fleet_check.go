@@ -136,6 +136,9 @@ type taskCounts struct {
 	Pending         int            `json:"left_on_queue"`
 	Lost            int            `json:"lost"`
 	Outcomes        map[string]int `json:"outcomes"`
+	// UnexplainedRuns lists each unexplained task's runs: instance (role)
+	// and start → end in seconds since the first task.
+	UnexplainedRuns map[string][]string `json:"run_twice_unexplained_runs,omitempty"`
 }
 
 type limiterRes struct {
@@ -174,6 +177,7 @@ type drainRes struct {
 type costs struct {
 	SQSCallsPerTask        float64        `json:"sqs_calls_per_task"`
 	SQSCalls               map[string]int `json:"sqs_calls_by_op"`
+	SQSCallsByQueue        map[string]int `json:"sqs_calls_by_queue"`
 	RedisCommandsPerTask   float64        `json:"redis_commands_per_task"`
 	RedisCPUPer1000        float64        `json:"redis_cpu_seconds_per_1000_tasks"`
 	RedisCommands          int64          `json:"redis_commands"`
@@ -304,8 +308,31 @@ func (r *fleetRun) check() *fleetResult {
 			}
 			if explained {
 				tc.RerunAfterFault++
-			} else {
-				tc.Unexplained++
+				break
+			}
+			tc.Unexplained++
+			if tc.UnexplainedRuns == nil {
+				tc.UnexplainedRuns = map[string][]string{}
+			}
+			for _, rn := range rs {
+				role := "stays"
+				if fa := byInst[rn.inst]; fa != nil && fa.role != "" {
+					role = fa.role
+				}
+				tc.UnexplainedRuns[st.id] = append(tc.UnexplainedRuns[st.id], fmt.Sprintf("%s (%s) %.3f → %.3f",
+					rn.inst, role, rn.start.Sub(r.t0).Seconds(), rn.end.Sub(r.t0).Seconds()))
+			}
+			for _, fa := range r.agents {
+				if fa.agent == nil {
+					continue
+				}
+				for _, line := range fa.logs("") {
+					if line["task_id"] == st.id {
+						at, _ := line["_at"].(time.Time)
+						tc.UnexplainedRuns[st.id] = append(tc.UnexplainedRuns[st.id], fmt.Sprintf("log %s %.3f: %v %v %v %v",
+							fa.inst, at.Sub(r.t0).Seconds(), line["msg"], line["outcome"], line["reason"], line["attempt"]))
+					}
+				}
 			}
 		case finalOf[st.id] != "":
 			tc.NotRun[finalOf[st.id]]++
@@ -496,7 +523,7 @@ func quantile(xs []float64, q float64) float64 {
 }
 
 func (r *fleetRun) costs(notices int) costs {
-	c := costs{SQSCalls: map[string]int{}, WorkloadSeconds: r.sendStop.Sub(r.t0).Seconds()}
+	c := costs{SQSCalls: map[string]int{}, SQSCallsByQueue: r.sqsByQueue, WorkloadSeconds: r.sendStop.Sub(r.t0).Seconds()}
 	total := 0
 	for op, n := range r.sqsAfter {
 		d := n - r.sqsBefore[op]
@@ -579,7 +606,7 @@ func (res *fleetResult) print(w io.Writer) {
 		{"longest task in flight at a trigger", fmt.Sprintf("%.2f s (drain − own longest, p99: %.2f s)", d.LongestInFlight, d.OverheadP99)},
 		{"notice delay (Terminate → agent trigger) p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s", d.NoticeP50, d.NoticeP99, d.NoticeMax)},
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
-		{"SQS calls per task", fmt.Sprintf("%.2f (%s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls))},
+		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},
 		{"peak RSS per agent (VmHWM) max / p50 / mean", fmt.Sprintf("%.1f / %.1f / %.1f MiB", a.PeakRSSMaxMiB, a.PeakRSSP50MiB, a.PeakRSSMeanMiB)},

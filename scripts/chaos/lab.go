@@ -57,16 +57,63 @@ func (l *lab) spawn(cmd *exec.Cmd) error {
 }
 
 // stopAgents kills the process group of everything spawned so far
-// (agents, their diagnostics, redis-server, toxiproxy).
+// (agents, redis-server, toxiproxy) and of their children: an agent runs
+// each diagnostic in a process group of its own. Each process is stopped
+// first so it starts nothing while its children are found.
 func (l *lab) stopAgents() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, c := range l.procs {
 		if c.Process != nil {
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			_ = syscall.Kill(c.Process.Pid, syscall.SIGSTOP)
+		}
+	}
+	children := childrenByParent()
+	for _, c := range l.procs {
+		if c.Process != nil {
+			killTree(c.Process.Pid, children)
 		}
 	}
 	l.procs = nil
+}
+
+// killTree kills the process groups of pid's children, then pid's own.
+func killTree(pid int, children map[int][]int) {
+	for _, child := range children[pid] {
+		_ = syscall.Kill(-child, syscall.SIGKILL)
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// childrenByParent maps each process to its children, from /proc.
+func childrenByParent() map[int][]int {
+	out := map[int][]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			out[ppid] = append(out[ppid], pid)
+		}
+	}
+	return out
 }
 
 // stopAll stops every process and the SQS fake.
