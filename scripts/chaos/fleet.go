@@ -30,7 +30,6 @@ const (
 	// takes it, so it must outlast that round by far (lifecycle/doc.go).
 	fleetHookTTL   = 2 * time.Minute
 	fleetBeat      = 20 * time.Second // heartbeat_interval < fleetHookTTL/2
-	fleetFreeze    = fleetVisibility + 15*time.Second
 	fleetMaxRun    = 20 * time.Second // the longest diagnostic run
 	fleetHook      = "fleet-drain"
 	fleetStartJobs = 8 // agents started at once
@@ -82,6 +81,7 @@ type fleetOpts struct {
 	scaleIn  float64
 	kill     float64
 	settle   time.Duration
+	freeze   time.Duration // how long the frozen agent stays stopped
 	memLimit string
 	out      string
 	seed     uint64
@@ -98,7 +98,7 @@ func envOr(name, def string) string {
 func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	var o fleetOpts
-	var agents, hosts, workers, seed, rate, scaleIn, kill, duration, settle string
+	var agents, hosts, workers, seed, rate, scaleIn, kill, duration, settle, freeze string
 	fs.StringVar(&agents, "agents", envOr("FLEETSIM_AGENTS", "200"), "agents (FLEETSIM_AGENTS)")
 	fs.StringVar(&duration, "duration", envOr("FLEETSIM_DURATION", "5m"), "how long tasks are sent (FLEETSIM_DURATION)")
 	fs.StringVar(&rate, "rate", envOr("FLEETSIM_RATE", "20"), "tasks sent per second (FLEETSIM_RATE)")
@@ -107,6 +107,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&scaleIn, "scale-in", envOr("FLEETSIM_SCALE_IN", "0.30"), "share of agents scaled in through the lifecycle hook")
 	fs.StringVar(&kill, "kill", envOr("FLEETSIM_KILL", "0.05"), "share of agents killed with SIGKILL")
 	fs.StringVar(&settle, "settle", envOr("FLEETSIM_SETTLE", "3m"), "longest wait for the queue to empty after sending stops")
+	fs.StringVar(&freeze, "freeze", envOr("FLEETSIM_FREEZE", (fleetVisibility+15*time.Second).String()), "how long one agent stays stopped (past its visibility timeout of "+fleetVisibility.String()+")")
 	fs.StringVar(&o.memLimit, "memlimit", envOr("FLEETSIM_GOMEMLIMIT", "48MiB"), "GOMEMLIMIT of each agent")
 	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
@@ -143,14 +144,15 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	atof("kill", kill, &o.kill, 0, 0.5)
 	dur("duration", duration, &o.duration)
 	dur("settle", settle, &o.settle)
+	dur("freeze", freeze, &o.freeze)
 	s, err := strconv.ParseUint(seed, 10, 64)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("-seed %q: %w", seed, err))
 	}
 	o.seed = s
 	// The freeze must end, and the kills land, while tasks are still sent.
-	if o.duration < 2*fleetFreeze {
-		errs = append(errs, fmt.Errorf("-duration %s: at least %s (twice the freeze)", o.duration, 2*fleetFreeze))
+	if o.duration < 2*o.freeze {
+		errs = append(errs, fmt.Errorf("-duration %s: at least %s (twice the freeze)", o.duration, 2*o.freeze))
 	}
 	return o, errors.Join(errs...)
 }
@@ -165,6 +167,7 @@ type fleetAgent struct {
 	hwmKB  int64     // highest VmHWM seen
 	anonKB int64     // highest RssAnon seen: the agent's own pages, not the binary's shared ones
 	exitAt time.Time // when it exited (zero while running)
+	killed time.Time // when it and its diagnostics were killed
 	code   int
 }
 
@@ -382,7 +385,7 @@ type fleetEvent struct {
 }
 
 // chaos runs the timeline while tasks flow, in time order: the freeze at
-// 20 % of the duration (resumed fleetFreeze later), the scale-in at 45 %,
+// 20 % of the duration (resumed o.freeze later), the scale-in at 45 %,
 // the kills at 60 %; it returns when the duration is over.
 func (r *fleetRun) chaos(o fleetOpts) error {
 	at := func(f float64) time.Time { return r.t0.Add(time.Duration(f * float64(o.duration))) }
@@ -394,10 +397,10 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 				_ = fa.cmd.Process.Signal(syscall.SIGSTOP)
 			}
 			r.freezeAt = time.Now()
-			logf("froze %d agent(s) for %s", len(frozen), secs(fleetFreeze))
+			logf("froze %d agent(s) for %s", len(frozen), secs(o.freeze))
 			return nil
 		}},
-		{freezeAt.Add(fleetFreeze), func() error {
+		{freezeAt.Add(o.freeze), func() error {
 			for _, fa := range frozen {
 				_ = fa.cmd.Process.Signal(syscall.SIGCONT)
 			}
@@ -419,6 +422,7 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 			r.killAt = time.Now()
 			for _, fa := range r.role("killed") {
 				killInstance(fa.agent)
+				fa.killed = time.Now()
 			}
 			logf("killed %d agents (and their diagnostics)", len(r.role("killed")))
 			return nil

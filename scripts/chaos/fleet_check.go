@@ -136,9 +136,10 @@ type taskCounts struct {
 	Pending         int            `json:"left_on_queue"`
 	Lost            int            `json:"lost"`
 	Outcomes        map[string]int `json:"outcomes"`
-	// UnexplainedRuns lists each unexplained task's runs: instance (role)
-	// and start → end in seconds since the first task.
-	UnexplainedRuns map[string][]string `json:"run_twice_unexplained_runs,omitempty"`
+	// Reruns lists each task run more than once: its runs, instance (role)
+	// and start → end in seconds since the first task, and for an
+	// unexplained one the agents' log lines about it.
+	Reruns map[string][]string `json:"reruns,omitempty"`
 }
 
 type limiterRes struct {
@@ -157,21 +158,24 @@ type limiterRes struct {
 }
 
 type drainRes struct {
-	Count               int       `json:"count"`
-	P50                 float64   `json:"p50_seconds"`
-	P99                 float64   `json:"p99_seconds"`
-	Max                 float64   `json:"max_seconds"`
-	LongestInFlight     float64   `json:"longest_in_flight_at_trigger_seconds"`
-	OverheadP99         float64   `json:"overhead_p99_seconds"`
-	NoticeP50           float64   `json:"notice_delay_p50_seconds"`
-	NoticeP99           float64   `json:"notice_delay_p99_seconds"`
-	NoticeMax           float64   `json:"notice_delay_max_seconds"`
-	Completed           int       `json:"actions_completed_once"`
-	Expired             int       `json:"actions_expired"`
-	CompletionAttempts  int       `json:"completion_calls"`
-	Heartbeats          int       `json:"heartbeat_calls"`
-	DurationsSeconds    []float64 `json:"durations_seconds"`
-	NonZeroExitScaledIn int       `json:"scaled_in_nonzero_exits"`
+	Count              int       `json:"count"`
+	P50                float64   `json:"p50_seconds"`
+	P99                float64   `json:"p99_seconds"`
+	Max                float64   `json:"max_seconds"`
+	LongestInFlight    float64   `json:"longest_in_flight_at_trigger_seconds"`
+	OverheadP99        float64   `json:"overhead_p99_seconds"`
+	NoticeP50          float64   `json:"notice_delay_p50_seconds"`
+	NoticeP99          float64   `json:"notice_delay_p99_seconds"`
+	NoticeMax          float64   `json:"notice_delay_max_seconds"`
+	Completed          int       `json:"actions_completed_once"`
+	Expired            int       `json:"actions_expired"`
+	CompletionAttempts int       `json:"completion_calls"`
+	Heartbeats         int       `json:"heartbeat_calls"`
+	DurationsSeconds   []float64 `json:"durations_seconds"`
+	// Agents pairs each drain with what that agent had running at its
+	// trigger (the longest remaining run) and its notice delay.
+	Agents              []drainAgent `json:"agents"`
+	NonZeroExitScaledIn int          `json:"scaled_in_nonzero_exits"`
 }
 
 type costs struct {
@@ -193,6 +197,13 @@ type agentsRes struct {
 	PeakAnonMaxMiB float64 `json:"peak_rss_anon_max_mib"`
 	PeakAnonP50MiB float64 `json:"peak_rss_anon_p50_mib"`
 	BadExits       int     `json:"unexpected_exits"`
+}
+
+type drainAgent struct {
+	Instance        string  `json:"instance"`
+	DrainSeconds    float64 `json:"drain_seconds"`
+	LongestInFlight float64 `json:"longest_in_flight_seconds"`
+	NoticeSeconds   float64 `json:"notice_delay_seconds"`
 }
 
 type check struct {
@@ -223,7 +234,7 @@ func (r *fleetRun) check() *fleetResult {
 	res := &fleetResult{Date: time.Now().UTC().Format(time.RFC3339)}
 	res.Params = fleetParam{Agents: o.agents, DurationSeconds: o.duration.Seconds(), Rate: o.rate, Hosts: o.hosts, Workers: o.workers,
 		ScaledIn: len(r.role("scaled_in")), Killed: len(r.role("killed")), Frozen: len(r.role("frozen")),
-		FreezeSeconds: fleetFreeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed}
+		FreezeSeconds: o.freeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed}
 	add := func(name, want, got string, pass bool) {
 		res.Checks = append(res.Checks, check{Name: name, Want: want, Got: got, Pass: pass})
 	}
@@ -243,7 +254,7 @@ func (r *fleetRun) check() *fleetResult {
 			continue
 		}
 		if fa := byInst[runs[i].inst]; fa != nil && fa.role == "killed" {
-			runs[i].end = r.killAt
+			runs[i].end = fa.killed
 		} else {
 			runs[i].end = time.Now()
 		}
@@ -255,7 +266,8 @@ func (r *fleetRun) check() *fleetResult {
 		}
 		switch fa.role {
 		case "killed":
-			return rn.start.Before(r.killAt)
+			// Each agent's own kill time: the kills take a moment each.
+			return rn.start.Before(fa.killed)
 		case "frozen":
 			return rn.start.Before(r.contAt) && rn.end.After(r.freezeAt.Add(-fleetVisibility))
 		}
@@ -306,22 +318,22 @@ func (r *fleetRun) check() *fleetResult {
 			for _, rn := range rs[:len(rs)-1] {
 				explained = explained && faulted(rn)
 			}
-			if explained {
-				tc.RerunAfterFault++
-				break
-			}
-			tc.Unexplained++
-			if tc.UnexplainedRuns == nil {
-				tc.UnexplainedRuns = map[string][]string{}
+			if tc.Reruns == nil {
+				tc.Reruns = map[string][]string{}
 			}
 			for _, rn := range rs {
 				role := "stays"
 				if fa := byInst[rn.inst]; fa != nil && fa.role != "" {
 					role = fa.role
 				}
-				tc.UnexplainedRuns[st.id] = append(tc.UnexplainedRuns[st.id], fmt.Sprintf("%s (%s) %.3f → %.3f",
+				tc.Reruns[st.id] = append(tc.Reruns[st.id], fmt.Sprintf("%s (%s) %.3f → %.3f",
 					rn.inst, role, rn.start.Sub(r.t0).Seconds(), rn.end.Sub(r.t0).Seconds()))
 			}
+			if explained {
+				tc.RerunAfterFault++
+				break
+			}
+			tc.Unexplained++
 			for _, fa := range r.agents {
 				if fa.agent == nil {
 					continue
@@ -329,8 +341,8 @@ func (r *fleetRun) check() *fleetResult {
 				for _, line := range fa.logs("") {
 					if line["task_id"] == st.id {
 						at, _ := line["_at"].(time.Time)
-						tc.UnexplainedRuns[st.id] = append(tc.UnexplainedRuns[st.id], fmt.Sprintf("log %s %.3f: %v %v %v %v",
-							fa.inst, at.Sub(r.t0).Seconds(), line["msg"], line["outcome"], line["reason"], line["attempt"]))
+						tc.Reruns[st.id] = append(tc.Reruns[st.id], fmt.Sprintf("log %s %.3f: %v %v %v",
+							fa.inst, at.Sub(r.t0).Seconds(), line["msg"], line["outcome"], line["reason"]))
 					}
 				}
 			}
@@ -490,6 +502,7 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 		}
 		d := act.EndedAt.Sub(at).Seconds()
 		durs = append(durs, d)
+		dr.Agents = append(dr.Agents, drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: at.Sub(r.scaleAt).Seconds()})
 		notices = append(notices, at.Sub(r.scaleAt).Seconds())
 		overheads = append(overheads, d-longest)
 		dr.LongestInFlight = max(dr.LongestInFlight, longest)

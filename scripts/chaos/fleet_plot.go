@@ -13,13 +13,18 @@ import (
 )
 
 // plot draws fleetsim-tasks.svg (tasks/s sent and ended by outcome, with
-// the freeze, the scale-in and the kills marked) and fleetsim-drain.svg
-// (the drain durations against the longest task in flight + 1 s).
+// the freeze, the scale-in and the kills marked), fleetsim-drain.svg (the
+// drain durations against the longest task in flight + 1 s) and
+// fleetsim-drain-inflight.svg (each drain against its own agent's longest
+// run in flight at the trigger).
 func (res *fleetResult) plot(dir string) error {
 	if err := res.plotTasks(filepath.Join(dir, "fleetsim-tasks.svg")); err != nil {
 		return err
 	}
-	return res.plotDrains(filepath.Join(dir, "fleetsim-drain.svg"))
+	if err := res.plotDrains(filepath.Join(dir, "fleetsim-drain.svg")); err != nil {
+		return err
+	}
+	return res.plotDrainInFlight(filepath.Join(dir, "fleetsim-drain-inflight.svg"))
 }
 
 // plotBin is the width of a point of the tasks/s plot: per-second counts
@@ -125,6 +130,8 @@ func (res *fleetResult) plotTasks(path string) error {
 			return err
 		}
 	}
+	// Room above the lines for the legend.
+	p.Y.Min, p.Y.Max = 0, top*1.45
 	if err := p.Save(10*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
@@ -150,6 +157,43 @@ func (res *fleetResult) plotDrains(path string) error {
 		return err
 	}
 	if err := p.Save(8*vg.Inch, 4*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+func (res *fleetResult) plotDrainInFlight(path string) error {
+	d := res.Drain
+	p := plot.New()
+	p.Title.Text = "each drain against its agent's longest run in flight at the trigger"
+	p.X.Label.Text = "longest run in flight at the trigger, remaining (s)"
+	p.Y.Label.Text = "drain: trigger → completion (s)"
+	p.Legend.Top, p.Legend.Left = true, true
+	xy := make(plotter.XYs, len(d.Agents))
+	top := 1.0
+	for i, a := range d.Agents {
+		xy[i] = plotter.XY{X: a.LongestInFlight, Y: a.DrainSeconds}
+		top = max(top, a.LongestInFlight, a.DrainSeconds)
+	}
+	if len(xy) > 0 {
+		sc, err := plotter.NewScatter(xy)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		sc.GlyphStyle.Color = color.RGBA{B: 200, A: 255}
+		p.Add(sc)
+		p.Legend.Add(fmt.Sprintf("agent (%d)", len(xy)), sc)
+	}
+	goal, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 1}, {X: top, Y: top + 1}})
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	goal.Color = color.RGBA{R: 220, A: 255}
+	goal.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+	p.Add(goal)
+	p.Legend.Add("in flight + 1 s", goal)
+	p.X.Min, p.Y.Min = 0, 0
+	if err := p.Save(6*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil
