@@ -101,7 +101,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	var agents, hosts, workers, seed, rate, scaleIn, kill, duration, settle, freeze string
 	fs.StringVar(&agents, "agents", envOr("FLEETSIM_AGENTS", "200"), "agents (FLEETSIM_AGENTS)")
 	fs.StringVar(&duration, "duration", envOr("FLEETSIM_DURATION", "5m"), "how long tasks are sent (FLEETSIM_DURATION)")
-	fs.StringVar(&rate, "rate", envOr("FLEETSIM_RATE", "20"), "tasks sent per second (FLEETSIM_RATE)")
+	fs.StringVar(&rate, "rate", envOr("FLEETSIM_RATE", ""), "tasks sent per second (FLEETSIM_RATE; default a quarter of the agents: about one agent in five busy)")
 	fs.StringVar(&hosts, "hosts", envOr("FLEETSIM_HOSTS", "50"), "hosts the tasks are about (FLEETSIM_HOSTS)")
 	fs.StringVar(&workers, "workers", envOr("FLEETSIM_WORKERS", "2"), "workers per agent (FLEETSIM_WORKERS)")
 	fs.StringVar(&scaleIn, "scale-in", envOr("FLEETSIM_SCALE_IN", "0.30"), "share of agents scaled in through the lifecycle hook")
@@ -139,6 +139,9 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	atoi("agents", agents, &o.agents, 4)
 	atoi("hosts", hosts, &o.hosts, 1)
 	atoi("workers", workers, &o.workers, 1)
+	if rate == "" {
+		rate = strconv.FormatFloat(float64(max(o.agents, 4))/4, 'f', -1, 64)
+	}
 	atof("rate", rate, &o.rate, 0.1, 1000)
 	atof("scale-in", scaleIn, &o.scaleIn, 0, 0.9)
 	atof("kill", kill, &o.kill, 0, 0.5)
@@ -533,6 +536,7 @@ func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error 
 	zipf := rand.NewZipf(rng, 1.1, 1, uint64(r.o.hosts-1))
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	hotShare := min(0.1, 1.2/(0.7*r.o.rate))
 	owed := 0.0
 	last := time.Now()
 	for {
@@ -550,10 +554,10 @@ func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error 
 			st := sentTask{id: fmt.Sprintf("t-%06d", len(r.sent))}
 			switch x := rng.Float64(); {
 			case x < 0.7:
-				// Spread over every host, a tenth on one hot host so its
-				// cap is met without queueing the whole stream behind it.
+				// Spread over every host, and about 1.2 a second on one hot
+				// host: near its cap, below what the cap lets through.
 				st.diag, st.secs, st.host = "quick", longTail(rng), fmt.Sprintf("host-%02d", rng.IntN(r.o.hosts))
-				if rng.Float64() < 0.1 {
+				if rng.Float64() < hotShare {
 					st.host = "host-00"
 				}
 			default:
