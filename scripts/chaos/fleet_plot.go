@@ -57,7 +57,12 @@ var outcomeColors = map[string]color.Color{
 
 // marker is a dashed vertical line at x from 0 to top.
 func marker(p *plot.Plot, name string, x, top float64, c color.Color, dashes []vg.Length) error {
-	l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: top}})
+	return dashed(p, name, plotter.XYs{{X: x, Y: 0}, {X: x, Y: top}}, c, dashes)
+}
+
+// dashed adds a dashed line through xy, with its legend entry.
+func dashed(p *plot.Plot, name string, xy plotter.XYs, c color.Color, dashes []vg.Length) error {
+	l, err := plotter.NewLine(xy)
 	if err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
@@ -184,14 +189,9 @@ func (res *fleetResult) plotDrainInFlight(path string) error {
 		p.Add(sc)
 		p.Legend.Add(fmt.Sprintf("agent (%d)", len(xy)), sc)
 	}
-	goal, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 1}, {X: top, Y: top + 1}})
-	if err != nil {
-		return fmt.Errorf("plot: %w", err)
+	if err := dashed(p, "in flight + 1 s", plotter.XYs{{X: 0, Y: 1}, {X: top, Y: top + 1}}, color.RGBA{R: 220, A: 255}, []vg.Length{vg.Points(6), vg.Points(3)}); err != nil {
+		return err
 	}
-	goal.Color = color.RGBA{R: 220, A: 255}
-	goal.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-	p.Add(goal)
-	p.Legend.Add("in flight + 1 s", goal)
 	p.X.Min, p.Y.Min = 0, 0
 	if err := p.Save(6*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
