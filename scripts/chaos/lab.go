@@ -57,16 +57,63 @@ func (l *lab) spawn(cmd *exec.Cmd) error {
 }
 
 // stopAgents kills the process group of everything spawned so far
-// (agents, their diagnostics, redis-server, toxiproxy).
+// (agents, redis-server, toxiproxy) and of their children: an agent runs
+// each diagnostic in a process group of its own. Each process is stopped
+// first so it starts nothing while its children are found.
 func (l *lab) stopAgents() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, c := range l.procs {
 		if c.Process != nil {
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			_ = syscall.Kill(c.Process.Pid, syscall.SIGSTOP)
+		}
+	}
+	children := childrenByParent()
+	for _, c := range l.procs {
+		if c.Process != nil {
+			killTree(c.Process.Pid, children)
 		}
 	}
 	l.procs = nil
+}
+
+// killTree kills the process groups of pid's children, then pid's own.
+func killTree(pid int, children map[int][]int) {
+	for _, child := range children[pid] {
+		_ = syscall.Kill(-child, syscall.SIGKILL)
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// childrenByParent maps each process to its children, from /proc.
+func childrenByParent() map[int][]int {
+	out := map[int][]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			out[ppid] = append(out[ppid], pid)
+		}
+	}
+	return out
 }
 
 // stopAll stops every process and the SQS fake.
@@ -469,6 +516,8 @@ type agentConfig struct {
 	ledger       *ledger
 	rules        string // limiter rules, YAML list items indented four spaces
 	limiterFail  string
+	waitTime     time.Duration // queue.wait_time; 0 = 2s
+	catalog      string        // more diagnostics, YAML list items indented two spaces
 }
 
 func (c agentConfig) yaml() string {
@@ -477,9 +526,13 @@ func (c agentConfig) yaml() string {
 	if vis == 0 {
 		vis = 2 * time.Second
 	}
+	wait := c.waitTime
+	if wait == 0 {
+		wait = 2 * time.Second
+	}
 	fmt.Fprintf(&b, "instance_id: %s\nadmin_addr: 127.0.0.1:0\nworkers: %d\n", c.instance, c.workers)
 	if c.queueURL != "" {
-		fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: 2s\n  batch_size: 10\n  visibility_timeout: %s\n", c.queueURL, vis)
+		fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: %s\n  batch_size: 10\n  visibility_timeout: %s\n", c.queueURL, wait, vis)
 		if c.dlqURL != "" {
 			fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.dlqURL)
 		}
@@ -505,6 +558,7 @@ func (c agentConfig) yaml() string {
 		}
 		fmt.Fprintf(&b, "  - name: param\n    command: [/bin/sh, '%s', '{id}', '{param.secs}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.ledger.script)
 	}
+	b.WriteString(c.catalog)
 	b.WriteString("limiter:\n")
 	if c.limiterFail != "" {
 		fmt.Fprintf(&b, "  fail: %s\n", c.limiterFail)

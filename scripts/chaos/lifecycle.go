@@ -70,27 +70,16 @@ func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML st
 	}
 	base := time.Now()
 	lc.base = base
-	lc.asg = asgfake.New(asgfake.Options{Seed: 5,
-		Now: func() time.Time { return base.Add(time.Since(base) * scale) },
-		Notify: func(body string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, _ = l.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(lc.notify), MessageBody: aws.String(body)})
-		}})
-	lc.asg.AddGroup(lcGroup)
+	lc.asg, lc.asgURL, lc.hs, err = l.serveASG(5, func() time.Time { return base.Add(time.Since(base) * scale) }, lc.notify)
+	if err != nil {
+		return nil, err
+	}
 	if err := lc.asg.AddInstance(lcGroup, lcInstance); err != nil {
 		return nil, fmt.Errorf("asgfake: %w", err)
 	}
 	if err := lc.asg.PutHook(asgfake.Hook{Group: lcGroup, Name: lcHook, HeartbeatTimeout: lcHookTTL, DefaultResult: asgfake.ResultAbandon}); err != nil {
 		return nil, fmt.Errorf("asgfake: %w", err)
 	}
-	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("asg listener: %w", err)
-	}
-	lc.asgURL = "http://" + ln.Addr().String()
-	lc.hs = &http.Server{Handler: lc.asg, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = lc.hs.Serve(ln) }()
 
 	lc.yaml = agentConfig{instance: lcInstance, workers: 4, queueURL: lc.tasks, visibility: 60 * time.Second,
 		redisAddr: lc.redis.addr, prefix: name + ":", ledger: lc.led}.yaml()
@@ -104,6 +93,26 @@ func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML st
 }
 
 func (lc *lcLab) close() { _ = lc.hs.Close() }
+
+// serveASG serves an Auto Scaling fake with group lcGroup on a loopback
+// port; its lifecycle notifications go to the SQS queue notifyURL. The
+// caller closes the returned server.
+func (l *lab) serveASG(seed uint64, now func() time.Time, notifyURL string) (*asgfake.Server, string, *http.Server, error) {
+	asg := asgfake.New(asgfake.Options{Seed: seed, Now: now,
+		Notify: func(body string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _ = l.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(notifyURL), MessageBody: aws.String(body)})
+		}})
+	asg.AddGroup(lcGroup)
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("asg listener: %w", err)
+	}
+	hs := &http.Server{Handler: asg, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return asg, "http://" + ln.Addr().String(), hs, nil
+}
 
 func (lc *lcLab) env() []string { return []string{"AWS_ENDPOINT_URL_AUTO_SCALING=" + lc.asgURL} }
 

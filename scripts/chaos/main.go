@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -32,7 +33,45 @@ type scenario struct {
 	run            func(l *lab) (measured string, pass bool, err error)
 }
 
-func main() { os.Exit(run()) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "fleet" {
+		os.Exit(runFleet(os.Args[2:]))
+	}
+	os.Exit(run())
+}
+
+// newLab builds autodiag into a fresh directory and serves the SQS fake;
+// stop ends everything the lab started and removes the directory. A
+// SIGINT or SIGTERM runs stop and exits 130: the runs are on the main
+// goroutine and are not interruptible otherwise.
+func newLab(name, toxi, imds string) (*lab, func(), error) {
+	dir, err := os.MkdirTemp("", "autodiag-"+name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lab dir: %w", err)
+	}
+	l := &lab{dir: dir, bin: filepath.Join(dir, "autodiag"), toxi: toxi, imds: imds}
+	var once sync.Once
+	stop := func() { once.Do(func() { l.stopAll(); os.RemoveAll(dir) }) }
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		stop()
+		fmt.Fprintf(os.Stderr, "%s: interrupted; everything started is stopped\n", name)
+		os.Exit(130)
+	}()
+	build := exec.CommandContext(context.Background(), "go", "build", "-o", l.bin, "./cmd/autodiag")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("building autodiag: %w", err)
+	}
+	if err := l.startSQS(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return l, stop, nil
+}
 
 func run() int {
 	only := flag.String("only", "", "comma-separated scenario ids to run (default all)")
@@ -40,36 +79,13 @@ func run() int {
 	imds := flag.String("imds-mock", "", "path of ec2-metadata-mock (R1)")
 	flag.Parse()
 
-	dir, err := os.MkdirTemp("", "autodiag-chaos")
+	l, stop, err := newLab("chaos", *toxi, *imds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	l := &lab{dir: dir, bin: filepath.Join(dir, "autodiag"), toxi: *toxi, imds: *imds}
-	stop := func() { l.stopAll(); os.RemoveAll(dir) }
 	defer stop()
-	// A signal stops everything started, then exits: scenarios run on the
-	// main goroutine and are not interruptible otherwise.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		stop()
-		fmt.Fprintln(os.Stderr, "chaos: interrupted; everything started is stopped")
-		os.Exit(130)
-	}()
-
 	start := time.Now()
-	build := exec.CommandContext(context.Background(), "go", "build", "-o", l.bin, "./cmd/autodiag")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos: building autodiag:", err)
-		return 2
-	}
-	if err := l.startSQS(); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		return 2
-	}
 
 	want := map[string]bool{}
 	for _, id := range strings.Split(*only, ",") {

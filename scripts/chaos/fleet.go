@@ -1,0 +1,618 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/autodiag/autodiag/internal/asgfake"
+)
+
+// The fleet simulation (`chaos fleet`, scripts/fleetsim): N real agents on
+// one task queue, one lifecycle queue, one Auto Scaling group and one
+// redis-server, living through a freeze, a scale-in through lifecycle
+// hooks and abrupt kills while a steady, long-tailed workload flows.
+const (
+	fleetVisibility = 30 * time.Second // queue.visibility_timeout: the execution lease
+	// fleetHookTTL is the terminating hook's heartbeat timeout; a notice on
+	// the shared lifecycle queue goes round every agent until its owner
+	// takes it, so it must outlast that round by far (lifecycle/doc.go).
+	fleetHookTTL   = 2 * time.Minute
+	fleetBeat      = 20 * time.Second // heartbeat_interval < fleetHookTTL/2
+	fleetMaxRun    = 20 * time.Second // the longest diagnostic run
+	fleetHook      = "fleet-drain"
+	fleetStartJobs = 8 // agents started at once
+	// fleetStopWait bounds an agent's exit after SIGTERM: its longest run
+	// plus the completion's retries.
+	fleetStopWait = fleetMaxRun + 40*time.Second
+)
+
+// The limiter rules every agent enforces, one per diagnostic, and what the
+// marks are checked against.
+const (
+	fleetCap         = 3               // quick: runs at once per host
+	fleetQuota       = 5               // disk: runs per host per day
+	fleetMinInterval = 5 * time.Second // trace: between runs per host
+	fleetWindowCount = 10              // netstat: runs per host per window
+	fleetWindow      = time.Minute
+)
+
+var fleetRules = fmt.Sprintf(`    - name: cap
+      match: {diagnostic: [quick]}
+      key: host
+      limits: [{concurrency: %d}]
+      on_exceed: defer
+    - name: quota
+      match: {diagnostic: [disk]}
+      key: host
+      limits: [{daily: %d}]
+      on_exceed: drop
+    - name: spacing
+      match: {diagnostic: [trace]}
+      key: host
+      limits: [{min_interval: %s}]
+      on_exceed: drop
+    - name: burst
+      match: {diagnostic: [netstat]}
+      key: host
+      limits: [{window: {count: %d, per: %s}}]
+      on_exceed: drop
+`, fleetCap, fleetQuota, fleetMinInterval, fleetWindowCount, fleetWindow)
+
+var fleetDiagnostics = []string{"quick", "disk", "trace", "netstat"}
+
+type fleetOpts struct {
+	agents   int
+	duration time.Duration
+	rate     float64
+	hosts    int
+	workers  int
+	scaleIn  float64
+	kill     float64
+	settle   time.Duration
+	freeze   time.Duration // how long the frozen agent stays stopped
+	memLimit string
+	out      string
+	seed     uint64
+}
+
+// envOr reads a FLEETSIM_* variable as the flag's default.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseFleetOpts(args []string) (fleetOpts, error) {
+	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
+	var o fleetOpts
+	var agents, hosts, workers, seed, rate, scaleIn, kill, duration, settle, freeze string
+	fs.StringVar(&agents, "agents", envOr("FLEETSIM_AGENTS", "200"), "agents (FLEETSIM_AGENTS)")
+	fs.StringVar(&duration, "duration", envOr("FLEETSIM_DURATION", "5m"), "how long tasks are sent (FLEETSIM_DURATION)")
+	fs.StringVar(&rate, "rate", envOr("FLEETSIM_RATE", ""), "tasks sent per second (FLEETSIM_RATE; default a quarter of the agents: about one agent in five busy)")
+	fs.StringVar(&hosts, "hosts", envOr("FLEETSIM_HOSTS", "50"), "hosts the tasks are about (FLEETSIM_HOSTS)")
+	fs.StringVar(&workers, "workers", envOr("FLEETSIM_WORKERS", "2"), "workers per agent (FLEETSIM_WORKERS)")
+	fs.StringVar(&scaleIn, "scale-in", envOr("FLEETSIM_SCALE_IN", "0.30"), "share of agents scaled in through the lifecycle hook")
+	fs.StringVar(&kill, "kill", envOr("FLEETSIM_KILL", "0.05"), "share of agents killed with SIGKILL")
+	fs.StringVar(&settle, "settle", envOr("FLEETSIM_SETTLE", "3m"), "longest wait for the queue to empty after sending stops")
+	fs.StringVar(&freeze, "freeze", envOr("FLEETSIM_FREEZE", (fleetVisibility+15*time.Second).String()), "how long one agent stays stopped (past its visibility timeout of "+fleetVisibility.String()+")")
+	fs.StringVar(&o.memLimit, "memlimit", envOr("FLEETSIM_GOMEMLIMIT", "48MiB"), "GOMEMLIMIT of each agent")
+	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
+	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("flags: %w", err)
+	}
+	var errs []error
+	atoi := func(name, v string, p *int, lo int) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo {
+			errs = append(errs, fmt.Errorf("-%s %q: want an integer ≥ %d", name, v, lo))
+		}
+		*p = n
+	}
+	atof := func(name, v string, p *float64, lo, hi float64) {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < lo || f > hi {
+			errs = append(errs, fmt.Errorf("-%s %q: want a number in [%g, %g]", name, v, lo, hi))
+		}
+		*p = f
+	}
+	dur := func(name, v string, p *time.Duration) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("-%s %q: want a positive duration", name, v))
+		}
+		*p = d
+	}
+	atoi("agents", agents, &o.agents, 4)
+	atoi("hosts", hosts, &o.hosts, 1)
+	atoi("workers", workers, &o.workers, 1)
+	if rate == "" {
+		rate = strconv.FormatFloat(float64(max(o.agents, 4))/4, 'f', -1, 64)
+	}
+	atof("rate", rate, &o.rate, 0.1, 1000)
+	atof("scale-in", scaleIn, &o.scaleIn, 0, 0.9)
+	atof("kill", kill, &o.kill, 0, 0.5)
+	dur("duration", duration, &o.duration)
+	dur("settle", settle, &o.settle)
+	dur("freeze", freeze, &o.freeze)
+	s, err := strconv.ParseUint(seed, 10, 64)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("-seed %q: %w", seed, err))
+	}
+	o.seed = s
+	// The freeze must end, and the kills land, while tasks are still sent.
+	if o.duration < 2*o.freeze {
+		errs = append(errs, fmt.Errorf("-duration %s: at least %s (twice the freeze)", o.duration, 2*o.freeze))
+	}
+	return o, errors.Join(errs...)
+}
+
+// fleetAgent is one simulated instance.
+type fleetAgent struct {
+	*agent
+	inst string
+	role string // "" (stays), scaled_in, killed, frozen
+
+	mu     sync.Mutex
+	hwmKB  int64     // highest VmHWM seen
+	anonKB int64     // highest RssAnon seen: the agent's own pages, not the binary's shared ones
+	exitAt time.Time // when it exited (zero while running)
+	killed time.Time // when it and its diagnostics were killed
+	code   int
+}
+
+// fleetRun is everything the run saw, for the checks.
+type fleetRun struct {
+	o       fleetOpts
+	t0      time.Time // first task sent
+	agents  []*fleetAgent
+	asg     *asgfake.Server
+	marks   string
+	sent    []sentTask
+	sendOps int // SendMessageBatch calls of the generator
+
+	freezeAt, contAt, scaleAt, killAt, sendStop time.Time
+	pending                                     int // task messages left on the queue at the end
+	sqsBefore, sqsAfter                         map[string]int
+	sqsByQueue                                  map[string]int // the agents' calls per queue
+	redisBefore, redisAfter                     redisUsage
+}
+
+type sentTask struct {
+	id, host, diag string
+	secs           float64
+	at             time.Time
+}
+
+func runFleet(args []string) int {
+	o, err := parseFleetOpts(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	l, stop, err := newLab("fleet", "", "")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	defer stop()
+	r, err := runFleetLab(l, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	res := r.check()
+	if err := res.write(o.out); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	res.print(os.Stdout)
+	if !res.Pass {
+		return 1
+	}
+	return 0
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fleet: %s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
+}
+
+func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
+	r := &fleetRun{o: o, marks: filepath.Join(l.dir, "marks")}
+	rs, err := l.newRedis("fleet")
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := l.queue("fleet-tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(fleetVisibility / time.Second))})
+	if err != nil {
+		return nil, err
+	}
+	notify, err := l.queue("fleet-lifecycle", nil)
+	if err != nil {
+		return nil, err
+	}
+	asg, asgURL, hs, err := l.serveASG(o.seed, time.Now, notify)
+	if err != nil {
+		return nil, err
+	}
+	defer hs.Close()
+	r.asg = asg
+	if err := asg.PutHook(asgfake.Hook{Group: lcGroup, Name: fleetHook, HeartbeatTimeout: fleetHookTTL, DefaultResult: asgfake.ResultAbandon}); err != nil {
+		return nil, fmt.Errorf("asgfake: %w", err)
+	}
+	script := filepath.Join(l.dir, "mark.sh")
+	if err := os.WriteFile(script, []byte(markScript(r.marks)), 0o644); err != nil {
+		return nil, fmt.Errorf("mark script: %w", err)
+	}
+
+	// Roles are dealt before the start, from the seed.
+	rng := rand.New(rand.NewPCG(o.seed, 0xf1ee7))
+	order := rng.Perm(o.agents)
+	nScale := int(math.Round(o.scaleIn * float64(o.agents)))
+	nKill := int(math.Round(o.kill * float64(o.agents)))
+	r.agents = make([]*fleetAgent, o.agents)
+	for i := range r.agents {
+		r.agents[i] = &fleetAgent{inst: fmt.Sprintf("i-%017x", 0xf1ee70000+i)}
+		if err := asg.AddInstance(lcGroup, r.agents[i].inst); err != nil {
+			return nil, fmt.Errorf("asgfake: %w", err)
+		}
+	}
+	for k, i := range order {
+		switch {
+		case k < nScale:
+			r.agents[i].role = "scaled_in"
+		case k < nScale+nKill:
+			r.agents[i].role = "killed"
+		case k == nScale+nKill:
+			r.agents[i].role = "frozen"
+		}
+	}
+
+	logf("starting %d agents (%d workers each, GOMAXPROCS=1, GOMEMLIMIT=%s)", o.agents, o.workers, o.memLimit)
+	env := []string{"AWS_ENDPOINT_URL_AUTO_SCALING=" + asgURL, "GOMAXPROCS=1", "GOMEMLIMIT=" + o.memLimit}
+	lifecycleYAML := fmt.Sprintf("lifecycle:\n  sources: [signal, sqs]\n  queue_url: '%s'\n  hook_name: %s\n  hook_heartbeat_timeout: %s\n  heartbeat_interval: %s\n  drain_timeout: 2m\n  queued: release\n",
+		notify, fleetHook, fleetHookTTL, fleetBeat)
+	started := time.Now()
+	if err := r.start(l, func(fa *fleetAgent) string {
+		return agentConfig{instance: fa.inst, workers: o.workers, queueURL: tasks, visibility: fleetVisibility,
+			waitTime: 20 * time.Second, redisAddr: rs.addr, prefix: "fleet:", rules: fleetRules,
+			catalog: fleetCatalog(script, fa.inst)}.yaml() + lifecycleYAML
+	}, env); err != nil {
+		return nil, err
+	}
+	logf("%d agents ready in %s", o.agents, secs(time.Since(started)))
+
+	rc := rs.client()
+	defer rc.Close()
+	r.sqsBefore = l.sqs.Counters()
+	if r.redisBefore, err = readRedisUsage(rc); err != nil {
+		return nil, err
+	}
+	sampleCtx, stopSampling := context.WithCancel(context.Background())
+	var sampling sync.WaitGroup
+	sampling.Go(func() { r.sampleRSS(sampleCtx) })
+	defer func() { stopSampling(); sampling.Wait() }()
+
+	r.t0 = time.Now()
+	sendCtx, stopSending := context.WithCancel(context.Background())
+	var sending sync.WaitGroup
+	var sendErr error
+	sending.Go(func() { sendErr = r.generate(sendCtx, l, tasks) })
+
+	if err := r.chaos(o); err != nil {
+		stopSending()
+		sending.Wait()
+		return nil, err
+	}
+	stopSending()
+	sending.Wait()
+	r.sendStop = time.Now()
+	if sendErr != nil {
+		return nil, sendErr
+	}
+	logf("sent %d tasks; waiting up to %s for the queue to empty", len(r.sent), o.settle)
+	eventually(o.settle, func() bool {
+		v, i, d, _, _ := l.sqs.Stats("fleet-tasks")
+		return v+i+d == 0
+	})
+	v, i, d, _, _ := l.sqs.Stats("fleet-tasks")
+	r.pending = v + i + d
+	r.sqsAfter = l.sqs.Counters()
+	r.sqsByQueue = map[string]int{}
+	for _, c := range l.sqs.Calls() {
+		if !c.Time.Before(r.t0) && c.Op != "SendMessageBatch" {
+			r.sqsByQueue[c.Queue]++
+		}
+	}
+	if r.redisAfter, err = readRedisUsage(rc); err != nil {
+		return nil, err
+	}
+	r.stopSurvivors()
+	return r, nil
+}
+
+// start launches every agent, fleetStartJobs at a time, each waiting for
+// its "ready" line.
+func (r *fleetRun) start(l *lab, yaml func(*fleetAgent) string, env []string) error {
+	sem := make(chan struct{}, fleetStartJobs)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, fa := range r.agents {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a, err := l.startAgent(fa.inst, yaml(fa), env...)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			fa.agent = a
+			go func() {
+				<-a.done
+				fa.mu.Lock()
+				fa.exitAt, fa.code = time.Now(), a.cmd.ProcessState.ExitCode()
+				fa.mu.Unlock()
+			}()
+		})
+		mu.Lock()
+		failed := len(errs) > 0
+		mu.Unlock()
+		if failed {
+			break
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// fleetEvent is one step of the timeline.
+type fleetEvent struct {
+	at time.Time
+	do func() error
+}
+
+// chaos runs the timeline while tasks flow, in time order: the freeze at
+// 20 % of the duration (resumed o.freeze later), the scale-in at 45 %,
+// the kills at 60 %; it returns when the duration is over.
+func (r *fleetRun) chaos(o fleetOpts) error {
+	at := func(f float64) time.Time { return r.t0.Add(time.Duration(f * float64(o.duration))) }
+	frozen := r.role("frozen")
+	freezeAt := at(0.2)
+	events := []fleetEvent{
+		{freezeAt, func() error {
+			for _, fa := range frozen {
+				_ = fa.cmd.Process.Signal(syscall.SIGSTOP)
+			}
+			r.freezeAt = time.Now()
+			logf("froze %d agent(s) for %s", len(frozen), secs(o.freeze))
+			return nil
+		}},
+		{freezeAt.Add(o.freeze), func() error {
+			for _, fa := range frozen {
+				_ = fa.cmd.Process.Signal(syscall.SIGCONT)
+			}
+			r.contAt = time.Now()
+			logf("resumed the frozen agent(s)")
+			return nil
+		}},
+		{at(0.45), func() error {
+			r.scaleAt = time.Now()
+			for _, fa := range r.role("scaled_in") {
+				if _, err := r.asg.Terminate(fa.inst); err != nil {
+					return fmt.Errorf("terminate %s: %w", fa.inst, err)
+				}
+			}
+			logf("scale-in: %d instances in Terminating:Wait", len(r.role("scaled_in")))
+			return nil
+		}},
+		{at(0.6), func() error {
+			r.killAt = time.Now()
+			for _, fa := range r.role("killed") {
+				killInstance(fa.agent)
+				fa.killed = time.Now()
+			}
+			logf("killed %d agents (and their diagnostics)", len(r.role("killed")))
+			return nil
+		}},
+		{at(1), func() error { return nil }},
+	}
+	slices.SortStableFunc(events, func(a, b fleetEvent) int { return a.at.Compare(b.at) })
+	for _, e := range events {
+		time.Sleep(time.Until(e.at))
+		if err := e.do(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *fleetRun) role(role string) []*fleetAgent {
+	var out []*fleetAgent
+	for _, fa := range r.agents {
+		if fa.role == role {
+			out = append(out, fa)
+		}
+	}
+	return out
+}
+
+// killInstance ends an agent as an instance dies: the agent is stopped so
+// that it starts nothing more, then it and its diagnostics' process groups
+// are killed.
+func killInstance(a *agent) {
+	pid := a.cmd.Process.Pid
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	killTree(pid, childrenByParent())
+	<-a.done
+}
+
+// stopSurvivors sends SIGTERM to every agent still running (resuming a
+// frozen one first) and waits for them; each drains and exits 0.
+func (r *fleetRun) stopSurvivors() {
+	var wg sync.WaitGroup
+	n := 0
+	for _, fa := range r.agents {
+		if fa.agent == nil || !fa.alive() {
+			continue
+		}
+		n++
+		_ = fa.cmd.Process.Signal(syscall.SIGCONT)
+		_ = fa.cmd.Process.Signal(syscall.SIGTERM)
+		wg.Go(func() {
+			if fa.wait(fleetStopWait) < 0 {
+				fa.kill9()
+			}
+		})
+	}
+	logf("SIGTERM to the %d agents still running", n)
+	wg.Wait()
+}
+
+// sampleRSS keeps each agent's highest VmHWM and RssAnon, read every 2 s.
+func (r *fleetRun) sampleRSS(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		for _, fa := range r.agents {
+			if fa.agent == nil || !fa.alive() {
+				continue
+			}
+			if hwm, anon := memKB(fa.cmd.Process.Pid); hwm > 0 {
+				fa.mu.Lock()
+				fa.hwmKB, fa.anonKB = max(fa.hwmKB, hwm), max(fa.anonKB, anon)
+				fa.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// memKB reads the peak resident set size of pid (VmHWM) and its resident
+// anonymous memory (RssAnon) in KiB; 0 when it is gone. VmHWM counts the
+// pages of the binary, which every agent shares.
+func memKB(pid int) (hwm, anon int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, _ := strings.Cut(line, ":")
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch name {
+		case "VmHWM":
+			hwm = n
+		case "RssAnon":
+			anon = n
+		}
+	}
+	return hwm, anon
+}
+
+// generate sends o.rate tasks a second until ctx ends: 70 % quick with
+// long-tailed run times, 10 % each of the others on Zipf-skewed hosts (a
+// few hot hosts meet the quota, the interval and the window).
+func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error {
+	rng := rand.New(rand.NewPCG(r.o.seed, 0x7a5c))
+	zipf := rand.NewZipf(rng, 1.1, 1, uint64(r.o.hosts-1))
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	hotShare := min(0.1, 1.2/(0.7*r.o.rate))
+	owed := 0.0
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			owed += r.o.rate * now.Sub(last).Seconds()
+			last = now
+		}
+		n := int(owed)
+		owed -= float64(n)
+		bodies := make([]string, 0, n)
+		for range n {
+			st := sentTask{id: fmt.Sprintf("t-%06d", len(r.sent))}
+			switch x := rng.Float64(); {
+			case x < 0.7:
+				// Spread over every host, and about 1.2 a second on one hot
+				// host: near its cap, below what the cap lets through.
+				st.diag, st.secs, st.host = "quick", longTail(rng), fmt.Sprintf("host-%02d", rng.IntN(r.o.hosts))
+				if rng.Float64() < hotShare {
+					st.host = "host-00"
+				}
+			default:
+				st.diag, st.secs = fleetDiagnostics[1+int((x-0.7)/0.1)%3], 0.05+0.25*rng.Float64()
+				st.host = fmt.Sprintf("host-%02d", zipf.Uint64())
+			}
+			st.at = time.Now()
+			r.sent = append(r.sent, st)
+			bodies = append(bodies, fmt.Sprintf(`{"id":%q,"host":%q,"diagnostic":%q,"params":{"secs":"%.3f"}}`, st.id, st.host, st.diag, st.secs))
+		}
+		if len(bodies) == 0 {
+			continue
+		}
+		r.sendOps += (len(bodies) + 9) / 10
+		if err := l.send(queueURL, bodies...); err != nil {
+			return err
+		}
+	}
+}
+
+// longTail draws a run time: most under 1 s, a few up to fleetMaxRun.
+func longTail(rng *rand.Rand) float64 {
+	switch x := rng.Float64(); {
+	case x < 0.80:
+		return 0.05 + 0.45*rng.Float64()
+	case x < 0.95:
+		return 0.5 + 1.5*rng.Float64()
+	case x < 0.99:
+		return 2 + 6*rng.Float64()
+	default:
+		return 8 + (fleetMaxRun.Seconds()-8)*rng.Float64()
+	}
+}
+
+// markScript writes one S line before the run and one E line after it to
+// marks: kind, task id, host, diagnostic, instance, time. Each line is one
+// append under PIPE_BUF, so lines of concurrent runs never interleave;
+// bash's EPOCHREALTIME spares a fork per mark.
+func markScript(marks string) string {
+	return fmt.Sprintf(`#!/bin/bash
+# mark.sh ID HOST SECS INSTANCE DIAGNOSTIC
+printf 'S %%s %%s %%s %%s %%s\n' "$1" "$2" "$5" "$4" "$EPOCHREALTIME" >> '%[1]s'
+/bin/sleep "$3"
+printf 'E %%s %%s %%s %%s %%s\n' "$1" "$2" "$5" "$4" "$EPOCHREALTIME" >> '%[1]s'
+`, marks)
+}
+
+// fleetCatalog is the agent's diagnostics: each runs the mark script with
+// the task's run time; the instance id is written in since the catalog has
+// no placeholder for it.
+func fleetCatalog(script, inst string) string {
+	var b strings.Builder
+	for _, d := range fleetDiagnostics {
+		fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/bash, '%s', '{id}', '{host}', '{param.secs}', '%s', %s]\n    params: {secs: '[0-9]{1,2}\\.[0-9]{3}'}\n    timeout: 60s\n",
+			d, script, inst, d)
+	}
+	return b.String()
+}

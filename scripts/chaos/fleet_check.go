@@ -1,0 +1,657 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/asgfake"
+)
+
+// markTolerance is how much earlier than its limiter decision a run's S mark
+// may appear to be, relative to another run's: the decision, the claim and
+// the exec of bash lie between them, on a loaded machine. The min-interval
+// and window checks allow it; the quota and cap checks need none.
+const markTolerance = 500 * time.Millisecond
+
+// redisUsage is the part of INFO the costs are computed from.
+type redisUsage struct {
+	commands int64   // every command but INFO (which the simulation sends)
+	cpu      float64 // used_cpu_sys + used_cpu_user, seconds
+}
+
+func readRedisUsage(c *redis.Client) (redisUsage, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "commandstats", "cpu").Result()
+	if err != nil {
+		return redisUsage{}, fmt.Errorf("redis info: %w", err)
+	}
+	var u redisUsage
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if name, rest, ok := strings.Cut(line, ":"); ok {
+			switch {
+			case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				n, _ := strconv.ParseInt(calls, 10, 64)
+				u.commands += n
+			case name == "used_cpu_sys" || name == "used_cpu_user":
+				f, _ := strconv.ParseFloat(rest, 64)
+				u.cpu += f
+			}
+		}
+	}
+	return u, nil
+}
+
+// markRun is one execution seen in the marks.
+type markRun struct {
+	id, host, diag, inst string
+	start, end           time.Time // end zero: no E mark
+}
+
+func readMarks(path string) ([]markRun, error) {
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("marks: %w", err)
+	}
+	open := map[string][]int{} // id+inst → indexes of runs without an end
+	var runs []markRun
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 6 {
+			continue
+		}
+		ts, err := strconv.ParseFloat(f[5], 64)
+		if err != nil {
+			continue
+		}
+		at := time.Unix(0, int64(ts*1e9))
+		key := f[1] + " " + f[4]
+		switch f[0] {
+		case "S":
+			open[key] = append(open[key], len(runs))
+			runs = append(runs, markRun{id: f[1], host: f[2], diag: f[3], inst: f[4], start: at})
+		case "E":
+			if q := open[key]; len(q) > 0 {
+				runs[q[0]].end = at
+				open[key] = q[1:]
+			}
+		}
+	}
+	return runs, nil
+}
+
+// fleetResult is what docs/results/fleetsim.json holds.
+type fleetResult struct {
+	Date     string     `json:"date"`
+	Params   fleetParam `json:"params"`
+	Tasks    taskCounts `json:"tasks"`
+	Limiter  limiterRes `json:"limiter"`
+	Drain    drainRes   `json:"drain"`
+	Costs    costs      `json:"costs"`
+	Agents   agentsRes  `json:"agents"`
+	Checks   []check    `json:"checks"`
+	Pass     bool       `json:"pass"`
+	Timeline timeline   `json:"timeline"`
+}
+
+type fleetParam struct {
+	Agents          int     `json:"agents"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Rate            float64 `json:"rate_per_second"`
+	Hosts           int     `json:"hosts"`
+	Workers         int     `json:"workers_per_agent"`
+	ScaledIn        int     `json:"scaled_in"`
+	Killed          int     `json:"killed"`
+	Frozen          int     `json:"frozen"`
+	FreezeSeconds   float64 `json:"freeze_seconds"`
+	VisibilitySecs  float64 `json:"visibility_timeout_seconds"`
+	GoMemLimit      string  `json:"gomemlimit"`
+	Seed            uint64  `json:"seed"`
+}
+
+type taskCounts struct {
+	Sent    int `json:"sent"`
+	RunOnce int `json:"run_once"`
+	// RunTwice counts tasks run more than once; RerunAfterFault those whose
+	// every earlier run was on an agent killed or frozen during that run
+	// (the lease lapsed: at-least-once by design), Unexplained the rest.
+	RunTwice        int            `json:"run_twice"`
+	RerunAfterFault int            `json:"rerun_after_fault"`
+	Unexplained     int            `json:"run_twice_unexplained"`
+	NotRun          map[string]int `json:"not_run_by_outcome"`
+	Pending         int            `json:"left_on_queue"`
+	Lost            int            `json:"lost"`
+	Outcomes        map[string]int `json:"outcomes"`
+	// Reruns lists each task run more than once: its runs, instance (role)
+	// and start → end in seconds since the first task, and for an
+	// unexplained one the agents' log lines about it.
+	Reruns map[string][]string `json:"reruns,omitempty"`
+}
+
+type limiterRes struct {
+	CapPerHost        int     `json:"concurrency_cap"`
+	MaxConcurrent     int     `json:"max_concurrent_seen"`
+	Quota             int     `json:"daily_quota"`
+	MaxQuotaUsed      int     `json:"max_daily_runs_seen"`
+	MinIntervalSecs   float64 `json:"min_interval_seconds"`
+	MinGapSecs        float64 `json:"min_gap_seen_seconds"`
+	WindowCount       int     `json:"window_count"`
+	WindowSecs        float64 `json:"window_seconds"`
+	MaxInWindow       int     `json:"max_in_window_seen"`
+	ToleranceSecs     float64 `json:"mark_tolerance_seconds"`
+	Violations        int     `json:"violations"`
+	RateLimitedByRule int     `json:"rate_limited"`
+}
+
+type drainRes struct {
+	Count              int       `json:"count"`
+	P50                float64   `json:"p50_seconds"`
+	P99                float64   `json:"p99_seconds"`
+	Max                float64   `json:"max_seconds"`
+	LongestInFlight    float64   `json:"longest_in_flight_at_trigger_seconds"`
+	OverheadP99        float64   `json:"overhead_p99_seconds"`
+	NoticeP50          float64   `json:"notice_delay_p50_seconds"`
+	NoticeP99          float64   `json:"notice_delay_p99_seconds"`
+	NoticeMax          float64   `json:"notice_delay_max_seconds"`
+	Completed          int       `json:"actions_completed_once"`
+	Expired            int       `json:"actions_expired"`
+	CompletionAttempts int       `json:"completion_calls"`
+	Heartbeats         int       `json:"heartbeat_calls"`
+	DurationsSeconds   []float64 `json:"durations_seconds"`
+	// Agents pairs each drain with what that agent had running at its
+	// trigger (the longest remaining run) and its notice delay.
+	Agents              []drainAgent `json:"agents"`
+	NonZeroExitScaledIn int          `json:"scaled_in_nonzero_exits"`
+}
+
+type costs struct {
+	SQSCallsPerTask        float64        `json:"sqs_calls_per_task"`
+	SQSCalls               map[string]int `json:"sqs_calls_by_op"`
+	SQSCallsByQueue        map[string]int `json:"sqs_calls_by_queue"`
+	RedisCommandsPerTask   float64        `json:"redis_commands_per_task"`
+	RedisCPUPer1000        float64        `json:"redis_cpu_seconds_per_1000_tasks"`
+	RedisCommands          int64          `json:"redis_commands"`
+	RedisCPUSeconds        float64        `json:"redis_cpu_seconds"`
+	WorkloadSeconds        float64        `json:"workload_seconds"`
+	TasksPerSecondAchieved float64        `json:"tasks_per_second_ended"`
+}
+
+type agentsRes struct {
+	PeakRSSMaxMiB  float64 `json:"peak_rss_max_mib"`
+	PeakRSSP50MiB  float64 `json:"peak_rss_p50_mib"`
+	PeakRSSMeanMiB float64 `json:"peak_rss_mean_mib"`
+	PeakAnonMaxMiB float64 `json:"peak_rss_anon_max_mib"`
+	PeakAnonP50MiB float64 `json:"peak_rss_anon_p50_mib"`
+	BadExits       int     `json:"unexpected_exits"`
+}
+
+type drainAgent struct {
+	Instance        string  `json:"instance"`
+	DrainSeconds    float64 `json:"drain_seconds"`
+	LongestInFlight float64 `json:"longest_in_flight_seconds"`
+	NoticeSeconds   float64 `json:"notice_delay_seconds"`
+}
+
+type check struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Pass bool   `json:"pass"`
+}
+
+// timeline is per second since the first task: tasks sent and tasks ended
+// by outcome, and when the faults came.
+type timeline struct {
+	Sent           []int            `json:"sent"`
+	Ended          map[string][]int `json:"ended_by_outcome"`
+	FreezeSecond   float64          `json:"freeze_at"`
+	ResumeSecond   float64          `json:"resume_at"`
+	ScaleInSecond  float64          `json:"scale_in_at"`
+	KillSecond     float64          `json:"kill_at"`
+	SendStopSecond float64          `json:"send_stop_at"`
+}
+
+// finalOutcomes end a task without running it; "released" and deferrals
+// hand it back, so they are not final.
+var finalOutcomes = map[string]bool{"rate_limited": true, "rejected": true, "stale": true, "duplicate": true}
+
+func (r *fleetRun) check() *fleetResult {
+	o := r.o
+	res := &fleetResult{Date: time.Now().UTC().Format(time.RFC3339)}
+	res.Params = fleetParam{Agents: o.agents, DurationSeconds: o.duration.Seconds(), Rate: o.rate, Hosts: o.hosts, Workers: o.workers,
+		ScaledIn: len(r.role("scaled_in")), Killed: len(r.role("killed")), Frozen: len(r.role("frozen")),
+		FreezeSeconds: o.freeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed}
+	add := func(name, want, got string, pass bool) {
+		res.Checks = append(res.Checks, check{Name: name, Want: want, Got: got, Pass: pass})
+	}
+
+	runs, err := readMarks(r.marks)
+	if err != nil {
+		add("marks readable", "yes", err.Error(), false)
+	}
+	byInst := map[string]*fleetAgent{}
+	for _, fa := range r.agents {
+		byInst[fa.inst] = fa
+	}
+	// A run without an E mark ended when its instance was killed; one on
+	// a surviving instance never ended (counted as running to the end).
+	for i := range runs {
+		if !runs[i].end.IsZero() {
+			continue
+		}
+		if fa := byInst[runs[i].inst]; fa != nil && fa.role == "killed" {
+			runs[i].end = fa.killed
+		} else {
+			runs[i].end = time.Now()
+		}
+	}
+	faulted := func(rn markRun) bool {
+		fa := byInst[rn.inst]
+		if fa == nil {
+			return false
+		}
+		switch fa.role {
+		case "killed":
+			// Each agent's own kill time: the kills take a moment each.
+			return rn.start.Before(fa.killed)
+		case "frozen":
+			return rn.start.Before(r.contAt) && rn.end.After(r.freezeAt.Add(-fleetVisibility))
+		}
+		return false
+	}
+
+	// Exactly once.
+	runsOf := map[string][]markRun{}
+	for _, rn := range runs {
+		runsOf[rn.id] = append(runsOf[rn.id], rn)
+	}
+	outcomes := map[string]int{}
+	finalOf := map[string]string{}
+	ended := map[string][]int{}
+	bucket := func(t time.Time) int { return max(0, int(t.Sub(r.t0)/time.Second)) }
+	for _, fa := range r.agents {
+		if fa.agent == nil {
+			continue
+		}
+		for _, line := range fa.logs("task ended") {
+			oc, _ := line["outcome"].(string)
+			id, _ := line["task_id"].(string)
+			outcomes[oc]++
+			if finalOutcomes[oc] && finalOf[id] == "" {
+				finalOf[id] = oc
+			}
+			at, _ := line["_at"].(time.Time)
+			b := bucket(at)
+			s := ended[oc]
+			for len(s) <= b {
+				s = append(s, 0)
+			}
+			s[b]++
+			ended[oc] = s
+		}
+	}
+	tc := taskCounts{Sent: len(r.sent), NotRun: map[string]int{}, Pending: r.pending, Outcomes: outcomes}
+	unaccounted := 0
+	for _, st := range r.sent {
+		rs := runsOf[st.id]
+		switch {
+		case len(rs) == 1:
+			tc.RunOnce++
+		case len(rs) > 1:
+			tc.RunTwice++
+			slices.SortFunc(rs, func(a, b markRun) int { return a.start.Compare(b.start) })
+			explained := true
+			for _, rn := range rs[:len(rs)-1] {
+				explained = explained && faulted(rn)
+			}
+			if tc.Reruns == nil {
+				tc.Reruns = map[string][]string{}
+			}
+			for _, rn := range rs {
+				role := "stays"
+				if fa := byInst[rn.inst]; fa != nil && fa.role != "" {
+					role = fa.role
+				}
+				tc.Reruns[st.id] = append(tc.Reruns[st.id], fmt.Sprintf("%s (%s) %.3f → %.3f",
+					rn.inst, role, rn.start.Sub(r.t0).Seconds(), rn.end.Sub(r.t0).Seconds()))
+			}
+			if explained {
+				tc.RerunAfterFault++
+				break
+			}
+			tc.Unexplained++
+			for _, fa := range r.agents {
+				if fa.agent == nil {
+					continue
+				}
+				for _, line := range fa.logs("") {
+					if line["task_id"] == st.id {
+						at, _ := line["_at"].(time.Time)
+						tc.Reruns[st.id] = append(tc.Reruns[st.id], fmt.Sprintf("log %s %.3f: %v %v %v",
+							fa.inst, at.Sub(r.t0).Seconds(), line["msg"], line["outcome"], line["reason"]))
+					}
+				}
+			}
+		case finalOf[st.id] != "":
+			tc.NotRun[finalOf[st.id]]++
+		default:
+			unaccounted++
+		}
+	}
+	tc.Lost = max(0, unaccounted-r.pending)
+	res.Tasks = tc
+	add("lost", "0", strconv.Itoa(tc.Lost), tc.Lost == 0)
+	add("run twice, not explained by a kill or the freeze", "0", strconv.Itoa(tc.Unexplained), tc.Unexplained == 0)
+	add("left on the queue after the settle", "0", strconv.Itoa(tc.Pending), tc.Pending == 0)
+
+	res.Limiter = r.checkLimits(runs)
+	res.Limiter.RateLimitedByRule = outcomes["rate_limited"]
+	add("limits held fleet-wide (cap, daily, min interval, window)", "0 violations",
+		fmt.Sprintf("%d (max %d at once / cap %d; max %d a day / %d; min gap %.2f s / %s; max %d per %s / %d)",
+			res.Limiter.Violations, res.Limiter.MaxConcurrent, fleetCap, res.Limiter.MaxQuotaUsed, fleetQuota,
+			res.Limiter.MinGapSecs, fleetMinInterval, res.Limiter.MaxInWindow, fleetWindow, fleetWindowCount),
+		res.Limiter.Violations == 0)
+
+	res.Drain = r.checkDrains(runs)
+	d := res.Drain
+	add("drain p99 ≤ longest task in flight at the trigger + 1 s", fmt.Sprintf("≤ %.2f s", d.LongestInFlight+1),
+		fmt.Sprintf("p99 %.2f s", d.P99), d.Count > 0 && d.P99 <= d.LongestInFlight+1)
+	add("lifecycle actions completed exactly once, none expired", fmt.Sprintf("%d completed once, 0 expired", res.Params.ScaledIn),
+		fmt.Sprintf("%d completed once, %d expired", d.Completed, d.Expired), d.Completed == res.Params.ScaledIn && d.Expired == 0)
+	add("scaled-in agents exit 0", "0 other exits", strconv.Itoa(d.NonZeroExitScaledIn), d.NonZeroExitScaledIn == 0)
+
+	res.Costs = r.costs(res.Params.ScaledIn)
+	res.Agents = r.agentStats()
+	add("other agents exit 0 on SIGTERM (no crash)", "0 other exits", strconv.Itoa(res.Agents.BadExits), res.Agents.BadExits == 0)
+
+	sent := make([]int, 0)
+	for _, st := range r.sent {
+		b := bucket(st.at)
+		for len(sent) <= b {
+			sent = append(sent, 0)
+		}
+		sent[b]++
+	}
+	rel := func(t time.Time) float64 { return t.Sub(r.t0).Seconds() }
+	res.Timeline = timeline{Sent: sent, Ended: ended, FreezeSecond: rel(r.freezeAt), ResumeSecond: rel(r.contAt),
+		ScaleInSecond: rel(r.scaleAt), KillSecond: rel(r.killAt), SendStopSecond: rel(r.sendStop)}
+	res.Pass = true
+	for _, c := range res.Checks {
+		res.Pass = res.Pass && c.Pass
+	}
+	return res
+}
+
+// checkLimits replays the marks against the four rules, per host.
+func (r *fleetRun) checkLimits(runs []markRun) limiterRes {
+	lr := limiterRes{CapPerHost: fleetCap, Quota: fleetQuota, MinIntervalSecs: fleetMinInterval.Seconds(),
+		WindowCount: fleetWindowCount, WindowSecs: fleetWindow.Seconds(), ToleranceSecs: markTolerance.Seconds(), MinGapSecs: math.Inf(1)}
+	byHostDiag := map[string][]markRun{}
+	for _, rn := range runs {
+		k := rn.host + " " + rn.diag
+		byHostDiag[k] = append(byHostDiag[k], rn)
+	}
+	for k, rs := range byHostDiag {
+		slices.SortFunc(rs, func(a, b markRun) int { return a.start.Compare(b.start) })
+		switch k[strings.IndexByte(k, ' ')+1:] {
+		case "quick":
+			type edge struct {
+				at time.Time
+				d  int
+			}
+			var es []edge
+			for _, rn := range rs {
+				es = append(es, edge{rn.start, 1}, edge{rn.end, -1})
+			}
+			// An end at the same instant as a start frees its slot first.
+			sort.Slice(es, func(i, j int) bool {
+				if es[i].at.Equal(es[j].at) {
+					return es[i].d < es[j].d
+				}
+				return es[i].at.Before(es[j].at)
+			})
+			n := 0
+			for _, e := range es {
+				n += e.d
+				lr.MaxConcurrent = max(lr.MaxConcurrent, n)
+			}
+		case "disk":
+			ids := map[string]bool{}
+			for _, rn := range rs {
+				ids[rn.id] = true
+			}
+			lr.MaxQuotaUsed = max(lr.MaxQuotaUsed, len(ids))
+		case "trace":
+			for i := 1; i < len(rs); i++ {
+				lr.MinGapSecs = min(lr.MinGapSecs, rs[i].start.Sub(rs[i-1].start).Seconds())
+			}
+		case "netstat":
+			j := 0
+			for i := range rs {
+				for rs[i].start.Sub(rs[j].start) >= fleetWindow-markTolerance {
+					j++
+				}
+				lr.MaxInWindow = max(lr.MaxInWindow, i-j+1)
+			}
+		}
+	}
+	if math.IsInf(lr.MinGapSecs, 1) {
+		lr.MinGapSecs = 0
+	} else if lr.MinGapSecs < (fleetMinInterval - markTolerance).Seconds() {
+		lr.Violations++
+	}
+	if lr.MaxConcurrent > fleetCap {
+		lr.Violations++
+	}
+	if lr.MaxQuotaUsed > fleetQuota {
+		lr.Violations++
+	}
+	if lr.MaxInWindow > fleetWindowCount {
+		lr.Violations++
+	}
+	return lr
+}
+
+// checkDrains measures each scaled-in agent's drain: from its trigger (the
+// notice read off the lifecycle queue) to the successful completion of its
+// action, against what it had running at the trigger.
+func (r *fleetRun) checkDrains(runs []markRun) drainRes {
+	var dr drainRes
+	var durs, notices, overheads []float64
+	for _, fa := range r.role("scaled_in") {
+		act, ok := r.asg.Action(fa.inst)
+		switch {
+		case !ok:
+		case act.EndReason == asgfake.EndCompleted && act.Completions == 1:
+			dr.Completed++
+		case act.EndReason == asgfake.EndHeartbeatTimeout || act.EndReason == asgfake.EndGlobalTimeout:
+			dr.Expired++
+		}
+		fa.mu.Lock()
+		if !fa.exitAt.IsZero() && fa.code != 0 || fa.exitAt.IsZero() {
+			dr.NonZeroExitScaledIn++
+		}
+		fa.mu.Unlock()
+		if fa.agent == nil {
+			continue
+		}
+		trig := fa.logs("lifecycle trigger")
+		if len(trig) == 0 || !ok || act.EndReason != asgfake.EndCompleted {
+			continue
+		}
+		at, _ := trig[0]["_at"].(time.Time)
+		longest := 0.0
+		for _, rn := range runs {
+			if rn.inst == fa.inst && !rn.start.After(at) && rn.end.After(at) {
+				longest = max(longest, rn.end.Sub(at).Seconds())
+			}
+		}
+		d := act.EndedAt.Sub(at).Seconds()
+		durs = append(durs, d)
+		dr.Agents = append(dr.Agents, drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: at.Sub(r.scaleAt).Seconds()})
+		notices = append(notices, at.Sub(r.scaleAt).Seconds())
+		overheads = append(overheads, d-longest)
+		dr.LongestInFlight = max(dr.LongestInFlight, longest)
+	}
+	for _, c := range r.asg.Calls() {
+		switch c.Op {
+		case "CompleteLifecycleAction":
+			dr.CompletionAttempts++
+		case "RecordLifecycleActionHeartbeat":
+			dr.Heartbeats++
+		}
+	}
+	dr.Count = len(durs)
+	dr.P50, dr.P99, dr.Max = quantile(durs, 0.5), quantile(durs, 0.99), quantile(durs, 1)
+	dr.OverheadP99 = quantile(overheads, 0.99)
+	dr.NoticeP50, dr.NoticeP99, dr.NoticeMax = quantile(notices, 0.5), quantile(notices, 0.99), quantile(notices, 1)
+	slices.Sort(durs)
+	dr.DurationsSeconds = durs
+	return dr
+}
+
+// quantile is the nearest-rank q-quantile (0 for no data).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func (r *fleetRun) costs(notices int) costs {
+	c := costs{SQSCalls: map[string]int{}, SQSCallsByQueue: r.sqsByQueue, WorkloadSeconds: r.sendStop.Sub(r.t0).Seconds()}
+	total := 0
+	for op, n := range r.sqsAfter {
+		d := n - r.sqsBefore[op]
+		// The generator's sends and the lifecycle notices are not the fleet's.
+		switch op {
+		case "SendMessageBatch":
+			d -= r.sendOps
+		case "SendMessage":
+			d -= notices
+		}
+		if d > 0 {
+			c.SQSCalls[op] = d
+			total += d
+		}
+	}
+	n := float64(max(1, len(r.sent)))
+	c.SQSCallsPerTask = float64(total) / n
+	c.RedisCommands = r.redisAfter.commands - r.redisBefore.commands
+	c.RedisCPUSeconds = r.redisAfter.cpu - r.redisBefore.cpu
+	c.RedisCommandsPerTask = float64(c.RedisCommands) / n
+	c.RedisCPUPer1000 = c.RedisCPUSeconds / n * 1000
+	c.TasksPerSecondAchieved = n / c.WorkloadSeconds
+	return c
+}
+
+func (r *fleetRun) agentStats() agentsRes {
+	var ar agentsRes
+	var mibs, anon []float64
+	sum := 0.0
+	for _, fa := range r.agents {
+		fa.mu.Lock()
+		if fa.hwmKB > 0 {
+			m := float64(fa.hwmKB) / 1024
+			mibs = append(mibs, m)
+			anon = append(anon, float64(fa.anonKB)/1024)
+			sum += m
+		}
+		if fa.role != "killed" && fa.role != "scaled_in" && (fa.exitAt.IsZero() || fa.code != 0) {
+			ar.BadExits++
+		}
+		fa.mu.Unlock()
+	}
+	ar.PeakRSSMaxMiB = quantile(mibs, 1)
+	ar.PeakRSSP50MiB = quantile(mibs, 0.5)
+	ar.PeakAnonMaxMiB, ar.PeakAnonP50MiB = quantile(anon, 1), quantile(anon, 0.5)
+	if len(mibs) > 0 {
+		ar.PeakRSSMeanMiB = sum / float64(len(mibs))
+	}
+	return ar
+}
+
+func (res *fleetResult) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("results dir: %w", err)
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fleetsim.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
+	return res.plot(dir)
+}
+
+// print writes the results as the Markdown table of docs/RESULTS.md.
+func (res *fleetResult) print(w io.Writer) {
+	t, d, c, a := res.Tasks, res.Drain, res.Costs, res.Agents
+	fmt.Fprintln(w, "| measure | value |")
+	fmt.Fprintln(w, "|---|---|")
+	rows := [][2]string{
+		{"agents / scaled in / killed / frozen", fmt.Sprintf("%d / %d / %d / %d", res.Params.Agents, res.Params.ScaledIn, res.Params.Killed, res.Params.Frozen)},
+		{"tasks sent", strconv.Itoa(t.Sent)},
+		{"run once", strconv.Itoa(t.RunOnce)},
+		{"run twice (after a kill or the freeze / other)", fmt.Sprintf("%d (%d / %d)", t.RunTwice, t.RerunAfterFault, t.Unexplained)},
+		{"not run (final outcome)", fmtCounts(t.NotRun)},
+		{"lost / left on the queue", fmt.Sprintf("%d / %d", t.Lost, t.Pending)},
+		{"outcomes logged", fmtCounts(t.Outcomes)},
+		{"drain p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s (%d drains)", d.P50, d.P99, d.Max, d.Count)},
+		{"longest task in flight at a trigger", fmt.Sprintf("%.2f s (drain − own longest, p99: %.2f s)", d.LongestInFlight, d.OverheadP99)},
+		{"notice delay (Terminate → agent trigger) p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s", d.NoticeP50, d.NoticeP99, d.NoticeMax)},
+		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
+		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
+		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
+		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},
+		{"peak RSS per agent (VmHWM) max / p50 / mean", fmt.Sprintf("%.1f / %.1f / %.1f MiB", a.PeakRSSMaxMiB, a.PeakRSSP50MiB, a.PeakRSSMeanMiB)},
+		{"of which the agent's own (RssAnon, sampled every 2 s) max / p50", fmt.Sprintf("%.1f / %.1f MiB", a.PeakAnonMaxMiB, a.PeakAnonP50MiB)},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| must hold | want | measured | result |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, ch := range res.Checks {
+		r := "PASS"
+		if !ch.Pass {
+			r = "FAIL"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", ch.Name, ch.Want, ch.Got, r)
+	}
+}
+
+func fmtCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
