@@ -267,8 +267,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		return false
 	case dec.Duplicate:
 		rec.Outcome, rec.Reason = OutcomeDuplicate, dec.Reason
-		p.finish(rec)
-		p.outcomes.end(j, ended{outcome: OutcomeDuplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
+		p.finish(j, rec, ended{outcome: OutcomeDuplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
 		p.ack(j)
 		return false
 	case dec.Allowed:
@@ -291,8 +290,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		return false
 	default:
 		rec.Outcome, rec.Reason, rec.Limiter = OutcomeRateLimited, dec.Reason, limiterSummary(dec)
-		p.finish(rec)
-		p.outcomes.end(j, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
+		p.finish(j, rec, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
 		p.ack(j)
 		return false
 	}
@@ -345,15 +343,13 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	rec.FinishedAt = p.clock.Now()
-	p.finish(rec)
 	p.outcomes.m.duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {
 		reason = res.Err.Error()
 	}
-	p.outcomes.end(j, ended{outcome: res.Outcome, reason: reason, result: &res})
+	p.finish(j, rec, ended{outcome: res.Outcome, reason: reason, result: &res})
 	p.ack(j)
-	p.reports.taskEnded(rec, p.catalog[t.Diagnostic], res)
 }
 
 // reject ends an invalid or stale message. A rejected message has one
@@ -446,27 +442,38 @@ func (p *pipeline) releaseLease(j *job) {
 	logStoreErr(p.log, err)
 }
 
-// finish writes a task's final record. One the store cannot take now is
-// kept in the backlog and written when the store answers again.
-func (p *pipeline) finish(rec state.TaskRecord) {
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec) })
+// finish writes a task's final record and ends j with e. The record, the
+// outcome's audit entry, its notification and, for a run whose outcome is
+// in report.on, its report job are one store call (one round trip to a
+// standalone Redis); a record the store cannot take now is kept in the
+// backlog with all of them and written when the store answers again.
+func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
+	entry := p.outcomes.auditEntry(j, e)
+	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry}
+	x.Writes = append(x.Writes, p.notifier.writes(rec)...)
+	if e.result != nil {
+		x.Writes = append(x.Writes, p.reports.writes(rec, p.catalog[rec.Diagnostic], *e.result)...)
+	}
+	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, x) })
 	switch {
 	case err == nil:
 	case errors.Is(err, state.ErrSuperseded):
 		// The lease lapsed while the diagnostic ran and another agent
-		// claimed the task: its attempt owns the record. This run still
-		// ends in its own outcome (log, metric, audit).
+		// claimed the task: its attempt owns the record, its notification
+		// and its report. This run still ends in its own outcome (log,
+		// metric, audit).
 		p.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
 			"detail", "a later attempt owns the record; this result is logged only")
+	case errors.Is(err, state.ErrPartial):
+		p.degraded("audit")
+		p.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
 	default:
 		p.degraded("finish")
 		p.log.Warn("recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
-		p.keepRecord(rec)
+		p.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
-	if !errors.Is(err, state.ErrSuperseded) {
-		p.notifier.taskEnded(rec)
-	}
+	p.outcomes.close(j, e)
 }
 
 // deferMsg hands the message back to be received again after d, without
