@@ -189,7 +189,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		catalog: catalog, outcomes: a.outcomes, drain: a.drain, clock: d.Clock, log: log, instanceID: d.InstanceID,
 		lease: cfg.Queue.VisibilityTimeout, dedupeKey: cfg.Limiter.Dedupe.Key, storeTimeout: cfg.Redis.Timeout,
 		receive: receive, run: semaphore.NewWeighted(workers), hard: a.hard, running: map[string]bool{}, alerts: a.alerts}
-	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept}
+	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept,
+		buffered: func() int { return int(a.pipeline.waiting.Load()) }}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
 	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)

@@ -24,11 +24,22 @@ const (
 // are free slots (workers plus a small prefetch), each handed to accept.
 // A slot is given back by whoever ends the message's job.
 type intake struct {
-	src    queue.Source
-	slots  *semaphore.Weighted
-	batch  int
-	log    *slog.Logger
-	accept func(*queue.Message)
+	src   queue.Source
+	slots *semaphore.Weighted
+	batch int
+	// buffered is the number of received messages waiting for a worker.
+	buffered func() int
+	log      *slog.Logger
+	accept   func(*queue.Message)
+}
+
+// topUp takes free slots, without waiting, until n are held or the batch
+// is full.
+func (in *intake) topUp(n int64) int64 {
+	for n < int64(in.batch) && in.slots.TryAcquire(1) {
+		n++
+	}
+	return n
 }
 
 // run receives until ctx ends (a drain or a fast exit) or the source is
@@ -41,9 +52,18 @@ func (in *intake) run(ctx context.Context) {
 		if err := in.slots.Acquire(ctx, 1); err != nil {
 			return
 		}
-		n := int64(1)
-		for n < int64(in.batch) && in.slots.TryAcquire(1) {
-			n++
+		n := in.topUp(1)
+		// While received messages still wait for a worker, the workers
+		// have work: wait for more slots, so that one receive fetches a
+		// batch rather than each ended task costing a receive of one.
+		// Once nothing waits, receive what fits, so a worker idles for
+		// at most the receive.
+		for n < int64(in.batch) && in.buffered != nil && in.buffered() > 0 {
+			if err := in.slots.Acquire(ctx, 1); err != nil {
+				in.slots.Release(n)
+				return
+			}
+			n = in.topUp(n + 1)
 		}
 		msgs, err := in.src.Receive(ctx, int(n))
 		if extra := n - int64(len(msgs)); extra > 0 {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -93,6 +94,9 @@ type pipeline struct {
 	run     *semaphore.Weighted
 	// hard ends on a fast exit: running work is killed and released.
 	hard context.Context
+	// waiting counts received messages whose handler has not taken a
+	// worker slot yet (nor ended): the intake's prefetch in hand.
+	waiting atomic.Int64
 
 	handlers sync.WaitGroup
 
@@ -115,6 +119,7 @@ type pipeline struct {
 // handler ends, whether it waits for a worker or runs.
 func (p *pipeline) accept(m *queue.Message) {
 	p.outcomes.received()
+	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
@@ -140,6 +145,8 @@ func (p *pipeline) handle(j *job) {
 		p.receive.Release(1)
 	})
 	defer func() { j.freeSlots() }()
+	started := sync.OnceFunc(func() { p.waiting.Add(-1) })
+	defer started()
 
 	if p.routeAlert(j) {
 		return
@@ -153,6 +160,7 @@ func (p *pipeline) handle(j *job) {
 		return
 	}
 	haveRun = true
+	started()
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(p.hard))
 	defer cancelRun()
 	stop := context.AfterFunc(p.hard, cancelRun)

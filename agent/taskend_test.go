@@ -137,7 +137,7 @@ func (p *finishProbe) Finish(ctx context.Context, rec state.TaskRecord, x state.
 	err := p.Store.Finish(context.WithValue(ctx, finishCtxKey{}, n), rec, x)
 	var added []int64
 	for _, k := range p.keys {
-		info, ierr := p.peek.XInfoStream(context.Background(), k).Result()
+		info, ierr := p.peek.XInfoStream(ctx, k).Result()
 		if ierr != nil {
 			added = append(added, 0)
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -93,6 +94,9 @@ func (rp *reaper) finish(id string) error {
 func (rp *reaper) sweep(id string) int {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
+	if rp.onlyLeaders() {
+		return 0
+	}
 	self := os.Getpid()
 	left := 0
 	for _, p := range rp.tree() {
@@ -115,6 +119,62 @@ func (rp *reaper) sweep(id string) int {
 		left++
 	}
 	return left
+}
+
+// onlyLeaders reports whether every child of the agent is a leader the
+// runner waits for, so that no process of any run can be left: a run's
+// processes descend from its leader, and once the leader is gone they
+// are reparented to the agent (the subreaper), so any of them would show
+// as a child that is not a leader, or below one. It reads the agent's
+// own children lists (/proc/self/task/*/children), a few small files,
+// instead of every process on the machine, which sweep does at the end
+// of every run. false when it cannot tell (no subreaper, no children
+// lists, a thread gone meanwhile): then the whole tree is searched.
+// Called with mu held, so no leader starts meanwhile.
+func (rp *reaper) onlyLeaders() bool {
+	if rp.root != os.Getpid() {
+		return false
+	}
+	tids := threads()
+	if len(tids) == 0 {
+		return false
+	}
+	var buf [4096]byte
+	for _, tid := range tids {
+		fd, err := syscall.Open("/proc/self/task/"+tid+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return false
+		}
+		n, err := syscall.Read(fd, buf[:])
+		syscall.Close(fd)
+		if err != nil || n < 0 || n == len(buf) {
+			return false
+		}
+		for f := range bytes.FieldsSeq(buf[:n]) {
+			pid, err := strconv.Atoi(string(f))
+			if err != nil || !rp.leaders[pid] {
+				return false
+			}
+		}
+	}
+	// A thread that exited meanwhile hands its children to another,
+	// which may have been read before: then look again the long way.
+	return slices.Equal(tids, threads())
+}
+
+// threads lists the agent's thread ids, sorted; nil when unreadable.
+func threads() []string {
+	d, err := os.Open("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	tids, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil
+	}
+	slices.Sort(tids)
+	return tids
 }
 
 type proc struct {

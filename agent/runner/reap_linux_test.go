@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -192,5 +193,42 @@ func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {
 	}
 	if exists(orphan) {
 		t.Fatalf("run A's orphan %d survived it", orphan)
+	}
+}
+
+// TestOnlyLeaders: the shortcut that skips searching every process holds
+// only while each child of the agent is a leader the runner waits for;
+// any other child (an orphan reparented to the agent looks the same)
+// sends the sweep the long way. The leader is registered as start does.
+func TestOnlyLeaders(t *testing.T) {
+	procs.once.Do(procs.init)
+	if procs.root != os.Getpid() {
+		t.Skip("no subreaper here: the shortcut is off")
+	}
+	leader := exec.Command("/bin/sleep", "30")
+	if err := procs.start(leader); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = leader.Process.Kill()
+		_ = leader.Wait()
+		procs.exited(leader.Process.Pid)
+	}()
+	procs.mu.Lock()
+	got := procs.onlyLeaders()
+	procs.mu.Unlock()
+	if !got {
+		t.Fatal("onlyLeaders = false with only a registered leader as child")
+	}
+	other := exec.Command("/bin/sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	procs.mu.Lock()
+	got = procs.onlyLeaders()
+	procs.mu.Unlock()
+	if got {
+		t.Fatal("onlyLeaders = true with a child the runner did not start")
 	}
 }
