@@ -37,9 +37,12 @@ type reaper struct {
 	initErr error
 
 	// mu orders starting (and registering) a leader against a sweep, so a
-	// leader that exits at once is never taken for an orphan.
-	mu      sync.Mutex
-	leaders map[int]bool // pids os/exec will wait for
+	// leader that exits at once is never taken for an orphan: starts hold
+	// it shared, so that runs fork in parallel, a sweep exclusively.
+	mu sync.RWMutex
+	// leadersMu guards leaders, which starts write concurrently.
+	leadersMu sync.Mutex
+	leaders   map[int]bool // pids os/exec will wait for
 }
 
 func (rp *reaper) init() {
@@ -55,20 +58,22 @@ func (rp *reaper) init() {
 // start starts cmd and registers its leader in one step.
 func (rp *reaper) start(cmd *exec.Cmd) error {
 	rp.once.Do(rp.init)
-	rp.mu.Lock()
-	defer rp.mu.Unlock()
+	rp.mu.RLock()
+	defer rp.mu.RUnlock()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	rp.leadersMu.Lock()
 	rp.leaders[cmd.Process.Pid] = true
+	rp.leadersMu.Unlock()
 	return nil
 }
 
 // exited forgets a leader once os/exec has waited for it.
 func (rp *reaper) exited(pid int) {
-	rp.mu.Lock()
+	rp.leadersMu.Lock()
 	delete(rp.leaders, pid)
-	rp.mu.Unlock()
+	rp.leadersMu.Unlock()
 }
 
 // finish kills every remaining process of run id and returns once they are
@@ -94,6 +99,8 @@ func (rp *reaper) finish(id string) error {
 func (rp *reaper) sweep(id string) int {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
+	rp.leadersMu.Lock()
+	defer rp.leadersMu.Unlock()
 	if rp.onlyLeaders() {
 		return 0
 	}
@@ -109,6 +116,13 @@ func (rp *reaper) sweep(id string) int {
 			if wpid, err := unix.Wait4(p.pid, nil, unix.WNOHANG, nil); err == nil && wpid == p.pid {
 				continue
 			}
+		}
+		if p.unreadable && !p.zombie && p.ppid == self && p.pgid != rp.pgid {
+			// A diagnostic's orphan on its way out: SIGKILL took its
+			// memory, so its marker is gone, but it is not a zombie to
+			// reap yet. Look again until it is.
+			left++
+			continue
 		}
 		if p.run != id {
 			continue
@@ -130,7 +144,7 @@ func (rp *reaper) sweep(id string) int {
 // instead of every process on the machine, which sweep does at the end
 // of every run. false when it cannot tell (no subreaper, no children
 // lists, a thread gone meanwhile): then the whole tree is searched.
-// Called with mu held, so no leader starts meanwhile.
+// Called with mu and leadersMu held, so no leader starts meanwhile.
 func (rp *reaper) onlyLeaders() bool {
 	if rp.root != os.Getpid() {
 		return false
@@ -181,6 +195,7 @@ type proc struct {
 	pid, ppid, pgid int
 	zombie          bool
 	run             string // the RunIDVar of the process, or of its nearest marked ancestor
+	unreadable      bool   // its environment could not be read (or was empty)
 }
 
 // tree lists the processes below rp.root, parents before children, each
@@ -199,7 +214,7 @@ func (rp *reaper) tree() []proc {
 			if p.ppid != ppid {
 				continue
 			}
-			p.run = runMarker(p.pid)
+			p.run, p.unreadable = runMarker(p.pid)
 			if p.run == "" && p.ppid != rp.root {
 				p.run = runOf[p.ppid]
 			}
@@ -260,16 +275,18 @@ func readProcs() []proc {
 	return out
 }
 
-// runMarker returns the RunIDVar in pid's environment, or "".
-func runMarker(pid int) string {
+// runMarker returns the RunIDVar in pid's environment, or ""; unreadable
+// when the environment could not be read or was empty, as it reads once
+// the process's memory is gone (killed, exiting, not yet a zombie).
+func runMarker(pid int) (run string, unreadable bool) {
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return ""
+	if err != nil || len(env) == 0 {
+		return "", true
 	}
 	for kv := range bytes.SplitSeq(env, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(RunIDVar+"=")); ok {
-			return string(v)
+			return string(v), false
 		}
 	}
-	return ""
+	return "", false
 }

@@ -214,9 +214,14 @@ func TestOnlyLeaders(t *testing.T) {
 		_ = leader.Wait()
 		procs.exited(leader.Process.Pid)
 	}()
-	procs.mu.Lock()
-	got := procs.onlyLeaders()
-	procs.mu.Unlock()
+	onlyLeaders := func() bool {
+		procs.mu.Lock()
+		defer procs.mu.Unlock()
+		procs.leadersMu.Lock()
+		defer procs.leadersMu.Unlock()
+		return procs.onlyLeaders()
+	}
+	got := onlyLeaders()
 	if !got {
 		t.Fatal("onlyLeaders = false with only a registered leader as child")
 	}
@@ -225,9 +230,7 @@ func TestOnlyLeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	procs.mu.Lock()
-	got = procs.onlyLeaders()
-	procs.mu.Unlock()
+	got = onlyLeaders()
 	if got {
 		t.Fatal("onlyLeaders = true with a child the runner did not start")
 	}
