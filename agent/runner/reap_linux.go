@@ -97,13 +97,13 @@ func (rp *reaper) finish(id string) error {
 // (of any run) reparented to the agent, and returns how many processes of
 // run id are not yet gone.
 func (rp *reaper) sweep(id string) int {
+	if rp.nothingLeft(id) {
+		return 0
+	}
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	rp.leadersMu.Lock()
 	defer rp.leadersMu.Unlock()
-	if rp.onlyLeaders() {
-		return 0
-	}
 	self := os.Getpid()
 	left := 0
 	for _, p := range rp.tree() {
@@ -135,17 +135,19 @@ func (rp *reaper) sweep(id string) int {
 	return left
 }
 
-// onlyLeaders reports whether every child of the agent is a leader the
-// runner waits for, so that no process of any run can be left: a run's
-// processes descend from its leader, and once the leader is gone they
-// are reparented to the agent (the subreaper), so any of them would show
-// as a child that is not a leader, or below one. It reads the agent's
-// own children lists (/proc/self/task/*/children), a few small files,
-// instead of every process on the machine, which sweep does at the end
-// of every run. false when it cannot tell (no subreaper, no children
-// lists, a thread gone meanwhile): then the whole tree is searched.
-// Called with mu and leadersMu held, so no leader starts meanwhile.
-func (rp *reaper) onlyLeaders() bool {
+// nothingLeft reports whether run id can have left nothing behind and no
+// dead orphan waits to be reaped, from the agent's own children lists
+// (/proc/self/task/*/children), a few small files, instead of every
+// process on the machine, which the full sweep reads. A run's processes
+// descend from its leader and, once it is gone, are reparented to the
+// agent (the subreaper), so any of them would be a child of the agent, or
+// below one, carrying the run's marker (or, its memory gone, none that
+// can be read). A child that is a registered leader, or alive with
+// another run's marker or none (a leader forked but not yet registered),
+// is no concern of this sweep. false when it cannot tell (no subreaper,
+// no children lists, a thread gone meanwhile): then the full sweep runs.
+// It reaps and kills nothing, so it needs leadersMu only: starts go on.
+func (rp *reaper) nothingLeft(id string) bool {
 	if rp.root != os.Getpid() {
 		return false
 	}
@@ -166,7 +168,19 @@ func (rp *reaper) onlyLeaders() bool {
 		}
 		for f := range bytes.FieldsSeq(buf[:n]) {
 			pid, err := strconv.Atoi(string(f))
-			if err != nil || !rp.leaders[pid] {
+			if err != nil {
+				return false
+			}
+			rp.leadersMu.Lock()
+			leader := rp.leaders[pid]
+			rp.leadersMu.Unlock()
+			if leader {
+				continue
+			}
+			if zombie, ok := isZombie(pid); !ok || zombie {
+				return false
+			}
+			if run, unreadable := runMarker(pid); unreadable || run == id {
 				return false
 			}
 		}
@@ -174,6 +188,19 @@ func (rp *reaper) onlyLeaders() bool {
 	// A thread that exited meanwhile hands its children to another,
 	// which may have been read before: then look again the long way.
 	return slices.Equal(tids, threads())
+}
+
+// isZombie reads pid's state; ok is false when pid is gone or unreadable.
+func isZombie(pid int) (zombie, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false, false
+	}
+	return b[i+2] == 'Z', true
 }
 
 // threads lists the agent's thread ids, sorted; nil when unreadable.

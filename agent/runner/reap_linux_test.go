@@ -196,16 +196,18 @@ func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {
 	}
 }
 
-// TestOnlyLeaders: the shortcut that skips searching every process holds
-// only while each child of the agent is a leader the runner waits for;
-// any other child (an orphan reparented to the agent looks the same)
-// sends the sweep the long way. The leader is registered as start does.
-func TestOnlyLeaders(t *testing.T) {
+// TestNothingLeft: the shortcut that skips searching every process holds
+// while no child of the agent but the leaders carries the run's marker or
+// is a zombie to reap; a child with the run's marker (an orphan
+// reparented to the agent looks the same) sends the sweep the long way,
+// one with another run's marker does not.
+func TestNothingLeft(t *testing.T) {
 	procs.once.Do(procs.init)
 	if procs.root != os.Getpid() {
 		t.Skip("no subreaper here: the shortcut is off")
 	}
 	leader := exec.Command("/bin/sleep", "30")
+	leader.Env = []string{RunIDVar + "=mine"}
 	if err := procs.start(leader); err != nil {
 		t.Fatal(err)
 	}
@@ -214,24 +216,31 @@ func TestOnlyLeaders(t *testing.T) {
 		_ = leader.Wait()
 		procs.exited(leader.Process.Pid)
 	}()
-	onlyLeaders := func() bool {
-		procs.mu.Lock()
-		defer procs.mu.Unlock()
-		procs.leadersMu.Lock()
-		defer procs.leadersMu.Unlock()
-		return procs.onlyLeaders()
+	if !procs.nothingLeft("mine") {
+		t.Fatal("nothingLeft = false with only a registered leader as child")
 	}
-	got := onlyLeaders()
-	if !got {
-		t.Fatal("onlyLeaders = false with only a registered leader as child")
-	}
-	other := exec.Command("/bin/sleep", "30")
-	if err := other.Start(); err != nil {
+	orphan := exec.Command("/bin/sleep", "30")
+	orphan.Env = []string{RunIDVar + "=mine"}
+	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	got = onlyLeaders()
-	if got {
-		t.Fatal("onlyLeaders = true with a child the runner did not start")
+	defer func() { _ = orphan.Process.Kill(); _ = orphan.Wait() }()
+	// Until exec the child shows the test's environment: wait for the
+	// marker, as a sweep would see it.
+	deadline := time.Now().Add(reapTimeout)
+	for {
+		if run, _ := runMarker(orphan.Process.Pid); run == "mine" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child never showed its marker")
+		}
+		time.Sleep(reapPoll)
+	}
+	if procs.nothingLeft("mine") {
+		t.Fatal("nothingLeft = true with a child carrying the run's marker")
+	}
+	if !procs.nothingLeft("another") {
+		t.Fatal("nothingLeft = false for another run, with a child of this one alive")
 	}
 }
