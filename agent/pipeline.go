@@ -95,8 +95,10 @@ type pipeline struct {
 	// hard ends on a fast exit: running work is killed and released.
 	hard context.Context
 	// waiting counts received messages whose handler has not taken a
-	// worker slot yet (nor ended): the intake's prefetch in hand.
+	// worker slot yet (nor ended): the intake's prefetch in hand; idle is
+	// signalled (non-blocking) each time it drops to 0.
 	waiting atomic.Int64
+	idle    chan struct{}
 
 	handlers sync.WaitGroup
 
@@ -145,7 +147,14 @@ func (p *pipeline) handle(j *job) {
 		p.receive.Release(1)
 	})
 	defer func() { j.freeSlots() }()
-	started := sync.OnceFunc(func() { p.waiting.Add(-1) })
+	started := sync.OnceFunc(func() {
+		if p.waiting.Add(-1) == 0 {
+			select {
+			case p.idle <- struct{}{}:
+			default:
+			}
+		}
+	})
 	defer started()
 
 	if p.routeAlert(j) {

@@ -206,7 +206,7 @@ func TestNothingLeft(t *testing.T) {
 	if procs.root != os.Getpid() {
 		t.Skip("no subreaper here: the shortcut is off")
 	}
-	leader := exec.Command("/bin/sleep", "30")
+	leader := exec.CommandContext(t.Context(), "/bin/sleep", "30")
 	leader.Env = []string{RunIDVar + "=mine"}
 	if err := procs.start(leader); err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestNothingLeft(t *testing.T) {
 	if !procs.nothingLeft("mine") {
 		t.Fatal("nothingLeft = false with only a registered leader as child")
 	}
-	orphan := exec.Command("/bin/sleep", "30")
+	orphan := exec.CommandContext(t.Context(), "/bin/sleep", "30")
 	orphan.Env = []string{RunIDVar + "=mine"}
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
