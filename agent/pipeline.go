@@ -295,9 +295,13 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		return true
 	case dec.OnExceed == limiter.OnExceedDefer:
 		// A concurrency denial defers by default: its retry_after is when
-		// the earliest holder's lease ends, by which time the slot is free.
+		// the earliest holder's lease ends, by which time the slot is free
+		// (see concurrencyDelay for when the message comes back).
 		p.releaseLease(j)
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
+		if dec.Reason == limiter.ReasonConcurrency {
+			delay = concurrencyDelay(delay, p.catalog[t.Diagnostic].WithDefaults().Timeout)
+		}
 		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
 		if s := shadowSummary(&dec); s != "" {
 			fields["shadow"] = s
@@ -614,6 +618,21 @@ func retryDelay(receiveCount int) time.Duration {
 		d = min(retryBase<<n, retryMax)
 	}
 	return d - rand.N(d/2+1)
+}
+
+// concurrencyDelay is how long a message denied by a concurrency cap
+// waits: the holder's lease (retryAfter) bounds when its slot is free at
+// the latest, but a holder usually ends far sooner, and a run of the
+// denied diagnostic ends within its timeout, so the message comes back
+// after at most that, with jitter over the upper half so that messages
+// denied together do not come back together; at least a second.
+func concurrencyDelay(retryAfter, runTimeout time.Duration) time.Duration {
+	d := retryAfter
+	if runTimeout > 0 && runTimeout < d {
+		d = runTimeout
+	}
+	d = d/2 + rand.N(d/2+1)
+	return max(d, time.Second)
 }
 
 // stateUnreachable reports whether err means the store did not answer
