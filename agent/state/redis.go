@@ -65,7 +65,8 @@ type RedisOptions struct {
 // Keys, with P the prefix:
 //
 //	P task:{ID}       hash: rec (TaskRecord JSON), status, owner, attempts,
-//	                  lease_until (unix ms). TTL: RecordTTL after the task
+//	                  lease_until (unix ms), finish (FinishExtras.ID of the
+//	                  finish that wrote it), report. TTL: RecordTTL after the task
 //	                  ends; while running max(RecordTTL, 4×lease), refreshed on
 //	                  claim and renew.
 //	P lease:{ID}      string owner, SET PX lease: the execution lease.
