@@ -85,6 +85,9 @@ type Deps struct {
 	Actor   *lifecycle.Actor
 	// CloudWatch publishes DrainSeconds and LimiterDegraded; nil = off.
 	CloudWatch cloudWatchAPI
+	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
+	// results.s3.bucket is set.
+	S3 s3API
 	// ASGName is the dimension of the CloudWatch metrics.
 	ASGName string
 	// ResolveASG learns the instance's group for the CloudWatch metrics
@@ -204,7 +207,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 			asg = cfg.Lifecycle.ASGName
 		}
 		a.publisher = &publisher{api: d.CloudWatch, namespace: cfg.CloudWatch.Namespace, asg: asg,
-			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), limiter: d.Limiter, clock: d.Clock, log: log}
+			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), instanceID: d.InstanceID,
+			limiter: d.Limiter, clock: d.Clock, log: log}
 	}
 	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
 		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,

@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/queue"
@@ -249,6 +251,26 @@ type Intake struct {
 	draining chan struct{}
 }
 
+// AdminHandler is the standalone intake's admin API, served on
+// admin_addr like the agent's: GET /metrics (the alert counters, Go and
+// process metrics), GET /healthz, and GET /readyz (503 once draining).
+func (in *Intake) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(in.Registry, promhttp.HandlerOpts{Registry: in.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-in.draining:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		default:
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		}
+	})
+	return mux
+}
+
 // StartDrain makes the intake answer 503 from now on.
 func (in *Intake) StartDrain() {
 	select {
@@ -274,6 +296,7 @@ func OpenIntake(ctx context.Context, cfg Config, o OpenOptions, getenv func(stri
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in := &Intake{Registry: reg, draining: make(chan struct{})}
 	log := orDiscard(o.Logger)
 	h, err := NewIntakeHandler(cfg, IntakeOptions{Getenv: getenv, Sender: NewSQSSender(sqs.NewFromConfig(awsCfg), cfg.Queue.URL),

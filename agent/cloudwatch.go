@@ -41,7 +41,11 @@ const (
 
 // publisher puts the agent's two CloudWatch metrics, with the
 // AutoScalingGroupName dimension: DrainSeconds while a drain and its
-// completion last, and LimiterDegraded while running.
+// completion last, and LimiterDegraded while running. An agent that can
+// never know its group (no lifecycle.asg_name, no resolver: the signal
+// source alone) publishes LimiterDegraded with the InstanceId dimension
+// instead, since a host outside any group degrades like one inside;
+// DrainSeconds watches a lifecycle action, which such an agent has none of.
 type publisher struct {
 	api       cloudWatchAPI
 	namespace string
@@ -49,9 +53,12 @@ type publisher struct {
 	every time.Duration
 	// resolve learns the group when asg is empty; nil = it cannot be.
 	resolve groupResolver
-	limiter degradedCounter
-	clock   Clock
-	log     *slog.Logger
+	// instanceID is LimiterDegraded's dimension when the group cannot be
+	// known; "" = not published then.
+	instanceID string
+	limiter    degradedCounter
+	clock      Clock
+	log        *slog.Logger
 
 	mu sync.Mutex
 	// asg is the group of this instance, "" until known.
@@ -105,6 +112,12 @@ func (p *publisher) groupUnknown() string {
 // fleet deciding without Redis.
 func (p *publisher) limiterDegraded(ctx context.Context) {
 	last := p.limiter.DegradedTotal()
+	// Without a resolver, group is the configured name and asks nobody.
+	perInstance := p.resolve == nil && p.instanceID != "" && p.group(ctx) == ""
+	if perInstance {
+		p.log.Info("LimiterDegraded is published per instance", "dimension", dimInstanceID, "instance_id", p.instanceID,
+			"detail", "no Auto Scaling group is known (lifecycle.asg_name unset, only the signal source); set lifecycle.asg_name for the group's alarm")
+	}
 	t := time.NewTicker(p.interval())
 	defer t.Stop()
 	for {
@@ -113,18 +126,32 @@ func (p *publisher) limiterDegraded(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		asg := p.group(ctx)
-		if asg == "" {
-			if ctx.Err() == nil {
-				p.failed(metricLimiterDegraded, p.groupUnknown(), nil)
+		dim := cwtypes.Dimension{Name: aws.String(dimInstanceID), Value: aws.String(p.instanceID)}
+		if !perInstance {
+			asg := p.group(ctx)
+			if asg == "" {
+				if ctx.Err() == nil {
+					p.failed(metricLimiterDegraded, p.groupUnknown(), nil)
+				}
+				continue
 			}
-			continue
+			dim = groupDimension(asg)
 		}
 		now := p.limiter.DegradedTotal()
 		delta := now - last
 		last = now
-		p.publish(ctx, metricLimiterDegraded, cwtypes.StandardUnitCount, delta, asg)
+		p.publish(ctx, metricLimiterDegraded, cwtypes.StandardUnitCount, delta, dim)
 	}
+}
+
+// Dimensions of the CloudWatch metrics.
+const (
+	dimGroup      = "AutoScalingGroupName"
+	dimInstanceID = "InstanceId"
+)
+
+func groupDimension(asg string) cwtypes.Dimension {
+	return cwtypes.Dimension{Name: aws.String(dimGroup), Value: aws.String(asg)}
 }
 
 // drainSeconds puts DrainSeconds at once and every interval until ctx
@@ -147,7 +174,7 @@ func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGro
 		case asg == "":
 			p.failed(metricDrainSeconds, p.groupUnknown(), nil)
 		default:
-			p.publish(pctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), asg)
+			p.publish(pctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), groupDimension(asg))
 		}
 		select {
 		case <-ctx.Done():
@@ -159,8 +186,8 @@ func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGro
 }
 
 // publish puts one datum and logs the first failure of a run of them.
-func (p *publisher) publish(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, asg string) {
-	err := p.put(ctx, name, unit, value, asg)
+func (p *publisher) publish(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, dim cwtypes.Dimension) {
+	err := p.put(ctx, name, unit, value, dim)
 	switch {
 	case err == nil:
 		p.mu.Lock()
@@ -196,14 +223,14 @@ func (p *publisher) failed(name, why string, err error) {
 }
 
 // put publishes one datum.
-func (p *publisher) put(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, asg string) error {
+func (p *publisher) put(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, dim cwtypes.Dimension) error {
 	pctx, cancel := context.WithTimeout(ctx, putMetricTimeout)
 	defer cancel()
 	_, err := p.api.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{
 		Namespace: aws.String(p.namespace),
 		MetricData: []cwtypes.MetricDatum{{
 			MetricName: aws.String(name),
-			Dimensions: []cwtypes.Dimension{{Name: aws.String("AutoScalingGroupName"), Value: aws.String(asg)}},
+			Dimensions: []cwtypes.Dimension{dim},
 			Unit:       unit,
 			Value:      aws.Float64(value),
 		}},

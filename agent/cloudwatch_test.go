@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -116,4 +117,75 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s not registered", name)
 	return 0
+}
+
+// TestPublisherLimiterDegradedPerInstance: an agent that can never learn
+// its Auto Scaling group (no lifecycle.asg_name, no resolver) publishes
+// LimiterDegraded with the InstanceId dimension, says so once, and still
+// publishes no DrainSeconds (there is no lifecycle action to watch). With a
+// resolver the group stays the dimension, so a group that Auto Scaling is
+// slow to name does not split the metric across two dimensions.
+func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
+	t.Parallel()
+	const instance = "i-0123456789abcdef0"
+	for _, tc := range []struct {
+		name    string
+		resolve groupResolver
+		want    string // the dimension's name; "" = nothing published
+	}{
+		{"no way to learn the group", nil, "InstanceId"},
+		{"group not resolved yet", func(context.Context) (string, error) { return "", errors.New("throttled") }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cw := &fakeCloudWatch{}
+				lim := &degradedStub{n: 7}
+				logs := &syncBuffer{}
+				p := &publisher{api: cw, namespace: "autodiag", instanceID: instance, resolve: tc.resolve, limiter: lim,
+					clock: wallClock{}, log: slog.New(slog.NewJSONHandler(logs, nil))}
+				ctx, cancel := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				wg.Go(func() { p.limiterDegraded(ctx) })
+				wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+				synctest.Wait()
+				lim.add(4)
+				time.Sleep(publishEvery + time.Second)
+				time.Sleep(publishEvery)
+				cancel()
+				wg.Wait()
+
+				cw.mu.Lock()
+				defer cw.mu.Unlock()
+				if tc.want == "" {
+					if len(cw.puts) != 0 {
+						t.Fatalf("%d puts, want none while the group is unknown", len(cw.puts))
+					}
+					if n := len(logs.lines("LimiterDegraded is published per instance")); n != 0 {
+						t.Fatalf("per-instance line logged with a resolver")
+					}
+					return
+				}
+				var got []float64
+				for _, in := range cw.puts {
+					d := in.MetricData[0]
+					if aws.ToString(d.MetricName) != metricLimiterDegraded {
+						t.Fatalf("%s published; only LimiterDegraded can be without a group", aws.ToString(d.MetricName))
+					}
+					if len(d.Dimensions) != 1 || aws.ToString(d.Dimensions[0].Name) != tc.want || aws.ToString(d.Dimensions[0].Value) != instance {
+						t.Fatalf("dimensions %+v, want %s=%s", d.Dimensions, tc.want, instance)
+					}
+					got = append(got, aws.ToFloat64(d.Value))
+				}
+				if len(got) != 2 || got[0] != 4 || got[1] != 0 {
+					t.Fatalf("LimiterDegraded per period = %v, want [4 0]", got)
+				}
+				if n := len(logs.lines("LimiterDegraded is published per instance")); n != 1 {
+					t.Fatalf("%d per-instance lines, want 1", n)
+				}
+				if lines := logs.lines("CloudWatch metric not published"); len(lines) != 1 || lines[0]["metric"] != metricDrainSeconds {
+					t.Fatalf("warnings %v, want one, for DrainSeconds", lines)
+				}
+			})
+		})
+	}
 }

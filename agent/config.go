@@ -55,13 +55,17 @@ type Config struct {
 	// alert is ignored (no_route).
 	Routes alert.Routes `yaml:"routes"`
 	// Results says what happens to a diagnostic's output once it ran
-	// (redaction); each diagnostic's max_output bounds what is kept.
+	// (redaction, the upload to S3); each diagnostic's max_output bounds
+	// what the record keeps.
 	Results ResultsConfig `yaml:"results"`
 	// Notify lists the sinks told about task outcomes and drains; empty
 	// = no notifications.
 	Notify []notify.SinkConfig `yaml:"notify"`
 	// NotifyMaxAge gives up an event not delivered by then (default 24h).
 	NotifyMaxAge time.Duration `yaml:"notify_max_age"`
+	// NotifyClaimIdle is how long an outbox entry stays with the agent
+	// that claimed it before another may take it over (default 2m).
+	NotifyClaimIdle time.Duration `yaml:"notify_claim_idle"`
 	// Report is the root-cause report of finished tasks; off by default.
 	Report report.Config `yaml:"report"`
 }
@@ -70,6 +74,8 @@ type Config struct {
 // (results.redact, results.redact_defaults) are the redact package's.
 type ResultsConfig struct {
 	Redact redact.Config `yaml:",inline"`
+	// S3 is where the whole output goes (results.s3); off by default.
+	S3 S3Config `yaml:"s3"`
 }
 
 // LimiterConfig is the `limiter:` section: the limiter's settings and,
@@ -207,7 +213,9 @@ func DefaultConfig() Config {
 		Limiter:          lim,
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
 		CloudWatch:       CloudWatchConfig{Namespace: DefaultNamespace},
+		Results:          ResultsConfig{S3: DefaultS3Config()},
 		NotifyMaxAge:     notify.DefaultMaxAge,
+		NotifyClaimIdle:  notify.DefaultClaimIdle,
 		Report:           report.DefaultConfig(),
 	}
 }
@@ -333,8 +341,13 @@ func (c Config) Validate() error {
 	p.adopt("routes", c.Routes.Validate())
 	p.adopt("routes", c.routesInCatalog())
 	p.adopt("results", c.Results.Redact.Validate())
+	p.adopt("results.s3", c.Results.S3.Validate())
+	if c.Results.S3.Enabled() && c.Drain.Timeout > 0 && c.Results.S3.Timeout >= c.Drain.Timeout {
+		p.addf("results.s3.timeout", "%s must be below lifecycle.drain_timeout %s: an upload runs inside the drain", c.Results.S3.Timeout, c.Drain.Timeout)
+	}
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
+	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("report", c.Report.Validate())
 	return p.err()
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	inflight      prometheus.Gauge
 	drainState    prometheus.Gauge
 	drainDuration prometheus.Gauge
+	drainDeadline prometheus.Gauge
 	redisUp       prometheus.Gauge
 	stateDegraded *prometheus.CounterVec
 }
@@ -65,6 +66,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "autodiag_drain_duration_seconds",
 			Help: "Seconds since the drain started while draining; the drain's total once drained.",
 		}),
+		drainDeadline: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_drain_deadline_timestamp_seconds",
+			Help: "Unix time of the drain's deadline (lifecycle.drain_timeout after its start, or earlier when the trigger says so); 0 before a drain.",
+		}),
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "autodiag_redis_up",
 			Help: "1 when the state store answered its last ping (always 1 for in-memory state).",
@@ -78,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.stateDegraded.WithLabelValues(op)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.redisUp, m.stateDegraded)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded)
 	}
 	return m
 }

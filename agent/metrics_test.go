@@ -50,3 +50,34 @@ func TestMetricNamesLint(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainDeadlineGauge: autodiag_drain_deadline_timestamp_seconds is 0
+// before a drain and, once draining, the drain's own deadline (start +
+// lifecycle.drain_timeout), which the Prometheus rule AutodiagDrainStuck
+// compares with time().
+func TestDrainDeadlineGauge(t *testing.T) {
+	t.Parallel()
+	ta := startAgent(t, testConfig)
+	if got := testutil.ToFloat64(ta.m.drainDeadline); got != 0 {
+		t.Fatalf("deadline before a drain = %v, want 0", got)
+	}
+	ta.post(t, `{"id":"d-1","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"30"}}`)
+	waitFor(t, "running", func() bool { return ta.Status().Inflight == 1 })
+	if !ta.Drain("test", "deadline gauge") {
+		t.Fatal("Drain returned false")
+	}
+	d := ta.Status().Drain
+	if d == nil {
+		t.Fatal("no drain block while draining")
+	}
+	if got, want := testutil.ToFloat64(ta.m.drainState), 1.0; got != want {
+		t.Fatalf("drain state = %v, want %v", got, want)
+	}
+	got := testutil.ToFloat64(ta.m.drainDeadline)
+	if want := float64(d.Deadline.UnixNano()) / 1e9; got != want {
+		t.Fatalf("deadline gauge = %v, want the drain's deadline %v (%s)", got, want, d.Deadline)
+	}
+	if budget := d.Deadline.Sub(d.StartedAt); budget != ta.cfg.Drain.Timeout {
+		t.Fatalf("deadline - start = %s, want lifecycle.drain_timeout %s", budget, ta.cfg.Drain.Timeout)
+	}
+}

@@ -87,6 +87,7 @@ type pipeline struct {
 	redactor     *redact.Redactor
 	notifier     *notifier // nil = no sinks
 	reports      *reports  // nil = reports off
+	uploader     *uploader // nil = results.s3 off
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -364,6 +365,7 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	rec.FinishedAt = p.clock.Now()
+	p.uploader.keep(&rec, &res, p.catalog[t.Diagnostic])
 	p.outcomes.m.duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {

@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -72,7 +74,7 @@ func NewReporter(cfg Config, parts *ReportParts, sink report.Sink, red report.Re
 		return nil, fmt.Errorf("agent: report.limits: %w", err)
 	}
 	r, err := report.New(report.Options{Config: cfg.Report, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
-		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log.With("component", "report"),
+		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log,
 		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second)})
 	if err != nil {
 		return nil, fmt.Errorf("agent: report: %w", err)
@@ -103,6 +105,42 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
 		return nil
 	}
+}
+
+// OutboxReportSink is ReportSink for a process that delivers no
+// notification itself (`autodiag report`): the `report` event is written
+// to ob for each sink of cfg.Notify that wants it, and the fleet's agents
+// deliver it, as they do every entry of the outbox. It reads no sink URL
+// or secret: an entry names its sink, and the agent that claims it holds
+// the rest. No sinks configured, or no ob: the record only.
+func OutboxReportSink(cfg Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger) (report.SinkFunc, error) {
+	if len(cfg.Notify) == 0 || ob == nil {
+		return ReportSink(store, nil), nil
+	}
+	sinks := make([]notify.Sink, len(cfg.Notify))
+	for i, c := range cfg.Notify {
+		sinks[i] = addressedSink{c}
+	}
+	d, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: instanceID, StoreTimeout: cfg.Redis.Timeout,
+		Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("agent: notify: %w", err)
+	}
+	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: wallClock{},
+		log: log.With("component", "notify")}
+	return ReportSink(store, n), nil
+}
+
+// addressedSink is a configured sink as the writer of an outbox entry
+// sees it: its name and the events it wants. It never sends: the
+// dispatcher that owns it only enqueues.
+type addressedSink struct{ c notify.SinkConfig }
+
+func (s addressedSink) Name() string                  { return s.c.Name }
+func (s addressedSink) Wants(t notify.EventType) bool { return slices.Contains(s.c.On, t) }
+func (s addressedSink) Timeout() time.Duration        { return s.c.EffectiveTimeout() }
+func (s addressedSink) Send(context.Context, notify.Delivery) error {
+	return errors.New("notify: sink " + s.c.Name + " is delivered by the agents, not by this process")
 }
 
 // EvidenceOf is the evidence of a finished task's record: argv from the

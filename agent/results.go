@@ -84,7 +84,7 @@ func NewTaskView(rec state.TaskRecord) TaskView {
 	v := TaskView{ID: rec.ID, Host: rec.Host, Diagnostic: rec.Diagnostic, Params: rec.Params, Severity: rec.Severity,
 		Status: rec.Status, Outcome: rec.Outcome, Reason: rec.Reason, Attempts: rec.Attempts, Owner: rec.Owner,
 		ReceivedAt: timePtr(rec.ReceivedAt), StartedAt: timePtr(rec.StartedAt), FinishedAt: timePtr(rec.FinishedAt),
-		Output: rec.Output, Truncated: rec.Truncated, OutputURL: rec.OutputURL, Limiter: rec.Limiter, Report: rec.Report}
+		Output: rec.Output, Truncated: rec.Truncated, OutputURL: rec.OutputURL, OutputUpload: rec.OutputUpload, Limiter: rec.Limiter, Report: rec.Report}
 	if rec.Alert != nil {
 		v.Alert = &notify.Alert{Source: rec.Alert.Source, Name: rec.Alert.Name, EventID: rec.Alert.EventID}
 	}
@@ -162,6 +162,9 @@ func (a *Agent) wireResults() error {
 		return fmt.Errorf("agent: results.redact: %w", err)
 	}
 	a.pipeline.redactor = red
+	if err := a.wireUpload(); err != nil {
+		return err
+	}
 	if len(a.cfg.Notify) == 0 {
 		return nil
 	}
@@ -171,7 +174,7 @@ func (a *Agent) wireResults() error {
 	}
 	ob := a.d.Outbox
 	if ob == nil {
-		ob = notify.NewMemoryOutbox(notify.MemoryOptions{})
+		ob = notify.NewMemoryOutbox(notify.MemoryOptions{ClaimIdle: a.cfg.NotifyClaimIdle})
 	}
 	disp, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: a.d.InstanceID, MaxAge: a.cfg.NotifyMaxAge,
 		StoreTimeout: a.cfg.Redis.Timeout, Clock: a.d.Clock.Now, Logger: a.log, Registerer: a.d.Registry})

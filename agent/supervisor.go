@@ -87,8 +87,12 @@ func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 	if !s.drain.Start(tr) {
 		return false
 	}
+	deadline := s.drain.Progress().Deadline
+	// The deadline before the state: a scrape between the two sees a
+	// drain with its deadline, never one whose deadline reads 0.
+	s.m.drainDeadline.Set(float64(deadline.UnixNano()) / 1e9)
 	s.m.drainState.Set(1)
-	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", s.drain.Progress().Deadline)
+	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", deadline)
 	s.notifier.drainStarted(s.drain.Progress())
 	s.reports.drainStarted()
 	return true

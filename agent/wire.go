@@ -62,7 +62,7 @@ func (c Config) hasRedis() bool {
 func (c Config) needsAWS() bool {
 	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) ||
 		c.Lifecycle.LaunchHookName != "" || c.CloudWatch.Enabled || c.Redis.URLSecret != "" ||
-		(c.Report.Enabled && c.Report.Provider == report.ProviderBedrock)
+		(c.Report.Enabled && c.Report.Provider == report.ProviderBedrock) || c.Results.S3.Enabled()
 }
 
 // NeedsEC2InstanceID reports whether cfg's lifecycle sources match notices
@@ -283,7 +283,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		closers = append(closers, func() { _ = rc.Close() })
 		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
 		backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
-		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
+		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle})
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if perr := rc.Ping(pctx).Err(); perr != nil {
 			log.Warn("redis not answering at start; limiter rules apply their fail mode until it does", "err", perr)
@@ -329,6 +329,9 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}
 	if cfg.CloudWatch.Enabled {
 		d.CloudWatch = cloudwatch.NewFromConfig(awsCfg)
+	}
+	if cfg.Results.S3.Enabled() {
+		d.S3 = NewS3Client(awsCfg, cfg.Results.S3)
 	}
 	if cfg.Report.Enabled {
 		if d.Reports, err = OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {

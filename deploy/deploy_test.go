@@ -907,7 +907,9 @@ func grants(t *testing.T, sts []statement, docs ...string) []string {
 //     that service when the secret has a customer managed key;
 //   - SSE-KMS queues: GenerateDataKey (send) and Decrypt (receive) through SQS;
 //   - report.provider bedrock: InvokeModel (Converse) on the model, and
-//     ApplyGuardrail on report.guardrail.
+//     ApplyGuardrail on report.guardrail;
+//   - results.s3: PutObject under the bucket's prefix, and GenerateDataKey
+//     through S3 with sse aws:kms.
 func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 	const (
 		tasks     = "aws_sqs_queue.tasks.arn"
@@ -942,6 +944,8 @@ func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 		"kms:Decrypt on " + queueKey + viaKMS,
 		"bedrock:InvokeModel on var.report_model_arn",
 		"bedrock:ApplyGuardrail on var.report_guardrail_arn",
+		"s3:PutObject on local.results_objects_arn",
+		"kms:GenerateDataKey on var.results_kms_key_arn" + viaKMS,
 	}
 	slices.Sort(want)
 	got := grants(t, policyStatements(loadDir(t, moduleDir)), "agent", "agent_lifecycle_queue")

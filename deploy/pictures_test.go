@@ -3,23 +3,24 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent"
-	"github.com/autodiag/autodiag/agent/notify"
-	"github.com/autodiag/autodiag/agent/redact"
 )
 
 // The operators' pictures: a Grafana dashboard and Prometheus rules whose
@@ -248,10 +249,12 @@ func describedNames(t *testing.T, reg *prometheus.Registry) map[string]bool {
 
 // openAgent opens an agent the way `autodiag run` does, with every
 // optional metric family switched on: an sqs lifecycle source (the
-// lifecycle counters exist only with one). Open makes no network call for
-// this config: the instance id is given, Redis is not configured (the
-// in-memory store still registers autodiag_redis_up) and AWS clients
-// connect on first use.
+// lifecycle counters exist only with one), a notification sink (the
+// dispatcher's metrics) and root-cause reports (the report metrics). Open
+// makes no network call for this config: the instance id is given, Redis
+// is not configured (the in-memory store still registers
+// autodiag_redis_up), the sink is called only when there is something to
+// say and AWS clients connect on first use.
 func openAgent(t *testing.T) *agent.Agent {
 	t.Helper()
 	t.Setenv("AWS_REGION", "us-east-1")
@@ -265,6 +268,17 @@ lifecycle:
   queue_url: https://sqs.us-east-1.amazonaws.com/123456789012/autodiag-lifecycle
   hook_name: autodiag-drain
   asg_name: fleet
+notify:
+  - name: incident-api
+    type: webhook
+    url: https://hooks.example.com/autodiag
+    on: [failed, report, drain_failed]
+report:
+  enabled: true
+  provider: bedrock
+  model: amazon.nova-lite-v1:0
+results:
+  s3: {bucket: diag-out, prefix: autodiag}
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -277,23 +291,6 @@ lifecycle:
 	}
 	t.Cleanup(closeAgent)
 	return a
-}
-
-// unwiredNames are the metric families of packages agent.Open does not
-// build yet (notifications, redaction), registered by their own
-// constructors. A reference to one of them is accepted, with a log line,
-// until the agent registers it itself.
-func unwiredNames(t *testing.T) map[string]bool {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	if _, err := notify.NewDispatcher(notify.NewMemoryOutbox(notify.MemoryOptions{}), nil,
-		notify.Options{InstanceID: "i-0123456789abcdef0", Registerer: reg}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redact.New(nil, reg); err != nil {
-		t.Fatal(err)
-	}
-	return describedNames(t, reg)
 }
 
 // TestPicturesReferenceRegisteredMetrics fails when the dashboard or the
@@ -311,14 +308,15 @@ func TestPicturesReferenceRegisteredMetrics(t *testing.T) {
 			t.Fatalf("%s: described %v, served by /metrics: %q", name, registered[name], rec.Body.String())
 		}
 	}
-	// A sanity check on the descriptor parsing: an empty set would make
-	// every reference look missing for the wrong reason.
-	for _, must := range []string{"autodiag_tasks_received_total", "autodiag_lifecycle_completions_total", "autodiag_limiter_decisions_total"} {
+	// A sanity check on the descriptor parsing and on the features the
+	// config switches on: an empty set would make every reference look
+	// missing for the wrong reason.
+	for _, must := range []string{"autodiag_tasks_received_total", "autodiag_lifecycle_completions_total", "autodiag_limiter_decisions_total",
+		"autodiag_notifications_total", "autodiag_reports_total", "autodiag_redactions_total", "autodiag_alerts_total"} {
 		if !registered[must] {
 			t.Fatalf("agent registry lacks %s; described: %v", must, slices.Sorted(maps.Keys(registered)))
 		}
 	}
-	unwired := unwiredNames(t)
 
 	rules, recorded := ruleQueries(loadRules(t))
 	queries := append(dashboardQueries(t, loadDashboard(t)), rules...)
@@ -337,11 +335,6 @@ func TestPicturesReferenceRegisteredMetrics(t *testing.T) {
 				return true, ""
 			}
 		}
-		for _, c := range cands {
-			if unwired[c] {
-				return true, "registered by agent/notify or agent/redact, which agent.Open does not wire yet"
-			}
-		}
 		return false, "not registered by the agent"
 	}
 
@@ -358,12 +351,8 @@ func TestPicturesReferenceRegisteredMetrics(t *testing.T) {
 				t.Errorf("%s: selector %s names no metric", q.where, s)
 				continue
 			}
-			ok, note := known(name)
-			switch {
-			case !ok:
+			if ok, note := known(name); !ok {
 				t.Errorf("%s: %s is %s", q.where, name, note)
-			case note != "" && !referenced[name]:
-				t.Logf("%s: %s", name, note)
 			}
 			referenced[name] = true
 		}
@@ -453,4 +442,127 @@ func filtered(s *parser.VectorSelector, label, value string) bool {
 		}
 	}
 	return false
+}
+
+// drainStuckMargin reads AutodiagDrainStuck's expression: it must compare
+// time() with the agent's exported deadline, `time() -
+// autodiag_drain_deadline_timestamp_seconds > N`, for agents still
+// draining, and not with a fixed drain duration that holds for one
+// drain_timeout only. It returns N.
+func drainStuckMargin(expr string) (time.Duration, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return 0, err
+	}
+	margin := time.Duration(-1)
+	names := map[string]bool{}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			names[metricName(n)] = true
+		case *parser.BinaryExpr:
+			lhs, ok := n.LHS.(*parser.BinaryExpr)
+			num, isNum := n.RHS.(*parser.NumberLiteral)
+			if n.Op != parser.GTR || !ok || !isNum || lhs.Op != parser.SUB {
+				return nil
+			}
+			call, isCall := lhs.LHS.(*parser.Call)
+			sel, isSel := lhs.RHS.(*parser.VectorSelector)
+			if isCall && call.Func.Name == "time" && isSel && metricName(sel) == "autodiag_drain_deadline_timestamp_seconds" {
+				margin = time.Duration(num.Val * float64(time.Second))
+			}
+		}
+		return nil
+	})
+	switch {
+	case names["autodiag_drain_duration_seconds"]:
+		return 0, errors.New("compares autodiag_drain_duration_seconds with a fixed threshold, right for one drain_timeout only")
+	case margin < 0:
+		return 0, errors.New("has no `time() - autodiag_drain_deadline_timestamp_seconds > N`")
+	case !names["autodiag_drain_state"]:
+		return 0, errors.New("does not require autodiag_drain_state (still draining): a drained agent keeps its deadline")
+	}
+	return margin, nil
+}
+
+// TestDrainStuckRuleFollowsTheDeadline: AutodiagDrainStuck fires past each
+// agent's own deadline, with a margin longer than the drain's cancel grace
+// (read from the drain package), so a healthy drain that used its whole
+// budget and cancelled its work does not page.
+func TestDrainStuckRuleFollowsTheDeadline(t *testing.T) {
+	grace := goDuration(t, filepath.Join("..", "drain"), "CancelGrace")
+	var found bool
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "AutodiagDrainStuck" {
+				continue
+			}
+			found = true
+			margin, err := drainStuckMargin(r.Expr)
+			if err != nil {
+				t.Fatalf("AutodiagDrainStuck %v:\n%s", err, r.Expr)
+			}
+			if margin <= grace {
+				t.Errorf("AutodiagDrainStuck fires %s past the deadline, not past the cancel grace %s: every drain that uses its budget pages", margin, grace)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no alert AutodiagDrainStuck")
+	}
+}
+
+func TestRejectsDrainStuckRulesWithoutTheDeadline(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{"autodiag_drain_duration_seconds > 660 and on (job, instance) autodiag_drain_state == 1", "fixed threshold"},
+		{"time() - autodiag_drain_deadline_timestamp_seconds > 60", "still draining"},
+		{"autodiag_drain_deadline_timestamp_seconds < time() and on (job, instance) autodiag_drain_state == 1", "no `time()"},
+	} {
+		if _, err := drainStuckMargin(tc.expr); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.expr, err, tc.want)
+		}
+	}
+}
+
+// notCharted are the agent's metrics the dashboard leaves out on purpose,
+// with the reason; every other autodiag_* family the agent registers has a
+// panel.
+var notCharted = map[string]string{}
+
+// TestDashboardChartsEveryAgentMetric fails when the agent registers an
+// autodiag_* family no dashboard panel queries, so a metric added for
+// operators does not stay invisible to them.
+func TestDashboardChartsEveryAgentMetric(t *testing.T) {
+	registered := describedNames(t, openAgent(t).Registry())
+	charted := map[string]bool{}
+	for _, q := range dashboardQueries(t, loadDashboard(t)) {
+		sels, err := selectors(q.expr)
+		if err != nil {
+			continue // reported by TestPicturesReferenceRegisteredMetrics
+		}
+		for _, s := range sels {
+			name := metricName(s)
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, found := strings.CutSuffix(name, suffix); found && registered[base] {
+					name = base
+				}
+			}
+			charted[name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(registered)) {
+		if !strings.HasPrefix(name, "autodiag_") || charted[name] {
+			continue
+		}
+		if why, ok := notCharted[name]; ok {
+			t.Logf("%s not charted: %s", name, why)
+			continue
+		}
+		t.Errorf("%s is registered by the agent but no panel of %s queries it", name, dashboardPath)
+	}
+	for name := range notCharted {
+		if charted[name] {
+			t.Errorf("%s is charted; remove it from notCharted", name)
+		}
+	}
 }

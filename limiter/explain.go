@@ -123,14 +123,32 @@ func (l *Limiter) Explain(now time.Time) []RuleExplanation {
 				e.Burst, first = le.Burst, le.Kind
 			}
 		}
-		if e.Burst < 0 {
-			e.DenialsStart = "never (no limits)"
-		} else {
-			e.DenialsStart = fmt.Sprintf("task %d in a burst for one %s (by %s)", e.Burst+1, cr.key, first)
-		}
+		e.DenialsStart = denialsStart(e.Burst, cr.key, first, r.Breaker)
 		out = append(out, e)
 	}
 	return out
+}
+
+// denialsStart says when a rule first denies: the task past its lowest
+// burst ceiling (burst < 0: none, by the limit kind first) and, with a
+// breaker, once the breaker opens, which a key whose runs fail reaches
+// sooner; a rule with neither never denies.
+func denialsStart(burst int, key, first string, b *Breaker) string {
+	var opens string
+	if b != nil {
+		opens = fmt.Sprintf("after %d failed or timed_out runs within %s", b.Failures, b.Window)
+	}
+	switch {
+	case burst >= 0 && b != nil:
+		return fmt.Sprintf("task %d in a burst for one %s (by %s); sooner for a %s whose runs fail: once the breaker opens %s",
+			burst+1, key, first, key, opens)
+	case burst >= 0:
+		return fmt.Sprintf("task %d in a burst for one %s (by %s)", burst+1, key, first)
+	case b != nil:
+		return fmt.Sprintf("when the breaker opens, %s for one %s (no limit on how many run)", opens, key)
+	default:
+		return "never (no limits)"
+	}
 }
 
 // String renders the explanation as a few indented lines.

@@ -15,6 +15,8 @@ func TestExplain(t *testing.T) {
 		Rule{Name: "minute", Limits: []Limit{{Rate: &Rate{Count: 60, Per: time.Minute, Burst: 2}}}},
 		Rule{Name: "mixed", Key: KeyGlobal, Fail: FailClosed, OnExceed: OnExceedDefer, Block: 90 * time.Second,
 			Limits: []Limit{{Window: &Window{Count: 10, Per: time.Minute}}, {Daily: 100}}},
+		Rule{Name: "flaky", Limits: []Limit{{MinInterval: time.Minute}},
+			Breaker: &Breaker{Failures: 3, Window: 5 * time.Minute, OpenFor: time.Hour}},
 	)
 	cfg.Timezone = "America/New_York"
 	l, err := New(cfg, NewMemory(), Options{})
@@ -23,8 +25,8 @@ func TestExplain(t *testing.T) {
 	}
 	now := time.Date(2026, 3, 8, 12, 0, 0, 0, time.UTC)
 	ex := l.Explain(now)
-	if len(ex) != 4 {
-		t.Fatalf("%d explanations, want 4", len(ex))
+	if len(ex) != 5 {
+		t.Fatalf("%d explanations, want 5", len(ex))
 	}
 	for _, tc := range []struct {
 		i         int
@@ -38,6 +40,8 @@ func TestExplain(t *testing.T) {
 		{3, 100.0 / 86400, 10, []string{"counted per global", "task 11 in a burst for one global (by window)",
 			"block: 1m30s after any denial (sticky); on exceed: defer; fail: closed",
 			"timezone: America/New_York; next reset: 2026-03-09T00:00:00-04:00"}},
+		{4, 1.0 / 60, 1, []string{"denials start: task 2 in a burst for one host (by min_interval); " +
+			"sooner for a host whose runs fail: once the breaker opens after 3 failed or timed_out runs within 5m0s\n"}},
 	} {
 		e := ex[tc.i]
 		if e.PerSecond != tc.perSecond || e.Burst != tc.burst {
@@ -78,7 +82,9 @@ func TestExplainRunLimits(t *testing.T) {
 			"round trips: 1 EVALSHA per decision with shadows [try-tighter-quota]\n"}},
 		{1, 3, []string{"20 at once (fleet-wide)", "task 21 in a burst for one global (by concurrency)",
 			"round trips: 1 EVALSHA per decision with shadows [try-tighter-quota, cpu-only]; 3 on a Redis Cluster (keys in 3 hash slots)"}},
-		{2, 3, []string{"breaker: opens after 5 failed or timed_out runs within 10m0s for one host+diagnostic; then denies (reason failing) for 30m0s and lets one probe through"}},
+		{2, 3, []string{"denials start: when the breaker opens, after 5 failed or timed_out runs within 10m0s for one host+diagnostic " +
+			"(no limit on how many run)\n",
+			"breaker: opens after 5 failed or timed_out runs within 10m0s for one host+diagnostic; then denies (reason failing) for 30m0s and lets one probe through"}},
 		{3, 1, []string{"shadow: never denies", `decision="shadow_denied"`}},
 	} {
 		e := ex[tc.i]

@@ -130,6 +130,32 @@ func ValidateMaxAge(d time.Duration) error {
 	return nil
 }
 
+// Bounds of notify_claim_idle.
+const (
+	MinClaimIdle = 2 * time.Second
+	MaxClaimIdle = time.Hour
+)
+
+// ValidateClaimIdle checks notify_claim_idle (0: DefaultClaimIdle) against
+// the sinks: a delivery must end within half the claim idle time, or
+// another agent takes the entry over while it is still being sent.
+func ValidateClaimIdle(d time.Duration, list []SinkConfig) error {
+	if d == 0 {
+		d = DefaultClaimIdle
+	}
+	if d < MinClaimIdle || d > MaxClaimIdle {
+		return configerr.Errorf("notify_claim_idle", "%s: must be between %s and %s (0: %s)", d, MinClaimIdle, MaxClaimIdle, DefaultClaimIdle)
+	}
+	var errs []error
+	for i, c := range list {
+		if t := c.EffectiveTimeout(); 2*t > d {
+			errs = append(errs, configerr.Errorf(fmt.Sprintf("notify[%d].timeout", i),
+				"%s: must be at most half of notify_claim_idle (%s)", t, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // checkURL accepts an absolute https URL (http with allowHTTP). Its error
 // never contains the URL: it may come from a secret.
 func checkURL(raw string, allowHTTP bool) error {

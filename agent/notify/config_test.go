@@ -93,6 +93,25 @@ func TestValidateMaxAge(t *testing.T) {
 	}
 }
 
+func TestValidateClaimIdle(t *testing.T) {
+	sinks := []SinkConfig{{Name: "a", Timeout: 3 * time.Second}, {Name: "b"}} // b: DefaultTimeout
+	for _, c := range []struct {
+		idle time.Duration
+		key  string // "" = valid
+	}{
+		{0, ""},
+		{2 * DefaultTimeout, ""},
+		{2*DefaultTimeout - time.Millisecond, "notify[1].timeout"},
+		{time.Second, "notify_claim_idle"},
+		{2 * time.Hour, "notify_claim_idle"},
+	} {
+		err := ValidateClaimIdle(c.idle, sinks)
+		if (err == nil) != (c.key == "") || (err != nil && !strings.Contains(err.Error(), c.key)) {
+			t.Errorf("%s: %v, want a problem with %q", c.idle, err, c.key)
+		}
+	}
+}
+
 // The issue's example section decodes strictly and validates.
 func TestSinksFromYAML(t *testing.T) {
 	const doc = `

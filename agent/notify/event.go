@@ -76,8 +76,10 @@ type Task struct {
 	Output     string            `json:"output"`
 	Truncated  bool              `json:"truncated"`
 	OutputURL  string            `json:"output_url,omitempty"`
-	Limiter    json.RawMessage   `json:"limiter,omitempty"`
-	Report     json.RawMessage   `json:"report"`
+	// OutputUpload is "failed" when the upload to results.s3 failed.
+	OutputUpload string          `json:"output_upload,omitempty"`
+	Limiter      json.RawMessage `json:"limiter,omitempty"`
+	Report       json.RawMessage `json:"report"`
 }
 
 // Alert is the alert a task came from.

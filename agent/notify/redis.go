@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/redisstream"
 )
 
 // redisClient is what RedisOutbox uses of go-redis; *redis.Client,
@@ -57,7 +58,7 @@ type RedisOutbox struct {
 	grouped             bool   // the consumer group was made sure of
 }
 
-const redisGroup = "autodiag"
+const redisGroup = redisstream.Group
 
 var _ Outbox = (*RedisOutbox)(nil)
 
@@ -132,14 +133,11 @@ func parseEntry(m redis.XMessage) Entry {
 		Time: time.UnixMilli(ms), Body: []byte(s("body"))}
 }
 
-func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
-
 // ensureGroup creates the consumer group (and the stream); reading from
 // the start, so entries written before it are not skipped.
 func (r *RedisOutbox) ensureGroup(ctx context.Context) error {
-	err := r.c.XGroupCreateMkStream(ctx, r.stream, redisGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("notify: create consumer group: %w", err)
+	if err := redisstream.CreateGroup(ctx, r.c, r.stream, redisGroup); err != nil {
+		return fmt.Errorf("notify: %w", err)
 	}
 	return nil
 }
@@ -167,7 +165,7 @@ func (r *RedisOutbox) Claim(ctx context.Context, consumer string, max int, newWo
 		r.mu.Unlock()
 	}
 	out, err := r.claimPending(ctx, consumer, max)
-	if isNoGroup(err) {
+	if redisstream.IsNoGroup(err) {
 		if err := r.ensureGroup(ctx); err != nil {
 			return nil, err
 		}
@@ -184,7 +182,7 @@ func (r *RedisOutbox) Claim(ctx context.Context, consumer string, max int, newWo
 	switch {
 	case errors.Is(err, redis.Nil):
 		return out, nil
-	case isNoGroup(err):
+	case redisstream.IsNoGroup(err):
 		if err := r.ensureGroup(ctx); err != nil {
 			return out, err
 		}

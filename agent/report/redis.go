@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/redisstream"
 )
 
 // redisClient is what RedisQueue uses of go-redis; *redis.Client,
@@ -42,7 +43,7 @@ type RedisQueue struct {
 
 var _ Queue = (*RedisQueue)(nil)
 
-const redisGroup = "autodiag"
+const redisGroup = redisstream.Group
 
 // DefaultMaxLen caps the job stream (approximately): reports are optional
 // work, and a fleet that cannot keep up loses the oldest jobs rather than
@@ -88,9 +89,8 @@ func (q *RedisQueue) ensureGroup(ctx context.Context, force bool) error {
 	if done && !force {
 		return nil
 	}
-	err := q.c.XGroupCreateMkStream(ctx, q.stream, redisGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("report: create consumer group: %w", err)
+	if err := redisstream.CreateGroup(ctx, q.c, q.stream, redisGroup); err != nil {
+		return fmt.Errorf("report: %w", err)
 	}
 	q.mu.Lock()
 	q.grouped = true
@@ -98,15 +98,13 @@ func (q *RedisQueue) ensureGroup(ctx context.Context, force bool) error {
 	return nil
 }
 
-func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error(), "NOGROUP") }
-
 // Claim implements Queue.
 func (q *RedisQueue) Claim(ctx context.Context, consumer string) (Claimed, bool, error) {
 	if err := q.ensureGroup(ctx, false); err != nil {
 		return Claimed{}, false, err
 	}
 	c, ok, err := q.claim(ctx, consumer)
-	if isNoGroup(err) { // Redis restarted empty or the key was removed
+	if redisstream.IsNoGroup(err) { // Redis restarted empty or the key was removed
 		if err := q.ensureGroup(ctx, true); err != nil {
 			return Claimed{}, false, err
 		}

@@ -292,7 +292,11 @@ func (r *Reporter) Process(ctx context.Context, j Job) Result {
 		}
 		if !d.Allowed {
 			base.Status = StatusRateLimited
-			base.Reason = fmt.Sprintf("limiter rule %s: %s %s, retry after %.0fs", d.Rule, d.Limit, d.Reason, d.RetryAfter.Seconds())
+			what := d.Reason
+			if d.Limit != "" && d.Limit != d.Reason {
+				what = d.Limit + " " + d.Reason
+			}
+			base.Reason = fmt.Sprintf("limiter rule %s: %s, retry after %.0fs", d.Rule, what, d.RetryAfter.Seconds())
 			return base
 		}
 	}

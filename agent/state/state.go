@@ -63,6 +63,8 @@ type TaskRecord struct {
 	// OutputURL is where the whole (redacted) output was uploaded; empty
 	// when it was not.
 	OutputURL string `json:"output_url,omitempty"`
+	// OutputUpload is "failed" when the upload was tried and failed.
+	OutputUpload string `json:"output_upload,omitempty"`
 	// Limiter is the limiter's decision summary (rule, limit, counters)
 	// of a denied task, as JSON the agent shapes.
 	Limiter json.RawMessage `json:"limiter,omitempty"`

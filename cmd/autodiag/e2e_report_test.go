@@ -22,18 +22,22 @@ const (
 	reportKey     = "sk-e2e-report-key"
 	reportTimeout = 30 * time.Second // report.timeout of the test config
 	reportDrain   = 3 * time.Second  // lifecycle.drain_timeout of the test config
+	// reportHangTimeout is report.timeout where the model hangs: the
+	// default, so a hung report holds its worker for a minute.
+	reportHangTimeout = 60 * time.Second
 )
 
 // reportYAML is a fleet config (SQS fake, Redis) with the leak diagnostic
-// and reports to the OpenAI fake: a 3m cooldown per host+diagnostic.
-func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string) string {
+// and reports to the OpenAI fake (report.timeout timeout, 2 report
+// workers): a 3m cooldown per host+diagnostic.
+func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string, timeout time.Duration) string {
 	cfg := sqsAgentConfig{instance: instance, workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	yaml := strings.NewReplacer("command: [/bin/true]\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.yaml())
 	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
 		leakScript(t)), 1)
 	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+
-		"  base_url: '%s'\n  api_key_env: %s\n  timeout: %s\n  limits:\n    - min_interval: 3m\n    - daily: 100\n",
-		reportDrain, baseURL, reportKeyEnv, reportTimeout)
+		"  base_url: '%s'\n  api_key_env: %s\n  timeout: %s\n  workers: 2\n  limits:\n    - min_interval: 3m\n    - daily: 100\n",
+		reportDrain, baseURL, reportKeyEnv, timeout)
 }
 
 // recordReport is the report in a task's record; ok=false while there is none.
@@ -50,16 +54,52 @@ func recordReport(t *testing.T, rc *redis.Client, prefix, id string) (rootcause.
 	return r, true
 }
 
+// outboxEntries is what the notification outbox stream holds, oldest first.
+func outboxEntries(t *testing.T, rc *redis.Client, prefix string) []redis.XMessage {
+	t.Helper()
+	msgs, err := rc.XRange(t.Context(), prefix+"{notify}:outbox", "-", "+").Result()
+	if err != nil {
+		t.Fatalf("outbox: %v", err)
+	}
+	return msgs
+}
+
+// assertReportEvent checks that entries are exactly one `report` event for
+// sink, carrying task id with its ok report.
+func assertReportEvent(t *testing.T, entries []redis.XMessage, sink, id string) {
+	t.Helper()
+	if len(entries) != 1 {
+		t.Fatalf("outbox holds %d entries, want 1 report event: %v", len(entries), entries)
+	}
+	e := entries[0].Values
+	if e["event"] != "report" || e["sink"] != sink {
+		t.Errorf("outbox entry event %v sink %v, want report for %s", e["event"], e["sink"], sink)
+	}
+	body, _ := e["body"].(string)
+	var ev struct {
+		Event string `json:"event"`
+		Task  struct {
+			ID     string           `json:"id"`
+			Report rootcause.Result `json:"report"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal([]byte(body), &ev); err != nil || ev.Event != "report" || ev.Task.ID != id ||
+		ev.Task.Report.Status != rootcause.StatusOK || ev.Task.Report.Markdown == "" {
+		t.Errorf("report event body %s (%v), want task %s with its ok report", body, err, id)
+	}
+}
+
 // A failed diagnostic gets an ok report in its record shortly after the
 // model answered; the model never sees the secrets of the output; a second
 // failure of the same host+diagnostic inside the cooldown is rate_limited
-// with nothing sent; `autodiag report --force` skips the cooldown.
+// with nothing sent; `autodiag report --force` skips the cooldown, stores
+// the report and writes its `report` event to the notification outbox.
 func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	fake := openaifake.New()
 	t.Cleanup(fake.Close)
-	yaml := reportYAML(t, fq, prefix, "agent-rep", fake.BaseURL())
+	yaml := reportYAML(t, fq, prefix, "agent-rep", fake.BaseURL(), reportTimeout)
 	env := append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)
 	a := startProc(t, yaml, env...)
 
@@ -121,13 +161,22 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	if code, stdout, _ := runCLI(t, cliEnv, "report", "rep-2", "--config", cfgPath); code != 1 || !strings.Contains(stdout, "rate_limited") {
 		t.Errorf("report rep-2 without --force: exit %d %q, want 1 and rate_limited", code, stdout)
 	}
-	code, stdout, stderr := runCLI(t, cliEnv, "report", "rep-2", "--force", "--config", cfgPath)
+	if n := len(outboxEntries(t, rc, prefix)); n != 0 {
+		t.Errorf("outbox holds %d entries with no sink configured, want 0", n)
+	}
+	// With a sink that wants `report`, the stored report's event goes to
+	// the outbox for the agents to deliver; the CLI needs neither the
+	// sink's URL nor its secret (their variables are not in its env).
+	sinkCfg := sqsWriteConfig(t, yaml+"notify:\n  - name: oncall\n    type: webhook\n    url_env: E2E_REPORT_SINK_URL\n"+
+		"    secret_env: E2E_REPORT_SINK_SECRET\n    on: [report]\n")
+	code, stdout, stderr := runCLI(t, cliEnv, "report", "rep-2", "--force", "--config", sinkCfg)
 	if code != 0 || !strings.Contains(stdout, "report: ok") {
 		t.Fatalf("report rep-2 --force: exit %d %q %s, want 0 and an ok report", code, stdout, stderr)
 	}
 	if r, _ = recordReport(t, rc, prefix, "rep-2"); r.Status != rootcause.StatusOK {
 		t.Errorf("record of rep-2 after --force: %+v, want the ok report stored", r)
 	}
+	assertReportEvent(t, outboxEntries(t, rc, prefix), "oncall", "rep-2")
 	if code, _, stderr := runCLI(t, nil, "report", "rep-2", "--force", "--config", cfgPath); code != 2 || !strings.Contains(stderr, "report.api_key_env") {
 		t.Errorf("report without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
 	}
@@ -148,31 +197,84 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	a.mu.Unlock()
 }
 
-// A model that hangs delays neither the task's outcome nor the drain: the
-// outcome is in the record while the model is still being asked, and a
-// drain mid-report ends within its deadline, the report abandoned to the
-// queue.
+// A model that hangs delays neither the tasks' outcomes nor their message
+// deletes nor the drain. With every report worker held by the model, each
+// further failed task still ends, its message is deleted and its report
+// job waits in the queue; the jobs in progress stay claimed by the agent,
+// and a drain mid-report ends within its deadline, every job left queued
+// for another agent.
 func TestReportHangingProviderE2E(t *testing.T) {
+	const (
+		workers = 2  // report.workers of reportYAML
+		more    = 10 // failed tasks sent once every report worker hangs
+	)
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	fake := openaifake.New()
 	t.Cleanup(fake.Close)
-	fake.SetLatency(2 * reportTimeout) // past every bound of the test
-	a := startProc(t, reportYAML(t, fq, prefix, "agent-hang", fake.BaseURL()),
+	fake.SetLatency(2 * reportHangTimeout) // past every bound of the test
+	a := startProc(t, reportYAML(t, fq, prefix, "agent-hang", fake.BaseURL(), reportHangTimeout),
 		append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)...)
 
-	fq.send(t, `{"id":"hang-1","host":"web-2","diagnostic":"leak"}`)
-	eventually(t, 30*time.Second, "the model asked", func() bool { return len(fake.Requests()) == 1 })
-	rec, ok := sqsTaskRecord(t, rc, prefix, "hang-1")
+	// One host each, so that no report is held back by the cooldown.
+	failed := func(i int) string {
+		return fmt.Sprintf(`{"id":"hang-%d","host":"web-%d","diagnostic":"leak"}`, i, i)
+	}
+	for i := range workers {
+		fq.send(t, failed(i))
+	}
+	eventually(t, 30*time.Second, "every report worker asking the model", func() bool { return len(fake.Requests()) == workers })
+	// Until a hung report's timeout frees its worker, the counts below
+	// are exact: no worker can take another job.
+	freed := time.Now().Add(reportHangTimeout)
+	rec, ok := sqsTaskRecord(t, rc, prefix, "hang-0")
 	if !ok || rec.Outcome != "failed" || len(rec.Report) != 0 {
 		t.Fatalf("record while the model hangs: %+v, want outcome failed and no report yet", rec)
 	}
-	// Diagnostics go on: another task ends while the report hangs.
-	fq.send(t, sqsTaskBody("ok-1", "noop"))
-	eventually(t, 30*time.Second, "the next task done", func() bool {
+
+	bodies := []string{sqsTaskBody("ok-1", "noop")}
+	for i := workers; i < workers+more; i++ {
+		bodies = append(bodies, failed(i))
+	}
+	fq.send(t, bodies...)
+	eventually(t, time.Until(freed), "every task ended and its message deleted", func() bool {
+		if !fq.drained(t) {
+			return false
+		}
+		for i := range workers + more {
+			if r, ok := sqsTaskRecord(t, rc, prefix, fmt.Sprintf("hang-%d", i)); !ok || r.Outcome != "failed" {
+				return false
+			}
+		}
 		r, ok := sqsTaskRecord(t, rc, prefix, "ok-1")
 		return ok && r.Outcome == "succeeded"
 	})
+	jobs := prefix + "{report}:jobs"
+	queued, err := rc.XLen(t.Context(), jobs).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pend, err := rc.XPending(t.Context(), jobs, "autodiag").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().After(freed) {
+		t.Fatalf("the checks took past report.timeout %s; the counts are no longer exact", reportHangTimeout)
+	}
+	if n := len(fake.Requests()); n != workers {
+		t.Errorf("the model got %d requests, want %d: one per report worker, all of them held", n, workers)
+	}
+	if queued != workers+more {
+		t.Errorf("report jobs in the queue: %d, want %d (one per failed task, none done)", queued, workers+more)
+	}
+	if pend.Count != workers || pend.Consumers["agent-hang"] != workers {
+		t.Errorf("report jobs in progress: %d %v, want %d, all claimed by agent-hang", pend.Count, pend.Consumers, workers)
+	}
+	for i := range workers + more {
+		if r, _ := sqsTaskRecord(t, rc, prefix, fmt.Sprintf("hang-%d", i)); len(r.Report) != 0 {
+			t.Errorf("hang-%d has a report %s, want none while the model hangs", i, r.Report)
+		}
+	}
 
 	start := time.Now()
 	a.signal(syscall.SIGTERM)
@@ -185,7 +287,10 @@ func TestReportHangingProviderE2E(t *testing.T) {
 	if took > reportDrain+2*time.Second {
 		t.Errorf("the drain took %s, want at most drain_timeout %s and the exit", took, reportDrain)
 	}
-	if rec, _ := sqsTaskRecord(t, rc, prefix, "hang-1"); len(rec.Report) != 0 {
-		t.Errorf("report of hang-1 = %s, want none (abandoned to the queue)", rec.Report)
+	if rec, _ := sqsTaskRecord(t, rc, prefix, "hang-0"); len(rec.Report) != 0 {
+		t.Errorf("report of hang-0 = %s, want none (abandoned to the queue)", rec.Report)
+	}
+	if n, err := rc.XLen(t.Context(), jobs).Result(); err != nil || n != workers+more {
+		t.Errorf("report jobs after the drain: %d %v, want all %d left queued for other agents", n, err, workers+more)
 	}
 }

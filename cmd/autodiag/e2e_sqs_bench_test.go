@@ -245,7 +245,20 @@ func prefill(b *testing.B, fq *sqsFake, n int) {
 // messages and the last delete batch.
 func reportRate(b *testing.B, fq *sqsFake) {
 	b.Helper()
-	var first, last time.Time
+	first, last := intakeSpan(b, fq)
+	if span := last.Sub(first); span > 0 {
+		b.ReportMetric(float64(b.N)/span.Seconds(), "tasks/s")
+	}
+	counts := fq.srv.Counters()
+	b.ReportMetric(float64(counts["ReceiveMessage"])/float64(b.N), "receives/task")
+	b.ReportMetric(float64(counts["DeleteMessageBatch"])/float64(b.N), "deletebatches/task")
+}
+
+// intakeSpan is when the first receive that returned messages and the
+// last delete batch happened, as the fake logged them; every one of b.N
+// messages must have been deleted.
+func intakeSpan(b *testing.B, fq *sqsFake) (first, last time.Time) {
+	b.Helper()
 	for _, c := range fq.srv.Calls("ReceiveMessage", "DeleteMessageBatch") {
 		switch {
 		case c.Op == "ReceiveMessage" && c.N > 0 && first.IsZero():
@@ -258,12 +271,7 @@ func reportRate(b *testing.B, fq *sqsFake) {
 	if st.Deleted != b.N {
 		b.Fatalf("deleted %d of %d", st.Deleted, b.N)
 	}
-	if span := last.Sub(first); span > 0 {
-		b.ReportMetric(float64(b.N)/span.Seconds(), "tasks/s")
-	}
-	counts := fq.srv.Counters()
-	b.ReportMetric(float64(counts["ReceiveMessage"])/float64(b.N), "receives/task")
-	b.ReportMetric(float64(counts["DeleteMessageBatch"])/float64(b.N), "deletebatches/task")
+	return first, last
 }
 
 // startBenchAgent runs `autodiag run` with yaml, waits for its ready line

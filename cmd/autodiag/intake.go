@@ -125,6 +125,11 @@ func (c *cli) runIntake(cfg agent.Config) error {
 	if err != nil {
 		return intakeStartError(err)
 	}
+	admin, err := serveIntakeAdmin(ctx, cfg.AdminAddr, in, log.With("component", "admin"))
+	if err != nil {
+		return err
+	}
+	defer admin.Shutdown()
 	srv, err := serveIntake(ctx, cfg.Intake, in.Handler, log.With("component", "intake"))
 	if err != nil {
 		return err
@@ -140,6 +145,22 @@ func (c *cli) runIntake(cfg agent.Config) error {
 	case <-sigc:
 	}
 	return nil
+}
+
+// serveIntakeAdmin serves the standalone intake's /metrics, /healthz and
+// /readyz on admin_addr (loopback by default), as `autodiag run` serves
+// the agent's admin API there.
+func serveIntakeAdmin(ctx context.Context, addr string, in *agent.Intake, log *slog.Logger) (*agent.AdminServer, error) {
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
+		log.Warn("admin HTTP listens beyond loopback; /metrics is readable without authentication", "addr", ln.Addr().String())
+	}
+	s := agent.ServeAdmin(ln, in.AdminHandler(), log)
+	log.Info("admin listening", "addr", ln.Addr().String())
+	return s, nil
 }
 
 // intakeDrainGrace is how long a stopping standalone intake answers 503

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -31,7 +32,11 @@ func (c *cli) reportCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "report ID",
 		Short: "(Re)generate one task's root-cause report now, through the report limits, store it with Redis and print it",
-		Args:  cobra.ExactArgs(1),
+		Long: "(Re)generate one task's root-cause report now, through the report limits, and print it.\n\n" +
+			"With Redis the report is stored in the task record and the `report` notification event is written to the\n" +
+			"outbox for the configured sinks; the running agents deliver it. Without Redis (embedded mode) the record\n" +
+			"is read from the local agent's admin API and the report is only printed: no record is changed, no event sent.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.loadConfig()
 			if err != nil {
@@ -72,8 +77,10 @@ func (c *cli) reportCmd() *cobra.Command {
 }
 
 // runReport writes the report of one task: the record from Redis (then
-// the report is stored in it) or, without Redis, from the local agent's
-// admin API (then it is only printed: the record lives in that agent).
+// the report is stored in it and its `report` event written to the
+// notification outbox, which the agents deliver) or, without Redis, from
+// the local agent's admin API (then it is only printed: the record and
+// the outbox live in that agent).
 func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, force bool) (rootcause.Result, error) {
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
@@ -122,11 +129,18 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 	}
 	log := newLogger(c.stderr, cfg.LogLevel)
 	host, _ := os.Hostname()
+	consumer := "cli-" + host
+	// Without Redis the record, and the outbox its `report` event would
+	// go to, are in the local agent's memory: the report is printed, not
+	// stored, and no event is sent.
 	var sink rootcause.SinkFunc = func(context.Context, rootcause.Job, rootcause.Result) error { return nil }
 	if store != nil {
-		sink = agent.ReportSink(store, nil)
+		ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
+		if sink, err = agent.OutboxReportSink(cfg, store, ob, consumer, log); err != nil {
+			return rootcause.Result{}, err
+		}
 	}
-	r, err := agent.NewReporter(cfg, parts, sink, red, "cli-"+host, nil, log)
+	r, err := agent.NewReporter(cfg, parts, sink, red, consumer, nil, log)
 	if err != nil {
 		return rootcause.Result{}, err
 	}

@@ -144,7 +144,10 @@ func printTask(w io.Writer, v agent.TaskView) {
 	if len(v.Limiter) > 0 {
 		row("limiter", string(v.Limiter))
 	}
-	row("output url", v.OutputURL)
+	row("full output", v.OutputURL)
+	if v.OutputUpload != "" {
+		row("full output", "upload "+v.OutputUpload+" (the record keeps max_output)")
+	}
 	fmt.Fprintln(w)
 	head := "output"
 	if v.Truncated {

@@ -1,5 +1,5 @@
 # A complete autodiag fleet: launch template + Auto Scaling group + the
-# autodiag module. User data installs the binary, writes
+# autodiag module. User data installs the release binary or package, writes
 # /etc/autodiag/config.yaml and enables the systemd unit from deploy/systemd.
 
 locals {
@@ -29,15 +29,53 @@ locals {
       enabled   = true
       namespace = module.autodiag.metrics_namespace
     }
-  })
+    },
+    # results.s3 only with a bucket (a for expression: a conditional cannot
+    # choose between objects of different shapes).
+    { for k, v in {
+      results = {
+        s3 = merge(
+          { bucket = var.results_bucket, prefix = var.results_prefix },
+          { sse = var.results_kms_key_arn == null ? "AES256" : "aws:kms" },
+          { for name, key in { kms_key_id = var.results_kms_key_arn } : name => key if key != null },
+        )
+      }
+    } : k => v if var.results_bucket != null },
+  )
+
+  # One unit for both installs: deploy/systemd/autodiag.service. The
+  # package ships it in /lib/systemd/system with a drop-in that moves
+  # ExecStart to the package's /usr/bin (packaging/systemd/packaged.conf);
+  # the bare binary goes where the unit's own ExecStart looks.
+  systemd_unit = file("${path.module}/../../../systemd/autodiag.service")
+  install_from = var.autodiag_package_url != null ? "package" : "binary"
+  # "none" stands in for what is missing until the launch template's
+  # preconditions say which input to set.
+  install = local.install_from == "package" ? {
+    url         = var.autodiag_package_url
+    sha256      = coalesce(var.autodiag_package_sha256, "none")
+    format      = regex("\\.(deb|rpm)(?:\\?.*)?$", var.autodiag_package_url)[0]
+    binary_path = "/usr/bin/autodiag"
+    unit_path   = "/lib/systemd/system/autodiag.service"
+    } : {
+    url         = coalesce(var.autodiag_binary_url, "none")
+    sha256      = coalesce(var.autodiag_binary_sha256, "none")
+    format      = ""
+    binary_path = regex("(?m)^ExecStart=(\\S+)", local.systemd_unit)[0]
+    unit_path   = "/etc/systemd/system/autodiag.service"
+  }
 
   user_data = templatefile("${path.module}/templates/user-data.sh.tftpl", {
-    region        = var.region
-    asg_name      = var.name
-    binary_url    = var.autodiag_binary_url
-    binary_sha256 = var.autodiag_binary_sha256
-    config_yaml   = yamlencode(local.agent_config)
-    systemd_unit  = file("${path.module}/../../../systemd/autodiag.service")
+    region          = var.region
+    asg_name        = var.name
+    install_from    = local.install_from
+    download_url    = local.install.url
+    download_sha256 = local.install.sha256
+    package_format  = local.install.format
+    binary_path     = local.install.binary_path
+    unit_path       = local.install.unit_path
+    config_yaml     = yamlencode(local.agent_config)
+    systemd_unit    = local.systemd_unit
   })
 }
 
@@ -57,6 +95,17 @@ resource "aws_launch_template" "fleet" {
   instance_type          = var.instance_type
   vpc_security_group_ids = var.security_group_ids
   user_data              = base64encode(local.user_data)
+
+  lifecycle {
+    precondition {
+      condition     = (var.autodiag_binary_url == null) != (var.autodiag_package_url == null)
+      error_message = "Set exactly one of autodiag_binary_url and autodiag_package_url."
+    }
+    precondition {
+      condition     = local.install.sha256 != "none"
+      error_message = "Set the SHA-256 of what user data downloads: autodiag_binary_sha256 with autodiag_binary_url, autodiag_package_sha256 with autodiag_package_url."
+    }
+  }
 
   iam_instance_profile {
     name = module.autodiag.instance_profile_name
@@ -136,6 +185,10 @@ module "autodiag" {
 
   redis_url_secret_arn         = var.redis_url_secret_arn
   redis_url_secret_kms_key_arn = var.redis_url_secret_kms_key_arn
+
+  results_bucket      = var.results_bucket
+  results_prefix      = var.results_prefix
+  results_kms_key_arn = var.results_kms_key_arn
 
   tags = var.tags
 }

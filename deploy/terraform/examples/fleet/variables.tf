@@ -50,17 +50,41 @@ variable "desired_capacity" {
 }
 
 variable "autodiag_binary_url" {
-  description = "HTTPS URL of the linux/amd64 autodiag release binary that user data downloads to /usr/local/bin/autodiag."
+  description = "HTTPS URL of the linux/amd64 autodiag release binary that user data installs where the shipped unit's ExecStart looks (/usr/local/bin/autodiag), with that unit in /etc/systemd/system. Set this or autodiag_package_url."
   type        = string
+  default     = null
 }
 
 variable "autodiag_binary_sha256" {
   description = "Hex SHA-256 of the binary at autodiag_binary_url; user data refuses to install anything else."
   type        = string
+  default     = null
 
   validation {
-    condition     = can(regex("^[0-9a-f]{64}$", var.autodiag_binary_sha256))
+    condition     = var.autodiag_binary_sha256 == null || can(regex("^[0-9a-f]{64}$", var.autodiag_binary_sha256))
     error_message = "autodiag_binary_sha256 must be 64 lowercase hex digits."
+  }
+}
+
+variable "autodiag_package_url" {
+  description = "HTTPS URL of an autodiag release package that user data installs instead of the bare binary: a .deb for Debian or Ubuntu AMIs, an .rpm for Amazon Linux and other rpm-based AMIs (the format is read from the URL's path). The package brings /usr/bin/autodiag, the shipped unit in /lib/systemd/system with its drop-in, and the autodiag user. Set this or autodiag_binary_url."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.autodiag_package_url == null || can(regex("\\.(deb|rpm)(?:\\?.*)?$", var.autodiag_package_url))
+    error_message = "autodiag_package_url must name a .deb or .rpm file (a query string after it is allowed)."
+  }
+}
+
+variable "autodiag_package_sha256" {
+  description = "Hex SHA-256 of the package at autodiag_package_url (its line in the release's checksums.txt); user data refuses to install anything else."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.autodiag_package_sha256 == null || can(regex("^[0-9a-f]{64}$", var.autodiag_package_sha256))
+    error_message = "autodiag_package_sha256 must be 64 lowercase hex digits."
   }
 }
 
@@ -71,6 +95,24 @@ variable "redis_url_secret_arn" {
 
 variable "redis_url_secret_kms_key_arn" {
   description = "ARN of the customer managed KMS key encrypting the Redis URL secret; null for the AWS managed key."
+  type        = string
+  default     = null
+}
+
+variable "results_bucket" {
+  description = "Existing S3 bucket for the full task outputs (results.s3); null leaves the upload off. Passed to the module, which grants s3:PutObject under results_prefix."
+  type        = string
+  default     = null
+}
+
+variable "results_prefix" {
+  description = "Key prefix of the full task outputs in results_bucket (results.s3.prefix)."
+  type        = string
+  default     = "autodiag"
+}
+
+variable "results_kms_key_arn" {
+  description = "Customer managed KMS key for the outputs (results.s3.sse aws:kms); null for SSE-S3."
   type        = string
   default     = null
 }

@@ -45,6 +45,9 @@ locals {
     { for q in aws_sqs_queue.lifecycle : "lifecycle" => { arn = q.arn, url = q.id } },
   )
 
+  # The full task outputs: PutObject under exactly the configured prefix.
+  results_objects_arn = var.results_bucket == null ? null : "arn:${local.partition}:s3:::${var.results_bucket}/${var.results_prefix == "" ? "" : "${var.results_prefix}/"}*"
+
   terminating_stuck_minutes = coalesce(var.terminating_stuck_minutes, var.drain_stuck_minutes + 5)
 
   alarm_actions = var.alarm_sns_topic_arn == null ? [] : [var.alarm_sns_topic_arn]
@@ -426,6 +429,32 @@ data "aws_iam_policy_document" "agent" {
       sid       = "ApplyReportGuardrail"
       actions   = ["bedrock:ApplyGuardrail"]
       resources = [var.report_guardrail_arn]
+    }
+  }
+
+  # results.s3: the full output of each task, one object per task.
+  dynamic "statement" {
+    for_each = local.results_objects_arn == null ? [] : [local.results_objects_arn]
+    content {
+      sid       = "PutTaskOutputs"
+      actions   = ["s3:PutObject"]
+      resources = [local.results_objects_arn]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.results_bucket != null && var.results_kms_key_arn != null ? [var.results_kms_key_arn] : []
+    content {
+      # SSE-KMS PutObject asks KMS for a data key through S3.
+      sid       = "EncryptTaskOutputs"
+      actions   = ["kms:GenerateDataKey"]
+      resources = [var.results_kms_key_arn]
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["s3.${local.region}.amazonaws.com"]
+      }
     }
   }
 

@@ -103,3 +103,8 @@ output "alarm_topic_arn" {
   description = "ARN of the alarm topic subscribed to the task queue: the alarm_actions of CloudWatch alarms that should run diagnostics; null unless alarm_topic."
   value       = one(aws_sns_topic.alarms[*].arn)
 }
+
+output "results_objects_arn" {
+  description = "ARN pattern of the full task outputs the instance role may s3:PutObject (results_bucket/results_prefix/*); null when results_bucket is not set."
+  value       = local.results_objects_arn
+}

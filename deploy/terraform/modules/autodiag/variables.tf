@@ -198,6 +198,39 @@ variable "report_guardrail_arn" {
   }
 }
 
+variable "results_bucket" {
+  description = "Name of an existing S3 bucket for the agents' full task outputs (results.s3.bucket in the agent config). The instance role may s3:PutObject exactly under results_prefix in it. Null grants nothing (the upload is off)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.results_bucket == null ? true : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.results_bucket))
+    error_message = "results_bucket must be an S3 bucket name (3 to 63 of a-z, 0-9, '.', '-')."
+  }
+}
+
+variable "results_prefix" {
+  description = "Key prefix of the full outputs in results_bucket (results.s3.prefix), without a leading or trailing slash; objects are PREFIX/YYYY/MM/DD/<task id>.txt. Empty: the whole bucket."
+  type        = string
+  default     = "autodiag"
+
+  validation {
+    condition     = var.results_prefix == "" || can(regex("^[^/](.*[^/])?$", var.results_prefix))
+    error_message = "results_prefix must not start or end with a slash."
+  }
+}
+
+variable "results_kms_key_arn" {
+  description = "ARN of the customer managed KMS key the outputs are encrypted with (results.s3.sse aws:kms, results.s3.kms_key_id). When set with results_bucket, the role may kms:GenerateDataKey with it only through S3. Null: SSE-S3 or the bucket default, which needs no grant."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.results_kms_key_arn == null ? true : can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", var.results_kms_key_arn))
+    error_message = "results_kms_key_arn must be a KMS key ARN (arn:...:kms:REGION:ACCOUNT:key/ID)."
+  }
+}
+
 variable "queue_kms_key_arn" {
   description = "ARN of a customer managed KMS key for the task, dead-letter and lifecycle queues (SSE-KMS). Null: SSE-SQS. When set, the agent role and the lifecycle hook role get kms:GenerateDataKey and kms:Decrypt on it through SQS; the key policy must allow them (and whatever sends tasks)."
   type        = string

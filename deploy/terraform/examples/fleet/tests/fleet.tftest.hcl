@@ -96,6 +96,10 @@ run "imds_fleet" {
     error_message = "user data must verify the binary and set the region"
   }
   assert {
+    condition     = strcontains(local.user_data, "install -m 0755 -o root -g root /tmp/autodiag /usr/local/bin/autodiag\n") && strcontains(local.user_data, "cat > /etc/systemd/system/autodiag.service <<") && strcontains(local.user_data, "/usr/local/bin/autodiag config validate --config /etc/autodiag/config.yaml \\\n  --systemd-unit /etc/systemd/system/autodiag.service\n") && !strcontains(local.user_data, "apt-get") && !strcontains(local.user_data, "rpm ")
+    error_message = "binary install: the binary where the unit's ExecStart looks, the unit in /etc/systemd/system, validated together"
+  }
+  assert {
     condition     = aws_launch_template.fleet.metadata_options[0].http_tokens == "required"
     error_message = "IMDSv2 only"
   }
@@ -111,5 +115,115 @@ run "sqs_fleet" {
   assert {
     condition     = jsonencode(local.agent_config.lifecycle.sources) == jsonencode(["signal", "sqs"]) && local.agent_config.lifecycle.queue_url == module.autodiag.lifecycle_queue_url
     error_message = "sqs fleet: sources [signal, sqs] and the lifecycle queue URL"
+  }
+}
+
+# The same fleet installed from the release's .deb: the package's binary and
+# unit (with its drop-in), no unit written by user data.
+run "deb_package_fleet" {
+  command = apply
+
+  variables {
+    autodiag_binary_url     = null
+    autodiag_binary_sha256  = null
+    autodiag_package_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  assert {
+    condition     = strcontains(local.user_data, "-o /tmp/autodiag.deb 'https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb'") && strcontains(local.user_data, "echo '1111111111111111111111111111111111111111111111111111111111111111  /tmp/autodiag.deb' | sha256sum --check --strict -")
+    error_message = "deb install: download the package and verify it"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "apt-get install -y -o DPkg::Lock::Timeout=300 /tmp/autodiag.deb\n") && !strcontains(local.user_data, "rpm ")
+    error_message = "deb install: apt-get installs the package, waiting a bounded time for the dpkg lock"
+  }
+  assert {
+    condition     = strcontains(local.user_data, "/usr/bin/autodiag config validate --config /etc/autodiag/config.yaml \\\n  --systemd-unit /lib/systemd/system/autodiag.service\n") && strcontains(local.user_data, "systemctl enable --now autodiag.service")
+    error_message = "deb install: validate against the packaged unit and enable it"
+  }
+  assert {
+    condition     = !strcontains(local.user_data, "/usr/local/bin") && !strcontains(local.user_data, "TimeoutStopSec") && !strcontains(local.user_data, "cat > /etc/systemd/system/autodiag.service") && !strcontains(local.user_data, "useradd")
+    error_message = "deb install: the package brings the unit and the user; user data writes neither"
+  }
+}
+
+run "rpm_package_fleet" {
+  command = apply
+
+  variables {
+    autodiag_binary_url     = null
+    autodiag_binary_sha256  = null
+    autodiag_package_url    = "https://bucket.s3.eu-west-1.amazonaws.com/autodiag-1.0.0-1.x86_64.rpm?X-Amz-Expires=3600"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  assert {
+    condition     = strcontains(local.user_data, "rpm --upgrade --replacepkgs /tmp/autodiag.rpm\n") && !strcontains(local.user_data, "apt-get") && strcontains(local.user_data, "--systemd-unit /lib/systemd/system/autodiag.service")
+    error_message = "rpm install (format read from the URL's path, before its query string)"
+  }
+}
+
+run "both_sources_refused" {
+  command = plan
+
+  variables {
+    autodiag_package_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  expect_failures = [aws_launch_template.fleet]
+}
+
+run "package_without_checksum_refused" {
+  command = plan
+
+  variables {
+    autodiag_binary_url    = null
+    autodiag_binary_sha256 = null
+    autodiag_package_url   = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_amd64.deb"
+  }
+
+  expect_failures = [aws_launch_template.fleet]
+}
+
+run "not_a_package_refused" {
+  command = plan
+
+  variables {
+    autodiag_binary_url     = null
+    autodiag_binary_sha256  = null
+    autodiag_package_url    = "https://releases.example.com/autodiag/v1.0.0/autodiag_1.0.0_linux_amd64.tar.gz"
+    autodiag_package_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+  }
+
+  expect_failures = [var.autodiag_package_url]
+}
+
+run "results_bucket_in_the_config" {
+  command = apply
+
+  variables {
+    results_bucket      = "diag-out"
+    results_prefix      = "fleet/a"
+    results_kms_key_arn = "arn:aws:kms:eu-west-1:123456789012:key/5678abcd-12ab-34cd-56ef-1234567890ab"
+  }
+
+  assert {
+    condition     = local.agent_config.results.s3.bucket == "diag-out" && local.agent_config.results.s3.prefix == "fleet/a" && local.agent_config.results.s3.sse == "aws:kms" && local.agent_config.results.s3.kms_key_id == var.results_kms_key_arn
+    error_message = "results_bucket, results_prefix and results_kms_key_arn become results.s3 in the agent config"
+  }
+  assert {
+    condition     = module.autodiag.results_objects_arn == "arn:aws:s3:::diag-out/fleet/a/*"
+    error_message = "the module grants PutObject under the configured prefix"
+  }
+}
+
+run "no_results_bucket_no_results_section" {
+  command = apply
+
+  assert {
+    condition     = !contains(keys(local.agent_config), "results")
+    error_message = "without results_bucket the agent config has no results section"
   }
 }

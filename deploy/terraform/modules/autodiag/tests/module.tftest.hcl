@@ -368,3 +368,41 @@ run "rejects_model_id_instead_of_arn" {
 
   expect_failures = [var.report_model_arn]
 }
+
+run "results_bucket_grants_put_under_the_prefix" {
+  command = apply
+
+  variables {
+    results_bucket      = "diag-out"
+    results_prefix      = "fleet/a"
+    results_kms_key_arn = "arn:aws:kms:eu-west-1:123456789012:key/5678abcd-12ab-34cd-56ef-1234567890ab"
+  }
+
+  assert {
+    condition     = output.results_objects_arn == "arn:aws:s3:::diag-out/fleet/a/*"
+    error_message = "s3:PutObject is granted on exactly results_bucket/results_prefix/*"
+  }
+}
+
+run "results_bucket_without_prefix" {
+  command = apply
+
+  variables {
+    results_bucket = "diag-out"
+    results_prefix = ""
+  }
+
+  assert {
+    condition     = output.results_objects_arn == "arn:aws:s3:::diag-out/*"
+    error_message = "an empty results_prefix grants the whole bucket, without a double slash"
+  }
+}
+
+run "no_results_bucket_no_grant" {
+  command = apply
+
+  assert {
+    condition     = output.results_objects_arn == null
+    error_message = "without results_bucket nothing is granted on S3"
+  }
+}

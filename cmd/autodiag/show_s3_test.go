@@ -1,0 +1,37 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/autodiag/autodiag/agent"
+)
+
+// autodiag show names where the whole output is, or that its upload
+// failed, in the human form.
+func TestPrintTaskFullOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		v    agent.TaskView
+		want string
+	}{
+		{"uploaded", agent.TaskView{ID: "t1", Outcome: "succeeded", OutputURL: "s3://b/p/2026/11/30/t1.txt"},
+			"  full output: s3://b/p/2026/11/30/t1.txt\n"},
+		{"upload failed", agent.TaskView{ID: "t2", Outcome: "succeeded", OutputUpload: agent.OutputUploadFailed},
+			"  full output: upload failed (the record keeps max_output)\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printTask(&b, tc.v)
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("show prints\n%s\nwant a line %q", b.String(), tc.want)
+			}
+		})
+	}
+	var b strings.Builder
+	printTask(&b, agent.TaskView{ID: "t3", Outcome: "succeeded"})
+	if strings.Contains(b.String(), "full output") {
+		t.Errorf("a task without an upload shows a full output line:\n%s", b.String())
+	}
+}
