@@ -30,13 +30,21 @@ const (
 // zero value is empty.
 type recordBacklog struct {
 	mu       sync.Mutex
-	recs     []state.TaskRecord
+	recs     []pendingFinish
 	flushing bool // the flush loop runs
+}
+
+// pendingFinish is one Finish the store could not take: the record with
+// the writes that go with it (audit entry, notification, report job) and
+// the finish id that keeps a retry from writing them twice.
+type pendingFinish struct {
+	rec    state.TaskRecord
+	extras state.FinishExtras
 }
 
 // keepRecord adds rec to the backlog and starts the flush loop unless it
 // runs. The loop is one of the pipeline's handlers, so Run waits for it.
-func (p *pipeline) keepRecord(rec state.TaskRecord) {
+func (p *pipeline) keepRecord(rec pendingFinish) {
 	b := &p.backlog
 	b.mu.Lock()
 	b.pushLocked(p, rec)
@@ -49,10 +57,10 @@ func (p *pipeline) keepRecord(rec state.TaskRecord) {
 }
 
 // pushLocked appends rec, dropping the oldest record past backlogMax.
-func (b *recordBacklog) pushLocked(p *pipeline, rec state.TaskRecord) {
+func (b *recordBacklog) pushLocked(p *pipeline, rec pendingFinish) {
 	if len(b.recs) >= backlogMax {
 		p.log.Error("state backlog full; the oldest unwritten task record is dropped",
-			"task_id", b.recs[0].ID, "outcome", b.recs[0].Outcome, "backlog", backlogMax)
+			"task_id", b.recs[0].rec.ID, "outcome", b.recs[0].rec.Outcome, "backlog", backlogMax)
 		b.recs = b.recs[1:]
 	}
 	b.recs = append(b.recs, rec)
@@ -85,9 +93,9 @@ func (p *pipeline) flushBacklog() {
 		b.mu.Lock()
 		left := len(b.recs)
 		if left == 0 || last {
-			for _, rec := range b.recs {
+			for _, pf := range b.recs {
 				p.log.Error("the state store did not come back before the agent stopped; task record not written",
-					"task_id", rec.ID, "outcome", rec.Outcome)
+					"task_id", pf.rec.ID, "outcome", pf.rec.Outcome)
 			}
 			b.recs = nil
 			b.flushing = false
@@ -112,19 +120,24 @@ func (p *pipeline) flushOnce() bool {
 			b.mu.Unlock()
 			return progressed
 		}
-		rec := b.recs[0]
+		pf := b.recs[0]
+		rec := pf.rec
 		b.recs = b.recs[1:]
 		b.mu.Unlock()
-		err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec) })
+		err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, pf.extras) })
 		switch {
 		case err == nil:
 			p.log.Info("task record written after the state store came back", "task_id", rec.ID, "outcome", rec.Outcome)
 		case errors.Is(err, state.ErrSuperseded):
 			p.log.Warn("task record not written: a later attempt owns it", "task_id", rec.ID, "outcome", rec.Outcome)
+		case errors.Is(err, state.ErrPartial):
+			p.degraded("audit")
+			p.log.Warn("task record written after the state store came back, without its audit entry",
+				"task_id", rec.ID, "outcome", rec.Outcome, "err", err)
 		default:
 			b.mu.Lock()
 			if len(b.recs) < backlogMax {
-				b.recs = append([]state.TaskRecord{rec}, b.recs...)
+				b.recs = append([]pendingFinish{pf}, b.recs...)
 			} else {
 				p.log.Error("state backlog full; the oldest unwritten task record is dropped",
 					"task_id", rec.ID, "outcome", rec.Outcome, "backlog", backlogMax)

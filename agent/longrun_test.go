@@ -38,11 +38,11 @@ func (s deadlineStore) Renew(ctx context.Context, taskID, owner string, lease ti
 	return s.Memory.Renew(ctx, taskID, owner, lease)
 }
 
-func (s deadlineStore) Finish(ctx context.Context, rec state.TaskRecord) error {
+func (s deadlineStore) Finish(ctx context.Context, rec state.TaskRecord, x state.FinishExtras) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.Memory.Finish(ctx, rec)
+	return s.Memory.Finish(ctx, rec, x)
 }
 
 func (s deadlineStore) Release(ctx context.Context, taskID, owner string) error {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
@@ -32,24 +34,51 @@ const (
 	drainResultCompletionFailed = "completion_failed"
 )
 
-// taskEnded enqueues the event of a task's final record, when its outcome
-// is an event type; the record's output is already redacted.
-func (n *notifier) taskEnded(rec state.TaskRecord) {
+// streamOutbox is an outbox whose writes the state store can make in the
+// round trip of a task's final record (*notify.RedisOutbox).
+type streamOutbox interface {
+	AddArgs(e notify.Entry) *redis.XAddArgs
+}
+
+// writes are the outbox writes of a task's final record, when its outcome
+// is an event type, for the store to make with the record (and only when
+// it writes the record); the record's output is already redacted.
+func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 	if n == nil {
-		return
+		return nil
 	}
 	typ := notify.EventType(rec.Outcome)
 	switch typ {
 	case notify.EventSucceeded, notify.EventFailed, notify.EventTimedOut, notify.EventRateLimited:
 	default:
-		return
+		return nil
 	}
 	rec.Status = state.StatusDone
 	if rec.FinishedAt.IsZero() {
 		rec.FinishedAt = n.clock.Now()
 	}
 	v := NewTaskView(rec)
-	n.enqueue(notify.Event{Type: typ, Task: &v}, "task_id", rec.ID)
+	entries, err := n.d.Entries(notify.Event{Type: typ, Task: &v})
+	if err != nil {
+		n.log.Warn("notification not written to the outbox; it is lost", "event", string(typ), "task_id", rec.ID, "err", err)
+		return nil
+	}
+	so, _ := n.d.Outbox().(streamOutbox)
+	out := make([]state.Write, 0, len(entries))
+	for _, e := range entries {
+		w := state.Write{Apply: func(ctx context.Context) {
+			if err := n.d.EnqueueEntries(ctx, []notify.Entry{e}); err != nil {
+				n.log.Warn("notification not written to the outbox; it is lost",
+					"event", string(e.Event), "sink", e.Sink, "task_id", rec.ID, "err", err)
+			}
+		}}
+		if so != nil {
+			w.Stream = so.AddArgs(e)
+			w.Done = func(id string) { n.d.Enqueued([]notify.Entry{e}, []string{id}) }
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // drainStarted stops the dispatcher claiming the fleet's work and

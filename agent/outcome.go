@@ -108,10 +108,35 @@ type ended struct {
 
 // end writes j's one outcome; a job ends once and later calls are ignored.
 func (r *outcomeRecorder) end(j *job, e ended) {
+	if entry, ok := r.close(j, e); ok {
+		r.audit(entry)
+	}
+}
+
+// auditEntry is the audit entry end writes for e, for a caller that
+// writes it itself (with the task's final record) and then calls close.
+func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
+	j.mu.Lock()
+	t := j.task
+	if e.decision == nil {
+		e.decision = j.decision
+	}
+	j.mu.Unlock()
+	var fields map[string]string
+	if e.decision != nil {
+		_, fields = decisionSummary(e.decision, nil)
+	}
+	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: t.ID, Host: t.Host,
+		Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}
+}
+
+// close is end without the audit write: it counts and logs j's outcome
+// and returns the audit entry to write; false when j had ended already.
+func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	j.mu.Lock()
 	if j.ended {
 		j.mu.Unlock()
-		return
+		return state.AuditEntry{}, false
 	}
 	j.ended = true
 	if e.result != nil {
@@ -158,7 +183,7 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "task ended", attrs...)
-	r.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields})
+	return state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}, true
 }
 
 // decisionSummary appends the limiter decision's summary to a task's log

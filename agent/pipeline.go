@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -94,6 +95,11 @@ type pipeline struct {
 	run     *semaphore.Weighted
 	// hard ends on a fast exit: running work is killed and released.
 	hard context.Context
+	// waiting counts received messages whose handler has not taken a
+	// worker slot yet (nor ended): the intake's prefetch in hand; idle is
+	// signalled (non-blocking) each time it drops to 0.
+	waiting atomic.Int64
+	idle    chan struct{}
 
 	handlers sync.WaitGroup
 
@@ -116,6 +122,7 @@ type pipeline struct {
 // handler ends, whether it waits for a worker or runs.
 func (p *pipeline) accept(m *queue.Message) {
 	p.outcomes.received()
+	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
@@ -141,6 +148,15 @@ func (p *pipeline) handle(j *job) {
 		p.receive.Release(1)
 	})
 	defer func() { j.freeSlots() }()
+	started := sync.OnceFunc(func() {
+		if p.waiting.Add(-1) == 0 {
+			select {
+			case p.idle <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer started()
 
 	if p.routeAlert(j) {
 		return
@@ -154,6 +170,7 @@ func (p *pipeline) handle(j *job) {
 		return
 	}
 	haveRun = true
+	started()
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(p.hard))
 	defer cancelRun()
 	stop := context.AfterFunc(p.hard, cancelRun)
@@ -268,8 +285,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		return false
 	case dec.Duplicate:
 		rec.Outcome, rec.Reason = OutcomeDuplicate, dec.Reason
-		p.finish(rec)
-		p.outcomes.end(j, ended{outcome: OutcomeDuplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
+		p.finish(j, rec, ended{outcome: OutcomeDuplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
 		p.ack(j)
 		return false
 	case dec.Allowed:
@@ -280,9 +296,13 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		return true
 	case dec.OnExceed == limiter.OnExceedDefer:
 		// A concurrency denial defers by default: its retry_after is when
-		// the earliest holder's lease ends, by which time the slot is free.
+		// the earliest holder's lease ends, by which time the slot is free
+		// (see concurrencyDelay for when the message comes back).
 		p.releaseLease(j)
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
+		if dec.Reason == limiter.ReasonConcurrency {
+			delay = concurrencyDelay(delay, p.catalog[t.Diagnostic].WithDefaults().Timeout)
+		}
 		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
 		if s := shadowSummary(&dec); s != "" {
 			fields["shadow"] = s
@@ -292,8 +312,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		return false
 	default:
 		rec.Outcome, rec.Reason, rec.Limiter = OutcomeRateLimited, dec.Reason, limiterSummary(dec)
-		p.finish(rec)
-		p.outcomes.end(j, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
+		p.finish(j, rec, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
 		p.ack(j)
 		return false
 	}
@@ -347,15 +366,13 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.Truncated = res.Truncated
 	rec.FinishedAt = p.clock.Now()
 	p.uploader.keep(&rec, &res, p.catalog[t.Diagnostic])
-	p.finish(rec)
 	p.outcomes.m.duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {
 		reason = res.Err.Error()
 	}
-	p.outcomes.end(j, ended{outcome: res.Outcome, reason: reason, result: &res})
+	p.finish(j, rec, ended{outcome: res.Outcome, reason: reason, result: &res})
 	p.ack(j)
-	p.reports.taskEnded(rec, p.catalog[t.Diagnostic], res)
 }
 
 // reject ends an invalid or stale message. A rejected message has one
@@ -448,27 +465,38 @@ func (p *pipeline) releaseLease(j *job) {
 	logStoreErr(p.log, err)
 }
 
-// finish writes a task's final record. One the store cannot take now is
-// kept in the backlog and written when the store answers again.
-func (p *pipeline) finish(rec state.TaskRecord) {
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec) })
+// finish writes a task's final record and ends j with e. The record, the
+// outcome's audit entry, its notification and, for a run whose outcome is
+// in report.on, its report job are one store call (one round trip to a
+// standalone Redis); a record the store cannot take now is kept in the
+// backlog with all of them and written when the store answers again.
+func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
+	entry := p.outcomes.auditEntry(j, e)
+	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry}
+	x.Writes = append(x.Writes, p.notifier.writes(rec)...)
+	if e.result != nil {
+		x.Writes = append(x.Writes, p.reports.writes(rec, p.catalog[rec.Diagnostic], *e.result)...)
+	}
+	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, x) })
 	switch {
 	case err == nil:
 	case errors.Is(err, state.ErrSuperseded):
 		// The lease lapsed while the diagnostic ran and another agent
-		// claimed the task: its attempt owns the record. This run still
-		// ends in its own outcome (log, metric, audit).
+		// claimed the task: its attempt owns the record, its notification
+		// and its report. This run still ends in its own outcome (log,
+		// metric, audit).
 		p.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
 			"detail", "a later attempt owns the record; this result is logged only")
+	case errors.Is(err, state.ErrPartial):
+		p.degraded("audit")
+		p.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
 	default:
 		p.degraded("finish")
 		p.log.Warn("recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
-		p.keepRecord(rec)
+		p.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
-	if !errors.Is(err, state.ErrSuperseded) {
-		p.notifier.taskEnded(rec)
-	}
+	p.outcomes.close(j, e)
 }
 
 // deferMsg hands the message back to be received again after d, without
@@ -592,6 +620,21 @@ func retryDelay(receiveCount int) time.Duration {
 		d = min(retryBase<<n, retryMax)
 	}
 	return d - rand.N(d/2+1)
+}
+
+// concurrencyDelay is how long a message denied by a concurrency cap
+// waits: the holder's lease (retryAfter) bounds when its slot is free at
+// the latest, but a holder usually ends far sooner, and a run of the
+// denied diagnostic ends within its timeout, so the message comes back
+// after at most that, with jitter over the upper half so that messages
+// denied together do not come back together; at least a second.
+func concurrencyDelay(retryAfter, runTimeout time.Duration) time.Duration {
+	d := retryAfter
+	if runTimeout > 0 && runTimeout < d {
+		d = runTimeout
+	}
+	d = d/2 + rand.N(d/2+1)
+	return max(d, time.Second)
 }
 
 // stateUnreachable reports whether err means the store did not answer

@@ -74,7 +74,7 @@ func TestRecoveryReconcilesInflight(t *testing.T) {
 	}
 	done := c.Record
 	done.Outcome, done.FinishedAt = OutcomeSucceeded, time.Now()
-	if err := st.Finish(ctx, done); err != nil {
+	if err := st.Finish(ctx, done, state.FinishExtras{}); err != nil {
 		t.Fatal(err)
 	}
 	entry, _ := json.Marshal(state.InflightEntry{TaskID: "t-done", Host: "web-02.example.com", Diagnostic: "echo"})

@@ -169,12 +169,11 @@ func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 // reports queues the report of each finished task and stops the report
 // workers with the drain. A nil *reports (reports off) does nothing.
 type reports struct {
-	r       *report.Reporter
-	cfg     report.Config
-	base    context.Context // never cancelled: a job is queued mid-shutdown too
-	timeout time.Duration   // of one Enqueue (redis.timeout)
-	clock   Clock
-	log     *slog.Logger
+	r     *report.Reporter
+	queue report.Queue // the Reporter's
+	cfg   report.Config
+	clock Clock
+	log   *slog.Logger
 }
 
 // wireReports builds the Reporter when report.enabled: parts from
@@ -199,7 +198,7 @@ func (a *Agent) wireReports() error {
 	if err != nil {
 		return err
 	}
-	a.reports = &reports{r: r, cfg: a.cfg.Report, base: context.WithoutCancel(a.hard), timeout: max(a.cfg.Redis.Timeout, time.Second),
+	a.reports = &reports{r: r, queue: parts.Queue, cfg: a.cfg.Report,
 		clock: a.d.Clock, log: a.log.With("component", "report")}
 	a.pipeline.reports = a.reports
 	a.sup.reports = a.reports
@@ -223,23 +222,35 @@ func (rs *reports) run(ctx, hard context.Context) error {
 	return rs.r.Run(ctx)
 }
 
-// taskEnded queues the report of a task that ran, when its outcome is in
-// report.on: one queue write bounded by redis.timeout, after the outcome
-// is recorded and the message deleted. A failure is logged; the task is
+// streamQueue is a report queue whose write the state store can make in
+// the round trip of a task's final record (*report.RedisQueue).
+type streamQueue interface {
+	AddArgs(j report.Job) (*redis.XAddArgs, error)
+}
+
+// writes is the report job of a task that ran, when its outcome is in
+// report.on, for the store to make with the task's final record (and
+// only when it writes the record): a report never delays the task's
+// outcome by a round trip of its own. A failure is logged; the task is
 // not affected.
-//
-//nolint:contextcheck // the write is detached from the task's context by design
-func (rs *reports) taskEnded(rec state.TaskRecord, diag runner.Diagnostic, res runner.Result) {
+func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runner.Result) []state.Write {
 	if rs == nil || !rs.cfg.Wants(rec.Outcome) {
-		return
+		return nil
 	}
 	ev := EvidenceOf(rec, &diag)
 	ev.Duration = report.Seconds(res.Duration)
-	ctx, cancel := context.WithTimeout(rs.base, rs.timeout)
-	defer cancel()
-	if err := rs.r.Enqueue(ctx, report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now()}); err != nil {
-		rs.log.Warn("report job not queued; the task has no report", "task_id", rec.ID, "err", err)
+	j := rs.r.Prepare(report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now()})
+	w := state.Write{Apply: func(ctx context.Context) {
+		if err := rs.r.Enqueue(ctx, j); err != nil {
+			rs.log.Warn("report job not queued; the task has no report", "task_id", rec.ID, "err", err)
+		}
+	}}
+	if sq, ok := rs.queue.(streamQueue); ok {
+		if a, err := sq.AddArgs(j); err == nil {
+			w.Stream, w.Done = a, func(string) { rs.r.Kick() }
+		}
 	}
+	return []state.Write{w}
 }
 
 // drainStarted takes no new report job; queued ones stay for other agents.

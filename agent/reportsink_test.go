@@ -38,7 +38,7 @@ func TestOutboxReportSink(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec.Status, rec.Owner, rec.Attempts = state.StatusDone, "i-1", 1
-			if err := store.Finish(ctx, rec); err != nil {
+			if err := store.Finish(ctx, rec, state.FinishExtras{}); err != nil {
 				t.Fatal(err)
 			}
 			ob := notify.NewMemoryOutbox(notify.MemoryOptions{})

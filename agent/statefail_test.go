@@ -48,11 +48,11 @@ func (s *flakyStore) Renew(ctx context.Context, taskID, owner string, lease time
 	return s.Memory.Renew(ctx, taskID, owner, lease)
 }
 
-func (s *flakyStore) Finish(ctx context.Context, rec state.TaskRecord) error {
+func (s *flakyStore) Finish(ctx context.Context, rec state.TaskRecord, x state.FinishExtras) error {
 	if err := s.fail(); err != nil {
 		return err
 	}
-	return s.Memory.Finish(ctx, rec)
+	return s.Memory.Finish(ctx, rec, x)
 }
 
 func (s *flakyStore) Release(ctx context.Context, taskID, owner string) error {

@@ -191,10 +191,28 @@ func (d *Dispatcher) Enqueue(ctx context.Context, ev Event) (string, error) {
 	if err != nil || len(entries) == 0 {
 		return "", err
 	}
-	refs, err := d.ob.Enqueue(ctx, entries)
-	if err != nil {
+	if err := d.EnqueueEntries(ctx, entries); err != nil {
 		return "", err
 	}
+	return entries[0].ID, nil
+}
+
+// EnqueueEntries writes entries (from Entries) to the outbox in one round
+// trip bounded by ctx, then does what Enqueued does.
+func (d *Dispatcher) EnqueueEntries(ctx context.Context, entries []Entry) error {
+	refs, err := d.ob.Enqueue(ctx, entries)
+	if err != nil {
+		return err
+	}
+	d.Enqueued(entries, refs)
+	return nil
+}
+
+// Enqueued tells the dispatcher that entries were written to its outbox
+// under refs (their stream ids), by it or by a caller that wrote them
+// with something else (RedisOutbox.AddArgs in the task's final record):
+// it wakes the workers and, while draining, delivers them itself.
+func (d *Dispatcher) Enqueued(entries []Entry, refs []string) {
 	d.mu.Lock()
 	draining := d.draining && !d.stopped
 	d.mu.Unlock()
@@ -203,6 +221,9 @@ func (d *Dispatcher) Enqueue(ctx context.Context, ev Event) (string, error) {
 		// events go out from here; should it stop first, they stay in
 		// the outbox for the others.
 		for i, e := range entries {
+			if i >= len(refs) {
+				break
+			}
 			select {
 			case d.direct <- Delivery{Entry: e, Attempt: 1, ref: refs[i]}:
 			default:
@@ -210,8 +231,10 @@ func (d *Dispatcher) Enqueue(ctx context.Context, ev Event) (string, error) {
 		}
 	}
 	d.signal()
-	return entries[0].ID, nil
 }
+
+// Outbox is the outbox the dispatcher writes to and delivers from.
+func (d *Dispatcher) Outbox() Outbox { return d.ob }
 
 func (d *Dispatcher) signal() {
 	select {

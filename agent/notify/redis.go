@@ -109,9 +109,16 @@ func (r *RedisOutbox) Enqueue(ctx context.Context, entries []Entry) ([]string, e
 func (r *RedisOutbox) AddTo(ctx context.Context, p redis.Pipeliner, entries []Entry) []*redis.StringCmd {
 	cmds := make([]*redis.StringCmd, len(entries))
 	for i, e := range entries {
-		cmds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, MaxLen: r.o.MaxLen, Approx: true, Values: entryValues(e)})
+		cmds[i] = p.XAdd(ctx, r.AddArgs(e))
 	}
 	return cmds
+}
+
+// AddArgs is the XADD that writes e, for a caller that makes it itself
+// (the state store, in the round trip of the task's final record); tell
+// the Dispatcher with Enqueued once it landed.
+func (r *RedisOutbox) AddArgs(e Entry) *redis.XAddArgs {
+	return &redis.XAddArgs{Stream: r.stream, MaxLen: r.o.MaxLen, Approx: true, Values: entryValues(e)}
 }
 
 func entryValues(e Entry) []any {

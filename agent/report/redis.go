@@ -61,15 +61,25 @@ func NewRedisQueue(c redisClient, prefix string, lease time.Duration) *RedisQueu
 
 // Enqueue implements Queue: one XADD.
 func (q *RedisQueue) Enqueue(ctx context.Context, j Job) error {
-	b, err := json.Marshal(j)
+	a, err := q.AddArgs(j)
 	if err != nil {
-		return fmt.Errorf("report: enqueue %s: %w", j.ID, err)
+		return err
 	}
-	if err := q.c.XAdd(ctx, &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true,
-		Values: []any{"job", b}}).Err(); err != nil {
+	if err := q.c.XAdd(ctx, a).Err(); err != nil {
 		return fmt.Errorf("report: enqueue %s: %w", j.ID, err)
 	}
 	return nil
+}
+
+// AddArgs is the XADD that queues j, for a caller that makes it itself
+// (the state store, in the round trip of the task's final record); j is
+// as Reporter.Prepare returns it, and Reporter.Kick follows once it landed.
+func (q *RedisQueue) AddArgs(j Job) (*redis.XAddArgs, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("report: enqueue %s: %w", j.ID, err)
+	}
+	return &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: []any{"job", b}}, nil
 }
 
 func (q *RedisQueue) ensureGroup(ctx context.Context, force bool) error {

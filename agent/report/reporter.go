@@ -124,20 +124,32 @@ func New(o Options) (*Reporter, error) {
 // sets EnqueuedAt when zero and cuts the output to the prompt's input
 // bounds, so the queue holds no more than a prompt needs.
 func (r *Reporter) Enqueue(ctx context.Context, j Job) error {
+	if err := r.o.Queue.Enqueue(ctx, r.Prepare(j)); err != nil {
+		return err
+	}
+	r.Kick()
+	return nil
+}
+
+// Prepare is j as Enqueue queues it: EnqueuedAt set, the output cut to
+// report.input. A caller that queues the job itself (RedisQueue.AddArgs)
+// uses it, then Kick.
+func (r *Reporter) Prepare(j Job) Job {
 	if j.EnqueuedAt.IsZero() {
 		j.EnqueuedAt = r.o.Now().UTC()
 	}
 	if j.Evidence.Output != "" {
 		j.Evidence.Output, _, _ = Tail(j.Evidence.Output, r.o.Config.Input.MaxLines, int(r.o.Config.Input.MaxBytes))
 	}
-	if err := r.o.Queue.Enqueue(ctx, j); err != nil {
-		return err
-	}
+	return j
+}
+
+// Kick tells the workers a job was queued, so an idle one looks at once.
+func (r *Reporter) Kick() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // Run takes jobs until ctx ends or Drain is called, then waits for the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -36,9 +37,12 @@ type reaper struct {
 	initErr error
 
 	// mu orders starting (and registering) a leader against a sweep, so a
-	// leader that exits at once is never taken for an orphan.
-	mu      sync.Mutex
-	leaders map[int]bool // pids os/exec will wait for
+	// leader that exits at once is never taken for an orphan: starts hold
+	// it shared, so that runs fork in parallel, a sweep exclusively.
+	mu sync.RWMutex
+	// leadersMu guards leaders, which starts write concurrently.
+	leadersMu sync.Mutex
+	leaders   map[int]bool // pids os/exec will wait for
 }
 
 func (rp *reaper) init() {
@@ -54,20 +58,22 @@ func (rp *reaper) init() {
 // start starts cmd and registers its leader in one step.
 func (rp *reaper) start(cmd *exec.Cmd) error {
 	rp.once.Do(rp.init)
-	rp.mu.Lock()
-	defer rp.mu.Unlock()
+	rp.mu.RLock()
+	defer rp.mu.RUnlock()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	rp.leadersMu.Lock()
 	rp.leaders[cmd.Process.Pid] = true
+	rp.leadersMu.Unlock()
 	return nil
 }
 
 // exited forgets a leader once os/exec has waited for it.
 func (rp *reaper) exited(pid int) {
-	rp.mu.Lock()
+	rp.leadersMu.Lock()
 	delete(rp.leaders, pid)
-	rp.mu.Unlock()
+	rp.leadersMu.Unlock()
 }
 
 // finish kills every remaining process of run id and returns once they are
@@ -91,8 +97,13 @@ func (rp *reaper) finish(id string) error {
 // (of any run) reparented to the agent, and returns how many processes of
 // run id are not yet gone.
 func (rp *reaper) sweep(id string) int {
+	if rp.nothingLeft(id) {
+		return 0
+	}
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
+	rp.leadersMu.Lock()
+	defer rp.leadersMu.Unlock()
 	self := os.Getpid()
 	left := 0
 	for _, p := range rp.tree() {
@@ -106,6 +117,13 @@ func (rp *reaper) sweep(id string) int {
 				continue
 			}
 		}
+		if p.unreadable && !p.zombie && p.ppid == self && p.pgid != rp.pgid {
+			// A diagnostic's orphan on its way out: SIGKILL took its
+			// memory, so its marker is gone, but it is not a zombie to
+			// reap yet. Look again until it is.
+			left++
+			continue
+		}
 		if p.run != id {
 			continue
 		}
@@ -117,10 +135,94 @@ func (rp *reaper) sweep(id string) int {
 	return left
 }
 
+// nothingLeft reports whether run id can have left nothing behind and no
+// dead orphan waits to be reaped, from the agent's own children lists
+// (/proc/self/task/*/children), a few small files, instead of every
+// process on the machine, which the full sweep reads. A run's processes
+// descend from its leader and, once it is gone, are reparented to the
+// agent (the subreaper), so any of them would be a child of the agent, or
+// below one, carrying the run's marker (or, its memory gone, none that
+// can be read). A child that is a registered leader, or alive with
+// another run's marker or none (a leader forked but not yet registered),
+// is no concern of this sweep. false when it cannot tell (no subreaper,
+// no children lists, a thread gone meanwhile): then the full sweep runs.
+// It reaps and kills nothing, so it needs leadersMu only: starts go on.
+func (rp *reaper) nothingLeft(id string) bool {
+	if rp.root != os.Getpid() {
+		return false
+	}
+	tids := threads()
+	if len(tids) == 0 {
+		return false
+	}
+	var buf [4096]byte
+	for _, tid := range tids {
+		fd, err := syscall.Open("/proc/self/task/"+tid+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return false
+		}
+		n, err := syscall.Read(fd, buf[:])
+		syscall.Close(fd)
+		if err != nil || n < 0 || n == len(buf) {
+			return false
+		}
+		for f := range bytes.FieldsSeq(buf[:n]) {
+			pid, err := strconv.Atoi(string(f))
+			if err != nil {
+				return false
+			}
+			rp.leadersMu.Lock()
+			leader := rp.leaders[pid]
+			rp.leadersMu.Unlock()
+			if leader {
+				continue
+			}
+			if zombie, ok := isZombie(pid); !ok || zombie {
+				return false
+			}
+			if run, unreadable := runMarker(pid); unreadable || run == id {
+				return false
+			}
+		}
+	}
+	// A thread that exited meanwhile hands its children to another,
+	// which may have been read before: then look again the long way.
+	return slices.Equal(tids, threads())
+}
+
+// isZombie reads pid's state; ok is false when pid is gone or unreadable.
+func isZombie(pid int) (zombie, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false, false
+	}
+	return b[i+2] == 'Z', true
+}
+
+// threads lists the agent's thread ids, sorted; nil when unreadable.
+func threads() []string {
+	d, err := os.Open("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	tids, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil
+	}
+	slices.Sort(tids)
+	return tids
+}
+
 type proc struct {
 	pid, ppid, pgid int
 	zombie          bool
 	run             string // the RunIDVar of the process, or of its nearest marked ancestor
+	unreadable      bool   // its environment could not be read (or was empty)
 }
 
 // tree lists the processes below rp.root, parents before children, each
@@ -139,7 +241,7 @@ func (rp *reaper) tree() []proc {
 			if p.ppid != ppid {
 				continue
 			}
-			p.run = runMarker(p.pid)
+			p.run, p.unreadable = runMarker(p.pid)
 			if p.run == "" && p.ppid != rp.root {
 				p.run = runOf[p.ppid]
 			}
@@ -200,16 +302,18 @@ func readProcs() []proc {
 	return out
 }
 
-// runMarker returns the RunIDVar in pid's environment, or "".
-func runMarker(pid int) string {
+// runMarker returns the RunIDVar in pid's environment, or ""; unreadable
+// when the environment could not be read or was empty, as it reads once
+// the process's memory is gone (killed, exiting, not yet a zombie).
+func runMarker(pid int) (run string, unreadable bool) {
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return ""
+	if err != nil || len(env) == 0 {
+		return "", true
 	}
 	for kv := range bytes.SplitSeq(env, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(RunIDVar+"=")); ok {
-			return string(v)
+			return string(v), false
 		}
 	}
-	return ""
+	return "", false
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -192,5 +193,54 @@ func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {
 	}
 	if exists(orphan) {
 		t.Fatalf("run A's orphan %d survived it", orphan)
+	}
+}
+
+// TestNothingLeft: the shortcut that skips searching every process holds
+// while no child of the agent but the leaders carries the run's marker or
+// is a zombie to reap; a child with the run's marker (an orphan
+// reparented to the agent looks the same) sends the sweep the long way,
+// one with another run's marker does not.
+func TestNothingLeft(t *testing.T) {
+	procs.once.Do(procs.init)
+	if procs.root != os.Getpid() {
+		t.Skip("no subreaper here: the shortcut is off")
+	}
+	leader := exec.CommandContext(t.Context(), "/bin/sleep", "30")
+	leader.Env = []string{RunIDVar + "=mine"}
+	if err := procs.start(leader); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = leader.Process.Kill()
+		_ = leader.Wait()
+		procs.exited(leader.Process.Pid)
+	}()
+	if !procs.nothingLeft("mine") {
+		t.Fatal("nothingLeft = false with only a registered leader as child")
+	}
+	orphan := exec.CommandContext(t.Context(), "/bin/sleep", "30")
+	orphan.Env = []string{RunIDVar + "=mine"}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = orphan.Process.Kill(); _ = orphan.Wait() }()
+	// Until exec the child shows the test's environment: wait for the
+	// marker, as a sweep would see it.
+	deadline := time.Now().Add(reapTimeout)
+	for {
+		if run, _ := runMarker(orphan.Process.Pid); run == "mine" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child never showed its marker")
+		}
+		time.Sleep(reapPoll)
+	}
+	if procs.nothingLeft("mine") {
+		t.Fatal("nothingLeft = true with a child carrying the run's marker")
+	}
+	if !procs.nothingLeft("another") {
+		t.Fatal("nothingLeft = false for another run, with a child of this one alive")
 	}
 }

@@ -40,6 +40,7 @@ type Memory struct {
 
 type memTask struct {
 	rec        TaskRecord
+	finishID   string // FinishExtras.ID of the finish that wrote rec
 	leaseUntil time.Time
 	expires    time.Time // zero while running
 }
@@ -145,18 +146,38 @@ func (m *Memory) Renew(_ context.Context, taskID, owner string, lease time.Durat
 }
 
 // Finish implements Store.
-func (m *Memory) Finish(_ context.Context, rec TaskRecord) error {
+func (m *Memory) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
+	repeated, err := m.finish(rec, x)
+	if err != nil || repeated {
+		return err
+	}
+	for _, w := range x.Writes {
+		w.Apply(ctx)
+	}
+	return nil
+}
+
+// finish writes rec and x.Audit under one lock, the audit entry even
+// when rec is superseded; repeated reports a finish with x.ID that
+// already landed, which writes nothing.
+func (m *Memory) finish(rec TaskRecord, x FinishExtras) (repeated bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
 	t, ok := m.tasks[rec.ID]
+	if ok && x.ID != "" && t.finishID == x.ID && t.rec.Status == StatusDone {
+		return true, nil
+	}
+	if x.Audit != nil {
+		m.auditLocked(*x.Audit)
+	}
 	switch {
 	case !ok:
 		t = &memTask{}
 		m.tasks[rec.ID] = t
 	case rec.Attempts > 0 && t.rec.Attempts > rec.Attempts,
 		rec.Attempts == 0 && t.rec.Status == StatusRunning && t.rec.Owner != rec.Owner:
-		return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
+		return false, fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
 	case rec.Attempts == 0:
 		rec.Attempts = t.rec.Attempts
 	}
@@ -165,9 +186,10 @@ func (m *Memory) Finish(_ context.Context, rec TaskRecord) error {
 		rec.FinishedAt = now
 	}
 	t.rec = rec
+	t.finishID = x.ID
 	t.leaseUntil = time.Time{}
 	t.expires = now.Add(m.o.RecordTTL)
-	return nil
+	return false, nil
 }
 
 // Release implements Store.
@@ -227,6 +249,11 @@ func (m *Memory) SetReport(_ context.Context, id string, report json.RawMessage)
 func (m *Memory) Audit(_ context.Context, e AuditEntry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.auditLocked(e)
+	return nil
+}
+
+func (m *Memory) auditLocked(e AuditEntry) {
 	if e.Time.IsZero() {
 		e.Time = m.o.Clock.Now()
 	}
@@ -234,7 +261,6 @@ func (m *Memory) Audit(_ context.Context, e AuditEntry) error {
 	if len(m.audit) > m.o.AuditMax {
 		m.audit = append(m.audit[:0], m.audit[len(m.audit)-m.o.AuditMax:]...)
 	}
-	return nil
 }
 
 // RecentAudit implements Store.

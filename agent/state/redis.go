@@ -65,7 +65,8 @@ type RedisOptions struct {
 // Keys, with P the prefix:
 //
 //	P task:{ID}       hash: rec (TaskRecord JSON), status, owner, attempts,
-//	                  lease_until (unix ms). TTL: RecordTTL after the task
+//	                  lease_until (unix ms), finish (FinishExtras.ID of the
+//	                  finish that wrote it), report. TTL: RecordTTL after the task
 //	                  ends; while running max(RecordTTL, 4×lease), refreshed on
 //	                  claim and renew.
 //	P lease:{ID}      string owner, SET PX lease: the execution lease.
@@ -94,6 +95,9 @@ type RedisOptions struct {
 type Redis struct {
 	c redis.UniversalClient
 	o RedisOptions
+	// oneNode: every key is on one server (not a Cluster or a Ring), so
+	// one script may touch keys of different hash tags.
+	oneNode bool
 }
 
 var _ Store = (*Redis)(nil)
@@ -119,7 +123,8 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	if o.MaxInstances <= 0 {
 		o.MaxInstances = 10000
 	}
-	return &Redis{c: client, o: o}
+	_, oneNode := client.(*redis.Client)
+	return &Redis{c: client, o: o, oneNode: oneNode}
 }
 
 func (r *Redis) taskKey(id string) string       { return r.o.Prefix + "task:{" + id + "}" }
@@ -257,8 +262,13 @@ func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Dura
 	return nil
 }
 
-// Finish implements Store.
-func (r *Redis) Finish(ctx context.Context, rec TaskRecord) error {
+// Finish implements Store. On a standalone server (one node holds every
+// key) the record, the in-flight entry, the audit entry and x.Writes are
+// one script: one round trip, all or nothing. On a cluster they live on
+// different slots: the in-flight entry, the record's script and the audit
+// entry go in one pipeline (one round trip per node, the nodes in
+// parallel), and x.Writes in a second once the record is known written.
+func (r *Redis) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
 	rec.Status = StatusDone
 	if rec.FinishedAt.IsZero() {
 		rec.FinishedAt = r.o.Clock.Now()
@@ -268,30 +278,216 @@ func (r *Redis) Finish(ctx context.Context, rec TaskRecord) error {
 	if err != nil {
 		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
 	}
-	// The finishing owner's in-flight entry leaves in the same round trip;
-	// a previous owner's (the lease changed hands) takes one more.
+	var audit []byte
+	if x.Audit != nil {
+		e := *x.Audit
+		if e.Time.IsZero() {
+			e.Time = r.o.Clock.Now()
+		}
+		if audit, err = json.Marshal(e); err != nil {
+			return fmt.Errorf("state: finish %s: audit: %w", rec.ID, err)
+		}
+	}
+	var res finishReply
+	if r.oneNode {
+		res, err = r.finishOne(ctx, rec, js, audit, x)
+	} else {
+		res, err = r.finishSplit(ctx, rec, js, audit, x)
+	}
+	if err != nil && !errors.Is(err, ErrPartial) {
+		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+	}
+	if res.superseded {
+		return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
+	}
+	if !res.repeated && res.prev != "" && res.prev != rec.Owner {
+		// The lease changed hands: the previous owner's entry is on its
+		// own key, which a cluster may keep elsewhere.
+		if err := r.c.HDel(ctx, r.inflightKey(res.prev), rec.ID).Err(); err != nil {
+			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// finishReply is what finish.lua answers.
+type finishReply struct {
+	prev                 string
+	superseded, repeated bool
+	ids                  []string // of the writes, when the script made them
+}
+
+func parseFinishReply(v []any) (finishReply, error) {
+	if len(v) < 4 {
+		return finishReply{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	var f finishReply
+	f.prev, _ = v[0].(string)
+	sup, _ := v[2].(int64)
+	rep, _ := v[3].(int64)
+	f.superseded, f.repeated = sup == 1, rep == 1
+	for _, id := range v[4:] {
+		s, _ := id.(string)
+		f.ids = append(f.ids, s)
+	}
+	return f, nil
+}
+
+// finishOne runs finish.lua with every key: the server is one node.
+func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
+	keys := []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)}
+	args := []any{js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), x.ID, "", "0", "", "", 0}
+	if rec.Owner != "" {
+		keys = append(keys, r.inflightKey(rec.Owner))
+		args[5] = rec.ID
+	}
+	if audit != nil {
+		keys = append(keys, r.auditKey())
+		args[6], args[7], args[8] = "1", r.o.AuditMaxLen, audit
+	}
+	var stream []Write // the writes the script makes
+	for _, w := range x.Writes {
+		if w.Stream == nil {
+			continue
+		}
+		fields, err := xaddFields(w.Stream)
+		if err != nil {
+			return finishReply{}, err
+		}
+		mode := ""
+		if w.Stream.MaxLen > 0 {
+			mode = "="
+			if w.Stream.Approx {
+				mode = "~"
+			}
+		}
+		keys = append(keys, w.Stream.Stream)
+		args = append(args, mode, w.Stream.MaxLen, len(fields))
+		for _, f := range fields {
+			args = append(args, f)
+		}
+		stream = append(stream, w)
+	}
+	args[9] = len(stream)
+	v, err := finishScript.Run(ctx, r.c, keys, args...).Slice()
+	if err != nil {
+		return finishReply{}, err
+	}
+	res, err := parseFinishReply(v)
+	if err != nil || res.superseded || res.repeated {
+		return res, err
+	}
+	for i, w := range stream {
+		if w.Done != nil && i < len(res.ids) {
+			w.Done(res.ids[i])
+		}
+	}
+	for _, w := range x.Writes {
+		if w.Stream == nil {
+			w.Apply(ctx)
+		}
+	}
+	return res, nil
+}
+
+// finishSplit is Finish on a cluster: the record's script and the
+// in-flight entry in one pipeline, then the audit entry and, when the
+// record was written, the writes in another (both skipped for a retry of
+// a finish that landed). A write that fails there is made by its Apply;
+// an audit entry that fails is reported as ErrPartial.
+func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
 	cmd, err := r.withScript(ctx, func(p redis.Pipeliner) {
 		if rec.Owner != "" {
 			p.HDel(ctx, r.inflightKey(rec.Owner), rec.ID)
 		}
 	}, finishScript, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
-		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL))
+		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), x.ID, "", "0", "", "", 0)
 	if err != nil {
-		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+		return finishReply{}, err
 	}
-	res, err := cmd.Slice()
+	v, err := cmd.Slice()
 	if err != nil {
-		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+		return finishReply{}, err
 	}
-	if sup, _ := res[2].(int64); sup == 1 {
-		return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
+	res, err := parseFinishReply(v)
+	if err != nil || res.repeated {
+		return res, err
 	}
-	if prev, _ := res[0].(string); prev != "" && prev != rec.Owner {
-		if err := r.c.HDel(ctx, r.inflightKey(prev), rec.ID).Err(); err != nil {
-			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
+	writes := x.Writes
+	if res.superseded {
+		writes = nil
+	}
+	var auditCmd *redis.StringCmd
+	cmds := make([]*redis.StringCmd, len(writes))
+	if audit != nil || len(writes) > 0 {
+		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if audit != nil {
+				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.auditKey(), MaxLen: r.o.AuditMaxLen, Approx: true, Values: []any{"e", audit}})
+			}
+			for i, w := range writes {
+				if w.Stream != nil {
+					cmds[i] = p.XAdd(ctx, w.Stream)
+				}
+			}
+			return nil
+		})
+	}
+	for i, w := range writes {
+		switch c := cmds[i]; {
+		case c != nil && c.Err() == nil:
+			if w.Done != nil {
+				w.Done(c.Val())
+			}
+		default:
+			// Not in the pipeline, or its XADD failed: the write's own
+			// path tries once more and logs a failure.
+			w.Apply(ctx)
 		}
 	}
-	return nil
+	if auditCmd != nil && auditCmd.Err() != nil {
+		return res, fmt.Errorf("audit: %w: %w", ErrPartial, auditCmd.Err())
+	}
+	return res, nil
+}
+
+// xaddFields flattens a's field-value pairs into the strings XADD gets.
+func xaddFields(a *redis.XAddArgs) ([]string, error) {
+	str := func(v any) string {
+		switch v := v.(type) {
+		case string:
+			return v
+		case []byte:
+			return string(v)
+		}
+		return fmt.Sprint(v)
+	}
+	var out []string
+	switch vs := a.Values.(type) {
+	case []any:
+		for _, v := range vs {
+			out = append(out, str(v))
+		}
+	case []string:
+		out = append(out, vs...)
+	case map[string]any:
+		keys := make([]string, 0, len(vs))
+		for k := range vs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out = append(out, k, str(vs[k]))
+		}
+	default:
+		return nil, fmt.Errorf("xadd %s: values of type %T", a.Stream, a.Values)
+	}
+	if len(out) == 0 || len(out)%2 != 0 {
+		return nil, fmt.Errorf("xadd %s: %d field-value strings", a.Stream, len(out))
+	}
+	return out, nil
 }
 
 // withScript sends the commands of before and then s (by EVALSHA) in one

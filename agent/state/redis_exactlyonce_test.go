@@ -125,7 +125,7 @@ func TestRedisSQSExactlyOnce(t *testing.T) {
 							mu.Unlock()
 							rec := cl.Record
 							rec.Outcome = "succeeded"
-							if err := ag.store.Finish(ctx, rec); err != nil {
+							if err := ag.store.Finish(ctx, rec, state.FinishExtras{}); err != nil {
 								fail(err)
 								return
 							}

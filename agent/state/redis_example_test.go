@@ -27,7 +27,7 @@ func ExampleNewRedis() {
 	case state.Claimed: // run it, renewing the lease while it runs
 		done := c.Record
 		done.Outcome, done.ExitCode = "succeeded", 0
-		_ = store.Finish(ctx, done)
+		_ = store.Finish(ctx, done, state.FinishExtras{})
 	case state.HeldElsewhere: // hide the message for c.LeaseRemaining
 		fmt.Println("running elsewhere for", c.LeaseRemaining)
 	case state.AlreadyDone: // delete the message

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,7 +96,7 @@ func TestRedisKeys(t *testing.T) {
 	}
 	done := cl.Record
 	done.Outcome = "succeeded"
-	if err := s.Finish(ctx, done); err != nil {
+	if err := s.Finish(ctx, done, state.FinishExtras{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Audit(ctx, state.AuditEntry{TaskID: "evt-1", Outcome: "succeeded"}); err != nil {
@@ -205,7 +207,7 @@ func TestRedisOutputBound(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "t-" + tc.name
-			if err := s.Finish(ctx, state.TaskRecord{ID: id, Output: tc.in}); err != nil {
+			if err := s.Finish(ctx, state.TaskRecord{ID: id, Output: tc.in}, state.FinishExtras{}); err != nil {
 				t.Fatal(err)
 			}
 			rec, ok, err := s.Task(ctx, id)
@@ -290,7 +292,7 @@ func TestRedisScriptsReloadAfterFlush(t *testing.T) {
 				t.Fatalf("in-flight after claim = %v", got)
 			}
 			flush()
-			if err := s.Finish(ctx, state.TaskRecord{ID: "flush-1", Owner: "a", Outcome: "succeeded", Attempts: 1}); err != nil {
+			if err := s.Finish(ctx, state.TaskRecord{ID: "flush-1", Owner: "a", Outcome: "succeeded", Attempts: 1}, state.FinishExtras{}); err != nil {
 				t.Fatalf("finish after SCRIPT FLUSH: %v", err)
 			}
 			if got, _ := s.Inflight(ctx, "a"); len(got) != 0 {
@@ -326,5 +328,103 @@ func TestRedisOldRecordReadable(t *testing.T) {
 				t.Errorf("record = %+v, want the old fields and the new ones empty", rec)
 			}
 		})
+	}
+}
+
+// roundTrips counts the calls a client makes to its server: one per
+// command outside a pipeline, one per pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// A task's end on a standalone server: the record, the in-flight entry,
+// the audit entry and the writes that go with it (an outbox event, a
+// report job) in one round trip; a superseded finish writes its audit
+// entry only; a retry of a finish that landed writes nothing again.
+func TestRedisFinishOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	hook := &roundTrips{}
+	c.AddHook(hook)
+	prefix := uniquePrefix(t, c)
+	clock := statetest.NewFakeClock(time.Now().Truncate(time.Millisecond))
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clock})
+	outbox, jobs := prefix+"{notify}:outbox", prefix+"{report}:jobs"
+	var landed []string
+	extras := func(id, taskID string) state.FinishExtras {
+		x := state.FinishExtras{ID: id, Audit: &state.AuditEntry{InstanceID: "a", TaskID: taskID, Outcome: "failed"}}
+		for _, stream := range []string{outbox, jobs} {
+			x.Writes = append(x.Writes, state.Write{
+				Stream: &redis.XAddArgs{Stream: stream, MaxLen: 100, Approx: true, Values: []any{"task", taskID, "body", []byte("{}")}},
+				Apply:  func(context.Context) { t.Errorf("Apply of %s called; its XADD goes with the record", stream) },
+				Done:   func(id string) { landed = append(landed, stream+" "+id) },
+			})
+		}
+		return x
+	}
+	finish := func(taskID, owner, id string) error {
+		cl, err := s.Claim(ctx, state.TaskRecord{ID: taskID}, owner, time.Minute)
+		if err != nil || cl.Result != state.Claimed {
+			t.Fatalf("Claim %s = %+v, %v", taskID, cl, err)
+		}
+		rec := cl.Record
+		rec.Owner, rec.Outcome = owner, "failed"
+		hook.n.Store(0)
+		return s.Finish(ctx, rec, extras(id, taskID))
+	}
+	// The first Finish loads the script (EVALSHA, then EVAL).
+	if err := finish("warm", "a", "f0"); err != nil {
+		t.Fatal(err)
+	}
+	landed = nil
+	if err := finish("t1", "a", "f1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := hook.n.Load(); n != 1 {
+		t.Errorf("Finish with audit, outbox event and report job took %d round trips, want 1", n)
+	}
+	if len(landed) != 2 {
+		t.Errorf("writes landed = %v, want the outbox event and the report job", landed)
+	}
+	streamLen := func(k string) int64 { return c.XLen(ctx, k).Val() }
+	if got := []int64{streamLen(outbox), streamLen(jobs), streamLen(prefix + "audit")}; got[0] != 2 || got[1] != 2 || got[2] != 2 {
+		t.Errorf("outbox, jobs, audit lengths = %v, want 2 each (warm-up and t1)", got)
+	}
+	if ids, _ := s.InflightIDs(ctx, "a"); len(ids) != 0 {
+		t.Errorf("in-flight of a = %v, want none", ids)
+	}
+
+	// A retry of f1 whose reply was lost.
+	cl, _, _ := s.Task(ctx, "t1")
+	if err := s.Finish(ctx, cl, extras("f1", "t1")); err != nil {
+		t.Fatalf("repeated Finish: %v", err)
+	}
+	if got := []int64{streamLen(outbox), streamLen(jobs), streamLen(prefix + "audit")}; got[0] != 2 || got[1] != 2 || got[2] != 2 {
+		t.Errorf("after a repeated finish: outbox, jobs, audit lengths = %v, want 2 each", got)
+	}
+
+	// Superseded: b claimed the task after a's lease lapsed.
+	clA, err := s.Claim(ctx, state.TaskRecord{ID: "t2"}, "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + time.Second)
+	if cl, err := s.Claim(ctx, state.TaskRecord{ID: "t2"}, "b", time.Minute); err != nil || cl.Result != state.Claimed {
+		t.Fatalf("b's Claim after a's lease = %+v, %v", cl.Result, err)
+	}
+	late := clA.Record
+	late.Owner, late.Outcome = "a", "failed"
+	if err := s.Finish(ctx, late, extras("f2", "t2")); !errors.Is(err, state.ErrSuperseded) {
+		t.Fatalf("late Finish = %v, want ErrSuperseded", err)
+	}
+	if got := []int64{streamLen(outbox), streamLen(jobs), streamLen(prefix + "audit")}; got[0] != 2 || got[1] != 2 || got[2] != 3 {
+		t.Errorf("after a superseded finish: outbox, jobs, audit lengths = %v, want 2, 2, 3", got)
 	}
 }

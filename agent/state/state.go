@@ -7,9 +7,13 @@ package state
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrLeaseLost is returned by Renew when the lease is no longer ours (it
@@ -20,6 +24,11 @@ var ErrLeaseLost = errors.New("state: lease lost")
 // record: this owner's lease lapsed while it ran and another agent claimed
 // the task. The later attempt's record stands; nothing was written.
 var ErrSuperseded = errors.New("state: record belongs to a later attempt")
+
+// ErrPartial is returned by Finish when the record is written but its
+// audit entry could not be (a cluster writes them in two round trips):
+// the record must not be finished again, the loss is only logged.
+var ErrPartial = errors.New("state: record written, audit entry not")
 
 // Task statuses stored in TaskRecord.Status.
 const (
@@ -61,6 +70,47 @@ type TaskRecord struct {
 	Limiter json.RawMessage `json:"limiter,omitempty"`
 	// Report is the root-cause report, as JSON; empty until one is made.
 	Report json.RawMessage `json:"report,omitempty"`
+}
+
+// FinishExtras are the writes that belong to a task's end besides its
+// record, made by Finish in the same call: one round trip to a standalone
+// Redis, atomically with the record. A Finish that fails writes none of
+// them, so a caller that keeps the record to finish it later keeps its
+// extras with it.
+type FinishExtras struct {
+	// ID names this finish, the same on every try of it, so that a retry
+	// of a Finish whose reply was lost (it wrote everything) writes
+	// nothing twice; "" makes no such check. NewFinishID makes one.
+	ID string
+	// Audit is the run's audit entry, written whether or not the record
+	// is (a superseded run still ends in its own outcome); nil = none.
+	Audit *AuditEntry
+	// Writes are made only when the record is written: not on
+	// ErrSuperseded, as the later attempt that owns the record makes its
+	// own (the outbox event of its outcome, its report job).
+	Writes []Write
+}
+
+// Write is one write that goes with a task's final record, in the shape
+// of each store: the state package knows nothing of what it carries.
+type Write struct {
+	// Stream is the write as one XADD, which a Redis store makes in the
+	// round trip of the record; nil = the store calls Apply after it.
+	Stream *redis.XAddArgs
+	// Apply makes the write on its own, logging its own failure: what a
+	// store without Redis does, and a Redis store without Stream, or
+	// when the XADD failed on its own. Required.
+	Apply func(ctx context.Context)
+	// Done, when set, is told the Stream write landed, with the stream
+	// entry's id (Apply does its own follow-up).
+	Done func(id string)
+}
+
+// NewFinishID returns a random FinishExtras.ID.
+func NewFinishID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Alert is the alert a task came from.
@@ -164,11 +214,12 @@ type TaskStore interface {
 	// Renew extends owner's lease; ErrLeaseLost when it is not owner's.
 	Renew(ctx context.Context, taskID, owner string, lease time.Duration) error
 	// Finish records the task's outcome as done (kept for the record TTL),
-	// drops the lease and the in-flight entry. It never overwrites a later
-	// attempt: when the stored record has more attempts than rec.Attempts
-	// (or, with rec.Attempts 0, runs under another owner), it drops only
-	// rec.Owner's in-flight entry and returns ErrSuperseded.
-	Finish(ctx context.Context, rec TaskRecord) error
+	// drops the lease and the in-flight entry, and makes x's writes with
+	// it (see FinishExtras). It never overwrites a later attempt: when the
+	// stored record has more attempts than rec.Attempts (or, with
+	// rec.Attempts 0, runs under another owner), it drops only rec.Owner's
+	// in-flight entry, writes only x.Audit and returns ErrSuperseded.
+	Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error
 	// Release gives the lease back without ending the task (released,
 	// deferred): the next delivery runs it.
 	Release(ctx context.Context, taskID, owner string) error

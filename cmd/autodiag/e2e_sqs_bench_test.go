@@ -178,31 +178,49 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 	})
 	b.Run("agent-redis", func(b *testing.B) {
 		rc, prefix := sqsRedis(b)
-		before := redisCalls(b, rc)
+		before := redisCounters(b, rc)
 		child(b, testenv.RedisAddr(b), prefix)
+		after := redisCounters(b, rc)
 		// Server-wide: exact when the benchmark has the Redis to itself.
-		b.ReportMetric(float64(redisCalls(b, rc)-before)/float64(b.N), "rediscalls/task")
+		// The reply to the first INFO is one of the writes counted.
+		b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "rediscalls/task")
+		b.ReportMetric(float64(after.writes-before.writes-1)/float64(b.N), "roundtrips/task")
 	})
 }
 
-// redisCalls is the number of commands the server has run (INFO
-// commandstats), less the INFO calls themselves.
-func redisCalls(b *testing.B, rc *redis.Client) int64 {
-	info, err := rc.Info(context.Background(), "commandstats").Result()
+// redisCounts are server-wide counters of a Redis.
+type redisCounts struct {
+	// calls is the number of commands run (INFO commandstats, commands
+	// inside scripts included), less the INFO calls themselves.
+	calls int64
+	// writes is the number of reply writes to clients (INFO stats
+	// total_writes_processed): one per round trip, as a client sends a
+	// command or a pipeline and waits for its replies, which are small
+	// enough here for one write each.
+	writes int64
+}
+
+func redisCounters(b *testing.B, rc *redis.Client) redisCounts {
+	info, err := rc.Info(context.Background(), "stats", "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var n int64
+	var c redisCounts
 	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "total_writes_processed:"); ok {
+			c.writes, _ = strconv.ParseInt(v, 10, 64)
+			continue
+		}
+		name, rest, ok := strings.Cut(line, ":calls=")
 		if !ok || name == "cmdstat_info" {
 			continue
 		}
 		calls, _, _ := strings.Cut(rest, ",")
 		v, _ := strconv.ParseInt(calls, 10, 64)
-		n += v
+		c.calls += v
 	}
-	return n
+	return c
 }
 
 // waitDrained polls until every message was deleted.

@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Finish", testFinish},
 		{"FinishKeepsGivenAttempts", testFinishKeepsGivenAttempts},
 		{"FinishAfterTakeover", testFinishAfterTakeover},
+		{"FinishExtras", testFinishExtras},
 		{"Release", testRelease},
 		{"Recover", testRecover},
 		{"KilledAgentAttempts", testKilledAgentAttempts},
@@ -256,7 +257,7 @@ func testFinish(t *testing.T, s state.Store, c *FakeClock) {
 	rec.Outcome = "failed"
 	rec.Reason = "exit status 3"
 	c.Advance(time.Second)
-	if err := s.Finish(ctx, rec); err != nil {
+	if err := s.Finish(ctx, rec, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	got := mustTask(t, s, "t1")
@@ -286,7 +287,7 @@ func testFinish(t *testing.T, s state.Store, c *FakeClock) {
 func testFinishKeepsGivenAttempts(t *testing.T, s state.Store, _ *FakeClock) {
 	ctx := context.Background()
 	// A task finished without a claim (e.g. rejected before running).
-	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Attempts: 0, Outcome: "rejected"}); err != nil {
+	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Attempts: 0, Outcome: "rejected"}, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	if got := mustTask(t, s, "t1"); got.Status != state.StatusDone || got.Outcome != "rejected" || got.Attempts != 0 {
@@ -295,7 +296,7 @@ func testFinishKeepsGivenAttempts(t *testing.T, s state.Store, _ *FakeClock) {
 	cl := mustClaimed(t, s, "t2", "a", 1)
 	rec := cl.Record
 	rec.Attempts = 5
-	if err := s.Finish(ctx, rec); err != nil {
+	if err := s.Finish(ctx, rec, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	if got := mustTask(t, s, "t2"); got.Attempts != 5 {
@@ -314,7 +315,7 @@ func testFinishAfterTakeover(t *testing.T, s state.Store, c *FakeClock) {
 
 	late := ca.Record
 	late.Outcome = "failed"
-	if err := s.Finish(ctx, late); !errors.Is(err, state.ErrSuperseded) {
+	if err := s.Finish(ctx, late, state.FinishExtras{}); !errors.Is(err, state.ErrSuperseded) {
 		t.Fatalf("Finish by a after takeover = %v, want ErrSuperseded", err)
 	}
 	if got := mustTask(t, s, "t1"); got.Status != state.StatusRunning || got.Owner != "b" || got.Attempts != 2 {
@@ -333,16 +334,16 @@ func testFinishAfterTakeover(t *testing.T, s state.Store, c *FakeClock) {
 		t.Errorf("Inflight(b) = %v, want [t1]", ids)
 	}
 	// An attempt-less finish by a stranger does not end b's run either.
-	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Outcome: "failed"}); !errors.Is(err, state.ErrSuperseded) {
+	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Outcome: "failed"}, state.FinishExtras{}); !errors.Is(err, state.ErrSuperseded) {
 		t.Fatalf("attempt-less Finish by a while b runs = %v, want ErrSuperseded", err)
 	}
 
 	done := cb.Record
 	done.Outcome = "succeeded"
-	if err := s.Finish(ctx, done); err != nil {
+	if err := s.Finish(ctx, done, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish by b: %v", err)
 	}
-	if err := s.Finish(ctx, late); !errors.Is(err, state.ErrSuperseded) {
+	if err := s.Finish(ctx, late, state.FinishExtras{}); !errors.Is(err, state.ErrSuperseded) {
 		t.Fatalf("Finish by a after b finished = %v, want ErrSuperseded", err)
 	}
 	if got := mustTask(t, s, "t1"); got.Status != state.StatusDone || got.Owner != "b" || got.Attempts != 2 || got.Outcome != "succeeded" {
@@ -379,7 +380,7 @@ func testRecover(t *testing.T, s state.Store, _ *FakeClock) {
 	mustClaimed(t, s, "t1", "a", 1)
 	cl2 := mustClaimed(t, s, "t2", "a", 1)
 	mustClaimed(t, s, "t3", "b", 1)
-	if err := s.Finish(ctx, cl2.Record); err != nil {
+	if err := s.Finish(ctx, cl2.Record, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	recs, err := s.Recover(ctx, "a")
@@ -424,7 +425,7 @@ func testKilledAgentAttempts(t *testing.T, s state.Store, c *FakeClock) {
 	cl := mustClaimed(t, s, "t1", "b", 2)
 	rec := cl.Record
 	rec.Outcome = "succeeded"
-	if err := s.Finish(ctx, rec); err != nil {
+	if err := s.Finish(ctx, rec, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	if got := mustTask(t, s, "t1"); got.Status != state.StatusDone || got.Outcome != "succeeded" || got.Attempts != 2 || got.Owner != "b" {
@@ -442,6 +443,56 @@ func testKilledAgentAttempts(t *testing.T, s state.Store, c *FakeClock) {
 func testUnknownTask(t *testing.T, s state.Store, _ *FakeClock) {
 	if _, ok, err := s.Task(context.Background(), "nope"); ok || err != nil {
 		t.Errorf("Task(nope) = ok %v err %v, want not found", ok, err)
+	}
+}
+
+// testFinishExtras: a Finish writes its audit entry always and its other
+// writes only with the record; a superseded one writes the audit entry
+// only; a retry of a finish that landed (same id) writes nothing again.
+func testFinishExtras(t *testing.T, s state.Store, c *FakeClock) {
+	ctx := context.Background()
+	applied := map[string]int{}
+	extras := func(id, task, outcome string) state.FinishExtras {
+		return state.FinishExtras{ID: id, Audit: &state.AuditEntry{InstanceID: "x", TaskID: task, Outcome: outcome},
+			Writes: []state.Write{{Apply: func(context.Context) { applied[task+":"+outcome]++ }}}}
+	}
+	ca := mustClaimed(t, s, "t1", "a", 1)
+	c.Advance(lease + time.Second)
+	cb := mustClaimed(t, s, "t1", "b", 2)
+
+	late := ca.Record
+	late.Outcome = "failed"
+	if err := s.Finish(ctx, late, extras("fa", "t1", "failed")); !errors.Is(err, state.ErrSuperseded) {
+		t.Fatalf("late Finish = %v, want ErrSuperseded", err)
+	}
+	done := cb.Record
+	done.Outcome = "succeeded"
+	for range 2 { // the second is a retry whose first try landed
+		if err := s.Finish(ctx, done, extras("fb", "t1", "succeeded")); err != nil {
+			t.Fatalf("Finish: %v", err)
+		}
+	}
+	if want := map[string]int{"t1:succeeded": 1}; len(applied) != 1 || applied["t1:succeeded"] != 1 {
+		t.Errorf("writes applied = %v, want %v: none for the superseded finish, one for the repeated one", applied, want)
+	}
+	got, err := s.RecentAudit(ctx, 10)
+	if err != nil {
+		t.Fatalf("RecentAudit: %v", err)
+	}
+	if len(got) != 2 || got[0].Outcome != "succeeded" || got[1].Outcome != "failed" || got[0].TaskID != "t1" {
+		t.Errorf("audit = %+v, want the superseded run's failed and then succeeded, once each", got)
+	}
+	if !got[0].Time.Equal(c.Now()) {
+		t.Errorf("audit time = %v, want the store's clock %v", got[0].Time, c.Now())
+	}
+	if ids := inflightIDs(t, s, "a"); len(ids) != 0 {
+		t.Errorf("Inflight(a) = %v, want none", ids)
+	}
+	if ids := inflightIDs(t, s, "b"); len(ids) != 0 {
+		t.Errorf("Inflight(b) = %v, want none", ids)
+	}
+	if rec := mustTask(t, s, "t1"); rec.Status != state.StatusDone || rec.Owner != "b" || rec.Outcome != "succeeded" {
+		t.Errorf("record = %+v, want b's succeeded", rec)
 	}
 }
 
@@ -728,7 +779,7 @@ func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *FakeClock) 
 	fin.Limiter = []byte(`{"rule":"r","limit":"daily"}`)
 	fin.OutputURL = "s3://bucket/p/full.txt"
 	fin.Report = []byte(`{"summary":"disk full"}`)
-	if err := s.Finish(ctx, fin); err != nil {
+	if err := s.Finish(ctx, fin, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	got := mustTask(t, s, "full")
@@ -751,7 +802,7 @@ func testSetReport(t *testing.T, s state.Store, _ *FakeClock) {
 	cl := mustClaimed(t, s, "rep", "a", 1)
 	fin := cl.Record
 	fin.Outcome, fin.Output = "failed", "disk full"
-	if err := s.Finish(ctx, fin); err != nil {
+	if err := s.Finish(ctx, fin, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	rep := []byte(`{"status":"ok","markdown":"**Root cause**: disk full"}`)
