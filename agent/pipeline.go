@@ -207,12 +207,16 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 		return
 	}
 	defer p.unmarkRunning(t.ID)
+	claimed := p.clock.Now()
 	rec, ok := p.claim(j)
 	if !ok {
 		return
 	}
 
 	if !p.decide(j, rec) {
+		return
+	}
+	if !p.stillOurs(j, claimed) {
 		return
 	}
 	res := run()
@@ -326,6 +330,30 @@ func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
 	keep := p.keepAlive(ctx, j)
 	defer keep()
 	return p.runner.Run(ctx, diag, diag.Args(t.Host, t.ID, t.Params))
+}
+
+// stillOurs checks, right before the diagnostic starts, that a lease
+// claimed more than one renewal period ago is still this agent's: an agent
+// stopped between its claim and the start (SIGSTOP, a paused VM, a long
+// stall) may have lost the lease to another agent that runs the task, and
+// starting it here too would run it twice. A fresh lease is not checked, so
+// the common path costs no round trip; a store that cannot answer leaves
+// the run to go ahead, as the keeper's renewals do.
+func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
+	if !j.leased || p.clock.Now().Sub(claimed) < p.lease/3 {
+		return true
+	}
+	err := p.storeCall(func(ctx context.Context) error { return p.store.Renew(ctx, j.task.ID, p.instanceID, p.lease) })
+	if !errors.Is(err, state.ErrLeaseLost) {
+		if stateUnreachable(err) {
+			p.degraded("renew")
+		}
+		return true
+	}
+	p.limiterDone(j, OutcomeReleased)
+	p.lookAgain(j, p.lease+lookAgainMargin, "running_elsewhere", nil,
+		"detail", "the lease lapsed between the claim and the start; another agent holds it")
+	return false
 }
 
 // limiterDone tells the limiter that the allowed run of j ended, once:
