@@ -42,13 +42,14 @@ log() { printf 'test.sh: %s\n' "$*" >&2; }
 
 redis_pid=""
 cluster_base=""
+cluster_dir=""
 cleanup() {
 	local rc=$?
 	if [[ -n $redis_pid ]]; then
 		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
 	fi
 	if [[ -n $cluster_base ]]; then
-		bash scripts/redis-cluster.sh stop "$cluster_base" "$work/cluster" >/dev/null 2>&1 || true
+		bash scripts/redis-cluster.sh stop "$cluster_base" "$cluster_dir" >/dev/null 2>&1 || true
 	fi
 	rm -rf "$work"
 	exit $rc
@@ -134,21 +135,48 @@ free_port() {
 }
 
 # --- services ------------------------------------------------------------------
-redis_port=$(free_port 1)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$work" --logfile "$work/redis.log" --pidfile "$work/redis.pid" --daemonize yes
-for _ in $(seq 100); do
-	redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-	sleep 0.1
+# A port found free can be taken before the server binds it (other clones
+# on this machine pick from the same range): a server that did not come up,
+# or a port where another process's server answers, means another port.
+redis_port=""
+for attempt in 1 2 3; do
+	port=$(free_port 1)
+	rm -f "$work/redis.pid"
+	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+		--dir "$work" --logfile "$work/redis.log" --pidfile "$work/redis.pid" --daemonize yes || true
+	for _ in $(seq 100); do
+		redis-cli -p "$port" ping >/dev/null 2>&1 && [[ -s $work/redis.pid ]] && break
+		sleep 0.1
+	done
+	pid=$(cat "$work/redis.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && redis-cli -p "$port" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"; then
+		redis_port=$port redis_pid=$pid
+		break
+	fi
+	[[ -z $pid ]] || kill "$pid" 2>/dev/null || true
+	log "redis-server did not come up on port $port (attempt $attempt)"
+	cat "$work/redis.log" >&2 2>/dev/null || true
 done
-redis-cli -p "$redis_port" ping >/dev/null || { log "redis-server did not start"; cat "$work/redis.log" >&2; exit 1; }
-redis_pid=$(cat "$work/redis.pid")
+[[ -n $redis_port ]] || { log "redis-server did not start"; exit 1; }
 export AUTODIAG_TEST_REDIS_ADDR=127.0.0.1:$redis_port
 log "redis-server on $AUTODIAG_TEST_REDIS_ADDR"
 
-cluster_base=$(free_port 3)
-mkdir -p "$work/cluster"
-AUTODIAG_TEST_REDIS_CLUSTER_ADDRS=$(bash scripts/redis-cluster.sh start "$cluster_base" "$work/cluster")
+for attempt in 1 2 3; do
+	base=$(free_port 3)
+	dir=$work/cluster-$attempt
+	mkdir -p "$dir"
+	if AUTODIAG_TEST_REDIS_CLUSTER_ADDRS=$(bash scripts/redis-cluster.sh start "$base" "$dir"); then
+		cluster_base=$base cluster_dir=$dir
+		break
+	fi
+	# Only the nodes this run started, by their pid files: a port that was
+	# taken may hold another run's node.
+	for f in "$dir"/*/redis.pid; do
+		[[ -s $f ]] && kill "$(cat "$f")" 2>/dev/null || true
+	done
+	log "redis cluster did not come up on ports $base.. (attempt $attempt)"
+done
+[[ -n $cluster_base ]] || { log "redis cluster did not start"; exit 1; }
 export AUTODIAG_TEST_REDIS_CLUSTER_ADDRS
 log "redis cluster on $AUTODIAG_TEST_REDIS_CLUSTER_ADDRS"
 
