@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -259,19 +260,32 @@ func TestLifecycleDrainE2E(t *testing.T) {
 	const interval = 250 * time.Millisecond
 
 	t.Run("imds", func(t *testing.T) {
-		l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
-		l.startIMDSMock(4 * time.Second)
-		l.enqueue(lcTaskSecs(total))
-		p := startProc(t, l.config(4, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
-			fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
-		if code := p.wait(90 * time.Second); code != 0 {
-			t.Fatalf("exit code %d, want 0", code)
-		}
+		var l *lcLab
+		var p *proc
+		n := total
+		lcScaledScene(t, func(k float64) bool {
+			// The queue holds more than the agent runs before IMDS says
+			// Terminated, however the scene is scaled.
+			n = int(k * total)
+			l = lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
+			l.startIMDSMock(time.Duration(k * float64(4*time.Second)))
+			l.enqueue(lcTaskSecs(n))
+			p = startProc(t, l.config(4, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
+				fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+			if code := p.wait(90 * time.Second); code != 0 {
+				t.Fatalf("exit code %d, want 0", code)
+			}
+			// Mid-run: a task ended before the trigger. The mock's delay
+			// counts from its own start, so an agent that started after it
+			// had passed drained at its first poll.
+			trig, _ := lcFirstLog(t, p, "lifecycle trigger")
+			return slices.ContainsFunc(p.logs("task ended"), func(e map[string]any) bool { return lcLogTime(t, e).Before(trig) })
+		})
 		trig, line := lcFirstLog(t, p, "lifecycle trigger")
 		if line["source"] != "imds" {
 			t.Fatalf("trigger source %v, want imds", line["source"])
 		}
-		f := lcCheckDrain(t, l, p, total, trig, true)
+		f := lcCheckDrain(t, l, p, n, trig, true)
 		f.report(t, "imds Terminated", interval)
 	})
 
@@ -282,10 +296,12 @@ func TestLifecycleDrainE2E(t *testing.T) {
 		// DescribeAutoScalingInstances.
 		var l *lcLab
 		var p *proc
+		n := total
 		lcScaledScene(t, func(k float64) bool {
+			n = int(k * total)
 			l = lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
 			l.startIMDSMock(time.Duration(k * float64(3*time.Second)))
-			l.enqueue(lcTaskSecs(total))
+			l.enqueue(lcTaskSecs(n))
 			p = startProc(t, l.config(4, "  sources: [signal, imds]\n  imds_poll_interval: 1h\n"+
 				fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
 			eventually(t, 30*time.Second, "IMDS Terminated and tasks running, or the watcher's trigger", func() bool {
@@ -303,7 +319,7 @@ func TestLifecycleDrainE2E(t *testing.T) {
 			t.Fatalf("the watcher fired (%d) before the signal; the scenario needs the probe", n)
 		}
 		trig, _ := lcFirstLog(t, p, "signal received: draining")
-		f := lcCheckDrain(t, l, p, total, trig, true)
+		f := lcCheckDrain(t, l, p, n, trig, true)
 		f.event = time.Time{} // the signal is the event
 		if n := len(l.asgRec.log("DescribeAutoScalingInstances", "")); n == 0 {
 			t.Errorf("the group was not resolved with DescribeAutoScalingInstances")
