@@ -54,6 +54,7 @@ type proc struct {
 	mu    sync.Mutex
 	log   *os.File // the stderr file, read at off
 	off   int64
+	buf   []byte
 	part  []byte // a line not yet ended by its newline
 	lines []map[string]any
 	raw   bytes.Buffer
@@ -143,11 +144,13 @@ func lastLines(s string, n int) string {
 // readLog parses what the agent has written since the last call, whole
 // lines only; p.mu is held.
 func (p *proc) readLog() {
-	buf := make([]byte, 64<<10)
+	if p.buf == nil {
+		p.buf = make([]byte, 64<<10)
+	}
 	for {
-		n, err := p.log.ReadAt(buf, p.off)
+		n, err := p.log.ReadAt(p.buf, p.off)
 		p.off += int64(n)
-		p.part = append(p.part, buf[:n]...)
+		p.part = append(p.part, p.buf[:n]...)
 		if err != nil || n == 0 {
 			break
 		}
