@@ -113,6 +113,14 @@ func startProc(t *testing.T, yaml string, env ...string) *proc {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		// Looked at before the log: once the agent has exited, its log is
+		// whole.
+		exited := false
+		select {
+		case <-p.done:
+			exited = true
+		default:
+		}
 		if l := p.logs("ready"); len(l) > 0 {
 			if a, ok := l[0]["admin_addr"].(string); ok {
 				// An agent that drains at once may exit just after its
@@ -121,10 +129,8 @@ func startProc(t *testing.T, yaml string, env ...string) *proc {
 				return p
 			}
 		}
-		select {
-		case <-p.done:
+		if exited {
 			t.Fatalf("agent exited before ready: %v\n%s", p.err, p.raw.String())
-		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("agent not ready after 30s")
