@@ -98,6 +98,22 @@ func startProc(t *testing.T, yaml string, env ...string) *proc {
 		p.mu.Unlock()
 		close(p.done)
 	}()
+	// p.raw and p.lines also follow the log while the agent runs, for
+	// tests that read them under p.mu rather than through logs.
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+				p.mu.Lock()
+				p.readLog()
+				p.mu.Unlock()
+			}
+		}
+	}()
 	t.Cleanup(func() {
 		select {
 		case <-p.done:
