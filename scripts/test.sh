@@ -118,12 +118,20 @@ install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci
 install_tool promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
-# the next two and their +10000 bus ports as well).
+# the next two and their +10000 bus ports as well), all below the kernel's
+# ephemeral range: outgoing connections take their local ports from that
+# range, and a port one of them holds cannot be bound though nothing
+# listens on it (a cluster node whose bus port was such a port never came
+# up). A cluster base is then below 22768 on Linux's default range.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
-	local span=${1:-1} p i ok
+	local span=${1:-1} p i ok top
+	top=$((ephemeral_low - span - 10000))
+	((span > 1)) || top=$((ephemeral_low - span))
+	((top > 20100)) || top=40000 # an unusual range: as before
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % (top - 20000)))
 		ok=1
 		for ((i = 0; i < span; i++)); do
 			port_free $((p + i)) && port_free $((p + i + 10000)) || ok=0
