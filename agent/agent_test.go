@@ -80,6 +80,16 @@ func startAgent(t *testing.T, yaml string) *testAgent {
 		ta.srv.Close()
 		closeFn()
 	})
+	// Until Run serves, /readyz says "starting" and intake is not running:
+	// a test that looked at once would race Run's start.
+	select {
+	case <-a.Started():
+	case err := <-ta.done:
+		ta.done <- err
+		t.Fatalf("Run returned before it served: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run not serving after 30s")
+	}
 	return ta
 }
 

@@ -42,13 +42,14 @@ log() { printf 'test.sh: %s\n' "$*" >&2; }
 
 redis_pid=""
 cluster_base=""
+cluster_dir=""
 cleanup() {
 	local rc=$?
 	if [[ -n $redis_pid ]]; then
 		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
 	fi
 	if [[ -n $cluster_base ]]; then
-		bash scripts/redis-cluster.sh stop "$cluster_base" "$work/cluster" >/dev/null 2>&1 || true
+		bash scripts/redis-cluster.sh stop "$cluster_base" "$cluster_dir" >/dev/null 2>&1 || true
 	fi
 	rm -rf "$work"
 	exit $rc
@@ -117,12 +118,20 @@ install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci
 install_tool promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
-# the next two and their +10000 bus ports as well).
+# the next two and their +10000 bus ports as well), all below the kernel's
+# ephemeral range: outgoing connections take their local ports from that
+# range, and a port one of them holds cannot be bound though nothing
+# listens on it (a cluster node whose bus port was such a port never came
+# up). A cluster base is then below 22768 on Linux's default range.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
-	local span=${1:-1} p i ok
+	local span=${1:-1} p i ok top
+	top=$((ephemeral_low - span - 10000))
+	((span > 1)) || top=$((ephemeral_low - span))
+	((top > 20100)) || top=40000 # an unusual range: as before
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % (top - 20000)))
 		ok=1
 		for ((i = 0; i < span; i++)); do
 			port_free $((p + i)) && port_free $((p + i + 10000)) || ok=0
@@ -134,21 +143,48 @@ free_port() {
 }
 
 # --- services ------------------------------------------------------------------
-redis_port=$(free_port 1)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$work" --logfile "$work/redis.log" --pidfile "$work/redis.pid" --daemonize yes
-for _ in $(seq 100); do
-	redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-	sleep 0.1
+# A port found free can be taken before the server binds it (other clones
+# on this machine pick from the same range): a server that did not come up,
+# or a port where another process's server answers, means another port.
+redis_port=""
+for attempt in 1 2 3; do
+	port=$(free_port 1)
+	rm -f "$work/redis.pid"
+	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+		--dir "$work" --logfile "$work/redis.log" --pidfile "$work/redis.pid" --daemonize yes || true
+	for _ in $(seq 100); do
+		redis-cli -p "$port" ping >/dev/null 2>&1 && [[ -s $work/redis.pid ]] && break
+		sleep 0.1
+	done
+	pid=$(cat "$work/redis.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && redis-cli -p "$port" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"; then
+		redis_port=$port redis_pid=$pid
+		break
+	fi
+	[[ -z $pid ]] || kill "$pid" 2>/dev/null || true
+	log "redis-server did not come up on port $port (attempt $attempt)"
+	cat "$work/redis.log" >&2 2>/dev/null || true
 done
-redis-cli -p "$redis_port" ping >/dev/null || { log "redis-server did not start"; cat "$work/redis.log" >&2; exit 1; }
-redis_pid=$(cat "$work/redis.pid")
+[[ -n $redis_port ]] || { log "redis-server did not start"; exit 1; }
 export AUTODIAG_TEST_REDIS_ADDR=127.0.0.1:$redis_port
 log "redis-server on $AUTODIAG_TEST_REDIS_ADDR"
 
-cluster_base=$(free_port 3)
-mkdir -p "$work/cluster"
-AUTODIAG_TEST_REDIS_CLUSTER_ADDRS=$(bash scripts/redis-cluster.sh start "$cluster_base" "$work/cluster")
+for attempt in 1 2 3; do
+	base=$(free_port 3)
+	dir=$work/cluster-$attempt
+	mkdir -p "$dir"
+	if AUTODIAG_TEST_REDIS_CLUSTER_ADDRS=$(bash scripts/redis-cluster.sh start "$base" "$dir"); then
+		cluster_base=$base cluster_dir=$dir
+		break
+	fi
+	# Only the nodes this run started, by their pid files: a port that was
+	# taken may hold another run's node.
+	for f in "$dir"/*/redis.pid; do
+		[[ -s $f ]] && kill "$(cat "$f")" 2>/dev/null || true
+	done
+	log "redis cluster did not come up on ports $base.. (attempt $attempt)"
+done
+[[ -n $cluster_base ]] || { log "redis cluster did not start"; exit 1; }
 export AUTODIAG_TEST_REDIS_CLUSTER_ADDRS
 log "redis cluster on $AUTODIAG_TEST_REDIS_CLUSTER_ADDRS"
 

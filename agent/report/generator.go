@@ -58,12 +58,18 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 		resp     Response
 		err      error
 		attempts int
+		// answered is the provider's last refusal: a try cut off by the
+		// timeout says only that time ran out, not why it had to.
+		answered *Error
 	)
 	for {
 		attempts++
 		resp, err = g.provider.Complete(ctx, req)
 		var pe *Error
-		if err == nil || ctx.Err() != nil || !errors.As(err, &pe) || !pe.Retryable() {
+		if errors.As(err, &pe) && pe.StatusCode != 0 {
+			answered = pe
+		}
+		if err == nil || ctx.Err() != nil || pe == nil || !pe.Retryable() {
 			break
 		}
 		wait := bo.NextBackOff()
@@ -91,7 +97,7 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	res.LatencyS = res.CreatedAt.Sub(start).Seconds()
 	if err != nil {
 		res.Status = StatusFailed
-		res.Reason = g.reason(ctx, err, attempts)
+		res.Reason = g.reason(ctx, err, answered, attempts)
 		return res
 	}
 	res.Markdown = resp.Text
@@ -107,8 +113,13 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	return res
 }
 
-func (g *Generator) reason(ctx context.Context, err error, attempts int) string {
+func (g *Generator) reason(ctx context.Context, err error, answered *Error, attempts int) string {
 	if ctx.Err() != nil {
+		var pe *Error
+		if cutShort := !errors.As(err, &pe) || pe.StatusCode == 0; cutShort && answered != nil {
+			return fmt.Sprintf("no answer within %gs after %d attempt(s): %v (the last answer: %v)",
+				g.cfg.Timeout.Seconds(), attempts, err, answered)
+		}
 		return fmt.Sprintf("no answer within %gs after %d attempt(s): %v", g.cfg.Timeout.Seconds(), attempts, err)
 	}
 	return fmt.Sprintf("after %d attempt(s): %v", attempts, err)

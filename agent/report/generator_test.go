@@ -47,6 +47,9 @@ func TestGenerateFaults(t *testing.T) {
 		{name: "429 then ok", script: []fault{fThrottle, fThrottle}, status: StatusOK, attempts: 3},
 		{name: "500 then ok", script: []fault{f500}, status: StatusOK, attempts: 2},
 		{name: "429 storm", always: fThrottle, status: StatusFailed, reason: "429"},
+		// Answers as slow as a loaded machine makes them: the timeout cuts
+		// the last try short, and the reason still names the 429.
+		{name: "429 storm, slow answers", always: fThrottle, latency: 300 * time.Millisecond, status: StatusFailed, reason: "429"},
 		{name: "provider down (500)", always: f500, status: StatusFailed, reason: "500"},
 		{name: "malformed", always: fGarbage, status: StatusFailed, reason: "after 1 attempt", attempts: 1},
 		{name: "empty", always: fEmpty, status: StatusFailed, reason: "empty answer", attempts: 1},

@@ -111,19 +111,27 @@ func detach(prefix, pidFile, redirect string) string {
 }
 
 func TestDetachedDescendantHoldingOutputTimesOut(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	killOnCleanup(t, pidFile)
-	r := &Runner{KillGrace: 100 * time.Millisecond}
-	d := Diagnostic{Timeout: 300 * time.Millisecond}
-	// The setsid'd sleep leaves the process group and keeps the output pipe.
-	script := detach("", pidFile, "") + `; exec sleep 300`
-	bound := d.Timeout + r.KillGrace + reapTimeout
-	res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
-	pid := readPID(t, pidFile)
-	if res.Outcome != TimedOut || res.Duration > bound {
-		t.Fatalf("outcome = %s after %.2fs, want %s within %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, bound.Seconds())
-	}
-	assertReaped(t, pid)
+	withSetupTimeout(t, func(t *testing.T, timeout time.Duration) bool {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		killOnCleanup(t, pidFile)
+		r := &Runner{KillGrace: 100 * time.Millisecond}
+		d := Diagnostic{Timeout: timeout}
+		// The setsid'd sleep leaves the process group and keeps the output pipe.
+		script := detach("", pidFile, "") + `; exec sleep 300`
+		bound := d.Timeout + r.KillGrace + reapTimeout
+		res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
+		if res.Outcome != TimedOut || res.Duration > bound {
+			t.Fatalf("outcome = %s after %.2fs, want %s within %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, bound.Seconds())
+		}
+		// Run returns once every process of the run is gone: a pid not
+		// written by now never will be, and then the timeout came before
+		// the scene was set.
+		pid, ok := pidWritten(pidFile)
+		if ok {
+			assertReaped(t, pid)
+		}
+		return ok
+	})
 }
 
 func TestDetachedDescendantWithoutOutputDoesNotSurvive(t *testing.T) {
@@ -141,21 +149,36 @@ func TestDetachedDescendantWithoutOutputDoesNotSurvive(t *testing.T) {
 }
 
 func TestUnmarkedHolderStopsReadingAtTimeout(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	killOnCleanup(t, pidFile)
-	r := &Runner{KillGrace: 100 * time.Millisecond}
-	d := Diagnostic{Timeout: 300 * time.Millisecond}
-	// env -i drops the run's id, so nothing ties the sleep to its run once
-	// the shell has exited: only the read deadline ends the run.
-	script := detach("/usr/bin/env -i", pidFile, "") + `; echo started`
-	bound := d.Timeout + r.KillGrace + reapTimeout
-	res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
-	if res.Outcome != TimedOut || res.Duration < d.Timeout || res.Duration > bound {
-		t.Fatalf("outcome = %s after %.2fs, want %s at %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, d.Timeout.Seconds())
-	}
-	if !strings.Contains(string(res.Output), "started") {
-		t.Fatalf("output before the timeout lost: %q", res.Output)
-	}
+	withSetupTimeout(t, func(t *testing.T, timeout time.Duration) bool {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		echoedFile := filepath.Join(t.TempDir(), "echoed")
+		killOnCleanup(t, pidFile)
+		r := &Runner{KillGrace: 100 * time.Millisecond}
+		d := Diagnostic{Timeout: timeout}
+		// env -i drops the run's id, so nothing ties the sleep to its run
+		// once the shell has exited: only the read deadline ends the run.
+		// After its output the shell notes the time (ns), to tell whether
+		// the output came before the timeout.
+		script := detach("/usr/bin/env -i", pidFile, "") + `; echo started; date +%s%N > ` + echoedFile
+		bound := d.Timeout + r.KillGrace + reapTimeout
+		before := time.Now()
+		res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
+		b, err := os.ReadFile(echoedFile)
+		if err != nil {
+			return false
+		}
+		// Run's deadline is at least before+timeout.
+		if ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil || !time.Unix(0, ns).Before(before.Add(timeout)) {
+			return false
+		}
+		if res.Outcome != TimedOut || res.Duration < d.Timeout || res.Duration > bound {
+			t.Fatalf("outcome = %s after %.2fs, want %s at %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, d.Timeout.Seconds())
+		}
+		if !strings.Contains(string(res.Output), "started") {
+			t.Fatalf("output before the timeout lost: %q", res.Output)
+		}
+		return true
+	})
 }
 
 func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {

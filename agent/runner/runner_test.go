@@ -209,15 +209,55 @@ func readPID(t *testing.T, path string) int {
 	}
 }
 
-func TestTimeoutKillsWholeProcessGroup(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	// The grandchild ignores SIGTERM, so only the group SIGKILL ends it.
-	script := `(trap '' TERM; exec sleep 300) & echo $! > ` + pidFile + `; wait`
-	res := run(t, &Runner{KillGrace: 100 * time.Millisecond}, Diagnostic{Timeout: 300 * time.Millisecond}, "/bin/sh", "-c", script)
-	if res.Outcome != TimedOut {
-		t.Fatalf("outcome = %s", res.Outcome)
+// pidWritten returns the pid in path once a whole line is there.
+func pidWritten(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.HasSuffix(string(b), "\n") {
+		return 0, false
 	}
-	waitGone(t, readPID(t, pidFile))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil
+}
+
+// setupTimeouts are the diagnostic timeouts, in turn, of a test whose
+// script must set its scene up (fork, exec, write a pid) before the timeout
+// ends the run. The first keeps the test fast; each next one is for a
+// machine too loaded to fork and exec a few processes within the one
+// before, and the last is far beyond what that takes anywhere.
+var setupTimeouts = []time.Duration{300 * time.Millisecond, 1200 * time.Millisecond, 4800 * time.Millisecond}
+
+// withSetupTimeout runs attempt with each of setupTimeouts until it
+// reports that its script's scene was set up before the timeout, and
+// fails t if not even the longest sufficed. attempt asserts only on a
+// run whose scene was set up.
+func withSetupTimeout(t *testing.T, attempt func(t *testing.T, timeout time.Duration) (setUp bool)) {
+	t.Helper()
+	for _, timeout := range setupTimeouts {
+		if attempt(t, timeout) {
+			return
+		}
+		t.Logf("the script was not set up within the %v timeout (a loaded machine); trying a longer one", timeout)
+	}
+	t.Fatalf("the script was not set up within %v", setupTimeouts[len(setupTimeouts)-1])
+}
+
+func TestTimeoutKillsWholeProcessGroup(t *testing.T) {
+	withSetupTimeout(t, func(t *testing.T, timeout time.Duration) bool {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		// The grandchild ignores SIGTERM, so only the group SIGKILL ends it.
+		script := `(trap '' TERM; exec sleep 300) & echo $! > ` + pidFile + `; wait`
+		res := run(t, &Runner{KillGrace: 100 * time.Millisecond}, Diagnostic{Timeout: timeout}, "/bin/sh", "-c", script)
+		if res.Outcome != TimedOut {
+			t.Fatalf("outcome = %s", res.Outcome)
+		}
+		// The leader wrote the pid, or the timeout ended it first; it is
+		// gone now, so the file is final.
+		pid, ok := pidWritten(pidFile)
+		if ok {
+			waitGone(t, pid)
+		}
+		return ok
+	})
 }
 
 func TestBackgroundChildDoesNotOutliveSuccess(t *testing.T) {

@@ -44,13 +44,10 @@ func startPrivateRedis(t *testing.T) *privateRedis {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("a private redis-server: %v", err)
 	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	// Outside the ephemeral range (testenv.ClosedPort): during an outage no
+	// outgoing connection, the agent's own reconnects included, can take
+	// the port that the server comes back on.
+	addr := "127.0.0.1:" + testenv.ClosedPort(t)
 	r := &privateRedis{t: t, addr: addr, dir: t.TempDir()}
 	r.start()
 	t.Cleanup(r.kill)

@@ -199,18 +199,25 @@ func TestLifecycleRestartMidDrainE2E(t *testing.T) {
 func TestLifecycleTerminatedDuringDrainE2E(t *testing.T) {
 	const total = 4
 	interval := 250 * time.Millisecond
-	l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
-	l.startIMDSMock(3 * time.Second)
-	l.enqueue(lcRepeat(total, 3.5))
-	p := startProc(t, l.config(2, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
-		fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
-	eventually(t, 30*time.Second, "workers busy", func() bool { return lcInflight(p) >= 2 })
-	if l.isSynced() {
-		t.Fatal("IMDS already says Terminated: the machine is too slow for this scenario")
-	}
-	if code, _ := p.post("/v1/drain", ""); code != http.StatusAccepted {
-		t.Fatalf("POST /v1/drain = %d", code)
-	}
+	var l *lcLab
+	var p *proc
+	lcScaledScene(t, func(k float64) bool {
+		l = lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second})
+		l.startIMDSMock(time.Duration(k * float64(3*time.Second)))
+		l.enqueue(lcRepeat(total, k*3.5))
+		p = startProc(t, l.config(2, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
+			fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
+		eventually(t, 30*time.Second, "workers busy", func() bool { return lcInflight(p) >= 2 })
+		// The drain must begin while IMDS still says InService.
+		if l.isSynced() {
+			return lcSceneSet(p, false)
+		}
+		code, _ := p.post("/v1/drain", "")
+		if code != http.StatusAccepted {
+			t.Fatalf("POST /v1/drain = %d", code)
+		}
+		return lcSceneSet(p, !l.isSynced())
+	})
 	if code := p.wait(60 * time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}

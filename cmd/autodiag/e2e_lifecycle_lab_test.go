@@ -414,9 +414,8 @@ func lcLogTime(t *testing.T, l map[string]any) time.Time {
 }
 
 // lcFirstLog returns the time of the first line with msg, failing if none
-// arrives: an event the test observed elsewhere (an API call, a metric) may
-// be ahead of the harness, which reads the agent's stderr on its own
-// goroutine.
+// arrives within 10 s: the agent may write it after an event the test
+// observed elsewhere (an API call, a metric).
 func lcFirstLog(t *testing.T, p *proc, msg string) (time.Time, map[string]any) {
 	t.Helper()
 	eventually(t, 10*time.Second, fmt.Sprintf("a %q log line", msg), func() bool { return len(p.logs(msg)) > 0 })

@@ -97,7 +97,7 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 	// duplicates; every delivery an agent saw ended as succeeded or
 	// duplicate, or was handed back because the task was running.
 	for _, a := range agents {
-		// The harness reads each agent's log from a pipe: let it catch up.
+		// An agent counts an outcome just before it writes the line.
 		eventually(t, 10*time.Second, "every outcome's log line read", func() bool {
 			n := 0
 			for _, v := range sqsOutcomes(a) {
@@ -273,8 +273,7 @@ func TestSQSStalledAgentKeepsLaterAttempt(t *testing.T) {
 	a.signal(syscall.SIGCONT)
 	eventually(t, 30*time.Second, "agent-a ends its stale run", func() bool { return sqsOutcomes(a)["succeeded"] == 1 })
 
-	// The log line precedes the outcome metric, but the harness reads the
-	// agent's stderr on its own goroutine.
+	// The log line precedes the outcome count.
 	eventually(t, 10*time.Second, "agent-a reports its result superseded", func() bool {
 		return len(a.logsWhere("msg", "lease lapsed while running", "task_id", "k-1")) == 1
 	})

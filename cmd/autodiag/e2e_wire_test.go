@@ -49,16 +49,11 @@ func writeConfig(t *testing.T, yaml string) string {
 	return p
 }
 
-// closedLoopbackURL is an http URL on loopback where nothing listens.
+// closedLoopbackURL is an http URL on loopback where nothing listens
+// (testenv.ClosedPort: no client dialling it can connect to itself).
 func closedLoopbackURL(t *testing.T) string {
 	t.Helper()
-	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
+	return "http://127.0.0.1:" + testenv.ClosedPort(t)
 }
 
 // TestInstanceIDRequiredBySQSSource: with the sqs lifecycle source, an

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -42,14 +41,23 @@ func TestMain(m *testing.M) {
 }
 
 // proc is one `autodiag run` child process.
+//
+// The agent's stderr goes to a file, not a pipe, and every look at the log
+// reads the file up to its current end: a line the agent wrote before an
+// effect the test observed (a call to a fake, a metric, a record in Redis)
+// is then always seen, with no reader goroutine to lag behind. A line the
+// agent writes after the effect still needs awaitLogsWhere or eventually.
 type proc struct {
 	t     *testing.T
 	cmd   *exec.Cmd
 	addr  string
 	mu    sync.Mutex
+	log   *os.File // the stderr file, read at off
+	off   int64
+	buf   []byte
+	part  []byte // a line not yet ended by its newline
 	lines []map[string]any
 	raw   bytes.Buffer
-	ready chan string
 	done  chan struct{}
 	err   error
 }
@@ -62,25 +70,49 @@ func startProc(t *testing.T, yaml string, env ...string) *proc {
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, ready: make(chan string, 1), done: make(chan struct{})}
+	p := &proc{t: t, done: make(chan struct{})}
+	logPath := filepath.Join(t.TempDir(), "stderr.jsonl")
+	w, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // the child holds its own copy
+	if p.log, err = os.Open(logPath); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.log.Close() })
 	// Killed when the test ends, if it has not exited; the cleanup below
 	// waits for it.
 	p.cmd = exec.CommandContext(t.Context(), binPath, "run", "--config", cfgPath)
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true"}, env...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p.cmd.Stderr = w
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		// Read stderr to its end before Wait, which closes the pipe.
-		p.scan(stderr)
 		p.err = p.cmd.Wait()
+		p.mu.Lock()
+		p.readLog()
+		p.mu.Unlock()
 		close(p.done)
+	}()
+	// p.raw and p.lines also follow the log while the agent runs, for
+	// tests that read them under p.mu rather than through logs.
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+				p.mu.Lock()
+				p.readLog()
+				p.mu.Unlock()
+			}
+		}
 	}()
 	t.Cleanup(func() {
 		select {
@@ -95,20 +127,32 @@ func startProc(t *testing.T, yaml string, env ...string) *proc {
 			p.mu.Unlock()
 		}
 	})
-	select {
-	case p.addr = <-p.ready:
-	case <-p.done:
-		// An agent that drains at once may exit just after its ready line.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// Looked at before the log: once the agent has exited, its log is
+		// whole.
+		exited := false
 		select {
-		case p.addr = <-p.ready:
-			return p
+		case <-p.done:
+			exited = true
 		default:
 		}
-		t.Fatalf("agent exited before ready: %v\n%s", p.err, p.raw.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("agent not ready after 30s")
+		if l := p.logs("ready"); len(l) > 0 {
+			if a, ok := l[0]["admin_addr"].(string); ok {
+				// An agent that drains at once may exit just after its
+				// ready line.
+				p.addr = a
+				return p
+			}
+		}
+		if exited {
+			t.Fatalf("agent exited before ready: %v\n%s", p.err, p.raw.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("agent not ready after 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return p
 }
 
 func lastLines(s string, n int) string {
@@ -119,30 +163,35 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func (p *proc) scan(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var m map[string]any
-		_ = json.Unmarshal(line, &m)
-		p.mu.Lock()
+// readLog parses what the agent has written since the last call, whole
+// lines only; p.mu is held.
+func (p *proc) readLog() {
+	if p.buf == nil {
+		p.buf = make([]byte, 64<<10)
+	}
+	for {
+		n, err := p.log.ReadAt(p.buf, p.off)
+		p.off += int64(n)
+		p.part = append(p.part, p.buf[:n]...)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	for {
+		i := bytes.IndexByte(p.part, '\n')
+		if i < 0 {
+			break
+		}
+		line := p.part[:i]
 		p.raw.Write(line)
 		p.raw.WriteByte('\n')
-		if m != nil {
-			m["_at"] = time.Now()
+		var m map[string]any
+		if json.Unmarshal(line, &m) == nil && m != nil {
 			p.lines = append(p.lines, m)
-			if m["msg"] == "ready" {
-				if a, ok := m["admin_addr"].(string); ok {
-					select {
-					case p.ready <- a:
-					default:
-					}
-				}
-			}
 		}
-		p.mu.Unlock()
+		p.part = p.part[i+1:]
 	}
+	p.part = bytes.Clone(p.part)
 }
 
 // logsWhere returns the JSON log lines whose fields equal the given
@@ -165,9 +214,9 @@ func (p *proc) logsWhere(kv ...string) []map[string]any {
 }
 
 // awaitLogsWhere is logsWhere once at least one line matches, failing the
-// test if none does within 10 s: an outcome seen through the queue, a metric
-// or a sink may be ahead of the harness, which reads the agent's stderr on
-// its own goroutine.
+// test if none does within 10 s: for a line the agent may write after the
+// effect the test observed (an outcome seen through the queue, a metric or
+// a sink).
 func (p *proc) awaitLogsWhere(kv ...string) []map[string]any {
 	p.t.Helper()
 	eventually(p.t, 10*time.Second, fmt.Sprintf("a log line with %v", kv), func() bool { return len(p.logsWhere(kv...)) > 0 })
@@ -178,6 +227,7 @@ func (p *proc) awaitLogsWhere(kv ...string) []map[string]any {
 func (p *proc) logs(msg string) []map[string]any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.readLog()
 	var out []map[string]any
 	for _, l := range p.lines {
 		if msg == "" || l["msg"] == msg {
