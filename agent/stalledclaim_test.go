@@ -25,7 +25,7 @@ func (s stallingStore) Claim(ctx context.Context, rec state.TaskRecord, owner st
 		return c, err
 	}
 	time.Sleep(s.stall)
-	if other, err := s.Memory.Claim(context.Background(), rec, "i-other", lease); err != nil || other.Result != state.Claimed {
+	if other, err := s.Memory.Claim(ctx, rec, "i-other", lease); err != nil || other.Result != state.Claimed {
 		panic("the other agent could not claim the lapsed lease")
 	}
 	return c, nil

@@ -572,7 +572,7 @@ func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error 
 			continue
 		}
 		r.sendOps += (len(bodies) + 9) / 10
-		if err := l.send(queueURL, bodies...); err != nil {
+		if err := l.sendWithin(ctx, queueURL, bodies...); err != nil {
 			return err
 		}
 	}

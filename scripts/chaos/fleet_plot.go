@@ -185,7 +185,7 @@ func (res *fleetResult) plotDrainInFlight(path string) error {
 		if err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
-		sc.GlyphStyle.Color = color.RGBA{B: 200, A: 255}
+		sc.Color = color.RGBA{B: 200, A: 255}
 		p.Add(sc)
 		p.Legend.Add(fmt.Sprintf("agent (%d)", len(xy)), sc)
 	}
