@@ -96,15 +96,7 @@ notify_max_age: 10s
 `
 	_, err := LoadConfig([]byte(yaml), nil)
 	want := map[string]int{"results.redact[0].pattern": 4, "notify[0].type": 7, "notify_max_age": 10}
-	got := map[string]int{}
-	for _, ce := range Problems(err) {
-		got[ce.Key] = ce.Line
-	}
-	for k, line := range want {
-		if got[k] != line {
-			t.Errorf("problem %s at line %d, want line %d (all: %v)", k, got[k], line, err)
-		}
-	}
+	wantProblemLines(t, err, want)
 	cfg, err := LoadConfig([]byte("results:\n  redact_defaults: true\n  redact:\n    - {name: ticket, pattern: 'TICKET-[0-9]+'}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -176,5 +168,19 @@ notify:
 	}
 	if took := time.Since(start); took > drainTimeout+time.Second {
 		t.Errorf("drain took %s, want within drain_timeout %s", took, drainTimeout)
+	}
+}
+
+// wantProblemLines checks that err reports each key of want at its line.
+func wantProblemLines(t *testing.T, err error, want map[string]int) {
+	t.Helper()
+	got := map[string]int{}
+	for _, ce := range Problems(err) {
+		got[ce.Key] = ce.Line
+	}
+	for k, line := range want {
+		if got[k] != line {
+			t.Errorf("problem %s at line %d, want line %d (all: %v)", k, got[k], line, err)
+		}
 	}
 }

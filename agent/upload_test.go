@@ -340,15 +340,7 @@ results:
 	_, err := LoadConfig([]byte(yaml), nil)
 	want := map[string]int{"results.s3.bucket": 5, "results.s3.prefix": 6, "results.s3.max_size": 7,
 		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10}
-	got := map[string]int{}
-	for _, ce := range Problems(err) {
-		got[ce.Key] = ce.Line
-	}
-	for k, line := range want {
-		if got[k] != line {
-			t.Errorf("problem %s at line %d, want line %d (all: %v)", k, got[k], line, err)
-		}
-	}
+	wantProblemLines(t, err, want)
 	cfg, err := LoadConfig([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
