@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,16 @@ import (
 const (
 	reapTimeout = time.Second
 	reapPoll    = 5 * time.Millisecond
+)
+
+// How often, and how many times, the shortcut that skips searching every
+// process looks again at children it could not place while starts are under
+// way: a leader that exits at once is a zombie before its start registers
+// it, and waiting a few scheduler ticks for that is far cheaper than
+// reading every process on the machine.
+const (
+	settlePoll  = 100 * time.Microsecond
+	settleTries = 10
 )
 
 // The subreaper attribute and the process's children belong to the whole
@@ -43,6 +54,9 @@ type reaper struct {
 	// leadersMu guards leaders, which starts write concurrently.
 	leadersMu sync.Mutex
 	leaders   map[int]bool // pids os/exec will wait for
+	// starting counts starts not yet registered: while it is above zero,
+	// a child that is no registered leader may be one about to be.
+	starting atomic.Int32
 }
 
 func (rp *reaper) init() {
@@ -60,6 +74,8 @@ func (rp *reaper) start(cmd *exec.Cmd) error {
 	rp.once.Do(rp.init)
 	rp.mu.RLock()
 	defer rp.mu.RUnlock()
+	rp.starting.Add(1)
+	defer rp.starting.Add(-1) // after the registration below
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -144,8 +160,11 @@ func (rp *reaper) sweep(id string) int {
 // below one, carrying the run's marker (or, its memory gone, none that
 // can be read). A child that is a registered leader, or alive with
 // another run's marker or none (a leader forked but not yet registered),
-// is no concern of this sweep. false when it cannot tell (no subreaper,
-// no children lists, a thread gone meanwhile): then the full sweep runs.
+// is no concern of this sweep. A zombie or unreadable child that is no
+// leader yet may be a leader whose start has not registered it: while
+// starts are under way it is looked at again (settled) before giving up.
+// false when it cannot tell (no subreaper, no children lists, a thread
+// gone meanwhile, a child still unplaced): then the full sweep runs.
 // It reaps and kills nothing, so it needs leadersMu only: starts go on.
 func (rp *reaper) nothingLeft(id string) bool {
 	if rp.root != os.Getpid() {
@@ -156,6 +175,7 @@ func (rp *reaper) nothingLeft(id string) bool {
 		return false
 	}
 	var buf [4096]byte
+	var suspects []int
 	for _, tid := range tids {
 		fd, err := syscall.Open("/proc/self/task/"+tid+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
@@ -178,16 +198,44 @@ func (rp *reaper) nothingLeft(id string) bool {
 				continue
 			}
 			if zombie, ok := isZombie(pid); !ok || zombie {
+				suspects = append(suspects, pid)
+				continue
+			}
+			run, unreadable := runMarker(pid)
+			if run == id {
 				return false
 			}
-			if run, unreadable := runMarker(pid); unreadable || run == id {
-				return false
+			if unreadable {
+				suspects = append(suspects, pid)
 			}
 		}
 	}
 	// A thread that exited meanwhile hands its children to another,
 	// which may have been read before: then look again the long way.
-	return slices.Equal(tids, threads())
+	return rp.settled(suspects) && slices.Equal(tids, threads())
+}
+
+// settled reports whether every suspect has become a registered leader or
+// is gone (waited for by os/exec, or reaped by another sweep), looking
+// again while starts are under way, at most settleTries times. A dead or
+// dying orphan stays a child until a sweep reaps it, so it never settles.
+func (rp *reaper) settled(suspects []int) bool {
+	for try := 0; ; try++ {
+		suspects = slices.DeleteFunc(suspects, func(pid int) bool {
+			rp.leadersMu.Lock()
+			leader := rp.leaders[pid]
+			rp.leadersMu.Unlock()
+			_, exists := isZombie(pid)
+			return leader || !exists
+		})
+		if len(suspects) == 0 {
+			return true
+		}
+		if try == settleTries || rp.starting.Load() == 0 {
+			return false
+		}
+		time.Sleep(settlePoll)
+	}
 }
 
 // isZombie reads pid's state; ok is false when pid is gone or unreadable.
