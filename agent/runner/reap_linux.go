@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -170,14 +171,15 @@ func (rp *reaper) nothingLeft(id string) bool {
 	if rp.root != os.Getpid() {
 		return false
 	}
-	tids := threads()
+	var tidBuf [64]int
+	tids := threads(tidBuf[:0])
 	if len(tids) == 0 {
 		return false
 	}
 	var buf [4096]byte
 	var suspects []int
 	for _, tid := range tids {
-		fd, err := syscall.Open("/proc/self/task/"+tid+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return false
 		}
@@ -212,7 +214,8 @@ func (rp *reaper) nothingLeft(id string) bool {
 	}
 	// A thread that exited meanwhile hands its children to another,
 	// which may have been read before: then look again the long way.
-	return rp.settled(suspects) && slices.Equal(tids, threads())
+	var againBuf [64]int
+	return rp.settled(suspects) && slices.Equal(tids, threads(againBuf[:0]))
 }
 
 // settled reports whether every suspect has become a registered leader or
@@ -239,11 +242,19 @@ func (rp *reaper) settled(suspects []int) bool {
 }
 
 // isZombie reads pid's state; ok is false when pid is gone or unreadable.
+// It runs at the end of every run, so it reads with raw syscalls.
 func isZombie(pid int) (zombie, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return false, false
 	}
+	var buf [1024]byte
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return false, false
+	}
+	b := buf[:n]
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
 		return false, false
@@ -251,19 +262,59 @@ func isZombie(pid int) (zombie, ok bool) {
 	return b[i+2] == 'Z', true
 }
 
-// threads lists the agent's thread ids, sorted; nil when unreadable.
-func threads() []string {
-	d, err := os.Open("/proc/self/task")
+// threads appends the agent's thread ids to dst, sorted; nil when
+// unreadable. It runs twice at the end of every run, so it reads the
+// directory with raw syscalls into one buffer, without an *os.File or a
+// string per entry.
+func threads(dst []int) []int {
+	fd, err := syscall.Open("/proc/self/task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	tids, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return nil
+	defer syscall.Close(fd)
+	var buf [4096]byte
+	for {
+		n, err := syscall.ReadDirent(fd, buf[:])
+		if err != nil {
+			return nil
+		}
+		if n <= 0 {
+			break
+		}
+		// linux_dirent64: ino (8), off (8), reclen (2), type (1), name
+		// (NUL-terminated).
+		for rec := buf[:n]; len(rec) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(rec[16:18]))
+			if reclen < 19 || reclen > len(rec) {
+				return nil
+			}
+			name := rec[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if tid, ok := atoi(name); ok {
+				dst = append(dst, tid)
+			}
+			rec = rec[reclen:]
+		}
 	}
-	slices.Sort(tids)
-	return tids
+	slices.Sort(dst)
+	return dst
+}
+
+// atoi parses a decimal process id; false for "." and "..".
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 type proc struct {

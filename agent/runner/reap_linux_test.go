@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -307,4 +308,30 @@ func TestSettled(t *testing.T) {
 	if !procs.settled([]int{pid}) {
 		t.Fatal("settled = false for a child already waited for")
 	}
+}
+
+// TestThreads: the raw directory read lists the same thread ids as
+// os.ReadDir does, sorted. The runtime may start a thread between the two
+// reads, so it takes one agreement in a few tries.
+func TestThreads(t *testing.T) {
+	var got, want []int
+	for range 3 {
+		entries, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = want[:0]
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, tid)
+		}
+		slices.Sort(want)
+		if got = threads(nil); slices.Equal(got, want) {
+			return
+		}
+	}
+	t.Fatalf("threads() = %v, /proc/self/task lists %v", got, want)
 }
