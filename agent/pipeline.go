@@ -141,11 +141,16 @@ func (p *pipeline) handle(j *job) {
 	// freed earlier (see ack).
 	defer j.item.Done()
 	haveRun := false
+	// The receive slot bounds the messages received ahead of their run:
+	// once the diagnostic has ended it goes back, so that the next
+	// messages are received while this one is recorded. The worker slot,
+	// held until the task's end, bounds the tasks being recorded.
+	freeReceive := sync.OnceFunc(func() { p.receive.Release(1) })
 	j.freeSlots = sync.OnceFunc(func() {
 		if haveRun {
 			p.run.Release(1)
 		}
-		p.receive.Release(1)
+		freeReceive()
 	})
 	defer func() { j.freeSlots() }()
 	started := sync.OnceFunc(func() {
@@ -178,7 +183,11 @@ func (p *pipeline) handle(j *job) {
 	if !j.item.Start(cancelRun) {
 		return // the drain released it
 	}
-	p.execute(j, func() runner.Result { return p.runTask(runCtx, j) })
+	p.execute(j, func() runner.Result {
+		res := p.runTask(runCtx, j)
+		freeReceive()
+		return res
+	})
 }
 
 // validate decodes and checks the message's task before anything shared

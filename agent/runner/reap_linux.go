@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +23,16 @@ import (
 const (
 	reapTimeout = time.Second
 	reapPoll    = 5 * time.Millisecond
+)
+
+// How often, and how many times, the shortcut that skips searching every
+// process looks again at children it could not place while starts are under
+// way: a leader that exits at once is a zombie before its start registers
+// it, and waiting a few scheduler ticks for that is far cheaper than
+// reading every process on the machine.
+const (
+	settlePoll  = 100 * time.Microsecond
+	settleTries = 10
 )
 
 // The subreaper attribute and the process's children belong to the whole
@@ -43,6 +55,9 @@ type reaper struct {
 	// leadersMu guards leaders, which starts write concurrently.
 	leadersMu sync.Mutex
 	leaders   map[int]bool // pids os/exec will wait for
+	// starting counts starts not yet registered: while it is above zero,
+	// a child that is no registered leader may be one about to be.
+	starting atomic.Int32
 }
 
 func (rp *reaper) init() {
@@ -60,6 +75,8 @@ func (rp *reaper) start(cmd *exec.Cmd) error {
 	rp.once.Do(rp.init)
 	rp.mu.RLock()
 	defer rp.mu.RUnlock()
+	rp.starting.Add(1)
+	defer rp.starting.Add(-1) // after the registration below
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -144,20 +161,25 @@ func (rp *reaper) sweep(id string) int {
 // below one, carrying the run's marker (or, its memory gone, none that
 // can be read). A child that is a registered leader, or alive with
 // another run's marker or none (a leader forked but not yet registered),
-// is no concern of this sweep. false when it cannot tell (no subreaper,
-// no children lists, a thread gone meanwhile): then the full sweep runs.
+// is no concern of this sweep. A zombie or unreadable child that is no
+// leader yet may be a leader whose start has not registered it: while
+// starts are under way it is looked at again (settled) before giving up.
+// false when it cannot tell (no subreaper, no children lists, a thread
+// gone meanwhile, a child still unplaced): then the full sweep runs.
 // It reaps and kills nothing, so it needs leadersMu only: starts go on.
 func (rp *reaper) nothingLeft(id string) bool {
 	if rp.root != os.Getpid() {
 		return false
 	}
-	tids := threads()
+	var tidBuf [64]int
+	tids := threads(tidBuf[:0])
 	if len(tids) == 0 {
 		return false
 	}
 	var buf [4096]byte
+	var suspects []int
 	for _, tid := range tids {
-		fd, err := syscall.Open("/proc/self/task/"+tid+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return false
 		}
@@ -178,24 +200,61 @@ func (rp *reaper) nothingLeft(id string) bool {
 				continue
 			}
 			if zombie, ok := isZombie(pid); !ok || zombie {
+				suspects = append(suspects, pid)
+				continue
+			}
+			run, unreadable := runMarker(pid)
+			if run == id {
 				return false
 			}
-			if run, unreadable := runMarker(pid); unreadable || run == id {
-				return false
+			if unreadable {
+				suspects = append(suspects, pid)
 			}
 		}
 	}
 	// A thread that exited meanwhile hands its children to another,
 	// which may have been read before: then look again the long way.
-	return slices.Equal(tids, threads())
+	var againBuf [64]int
+	return rp.settled(suspects) && slices.Equal(tids, threads(againBuf[:0]))
+}
+
+// settled reports whether every suspect has become a registered leader or
+// is gone (waited for by os/exec, or reaped by another sweep), looking
+// again while starts are under way, at most settleTries times. A dead or
+// dying orphan stays a child until a sweep reaps it, so it never settles.
+func (rp *reaper) settled(suspects []int) bool {
+	for try := 0; ; try++ {
+		suspects = slices.DeleteFunc(suspects, func(pid int) bool {
+			rp.leadersMu.Lock()
+			leader := rp.leaders[pid]
+			rp.leadersMu.Unlock()
+			_, exists := isZombie(pid)
+			return leader || !exists
+		})
+		if len(suspects) == 0 {
+			return true
+		}
+		if try == settleTries || rp.starting.Load() == 0 {
+			return false
+		}
+		time.Sleep(settlePoll)
+	}
 }
 
 // isZombie reads pid's state; ok is false when pid is gone or unreadable.
+// It runs at the end of every run, so it reads with raw syscalls.
 func isZombie(pid int) (zombie, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return false, false
 	}
+	var buf [1024]byte
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return false, false
+	}
+	b := buf[:n]
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
 		return false, false
@@ -203,19 +262,59 @@ func isZombie(pid int) (zombie, ok bool) {
 	return b[i+2] == 'Z', true
 }
 
-// threads lists the agent's thread ids, sorted; nil when unreadable.
-func threads() []string {
-	d, err := os.Open("/proc/self/task")
+// threads appends the agent's thread ids to dst, sorted; nil when
+// unreadable. It runs twice at the end of every run, so it reads the
+// directory with raw syscalls into one buffer, without an *os.File or a
+// string per entry.
+func threads(dst []int) []int {
+	fd, err := syscall.Open("/proc/self/task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	tids, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return nil
+	defer syscall.Close(fd)
+	var buf [4096]byte
+	for {
+		n, err := syscall.ReadDirent(fd, buf[:])
+		if err != nil {
+			return nil
+		}
+		if n <= 0 {
+			break
+		}
+		// linux_dirent64: ino (8), off (8), reclen (2), type (1), name
+		// (NUL-terminated).
+		for rec := buf[:n]; len(rec) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(rec[16:18]))
+			if reclen < 19 || reclen > len(rec) {
+				return nil
+			}
+			name := rec[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if tid, ok := atoi(name); ok {
+				dst = append(dst, tid)
+			}
+			rec = rec[reclen:]
+		}
 	}
-	slices.Sort(tids)
-	return tids
+	slices.Sort(dst)
+	return dst
+}
+
+// atoi parses a decimal process id; false for "." and "..".
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 type proc struct {

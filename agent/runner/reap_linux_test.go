@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,4 +267,71 @@ func TestNothingLeft(t *testing.T) {
 	if !procs.nothingLeft("another") {
 		t.Fatal("nothingLeft = false for another run, with a child of this one alive")
 	}
+}
+
+// TestSettled: a zombie child that no start has registered settles once
+// registered or reaped, and never while no start is under way, as a dead
+// orphan would stay.
+func TestSettled(t *testing.T) {
+	procs.once.Do(procs.init)
+	if procs.root != os.Getpid() {
+		t.Skip("no subreaper here: the shortcut is off")
+	}
+	child := exec.CommandContext(t.Context(), "/bin/true")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := child.Process.Pid
+	deadline := time.Now().Add(reapTimeout)
+	for {
+		if zombie, _ := isZombie(pid); zombie {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child never became a zombie")
+		}
+		time.Sleep(reapPoll)
+	}
+	if procs.settled([]int{pid}) {
+		t.Fatal("settled = true for an unregistered zombie with no start under way")
+	}
+	procs.leadersMu.Lock()
+	procs.leaders[pid] = true
+	procs.leadersMu.Unlock()
+	if !procs.settled([]int{pid}) {
+		t.Fatal("settled = false for a registered leader")
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	procs.exited(pid)
+	if !procs.settled([]int{pid}) {
+		t.Fatal("settled = false for a child already waited for")
+	}
+}
+
+// TestThreads: the raw directory read lists the same thread ids as
+// os.ReadDir does, sorted. The runtime may start a thread between the two
+// reads, so it takes one agreement in a few tries.
+func TestThreads(t *testing.T) {
+	var got, want []int
+	for range 3 {
+		entries, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = want[:0]
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, tid)
+		}
+		slices.Sort(want)
+		if got = threads(nil); slices.Equal(got, want) {
+			return
+		}
+	}
+	t.Fatalf("threads() = %v, /proc/self/task lists %v", got, want)
 }
