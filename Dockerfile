@@ -5,9 +5,14 @@
 #
 # The admin HTTP server listens on 127.0.0.1:9464 (the embedded default), so
 # inside a pod or task it is reachable only from containers sharing the
-# network namespace. To publish it, say so:
-#   docker run -e AUTODIAG_ADMIN_ADDR=0.0.0.0:9464 -p 127.0.0.1:9464:9464 ...
-# A config file: mount it and pass --config, or set AUTODIAG_CONFIG.
+# network namespace. It starts tasks and drains, so listening beyond
+# loopback needs admin_auth in a mounted config (the agent refuses to start
+# without it), with the secret in the environment:
+#   admin_addr: 0.0.0.0:9464
+#   admin_auth: {bearer_token_env: AUTODIAG_ADMIN_TOKEN}
+#   docker run -v ./config.yaml:/config.yaml:ro -e AUTODIAG_CONFIG=/config.yaml
+#     -e AUTODIAG_ADMIN_TOKEN -p 127.0.0.1:9464:9464 ...
+# GET /healthz and /readyz stay open for probes.
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG TARGETPLATFORM
 COPY $TARGETPLATFORM/autodiag /autodiag

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -140,6 +141,29 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
 	mux.HandleFunc("GET /v1/tasks/{id}", a.getTask)
 	return mux
+}
+
+// adminRealm names the admin listener in its challenges.
+const adminRealm = "autodiag admin"
+
+// RequireAdminAuth guards an admin handler (the agent's Handler, the
+// standalone intake's AdminHandler) with admin_auth's credentials (read by
+// Config.AdminCredentials): every request without them is answered 401
+// with a WWW-Authenticate challenge, except GET /healthz and GET /readyz,
+// which probes call and which reveal nothing. With no credentials it
+// returns h itself.
+func RequireAdminAuth(creds alert.Credentials, h http.Handler) http.Handler {
+	if !creds.Required() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		probe := (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+		if !probe && !creds.Authorized(r) {
+			alert.Unauthorized(w, creds, adminRealm)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // postTask validates a task and puts it on the queue. Invalid input is

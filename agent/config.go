@@ -34,8 +34,13 @@ type Config struct {
 	// InstanceID names this agent; empty = discovered at start. With the
 	// sqs or imds lifecycle source it must be the EC2 instance id.
 	InstanceID string `yaml:"instance_id"`
-	// AdminAddr is the admin HTTP listener; loopback by default.
+	// AdminAddr is the admin HTTP listener; loopback by default. Beyond
+	// loopback it needs AdminAuth.
 	AdminAddr string `yaml:"admin_addr"`
+	// AdminAuth names the credentials every admin request but GET
+	// /healthz and GET /readyz must carry (the intake's auth shape); unset
+	// = none, which only a loopback admin_addr may have.
+	AdminAuth alert.AuthConfig `yaml:"admin_auth"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`
 	// Workers is how many tasks run at once (default 4).
@@ -306,9 +311,15 @@ func (c Config) Validate() error {
 			"and launch_hook_name is completed by: "+
 			"leave it empty to discover it at start, or set the instance's id", c.InstanceID, instance.Pattern)
 	}
-	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
+	if host, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		p.addf("admin_addr", "%q is not host:port: %w", c.AdminAddr, err)
+	} else if !alert.Loopback(host) && !c.AdminAuth.Enabled() {
+		// The admin API starts tasks and drains: anyone who reaches it
+		// could.
+		p.addf("admin_addr", "%q is reachable from other hosts: set admin_auth (bearer_token_env or basic) or listen on loopback (default %s)",
+			c.AdminAddr, DefaultAdminAddr)
 	}
+	p.adopt("admin_auth", c.AdminAuth.Validate())
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -350,6 +361,19 @@ func (c Config) Validate() error {
 	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("report", c.Report.Validate())
 	return p.err()
+}
+
+// AdminCredentials reads the secret admin_auth names through getenv
+// (os.LookupEnv in cmd), for the admin listener and for the CLI commands
+// that call it. A named variable unset or empty is a *ConfigError naming
+// its key; no admin_auth gives the zero Credentials (nothing required).
+func (c Config) AdminCredentials(getenv func(string) (string, bool)) (alert.Credentials, error) {
+	cr, err := c.AdminAuth.Credentials(getenv)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return alert.Credentials{}, &ConfigError{Key: joinKey("admin_auth", ce.Key), Err: ce.Err}
+	}
+	return cr, err
 }
 
 // Validate reports every problem of the limiter section, the limiter's

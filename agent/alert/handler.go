@@ -123,9 +123,8 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 func (h *Handler) post(source string) http.HandlerFunc {
 	decode := decoders[source]
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorized(r) {
-			w.Header().Set("WWW-Authenticate", h.challenge())
-			writeJSON(w, http.StatusUnauthorized, errorBody("unauthorized", "missing or wrong credentials"))
+		if !h.c.Credentials.Authorized(r) {
+			Unauthorized(w, h.c.Credentials, intakeRealm)
 			return
 		}
 		if h.c.Draining() {
@@ -164,10 +163,16 @@ func (h *Handler) post(source string) http.HandlerFunc {
 	}
 }
 
-// authorized compares credentials in constant time; both sides are hashed
-// first so neither does a length mismatch answer early.
-func (h *Handler) authorized(r *http.Request) bool {
-	c := h.c.Credentials
+// intakeRealm names the intake listener in its challenges.
+const intakeRealm = "autodiag intake"
+
+// Required reports whether c requires anything of a request.
+func (c Credentials) Required() bool { return c.BearerToken != "" || c.BasicUser != "" }
+
+// Authorized reports whether r carries c, comparing in constant time; both
+// sides are hashed first so neither does a length mismatch answer early.
+// The zero Credentials authorize every request.
+func (c Credentials) Authorized(r *http.Request) bool {
 	switch {
 	case c.BearerToken != "":
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -181,11 +186,28 @@ func (h *Handler) authorized(r *http.Request) bool {
 	return true
 }
 
-func (h *Handler) challenge() string {
-	if h.c.Credentials.BasicUser != "" {
-		return `Basic realm="autodiag intake"`
+// Challenge is the WWW-Authenticate value of a 401 for realm.
+func (c Credentials) Challenge(realm string) string {
+	if c.BasicUser != "" {
+		return `Basic realm="` + realm + `"`
 	}
-	return `Bearer realm="autodiag intake"`
+	return `Bearer realm="` + realm + `"`
+}
+
+// SetOn makes req carry c, as a client of a listener that requires them.
+func (c Credentials) SetOn(req *http.Request) {
+	switch {
+	case c.BearerToken != "":
+		req.Header.Set("Authorization", "Bearer "+c.BearerToken)
+	case c.BasicUser != "":
+		req.SetBasicAuth(c.BasicUser, c.BasicPassword)
+	}
+}
+
+// Unauthorized answers 401 with the challenge of c for realm.
+func Unauthorized(w http.ResponseWriter, c Credentials, realm string) {
+	w.Header().Set("WWW-Authenticate", c.Challenge(realm))
+	writeJSON(w, http.StatusUnauthorized, errorBody("unauthorized", "missing or wrong credentials"))
 }
 
 func equal(a, b string) bool {

@@ -33,6 +33,81 @@ type AuthConfig struct {
 	Basic          BasicAuth `yaml:"basic"`
 }
 
+// Enabled reports whether the section names a credential.
+func (a AuthConfig) Enabled() bool {
+	return a.BearerTokenEnv != "" || a.Basic.User != "" || a.Basic.PasswordEnv != ""
+}
+
+// Validate reports every problem of the section, each naming its key
+// relative to it.
+func (a AuthConfig) Validate() error { return errors.Join(a.problems("")...) }
+
+// problems are the section's problems, keys under section.
+func (a AuthConfig) problems(section string) []error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, configerr.Errorf(joinKey(section, key), format, args...))
+	}
+	if a.BearerTokenEnv != "" && !envNameRE.MatchString(a.BearerTokenEnv) {
+		add("bearer_token_env", "must name an environment variable, got %q", a.BearerTokenEnv)
+	}
+	basic := a.Basic.User != "" || a.Basic.PasswordEnv != ""
+	if basic {
+		if a.Basic.User == "" {
+			add("basic.user", "must be set with basic.password_env")
+		}
+		if !envNameRE.MatchString(a.Basic.PasswordEnv) {
+			add("basic.password_env", "must name an environment variable, got %q", a.Basic.PasswordEnv)
+		}
+	}
+	if a.BearerTokenEnv != "" && basic {
+		add("", "set bearer_token_env or basic, not both")
+	}
+	return errs
+}
+
+// Credentials reads the secrets the section names through getenv
+// (os.LookupEnv in cmd); errors name keys relative to the section. A named
+// variable that is unset or empty is an error: a listener must not start
+// open, nor a client go without them, because a secret is missing.
+func (a AuthConfig) Credentials(getenv func(string) (string, bool)) (Credentials, error) {
+	return a.credentials("", getenv)
+}
+
+func (a AuthConfig) credentials(section string, getenv func(string) (string, bool)) (Credentials, error) {
+	var cr Credentials
+	read := func(key, name string) (string, error) {
+		v, ok := getenv(name)
+		if !ok || v == "" {
+			return "", configerr.Errorf(joinKey(section, key), "environment variable %s is unset or empty", name)
+		}
+		return v, nil
+	}
+	var err error
+	switch {
+	case a.BearerTokenEnv != "":
+		cr.BearerToken, err = read("bearer_token_env", a.BearerTokenEnv)
+	case a.Basic.User != "":
+		cr.BasicUser = a.Basic.User
+		cr.BasicPassword, err = read("basic.password_env", a.Basic.PasswordEnv)
+	}
+	if err != nil {
+		return Credentials{}, err
+	}
+	return cr, nil
+}
+
+// joinKey puts key under section; either may be empty.
+func joinKey(section, key string) string {
+	switch {
+	case section == "":
+		return key
+	case key == "":
+		return section
+	}
+	return section + "." + key
+}
+
 // BasicAuth is HTTP basic authentication (what Zabbix and Alertmanager's
 // basic_auth send).
 type BasicAuth struct {
@@ -80,22 +155,7 @@ func (c IntakeConfig) Validate() error {
 	if c.MaxBody != 0 && (c.MaxBody < minMaxBody || c.MaxBody > MaxBody) {
 		add("max_body", "must be between %d and %d bytes, got %d", minMaxBody, MaxBody, c.MaxBody)
 	}
-	a := c.Auth
-	if a.BearerTokenEnv != "" && !envNameRE.MatchString(a.BearerTokenEnv) {
-		add("auth.bearer_token_env", "must name an environment variable, got %q", a.BearerTokenEnv)
-	}
-	basic := a.Basic.User != "" || a.Basic.PasswordEnv != ""
-	if basic {
-		if a.Basic.User == "" {
-			add("auth.basic.user", "must be set with auth.basic.password_env")
-		}
-		if !envNameRE.MatchString(a.Basic.PasswordEnv) {
-			add("auth.basic.password_env", "must name an environment variable, got %q", a.Basic.PasswordEnv)
-		}
-	}
-	if a.BearerTokenEnv != "" && basic {
-		add("auth", "set bearer_token_env or basic, not both")
-	}
+	errs = append(errs, c.Auth.problems("auth")...)
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		add("tls", "cert_file and key_file go together")
 	}
@@ -110,16 +170,16 @@ func (c IntakeConfig) Validate() error {
 	if port == "" {
 		add("addr", "must name a port, got %q", c.Addr)
 	}
-	if !loopback(host) && a.BearerTokenEnv == "" && !basic {
+	if !Loopback(host) && !c.Auth.Enabled() {
 		add("auth", "intake.addr %q is reachable from other hosts: set auth.bearer_token_env or auth.basic", c.Addr)
 	}
 	return errors.Join(errs...)
 }
 
-// loopback reports whether host only accepts connections from this host.
+// Loopback reports whether host only accepts connections from this host.
 // An empty host or 0.0.0.0 listens everywhere; a name other than
 // localhost could resolve anywhere.
-func loopback(host string) bool {
+func Loopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}
@@ -131,26 +191,7 @@ func loopback(host string) bool {
 // (os.LookupEnv in cmd). A named variable that is unset or empty is an
 // error: the listener must not start open because a secret is missing.
 func (c IntakeConfig) Credentials(getenv func(string) (string, bool)) (Credentials, error) {
-	var cr Credentials
-	read := func(key, name string) (string, error) {
-		v, ok := getenv(name)
-		if !ok || v == "" {
-			return "", configerr.Errorf(key, "environment variable %s is unset or empty", name)
-		}
-		return v, nil
-	}
-	var err error
-	switch {
-	case c.Auth.BearerTokenEnv != "":
-		cr.BearerToken, err = read("auth.bearer_token_env", c.Auth.BearerTokenEnv)
-	case c.Auth.Basic.User != "":
-		cr.BasicUser = c.Auth.Basic.User
-		cr.BasicPassword, err = read("auth.basic.password_env", c.Auth.Basic.PasswordEnv)
-	}
-	if err != nil {
-		return Credentials{}, err
-	}
-	return cr, nil
+	return c.Auth.credentials("auth", getenv)
 }
 
 // NewServer returns the intake server for h, with timeouts that bound

@@ -136,10 +136,11 @@ func (c *cli) enqueueCmd() *cobra.Command {
 			}
 			body, _ := json.Marshal(t)
 			if queueURL == "" {
-				if addr == "" {
-					addr = cfg.AdminAddr
+				target, err := newAdminTarget(cfg, addr)
+				if err != nil {
+					return err
 				}
-				out, err := adminCall(cmd.Context(), http.MethodPost, addr, "/v1/tasks", bytes.NewReader(body))
+				out, err := adminCall(cmd.Context(), http.MethodPost, target, "/v1/tasks", bytes.NewReader(body))
 				if err != nil {
 					return err
 				}
@@ -190,10 +191,11 @@ func (c *cli) statusCmd() *cobra.Command {
 				return err
 			}
 			if rc == nil {
-				if addr == "" {
-					addr = cfg.AdminAddr
+				target, err := newAdminTarget(cfg, addr)
+				if err != nil {
+					return err
 				}
-				out, err := adminCall(cmd.Context(), http.MethodGet, addr, "/v1/status", nil)
+				out, err := adminCall(cmd.Context(), http.MethodGet, target, "/v1/status", nil)
 				if err != nil {
 					return fmt.Errorf("no redis configured, and the local agent did not answer: %w", err)
 				}

@@ -116,6 +116,10 @@ func (c *cli) intakeCmd() *cobra.Command {
 // then on and stops after intakeDrainGrace, so a load balancer sees the
 // intake go unready before its connections close; a second stops at once.
 func (c *cli) runIntake(cfg agent.Config) error {
+	adminCreds, err := adminCredentials(cfg)
+	if err != nil {
+		return err
+	}
 	log := newLogger(c.stderr, cfg.LogLevel)
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
@@ -125,7 +129,7 @@ func (c *cli) runIntake(cfg agent.Config) error {
 	if err != nil {
 		return intakeStartError(err)
 	}
-	admin, err := serveIntakeAdmin(ctx, cfg.AdminAddr, in, log.With("component", "admin"))
+	admin, err := serveIntakeAdmin(ctx, cfg.AdminAddr, agent.RequireAdminAuth(adminCreds, in.AdminHandler()), log.With("component", "admin"))
 	if err != nil {
 		return err
 	}
@@ -148,17 +152,14 @@ func (c *cli) runIntake(cfg agent.Config) error {
 }
 
 // serveIntakeAdmin serves the standalone intake's /metrics, /healthz and
-// /readyz on admin_addr (loopback by default), as `autodiag run` serves
-// the agent's admin API there.
-func serveIntakeAdmin(ctx context.Context, addr string, in *agent.Intake, log *slog.Logger) (*agent.AdminServer, error) {
+// /readyz (h) on admin_addr (loopback by default, else behind admin_auth),
+// as `autodiag run` serves the agent's admin API there.
+func serveIntakeAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*agent.AdminServer, error) {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
-	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
-		log.Warn("admin HTTP listens beyond loopback; /metrics is readable without authentication", "addr", ln.Addr().String())
-	}
-	s := agent.ServeAdmin(ln, in.AdminHandler(), log)
+	s := agent.ServeAdmin(ln, h, log)
 	log.Info("admin listening", "addr", ln.Addr().String())
 	return s, nil
 }

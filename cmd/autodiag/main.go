@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/alert"
 )
 
 // Exit codes (README "CLI").
@@ -208,6 +209,10 @@ func (c *cli) runCmd() *cobra.Command {
 
 func (c *cli) runAgent(cfg agent.Config) error {
 	start := time.Now()
+	adminCreds, err := adminCredentials(cfg)
+	if err != nil {
+		return err
+	}
 	log := newLogger(c.stderr, cfg.LogLevel)
 	// Signals: the first SIGTERM/SIGINT drains, a second one exits fast.
 	sigc := make(chan os.Signal, 2)
@@ -230,10 +235,9 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
-		log.Warn("admin HTTP listens beyond loopback; it accepts POST /v1/drain and /v1/tasks without authentication", "addr", ln.Addr().String())
-	}
-	admin := agent.ServeAdmin(ln, a.Handler(), log.With("component", "admin"))
+	// Config validation refuses admin_addr beyond loopback without
+	// admin_auth, so an open listener here is a loopback one.
+	admin := agent.ServeAdmin(ln, agent.RequireAdminAuth(adminCreds, a.Handler()), log.With("component", "admin"))
 	intake, err := startAgentIntake(ctx, cfg, a, log)
 	if err != nil {
 		admin.Shutdown()
@@ -309,14 +313,19 @@ func (c *cli) drainCmd() *cobra.Command {
 		Short: "Ask the local agent to drain (POST /v1/drain on the loopback admin endpoint)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if addr == "" {
+			target := adminTarget{addr: addr}
+			// The config gives the address when --admin-addr does not, and
+			// admin_auth whenever a config is named.
+			if addr == "" || c.configPath != "" || os.Getenv("AUTODIAG_CONFIG") != "" {
 				cfg, err := c.loadConfig()
 				if err != nil {
 					return err
 				}
-				addr = cfg.AdminAddr
+				if target, err = newAdminTarget(cfg, addr); err != nil {
+					return err
+				}
 			}
-			body, err := adminCall(cmd.Context(), http.MethodPost, addr, "/v1/drain", nil)
+			body, err := adminCall(cmd.Context(), http.MethodPost, target, "/v1/drain", nil)
 			if err != nil {
 				return err
 			}
@@ -328,12 +337,44 @@ func (c *cli) drainCmd() *cobra.Command {
 	return cmd
 }
 
+// adminCredentials reads the secret admin_auth names; one unset is a
+// configuration error (exit 2) naming its key.
+func adminCredentials(cfg agent.Config) (alert.Credentials, error) {
+	creds, err := cfg.AdminCredentials(os.LookupEnv)
+	if err != nil {
+		return alert.Credentials{}, usageError{fmt.Errorf("invalid configuration: %w", err)}
+	}
+	return creds, nil
+}
+
+// adminTarget is a local agent's admin API as the CLI calls it: its
+// address and the credentials admin_auth names.
+type adminTarget struct {
+	addr  string
+	creds alert.Credentials
+}
+
+// newAdminTarget is addr (admin_addr of cfg when empty) with admin_auth's
+// credentials from the environment.
+func newAdminTarget(cfg agent.Config, addr string) (adminTarget, error) {
+	if addr == "" {
+		addr = cfg.AdminAddr
+	}
+	creds, err := adminCredentials(cfg)
+	if err != nil {
+		return adminTarget{}, err
+	}
+	return adminTarget{addr: addr, creds: creds}, nil
+}
+
 // adminCall talks to a local agent's admin HTTP.
-func adminCall(ctx context.Context, method, addr, path string, body io.Reader) ([]byte, error) {
+func adminCall(ctx context.Context, method string, target adminTarget, path string, body io.Reader) ([]byte, error) {
+	addr := target.addr
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
 	if err != nil {
 		return nil, err
 	}
+	target.creds.SetOn(req)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

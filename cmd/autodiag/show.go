@@ -76,13 +76,16 @@ func lookupTask(ctx context.Context, cfg agent.Config, addr, id string) (agent.T
 		}
 		return agent.NewTaskView(rec), nil
 	}
-	if addr == "" {
-		addr = cfg.AdminAddr
+	target, err := newAdminTarget(cfg, addr)
+	if err != nil {
+		return agent.TaskView{}, err
 	}
+	addr = target.addr
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks/"+id, nil)
 	if err != nil {
 		return agent.TaskView{}, usageError{err}
 	}
+	target.creds.SetOn(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return agent.TaskView{}, fmt.Errorf("show: no redis configured, and the local agent did not answer: %w", err)

@@ -1,0 +1,154 @@
+package packaging
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const (
+	dockerfilePath = "../Dockerfile"
+	goreleaserPath = "../.goreleaser.yaml"
+)
+
+// dockerInstruction is one instruction of a Dockerfile: its keyword in
+// upper case and the rest of its line.
+type dockerInstruction struct {
+	Cmd, Args string
+}
+
+// parseDockerfile reads the instructions of a Dockerfile that has no line
+// continuations (ours has none; a trailing backslash is refused rather
+// than misread). Comments and blank lines are skipped.
+func parseDockerfile(text string) ([]dockerInstruction, error) {
+	var out []dockerInstruction
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasSuffix(line, `\`) {
+			return nil, fmt.Errorf("line %d: a line continuation, which this reader does not follow", i+1)
+		}
+		cmd, args, _ := strings.Cut(line, " ")
+		out = append(out, dockerInstruction{Cmd: strings.ToUpper(cmd), Args: strings.TrimSpace(args)})
+	}
+	return out, nil
+}
+
+// checkDockerfile is the image's contract: the static binary alone on
+// distroless static (its nonroot variant), run as the non-root user 65532,
+// entered as /autodiag with `run` as the default command. It returns every
+// breach.
+func checkDockerfile(text string) []string {
+	ins, err := parseDockerfile(text)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var bad []string
+	by := map[string][]string{}
+	for _, in := range ins {
+		by[in.Cmd] = append(by[in.Cmd], in.Args)
+	}
+	for cmd := range by {
+		switch cmd {
+		case "FROM", "ARG", "COPY", "USER", "ENTRYPOINT", "CMD", "LABEL":
+		default:
+			// RUN, ADD and the rest put more than the binary in the image
+			// (distroless has no shell to RUN anyway).
+			bad = append(bad, fmt.Sprintf("unexpected %s instruction %q", cmd, by[cmd]))
+		}
+	}
+	from := by["FROM"]
+	if len(from) != 1 {
+		bad = append(bad, fmt.Sprintf("FROM %q: want one stage", from))
+	} else {
+		image, tag, _ := strings.Cut(from[0], ":")
+		if !strings.HasPrefix(image, "gcr.io/distroless/static") || !strings.HasPrefix(tag, "nonroot") {
+			bad = append(bad, fmt.Sprintf("FROM %q: want gcr.io/distroless/static…:nonroot", from[0]))
+		}
+	}
+	if u := by["USER"]; len(u) != 1 || (u[0] != "65532" && u[0] != "65532:65532") {
+		bad = append(bad, fmt.Sprintf("USER %q: want 65532 (distroless's nonroot), set explicitly", u))
+	}
+	if c := by["COPY"]; len(c) != 1 {
+		bad = append(bad, fmt.Sprintf("COPY %q: want the binary alone", c))
+	} else if f := strings.Fields(c[0]); len(f) != 2 || f[1] != "/autodiag" || !strings.HasSuffix(f[0], "/autodiag") {
+		bad = append(bad, fmt.Sprintf("COPY %q: want the platform's autodiag binary to /autodiag", c[0]))
+	}
+	exec := func(cmd string, want []string) {
+		v := by[cmd]
+		var got []string
+		if len(v) != 1 || json.Unmarshal([]byte(v[0]), &got) != nil || !slices.Equal(got, want) {
+			bad = append(bad, fmt.Sprintf("%s %q: want the exec form %q", cmd, v, want))
+		}
+	}
+	exec("ENTRYPOINT", []string{"/autodiag"})
+	exec("CMD", []string{"run"})
+	return bad
+}
+
+// TestDockerfileContract pins the image no docker daemon here can build:
+// what the release ships must stay the binary alone, non-root.
+func TestDockerfileContract(t *testing.T) {
+	if bad := checkDockerfile(readFile(t, dockerfilePath)); len(bad) > 0 {
+		t.Fatalf("%s breaks the image contract:\n%s", dockerfilePath, strings.Join(bad, "\n"))
+	}
+}
+
+// TestDockerfileContractCatches: each breach of the contract is caught,
+// so TestDockerfileContract can fail.
+func TestDockerfileContractCatches(t *testing.T) {
+	good := readFile(t, dockerfilePath)
+	for _, tc := range []struct{ name, old, new string }{
+		{"another base", "FROM gcr.io/distroless/static-debian12:nonroot", "FROM alpine:3.20"},
+		{"root variant", "static-debian12:nonroot", "static-debian12:latest"},
+		{"root user", "USER 65532:65532", "USER root"},
+		{"no user", "USER 65532:65532\n", ""},
+		{"more copied", "COPY $TARGETPLATFORM/autodiag /autodiag", "COPY . /"},
+		{"a second copy", "COPY $TARGETPLATFORM/autodiag /autodiag", "COPY $TARGETPLATFORM/autodiag /autodiag\nCOPY config.yaml /etc/"},
+		{"a run", "USER 65532:65532", "RUN chmod 755 /autodiag\nUSER 65532:65532"},
+		{"shell entrypoint", `ENTRYPOINT ["/autodiag"]`, "ENTRYPOINT /autodiag"},
+		{"another command", `CMD ["run"]`, `CMD ["intake"]`},
+		{"a continuation", `CMD ["run"]`, "CMD \\\n  [\"run\"]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(good, tc.old) {
+				t.Fatalf("%s no longer holds %q: update this case", dockerfilePath, tc.old)
+			}
+			if bad := checkDockerfile(strings.Replace(good, tc.old, tc.new, 1)); len(bad) == 0 {
+				t.Fatalf("replacing %q by %q breaks nothing the check sees", tc.old, tc.new)
+			}
+		})
+	}
+}
+
+// TestGoreleaserBuildsTheImage: the release builds the image from this
+// Dockerfile for both platforms the binaries are built for.
+func TestGoreleaserBuildsTheImage(t *testing.T) {
+	var gr struct {
+		DockersV2 []struct {
+			Dockerfile string   `yaml:"dockerfile"`
+			Platforms  []string `yaml:"platforms"`
+		} `yaml:"dockers_v2"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, goreleaserPath)), &gr); err != nil {
+		t.Fatal(err)
+	}
+	if len(gr.DockersV2) != 1 {
+		t.Fatalf("dockers_v2 has %d entries; want the one image", len(gr.DockersV2))
+	}
+	d := gr.DockersV2[0]
+	if d.Dockerfile != "Dockerfile" {
+		t.Errorf("dockers_v2 dockerfile = %q; want Dockerfile (the one %s pins)", d.Dockerfile, dockerfilePath)
+	}
+	for _, p := range []string{"linux/amd64", "linux/arm64"} {
+		if !slices.Contains(d.Platforms, p) {
+			t.Errorf("dockers_v2 platforms %q lack %s", d.Platforms, p)
+		}
+	}
+}
