@@ -268,38 +268,9 @@ func TestE2ERoutesTest(t *testing.T) {
 // exits 0.
 func TestE2EStandaloneIntake(t *testing.T) {
 	fq := newSQSFake(t, "central")
-	l := newAlertLedger(t)
 	const token = "central-token"
-	cfgPath := sqsWriteConfig(t, alertAgentYAML(t, fq.url, "127.0.0.1:1", "x:", l))
-	cmd := exec.CommandContext(t.Context(), binPath, "intake", "--config", cfgPath)
-	cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, fq.awsEnv()...), intakeTokenEnv+"="+token)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "intake listening" {
-				addrc <- m["addr"].(string)
-			}
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case <-scanned:
-		t.Fatal("intake exited before listening")
-	case <-time.After(30 * time.Second):
-		t.Fatal("intake not listening after 30s")
-	}
+	in := startStandaloneIntake(t, fq, token)
+	cmd, scanned, addr := in.cmd, in.scanned, in.addrs["intake listening"]
 	code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json"))
 	if code != http.StatusOK || !strings.Contains(body, `"accepted":2`) {
 		t.Fatalf("answer %d %s", code, body)
@@ -318,4 +289,57 @@ func TestE2EStandaloneIntake(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("intake exit: %v", err)
 	}
+}
+
+// standaloneIntake is an `autodiag intake` process and the addresses of its
+// listeners, by log message ("admin listening", "intake listening").
+type standaloneIntake struct {
+	cmd     *exec.Cmd
+	scanned chan struct{} // closed once its stderr is read to the end
+	addrs   map[string]string
+}
+
+// startStandaloneIntake starts `autodiag intake` on fq with bearer token
+// and returns once both its listeners are up.
+func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIntake {
+	t.Helper()
+	l := newAlertLedger(t)
+	cfgPath := sqsWriteConfig(t, alertAgentYAML(t, fq.url, "127.0.0.1:1", "x:", l))
+	cmd := exec.CommandContext(t.Context(), binPath, "intake", "--config", cfgPath)
+	cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, fq.awsEnv()...), intakeTokenEnv+"="+token)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan map[string]string, 1)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		got := map[string]string{}
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				continue
+			}
+			if msg, _ := m["msg"].(string); msg == "admin listening" || msg == "intake listening" {
+				got[msg], _ = m["addr"].(string)
+				if len(got) == 2 {
+					addrs <- got
+				}
+			}
+		}
+	}()
+	in := standaloneIntake{cmd: cmd, scanned: scanned}
+	select {
+	case in.addrs = <-addrs:
+	case <-scanned:
+		t.Fatal("intake exited before listening")
+	case <-time.After(30 * time.Second):
+		t.Fatal("intake not listening after 30s")
+	}
+	return in
 }
