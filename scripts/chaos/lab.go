@@ -151,12 +151,7 @@ func (l *lab) queue(name string, attrs map[string]string) (string, error) {
 
 // send puts bodies on the queue, 10 per SendMessageBatch.
 func (l *lab) send(url string, bodies ...string) error {
-	return l.sendWithin(context.Background(), url, bodies...)
-}
-
-// sendWithin is send ending with ctx (and within a minute).
-func (l *lab) sendWithin(ctx context.Context, url string, bodies ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for len(bodies) > 0 {
 		n := min(10, len(bodies))
