@@ -275,8 +275,12 @@ func TestNotifyOutboxRedisRestartedEmptyE2E(t *testing.T) {
 	downAt := time.Now()
 	// Down long enough for the dispatcher to fail a few claims: it neither
 	// exits nor spins meanwhile.
+	// Each dispatcher cycle is a claim and a read of the pending gauge, each
+	// bounded by redis.timeout, then a poll interval's wait; the first
+	// failed claim comes within one cycle of the kill.
 	const failedClaims = 3
-	eventually(t, failedClaims*notify.DefaultPollInterval+time.Duration(failedClaims)*redisTimeout+notify.DefaultPollInterval,
+	const cycle = notify.DefaultPollInterval + 2*redisTimeout
+	eventually(t, (failedClaims+1)*cycle,
 		"failed claims logged while Redis is down", func() bool { return len(a.logsWhere("msg", "claim notifications")) >= failedClaims })
 	rs.start() // empty: no RDB, no AOF
 	upAt := time.Now()
