@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,18 +330,6 @@ func TestRedisOldRecordReadable(t *testing.T) {
 	}
 }
 
-// roundTrips counts the calls a client makes to its server: one per
-// command outside a pipeline, one per pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
-}
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
-}
-
 // A task's end on a standalone server: the record, the in-flight entry,
 // the audit entry and the writes that go with it (an outbox event, a
 // report job) in one round trip; a superseded finish writes its audit
@@ -351,7 +338,7 @@ func TestRedisFinishOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { _ = c.Close() })
-	hook := &roundTrips{}
+	hook := &testenv.RoundTrips{}
 	c.AddHook(hook)
 	prefix := uniquePrefix(t, c)
 	clock := statetest.NewFakeClock(time.Now().Truncate(time.Millisecond))
@@ -376,7 +363,7 @@ func TestRedisFinishOneRoundTrip(t *testing.T) {
 		}
 		rec := cl.Record
 		rec.Owner, rec.Outcome = owner, "failed"
-		hook.n.Store(0)
+		hook.Reset()
 		return s.Finish(ctx, rec, extras(id, taskID))
 	}
 	// The first Finish loads the script (EVALSHA, then EVAL).
@@ -387,7 +374,7 @@ func TestRedisFinishOneRoundTrip(t *testing.T) {
 	if err := finish("t1", "a", "f1"); err != nil {
 		t.Fatal(err)
 	}
-	if n := hook.n.Load(); n != 1 {
+	if n := hook.N(); n != 1 {
 		t.Errorf("Finish with audit, outbox event and report job took %d round trips, want 1", n)
 	}
 	if len(landed) != 2 {
