@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -40,7 +41,9 @@ import (
 //   - agent-inproc-memory: the same agent in this process (logs discarded),
 //     so that -cpuprofile and -blockprofile see it;
 //   - agent-redis: the child with Redis state and audit
-//     (AUTODIAG_TEST_REDIS_ADDR; skipped without it).
+//     (AUTODIAG_TEST_REDIS_ADDR; skipped without it);
+//   - agent-inproc-redis: the same in this process, to profile; run only
+//     when the -bench pattern names it.
 //
 // Each runs with the fake answering at once (rtt=0) and with 10ms added to
 // every SQS call (rtt=10ms), nearer a real endpoint, where time a worker
@@ -71,6 +74,7 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 	b.Run("sdk-loop", func(b *testing.B) {
 		fq := queue(b)
 		b.ResetTimer()
+		cpu := startCPU(b, nil)
 		ctx := context.Background()
 		for {
 			out, err := fq.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
@@ -96,11 +100,13 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			}
 		}
 		b.StopTimer()
+		cpu.report(b)
 		reportRate(b, fq)
 	})
 	b.Run("sdk-loop-exec16", func(b *testing.B) {
 		fq := queue(b)
 		b.ResetTimer()
+		cpu := startCPU(b, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var wg sync.WaitGroup
@@ -133,34 +139,38 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 		b.StopTimer()
 		cancel()
 		wg.Wait()
+		cpu.report(b)
 		reportRate(b, fq)
 	})
-	child := func(b *testing.B, redisAddr, prefix string) {
+	child := func(b *testing.B, rc *redis.Client, redisAddr, prefix string) {
 		fq := queue(b)
 		cfg := sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url, visibility: time.Minute,
 			redisAddr: redisAddr, prefix: prefix}
 		b.ResetTimer()
+		cpu := startCPU(b, rc)
 		stop := startBenchAgent(b, cfg.yaml(), fq.env...)
 		waitDrained(b, fq)
 		b.StopTimer()
 		stop()
+		cpu.report(b)
 		reportRate(b, fq)
 	}
-	b.Run("agent-memory", func(b *testing.B) { child(b, "", "") })
-	b.Run("agent-inproc-memory", func(b *testing.B) {
+	b.Run("agent-memory", func(b *testing.B) { child(b, nil, "", "") })
+	inproc := func(b *testing.B, rc *redis.Client, redisAddr, prefix string) {
 		fq := queue(b)
 		for _, kv := range append(fq.awsEnv(), "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null") {
 			k, v, _ := strings.Cut(kv, "=")
 			b.Setenv(k, v)
 		}
 		cfg, err := agentpkg.LoadConfig([]byte(sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url,
-			visibility: time.Minute}.yaml()), func(string) (string, bool) { return "", false })
+			visibility: time.Minute, redisAddr: redisAddr, prefix: prefix}.yaml()), func(string) (string, bool) { return "", false })
 		if err != nil {
 			b.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		b.ResetTimer()
+		cpu := startCPU(b, rc)
 		a, closeFn, err := agentpkg.Open(ctx, cfg, agentpkg.OpenOptions{Logger: newLogger(io.Discard, "info"), Version: "bench"})
 		if err != nil {
 			b.Fatal(err)
@@ -174,18 +184,91 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 		if err := <-runErr; err != nil {
 			b.Error(err)
 		}
+		cpu.report(b)
 		reportRate(b, fq)
-	})
+	}
+	b.Run("agent-inproc-memory", func(b *testing.B) { inproc(b, nil, "", "") })
+	// Only when asked for by name (-bench '.*/agent-inproc-redis'): it is
+	// there to profile the agent with Redis state, not to be compared.
+	if strings.Contains(benchFilter(), "inproc-redis") {
+		b.Run("agent-inproc-redis", func(b *testing.B) {
+			rc, prefix := sqsRedis(b)
+			inproc(b, rc, testenv.RedisAddr(b), prefix)
+		})
+	}
 	b.Run("agent-redis", func(b *testing.B) {
 		rc, prefix := sqsRedis(b)
 		before := redisCounters(b, rc)
-		child(b, testenv.RedisAddr(b), prefix)
+		child(b, rc, testenv.RedisAddr(b), prefix)
 		after := redisCounters(b, rc)
 		// Server-wide: exact when the benchmark has the Redis to itself.
-		// The reply to the first INFO is one of the writes counted.
+		// The replies to the first INFO and to the CPU meter's two are
+		// among the writes counted.
 		b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "rediscalls/task")
-		b.ReportMetric(float64(after.writes-before.writes-1)/float64(b.N), "roundtrips/task")
+		b.ReportMetric(float64(after.writes-before.writes-3)/float64(b.N), "roundtrips/task")
 	})
+}
+
+// cpuMeter measures the CPU time of one variant's run: this process
+// (the SQS fake, and the agent or the loops when in process), its
+// children that ended (the agent child, the diagnostics) and, with rc,
+// the Redis server. It does not move with the machine's load as tasks/s
+// does, so it compares runs made at different times.
+type cpuMeter struct {
+	self, children time.Duration
+	redis          float64
+	rc             *redis.Client
+}
+
+func startCPU(b *testing.B, rc *redis.Client) *cpuMeter {
+	m := &cpuMeter{rc: rc}
+	m.self, m.children = rusage(b, syscall.RUSAGE_SELF), rusage(b, syscall.RUSAGE_CHILDREN)
+	if rc != nil {
+		m.redis = redisCPU(b, rc)
+	}
+	return m
+}
+
+// report reports the CPU time since the start, per task, as cpu-us/task.
+func (m *cpuMeter) report(b *testing.B) {
+	d := rusage(b, syscall.RUSAGE_SELF) - m.self + rusage(b, syscall.RUSAGE_CHILDREN) - m.children
+	if m.rc != nil {
+		d += time.Duration((redisCPU(b, m.rc) - m.redis) * float64(time.Second))
+	}
+	b.ReportMetric(float64(d.Microseconds())/float64(b.N), "cpu-us/task")
+}
+
+func rusage(b *testing.B, who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the Redis server's CPU time, in seconds (INFO cpu).
+func redisCPU(b *testing.B, rc *redis.Client) float64 {
+	info, err := rc.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var s float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			s += f
+		}
+	}
+	return s
+}
+
+// benchFilter is the -test.bench pattern this run was given.
+func benchFilter() string {
+	if f := flag.Lookup("test.bench"); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // redisCounts are server-wide counters of a Redis.
