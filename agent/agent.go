@@ -193,7 +193,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		lease: cfg.Queue.VisibilityTimeout, dedupeKey: cfg.Limiter.Dedupe.Key, storeTimeout: cfg.Redis.Timeout,
 		receive: receive, run: semaphore.NewWeighted(workers), idle: make(chan struct{}, 1), hard: a.hard, running: map[string]bool{}, alerts: a.alerts}
 	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept,
-		buffered: func() int { return int(a.pipeline.waiting.Load()) }, idle: a.pipeline.idle}
+		buffered: func() int { return int(a.pipeline.waiting.Load()) }, idle: a.pipeline.idle,
+		polls: int((workers + int64(cfg.Queue.BatchSize) - 1) / int64(max(1, cfg.Queue.BatchSize)))}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
 	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)

@@ -47,9 +47,11 @@ type lcDrainFacts struct {
 // after it, by any delay a loaded machine adds (the recorders time a call
 // when the fake's handler runs), so no margin of wall-clock time separates
 // "sent before" from "sent after". Order does: the agent's receive loop and
-// each heartbeat loop send one request at a time, so at most one of a
-// loop's requests — the one in flight at that instant — arrives after it;
-// a second proves a request was sent after it.
+// each heartbeat loop send one request at a time (the receive loop has
+// more in flight only with more workers than queue.batch_size, which these
+// agents do not have), so at most one of a loop's requests — the one in
+// flight at that instant — arrives after it; a second proves a request was
+// sent after it.
 func lcLateArrivals(cs []lcCall, at time.Time) []string {
 	var late []string
 	for _, c := range cs {
