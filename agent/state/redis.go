@@ -83,12 +83,14 @@ type RedisOptions struct {
 //
 // Task record and lease share the hash tag {ID}, so Claim, Renew, Finish and
 // Release are each one atomic script on Redis Cluster too. The in-flight hash
-// lives on another slot and is written by its own command, sent ahead of the
-// claim script in the same pipeline (and removed again when the claim
-// fails); on a cluster the two go to different nodes, so their order is not
-// guaranteed there. A crash between the two leaves an in-flight entry whose
-// record is not running under the instance; Recover and Inflight consult the
-// task record's owner and status, so such an entry is ignored and cleaned.
+// lives on another slot: on a standalone server the claim script writes it
+// too, when the claim succeeds; on a cluster it is written by its own
+// command, sent ahead of the claim script in the same pipeline (and removed
+// again when the claim fails), and the two go to different nodes, so their
+// order is not guaranteed there. A crash between the two leaves an
+// in-flight entry whose record is not running under the instance; Recover
+// and Inflight consult the task record's owner and status, so such an
+// entry is ignored and cleaned.
 // The converse (a running record with no in-flight entry, possible on a
 // cluster) is harmless too: the lease simply expires and the next delivery
 // is claimed by whoever receives it, with the attempt counted.
@@ -199,16 +201,24 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 
-	// The in-flight entry goes first, in the same round trip as the claim
-	// script: see the crash-window note on Redis.
 	ifk := r.inflightKey(owner)
-	cmd, err := r.withScript(ctx, func(p redis.Pipeliner) {
-		p.HSet(ctx, ifk, rec.ID, entry)
-		p.PExpire(ctx, ifk, r.o.RecordTTL)
-	}, claimScript, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
-		owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease))
-	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+	keys := []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)}
+	args := []any{owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)}
+	var cmd *redis.Cmd
+	if r.oneNode {
+		// One node holds every key: the script writes the in-flight entry
+		// with the claim, and only for a claim that succeeds.
+		cmd = claimScript.Run(ctx, r.c, append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))...)
+	} else {
+		// The in-flight entry goes first, in the same round trip as the
+		// claim script: see the crash-window note on Redis.
+		cmd, err = r.withScript(ctx, func(p redis.Pipeliner) {
+			p.HSet(ctx, ifk, rec.ID, entry)
+			p.PExpire(ctx, ifk, r.o.RecordTTL)
+		}, claimScript, keys, args...)
+		if err != nil {
+			return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		}
 	}
 	res, err := cmd.Slice()
 	if err != nil {
@@ -222,8 +232,10 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 	}
 
 	// Not ours: the in-flight entry written above must go.
-	if err := r.c.HDel(ctx, ifk, rec.ID).Err(); err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
+	if !r.oneNode {
+		if err := r.c.HDel(ctx, ifk, rec.ID).Err(); err != nil {
+			return Claim{}, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
+		}
 	}
 	switch code {
 	case 1:

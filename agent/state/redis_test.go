@@ -415,3 +415,55 @@ func TestRedisFinishOneRoundTrip(t *testing.T) {
 		t.Errorf("after a superseded finish: outbox, jobs, audit lengths = %v, want 2, 2, 3", got)
 	}
 }
+
+// A claim on a standalone server is one round trip whatever its result,
+// and writes the claimer's in-flight entry only when it claims: a task
+// held by another owner, or already done, leaves none behind.
+func TestRedisClaimOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	hook := &testenv.RoundTrips{}
+	c.AddHook(hook)
+	prefix := uniquePrefix(t, c)
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix})
+	claim := func(taskID, owner string) state.Claim {
+		t.Helper()
+		hook.Reset()
+		cl, err := s.Claim(ctx, state.TaskRecord{ID: taskID}, owner, time.Minute)
+		if err != nil {
+			t.Fatalf("Claim %s by %s: %v", taskID, owner, err)
+		}
+		return cl
+	}
+	claim("warm", "a") // loads the script (EVALSHA, then EVAL)
+	for _, tc := range []struct {
+		name, owner string
+		want        state.ClaimResult
+	}{
+		{"claimed", "a", state.Claimed},
+		{"held elsewhere", "b", state.HeldElsewhere},
+	} {
+		if cl := claim("t1", tc.owner); cl.Result != tc.want {
+			t.Errorf("%s: result %v, want %v", tc.name, cl.Result, tc.want)
+		}
+		if n := hook.N(); n != 1 {
+			t.Errorf("%s: Claim took %d round trips, want 1", tc.name, n)
+		}
+	}
+	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Attempts: 1, Outcome: "succeeded"}, state.FinishExtras{}); err != nil {
+		t.Fatal(err)
+	}
+	if cl := claim("t1", "b"); cl.Result != state.AlreadyDone {
+		t.Errorf("after the finish: result %v, want AlreadyDone", cl.Result)
+	}
+	if n := hook.N(); n != 1 {
+		t.Errorf("already done: Claim took %d round trips, want 1", n)
+	}
+	if ids, _ := s.InflightIDs(ctx, "b"); len(ids) != 0 {
+		t.Errorf("in-flight of b, who never claimed = %v, want none", ids)
+	}
+	if ids, _ := s.InflightIDs(ctx, "a"); len(ids) != 1 || ids[0] != "warm" {
+		t.Errorf("in-flight of a = %v, want [warm]", ids)
+	}
+}

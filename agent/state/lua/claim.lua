@@ -9,6 +9,10 @@
 -- ARGV[3]  lease length, ms
 -- ARGV[4]  TaskRecord JSON to store when claimed
 -- ARGV[5]  TTL of the record while running, ms
+-- KEYS[3]  optional: the owner's in-flight hash <prefix>inflight:<owner>,
+--          only where one node holds every key (a standalone server); then
+-- ARGV[6]  the task id, ARGV[7] its in-flight entry (JSON), ARGV[8] the
+--          hash's TTL, ms: written only when the task is claimed
 --
 -- The lease is live while the lease key holds the running owner AND
 -- lease_until > now: the key bounds it in real time (SET PX), the stored
@@ -38,9 +42,13 @@ if status == 'running' and owner ~= ARGV[1] then
   end
 end
 
-attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
+attempts = attempts + 1
+redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1], 'attempts', attempts,
   'lease_until', now + tonumber(ARGV[3]), 'rec', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+if KEYS[3] then
+  redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+  redis.call('PEXPIRE', KEYS[3], ARGV[8])
+end
 return {0, attempts}
