@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -230,11 +231,9 @@ func capOutput(out []byte, truncated bool, limit int) ([]byte, bool) {
 	if len(body) <= limit {
 		return out, truncated
 	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(body[cut]) {
-		cut--
-	}
-	return append(body[:cut:cut], runner.TruncationMark...), true
+	head := utf8cut.Head(body, limit)
+	// Clipped, so that the mark lands in a new array, not over out's bytes.
+	return append(head[:len(head):len(head)], runner.TruncationMark...), true
 }
 
 // wireUpload builds the uploader of results.s3 and raises the runner's

@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -74,11 +75,7 @@ func clip(d string) string {
 	if len(d) <= maxDetail {
 		return d
 	}
-	n := maxDetail
-	for n > 0 && !utf8.RuneStart(d[n]) {
-		n--
-	}
-	return d[:n] + "…"
+	return utf8cut.Head(d, maxDetail) + "…"
 }
 
 // Reason returns the machine-readable reason of a decode error ("" if err

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // EventType names what happened; sinks subscribe to types with `on`.
@@ -142,19 +143,10 @@ func Excerpt(s string, max int, show string) string {
 	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < tailLen/2 {
 		tail = tail[i+1:]
 	}
-	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
-	}
+	// A tail that starts inside a rune starts at the rune after it.
+	tail = utf8cut.Tail(tail, len(tail))
 	return strings.TrimSuffix(head, "\n") + marker(len(s)-len(head)-len(tail)) + tail
 }
 
 // truncateUTF8 cuts s to at most n bytes on a rune boundary.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+func truncateUTF8(s string, n int) string { return utf8cut.Head(s, n) }

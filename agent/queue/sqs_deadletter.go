@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // Bounds of DeadLetter.
@@ -91,7 +92,7 @@ func fitDeadLetter(m *Message, reason string, limit int) (string, map[string]typ
 	if reason == "" {
 		reason = "unspecified"
 	}
-	attrs := map[string]types.MessageAttributeValue{RejectReasonAttribute: stringAttr(cutUTF8(reason, maxReasonBytes))}
+	attrs := map[string]types.MessageAttributeValue{RejectReasonAttribute: stringAttr(utf8cut.Head(reason, maxReasonBytes))}
 	names := make([]string, 0, len(m.Attributes))
 	for k, v := range m.Attributes {
 		if k != RejectReasonAttribute && k != TruncatedAttribute && v != "" {
@@ -128,19 +129,7 @@ func fitDeadLetter(m *Message, reason string, limit int) (string, map[string]typ
 	}
 	attrs[TruncatedAttribute] = numberAttr(len(body))
 	room := limit - messageSize("", attrs)
-	return cutUTF8(body, max(room, 1)), attrs
-}
-
-// cutUTF8 returns the longest prefix of s of at most n bytes that does not
-// split a UTF-8 sequence.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return utf8cut.Head(body, max(room, 1)), attrs
 }
 
 // sleepCtx waits d or until ctx ends, reporting whether d passed.

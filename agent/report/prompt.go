@@ -5,7 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // Evidence is what a report is written from: one finished task.
@@ -162,12 +163,7 @@ func Tail(s string, maxLines, maxBytes int) (tail string, shown, total int) {
 	}
 	if shown == 0 {
 		// The last line alone is longer than maxBytes: keep its end.
-		last := lines[total-1]
-		start := max(len(last)-maxBytes+1, 0)
-		for start < len(last) && !utf8.RuneStart(last[start]) {
-			start++
-		}
-		return last[start:] + "\n", 1, total
+		return utf8cut.Tail(lines[total-1], maxBytes-1) + "\n", 1, total
 	}
 	return strings.Join(lines[total-shown:], "\n") + "\n", shown, total
 }

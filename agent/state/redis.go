@@ -9,9 +9,10 @@ import (
 	"sort"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // Lua scripts, one per decision; each file states its KEYS and ARGV.
@@ -161,11 +162,7 @@ func (r *Redis) bound(rec *TaskRecord) {
 	if len(rec.Output) <= r.o.MaxOutput {
 		return
 	}
-	cut := r.o.MaxOutput
-	for cut > 0 && !utf8.RuneStart(rec.Output[cut]) {
-		cut--
-	}
-	rec.Output = rec.Output[:cut]
+	rec.Output = utf8cut.Head(rec.Output, r.o.MaxOutput)
 	rec.Truncated = true
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // MaxBodySize is the largest task message accepted (SQS's own limit).
@@ -430,8 +432,5 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return utf8cut.Head(s, n) + "…"
 }
