@@ -7,9 +7,11 @@
 //
 // A cut at byte offset i of s is on a rune boundary when i == len(s) or
 // s[i] starts a rune (utf8.RuneStart: it is not a continuation byte,
-// 10xxxxxx). Head keeps the longest prefix ending on such a boundary,
-// Tail the longest suffix starting on one. Neither decodes: on valid UTF-8
-// the result is valid UTF-8; on invalid input they still stop at the
-// nearest byte that is not a continuation byte, so a run of stray
-// continuation bytes next to the cut is dropped with it, however long.
+// 10xxxxxx). On valid UTF-8, Head keeps the longest prefix ending on such
+// a boundary, Tail the longest suffix starting on one, and the result is
+// valid UTF-8. Neither gives up more than utf8.UTFMax-1 bytes of its
+// budget: a cut inside a run of stray continuation bytes (invalid input,
+// such as binary output) stays where the budget puts it, so a diagnostic
+// that prints bytes rather than text never loses its whole output to the
+// cut.
 package utf8cut

@@ -33,10 +33,12 @@ var headCases = []struct {
 	{"4-byte inside first", "😀", 1, ""},
 	{"4-byte inside last", "😀x", 4, "😀"},
 	{"4-byte inside 3", "😀x", 3, ""},
-	// Invalid UTF-8: the cut falls before the nearest byte that is not a
-	// continuation byte, or at 0.
-	{"stray continuation only", "\x80\x80\x80", 2, ""},
-	{"stray continuation run", "a\x80\x80b", 2, ""},
+	// Invalid UTF-8: a rune cut in half goes whole, stray continuation
+	// bytes are cut where the budget says.
+	{"stray continuation only", "\x80\x80\x80", 2, "\x80\x80"},
+	{"stray continuation run", "a\x80\x80b", 2, "a\x80"},
+	{"long stray run keeps the budget", "a" + strings.Repeat("\x80", 100), 50, "a" + strings.Repeat("\x80", 49)},
+	{"cut rune after stray bytes", "a\x80\xe2\x82\xac", 3, "a\x80"},
 	{"stray continuation before start byte", "a\x80\x80b", 3, "a\x80\x80"},
 	{"truncated sequence kept whole", "x\xe2\x82", 5, "x\xe2\x82"},
 	{"truncated sequence cut", "x\xe2\x82y", 2, "x"},
@@ -67,6 +69,7 @@ var tailCases = []struct {
 	{"leading continuation of whole", "\x80\x80ab", 10, "ab"},
 	{"stray continuation only", "\x80\x80\x80", 3, ""},
 	{"stray continuation run", "a\x80\x80b", 3, "b"},
+	{"long stray run keeps the budget", strings.Repeat("\x80", 100) + "a", 50, strings.Repeat("\x80", 49) + "a"},
 	{"truncated sequence start kept", "x\xe2\x82", 2, "\xe2\x82"},
 }
 
@@ -181,8 +184,8 @@ func FuzzHead(f *testing.F) {
 		if len(got) > max(n, 0) {
 			t.Fatalf("Head(%q, %d) = %q: longer than %d", s, n, got, n)
 		}
-		if k := len(got); k < len(s) && k > 0 && !utf8.RuneStart(s[k]) {
-			t.Fatalf("Head(%q, %d) = %q: cut before a continuation byte", s, n, got)
+		if len(got) < min(max(n, 0), len(s))-(utf8.UTFMax-1) {
+			t.Fatalf("Head(%q, %d) = %q: gave up more than %d bytes of the budget", s, n, got, utf8.UTFMax-1)
 		}
 		if b := utf8cut.Head([]byte(s), n); !bytes.Equal(b, []byte(got)) {
 			t.Fatalf("Head([]byte(%q), %d) = %q; string form gives %q", s, n, b, got)
@@ -213,8 +216,8 @@ func FuzzTail(f *testing.F) {
 		if len(got) > max(n, 0) {
 			t.Fatalf("Tail(%q, %d) = %q: longer than %d", s, n, got, n)
 		}
-		if got != "" && !utf8.RuneStart(got[0]) {
-			t.Fatalf("Tail(%q, %d) = %q: starts with a continuation byte", s, n, got)
+		if len(got) < min(max(n, 0), len(s))-(utf8.UTFMax-1) {
+			t.Fatalf("Tail(%q, %d) = %q: gave up more than %d bytes of the budget", s, n, got, utf8.UTFMax-1)
 		}
 		if b := utf8cut.Tail([]byte(s), n); !bytes.Equal(b, []byte(got)) {
 			t.Fatalf("Tail([]byte(%q), %d) = %q; string form gives %q", s, n, b, got)
