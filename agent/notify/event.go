@@ -133,11 +133,10 @@ func Excerpt(s string, max int, show string) string {
 		return truncateUTF8(marker(len(s))[1:], max)
 	}
 	headLen := room / 2
-	head := s[:headLen]
+	head := utf8cut.Head(s, headLen)
 	if i := strings.LastIndexByte(head, '\n'); i >= headLen/2 {
 		head = head[:i+1]
 	}
-	head = truncateUTF8(head, len(head))
 	tailLen := room - len(head)
 	tail := s[len(s)-tailLen:]
 	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < tailLen/2 {

@@ -35,3 +35,17 @@ func TestExcerpt(t *testing.T) {
 		t.Errorf("tiny max: %q", got)
 	}
 }
+
+// TestExcerptValidUTF8: an excerpt of valid UTF-8 is valid UTF-8 at every
+// budget: neither the head nor the tail ends or starts inside a rune.
+func TestExcerptValidUTF8(t *testing.T) {
+	for _, s := range []string{strings.Repeat("é", 200), strings.Repeat("€x", 150), strings.Repeat("😀\n", 120)} {
+		for max := 1; max <= len(s); max++ {
+			for _, show := range []string{"", "autodiag show t1"} {
+				if got := Excerpt(s, max, show); !utf8.ValidString(got) {
+					t.Fatalf("Excerpt(%d runes of %q, %d, %q) = %q: invalid UTF-8", utf8.RuneCountInString(s), []rune(s)[0], max, show, got)
+				}
+			}
+		}
+	}
+}
