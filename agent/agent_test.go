@@ -217,8 +217,10 @@ func TestEmbeddedTaskLifecycle(t *testing.T) {
 func TestDrainFinishesRunningWork(t *testing.T) {
 	t.Parallel()
 	ta := startAgent(t, testConfig)
+	// Runs long enough that a loaded runner holding this test back does not
+	// miss the moment two run and one waits, nor the drain they keep going.
 	for i := range 3 {
-		if code, _ := ta.post(t, fmt.Sprintf(`{"id":"s-%d","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"0.3"}}`, i)); code != http.StatusAccepted {
+		if code, _ := ta.post(t, fmt.Sprintf(`{"id":"s-%d","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"2"}}`, i)); code != http.StatusAccepted {
 			t.Fatalf("POST = %d", code)
 		}
 	}

@@ -137,15 +137,15 @@ limiter:
       limits: [{daily: 1}]
 lifecycle: {drain_timeout: 1m}
 `)
-	breaker := func() string {
-		st := ta.inspect(t, "web-01", "fail")
-		for _, s := range st {
+	broken := func() limiter.RuleState {
+		for _, s := range ta.inspect(t, "web-01", "fail") {
 			if s.Rule == "broken" {
-				return s.Breaker
+				return s
 			}
 		}
-		return ""
+		return limiter.RuleState{}
 	}
+	breaker := func() string { return broken().Breaker }
 	ended := func(id string) state.AuditEntry {
 		t.Helper()
 		var last state.AuditEntry
@@ -175,16 +175,28 @@ lifecycle: {drain_timeout: 1m}
 	if got := breaker(); got != "closed" {
 		t.Fatalf("breaker after 1 failure = %q, want closed", got)
 	}
+	posted := time.Now()
 	want(post("f-2"), OutcomeFailed, "", "try-tighter:"+limiter.ReasonDaily, "")
-	if got := breaker(); got != "open" {
-		t.Fatalf("breaker after 2 failures = %q, want open", got)
+	opened := broken()
+	if opened.Breaker != "open" {
+		t.Fatalf("breaker after 2 failures = %q, want open", opened.Breaker)
+	}
+	// Open for open_for from f-2's failure, which came after it was posted
+	// and before it was seen to end (expiries are kept in µs).
+	until := opened.OpenUntil
+	if until.Before(posted.Add(openFor-time.Microsecond)) || until.After(time.Now().Add(openFor)) {
+		t.Fatalf("breaker open until %s, want open_for %s after f-2's failure (posted %s)", until, openFor, posted)
 	}
 	want(post("f-3"), OutcomeRateLimited, limiter.ReasonFailing, "try-tighter:"+limiter.ReasonDaily, "")
 
-	start := time.Now()
-	waitFor(t, "breaker half open after open_for", func() bool { return breaker() == "half_open" })
-	if waited := time.Since(start); waited > openFor+time.Second {
-		t.Fatalf("half open after %v, want within open_for %v", waited, openFor)
+	var seen time.Time
+	waitFor(t, "breaker half open after open_for", func() bool {
+		half := breaker() == "half_open"
+		seen = time.Now() // after the state was read
+		return half
+	})
+	if seen.Before(until) {
+		t.Fatalf("half open %v before open_for ended", until.Sub(seen))
 	}
 	want(post("f-4"), OutcomeFailed, "", "try-tighter:"+limiter.ReasonDaily, "true")
 	if got := breaker(); got != "open" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // fakeClock is a settable Clock.
@@ -134,16 +135,13 @@ func scanKeys(t testing.TB, c redis.UniversalClient, pattern string) []string {
 	return keys
 }
 
-// closedAddr returns a loopback address nothing listens on.
+// closedAddr returns a loopback address nothing listens on, below the
+// kernel's ephemeral range (testenv.ClosedPort): a port that a listener on
+// :0 handed back is one that another test's server can bind next, or that
+// a client dialling it can be given as its own and connect to itself.
 func closedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return "127.0.0.1:" + testenv.ClosedPort(t)
 }
 
 func mustLoc(t testing.TB, name string) *time.Location {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Two agents share a Redis outbox; the receiver fails three times, then
@@ -79,13 +81,23 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 	}
 	a.rcv.answerNow()
 
+	// The entry has been idle since agent a's claim, not since b starts:
+	// the setup above can take longer than the claim idle time on a
+	// loaded machine. Redis says how long; the claim is due no earlier
+	// than asked - idle + testIdle (idle in whole ms).
+	asked := time.Now()
+	pend, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: outbox().stream, Group: redisGroup,
+		Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(pend) != 1 || pend[0].Consumer != "i-a" {
+		t.Fatalf("pending before the takeover: %+v %v, want the entry under i-a", pend, err)
+	}
+	due := asked.Add(testIdle - pend[0].Idle)
 	b := newHarness(t, outbox(), clock, "i-b", Options{})
 	b.d.sinks["hook"].(*Webhook).url = a.rcv.URL
-	start := time.Now()
 	runDispatcher(t, b.d)
 	waitFor(t, 20*testIdle, "agent b takes over", func() bool { return b.count(ResultDelivered) == 1 })
-	if took := time.Since(start); took < testIdle/2 {
-		t.Errorf("taken over after %s, before the claim idle time %s", took, testIdle)
+	if early := time.Until(due); early > time.Millisecond { // idle is whole ms
+		t.Errorf("taken over %s before the entry was idle for the claim idle time %s", early, testIdle)
 	}
 	reqs := a.rcv.requests()
 	if len(reqs) != 2 || reqs[1].header.Get(HeaderDelivery) != id {

@@ -52,8 +52,11 @@ func TestEmbeddedBinarySIGTERM(t *testing.T) {
 		}
 	}
 
+	// Long enough that the drain, during which /readyz answers 503, outlasts
+	// a loaded runner holding this test back: the agent exits once it ends,
+	// and then /readyz answers nothing.
 	for _, id := range []string{"s-1", "s-2", "s-3"} {
-		if code, _ := p.post("/v1/tasks", `{"id":"`+id+`","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"0.5"}}`); code != http.StatusAccepted {
+		if code, _ := p.post("/v1/tasks", `{"id":"`+id+`","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"2"}}`); code != http.StatusAccepted {
 			t.Fatalf("POST %s = %d", id, code)
 		}
 	}

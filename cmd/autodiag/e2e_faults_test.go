@@ -110,7 +110,7 @@ func withRules(yaml, rules, redisKeys string) string {
 	return yaml
 }
 
-// TestSQSRedisOutageFailOpen: Redis killed for 10 s under an agent with
+// TestSQSRedisOutageFailOpen: Redis killed for at least 10 s under an agent with
 // redis.state_fail open and a limiter rule with fail: open. Tasks sent
 // during the outage run and succeed while Redis is down, both degraded
 // counters rise, and their records are written once Redis is back.
@@ -152,14 +152,14 @@ func TestSQSRedisOutageFailOpen(t *testing.T) {
 		bodies = append(bodies, sqsTaskBody(id, "mark"))
 	}
 	fq.send(t, bodies...)
-	// Each task spends at most a few redis.timeout on the store and the
-	// limiter; all of them end well inside the outage.
-	eventually(t, outage, "tasks succeeding during the outage", func() bool {
+	// Redis stays down until every task has succeeded, however long a
+	// loaded machine takes to run them: each spends a few redis.timeout on
+	// the store and the limiter, so they end well inside the outage on an
+	// idle one, and the outage lasts at least that long.
+	eventually(t, outage+30*time.Second, "tasks succeeding during the outage", func() bool {
 		return sqsOutcomes(a)["succeeded"] == 2+len(during)
 	})
-	if since := time.Since(killed); since >= outage {
-		t.Fatalf("tasks took %v, past the %v outage", since, outage)
-	}
+	t.Logf("the outage's tasks succeeded %.2fs after the kill", time.Since(killed).Seconds())
 	for _, id := range during {
 		if n := led.counts(t)[id]; n != 1 {
 			t.Errorf("%s executed %d times during the outage, want once", id, n)
