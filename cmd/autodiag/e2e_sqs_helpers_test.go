@@ -204,7 +204,7 @@ func (l *sqsLedger) counts(tb testing.TB) map[string]int {
 
 // sqsAgentConfig is the YAML of one agent on the fake queue. The catalog:
 // mark (append to the ledger), slow (then sleep 3s), long (then sleep 7s),
-// gate (then wait for the gate), noop (/bin/true).
+// longer (then sleep 10s), gate (then wait for the gate), noop (/bin/true).
 type sqsAgentConfig struct {
 	instance   string
 	workers    int
@@ -243,7 +243,7 @@ func (c sqsAgentConfig) yaml() string {
 	}
 	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n")
 	if c.ledger != nil {
-		for _, d := range []struct{ name, arg string }{{"mark", ""}, {"slow", "3"}, {"long", "7"}, {"gate", "gate"}} {
+		for _, d := range []struct{ name, arg string }{{"mark", ""}, {"slow", "3"}, {"long", "7"}, {"longer", "10"}, {"gate", "gate"}} {
 			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', '{id}'", d.name, c.ledger.script)
 			if d.arg != "" {
 				fmt.Fprintf(&b, ", '%s'", d.arg)

@@ -335,7 +335,13 @@ func TestSQSKill9RestartRecovers(t *testing.T) {
 	sqsDrainAll(t, a2)
 }
 
-// TestSQSLongTaskNotRedelivered: a task running 7s with a 2s visibility
+// longVisibility is the visibility timeout of TestSQSLongTaskNotRedelivered.
+// The agent extends a message every third of it, so an agent (or the fake
+// answering it) held back by a loaded machine for up to two thirds of it,
+// 2 s, still extends in time.
+const longVisibility = 3 * time.Second
+
+// TestSQSLongTaskNotRedelivered: a task running 10s with a 3s visibility
 // timeout (over 3 timeouts) is never redelivered while it runs: the agent
 // extends the message's visibility (and its lease) before it lapses.
 func TestSQSLongTaskNotRedelivered(t *testing.T) {
@@ -346,9 +352,9 @@ func TestSQSLongTaskNotRedelivered(t *testing.T) {
 	var agents []*proc
 	for _, inst := range []string{"agent-a", "agent-b"} {
 		agents = append(agents, startProc(t, sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url,
-			visibility: 2 * time.Second, redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...))
+			visibility: longVisibility, redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...))
 	}
-	ids := fq.send(t, sqsTaskBody("long-1", "long"))
+	ids := fq.send(t, sqsTaskBody("long-1", "longer"))
 	eventually(t, 60*time.Second, "long-1 done and deleted", func() bool {
 		rec, _ := sqsTaskRecord(t, rc, prefix, "long-1")
 		return rec.Status == state.StatusDone && fq.drained(t)
@@ -357,7 +363,7 @@ func TestSQSLongTaskNotRedelivered(t *testing.T) {
 	if rec.Outcome != "succeeded" || rec.Attempts != 1 {
 		t.Errorf("record = %+v, want succeeded in 1 attempt", rec)
 	}
-	if ran := rec.FinishedAt.Sub(rec.StartedAt); ran < 6*time.Second {
+	if ran := rec.FinishedAt.Sub(rec.StartedAt); ran < 3*longVisibility {
 		t.Errorf("task ran %v; the test needs it to outlast 3 visibility timeouts", ran)
 	}
 	v, _ := fq.srv.Queue("tasks")
@@ -374,7 +380,7 @@ func TestSQSLongTaskNotRedelivered(t *testing.T) {
 		}
 	}
 	if ext < 3 {
-		t.Errorf("%d visibility extensions for a 7s task at 2s visibility, want at least 3", ext)
+		t.Errorf("%d visibility extensions for a 10s task at %v visibility, want at least 3", ext, longVisibility)
 	}
 	for _, a := range agents {
 		if o := sqsOutcomes(a); o["duplicate"] != 0 {
