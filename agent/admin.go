@@ -253,6 +253,7 @@ const (
 // AdminServer serves the admin API on a listener with the bounds above.
 type AdminServer struct {
 	srv  *http.Server
+	addr net.Addr
 	done chan struct{}
 }
 
@@ -263,6 +264,7 @@ func ServeAdmin(ln net.Listener, h http.Handler, log *slog.Logger) *AdminServer 
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: AdminReadHeaderTimeout, ReadTimeout: AdminReadTimeout,
 			WriteTimeout: AdminWriteTimeout, IdleTimeout: AdminIdleTimeout, MaxHeaderBytes: 64 << 10,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		addr: ln.Addr(),
 		done: make(chan struct{}),
 	}
 	go func() {
@@ -273,6 +275,10 @@ func ServeAdmin(ln net.Listener, h http.Handler, log *slog.Logger) *AdminServer 
 	}()
 	return s
 }
+
+// Addr is the address the server listens on (the port chosen, for an
+// admin_addr with port 0).
+func (s *AdminServer) Addr() string { return s.addr.String() }
 
 // Shutdown stops accepting, lets requests in progress finish for at most
 // AdminShutdownTimeout, then closes every connection left (a slow client

@@ -129,7 +129,7 @@ func (c *cli) runIntake(cfg agent.Config) error {
 	if err != nil {
 		return intakeStartError(err)
 	}
-	admin, err := serveIntakeAdmin(ctx, cfg.AdminAddr, agent.RequireAdminAuth(adminCreds, in.AdminHandler()), log.With("component", "admin"))
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireAdminAuth(adminCreds, in.AdminHandler()), log.With("component", "admin"))
 	if err != nil {
 		return err
 	}
@@ -151,16 +151,17 @@ func (c *cli) runIntake(cfg agent.Config) error {
 	return nil
 }
 
-// serveIntakeAdmin serves the standalone intake's /metrics, /healthz and
-// /readyz (h) on admin_addr (loopback by default, else behind admin_auth),
-// as `autodiag run` serves the agent's admin API there.
-func serveIntakeAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*agent.AdminServer, error) {
+// serveAdmin serves h on admin_addr (loopback by default, else behind
+// admin_auth, which h carries) and logs the address it listens on: the
+// agent's admin API for `autodiag run`, /metrics, /healthz and /readyz for
+// the standalone intake.
+func serveAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*agent.AdminServer, error) {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	s := agent.ServeAdmin(ln, h, log)
-	log.Info("admin listening", "addr", ln.Addr().String())
+	log.Info("admin listening", "addr", s.Addr())
 	return s, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -231,13 +230,12 @@ func (c *cli) runAgent(cfg agent.Config) error {
 	}
 	defer closeAgent()
 
-	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
-	}
 	// Config validation refuses admin_addr beyond loopback without
 	// admin_auth, so an open listener here is a loopback one.
-	admin := agent.ServeAdmin(ln, agent.RequireAdminAuth(adminCreds, a.Handler()), log.With("component", "admin"))
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireAdminAuth(adminCreds, a.Handler()), log.With("component", "admin"))
+	if err != nil {
+		return err
+	}
 	intake, err := startAgentIntake(ctx, cfg, a, log)
 	if err != nil {
 		admin.Shutdown()
@@ -280,7 +278,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		case <-runDone:
 			return
 		}
-		log.Info("ready", "admin_addr", ln.Addr().String(), "mode", mode, "workers", cfg.Workers, "version", version,
+		log.Info("ready", "admin_addr", admin.Addr(), "mode", mode, "workers", cfg.Workers, "version", version,
 			"startup", time.Since(start).Seconds())
 		sdNotify(log, sdReady)
 		select {
