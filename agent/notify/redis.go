@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -19,14 +20,22 @@ type redisClient interface {
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
 	XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd
-	XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd
 	XGroupCreateMkStream(ctx context.Context, stream, group, start string) *redis.StatusCmd
 	XLen(ctx context.Context, stream string) *redis.IntCmd
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	redis.Scripter
 }
+
+var (
+	//go:embed lua/claim_due.lua
+	claimDueLua string
+	// claimDueScript claims pending entries that are idle and due in one
+	// step (see the script).
+	claimDueScript = redis.NewScript(claimDueLua)
+)
 
 // RedisOptions configure a RedisOutbox; zero values mean the defaults.
 type RedisOptions struct {
@@ -225,8 +234,10 @@ func (r *RedisOutbox) claimPending(ctx context.Context, consumer string, max int
 	if err != nil {
 		return nil, err
 	}
+	// A first look at which are due, so that one claim asks for at most
+	// max; claimDue looks again as it claims.
 	now := r.o.Clock().UnixMilli()
-	var due []string
+	args := []any{redisGroup, consumer, r.o.ClaimIdle.Milliseconds(), now}
 	attempts := map[string]int{}
 	for i, p := range pend {
 		if s, ok := at[i].(string); ok {
@@ -234,35 +245,51 @@ func (r *RedisOutbox) claimPending(ctx context.Context, consumer string, max int
 				continue
 			}
 		}
-		due = append(due, p.ID)
+		args = append(args, p.ID)
 		attempts[p.ID] = int(p.RetryCount) + 1
-		if len(due) == max {
+		if len(attempts) == max {
 			break
 		}
 	}
-	if len(due) == 0 {
+	if len(attempts) == 0 {
 		return nil, nil
 	}
-	var claim *redis.XMessageSliceCmd
-	// MINIDLE makes the claim lose a race to another agent that claimed
-	// the entry a moment ago (its idle is 0 again).
-	_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		claim = p.XClaim(ctx, &redis.XClaimArgs{Stream: r.stream, Group: redisGroup, Consumer: consumer,
-			MinIdle: r.o.ClaimIdle, Messages: due})
-		p.HDel(ctx, r.retry, due...)
-		return nil
-	})
+	v, err := claimDueScript.Run(ctx, r.c, []string{r.stream, r.retry}, args...).Slice()
 	if err != nil {
 		return nil, err
 	}
 	var out []Delivery
-	for _, m := range claim.Val() {
-		if m.Values == nil { // deleted (trimmed) since it was pending
-			continue
+	for _, e := range v {
+		m, ok := scriptMessage(e)
+		if !ok {
+			return nil, fmt.Errorf("unexpected claim reply %v", e)
 		}
 		out = append(out, Delivery{Entry: parseEntry(m), Attempt: attempts[m.ID], ref: m.ID, consumer: consumer})
 	}
 	return out, nil
+}
+
+// scriptMessage is a stream entry as a script returns it: {id, {field,
+// value, ...}}.
+func scriptMessage(v any) (redis.XMessage, bool) {
+	e, ok := v.([]any)
+	if !ok || len(e) != 2 {
+		return redis.XMessage{}, false
+	}
+	id, ok := e[0].(string)
+	fields, ok2 := e[1].([]any)
+	if !ok || !ok2 || len(fields)%2 != 0 {
+		return redis.XMessage{}, false
+	}
+	m := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
+	for i := 0; i < len(fields); i += 2 {
+		k, ok := fields[i].(string)
+		if !ok {
+			return redis.XMessage{}, false
+		}
+		m.Values[k] = fields[i+1]
+	}
+	return m, true
 }
 
 // Ack implements Outbox.

@@ -3,6 +3,8 @@ package notify
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,62 @@ func TestRedisDispatcherSurvivesReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "delivery after the reset", func() bool { return h.count(ResultDelivered) == 2 })
+}
+
+// Two agents race for a due entry; the winner's try fails at once and it
+// schedules the retry an hour ahead. The loser never gets the entry in
+// between, however their calls interleave: the due check and the claim
+// are one step, so the winner's Retry (which makes the entry idle enough
+// to claim and sets its retry time) cannot fall between them.
+func TestRedisRetryNeverClaimedBeforeDue(t *testing.T) {
+	ctx := context.Background()
+	rc := testRedis(t)
+	prefix := testPrefix(t)
+	clock := newFakeClock()
+	agents := map[string]*RedisOutbox{}
+	for _, name := range []string{"i-a", "i-b"} {
+		agents[name] = NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+	}
+	a := agents["i-a"]
+	t.Cleanup(func() { rc.Del(context.Background(), a.stream, a.retry, a.dead) })
+	const rounds = 300
+	for i := range rounds {
+		if _, err := a.Enqueue(ctx, []Entry{entry(fmt.Sprint(i), "hook")}); err != nil {
+			t.Fatal(err)
+		}
+		first, err := a.Claim(ctx, "i-a", 1, true)
+		if err != nil || len(first) != 1 {
+			t.Fatalf("round %d: first claim = %v, %v", i, first, err)
+		}
+		// The first try failed; its retry is due at once, for either agent.
+		if err := a.Retry(ctx, first[0], clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var won []Delivery
+		var wg sync.WaitGroup
+		for name, o := range agents {
+			wg.Go(func() {
+				got, err := o.Claim(ctx, name, 1, false)
+				if err != nil {
+					t.Error(err)
+				}
+				for _, d := range got {
+					if err := o.Retry(ctx, d, clock.Now().Add(time.Hour)); err != nil {
+						t.Error(err)
+					}
+				}
+				mu.Lock()
+				won = append(won, got...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if len(won) != 1 {
+			t.Fatalf("round %d: the due entry was claimed %d times, want once (the retry an hour ahead holds it back)", i, len(won))
+		}
+		if err := a.Ack(ctx, won[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
