@@ -23,6 +23,7 @@ import (
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -371,7 +372,7 @@ func (c Config) AdminCredentials(getenv func(string) (string, bool)) (alert.Cred
 	cr, err := c.AdminAuth.Credentials(getenv)
 	var ce *ConfigError
 	if errors.As(err, &ce) {
-		return alert.Credentials{}, &ConfigError{Key: joinKey("admin_auth", ce.Key), Err: ce.Err}
+		return alert.Credentials{}, &ConfigError{Key: configerr.JoinKey("admin_auth", ce.Key), Err: ce.Err}
 	}
 	return cr, err
 }

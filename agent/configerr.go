@@ -60,7 +60,7 @@ func (p *problems) adopt(section string, err error) {
 	for _, e := range flatten(err) {
 		var ce *ConfigError
 		if errors.As(e, &ce) {
-			p.list = append(p.list, &ConfigError{Key: joinKey(section, ce.Key), Line: ce.Line, Err: ce.Err})
+			p.list = append(p.list, &ConfigError{Key: configerr.JoinKey(section, ce.Key), Line: ce.Line, Err: ce.Err})
 			continue
 		}
 		p.add(section, e)
@@ -85,19 +85,6 @@ func (p *problems) adoptNew(section string, err error) {
 }
 
 func (p *problems) err() error { return errors.Join(p.list...) }
-
-// joinKey appends key to section: "a" + "b" = "a.b", "a" + "[0].b" = "a[0].b".
-func joinKey(section, key string) string {
-	switch {
-	case section == "":
-		return key
-	case key == "":
-		return section
-	case strings.HasPrefix(key, "["):
-		return section + key
-	}
-	return section + "." + key
-}
 
 // withLines gives each ConfigError without a line the line of its key in
 // the file under root, and orders the problems by line (those not in the

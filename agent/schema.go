@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/autodiag/autodiag/internal/configerr"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -151,7 +152,7 @@ func (d decoder) entries(n *yaml.Node, key string, f func(k, val *yaml.Node, p s
 			}
 			for _, m := range merged {
 				if m = resolve(m); m.Kind != yaml.MappingNode {
-					d.fail(joinKey(key, "<<"), k, fmt.Errorf("merges a mapping, not %s", describe(m)))
+					d.fail(configerr.JoinKey(key, "<<"), k, fmt.Errorf("merges a mapping, not %s", describe(m)))
 					continue
 				}
 				d.entries(m, key, f)
@@ -167,7 +168,7 @@ func (d decoder) entries(n *yaml.Node, key string, f func(k, val *yaml.Node, p s
 			d.fail(key, k, fmt.Errorf("a key must be a single value, not %s", describe(k)))
 			continue
 		}
-		p := joinKey(key, k.Value)
+		p := configerr.JoinKey(key, k.Value)
 		if line, dup := first[k.Value]; dup {
 			d.fail(p, k, fmt.Errorf("duplicate key (first at line %d)", line))
 			continue

@@ -46,7 +46,7 @@ func (a AuthConfig) Validate() error { return errors.Join(a.problems("")...) }
 func (a AuthConfig) problems(section string) []error {
 	var errs []error
 	add := func(key, format string, args ...any) {
-		errs = append(errs, configerr.Errorf(joinKey(section, key), format, args...))
+		errs = append(errs, configerr.Errorf(configerr.JoinKey(section, key), format, args...))
 	}
 	if a.BearerTokenEnv != "" && !envNameRE.MatchString(a.BearerTokenEnv) {
 		add("bearer_token_env", "must name an environment variable, got %q", a.BearerTokenEnv)
@@ -79,7 +79,7 @@ func (a AuthConfig) credentials(section string, getenv func(string) (string, boo
 	read := func(key, name string) (string, error) {
 		v, ok := getenv(name)
 		if !ok || v == "" {
-			return "", configerr.Errorf(joinKey(section, key), "environment variable %s is unset or empty", name)
+			return "", configerr.Errorf(configerr.JoinKey(section, key), "environment variable %s is unset or empty", name)
 		}
 		return v, nil
 	}
@@ -95,17 +95,6 @@ func (a AuthConfig) credentials(section string, getenv func(string) (string, boo
 		return Credentials{}, err
 	}
 	return cr, nil
-}
-
-// joinKey puts key under section; either may be empty.
-func joinKey(section, key string) string {
-	switch {
-	case section == "":
-		return key
-	case key == "":
-		return section
-	}
-	return section + "." + key
 }
 
 // BasicAuth is HTTP basic authentication (what Zabbix and Alertmanager's

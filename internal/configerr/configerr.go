@@ -6,7 +6,10 @@
 // section prefix without reading keys back out of messages.
 package configerr
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Error is one configuration problem. Key is relative to whoever returns
 // it: a section's Validate names keys inside the section ("rules[0].name"),
@@ -30,4 +33,18 @@ func (e *Error) Unwrap() error { return e.Err }
 // Errorf is the problem fmt.Errorf(format, args...) at key.
 func Errorf(key, format string, args ...any) *Error {
 	return &Error{Key: key, Err: fmt.Errorf(format, args...)}
+}
+
+// JoinKey puts key under section, either of which may be empty:
+// "a" + "b" = "a.b", "a" + "[0].b" = "a[0].b".
+func JoinKey(section, key string) string {
+	switch {
+	case section == "":
+		return key
+	case key == "":
+		return section
+	case strings.HasPrefix(key, "["):
+		return section + key
+	}
+	return section + "." + key
 }

@@ -19,3 +19,13 @@ func TestError(t *testing.T) {
 		t.Fatal("the cause is not unwrapped")
 	}
 }
+
+func TestJoinKey(t *testing.T) {
+	for _, c := range []struct{ section, key, want string }{
+		{"", "a", "a"}, {"a", "", "a"}, {"", "", ""}, {"a", "b.c", "a.b.c"}, {"rules", "[0].name", "rules[0].name"},
+	} {
+		if got := JoinKey(c.section, c.key); got != c.want {
+			t.Errorf("JoinKey(%q, %q) = %q, want %q", c.section, c.key, got, c.want)
+		}
+	}
+}
