@@ -130,7 +130,7 @@ func Excerpt(s string, max int, show string) string {
 	}
 	room := max - len(marker(len(s)))
 	if room <= 0 {
-		return truncateUTF8(marker(len(s))[1:], max)
+		return utf8cut.Head(marker(len(s))[1:], max)
 	}
 	headLen := room / 2
 	head := utf8cut.Head(s, headLen)
@@ -146,6 +146,3 @@ func Excerpt(s string, max int, show string) string {
 	tail = utf8cut.Tail(tail, len(tail))
 	return strings.TrimSuffix(head, "\n") + marker(len(s)-len(head)-len(tail)) + tail
 }
-
-// truncateUTF8 cuts s to at most n bytes on a rune boundary.
-func truncateUTF8(s string, n int) string { return utf8cut.Head(s, n) }

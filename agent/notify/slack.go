@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // Slack's limits on an incoming-webhook Block Kit message.
@@ -62,7 +64,7 @@ func SlackMessage(ev Event) SlackPayload {
 	var fields []*SlackText
 	field := func(name, value string) {
 		if value != "" {
-			fields = append(fields, &SlackText{Type: "mrkdwn", Text: truncateUTF8("*"+name+"*\n"+escapeMrkdwn(value), slackFieldMax)})
+			fields = append(fields, &SlackText{Type: "mrkdwn", Text: utf8cut.Head("*"+name+"*\n"+escapeMrkdwn(value), slackFieldMax)})
 		}
 	}
 	var blocks []SlackBlock
@@ -82,7 +84,7 @@ func SlackMessage(ev Event) SlackPayload {
 			field("Exit code", fmt.Sprint(*t.ExitCode))
 		}
 		field("Reason", t.Reason)
-		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: truncateUTF8(title, slackHeaderMax)}})
+		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: utf8cut.Head(title, slackHeaderMax)}})
 		if len(fields) > 0 {
 			blocks = append(blocks, SlackBlock{Type: "section", Fields: fields})
 		}
@@ -93,7 +95,7 @@ func SlackMessage(ev Event) SlackPayload {
 		if t.Output != "" {
 			blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: codeBlock(t.Output, show)}})
 		}
-		blocks = append(blocks, SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn", Text: truncateUTF8(escapeMrkdwn("`"+show+"`  ·  delivery "+ev.ID), slackSectionMax)}}})
+		blocks = append(blocks, SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn", Text: utf8cut.Head(escapeMrkdwn("`"+show+"`  ·  delivery "+ev.ID), slackSectionMax)}}})
 	case ev.Drain != nil:
 		dr := ev.Drain
 		title = fmt.Sprintf("%s %s on %s", icon(ev.Type), strings.ReplaceAll(string(ev.Type), "_", " "), ev.InstanceID)
@@ -107,15 +109,15 @@ func SlackMessage(ev Event) SlackPayload {
 		if dr.Cancelled > 0 {
 			field("Cancelled", fmt.Sprint(dr.Cancelled))
 		}
-		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: truncateUTF8(title, slackHeaderMax)}})
+		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: utf8cut.Head(title, slackHeaderMax)}})
 		if len(fields) > 0 {
 			blocks = append(blocks, SlackBlock{Type: "section", Fields: fields})
 		}
 	default:
 		title = fmt.Sprintf("%s %s on %s", icon(ev.Type), ev.Type, ev.InstanceID)
-		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: truncateUTF8(title, slackHeaderMax)}})
+		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: utf8cut.Head(title, slackHeaderMax)}})
 	}
-	return SlackPayload{Text: truncateUTF8(title, slackFallback), Blocks: blocks}
+	return SlackPayload{Text: utf8cut.Head(title, slackFallback), Blocks: blocks}
 }
 
 // codeBlock is output in a code block of at most slackSectionMax
@@ -126,7 +128,7 @@ func codeBlock(output, show string) string {
 	for {
 		text := escapeMrkdwn(strings.ReplaceAll(Excerpt(output, limit, show), "```", "`\u200b``"))
 		if len(text)+fences <= slackSectionMax || limit <= 0 {
-			return truncateUTF8("```\n"+text+"\n```", slackSectionMax)
+			return utf8cut.Head("```\n"+text+"\n```", slackSectionMax)
 		}
 		limit -= len(text) + fences - slackSectionMax
 	}
