@@ -50,6 +50,30 @@ type Config struct {
 	Guardrail Guardrail `yaml:"guardrail"`
 	// MaxAge is how long a job may wait in the queue; older ones end skipped.
 	MaxAge time.Duration `yaml:"max_age"`
+	// MaxAnswerBytes bounds the model's answer: longer text is cut and
+	// marked, a body far past it is not read (answer_too_large).
+	MaxAnswerBytes runner.Size `yaml:"max_answer_bytes"`
+}
+
+// AnswerCap is MaxAnswerBytes as an int; 0 (a config built in code
+// without it) is DefaultMaxAnswerBytes.
+func (c Config) AnswerCap() int {
+	if c.MaxAnswerBytes <= 0 {
+		return DefaultMaxAnswerBytes
+	}
+	return int(c.MaxAnswerBytes)
+}
+
+// maxAnswerBytesLimit is the largest report.max_answer_bytes: an answer is
+// kept in the task record and sent to every sink.
+const maxAnswerBytesLimit = 1 << 20
+
+// validateAnswer checks the keys that bound the model's answer.
+func (c Config) validateAnswer() error {
+	if c.MaxAnswerBytes < 1<<10 || c.MaxAnswerBytes > maxAnswerBytesLimit {
+		return configerr.Errorf("max_answer_bytes", "must be within [1KiB, 1MiB], got %d", c.MaxAnswerBytes)
+	}
+	return nil
 }
 
 // Input bounds the output tail in the prompt: the last MaxLines lines, cut
@@ -83,18 +107,20 @@ var outcomes = []string{"succeeded", "failed", "timed_out"}
 //	  limits: [{min_interval: 3m}, {daily: 100}]
 //	  guardrail: {id: "", version: ""}
 //	  max_age: 1h
+//	  max_answer_bytes: 64KiB
 func DefaultConfig() Config {
 	return Config{
-		Provider:    ProviderBedrock,
-		Model:       "amazon.nova-lite-v1:0",
-		On:          []string{"failed", "timed_out"},
-		Temperature: 0.2,
-		MaxTokens:   1024,
-		Timeout:     60 * time.Second,
-		Workers:     2,
-		Input:       Input{MaxLines: 200, MaxBytes: 16 << 10},
-		Limits:      []limiter.Limit{{MinInterval: 3 * time.Minute}, {Daily: 100}},
-		MaxAge:      time.Hour,
+		Provider:       ProviderBedrock,
+		Model:          "amazon.nova-lite-v1:0",
+		On:             []string{"failed", "timed_out"},
+		Temperature:    0.2,
+		MaxTokens:      1024,
+		Timeout:        60 * time.Second,
+		Workers:        2,
+		Input:          Input{MaxLines: 200, MaxBytes: 16 << 10},
+		Limits:         []limiter.Limit{{MinInterval: 3 * time.Minute}, {Daily: 100}},
+		MaxAge:         time.Hour,
+		MaxAnswerBytes: DefaultMaxAnswerBytes,
 	}
 }
 
@@ -158,6 +184,7 @@ func (c Config) Validate() error {
 	if c.Guardrail.ID != "" && c.Guardrail.Version == "" {
 		add("guardrail.version", "must be set with guardrail.id (a number or DRAFT)")
 	}
+	errs = append(errs, c.validateAnswer())
 	if err := c.LimiterConfig(false).Validate(); err != nil {
 		errs = append(errs, rekey(err, "limits"))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
 )
@@ -48,7 +49,7 @@ func NewGenerator(cfg Config, p Provider, redactor Redactor, now func() time.Tim
 func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	p := BuildPrompt(ev, g.cfg.Input)
 	req := Request{Model: g.cfg.Model, System: p.System, User: p.User,
-		Temperature: g.cfg.Temperature, MaxTokens: g.cfg.MaxTokens}
+		Temperature: g.cfg.Temperature, MaxTokens: g.cfg.MaxTokens, MaxAnswerBytes: g.cfg.AnswerCap()}
 	start := g.now()
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
@@ -104,6 +105,11 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	if g.redactor != nil {
 		res.Markdown = g.redactor.RedactString(res.Markdown)
 	}
+	// Cut after redaction, so that a secret is never cut into a part the
+	// rules no longer match.
+	if cut, ok := CutAnswer(res.Markdown, g.cfg.AnswerCap()); ok {
+		res.Markdown, res.AnswerCut = cut, true
+	}
 	res.Confidence = ParseConfidence(res.Markdown)
 	res.Status = StatusOK
 	if resp.Truncated {
@@ -114,6 +120,10 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 }
 
 func (g *Generator) reason(ctx context.Context, err error, answered *Error, attempts int) string {
+	if errors.Is(err, ErrAnswerTooLarge) {
+		return fmt.Sprintf("%s: the answer passed report.max_answer_bytes (%d) and was not read further: %v",
+			ErrAnswerTooLarge, g.cfg.AnswerCap(), err)
+	}
 	if ctx.Err() != nil {
 		var pe *Error
 		if cutShort := !errors.As(err, &pe) || pe.StatusCode == 0; cutShort && answered != nil {
@@ -123,4 +133,20 @@ func (g *Generator) reason(ctx context.Context, err error, answered *Error, atte
 		return fmt.Sprintf("no answer within %gs after %d attempt(s): %v", g.cfg.Timeout.Seconds(), attempts, err)
 	}
 	return fmt.Sprintf("after %d attempt(s): %v", attempts, err)
+}
+
+// AnswerCutMark ends an answer cut at report.max_answer_bytes.
+const AnswerCutMark = "\n\n[answer cut at report.max_answer_bytes]"
+
+// CutAnswer cuts text to at most n bytes, the mark included, at a rune
+// boundary; ok is false when text fits.
+func CutAnswer(text string, n int) (string, bool) {
+	if len(text) <= n {
+		return text, false
+	}
+	keep := max(n-len(AnswerCutMark), 0)
+	for keep > 0 && !utf8.RuneStart(text[keep]) {
+		keep--
+	}
+	return text[:keep] + AnswerCutMark, true
 }

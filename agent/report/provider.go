@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,13 +17,80 @@ type Provider interface {
 	Complete(ctx context.Context, req Request) (Response, error)
 }
 
-// Request is one chat request.
+// Request is one chat request: System and User, or, for a conversation
+// with tools, System and Messages (User is then ignored).
 type Request struct {
 	Model       string
 	System      string
 	User        string
 	Temperature float64
 	MaxTokens   int
+	// MaxAnswerBytes bounds the text of the answer; the provider reads at
+	// most a JSON envelope's worth more than it from the wire and fails
+	// with ErrAnswerTooLarge beyond that. 0 means DefaultMaxAnswerBytes.
+	MaxAnswerBytes int
+	// Messages is the conversation after System; the first is the user's.
+	Messages []Message
+	// Tools are offered to the model; none means the model answers in text.
+	Tools []Tool
+}
+
+// Message is one turn of a conversation with tools. Role is RoleUser (Text
+// and/or ToolResults) or RoleAssistant (Text and/or ToolCalls).
+type Message struct {
+	Role        string
+	Text        string
+	ToolCalls   []ToolCall
+	ToolResults []ToolResult
+}
+
+// Roles of a Message.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Tool is a function the model may call: Schema is a JSON Schema object
+// of its input.
+type Tool struct {
+	Name        string
+	Description string
+	Schema      json.RawMessage
+}
+
+// ToolCall is the model asking for a tool; Input is a JSON object.
+type ToolCall struct {
+	ID    string
+	Name  string
+	Input json.RawMessage
+}
+
+// ToolResult answers the ToolCall with CallID; IsError marks a refusal
+// or a failure the model should read as such.
+type ToolResult struct {
+	CallID  string
+	Text    string
+	IsError bool
+}
+
+// messages is the conversation of req: Messages, or the single User turn.
+func (req Request) messages() []Message {
+	if len(req.Messages) > 0 {
+		return req.Messages
+	}
+	return []Message{{Role: RoleUser, Text: req.User}}
+}
+
+// DefaultMaxAnswerBytes bounds an answer when the request does not.
+const DefaultMaxAnswerBytes = 64 << 10
+
+// envelopeCap is how many bytes of the wire may hold an answer of n bytes:
+// JSON may escape every byte into six (\u00XX), plus the envelope itself.
+func envelopeCap(n int) int64 {
+	if n <= 0 {
+		n = DefaultMaxAnswerBytes
+	}
+	return 6*int64(n) + 64<<10
 }
 
 // Response is a provider's answer.
@@ -35,6 +103,9 @@ type Response struct {
 	FinishReason string
 	// Truncated: the answer was cut at max_tokens.
 	Truncated bool
+	// ToolCalls are the tools the model asks for (FinishReason tool_use,
+	// tool_calls); Text may then be empty.
+	ToolCalls []ToolCall
 }
 
 // Error is a provider's failure with what the Generator needs to decide
@@ -64,3 +135,7 @@ func (e *Error) Retryable() bool {
 
 // ErrEmpty is an answer without text.
 var ErrEmpty = errors.New("empty answer")
+
+// ErrAnswerTooLarge is an answer whose body passed the bytes allowed for
+// Request.MaxAnswerBytes: the reader stopped there.
+var ErrAnswerTooLarge = errors.New("answer_too_large")

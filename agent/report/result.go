@@ -24,17 +24,20 @@ const (
 // Result is a report as the task record holds it (`report` of GET
 // /v1/tasks/{id}).
 type Result struct {
-	Status       string    `json:"status"`
-	Markdown     string    `json:"markdown,omitempty"`
-	Confidence   string    `json:"confidence,omitempty"`
-	Model        string    `json:"model,omitempty"`
-	Provider     string    `json:"provider,omitempty"`
-	InputTokens  int       `json:"input_tokens"`
-	OutputTokens int       `json:"output_tokens"`
-	LatencyS     float64   `json:"latency_s"`
-	FinishReason string    `json:"finish_reason,omitempty"`
-	Truncated    bool      `json:"truncated,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
+	Status       string  `json:"status"`
+	Markdown     string  `json:"markdown,omitempty"`
+	Confidence   string  `json:"confidence,omitempty"`
+	Model        string  `json:"model,omitempty"`
+	Provider     string  `json:"provider,omitempty"`
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	LatencyS     float64 `json:"latency_s"`
+	FinishReason string  `json:"finish_reason,omitempty"`
+	Truncated    bool    `json:"truncated,omitempty"`
+	// AnswerCut: the answer passed report.max_answer_bytes and was cut
+	// there, at a rune boundary, and marked with AnswerCutMark.
+	AnswerCut bool      `json:"answer_cut,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// Reason says why a report is not ok: the provider's error, "cut at
 	// max_tokens", the limiter's denial, "older than max_age".
 	Reason string `json:"reason,omitempty"`

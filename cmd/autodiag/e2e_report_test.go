@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -295,5 +296,62 @@ func TestReportHangingProviderE2E(t *testing.T) {
 	}
 	if n, err := rc.XLen(t.Context(), jobs).Result(); err != nil || n != workers+more {
 		t.Errorf("report jobs after the drain: %d %v, want all %d left queued for other agents", n, err, workers+more)
+	}
+}
+
+// peakRSS is the highest resident set size of process pid so far (VmHWM).
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("status of %d: %v", pid, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				t.Fatalf("VmHWM %q: %v", rest, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// A model answering 100 MB does not take the agent's memory or time: the
+// agent reads no further than report.max_answer_bytes' envelope, its peak
+// RSS stays below 100 MiB, and the report ends failed with reason
+// answer_too_large within report.timeout.
+func TestReportHugeAnswerBoundedE2E(t *testing.T) {
+	const timeout = 8 * time.Second
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	fake := openaifake.New()
+	t.Cleanup(fake.Close)
+	fake.SetHugeBytes(100 << 20)
+	fake.Always(openaifake.Huge)
+	yaml := reportYAML(t, fq, prefix, "agent-huge", fake.BaseURL(), timeout)
+	a := startProc(t, yaml, append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)...)
+	fq.send(t, `{"id":"huge-1","host":"web-1","diagnostic":"leak","severity":"high","alert":{"source":"generic","name":"Big"}}`)
+	eventually(t, 30*time.Second, "the model asked", func() bool { return len(fake.Requests()) == 1 })
+	asked := time.Now()
+	var r rootcause.Result
+	eventually(t, timeout+2*time.Second, "the report in the record", func() bool {
+		var ok bool
+		r, ok = recordReport(t, rc, prefix, "huge-1")
+		return ok
+	})
+	took := time.Since(asked)
+	rss := peakRSS(t, a.cmd.Process.Pid)
+	t.Logf("REPORT 100 MB answer: report %s after %.3fs, agent peak RSS %d MiB", r.Status, took.Seconds(), rss>>20)
+	if r.Status != rootcause.StatusFailed || !strings.HasPrefix(r.Reason, "answer_too_large") {
+		t.Errorf("report %+v, want failed with answer_too_large", r)
+	}
+	if rss >= 100<<20 {
+		t.Errorf("agent peak RSS %d MiB, want < 100 MiB", rss>>20)
+	}
+	if len(fake.Requests()) != 1 {
+		t.Errorf("%d model calls, want 1 (answer_too_large is not retried)", len(fake.Requests()))
 	}
 }

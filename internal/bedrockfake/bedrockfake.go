@@ -2,6 +2,7 @@ package bedrockfake
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,7 +26,19 @@ const (
 	Empty                     // a message without text
 	Garbage                   // a 200 whose body is not JSON
 	UnknownModel              // 400 ValidationException, as for a model id that does not exist
+	Huge                      // a 200 whose text streams SetHugeBytes bytes (hostile)
 )
+
+// ToolUse is one toolUse block of a scripted reply; Input is a JSON object.
+type ToolUse struct {
+	ID, Name, Input string
+}
+
+// Reply is one scripted answer: text, tool uses, or both.
+type Reply struct {
+	Text     string
+	ToolUses []ToolUse
+}
 
 // Request is one recorded request.
 type Request struct {
@@ -37,9 +50,11 @@ type Request struct {
 type Server struct {
 	*httptest.Server
 	fakefault.Plan[Fault, Request]
-	mu     sync.Mutex // guards reply and models
-	reply  string
-	models []string
+	mu      sync.Mutex // guards reply, models, replies and huge
+	reply   string
+	models  []string
+	replies []Reply
+	huge    int64
 }
 
 // DefaultReply is the canned report.
@@ -62,6 +77,13 @@ func (s *Server) Close() {
 // SetReply sets the answer text.
 func (s *Server) SetReply(text string) { s.mu.Lock(); s.reply = text; s.mu.Unlock() }
 
+// Queue adds answers given, in order, to the next OK requests; when none is
+// queued the answer is the reply of SetReply.
+func (s *Server) Queue(rs ...Reply) { s.mu.Lock(); s.replies = append(s.replies, rs...); s.mu.Unlock() }
+
+// SetHugeBytes sets the size of the text a Huge answer streams.
+func (s *Server) SetHugeBytes(n int64) { s.mu.Lock(); s.huge = n; s.mu.Unlock() }
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	p := r.URL.EscapedPath()
@@ -82,13 +104,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !s.Wait(r.Context(), latency) {
 		return
 	}
-	var req struct {
-		InferenceConfig struct {
-			MaxTokens int `json:"maxTokens"`
-		} `json:"inferenceConfig"`
-	}
+	var req converseRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeErr(w, http.StatusBadRequest, "ValidationException", "body is not JSON")
+		return
+	}
+	if msg := req.check(); msg != "" {
+		writeErr(w, http.StatusBadRequest, "ValidationException", msg)
 		return
 	}
 	if f == UnknownModel || len(models) > 0 && !slices.Contains(models, model) {
@@ -111,11 +133,32 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply, stop = reply[:len(reply)/2], "max_tokens"
 	case Empty:
 		reply = ""
+	case Huge:
+		s.mu.Lock()
+		n := s.huge
+		s.mu.Unlock()
+		writeHuge(w, n)
+		return
+	}
+	var uses []ToolUse
+	if f == OK {
+		s.mu.Lock()
+		if len(s.replies) > 0 {
+			reply, uses = s.replies[0].Text, s.replies[0].ToolUses
+			s.replies = s.replies[1:]
+		}
+		s.mu.Unlock()
 	}
 	in, out := len(body)/4, len(reply)/4
 	content := []any{}
 	if reply != "" {
 		content = append(content, map[string]any{"text": reply})
+	}
+	for _, u := range uses {
+		stop = "tool_use"
+		content = append(content, map[string]any{"toolUse": map[string]any{
+			"toolUseId": u.ID, "name": u.Name, "input": json.RawMessage(u.Input)}})
+		out += len(u.Input) / 4
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
@@ -131,4 +174,112 @@ func writeErr(w http.ResponseWriter, code int, typ, msg string) {
 	w.Header().Set("X-Amzn-ErrorType", typ)
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"message": msg})
+}
+
+// writeHuge streams an answer whose text is n bytes, without holding it.
+func writeHuge(w http.ResponseWriter, n int64) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"output":{"message":{"role":"assistant","content":[{"text":"`)
+	chunk := []byte(strings.Repeat("A", 64<<10))
+	for n > 0 {
+		c := chunk[:min(int64(len(chunk)), n)]
+		if _, err := w.Write(c); err != nil {
+			return // the client stopped reading
+		}
+		n -= int64(len(c))
+	}
+	_, _ = io.WriteString(w, `"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2},"metrics":{"latencyMs":0}}`)
+}
+
+// converseRequest is what the fake checks of a request, as Bedrock does:
+// messages alternate from the user's, every toolResult answers a toolUse
+// of the assistant turn just before, and tools have a name and a JSON
+// schema.
+type converseRequest struct {
+	InferenceConfig struct {
+		MaxTokens int `json:"maxTokens"`
+	} `json:"inferenceConfig"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content []struct {
+			Text    *string `json:"text"`
+			ToolUse *struct {
+				ToolUseID string          `json:"toolUseId"`
+				Name      string          `json:"name"`
+				Input     json.RawMessage `json:"input"`
+			} `json:"toolUse"`
+			ToolResult *struct {
+				ToolUseID string `json:"toolUseId"`
+				Content   []struct {
+					Text *string `json:"text"`
+				} `json:"content"`
+				Status string `json:"status"`
+			} `json:"toolResult"`
+		} `json:"content"`
+	} `json:"messages"`
+	ToolConfig *struct {
+		Tools []struct {
+			ToolSpec struct {
+				Name        string `json:"name"`
+				InputSchema struct {
+					JSON json.RawMessage `json:"json"`
+				} `json:"inputSchema"`
+			} `json:"toolSpec"`
+		} `json:"tools"`
+	} `json:"toolConfig"`
+}
+
+// check returns Bedrock's complaint about r, "" when it has none.
+func (r converseRequest) check() string {
+	if len(r.Messages) == 0 || r.Messages[0].Role != "user" {
+		return "A conversation must start with a user message."
+	}
+	if r.ToolConfig != nil {
+		for i, t := range r.ToolConfig.Tools {
+			if t.ToolSpec.Name == "" || !json.Valid(t.ToolSpec.InputSchema.JSON) || len(t.ToolSpec.InputSchema.JSON) == 0 {
+				return fmt.Sprintf("toolConfig.tools[%d]: toolSpec needs a name and inputSchema.json", i)
+			}
+		}
+	}
+	var asked map[string]bool // toolUse ids of the last assistant turn
+	for i, m := range r.Messages {
+		if i > 0 && m.Role == r.Messages[i-1].Role {
+			return "A conversation must alternate between user and assistant roles."
+		}
+		if len(m.Content) == 0 {
+			return fmt.Sprintf("messages[%d]: content must not be empty", i)
+		}
+		answered := map[string]bool{}
+		for _, c := range m.Content {
+			switch {
+			case c.ToolUse != nil:
+				if m.Role != "assistant" || c.ToolUse.ToolUseID == "" || !json.Valid(c.ToolUse.Input) {
+					return fmt.Sprintf("messages[%d]: toolUse must be the assistant's, with an id and a JSON input", i)
+				}
+				if r.ToolConfig == nil {
+					return "The toolConfig field must be defined when using toolUse and toolResult content blocks."
+				}
+			case c.ToolResult != nil:
+				if m.Role != "user" || !asked[c.ToolResult.ToolUseID] {
+					return fmt.Sprintf("messages[%d]: toolResult %q answers no toolUse of the previous turn", i, c.ToolResult.ToolUseID)
+				}
+				answered[c.ToolResult.ToolUseID] = true
+			case c.Text == nil:
+				return fmt.Sprintf("messages[%d]: a content block must have one member", i)
+			}
+		}
+		if m.Role == "user" && len(asked) != len(answered) {
+			return fmt.Sprintf("messages[%d]: the number of toolResult blocks exceeds or is less than the toolUse blocks of the previous turn", i)
+		}
+		asked = nil
+		if m.Role == "assistant" {
+			asked = map[string]bool{}
+			for _, c := range m.Content {
+				if c.ToolUse != nil {
+					asked[c.ToolUse.ToolUseID] = true
+				}
+			}
+		}
+	}
+	return ""
 }
