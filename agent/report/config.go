@@ -53,6 +53,9 @@ type Config struct {
 	// MaxAnswerBytes bounds the model's answer: longer text is cut and
 	// marked, a body far past it is not read (answer_too_large).
 	MaxAnswerBytes runner.Size `yaml:"max_answer_bytes"`
+	// Investigate, when set, lets the report run more diagnostics as
+	// tasks (see InvestigateConfig); nil is the single-shot report.
+	Investigate *InvestigateConfig `yaml:"investigate"`
 }
 
 // AnswerCap is MaxAnswerBytes as an int; 0 (a config built in code
@@ -185,6 +188,9 @@ func (c Config) Validate() error {
 		add("guardrail.version", "must be set with guardrail.id (a number or DRAFT)")
 	}
 	errs = append(errs, c.validateAnswer())
+	if c.Investigate != nil {
+		errs = append(errs, c.Investigate.Validate())
+	}
 	if err := c.LimiterConfig(false).Validate(); err != nil {
 		errs = append(errs, rekey(err, "limits"))
 	}

@@ -43,6 +43,9 @@ type Result struct {
 	Reason string `json:"reason,omitempty"`
 	// Attempts is how many requests were sent (0: none).
 	Attempts int `json:"attempts"`
+	// Investigation is the record of the tool loop when
+	// report.investigate is set: steps, tool calls, gaps, evidence.
+	Investigation *Investigation `json:"investigation,omitempty"`
 }
 
 var confidenceRE = regexp.MustCompile(`(?is)confidence\W*?(?:[:\-–]|\n)\W*(confirmed|likely|inconclusive)\b`)

@@ -1,0 +1,73 @@
+package investigate
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/report"
+)
+
+// Metrics are the investigation metrics; a nil *Metrics counts nothing.
+type Metrics struct {
+	investigations *prometheus.CounterVec
+	steps          prometheus.Histogram
+	calls          *prometheus.CounterVec
+	tokens         *prometheus.CounterVec
+	cost           *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics on reg with every label set the agent
+// can produce at 0: each end × status, each call result, each direction
+// of provider/model.
+func NewMetrics(reg prometheus.Registerer, provider, model string) *Metrics {
+	m := &Metrics{
+		investigations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_investigations_total",
+			Help: "Investigations by what ended the tool loop and the report's status."}, []string{"ended_by", "status"}),
+		steps: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "autodiag_investigation_steps",
+			Help: "Model turns of one investigation, the last without tools included.", Buckets: prometheus.LinearBuckets(1, 1, 21)}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_investigation_tool_calls_total",
+			Help: "Tool calls by result: ran, or the refusal's reason."}, []string{"result"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_investigation_tokens_total",
+			Help: "Model tokens of investigations by provider, model and direction (input, output)."}, []string{"provider", "model", "direction"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_investigation_cost_usd_total",
+			Help: "Cost of investigations in US dollars by provider and model, from report.investigate.prices."}, []string{"provider", "model"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.investigations, m.steps, m.calls, m.tokens, m.cost)
+	}
+	for _, e := range EndReasons {
+		for _, s := range []string{report.StatusOK, report.StatusFailed} {
+			m.investigations.WithLabelValues(e, s)
+		}
+	}
+	for _, r := range CallResults {
+		m.calls.WithLabelValues(r)
+	}
+	m.tokens.WithLabelValues(provider, model, "input")
+	m.tokens.WithLabelValues(provider, model, "output")
+	m.cost.WithLabelValues(provider, model)
+	return m
+}
+
+func (m *Metrics) turn(provider, model string, in, out int, cost float64) {
+	if m == nil {
+		return
+	}
+	m.tokens.WithLabelValues(provider, model, "input").Add(float64(in))
+	m.tokens.WithLabelValues(provider, model, "output").Add(float64(out))
+	m.cost.WithLabelValues(provider, model).Add(cost)
+}
+
+func (m *Metrics) call(result string) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(result).Inc()
+}
+
+func (m *Metrics) end(endedBy, status string, steps int) {
+	if m == nil {
+		return
+	}
+	m.investigations.WithLabelValues(endedBy, status).Inc()
+	m.steps.Observe(float64(steps))
+}

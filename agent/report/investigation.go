@@ -1,0 +1,181 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/internal/configerr"
+)
+
+// InvestigateConfig is `report.investigate:`: with it the report may run
+// more diagnostics (those marked `investigate: true`) as tasks, within
+// these budgets. Absent (nil), the report is the single-shot one.
+type InvestigateConfig struct {
+	// MaxSteps is how many model turns may ask for tools (1..20).
+	MaxSteps int `yaml:"max_steps"`
+	// CallsPerStep is how many tool calls of one turn run; the rest are
+	// refused too_many_calls.
+	CallsPerStep int `yaml:"calls_per_step"`
+	// WallTime bounds the tool loop; the last turn without tools is
+	// bounded by report.timeout.
+	WallTime time.Duration `yaml:"wall_time"`
+	// MaxTokens bounds input+output tokens of the tool loop.
+	MaxTokens int `yaml:"max_tokens"`
+	// Hosts widens the scope from the alert's host to hosts matching this
+	// regexp (never beyond the host allow-list); empty: the alert's host.
+	Hosts string `yaml:"hosts"`
+	// ContextBytes bounds the conversation sent to the model: older tool
+	// results are cut to their first lines when it would pass it.
+	ContextBytes runner.Size `yaml:"context_bytes"`
+	// DailyTokens and DailyCostUSD are fleet-wide budgets a day (UTC),
+	// counted in the limiter's Redis; 0 is no budget.
+	DailyTokens  int64   `yaml:"daily_tokens"`
+	DailyCostUSD float64 `yaml:"daily_cost_usd"`
+	// Prices are USD per million tokens by model id.
+	Prices map[string]Price `yaml:"prices"`
+}
+
+// Price is the cost of a model, USD per million tokens.
+type Price struct {
+	InputPerMTok  float64 `yaml:"input_per_mtok"`
+	OutputPerMTok float64 `yaml:"output_per_mtok"`
+}
+
+// Cost is the USD cost of in and out tokens at p.
+func (p Price) Cost(in, out int) float64 {
+	return (float64(in)*p.InputPerMTok + float64(out)*p.OutputPerMTok) / 1e6
+}
+
+// MaxInvestigateSteps is the largest max_steps.
+const MaxInvestigateSteps = 20
+
+// DefaultInvestigateConfig is the section's value for each key left out:
+//
+//	investigate:
+//	  max_steps: 5
+//	  calls_per_step: 3
+//	  wall_time: 3m
+//	  max_tokens: 60000
+//	  context_bytes: 96KiB
+func DefaultInvestigateConfig() InvestigateConfig {
+	return InvestigateConfig{MaxSteps: 5, CallsPerStep: 3, WallTime: 3 * time.Minute, MaxTokens: 60000, ContextBytes: 96 << 10}
+}
+
+// WithDefaults fills every key left out (zero) from
+// DefaultInvestigateConfig.
+func (c InvestigateConfig) WithDefaults() InvestigateConfig {
+	d := DefaultInvestigateConfig()
+	if c.MaxSteps == 0 {
+		c.MaxSteps = d.MaxSteps
+	}
+	if c.CallsPerStep == 0 {
+		c.CallsPerStep = d.CallsPerStep
+	}
+	if c.WallTime == 0 {
+		c.WallTime = d.WallTime
+	}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = d.MaxTokens
+	}
+	if c.ContextBytes == 0 {
+		c.ContextBytes = d.ContextBytes
+	}
+	return c
+}
+
+// Validate reports every problem of the section (its keys left out taking
+// their defaults), each key under "investigate".
+func (c InvestigateConfig) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	add := func(key, format string, a ...any) {
+		errs = append(errs, configerr.Errorf(configerr.JoinKey("investigate", key), format, a...))
+	}
+	if c.MaxSteps < 1 || c.MaxSteps > MaxInvestigateSteps {
+		add("max_steps", "must be within [1, %d], got %d", MaxInvestigateSteps, c.MaxSteps)
+	}
+	if c.CallsPerStep < 1 || c.CallsPerStep > 10 {
+		add("calls_per_step", "must be within [1, 10], got %d", c.CallsPerStep)
+	}
+	if c.WallTime < time.Second || c.WallTime > time.Hour {
+		add("wall_time", "must be within [1s, 1h], got %s", c.WallTime)
+	}
+	if c.MaxTokens < 1000 {
+		add("max_tokens", "must be at least 1000, got %d", c.MaxTokens)
+	}
+	if c.ContextBytes < 4<<10 || c.ContextBytes > 1<<20 {
+		add("context_bytes", "must be within [4KiB, 1MiB], got %d", c.ContextBytes)
+	}
+	if c.Hosts != "" {
+		if _, err := regexp.Compile(c.Hosts); err != nil {
+			add("hosts", "invalid regexp: %w", err)
+		}
+	}
+	if c.DailyTokens < 0 {
+		add("daily_tokens", "must not be negative, got %d", c.DailyTokens)
+	}
+	if c.DailyCostUSD < 0 {
+		add("daily_cost_usd", "must not be negative, got %g", c.DailyCostUSD)
+	}
+	for m, p := range c.Prices {
+		if p.InputPerMTok < 0 || p.OutputPerMTok < 0 {
+			add(fmt.Sprintf("prices.%s", m), "prices must not be negative")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Investigation is the record of one investigation, kept in the report
+// (`report.investigation` of GET /v1/tasks/{id}) and sent with the
+// `report` notification event: its steps, tool calls and what they cost.
+type Investigation struct {
+	ID     string `json:"id"`
+	Parent string `json:"parent"` // the task whose report this is
+	// EndedBy is what ended the tool loop: answer (the model answered),
+	// max_steps, max_tokens, wall_time, daily_budget, error.
+	EndedBy      string  `json:"ended_by"`
+	Steps        []Step  `json:"steps"`
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+	// Gaps are the calls that were refused, as the report lists them.
+	Gaps []Gap `json:"gaps,omitempty"`
+	// Evidence are the task ids the answer cites that are tool calls of
+	// this investigation or its parent.
+	Evidence []string `json:"evidence,omitempty"`
+}
+
+// Step is one model turn and the tool calls it asked for.
+type Step struct {
+	N            int     `json:"n"`
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	Calls        []Call  `json:"calls,omitempty"`
+	LatencyS     float64 `json:"latency_s"`
+}
+
+// Call is one tool call: ran (a task with TaskID and its Outcome) or
+// refused with a Result naming why.
+type Call struct {
+	Tool   string            `json:"tool"`
+	Host   string            `json:"host,omitempty"`
+	Params map[string]string `json:"params,omitempty"`
+	// Result is ran, or the refusal: not_offered, host_out_of_scope,
+	// bad_arguments, too_many_calls, budget_spent, or the task's own
+	// end (rejected, rate_limited, duplicate, ...).
+	Result  string `json:"result"`
+	Reason  string `json:"reason,omitempty"`
+	TaskID  string `json:"task_id,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// Gap is something the investigation could not check.
+type Gap struct {
+	Tool   string `json:"tool"`
+	Host   string `json:"host,omitempty"`
+	Result string `json:"result"`
+	Reason string `json:"reason,omitempty"`
+}
