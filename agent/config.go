@@ -200,6 +200,13 @@ const (
 func DefaultConfig() Config {
 	lim := LimiterConfig{Config: limiter.DefaultConfig(), Hosts: task.HostsConfig{Allow: []string{`^[a-z0-9-]+(\.[a-z0-9-]+)*$`}}}
 	lim.Rules = []limiter.Rule{{
+		// An investigation's tool calls have their own, tighter rule: a
+		// model asking in a loop cannot use the host's share of alerts.
+		Name:   "investigation",
+		Match:  limiter.Match{Origin: []string{task.OriginInvestigation}},
+		Key:    limiter.KeyHost,
+		Limits: []limiter.Limit{{Window: &limiter.Window{Count: 10, Per: 10 * time.Minute}}},
+	}, {
 		Name:   "default",
 		Key:    limiter.KeyHostDiagnostic,
 		Limits: []limiter.Limit{{Window: &limiter.Window{Count: 30, Per: time.Minute}}},

@@ -282,7 +282,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 	t := j.task
 	// A slot or probe the decision takes is held under the task's lease,
 	// so that it lapses with the lease if this agent dies.
-	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, TaskID: t.ID, Lease: p.lease}
+	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: p.lease}
 	if p.dedupeKey != "" {
 		req.DedupeKey, _ = t.Field(p.dedupeKey)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -24,6 +25,12 @@ import (
 // the model endpoint, the job queue and the limiter backend of the report
 // rule. OpenReportParts builds them from the config.
 type ReportParts struct {
+	// Writer writes each report; nil: the single-shot report. The agent
+	// sets an investigation when report.investigate is set.
+	Writer report.Writer
+	// Budget is the investigations' daily budget, in Redis when
+	// configured; nil: in memory.
+	Budget   investigate.Budget
 	Provider report.Provider
 	Queue    report.Queue
 	Backend  limiter.Backend
@@ -51,6 +58,9 @@ func OpenReportParts(cfg Config, awsCfg aws.Config, rc redis.UniversalClient, lo
 	if rc != nil {
 		parts.Queue = report.NewRedisQueue(rc, cfg.Redis.Prefix, rcfg.JobLease())
 		parts.Backend = limiter.NewRedis(rc, cfg.Redis.Prefix+"report:")
+		if ic := rcfg.Investigate; ic != nil {
+			parts.Budget = investigate.NewRedisBudget(rc, cfg.Redis.Prefix, ic.DailyTokens, ic.DailyCostUSD, nil)
+		}
 	} else {
 		parts.Queue = report.NewMemoryQueue(rcfg.JobLease(), nil)
 		parts.Backend = limiter.NewMemory()
@@ -75,7 +85,7 @@ func NewReporter(cfg Config, parts *ReportParts, sink report.Sink, red report.Re
 	}
 	r, err := report.New(report.Options{Config: cfg.Report, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
 		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log,
-		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second)})
+		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second), Writer: parts.Writer})
 	if err != nil {
 		return nil, fmt.Errorf("agent: report: %w", err)
 	}
@@ -193,6 +203,9 @@ func (a *Agent) wireReports() error {
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
+	if err := a.wireInvestigations(parts); err != nil {
+		return err
+	}
 	r, err := NewReporter(a.cfg, parts, ReportSink(a.d.Store, a.notifier), a.pipeline.redactor, a.d.InstanceID,
 		a.d.Registry, a.log)
 	if err != nil {
@@ -234,7 +247,9 @@ type streamQueue interface {
 // outcome by a round trip of its own. A failure is logged; the task is
 // not affected.
 func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runner.Result) []state.Write {
-	if rs == nil || !rs.cfg.Wants(rec.Outcome) {
+	if rs == nil || !rs.cfg.Wants(rec.Outcome) || rec.Origin != "" {
+		// An investigation's tool call is evidence of its parent's
+		// report, never the start of a report of its own.
 		return nil
 	}
 	ev := EvidenceOf(rec, &diag)

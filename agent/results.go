@@ -24,7 +24,7 @@ const outputLogTail = 2 << 10
 func newRecord(j *job) state.TaskRecord {
 	t := j.task
 	rec := state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Params: t.Params, Severity: t.Severity,
-		ReceivedAt: j.received.UTC()}
+		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	if t.Alert != (task.Alert{}) {
 		rec.Alert = &state.Alert{Source: t.Alert.Source, Name: t.Alert.Name, EventID: t.Alert.EventID}
 	}
@@ -84,7 +84,8 @@ func NewTaskView(rec state.TaskRecord) TaskView {
 	v := TaskView{ID: rec.ID, Host: rec.Host, Diagnostic: rec.Diagnostic, Params: rec.Params, Severity: rec.Severity,
 		Status: rec.Status, Outcome: rec.Outcome, Reason: rec.Reason, Attempts: rec.Attempts, Owner: rec.Owner,
 		ReceivedAt: timePtr(rec.ReceivedAt), StartedAt: timePtr(rec.StartedAt), FinishedAt: timePtr(rec.FinishedAt),
-		Output: rec.Output, Truncated: rec.Truncated, OutputURL: rec.OutputURL, OutputUpload: rec.OutputUpload, Limiter: rec.Limiter, Report: rec.Report}
+		Output: rec.Output, Truncated: rec.Truncated, OutputURL: rec.OutputURL, OutputUpload: rec.OutputUpload, Limiter: rec.Limiter, Report: rec.Report,
+		Origin: rec.Origin, Parent: rec.Parent, Investigation: rec.Investigation, Step: rec.Step}
 	if rec.Alert != nil {
 		v.Alert = &notify.Alert{Source: rec.Alert.Source, Name: rec.Alert.Name, EventID: rec.Alert.EventID}
 	}

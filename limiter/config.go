@@ -99,6 +99,9 @@ type Match struct {
 	Diagnostic []string `yaml:"diagnostic"` // any of; empty = any
 	Host       string   `yaml:"host"`       // regexp; empty = any
 	Severity   []string `yaml:"severity"`   // any of; empty = any
+	// Origin is any of the tasks' origins: "investigation" for the tool
+	// calls of a root-cause investigation; empty = any.
+	Origin []string `yaml:"origin"`
 }
 
 // Limit is one item of a rule's limits list; exactly one field is set.

@@ -57,7 +57,10 @@ type Request struct {
 	Host       string // already normalised and allow-listed by the caller
 	Diagnostic string
 	Severity   string
-	DedupeKey  string // value of the dedupe field for this task; "" = no dedupe
+	// Origin is the task's origin ("" or "investigation"), for
+	// Match.Origin.
+	Origin    string
+	DedupeKey string // value of the dedupe field for this task; "" = no dedupe
 	// TaskID identifies the run: it holds concurrency slots and the breaker
 	// probe under this id, and Done and Renew find them by it. Empty: a slot
 	// or probe taken cannot be given back or renewed and lapses with Lease.
@@ -157,6 +160,7 @@ type compiledRule struct {
 	diags    []string
 	host     *regexp.Regexp
 	sevs     []string
+	origins  []string
 	key      string
 	fail     string
 	onExceed string
@@ -231,7 +235,7 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 	names := []string{RuleNone}
 	for i, r := range cfg.Rules {
 		cr := compiledRule{
-			idx: i + 1, name: r.Name, diags: r.Match.Diagnostic, sevs: r.Match.Severity,
+			idx: i + 1, name: r.Name, diags: r.Match.Diagnostic, sevs: r.Match.Severity, origins: r.Match.Origin,
 			key: r.Key, fail: r.Fail, onExceed: r.OnExceed, block: r.Block.Microseconds(),
 		}
 		if cr.key == "" {
@@ -308,6 +312,7 @@ func (l *Limiter) matchShadows(dst []*compiledRule, r *Request) []*compiledRule 
 func (cr *compiledRule) matches(r *Request) bool {
 	return (len(cr.diags) == 0 || slices.Contains(cr.diags, r.Diagnostic)) &&
 		(len(cr.sevs) == 0 || slices.Contains(cr.sevs, r.Severity)) &&
+		(len(cr.origins) == 0 || slices.Contains(cr.origins, r.Origin)) &&
 		(cr.host == nil || cr.host.MatchString(r.Host))
 }
 

@@ -185,6 +185,11 @@ type run struct {
 	summarised map[[2]int]bool
 }
 
+// Generate is Run: an Investigator is a report.Writer.
+func (iv *Investigator) Generate(ctx context.Context, ev report.Evidence) report.Result {
+	return iv.Run(ctx, ev)
+}
+
 // Run investigates ev (the parent task and its output) and returns the
 // report, with the investigation's record in Result.Investigation. Like
 // Generator.Generate it never returns an error: failures are a Result.

@@ -61,7 +61,9 @@ func calls(entries ...string) report.Response {
 	return r
 }
 
-func answer(text string) report.Response { return report.Response{Text: text, FinishReason: "end_turn"} }
+func answer(text string) report.Response {
+	return report.Response{Text: text, FinishReason: "end_turn"}
+}
 
 // fakeTasks is the agent as far as an investigation sees it: it checks the
 // host allow-list and each param against its pattern as task validation

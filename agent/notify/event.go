@@ -65,18 +65,24 @@ type Task struct {
 	Params     map[string]string `json:"params,omitempty"`
 	Severity   string            `json:"severity,omitempty"`
 	Alert      *Alert            `json:"alert,omitempty"`
-	Status     string            `json:"status,omitempty"`
-	Outcome    string            `json:"outcome"`
-	Reason     string            `json:"reason,omitempty"`
-	Attempts   int               `json:"attempts"`
-	Owner      string            `json:"owner,omitempty"`
-	ReceivedAt *time.Time        `json:"received_at,omitempty"`
-	StartedAt  *time.Time        `json:"started_at,omitempty"`
-	FinishedAt *time.Time        `json:"finished_at,omitempty"`
-	ExitCode   *int              `json:"exit_code,omitempty"`
-	Output     string            `json:"output"`
-	Truncated  bool              `json:"truncated"`
-	OutputURL  string            `json:"output_url,omitempty"`
+	// Origin, Parent, Investigation and Step place an investigation's
+	// tool call in its tree; empty for other tasks.
+	Origin        string     `json:"origin,omitempty"`
+	Parent        string     `json:"parent,omitempty"`
+	Investigation string     `json:"investigation,omitempty"`
+	Step          int        `json:"step,omitempty"`
+	Status        string     `json:"status,omitempty"`
+	Outcome       string     `json:"outcome"`
+	Reason        string     `json:"reason,omitempty"`
+	Attempts      int        `json:"attempts"`
+	Owner         string     `json:"owner,omitempty"`
+	ReceivedAt    *time.Time `json:"received_at,omitempty"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	ExitCode      *int       `json:"exit_code,omitempty"`
+	Output        string     `json:"output"`
+	Truncated     bool       `json:"truncated"`
+	OutputURL     string     `json:"output_url,omitempty"`
 	// OutputUpload is "failed" when the upload to results.s3 failed.
 	OutputUpload string          `json:"output_upload,omitempty"`
 	Limiter      json.RawMessage `json:"limiter,omitempty"`

@@ -271,6 +271,12 @@ func (c Config) LimiterConfig(force bool) limiter.Config {
 }
 
 // JobLease is the queue lease for report jobs: a job is taken over only
-// when its holder cannot still be writing it (twice the timeout, at
-// least DefaultLease).
-func (c Config) JobLease() time.Duration { return max(DefaultLease, 2*c.Timeout) }
+// when its holder cannot still be writing it (twice the timeout, plus
+// the investigation's wall time, at least DefaultLease).
+func (c Config) JobLease() time.Duration {
+	if c.Investigate != nil {
+		// An investigation runs its tool loop, then a last turn.
+		return max(DefaultLease, 2*(c.Timeout+c.Investigate.WithDefaults().WallTime))
+	}
+	return max(DefaultLease, 2*c.Timeout)
+}

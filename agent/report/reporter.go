@@ -58,6 +58,14 @@ type Options struct {
 	PollInterval time.Duration
 	// SinkTimeout bounds one Sink call. 0: DefaultSinkTimeout.
 	SinkTimeout time.Duration
+	// Writer writes the report of a job the limiter allowed; nil: the
+	// single-shot Generator. An investigation is another Writer.
+	Writer Writer
+}
+
+// Writer writes one report; it never fails, a failure is a Result.
+type Writer interface {
+	Generate(ctx context.Context, ev Evidence) Result
 }
 
 // Defaults of Options.
@@ -69,7 +77,7 @@ const (
 // Reporter runs report jobs on Config.Workers workers of its own.
 type Reporter struct {
 	o        Options
-	gen      *Generator
+	gen      Writer
 	log      *slog.Logger
 	m        *metrics
 	kick     chan struct{}
@@ -112,8 +120,12 @@ func New(o Options) (*Reporter, error) {
 		return nil, err
 	}
 	work, cancel := context.WithCancel(context.Background())
+	var gen Writer = NewGenerator(o.Config, o.Provider, o.Redactor, o.Now)
+	if o.Writer != nil {
+		gen = o.Writer
+	}
 	return &Reporter{
-		o: o, gen: NewGenerator(o.Config, o.Provider, o.Redactor, o.Now),
+		o: o, gen: gen,
 		log: o.Logger.With("component", "report", "provider", o.Provider.Name()), m: m,
 		kick: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}),
 		work: work, cancelWork: cancel,

@@ -87,6 +87,10 @@ type Diagnostic struct {
 	Params    map[string]string `yaml:"params"`
 	Timeout   time.Duration     `yaml:"timeout"`    // default 2m
 	MaxOutput Size              `yaml:"max_output"` // default 64KiB
+	// Investigate offers the diagnostic to root-cause investigations as a
+	// tool described by Description (default false: never offered).
+	Investigate bool   `yaml:"investigate"`
+	Description string `yaml:"description"`
 }
 
 // Defaults of a Diagnostic's optional fields.

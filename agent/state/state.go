@@ -56,10 +56,16 @@ type TaskRecord struct {
 	// What the task asked for and why it ended, for GET /v1/tasks/{id}
 	// and notifications; a record written before these existed reads
 	// with them empty.
-	Params     map[string]string `json:"params,omitempty"`
-	Severity   string            `json:"severity,omitempty"`
-	Alert      *Alert            `json:"alert,omitempty"`
-	ReceivedAt time.Time         `json:"received_at,omitzero"`
+	Params   map[string]string `json:"params,omitempty"`
+	Severity string            `json:"severity,omitempty"`
+	// Origin, Parent, Investigation and Step are those of an
+	// investigation's tool call (task.Task's).
+	Origin        string    `json:"origin,omitempty"`
+	Parent        string    `json:"parent,omitempty"`
+	Investigation string    `json:"investigation,omitempty"`
+	Step          int       `json:"step,omitempty"`
+	Alert         *Alert    `json:"alert,omitempty"`
+	ReceivedAt    time.Time `json:"received_at,omitzero"`
 	// OutputURL is where the whole (redacted) output was uploaded; empty
 	// when it was not.
 	OutputURL string `json:"output_url,omitempty"`

@@ -40,6 +40,13 @@ type Task struct {
 	Severity   string            `json:"severity,omitempty"`
 	Alert      Alert             `json:"alert,omitzero"`
 	CreatedAt  time.Time         `json:"created_at,omitzero"`
+	// Origin is "investigation" for a root-cause investigation's tool
+	// call, whose Parent task, Investigation id and Step it names; empty
+	// for every other task.
+	Origin        string `json:"origin,omitempty"`
+	Parent        string `json:"parent,omitempty"`
+	Investigation string `json:"investigation,omitempty"`
+	Step          int    `json:"step,omitempty"`
 }
 
 // Field returns the value of a dotted field name, for limiter.dedupe.key
@@ -54,6 +61,8 @@ func (t *Task) Field(name string) (string, bool) {
 		return t.Diagnostic, true
 	case "severity":
 		return t.Severity, true
+	case "origin":
+		return t.Origin, true
 	case "alert.source":
 		return t.Alert.Source, true
 	case "alert.name":
@@ -86,6 +95,7 @@ const (
 	ReasonInvalidAlert      = "invalid_alert"
 	ReasonInvalidCreatedAt  = "invalid_created_at"
 	ReasonStale             = "stale"
+	ReasonInvalidOrigin     = "invalid_origin"
 )
 
 // Error is a rejection: the reason is stable for metrics and the DLQ, the
@@ -390,6 +400,10 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 			return reject(ReasonInvalidAlert, f.field, "longer than %d or holds control characters", maxAlertLen)
 		}
 	}
+	if t.Origin != "" && t.Origin != OriginInvestigation || t.Step < 0 || t.Step > 20 ||
+		!validOptionalID(t.Parent) || !validOptionalID(t.Investigation) {
+		return reject(ReasonInvalidOrigin, "origin", "origin must be empty or %q, parent and investigation ids, step 0..20", OriginInvestigation)
+	}
 	if t.CreatedAt.Sub(now) > MaxFutureSkew {
 		return reject(ReasonInvalidCreatedAt, "created_at", "%s is more than %s in the future", t.CreatedAt.Format(time.RFC3339), MaxFutureSkew)
 	}
@@ -434,3 +448,9 @@ func truncate(s string, n int) string {
 	}
 	return utf8cut.Head(s, n) + "…"
 }
+
+// OriginInvestigation is the origin of a root-cause investigation's tool
+// calls, which limiter rules can match (match.origin).
+const OriginInvestigation = "investigation"
+
+func validOptionalID(id string) bool { return id == "" || idPattern.MatchString(id) }
