@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/investigate/eval"
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// scriptedModel plays a scenario: its tool calls turn by turn, then the
+// answer with {task:NAME} filled from the conversation.
+type scriptedModel struct {
+	mu     sync.Mutex
+	s      eval.Scenario
+	answer string
+	turn   int
+	reqs   int
+}
+
+func (*scriptedModel) Name() string { return "scripted" }
+
+func (m *scriptedModel) Complete(_ context.Context, req report.Request) (report.Response, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reqs++
+	r := report.Response{InputTokens: 1000, OutputTokens: 100, FinishReason: "end_turn"}
+	if len(req.Tools) > 0 && m.turn < len(m.s.Script) {
+		for i, c := range m.s.Script[m.turn] {
+			in := map[string]string{}
+			for k, v := range c.Params {
+				in[k] = v
+			}
+			if c.Host != "" {
+				in["host"] = c.Host
+			}
+			b, _ := json.Marshal(in)
+			r.ToolCalls = append(r.ToolCalls, report.ToolCall{ID: fmt.Sprintf("t%d-%d", m.turn, i), Name: c.Tool, Input: b})
+		}
+		m.turn++
+		r.FinishReason = "tool_use"
+		return r, nil
+	}
+	r.Text = eval.Fill(m.answer, eval.Transcript(req.System, req.Messages))
+	return r, nil
+}
+
+// scenarioYAML is an agent whose catalog prints the scenario's fixtures.
+func scenarioYAML(t *testing.T, s eval.Scenario) string {
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("workers: 3\nqueue: {visibility_timeout: 1m}\ndiagnostics:\n")
+	for i, d := range append([]eval.Diag{s.Parent}, s.Tools...) {
+		f := filepath.Join(dir, d.Name+".txt")
+		if err := os.WriteFile(f, []byte(d.Output), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		params := ""
+		for k, re := range d.Params {
+			params += fmt.Sprintf(", params: {%s: '%s'}", k, re)
+		}
+		fmt.Fprintf(&b, "  - {name: %s, command: [/bin/sh, -c, 'cat \"$0\"; exit %d', '%s'], timeout: 10s, investigate: %v, description: %q%s}\n",
+			d.Name, d.Exit, f, i > 0, d.Description, params)
+	}
+	b.WriteString("limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}\n")
+	b.WriteString("report: {enabled: true, provider: openai, base_url: 'http://127.0.0.1:1/v1', api_key_env: SCENARIO_KEY, model: m, on: [failed, succeeded], investigate: {max_steps: 4, prices: {m: {input_per_mtok: 3, output_per_mtok: 15}}}}\n")
+	b.WriteString("lifecycle: {drain_timeout: 1m}\n")
+	return b.String()
+}
+
+// runScenario runs s through a real agent (memory queue and state, the
+// real runner, limiter and records) with the scripted model answering
+// answer, and returns the parent's report and the store.
+func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *state.Memory) {
+	t.Helper()
+	cfg, err := LoadConfig([]byte(scenarioYAML(t, s)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := queue.NewMemory(queue.MemoryOptions{})
+	store := state.NewMemory(state.MemoryOptions{})
+	model := &scriptedModel{s: s, answer: answer}
+	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval",
+		Reports: &ReportParts{Provider: model}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	defer func() {
+		a.Drain("test", "end of test")
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	body := fmt.Sprintf(`{"id":"parent-1","host":%q,"diagnostic":%q,"alert":{"source":"generic","name":%q}}`, s.Host, s.Parent.Name, s.Alert)
+	if _, err := src.Send(context.Background(), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rec, ok, err := store.Task(context.Background(), "parent-1")
+		if err == nil && ok && len(rec.Report) > 0 {
+			var r report.Result
+			if err := json.Unmarshal(rec.Report, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r, store
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no report for %s within 60s", s.Name)
+		}
+		time.Sleep(20 * time.Millisecond) // polls an observable condition, bounded by the deadline above
+	}
+}
+
+// TestInvestigationScenarios runs every scenario's scripted tool calls
+// through the real agent and grades its right answer pass and its wrong
+// answer fail; every tool call has its own task record with parent,
+// investigation and step; the out-of-scope ask of an injected output is
+// refused and listed under Gaps.
+func TestInvestigationScenarios(t *testing.T) {
+	scenarios := eval.Scenarios()
+	if len(scenarios) < 8 {
+		t.Fatalf("%d scenarios, want at least 8", len(scenarios))
+	}
+	for _, s := range scenarios {
+		t.Run(s.Name, func(t *testing.T) {
+			res, store := runScenario(t, s, s.Right)
+			rec := res.Investigation
+			if res.Status != report.StatusOK || rec == nil || rec.EndedBy != "answer" {
+				t.Fatalf("report %+v", res)
+			}
+			if pass, why := eval.Grade(s, res.Markdown, rec); !pass {
+				t.Errorf("right answer graded fail: %s\n%s", why, res.Markdown)
+			}
+			wrong := eval.Fill(s.Wrong, "")
+			if pass, _ := eval.Grade(s, wrong, rec); pass {
+				t.Errorf("wrong answer graded pass:\n%s", wrong)
+			}
+			refused, ran := 0, 0
+			for _, st := range rec.Steps {
+				for _, c := range st.Calls {
+					if c.Result != "ran" {
+						refused++
+						if !strings.Contains(res.Markdown, "could not check `"+c.Tool+"`") {
+							t.Errorf("refused %+v not under Gaps", c)
+						}
+						continue
+					}
+					ran++
+					tr, ok, err := store.Task(context.Background(), c.TaskID)
+					if err != nil || !ok || tr.Origin != "investigation" || tr.Parent != "parent-1" || tr.Investigation != rec.ID || tr.Step != st.N || tr.Outcome != c.Outcome {
+						t.Errorf("task record of %s: %+v (%v %v), want origin investigation, parent parent-1, investigation %s, step %d",
+							c.TaskID, tr, ok, err, rec.ID, st.N)
+					}
+				}
+			}
+			if refused != s.WantRefused || ran == 0 {
+				t.Errorf("%d calls refused, %d ran; want %d refused", refused, ran, s.WantRefused)
+			}
+			if rec.CostUSD <= 0 || len(rec.Evidence) == 0 {
+				t.Errorf("cost %g evidence %v", rec.CostUSD, rec.Evidence)
+			}
+		})
+	}
+}
