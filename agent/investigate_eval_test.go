@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
 	"github.com/autodiag/autodiag/agent/investigate/eval"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/report"
@@ -56,7 +58,7 @@ func (m *scriptedModel) Complete(_ context.Context, req report.Request) (report.
 }
 
 // scenarioYAML is an agent whose catalog prints the scenario's fixtures.
-func scenarioYAML(t *testing.T, s eval.Scenario) string {
+func scenarioYAML(t *testing.T, s eval.Scenario, model string, priceIn, priceOut float64) string {
 	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("workers: 3\nqueue: {visibility_timeout: 1m}\ndiagnostics:\n")
@@ -73,7 +75,9 @@ func scenarioYAML(t *testing.T, s eval.Scenario) string {
 			d.Name, d.Exit, f, i > 0, d.Description, params)
 	}
 	b.WriteString("limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}\n")
-	b.WriteString("report: {enabled: true, provider: openai, base_url: 'http://127.0.0.1:1/v1', api_key_env: SCENARIO_KEY, model: m, on: [failed, succeeded], investigate: {max_steps: 4, prices: {m: {input_per_mtok: 3, output_per_mtok: 15}}}}\n")
+	fmt.Fprintf(&b, "report: {enabled: true, provider: openai, base_url: 'http://127.0.0.1:1/v1', api_key_env: SCENARIO_KEY, model: '%s', "+
+		"timeout: 120s, on: [failed, succeeded], investigate: {max_steps: 4, prices: {'%s': {input_per_mtok: %g, output_per_mtok: %g}}}}\n",
+		model, model, priceIn, priceOut)
 	b.WriteString("lifecycle: {drain_timeout: 1m}\n")
 	return b.String()
 }
@@ -83,7 +87,14 @@ func scenarioYAML(t *testing.T, s eval.Scenario) string {
 // answer, and returns the parent's report and the store.
 func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *state.Memory) {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(scenarioYAML(t, s)), nil)
+	return runScenarioWith(t, s, &scriptedModel{s: s, answer: answer}, "m", 3, 15, 60*time.Second)
+}
+
+// runScenarioWith runs s with provider p as model, priced per million
+// tokens, waiting at most wait for the report.
+func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model string, priceIn, priceOut float64, wait time.Duration) (report.Result, *state.Memory) {
+	t.Helper()
+	cfg, err := LoadConfig([]byte(scenarioYAML(t, s, model, priceIn, priceOut)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,9 +104,8 @@ func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *
 	}
 	src := queue.NewMemory(queue.MemoryOptions{})
 	store := state.NewMemory(state.MemoryOptions{})
-	model := &scriptedModel{s: s, answer: answer}
 	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval",
-		Reports: &ReportParts{Provider: model}})
+		Reports: &ReportParts{Provider: p}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +121,7 @@ func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *
 	if _, err := src.Send(context.Background(), []byte(body)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(wait)
 	for {
 		rec, ok, err := store.Task(context.Background(), "parent-1")
 		if err == nil && ok && len(rec.Report) > 0 {
@@ -122,7 +132,7 @@ func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *
 			return r, store
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no report for %s within 60s", s.Name)
+			t.Fatalf("no report for %s within %s", s.Name, wait)
 		}
 		time.Sleep(20 * time.Millisecond) // polls an observable condition, bounded by the deadline above
 	}
@@ -178,4 +188,59 @@ func TestInvestigationScenarios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInvestigationEvalReal runs every scenario against a real model and
+// prints the grader's table. It runs only when scripts/investigate-eval
+// sets AUTODIAG_INVESTIGATE_EVAL_PROVIDER: it costs money and needs the
+// network, so it is never part of CI.
+func TestInvestigationEvalReal(t *testing.T) {
+	provider := os.Getenv("AUTODIAG_INVESTIGATE_EVAL_PROVIDER")
+	if provider == "" {
+		t.Skip("AUTODIAG_INVESTIGATE_EVAL_PROVIDER not set: scripts/investigate-eval runs this against a real model")
+	}
+	model := os.Getenv("AUTODIAG_INVESTIGATE_EVAL_MODEL")
+	if model == "" {
+		model = report.DefaultConfig().Model
+	}
+	price := func(k string) float64 {
+		var f float64
+		if v := os.Getenv(k); v != "" {
+			if _, err := fmt.Sscanf(v, "%g", &f); err != nil {
+				t.Fatalf("%s=%q: not a number", k, v)
+			}
+		}
+		return f
+	}
+	in, out := price("AUTODIAG_INVESTIGATE_EVAL_PRICE_IN"), price("AUTODIAG_INVESTIGATE_EVAL_PRICE_OUT")
+	var p report.Provider
+	switch provider {
+	case report.ProviderBedrock:
+		awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = report.NewBedrock(awsCfg, report.Guardrail{})
+	case report.ProviderOpenAI:
+		keyEnv := os.Getenv("AUTODIAG_INVESTIGATE_EVAL_API_KEY_ENV")
+		if keyEnv == "" {
+			keyEnv = "OPENAI_API_KEY"
+		}
+		p = report.NewOpenAI(os.Getenv("AUTODIAG_INVESTIGATE_EVAL_BASE_URL"), os.Getenv(keyEnv), nil)
+	default:
+		t.Fatalf("AUTODIAG_INVESTIGATE_EVAL_PROVIDER=%q: want bedrock or openai", provider)
+	}
+	fmt.Printf("\nmodel %s (%s)\n\n", model, provider)
+	fmt.Println(eval.TableHeader)
+	var rows []eval.Row
+	for _, s := range eval.Scenarios() {
+		res, _ := runScenarioWith(t, s, p, model, in, out, 10*time.Minute)
+		row := eval.RowOf(s, res)
+		rows = append(rows, row)
+		fmt.Println(row)
+		if os.Getenv("AUTODIAG_INVESTIGATE_EVAL_VERBOSE") != "" {
+			fmt.Printf("\n%s\n\n", res.Markdown)
+		}
+	}
+	fmt.Println(eval.Summary(rows))
 }

@@ -165,3 +165,69 @@ func Transcript(system string, msgs []report.Message) string {
 	}
 	return b.String()
 }
+
+// Row is one scenario's line of the evaluation table.
+type Row struct {
+	Scenario  string
+	Pass      bool
+	Why       string
+	Status    string
+	Steps     int
+	ToolCalls int
+	Refused   int
+	InTokens  int
+	OutTokens int
+	CostUSD   float64
+	LatencyS  float64
+}
+
+// TableHeader is the header of the table Row.String lines form.
+const TableHeader = "| scenario | grade | steps | tool calls (refused) | tokens in/out | cost USD | latency s | why |\n|---|---|---|---|---|---|---|---|"
+
+// RowOf grades res, the report of s.
+func RowOf(s Scenario, res report.Result) Row {
+	r := Row{Scenario: s.Name, Status: res.Status, InTokens: res.InputTokens, OutTokens: res.OutputTokens, LatencyS: res.LatencyS}
+	if rec := res.Investigation; rec != nil {
+		r.Steps, r.CostUSD = len(rec.Steps), rec.CostUSD
+		for _, st := range rec.Steps {
+			r.ToolCalls += len(st.Calls)
+			for _, c := range st.Calls {
+				if c.Result != "ran" {
+					r.Refused++
+				}
+			}
+		}
+	}
+	if res.Status != report.StatusOK {
+		r.Why = "report " + res.Status + ": " + res.Reason
+		return r
+	}
+	r.Pass, r.Why = Grade(s, res.Markdown, res.Investigation)
+	return r
+}
+
+func (r Row) String() string {
+	grade := "FAIL"
+	if r.Pass {
+		grade = "pass"
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d (%d) | %d/%d | %.4f | %.1f | %s |",
+		r.Scenario, grade, r.Steps, r.ToolCalls, r.Refused, r.InTokens, r.OutTokens, r.CostUSD, r.LatencyS, strings.ReplaceAll(r.Why, "|", "/"))
+}
+
+// Summary is the table's last line: the pass rate and the totals.
+func Summary(rows []Row) string {
+	var pass, tin, tout int
+	var cost, lat float64
+	for _, r := range rows {
+		if r.Pass {
+			pass++
+		}
+		tin, tout, cost, lat = tin+r.InTokens, tout+r.OutTokens, cost+r.CostUSD, lat+r.LatencyS
+	}
+	rate := 0.0
+	if len(rows) > 0 {
+		rate = 100 * float64(pass) / float64(len(rows))
+	}
+	return fmt.Sprintf("\npassed %d/%d (%.0f %%), tokens %d in / %d out, cost %.4f USD, latency %.1f s in all", pass, len(rows), rate, tin, tout, cost, lat)
+}
