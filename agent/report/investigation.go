@@ -1,9 +1,11 @@
 package report
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/runner"
@@ -178,4 +180,50 @@ type Gap struct {
 	Host   string `json:"host,omitempty"`
 	Result string `json:"result"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// Tree is the investigation as an indented tree for people (`autodiag
+// show`, chat sinks): each step with its tokens, each call with its result
+// and task, then the evidence cited.
+func (inv *Investigation) Tree() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "investigation %s of task %s: ended by %s, %d steps, %d+%d tokens, %.4f USD\n",
+		inv.ID, inv.Parent, inv.EndedBy, len(inv.Steps), inv.InputTokens, inv.OutputTokens, inv.CostUSD)
+	for i, s := range inv.Steps {
+		last := i == len(inv.Steps)-1
+		branch, indent := "├─", "│  "
+		if last {
+			branch, indent = "└─", "   "
+		}
+		fmt.Fprintf(&b, "%s step %d: %d+%d tokens, %.1fs\n", branch, s.N, s.InputTokens, s.OutputTokens, s.LatencyS)
+		for j, c := range s.Calls {
+			cb := "├─"
+			if j == len(s.Calls)-1 {
+				cb = "└─"
+			}
+			fmt.Fprintf(&b, "%s%s %s", indent, cb, c.Tool)
+			if c.Host != "" {
+				fmt.Fprintf(&b, " on %s", c.Host)
+			}
+			if len(c.Params) > 0 {
+				p, _ := json.Marshal(c.Params)
+				fmt.Fprintf(&b, " %s", p)
+			}
+			fmt.Fprintf(&b, ": %s", c.Result)
+			if c.TaskID != "" {
+				fmt.Fprintf(&b, " → task %s", c.TaskID)
+				if c.Outcome != "" {
+					fmt.Fprintf(&b, " (%s)", c.Outcome)
+				}
+			}
+			if c.Result != "ran" && c.Reason != "" {
+				fmt.Fprintf(&b, " — %s", c.Reason)
+			}
+			b.WriteString("\n")
+		}
+	}
+	if len(inv.Evidence) > 0 {
+		fmt.Fprintf(&b, "evidence cited: %s\n", strings.Join(inv.Evidence, ", "))
+	}
+	return b.String()
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/notify"
+	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 )
 
@@ -133,6 +134,9 @@ func printTask(w io.Writer, v agent.TaskView) {
 		row("alert", strings.TrimSpace(v.Alert.Source+" "+v.Alert.Name+" "+v.Alert.EventID))
 	}
 	row("severity", v.Severity)
+	if v.Origin != "" {
+		row("origin", fmt.Sprintf("%s %s of task %s, step %d", v.Origin, v.Investigation, v.Parent, v.Step))
+	}
 	row("agent", v.Owner)
 	row("attempts", fmt.Sprint(v.Attempts))
 	row("received", fmtTime(v.ReceivedAt))
@@ -176,6 +180,10 @@ func printTask(w io.Writer, v agent.TaskView) {
 		pretty.Write(b)
 	}
 	fmt.Fprintf(w, "report:\n  %s\n", pretty.String())
+	var r rootcause.Result
+	if json.Unmarshal(v.Report, &r) == nil && r.Investigation != nil {
+		fmt.Fprintf(w, "\n%s", r.Investigation.Tree())
+	}
 }
 
 // configRedis loads the config and connects to the Redis it names; rc is
