@@ -244,3 +244,81 @@ func TestInvestigationEvalReal(t *testing.T) {
 	}
 	fmt.Println(eval.Summary(rows))
 }
+
+// recordingModel answers the canned report and keeps each request.
+type recordingModel struct {
+	mu   sync.Mutex
+	reqs []report.Request
+}
+
+func (*recordingModel) Name() string { return "scripted" }
+
+func (m *recordingModel) Complete(_ context.Context, req report.Request) (report.Response, error) {
+	m.mu.Lock()
+	m.reqs = append(m.reqs, req)
+	m.mu.Unlock()
+	return report.Response{Text: "## Root cause\nx\n\n## Confidence\nlikely\n", InputTokens: 10, OutputTokens: 5, FinishReason: "end_turn"}, nil
+}
+
+// Without report.investigate the report is today's single shot: one
+// request with the single-shot system prompt and user message, no tools,
+// no investigation in the result, even with catalog entries marked
+// investigate.
+func TestNoInvestigateIsSingleShot(t *testing.T) {
+	s := eval.Scenarios()[0]
+	yaml := strings.Replace(scenarioYAML(t, s, "m", 0, 0), ", investigate: {max_steps: 4, prices: {'m': {input_per_mtok: 0, output_per_mtok: 0}}}", "", 1)
+	if strings.Contains(yaml, "investigate: {") {
+		t.Fatalf("report.investigate still in:\n%s", yaml)
+	}
+	cfg, err := LoadConfig([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := queue.NewMemory(queue.MemoryOptions{})
+	store := state.NewMemory(state.MemoryOptions{})
+	model := &recordingModel{}
+	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval", Reports: &ReportParts{Provider: model}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	defer func() {
+		a.Drain("test", "end of test")
+		<-done
+	}()
+	if _, err := src.Send(context.Background(), []byte(`{"id":"p1","host":"web-3","diagnostic":"disk_free"}`)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var rec state.TaskRecord
+	for {
+		var ok bool
+		rec, ok, err = store.Task(context.Background(), "p1")
+		if err == nil && ok && len(rec.Report) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no report within 30s")
+		}
+		time.Sleep(20 * time.Millisecond) // polls an observable condition, bounded by the deadline above
+	}
+	var r report.Result
+	if err := json.Unmarshal(rec.Report, &r); err != nil || r.Investigation != nil || r.Status != report.StatusOK {
+		t.Fatalf("report %s (%v)", rec.Report, err)
+	}
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	if len(model.reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(model.reqs))
+	}
+	req := model.reqs[0]
+	if len(req.Tools) != 0 || req.Messages != nil || req.System != report.SystemPrompt || !strings.HasPrefix(req.User, "# Alert\n") ||
+		!strings.HasSuffix(req.User, "Write the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n") {
+		t.Fatalf("request %+v", req)
+	}
+}

@@ -457,6 +457,8 @@ func (r *run) fitContext() {
 				continue
 			}
 			r.summarised[[2]int{i, j}] = true
+			// A copy: requests already sent keep what they sent.
+			r.msgs[i].ToolResults = slices.Clone(r.msgs[i].ToolResults)
 			t := &r.msgs[i].ToolResults[j]
 			t.Text = firstLines(t.Text, 3) + "[summarised: the rest of this result was left out to stay within the context budget]\n"
 		}

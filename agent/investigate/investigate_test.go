@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -372,4 +373,55 @@ func (b *memBudget) Spend(_ context.Context, n int64, _ float64) error {
 	b.used += n
 	b.mu.Unlock()
 	return nil
+}
+
+// TestToolResultBounded: a tool's output reaches the model as its head and
+// tail within input.max_bytes, and the conversation stays within
+// context_bytes by cutting the oldest results to their first lines.
+func TestToolResultBounded(t *testing.T) {
+	big := strings.Repeat("line of journal output\n", 4000) // 92,000 bytes
+	model := &scripted{turns: []report.Response{calls("journal -"), calls("journal -"), calls("journal -"), answer("## Root cause\nx\n")}}
+	tasks := newFakeTasks(testTools, map[string]string{"journal": "FIRST LINE\n" + big + "LAST LINE\n"})
+	iv, _ := newTest(t, report.InvestigateConfig{ContextBytes: 40 << 10}, model, tasks)
+	res := iv.Run(context.Background(), parentEvidence())
+	if res.Status != report.StatusOK {
+		t.Fatalf("%+v", res)
+	}
+	maxBytes := int(report.DefaultConfig().Input.MaxBytes)
+	first := model.reqs[1].Messages[2].ToolResults[0].Text
+	if len(first) > maxBytes+200 || !strings.Contains(first, "FIRST LINE") || !strings.Contains(first, "LAST LINE") || !strings.Contains(first, "bytes left out") {
+		t.Fatalf("tool result of %d bytes (cap %d), head/tail kept: %v %v", len(first), maxBytes,
+			strings.Contains(first, "FIRST LINE"), strings.Contains(first, "LAST LINE"))
+	}
+	for i, req := range model.reqs {
+		size := len(req.System)
+		for _, m := range req.Messages {
+			size += len(m.Text)
+			for _, r := range m.ToolResults {
+				size += len(r.Text)
+			}
+			for _, c := range m.ToolCalls {
+				size += len(c.Input) + len(c.Name)
+			}
+		}
+		if size > 40<<10 {
+			t.Errorf("request %d is %d bytes, over context_bytes %d", i, size, 40<<10)
+		}
+	}
+	last := model.reqs[3].Messages[2].ToolResults[0].Text
+	if !strings.Contains(last, "[summarised") {
+		t.Errorf("the oldest result was not summarised: %.200q", last)
+	}
+}
+
+// TestHeadTail: within n bytes, valid UTF-8, head and tail kept.
+func TestHeadTail(t *testing.T) {
+	s := strings.Repeat("é", 5000)
+	out := HeadTail(s, 1000)
+	if len(out) > 1000 || !utf8.ValidString(out) || !strings.Contains(out, "left out") {
+		t.Fatalf("len %d valid %v", len(out), utf8.ValidString(out))
+	}
+	if HeadTail("short", 1000) != "short" {
+		t.Fatal("short text changed")
+	}
 }
