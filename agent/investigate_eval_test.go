@@ -289,7 +289,9 @@ func TestNoInvestigateIsSingleShot(t *testing.T) {
 	go func() { done <- a.Run(context.Background()) }()
 	defer func() {
 		a.Drain("test", "end of test")
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
 	}()
 	if _, err := src.Send(context.Background(), []byte(`{"id":"p1","host":"web-3","diagnostic":"disk_free"}`)); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,10 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		Parent: s.Parent, Investigation: s.Investigation, Step: s.Step, CreatedAt: now.UTC()}
 	if err := a.validator.Validate(&t, now); err != nil {
 		a.outcomes.received()
-		a.outcomes.end(&job{task: t, received: now}, ended{outcome: OutcomeRejected, reason: task.Reason(err), detail: err.Error()})
+		// The outcome's audit write is detached by design, as for POST
+		// /v1/tasks: it lands even when the investigation has ended.
+		a.outcomes.end( //nolint:contextcheck // see above
+			&job{task: t, received: now}, ended{outcome: OutcomeRejected, reason: task.Reason(err), detail: err.Error()})
 		return investigate.TaskRecord{ID: s.ID, Outcome: OutcomeRejected, Reason: err.Error()}, nil
 	}
 	body, err := json.Marshal(t)
