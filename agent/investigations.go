@@ -24,16 +24,18 @@ func (a *Agent) wireInvestigations(parts *ReportParts) error {
 			tools = append(tools, investigate.Tool{Name: d.Name, Description: d.Description, Params: d.Params})
 		}
 	}
+	eff := ic.WithDefaults()
 	budget := parts.Budget
 	if budget == nil {
-		eff := ic.WithDefaults()
 		budget = investigate.NewMemoryBudget(eff.DailyTokens, eff.DailyCostUSD, a.d.Clock.Now)
 	}
+	metrics := investigate.NewMetrics(a.d.Registry, parts.Provider.Name(), a.cfg.Report.Model)
+	metrics.SetBudget(eff.DailyTokens, eff.DailyCostUSD)
 	iv, err := investigate.New(investigate.Options{Report: a.cfg.Report, Provider: parts.Provider, Tools: tools,
 		Tasks: &agentTasks{a: a, poll: investigationPoll}, Budget: budget, Redactor: a.pipeline.redactor,
 		AllowHost: func(h string) bool { _, err := a.validator.ValidateHost(h); return err == nil },
 		Now:       a.d.Clock.Now,
-		Metrics:   investigate.NewMetrics(a.d.Registry, parts.Provider.Name(), a.cfg.Report.Model)})
+		Metrics:   metrics})
 	if err != nil {
 		return fmt.Errorf("agent: report.investigate: %w", err)
 	}

@@ -277,6 +277,7 @@ report:
   enabled: true
   provider: bedrock
   model: amazon.nova-lite-v1:0
+  investigate: {daily_cost_usd: 20}
 results:
   s3: {bucket: diag-out, prefix: autodiag}
 `), func(string) (string, bool) { return "", false })

@@ -13,6 +13,8 @@ type Metrics struct {
 	calls          *prometheus.CounterVec
 	tokens         *prometheus.CounterVec
 	cost           *prometheus.CounterVec
+	budgetTokens   prometheus.Gauge
+	budgetCost     prometheus.Gauge
 }
 
 // NewMetrics registers the metrics on reg with every label set the agent
@@ -30,9 +32,13 @@ func NewMetrics(reg prometheus.Registerer, provider, model string) *Metrics {
 			Help: "Model tokens of investigations by provider, model and direction (input, output)."}, []string{"provider", "model", "direction"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_investigation_cost_usd_total",
 			Help: "Cost of investigations in US dollars by provider and model, from report.investigate.prices."}, []string{"provider", "model"}),
+		budgetTokens: prometheus.NewGauge(prometheus.GaugeOpts{Name: "autodiag_investigation_daily_budget_tokens",
+			Help: "report.investigate.daily_tokens: the fleet's tokens a day for investigations; 0 is none."}),
+		budgetCost: prometheus.NewGauge(prometheus.GaugeOpts{Name: "autodiag_investigation_daily_budget_cost_usd",
+			Help: "report.investigate.daily_cost_usd: the fleet's US dollars a day for investigations; 0 is none."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.investigations, m.steps, m.calls, m.tokens, m.cost)
+		reg.MustRegister(m.investigations, m.steps, m.calls, m.tokens, m.cost, m.budgetTokens, m.budgetCost)
 	}
 	for _, e := range EndReasons {
 		for _, s := range []string{report.StatusOK, report.StatusFailed} {
@@ -70,4 +76,14 @@ func (m *Metrics) end(endedBy, status string, steps int) {
 	}
 	m.investigations.WithLabelValues(endedBy, status).Inc()
 	m.steps.Observe(float64(steps))
+}
+
+// SetBudget exposes the daily budget, for panels that draw the spend
+// against it.
+func (m *Metrics) SetBudget(tokens int64, costUSD float64) {
+	if m == nil {
+		return
+	}
+	m.budgetTokens.Set(float64(tokens))
+	m.budgetCost.Set(costUSD)
 }
