@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -137,8 +138,12 @@ func testReportConfig(ic report.InvestigateConfig) report.Config {
 func newTest(t *testing.T, ic report.InvestigateConfig, model *scripted, tasks *fakeTasks) (*Investigator, *Metrics) {
 	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry(), "scripted", "m1")
-	iv, err := New(Options{Report: testReportConfig(ic), Provider: model, Tools: testTools, Tasks: tasks,
-		AllowHost: tasks.allow.MatchString, NewID: func() string { return "inv-1" }, Metrics: m})
+	o := Options{Report: testReportConfig(ic), Provider: model, Tools: testTools,
+		NewID: func() string { return "inv-1" }, Metrics: m}
+	if tasks != nil {
+		o.Tasks, o.AllowHost = tasks, tasks.allow.MatchString
+	}
+	iv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,4 +429,35 @@ func TestHeadTail(t *testing.T) {
 	if HeadTail("short", 1000) != "short" {
 		t.Fatal("short text changed")
 	}
+}
+
+// TestWallTime: a tool call still running when wall_time ends is given
+// up, the loop ends wall_time, and the model still gets its last turn
+// (bounded by report.timeout).
+func TestWallTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		model := &scripted{turns: []report.Response{calls("journal -"), answer("## Root cause\nslow\n")}}
+		iv, _ := newTest(t, report.InvestigateConfig{WallTime: 30 * time.Second}, model, nil)
+		iv.o.Tasks = blockingTasks{}
+		start := time.Now()
+		res := iv.Run(context.Background(), parentEvidence())
+		rec := res.Investigation
+		if rec.EndedBy != endedWallTime || res.Status != report.StatusOK || len(model.reqs) != 2 || len(model.reqs[1].Tools) != 0 {
+			t.Fatalf("ended by %s, status %s, %d requests", rec.EndedBy, res.Status, len(model.reqs))
+		}
+		if d := time.Since(start); d != 30*time.Second {
+			t.Fatalf("took %s, want wall_time 30s", d)
+		}
+		if c := allCalls(rec); len(c) != 1 || c[0].Result != ResultError {
+			t.Fatalf("calls %+v", c)
+		}
+	})
+}
+
+// blockingTasks never finishes a task before ctx ends.
+type blockingTasks struct{}
+
+func (blockingTasks) Submit(ctx context.Context, _ TaskSpec) (TaskRecord, error) {
+	<-ctx.Done()
+	return TaskRecord{}, ctx.Err()
 }

@@ -1,0 +1,60 @@
+package investigate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/testenv"
+)
+
+// TestDailyBudget: every agent sees the same counters (two budgets on one
+// Redis), the budget ends at its value, a new UTC day starts it again,
+// and the keys expire.
+func TestDailyBudget(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rc.Close() })
+	ctx := context.Background()
+	prefix := "budgettest:" + time.Now().Format("150405.000000") + ":"
+	day := time.Date(2026, 3, 3, 23, 0, 0, 0, time.UTC)
+	now := func() time.Time { return day }
+	a := NewRedisBudget(rc, prefix, 1000, 0.5, now)
+	b := NewRedisBudget(rc, prefix, 1000, 0.5, now)
+	mem := NewMemoryBudget(1000, 0.5, now)
+	for name, pair := range map[string][2]*DailyBudget{"redis": {a, b}, "memory": {mem, mem}} {
+		t.Run(name, func(t *testing.T) {
+			day = time.Date(2026, 3, 3, 23, 0, 0, 0, time.UTC)
+			if ok, err := pair[1].Left(ctx); !ok || err != nil {
+				t.Fatalf("fresh budget: %v %v", ok, err)
+			}
+			if err := pair[0].Spend(ctx, 999, 0.1); err != nil {
+				t.Fatal(err)
+			}
+			if ok, _ := pair[1].Left(ctx); !ok {
+				t.Fatal("999 of 1000 tokens: spent")
+			}
+			if err := pair[0].Spend(ctx, 1, 0.1); err != nil {
+				t.Fatal(err)
+			}
+			if ok, _ := pair[1].Left(ctx); ok {
+				t.Fatal("1000 of 1000 tokens: left")
+			}
+			day = day.Add(2 * time.Hour) // the next UTC day
+			if ok, _ := pair[1].Left(ctx); !ok {
+				t.Fatal("a new day: still spent")
+			}
+			if err := pair[0].Spend(ctx, 10, 0.5); err != nil {
+				t.Fatal(err)
+			}
+			if ok, _ := pair[1].Left(ctx); ok {
+				t.Fatal("0.5 of 0.5 USD: left")
+			}
+		})
+	}
+	ttl, err := rc.TTL(ctx, prefix+"{investigate}:daily:2026-03-04:tokens").Result()
+	if err != nil || ttl <= 0 || ttl > 48*time.Hour {
+		t.Fatalf("TTL %s %v", ttl, err)
+	}
+}
