@@ -299,23 +299,25 @@ func (r *run) calls(ctx context.Context, step int, calls []report.ToolCall) []re
 // call is one tool call judged, and run as a task when it passes; text is
 // what the model is answered when it ran.
 func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report.Call, string) {
-	c := report.Call{Tool: tc.Name}
+	c := report.Call{Tool: cut(tc.Name, 64)}
+	args, argErr := arguments(tc.Input)
+	if argErr == nil {
+		c.Host = cut(args["host"], 255)
+		delete(args, "host")
+		if c.Host == "" {
+			c.Host = r.ev.Host
+		}
+		c.Params = args
+	}
 	tool, ok := r.iv.tools[tc.Name]
 	if !ok {
-		c.Result, c.Reason = ResultNotOffered, fmt.Sprintf("%q is not a diagnostic offered to investigations", cut(tc.Name, 64))
+		c.Result, c.Reason = ResultNotOffered, fmt.Sprintf("%q is not a diagnostic offered to investigations", c.Tool)
 		return c, ""
 	}
-	args, err := arguments(tc.Input)
-	if err != nil {
-		c.Result, c.Reason = ResultBadArguments, err.Error()
+	if argErr != nil {
+		c.Result, c.Reason = ResultBadArguments, argErr.Error()
 		return c, ""
 	}
-	c.Host = args["host"]
-	delete(args, "host")
-	if c.Host == "" {
-		c.Host = r.ev.Host
-	}
-	c.Params = args
 	if i >= r.iv.cfg.CallsPerStep {
 		c.Result, c.Reason = ResultTooManyCalls, fmt.Sprintf("at most %d calls a step (report.investigate.calls_per_step)", r.iv.cfg.CallsPerStep)
 		return c, ""

@@ -355,3 +355,54 @@ func TestReportHugeAnswerBoundedE2E(t *testing.T) {
 		t.Errorf("%d model calls, want 1 (answer_too_large is not retried)", len(fake.Requests()))
 	}
 }
+
+// With report.investigate the binary's report runs the model's tool calls
+// as tasks: the offered diagnostic runs through the agent's queue and
+// records (origin investigation, its parent, investigation and step), the
+// one not offered is refused and listed under Gaps, the model gets the
+// result as a role tool message answering its call, and the record's
+// report carries the investigation.
+func TestReportInvestigationE2E(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	fake := openaifake.New()
+	t.Cleanup(fake.Close)
+	fake.Queue(openaifake.Reply{ToolCalls: []openaifake.ToolCall{
+		{ID: "call_a", Name: "probe", Arguments: `{}`}, {ID: "call_b", Name: "rm_rf", Arguments: `{"host":"web-1"}`}}})
+	yaml := reportYAML(t, fq, prefix, "agent-inv", fake.BaseURL(), reportTimeout)
+	yaml = strings.Replace(yaml, "limiter:\n", "  - name: probe\n    command: [/bin/echo, probe-output-1234]\n    timeout: 2s\n"+
+		"    investigate: true\n    description: prints a probe line\nlimiter:\n", 1)
+	yaml += "  investigate: {max_steps: 2, daily_tokens: 1000000}\n"
+	startProc(t, yaml, append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)...)
+	fq.send(t, `{"id":"inv-parent","host":"web-1","diagnostic":"leak","severity":"high","alert":{"source":"generic","name":"Leak"}}`)
+	var r rootcause.Result
+	eventually(t, 60*time.Second, "the investigation's report in the record", func() bool {
+		var ok bool
+		r, ok = recordReport(t, rc, prefix, "inv-parent")
+		return ok
+	})
+	inv := r.Investigation
+	if r.Status != rootcause.StatusOK || inv == nil || inv.EndedBy != "answer" || len(inv.Steps) != 2 || len(inv.Steps[0].Calls) != 2 {
+		t.Fatalf("report %+v investigation %+v", r, inv)
+	}
+	ran, refused := inv.Steps[0].Calls[0], inv.Steps[0].Calls[1]
+	if ran.Result != "ran" || ran.Outcome != "succeeded" || refused.Result != "not_offered" || !strings.Contains(r.Markdown, "## Gaps") ||
+		!strings.Contains(r.Markdown, "could not check `rm_rf` on web-1: not_offered") {
+		t.Fatalf("calls %+v %+v, report:\n%s", ran, refused, r.Markdown)
+	}
+	tr, ok := sqsTaskRecord(t, rc, prefix, ran.TaskID)
+	if !ok || tr.Origin != "investigation" || tr.Parent != "inv-parent" || tr.Investigation != inv.ID || tr.Step != 1 ||
+		!strings.Contains(tr.Output, "probe-output-1234") || len(tr.Report) != 0 {
+		t.Fatalf("tool call's record %+v", tr)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 2 || !strings.Contains(string(reqs[0].Body), `"name":"probe"`) ||
+		!strings.Contains(string(reqs[1].Body), `"role":"tool","content":"task `+ran.TaskID) {
+		t.Fatalf("requests %d: %s", len(reqs), reqs[len(reqs)-1].Body)
+	}
+	assertRedacted(t, "the investigation's requests", string(reqs[1].Body))
+	used, err := rc.Get(t.Context(), prefix+"{investigate}:daily:"+time.Now().UTC().Format(time.DateOnly)+":tokens").Int64()
+	if err != nil || used != int64(inv.InputTokens+inv.OutputTokens) {
+		t.Fatalf("daily budget counter %d (%v), want %d", used, err, inv.InputTokens+inv.OutputTokens)
+	}
+}
