@@ -285,6 +285,9 @@ func (r *run) calls(ctx context.Context, step int, calls []report.ToolCall) []re
 	st := &r.rec.Steps[len(r.rec.Steps)-1]
 	for i, tc := range calls {
 		c, text := r.call(ctx, step, i, tc)
+		if c.Result != ResultRan {
+			r.redactCall(&c)
+		}
 		st.Calls = append(st.Calls, c)
 		r.iv.o.Metrics.call(c.Result)
 		if c.Result != ResultRan {
@@ -518,12 +521,11 @@ func (r *run) finish(res report.Result, start time.Time, resp report.Response, e
 		}
 		return res
 	}
-	md := resp.Text
+	md := strings.TrimRight(resp.Text, "\n") + "\n" + gapsSection(r.rec.Gaps)
 	if r.iv.o.Redactor != nil {
 		md = r.iv.o.Redactor.RedactString(md)
 	}
 	r.rec.Evidence = r.cited(md)
-	md = strings.TrimRight(md, "\n") + "\n" + gapsSection(r.rec.Gaps)
 	if c, ok := report.CutAnswer(md, rc.AnswerCap()); ok {
 		md, res.AnswerCut = c, true
 	}
@@ -578,4 +580,18 @@ func gapsSection(gaps []report.Gap) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// redactCall redacts what the model chose of a call that did not run (a
+// ran call's params passed their catalog patterns): it is stored, logged
+// and sent to sinks.
+func (r *run) redactCall(c *report.Call) {
+	red := r.iv.o.Redactor
+	if red == nil {
+		return
+	}
+	c.Tool, c.Host, c.Reason = red.RedactString(c.Tool), red.RedactString(c.Host), red.RedactString(c.Reason)
+	for k, v := range c.Params {
+		c.Params[k] = red.RedactString(cut(v, 1024))
+	}
 }

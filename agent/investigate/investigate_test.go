@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/report"
 )
 
@@ -460,4 +461,29 @@ type blockingTasks struct{}
 func (blockingTasks) Submit(ctx context.Context, _ TaskSpec) (TaskRecord, error) {
 	<-ctx.Done()
 	return TaskRecord{}, ctx.Err()
+}
+
+// TestRefusedCallRedacted: what a model puts in a refused call (a secret
+// it read, say) is redacted in the record and the report.
+func TestRefusedCallRedacted(t *testing.T) {
+	const secret = "AKIAABCDEFGHIJKLMNOP"
+	model := &scripted{turns: []report.Response{calls("upload - key=" + secret), answer("## Root cause\nx\n")}}
+	tasks := newFakeTasks(testTools, nil)
+	red, err := redact.New(redact.DefaultRules(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iv, err := New(Options{Report: testReportConfig(report.InvestigateConfig{}), Provider: model, Tools: testTools, Tasks: tasks,
+		Redactor: red, NewID: func() string { return "inv-1" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := iv.Run(context.Background(), parentEvidence())
+	b, _ := json.Marshal(res)
+	if strings.Contains(string(b), secret) {
+		t.Fatalf("secret in the result: %s", b)
+	}
+	if c := allCalls(res.Investigation); len(c) != 1 || c[0].Result != ResultNotOffered || !strings.Contains(c[0].Params["key"], "REDACTED") {
+		t.Fatalf("calls %+v", c)
+	}
 }
