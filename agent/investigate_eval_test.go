@@ -148,9 +148,22 @@ func TestInvestigationScenarios(t *testing.T) {
 	if len(scenarios) < 8 {
 		t.Fatalf("%d scenarios, want at least 8", len(scenarios))
 	}
+	var rows []eval.Row
+	t.Cleanup(func() {
+		// The table scripts/investigate-eval prints, here for the scripted
+		// model: every right answer passes.
+		t.Logf("\n%s", eval.TableHeader)
+		for _, r := range rows {
+			t.Log(r)
+		}
+		if sum := eval.Summary(rows); !strings.Contains(sum, fmt.Sprintf("passed %d/%d (100 %%)", len(scenarios), len(scenarios))) {
+			t.Errorf("summary %q", sum)
+		}
+	})
 	for _, s := range scenarios {
 		t.Run(s.Name, func(t *testing.T) {
 			res, store := runScenario(t, s, s.Right)
+			rows = append(rows, eval.RowOf(s, res))
 			rec := res.Investigation
 			if res.Status != report.StatusOK || rec == nil || rec.EndedBy != "answer" {
 				t.Fatalf("report %+v", res)
