@@ -302,6 +302,22 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		}
 	}()
 
+	// WatchdogSec in the unit: WATCHDOG=1 from ready on, while the admin
+	// listener answers, until the agent exits.
+	wdCtx, wdStop := context.WithCancel(ctx)
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		select {
+		case <-a.Started():
+		case <-wdCtx.Done():
+			return
+		}
+		runWatchdog(wdCtx, watchdogInterval(), healthzCheck(admin.Addr()), func(s string) { sdNotify(log, s) },
+			log.With("component", "watchdog"))
+	}()
+	defer func() { wdStop(); <-wdDone }()
+
 	runErr := a.Run(ctx)
 	close(runDone)
 	<-sigDone
