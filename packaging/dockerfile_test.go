@@ -3,6 +3,7 @@ package packaging
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -40,10 +41,12 @@ func parseDockerfile(text string) ([]dockerInstruction, error) {
 	return out, nil
 }
 
-// checkDockerfile is the image's contract: the static binary alone on
-// distroless static (its nonroot variant), run as the non-root user 65532,
-// entered as /autodiag with `run` as the default command. It returns every
-// breach.
+// checkDockerfile is the image's contract: the static binary on Debian
+// slim pinned by digest, with the default catalog's programs installed by
+// one RUN (procps beside the base's coreutils and libc-bin) and nothing
+// else, run as the non-root user 65532, entered as /autodiag with `run` as
+// the default command, a HEALTHCHECK through the binary and SIGTERM to
+// stop. It returns every breach.
 func checkDockerfile(text string) []string {
 	ins, err := parseDockerfile(text)
 	if err != nil {
@@ -56,29 +59,39 @@ func checkDockerfile(text string) []string {
 	}
 	for cmd := range by {
 		switch cmd {
-		case "FROM", "ARG", "COPY", "USER", "ENTRYPOINT", "CMD", "LABEL":
+		case "FROM", "ARG", "COPY", "USER", "ENTRYPOINT", "CMD", "LABEL", "RUN", "HEALTHCHECK", "STOPSIGNAL":
 		default:
-			// RUN, ADD and the rest put more than the binary in the image
-			// (distroless has no shell to RUN anyway).
 			bad = append(bad, fmt.Sprintf("unexpected %s instruction %q", cmd, by[cmd]))
 		}
 	}
 	from := by["FROM"]
 	if len(from) != 1 {
 		bad = append(bad, fmt.Sprintf("FROM %q: want one stage", from))
+	} else if !pinnedSlim.MatchString(from[0]) {
+		bad = append(bad, fmt.Sprintf("FROM %q: want debian:<release>-slim pinned by @sha256 digest", from[0]))
+	}
+	if r := by["RUN"]; len(r) != 1 {
+		bad = append(bad, fmt.Sprintf("RUN %q: want one, installing the catalog's programs", r))
 	} else {
-		image, tag, _ := strings.Cut(from[0], ":")
-		if !strings.HasPrefix(image, "gcr.io/distroless/static") || !strings.HasPrefix(tag, "nonroot") {
-			bad = append(bad, fmt.Sprintf("FROM %q: want gcr.io/distroless/static…:nonroot", from[0]))
+		for _, want := range []string{"apt-get install -y --no-install-recommends procps", "rm -rf /var/lib/apt/lists/*", "--uid 65532"} {
+			if !strings.Contains(r[0], want) {
+				bad = append(bad, fmt.Sprintf("RUN %q: want %q", r[0], want))
+			}
 		}
 	}
 	if u := by["USER"]; len(u) != 1 || (u[0] != "65532" && u[0] != "65532:65532") {
-		bad = append(bad, fmt.Sprintf("USER %q: want 65532 (distroless's nonroot), set explicitly", u))
+		bad = append(bad, fmt.Sprintf("USER %q: want 65532, set explicitly", u))
 	}
 	if c := by["COPY"]; len(c) != 1 {
 		bad = append(bad, fmt.Sprintf("COPY %q: want the binary alone", c))
 	} else if f := strings.Fields(c[0]); len(f) != 2 || f[1] != "/autodiag" || !strings.HasSuffix(f[0], "/autodiag") {
 		bad = append(bad, fmt.Sprintf("COPY %q: want the platform's autodiag binary to /autodiag", c[0]))
+	}
+	if h := by["HEALTHCHECK"]; len(h) != 1 || !strings.Contains(h[0], `CMD ["/autodiag", "healthcheck"]`) {
+		bad = append(bad, fmt.Sprintf("HEALTHCHECK %q: want CMD [\"/autodiag\", \"healthcheck\"]", h))
+	}
+	if s := by["STOPSIGNAL"]; len(s) != 1 || s[0] != "SIGTERM" {
+		bad = append(bad, fmt.Sprintf("STOPSIGNAL %q: want SIGTERM (it drains)", s))
 	}
 	exec := func(cmd string, want []string) {
 		v := by[cmd]
@@ -92,8 +105,10 @@ func checkDockerfile(text string) []string {
 	return bad
 }
 
-// TestDockerfileContract pins the image no docker daemon here can build:
-// what the release ships must stay the binary alone, non-root.
+var pinnedSlim = regexp.MustCompile(`^debian:[a-z]+-slim@sha256:[0-9a-f]{64}$`)
+
+// TestDockerfileContract pins the image: the catalog's programs, non-root,
+// a pinned base, a health check.
 func TestDockerfileContract(t *testing.T) {
 	if bad := checkDockerfile(readFile(t, dockerfilePath)); len(bad) > 0 {
 		t.Fatalf("%s breaks the image contract:\n%s", dockerfilePath, strings.Join(bad, "\n"))
@@ -104,20 +119,24 @@ func TestDockerfileContract(t *testing.T) {
 // so TestDockerfileContract can fail.
 func TestDockerfileContractCatches(t *testing.T) {
 	good := readFile(t, dockerfilePath)
+	from := regexp.MustCompile(`(?m)^FROM .*$`).FindString(good)
+	run := regexp.MustCompile(`(?m)^RUN .*$`).FindString(good)
 	for _, tc := range []struct{ name, old, new string }{
-		{"another base", "FROM gcr.io/distroless/static-debian12:nonroot", "FROM alpine:3.20"},
-		{"root variant", "static-debian12:nonroot", "static-debian12:latest"},
+		{"a tag, not a digest", from, "FROM debian:bookworm-slim"},
+		{"distroless again", from, "FROM gcr.io/distroless/static-debian12:nonroot"},
 		{"root user", "USER 65532:65532", "USER root"},
 		{"no user", "USER 65532:65532\n", ""},
+		{"no procps", run, strings.Replace(run, " procps", " curl", 1)},
+		{"a second run", run, run + "\nRUN chmod 755 /autodiag"},
 		{"more copied", "COPY $TARGETPLATFORM/autodiag /autodiag", "COPY . /"},
-		{"a second copy", "COPY $TARGETPLATFORM/autodiag /autodiag", "COPY $TARGETPLATFORM/autodiag /autodiag\nCOPY config.yaml /etc/"},
-		{"a run", "USER 65532:65532", "RUN chmod 755 /autodiag\nUSER 65532:65532"},
+		{"no health check", `HEALTHCHECK --interval=30s`, `LABEL x=y`},
+		{"another stop signal", "STOPSIGNAL SIGTERM", "STOPSIGNAL SIGKILL"},
 		{"shell entrypoint", `ENTRYPOINT ["/autodiag"]`, "ENTRYPOINT /autodiag"},
 		{"another command", `CMD ["run"]`, `CMD ["intake"]`},
 		{"a continuation", `CMD ["run"]`, "CMD \\\n  [\"run\"]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(good, tc.old) {
+			if tc.old == "" || !strings.Contains(good, tc.old) {
 				t.Fatalf("%s no longer holds %q: update this case", dockerfilePath, tc.old)
 			}
 			if bad := checkDockerfile(strings.Replace(good, tc.old, tc.new, 1)); len(bad) == 0 {
