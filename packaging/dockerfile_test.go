@@ -3,6 +3,9 @@ package packaging
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -169,5 +172,117 @@ func TestGoreleaserBuildsTheImage(t *testing.T) {
 		if !slices.Contains(d.Platforms, p) {
 			t.Errorf("dockers_v2 platforms %q lack %s", d.Platforms, p)
 		}
+	}
+}
+
+// TestGoreleaserSignsAndAttests: checksums.txt is signed through
+// packaging/release/sign.sh, every archive and package gets an SBOM
+// through packaging/release/sbom.sh, and every tarball entry carries the
+// commit's time and a fixed owner (reproducible archives).
+func TestGoreleaserSignsAndAttests(t *testing.T) {
+	type info struct {
+		MTime string `yaml:"mtime"`
+		Owner string `yaml:"owner"`
+	}
+	var gr struct {
+		Signs []struct {
+			Artifacts string   `yaml:"artifacts"`
+			Signature string   `yaml:"signature"`
+			Args      []string `yaml:"args"`
+		} `yaml:"signs"`
+		SBOMs []struct {
+			Artifacts string   `yaml:"artifacts"`
+			Documents []string `yaml:"documents"`
+			Args      []string `yaml:"args"`
+		} `yaml:"sboms"`
+		Archives []struct {
+			BuildsInfo info `yaml:"builds_info"`
+			Files      []struct {
+				Src  string `yaml:"src"`
+				Info info   `yaml:"info"`
+			} `yaml:"files"`
+		} `yaml:"archives"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, goreleaserPath)), &gr); err != nil {
+		t.Fatal(err)
+	}
+	if len(gr.Signs) != 1 || gr.Signs[0].Artifacts != "checksum" || gr.Signs[0].Signature != "${artifact}.asc" ||
+		!slices.Contains(gr.Signs[0].Args, "packaging/release/sign.sh") || !slices.Contains(gr.Signs[0].Args, "{{ .IsSnapshot }}") {
+		t.Errorf("signs = %+v; want checksums.txt signed into checksums.txt.asc by packaging/release/sign.sh", gr.Signs)
+	}
+	kinds := map[string]bool{}
+	for _, s := range gr.SBOMs {
+		kinds[s.Artifacts] = slices.Contains(s.Args, "../../packaging/release/sbom.sh") &&
+			slices.Equal(s.Documents, []string{"{{ .ArtifactName }}.cdx.json"})
+	}
+	if !kinds["archive"] || !kinds["package"] {
+		t.Errorf("sboms = %+v; want an <artifact>.cdx.json by packaging/release/sbom.sh for archives and packages", gr.SBOMs)
+	}
+	const commitTime = "{{ .CommitDate }}"
+	for _, a := range gr.Archives {
+		if a.BuildsInfo.MTime != commitTime || a.BuildsInfo.Owner != "root" {
+			t.Errorf("archives builds_info = %+v; want mtime %s, owner root", a.BuildsInfo, commitTime)
+		}
+		for _, f := range a.Files {
+			if f.Src == "" || f.Info.MTime != commitTime || f.Info.Owner != "root" {
+				t.Errorf("archive file %+v: want src with info mtime %s, owner root", f, commitTime)
+			}
+		}
+	}
+	for _, script := range []string{"../packaging/release/sign.sh", "../packaging/release/sbom.sh"} {
+		if out, err := exec.Command("sh", "-n", script).CombinedOutput(); err != nil {
+			t.Errorf("sh -n %s: %v\n%s", script, err, out)
+		}
+	}
+}
+
+// TestSignScriptSnapshotVerifies runs packaging/release/sign.sh as a
+// snapshot does (no key supplied): the signature verifies with the public
+// key it leaves, and a release without a key fails.
+func TestSignScriptSnapshotVerifies(t *testing.T) {
+	if _, err := exec.LookPath("gpg"); err != nil {
+		t.Skip("no gpg")
+	}
+	dir := t.TempDir()
+	sum := filepath.Join(dir, "checksums.txt")
+	if err := os.WriteFile(sum, []byte("0123  autodiag.tar.gz\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sign := func(snapshot string) error {
+		cmd := exec.Command("sh", "../packaging/release/sign.sh", sum+".asc", sum, snapshot)
+		cmd.Env = append(os.Environ(), "GPG_FINGERPRINT=", "TMPDIR="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	if err := sign("false"); err == nil {
+		t.Fatal("a release without GPG_FINGERPRINT was signed")
+	}
+	if err := sign("true"); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	t.Cleanup(func() { _ = exec.Command("gpgconf", "--homedir", home, "--kill", "all").Run() })
+	gpg := func(args ...string) error {
+		cmd := exec.Command("gpg", append([]string{"--batch", "--homedir", home}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("gpg %v: %w: %s", args, err, out)
+		}
+		return nil
+	}
+	if err := gpg("--import", filepath.Join(dir, "snapshot-signing-key.asc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpg("--verify", sum+".asc", sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sum, []byte("9999  autodiag.tar.gz\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpg("--verify", sum+".asc", sum); err == nil {
+		t.Fatal("the signature verifies a changed checksums.txt")
 	}
 }
