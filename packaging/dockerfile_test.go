@@ -1,6 +1,7 @@
 package packaging
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -230,7 +231,7 @@ func TestGoreleaserSignsAndAttests(t *testing.T) {
 		}
 	}
 	for _, script := range []string{"../packaging/release/sign.sh", "../packaging/release/sbom.sh"} {
-		if out, err := exec.Command("sh", "-n", script).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(t.Context(), "sh", "-n", script).CombinedOutput(); err != nil {
 			t.Errorf("sh -n %s: %v\n%s", script, err, out)
 		}
 	}
@@ -249,7 +250,7 @@ func TestSignScriptSnapshotVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	sign := func(snapshot string) error {
-		cmd := exec.Command("sh", "../packaging/release/sign.sh", sum+".asc", sum, snapshot)
+		cmd := exec.CommandContext(t.Context(), "sh", "../packaging/release/sign.sh", sum+".asc", sum, snapshot)
 		cmd.Env = append(os.Environ(), "GPG_FINGERPRINT=", "TMPDIR="+t.TempDir())
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -264,9 +265,9 @@ func TestSignScriptSnapshotVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	t.Cleanup(func() { _ = exec.Command("gpgconf", "--homedir", home, "--kill", "all").Run() })
+	t.Cleanup(func() { _ = exec.CommandContext(context.Background(), "gpgconf", "--homedir", home, "--kill", "all").Run() })
 	gpg := func(args ...string) error {
-		cmd := exec.Command("gpg", append([]string{"--batch", "--homedir", home}, args...)...)
+		cmd := exec.CommandContext(t.Context(), "gpg", append([]string{"--batch", "--homedir", home}, args...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("gpg %v: %w: %s", args, err, out)

@@ -343,7 +343,7 @@ func (c *cli) drainCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if target, err = newAdminTarget(cfg, addr); err != nil {
+				if target, err = newAdminTarget(cmd.Context(), cfg, addr); err != nil {
 					return err
 				}
 			}
@@ -379,11 +379,11 @@ type adminTarget struct {
 
 // newAdminTarget is addr (admin_addr of cfg when empty) with admin_auth's
 // credentials from the environment.
-func newAdminTarget(cfg agent.Config, addr string) (adminTarget, error) {
+func newAdminTarget(ctx context.Context, cfg agent.Config, addr string) (adminTarget, error) {
 	if addr == "" {
 		addr = cfg.AdminAddr
 	}
-	lookup, err := cliLookup(context.Background(), cfg, cfg.AdminAuth.SecretRefs())
+	lookup, err := cliLookup(ctx, cfg, cfg.AdminAuth.SecretRefs())
 	if err != nil {
 		return adminTarget{}, err
 	}
