@@ -21,5 +21,14 @@ if [ ! -x "$cache/cyclonedx-gomod" ]; then
 fi
 case $doc in /*) out=$doc ;; *) out=$PWD/$doc ;; esac
 cd "$root"
+# cyclonedx-gomod reads the main module's version with go-git, which cannot
+# open a git worktree: there, it reads a shared clone of HEAD instead.
+if [ "$(git rev-parse --git-dir)" != "$(git rev-parse --git-common-dir)" ]; then
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/autodiag-sbom.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT INT TERM
+	git clone --quiet --no-checkout "$root" "$tmp/src"
+	git -C "$tmp/src" checkout --quiet "$(git rev-parse HEAD)"
+	cd "$tmp/src"
+fi
 GOOS=$goos GOARCH=$goarch CGO_ENABLED=0 "$cache/cyclonedx-gomod" app -json -licenses=false \
 	-main cmd/autodiag -output "$out" .
