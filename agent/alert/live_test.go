@@ -22,7 +22,7 @@ func TestAuthLive(t *testing.T) {
 	}
 	live := a.Live(getenv, initial)
 	req := func(tok string) bool {
-		r := httptest.NewRequest("POST", "/", nil)
+		r := httptest.NewRequestWithContext(t.Context(), "POST", "/", nil)
 		r.Header.Set("Authorization", "Bearer "+tok)
 		return live().Authorized(r)
 	}
