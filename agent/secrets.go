@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
@@ -43,3 +44,8 @@ func (c Config) SecretsRefreshInterval() time.Duration {
 	}
 	return c.SecretsRefresh
 }
+
+// LoadAWS is the SDK configuration Open uses for cfg (the region from
+// instance metadata with the imds source), for CLI commands that call AWS
+// as the agent would.
+func LoadAWS(ctx context.Context, cfg Config) (aws.Config, error) { return loadAWS(ctx, cfg) }

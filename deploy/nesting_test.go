@@ -376,8 +376,9 @@ func checkUserData(src string) []error {
 	if strings.Contains(joined, "aws autoscaling") {
 		errs = append(errs, errors.New("a failed install must not need the aws CLI (Debian and Ubuntu AMIs have none): leave it to the launch hook's ABANDON"))
 	}
-	if !strings.Contains(joined, "trap on_failure EXIT") || !strings.Contains(joined, "set -euo pipefail") || !strings.Contains(joined, "systemctl stop autodiag.service") {
-		errs = append(errs, errors.New("any failure must stop the agent, so it never completes the launch hook: set -euo pipefail, trap on_failure EXIT, systemctl stop autodiag.service"))
+	if !strings.Contains(joined, "trap on_failure EXIT") || !strings.Contains(joined, "set -euo pipefail") || !strings.Contains(joined, "systemctl stop autodiag.service") ||
+		!strings.Contains(joined, "lifecycle abandon-launch") {
+		errs = append(errs, errors.New("any failure must stop the agent and ABANDON the launch through the agent binary: set -euo pipefail, trap on_failure EXIT, systemctl stop autodiag.service, autodiag lifecycle abandon-launch"))
 	}
 	return errs
 }
@@ -407,7 +408,7 @@ func TestUserDataIsBoundedAndFailsLoudly(t *testing.T) {
 }
 
 func TestRejectsUnboundedUserData(t *testing.T) {
-	const ok = "set -euo pipefail\ntrap on_failure EXIT\nsystemctl stop autodiag.service\n"
+	const ok = "set -euo pipefail\ntrap on_failure EXIT\nsystemctl stop autodiag.service\nautodiag lifecycle abandon-launch\n"
 	tests := []struct {
 		name, src string
 		want      []string
