@@ -265,7 +265,9 @@ func TestSignScriptSnapshotVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	t.Cleanup(func() { _ = exec.CommandContext(context.Background(), "gpgconf", "--homedir", home, "--kill", "all").Run() })
+	t.Cleanup(func() {
+		_ = exec.CommandContext(context.Background(), "gpgconf", "--homedir", home, "--kill", "all").Run()
+	})
 	gpg := func(args ...string) error {
 		cmd := exec.CommandContext(t.Context(), "gpg", append([]string{"--batch", "--homedir", home}, args...)...)
 		out, err := cmd.CombinedOutput()
