@@ -155,6 +155,9 @@ resource "aws_autoscaling_group" "fleet" {
   # The hooks live in the group, so they exist before its first instance
   # launches: the launch hook holds each new instance in Pending:Wait until
   # its agent is ready (or ABANDONs it), the drain hook lets it drain.
+  # Auto Scaling reads initial_lifecycle_hook only when it creates a group:
+  # a deployment whose group already exists keeps create_lifecycle_hooks =
+  # true in the module call instead (and drops this block).
   dynamic "initial_lifecycle_hook" {
     for_each = module.autodiag.lifecycle_hooks
     content {

@@ -287,6 +287,13 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
   depends_on = [aws_iam_role_policy.hook]
 }
 
+# The drain hook gained a count (create_lifecycle_hooks): existing state
+# moves to its only instance instead of being destroyed and created again.
+moved {
+  from = aws_autoscaling_lifecycle_hook.drain
+  to   = aws_autoscaling_lifecycle_hook.drain[0]
+}
+
 # Optional launch hook: the agent completes it (by instance id, CONTINUE) once
 # its readiness checks pass, and with ABANDON when they still fail at
 # lifecycle.launch_timeout. No notification target: the agent knows its own
