@@ -153,11 +153,22 @@ const adminRealm = "autodiag admin"
 // which probes call and which reveal nothing. With no credentials it
 // returns h itself.
 func RequireAdminAuth(creds alert.Credentials, h http.Handler) http.Handler {
+	return RequireLiveAdminAuth(creds, nil, h)
+}
+
+// RequireLiveAdminAuth is RequireAdminAuth with live (when not nil)
+// giving the credentials in force for each request, so a rotated
+// admin_auth secret applies without a restart (AuthConfig.Live).
+func RequireLiveAdminAuth(creds alert.Credentials, live func() alert.Credentials, h http.Handler) http.Handler {
 	if !creds.Required() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		probe := (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+		creds := creds
+		if live != nil {
+			creds = live()
+		}
 		if !probe && !creds.Authorized(r) {
 			alert.Unauthorized(w, creds, adminRealm)
 			return

@@ -74,6 +74,22 @@ type Config struct {
 	NotifyClaimIdle time.Duration `yaml:"notify_claim_idle"`
 	// Report is the root-cause report of finished tasks; off by default.
 	Report report.Config `yaml:"report"`
+	// SecretsRefresh is how often the credentials named by *_secret keys
+	// are read again (0: secret.DefaultRefresh); SIGHUP reads them at once.
+	SecretsRefresh time.Duration `yaml:"secrets_refresh"`
+}
+
+// SecretRefs are the references of every credential the agent reads
+// from a secret store and refreshes while it runs (not redis.url_secret,
+// read once at start: a new Redis URL needs a restart).
+func (c Config) SecretRefs() []string {
+	refs := c.AdminAuth.SecretRefs()
+	refs = append(refs, c.Intake.Auth.SecretRefs()...)
+	refs = append(refs, notify.SecretRefs(c.Notify)...)
+	if c.Report.Enabled && c.Report.APIKeySecret != "" {
+		refs = append(refs, c.Report.APIKeySecret)
+	}
+	return refs
 }
 
 // ResultsConfig is the `results:` section. The redaction keys
@@ -324,7 +340,7 @@ func (c Config) Validate() error {
 	} else if !alert.Loopback(host) && !c.AdminAuth.Enabled() {
 		// The admin API starts tasks and drains: anyone who reaches it
 		// could.
-		p.addf("admin_addr", "%q is reachable from other hosts: set admin_auth (bearer_token_env or basic) or listen on loopback (default %s)",
+		p.addf("admin_addr", "%q is reachable from other hosts: set admin_auth (bearer_token_env, bearer_token_secret or basic) or listen on loopback (default %s)",
 			c.AdminAddr, DefaultAdminAddr)
 	}
 	p.adopt("admin_auth", c.AdminAuth.Validate())
@@ -368,6 +384,9 @@ func (c Config) Validate() error {
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
 	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("report", c.Report.Validate())
+	if err := secret.ValidateRefresh(c.SecretsRefresh); err != nil {
+		p.add("secrets_refresh", err)
+	}
 	return p.err()
 }
 

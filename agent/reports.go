@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"time"
 
@@ -50,8 +52,12 @@ func OpenReportParts(cfg Config, awsCfg aws.Config, rc redis.UniversalClient, lo
 		if lookupEnv == nil {
 			lookupEnv = func(string) (string, bool) { return "", false }
 		}
-		key, _ := lookupEnv(rcfg.APIKeyEnv)
-		parts.Provider = report.NewOpenAI(rcfg.BaseURL, key, nil)
+		key, _ := lookupEnv(cmp.Or(rcfg.APIKeySecret, rcfg.APIKeyEnv))
+		var hc *http.Client
+		if rcfg.APIKeySecret != "" {
+			hc = &http.Client{Transport: liveKey{ref: rcfg.APIKeySecret, lookup: lookupEnv, next: http.DefaultTransport}}
+		}
+		parts.Provider = report.NewOpenAI(rcfg.BaseURL, key, hc)
 	default:
 		return nil, fmt.Errorf("agent: report.provider %q: unknown", rcfg.Provider)
 	}
@@ -66,6 +72,22 @@ func OpenReportParts(cfg Config, awsCfg aws.Config, rc redis.UniversalClient, lo
 		parts.Backend = limiter.NewMemory()
 	}
 	return &parts, nil
+}
+
+// liveKey sends each request to the model with report.api_key_secret's
+// value as last read, so a rotated key applies without a restart.
+type liveKey struct {
+	ref    string
+	lookup func(string) (string, bool)
+	next   http.RoundTripper
+}
+
+func (t liveKey) RoundTrip(req *http.Request) (*http.Response, error) {
+	if v, ok := t.lookup(t.ref); ok && v != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+v)
+	}
+	return t.next.RoundTrip(req)
 }
 
 // NewReporter builds the Reporter of parts: the report rule's two

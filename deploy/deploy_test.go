@@ -906,7 +906,10 @@ func grants(t *testing.T, sts []statement, docs ...string) []string {
 //   - redis.url_secret: GetSecretValue or GetParameter, and Decrypt through
 //     that service when the secret has a customer managed key;
 //   - SSE-KMS queues: GenerateDataKey (send) and Decrypt (receive) through SQS;
-//   - report.provider bedrock: InvokeModel (Converse) on the model, and
+//   - the other *_secret credentials: GetSecretValue or GetParameter on
+//     exactly credential_secret_arns, Decrypt through those services;
+//   - report.provider bedrock: InvokeModel (Converse) on the model (and an
+//     inference profile's foundation models), and
 //     ApplyGuardrail on report.guardrail;
 //   - results.s3: PutObject under the bucket's prefix, and GenerateDataKey
 //     through S3 with sse aws:kms.
@@ -942,7 +945,10 @@ func TestAgentPolicyGrantsExactlyTheAgentCalls(t *testing.T) {
 		"kms:Decrypt on " + secretKey + viaKMS,
 		"kms:GenerateDataKey on " + queueKey + viaKMS,
 		"kms:Decrypt on " + queueKey + viaKMS,
-		"bedrock:InvokeModel on var.report_model_arn",
+		"bedrock:InvokeModel on concat([var.report_model_arn], var.report_foundation_model_arns)",
+		"secretsmanager:GetSecretValue on local.credential_sm",
+		"ssm:GetParameter on local.credential_ssm",
+		"kms:Decrypt on var.credential_secret_kms_key_arns" + viaKMS,
 		"bedrock:ApplyGuardrail on var.report_guardrail_arn",
 		"s3:PutObject on local.results_objects_arn",
 		"kms:GenerateDataKey on var.results_kms_key_arn" + viaKMS,

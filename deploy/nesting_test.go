@@ -371,11 +371,14 @@ func checkUserData(src string) []error {
 	if n == 0 {
 		errs = append(errs, errors.New("no curl found"))
 	}
-	if !strings.Contains(joined, "set-instance-health") || !strings.Contains(joined, "--health-status Unhealthy") {
-		errs = append(errs, errors.New("a failed install does not mark the instance Unhealthy (aws autoscaling set-instance-health)"))
+	// A failed install is ended by the launch hook's ABANDON (the agent
+	// never completes it), not by a CLI the AMI may lack.
+	if strings.Contains(joined, "aws autoscaling") {
+		errs = append(errs, errors.New("a failed install must not need the aws CLI (Debian and Ubuntu AMIs have none): leave it to the launch hook's ABANDON"))
 	}
-	if !strings.Contains(joined, "trap mark_unhealthy EXIT") || !strings.Contains(joined, "set -euo pipefail") {
-		errs = append(errs, errors.New("the Unhealthy mark must run on any failure: set -euo pipefail and trap mark_unhealthy EXIT"))
+	if !strings.Contains(joined, "trap on_failure EXIT") || !strings.Contains(joined, "set -euo pipefail") || !strings.Contains(joined, "systemctl stop autodiag.service") ||
+		!strings.Contains(joined, "lifecycle abandon-launch") {
+		errs = append(errs, errors.New("any failure must stop the agent and ABANDON the launch through the agent binary: set -euo pipefail, trap on_failure EXIT, systemctl stop autodiag.service, autodiag lifecycle abandon-launch"))
 	}
 	return errs
 }
@@ -405,7 +408,7 @@ func TestUserDataIsBoundedAndFailsLoudly(t *testing.T) {
 }
 
 func TestRejectsUnboundedUserData(t *testing.T) {
-	const ok = "set -euo pipefail\ntrap mark_unhealthy EXIT\naws autoscaling set-instance-health --health-status Unhealthy\n"
+	const ok = "set -euo pipefail\ntrap on_failure EXIT\nsystemctl stop autodiag.service\nautodiag lifecycle abandon-launch\n"
 	tests := []struct {
 		name, src string
 		want      []string
@@ -413,7 +416,8 @@ func TestRejectsUnboundedUserData(t *testing.T) {
 		{"bounded", ok + "curl -fsSL --connect-timeout 5 --max-time 60 --retry 5 --retry-all-errors -o x url\n", nil},
 		{"continued lines", ok + "curl -fsSL --connect-timeout 5 \\\n  --max-time 60 --retry 5 --retry-all-errors -o x url\n", nil},
 		{"old flags", ok + "curl -fsSL --retry 5 --retry-connrefused -o x url\n", []string{"--connect-timeout", "--max-time", "--retry-all-errors"}},
-		{"no unhealthy mark", "set -euo pipefail\ncurl --connect-timeout 5 --max-time 60 --retry 5 --retry-all-errors url\n", []string{"set-instance-health", "trap mark_unhealthy"}},
+		{"no failure trap", "set -euo pipefail\ncurl --connect-timeout 5 --max-time 60 --retry 5 --retry-all-errors url\n", []string{"trap on_failure"}},
+		{"aws CLI", ok + "aws autoscaling set-instance-health --health-status Unhealthy\ncurl --connect-timeout 5 --max-time 60 --retry 5 --retry-all-errors url\n", []string{"aws CLI"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,6 +42,10 @@ type HandlerConfig struct {
 	Router      *Router
 	Sender      Sender
 	Credentials Credentials
+	// LiveCredentials, when set, gives the credentials in force for each
+	// request instead of Credentials (AuthConfig.Live: a rotated secret
+	// applies without a restart).
+	LiveCredentials func() Credentials
 	// MaxBody is the largest body read; past it the answer is 413. 0 =
 	// DefaultMaxBody.
 	MaxBody int64
@@ -123,8 +127,12 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 func (h *Handler) post(source string) http.HandlerFunc {
 	decode := decoders[source]
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !h.c.Credentials.Authorized(r) {
-			Unauthorized(w, h.c.Credentials, intakeRealm)
+		creds := h.c.Credentials
+		if h.c.LiveCredentials != nil {
+			creds = h.c.LiveCredentials()
+		}
+		if !creds.Authorized(r) {
+			Unauthorized(w, creds, intakeRealm)
 			return
 		}
 		if h.c.Draining() {

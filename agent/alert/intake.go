@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"cmp"
 	"errors"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -24,18 +26,36 @@ type IntakeConfig struct {
 	MaxBody runner.Size `yaml:"max_body"`
 }
 
-// AuthConfig names where the credentials are: environment variables, so
-// no secret sits in the file. At most one of bearer_token_env and basic.
+// AuthConfig names where the credentials are: environment variables or a
+// secret store, so no secret sits in the file. At most one of the bearer
+// token and basic.
 type AuthConfig struct {
 	// BearerTokenEnv names the variable holding the token requests send
 	// as "Authorization: Bearer <token>".
-	BearerTokenEnv string    `yaml:"bearer_token_env"`
-	Basic          BasicAuth `yaml:"basic"`
+	BearerTokenEnv string `yaml:"bearer_token_env"`
+	// BearerTokenSecret is the token's Secrets Manager secret ARN or SSM
+	// SecureString name or ARN, instead of BearerTokenEnv.
+	BearerTokenSecret string    `yaml:"bearer_token_secret"`
+	Basic             BasicAuth `yaml:"basic"`
 }
 
 // Enabled reports whether the section names a credential.
 func (a AuthConfig) Enabled() bool {
-	return a.BearerTokenEnv != "" || a.Basic.User != "" || a.Basic.PasswordEnv != ""
+	return a.bearer() != "" || a.Basic.User != "" || a.Basic.password() != ""
+}
+
+// bearer is where the token is read: the secret reference or the variable.
+func (a AuthConfig) bearer() string { return cmp.Or(a.BearerTokenSecret, a.BearerTokenEnv) }
+
+// SecretRefs are the secret references the section names.
+func (a AuthConfig) SecretRefs() []string {
+	var refs []string
+	for _, r := range []string{a.BearerTokenSecret, a.Basic.PasswordSecret} {
+		if r != "" {
+			refs = append(refs, r)
+		}
+	}
+	return refs
 }
 
 // Validate reports every problem of the section, each naming its key
@@ -51,45 +71,83 @@ func (a AuthConfig) problems(section string) []error {
 	if a.BearerTokenEnv != "" && !envNameRE.MatchString(a.BearerTokenEnv) {
 		add("bearer_token_env", "must name an environment variable, got %q", a.BearerTokenEnv)
 	}
-	basic := a.Basic.User != "" || a.Basic.PasswordEnv != ""
+	if a.BearerTokenEnv != "" && a.BearerTokenSecret != "" {
+		add("bearer_token_secret", "set bearer_token_env or bearer_token_secret, not both")
+	}
+	if a.BearerTokenSecret != "" {
+		if _, err := secret.ParseRef(a.BearerTokenSecret); err != nil {
+			errs = append(errs, &configerr.Error{Key: configerr.JoinKey(section, "bearer_token_secret"), Err: err})
+		}
+	}
+	basic := a.Basic.User != "" || a.Basic.password() != ""
 	if basic {
 		if a.Basic.User == "" {
-			add("basic.user", "must be set with basic.password_env")
+			add("basic.user", "must be set with basic.password_env or basic.password_secret")
 		}
-		if !envNameRE.MatchString(a.Basic.PasswordEnv) {
+		switch {
+		case a.Basic.PasswordEnv != "" && a.Basic.PasswordSecret != "":
+			add("basic.password_secret", "set basic.password_env or basic.password_secret, not both")
+		case a.Basic.PasswordSecret != "":
+			if _, err := secret.ParseRef(a.Basic.PasswordSecret); err != nil {
+				errs = append(errs, &configerr.Error{Key: configerr.JoinKey(section, "basic.password_secret"), Err: err})
+			}
+		case !envNameRE.MatchString(a.Basic.PasswordEnv):
 			add("basic.password_env", "must name an environment variable, got %q", a.Basic.PasswordEnv)
 		}
 	}
-	if a.BearerTokenEnv != "" && basic {
-		add("", "set bearer_token_env or basic, not both")
+	if a.bearer() != "" && basic {
+		key := "bearer_token_env"
+		if a.BearerTokenSecret != "" {
+			key = "bearer_token_secret"
+		}
+		add("", "set %s or basic, not both", key)
 	}
 	return errs
 }
 
 // Credentials reads the secrets the section names through getenv
-// (os.LookupEnv in cmd); errors name keys relative to the section. A named
-// variable that is unset or empty is an error: a listener must not start
+// (os.LookupEnv in cmd, which a secret.Store wraps to answer *_secret
+// references); errors name keys relative to the section. A named variable
+// or secret that is unset or empty is an error: a listener must not start
 // open, nor a client go without them, because a secret is missing.
 func (a AuthConfig) Credentials(getenv func(string) (string, bool)) (Credentials, error) {
 	return a.credentials("", getenv)
 }
 
+// Live returns the credentials in force at each call, read again through
+// getenv so that a rotated secret applies without a restart; initial (what
+// Credentials returned at start) when a read fails, so a listener never
+// opens because a value went missing.
+func (a AuthConfig) Live(getenv func(string) (string, bool), initial Credentials) func() Credentials {
+	return func() Credentials {
+		cr, err := a.credentials("", getenv)
+		if err != nil {
+			return initial
+		}
+		return cr
+	}
+}
+
 func (a AuthConfig) credentials(section string, getenv func(string) (string, bool)) (Credentials, error) {
 	var cr Credentials
-	read := func(key, name string) (string, error) {
+	read := func(envKey, secretKey, env, ref string) (string, error) {
+		key, name, what := envKey, env, "environment variable"
+		if ref != "" {
+			key, name, what = secretKey, ref, "secret"
+		}
 		v, ok := getenv(name)
 		if !ok || v == "" {
-			return "", configerr.Errorf(configerr.JoinKey(section, key), "environment variable %s is unset or empty", name)
+			return "", configerr.Errorf(configerr.JoinKey(section, key), "%s %s is unset or empty", what, name)
 		}
 		return v, nil
 	}
 	var err error
 	switch {
-	case a.BearerTokenEnv != "":
-		cr.BearerToken, err = read("bearer_token_env", a.BearerTokenEnv)
+	case a.bearer() != "":
+		cr.BearerToken, err = read("bearer_token_env", "bearer_token_secret", a.BearerTokenEnv, a.BearerTokenSecret)
 	case a.Basic.User != "":
 		cr.BasicUser = a.Basic.User
-		cr.BasicPassword, err = read("basic.password_env", a.Basic.PasswordEnv)
+		cr.BasicPassword, err = read("basic.password_env", "basic.password_secret", a.Basic.PasswordEnv, a.Basic.PasswordSecret)
 	}
 	if err != nil {
 		return Credentials{}, err
@@ -103,7 +161,12 @@ type BasicAuth struct {
 	User string `yaml:"user"`
 	// PasswordEnv names the variable holding the password.
 	PasswordEnv string `yaml:"password_env"`
+	// PasswordSecret is the password's Secrets Manager secret ARN or SSM
+	// SecureString name or ARN, instead of PasswordEnv.
+	PasswordSecret string `yaml:"password_secret"`
 }
+
+func (b BasicAuth) password() string { return cmp.Or(b.PasswordSecret, b.PasswordEnv) }
 
 // TLSConfig turns on TLS when both files are set.
 type TLSConfig struct {
@@ -160,7 +223,7 @@ func (c IntakeConfig) Validate() error {
 		add("addr", "must name a port, got %q", c.Addr)
 	}
 	if !Loopback(host) && !c.Auth.Enabled() {
-		add("auth", "intake.addr %q is reachable from other hosts: set auth.bearer_token_env or auth.basic", c.Addr)
+		add("auth", "intake.addr %q is reachable from other hosts: set auth.bearer_token_env, auth.bearer_token_secret or auth.basic", c.Addr)
 	}
 	return errors.Join(errs...)
 }

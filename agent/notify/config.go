@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -36,10 +37,17 @@ type SinkConfig struct {
 	URL string `yaml:"url"`
 	// URLEnv names the environment variable holding the URL, read at start.
 	URLEnv string `yaml:"url_env"`
+	// URLSecret is the URL's Secrets Manager secret ARN or SSM SecureString
+	// name or ARN, instead of URL and URLEnv; read at start and at each
+	// secrets refresh.
+	URLSecret string `yaml:"url_secret"`
 	// SecretEnv names the environment variable holding the HMAC-SHA256 key;
 	// with it every request carries X-Autodiag-Signature: sha256=<hex HMAC
 	// of the raw body>. Empty: unsigned.
 	SecretEnv string `yaml:"secret_env"`
+	// SecretSecret is the HMAC key's secret ARN or SSM SecureString name
+	// or ARN, instead of SecretEnv.
+	SecretSecret string `yaml:"secret_secret"`
 	// On lists the events the sink receives (at least one).
 	On []EventType `yaml:"on"`
 	// Timeout bounds one request, answer included (0: DefaultTimeout; at
@@ -86,10 +94,12 @@ func ValidateSinks(list []SinkConfig) error {
 		if c.Type != TypeSlack && c.Type != TypeWebhook {
 			add(k+".type", "%q: must be %s or %s", c.Type, TypeSlack, TypeWebhook)
 		}
-		switch {
-		case c.URL == "" && c.URLEnv == "":
-			add(k+".url", "one of url and url_env must be set")
-		case c.URL != "" && c.URLEnv != "":
+		switch n := countSet(c.URL, c.URLEnv, c.URLSecret); {
+		case n == 0:
+			add(k+".url", "one of url and url_env (or url_secret) must be set")
+		case n > 1 && c.URLSecret != "":
+			add(k+".url_secret", "url, url_env and url_secret are exclusive")
+		case n > 1:
 			add(k+".url", "url and url_env are exclusive")
 		case c.URL != "":
 			if err := checkURL(c.URL, c.AllowHTTP); err != nil {
@@ -107,6 +117,19 @@ func ValidateSinks(list []SinkConfig) error {
 		if c.SecretEnv != "" && c.Type == TypeSlack {
 			add(k+".secret_env", "Slack incoming webhooks do not check signatures; the URL is the secret")
 		}
+		if c.SecretEnv != "" && c.SecretSecret != "" {
+			add(k+".secret_secret", "secret_env and secret_secret are exclusive")
+		}
+		if c.SecretSecret != "" && c.Type == TypeSlack {
+			add(k+".secret_secret", "Slack incoming webhooks do not check signatures; the URL is the secret")
+		}
+		for _, kr := range [][2]string{{".url_secret", c.URLSecret}, {".secret_secret", c.SecretSecret}} {
+			if kr[1] != "" {
+				if _, err := secret.ParseRef(kr[1]); err != nil {
+					errs = append(errs, &configerr.Error{Key: k + kr[0], Err: err})
+				}
+			}
+		}
 		if len(c.On) == 0 {
 			add(k+".on", "must list at least one event")
 		}
@@ -120,6 +143,29 @@ func ValidateSinks(list []SinkConfig) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func countSet(vals ...string) int {
+	n := 0
+	for _, v := range vals {
+		if v != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// SecretRefs are the secret references the sinks name.
+func SecretRefs(list []SinkConfig) []string {
+	var refs []string
+	for _, c := range list {
+		for _, r := range []string{c.URLSecret, c.SecretSecret} {
+			if r != "" {
+				refs = append(refs, r)
+			}
+		}
+	}
+	return refs
 }
 
 // ValidateMaxAge checks notify_max_age (0: DefaultMaxAge).

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -80,31 +81,32 @@ func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *htt
 	var sinks []Sink
 	for _, c := range list {
 		u := c.URL
-		if c.URLEnv != "" {
-			v, ok := getenv(c.URLEnv)
+		if name, what := cmp.Or(c.URLSecret, c.URLEnv), kind(c.URLSecret); name != "" {
+			v, ok := getenv(name)
 			if !ok || v == "" {
-				errs = append(errs, fmt.Errorf("notify: sink %s: environment variable %s is not set", c.Name, c.URLEnv))
+				errs = append(errs, fmt.Errorf("notify: sink %s: %s %s is not set", c.Name, what, name))
 				continue
 			}
 			if err := checkURL(v, c.AllowHTTP); err != nil {
-				errs = append(errs, fmt.Errorf("notify: sink %s: the URL in %s: %w", c.Name, c.URLEnv, err))
+				errs = append(errs, fmt.Errorf("notify: sink %s: the URL in %s: %w", c.Name, name, err))
 				continue
 			}
 			u = v
 		}
 		var secret []byte
-		if c.SecretEnv != "" {
-			v, ok := getenv(c.SecretEnv)
+		if name, what := cmp.Or(c.SecretSecret, c.SecretEnv), kind(c.SecretSecret); name != "" {
+			v, ok := getenv(name)
 			if !ok || v == "" {
-				errs = append(errs, fmt.Errorf("notify: sink %s: environment variable %s is not set", c.Name, c.SecretEnv))
+				errs = append(errs, fmt.Errorf("notify: sink %s: %s %s is not set", c.Name, what, name))
 				continue
 			}
 			secret = []byte(v)
 		}
-		base := httpSink{name: c.Name, on: slices.Clone(c.On), timeout: c.EffectiveTimeout(), url: u, client: client}
+		base := httpSink{name: c.Name, on: slices.Clone(c.On), timeout: c.EffectiveTimeout(), url: u, client: client,
+			urlRef: c.URLSecret, allowHTTP: c.AllowHTTP, getenv: getenv}
 		switch c.Type {
 		case TypeWebhook:
-			sinks = append(sinks, &Webhook{httpSink: base, secret: secret})
+			sinks = append(sinks, &Webhook{httpSink: base, secret: secret, secretRef: c.SecretSecret})
 		case TypeSlack:
 			sinks = append(sinks, &Slack{httpSink: base})
 		}
@@ -115,6 +117,14 @@ func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *htt
 	return sinks, nil
 }
 
+// kind names where a credential is read from in an error.
+func kind(ref string) string {
+	if ref != "" {
+		return "secret"
+	}
+	return "environment variable"
+}
+
 // httpSink is what both sinks share: a name, a subscription, a URL.
 type httpSink struct {
 	name    string
@@ -122,13 +132,29 @@ type httpSink struct {
 	timeout time.Duration
 	url     string // may be a secret: never logged, never in an error
 	client  *http.Client
+	// urlRef, when set, is read again through getenv at each send, so a
+	// rotated url_secret applies without a restart; url is the fallback.
+	urlRef    string
+	allowHTTP bool
+	getenv    func(string) (string, bool)
+}
+
+// target is the URL in force: urlRef's current value when it is a valid
+// URL, else the one read at start.
+func (s *httpSink) target() string {
+	if s.urlRef != "" {
+		if v, ok := s.getenv(s.urlRef); ok && checkURL(v, s.allowHTTP) == nil {
+			return v
+		}
+	}
+	return s.url
 }
 
 func (s *httpSink) Name() string           { return s.name }
 func (s *httpSink) Wants(t EventType) bool { return slices.Contains(s.on, t) }
 func (s *httpSink) Timeout() time.Duration { return s.timeout }
 func (s *httpSink) post(ctx context.Context, body []byte, header http.Header) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.target(), bytes.NewReader(body))
 	if err != nil {
 		return &SendError{Permanent: true}
 	}
@@ -189,6 +215,19 @@ func retryAfter(v string, now time.Time) time.Duration {
 type Webhook struct {
 	httpSink
 	secret []byte
+	// secretRef, when set, is read again at each send (a rotated
+	// secret_secret); secret is the fallback.
+	secretRef string
+}
+
+// key is the HMAC key in force.
+func (w *Webhook) key() []byte {
+	if w.secretRef != "" {
+		if v, ok := w.getenv(w.secretRef); ok && v != "" {
+			return []byte(v)
+		}
+	}
+	return w.secret
 }
 
 // Send posts d.Body with the event, delivery and (with a secret)
@@ -197,8 +236,8 @@ func (w *Webhook) Send(ctx context.Context, d Delivery) error {
 	h := http.Header{}
 	h.Set(HeaderEvent, string(d.Event))
 	h.Set(HeaderDelivery, d.ID)
-	if w.secret != nil {
-		h.Set(HeaderSignature, Sign(w.secret, d.Body))
+	if k := w.key(); k != nil {
+		h.Set(HeaderSignature, Sign(k, d.Body))
 	}
 	return w.post(ctx, d.Body, h)
 }

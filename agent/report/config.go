@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -32,6 +33,10 @@ type Config struct {
 	// APIKeyEnv names the environment variable holding the openai
 	// provider's key; the key itself is never in the file.
 	APIKeyEnv string `yaml:"api_key_env"`
+	// APIKeySecret is the key's Secrets Manager secret ARN or SSM
+	// SecureString name or ARN, instead of APIKeyEnv; read at start and at
+	// each secrets refresh.
+	APIKeySecret string `yaml:"api_key_secret"`
 	// On are the task outcomes that get a report.
 	On []string `yaml:"on"`
 	// Temperature and MaxTokens are sent with every request.
@@ -148,12 +153,23 @@ func (c Config) Validate() error {
 		if c.Provider == ProviderOpenAI && c.BaseURL == "" {
 			add("base_url", "must be set for provider %q", ProviderOpenAI)
 		}
-		if c.Provider == ProviderOpenAI && c.APIKeyEnv == "" {
-			add("api_key_env", "must name the environment variable holding the key for provider %q", ProviderOpenAI)
+		if c.Provider == ProviderOpenAI && c.APIKeyEnv == "" && c.APIKeySecret == "" {
+			add("api_key_env", "must name the environment variable holding the key for provider %q (or set api_key_secret)", ProviderOpenAI)
 		}
 	}
 	if c.Provider == ProviderBedrock && c.APIKeyEnv != "" {
 		add("api_key_env", "is for provider %q; bedrock uses the AWS credentials", ProviderOpenAI)
+	}
+	if c.Provider == ProviderBedrock && c.APIKeySecret != "" {
+		add("api_key_secret", "is for provider %q; bedrock uses the AWS credentials", ProviderOpenAI)
+	}
+	if c.APIKeyEnv != "" && c.APIKeySecret != "" {
+		add("api_key_secret", "set api_key_env or api_key_secret, not both")
+	}
+	if c.APIKeySecret != "" {
+		if _, err := secret.ParseRef(c.APIKeySecret); err != nil {
+			errs = append(errs, &configerr.Error{Key: "api_key_secret", Err: err})
+		}
 	}
 	for i, o := range c.On {
 		if !slices.Contains(outcomes, o) {

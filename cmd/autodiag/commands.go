@@ -136,7 +136,7 @@ func (c *cli) enqueueCmd() *cobra.Command {
 			}
 			body, _ := json.Marshal(t)
 			if queueURL == "" {
-				target, err := newAdminTarget(cfg, addr)
+				target, err := newAdminTarget(cmd.Context(), cfg, addr)
 				if err != nil {
 					return err
 				}
@@ -191,7 +191,7 @@ func (c *cli) statusCmd() *cobra.Command {
 				return err
 			}
 			if rc == nil {
-				target, err := newAdminTarget(cfg, addr)
+				target, err := newAdminTarget(cmd.Context(), cfg, addr)
 				if err != nil {
 					return err
 				}

@@ -78,11 +78,11 @@ func (s *intakeServer) shutdown() {
 
 // startAgentIntake serves a's intake when intake.addr is set; nil
 // otherwise. Missing credentials are a configuration error (exit 2).
-func startAgentIntake(ctx context.Context, cfg agent.Config, a *agent.Agent, log *slog.Logger) (*intakeServer, error) {
+func startAgentIntake(ctx context.Context, cfg agent.Config, a *agent.Agent, lookup func(string) (string, bool), log *slog.Logger) (*intakeServer, error) {
 	if !cfg.Intake.Enabled() {
 		return nil, nil
 	}
-	h, err := a.IntakeHandler(os.LookupEnv)
+	h, err := a.IntakeHandler(lookup)
 	if err != nil {
 		return nil, intakeStartError(err)
 	}
@@ -116,20 +116,26 @@ func (c *cli) intakeCmd() *cobra.Command {
 // then on and stops after intakeDrainGrace, so a load balancer sees the
 // intake go unready before its connections close; a second stops at once.
 func (c *cli) runIntake(cfg agent.Config) error {
-	adminCreds, err := adminCredentials(cfg)
-	if err != nil {
-		return err
-	}
 	log := newLogger(c.stderr, cfg.LogLevel)
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigc)
 	ctx := context.Background()
-	in, err := agent.OpenIntake(ctx, cfg, c.openOptions(log), os.LookupEnv)
+	creds, err := openCredentials(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer creds.stop()
+	adminCreds, err := adminCredentials(cfg, creds.lookup)
+	if err != nil {
+		return err
+	}
+	in, err := agent.OpenIntake(ctx, cfg, c.openOptions(log), creds.lookup)
 	if err != nil {
 		return intakeStartError(err)
 	}
-	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireAdminAuth(adminCreds, in.AdminHandler()), log.With("component", "admin"))
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireLiveAdminAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), in.AdminHandler()),
+		log.With("component", "admin"))
 	if err != nil {
 		return err
 	}

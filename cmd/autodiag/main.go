@@ -103,7 +103,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
 	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd(),
-		c.intakeCmd(), c.routesCmd(), c.showCmd(), c.notifyCmd(), c.reportCmd())
+		c.intakeCmd(), c.routesCmd(), c.showCmd(), c.notifyCmd(), c.reportCmd(), c.healthcheckCmd(), c.lifecycleCmd())
 	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
@@ -208,10 +208,6 @@ func (c *cli) runCmd() *cobra.Command {
 
 func (c *cli) runAgent(cfg agent.Config) error {
 	start := time.Now()
-	adminCreds, err := adminCredentials(cfg)
-	if err != nil {
-		return err
-	}
 	log := newLogger(c.stderr, cfg.LogLevel)
 	// Signals: the first SIGTERM/SIGINT drains, a second one exits fast.
 	sigc := make(chan os.Signal, 2)
@@ -220,8 +216,19 @@ func (c *cli) runAgent(cfg agent.Config) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	creds, err := openCredentials(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer creds.stop()
+	adminCreds, err := adminCredentials(cfg, creds.lookup)
+	if err != nil {
+		return err
+	}
 	redis.SetLogger(agent.RedisLogger{Logger: log.With("component", "redis")})
-	a, closeAgent, err := agent.Open(ctx, cfg, c.openOptions(log))
+	opts := c.openOptions(log)
+	opts.LookupEnv = creds.lookup
+	a, closeAgent, err := agent.Open(ctx, cfg, opts)
 	if err != nil {
 		if errors.As(err, new(*agent.InstanceIDError)) {
 			return usageError{fmt.Errorf("start: %w", err)}
@@ -232,11 +239,12 @@ func (c *cli) runAgent(cfg agent.Config) error {
 
 	// Config validation refuses admin_addr beyond loopback without
 	// admin_auth, so an open listener here is a loopback one.
-	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireAdminAuth(adminCreds, a.Handler()), log.With("component", "admin"))
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireLiveAdminAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), a.Handler()),
+		log.With("component", "admin"))
 	if err != nil {
 		return err
 	}
-	intake, err := startAgentIntake(ctx, cfg, a, log)
+	intake, err := startAgentIntake(ctx, cfg, a, creds.lookup, log)
 	if err != nil {
 		admin.Shutdown()
 		return err
@@ -294,6 +302,22 @@ func (c *cli) runAgent(cfg agent.Config) error {
 		}
 	}()
 
+	// WatchdogSec in the unit: WATCHDOG=1 from ready on, while the admin
+	// listener answers, until the agent exits.
+	wdCtx, wdStop := context.WithCancel(ctx)
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		select {
+		case <-a.Started():
+		case <-wdCtx.Done():
+			return
+		}
+		runWatchdog(wdCtx, watchdogInterval(), healthzCheck(admin.Addr()), func(s string) { sdNotify(log, s) },
+			log.With("component", "watchdog"))
+	}()
+	defer func() { wdStop(); <-wdDone }()
+
 	runErr := a.Run(ctx)
 	close(runDone)
 	<-sigDone
@@ -319,7 +343,7 @@ func (c *cli) drainCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if target, err = newAdminTarget(cfg, addr); err != nil {
+				if target, err = newAdminTarget(cmd.Context(), cfg, addr); err != nil {
 					return err
 				}
 			}
@@ -335,10 +359,11 @@ func (c *cli) drainCmd() *cobra.Command {
 	return cmd
 }
 
-// adminCredentials reads the secret admin_auth names; one unset is a
-// configuration error (exit 2) naming its key.
-func adminCredentials(cfg agent.Config) (alert.Credentials, error) {
-	creds, err := cfg.AdminCredentials(os.LookupEnv)
+// adminCredentials reads the secret admin_auth names through lookup (the
+// environment and the secret store); one unset is a configuration error
+// (exit 2) naming its key.
+func adminCredentials(cfg agent.Config, lookup func(string) (string, bool)) (alert.Credentials, error) {
+	creds, err := cfg.AdminCredentials(lookup)
 	if err != nil {
 		return alert.Credentials{}, usageError{fmt.Errorf("invalid configuration: %w", err)}
 	}
@@ -354,11 +379,15 @@ type adminTarget struct {
 
 // newAdminTarget is addr (admin_addr of cfg when empty) with admin_auth's
 // credentials from the environment.
-func newAdminTarget(cfg agent.Config, addr string) (adminTarget, error) {
+func newAdminTarget(ctx context.Context, cfg agent.Config, addr string) (adminTarget, error) {
 	if addr == "" {
 		addr = cfg.AdminAddr
 	}
-	creds, err := adminCredentials(cfg)
+	lookup, err := cliLookup(ctx, cfg, cfg.AdminAuth.SecretRefs())
+	if err != nil {
+		return adminTarget{}, err
+	}
+	creds, err := adminCredentials(cfg, lookup)
 	if err != nil {
 		return adminTarget{}, err
 	}

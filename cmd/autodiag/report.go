@@ -119,7 +119,15 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 			return rootcause.Result{}, fmt.Errorf("report: aws config: %w", err)
 		}
 	}
-	parts, err := agent.OpenReportParts(cfg, awsCfg, rc, os.LookupEnv)
+	var keyRefs []string
+	if cfg.Report.APIKeySecret != "" {
+		keyRefs = []string{cfg.Report.APIKeySecret}
+	}
+	lookup, err := cliLookup(ctx, cfg, keyRefs)
+	if err != nil {
+		return rootcause.Result{}, fmt.Errorf("report: %w", err)
+	}
+	parts, err := agent.OpenReportParts(cfg, awsCfg, rc, lookup)
 	if err != nil {
 		return rootcause.Result{}, err
 	}

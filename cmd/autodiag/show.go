@@ -77,7 +77,7 @@ func lookupTask(ctx context.Context, cfg agent.Config, addr, id string) (agent.T
 		}
 		return agent.NewTaskView(rec), nil
 	}
-	target, err := newAdminTarget(cfg, addr)
+	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
 		return agent.TaskView{}, err
 	}

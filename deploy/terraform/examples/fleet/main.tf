@@ -24,7 +24,12 @@ locals {
       hook_name              = module.autodiag.lifecycle_hook_name
       asg_name               = var.name
       hook_heartbeat_timeout = "${module.autodiag.heartbeat_timeout}s"
+      launch_hook_name       = module.autodiag.launch_hook_name
     })
+    # With admin_token_secret_arn the admin API may listen beyond loopback
+    # (a metrics scraper, `autodiag drain` from a bastion): the token comes
+    # from that secret, read with the instance role, never from user data.
+    admin_addr = var.admin_token_secret_arn == null ? local.base_config.admin_addr : "0.0.0.0:9464"
     cloudwatch = {
       enabled   = true
       namespace = module.autodiag.metrics_namespace
@@ -41,6 +46,9 @@ locals {
         )
       }
     } : k => v if var.results_bucket != null },
+    { for k, v in {
+      admin_auth = { bearer_token_secret = var.admin_token_secret_arn }
+    } : k => v if var.admin_token_secret_arn != null },
   )
 
   # One unit for both installs: deploy/systemd/autodiag.service. The
@@ -144,6 +152,24 @@ resource "aws_autoscaling_group" "fleet" {
     version = aws_launch_template.fleet.latest_version
   }
 
+  # The hooks live in the group, so they exist before its first instance
+  # launches: the launch hook holds each new instance in Pending:Wait until
+  # its agent is ready (or ABANDONs it), the drain hook lets it drain.
+  # Auto Scaling reads initial_lifecycle_hook only when it creates a group:
+  # a deployment whose group already exists keeps create_lifecycle_hooks =
+  # true in the module call instead (and drops this block).
+  dynamic "initial_lifecycle_hook" {
+    for_each = module.autodiag.lifecycle_hooks
+    content {
+      name                    = initial_lifecycle_hook.value.name
+      lifecycle_transition    = initial_lifecycle_hook.value.lifecycle_transition
+      heartbeat_timeout       = initial_lifecycle_hook.value.heartbeat_timeout
+      default_result          = initial_lifecycle_hook.value.default_result
+      notification_target_arn = initial_lifecycle_hook.value.notification_target_arn
+      role_arn                = initial_lifecycle_hook.value.role_arn
+    }
+  }
+
   # Replace instances when the launch template changes; the lifecycle hook
   # lets each replaced agent drain first.
   instance_refresh {
@@ -161,14 +187,26 @@ resource "aws_autoscaling_group" "fleet" {
       propagate_at_launch = true
     }
   }
+
+  # First boot without races: no instance launches before the instance
+  # role's policy (and the queues, the hook role and its policy) exist. The
+  # module takes the group's name as a plain string, so this is no cycle.
+  depends_on = [module.autodiag]
 }
 
 module "autodiag" {
   source = "../../modules/autodiag"
 
-  name             = var.name
-  asg_name         = aws_autoscaling_group.fleet.name
-  lifecycle_source = var.lifecycle_source
+  name = var.name
+  # var.name, not aws_autoscaling_group.fleet.name: the group depends on
+  # the module (depends_on above), so the module must not depend on it.
+  asg_name               = var.name
+  lifecycle_source       = var.lifecycle_source
+  create_lifecycle_hooks = false
+  # The agent completes it once ready; an install that fails leaves it to
+  # time out with ABANDON, so the group replaces the instance.
+  launch_hook              = true
+  launch_heartbeat_timeout = var.launch_heartbeat_timeout
 
   # Hook heartbeat timeout 300s > 2 x lifecycle.heartbeat_interval (30s);
   # global timeout min(48h, 100 x 300s) = 8h20m > lifecycle.drain_timeout (10m).
@@ -185,27 +223,11 @@ module "autodiag" {
 
   redis_url_secret_arn         = var.redis_url_secret_arn
   redis_url_secret_kms_key_arn = var.redis_url_secret_kms_key_arn
+  credential_secret_arns       = compact([var.admin_token_secret_arn])
 
   results_bucket      = var.results_bucket
   results_prefix      = var.results_prefix
   results_kms_key_arn = var.results_kms_key_arn
 
   tags = var.tags
-}
-
-# A failed install marks the instance Unhealthy so the group replaces it (the
-# example has no launch lifecycle hook that could ABANDON instead). Auto
-# Scaling authorises SetInstanceHealth on the group, not on the instance.
-data "aws_iam_policy_document" "install_health" {
-  statement {
-    sid       = "MarkFailedInstallUnhealthy"
-    actions   = ["autoscaling:SetInstanceHealth"]
-    resources = [aws_autoscaling_group.fleet.arn]
-  }
-}
-
-resource "aws_iam_role_policy" "install_health" {
-  name   = "autodiag-install-health"
-  role   = module.autodiag.instance_role_name
-  policy = data.aws_iam_policy_document.install_health.json
 }

@@ -134,3 +134,15 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "launch_heartbeat_timeout" {
+  description = "Seconds a new instance may stay in Pending:Wait before its launch hook ABANDONs it: the time an install (download, package, first start) may take, and how long a failed one waits to be replaced."
+  type        = number
+  default     = 600
+}
+
+variable "admin_token_secret_arn" {
+  description = "Secrets Manager secret (full ARN) or SSM SecureString parameter ARN holding the admin API token (admin_auth.bearer_token_secret). Set, the admin API listens on 0.0.0.0:9464 and requires the token; null keeps it on loopback."
+  type        = string
+  default     = null
+}

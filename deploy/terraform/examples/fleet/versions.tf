@@ -4,8 +4,11 @@ terraform {
 
   required_providers {
     aws = {
-      source  = "hashicorp/aws"
-      version = ">= 5.0, < 7.0"
+      source = "hashicorp/aws"
+      # Pinned to the release the example is tested with, and locked in
+      # .terraform.lock.hcl (commit both; refresh the lock for every
+      # platform that runs it with `terraform providers lock -platform=...`).
+      version = "~> 5.100.0"
     }
   }
 }

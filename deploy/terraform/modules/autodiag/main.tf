@@ -51,6 +51,16 @@ locals {
   terminating_stuck_minutes = coalesce(var.terminating_stuck_minutes, var.drain_stuck_minutes + 5)
 
   alarm_actions = var.alarm_sns_topic_arn == null ? [] : [var.alarm_sns_topic_arn]
+
+  # The other credential secrets, by service; KMS only through the services
+  # (and regions) that hold them.
+  credential_sm  = [for a in var.credential_secret_arns : a if split(":", a)[2] == "secretsmanager"]
+  credential_ssm = [for a in var.credential_secret_arns : a if split(":", a)[2] == "ssm"]
+  credential_via = distinct([for a in var.credential_secret_arns : "${split(":", a)[2]}.${split(":", a)[3]}.amazonaws.com"])
+
+  # An inference profile routes to foundation models that need their own
+  # grant; a profile without them would fail every report with AccessDenied.
+  report_model_is_profile = var.report_model_arn == null ? false : can(regex(":(application-)?inference-profile/", var.report_model_arn))
 }
 
 # ---------------------------------------------------------------------------
@@ -200,6 +210,14 @@ data "aws_iam_policy_document" "hook_assume" {
       type        = "Service"
       identifiers = ["autoscaling.amazonaws.com"]
     }
+
+    # Only Auto Scaling acting for this account may assume it (confused
+    # deputy).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account]
+    }
   }
 }
 
@@ -253,6 +271,8 @@ resource "aws_iam_role_policy" "hook" {
 # Lifecycle hook on the caller's group
 
 resource "aws_autoscaling_lifecycle_hook" "drain" {
+  count = var.create_lifecycle_hooks ? 1 : 0
+
   name                   = local.hook_name
   autoscaling_group_name = var.asg_name
   lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
@@ -267,6 +287,13 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
   depends_on = [aws_iam_role_policy.hook]
 }
 
+# The drain hook gained a count (create_lifecycle_hooks): existing state
+# moves to its only instance instead of being destroyed and created again.
+moved {
+  from = aws_autoscaling_lifecycle_hook.drain
+  to   = aws_autoscaling_lifecycle_hook.drain[0]
+}
+
 # Optional launch hook: the agent completes it (by instance id, CONTINUE) once
 # its readiness checks pass, and with ABANDON when they still fail at
 # lifecycle.launch_timeout. No notification target: the agent knows its own
@@ -274,7 +301,7 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
 # the instance is replaced instead of put in service unable to work. The
 # agent's existing grants on the group cover it (CompleteOwnLifecycleActions).
 resource "aws_autoscaling_lifecycle_hook" "launch" {
-  count = var.launch_hook ? 1 : 0
+  count = var.create_lifecycle_hooks && var.launch_hook ? 1 : 0
 
   name                   = local.launch_hook_name
   autoscaling_group_name = var.asg_name
@@ -412,14 +439,49 @@ data "aws_iam_policy_document" "agent" {
     }
   }
 
-  # report.provider bedrock: Converse on exactly the configured model, and
+  # The other *_secret credentials: read at start and at every refresh.
+  dynamic "statement" {
+    for_each = length(local.credential_sm) > 0 ? [1] : []
+    content {
+      sid       = "ReadCredentialSecrets"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = local.credential_sm
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(local.credential_ssm) > 0 ? [1] : []
+    content {
+      sid       = "ReadCredentialParameters"
+      actions   = ["ssm:GetParameter"]
+      resources = local.credential_ssm
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.credential_secret_kms_key_arns) > 0 && length(var.credential_secret_arns) > 0 ? [1] : []
+    content {
+      sid       = "DecryptCredentialSecrets"
+      actions   = ["kms:Decrypt"]
+      resources = var.credential_secret_kms_key_arns
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = local.credential_via
+      }
+    }
+  }
+
+  # report.provider bedrock: Converse on exactly the configured model (with
+  # an inference profile, also on the foundation models it routes to), and
   # its guardrail when report.guardrail is set.
   dynamic "statement" {
     for_each = var.report_model_arn == null ? [] : [var.report_model_arn]
     content {
       sid       = "InvokeReportModel"
       actions   = ["bedrock:InvokeModel"]
-      resources = [var.report_model_arn]
+      resources = concat([var.report_model_arn], var.report_foundation_model_arns)
     }
   }
 
@@ -491,6 +553,13 @@ resource "aws_iam_role_policy" "agent" {
   name   = "autodiag-agent"
   role   = aws_iam_role.agent.id
   policy = data.aws_iam_policy_document.agent.json
+
+  lifecycle {
+    precondition {
+      condition     = !local.report_model_is_profile || length(var.report_foundation_model_arns) > 0
+      error_message = "report_model_arn is an inference profile: list the foundation-model ARNs it routes to in report_foundation_model_arns, or every report fails with AccessDenied."
+    }
+  }
 }
 
 resource "aws_iam_instance_profile" "agent" {

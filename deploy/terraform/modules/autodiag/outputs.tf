@@ -63,11 +63,17 @@ output "instance_role_arn" {
 output "instance_profile_name" {
   description = "Instance profile for the launch template."
   value       = aws_iam_instance_profile.agent.name
+  # A launch template that names the profile waits for the role's policy:
+  # an instance never boots with a role that cannot yet read its queue.
+  depends_on = [aws_iam_role_policy.agent]
 }
 
 output "instance_profile_arn" {
   description = "ARN of the instance profile for the launch template."
   value       = aws_iam_instance_profile.agent.arn
+  # A launch template that names the profile waits for the role's policy:
+  # an instance never boots with a role that cannot yet read its queue.
+  depends_on = [aws_iam_role_policy.agent]
 }
 
 output "metrics_namespace" {
@@ -107,4 +113,34 @@ output "alarm_topic_arn" {
 output "results_objects_arn" {
   description = "ARN pattern of the full task outputs the instance role may s3:PutObject (results_bucket/results_prefix/*); null when results_bucket is not set."
   value       = local.results_objects_arn
+}
+
+output "lifecycle_hooks" {
+  description = "The lifecycle hooks as initial_lifecycle_hook blocks of the caller's aws_autoscaling_group (create_lifecycle_hooks = false): a hook in the group exists before its first instance launches."
+  value = concat(
+    [{
+      name                    = local.hook_name
+      lifecycle_transition    = "autoscaling:EC2_INSTANCE_TERMINATING"
+      heartbeat_timeout       = var.heartbeat_timeout
+      default_result          = var.default_result
+      notification_target_arn = local.use_sqs ? aws_sqs_queue.lifecycle[0].arn : null
+      role_arn                = local.use_sqs ? aws_iam_role.hook[0].arn : null
+    }],
+    var.launch_hook ? [{
+      name                    = local.launch_hook_name
+      lifecycle_transition    = "autoscaling:EC2_INSTANCE_LAUNCHING"
+      heartbeat_timeout       = var.launch_heartbeat_timeout
+      default_result          = "ABANDON"
+      notification_target_arn = null
+      role_arn                = null
+    }] : [],
+  )
+  # Auto Scaling sends a test notification when a hook is put: the hook
+  # role must be able to publish first.
+  depends_on = [aws_iam_role_policy.hook]
+}
+
+output "credential_secret_arns" {
+  description = "The credential secrets the instance role may read (credential_secret_arns)."
+  value       = var.credential_secret_arns
 }

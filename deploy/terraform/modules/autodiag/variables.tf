@@ -30,6 +30,12 @@ variable "lifecycle_hook_name" {
   default     = null
 }
 
+variable "create_lifecycle_hooks" {
+  description = "Create the lifecycle hooks as aws_autoscaling_lifecycle_hook resources on asg_name. False: the caller puts the lifecycle_hooks output in its group as initial_lifecycle_hook blocks, so the hooks exist before the first instance launches and the group can depend on the instance role's policy without a cycle (the example does)."
+  type        = bool
+  default     = true
+}
+
 variable "launch_hook" {
   description = "Create an EC2_INSTANCE_LAUNCHING lifecycle hook that the agent completes once ready (lifecycle.launch_hook_name); it times out with ABANDON, so an instance whose agent never gets ready is replaced."
   type        = bool
@@ -184,6 +190,39 @@ variable "report_model_arn" {
   validation {
     condition     = var.report_model_arn == null ? true : can(regex("^arn:[a-z-]+:bedrock:[a-z0-9-]+:([0-9]{12})?:(foundation-model|inference-profile|application-inference-profile|provisioned-model|custom-model)/[A-Za-z0-9._:/-]+$", var.report_model_arn))
     error_message = "report_model_arn must be a Bedrock model or inference profile ARN (arn:...:bedrock:REGION:[ACCOUNT]:foundation-model/ID)."
+  }
+}
+
+variable "credential_secret_arns" {
+  description = "ARNs of the secrets behind the agent config's other *_secret keys (admin_auth and intake.auth tokens or passwords, notify[].url_secret and secret_secret, report.api_key_secret): full Secrets Manager secret ARNs (with the 6-character suffix) or SSM parameter ARNs. The instance role may secretsmanager:GetSecretValue or ssm:GetParameter exactly these."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.credential_secret_arns : can(regex("^arn:[a-z-]+:(secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}|ssm:[a-z0-9-]+:[0-9]{12}:parameter/[A-Za-z0-9/_.-]+)$", a))])
+    error_message = "credential_secret_arns must hold full Secrets Manager secret ARNs (ending in -XXXXXX) or SSM parameter ARNs (arn:...:ssm:REGION:ACCOUNT:parameter/NAME)."
+  }
+}
+
+variable "credential_secret_kms_key_arns" {
+  description = "ARNs of the customer managed KMS keys that encrypt credential_secret_arns. Empty: AWS managed keys, which need no grant. The role may kms:Decrypt with them only through Secrets Manager or SSM in the secrets' regions."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.credential_secret_kms_key_arns : can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", a))])
+    error_message = "credential_secret_kms_key_arns must hold KMS key ARNs (arn:...:kms:REGION:ACCOUNT:key/ID)."
+  }
+}
+
+variable "report_foundation_model_arns" {
+  description = "With an inference profile as report_model_arn: the foundation-model ARNs it routes to (arn:aws:bedrock:REGION::foundation-model/ID, one per region of a cross-region profile). Bedrock authorises InvokeModel on the profile and on the model in the region that serves the call, so both are granted."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.report_foundation_model_arns : can(regex("^arn:[a-z-]+:bedrock:[a-z0-9-]+::foundation-model/[A-Za-z0-9._:-]+$", a))])
+    error_message = "report_foundation_model_arns must hold foundation-model ARNs (arn:...:bedrock:REGION::foundation-model/ID)."
   }
 }
 

@@ -227,3 +227,37 @@ run "no_results_bucket_no_results_section" {
     error_message = "without results_bucket the agent config has no results section"
   }
 }
+
+run "launch_hook_in_the_group_and_the_config" {
+  command = apply
+
+  assert {
+    condition     = local.agent_config.lifecycle.launch_hook_name == "autodiag-launch" && module.autodiag.launch_hook_name == "autodiag-launch"
+    error_message = "the example enables the launch hook and names it in the agent config"
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.fleet.initial_lifecycle_hook) == 2 && length([for h in aws_autoscaling_group.fleet.initial_lifecycle_hook : h if h.lifecycle_transition == "autoscaling:EC2_INSTANCE_LAUNCHING" && h.default_result == "ABANDON" && h.heartbeat_timeout == 600]) == 1
+    error_message = "the group carries both hooks from its creation, the launch one ABANDONing after launch_heartbeat_timeout"
+  }
+  assert {
+    condition     = module.autodiag.alarm_arns != null && !strcontains(local.user_data, "aws autoscaling") && strcontains(local.user_data, "ABANDON")
+    error_message = "an install failure relies on the launch hook, not the aws CLI"
+  }
+}
+
+run "admin_token_from_a_secret" {
+  command = apply
+
+  variables {
+    admin_token_secret_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/admin-token-XyZ789"
+  }
+
+  assert {
+    condition     = local.agent_config.admin_auth.bearer_token_secret == var.admin_token_secret_arn && local.agent_config.admin_addr == "0.0.0.0:9464"
+    error_message = "the admin token comes from its secret, and only then does the admin API leave loopback"
+  }
+  assert {
+    condition     = contains(module.autodiag.credential_secret_arns, var.admin_token_secret_arn)
+    error_message = "the instance role may read the admin token's secret"
+  }
+}

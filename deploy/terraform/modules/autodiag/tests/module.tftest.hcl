@@ -42,19 +42,19 @@ run "imds_source_has_no_notification_queue" {
     error_message = "the imds source must create neither the lifecycle queue nor the hook role"
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.notification_target_arn == null && aws_autoscaling_lifecycle_hook.drain.role_arn == null
+    condition     = aws_autoscaling_lifecycle_hook.drain[0].notification_target_arn == null && aws_autoscaling_lifecycle_hook.drain[0].role_arn == null
     error_message = "the imds hook must have no notification target"
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.lifecycle_transition == "autoscaling:EC2_INSTANCE_TERMINATING"
+    condition     = aws_autoscaling_lifecycle_hook.drain[0].lifecycle_transition == "autoscaling:EC2_INSTANCE_TERMINATING"
     error_message = "the hook must fire on termination"
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.name == "autodiag-drain" && output.lifecycle_hook_name == "autodiag-drain"
+    condition     = aws_autoscaling_lifecycle_hook.drain[0].name == "autodiag-drain" && output.lifecycle_hook_name == "autodiag-drain"
     error_message = "default hook name is <name>-drain"
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.autoscaling_group_name == "fleet"
+    condition     = aws_autoscaling_lifecycle_hook.drain[0].autoscaling_group_name == "fleet"
     error_message = "the hook must attach to asg_name"
   }
   assert {
@@ -169,11 +169,11 @@ run "sqs_source_creates_queue_and_hook_role" {
     error_message = "the sqs source needs the lifecycle queue and the hook role"
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.notification_target_arn == aws_sqs_queue.lifecycle[0].arn && aws_autoscaling_lifecycle_hook.drain.role_arn == aws_iam_role.hook[0].arn
+    condition     = aws_autoscaling_lifecycle_hook.drain[0].notification_target_arn == aws_sqs_queue.lifecycle[0].arn && aws_autoscaling_lifecycle_hook.drain[0].role_arn == aws_iam_role.hook[0].arn
     error_message = "the hook must publish to the lifecycle queue with the hook role"
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.name == "drain-me"
+    condition     = aws_autoscaling_lifecycle_hook.drain[0].name == "drain-me"
     error_message = "lifecycle_hook_name must override the default"
   }
   assert {
@@ -404,5 +404,105 @@ run "no_results_bucket_no_grant" {
   assert {
     condition     = output.results_objects_arn == null
     error_message = "without results_bucket nothing is granted on S3"
+  }
+}
+
+run "credential_secrets_granted_by_service_with_kms_via_service" {
+  command = apply
+
+  variables {
+    credential_secret_arns = [
+      "arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/intake-token-AbC123",
+      "arn:aws:ssm:eu-west-1:123456789012:parameter/autodiag/webhook-hmac",
+      "arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/model-key-XyZ789",
+    ]
+    credential_secret_kms_key_arns = ["arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"]
+  }
+
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if s.sid == "ReadCredentialSecrets" && tolist(s.actions) == tolist(["secretsmanager:GetSecretValue"]) && toset(s.resources) == toset([var.credential_secret_arns[0], var.credential_secret_arns[2]])]) == 1
+    error_message = "Secrets Manager credential ARNs get GetSecretValue on exactly them"
+  }
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if s.sid == "ReadCredentialParameters" && tolist(s.actions) == tolist(["ssm:GetParameter"]) && tolist(s.resources) == tolist([var.credential_secret_arns[1]])]) == 1
+    error_message = "SSM credential ARNs get GetParameter on exactly them"
+  }
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if s.sid == "DecryptCredentialSecrets" && tolist(s.actions) == tolist(["kms:Decrypt"]) && tolist(s.resources) == tolist(var.credential_secret_kms_key_arns)]) == 1 && toset(local.credential_via) == toset(["secretsmanager.eu-west-1.amazonaws.com", "ssm.eu-west-1.amazonaws.com"])
+    error_message = "credential KMS keys decrypt only through the services holding the secrets"
+  }
+}
+
+run "no_credential_grant_by_default" {
+  command = plan
+
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if contains(["ReadCredentialSecrets", "ReadCredentialParameters", "DecryptCredentialSecrets"], coalesce(s.sid, "-"))]) == 0
+    error_message = "no credential grant without credential_secret_arns"
+  }
+}
+
+run "rejects_partial_credential_secret_arn" {
+  command = plan
+
+  variables {
+    credential_secret_arns = ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/intake-token"]
+  }
+
+  expect_failures = [var.credential_secret_arns]
+}
+
+run "inference_profile_grants_its_foundation_models" {
+  command = apply
+
+  variables {
+    report_model_arn             = "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/eu.amazon.nova-lite-v1:0"
+    report_foundation_model_arns = ["arn:aws:bedrock:eu-west-1::foundation-model/amazon.nova-lite-v1:0", "arn:aws:bedrock:eu-central-1::foundation-model/amazon.nova-lite-v1:0"]
+  }
+
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.agent.statement : s if s.sid == "InvokeReportModel" && toset(s.resources) == toset(concat([var.report_model_arn], var.report_foundation_model_arns))]) == 1
+    error_message = "an inference profile grants InvokeModel on the profile and on its foundation models"
+  }
+}
+
+run "inference_profile_without_foundation_models_is_refused" {
+  command = plan
+
+  variables {
+    report_model_arn = "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/eu.amazon.nova-lite-v1:0"
+  }
+
+  expect_failures = [aws_iam_role_policy.agent]
+}
+
+run "hook_role_trusts_only_this_account" {
+  command = apply
+
+  variables {
+    lifecycle_source = "sqs"
+  }
+
+  assert {
+    condition     = length([for s in data.aws_iam_policy_document.hook_assume[0].statement : s if length([for c in s.condition : c if c.test == "StringEquals" && c.variable == "aws:SourceAccount" && tolist(c.values) == tolist(["123456789012"])]) == 1]) == 1
+    error_message = "the hook role's trust policy must carry aws:SourceAccount = the account"
+  }
+}
+
+run "hooks_for_the_group_when_not_created" {
+  command = apply
+
+  variables {
+    create_lifecycle_hooks = false
+    launch_hook            = true
+  }
+
+  assert {
+    condition     = length(aws_autoscaling_lifecycle_hook.drain) == 0 && length(aws_autoscaling_lifecycle_hook.launch) == 0
+    error_message = "create_lifecycle_hooks = false creates no hook resource"
+  }
+  assert {
+    condition     = length(output.lifecycle_hooks) == 2 && output.lifecycle_hooks[0].lifecycle_transition == "autoscaling:EC2_INSTANCE_TERMINATING" && output.lifecycle_hooks[1].lifecycle_transition == "autoscaling:EC2_INSTANCE_LAUNCHING" && output.lifecycle_hooks[1].default_result == "ABANDON"
+    error_message = "lifecycle_hooks lists the drain hook and the launch hook (ABANDON by default)"
   }
 }

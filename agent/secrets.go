@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+
+	"github.com/autodiag/autodiag/agent/secret"
+)
+
+// OpenSecrets reads refs (cfg.SecretRefs for the agent, fewer for a CLI
+// command) with the instance role and the AWS settings of cfg, and returns
+// the store that holds them; nil when refs is empty, so embedded mode
+// needs no AWS. A
+// reference that cannot be read fails the start with an error naming it,
+// never its value. The caller keeps the store fresh with Run and reads
+// through its Getenv.
+func OpenSecrets(ctx context.Context, cfg Config, refs []string) (*secret.Store, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	awsCfg, err := loadAWS(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := secret.NewStore(secret.Clients{
+		SecretsManager: secretsmanager.NewFromConfig(awsCfg),
+		SSM:            ssm.NewFromConfig(awsCfg),
+	}, refs, secretTimeout)
+	if _, err := s.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	return s, nil
+}
+
+// SecretsRefreshInterval is secrets_refresh with its default applied.
+func (c Config) SecretsRefreshInterval() time.Duration {
+	if c.SecretsRefresh == 0 {
+		return secret.DefaultRefresh
+	}
+	return c.SecretsRefresh
+}
+
+// LoadAWS is the SDK configuration Open uses for cfg (the region from
+// instance metadata with the imds source), for CLI commands that call AWS
+// as the agent would.
+func LoadAWS(ctx context.Context, cfg Config) (aws.Config, error) { return loadAWS(ctx, cfg) }
