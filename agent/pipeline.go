@@ -244,7 +244,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
 	err := p.storeCall(func(ctx context.Context) (err error) {
-		c, err = p.store.Claim(ctx, newRecord(j), p.instanceID, p.lease)
+		c, err = p.store.Claim(ctx, newRecord(j, p.redactor), p.instanceID, p.lease)
 		return err
 	})
 	if err != nil {
@@ -473,7 +473,7 @@ func (p *pipeline) reject(j *job, err error) {
 		p.outcomes.drop(j)
 	}
 	switch dlErr := p.queueCall(func(ctx context.Context) error {
-		return p.src.DeadLetter(ctx, j.msg, reason+": "+err.Error())
+		return p.src.DeadLetter(ctx, j.msg, p.redactor.RedactString(reason+": "+err.Error()))
 	}); {
 	case dlErr == nil:
 	case errors.Is(dlErr, queue.ErrNoDeadLetter):
