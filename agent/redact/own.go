@@ -28,7 +28,7 @@ func ownRules() []Rule {
 			Keywords: []string{"private key"}},
 		// Key ids glued to a word (KEY_AKIA…, Credential%3DAKIA…), where
 		// gitleaks' \b does not match.
-		{Name: "aws_access_key_id", Pattern: `((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?:[^A-Za-z0-9]|$)`,
+		{Name: "aws_access_key_id", Pattern: `((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?:[^A-Za-z0-9\n]|$)`,
 			Keywords: []string{"a3t", "akia", "asia", "abia", "acca"}},
 		// userinfo of any URL; the scheme, user and host stay.
 		{Name: "url_password", Pattern: `[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@`,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"regexp/syntax"
@@ -219,10 +220,13 @@ type keyword struct {
 // *Redactor returns its input unchanged.
 type Redactor struct {
 	rules []rule
-	// byPair finds the keywords starting at a position by the position's
-	// two lower-cased bytes: one pass over the text finds every keyword of
-	// every rule (gitleaks' rules have 2 to 34 byte keywords).
-	byPair   map[uint16][]keyword
+	// pair finds the keywords starting at a position by the position's
+	// two lower-cased bytes (0: none, else 1 + an index into groups): one
+	// pass over the text finds every keyword of every rule (gitleaks'
+	// rules have 2 to 34 byte keywords). A table, not a map: the lookup
+	// runs for every byte of every output (BenchmarkRedact/clean).
+	pair     []uint16
+	groups   [][]keyword
 	anyHints bool
 	counts   *prometheus.CounterVec
 }
@@ -312,7 +316,7 @@ func inClass(ranges []rune, c rune) bool {
 // autodiag_redactions_total on reg (nil: not registered). A Redactor built
 // again on the same registry (a reload) shares the counter.
 func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
-	r := &Redactor{byPair: map[uint16][]keyword{}, counts: prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &Redactor{pair: make([]uint16, 1<<16), counts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "autodiag_redactions_total",
 		Help: "Secrets replaced in diagnostic output, by redaction rule.",
 	}, []string{"name"})}
@@ -355,10 +359,14 @@ func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("redact: %w", err)
 	}
-	for w, idx := range words {
-		idx = slices.Compact(idx)
+	for _, w := range slices.Sorted(maps.Keys(words)) {
 		k := uint16(w[0])<<8 | uint16(w[1])
-		r.byPair[k] = append(r.byPair[k], keyword{word: []byte(w), rules: idx})
+		if r.pair[k] == 0 {
+			r.groups = append(r.groups, nil)
+			r.pair[k] = uint16(len(r.groups))
+		}
+		g := r.pair[k] - 1
+		r.groups[g] = append(r.groups[g], keyword{word: []byte(w), rules: slices.Compact(words[w])})
 		r.anyHints = true
 	}
 	if reg != nil {
@@ -409,6 +417,8 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 	return src, total
 }
 
+var lowerMarkerStart = []byte("[redacted:")
+
 // scan is one pass's view of the text: where each rule's keywords occur.
 type scan struct {
 	src []byte
@@ -427,11 +437,20 @@ func (r *Redactor) scan(src []byte) *scan {
 	}
 	lower := asciiLower(src)
 	for i := 0; i+1 < len(lower); i++ {
-		kws, ok := r.byPair[uint16(lower[i])<<8|uint16(lower[i+1])]
-		if !ok {
+		if lower[i] == '[' && bytes.HasPrefix(lower[i:], lowerMarkerStart) {
+			// A marker's rule name (secret_assignment, aws_access_token)
+			// holds keywords but no secret: the rescan after a
+			// replacement would search every rule again there.
+			if j := bytes.IndexByte(lower[i:], ']'); j > 0 {
+				i += j
+				continue
+			}
+		}
+		g := r.pair[uint16(lower[i])<<8|uint16(lower[i+1])]
+		if g == 0 {
 			continue
 		}
-		for _, k := range kws {
+		for _, k := range r.groups[g-1] {
 			if bytes.HasPrefix(lower[i:], k.word) {
 				for _, ri := range k.rules {
 					if h := s.hits[ri]; len(h) == 0 || h[len(h)-1] != i {
@@ -510,12 +529,14 @@ func (r *Redactor) find(i int, s *scan, pos int) [2]int {
 			return none
 		}
 		h := hits[k]
-		if !c.oneLine {
-			return r.match(c, src, pos, len(src))
-		}
 		// A line end, like the start of text, is a non-word byte, so \b
-		// behaves the same inside the line as in the whole text.
+		// behaves the same inside the line as in the whole text. A match
+		// holds its keyword, so it starts on the keyword's line at the
+		// latest; a multi-line rule searches from there to the end.
 		from := pos + bytes.LastIndexByte(src[pos:h], '\n') + 1
+		if !c.oneLine {
+			return r.match(c, src, from, len(src))
+		}
 		to := len(src)
 		if j := bytes.IndexByte(src[h:], '\n'); j >= 0 {
 			to = h + j

@@ -276,20 +276,23 @@ func BenchmarkRedact(b *testing.B) {
 		b.Fatal(err)
 	}
 	// A 64 KiB output (the default max_output) of ordinary lines, and the
-	// same with a few secrets, like an env dump or a config file.
-	var clean, secrets []byte
-	for i := 0; len(clean) < 64<<10; i++ {
-		line := "/dev/nvme0n1p1   8.0G  2.1G  5.9G  27% /var/lib/docker/overlay2\n"
-		clean = append(clean, line...)
-		secrets = append(secrets, line...)
-		if i%200 == 0 {
-			secrets = append(secrets, "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE password=hunter2\n"...)
+	// same with a few secrets, like an env dump or a config file; and a
+	// 1 MiB one with secrets, whose redaction must stay under 5 % of a 1 s
+	// diagnostic (50 ms).
+	gen := func(size int, withSecrets bool) []byte {
+		var out []byte
+		for i := 0; len(out) < size; i++ {
+			out = append(out, "/dev/nvme0n1p1   8.0G  2.1G  5.9G  27% /var/lib/docker/overlay2\n"...)
+			if withSecrets && i%200 == 0 {
+				out = append(out, "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE password=hunter2\n"...)
+			}
 		}
+		return out
 	}
 	for _, bc := range []struct {
 		name string
 		in   []byte
-	}{{"clean", clean}, {"secrets", secrets}} {
+	}{{"clean", gen(64<<10, false)}, {"secrets", gen(64<<10, true)}, {"secrets_1MiB", gen(1<<20, true)}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(bc.in)))
 			for b.Loop() {
