@@ -52,3 +52,29 @@ func TestCatalogStaysACatalog(t *testing.T) {
 		})
 	}
 }
+
+// catalog.strict: placeholders only in arguments of programs that run no
+// other program; without it those entries pass.
+func TestCatalogStrict(t *testing.T) {
+	tests := []struct {
+		argv []string
+		bad  bool
+	}{
+		{[]string{"/usr/bin/ping", "-c", "1", "{host}"}, false},
+		{[]string{"/usr/bin/timeout", "5", "/usr/bin/ping", "{host}"}, true},
+		{[]string{"/bin/sh", "-c", "echo \"$1\"", "sh", "{param.x}"}, true},
+		{[]string{"/usr/bin/awk", "{print}", "{param.file}"}, true},
+		{[]string{"/usr/bin/find", "{param.dir}", "-name", "*.log"}, true},
+		{[]string{"/usr/bin/env", "LC_ALL=C", "/usr/bin/df", "{param.mount}"}, true},
+		{[]string{"/usr/bin/uptime"}, false},
+	}
+	for _, tt := range tests {
+		var p problems
+		checkStrict(&p, "diagnostics[0]", tt.argv)
+		if err := p.err(); (err != nil) != tt.bad {
+			t.Errorf("%v: got %v, want refused=%v", tt.argv, err, tt.bad)
+		} else if err != nil && !strings.Contains(err.Error(), "diagnostics[0].command[") {
+			t.Errorf("%v: %v does not name the position", tt.argv, err)
+		}
+	}
+}

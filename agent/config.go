@@ -50,7 +50,9 @@ type Config struct {
 	Queue       QueueConfig         `yaml:"queue"`
 	Redis       RedisConfig         `yaml:"redis"`
 	Diagnostics []runner.Diagnostic `yaml:"diagnostics"`
-	Limiter     LimiterConfig       `yaml:"limiter"`
+	// Catalog says how strictly the diagnostics are checked.
+	Catalog CatalogConfig `yaml:"catalog"`
+	Limiter LimiterConfig `yaml:"limiter"`
 	// LifecycleSection is embedded so that cfg.Lifecycle and cfg.Drain
 	// name the two packages' settings the section holds.
 	LifecycleSection `yaml:"lifecycle"`
@@ -514,6 +516,9 @@ func (c Config) validateDiagnostics() error {
 			seen[d.Name] = i
 		}
 		checkScripts(&p, key, d.Command)
+		if c.Catalog.Strict {
+			checkStrict(&p, key, d.Command)
+		}
 		if eff := d.WithDefaults().Timeout; drainTimeout > 0 && eff > drainTimeout {
 			how := eff.String()
 			if d.Timeout == 0 {

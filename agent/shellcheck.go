@@ -398,3 +398,34 @@ func suggestion(argv []string, i int, in interpreter, ph string) string {
 	}
 	return "[" + strings.Join(out, ", ") + "]"
 }
+
+// CatalogConfig is the catalog section of the configuration.
+type CatalogConfig struct {
+	// Strict turns the deny-list of program positions and interpreters
+	// into an allow-list: a placeholder may stand only in the arguments of
+	// a program that is neither a known interpreter or script-taking tool
+	// nor a known wrapper (env, timeout, sudo, find, …).
+	Strict bool `yaml:"strict"`
+}
+
+// checkStrict refuses, under catalog.strict, any placeholder in the argv
+// of a program that runs other programs or program text.
+func checkStrict(p *problems, key string, argv []string) {
+	if len(argv) == 0 {
+		return
+	}
+	base := path.Base(argv[0])
+	_, wraps := wrappers[base]
+	_, interprets := lookupInterpreter(argv[0])
+	if !wraps && !interprets && base != "env" && base != "find" {
+		return
+	}
+	for i, a := range argv {
+		if ph := valuePlaceholder.FindString(a); ph != "" {
+			p.addf(fmt.Sprintf("%s.command[%d]", key, i),
+				"%s: catalog.strict allows placeholders only in arguments of programs that run no other program or program text, and %s does",
+				ph, base)
+			return
+		}
+	}
+}
