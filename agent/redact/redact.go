@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 
@@ -203,10 +204,13 @@ type rule struct {
 }
 
 type allow struct {
-	all       bool
-	target    string
-	res       []*regexp.Regexp
-	stopwords []string
+	all    bool
+	target string
+	res    []*regexp.Regexp
+	// stopwords by their first two bytes (short ones under 0): gitleaks'
+	// generic rule has about 1,500, and a candidate is looked up by its
+	// own bytes rather than each word searched in it.
+	stopwords map[uint16][][]byte
 	never     bool
 }
 
@@ -264,7 +268,15 @@ func build(r Rule, markers []string) (rule, error) {
 			ca.res = append(ca.res, are)
 		}
 		for _, w := range a.Stopwords {
-			ca.stopwords = append(ca.stopwords, strings.ToLower(w))
+			if ca.stopwords == nil {
+				ca.stopwords = map[uint16][][]byte{}
+			}
+			w = strings.ToLower(w)
+			k := uint16(0)
+			if len(w) >= 2 {
+				k = uint16(w[0])<<8 | uint16(w[1])
+			}
+			ca.stopwords[k] = append(ca.stopwords[k], []byte(w))
 		}
 		c.allow = append(c.allow, ca)
 	}
@@ -427,10 +439,12 @@ type scan struct {
 	hits [][]int
 	// everywhere is set when the prefilter cannot be trusted (fold traps).
 	everywhere bool
+	// spans are, per rule, the candidates last listed (candidate).
+	spans []*span
 }
 
 func (r *Redactor) scan(src []byte) *scan {
-	s := &scan{src: src, hits: make([][]int, len(r.rules))}
+	s := &scan{src: src, hits: make([][]int, len(r.rules)), spans: make([]*span, len(r.rules))}
 	if !r.anyHints || containsAny(src, foldTraps) {
 		s.everywhere = true
 		return s
@@ -520,7 +534,7 @@ func (r *Redactor) find(i int, s *scan, pos int) [2]int {
 	c := &r.rules[i]
 	src := s.src
 	if s.everywhere || !c.hinted {
-		return r.match(c, src, pos, len(src))
+		return r.candidate(i, s, 0, len(src), pos)
 	}
 	hits := s.hits[i]
 	for {
@@ -533,15 +547,15 @@ func (r *Redactor) find(i int, s *scan, pos int) [2]int {
 		// behaves the same inside the line as in the whole text. A match
 		// holds its keyword, so it starts on the keyword's line at the
 		// latest; a multi-line rule searches from there to the end.
-		from := pos + bytes.LastIndexByte(src[pos:h], '\n') + 1
+		from := bytes.LastIndexByte(src[:h], '\n') + 1
 		if !c.oneLine {
-			return r.match(c, src, from, len(src))
+			return r.candidate(i, s, from, len(src), pos)
 		}
 		to := len(src)
 		if j := bytes.IndexByte(src[h:], '\n'); j >= 0 {
 			to = h + j
 		}
-		if m := r.match(c, src, from, to); m[0] >= 0 {
+		if m := r.candidate(i, s, from, to, pos); m[0] >= 0 {
 			return m
 		}
 		pos = to + 1
@@ -551,21 +565,40 @@ func (r *Redactor) find(i int, s *scan, pos int) [2]int {
 	}
 }
 
-// match is the secret of the first match of c in src[from:to] that its
-// entropy and allowlists let through, none if none.
-func (r *Redactor) match(c *rule, src []byte, from, to int) [2]int {
-	for from <= to {
-		m := c.re.FindSubmatchIndex(src[from:to])
-		if m == nil || m[1] == m[0] { // an empty match cannot happen (Validate)
-			return none
+// span is where a rule's candidates were last listed, and the secrets
+// among them.
+type span struct {
+	from, to int
+	secrets  [][2]int
+}
+
+// candidate is the first secret of rule i in src[from:to] that starts at
+// or after pos. All matches of a range are found in one call and kept: a
+// rule overtaken by another asks again after every replacement, and a new
+// search per question would cost the rest of the line each time (Go's
+// regexp clears state as long as its input per call), which made a long
+// line of many candidates quadratic.
+func (r *Redactor) candidate(i int, s *scan, from, to, pos int) [2]int {
+	sp := s.spans[i]
+	if sp == nil || sp.to != to || sp.from > from {
+		sp = &span{from: from, to: to}
+		c := &r.rules[i]
+		for _, m := range c.re.FindAllSubmatchIndex(s.src[from:to], -1) {
+			if m[1] == m[0] { // an empty match cannot happen (Validate)
+				continue
+			}
+			sec := secretSpan(m, c.group)
+			if sec[0] < sec[1] && r.keep(c, s.src, from, m, sec) {
+				sp.secrets = append(sp.secrets, [2]int{from + sec[0], from + sec[1]})
+			}
 		}
-		sec := secretSpan(m, c.group)
-		if sec[0] < sec[1] && r.keep(c, src, from, m, sec) {
-			return [2]int{from + sec[0], from + sec[1]}
-		}
-		from += m[1]
+		s.spans[i] = sp
 	}
-	return none
+	k := sort.Search(len(sp.secrets), func(k int) bool { return sp.secrets[k][0] >= pos })
+	if k == len(sp.secrets) {
+		return none
+	}
+	return sp.secrets[k]
 }
 
 // secretSpan is the span of the secret in a submatch index: group g, or
@@ -632,18 +665,30 @@ func allowed(a allow, target, secret []byte) bool {
 	}
 	stopOK := false
 	if stop {
-		low := bytes.ToLower(secret)
-		for _, w := range a.stopwords {
-			if bytes.Contains(low, []byte(w)) {
-				stopOK = true
-				break
-			}
-		}
+		stopOK = hasStopword(a.stopwords, bytes.ToLower(secret))
 	}
 	if a.all {
 		return (!regex || reOK) && (!stop || stopOK)
 	}
 	return reOK || stopOK
+}
+
+// hasStopword reports whether low holds one of words (keyed by their
+// first two bytes, short ones under 0).
+func hasStopword(words map[uint16][][]byte, low []byte) bool {
+	for _, w := range words[0] {
+		if bytes.Contains(low, w) {
+			return true
+		}
+	}
+	for i := 0; i+1 < len(low); i++ {
+		for _, w := range words[uint16(low[i])<<8|uint16(low[i+1])] {
+			if bytes.HasPrefix(low[i:], w) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // entropy is the Shannon entropy of b in bits per byte.
