@@ -97,7 +97,7 @@ func NewIntakeHandler(cfg Config, o IntakeOptions) (*alert.Handler, error) {
 func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
 	return NewIntakeHandler(a.cfg, IntakeOptions{Getenv: getenv, Sender: a.alerts.sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
-		Metrics:  a.alerts.metrics, Logger: a.log.With("component", "intake"), Now: a.d.Clock.Now})
+		Metrics:  a.alerts.metrics, Logger: redactingLogger(a.log.With("component", "intake"), a.pipeline.redactor), Now: a.d.Clock.Now})
 }
 
 // alertRouting is the alert stage on the task queue: CloudWatch alarms

@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
@@ -49,7 +50,9 @@ type Config struct {
 	Queue       QueueConfig         `yaml:"queue"`
 	Redis       RedisConfig         `yaml:"redis"`
 	Diagnostics []runner.Diagnostic `yaml:"diagnostics"`
-	Limiter     LimiterConfig       `yaml:"limiter"`
+	// Catalog says how strictly the diagnostics are checked.
+	Catalog CatalogConfig `yaml:"catalog"`
+	Limiter LimiterConfig `yaml:"limiter"`
 	// LifecycleSection is embedded so that cfg.Lifecycle and cfg.Drain
 	// name the two packages' settings the section holds.
 	LifecycleSection `yaml:"lifecycle"`
@@ -381,6 +384,14 @@ func (c Config) Validate() error {
 		p.addf("results.s3.timeout", "%s must be below lifecycle.drain_timeout %s: an upload runs inside the drain", c.Results.S3.Timeout, c.Drain.Timeout)
 	}
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
+	for i, n := range c.Notify {
+		// A sink must not drive this agent's own admin API (/v1/drain).
+		if n.URL != "" && urlcheck.Check(n.URL, urlcheck.Rules{AllowHTTP: true}) == nil {
+			if err := urlcheck.Check(n.URL, urlcheck.Rules{AllowHTTP: true, Self: c.AdminAddr}); err != nil {
+				p.add(fmt.Sprintf("notify[%d].url", i), err)
+			}
+		}
+	}
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
 	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("report", c.Report.Validate())
@@ -531,6 +542,9 @@ func (c Config) validateDiagnostics() error {
 			seen[d.Name] = i
 		}
 		checkScripts(&p, key, d.Command)
+		if c.Catalog.Strict {
+			checkStrict(&p, key, d.Command)
+		}
 		if eff := d.WithDefaults().Timeout; drainTimeout > 0 && eff > drainTimeout {
 			how := eff.String()
 			if d.Timeout == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
@@ -69,6 +70,9 @@ type outcomeRecorder struct {
 	clock      Clock
 	instanceID string
 	timeout    time.Duration // of each audit write (redis.timeout)
+	// redactor redacts reasons and details (error texts may quote a
+	// param or an output line) before they are logged or audited.
+	redactor *redact.Redactor
 	// known says whether a diagnostic name is in the catalog: only catalog
 	// names become label values, as a rejected task's diagnostic is
 	// caller-chosen and would grow the series without bound.
@@ -116,6 +120,7 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 // auditEntry is the audit entry end writes for e, for a caller that
 // writes it itself (with the task's final record) and then calls close.
 func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
+	e.reason, e.detail = r.redactor.RedactString(e.reason), r.redactor.RedactString(e.detail)
 	j.mu.Lock()
 	t := j.task
 	if e.decision == nil {
@@ -133,6 +138,7 @@ func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
 // close is end without the audit write: it counts and logs j's outcome
 // and returns the audit entry to write; false when j had ended already.
 func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
+	e.reason, e.detail = r.redactor.RedactString(e.reason), r.redactor.RedactString(e.detail)
 	j.mu.Lock()
 	if j.ended {
 		j.mu.Unlock()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -243,7 +244,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
 	err := p.storeCall(func(ctx context.Context) (err error) {
-		c, err = p.store.Claim(ctx, newRecord(j), p.instanceID, p.lease)
+		c, err = p.store.Claim(ctx, newRecord(j, p.redactor), p.instanceID, p.lease)
 		return err
 	})
 	if err != nil {
@@ -338,7 +339,10 @@ func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
 	diag := p.catalog[t.Diagnostic]
 	keep := p.keepAlive(ctx, j)
 	defer keep()
-	return p.runner.Run(ctx, diag, diag.Args(t.Host, t.ID, t.Params))
+	// Read past the cap, so that record redacts before it cuts.
+	run := diag.WithDefaults()
+	run.MaxOutput += redact.CutSlack
+	return p.runner.Run(ctx, run, diag.Args(t.Host, t.ID, t.Params))
 }
 
 // stillOurs checks, right before the diagnostic starts, that a lease
@@ -395,8 +399,8 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 		return
 	}
 	// The one chokepoint: nothing below stores, logs or sends the output
-	// unredacted.
-	res.Output = p.redactor.Redact(res.Output)
+	// unredacted, and what is kept is cut from redacted text.
+	res.Output, res.Truncated = p.redactCut(res, p.catalog[t.Diagnostic])
 	rec.Outcome = res.Outcome
 	rec.ExitCode = res.ExitCode
 	rec.Output = string(res.Output)
@@ -410,6 +414,25 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	}
 	p.finish(j, rec, ended{outcome: res.Outcome, reason: reason, result: &res})
 	p.ack(j)
+}
+
+// redactCut redacts a run's output (read up to redact.CutSlack past its
+// cap) and cuts it to what is kept: the diagnostic's max_output, or
+// results.s3.max_size when the uploader takes the whole output.
+func (p *pipeline) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bool) {
+	limit := int(d.WithDefaults().MaxOutput)
+	if p.uploader != nil {
+		limit = max(limit, int(p.uploader.cfg.MaxSize))
+	}
+	body := res.Output
+	if res.Truncated {
+		body = bytes.TrimSuffix(body, []byte(runner.TruncationMark))
+	}
+	out, cut := p.redactor.RedactCut(body, limit)
+	if !res.Truncated && !cut {
+		return out, false
+	}
+	return append(out[:len(out):len(out)], runner.TruncationMark...), true
 }
 
 // reject ends an invalid or stale message. A rejected message has one
@@ -450,7 +473,7 @@ func (p *pipeline) reject(j *job, err error) {
 		p.outcomes.drop(j)
 	}
 	switch dlErr := p.queueCall(func(ctx context.Context) error {
-		return p.src.DeadLetter(ctx, j.msg, reason+": "+err.Error())
+		return p.src.DeadLetter(ctx, j.msg, p.redactor.RedactString(reason+": "+err.Error()))
 	}); {
 	case dlErr == nil:
 	case errors.Is(dlErr, queue.ErrNoDeadLetter):

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
@@ -20,21 +22,44 @@ import (
 const outputLogTail = 2 << 10
 
 // newRecord is the task record a claim writes: what the task asked for,
-// so that GET /v1/tasks/{id} shows it while it runs too.
-func newRecord(j *job) state.TaskRecord {
+// so that GET /v1/tasks/{id} shows it while it runs too. Param values and
+// the alert's name (which routes copy from alert labels and annotations)
+// are redacted: the record feeds every sink and the report's prompt; the
+// run itself gets the task's own values.
+func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 	t := j.task
-	rec := state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Params: t.Params, Severity: t.Severity,
+	rec := state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Params: redactParams(red, t.Params), Severity: t.Severity,
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	if t.Alert != (task.Alert{}) {
-		rec.Alert = &state.Alert{Source: t.Alert.Source, Name: t.Alert.Name, EventID: t.Alert.EventID}
+		rec.Alert = &state.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID}
 	}
 	return rec
+}
+
+// redactParams is params with every value redacted (as "key=value", so a
+// rule keyed on the name sees it), a new map only when one changed.
+func redactParams(red *redact.Redactor, params map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range params {
+		r := red.RedactString(k + "=" + v)
+		if r == k+"="+v {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(params)
+		}
+		out[k] = strings.TrimPrefix(r, k+"=")
+	}
+	if out == nil {
+		return params
+	}
+	return out
 }
 
 // openRecord is the record of a task run without its lease (the store did
 // not answer and redis.state_fail is open).
 func (p *pipeline) openRecord(j *job) state.TaskRecord {
-	rec := newRecord(j)
+	rec := newRecord(j, p.redactor)
 	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, p.instanceID, p.clock.Now()
 	return rec
 }
@@ -163,6 +188,7 @@ func (a *Agent) wireResults() error {
 		return fmt.Errorf("agent: results.redact: %w", err)
 	}
 	a.pipeline.redactor = red
+	a.outcomes.redactor = red
 	if err := a.wireUpload(); err != nil {
 		return err
 	}

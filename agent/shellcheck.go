@@ -49,6 +49,11 @@ type interpreter struct {
 	// remote: ssh, whose arguments after the destination are joined into
 	// one line that the remote shell runs.
 	remote bool
+	// firstOperand: without a program flag (and without noInline, a
+	// program file), the first operand is the program (awk, sed).
+	firstOperand bool
+	// noInline are the short options that name a program file instead.
+	noInline string
 }
 
 var (
@@ -61,7 +66,12 @@ var (
 		"ruby":   {flags: "e", withArg: "IrCEFxTWKi", attached: true, readArg: "ARGV[0]"},
 		"ssh":    {withArg: "BbcDEeFIiJLlmOopQRSWw", remote: true},
 		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", once: true, readArg: "process.argv[1]"},
+		"awk":    awkFamily, "gawk": awkFamily, "mawk": awkFamily, "nawk": awkFamily, "busybox-awk": awkFamily,
+		"sed": {flags: "e", long: []string{"--expression"}, withArg: "fl", noInline: "f", firstOperand: true, readArg: "a value in the input, not the script"},
+		"php": {flags: "rBRE", withArg: "cdz", attached: true, readArg: "$argv[1]"},
+		"lua": {flags: "e", withArg: "l", attached: true, readArg: "arg[1]"},
 	}
+	awkFamily  = interpreter{flags: "e", long: []string{"--source"}, withArg: "fvF", noInline: "f", firstOperand: true, readArg: "ARGV[1] (or -v name=value)"}
 	pythonName = regexp.MustCompile(`^python[0-9.]*$`)
 )
 
@@ -87,6 +97,13 @@ type wrapper struct {
 }
 
 var wrappers = map[string]wrapper{
+	"flock":   {withArg: "wEc", long: []string{"--timeout", "--conflict-exit-code", "--command"}, operands: 1},
+	"xargs":   {withArg: "adEeIiLlnPs", long: []string{"--arg-file", "--delimiter", "--max-args", "--max-procs", "--max-lines", "--replace"}},
+	"sudo":    {withArg: "ugChpDrtTU", long: []string{"--user", "--group", "--close-from", "--host", "--prompt", "--chdir", "--role", "--type", "--command-timeout", "--other-user"}},
+	"doas":    {withArg: "uC"},
+	"chroot":  {long: []string{"--userspec", "--groups"}, operands: 1},
+	"nsenter": {withArg: "tSGw", long: []string{"--target", "--setuid", "--setgid", "--wd"}},
+	"ionice":  {withArg: "cnp", long: []string{"--class", "--classdata", "--pid"}},
 	"busybox": {},
 	"nohup":   {},
 	"setsid":  {},
@@ -241,6 +258,9 @@ options:
 	if in.shell && inline && i < len(argv) {
 		out = append(out, i)
 	}
+	if in.firstOperand && len(out) == 0 && !noInline(argv[start+1:min(i, len(argv))], in.noInline) && i < len(argv) {
+		out = append(out, i)
+	}
 	if in.remote {
 		for j := i + 1; j < len(argv); j++ {
 			out = append(out, j)
@@ -249,8 +269,86 @@ options:
 	return out
 }
 
-// checkScripts reports a placeholder inside an interpreter's program.
+// noInline reports whether options name a program file (awk -f, sed -f).
+func noInline(opts []string, letters string) bool {
+	if letters == "" {
+		return false
+	}
+	for _, a := range opts {
+		if strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && strings.ContainsAny(a[1:], letters) {
+			return true
+		}
+	}
+	return false
+}
+
+// findExec is where the command of find's -exec, -execdir, -ok or -okdir
+// starts and ends (at ";" or "+"), or -1.
+func findExec(argv []string, start int) (from, to int) {
+	for i := start + 1; i < len(argv); i++ {
+		switch argv[i] {
+		case "-exec", "-execdir", "-ok", "-okdir":
+			for j := i + 1; j < len(argv); j++ {
+				if argv[j] == ";" || argv[j] == "+" {
+					return i + 1, j
+				}
+			}
+			return i + 1, len(argv)
+		}
+	}
+	return -1, -1
+}
+
+// checkPrograms refuses a placeholder in a program position: argv[0], and
+// the command that env, a known wrapper or find -exec runs. A task would
+// choose the program there; the catalog names every program. It is a
+// deny-list of known wrappers: an unknown one is not looked through.
+func checkPrograms(p *problems, key string, argv []string, offset int) {
+	for start := 0; start < len(argv); {
+		if ph := valuePlaceholder.FindString(argv[start]); ph != "" {
+			p.addf(fmt.Sprintf("%s.command[%d]", key, offset+start),
+				"%s is in a program position (the program %s runs): a task would choose the program; name it in the catalog and pass values as arguments",
+				ph, programOf(argv, start))
+			return
+		}
+		base := path.Base(argv[start])
+		if base == "env" {
+			next, split := envCommand(argv, start+1)
+			if split >= 0 {
+				return
+			}
+			start = next
+			continue
+		}
+		if w, ok := wrappers[base]; ok {
+			start = w.command(argv, start+1)
+			continue
+		}
+		if base == "find" {
+			if from, to := findExec(argv, start); from >= 0 {
+				checkPrograms(p, key, argv[from:to], offset+from)
+				checkScriptsAt(p, key, argv[from:to], offset+from)
+			}
+		}
+		return
+	}
+}
+
+func programOf(argv []string, i int) string {
+	if i == 0 {
+		return "the diagnostic"
+	}
+	return argv[0]
+}
+
+// checkScripts reports a placeholder in a program position or inside an
+// interpreter's program.
 func checkScripts(p *problems, key string, argv []string) {
+	checkPrograms(p, key, argv, 0)
+	checkScriptsAt(p, key, argv, 0)
+}
+
+func checkScriptsAt(p *problems, key string, argv []string, offset int) {
 	idx, in := scriptArgs(argv)
 	for _, i := range idx {
 		if i >= len(argv) {
@@ -261,18 +359,18 @@ func checkScripts(p *problems, key string, argv []string) {
 			continue
 		}
 		if in.remote {
-			p.addf(fmt.Sprintf("%s.command[%d]", key, i),
+			p.addf(fmt.Sprintf("%s.command[%d]", key, offset+i),
 				"%s is in the command that %s joins into one line for the remote shell, so a value such as \"x; id\" would run as code there, "+
 					"and no argument after the destination is passed as data; run a fixed remote command instead", ph, argv[0])
 			continue
 		}
 		if in.split {
-			p.addf(fmt.Sprintf("%s.command[%d]", key, i),
+			p.addf(fmt.Sprintf("%s.command[%d]", key, offset+i),
 				"%s is inside the string that env -S splits into a command line, so a value with spaces becomes arguments or code; "+
 					"name the program and its arguments directly, each placeholder an argument of its own", ph)
 			continue
 		}
-		p.add(fmt.Sprintf("%s.command[%d]", key, i), fmt.Errorf(
+		p.add(fmt.Sprintf("%s.command[%d]", key, offset+i), fmt.Errorf(
 			"%s is inside the program that %s runs, so a value such as \"x; id\" would run as code; "+
 				"pass it as an argument of its own and read it as %s, e.g. %s",
 			ph, argv[0], in.readArg, suggestion(argv, i, in, ph)))
@@ -299,4 +397,35 @@ func suggestion(argv []string, i int, in interpreter, ph string) string {
 		}
 	}
 	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// CatalogConfig is the catalog section of the configuration.
+type CatalogConfig struct {
+	// Strict turns the deny-list of program positions and interpreters
+	// into an allow-list: a placeholder may stand only in the arguments of
+	// a program that is neither a known interpreter or script-taking tool
+	// nor a known wrapper (env, timeout, sudo, find, …).
+	Strict bool `yaml:"strict"`
+}
+
+// checkStrict refuses, under catalog.strict, any placeholder in the argv
+// of a program that runs other programs or program text.
+func checkStrict(p *problems, key string, argv []string) {
+	if len(argv) == 0 {
+		return
+	}
+	base := path.Base(argv[0])
+	_, wraps := wrappers[base]
+	_, interprets := lookupInterpreter(argv[0])
+	if !wraps && !interprets && base != "env" && base != "find" {
+		return
+	}
+	for i, a := range argv {
+		if ph := valuePlaceholder.FindString(a); ph != "" {
+			p.addf(fmt.Sprintf("%s.command[%d]", key, i),
+				"%s: catalog.strict allows placeholders only in arguments of programs that run no other program or program text, and %s does",
+				ph, base)
+			return
+		}
+	}
 }

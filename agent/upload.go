@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -134,7 +134,7 @@ type fullOutputRunner struct {
 
 func (r fullOutputRunner) Run(ctx context.Context, d runner.Diagnostic, argv []string) runner.Result {
 	d = d.WithDefaults()
-	d.MaxOutput = max(d.MaxOutput, r.maxSize)
+	d.MaxOutput = max(d.MaxOutput, r.maxSize+redact.CutSlack)
 	return r.Runner.Run(ctx, d, argv)
 }
 
@@ -231,7 +231,7 @@ func capOutput(out []byte, truncated bool, limit int) ([]byte, bool) {
 	if len(body) <= limit {
 		return out, truncated
 	}
-	head := utf8cut.Head(body, limit)
+	head := redact.Head(body, limit)
 	// Clipped, so that the mark lands in a new array, not over out's bytes.
 	return append(head[:len(head):len(head)], runner.TruncationMark...), true
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/secret"
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -106,6 +107,9 @@ func ValidateSinks(list []SinkConfig) error {
 				errs = append(errs, &configerr.Error{Key: k + ".url", Err: err})
 			} else if u, _ := url.Parse(c.URL); u.User != nil {
 				add(k+".url", "holds credentials: put a URL with a secret in the environment (url_env)")
+			} else if err := urlcheck.Check(c.URL, urlcheck.Rules{AllowHTTP: true}); err != nil {
+				// Never the metadata service or a link-local address.
+				errs = append(errs, &configerr.Error{Key: k + ".url", Err: err})
 			}
 		}
 		if c.URLEnv != "" && !validEnvName.MatchString(c.URLEnv) {

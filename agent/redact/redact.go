@@ -4,83 +4,74 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"regexp"
+	"regexp/syntax"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
-// Rule is one secret pattern: every match of Pattern becomes
-// [REDACTED:<Name>].
+// Rule is one secret pattern: every match of Pattern (or of its secret
+// group) becomes [REDACTED:<Name>].
 type Rule struct {
 	// Name labels the marker and the metric: lower case letters, digits
 	// and underscores.
 	Name string `yaml:"name"`
 	// Pattern is an RE2 regular expression (Go regexp syntax). It must not
-	// match the empty string, nor any marker.
+	// match the empty string, nor any marker. With capture groups, only
+	// the secret group is replaced.
 	Pattern string `yaml:"pattern"`
+	// SecretGroup is the group that holds the secret; 0 means the first
+	// group that took part in the match, or the whole match without one.
+	SecretGroup int `yaml:"-"`
+	// Entropy, when set, is the Shannon entropy (bits per byte) the secret
+	// must exceed: a low-entropy value is a word, not a key.
+	Entropy float64 `yaml:"-"`
+	// Keywords prefilter the rule: text holding none of them (in any case)
+	// is not searched, and a one-line pattern is searched only on lines
+	// that hold one.
+	Keywords []string `yaml:"-"`
+	// Allow are gitleaks-style allowlists: a candidate any of them allows
+	// is not a secret.
+	Allow []Allow `yaml:"-"`
 }
 
-// DefaultRules are the rules used when the configuration names none. Order
-// matters where two rules match at the same position: the first wins, so
-// the specific rules come before the general ones.
+// Allow is one allowlist of a rule, gitleaks' [[rules.allowlists]].
+type Allow struct {
+	// All requires every criterion present to hold (condition AND);
+	// otherwise one is enough.
+	All bool
+	// Target is what Regexes match: "" (the secret), "match" or "line".
+	Target string
+	// Regexes allow a candidate whose target matches one.
+	Regexes []string
+	// Stopwords allow a candidate whose secret holds one (lower case).
+	Stopwords []string
+	// Never marks an allowlist whose criteria cannot hold for output
+	// (file paths, commits under AND).
+	Never bool
+}
+
+// DefaultRules are the rules used when the configuration names none:
+// gitleaks' default rules (RulesSource at RulesVersion) followed by the
+// project's own (ownRules). Order matters where two rules match at the
+// same position: the first wins.
 func DefaultRules() []Rule {
-	return []Rule{
-		// A truncated output may hold a BEGIN without its END: everything
-		// after the BEGIN is redacted then.
-		{Name: "private_key", Pattern: `-----BEGIN[ A-Z0-9]*PRIVATE KEY-----(?:[\s\S]*?-----END[ A-Z0-9]*PRIVATE KEY-----|[\s\S]*)`},
-		{Name: "aws_access_key_id", Pattern: `\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`},
-		{Name: "aws_secret_access_key", Pattern: `(?i)aws_?secret_?access_?key["']?[ \t]*[=:][ \t]*["']?[^\s"',;]+["']?`},
-		{Name: "authorization", Pattern: `(?i)\bauthorization["']?[ \t]*[=:][ \t]*["']?(?:bearer|basic)[ \t]+[A-Za-z0-9._~+/=-]+`},
-		{Name: "url_password", Pattern: `\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@`},
-		{Name: "slack_token", Pattern: `\bxox[abprs]-[A-Za-z0-9-]+`},
-		{Name: "github_token", Pattern: `\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})`},
-		{Name: "api_key", Pattern: `\bsk(?:-|_live_|_test_)[A-Za-z0-9_-]{20,}`},
-		{Name: "password", Pattern: `(?i)\b(?:password|passwd|pwd)["']?[ \t]*[=:][ \t]*(?:"[^"\n]*"|'[^'\n]*'|[^\s"',;&]+)`},
+	gl, err := gitleaksRules()
+	if err != nil {
+		// The rule data is linked into the binary; TestDefaultRulesLoad
+		// proves it parses.
+		panic(err)
 	}
+	return append(append([]Rule(nil), gl...), ownRules()...)
 }
-
-// hints are, for each default pattern, lower-case ASCII strings one of
-// which any match contains (in any case). A text holding none of them
-// cannot match, and a search for a literal is two orders of magnitude
-// faster than Go's regexp engine on a pattern without a literal prefix:
-// most outputs hold no secret, and then Redact costs an ASCII lower-casing
-// and a few bytes.Index (BenchmarkRedact/clean against /secrets).
-var hints = func() map[string][][]byte {
-	words := map[string][]string{
-		"private_key":           {"private key"},
-		"aws_access_key_id":     {"akia", "asia"},
-		"aws_secret_access_key": {"secret"},
-		"authorization":         {"authorization"},
-		"url_password":          {"://"},
-		"slack_token":           {"xox"},
-		"github_token":          {"gh"},
-		"api_key":               {"sk-", "sk_"},
-		"password":              {"password", "passwd", "pwd"},
-	}
-	m := map[string][][]byte{}
-	for _, r := range DefaultRules() {
-		for _, w := range words[r.Name] {
-			m[r.Pattern] = append(m[r.Pattern], []byte(w))
-		}
-	}
-	return m
-}()
-
-// oneLine are the default patterns whose matches never span a line end,
-// so a match lies on a line that holds one of its hints: only such lines
-// are searched with the regexp. (private_key spans lines; its pattern
-// starts with a literal, which Go's regexp finds fast by itself.)
-var oneLine = func() map[string]bool {
-	m := map[string]bool{}
-	for _, r := range DefaultRules() {
-		if r.Name != "private_key" {
-			m[r.Pattern] = true
-		}
-	}
-	return m
-}()
 
 // foldTraps are the two non-ASCII letters that (?i) matches as ASCII ones
 // (U+017F ſ as s, U+212A Kelvin sign as k), which an ASCII lower-casing
@@ -200,29 +191,196 @@ func Marker(name string) string { return "[REDACTED:" + name + "]" }
 // input bytes, so a few passes reach the fixed point on real output.
 const maxPasses = 4
 
+// rule is a Rule ready to search.
+type rule struct {
+	name    string
+	marker  []byte
+	re      *regexp.Regexp
+	group   int
+	entropy float64
+	hinted  bool // has keywords: searched only where one occurs
+	oneLine bool // with hints, search only lines holding one
+	allow   []allow
+}
+
+type allow struct {
+	all    bool
+	target string
+	res    []*regexp.Regexp
+	// stopwords by their first two bytes (short ones under 0): gitleaks'
+	// generic rule has about 1,500, and a candidate is looked up by its
+	// own bytes rather than each word searched in it.
+	stopwords map[uint16][][]byte
+	never     bool
+}
+
+// keyword is one lower-case prefilter word and the rules it opens.
+type keyword struct {
+	word  []byte
+	rules []int
+}
+
 // Redactor applies a list of rules. It is safe for concurrent use; a nil
 // *Redactor returns its input unchanged.
 type Redactor struct {
-	res      []*regexp.Regexp
-	hints    [][][]byte // per rule; nil: always search the whole text
-	oneLine  []bool     // per rule: with hints, search only lines holding one
+	rules []rule
+	// pair finds the keywords starting at a position by the position's
+	// two lower-cased bytes (0: none, else 1 + an index into groups): one
+	// pass over the text finds every keyword of every rule (gitleaks'
+	// rules have 2 to 34 byte keywords). A table, not a map: the lookup
+	// runs for every byte of every output (BenchmarkRedact/clean).
+	pair     []uint16
+	groups   [][]keyword
 	anyHints bool
-	names    []string
-	markers  [][]byte
 	counts   *prometheus.CounterVec
+}
+
+// compiledDefaults are the default rules compiled once: a reload or a
+// second Redactor reuses them.
+var compiledDefaults = sync.OnceValue(func() map[string]rule {
+	m := map[string]rule{}
+	for _, r := range DefaultRules() {
+		c, err := build(r, nil)
+		if err != nil {
+			panic(fmt.Sprintf("redact: default rule %s: %v", r.Name, err)) // TestDefaultRulesLoad
+		}
+		m[r.Name+"\x00"+r.Pattern] = c
+	}
+	return m
+})
+
+// build compiles r; markers are checked against its pattern (nil: trusted
+// default rule, checked by a test).
+func build(r Rule, markers []string) (rule, error) {
+	re, err := compile(r, markers)
+	if err != nil {
+		return rule{}, err
+	}
+	c := rule{name: r.Name, marker: []byte(Marker(r.Name)), re: re, group: r.SecretGroup,
+		entropy: r.Entropy, hinted: len(r.Keywords) > 0, oneLine: oneLine(re)}
+	for _, a := range r.Allow {
+		ca := allow{all: a.All, target: a.Target, never: a.Never}
+		for _, p := range a.Regexes {
+			are, err := regexp.Compile(p)
+			if err != nil {
+				return rule{}, fmt.Errorf("rule %q: allowlist: %w", r.Name, err)
+			}
+			ca.res = append(ca.res, are)
+		}
+		for _, w := range a.Stopwords {
+			if ca.stopwords == nil {
+				ca.stopwords = map[uint16][][]byte{}
+			}
+			w = strings.ToLower(w)
+			k := uint16(0)
+			if len(w) >= 2 {
+				k = uint16(w[0])<<8 | uint16(w[1])
+			}
+			ca.stopwords[k] = append(ca.stopwords[k], []byte(w))
+		}
+		c.allow = append(c.allow, ca)
+	}
+	return c, nil
+}
+
+// oneLine reports whether every match of re lies within a line: nothing
+// in it matches a line end together with other text ([\s'"] may stand
+// between a key and its value, [\s\S] or [^"] may carry a secret across
+// lines).
+func oneLine(re *regexp.Regexp) bool {
+	prog, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return false
+	}
+	ok := true
+	var walk func(*syntax.Regexp)
+	walk = func(n *syntax.Regexp) {
+		switch n.Op {
+		case syntax.OpAnyChar:
+			ok = false
+		case syntax.OpLiteral:
+			if slices.Contains(n.Rune, '\n') {
+				ok = false
+			}
+		case syntax.OpCharClass:
+			if inClass(n.Rune, '\n') && (inClass(n.Rune, 'a') || inClass(n.Rune, '0') || inClass(n.Rune, '-')) {
+				ok = false
+			}
+		}
+		for _, s := range n.Sub {
+			walk(s)
+		}
+	}
+	walk(prog)
+	return ok
+}
+
+func inClass(ranges []rune, c rune) bool {
+	for i := 0; i+1 < len(ranges); i += 2 {
+		if ranges[i] <= c && c <= ranges[i+1] {
+			return true
+		}
+	}
+	return false
 }
 
 // New compiles rules into a Redactor and registers
 // autodiag_redactions_total on reg (nil: not registered). A Redactor built
 // again on the same registry (a reload) shares the counter.
 func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
-	if err := (Config{Rules: rules}).Validate(); err != nil {
-		return nil, fmt.Errorf("redact: %w", err)
-	}
-	r := &Redactor{counts: prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &Redactor{pair: make([]uint16, 1<<16), counts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "autodiag_redactions_total",
 		Help: "Secrets replaced in diagnostic output, by redaction rule.",
 	}, []string{"name"})}
+	var markers []string
+	for _, rl := range rules {
+		markers = append(markers, Marker(rl.Name))
+	}
+	defaults := compiledDefaults()
+	var errs []error
+	seen := map[string]bool{}
+	words := map[string][]int{}
+	for i, rl := range rules {
+		key := fmt.Sprintf("redact[%d]", i)
+		switch {
+		case !validName.MatchString(rl.Name):
+			errs = append(errs, configerr.Errorf(key+".name", "%q: use lower case letters, digits and _ (it labels a metric)", rl.Name))
+		case seen[rl.Name]:
+			errs = append(errs, configerr.Errorf(key+".name", "%q is used twice", rl.Name))
+		}
+		seen[rl.Name] = true
+		c, ok := defaults[rl.Name+"\x00"+rl.Pattern]
+		if !ok {
+			var err error
+			if c, err = build(rl, markers); err != nil {
+				errs = append(errs, &configerr.Error{Key: key + ".pattern", Err: err})
+				continue
+			}
+		}
+		r.rules = append(r.rules, c)
+		for _, w := range rl.Keywords {
+			w = strings.ToLower(w)
+			if len(w) < 2 {
+				// Too short to prefilter: the rule searches everywhere.
+				r.rules[len(r.rules)-1].hinted = false
+				continue
+			}
+			words[w] = append(words[w], len(r.rules)-1)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("redact: %w", err)
+	}
+	for _, w := range slices.Sorted(maps.Keys(words)) {
+		k := uint16(w[0])<<8 | uint16(w[1])
+		if r.pair[k] == 0 {
+			r.groups = append(r.groups, nil)
+			r.pair[k] = uint16(len(r.groups))
+		}
+		g := r.pair[k] - 1
+		r.groups[g] = append(r.groups[g], keyword{word: []byte(w), rules: slices.Compact(words[w])})
+		r.anyHints = true
+	}
 	if reg != nil {
 		if err := reg.Register(r.counts); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -232,14 +390,8 @@ func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
 			r.counts = are.ExistingCollector.(*prometheus.CounterVec)
 		}
 	}
-	for _, rule := range rules {
-		r.res = append(r.res, regexp.MustCompile(rule.Pattern)) // validated above
-		r.hints = append(r.hints, hints[rule.Pattern])
-		r.oneLine = append(r.oneLine, oneLine[rule.Pattern])
-		r.anyHints = r.anyHints || hints[rule.Pattern] != nil
-		r.names = append(r.names, rule.Name)
-		r.markers = append(r.markers, []byte(Marker(rule.Name)))
-		r.counts.WithLabelValues(rule.Name)
+	for _, c := range r.rules {
+		r.counts.WithLabelValues(c.name)
 	}
 	return r, nil
 }
@@ -263,7 +415,7 @@ func (r *Redactor) RedactString(s string) string {
 
 // redact returns the redacted text and how many replacements it made.
 func (r *Redactor) redact(src []byte) ([]byte, int) {
-	if r == nil || len(r.res) == 0 {
+	if r == nil || len(r.rules) == 0 {
 		return src, 0
 	}
 	total := 0
@@ -277,44 +429,89 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 	return src, total
 }
 
+var lowerMarkerStart = []byte("[redacted:")
+
+// scan is one pass's view of the text: where each rule's keywords occur.
+type scan struct {
+	src []byte
+	// hits are, per hinted rule, the ascending positions of its keywords;
+	// nil for a rule searched everywhere.
+	hits [][]int
+	// everywhere is set when the prefilter cannot be trusted (fold traps).
+	everywhere bool
+	// spans are, per rule, the candidates last listed (candidate).
+	spans []*span
+}
+
+func (r *Redactor) scan(src []byte) *scan {
+	s := &scan{src: src, hits: make([][]int, len(r.rules)), spans: make([]*span, len(r.rules))}
+	if !r.anyHints || containsAny(src, foldTraps) {
+		s.everywhere = true
+		return s
+	}
+	lower := asciiLower(src)
+	for i := 0; i+1 < len(lower); i++ {
+		if lower[i] == '[' && bytes.HasPrefix(lower[i:], lowerMarkerStart) {
+			// A marker's rule name (secret_assignment, aws_access_token)
+			// holds keywords but no secret: the rescan after a
+			// replacement would search every rule again there.
+			if j := bytes.IndexByte(lower[i:], ']'); j > 0 {
+				i += j
+				continue
+			}
+		}
+		g := r.pair[uint16(lower[i])<<8|uint16(lower[i+1])]
+		if g == 0 {
+			continue
+		}
+		for _, k := range r.groups[g-1] {
+			if bytes.HasPrefix(lower[i:], k.word) {
+				for _, ri := range k.rules {
+					if h := s.hits[ri]; len(h) == 0 || h[len(h)-1] != i {
+						s.hits[ri] = append(h, i)
+					}
+				}
+			}
+		}
+	}
+	return s
+}
+
 // pass replaces the matches of one scan: the leftmost match of any rule
 // (the first rule on a tie), then the next one after it. Each rule is its
 // own small regexp searched ahead once and remembered, which is many times
 // faster than one alternation of all rules, whose NFA is as large as all
 // of them together. Memory is the output plus one match per rule.
 func (r *Redactor) pass(src []byte) ([]byte, int) {
-	var lower []byte // nil: search every rule over the whole text
-	if r.anyHints && !containsAny(src, foldTraps) {
-		lower = asciiLower(src)
-	}
-	next := make([][2]int, len(r.res)) // next match of each rule at or after the last one; -1: none
-	for i := range r.res {
-		next[i] = r.find(i, src, lower, 0)
+	s := r.scan(src)
+	next := make([][2]int, len(r.rules)) // next match of each rule at or after the last one; -1: none
+	for i := range r.rules {
+		next[i] = r.find(i, s, 0)
 	}
 	var buf bytes.Buffer
 	n, last := 0, 0
 	for {
-		rule := -1
+		ri := -1
 		for i, m := range next {
-			if m[0] >= 0 && (rule < 0 || m[0] < next[rule][0]) {
-				rule = i
+			if m[0] >= 0 && (ri < 0 || m[0] < next[ri][0]) {
+				ri = i
 			}
 		}
-		if rule < 0 {
+		if ri < 0 {
 			break
 		}
-		start, end := next[rule][0], next[rule][1]
+		start, end := next[ri][0], next[ri][1]
 		if n == 0 {
-			buf.Grow(len(src) + len(r.markers[rule]))
+			buf.Grow(len(src) + len(r.rules[ri].marker))
 		}
 		buf.Write(src[last:start])
-		buf.Write(r.markers[rule])
-		r.counts.WithLabelValues(r.names[rule]).Inc()
+		buf.Write(r.rules[ri].marker)
+		r.counts.WithLabelValues(r.rules[ri].name).Inc()
 		n++
 		last = end
 		for i, m := range next {
 			if m[0] >= 0 && m[0] < end {
-				next[i] = r.find(i, src, lower, end)
+				next[i] = r.find(i, s, end)
 			}
 		}
 	}
@@ -327,54 +524,188 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 
 var none = [2]int{-1, -1}
 
-// find is the first match of rule i in src at or after pos, none if there
-// is none. The search starts at pos as if the text began there: the byte
-// before pos is the end of a match, which becomes a marker ending in ']',
-// a non-word byte like the start of text, so \b behaves as it does in the
-// output. lower (the text lower-cased, nil for none) lets a rule with
-// hints skip text that holds none of them.
-func (r *Redactor) find(i int, src, lower []byte, pos int) [2]int {
-	if lower == nil || r.hints[i] == nil {
-		return match(r.res[i], src, pos, len(src))
+// find is the secret of the first match of rule i in the text at or after
+// pos, none if there is none. The search starts at pos as if the text
+// began there: the byte before pos is the end of a match, which becomes a
+// marker ending in ']', a non-word byte like the start of text, so \b
+// behaves as it does in the output. A hinted rule skips text that holds
+// none of its keywords.
+func (r *Redactor) find(i int, s *scan, pos int) [2]int {
+	c := &r.rules[i]
+	src := s.src
+	if s.everywhere || !c.hinted {
+		return r.candidate(i, s, 0, len(src), pos)
 	}
-	for pos <= len(src) {
-		h := -1
-		for _, w := range r.hints[i] {
-			if j := bytes.Index(lower[pos:], w); j >= 0 && (h < 0 || pos+j < h) {
-				h = pos + j
-			}
-		}
-		if h < 0 {
+	hits := s.hits[i]
+	for {
+		k, _ := slices.BinarySearch(hits, pos)
+		if k == len(hits) {
 			return none
 		}
-		if !r.oneLine[i] {
-			return match(r.res[i], src, pos, len(src))
-		}
+		h := hits[k]
 		// A line end, like the start of text, is a non-word byte, so \b
-		// behaves the same inside the line as in the whole text.
-		from := pos + bytes.LastIndexByte(src[pos:h], '\n') + 1
+		// behaves the same inside the line as in the whole text. A match
+		// holds its keyword, so it starts on the keyword's line at the
+		// latest; a multi-line rule searches from there to the end.
+		from := bytes.LastIndexByte(src[:h], '\n') + 1
+		if !c.oneLine {
+			return r.candidate(i, s, from, len(src), pos)
+		}
 		to := len(src)
 		if j := bytes.IndexByte(src[h:], '\n'); j >= 0 {
 			to = h + j
 		}
-		if m := match(r.res[i], src, from, to); m[0] >= 0 {
+		if m := r.candidate(i, s, from, to, pos); m[0] >= 0 {
 			return m
 		}
 		pos = to + 1
+		if pos > len(src) {
+			return none
+		}
 	}
-	return none
 }
 
-// match is the first non-empty match of re in src[from:to], none if none.
-func match(re *regexp.Regexp, src []byte, from, to int) [2]int {
-	if from > to {
+// span is where a rule's candidates were last listed, and the secrets
+// among them.
+type span struct {
+	from, to int
+	secrets  [][2]int
+}
+
+// candidate is the first secret of rule i in src[from:to] that starts at
+// or after pos. All matches of a range are found in one call and kept: a
+// rule overtaken by another asks again after every replacement, and a new
+// search per question would cost the rest of the line each time (Go's
+// regexp clears state as long as its input per call), which made a long
+// line of many candidates quadratic.
+func (r *Redactor) candidate(i int, s *scan, from, to, pos int) [2]int {
+	sp := s.spans[i]
+	if sp == nil || sp.to != to || sp.from > from {
+		sp = &span{from: from, to: to}
+		c := &r.rules[i]
+		for _, m := range c.re.FindAllSubmatchIndex(s.src[from:to], -1) {
+			if m[1] == m[0] { // an empty match cannot happen (Validate)
+				continue
+			}
+			sec := secretSpan(m, c.group)
+			if sec[0] < sec[1] && r.keep(c, s.src, from, m, sec) {
+				sp.secrets = append(sp.secrets, [2]int{from + sec[0], from + sec[1]})
+			}
+		}
+		s.spans[i] = sp
+	}
+	k := sort.Search(len(sp.secrets), func(k int) bool { return sp.secrets[k][0] >= pos })
+	if k == len(sp.secrets) {
 		return none
 	}
-	m := re.FindIndex(src[from:to])
-	if m == nil || m[1] == m[0] { // an empty match cannot happen (Validate)
-		return none
+	return sp.secrets[k]
+}
+
+// secretSpan is the span of the secret in a submatch index: group g, or
+// (g = 0) the first group that took part, or the whole match.
+func secretSpan(m []int, g int) [2]int {
+	if g > 0 && 2*g+1 < len(m) && m[2*g] >= 0 {
+		return [2]int{m[2*g], m[2*g+1]}
 	}
-	return [2]int{from + m[0], from + m[1]}
+	if g == 0 {
+		for k := 2; k+1 < len(m); k += 2 {
+			if m[k] >= 0 && m[k+1] > m[k] {
+				return [2]int{m[k], m[k+1]}
+			}
+		}
+	}
+	return [2]int{m[0], m[1]}
+}
+
+// keep reports whether a candidate is a secret: entropy high enough, and
+// no allowlist allows it.
+func (r *Redactor) keep(c *rule, src []byte, from int, m []int, sec [2]int) bool {
+	secret := src[from+sec[0] : from+sec[1]]
+	if bytes.HasPrefix(secret, markerStart) {
+		// What an earlier match left.
+		return false
+	}
+	if c.entropy > 0 && entropy(secret) <= c.entropy {
+		return false
+	}
+	for _, a := range c.allow {
+		if a.never {
+			continue
+		}
+		target := secret
+		switch a.target {
+		case "match":
+			target = src[from+m[0] : from+m[1]]
+		case "line":
+			ls := bytes.LastIndexByte(src[:from+m[0]], '\n') + 1
+			le := len(src)
+			if j := bytes.IndexByte(src[from+m[1]:], '\n'); j >= 0 {
+				le = from + m[1] + j
+			}
+			target = src[ls:le]
+		}
+		if allowed(a, target, secret) {
+			return false
+		}
+	}
+	return true
+}
+
+func allowed(a allow, target, secret []byte) bool {
+	regex, stop := len(a.res) > 0, len(a.stopwords) > 0
+	if !regex && !stop {
+		return false
+	}
+	reOK := false
+	for _, re := range a.res {
+		if re.Match(target) {
+			reOK = true
+			break
+		}
+	}
+	stopOK := false
+	if stop {
+		stopOK = hasStopword(a.stopwords, bytes.ToLower(secret))
+	}
+	if a.all {
+		return (!regex || reOK) && (!stop || stopOK)
+	}
+	return reOK || stopOK
+}
+
+// hasStopword reports whether low holds one of words (keyed by their
+// first two bytes, short ones under 0).
+func hasStopword(words map[uint16][][]byte, low []byte) bool {
+	for _, w := range words[0] {
+		if bytes.Contains(low, w) {
+			return true
+		}
+	}
+	for i := 0; i+1 < len(low); i++ {
+		for _, w := range words[uint16(low[i])<<8|uint16(low[i+1])] {
+			if bytes.HasPrefix(low[i:], w) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// entropy is the Shannon entropy of b in bits per byte.
+func entropy(b []byte) float64 {
+	var counts [256]int
+	for _, c := range b {
+		counts[c]++
+	}
+	e := 0.0
+	n := float64(len(b))
+	for _, k := range counts {
+		if k > 0 {
+			p := float64(k) / n
+			e -= p * math.Log2(p)
+		}
+	}
+	return e
 }
 
 func containsAny(b []byte, subs [][]byte) bool {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
@@ -156,6 +157,45 @@ func (c Config) Validate() error {
 		if c.Provider == ProviderOpenAI && c.APIKeyEnv == "" && c.APIKeySecret == "" {
 			add("api_key_env", "must name the environment variable holding the key for provider %q (or set api_key_secret)", ProviderOpenAI)
 		}
+		// Every report is a budget: a section without limits would spend
+		// without bound.
+		if len(c.Limits) == 0 {
+			add("limits", "must hold at least one limit (the defaults are min_interval: 3m and daily: 100)")
+		}
+	}
+	// The notify URL rules: https (http only to a local model server), no
+	// user:password@, never the metadata service or a link-local address.
+	if c.BaseURL != "" {
+		if err := urlcheck.Check(c.BaseURL, urlcheck.Rules{AllowHTTPLoopback: true}); err != nil {
+			errs = append(errs, &configerr.Error{Key: "base_url", Err: err})
+		}
+	}
+	// Upper bounds: a value beyond them is a typo or a bill.
+	const (
+		maxMaxTokens = 100_000
+		maxTimeout   = 10 * time.Minute
+		maxWorkers   = 64
+		maxLines     = 100_000
+		maxBytes     = 1 << 20
+		maxAge       = 7 * 24 * time.Hour
+	)
+	if c.MaxTokens > maxMaxTokens {
+		add("max_tokens", "must be at most %d, got %d", maxMaxTokens, c.MaxTokens)
+	}
+	if c.Timeout > maxTimeout {
+		add("timeout", "must be at most %s, got %s", maxTimeout, c.Timeout)
+	}
+	if c.Workers > maxWorkers {
+		add("workers", "must be at most %d, got %d", maxWorkers, c.Workers)
+	}
+	if c.Input.MaxLines > maxLines {
+		add("input.max_lines", "must be at most %d, got %d", maxLines, c.Input.MaxLines)
+	}
+	if c.Input.MaxBytes > maxBytes {
+		add("input.max_bytes", "must be at most %d bytes (1MiB), got %d", maxBytes, c.Input.MaxBytes)
+	}
+	if c.MaxAge > maxAge {
+		add("max_age", "must be at most %s, got %s", maxAge, c.MaxAge)
 	}
 	if c.Provider == ProviderBedrock && c.APIKeyEnv != "" {
 		add("api_key_env", "is for provider %q; bedrock uses the AWS credentials", ProviderOpenAI)

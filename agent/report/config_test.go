@@ -77,7 +77,7 @@ func TestConfigValidate(t *testing.T) {
 		{"enabled without model", func(c *Config) { c.Enabled, c.Model = true, "" }, "model"},
 		{"openai without base_url and key var", func(c *Config) { c.Enabled, c.Provider = true, ProviderOpenAI }, "base_url,api_key_env"},
 		{"openai complete", func(c *Config) {
-			c.Enabled, c.Provider, c.BaseURL, c.APIKeyEnv = true, ProviderOpenAI, "http://x/v1", "K"
+			c.Enabled, c.Provider, c.BaseURL, c.APIKeyEnv = true, ProviderOpenAI, "https://x/v1", "K"
 		}, ""},
 		{"unknown provider", func(c *Config) { c.Provider = "azure" }, "provider"},
 		{"bad values", func(c *Config) {

@@ -280,14 +280,15 @@ func fleetView(ctx context.Context, st fleetSource, recent int) (FleetView, erro
 }
 
 func printFleet(c *cli, fv FleetView) {
-	w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	out := terminalOut(c.stdout, false)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "INSTANCE\tSTATE\tINFLIGHT\tVERSION\tSEEN")
 	for _, in := range fv.Instances {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s ago\n", in.ID, in.State, len(in.Tasks), in.Version, fv.At.Sub(in.SeenAt).Round(time.Second))
 	}
 	w.Flush()
-	fmt.Fprintln(c.stdout)
-	w = tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "IN FLIGHT\tINSTANCE\tHOST\tDIAGNOSTIC\tAGE")
 	for _, in := range fv.Instances {
 		for _, t := range in.Tasks {
@@ -295,8 +296,8 @@ func printFleet(c *cli, fv FleetView) {
 		}
 	}
 	w.Flush()
-	fmt.Fprintln(c.stdout)
-	w = tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "TIME\tINSTANCE\tTASK\tHOST\tDIAGNOSTIC\tOUTCOME\tREASON")
 	for _, e := range fv.Recent {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Format(time.RFC3339), e.InstanceID, e.TaskID, e.Host, e.Diagnostic, e.Outcome, e.Reason)
@@ -311,7 +312,7 @@ func printFleet(c *cli, fv FleetView) {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, fv.Outcomes[k]))
 	}
-	fmt.Fprintf(c.stdout, "\nlast %d outcomes: %s\n", len(fv.Recent), strings.Join(parts, " "))
+	fmt.Fprintf(out, "\nlast %d outcomes: %s\n", len(fv.Recent), strings.Join(parts, " "))
 }
 
 func (c *cli) limitsCmd() *cobra.Command {

@@ -110,7 +110,7 @@ func assertNoSecret(t *testing.T, where, s string) {
 // assertRedacted fails unless s carries the markers of the leaked secrets.
 func assertRedacted(t *testing.T, where, s string) {
 	t.Helper()
-	for _, m := range []string{"[REDACTED:aws_access_key_id]", "[REDACTED:authorization]", "[REDACTED:aws_secret_access_key]"} {
+	for _, m := range []string{"[REDACTED:aws_access_key_id]", "[REDACTED:authorization]", "[REDACTED:token_assignment]"} {
 		if !strings.Contains(s, m) {
 			t.Errorf("%s lacks %s: %q", where, m, s)
 		}

@@ -195,12 +195,13 @@ func recordOf(v agent.TaskView) state.TaskRecord {
 
 // printReport writes the human form: one status line, then the Markdown.
 func printReport(c *cli, r rootcause.Result) {
-	fmt.Fprintf(c.stdout, "report: %s (provider %s, model %s, %d+%d tokens, %.1fs)\n", r.Status, r.Provider, r.Model,
+	w := terminalOut(c.stdout, false)
+	fmt.Fprintf(w, "report: %s (provider %s, model %s, %d+%d tokens, %.1fs)\n", r.Status, r.Provider, r.Model,
 		r.InputTokens, r.OutputTokens, r.LatencyS)
 	if r.Reason != "" {
-		fmt.Fprintf(c.stdout, "reason: %s\n", r.Reason)
+		fmt.Fprintf(w, "reason: %s\n", r.Reason)
 	}
 	if r.Markdown != "" {
-		fmt.Fprintf(c.stdout, "\n%s\n", r.Markdown)
+		fmt.Fprintf(w, "\n%s\n", r.Markdown)
 	}
 }

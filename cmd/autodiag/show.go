@@ -28,6 +28,7 @@ const cliTimeout = 10 * time.Second
 func (c *cli) showCmd() *cobra.Command {
 	var (
 		asJSON bool
+		raw    bool
 		addr   string
 	)
 	cmd := &cobra.Command{
@@ -50,11 +51,12 @@ func (c *cli) showCmd() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(v)
 			}
-			printTask(c.stdout, v)
+			printTask(terminalOut(c.stdout, raw), v)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as GET /v1/tasks/{id} returns it")
+	cmd.Flags().BoolVar(&raw, "raw", false, "write the output's bytes as they are (control characters other than newline and tab are shown as \\x1b otherwise)")
 	cmd.Flags().StringVar(&addr, "admin-addr", "", "local agent admin address when no Redis is configured (default: admin_addr of the config)")
 	return cmd
 }
@@ -234,8 +236,9 @@ func (c *cli) notifyCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("notify dead: %w", err)
 			}
+			out := terminalOut(c.stdout, false)
 			for _, e := range list {
-				fmt.Fprintf(c.stdout, "%s\t%s\t%s\t%s\tattempts=%d\treason=%s\tdied=%s\n", e.Ref, e.ID, e.Sink, e.Event,
+				fmt.Fprintf(out, "%s\t%s\t%s\t%s\tattempts=%d\treason=%s\tdied=%s\n", e.Ref, e.ID, e.Sink, e.Event,
 					e.Attempts, e.Reason, e.DiedAt.UTC().Format(time.RFC3339))
 			}
 			if !requeue || len(list) == 0 {

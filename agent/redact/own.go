@@ -1,0 +1,78 @@
+package redact
+
+import "fmt"
+
+// placeholders are values of a key=value pair that name no secret: an
+// unset or masked value, a variable reference, a template, a file path, a
+// marker a previous pass wrote.
+var placeholders = Allow{Regexes: []string{
+	`(?i)^(?:null|none|nil|true|false|yes|no|on|off|required|optional|unset|empty|redacted|hidden|masked|n/a|undefined|\*+|x{3,}|\.{3,}|-+)$`,
+	`^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$`,
+	`^\{\{.*\}\}$`,
+	`^<`,
+	`^/[A-Za-z0-9_./-]*$`,
+	`^\[REDACTED:`,
+}}
+
+// ownRules are what gitleaks' defaults lack for output of production
+// machines: secrets known by the key they are assigned to rather than by
+// their shape, headers, URL userinfo, command-line flags, and key ids and
+// PEM blocks where gitleaks' patterns need a word boundary or an END line
+// that a cut or a neighbouring word takes away. Each replaces only the
+// secret (its group), so the key stays readable.
+func ownRules() []Rule {
+	return []Rule{
+		// A cut output may hold a BEGIN without its END: everything after
+		// the BEGIN is redacted then.
+		{Name: "private_key_block", Pattern: `-----BEGIN[ A-Z0-9_-]*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[ A-Z0-9_-]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)`,
+			Keywords: []string{"private key"}},
+		// Key ids glued to a word (KEY_AKIA…, Credential%3DAKIA…), where
+		// gitleaks' \b does not match.
+		{Name: "aws_access_key_id", Pattern: `((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?:[^A-Za-z0-9\n]|$)`,
+			Keywords: []string{"a3t", "akia", "asia", "abia", "acca"}},
+		// userinfo of any URL; the scheme, user and host stay.
+		{Name: "url_password", Pattern: `[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@`,
+			Keywords: []string{"://"}},
+		{Name: "authorization", Pattern: `(?i)(?:proxy-)?authorization["']?[ \t]*[=:][ \t]*["']?(?:bearer|basic|token|digest|negotiate|apikey|sso-key)[ \t]+([A-Za-z0-9._~+/=:-]+)`,
+			Keywords: []string{"authorization"}},
+		{Name: "secret_header", Pattern: `(?i)(?:set-cookie|cookie|x-api-key|x-auth-token|x-vault-token|x-amz-security-token|x-access-token|private-token|api-key)["']?[ \t]*:[ \t]*["']?([^\s"'][^\r\n"']*)`,
+			Keywords: []string{"cookie", "x-api-key", "x-auth-token", "x-vault-token", "x-amz-security-token", "x-access-token", "private-token", "api-key"},
+			Allow:    []Allow{placeholders}},
+		// KEY=value, key: value, "Key": "value" (also JSON-escaped) where
+		// the key, with any prefix and in any case, ends in a word that
+		// names a secret: DB_PASSWORD, PGPASSWORD, MYSQL_PWD, client_secret.
+		{Name: "secret_assignment", Pattern: `(?i)(?:^|[^A-Za-z0-9_.:/-])[A-Za-z0-9_.-]*(?:password|passwd|_pwd|passphrase|secret|credentials?)` + assignValue(1),
+			Keywords: []string{"password", "passwd", "_pwd", "passphrase", "secret", "credential"},
+			Allow:    []Allow{placeholders}},
+		// The same for keys whose word is also an ordinary one (token,
+		// *_key): the value must be 8 bytes or longer. AWS_SESSION_TOKEN,
+		// the SecretAccessKey and Token of instance metadata and STS JSON.
+		{Name: "token_assignment", Pattern: `(?i)(?:^|[^A-Za-z0-9_.:/-])[A-Za-z0-9_.-]*(?:token|_key|apikey|accesskey|privatekey)` + assignValue(8),
+			Keywords: []string{"token", "_key", "apikey", "accesskey", "privatekey"},
+			Allow:    []Allow{placeholders}},
+		// --password x, --token "x" (the = form is an assignment).
+		{Name: "secret_flag", Pattern: `(?i)(?:^|[ \t])--?(?:password|passwd|pass|token|secret|api-key|apikey|access-key|secret-key|auth-token|client-secret)[ \t]+(?:\\?"([^"\\\n]+)\\?"|'([^'\n]+)'|([^\s"'\\-][^\s"'\\]*))`,
+			Keywords: []string{"-pass", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-secret-key", "-auth-token", "-client-secret"},
+			Allow:    []Allow{placeholders}},
+		{Name: "discord_webhook", Pattern: `discord(?:app)?\.com/api/webhooks/[0-9]+/([A-Za-z0-9_-]{60,})`,
+			Keywords: []string{"discord"}},
+		// mysql -pSECRET: the password glued to -p (-P is the port).
+		{Name: "mysql_password_flag", Pattern: `mysql[a-z]*[ \t][^\n]*?[ \t]-p([^\s-]\S*)`,
+			Keywords: []string{"mysql"}},
+		// A long random-looking value next to a key that hints at a
+		// secret (session_id, signing_salt, auth_value …).
+		{Name: "high_entropy_value", Pattern: `(?i)[A-Za-z0-9_.-]*(?:key|token|secret|auth|cred|pass|sig|salt|cookie|session)[A-Za-z0-9_.-]*["']?[ \t]*(?:=|:=|=>|:)[ \t]*["']?([A-Za-z0-9+/=_.~-]{20,})`,
+			Keywords: []string{"key", "token", "secret", "auth", "cred", "pass", "sig", "salt", "cookie", "session"},
+			Entropy:  3.5, Allow: []Allow{placeholders}},
+	}
+}
+
+// assignValue is the tail of an assignment pattern: an optional closing
+// quote of the key (JSON-escaped or not), the operator, and the value in
+// double quotes (escaped or not), single quotes or bare, at least min
+// bytes. A bare value ends at a space, a quote, a separator or a closing
+// bracket.
+func assignValue(min int) string {
+	n := fmt.Sprintf("{%d,}", min)
+	return `\\?["']?[ \t]*(?:=|:=|=>|:)[ \t]*(?:\\"([^"\\\n]` + n + `)\\"|"([^"\n]` + n + `)"|'([^'\n]` + n + `)'|([^\s"'\\,;&)\]}]` + n + `))`
+}

@@ -1,0 +1,53 @@
+package report
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/internal/configerr"
+)
+
+// The adversarial report sections of the issue: each is refused under the
+// key it names.
+func TestConfigValidateURLAndBounds(t *testing.T) {
+	openai := func(url string) func(*Config) {
+		return func(c *Config) {
+			c.Enabled, c.Provider, c.BaseURL, c.APIKeyEnv = true, ProviderOpenAI, url, "K"
+		}
+	}
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		key  string // "" = valid
+	}{
+		{"local http model server", openai("http://127.0.0.1:8000/v1"), ""},
+		{"https remote", openai("https://llm.example.com/v1"), ""},
+		{"plain http to a remote host", openai("http://llm.example.com/v1"), "base_url"},
+		{"user:pass in the URL", openai("https://u:p@llm.example.com/v1"), "base_url"},
+		{"ftp", openai("ftp://llm.example.com/v1"), "base_url"},
+		{"metadata", openai("https://169.254.169.254/latest"), "base_url"},
+		{"timeout 240h", func(c *Config) { c.Timeout = 240 * time.Hour }, "timeout"},
+		{"max_tokens 1e8", func(c *Config) { c.MaxTokens = 100_000_000 }, "max_tokens"},
+		{"workers 1e5", func(c *Config) { c.Workers = 100_000 }, "workers"},
+		{"no limits", func(c *Config) { c.Enabled, c.Limits = true, nil }, "limits"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			if tt.key == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ce *configerr.Error
+			if err == nil || !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.key) {
+				t.Fatalf("got %v, want a problem at %s", err, tt.key)
+			}
+		})
+	}
+}
