@@ -29,7 +29,7 @@ func benchDispatcher(b *testing.B, workers int) (*Dispatcher, *atomic.Int64, *Re
 	rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), PoolSize: 4 * workers})
 	b.Cleanup(func() { rc.Close() })
 	ob := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(b)})
-	b.Cleanup(func() { rc.Del(context.Background(), ob.stream, ob.retry, ob.dead) })
+	b.Cleanup(func() { ob.delKeys(rc) })
 	client := NewHTTPClient()
 	client.Transport = &http.Transport{MaxIdleConnsPerHost: workers}
 	sinks, err := NewSinks([]SinkConfig{{Name: "hook", Type: TypeWebhook, URL: rcv.URL, AllowHTTP: true, On: EventTypes}}, nil, client)

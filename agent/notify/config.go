@@ -176,3 +176,17 @@ func checkURL(raw string, allowHTTP bool) error {
 	}
 	return nil
 }
+
+// Bounds of notify_outbox_max.
+const (
+	MinOutboxMax = 10
+	MaxOutboxMax = 10_000_000
+)
+
+// ValidateOutboxMax checks notify_outbox_max (0: DefaultMaxLen).
+func ValidateOutboxMax(n int) error {
+	if n != 0 && (n < MinOutboxMax || n > MaxOutboxMax) {
+		return configerr.Errorf("notify_outbox_max", "%d: must be between %d and %d (0: %d)", n, MinOutboxMax, MaxOutboxMax, DefaultMaxLen)
+	}
+	return nil
+}
