@@ -15,6 +15,12 @@ const (
 	SourceGeneric      = "generic"
 )
 
+// Sources lists the sources in a stable order: the values of the source
+// label of the alert metrics.
+func Sources() []string {
+	return []string{SourceAlertmanager, SourceZabbix, SourceCloudWatch, SourceGeneric}
+}
+
 // Values of Alert.Status.
 const (
 	StatusFiring   = "firing"

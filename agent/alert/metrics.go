@@ -31,6 +31,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.alerts, m.truncated)
 	}
+	// Every label set at 0 from the start: Prometheus sees a series
+	// created at its first increment at its running value, and increase()
+	// over it is 0.
+	for _, s := range Sources() {
+		for _, r := range []string{ResultAccepted, ResultIgnored, ResultRejected} {
+			m.alerts.WithLabelValues(s, r)
+		}
+		m.truncated.WithLabelValues(s)
+	}
 	return m
 }
 
