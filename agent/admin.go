@@ -141,6 +141,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
 	mux.HandleFunc("GET /v1/tasks/{id}", a.getTask)
 	mux.HandleFunc("GET /v1/limits/check", a.getLimitsCheck)
+	mux.HandleFunc("POST /v1/tasks/{id}/report", a.postTaskReport)
 	return mux
 }
 

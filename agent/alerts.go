@@ -88,7 +88,8 @@ func NewIntakeHandler(cfg Config, o IntakeOptions) (*alert.Handler, error) {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
-		MaxBody: cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics, Logger: o.Logger, Now: o.Now})
+		MaxBody: cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics, Logger: o.Logger, Now: o.Now,
+		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
 }
 
 // IntakeHandler is this agent's intake handler: tasks go to its task
