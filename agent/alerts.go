@@ -264,9 +264,9 @@ func (in *Intake) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-in.draining:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
 		default:
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
 		}
 	})
 	return mux

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -450,7 +451,7 @@ func (p *pipeline) reject(j *job, err error) {
 		p.outcomes.drop(j)
 	}
 	switch dlErr := p.queueCall(func(ctx context.Context) error {
-		return p.src.DeadLetter(ctx, j.msg, reason+": "+err.Error())
+		return p.src.DeadLetter(ctx, j.msg, deadReason(reason, err))
 	}); {
 	case dlErr == nil:
 	case errors.Is(dlErr, queue.ErrNoDeadLetter):
@@ -687,4 +688,14 @@ func logStoreErr(log *slog.Logger, err error) {
 		return
 	}
 	log.Warn("state store error", "err", err)
+}
+
+// deadReason is the dead-letter attribute of a rejected message: the
+// reason, then the error, without saying the reason twice when the error
+// starts with it (a *task.Error does).
+func deadReason(reason string, err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, reason+": ") {
+		return msg
+	}
+	return reason + ": " + err.Error()
 }

@@ -117,10 +117,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	if h.c.Draining() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"state": "draining"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"state": "draining", "status": "draining"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"state": "ready"})
+	writeJSON(w, http.StatusOK, map[string]string{"state": "ready", "status": "ready"})
 }
 
 func (h *Handler) post(source string) http.HandlerFunc {

@@ -28,7 +28,10 @@ import (
 
 func (c *cli) configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Configuration tools"}
-	var unit string
+	var (
+		unit   string
+		strict bool
+	)
 	validate := &cobra.Command{
 		Use:   "validate",
 		Short: "Validate a config file: exit 0, or 2 with every problem naming its key and line",
@@ -55,6 +58,14 @@ func (c *cli) configCmd() *cobra.Command {
 					return err
 				}
 			}
+			if unset := unsetEnv(cfg, os.LookupEnv); len(unset) > 0 {
+				for _, u := range unset {
+					fmt.Fprintf(c.stderr, "warning: %s here; `autodiag run` exits 2 without it\n", u)
+				}
+				if strict {
+					return usageError{fmt.Errorf("config validate --strict: %d *_env variable(s) unset", len(unset))}
+				}
+			}
 			mode := "fleet"
 			if cfg.Embedded() {
 				mode = "embedded"
@@ -65,6 +76,7 @@ func (c *cli) configCmd() *cobra.Command {
 		},
 	}
 	validate.Flags().StringVar(&unit, "systemd-unit", "", "also check that the unit's TimeoutStopSec exceeds lifecycle.drain_timeout")
+	validate.Flags().BoolVar(&strict, "strict", false, "fail (exit 2) when a variable named by a *_env key is unset, as `run` would")
 	cmd.AddCommand(validate)
 	return cmd
 }
