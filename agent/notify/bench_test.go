@@ -164,7 +164,9 @@ func hangingBenchPhase(b *testing.B, withHanging bool) float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		defer cancel()
 		_ = d.Stop(ctx)
-		<-done
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
 	}()
 	ctx := context.Background()
 	ev := failedEvent()

@@ -346,7 +346,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.mu.Unlock()
 		// Past the cap, the oldest entries are shed before claiming, so
 		// that what is shed is rarely in flight here.
-		poll := time.Now().Sub(lastPending) >= d.o.PollInterval
+		poll := time.Since(lastPending) >= d.o.PollInterval
 		if poll {
 			lastPending = time.Now()
 			d.shed(ctx)

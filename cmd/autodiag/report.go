@@ -186,25 +186,6 @@ func askAgentReport(ctx context.Context, cfg agent.Config, addr, id string, forc
 	return res, nil
 }
 
-// recordOf is the record fields a report reads, from the API's view.
-func recordOf(v agent.TaskView) state.TaskRecord {
-	rec := state.TaskRecord{ID: v.ID, Status: v.Status, Host: v.Host, Diagnostic: v.Diagnostic, Params: v.Params,
-		Severity: v.Severity, Outcome: v.Outcome, Output: v.Output, Truncated: v.Truncated, ExitCode: -1}
-	if v.ExitCode != nil {
-		rec.ExitCode = *v.ExitCode
-	}
-	if v.StartedAt != nil {
-		rec.StartedAt = *v.StartedAt
-	}
-	if v.FinishedAt != nil {
-		rec.FinishedAt = *v.FinishedAt
-	}
-	if v.Alert != nil {
-		rec.Alert = &state.Alert{Source: v.Alert.Source, Name: v.Alert.Name, EventID: v.Alert.EventID}
-	}
-	return rec
-}
-
 // printReport writes the human form: one status line, then the Markdown.
 func printReport(c *cli, r rootcause.Result) {
 	fmt.Fprintf(c.stdout, "report: %s (provider %s, model %s, %d+%d tokens, %.1fs)\n", r.Status, r.Provider, r.Model,
