@@ -349,6 +349,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		poll := time.Since(lastPending) >= d.o.PollInterval
 		if poll {
 			lastPending = time.Now()
+			d.migrateLegacy(ctx)
 			d.shed(ctx)
 		}
 		takeDirect()
@@ -388,6 +389,34 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-d.wake:
 		case <-timer.C:
 		}
+	}
+}
+
+// legacyMigrator is an outbox that can move the entries of an earlier
+// layout into its own (*RedisOutbox).
+type legacyMigrator interface {
+	MigrateLegacy(ctx context.Context, sinks []string) (int, error)
+}
+
+// migrateLegacy moves entries an earlier version wrote (or still writes,
+// during a rolling upgrade) into this version's lanes.
+func (d *Dispatcher) migrateLegacy(ctx context.Context) {
+	m, ok := d.ob.(legacyMigrator)
+	if !ok {
+		return
+	}
+	names := make([]string, len(d.order))
+	for i, s := range d.order {
+		names[i] = s.Name()
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+	defer cancel()
+	n, err := m.MigrateLegacy(cctx, names)
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		d.log.Warn("notification outbox: move entries of the earlier layout", "err", err)
+	case n > 0:
+		d.log.Info("notification entries of the earlier outbox layout moved to their sinks' lanes", "count", n)
 	}
 }
 

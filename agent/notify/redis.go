@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,6 +21,40 @@ type redisClient interface {
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+var (
+	//go:embed lua/migrate_legacy.lua
+	migrateLegacyLua string
+	// migrateLegacyScript moves entries of the single stream of earlier
+	// versions into their sinks' streams (see the script).
+	migrateLegacyScript = redis.NewScript(migrateLegacyLua)
+)
+
+// legacyBatch bounds the entries one MigrateLegacy call looks at.
+const legacyBatch = 1000
+
+// MigrateLegacy moves the entries of the single outbox stream of earlier
+// versions (<prefix>{notify}:outbox) that belong to one of sinks into
+// their sinks' streams, and returns how many it moved. An agent calls it
+// once per poll: during a rolling upgrade, agents of the earlier version
+// still write there. A moved entry that an earlier agent was sending may
+// be delivered twice (receivers dedupe by delivery id).
+func (r *RedisOutbox) MigrateLegacy(ctx context.Context, sinks []string) (int, error) {
+	if len(sinks) == 0 {
+		return 0, nil
+	}
+	keys := []string{r.prefix + "outbox", r.prefix + "retry"}
+	args := []any{legacyBatch}
+	for _, s := range sinks {
+		keys = append(keys, r.queue(s).Stream())
+		args = append(args, s)
+	}
+	n, err := migrateLegacyScript.Run(ctx, r.c, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("notify: move entries of the earlier outbox stream: %w", err)
+	}
+	return n, nil
 }
 
 // RedisOptions configure a RedisOutbox; zero values mean the defaults.

@@ -189,3 +189,35 @@ func TestRedisRetryNeverClaimedBeforeDue(t *testing.T) {
 		}
 	}
 }
+
+// Entries an earlier version wrote to the single outbox stream are moved
+// into their sinks' lanes and delivered; an entry of a sink this agent
+// does not have stays for one that has it.
+func TestRedisLegacyOutboxMigrated(t *testing.T) {
+	rc := testRedis(t)
+	prefix := testPrefix(t)
+	clock := newFakeClock()
+	ob := NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+	legacy := prefix + "{notify}:outbox"
+	t.Cleanup(func() { ob.delKeys(rc); rc.Del(context.Background(), legacy, prefix+"{notify}:retry") })
+	h := newHarness(t, ob, clock, "i-a", Options{})
+	for _, e := range []Entry{entry("old-1", "hook"), entry("old-2", "other"), entry("old-3", "hook")} {
+		e.Time = clock.Now()
+		if err := rc.XAdd(context.Background(), &redis.XAddArgs{Stream: legacy, Values: entryValues(e)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runDispatcher(t, h.d)
+	waitFor(t, 5*time.Second, "both hook entries delivered", func() bool { return h.count(ResultDelivered) == 2 })
+	ids := map[string]bool{}
+	for _, r := range h.rcv.requests() {
+		ids[r.header.Get(HeaderDelivery)] = true
+	}
+	if !ids["old-1"] || !ids["old-3"] {
+		t.Errorf("delivered %v, want old-1 and old-3", ids)
+	}
+	left, err := rc.XRange(context.Background(), legacy, "-", "+").Result()
+	if err != nil || len(left) != 1 || left[0].Values["id"] != "old-2" {
+		t.Errorf("earlier stream holds %v (%v), want only old-2 of sink other", left, err)
+	}
+}
