@@ -145,3 +145,22 @@ func TestTruncatedAlertsFetched(t *testing.T) {
 		}
 	})
 }
+
+// fetch_truncated needs an allow-list; each bad entry is named by its key.
+func TestAlertmanagerConfigValidate(t *testing.T) {
+	c := IntakeConfig{Alertmanager: AlertmanagerConfig{FetchTruncated: true}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "alertmanager.allowed_urls") {
+		t.Errorf("fetch_truncated without allowed_urls: %v", err)
+	}
+	c.Alertmanager.AllowedURLs = []string{"http://am:9093", "ftp://x", "http://u:p@am:9093"}
+	c.Alertmanager.FetchTimeout = time.Hour
+	err := c.Validate()
+	for _, key := range []string{"alertmanager.allowed_urls[1]", "alertmanager.allowed_urls[2]", "alertmanager.fetch_timeout"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("error %v does not name %s", err, key)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "allowed_urls[0]") {
+		t.Errorf("a valid URL was refused: %v", err)
+	}
+}
