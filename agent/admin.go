@@ -120,14 +120,14 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if st := a.drain.State(); st != drain.Running {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st.String()})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st.String(), "state": st.String()})
 			return
 		}
 		if st := a.launchState(); st != "" {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st, "state": st})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		s := a.Status()
@@ -140,6 +140,8 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
 	mux.HandleFunc("GET /v1/tasks/{id}", a.getTask)
+	mux.HandleFunc("GET /v1/limits/check", a.getLimitsCheck)
+	mux.HandleFunc("POST /v1/tasks/{id}/report", a.postTaskReport)
 	return mux
 }
 
@@ -183,7 +185,7 @@ func RequireLiveAdminAuth(creds alert.Credentials, live func() alert.Credentials
 // full embedded queue is answered 503.
 func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if a.drain.State() != drain.Running {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "draining: not accepting tasks"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "draining: not accepting tasks", "reason": "draining"})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, task.MaxBodySize+1))
@@ -214,7 +216,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ = json.Marshal(t)
 	if _, err := a.d.Source.Send(r.Context(), body); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error(), "reason": "queue_unavailable"})
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": t.ID})

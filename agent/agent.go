@@ -173,7 +173,11 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		return nil, err
 	}
 	log := d.Logger.With("instance_id", d.InstanceID)
-	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry), validator: validator}
+	diagnostics := make([]string, 0, len(cfg.Diagnostics))
+	for _, diag := range cfg.Diagnostics {
+		diagnostics = append(diagnostics, diag.Name)
+	}
+	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry, diagnostics), validator: validator}
 	if a.alerts, err = newAlertRouting(cfg, validator, d); err != nil {
 		return nil, err
 	}

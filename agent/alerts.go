@@ -89,7 +89,8 @@ func NewIntakeHandler(cfg Config, o IntakeOptions) (*alert.Handler, error) {
 	}
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),
-		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics, Logger: o.Logger, Now: o.Now})
+		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics, Logger: o.Logger, Now: o.Now,
+		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
 }
 
 // IntakeHandler is this agent's intake handler: tasks go to its task
@@ -264,9 +265,9 @@ func (in *Intake) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-in.draining:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
 		default:
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
 		}
 	})
 	return mux

@@ -75,6 +75,9 @@ type Config struct {
 	// NotifyClaimIdle is how long an outbox entry stays with the agent
 	// that claimed it before another may take it over (default 2m).
 	NotifyClaimIdle time.Duration `yaml:"notify_claim_idle"`
+	// NotifyOutboxMax caps each sink's lane of the outbox, in entries
+	// (default 100000); the oldest past it are dead-lettered (outbox_full).
+	NotifyOutboxMax int `yaml:"notify_outbox_max"`
 	// Report is the root-cause report of finished tasks; off by default.
 	Report report.Config `yaml:"report"`
 	// SecretsRefresh is how often the credentials named by *_secret keys
@@ -248,6 +251,7 @@ func DefaultConfig() Config {
 		Results:          ResultsConfig{S3: DefaultS3Config()},
 		NotifyMaxAge:     notify.DefaultMaxAge,
 		NotifyClaimIdle:  notify.DefaultClaimIdle,
+		NotifyOutboxMax:  notify.DefaultMaxLen,
 		Report:           report.DefaultConfig(),
 	}
 }
@@ -394,6 +398,7 @@ func (c Config) Validate() error {
 	}
 	p.adopt("", notify.ValidateMaxAge(c.NotifyMaxAge))
 	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
+	p.adopt("", notify.ValidateOutboxMax(c.NotifyOutboxMax))
 	p.adopt("report", c.Report.Validate())
 	if err := secret.ValidateRefresh(c.SecretsRefresh); err != nil {
 		p.add("secrets_refresh", err)

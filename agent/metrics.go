@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -39,7 +41,16 @@ func Outcomes() []string {
 		OutcomeRejected, OutcomeDuplicate, OutcomeStale, OutcomeReleased}
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// unknownDiagnostic labels the outcomes of tasks naming no diagnostic of
+// the catalog (rejected before they run).
+const unknownDiagnostic = "unknown"
+
+// newMetrics registers the agent's series on reg, every label set it can
+// produce at 0: each diagnostic of the catalog (and unknownDiagnostic) ×
+// each outcome. A counter created at its first increment is first seen by
+// Prometheus at its running value, so increase() over it is 0 and an
+// alert built on it lies.
+func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "autodiag_tasks_received_total",
@@ -81,6 +92,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, op := range stateOps {
 		m.stateDegraded.WithLabelValues(op)
+	}
+	for _, d := range append(slices.Clone(diagnostics), unknownDiagnostic) {
+		for _, o := range Outcomes() {
+			m.outcomes.WithLabelValues(d, o)
+		}
+	}
+	for _, d := range diagnostics {
+		m.duration.WithLabelValues(d)
 	}
 	if reg != nil {
 		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded)

@@ -157,7 +157,7 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 
 	diagLabel := t.Diagnostic
 	if !r.known(diagLabel) {
-		diagLabel = "unknown"
+		diagLabel = unknownDiagnostic
 	}
 	r.m.outcomes.WithLabelValues(diagLabel, e.outcome).Inc()
 	r.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -473,7 +474,7 @@ func (p *pipeline) reject(j *job, err error) {
 		p.outcomes.drop(j)
 	}
 	switch dlErr := p.queueCall(func(ctx context.Context) error {
-		return p.src.DeadLetter(ctx, j.msg, p.redactor.RedactString(reason+": "+err.Error()))
+		return p.src.DeadLetter(ctx, j.msg, p.redactor.RedactString(deadReason(reason, err)))
 	}); {
 	case dlErr == nil:
 	case errors.Is(dlErr, queue.ErrNoDeadLetter):
@@ -710,4 +711,14 @@ func logStoreErr(log *slog.Logger, err error) {
 		return
 	}
 	log.Warn("state store error", "err", err)
+}
+
+// deadReason is the dead-letter attribute of a rejected message: the
+// reason, then the error, without saying the reason twice when the error
+// starts with it (a *task.Error does).
+func deadReason(reason string, err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, reason+": ") {
+		return msg
+	}
+	return reason + ": " + err.Error()
 }

@@ -57,9 +57,13 @@ func TestOutboxReportSink(t *testing.T) {
 			if json.Unmarshal(got.Report, &stored) != nil || stored.Status != report.StatusOK {
 				t.Errorf("record's report %s, want the ok report", got.Report)
 			}
-			entries, err := ob.Claim(ctx, "i-2", 10, true)
-			if err != nil {
-				t.Fatal(err)
+			var entries []notify.Delivery
+			for _, sc := range tc.sinks {
+				got, err := ob.Claim(ctx, "i-2", sc.Name, 10, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				entries = append(entries, got...)
 			}
 			var sinks []string
 			for _, e := range entries {

@@ -201,7 +201,7 @@ func (a *Agent) wireResults() error {
 	}
 	ob := a.d.Outbox
 	if ob == nil {
-		ob = notify.NewMemoryOutbox(notify.MemoryOptions{ClaimIdle: a.cfg.NotifyClaimIdle})
+		ob = notify.NewMemoryOutbox(notify.MemoryOptions{ClaimIdle: a.cfg.NotifyClaimIdle, MaxLen: a.cfg.NotifyOutboxMax})
 	}
 	disp, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: a.d.InstanceID, MaxAge: a.cfg.NotifyMaxAge,
 		StoreTimeout: a.cfg.Redis.Timeout, Clock: a.d.Clock.Now, Logger: a.log, Registerer: a.d.Registry})

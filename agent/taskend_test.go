@@ -196,7 +196,7 @@ func TestTaskEndOneRoundTrip(t *testing.T) {
 		}
 	})
 	probe := &finishProbe{Store: state.NewRedis(rc, state.RedisOptions{Prefix: prefix}), peek: peek,
-		keys: []string{prefix + "audit", prefix + "{notify}:outbox", prefix + "{report}:jobs"}}
+		keys: []string{prefix + "audit", prefix + "{notify}:outbox:hook", prefix + "{report}:jobs"}}
 	a, src, stop := endLab(t, probe, notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: prefix}),
 		report.NewRedisQueue(rc, prefix, 0), failRun)
 	// The first task loads the script (EVALSHA, then EVAL); the second is

@@ -283,7 +283,8 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		closers = append(closers, func() { _ = rc.Close() })
 		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
 		backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
-		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle})
+		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle,
+			MaxLen: int64(cfg.NotifyOutboxMax)})
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if perr := rc.Ping(pctx).Err(); perr != nil {
 			log.Warn("redis not answering at start; limiter rules apply their fail mode until it does", "err", perr)

@@ -15,6 +15,12 @@ const (
 	SourceGeneric      = "generic"
 )
 
+// Sources lists the sources in a stable order: the values of the source
+// label of the alert metrics.
+func Sources() []string {
+	return []string{SourceAlertmanager, SourceZabbix, SourceCloudWatch, SourceGeneric}
+}
+
 // Values of Alert.Status.
 const (
 	StatusFiring   = "firing"
@@ -78,6 +84,10 @@ type Payload struct {
 	// Truncated is how many alerts the sender left out (Alertmanager's
 	// truncatedAlerts, when its max_alerts is reached).
 	Truncated int
+	// ExternalURL and GroupLabels are Alertmanager's, for fetching the
+	// alerts it left out.
+	ExternalURL string
+	GroupLabels map[string]string
 }
 
 // Machine-readable reasons an alert is ignored or rejected. Reasons of

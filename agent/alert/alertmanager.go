@@ -59,6 +59,7 @@ func DecodeAlertmanager(body []byte) (Payload, error) {
 		return p, &task.Error{Reason: ReasonMalformed, Field: "alerts", Detail: jsonDetail(err)}
 	}
 	p.Truncated = max(m.TruncatedAlerts, 0)
+	p.ExternalURL, p.GroupLabels = m.ExternalURL, m.GroupLabels
 	for i, raw := range items {
 		var a amAlert
 		if err := unmarshal(raw, &a, false); err != nil {

@@ -60,6 +60,9 @@ type HandlerConfig struct {
 	Now func() time.Time
 	// SendTimeout bounds one SendBatch; 0 = DefaultSendTimeout.
 	SendTimeout time.Duration
+	// Fetcher fetches the alerts an Alertmanager left out of a
+	// notification (intake.alertmanager.fetch_truncated); nil = none.
+	Fetcher *TruncatedFetcher
 }
 
 // Handler is the intake listener's HTTP interface:
@@ -118,10 +121,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	if h.c.Draining() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"state": "draining"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"state": "draining", "status": "draining"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"state": "ready"})
+	writeJSON(w, http.StatusOK, map[string]string{"state": "ready", "status": "ready"})
 }
 
 func (h *Handler) post(source string) http.HandlerFunc {
@@ -154,6 +157,9 @@ func (h *Handler) post(source string) http.HandlerFunc {
 			h.c.Logger.Warn("alert payload refused", "source", source, "reason", Reason(err), "err", err)
 			writeJSON(w, http.StatusBadRequest, errorBody(Reason(err), err.Error()))
 			return
+		}
+		if source == SourceAlertmanager && p.Truncated > 0 && h.c.Fetcher != nil {
+			h.fetchTruncated(r.Context(), &p)
 		}
 		ans := h.c.Router.RoutePayload(p, h.c.Now())
 		if len(ans.Tasks) > 0 {
@@ -231,4 +237,45 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// fetchTruncated adds to p the group's alerts the notification left out,
+// fetched from the sender's API v2: those whose event id the payload does
+// not hold already, indexed after the payload's own. A fetch that fails
+// or is not allowed leaves p as it came; it is counted and logged.
+func (h *Handler) fetchTruncated(ctx context.Context, p *Payload) {
+	got, err := h.c.Fetcher.Fetch(ctx, p.ExternalURL, p.GroupLabels)
+	result := FetchOK
+	switch {
+	case errors.Is(err, ErrNotAllowed):
+		result = FetchNotAllowed
+		h.c.Logger.Warn("truncated alerts not fetched: externalURL not allowed", "source", SourceAlertmanager,
+			"truncated", p.Truncated, "reason", FetchNotAllowed)
+	case err != nil:
+		result = FetchError
+		h.c.Logger.Warn("truncated alerts not fetched", "source", SourceAlertmanager, "truncated", p.Truncated, "err", err)
+	}
+	h.c.Metrics.fetched(result)
+	if err != nil {
+		return
+	}
+	have := map[string]bool{}
+	next := 0
+	for _, it := range p.Items {
+		have[it.Alert.EventID] = true
+		next = max(next, it.Index+1)
+	}
+	for _, o := range append(p.Ignored, p.Rejected...) {
+		next = max(next, o.Index+1)
+	}
+	added := 0
+	for _, a := range got {
+		if a.EventID != "" && have[a.EventID] {
+			continue
+		}
+		p.add(next, a)
+		next++
+		added++
+	}
+	h.c.Logger.Info("truncated alerts fetched", "source", SourceAlertmanager, "truncated", p.Truncated, "fetched", len(got), "added", added)
 }

@@ -24,6 +24,9 @@ type IntakeConfig struct {
 	// MaxBody is the largest payload read (default 1MiB, at most 32MiB);
 	// past it the answer is 413.
 	MaxBody runner.Size `yaml:"max_body"`
+	// Alertmanager is what the intake does about alerts an Alertmanager
+	// left out of a notification.
+	Alertmanager AlertmanagerConfig `yaml:"alertmanager"`
 }
 
 // AuthConfig names where the credentials are: environment variables or a
@@ -208,6 +211,7 @@ func (c IntakeConfig) Validate() error {
 		add("max_body", "must be between %d and %d bytes, got %d", minMaxBody, MaxBody, c.MaxBody)
 	}
 	errs = append(errs, c.Auth.problems("auth")...)
+	errs = append(errs, c.Alertmanager.problems("alertmanager")...)
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		add("tls", "cert_file and key_file go together")
 	}

@@ -13,6 +13,7 @@ import (
 type Metrics struct {
 	alerts    *prometheus.CounterVec
 	truncated *prometheus.CounterVec
+	fetches   *prometheus.CounterVec
 }
 
 // NewMetrics registers the alert metrics on reg (nil: unregistered, for
@@ -27,11 +28,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "autodiag_alerts_truncated_total",
 			Help: "Alerts a sender left out of its payloads (Alertmanager truncatedAlerts, past its max_alerts).",
 		}, []string{"source"}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_alerts_truncated_fetches_total",
+			Help: "Fetches of the alerts an Alertmanager left out (intake.alertmanager.fetch_truncated), by result (ok, not_allowed, error).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.alerts, m.truncated)
+		reg.MustRegister(m.alerts, m.truncated, m.fetches)
+	}
+	for _, r := range FetchResults() {
+		m.fetches.WithLabelValues(r)
+	}
+	// Every label set at 0 from the start: Prometheus sees a series
+	// created at its first increment at its running value, and increase()
+	// over it is 0.
+	for _, s := range Sources() {
+		for _, r := range []string{ResultAccepted, ResultIgnored, ResultRejected} {
+			m.alerts.WithLabelValues(s, r)
+		}
+		m.truncated.WithLabelValues(s)
 	}
 	return m
+}
+
+func (m *Metrics) fetched(result string) {
+	if m != nil {
+		m.fetches.WithLabelValues(result).Inc()
+	}
 }
 
 // Record counts and logs what a payload became: one log line per alert

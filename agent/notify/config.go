@@ -7,8 +7,8 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/internal/urlcheck"
+	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -223,6 +223,20 @@ func checkURL(raw string, allowHTTP bool) error {
 	}
 	if u.Host == "" {
 		return errors.New("has no host")
+	}
+	return nil
+}
+
+// Bounds of notify_outbox_max.
+const (
+	MinOutboxMax = 10
+	MaxOutboxMax = 10_000_000
+)
+
+// ValidateOutboxMax checks notify_outbox_max (0: DefaultMaxLen).
+func ValidateOutboxMax(n int) error {
+	if n != 0 && (n < MinOutboxMax || n > MaxOutboxMax) {
+		return configerr.Errorf("notify_outbox_max", "%d: must be between %d and %d (0: %d)", n, MinOutboxMax, MaxOutboxMax, DefaultMaxLen)
 	}
 	return nil
 }

@@ -147,3 +147,18 @@ notify_max_age: 24h
 		t.Errorf("decoded %+v", cfg.Notify)
 	}
 }
+
+func TestValidateOutboxMax(t *testing.T) {
+	for _, tt := range []struct {
+		n  int
+		ok bool
+	}{{0, true}, {MinOutboxMax, true}, {DefaultMaxLen, true}, {MaxOutboxMax, true}, {MinOutboxMax - 1, false}, {-1, false}, {MaxOutboxMax + 1, false}} {
+		err := ValidateOutboxMax(tt.n)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateOutboxMax(%d) = %v, want ok=%v", tt.n, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "notify_outbox_max") {
+			t.Errorf("error %q does not name notify_outbox_max", err)
+		}
+	}
+}

@@ -35,7 +35,10 @@ type Options struct {
 	// InstanceID names this agent: the outbox consumer and the events'
 	// instance_id and origin. Required.
 	InstanceID string
-	// Workers is how many deliveries run at once (DefaultWorkers).
+	// Workers is how many deliveries run at once (DefaultWorkers), split
+	// evenly into one lane per sink (at least one worker each, rounded
+	// up): a sink that hangs holds only its own lane's workers, and each
+	// lane claims only its own sink's entries.
 	Workers int
 	// PollInterval is how often an idle dispatcher looks for work others
 	// wrote or gave up (DefaultPollInterval); its own Enqueue wakes it at
@@ -139,6 +142,7 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.maxLen.Set(float64(ob.MaxLen()))
 	d.m = m
 	return d, nil
 }
@@ -281,31 +285,53 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		cancel()
 		close(d.done)
 	}()
-	slots := make(chan struct{}, d.o.Workers)
-	start := func(dl Delivery, direct bool) {
-		slots <- struct{}{}
+	share := max(1, (d.o.Workers+len(d.order)-1)/max(1, len(d.order)))
+	lanes := make(map[string]*lane, len(d.order))
+	for _, s := range d.order {
+		lanes[s.Name()] = &lane{sink: s.Name(), slots: make(chan struct{}, share)}
+	}
+	start := func(l *lane, dl Delivery, direct bool) {
+		l.slots <- struct{}{}
 		wg.Add(1)
 		go func() {
-			defer func() { <-slots; wg.Done(); d.signal() }()
+			defer func() { <-l.slots; wg.Done(); d.signal() }()
 			d.deliver(deliverCtx, dl, direct)
 		}()
 	}
-	// flushDirect starts this agent's own entries already handed over
-	// (a drain_* event written just before Stop), so that Stop's bound,
-	// not the race with this loop, decides whether they are sent.
-	flushDirect := func() {
+	// takeDirect moves this agent's own entries handed over while
+	// draining into their lanes' backlogs; runDirect starts what room
+	// allows (all of it, waiting for room, when flushing before Stop's
+	// bound decides whether they are sent).
+	takeDirect := func() {
 		for {
 			select {
 			case dl := <-d.direct:
-				start(dl, true)
+				if l, ok := lanes[dl.Sink]; ok {
+					l.direct = append(l.direct, dl)
+				}
 			default:
 				return
 			}
 		}
 	}
+	runDirect := func(l *lane, all bool) int {
+		n := 0
+		for len(l.direct) > 0 && (all || l.free() > 0) {
+			start(l, l.direct[0], true)
+			l.direct = l.direct[1:]
+			n++
+		}
+		return n
+	}
+	flushDirect := func() {
+		takeDirect()
+		for _, s := range d.order {
+			runDirect(lanes[s.Name()], true)
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var lastPending time.Time // the gauge is read from the outbox once per PollInterval
+	var lastPending time.Time // the gauges are read from the outbox once per PollInterval
 	for {
 		select {
 		case <-ctx.Done():
@@ -315,39 +341,42 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return nil
 		default:
 		}
-		free := d.o.Workers - len(slots)
-		got := 0
 		d.mu.Lock()
 		draining := d.draining
 		d.mu.Unlock()
-	direct:
-		for free > 0 {
-			select {
-			case dl := <-d.direct:
-				start(dl, true)
-				got++
-				free--
-			default:
-				break direct
+		// Past the cap, the oldest entries are shed before claiming, so
+		// that what is shed is rarely in flight here.
+		poll := time.Since(lastPending) >= d.o.PollInterval
+		if poll {
+			lastPending = time.Now()
+			d.migrateLegacy(ctx)
+			d.shed(ctx)
+		}
+		takeDirect()
+		more := false
+		for _, s := range d.order {
+			l := lanes[s.Name()]
+			got := runDirect(l, false)
+			if free := l.free(); free > 0 && !draining {
+				cctx, ccancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+				ds, err := d.ob.Claim(cctx, d.o.InstanceID, l.sink, free, true)
+				ccancel()
+				if err != nil {
+					d.claimFailed(err)
+				}
+				for _, dl := range ds {
+					start(l, dl, false)
+				}
+				got += len(ds)
+			}
+			if got > 0 && l.free() > 0 {
+				more = true
 			}
 		}
-		if free > 0 && !draining {
-			cctx, ccancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-			ds, err := d.ob.Claim(cctx, d.o.InstanceID, free, true)
-			ccancel()
-			if err != nil {
-				d.claimFailed(err)
-			}
-			for _, dl := range ds {
-				start(dl, false)
-			}
-			got += len(ds)
-		}
-		if now := time.Now(); now.Sub(lastPending) >= d.o.PollInterval {
-			lastPending = now
+		if poll {
 			d.updatePending(ctx)
 		}
-		if got > 0 && len(slots) < d.o.Workers {
+		if more {
 			continue
 		}
 		timer.Reset(d.o.PollInterval)
@@ -363,6 +392,85 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
+// legacyMigrator is an outbox that can move the entries of an earlier
+// layout into its own (*RedisOutbox).
+type legacyMigrator interface {
+	MigrateLegacy(ctx context.Context, sinks []string) (int, error)
+}
+
+// migrateLegacy moves entries an earlier version wrote (or still writes,
+// during a rolling upgrade) into this version's lanes.
+func (d *Dispatcher) migrateLegacy(ctx context.Context) {
+	m, ok := d.ob.(legacyMigrator)
+	if !ok {
+		return
+	}
+	names := make([]string, len(d.order))
+	for i, s := range d.order {
+		names[i] = s.Name()
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+	defer cancel()
+	n, err := m.MigrateLegacy(cctx, names)
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		d.log.Warn("notification outbox: move entries of the earlier layout", "err", err)
+	case n > 0:
+		d.log.Info("notification entries of the earlier outbox layout moved to their sinks' lanes", "count", n)
+	}
+}
+
+// lane is the share of the workers of one sink.
+type lane struct {
+	sink   string
+	slots  chan struct{} // one per delivery running
+	direct []Delivery    // this agent's own entries to send while draining
+}
+
+func (l *lane) free() int { return cap(l.slots) - len(l.slots) }
+
+// shedLimit bounds the entries one Shed call moves; shed calls again
+// while a call moved that many.
+const shedLimit = 1000
+
+// shed dead-letters, counts and logs the entries past the outbox's cap,
+// sink by sink: nothing is dropped without a trace.
+func (d *Dispatcher) shed(ctx context.Context) {
+	for _, s := range d.order {
+		for range 100 {
+			cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+			dead, err := d.ob.Shed(cctx, s.Name(), shedLimit)
+			cancel()
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					d.log.Warn("notification outbox: shed entries past the cap", "sink", s.Name(), "err", err)
+				}
+				break
+			}
+			if len(dead) == 0 {
+				break
+			}
+			ids := make([]string, 0, min(len(dead), maxLoggedIDs))
+			for _, e := range dead {
+				d.m.count(Delivery{Entry: e.Entry}, ResultDead)
+				d.m.dropped.WithLabelValues(e.Sink, ReasonOutboxFull).Inc()
+				if len(ids) < maxLoggedIDs {
+					ids = append(ids, e.ID)
+				}
+			}
+			d.log.Error("notifications given up: the outbox is full", "sink", s.Name(), "reason", ReasonOutboxFull,
+				"count", len(dead), "max_len", d.ob.MaxLen(), "delivery_ids", ids)
+			if len(dead) < shedLimit {
+				break
+			}
+		}
+	}
+}
+
+// maxLoggedIDs bounds the delivery ids one shed log line lists; the dead
+// list has them all.
+const maxLoggedIDs = 100
+
 func (d *Dispatcher) claimFailed(err error) {
 	if errors.Is(err, ErrReset) {
 		d.m.resets.Inc()
@@ -375,11 +483,18 @@ func (d *Dispatcher) claimFailed(err error) {
 }
 
 func (d *Dispatcher) updatePending(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-	defer cancel()
-	if n, err := d.ob.Pending(cctx); err == nil {
-		d.m.pending.Set(float64(n))
+	var total int64
+	for _, s := range d.order {
+		cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+		n, err := d.ob.Pending(cctx, s.Name())
+		cancel()
+		if err != nil {
+			return
+		}
+		d.m.entries.WithLabelValues(s.Name()).Set(float64(n))
+		total += n
 	}
+	d.m.pending.Set(float64(total))
 }
 
 // Stop stops claiming and waits for the deliveries in flight until ctx is
@@ -495,7 +610,10 @@ func (d *Dispatcher) store(ctx context.Context, log *slog.Logger, what string, f
 
 type metrics struct {
 	total   *prometheus.CounterVec
+	dropped *prometheus.CounterVec
 	pending prometheus.Gauge
+	entries *prometheus.GaugeVec
+	maxLen  prometheus.Gauge
 	delay   prometheus.Histogram
 	resets  prometheus.Counter
 }
@@ -506,9 +624,21 @@ func newMetrics(reg prometheus.Registerer, sinks []Sink) (*metrics, error) {
 			Name: "autodiag_notifications_total",
 			Help: "Notification attempts by sink, event and result (delivered, retry, dead).",
 		}, []string{"sink", "event", "result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_notifications_dropped_total",
+			Help: "Notifications given up before any delivery was tried to the end, by sink and reason (outbox_full); also counted as dead.",
+		}, []string{"sink", "reason"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "autodiag_outbox_pending",
 			Help: "Notifications in the outbox: new, in flight or waiting to retry.",
+		}),
+		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "autodiag_outbox_entries",
+			Help: "Notifications in the outbox by sink: new, in flight or waiting to retry.",
+		}, []string{"sink"}),
+		maxLen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_outbox_max_entries",
+			Help: "Cap of each sink's lane of the outbox; entries past it are dead-lettered (outbox_full).",
 		}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "autodiag_notification_delay_seconds",
@@ -521,13 +651,15 @@ func newMetrics(reg prometheus.Registerer, sinks []Sink) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.total, m.pending, m.delay, m.resets} {
+		for _, c := range []prometheus.Collector{m.total, m.dropped, m.pending, m.entries, m.maxLen, m.delay, m.resets} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("notify: register metrics: %w", err)
 			}
 		}
 	}
 	for _, s := range sinks {
+		m.dropped.WithLabelValues(s.Name(), ReasonOutboxFull)
+		m.entries.WithLabelValues(s.Name())
 		for _, r := range []string{ResultDelivered, ResultRetry, ResultDead} {
 			for _, e := range EventTypes {
 				if s.Wants(e) {

@@ -66,7 +66,7 @@ func TestDispatcherDelivers(t *testing.T) {
 	if len(r) != 1 || r[0].header.Get(HeaderDelivery) != id || !Verify([]byte("k3y"), r[0].body, r[0].header.Get(HeaderSignature)) {
 		t.Fatalf("requests: %+v", r)
 	}
-	waitFor(t, 5*time.Second, "outbox empty", func() bool { n, _ := h.ob.Pending(context.Background()); return n == 0 })
+	waitFor(t, 5*time.Second, "outbox empty", func() bool { n, _ := h.ob.Pending(context.Background(), "hook"); return n == 0 })
 	if n := testutil.CollectAndCount(h.reg, "autodiag_notification_delay_seconds"); n != 1 {
 		t.Errorf("delay histogram: %d series", n)
 	}
@@ -223,7 +223,7 @@ func TestDispatcherStopRespectsDeadline(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after Stop cut its deliveries short")
 	}
-	if n, _ := ob.Pending(context.Background()); n != 1 {
+	if n, _ := ob.Pending(context.Background(), TypeSlack); n != 1 {
 		t.Fatalf("Pending = %d: the cut delivery must stay for another agent", n)
 	}
 }
@@ -252,7 +252,7 @@ func TestDispatcherDrainSendsOwnEventsOnly(t *testing.T) {
 	if len(r) != 1 || r[0].header.Get(HeaderDelivery) != id {
 		t.Fatalf("requests: %d (the other agent's event must wait)", len(r))
 	}
-	if n, _ := ob.Pending(context.Background()); n != 1 {
+	if n, _ := ob.Pending(context.Background(), "hook"); n != 1 {
 		t.Fatalf("Pending = %d, want the other agent's event left", n)
 	}
 	waitFor(t, 5*time.Second, "autodiag_outbox_pending shows it", func() bool { return testutil.ToFloat64(h.d.m.pending) == 1 })
@@ -313,7 +313,7 @@ func TestDispatcherRunAfterStopReturns(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run after Stop is still delivering; nothing bounds it")
 	}
-	if n, _ := ob.Pending(context.Background()); n != 1 {
+	if n, _ := ob.Pending(context.Background(), TypeWebhook); n != 1 {
 		t.Errorf("Pending = %d: the event must stay for another agent", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
 )
@@ -46,4 +47,25 @@ func ExampleVerify() {
 	// event failed delivery d-1
 	// 204
 	// 204
+}
+
+// A receiver checks X-Autodiag-Signature-V1 over the raw body and refuses
+// a delivery signed more than five minutes ago: a captured request
+// replayed later is turned away.
+func ExampleVerifyV1() {
+	key := []byte("the value of AUTODIAG_WEBHOOK_SECRET")
+	body := []byte(`{"event":"failed","delivery_id":"d-1"}`)
+	sent := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	header := notify.SignV1(key, body, sent)
+	fmt.Println(header[:13])
+	for _, at := range []time.Duration{30 * time.Second, time.Hour} {
+		err := notify.VerifyV1(key, body, header, sent.Add(at), 5*time.Minute)
+		fmt.Println(at, err)
+	}
+	fmt.Println(notify.VerifyV1(key, []byte(`{"event":"succeeded"}`), header, sent, 0))
+	// Output:
+	// t=1796040000,
+	// 30s <nil>
+	// 1h0m0s notify: signature time outside the tolerance (a replay, or a clock far off)
+	// notify: signature does not match
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 )
 
 // fakeClock is a settable clock shared by an outbox and a dispatcher.
@@ -135,3 +136,20 @@ func (r *receiver) answerNow() {
 }
 
 func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
+
+// delKeys removes the outbox's keys (every sink's), for a test's cleanup.
+func (r *RedisOutbox) delKeys(rc redis.UniversalClient) {
+	ctx := context.Background()
+	for _, s := range []string{"a", "b", "hook", "slow", "fast", "slack"} {
+		r.queue(s)
+	}
+	r.mu.Lock()
+	keys := []string{r.dead}
+	for s, q := range r.queues {
+		keys = append(keys, q.Stream(), r.prefix+"retry:"+s)
+	}
+	r.mu.Unlock()
+	for _, k := range keys { // one by one: a cluster refuses a DEL across slots it cannot see as one
+		rc.Del(ctx, k)
+	}
+}

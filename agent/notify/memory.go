@@ -12,7 +12,7 @@ import (
 type MemoryOptions struct {
 	ClaimIdle time.Duration    // DefaultClaimIdle
 	DeadMax   int              // DefaultDeadMax
-	MaxLen    int              // DefaultMaxLen: past it the oldest entries are dropped
+	MaxLen    int              // DefaultMaxLen: each sink's cap; Shed dead-letters the excess
 	Clock     func() time.Time // time.Now
 }
 
@@ -67,14 +67,45 @@ func (m *MemoryOutbox) Enqueue(_ context.Context, entries []Entry) ([]string, er
 		refs[i] = strconv.FormatInt(m.seq, 10)
 		m.entries = append(m.entries, &memEntry{Entry: e, ref: refs[i]})
 	}
-	if over := len(m.entries) - m.o.MaxLen; over > 0 {
-		m.entries = slices.Delete(m.entries, 0, over)
-	}
 	return refs, nil
 }
 
+// MaxLen implements Outbox.
+func (m *MemoryOutbox) MaxLen() int64 { return int64(m.o.MaxLen) }
+
+// Shed implements Outbox.
+func (m *MemoryOutbox) Shed(_ context.Context, sink string, limit int) ([]DeadEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.entries {
+		if e.Sink == sink {
+			n++
+		}
+	}
+	over := min(n-m.o.MaxLen, limit)
+	var out []DeadEntry
+	now := m.o.Clock()
+	for i := 0; i < len(m.entries) && len(out) < over; {
+		e := m.entries[i]
+		if e.Sink != sink {
+			i++
+			continue
+		}
+		m.entries = slices.Delete(m.entries, i, i+1)
+		m.seq++
+		d := DeadEntry{Entry: e.Entry, Reason: ReasonOutboxFull, DiedAt: now, Ref: strconv.FormatInt(m.seq, 10)}
+		m.dead = append(m.dead, d)
+		out = append(out, d)
+	}
+	if over := len(m.dead) - m.o.DeadMax; over > 0 {
+		m.dead = slices.Delete(m.dead, 0, over)
+	}
+	return out, nil
+}
+
 // Claim implements Outbox.
-func (m *MemoryOutbox) Claim(_ context.Context, consumer string, max int, newWork bool) ([]Delivery, error) {
+func (m *MemoryOutbox) Claim(_ context.Context, consumer, sink string, max int, newWork bool) ([]Delivery, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock()
@@ -88,7 +119,7 @@ func (m *MemoryOutbox) Claim(_ context.Context, consumer string, max int, newWor
 		if len(out) >= max {
 			return out, nil
 		}
-		if e.owner != "" && now.Sub(e.claimedAt) >= m.o.ClaimIdle && !now.Before(e.retryAt) {
+		if e.Sink == sink && e.owner != "" && now.Sub(e.claimedAt) >= m.o.ClaimIdle && !now.Before(e.retryAt) {
 			claim(e)
 		}
 	}
@@ -99,7 +130,7 @@ func (m *MemoryOutbox) Claim(_ context.Context, consumer string, max int, newWor
 		if len(out) >= max {
 			break
 		}
-		if e.owner == "" {
+		if e.Sink == sink && e.owner == "" {
 			claim(e)
 		}
 	}
@@ -150,10 +181,16 @@ func (m *MemoryOutbox) Dead(_ context.Context, d Delivery, reason string) error 
 }
 
 // Pending implements Outbox.
-func (m *MemoryOutbox) Pending(context.Context) (int64, error) {
+func (m *MemoryOutbox) Pending(_ context.Context, sink string) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return int64(len(m.entries)), nil
+	n := 0
+	for _, e := range m.entries {
+		if e.Sink == sink {
+			n++
+		}
+	}
+	return int64(n), nil
 }
 
 // ListDead implements Outbox.

@@ -35,19 +35,22 @@ type DeadEntry struct {
 	Ref      string // the dead list's handle, for Requeue
 }
 
-// Outbox is where events wait until a sink took them. Entries are claimed
-// by a consumer (an agent) and stay pending under it until acknowledged,
+// Outbox is where events wait until a sink took them. Each sink has its
+// own lane: entries are claimed by sink, so that one sink's backlog or
+// retries never stand in front of another's. Entries are claimed by a
+// consumer (an agent) and stay pending under it until acknowledged,
 // scheduled for a retry or given up; a pending entry whose consumer has
 // not touched it for the claim idle time is claimed by another.
 type Outbox interface {
 	// Enqueue writes entries durably, in one round trip, and returns
 	// their handles (for Ack of an entry delivered without a claim).
 	Enqueue(ctx context.Context, entries []Entry) ([]string, error)
-	// Claim returns at most max entries for consumer to send: pending
-	// entries whose retry is due or whose holder went quiet first, then
-	// new ones. No new entries when newWork is false (a draining agent
-	// finishes what others gave up, not the fresh work of the fleet).
-	Claim(ctx context.Context, consumer string, max int, newWork bool) ([]Delivery, error)
+	// Claim returns at most max entries of sink for consumer to send:
+	// pending entries whose retry is due or whose holder went quiet
+	// first, then new ones. No new entries when newWork is false (a
+	// draining agent finishes what others gave up, not the fresh work of
+	// the fleet).
+	Claim(ctx context.Context, consumer, sink string, max int, newWork bool) ([]Delivery, error)
 	// Ack removes a delivered entry. An entry delivered straight from
 	// Enqueue (a draining agent's own events) may be acknowledged by its
 	// handle without a claim; a copy another agent claimed meanwhile
@@ -58,8 +61,15 @@ type Outbox interface {
 	Retry(ctx context.Context, d Delivery, at time.Time) error
 	// Dead moves the entry to the dead list with reason.
 	Dead(ctx context.Context, d Delivery, reason string) error
-	// Pending is how many entries wait: new, in flight or waiting to retry.
-	Pending(ctx context.Context) (int64, error)
+	// Shed moves the oldest entries of sink past the outbox's cap
+	// (MaxLen) to the dead list with reason ReasonOutboxFull, at most
+	// limit of them, and returns them, for the caller to count and log.
+	Shed(ctx context.Context, sink string, limit int) ([]DeadEntry, error)
+	// MaxLen is the cap of each sink's lane, in entries.
+	MaxLen() int64
+	// Pending is how many entries of sink wait: new, in flight or waiting
+	// to retry.
+	Pending(ctx context.Context, sink string) (int64, error)
 	// ListDead returns at most max dead entries, newest first.
 	ListDead(ctx context.Context, max int) ([]DeadEntry, error)
 	// Requeue moves dead entries (by Ref) back into the outbox, keeping
@@ -69,6 +79,10 @@ type Outbox interface {
 	// delivery must end well within it.
 	ClaimIdle() time.Duration
 }
+
+// ReasonOutboxFull is the dead-letter reason of an entry shed because its
+// sink's lane of the outbox was past its cap.
+const ReasonOutboxFull = "outbox_full"
 
 // ErrReset says the outbox was found gone (Redis restarted empty, or its
 // keys were removed) and was created again: entries it held are lost.

@@ -20,6 +20,9 @@ import (
 // a test scripts.
 const testIdle = 1500 * time.Millisecond
 
+// testMaxLen is the cap of the outboxes of the conformance tests.
+const testMaxLen = 4
+
 type outboxUnderTest struct {
 	Outbox
 	clock *fakeClock
@@ -27,24 +30,29 @@ type outboxUnderTest struct {
 
 // outboxes are the implementations every conformance test runs against.
 func outboxes(t *testing.T) map[string]func(t *testing.T) outboxUnderTest {
+	return outboxesCapped(t, testMaxLen)
+}
+
+// outboxesCapped are the outboxes with each sink's lane capped at maxLen.
+func outboxesCapped(_ *testing.T, maxLen int) map[string]func(t *testing.T) outboxUnderTest {
 	return map[string]func(t *testing.T) outboxUnderTest{
 		"memory": func(t *testing.T) outboxUnderTest {
 			c := newFakeClock()
-			return outboxUnderTest{NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, DeadMax: 3, Clock: c.Now}), c}
+			return outboxUnderTest{NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, DeadMax: 3, MaxLen: maxLen, Clock: c.Now}), c}
 		},
 		"redis": func(t *testing.T) outboxUnderTest {
 			c := newFakeClock()
 			rc := testRedis(t)
-			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, Clock: c.Now})
-			t.Cleanup(func() { rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, MaxLen: int64(maxLen), Clock: c.Now})
+			t.Cleanup(func() { o.delKeys(rc) })
 			return outboxUnderTest{o, c}
 		},
 		"redis-cluster": func(t *testing.T) outboxUnderTest {
 			c := newFakeClock()
 			rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
 			t.Cleanup(func() { rc.Close() })
-			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, Clock: c.Now})
-			t.Cleanup(func() { rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, MaxLen: int64(maxLen), Clock: c.Now})
+			t.Cleanup(func() { o.delKeys(rc) })
 			return outboxUnderTest{o, c}
 		},
 	}
@@ -77,7 +85,7 @@ func (o outboxUnderTest) claimAfterIdle(ctx context.Context, t *testing.T, consu
 	var got []Delivery
 	waitFor(t, 20*testIdle, "a claim after the idle time", func() bool {
 		var err error
-		got, err = o.Claim(ctx, consumer, n, true)
+		got, err = o.Claim(ctx, consumer, "a", n, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,11 +109,13 @@ func TestOutbox(t *testing.T) {
 				if err != nil || len(refs) != 3 {
 					t.Fatalf("Enqueue: %v %v", refs, err)
 				}
-				if n, _ := o.Pending(ctx); n != 3 {
-					t.Fatalf("Pending = %d", n)
+				na, _ := o.Pending(ctx, "a")
+				nb, _ := o.Pending(ctx, "b")
+				if na != 2 || nb != 1 {
+					t.Fatalf("Pending = %d, %d; want 2 of sink a, 1 of b", na, nb)
 				}
 				claimed := time.Now()
-				got, err := o.Claim(ctx, "i-a", 2, true)
+				got, err := o.Claim(ctx, "i-a", "a", 3, true)
 				if err != nil || len(got) != 2 {
 					t.Fatalf("Claim: %v %v", got, err)
 				}
@@ -113,11 +123,14 @@ func TestOutbox(t *testing.T) {
 					!got[0].Time.Equal(entry("e1", "a").Time) || got[0].Origin != "i-a" || got[0].Event != EventFailed {
 					t.Errorf("first claim = %+v", got[0])
 				}
-				rest, _ := o.Claim(ctx, "i-b", 5, true)
-				if len(rest) != 1 || rest[0].ID != "e2" {
+				if got[1].ID != "e2" || got[1].Sink != "a" {
+					t.Errorf("second of the claim = %+v", got[1])
+				}
+				rest, _ := o.Claim(ctx, "i-b", "b", 5, true)
+				if len(rest) != 1 || rest[0].ID != "e1" || rest[0].Sink != "b" {
 					t.Fatalf("second consumer got %+v", rest)
 				}
-				if none, _ := o.Claim(ctx, "i-b", 5, true); len(none) != 0 && inFlight(claimed) {
+				if none, _ := o.Claim(ctx, "i-b", "a", 5, true); len(none) != 0 && inFlight(claimed) {
 					t.Fatalf("a claimed entry was handed out again: %+v", none)
 				}
 				for _, d := range append(got, rest...) {
@@ -125,7 +138,7 @@ func TestOutbox(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if n, _ := o.Pending(ctx); n != 0 {
+				if n, _ := o.Pending(ctx, "a"); n != 0 {
 					t.Fatalf("Pending after acks = %d", n)
 				}
 			})
@@ -135,11 +148,11 @@ func TestOutbox(t *testing.T) {
 					t.Fatal(err)
 				}
 				claimed := time.Now()
-				held, _ := o.Claim(ctx, "i-dead", 1, true)
+				held, _ := o.Claim(ctx, "i-dead", "a", 1, true)
 				if len(held) != 1 {
 					t.Fatal("nothing claimed")
 				}
-				got, _ := o.Claim(ctx, "i-b", 1, true)
+				got, _ := o.Claim(ctx, "i-b", "a", 1, true)
 				if len(got) != 0 && inFlight(claimed) {
 					t.Fatal("an entry in flight was taken over at once")
 				}
@@ -158,21 +171,21 @@ func TestOutbox(t *testing.T) {
 				if _, err := o.Enqueue(ctx, []Entry{entry("e1", "a")}); err != nil {
 					t.Fatal(err)
 				}
-				d, _ := o.Claim(ctx, "i-a", 1, true)
+				d, _ := o.Claim(ctx, "i-a", "a", 1, true)
 				if err := o.Retry(ctx, d[0], o.clock.Now().Add(time.Hour)); err != nil {
 					t.Fatal(err)
 				}
-				if got, _ := o.Claim(ctx, "i-b", 1, true); len(got) != 0 {
+				if got, _ := o.Claim(ctx, "i-b", "a", 1, true); len(got) != 0 {
 					t.Fatal("retried before it was due")
 				}
 				o.clock.Advance(time.Hour)
 				claimed := time.Now()
-				got, err := o.Claim(ctx, "i-b", 1, true)
+				got, err := o.Claim(ctx, "i-b", "a", 1, true)
 				if err != nil || len(got) != 1 || got[0].Attempt != 2 || got[0].ID != "e1" {
 					t.Fatalf("due retry: %+v %v", got, err)
 				}
 				// Claimed again, it is in flight: no one else takes it.
-				if again, _ := o.Claim(ctx, "i-c", 1, true); len(again) != 0 && inFlight(claimed) {
+				if again, _ := o.Claim(ctx, "i-c", "a", 1, true); len(again) != 0 && inFlight(claimed) {
 					t.Fatal("a claimed retry was handed out twice")
 				}
 			})
@@ -181,8 +194,66 @@ func TestOutbox(t *testing.T) {
 				if _, err := o.Enqueue(ctx, []Entry{entry("e1", "a")}); err != nil {
 					t.Fatal(err)
 				}
-				if got, _ := o.Claim(ctx, "i-a", 1, false); len(got) != 0 {
+				if got, _ := o.Claim(ctx, "i-a", "a", 1, false); len(got) != 0 {
 					t.Fatal("new work claimed with newWork=false")
+				}
+			})
+			t.Run("one sink's retries and backlog never hold another's entries back", func(t *testing.T) {
+				o := open(t)
+				for i := range 4 {
+					if _, err := o.Enqueue(ctx, []Entry{entry(fmt.Sprint("slow", i), "slow")}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				held, _ := o.Claim(ctx, "i-a", "slow", 2, true)
+				for _, d := range held {
+					if err := o.Retry(ctx, d, o.clock.Now()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := o.Enqueue(ctx, []Entry{entry("fast0", "fast")}); err != nil {
+					t.Fatal(err)
+				}
+				got, err := o.Claim(ctx, "i-a", "fast", 4, true)
+				if err != nil || len(got) != 1 || got[0].ID != "fast0" {
+					t.Fatalf("claim of sink fast = %+v %v, want only fast0", got, err)
+				}
+			})
+			t.Run("shed past the cap, oldest first, to the dead list", func(t *testing.T) {
+				o := open(t)
+				max := o.MaxLen()
+				if max != testMaxLen {
+					t.Fatalf("MaxLen = %d, want %d", max, testMaxLen)
+				}
+				var all []Entry
+				for i := range testMaxLen + 3 {
+					all = append(all, entry(fmt.Sprint("a", i), "a"))
+				}
+				if _, err := o.Enqueue(ctx, append(all, entry("b0", "b"))); err != nil {
+					t.Fatal(err)
+				}
+				if d, _ := o.Shed(ctx, "b", 100); len(d) != 0 {
+					t.Fatalf("shed of a sink under its cap: %+v", d)
+				}
+				first, err := o.Shed(ctx, "a", 2)
+				if err != nil || len(first) != 2 || first[0].ID != "a0" || first[1].ID != "a1" || first[0].Reason != ReasonOutboxFull {
+					t.Fatalf("Shed(limit 2) = %+v %v, want a0, a1 with reason %s", first, err, ReasonOutboxFull)
+				}
+				rest, _ := o.Shed(ctx, "a", 100)
+				if len(rest) != 1 || rest[0].ID != "a2" {
+					t.Fatalf("second Shed = %+v, want a2", rest)
+				}
+				if n, _ := o.Pending(ctx, "a"); n != testMaxLen {
+					t.Fatalf("Pending after shed = %d, want the cap %d", n, testMaxLen)
+				}
+				dead, _ := o.ListDead(ctx, 10)
+				if len(dead) != 3 || dead[0].ID != "a2" || dead[0].Reason != ReasonOutboxFull || dead[0].Sink != "a" ||
+					string(dead[0].Body) != `{"delivery_id":"a2"}` {
+					t.Fatalf("dead list = %+v", dead)
+				}
+				got, _ := o.Claim(ctx, "i-a", "a", 100, true)
+				if len(got) != testMaxLen || got[0].ID != "a3" {
+					t.Fatalf("claim after shed: %d entries, first %+v", len(got), got[0])
 				}
 			})
 			t.Run("dead, list, requeue", func(t *testing.T) {
@@ -192,13 +263,13 @@ func TestOutbox(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				ds, _ := o.Claim(ctx, "i-a", 5, true)
+				ds, _ := o.Claim(ctx, "i-a", "a", 5, true)
 				for _, d := range ds {
 					if err := o.Dead(ctx, d, "status_400"); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if n, _ := o.Pending(ctx); n != 0 {
+				if n, _ := o.Pending(ctx, "a"); n != 0 {
 					t.Fatalf("Pending = %d after dead-lettering all", n)
 				}
 				dead, err := o.ListDead(ctx, 10)
@@ -212,30 +283,12 @@ func TestOutbox(t *testing.T) {
 				if err != nil || n != 1 {
 					t.Fatalf("Requeue: %d %v", n, err)
 				}
-				got, _ := o.Claim(ctx, "i-a", 5, true)
+				got, _ := o.Claim(ctx, "i-a", "a", 5, true)
 				if len(got) != 1 || got[0].ID != "e4" || string(got[0].Body) != `{"delivery_id":"e4"}` {
 					t.Fatalf("requeued entry: %+v", got)
 				}
 			})
 		})
-	}
-}
-
-func TestMemoryOutboxBounds(t *testing.T) {
-	ctx := context.Background()
-	o := NewMemoryOutbox(MemoryOptions{MaxLen: 2, DeadMax: 1})
-	if _, err := o.Enqueue(ctx, []Entry{entry("1", "a"), entry("2", "a"), entry("3", "a")}); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := o.Pending(ctx); n != 2 {
-		t.Fatalf("Pending = %d, want the cap 2", n)
-	}
-	ds, _ := o.Claim(ctx, "i", 2, true)
-	for _, d := range ds {
-		_ = o.Dead(ctx, d, "x")
-	}
-	if dead, _ := o.ListDead(ctx, 10); len(dead) != 1 || dead[0].ID != "3" {
-		t.Fatalf("dead = %+v", dead)
 	}
 }
 
@@ -248,19 +301,19 @@ func TestRedisOutboxReset(t *testing.T) {
 	if _, err := o.Enqueue(ctx, []Entry{entry("e1", "a")}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := o.Claim(ctx, "i-a", 1, true); err != nil || len(got) != 1 {
+	if got, err := o.Claim(ctx, "i-a", "a", 1, true); err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v %v", got, err)
 	}
-	if err := c.Del(ctx, o.stream, o.retry).Err(); err != nil {
+	if err := c.Del(ctx, o.queue("a").Stream(), o.prefix+"retry:a").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Claim(ctx, "i-a", 1, true); !errors.Is(err, ErrReset) {
+	if _, err := o.Claim(ctx, "i-a", "a", 1, true); !errors.Is(err, ErrReset) {
 		t.Fatalf("claim after the keys vanished: %v", err)
 	}
 	if _, err := o.Enqueue(ctx, []Entry{entry("e2", "a")}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := o.Claim(ctx, "i-a", 1, true); err != nil || len(got) != 1 || got[0].ID != "e2" {
+	if got, err := o.Claim(ctx, "i-a", "a", 1, true); err != nil || len(got) != 1 || got[0].ID != "e2" {
 		t.Fatalf("claim after the reset: %v %v", got, err)
 	}
 }

@@ -17,25 +17,45 @@ import (
 // redisClient is what RedisOutbox uses of go-redis; *redis.Client,
 // *redis.ClusterClient and *redis.Ring all have it.
 type redisClient interface {
-	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
-	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
-	XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd
-	XGroupCreateMkStream(ctx context.Context, stream, group, start string) *redis.StatusCmd
-	XLen(ctx context.Context, stream string) *redis.IntCmd
+	redisstream.Client
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
-	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	redis.Scripter
 }
 
 var (
-	//go:embed lua/claim_due.lua
-	claimDueLua string
-	// claimDueScript claims pending entries that are idle and due in one
-	// step (see the script).
-	claimDueScript = redis.NewScript(claimDueLua)
+	//go:embed lua/migrate_legacy.lua
+	migrateLegacyLua string
+	// migrateLegacyScript moves entries of the single stream of earlier
+	// versions into their sinks' streams (see the script).
+	migrateLegacyScript = redis.NewScript(migrateLegacyLua)
 )
+
+// legacyBatch bounds the entries one MigrateLegacy call looks at.
+const legacyBatch = 1000
+
+// MigrateLegacy moves the entries of the single outbox stream of earlier
+// versions (<prefix>{notify}:outbox) that belong to one of sinks into
+// their sinks' streams, and returns how many it moved. An agent calls it
+// once per poll: during a rolling upgrade, agents of the earlier version
+// still write there. A moved entry that an earlier agent was sending may
+// be delivered twice (receivers dedupe by delivery id).
+func (r *RedisOutbox) MigrateLegacy(ctx context.Context, sinks []string) (int, error) {
+	if len(sinks) == 0 {
+		return 0, nil
+	}
+	keys := []string{r.prefix + "outbox", r.prefix + "retry"}
+	args := []any{legacyBatch}
+	for _, s := range sinks {
+		keys = append(keys, r.queue(s).Stream())
+		args = append(args, s)
+	}
+	n, err := migrateLegacyScript.Run(ctx, r.c, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("notify: move entries of the earlier outbox stream: %w", err)
+	}
+	return n, nil
+}
 
 // RedisOptions configure a RedisOutbox; zero values mean the defaults.
 type RedisOptions struct {
@@ -43,36 +63,36 @@ type RedisOptions struct {
 	Prefix    string
 	ClaimIdle time.Duration    // DefaultClaimIdle
 	DeadMax   int64            // DefaultDeadMax: the dead stream is capped (approximately) at this
-	MaxLen    int64            // DefaultMaxLen: the outbox stream is capped (approximately) at this
+	MaxLen    int64            // DefaultMaxLen: each sink's stream is capped at this; Shed dead-letters the excess
 	Clock     func() time.Time // time.Now; decides when a retry is due
 }
 
-// RedisOutbox is the Outbox of fleet mode. Keys, all with the hash tag
-// {notify} so that one MULTI covers them on a Cluster:
+// RedisOutbox is the Outbox of fleet mode. Each sink has its own work
+// queue (redisstream.Queue), so that one sink's retries and backlog never
+// stand in front of another's. Keys, all with the hash tag {notify} so
+// that one MULTI covers them on a Cluster:
 //
-//	<prefix>{notify}:outbox  stream of entries, consumer group "autodiag"
-//	<prefix>{notify}:retry   hash: stream id → when its retry is due (ms)
-//	<prefix>{notify}:dead    capped stream of given-up entries
+//	<prefix>{notify}:outbox:<sink>  stream of the sink's entries, consumer group "autodiag"
+//	<prefix>{notify}:retry:<sink>   hash: stream id → when its retry is due (ms)
+//	<prefix>{notify}:dead           capped stream of given-up entries
 //
 // A pending entry is claimable once XPENDING shows it idle for ClaimIdle
 // and its retry (if any) is due; Retry sets its idle to ClaimIdle, so the
 // retry time alone holds it back, while an entry in flight is idle for
 // less than ClaimIdle until its holder dies.
 type RedisOutbox struct {
-	c                   redisClient
-	o                   RedisOptions
-	stream, retry, dead string
-	mu                  sync.Mutex
-	cursor              string // where the next XPENDING scan starts
-	grouped             bool   // the consumer group was made sure of
+	c      redisClient
+	o      RedisOptions
+	prefix string
+	dead   string
+	mu     sync.Mutex
+	queues map[string]*redisstream.Queue // by sink
 }
-
-const redisGroup = redisstream.Group
 
 var _ Outbox = (*RedisOutbox)(nil)
 
-// NewRedisOutbox returns an outbox on c; it creates its consumer group on
-// first use.
+// NewRedisOutbox returns an outbox on c; it creates the consumer group of
+// a sink's stream on first use.
 func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
 	if o.ClaimIdle <= 0 {
 		o.ClaimIdle = DefaultClaimIdle
@@ -87,11 +107,26 @@ func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
 		o.Clock = time.Now
 	}
 	p := o.Prefix + "{notify}:"
-	return &RedisOutbox{c: c, o: o, stream: p + "outbox", retry: p + "retry", dead: p + "dead", cursor: "-"}
+	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*redisstream.Queue{}}
+}
+
+// queue is the work queue of sink.
+func (r *RedisOutbox) queue(sink string) *redisstream.Queue {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q, ok := r.queues[sink]
+	if !ok {
+		q = redisstream.NewQueue(r.c, r.prefix+"outbox:"+sink, r.prefix+"retry:"+sink, r.o.ClaimIdle)
+		r.queues[sink] = q
+	}
+	return q
 }
 
 // ClaimIdle implements Outbox.
 func (r *RedisOutbox) ClaimIdle() time.Duration { return r.o.ClaimIdle }
+
+// MaxLen implements Outbox.
+func (r *RedisOutbox) MaxLen() int64 { return r.o.MaxLen }
 
 // Enqueue implements Outbox: one XADD per entry, pipelined.
 func (r *RedisOutbox) Enqueue(ctx context.Context, entries []Entry) ([]string, error) {
@@ -123,11 +158,13 @@ func (r *RedisOutbox) AddTo(ctx context.Context, p redis.Pipeliner, entries []En
 	return cmds
 }
 
-// AddArgs is the XADD that writes e, for a caller that makes it itself
-// (the state store, in the round trip of the task's final record); tell
-// the Dispatcher with Enqueued once it landed.
+// AddArgs is the XADD that writes e to its sink's stream, for a caller
+// that makes it itself (the state store, in the round trip of the task's
+// final record); tell the Dispatcher with Enqueued once it landed. It
+// trims nothing: an XADD MAXLEN would delete undelivered entries unseen,
+// so the cap is kept by Shed, which dead-letters what it removes.
 func (r *RedisOutbox) AddArgs(e Entry) *redis.XAddArgs {
-	return &redis.XAddArgs{Stream: r.stream, MaxLen: r.o.MaxLen, Approx: true, Values: entryValues(e)}
+	return &redis.XAddArgs{Stream: r.queue(e.Sink).Stream(), Values: entryValues(e)}
 }
 
 func entryValues(e Entry) []any {
@@ -142,160 +179,43 @@ func parseEntry(m redis.XMessage) Entry {
 		Time: time.UnixMilli(ms), Body: []byte(s("body"))}
 }
 
-// ensureGroup creates the consumer group (and the stream); reading from
-// the start, so entries written before it are not skipped.
-func (r *RedisOutbox) ensureGroup(ctx context.Context) error {
-	if err := redisstream.CreateGroup(ctx, r.c, r.stream, redisGroup); err != nil {
-		return fmt.Errorf("notify: %w", err)
-	}
-	return nil
-}
-
-// maxScan bounds one XPENDING scan; successive Claims go on from where
-// the last scan stopped, so retries waiting at the head cannot hide due
-// ones behind them.
-const maxScan = 256
-
 // Claim implements Outbox. It returns an error wrapping ErrReset when it
-// found the consumer group gone and created it again.
-func (r *RedisOutbox) Claim(ctx context.Context, consumer string, max int, newWork bool) ([]Delivery, error) {
-	if max <= 0 {
-		return nil, nil
+// found the sink's consumer group gone and created it again.
+func (r *RedisOutbox) Claim(ctx context.Context, consumer, sink string, max int, newWork bool) ([]Delivery, error) {
+	got, err := r.queue(sink).Claim(ctx, consumer, max, newWork, r.o.Clock())
+	out := make([]Delivery, 0, len(got))
+	for _, c := range got {
+		out = append(out, Delivery{Entry: parseEntry(c.XMessage), Attempt: c.Attempt, ref: c.ID, consumer: consumer})
 	}
-	r.mu.Lock()
-	grouped := r.grouped
-	r.mu.Unlock()
-	if !grouped {
-		if err := r.ensureGroup(ctx); err != nil {
-			return nil, err
-		}
-		r.mu.Lock()
-		r.grouped = true
-		r.mu.Unlock()
-	}
-	out, err := r.claimPending(ctx, consumer, max)
-	if redisstream.IsNoGroup(err) {
-		if err := r.ensureGroup(ctx); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("notify: claim: %w", ErrReset)
+	if errors.Is(err, redisstream.ErrGroupRecreated) {
+		return out, fmt.Errorf("notify: claim %s: %w: %w", sink, ErrReset, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("notify: claim pending: %w", err)
-	}
-	if !newWork || len(out) >= max {
-		return out, nil
-	}
-	res, err := r.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: redisGroup, Consumer: consumer,
-		Streams: []string{r.stream, ">"}, Count: int64(max - len(out)), Block: -1}).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return out, nil
-	case redisstream.IsNoGroup(err):
-		if err := r.ensureGroup(ctx); err != nil {
-			return out, err
-		}
-		return out, fmt.Errorf("notify: claim: %w", ErrReset)
-	case err != nil:
-		return out, fmt.Errorf("notify: claim new: %w", err)
-	}
-	for _, s := range res {
-		for _, m := range s.Messages {
-			out = append(out, Delivery{Entry: parseEntry(m), Attempt: 1, ref: m.ID, consumer: consumer})
-		}
+		return out, fmt.Errorf("notify: claim %s: %w", sink, err)
 	}
 	return out, nil
 }
 
-func (r *RedisOutbox) claimPending(ctx context.Context, consumer string, max int) ([]Delivery, error) {
-	r.mu.Lock()
-	start := r.cursor
-	r.mu.Unlock()
-	pend, err := r.c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: redisGroup,
-		Idle: r.o.ClaimIdle, Start: start, End: "+", Count: maxScan}).Result()
+// Shed implements Outbox: the oldest entries past MaxLen move to the dead
+// stream in one script each call (redisstream.Queue.Shed).
+func (r *RedisOutbox) Shed(ctx context.Context, sink string, limit int) ([]DeadEntry, error) {
+	died := r.o.Clock()
+	msgs, err := r.queue(sink).Shed(ctx, r.o.MaxLen, r.dead, r.o.DeadMax, limit,
+		"attempts", 0, "reason", ReasonOutboxFull, "died", strconv.FormatInt(died.UnixMilli(), 10))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("notify: %w", err)
 	}
-	next := "-"
-	if len(pend) == maxScan {
-		next = "(" + pend[len(pend)-1].ID
-	}
-	r.mu.Lock()
-	r.cursor = next
-	r.mu.Unlock()
-	if len(pend) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(pend))
-	for i, p := range pend {
-		ids[i] = p.ID
-	}
-	at, err := r.c.HMGet(ctx, r.retry, ids...).Result()
-	if err != nil {
-		return nil, err
-	}
-	// A first look at which are due, so that one claim asks for at most
-	// max; claimDue looks again as it claims.
-	now := r.o.Clock().UnixMilli()
-	args := []any{redisGroup, consumer, r.o.ClaimIdle.Milliseconds(), now}
-	attempts := map[string]int{}
-	for i, p := range pend {
-		if s, ok := at[i].(string); ok {
-			if ms, err := strconv.ParseInt(s, 10, 64); err == nil && ms > now {
-				continue
-			}
-		}
-		args = append(args, p.ID)
-		attempts[p.ID] = int(p.RetryCount) + 1
-		if len(attempts) == max {
-			break
-		}
-	}
-	if len(attempts) == 0 {
-		return nil, nil
-	}
-	v, err := claimDueScript.Run(ctx, r.c, []string{r.stream, r.retry}, args...).Slice()
-	if err != nil {
-		return nil, err
-	}
-	var out []Delivery
-	for _, e := range v {
-		m, ok := scriptMessage(e)
-		if !ok {
-			return nil, fmt.Errorf("unexpected claim reply %v", e)
-		}
-		out = append(out, Delivery{Entry: parseEntry(m), Attempt: attempts[m.ID], ref: m.ID, consumer: consumer})
+	out := make([]DeadEntry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, DeadEntry{Entry: parseEntry(m), Reason: ReasonOutboxFull, DiedAt: died})
 	}
 	return out, nil
-}
-
-// scriptMessage is a stream entry as a script returns it: {id, {field,
-// value, ...}}.
-func scriptMessage(v any) (redis.XMessage, bool) {
-	e, ok := v.([]any)
-	if !ok || len(e) != 2 {
-		return redis.XMessage{}, false
-	}
-	id, ok := e[0].(string)
-	fields, ok2 := e[1].([]any)
-	if !ok || !ok2 || len(fields)%2 != 0 {
-		return redis.XMessage{}, false
-	}
-	m := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
-	for i := 0; i < len(fields); i += 2 {
-		k, ok := fields[i].(string)
-		if !ok {
-			return redis.XMessage{}, false
-		}
-		m.Values[k] = fields[i+1]
-	}
-	return m, true
 }
 
 // Ack implements Outbox.
 func (r *RedisOutbox) Ack(ctx context.Context, d Delivery) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		r.remove(ctx, p, d.ref)
+		r.queue(d.Sink).Remove(ctx, p, d.ref)
 		return nil
 	})
 	if err != nil {
@@ -304,22 +224,11 @@ func (r *RedisOutbox) Ack(ctx context.Context, d Delivery) error {
 	return nil
 }
 
-// remove queues, on p, what takes the entry ref out of the outbox: its
-// pending claim, its stream entry and its retry time.
-func (r *RedisOutbox) remove(ctx context.Context, p redis.Pipeliner, ref string) {
-	p.XAck(ctx, r.stream, redisGroup, ref)
-	p.XDel(ctx, r.stream, ref)
-	p.HDel(ctx, r.retry, ref)
-}
-
-// Retry implements Outbox: it records when the retry is due and sets the
-// entry's idle time to ClaimIdle (XCLAIM … IDLE … JUSTID, which does not
-// count as a delivery), so any agent claims it once it is due.
+// Retry implements Outbox (redisstream.Queue.Retry): any agent claims
+// the entry once it is due.
 func (r *RedisOutbox) Retry(ctx context.Context, d Delivery, at time.Time) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, r.retry, d.ref, strconv.FormatInt(at.UnixMilli(), 10))
-		p.Do(ctx, "XCLAIM", r.stream, redisGroup, d.consumer, 0, d.ref,
-			"IDLE", r.o.ClaimIdle.Milliseconds(), "JUSTID")
+		r.queue(d.Sink).Retry(ctx, p, d.consumer, d.ref, at)
 		return nil
 	})
 	if err != nil {
@@ -334,7 +243,7 @@ func (r *RedisOutbox) Dead(ctx context.Context, d Delivery, reason string) error
 		"died", strconv.FormatInt(r.o.Clock().UnixMilli(), 10))
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: r.dead, MaxLen: r.o.DeadMax, Approx: true, Values: vals})
-		r.remove(ctx, p, d.ref)
+		r.queue(d.Sink).Remove(ctx, p, d.ref)
 		return nil
 	})
 	if err != nil {
@@ -343,10 +252,10 @@ func (r *RedisOutbox) Dead(ctx context.Context, d Delivery, reason string) error
 	return nil
 }
 
-// Pending implements Outbox: the length of the outbox stream (acknowledged
-// entries are deleted from it).
-func (r *RedisOutbox) Pending(ctx context.Context) (int64, error) {
-	n, err := r.c.XLen(ctx, r.stream).Result()
+// Pending implements Outbox: the length of the sink's stream
+// (acknowledged entries are deleted from it).
+func (r *RedisOutbox) Pending(ctx context.Context, sink string) (int64, error) {
+	n, err := r.queue(sink).Len(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("notify: pending: %w", err)
 	}

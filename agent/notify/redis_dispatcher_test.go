@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/redisstream"
 )
 
 // Two agents share a Redis outbox; the receiver fails three times, then
@@ -26,7 +28,7 @@ func TestRedisDispatchersDeliverAtLeastOnce(t *testing.T) {
 	b := newHarness(t, outbox(), clock, "i-b", o)
 	// Both agents post to the same receiver.
 	b.d.sinks["hook"].(*Webhook).url = a.rcv.URL
-	t.Cleanup(func() { o := outbox(); rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+	t.Cleanup(func() { outbox().delKeys(rc) })
 	runDispatcher(t, a.d)
 	runDispatcher(t, b.d)
 
@@ -49,7 +51,7 @@ func TestRedisDispatchersDeliverAtLeastOnce(t *testing.T) {
 			t.Fatalf("delivery id %q, want %q on every try", r.header.Get(HeaderDelivery), id)
 		}
 	}
-	waitFor(t, 5*time.Second, "outbox empty", func() bool { n, _ := outbox().Pending(context.Background()); return n == 0 })
+	waitFor(t, 5*time.Second, "outbox empty", func() bool { n, _ := outbox().Pending(context.Background(), "hook"); return n == 0 })
 }
 
 // The agent holding a delivery goes away mid-request (its Stop deadline
@@ -62,7 +64,7 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 	outbox := func() *RedisOutbox {
 		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
 	}
-	t.Cleanup(func() { o := outbox(); rc.Del(context.Background(), o.stream, o.retry, o.dead) })
+	t.Cleanup(func() { outbox().delKeys(rc) })
 	a := newHarness(t, outbox(), clock, "i-a", Options{})
 	a.rcv.hang = make(chan struct{})
 	defer close(a.rcv.hang)
@@ -88,7 +90,7 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 	// loaded machine. Redis says how long; the claim is due no earlier
 	// than asked - idle + testIdle (idle in whole ms).
 	asked := time.Now()
-	pend, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: outbox().stream, Group: redisGroup,
+	pend, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: outbox().queue("hook").Stream(), Group: redisstream.Group,
 		Start: "-", End: "+", Count: 10}).Result()
 	if err != nil || len(pend) != 1 || pend[0].Consumer != "i-a" {
 		t.Fatalf("pending before the takeover: %+v %v, want the entry under i-a", pend, err)
@@ -113,14 +115,14 @@ func TestRedisDispatcherSurvivesReset(t *testing.T) {
 	rc := testRedis(t)
 	clock := newFakeClock()
 	ob := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, Clock: clock.Now})
-	t.Cleanup(func() { rc.Del(context.Background(), ob.stream, ob.retry, ob.dead) })
+	t.Cleanup(func() { ob.delKeys(rc) })
 	h := newHarness(t, ob, clock, "i-a", Options{})
 	runDispatcher(t, h.d)
 	if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "first delivery", func() bool { return h.count(ResultDelivered) == 1 })
-	if err := rc.Del(context.Background(), ob.stream).Err(); err != nil {
+	if err := rc.Del(context.Background(), ob.queue("hook").Stream()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the reset counted", func() bool { return testutilCounter(h.d.m.resets) == 1 })
@@ -145,13 +147,13 @@ func TestRedisRetryNeverClaimedBeforeDue(t *testing.T) {
 		agents[name] = NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
 	}
 	a := agents["i-a"]
-	t.Cleanup(func() { rc.Del(context.Background(), a.stream, a.retry, a.dead) })
+	t.Cleanup(func() { a.delKeys(rc) })
 	const rounds = 300
 	for i := range rounds {
 		if _, err := a.Enqueue(ctx, []Entry{entry(fmt.Sprint(i), "hook")}); err != nil {
 			t.Fatal(err)
 		}
-		first, err := a.Claim(ctx, "i-a", 1, true)
+		first, err := a.Claim(ctx, "i-a", "hook", 1, true)
 		if err != nil || len(first) != 1 {
 			t.Fatalf("round %d: first claim = %v, %v", i, first, err)
 		}
@@ -164,7 +166,7 @@ func TestRedisRetryNeverClaimedBeforeDue(t *testing.T) {
 		var wg sync.WaitGroup
 		for name, o := range agents {
 			wg.Go(func() {
-				got, err := o.Claim(ctx, name, 1, false)
+				got, err := o.Claim(ctx, name, "hook", 1, false)
 				if err != nil {
 					t.Error(err)
 				}
@@ -185,5 +187,37 @@ func TestRedisRetryNeverClaimedBeforeDue(t *testing.T) {
 		if err := a.Ack(ctx, won[0]); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Entries an earlier version wrote to the single outbox stream are moved
+// into their sinks' lanes and delivered; an entry of a sink this agent
+// does not have stays for one that has it.
+func TestRedisLegacyOutboxMigrated(t *testing.T) {
+	rc := testRedis(t)
+	prefix := testPrefix(t)
+	clock := newFakeClock()
+	ob := NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+	legacy := prefix + "{notify}:outbox"
+	t.Cleanup(func() { ob.delKeys(rc); rc.Del(context.Background(), legacy, prefix+"{notify}:retry") })
+	h := newHarness(t, ob, clock, "i-a", Options{})
+	for _, e := range []Entry{entry("old-1", "hook"), entry("old-2", "other"), entry("old-3", "hook")} {
+		e.Time = clock.Now()
+		if err := rc.XAdd(context.Background(), &redis.XAddArgs{Stream: legacy, Values: entryValues(e)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runDispatcher(t, h.d)
+	waitFor(t, 5*time.Second, "both hook entries delivered", func() bool { return h.count(ResultDelivered) == 2 })
+	ids := map[string]bool{}
+	for _, r := range h.rcv.requests() {
+		ids[r.header.Get(HeaderDelivery)] = true
+	}
+	if !ids["old-1"] || !ids["old-3"] {
+		t.Errorf("delivered %v, want old-1 and old-3", ids)
+	}
+	left, err := rc.XRange(context.Background(), legacy, "-", "+").Result()
+	if err != nil || len(left) != 1 || left[0].Values["id"] != "old-2" {
+		t.Errorf("earlier stream holds %v (%v), want only old-2 of sink other", left, err)
 	}
 }

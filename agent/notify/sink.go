@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -53,6 +54,12 @@ const (
 	HeaderEvent     = "X-Autodiag-Event"
 	HeaderDelivery  = "X-Autodiag-Delivery"
 	HeaderSignature = "X-Autodiag-Signature"
+	// HeaderSignatureV1 carries "t=<unix seconds>,v1=<hex HMAC-SHA256 of
+	// "<t>.<body>">": the time is signed with the body, so a captured
+	// request replayed later is refused by a receiver that checks it
+	// (VerifyV1). HeaderSignature, over the body only, stays for receivers
+	// written against it; it can be replayed.
+	HeaderSignatureV1 = "X-Autodiag-Signature-V1"
 )
 
 // NewHTTPClient is the client sinks use: it never follows a redirect (a
@@ -211,13 +218,15 @@ func retryAfter(v string, now time.Time) time.Duration {
 }
 
 // Webhook POSTs the event JSON as it is stored: the body is the same on
-// every retry, so is its signature.
+// every retry, so is its body-only signature; the V1 signature covers the
+// time of each attempt.
 type Webhook struct {
 	httpSink
 	secret []byte
 	// secretRef, when set, is read again at each send (a rotated
 	// secret_secret); secret is the fallback.
 	secretRef string
+	now       func() time.Time // time.Now: the t of HeaderSignatureV1
 }
 
 // key is the HMAC key in force.
@@ -238,6 +247,11 @@ func (w *Webhook) Send(ctx context.Context, d Delivery) error {
 	h.Set(HeaderDelivery, d.ID)
 	if k := w.key(); k != nil {
 		h.Set(HeaderSignature, Sign(k, d.Body))
+		now := time.Now
+		if w.now != nil {
+			now = w.now
+		}
+		h.Set(HeaderSignatureV1, SignV1(k, d.Body, now()))
 	}
 	return w.post(ctx, d.Body, h)
 }
@@ -251,7 +265,72 @@ func Sign(key, body []byte) string {
 }
 
 // Verify says whether signature is Sign(key, body), in constant time; a
-// receiver written in Go can use it.
+// receiver written in Go can use it. It does not see replays: use
+// VerifyV1.
 func Verify(key, body []byte, signature string) bool {
 	return hmac.Equal([]byte(Sign(key, body)), []byte(signature))
+}
+
+// SignV1 is the X-Autodiag-Signature-V1 value of body sent at t under key:
+// "t=<unix seconds>,v1=" + hex(HMAC-SHA256(key, "<unix seconds>." + body)).
+func SignV1(key, body []byte, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(macV1(key, ts, body))
+}
+
+func macV1(key []byte, ts string, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(ts))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// DefaultSignatureTolerance is how old (or how far ahead, for clock skew)
+// a V1 signature's time may be: receivers reject older deliveries.
+const DefaultSignatureTolerance = 5 * time.Minute
+
+// Errors of VerifyV1.
+var (
+	ErrSignatureInvalid = errors.New("notify: signature does not match")
+	ErrSignatureExpired = errors.New("notify: signature time outside the tolerance (a replay, or a clock far off)")
+)
+
+// VerifyV1 checks an X-Autodiag-Signature-V1 value: the HMAC of its time
+// and body under key (in constant time), and its time within tolerance of
+// now (DefaultSignatureTolerance when 0). Any v1 entry may match, so a
+// key rotation can sign with both keys.
+func VerifyV1(key, body []byte, header string, now time.Time, tolerance time.Duration) error {
+	if tolerance <= 0 {
+		tolerance = DefaultSignatureTolerance
+	}
+	var ts string
+	var sigs [][]byte
+	for _, part := range strings.Split(header, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			if b, err := hex.DecodeString(v); err == nil {
+				sigs = append(sigs, b)
+			}
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || len(sigs) == 0 {
+		return ErrSignatureInvalid
+	}
+	want := macV1(key, ts, body)
+	ok := false
+	for _, s := range sigs {
+		ok = hmac.Equal(want, s) || ok
+	}
+	if !ok {
+		return ErrSignatureInvalid
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
+		return ErrSignatureExpired
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,6 +70,57 @@ func TestWebhookPayloadAndSignature(t *testing.T) {
 	}
 	if Verify([]byte("other"), r.body, r.header.Get(HeaderSignature)) {
 		t.Error("signature verifies under another key")
+	}
+}
+
+// The V1 signature covers the time of each attempt with the body: a
+// retry is signed anew, a replay past the tolerance, a changed body or
+// time, or another key are refused.
+func TestWebhookSignatureV1RefusesReplays(t *testing.T) {
+	rcv := newReceiver(t, http.StatusOK)
+	clock := newFakeClock()
+	key := []byte("k3y")
+	w := &Webhook{httpSink: httpSink{name: "hook", url: rcv.URL, client: NewHTTPClient(), timeout: time.Second}, secret: key, now: clock.Now}
+	body := []byte(`{"event":"failed","delivery_id":"d-1"}`)
+	d := Delivery{Entry: Entry{ID: "d-1", Sink: "hook", Event: EventFailed, Body: body}, Attempt: 1}
+	for range 2 {
+		if err := w.Send(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Minute)
+	}
+	reqs := rcv.requests()
+	first, second := reqs[0].header.Get(HeaderSignatureV1), reqs[1].header.Get(HeaderSignatureV1)
+	if first == second {
+		t.Errorf("two attempts a minute apart carry the same V1 signature %q", first)
+	}
+	if want := fmt.Sprintf("t=%d,", newFakeClock().Now().Unix()); !strings.HasPrefix(first, want) {
+		t.Errorf("V1 signature %q, want it to start %q", first, want)
+	}
+	sent := newFakeClock().Now()
+	tamperedTime := strings.Replace(first, fmt.Sprint(sent.Unix()), fmt.Sprint(sent.Unix()+3600), 1)
+	for _, tt := range []struct {
+		name   string
+		key    []byte
+		body   []byte
+		header string
+		at     time.Time
+		want   error
+	}{
+		{"fresh", key, body, first, sent.Add(time.Second), nil},
+		{"at the tolerance", key, body, first, sent.Add(DefaultSignatureTolerance), nil},
+		{"replayed past the tolerance", key, body, first, sent.Add(DefaultSignatureTolerance + time.Second), ErrSignatureExpired},
+		{"another body", key, []byte(`{"event":"succeeded"}`), first, sent, ErrSignatureInvalid},
+		{"another key", []byte("other"), body, first, sent, ErrSignatureInvalid},
+		{"time moved forward", key, body, tamperedTime, sent.Add(time.Hour), ErrSignatureInvalid},
+		{"no v1", key, body, "t=1", sent, ErrSignatureInvalid},
+		{"empty", key, body, "", sent, ErrSignatureInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := VerifyV1(tt.key, tt.body, tt.header, tt.at, 0); !errors.Is(err, tt.want) {
+				t.Errorf("VerifyV1 = %v, want %v", err, tt.want)
+			}
+		})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -146,9 +147,37 @@ func Decode(body []byte) (Task, error) {
 		jsontext.AllowDuplicateNames(false),
 		jsontext.AllowInvalidUTF8(false))
 	if err != nil {
-		return Task{}, reject(ReasonMalformed, "", "%s", jsonDetail(err))
+		return Task{}, reject(ReasonMalformed, "", "%s", taskDetail(err))
 	}
 	return t, nil
+}
+
+// taskFields are the members a task message may have, for an error that
+// tells the sender what it may write (not the Go type it was decoded into).
+var taskFields = func() string {
+	var names []string
+	rt := reflect.TypeFor[Task]()
+	for i := range rt.NumField() {
+		if n, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); n != "" && n != "-" {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ", ")
+}()
+
+// taskDetail is jsonDetail for a task message: a member the message may
+// not have or a value of the wrong JSON kind is named by its JSON pointer,
+// with the valid members listed.
+func taskDetail(err error) string {
+	var te *json.SemanticError
+	if !errors.As(err, &te) {
+		return jsonDetail(err)
+	}
+	what := "a " + te.JSONKind.String() + " is not valid there"
+	if errors.Is(err, json.ErrUnknownName) {
+		what = "unknown field"
+	}
+	return truncate(fmt.Sprintf("at byte %d (%q): %s; valid fields: %s", te.ByteOffset, te.JSONPointer, what, taskFields), maxDetailLen)
 }
 
 // maxDetailLen bounds a decode error's detail: it quotes member names from

@@ -347,3 +347,18 @@ func TestDecodeDetailBounded(t *testing.T) {
 		t.Fatalf("detail of %d bytes (valid UTF-8: %v)", len(d), utf8.ValidString(d))
 	}
 }
+
+// A malformed message names what the sender may write, never the Go type
+// it was decoded into.
+func TestDecodeMalformedListsValidFields(t *testing.T) {
+	for _, body := range []string{`{"host":"web-1","diagnostic":"uptime","colour":"red"}`, `{"host":7,"diagnostic":"uptime"}`} {
+		_, err := Decode([]byte(body))
+		if Reason(err) != ReasonMalformed {
+			t.Fatalf("%s: %v, want %s", body, err, ReasonMalformed)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "task.Task") || strings.Contains(msg, "Go ") || !strings.Contains(msg, "valid fields: id, host, diagnostic, params, severity, alert, created_at") {
+			t.Errorf("%s: %q, want the valid fields and no Go type", body, msg)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -27,7 +28,10 @@ import (
 
 func (c *cli) configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Configuration tools"}
-	var unit string
+	var (
+		unit   string
+		strict bool
+	)
 	validate := &cobra.Command{
 		Use:   "validate",
 		Short: "Validate a config file: exit 0, or 2 with every problem naming its key and line",
@@ -54,6 +58,14 @@ func (c *cli) configCmd() *cobra.Command {
 					return err
 				}
 			}
+			if unset := unsetEnv(cfg, os.LookupEnv); len(unset) > 0 {
+				for _, u := range unset {
+					fmt.Fprintf(c.stderr, "warning: %s here; `autodiag run` exits 2 without it\n", u)
+				}
+				if strict {
+					return usageError{fmt.Errorf("config validate --strict: %d *_env variable(s) unset", len(unset))}
+				}
+			}
 			mode := "fleet"
 			if cfg.Embedded() {
 				mode = "embedded"
@@ -64,6 +76,7 @@ func (c *cli) configCmd() *cobra.Command {
 		},
 	}
 	validate.Flags().StringVar(&unit, "systemd-unit", "", "also check that the unit's TimeoutStopSec exceeds lifecycle.drain_timeout")
+	validate.Flags().BoolVar(&strict, "strict", false, "fail (exit 2) when a variable named by a *_env key is unset, as `run` would")
 	cmd.AddCommand(validate)
 	return cmd
 }
@@ -334,9 +347,10 @@ func (c *cli) limitsCmd() *cobra.Command {
 		},
 	})
 	var req limiter.Request
+	var addr string
 	check := &cobra.Command{
 		Use:   "check --host H --diagnostic D [--severity S]",
-		Short: "Dry-run one decision against the configured Redis (consumes nothing), with the holders of its concurrency slots and its breakers' state",
+		Short: "Dry-run one decision against the configured Redis, or without Redis the running agent's limiter (consumes nothing), with the holders of its concurrency slots and its breakers' state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "host", "diagnostic"); err != nil {
@@ -355,28 +369,35 @@ func (c *cli) limitsCmd() *cobra.Command {
 				return usageError{err}
 			}
 			req.Host = host
-			backend := limiter.Backend(limiter.NewMemory())
 			rc, err := agent.NewRedisClient(cfg.Redis)
-			if err != nil {
-				return usageError{err}
-			}
-			if rc != nil {
-				defer rc.Close()
-				backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
-			}
-			lim, err := limiter.New(cfg.Limiter.Config, backend, limiter.Options{Timeout: cfg.Redis.Timeout})
 			if err != nil {
 				return usageError{err}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			dec, err := lim.Check(ctx, req)
-			if err != nil {
-				return fmt.Errorf("limits check: %w", err)
-			}
-			rules, err := lim.Inspect(ctx, req)
-			if err != nil {
-				return fmt.Errorf("limits check: %w", err)
+			var dec limiter.Decision
+			var rules []limiter.RuleState
+			if rc != nil {
+				defer rc.Close()
+				lim, err := limiter.New(cfg.Limiter.Config, limiter.NewRedis(rc, cfg.Redis.Prefix), limiter.Options{Timeout: cfg.Redis.Timeout})
+				if err != nil {
+					return usageError{err}
+				}
+				if dec, err = lim.Check(ctx, req); err != nil {
+					return fmt.Errorf("limits check: %w", err)
+				}
+				if rules, err = lim.Inspect(ctx, req); err != nil {
+					return fmt.Errorf("limits check: %w", err)
+				}
+			} else {
+				// Embedded mode: the limiter lives in the running agent's
+				// memory; a fresh one here would answer "allowed" while
+				// the agent denies.
+				got, err := askAgentLimits(ctx, cfg, addr, req)
+				if err != nil {
+					return fmt.Errorf("limits check: %w", err)
+				}
+				dec, rules = got.Decision, got.State
 			}
 			view := decisionView(dec)
 			view["state"] = ruleStatesView(rules, time.Now())
@@ -388,8 +409,31 @@ func (c *cli) limitsCmd() *cobra.Command {
 	check.Flags().StringVar(&req.Host, "host", "", "target host (required)")
 	check.Flags().StringVar(&req.Diagnostic, "diagnostic", "", "diagnostic (required)")
 	check.Flags().StringVar(&req.Severity, "severity", "", "severity")
+	check.Flags().StringVar(&addr, "admin-addr", "", "local agent admin address when no Redis is configured (default: admin_addr of the config)")
 	cmd.AddCommand(check)
 	return cmd
+}
+
+// askAgentLimits asks the local agent's admin API for a dry-run decision
+// of its own limiter (GET /v1/limits/check).
+func askAgentLimits(ctx context.Context, cfg agent.Config, addr string, req limiter.Request) (agent.LimitsCheck, error) {
+	target, err := newAdminTarget(ctx, cfg, addr)
+	if err != nil {
+		return agent.LimitsCheck{}, err
+	}
+	q := url.Values{"host": {req.Host}, "diagnostic": {req.Diagnostic}}
+	if req.Severity != "" {
+		q.Set("severity", req.Severity)
+	}
+	b, err := adminCall(ctx, http.MethodGet, target, "/v1/limits/check?"+q.Encode(), nil)
+	if err != nil {
+		return agent.LimitsCheck{}, fmt.Errorf("no redis configured, and the local agent did not answer: %w", err)
+	}
+	var got agent.LimitsCheck
+	if err := json.Unmarshal(b, &got); err != nil {
+		return agent.LimitsCheck{}, fmt.Errorf("the agent's answer: %w", err)
+	}
+	return got, nil
 }
 
 func decisionView(d limiter.Decision) map[string]any {

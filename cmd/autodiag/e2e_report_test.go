@@ -55,12 +55,21 @@ func recordReport(t *testing.T, rc *redis.Client, prefix, id string) (rootcause.
 	return r, true
 }
 
-// outboxEntries is what the notification outbox stream holds, oldest first.
+// outboxEntries is what the notification outbox's streams (one per
+// sink) hold, each stream oldest first.
 func outboxEntries(t *testing.T, rc *redis.Client, prefix string) []redis.XMessage {
 	t.Helper()
-	msgs, err := rc.XRange(t.Context(), prefix+"{notify}:outbox", "-", "+").Result()
+	keys, err := rc.Keys(t.Context(), prefix+"{notify}:outbox:*").Result()
 	if err != nil {
 		t.Fatalf("outbox: %v", err)
+	}
+	var msgs []redis.XMessage
+	for _, k := range keys {
+		m, err := rc.XRange(t.Context(), k, "-", "+").Result()
+		if err != nil {
+			t.Fatalf("outbox: %v", err)
+		}
+		msgs = append(msgs, m...)
 	}
 	return msgs
 }

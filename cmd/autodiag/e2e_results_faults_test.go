@@ -113,9 +113,9 @@ func faultNotifyYAML(url string, timeout, claimIdle time.Duration, on ...string)
 		url, timeout, strings.Join(on, ", "), claimIdle)
 }
 
-// outboxKey is the outbox stream under a redis.prefix (agent/notify's key
+// outboxKey is the stream of sink hook under a redis.prefix (agent/notify's key
 // layout, documented in the README).
-func outboxKey(prefix string) string { return prefix + "{notify}:outbox" }
+func outboxKey(prefix string) string { return prefix + "{notify}:outbox:hook" }
 
 // outboxGroup is the outbox's consumer group (README).
 const outboxGroup = "autodiag"
@@ -132,14 +132,23 @@ func outboxPending(t *testing.T, rc *redis.Client, prefix string) []redis.XPendi
 	return p
 }
 
-// outboxLen is XLEN of the outbox stream (acknowledged entries are deleted).
+// outboxLen sums XLEN of the outbox's streams, one per sink (acknowledged
+// entries are deleted).
 func outboxLen(t *testing.T, rc *redis.Client, prefix string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	n, err := rc.XLen(ctx, outboxKey(prefix)).Result()
+	keys, err := rc.Keys(ctx, prefix+"{notify}:outbox:*").Result()
 	if err != nil {
-		t.Fatalf("XLEN of the outbox: %v", err)
+		t.Fatalf("outbox streams: %v", err)
+	}
+	var n int64
+	for _, k := range keys {
+		l, err := rc.XLen(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("XLEN of the outbox: %v", err)
+		}
+		n += l
 	}
 	return n
 }

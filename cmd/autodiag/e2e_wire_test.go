@@ -381,14 +381,16 @@ func TestLimitsCheckValidatesHost(t *testing.T) {
 		code               int
 		inErr              string
 	}{
+		// A host that passes goes on to ask the agent's limiter (embedded
+		// mode), which no agent at the --admin-addr below answers.
 		{"ip literal off", "10.1.2.3", "", exitUsage, "ip_literal_not_allowed"},
-		{"ip literal opted in", "10.1.2.3", optIn, exitOK, ""},
+		{"ip literal opted in", "10.1.2.3", optIn, 1, "local agent did not answer"},
 		{"metadata address opted in", "169.254.169.254", optIn, exitUsage, "host_forbidden"},
-		{"allowed name", "web-01", "", exitOK, ""},
+		{"allowed name", "web-01", "", 1, "local agent did not answer"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"limits", "check", "--host", tc.host, "--diagnostic", "uptime"}
+			args := []string{"limits", "check", "--host", tc.host, "--diagnostic", "uptime", "--admin-addr", "127.0.0.1:1"}
 			if tc.config != "" {
 				args = append(args, "--config", tc.config)
 			}

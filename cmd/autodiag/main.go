@@ -396,6 +396,16 @@ func newAdminTarget(ctx context.Context, cfg agent.Config, addr string) (adminTa
 
 // adminCall talks to a local agent's admin HTTP.
 func adminCall(ctx context.Context, method string, target adminTarget, path string, body io.Reader) ([]byte, error) {
+	return adminCallBounded(ctx, method, target, path, body, 10*time.Second)
+}
+
+// adminCallTimeout is adminCall without a body, for a call that takes
+// longer than the usual 10 s (a report's model call).
+func adminCallTimeout(ctx context.Context, method string, target adminTarget, path string, timeout time.Duration) ([]byte, error) {
+	return adminCallBounded(ctx, method, target, path, nil, timeout)
+}
+
+func adminCallBounded(ctx context.Context, method string, target adminTarget, path string, body io.Reader, timeout time.Duration) ([]byte, error) {
 	addr := target.addr
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
 	if err != nil {
@@ -405,7 +415,7 @@ func adminCall(ctx context.Context, method string, target adminTarget, path stri
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: timeout}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("agent at %s: %w", addr, err)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -34,8 +36,8 @@ func (c *cli) reportCmd() *cobra.Command {
 		Short: "(Re)generate one task's root-cause report now, through the report limits, store it with Redis and print it",
 		Long: "(Re)generate one task's root-cause report now, through the report limits, and print it.\n\n" +
 			"With Redis the report is stored in the task record and the `report` notification event is written to the\n" +
-			"outbox for the configured sinks; the running agents deliver it. Without Redis (embedded mode) the record\n" +
-			"is read from the local agent's admin API and the report is only printed: no record is changed, no event sent.",
+			"outbox for the configured sinks; the running agents deliver it. Without Redis (embedded mode) the local agent\n" +
+			"writes it (POST /v1/tasks/{id}/report): through its own report limits, stored in its record, sent as its event.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.loadConfig()
@@ -86,29 +88,22 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 	if err != nil {
 		return rootcause.Result{}, usageError{err}
 	}
-	var rec state.TaskRecord
-	var store state.TaskStore
-	if rc != nil {
-		defer rc.Close()
-		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
-		sctx, cancel := context.WithTimeout(ctx, cliTimeout)
-		r, ok, err := store.Task(sctx, id)
-		cancel()
-		if err != nil {
-			return rootcause.Result{}, fmt.Errorf("report: %w", err)
-		}
-		if !ok {
-			return rootcause.Result{}, fmt.Errorf("report: task %s: %w", id, errNotFound)
-		}
-		rec = r
-	} else {
-		sctx, cancel := context.WithTimeout(ctx, cliTimeout)
-		v, err := lookupTask(sctx, cfg, addr, id)
-		cancel()
-		if err != nil {
-			return rootcause.Result{}, err
-		}
-		rec = recordOf(v)
+	if rc == nil {
+		// Embedded mode: the record, the outbox and the report limiter
+		// live in the running agent; it writes the report through its own
+		// cooldown and cap. A limiter built here would not see them.
+		return askAgentReport(ctx, cfg, addr, id, force)
+	}
+	defer rc.Close()
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
+	sctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	rec, ok, err := store.Task(sctx, id)
+	cancel()
+	if err != nil {
+		return rootcause.Result{}, fmt.Errorf("report: %w", err)
+	}
+	if !ok {
+		return rootcause.Result{}, fmt.Errorf("report: task %s: %w", id, errNotFound)
 	}
 	if rec.Status != state.StatusDone || rec.Outcome == "" {
 		return rootcause.Result{}, usageError{fmt.Errorf("report: task %s has not ended (status %s)", id, rec.Status)}
@@ -138,15 +133,10 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 	log := newLogger(c.stderr, cfg.LogLevel)
 	host, _ := os.Hostname()
 	consumer := "cli-" + host
-	// Without Redis the record, and the outbox its `report` event would
-	// go to, are in the local agent's memory: the report is printed, not
-	// stored, and no event is sent.
-	var sink rootcause.SinkFunc = func(context.Context, rootcause.Job, rootcause.Result) error { return nil }
-	if store != nil {
-		ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
-		if sink, err = agent.OutboxReportSink(cfg, store, ob, consumer, log); err != nil {
-			return rootcause.Result{}, err
-		}
+	ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
+	sink, err := agent.OutboxReportSink(cfg, store, ob, consumer, log)
+	if err != nil {
+		return rootcause.Result{}, err
 	}
 	r, err := agent.NewReporter(cfg, parts, sink, red, consumer, nil, log)
 	if err != nil {
@@ -164,33 +154,44 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 	ev.Output = red.RedactString(ev.Output)
 	job := rootcause.Job{ID: rec.ID, Evidence: ev, Force: force}
 	res := r.Process(ctx, job)
-	if store != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cliTimeout)
-		defer cancel()
-		if err := sink(sctx, job, res); err != nil {
-			return res, fmt.Errorf("report: written but not stored: %w", err)
-		}
+	sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cliTimeout)
+	defer cancel()
+	if err := sink(sctx, job, res); err != nil {
+		return res, fmt.Errorf("report: written but not stored: %w", err)
 	}
 	return res, nil
 }
 
-// recordOf is the record fields a report reads, from the API's view.
-func recordOf(v agent.TaskView) state.TaskRecord {
-	rec := state.TaskRecord{ID: v.ID, Status: v.Status, Host: v.Host, Diagnostic: v.Diagnostic, Params: v.Params,
-		Severity: v.Severity, Outcome: v.Outcome, Output: v.Output, Truncated: v.Truncated, ExitCode: -1}
-	if v.ExitCode != nil {
-		rec.ExitCode = *v.ExitCode
+// askAgentReport has the local agent write the report
+// (POST /v1/tasks/{id}/report): through its report limits, stored in its
+// record and sent as its `report` event.
+func askAgentReport(ctx context.Context, cfg agent.Config, addr, id string, force bool) (rootcause.Result, error) {
+	target, err := newAdminTarget(ctx, cfg, addr)
+	if err != nil {
+		return rootcause.Result{}, err
 	}
-	if v.StartedAt != nil {
-		rec.StartedAt = *v.StartedAt
+	path := "/v1/tasks/" + url.PathEscape(id) + "/report"
+	if force {
+		path += "?force=true"
 	}
-	if v.FinishedAt != nil {
-		rec.FinishedAt = *v.FinishedAt
+	b, err := adminCallTimeout(ctx, http.MethodPost, target, path, cfg.Report.Timeout+2*cliTimeout)
+	if err != nil {
+		var e struct {
+			Reason string `json:"reason"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Reason == "not_found" {
+			return rootcause.Result{}, fmt.Errorf("report: task %s: %w", id, errNotFound)
+		}
+		if e.Reason == "not_ended" || e.Reason == "report_disabled" {
+			return rootcause.Result{}, usageError{fmt.Errorf("report: %w", err)}
+		}
+		return rootcause.Result{}, fmt.Errorf("report: no redis configured, and the local agent did not answer: %w", err)
 	}
-	if v.Alert != nil {
-		rec.Alert = &state.Alert{Source: v.Alert.Source, Name: v.Alert.Name, EventID: v.Alert.EventID}
+	var res rootcause.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return rootcause.Result{}, fmt.Errorf("report: the agent's answer: %w", err)
 	}
-	return rec
+	return res, nil
 }
 
 // printReport writes the human form: one status line, then the Markdown.

@@ -1,0 +1,53 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// LimitsCheck is the answer of GET /v1/limits/check: the running agent's
+// own limiter asked for one decision without consuming anything, and the
+// live state of the rules that apply. `autodiag limits check` asks it in
+// embedded mode, where the limiter lives in the agent's memory.
+type LimitsCheck struct {
+	Decision limiter.Decision    `json:"decision"`
+	State    []limiter.RuleState `json:"state"`
+}
+
+// limitsCheckTimeout bounds the limiter calls of one check.
+const limitsCheckTimeout = 10 * time.Second
+
+// getLimitsCheck serves GET /v1/limits/check?host=H&diagnostic=D[&severity=S].
+func (a *Agent) getLimitsCheck(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("diagnostic") == "" || q.Get("host") == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "host and diagnostic are required", "reason": "missing_parameter"})
+		return
+	}
+	host, err := a.validator.ValidateHost(q.Get("host"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_host"})
+		return
+	}
+	if a.d.Limiter == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "this agent has no limiter", "reason": "no_limiter"})
+		return
+	}
+	req := limiter.Request{Host: host, Diagnostic: q.Get("diagnostic"), Severity: q.Get("severity")}
+	ctx, cancel := context.WithTimeout(r.Context(), limitsCheckTimeout)
+	defer cancel()
+	dec, err := a.d.Limiter.Check(ctx, req)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
+		return
+	}
+	rules, err := a.d.Limiter.Inspect(ctx, req)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, LimitsCheck{Decision: dec, State: rules})
+}
