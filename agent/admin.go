@@ -83,7 +83,7 @@ func (a *Agent) Status() Status {
 	if st := a.launchState(); st != "" && p.State == drain.Running {
 		s.State = st
 	}
-	if a.cfg.hasRedis() {
+	if a.cfg.HasRedis() {
 		up := a.presence.up.Load()
 		s.RedisUp = &up
 	}

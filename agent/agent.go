@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -119,7 +120,7 @@ type Deps struct {
 // outcome recorder, the drain supervisor, the instance record and the
 // CloudWatch publisher, and runs them until a drain completes.
 type Agent struct {
-	cfg Config
+	cfg config.Config
 	d   Deps
 	log *slog.Logger
 	m   *metrics
@@ -149,7 +150,7 @@ type Agent struct {
 }
 
 // New assembles an agent from validated config and its dependencies.
-func New(cfg Config, d Deps) (*Agent, error) {
+func New(cfg config.Config, d Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -246,7 +247,7 @@ func cmpResolver(first func(context.Context) (string, error), second groupResolv
 }
 
 // compileCatalog builds the task validator and the runnable catalog.
-func compileCatalog(cfg Config) (*task.Validator, map[string]runner.Diagnostic, error) {
+func compileCatalog(cfg config.Config) (*task.Validator, map[string]runner.Diagnostic, error) {
 	v := &task.Validator{Catalog: map[string]task.Spec{}, MaxAge: cfg.Queue.MaxAge, AllowIPLiterals: cfg.Limiter.Hosts.AllowIPLiterals}
 	for _, p := range cfg.Limiter.Hosts.Allow {
 		re, err := regexp.Compile(p)

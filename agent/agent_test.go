@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // testAgent runs an embedded-mode agent from yaml with its admin API on an
@@ -53,7 +55,7 @@ lifecycle:
 
 func startAgent(t *testing.T, yaml string) *testAgent {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

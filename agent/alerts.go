@@ -18,28 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 )
-
-// routesInCatalog reports route tasks naming a diagnostic the catalog
-// lacks: every alert the route takes would be rejected at run time.
-func (c Config) routesInCatalog() error {
-	var p problems
-	known := map[string]bool{}
-	for _, d := range c.Diagnostics {
-		known[d.Name] = true
-	}
-	for i, r := range c.Routes {
-		for j, t := range r.Tasks {
-			if t.Diagnostic != "" && !known[t.Diagnostic] {
-				p.addf(fmt.Sprintf("[%d].tasks[%d].diagnostic", i, j), "%q is not in the diagnostics catalog", t.Diagnostic)
-			}
-		}
-	}
-	return p.err()
-}
 
 // IntakeError is why the intake listener cannot start: its credentials
 // are missing from the environment, or it would be reachable from other
@@ -67,7 +50,7 @@ type IntakeOptions struct {
 // compiled against the catalog and host allow-list cfg describes,
 // credentials read from the environment. It fails with an *IntakeError
 // when a credential is missing or the listener would be open.
-func NewIntakeHandler(cfg Config, o IntakeOptions) (*alert.Handler, error) {
+func NewIntakeHandler(cfg config.Config, o IntakeOptions) (*alert.Handler, error) {
 	if err := cfg.Intake.Validate(); err != nil {
 		return nil, &IntakeError{Err: err}
 	}
@@ -108,7 +91,7 @@ type alertRouting struct {
 	metrics *alert.Metrics
 }
 
-func newAlertRouting(cfg Config, v *task.Validator, d Deps) (*alertRouting, error) {
+func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*alertRouting, error) {
 	router, err := alert.NewRouter(cfg.Routes, v)
 	if err != nil {
 		return nil, fmt.Errorf("agent: routes: %w", err)
@@ -284,7 +267,7 @@ func (in *Intake) StartDrain() {
 // through getenv; it fails with an
 // *IntakeError when cfg has no intake listener, no task queue, or the
 // credentials are missing.
-func OpenIntake(ctx context.Context, cfg Config, o OpenOptions, getenv func(string) (string, bool)) (*Intake, error) {
+func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*Intake, error) {
 	switch {
 	case !cfg.Intake.Enabled():
 		return nil, &IntakeError{Err: errors.New("intake.addr must be set")}

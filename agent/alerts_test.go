@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -156,7 +157,7 @@ func TestQueueAlarmBecomesItsRouteTasks(t *testing.T) {
 // TestIntakeHandlerNeedsItsCredentials: a named variable that is unset is
 // an *IntakeError, which cmd maps to exit 2.
 func TestIntakeHandlerNeedsItsCredentials(t *testing.T) {
-	cfg, err := LoadConfig([]byte("intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n"), nil)
+	cfg, err := config.Load([]byte("intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

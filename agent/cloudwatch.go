@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
+
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
@@ -28,7 +30,7 @@ type groupResolver func(ctx context.Context) (string, error)
 const (
 	// publishEvery is the period of both CloudWatch metrics when the
 	// publisher is given none (cloudwatch.interval's default).
-	publishEvery = DefaultCloudWatchInterval
+	publishEvery = config.DefaultCloudWatchInterval
 	// putMetricTimeout bounds one PutMetricData.
 	putMetricTimeout = 10 * time.Second
 )

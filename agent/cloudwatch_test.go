@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -81,7 +82,7 @@ func TestPublisherLimiterDegraded(t *testing.T) {
 // limiter's autodiag_limiter_degraded_total.
 func TestLimiterDegradedTotal(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig(nil, nil)
+	cfg, err := config.Load(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

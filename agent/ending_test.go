@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/asgfake"
@@ -117,7 +118,7 @@ func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
 	})
 	action := &lifecycle.Action{InstanceID: endingInstance, ASGName: endingASG, HookName: endingHook, Token: acts[0].Token}
 
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func (a *Agent) readiness(ctx context.Context) []lifecycle.Check {
 	for _, d := range a.cfg.Diagnostics {
 		checks = append(checks, check("program "+d.Name, programPresent(d.Command)))
 	}
-	if a.cfg.hasRedis() {
+	if a.cfg.HasRedis() {
 		checks = append(checks, check("redis", a.d.Store.Ping(ctx)))
 	}
 	if q, ok := a.d.Source.(queueReachable); ok {

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/internal/asgfake"
 	"github.com/autodiag/autodiag/internal/sqsfake"
@@ -39,7 +40,7 @@ func launchAgent(t *testing.T, timeout time.Duration, extra ...runner.Diagnostic
 		o.Retryer = retry.AddWithMaxAttempts(o.Retryer, 1)
 	})
 
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -68,7 +69,7 @@ func TestRunLongerThanCallBoundsRecordsItsResult(t *testing.T) {
 	t.Parallel()
 	const runFor = queueCallTimeout + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := LoadConfig([]byte(`
+		cfg, err := config.Load([]byte(`
 workers: 1
 diagnostics:
   - {name: long, command: [/bin/true], timeout: 2m}
@@ -138,7 +139,7 @@ func TestRunWaitsForItsHandlers(t *testing.T) {
 	t.Parallel()
 	const stopping = releaseGrace + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := LoadConfig([]byte(`
+		cfg, err := config.Load([]byte(`
 diagnostics:
   - {name: stubborn, command: [/bin/true], timeout: 2m}
 limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // TestMetricNamesLint runs promlint over everything an embedded agent
@@ -13,7 +15,7 @@ import (
 // checks the names the README documents are there.
 func TestMetricNamesLint(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig(nil, nil)
+	cfg, err := config.Load(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -248,7 +249,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 	})
 	if err != nil {
 		p.degraded("claim")
-		if p.stateFail == StateFailClosed {
+		if p.stateFail == config.StateFailClosed {
 			// Without the lease exactly-once cannot be guaranteed: hand
 			// the message back for a later attempt.
 			delay := retryDelay(j.msg.ReceiveCount)

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -151,7 +152,7 @@ func (s stateIMDS) GetMetadata(_ context.Context, in *imds.GetMetadataInput, _ .
 // agent logs it, marks the record done and keeps taking work.
 func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 // signal source alone), the group comes from Deps.ResolveASG.
 func TestDepsResolveASG(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(testConfig+"cloudwatch: {enabled: true}\n"), nil)
+	cfg, err := config.Load([]byte(testConfig+"cloudwatch: {enabled: true}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestDepsResolveASG(t *testing.T) {
 // what the stuck-drain alarm reads.
 func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
@@ -82,7 +83,7 @@ func TestRecoveryReconcilesInflight(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := LoadConfig([]byte(fmt.Sprintf(`
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
 redis: {url: "redis://%s/0", prefix: %q}
 diagnostics:
   - {name: echo, command: [/bin/echo, "{host}"], timeout: 10s}

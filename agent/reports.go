@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -33,7 +34,7 @@ type ReportParts struct {
 // OpenAI-compatible server with the key lookupEnv reads), the queue and
 // the limiter backend: in Redis when rc is set (a fleet shares the jobs
 // and the limits), else in memory.
-func OpenReportParts(cfg Config, awsCfg aws.Config, rc redis.UniversalClient, lookupEnv func(string) (string, bool)) (*ReportParts, error) {
+func OpenReportParts(cfg config.Config, awsCfg aws.Config, rc redis.UniversalClient, lookupEnv func(string) (string, bool)) (*ReportParts, error) {
 	rcfg := cfg.Report
 	var parts ReportParts
 	switch rcfg.Provider {
@@ -62,7 +63,7 @@ func OpenReportParts(cfg Config, awsCfg aws.Config, rc redis.UniversalClient, lo
 // limiters (cooldown and daily cap; with force only the cap) on parts'
 // backend, the model's answer redacted by red, each result handed to
 // sink. reg gets the report metrics (nil: none).
-func NewReporter(cfg Config, parts *ReportParts, sink report.Sink, red report.Redactor, consumer string,
+func NewReporter(cfg config.Config, parts *ReportParts, sink report.Sink, red report.Redactor, consumer string,
 	reg prometheus.Registerer, log *slog.Logger) (*report.Reporter, error) {
 	lopts := limiter.Options{Timeout: cfg.Redis.Timeout, Logger: log.With("component", "report")}
 	lim, err := limiter.New(cfg.Report.LimiterConfig(false), parts.Backend, lopts)
@@ -113,7 +114,7 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 // deliver it, as they do every entry of the outbox. It reads no sink URL
 // or secret: an entry names its sink, and the agent that claims it holds
 // the rest. No sinks configured, or no ob: the record only.
-func OutboxReportSink(cfg Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger) (report.SinkFunc, error) {
+func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger) (report.SinkFunc, error) {
 	if len(cfg.Notify) == 0 || ob == nil {
 		return ReportSink(store, nil), nil
 	}

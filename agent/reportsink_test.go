@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
@@ -42,7 +43,7 @@ func TestOutboxReportSink(t *testing.T) {
 				t.Fatal(err)
 			}
 			ob := notify.NewMemoryOutbox(notify.MemoryOptions{})
-			cfg := Config{Notify: tc.sinks}
+			cfg := config.Config{Notify: tc.sinks}
 			cfg.Redis.Timeout = time.Second
 			write, err := OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {

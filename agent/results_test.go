@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 )
 
@@ -94,10 +95,10 @@ notify:
     on: [failed]
 notify_max_age: 10s
 `
-	_, err := LoadConfig([]byte(yaml), nil)
+	_, err := config.Load([]byte(yaml), nil)
 	want := map[string]int{"results.redact[0].pattern": 4, "notify[0].type": 7, "notify_max_age": 10}
 	wantProblemLines(t, err, want)
-	cfg, err := LoadConfig([]byte("results:\n  redact_defaults: true\n  redact:\n    - {name: ticket, pattern: 'TICKET-[0-9]+'}\n"), nil)
+	cfg, err := config.Load([]byte("results:\n  redact_defaults: true\n  redact:\n    - {name: ticket, pattern: 'TICKET-[0-9]+'}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestDrainNotBlockedBySilentSink(t *testing.T) {
 		// the sink would last.
 		loadAllowance = 10 * time.Second
 	)
-	cfg, err := LoadConfig([]byte(fmt.Sprintf(`
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
 diagnostics:
   - {name: echo, command: [/bin/echo, hi], timeout: 1s}
 lifecycle:
@@ -182,7 +183,7 @@ notify:
 func wantProblemLines(t *testing.T, err error, want map[string]int) {
 	t.Helper()
 	got := map[string]int{}
-	for _, ce := range Problems(err) {
+	for _, ce := range config.Problems(err) {
 		got[ce.Key] = ce.Line
 	}
 	for k, line := range want {

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -38,7 +39,7 @@ func (s stallingStore) Claim(ctx context.Context, rec state.TaskRecord, owner st
 func TestLeaseLostBeforeStartDoesNotRun(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := LoadConfig([]byte(`
+		cfg, err := config.Load([]byte(`
 workers: 1
 diagnostics:
   - {name: quick, command: [/bin/true], timeout: 10s}

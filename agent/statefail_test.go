@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -103,7 +104,7 @@ type pipelineLab struct {
 
 func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *pipelineLab {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
 		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailOpen, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"open-1","host":"web-01","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +216,7 @@ func TestStateFailClosedHandsBack(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
 		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailClosed, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailClosed, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"closed-1","host":"web-01","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +247,7 @@ func TestRejectedMessageOneOutcome(t *testing.T) {
 		src := &faultyDLQ{Memory: queue.NewMemory(queue.MemoryOptions{})}
 		src.failDLQ.Store(3)
 		store := state.NewMemory(state.MemoryOptions{})
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailOpen, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"bad-1","host":"169.254.169.254!","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +284,7 @@ func TestRejectedMessageStoreDown(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
 		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailOpen, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"bad-2","host":"no such host","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}

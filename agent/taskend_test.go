@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/report"
@@ -83,7 +84,7 @@ func endLab(t *testing.T, store state.Store, ob notify.Outbox, q report.Queue, r
 // endLabWith is endLab with the config yaml.
 func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, q report.Queue, run runnerFunc) (*Agent, *queue.Memory, func()) {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,109 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 )
 
-// S3Config is results.s3: where the whole redacted output of every run
-// goes, while the task record keeps the diagnostic's max_output. An empty
-// Bucket turns the upload off.
-type S3Config struct {
-	// Bucket is an existing bucket; empty = no upload.
-	Bucket string `yaml:"bucket"`
-	// Prefix starts every object key, without a leading or trailing "/";
-	// the key is prefix/YYYY/MM/DD/<task id>.txt (UTC date of finish).
-	Prefix string `yaml:"prefix"`
-	// MaxSize bounds what a run keeps for the upload; longer output is
-	// cut and marked (default 10MiB). A diagnostic whose max_output is
-	// larger keeps that much, so the object never holds less than the
-	// record.
-	MaxSize runner.Size `yaml:"max_size"`
-	// SSE is the server-side encryption PutObject asks for: AES256 or
-	// aws:kms; empty = the bucket's default encryption.
-	SSE string `yaml:"sse"`
-	// KMSKeyID is the key of aws:kms; empty = the AWS managed key.
-	KMSKeyID string `yaml:"kms_key_id"`
-	// PathStyle addresses the bucket in the path (endpoint/bucket/key),
-	// for S3-compatible stores and fakes behind AWS_ENDPOINT_URL_S3.
-	PathStyle bool `yaml:"path_style"`
-	// Timeout bounds one upload, the SDK's retries included (default
-	// 30s); it must be below lifecycle.drain_timeout.
-	Timeout time.Duration `yaml:"timeout"`
-}
-
-// Defaults and bounds of results.s3. maxS3MaxSize bounds the output one
-// run holds in memory (it is read whole, redacted, then sent).
-const (
-	DefaultS3MaxSize = runner.Size(10 << 20)
-	DefaultS3Timeout = 30 * time.Second
-	maxS3MaxSize     = runner.Size(1 << 30)
-	maxS3Timeout     = 5 * time.Minute
-	maxS3PrefixLen   = 512
-)
-
-// Server-side encryption values of results.s3.sse, as S3 spells them.
-const (
-	SSEAES256 = "AES256"
-	SSEKMS    = "aws:kms"
-)
-
 // OutputUploadFailed is TaskRecord.OutputUpload when the upload failed.
 const OutputUploadFailed = "failed"
-
-// DefaultS3Config is results.s3 with its defaults and no bucket.
-func DefaultS3Config() S3Config {
-	return S3Config{MaxSize: DefaultS3MaxSize, Timeout: DefaultS3Timeout}
-}
-
-// Enabled reports whether outputs are uploaded.
-func (c S3Config) Enabled() bool { return c.Bucket != "" }
-
-var bucketPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
-
-// Validate reports every problem of results.s3; keys are relative to it.
-func (c S3Config) Validate() error {
-	var p problems
-	if c.Bucket != "" && !bucketPattern.MatchString(c.Bucket) {
-		p.addf("bucket", "%q is not an S3 bucket name (3 to 63 of a-z, 0-9, '.', '-')", c.Bucket)
-	}
-	switch {
-	case strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/"):
-		p.addf("prefix", "%q must not start or end with /", c.Prefix)
-	case strings.Contains(c.Prefix, "//"):
-		p.addf("prefix", "%q must not hold an empty path segment", c.Prefix)
-	case len(c.Prefix) > maxS3PrefixLen:
-		p.addf("prefix", "must be at most %d bytes", maxS3PrefixLen)
-	case !utf8.ValidString(c.Prefix):
-		p.addf("prefix", "must be UTF-8")
-	}
-	if c.MaxSize < 1 || c.MaxSize > maxS3MaxSize {
-		p.addf("max_size", "must be between 1 and %d bytes (1GiB)", maxS3MaxSize)
-	}
-	switch c.SSE {
-	case "", SSEAES256, SSEKMS:
-	default:
-		p.addf("sse", "must be AES256 or aws:kms, not %q", c.SSE)
-	}
-	if c.KMSKeyID != "" && c.SSE != SSEKMS {
-		p.addf("kms_key_id", "needs sse: aws:kms")
-	}
-	if c.Timeout < time.Second || c.Timeout > maxS3Timeout {
-		p.addf("timeout", "must be between 1s and %s, not %s", maxS3Timeout, c.Timeout)
-	}
-	return p.err()
-}
 
 // s3API is the S3 call the uploader makes; *s3.Client is the real one.
 type s3API interface {
@@ -120,7 +32,7 @@ var _ s3API = (*s3.Client)(nil)
 // NewS3Client is the S3 client of results.s3 from the SDK's config:
 // AWS_ENDPOINT_URL_S3 (read by the SDK) points it elsewhere, PathStyle
 // addresses the bucket in the path.
-func NewS3Client(awsCfg aws.Config, c S3Config) *s3.Client {
+func NewS3Client(awsCfg aws.Config, c config.S3Config) *s3.Client {
 	return s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.UsePathStyle = c.PathStyle })
 }
 
@@ -143,14 +55,14 @@ func (r fullOutputRunner) Run(ctx context.Context, d runner.Diagnostic, argv []s
 // record (output_upload: failed); it never changes the task's outcome.
 type uploader struct {
 	api  s3API
-	cfg  S3Config
+	cfg  config.S3Config
 	base context.Context // ends on a fast exit
 	log  *slog.Logger
 	// uploads counts uploads by result (ok, failed).
 	uploads *prometheus.CounterVec
 }
 
-func newUploader(api s3API, cfg S3Config, base context.Context, log *slog.Logger, reg prometheus.Registerer) *uploader {
+func newUploader(api s3API, cfg config.S3Config, base context.Context, log *slog.Logger, reg prometheus.Registerer) *uploader {
 	u := &uploader{api: api, cfg: cfg, base: base, log: log.With("component", "upload"),
 		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "autodiag_output_uploads_total",
@@ -207,9 +119,9 @@ func (u *uploader) put(key string, body []byte) error {
 		ContentType:   aws.String("text/plain; charset=utf-8"),
 	}
 	switch u.cfg.SSE {
-	case SSEAES256:
+	case config.SSEAES256:
 		in.ServerSideEncryption = types.ServerSideEncryptionAes256
-	case SSEKMS:
+	case config.SSEKMS:
 		in.ServerSideEncryption = types.ServerSideEncryptionAwsKms
 		if u.cfg.KMSKeyID != "" {
 			in.SSEKMSKeyId = aws.String(u.cfg.KMSKeyID)

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -124,7 +125,7 @@ func runUploadTask(t *testing.T, f *fakeS3, s3yaml, output string) (state.TaskRe
 	if err := os.WriteFile(path, []byte(output), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig([]byte(`
+	cfg, err := config.Load([]byte(`
 workers: 1
 diagnostics:
   - {name: dump, command: [/bin/cat, "`+path+`"], timeout: 30s, max_output: 1KiB}
@@ -337,15 +338,15 @@ results:
     kms_key_id: alias/x
     timeout: 1m
 `
-	_, err := LoadConfig([]byte(yaml), nil)
+	_, err := config.Load([]byte(yaml), nil)
 	want := map[string]int{"results.s3.bucket": 5, "results.s3.prefix": 6, "results.s3.max_size": 7,
 		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10}
 	wantProblemLines(t, err, want)
-	cfg, err := LoadConfig([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
+	cfg, err := config.Load([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := cfg.Results.S3; !s.Enabled() || s.MaxSize != DefaultS3MaxSize || s.Timeout != DefaultS3Timeout {
+	if s := cfg.Results.S3; !s.Enabled() || s.MaxSize != config.DefaultS3MaxSize || s.Timeout != config.DefaultS3Timeout {
 		t.Errorf("results.s3 %+v, want enabled with the default max_size and timeout", s)
 	}
 	if _, err := New(cfg, Deps{Source: queue.NewMemory(queue.MemoryOptions{}), Store: state.NewMemory(state.MemoryOptions{}),
@@ -354,7 +355,7 @@ results:
 	}
 }
 
-func mustLimiter(t *testing.T, cfg Config) *limiter.Limiter {
+func mustLimiter(t *testing.T, cfg config.Config) *limiter.Limiter {
 	t.Helper()
 	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
 	if err != nil {
@@ -389,7 +390,7 @@ var _ s3API = (*hangingS3)(nil)
 func TestUploadBoundedByItsTimeout(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		cfg := DefaultS3Config()
+		cfg := config.DefaultS3Config()
 		cfg.Bucket, cfg.Timeout = "diag-out", 7*time.Second
 		h := &hangingS3{}
 		u := newUploader(h, cfg, context.Background(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())

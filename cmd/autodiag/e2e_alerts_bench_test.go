@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -96,7 +97,7 @@ const (
 // every generic alert to one uptime task, onto fq.
 func benchIntakeServer(b *testing.B, fq *sqsFake) *httptest.Server {
 	b.Helper()
-	cfg, err := agentpkg.LoadConfig([]byte(`
+	cfg, err := config.Load([]byte(`
 intake: {addr: '127.0.0.1:0'}
 routes:
   - name: all

@@ -19,6 +19,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // intakeShutdownTimeout bounds the wait for intake requests in progress at
@@ -78,7 +79,7 @@ func (s *intakeServer) shutdown() {
 
 // startAgentIntake serves a's intake when intake.addr is set; nil
 // otherwise. Missing credentials are a configuration error (exit 2).
-func startAgentIntake(ctx context.Context, cfg agent.Config, a *agent.Agent, log *slog.Logger) (*intakeServer, error) {
+func startAgentIntake(ctx context.Context, cfg config.Config, a *agent.Agent, log *slog.Logger) (*intakeServer, error) {
 	if !cfg.Intake.Enabled() {
 		return nil, nil
 	}
@@ -115,7 +116,7 @@ func (c *cli) intakeCmd() *cobra.Command {
 // runIntake serves the intake until a signal: the first answers 503 from
 // then on and stops after intakeDrainGrace, so a load balancer sees the
 // intake go unready before its connections close; a second stops at once.
-func (c *cli) runIntake(cfg agent.Config) error {
+func (c *cli) runIntake(cfg config.Config) error {
 	adminCreds, err := adminCredentials(cfg)
 	if err != nil {
 		return err
@@ -198,7 +199,7 @@ func (c *cli) routesCmd() *cobra.Command {
 
 // routesTest prints, for each alert of body, its route and tasks or why it
 // makes none. Nothing is sent: the router only builds and validates.
-func (c *cli) routesTest(cfg agent.Config, source string, body []byte) error {
+func (c *cli) routesTest(cfg config.Config, source string, body []byte) error {
 	v, err := agent.NewValidator(cfg)
 	if err != nil {
 		return err

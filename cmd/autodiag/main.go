@@ -25,6 +25,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // Exit codes (README "CLI").
@@ -150,7 +151,7 @@ func requireFlags(cmd *cobra.Command, names ...string) error {
 
 // loadConfig reads --config (or $AUTODIAG_CONFIG), applies AUTODIAG_*
 // variables and validates. Errors are usage errors (exit 2).
-func (c *cli) loadConfig() (agent.Config, error) {
+func (c *cli) loadConfig() (config.Config, error) {
 	path := c.configPath
 	if path == "" {
 		path = os.Getenv("AUTODIAG_CONFIG")
@@ -160,10 +161,10 @@ func (c *cli) loadConfig() (agent.Config, error) {
 		var err error
 		data, err = os.ReadFile(path)
 		if err != nil {
-			return agent.Config{}, usageError{fmt.Errorf("config: %w", err)}
+			return config.Config{}, usageError{fmt.Errorf("config: %w", err)}
 		}
 	}
-	cfg, err := agent.LoadConfig(data, os.LookupEnv)
+	cfg, err := config.Load(data, os.LookupEnv)
 	if err != nil {
 		where := path
 		if where == "" {
@@ -206,7 +207,7 @@ func (c *cli) runCmd() *cobra.Command {
 	}
 }
 
-func (c *cli) runAgent(cfg agent.Config) error {
+func (c *cli) runAgent(cfg config.Config) error {
 	start := time.Now()
 	adminCreds, err := adminCredentials(cfg)
 	if err != nil {
@@ -337,7 +338,7 @@ func (c *cli) drainCmd() *cobra.Command {
 
 // adminCredentials reads the secret admin_auth names; one unset is a
 // configuration error (exit 2) naming its key.
-func adminCredentials(cfg agent.Config) (alert.Credentials, error) {
+func adminCredentials(cfg config.Config) (alert.Credentials, error) {
 	creds, err := cfg.AdminCredentials(os.LookupEnv)
 	if err != nil {
 		return alert.Credentials{}, usageError{fmt.Errorf("invalid configuration: %w", err)}
@@ -354,7 +355,7 @@ type adminTarget struct {
 
 // newAdminTarget is addr (admin_addr of cfg when empty) with admin_auth's
 // credentials from the environment.
-func newAdminTarget(cfg agent.Config, addr string) (adminTarget, error) {
+func newAdminTarget(cfg config.Config, addr string) (adminTarget, error) {
 	if addr == "" {
 		addr = cfg.AdminAddr
 	}

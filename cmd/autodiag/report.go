@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	rootcause "github.com/autodiag/autodiag/agent/report"
@@ -81,7 +82,7 @@ func (c *cli) reportCmd() *cobra.Command {
 // notification outbox, which the agents deliver) or, without Redis, from
 // the local agent's admin API (then it is only printed: the record and
 // the outbox live in that agent).
-func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, force bool) (rootcause.Result, error) {
+func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string, force bool) (rootcause.Result, error) {
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
 		return rootcause.Result{}, usageError{err}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -60,7 +61,7 @@ func (c *cli) showCmd() *cobra.Command {
 
 // lookupTask reads a task record from Redis when one is configured, else
 // from the local agent's admin API.
-func lookupTask(ctx context.Context, cfg agent.Config, addr, id string) (agent.TaskView, error) {
+func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (agent.TaskView, error) {
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
 		return agent.TaskView{}, usageError{err}
@@ -181,14 +182,14 @@ func printTask(w io.Writer, v agent.TaskView) {
 // configRedis loads the config and connects to the Redis it names; rc is
 // nil when none is configured (embedded mode). Both failures are usage
 // errors: the config is what is wrong.
-func (c *cli) configRedis() (agent.Config, redis.UniversalClient, error) {
+func (c *cli) configRedis() (config.Config, redis.UniversalClient, error) {
 	cfg, err := c.loadConfig()
 	if err != nil {
-		return agent.Config{}, nil, err
+		return config.Config{}, nil, err
 	}
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
-		return agent.Config{}, nil, usageError{err}
+		return config.Config{}, nil, usageError{err}
 	}
 	return cfg, rc, nil
 }

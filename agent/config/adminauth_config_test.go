@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"strings"
@@ -39,15 +39,15 @@ func TestConfigAdminAddrBeyondLoopbackNeedsAuth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			_, err := LoadConfig([]byte(tc.yaml), lookup)
+			_, err := Load([]byte(tc.yaml), lookup)
 			if len(tc.want) == 0 {
 				if err != nil {
-					t.Fatalf("LoadConfig: %v", err)
+					t.Fatalf("Load: %v", err)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatal("LoadConfig accepted the file")
+				t.Fatal("Load accepted the file")
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {

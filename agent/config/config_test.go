@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"bytes"
@@ -22,9 +22,9 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("embedded defaults invalid: %v", err)
 	}
-	cfg, err := LoadConfig(nil, nil)
+	cfg, err := Load(nil, nil)
 	if err != nil {
-		t.Fatalf("LoadConfig(empty): %v", err)
+		t.Fatalf("Load(empty): %v", err)
 	}
 	if cfg.AdminAddr != "127.0.0.1:9464" || cfg.Workers != 4 || cfg.Queue.URL != "" || cfg.Redis.URL != "" {
 		t.Fatalf("unexpected defaults: %+v", cfg)
@@ -91,7 +91,7 @@ cloudwatch:
 `
 
 func TestFullExampleLoads(t *testing.T) {
-	cfg, err := LoadConfig([]byte(fullExample), nil)
+	cfg, err := Load([]byte(fullExample), nil)
 	if err != nil {
 		t.Fatalf("full example rejected: %v", err)
 	}
@@ -147,9 +147,9 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"route diagnostic not in catalog", "routes:\n  - name: a\n    tasks: [{diagnostic: uptim}]\n", []string{"routes[0].tasks[0].diagnostic (line 3): \"uptim\" is not in the diagnostics catalog"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadConfig([]byte(tc.yaml), nil)
+			_, err := Load([]byte(tc.yaml), nil)
 			if err == nil {
-				t.Fatal("LoadConfig accepted an invalid file")
+				t.Fatal("Load accepted an invalid file")
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -171,7 +171,7 @@ func TestEnvOverrides(t *testing.T) {
 		"AUTODIAG_UNRELATED_XY": "ignored",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	cfg, err := LoadConfig([]byte("workers: 2\nlog_level: warn\n"), lookup)
+	cfg, err := Load([]byte("workers: 2\nlog_level: warn\n"), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,11 +180,11 @@ func TestEnvOverrides(t *testing.T) {
 		t.Fatalf("env not applied: %+v", cfg)
 	}
 	env["AUTODIAG_WORKERS"] = "lots"
-	if _, err := LoadConfig(nil, lookup); err == nil || !strings.Contains(err.Error(), "workers") {
+	if _, err := Load(nil, lookup); err == nil || !strings.Contains(err.Error(), "workers") {
 		t.Fatalf("bad AUTODIAG_WORKERS: %v", err)
 	}
 	env["AUTODIAG_WORKERS"] = "0"
-	if _, err := LoadConfig(nil, lookup); err == nil || !strings.Contains(err.Error(), "workers") {
+	if _, err := Load(nil, lookup); err == nil || !strings.Contains(err.Error(), "workers") {
 		t.Fatalf("env value not validated: %v", err)
 	}
 }
@@ -246,7 +246,7 @@ func TestConfigRejectsPlaceholderInScript(t *testing.T) {
 		{"python -m", []string{"/usr/bin/python3", "-m", "json.tool", "-c", "{param.x}"}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadConfig([]byte(catalogYAML(t, tc.argv)), nil)
+			_, err := Load([]byte(catalogYAML(t, tc.argv)), nil)
 			if tc.bad < 0 {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -262,7 +262,7 @@ func TestConfigRejectsPlaceholderInScript(t *testing.T) {
 }
 
 func TestConfigScriptPlaceholderSuggestion(t *testing.T) {
-	_, err := LoadConfig([]byte(catalogYAML(t, []string{"/bin/sh", "-c", "echo {param.x}"})), nil)
+	_, err := Load([]byte(catalogYAML(t, []string{"/bin/sh", "-c", "echo {param.x}"})), nil)
 	want := `[/bin/sh, -c, 'echo "$1"', sh, '{param.x}']`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %v\nwant the suggestion %s", err, want)
@@ -291,9 +291,9 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 			"limiter.rules[0].limits[3] (line 8)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadConfig([]byte(tc.yaml), nil)
+			_, err := Load([]byte(tc.yaml), nil)
 			if err == nil {
-				t.Fatal("LoadConfig accepted an invalid file")
+				t.Fatal("Load accepted an invalid file")
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -313,7 +313,7 @@ func TestConfigDedupeKeyIsATaskField(t *testing.T) {
 		{"alert.eventid", false}, {"alert_event_id", false}, {"params.", false},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
-			_, err := LoadConfig([]byte("limiter:\n  dedupe:\n    key: "+strconv.Quote(tc.key)+"\n"), nil)
+			_, err := Load([]byte("limiter:\n  dedupe:\n    key: "+strconv.Quote(tc.key)+"\n"), nil)
 			if tc.ok && err != nil {
 				t.Fatalf("rejected: %v", err)
 			}
@@ -327,10 +327,10 @@ func TestConfigDedupeKeyIsATaskField(t *testing.T) {
 func TestConfigEffectiveDiagnosticTimeoutWithinDrain(t *testing.T) {
 	drainTimeout := runner.DefaultTimeout / 2
 	base := fmt.Sprintf("lifecycle:\n  drain_timeout: %s\ndiagnostics:\n", drainTimeout)
-	if _, err := LoadConfig([]byte(base+"  - {name: x, command: [/bin/true], timeout: "+(drainTimeout/2).String()+"}\n"), nil); err != nil {
+	if _, err := Load([]byte(base+"  - {name: x, command: [/bin/true], timeout: "+(drainTimeout/2).String()+"}\n"), nil); err != nil {
 		t.Fatalf("a timeout within the drain was rejected: %v", err)
 	}
-	_, err := LoadConfig([]byte(base+"  - {name: x, command: [/bin/true]}\n"), nil)
+	_, err := Load([]byte(base+"  - {name: x, command: [/bin/true]}\n"), nil)
 	if err == nil || !strings.Contains(err.Error(), "diagnostics[0].timeout (line 4)") || !strings.Contains(err.Error(), runner.DefaultTimeout.String()) {
 		t.Fatalf("error = %v, want diagnostics[0].timeout naming the default %s", err, runner.DefaultTimeout)
 	}
@@ -352,7 +352,7 @@ func TestConfigInstanceIDWithLifecycleSources(t *testing.T) {
 		{"signal only, hostname", "instance_id: web-1\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadConfig([]byte(tc.yaml), nil)
+			_, err := Load([]byte(tc.yaml), nil)
 			if tc.ok && err != nil {
 				t.Fatalf("rejected: %v", err)
 			}
@@ -364,7 +364,7 @@ func TestConfigInstanceIDWithLifecycleSources(t *testing.T) {
 }
 
 func TestConfigNewKeys(t *testing.T) {
-	cfg, err := LoadConfig(nil, nil)
+	cfg, err := Load(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func TestConfigNewKeys(t *testing.T) {
 		{"addrs and url_secret", "redis:\n  addrs: [a:6379]\n  url_secret: /autodiag/redis-url\n", "redis.url_secret (line 3): set either", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := LoadConfig([]byte(tc.yaml), nil)
+			cfg, err := Load([]byte(tc.yaml), nil)
 			if tc.bad != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.bad) {
 					t.Fatalf("error = %v, want one naming %s", err, tc.bad)
@@ -409,14 +409,14 @@ func TestConfigNewKeys(t *testing.T) {
 	}
 	// The variable names the store outright and replaces the file's secret.
 	env := func(k string) (string, bool) { return "redis://127.0.0.1:6379", k == "AUTODIAG_REDIS_URL" }
-	cfg, err = LoadConfig([]byte("redis:\n  url_secret: /autodiag/redis-url\n"), env)
+	cfg, err = Load([]byte("redis:\n  url_secret: /autodiag/redis-url\n"), env)
 	if err != nil || cfg.Redis.URLSecret != "" || cfg.Redis.URL == "" {
 		t.Fatalf("AUTODIAG_REDIS_URL over url_secret: %v, %+v", err, cfg.Redis)
 	}
 }
 
 func TestConfigErrorsAreTyped(t *testing.T) {
-	_, err := LoadConfig([]byte("workers: 2\nqueue:\n  visibility: 30s\n  batch_size: 0\n"), nil)
+	_, err := Load([]byte("workers: 2\nqueue:\n  visibility: 30s\n  batch_size: 0\n"), nil)
 	if !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("errors.Is(err, ErrUnknownKey) = false for %v", err)
 	}
@@ -429,7 +429,7 @@ func TestConfigErrorsAreTyped(t *testing.T) {
 		t.Fatalf("problems = %+v, want %+v", got, want)
 	}
 	env := func(k string) (string, bool) { return "0", k == "AUTODIAG_WORKERS" }
-	_, err = LoadConfig([]byte("workers: 2\n"), env)
+	_, err = Load([]byte("workers: 2\n"), env)
 	if p := Problems(err); len(p) != 1 || p[0].Key != "workers" || p[0].Line != 0 || !strings.Contains(p[0].Error(), "AUTODIAG_WORKERS") {
 		t.Fatalf("a value from the environment: %v, want workers naming AUTODIAG_WORKERS and no line", err)
 	}
@@ -442,7 +442,7 @@ func TestConfigSchemaIsTheStructs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(out, nil)
+	cfg, err := Load(out, nil)
 	if err != nil {
 		t.Fatalf("the defaults written out do not load:\n%v\n%s", err, out)
 	}
@@ -517,7 +517,7 @@ lifecycle:
   drain_timeout: 0s
   queued: drop
 `
-	_, err := LoadConfig([]byte(file), nil)
+	_, err := Load([]byte(file), nil)
 	var keys []string
 	for _, ce := range Problems(err) {
 		keys = append(keys, ce.Key)
@@ -531,7 +531,7 @@ lifecycle:
 
 func TestConfigEmptyDocumentsAreTheDefaults(t *testing.T) {
 	for _, y := range []string{"", "# nothing\n", "---\n", "~\n", "workers: 2\n---\n", "workers: 2\n---\n# trailing\n"} {
-		if _, err := LoadConfig([]byte(y), nil); err != nil {
+		if _, err := Load([]byte(y), nil); err != nil {
 			t.Errorf("%q: %v", y, err)
 		}
 	}

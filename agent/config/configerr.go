@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"cmp"
@@ -27,7 +27,7 @@ const lineNotInFile = -1
 // ErrUnknownKey is the problem of a key the configuration does not have.
 var ErrUnknownKey = errors.New("unknown key")
 
-// Problems lists the ConfigErrors inside err (a LoadConfig or Validate
+// Problems lists the ConfigErrors inside err (a Load or Validate
 // error), in the order they are reported.
 func Problems(err error) []*ConfigError {
 	var out []*ConfigError

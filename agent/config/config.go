@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"bytes"
@@ -238,13 +238,13 @@ func BuiltinCatalog() []runner.Diagnostic {
 	}
 }
 
-// LoadConfig decodes a YAML file over the defaults, strictly (an unknown or
+// Load decodes a YAML file over the defaults, strictly (an unknown or
 // duplicate key, a value of the wrong type or a second document is an
 // error), applies the AUTODIAG_* overrides read through env (nil for none)
 // and validates the result. Every problem is reported at once, as
 // *ConfigErrors joined with errors.Join, each naming its key and, when the
 // key is in the file, its line. Empty data means the defaults.
-func LoadConfig(data []byte, env func(string) (string, bool)) (Config, error) {
+func Load(data []byte, env func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
