@@ -21,52 +21,13 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// ErrFastExit is returned by Run when the root context ended before the
-// drain did (a second signal): running work was released, not finished.
-var ErrFastExit = errors.New("agent: stopped before the drain completed")
-
-// ErrCompletionFailed is returned by Run when the drain ended but
-// CompleteLifecycleAction did not succeed within its retries: the hook
-// times out with its default result unless a restarted agent, which
-// resumes the persisted drain, completes it first.
-var ErrCompletionFailed = errors.New("agent: lifecycle action not completed")
-
-// Ending says how a drain that finished ended, so the process can tell
-// its supervisor whether to start it again.
-type Ending int
-
-const (
-	// EndingNone: Run has not finished a drain.
-	EndingNone Ending = iota
-	// EndingDone: the drain ended a lifecycle action (completed, or Auto
-	// Scaling answered that none was active), or its trigger was a spot
-	// interruption, a rebalance recommendation, a scheduled maintenance
-	// event or SIGTERM/SIGINT: the instance or the service is going away,
-	// and the agent is not to be restarted (it would find the standing
-	// notice and drain again).
-	EndingDone
-	// EndingDrained: drained for another reason (POST /v1/drain, a
-	// persisted drain resumed without an action, the instance going back to
-	// its warm pool): the instance stays, and so must an agent.
-	EndingDrained
-)
-
-func (e Ending) String() string {
-	switch e {
-	case EndingDone:
-		return "done"
-	case EndingDrained:
-		return "drained"
-	}
-	return "none"
-}
 
 // Clock tells the time; tests inject a fake one.
 type Clock interface{ Now() time.Time }
@@ -130,7 +91,7 @@ type Agent struct {
 	intake    *intake
 	pipeline  *pipeline
 	outcomes  *outcomeRecorder
-	sup       *supervisor
+	sup       *supervisor.Supervisor
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
 	alerts    *alertRouting
@@ -141,6 +102,7 @@ type Agent struct {
 	hard       context.Context
 	cancelHard context.CancelFunc
 	intakeCtx  context.Context
+	stopIntake context.CancelFunc
 
 	startOnce sync.Once
 	started   chan struct{} // closed once Run serves; see Started
@@ -212,9 +174,8 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), instanceID: d.InstanceID,
 			limiter: d.Limiter, clock: d.Clock, log: log}
 	}
-	a.sup = &supervisor{cfg: cfg.Lifecycle, drain: a.drain, watcher: d.Watcher, actor: d.Actor, store: d.Store,
-		storeTimeout: cfg.Redis.Timeout, clock: d.Clock, log: log, m: a.m, cloudwatch: a.publisher,
-		presence: a.presence, outcomes: a.outcomes, instanceID: d.InstanceID, stopIntake: stopIntake}
+	a.stopIntake = stopIntake
+	a.sup = a.newSupervisor(d.Watcher, d.Actor)
 	if err := a.wireResults(); err != nil {
 		return nil, err
 	}
@@ -278,7 +239,7 @@ func (a *Agent) Registry() *prometheus.Registry { return a.d.Registry }
 
 // Drain starts a drain (admin endpoint, signal). The first trigger wins.
 func (a *Agent) Drain(source, reason string) bool {
-	return a.sup.start(drain.Trigger{Source: source, Reason: reason}, nil)
+	return a.sup.Start(drain.Trigger{Source: source, Reason: reason}, nil)
 }
 
 // Started is closed once Run has reconciled what a previous process left
@@ -295,7 +256,7 @@ func (a *Agent) Draining() <-chan struct{} { return a.drain.Draining() }
 
 // Ending says how the drain that Run finished ended; EndingNone until Run
 // has returned, or when it returned ErrFastExit before any drain.
-func (a *Agent) Ending() Ending { return Ending(a.ending.Load()) }
+func (a *Agent) Ending() supervisor.Ending { return supervisor.Ending(a.ending.Load()) }
 
 // Run serves until a drain completes (nil) or ctx ends first (ErrFastExit
 // after releasing what was running); ErrCompletionFailed when the drain
@@ -305,7 +266,7 @@ func (a *Agent) Ending() Ending { return Ending(a.ending.Load()) }
 // message's handler, has returned; Run is called once.
 func (a *Agent) Run(ctx context.Context) error {
 	// Handlers can outlive the supervisor's run: a fast exit stops waiting
-	// for them after releaseGrace, and a released message's handler may
+	// for them after supervisor.ReleaseGrace, and a released message's handler may
 	// still wait for a worker slot. Cancelling hard first ends both.
 	defer a.pipeline.wait()
 	stop := context.AfterFunc(ctx, a.cancelHard)
@@ -313,7 +274,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.cancelHard()
 
 	a.recoverInterrupted(ctx)
-	a.sup.resume(ctx)
+	a.sup.Resume(ctx)
 	if !a.launchGated() {
 		a.launch.Store(launchOpen)
 	}
@@ -348,7 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer stopOnDrain()
 			a.watching.Store(true)
 			return a.d.Watcher.Run(wctx, func(tr lifecycle.Trigger) {
-				a.sup.start(drain.Trigger{Source: tr.Source, Reason: tr.Reason, Deadline: tr.Deadline}, tr.Action)
+				a.sup.Start(drain.Trigger{Source: tr.Source, Reason: tr.Reason, Deadline: tr.Deadline}, tr.Action)
 			})
 		})
 	}
@@ -361,8 +322,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	var runErr error
 	g.Go(func() error {
 		defer close(done)
-		var ending Ending
-		ending, runErr = a.sup.run(ctx)
+		var ending supervisor.Ending
+		ending, runErr = a.sup.Run(ctx)
 		a.ending.Store(int32(ending))
 		return nil
 	})

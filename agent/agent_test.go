@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/supervisor"
 )
 
 // testAgent runs an embedded-mode agent from yaml with its admin API on an
@@ -264,7 +265,7 @@ func TestFastExitReleases(t *testing.T) {
 	ta.cancel() // second signal
 	select {
 	case err := <-ta.done:
-		if !errors.Is(err, ErrFastExit) {
+		if !errors.Is(err, supervisor.ErrFastExit) {
 			t.Fatalf("Run = %v, want ErrFastExit", err)
 		}
 		ta.done <- err

@@ -11,6 +11,7 @@ import (
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/supervisor"
 )
 
 // cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
@@ -86,7 +87,7 @@ func (p *publisher) group(ctx context.Context) string {
 	if asg != "" || p.resolve == nil {
 		return asg
 	}
-	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	rctx, cancel := context.WithTimeout(ctx, supervisor.ResolveTimeout)
 	defer cancel()
 	name, err := p.resolve(rctx)
 	if err != nil {
@@ -156,11 +157,11 @@ func groupDimension(asg string) cwtypes.Dimension {
 	return cwtypes.Dimension{Name: aws.String(dimGroup), Value: aws.String(asg)}
 }
 
-// drainSeconds puts DrainSeconds at once and every interval until ctx
+// DrainSeconds puts DrainSeconds at once and every interval until ctx
 // ends, so a CloudWatch alarm can catch a drain, or a completion, stuck in
 // Terminating:Wait. actionGroup, when it returns a name, is the group of
 // the lifecycle action and wins over the instance's.
-func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
+func (p *publisher) DrainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
 	t := time.NewTicker(p.interval())
 	defer t.Stop()
 	// The start is published even when the drain and its completion end

@@ -147,7 +147,7 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				wg.Go(func() { p.limiterDegraded(ctx) })
-				wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+				wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 				synctest.Wait()
 				lim.add(4)
 				time.Sleep(publishEvery + time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/internal/asgfake"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -53,7 +54,7 @@ func launchAgent(t *testing.T, timeout time.Duration, extra ...runner.Diagnostic
 	// Open would need AWS for the Actor; this one talks to the fake.
 	a.cfg.Lifecycle.LaunchHookName, a.cfg.Lifecycle.LaunchTimeout, a.cfg.Lifecycle.ASGName = launchHookName, timeout, endingASG
 	a.d.Actor = lifecycle.NewActor(a.cfg.Lifecycle, lifecycle.Deps{AutoScaling: client, InstanceID: endingInstance})
-	a.sup.actor = a.d.Actor
+	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
 	return a, fake
 }
 
@@ -131,7 +132,7 @@ func TestLaunchGate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-			case <-time.After(completionTimeout + releaseGrace):
+			case <-time.After(supervisor.CompletionTimeout + supervisor.ReleaseGrace):
 				t.Fatal("Run did not return")
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -132,12 +133,12 @@ lifecycle: {drain_timeout: 5m}
 }
 
 // TestRunWaitsForItsHandlers: on a fast exit, a diagnostic that takes
-// longer than releaseGrace to stop still has its handler waited for: Run
+// longer than supervisor.ReleaseGrace to stop still has its handler waited for: Run
 // returns after the handler recorded the release, so nothing main closes
 // after Run (the queue, the Redis client) is closed under it.
 func TestRunWaitsForItsHandlers(t *testing.T) {
 	t.Parallel()
-	const stopping = releaseGrace + 5*time.Second
+	const stopping = supervisor.ReleaseGrace + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
 		cfg, err := config.Load([]byte(`
 diagnostics:
@@ -175,7 +176,7 @@ lifecycle: {drain_timeout: 5m}
 		}
 		<-started
 		cancel()
-		if err := <-done; !errors.Is(err, ErrFastExit) {
+		if err := <-done; !errors.Is(err, supervisor.ErrFastExit) {
 			t.Fatalf("Run = %v, want ErrFastExit", err)
 		}
 		if !returned {

@@ -19,6 +19,7 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -78,7 +79,7 @@ func TestPublisherLogsOnce(t *testing.T) {
 			}}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+		wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 		wg.Go(func() { p.limiterDegraded(ctx) })
 
 		time.Sleep(5*every + every/2) // the group is known from the 3rd look; puts fail
@@ -117,7 +118,7 @@ func TestPublisherGroupUnknownLogsOnce(t *testing.T) {
 			log: slog.New(slog.NewJSONHandler(logs, nil))}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+		wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 		wg.Go(func() { p.limiterDegraded(ctx) })
 		time.Sleep(5 * time.Second)
 		cancel()
@@ -169,7 +170,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.sup.watcher = w
+	a.sup = a.newSupervisor(w, a.d.Actor)
 	ctx := context.Background()
 	start := time.Now().Add(-time.Minute)
 	if err := a.d.Store.SaveDrain(ctx, endingInstance, state.DrainRecord{Source: "admin", Reason: "POST /v1/drain",
@@ -189,7 +190,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 		t.Fatalf("persisted drain %+v, want marked done so no later start resumes it", rec)
 	}
 	a.Drain("admin", "end of test")
-	if err := <-done; err != nil || a.Ending() != EndingDrained {
+	if err := <-done; err != nil || a.Ending() != supervisor.EndingDrained {
 		t.Fatalf("Run = %v, ending %s", err, a.Ending())
 	}
 }
@@ -235,7 +236,7 @@ func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	cw := &flakyCloudWatch{}
 	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: wallClock{},
 		log: slog.New(slog.DiscardHandler)}
-	a.sup.cloudwatch = a.publisher
+	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
 	ctx := context.Background()
 	const ago = 5 * time.Minute
 	first := time.Now().Add(-ago)

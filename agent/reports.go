@@ -202,7 +202,6 @@ func (a *Agent) wireReports() error {
 	a.reports = &reports{r: r, queue: parts.Queue, cfg: a.cfg.Report,
 		clock: a.d.Clock, log: a.log.With("component", "report")}
 	a.pipeline.reports = a.reports
-	a.sup.reports = a.reports
 	return nil
 }
 

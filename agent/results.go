@@ -183,6 +183,5 @@ func (a *Agent) wireResults() error {
 	}
 	a.notifier = &notifier{d: disp, base: context.WithoutCancel(a.hard), timeout: a.cfg.Redis.Timeout, clock: a.d.Clock, log: a.log.With("component", "notify")}
 	a.pipeline.notifier = a.notifier
-	a.sup.notifier = a.notifier
 	return nil
 }

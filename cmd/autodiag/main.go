@@ -26,6 +26,7 @@ import (
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/supervisor"
 )
 
 // Exit codes (README "CLI").
@@ -39,7 +40,7 @@ const (
 )
 
 // errDrained is what `autodiag run` ends with after a drain that was not a
-// termination nor a stop (agent.EndingDrained).
+// termination nor a stop (supervisor.EndingDrained).
 var errDrained = errors.New("drained without a termination; the instance stays, so the agent should be started again")
 
 // usageError marks errors that exit 2: a bad command line or config. Every
@@ -80,8 +81,8 @@ func exitCode(err error) int {
 // endingResult is what `autodiag run` returns after a drain that Run
 // finished without an error: nil when the agent is done (exit 0),
 // errDrained when the instance stays (75). Run's errors exit 1.
-func endingResult(ending agent.Ending) error {
-	if ending == agent.EndingDrained {
+func endingResult(ending supervisor.Ending) error {
+	if ending == supervisor.EndingDrained {
 		return errDrained
 	}
 	return nil

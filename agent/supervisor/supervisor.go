@@ -1,4 +1,4 @@
-package agent
+package supervisor
 
 import (
 	"context"
@@ -16,15 +16,15 @@ import (
 
 // Bounds of the supervisor's calls.
 const (
-	// completionTimeout bounds CompleteLifecycleAction with its retries.
-	completionTimeout = 2 * time.Minute
+	// CompletionTimeout bounds CompleteLifecycleAction with its retries.
+	CompletionTimeout = 2 * time.Minute
 	// probeTimeout bounds one IMDS look for Terminating:Wait.
 	probeTimeout = 5 * time.Second
-	// resolveTimeout bounds looking up the action's Auto Scaling group.
-	resolveTimeout = 10 * time.Second
-	// releaseGrace is how long a fast exit waits for cancelled work to
+	// ResolveTimeout bounds looking up the action's Auto Scaling group.
+	ResolveTimeout = 10 * time.Second
+	// ReleaseGrace is how long a fast exit waits for cancelled work to
 	// record its outcome and hand its message back.
-	releaseGrace = 15 * time.Second
+	ReleaseGrace = 15 * time.Second
 )
 
 // sourceRestart is the trigger source of a drain resumed after a restart.
@@ -40,41 +40,40 @@ type drainTrigger struct {
 	since time.Time
 }
 
-// supervisor owns the drain from its trigger to drained: it stops intake,
+// Supervisor owns the drain from its trigger to drained: it stops intake,
 // discovers the lifecycle action, persists the drain so a restart resumes
 // it, heartbeats the action while work remains and completes it once.
-type supervisor struct {
+type Supervisor struct {
 	cfg          lifecycle.Config
 	drain        *drain.Controller
 	watcher      *lifecycle.Watcher // nil without imds or sqs sources
 	actor        *lifecycle.Actor   // nil without imds or sqs sources
 	store        state.DrainStore
 	storeTimeout time.Duration // redis.timeout
-	clock        Clock
+	clock        clock
 	log          *slog.Logger
-	m            *metrics
-	cloudwatch   *publisher // nil = off
-	presence     *presence
-	outcomes     *outcomeRecorder
+	m            Gauges
+	cloudwatch   Publisher // nil = off
+	presence     InstanceRecord
+	outcomes     func() map[string]int64
 	instanceID   string
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
-	notifier   *notifier // nil = no sinks
-	reports    *reports  // nil = reports off
+	hooks      Hooks
 
 	mu      sync.Mutex
 	trigger *drainTrigger
 }
 
 // start begins a drain; the first trigger wins.
-func (s *supervisor) start(tr drain.Trigger, action *lifecycle.Action) bool {
+func (s *Supervisor) Start(tr drain.Trigger, action *lifecycle.Action) bool {
 	return s.startSince(tr, action, time.Time{})
 }
 
 // startSince is start for a drain that began at since in a previous
 // process (zero = now): DrainSeconds and the persisted record keep
 // counting from then, so restarts do not hide a drain that is stuck.
-func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, since time.Time) bool {
+func (s *Supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, since time.Time) bool {
 	s.mu.Lock()
 	if s.trigger != nil {
 		s.mu.Unlock()
@@ -90,11 +89,10 @@ func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 	deadline := s.drain.Progress().Deadline
 	// The deadline before the state: a scrape between the two sees a
 	// drain with its deadline, never one whose deadline reads 0.
-	s.m.drainDeadline.Set(float64(deadline.UnixNano()) / 1e9)
-	s.m.drainState.Set(1)
+	s.m.DrainDeadline.Set(float64(deadline.UnixNano()) / 1e9)
+	s.m.DrainState.Set(1)
 	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", deadline)
-	s.notifier.drainStarted(s.drain.Progress())
-	s.reports.drainStarted()
+	s.hooks.DrainStarted(s.drain.Progress())
 	return true
 }
 
@@ -102,7 +100,7 @@ func (s *supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 // unless instance metadata says the instance is InService: then the drain
 // was not a termination (or Auto Scaling has since put the instance back)
 // and resuming it would only stop the agent again.
-func (s *supervisor) resume(ctx context.Context) {
+func (s *Supervisor) Resume(ctx context.Context) {
 	var rec *state.DrainRecord
 	err := s.storeCall(ctx, func(ctx context.Context) (err error) {
 		rec, err = s.store.LoadDrain(ctx, s.instanceID)
@@ -142,7 +140,7 @@ const lifecycleInService = "InService"
 
 // lifecycleState is the instance's target lifecycle state from IMDS, ""
 // when unknown (no imds source, or IMDS did not answer).
-func (s *supervisor) lifecycleState(ctx context.Context) string {
+func (s *Supervisor) lifecycleState(ctx context.Context) string {
 	if s.watcher == nil {
 		return ""
 	}
@@ -161,11 +159,11 @@ func (s *supervisor) lifecycleState(ctx context.Context) string {
 // is the root context: its end is a fast exit (ErrFastExit), and calls
 // that must happen all the same run on contexts detached from it. It reports
 // how the drain ended (see Ending); a completion that failed is an error.
-func (s *supervisor) run(ctx context.Context) (Ending, error) {
+func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	select {
 	case <-s.drain.Draining():
 	case <-ctx.Done():
-		s.start(drain.Trigger{Source: "fast-exit", Reason: "stopped before any drain"}, nil)
+		s.Start(drain.Trigger{Source: "fast-exit", Reason: "stopped before any drain"}, nil)
 		s.waitReleased(ctx)
 		return 0, ErrFastExit
 	}
@@ -187,7 +185,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 		if !tr.since.IsZero() {
 			start = tr.since
 		}
-		publishing.Go(func() { s.cloudwatch.drainSeconds(pub, start, known.group) })
+		publishing.Go(func() { s.cloudwatch.DrainSeconds(pub, start, known.group) })
 	}
 	defer func() { stopPub(); publishing.Wait() }()
 
@@ -239,8 +237,7 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 		}
 	}
 	var completeErr error
-	s.notifier.drainEnded(ctx, p, drainResult(s.cfg, action, errors.Is(err, drain.ErrTimedOut)))
-	s.reports.drainEnded(ctx, p.Deadline)
+	s.hooks.DrainEnded(ctx, p, action, errors.Is(err, drain.ErrTimedOut))
 	if action != nil {
 		completeErr = s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
@@ -251,11 +248,11 @@ func (s *supervisor) run(ctx context.Context) (Ending, error) {
 	s.persist(ctx, tr, action, completeErr == nil)
 	s.drain.Finish()
 	took := s.clock.Now().Sub(p.StartedAt)
-	s.m.drainState.Set(2)
-	s.m.drainDuration.Set(took.Seconds())
-	s.presence.put(ctx, drainedInstanceTTL)
+	s.m.DrainState.Set(2)
+	s.m.DrainDuration.Set(took.Seconds())
+	s.presence.Drained(ctx)
 	ending := drainEnding(tr.Source, action != nil, s.toWarmPool())
-	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes.snapshot(), "ending", ending.String())
+	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes(), "ending", ending.String())
 	switch {
 	case fast:
 		return ending, ErrFastExit
@@ -289,7 +286,7 @@ func drainEnding(source string, hadAction, toWarmPool bool) Ending {
 // toWarmPool reports whether the instance's last target lifecycle state
 // sends it (back) to its warm pool, where it stays running or stopped and
 // comes back into service later: Warmed:*, but not Warmed:Terminated.
-func (s *supervisor) toWarmPool() bool {
+func (s *Supervisor) toWarmPool() bool {
 	if s.watcher == nil {
 		return false
 	}
@@ -299,7 +296,7 @@ func (s *supervisor) toWarmPool() bool {
 
 // initialAction is the lifecycle action the drain starts with: the
 // trigger's, or one IMDS already reports. It is persisted with the drain.
-func (s *supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifecycle.Action {
+func (s *Supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifecycle.Action {
 	action := tr.action
 	if action == nil {
 		// A signal on an instance already in Terminating:Wait still owes
@@ -329,13 +326,13 @@ func (s *supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifec
 // complete calls CompleteLifecycleAction on a detached, bounded context so
 // that it happens even mid-shutdown. Success includes Auto Scaling
 // answering that no action is active any more.
-func (s *supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) error {
+func (s *Supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) error {
 	result := s.cfg.CompletionResult(timedOut)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CompletionTimeout)
 	defer cancel()
 	if err := s.actor.Complete(cctx, action, result); err != nil {
 		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
-		s.notifier.completionFailed(s.drain.Progress())
+		s.hooks.CompletionFailed(s.drain.Progress())
 		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
 	}
 	s.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)
@@ -363,7 +360,7 @@ func (l *lateAction) group() string {
 	return ""
 }
 
-func (s *supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {
+func (s *Supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {
 	if err := s.actor.Heartbeat(ctx, action); err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Warn("lifecycle heartbeats stopped", "err", err)
 	}
@@ -371,7 +368,7 @@ func (s *supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {
 
 // awaitAction probes IMDS every imds_poll_interval until the instance is
 // in Terminating:Wait (its action, group resolved) or ctx ends (nil).
-func (s *supervisor) awaitAction(ctx context.Context) *lifecycle.Action {
+func (s *Supervisor) awaitAction(ctx context.Context) *lifecycle.Action {
 	if s.cfg.Has(lifecycle.SourceSQS) {
 		return s.watchAction(ctx)
 	}
@@ -395,7 +392,7 @@ func (s *supervisor) awaitAction(ctx context.Context) *lifecycle.Action {
 // action, so a notification on the sqs source (or IMDS turning Terminated)
 // still gets heartbeats and a completion. A trigger without an action (a
 // spot notice) is skipped after a pause, so a standing notice does not spin.
-func (s *supervisor) watchAction(ctx context.Context) *lifecycle.Action {
+func (s *Supervisor) watchAction(ctx context.Context) *lifecycle.Action {
 	for ctx.Err() == nil {
 		var act *lifecycle.Action
 		if err := s.watcher.Run(ctx, func(tr lifecycle.Trigger) { act = tr.Action }); err != nil {
@@ -419,14 +416,14 @@ func (s *supervisor) watchAction(ctx context.Context) *lifecycle.Action {
 }
 
 // actionSeen logs a lifecycle action that began during the drain.
-func (s *supervisor) actionSeen(act *lifecycle.Action) {
+func (s *Supervisor) actionSeen(act *lifecycle.Action) {
 	s.log.Info("lifecycle action during the drain", "hook", act.HookName,
 		"detail", "Auto Scaling began terminating the instance; its action is heartbeated and completed")
 }
 
 // probeAction asks the imds source whether the instance is in
 // Terminating:Wait; nil when it is not, or without an imds source.
-func (s *supervisor) probeAction(ctx context.Context, when string) *lifecycle.Action {
+func (s *Supervisor) probeAction(ctx context.Context, when string) *lifecycle.Action {
 	if s.watcher == nil {
 		return nil
 	}
@@ -441,11 +438,11 @@ func (s *supervisor) probeAction(ctx context.Context, when string) *lifecycle.Ac
 
 // resolveASG fills in the action's Auto Scaling group at the drain's
 // start, so completion does not wait for it.
-func (s *supervisor) resolveASG(ctx context.Context, action *lifecycle.Action) {
+func (s *Supervisor) resolveASG(ctx context.Context, action *lifecycle.Action) {
 	if action == nil || s.actor == nil || action.ASGName != "" {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	defer cancel()
 	if err := s.actor.ResolveASG(rctx, action); err != nil {
 		s.log.Warn("resolving the Auto Scaling group failed", "err", err)
@@ -454,14 +451,14 @@ func (s *supervisor) resolveASG(ctx context.Context, action *lifecycle.Action) {
 
 // waitReleased gives work cancelled by a fast exit a bounded moment to
 // record its outcome and hand its message back.
-func (s *supervisor) waitReleased(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
+func (s *Supervisor) waitReleased(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseGrace)
 	defer cancel()
 	_ = s.drain.Wait(ctx)
 }
 
 // persist saves the drain so that a restarted agent resumes it.
-func (s *supervisor) persist(ctx context.Context, tr *drainTrigger, action *lifecycle.Action, completed bool) {
+func (s *Supervisor) persist(ctx context.Context, tr *drainTrigger, action *lifecycle.Action, completed bool) {
 	rec := state.DrainRecord{Reason: tr.Reason, Source: tr.Source, Completed: completed}
 	p := s.drain.Progress()
 	rec.StartedAt, rec.Deadline = p.StartedAt, p.Deadline
@@ -477,12 +474,12 @@ func (s *supervisor) persist(ctx context.Context, tr *drainTrigger, action *life
 }
 
 // trackDrainDuration keeps autodiag_drain_duration_seconds current.
-func (s *supervisor) trackDrainDuration(ctx context.Context) {
+func (s *Supervisor) trackDrainDuration(ctx context.Context) {
 	start := s.drain.Progress().StartedAt
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		s.m.drainDuration.Set(s.clock.Now().Sub(start).Seconds())
+		s.m.DrainDuration.Set(s.clock.Now().Sub(start).Seconds())
 		select {
 		case <-ctx.Done():
 			return
@@ -493,6 +490,8 @@ func (s *supervisor) trackDrainDuration(ctx context.Context) {
 
 // storeCall runs one store call, bounded by redis.timeout and detached
 // from ctx's end: the drain's bookkeeping happens during a fast exit too.
-func (s *supervisor) storeCall(ctx context.Context, call func(context.Context) error) error {
-	return callDetached(ctx, s.storeTimeout, call)
+func (s *Supervisor) storeCall(ctx context.Context, call func(context.Context) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.storeTimeout)
+	defer cancel()
+	return call(sctx)
 }
