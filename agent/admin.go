@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 )
@@ -91,8 +92,8 @@ func (a *Agent) Status() Status {
 		// Outside a drain the tracker still counts received work.
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
-	counts := a.outcomes.snapshot()
-	for _, o := range Outcomes() {
+	counts := a.worker.Outcomes()
+	for _, o := range worker.Outcomes() {
 		s.Outcomes[o] = counts[o]
 	}
 	if p.State != drain.Running {
@@ -210,13 +211,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) rejectPosted(w http.ResponseWriter, t task.Task, err error) {
-	a.outcomes.received()
-	j := &job{task: t, received: a.d.Clock.Now()}
-	outcome := OutcomeRejected
-	if task.Reason(err) == task.ReasonStale {
-		outcome = OutcomeStale
-	}
-	a.outcomes.end(j, ended{outcome: outcome, reason: task.Reason(err), detail: err.Error()})
+	a.worker.Rejected(t, err)
 	writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 

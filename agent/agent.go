@@ -13,16 +13,17 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
@@ -63,7 +64,7 @@ type Deps struct {
 	Registry   *prometheus.Registry
 	Clock      Clock
 	// Runner executes diagnostics; nil = a default *runner.Runner.
-	Runner Runner
+	Runner worker.Runner
 	// AlertSender puts the tasks alerts become onto the task queue; nil =
 	// one Source.Send per task.
 	AlertSender alert.Sender
@@ -88,13 +89,14 @@ type Agent struct {
 
 	drain     *drain.Controller
 	validator *task.Validator
-	intake    *intake
-	pipeline  *pipeline
-	outcomes  *outcomeRecorder
+	worker    *worker.Worker
+	redactor  *redact.Redactor
+	runner    worker.Runner
+	uploader  *uploader // nil = results.s3 off
 	sup       *supervisor.Supervisor
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
-	alerts    *alertRouting
+	alerts    *worker.AlertRouting
 	notifier  *notifier // nil = no sinks
 	reports   *reports  // nil = reports off
 
@@ -142,23 +144,17 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	}
 	a.drain = drain.New(cfg.Drain)
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
-	var stopIntake context.CancelFunc
-	a.intakeCtx, stopIntake = context.WithCancel(a.hard)
+	a.intakeCtx, a.stopIntake = context.WithCancel(a.hard)
 
-	a.outcomes = &outcomeRecorder{log: log, m: a.m, store: d.Store, clock: d.Clock, instanceID: d.InstanceID,
-		timeout: cfg.Redis.Timeout, counts: map[string]int64{},
-		known: func(name string) bool { _, ok := catalog[name]; return ok }}
-	workers := int64(cfg.Workers)
-	prefetch := max(1, workers/4)
-	receive := semaphore.NewWeighted(workers + prefetch)
-	a.pipeline = &pipeline{src: d.Source, store: d.Store, marks: d.Store, stateFail: cfg.Redis.StateFail, limiter: d.Limiter, runner: d.Runner, validator: validator,
-		catalog: catalog, outcomes: a.outcomes, drain: a.drain, clock: d.Clock, log: log, instanceID: d.InstanceID,
-		lease: cfg.Queue.VisibilityTimeout, dedupeKey: cfg.Limiter.Dedupe.Key, storeTimeout: cfg.Redis.Timeout,
-		receive: receive, run: semaphore.NewWeighted(workers), idle: make(chan struct{}, 1), hard: a.hard, running: map[string]bool{}, alerts: a.alerts}
-	a.intake = &intake{src: d.Source, slots: receive, batch: cfg.Queue.BatchSize, log: log, accept: a.pipeline.accept,
-		buffered: func() int { return int(a.pipeline.waiting.Load()) }, idle: a.pipeline.idle,
-		polls: int((workers + int64(cfg.Queue.BatchSize) - 1) / int64(max(1, cfg.Queue.BatchSize)))}
-	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
+	a.runner = d.Runner
+	if err := a.wireResults(); err != nil {
+		return nil, err
+	}
+	if err := a.wireReports(); err != nil {
+		return nil, err
+	}
+	a.worker = a.newWorker(validator, catalog)
+	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
 	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)
 	if d.Watcher != nil {
@@ -174,14 +170,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), instanceID: d.InstanceID,
 			limiter: d.Limiter, clock: d.Clock, log: log}
 	}
-	a.stopIntake = stopIntake
 	a.sup = a.newSupervisor(d.Watcher, d.Actor)
-	if err := a.wireResults(); err != nil {
-		return nil, err
-	}
-	if err := a.wireReports(); err != nil {
-		return nil, err
-	}
 	a.m.redisUp.Set(1)
 	return a, nil
 }
@@ -268,12 +257,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Handlers can outlive the supervisor's run: a fast exit stops waiting
 	// for them after supervisor.ReleaseGrace, and a released message's handler may
 	// still wait for a worker slot. Cancelling hard first ends both.
-	defer a.pipeline.wait()
+	defer a.worker.Wait()
 	stop := context.AfterFunc(ctx, a.cancelHard)
 	defer stop()
 	defer a.cancelHard()
 
-	a.recoverInterrupted(ctx)
+	a.worker.Recover(ctx)
 	a.sup.Resume(ctx)
 	if !a.launchGated() {
 		a.launch.Store(launchOpen)
@@ -286,7 +275,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error {
 		defer letGo()
 		if a.awaitLaunch(a.intakeCtx) {
-			a.intake.run(a.intakeCtx)
+			a.worker.Receive(a.intakeCtx)
 		}
 		return nil
 	})
@@ -349,127 +338,6 @@ func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-ended }
-}
-
-// inflightLister lists a store's in-flight entries as they are, including
-// those of tasks that ended (state.Redis); a store without it derives its
-// entries from the records, so it has no such leftovers.
-type inflightLister interface {
-	InflightIDs(ctx context.Context, instanceID string) ([]string, error)
-}
-
-// recoverInterrupted reconciles the in-flight entries this instance left
-// in a previous life: a task still running under this instance has its
-// record marked interrupted (the next delivery of its message runs it
-// again); a task whose record already has an outcome is left as it is.
-// Every entry is removed and audited, and the log says what happens next.
-func (a *Agent) recoverInterrupted(ctx context.Context) {
-	var entries []state.InflightEntry
-	err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
-		entries, err = a.d.Store.Inflight(ctx, a.d.InstanceID)
-		return err
-	})
-	if err != nil {
-		a.log.Warn("list in-flight tasks of the previous process", "err", err)
-	}
-	ids := make([]string, 0, len(entries))
-	for _, e := range entries {
-		ids = append(ids, e.TaskID)
-	}
-	if l, ok := a.d.Store.(inflightLister); ok {
-		err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
-			ids, err = l.InflightIDs(ctx, a.d.InstanceID)
-			return err
-		})
-		if err != nil {
-			a.log.Warn("list in-flight entries of the previous process", "err", err)
-		}
-	}
-	var recs []state.TaskRecord
-	err = callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
-		recs, err = a.d.Store.Recover(ctx, a.d.InstanceID)
-		return err
-	})
-	if err != nil {
-		a.log.Warn("recover in-flight tasks", "err", err)
-		return
-	}
-	marked := map[string]bool{}
-	for _, r := range recs {
-		marked[r.ID] = true
-		a.log.Warn("task interrupted", "task_id", r.ID, "host", r.Host, "diagnostic", r.Diagnostic, "attempts", r.Attempts,
-			"detail", fmt.Sprintf("left running by this instance's previous process; its record is marked interrupted. "+
-				"If its message was not deleted, SQS delivers it again once its visibility timeout lapses and it runs as attempt %d; "+
-				"if it was deleted, nothing runs it again", r.Attempts+1))
-		a.auditRecovery(ctx, state.AuditEntry{TaskID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Outcome: state.StatusInterrupted,
-			Reason: "left running by this instance's previous process"})
-	}
-	for _, id := range ids {
-		if !marked[id] {
-			a.reconcileEntry(ctx, id)
-		}
-	}
-}
-
-// recoveredOutcome is the audit outcome of an in-flight entry removed at
-// start whose task was not running under this instance any more.
-const recoveredOutcome = "reconciled"
-
-// reconcileEntry logs and audits the removed in-flight entry of a task
-// that was not running under this instance any more; its record is left
-// alone.
-func (a *Agent) reconcileEntry(ctx context.Context, id string) {
-	var rec state.TaskRecord
-	var found bool
-	err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) (err error) {
-		rec, found, err = a.d.Store.Task(ctx, id)
-		return err
-	})
-	var detail, reason string
-	switch {
-	case err != nil:
-		reason = "record unreadable"
-		detail = "its record could not be read and is left as it is"
-	case !found:
-		reason = "no record"
-		detail = "its record has expired; if its message was not deleted, SQS delivers it again and it runs as a new task"
-	case rec.Status == state.StatusDone:
-		reason = "already ended " + rec.Outcome
-		detail = "the task had already ended (" + rec.Outcome + "); its record is left as it is and nothing runs it again"
-	default:
-		reason = "owned by a later attempt"
-		detail = "a later attempt owns the task (" + rec.Status + " under " + rec.Owner + "); its record is left as it is"
-	}
-	attrs := []any{"task_id", id, "host", rec.Host, "diagnostic", rec.Diagnostic, "outcome", rec.Outcome, "detail", detail}
-	if err != nil {
-		attrs = append(attrs, "err", err)
-	}
-	a.log.Info("in-flight entry of the previous process removed", attrs...)
-	a.auditRecovery(ctx, state.AuditEntry{TaskID: id, Host: rec.Host, Diagnostic: rec.Diagnostic, Outcome: recoveredOutcome, Reason: reason})
-}
-
-// auditRecovery appends a recovery's audit entry, on a call detached from
-// ctx like the recovery's other store calls.
-func (a *Agent) auditRecovery(ctx context.Context, e state.AuditEntry) {
-	e.InstanceID, e.Time = a.d.InstanceID, a.d.Clock.Now()
-	if err := callDetached(ctx, a.cfg.Redis.Timeout, func(ctx context.Context) error { return a.d.Store.Audit(ctx, e) }); err != nil {
-		logStoreErr(a.log, err)
-	}
-}
-
-// callWithin runs one call on a fresh context bounded by d, created right
-// before the call and detached from shutdown: bookkeeping happens
-// mid-drain and after a long run too.
-func callWithin(d time.Duration, call func(context.Context) error) error {
-	return callDetached(context.Background(), d, call)
-}
-
-// callDetached is callWithin for a caller holding a context: the call
-// keeps parent's values but not its end.
-func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
-	defer cancel()
-	return call(ctx)
 }
 
 func randomID() string {

@@ -21,6 +21,7 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 )
 
@@ -77,21 +78,13 @@ func NewIntakeHandler(cfg config.Config, o IntakeOptions) (*alert.Handler, error
 // IntakeHandler is this agent's intake handler: tasks go to its task
 // queue, and it answers 503 from the first instant of a drain.
 func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
-	return NewIntakeHandler(a.cfg, IntakeOptions{Getenv: getenv, Sender: a.alerts.sender,
+	return NewIntakeHandler(a.cfg, IntakeOptions{Getenv: getenv, Sender: a.alerts.Sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
-		Metrics:  a.alerts.metrics, Logger: a.log.With("component", "intake"), Now: a.d.Clock.Now})
+		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Now: a.d.Clock.Now})
 }
 
-// alertRouting is the alert stage on the task queue: CloudWatch alarms
-// that reach the queue through SNS or EventBridge become the tasks their
-// route makes, sent back onto the queue.
-type alertRouting struct {
-	router  *alert.Router
-	sender  alert.Sender
-	metrics *alert.Metrics
-}
-
-func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*alertRouting, error) {
+// newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
+func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.AlertRouting, error) {
 	router, err := alert.NewRouter(cfg.Routes, v)
 	if err != nil {
 		return nil, fmt.Errorf("agent: routes: %w", err)
@@ -100,58 +93,7 @@ func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*alertRoutin
 	if sender == nil {
 		sender = SourceSender{Source: d.Source}
 	}
-	return &alertRouting{router: router, sender: sender, metrics: alert.NewMetrics(d.Registry)}, nil
-}
-
-// routeAlert handles a received message that is an alarm rather than a
-// task, and reports whether it did. The alarm has no task outcome of its
-// own: it is counted in autodiag_alerts_total and logged ("alerts
-// routed", with message_id), its tasks are sent onto the queue and end
-// there, and the message is deleted. An alarm body that cannot be read is
-// rejected like an invalid task (dead-lettered with the reason). When the
-// tasks cannot be sent the message comes back after a backoff; the
-// limiter's dedupe on alert.event_id absorbs a repeat.
-func (p *pipeline) routeAlert(j *job) bool {
-	if p.alerts == nil {
-		return false
-	}
-	pl, ok, err := alert.Recognize(j.msg.Body)
-	if !ok {
-		return false
-	}
-	// Routing is work of its own, short and not cancellable: started, the
-	// drain waits for it rather than handing the message back under it.
-	if !j.item.Start(nil) {
-		return true // the drain released it first
-	}
-	log := p.log.With("message_id", j.msg.ID)
-	ctx := context.Background()
-	if err != nil {
-		ans := alert.Answer{Rejected: []alert.Outcome{{Index: 0, Reason: alert.Reason(err), Detail: err.Error()}}}
-		p.alerts.metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
-		j.mu.Lock()
-		j.task.ID = j.msg.ID
-		j.mu.Unlock()
-		p.reject(j, err)
-		return true
-	}
-	ans := p.alerts.router.RoutePayload(pl, p.clock.Now())
-	if len(ans.Tasks) > 0 {
-		if err := callWithin(alert.DefaultSendTimeout, func(ctx context.Context) error {
-			return p.alerts.sender.SendBatch(ctx, ans.Tasks)
-		}); err != nil {
-			delay := retryDelay(j.msg.ReceiveCount)
-			log.Warn("alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
-				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
-			p.deferMsg(j, delay)
-			p.outcomes.drop(j)
-			return true
-		}
-	}
-	p.alerts.metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
-	p.outcomes.drop(j)
-	p.ack(j)
-	return true
+	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
 }
 
 // SourceSender sends alert tasks one message each through a queue.Source:

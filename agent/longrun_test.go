@@ -12,6 +12,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -62,13 +63,13 @@ func (s deadlineStore) Audit(ctx context.Context, e state.AuditEntry) error {
 }
 
 // TestRunLongerThanCallBoundsRecordsItsResult: a diagnostic that runs
-// longer than any store or queue call bound (35 s here; queueCallTimeout
+// longer than any store or queue call bound (35 s here; worker.QueueCallTimeout
 // is 30 s, redis.timeout 200 ms) still has its result recorded, its
 // in-flight entry dropped and its message deleted: the bookkeeping after
 // a run never uses a context created before it.
 func TestRunLongerThanCallBoundsRecordsItsResult(t *testing.T) {
 	t.Parallel()
-	const runFor = queueCallTimeout + 5*time.Second
+	const runFor = worker.QueueCallTimeout + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
 		cfg, err := config.Load([]byte(`
 workers: 1
@@ -117,7 +118,7 @@ lifecycle: {drain_timeout: 5m}
 		if err != nil || !ok {
 			t.Fatalf("record: ok=%v err=%v", ok, err)
 		}
-		if ran != 1 || rec.Status != state.StatusDone || rec.Outcome != OutcomeSucceeded {
+		if ran != 1 || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded {
 			t.Fatalf("after %d run(s) the record is %+v, want done and succeeded", ran, rec)
 		}
 		if inflight, err := store.Inflight(ctx, "i-long"); err != nil || len(inflight) != 0 {
@@ -126,7 +127,7 @@ lifecycle: {drain_timeout: 5m}
 		if ready, held := src.Len(); ready != 0 || held != 0 {
 			t.Fatalf("queue holds %d ready and %d in-flight messages, want it deleted", ready, held)
 		}
-		if got := a.Status().Outcomes[OutcomeSucceeded]; got != 1 {
+		if got := a.Status().Outcomes[worker.OutcomeSucceeded]; got != 1 {
 			t.Fatalf("succeeded = %d, want 1", got)
 		}
 	})
@@ -182,7 +183,7 @@ lifecycle: {drain_timeout: 5m}
 		if !returned {
 			t.Fatal("Run returned while a handler's diagnostic was still stopping")
 		}
-		if got := a.Status().Outcomes[OutcomeReleased]; got != 1 {
+		if got := a.Status().Outcomes[worker.OutcomeReleased]; got != 1 {
 			t.Fatalf("released = %d, want 1", got)
 		}
 	})

@@ -21,24 +21,6 @@ type metrics struct {
 // Operations counted by autodiag_state_degraded_total.
 var stateOps = []string{"claim", "finish", "renew", "release", "audit", "mark"}
 
-// Outcomes every task ends in exactly one of.
-const (
-	OutcomeSucceeded   = "succeeded"
-	OutcomeFailed      = "failed"
-	OutcomeTimedOut    = "timed_out"
-	OutcomeRateLimited = "rate_limited"
-	OutcomeRejected    = "rejected"
-	OutcomeDuplicate   = "duplicate"
-	OutcomeStale       = "stale"
-	OutcomeReleased    = "released"
-)
-
-// Outcomes lists them in a stable order.
-func Outcomes() []string {
-	return []string{OutcomeSucceeded, OutcomeFailed, OutcomeTimedOut, OutcomeRateLimited,
-		OutcomeRejected, OutcomeDuplicate, OutcomeStale, OutcomeReleased}
-}
-
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounter(prometheus.CounterOpts{

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // TestMetricNamesLint runs promlint over everything an embedded agent
@@ -25,7 +26,7 @@ func TestMetricNamesLint(t *testing.T) {
 	}
 	defer closeFn()
 	// Touch the vectors so they are exported.
-	a.m.outcomes.WithLabelValues("uptime", OutcomeSucceeded).Add(0)
+	a.m.outcomes.WithLabelValues("uptime", worker.OutcomeSucceeded).Add(0)
 	a.m.duration.WithLabelValues("uptime").Observe(0)
 	problems, err := testutil.GatherAndLint(a.Registry())
 	if err != nil {

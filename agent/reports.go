@@ -18,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -157,7 +158,7 @@ func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 	if diag != nil {
 		ev.Argv = diag.WithDefaults().Args(rec.Host, rec.ID, rec.Params)
 	}
-	if rec.ExitCode >= 0 && rec.Outcome != OutcomeTimedOut {
+	if rec.ExitCode >= 0 && rec.Outcome != worker.OutcomeTimedOut {
 		code := rec.ExitCode
 		ev.ExitCode = &code
 	}
@@ -194,14 +195,13 @@ func (a *Agent) wireReports() error {
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
-	r, err := NewReporter(a.cfg, parts, ReportSink(a.d.Store, a.notifier), a.pipeline.redactor, a.d.InstanceID,
+	r, err := NewReporter(a.cfg, parts, ReportSink(a.d.Store, a.notifier), a.redactor, a.d.InstanceID,
 		a.d.Registry, a.log)
 	if err != nil {
 		return err
 	}
 	a.reports = &reports{r: r, queue: parts.Queue, cfg: a.cfg.Report,
 		clock: a.d.Clock, log: a.log.With("component", "report")}
-	a.pipeline.reports = a.reports
 	return nil
 }
 

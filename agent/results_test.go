@@ -14,6 +14,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // GET /v1/tasks/{id} in embedded mode: a run task with its output and
@@ -28,7 +29,9 @@ func TestTaskRecordAPI(t *testing.T) {
 			t.Fatalf("POST %s: %d %v", id, code, out)
 		}
 	}
-	waitFor(t, "three outcomes", func() bool { return ta.outcome(OutcomeSucceeded) == 2 && ta.outcome(OutcomeRateLimited) == 1 })
+	waitFor(t, "three outcomes", func() bool {
+		return ta.outcome(worker.OutcomeSucceeded) == 2 && ta.outcome(worker.OutcomeRateLimited) == 1
+	})
 
 	views := map[string]TaskView{}
 	for _, id := range []string{"e1", "e2", "e3"} {
@@ -48,12 +51,12 @@ func TestTaskRecordAPI(t *testing.T) {
 		}
 		views[v.Outcome] = v
 	}
-	ok := views[OutcomeSucceeded]
+	ok := views[worker.OutcomeSucceeded]
 	if ok.ExitCode == nil || *ok.ExitCode != 0 || !strings.Contains(ok.Output, "a.example.com") || ok.Owner != "test-host" || ok.Attempts != 1 {
 		t.Errorf("succeeded task %+v, want exit 0, the echoed host, owner test-host, 1 attempt", ok)
 	}
-	denied := views[OutcomeRateLimited]
-	var lim LimiterSummary
+	denied := views[worker.OutcomeRateLimited]
+	var lim worker.LimiterSummary
 	if err := json.Unmarshal(denied.Limiter, &lim); err != nil || lim.Rule != "echo-quota" || lim.Limit != "daily" ||
 		lim.Counters.DailyUsed != 2 || lim.Counters.DailyLimit != 2 {
 		t.Errorf("denied task limiter %s (%v), want rule echo-quota, limit daily, 2 of 2 used", denied.Limiter, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -84,7 +85,7 @@ lifecycle: {drain_timeout: 1m}
 		if err != nil || !ok || rec.Owner != "i-other" || rec.Status != state.StatusRunning {
 			t.Fatalf("record %+v (ok=%v, %v), want running under i-other", rec, ok, err)
 		}
-		if got := a.Status().Outcomes[OutcomeSucceeded]; got != 0 {
+		if got := a.Status().Outcomes[worker.OutcomeSucceeded]; got != 0 {
 			t.Fatalf("succeeded = %d, want 0", got)
 		}
 	})

@@ -13,7 +13,7 @@ func (a *Agent) newSupervisor(watcher *lifecycle.Watcher, actor *lifecycle.Actor
 	o := supervisor.Options{Lifecycle: a.cfg.Lifecycle, Drain: a.drain, Watcher: watcher, Actor: actor, Store: a.d.Store,
 		StoreTimeout: a.cfg.Redis.Timeout, Clock: a.d.Clock, Logger: a.log,
 		Gauges:   supervisor.Gauges{DrainState: a.m.drainState, DrainDuration: a.m.drainDuration, DrainDeadline: a.m.drainDeadline},
-		Presence: drainedPresence{a.presence}, Outcomes: a.outcomes.snapshot, InstanceID: a.d.InstanceID,
+		Presence: drainedPresence{a.presence}, Outcomes: a.worker.Outcomes, InstanceID: a.d.InstanceID,
 		StopIntake: a.stopIntake, Hooks: drainHooks{a}}
 	if a.publisher != nil {
 		o.CloudWatch = a.publisher

@@ -22,6 +22,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -206,7 +207,7 @@ func TestTaskEndOneRoundTrip(t *testing.T) {
 		if _, err := src.Send(context.Background(), []byte(fmt.Sprintf(`{"id":"end-%d","host":"web-01","diagnostic":"check"}`, i))); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[OutcomeFailed] == int64(i) })
+		waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[worker.OutcomeFailed] == int64(i) })
 	}
 	stop()
 	probe.mu.Lock()
@@ -264,7 +265,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 			if _, err := src.Send(context.Background(), []byte(`{"id":"sup-1","host":"web-01","diagnostic":"check"}`)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[OutcomeFailed] == 1 })
+			waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[worker.OutcomeFailed] == 1 })
 			stop()
 			if n := ob.n.Load(); n != 0 {
 				t.Errorf("outbox entries written = %d, want none for a superseded run", n)
@@ -273,7 +274,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 				t.Errorf("report jobs queued = %d, want none for a superseded run", n)
 			}
 			entries, err := store.RecentAudit(context.Background(), 10)
-			if err != nil || len(entries) != 1 || entries[0].Outcome != OutcomeFailed || entries[0].TaskID != "sup-1" {
+			if err != nil || len(entries) != 1 || entries[0].Outcome != worker.OutcomeFailed || entries[0].TaskID != "sup-1" {
 				t.Errorf("audit = %+v, %v; want this run's failed entry", entries, err)
 			}
 			if rec, _, _ := store.Task(context.Background(), "sup-1"); rec.Owner != "i-other" || rec.Status != state.StatusRunning {
@@ -299,23 +300,23 @@ func TestBacklogReplayWritesExtrasOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if a.Status().Outcomes[OutcomeFailed] != 1 || a.pipeline.backlogged() != 1 {
-			t.Fatalf("outcomes %v, backlog %d; want the task failed and its record kept", a.Status().Outcomes, a.pipeline.backlogged())
+		if a.Status().Outcomes[worker.OutcomeFailed] != 1 || a.worker.Backlogged() != 1 {
+			t.Fatalf("outcomes %v, backlog %d; want the task failed and its record kept", a.Status().Outcomes, a.worker.Backlogged())
 		}
 		if o, j := ob.n.Load(), q.n.Load(); o != 0 || j != 0 {
 			t.Fatalf("while the store is down: %d outbox entries, %d report jobs written; want them kept with the record", o, j)
 		}
 		store.down.Store(false)
-		time.Sleep(backlogRetryMax) // the flush loop's longest pause
+		time.Sleep(worker.BacklogRetryMax) // the flush loop's longest pause
 		synctest.Wait()
-		if n := a.pipeline.backlogged(); n != 0 {
+		if n := a.worker.Backlogged(); n != 0 {
 			t.Fatalf("backlog holds %d after the store came back", n)
 		}
 		if o, j := ob.n.Load(), q.n.Load(); o != 1 || j != 1 {
 			t.Errorf("after the replay: %d outbox entries, %d report jobs; want 1 each", o, j)
 		}
 		entries, err := store.RecentAudit(context.Background(), 10)
-		if err != nil || len(entries) != 1 || entries[0].TaskID != "bl-1" || entries[0].Outcome != OutcomeFailed {
+		if err != nil || len(entries) != 1 || entries[0].TaskID != "bl-1" || entries[0].Outcome != worker.OutcomeFailed {
 			t.Errorf("audit = %+v, %v; want the task's failed entry once", entries, err)
 		}
 		stop()

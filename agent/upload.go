@@ -17,6 +17,7 @@ import (
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // OutputUploadFailed is TaskRecord.OutputUpload when the upload failed.
@@ -40,7 +41,7 @@ func NewS3Client(awsCfg aws.Config, c config.S3Config) *s3.Client {
 // results.s3.max_size, so the upload gets the whole output; the uploader
 // cuts what the record keeps back to the diagnostic's max_output.
 type fullOutputRunner struct {
-	Runner
+	worker.Runner
 	maxSize runner.Size
 }
 
@@ -158,7 +159,7 @@ func (a *Agent) wireUpload() error {
 	if a.d.S3 == nil {
 		return errors.New("agent: results.s3.bucket is set but Deps.S3 is nil")
 	}
-	a.pipeline.uploader = newUploader(a.d.S3, c, a.hard, a.log, a.d.Registry)
-	a.pipeline.runner = fullOutputRunner{Runner: a.pipeline.runner, maxSize: c.MaxSize}
+	a.uploader = newUploader(a.d.S3, c, a.hard, a.log, a.d.Registry)
+	a.runner = fullOutputRunner{Runner: a.runner, maxSize: c.MaxSize}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -152,7 +153,7 @@ results:
 	if _, err := src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[OutcomeSucceeded] == 1 })
+	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
 	a.Drain("test", "end of test")
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
@@ -165,7 +166,7 @@ results:
 }
 
 func uploads(a *Agent, result string) float64 {
-	return testutil.ToFloat64(a.pipeline.uploader.uploads.WithLabelValues(result))
+	return testutil.ToFloat64(a.uploader.uploads.WithLabelValues(result))
 }
 
 // checkRecordKeepsMaxOutput: the record holds the first max_output (1KiB)
@@ -256,7 +257,7 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			f := startFakeS3(t, "diag-out")
 			tc.breakS3(f)
 			rec, a := runUploadTask(t, f, "    bucket: diag-out\n", raw)
-			if rec.Outcome != OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
+			if rec.Outcome != worker.OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
 				t.Errorf("record %s %s exit %d, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
 			}
 			if rec.OutputUpload != OutputUploadFailed || rec.OutputURL != "" {

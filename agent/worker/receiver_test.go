@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestIntakeBacksOffOnReceiveErrors(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := &failingSource{}
-		in := &intake{src: src, slots: semaphore.NewWeighted(2), batch: 10, log: slog.New(slog.DiscardHandler),
+		in := &receiver{src: src, slots: semaphore.NewWeighted(2), batch: 10, log: slog.New(slog.DiscardHandler),
 			accept: func(*queue.Message) { t.Error("accept without a message") }}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -158,7 +158,7 @@ func TestIntakePollsInParallelOnlyWithABacklog(t *testing.T) {
 					mu       sync.Mutex
 					accepted int
 				)
-				in := &intake{src: src, slots: slots, batch: batch, polls: polls, log: slog.New(slog.DiscardHandler),
+				in := &receiver{src: src, slots: slots, batch: batch, polls: polls, log: slog.New(slog.DiscardHandler),
 					accept: func(*queue.Message) {
 						mu.Lock()
 						accepted++

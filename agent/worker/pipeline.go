@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"context"
@@ -28,10 +28,10 @@ type Runner interface {
 
 var _ Runner = (*runner.Runner)(nil)
 
-// decider is the part of the limiter the pipeline asks: a decision, then,
+// Decider is the part of the limiter the pipeline asks: a decision, then,
 // for an allowed run, renewals of what it holds (concurrency slots, the
 // breaker probe) with the task's lease and its outcome when it ends.
-type decider interface {
+type Decider interface {
 	Allow(ctx context.Context, r limiter.Request) (limiter.Decision, error)
 	Renew(ctx context.Context, r limiter.Request, lease time.Duration) error
 	Done(ctx context.Context, r limiter.Request, outcome string) error
@@ -42,20 +42,20 @@ type decider interface {
 // leaves the bookkeeping after it with an expired context. Store calls are
 // bounded by redis.timeout (pipeline.storeTimeout).
 const (
-	// queueCallTimeout bounds one queue call (delete, visibility,
+	// QueueCallTimeout bounds one queue call (delete, visibility,
 	// dead-letter); the SQS client retries within it.
-	queueCallTimeout = 30 * time.Second
+	QueueCallTimeout = 30 * time.Second
 	// decideTimeout bounds one limiter decision; the limiter bounds its
 	// own Redis round trip by redis.timeout and applies the fail mode.
 	decideTimeout = 30 * time.Second
 	// lookAgainMargin is added to a deferral that waits for a lease held
 	// elsewhere, so the message comes back after the lease has ended.
 	lookAgainMargin = 5 * time.Second
-	// retryBase and retryMax shape the backoff of a message handed back
+	// RetryBase and retryMax shape the backoff of a message handed back
 	// because something it needs failed (the state store with
-	// redis.state_fail closed, the dead-letter send): retryBase doubled
+	// redis.state_fail closed, the dead-letter send): RetryBase doubled
 	// per receive, at most retryMax, with jitter (see retryDelay).
-	retryBase = 2 * time.Second
+	RetryBase = 2 * time.Second
 	retryMax  = 5 * time.Minute
 	// maxDefer is SQS's longest visibility timeout.
 	maxDefer = 12 * time.Hour
@@ -72,13 +72,13 @@ type pipeline struct {
 	src          queue.Source
 	store        state.TaskStore
 	marks        state.Marks
-	limiter      decider
+	limiter      Decider
 	runner       Runner
 	validator    *task.Validator
 	catalog      map[string]runner.Diagnostic
 	outcomes     *outcomeRecorder
 	drain        *drain.Controller
-	clock        Clock
+	clock        clock
 	log          *slog.Logger
 	instanceID   string
 	lease        time.Duration // queue.visibility_timeout
@@ -86,9 +86,7 @@ type pipeline struct {
 	storeTimeout time.Duration // redis.timeout
 	stateFail    string        // redis.state_fail
 	redactor     *redact.Redactor
-	notifier     *notifier // nil = no sinks
-	reports      *reports  // nil = reports off
-	uploader     *uploader // nil = results.s3 off
+	hooks        Hooks
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -115,7 +113,7 @@ type pipeline struct {
 	backlog recordBacklog
 
 	// alerts routes alarms received on the task queue; nil = none.
-	alerts *alertRouting
+	alerts *AlertRouting
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -403,8 +401,8 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	rec.FinishedAt = p.clock.Now()
-	p.uploader.keep(&rec, &res, p.catalog[t.Diagnostic])
-	p.outcomes.m.duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
+	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
+	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {
 		reason = res.Err.Error()
@@ -511,10 +509,7 @@ func (p *pipeline) releaseLease(j *job) {
 func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 	entry := p.outcomes.auditEntry(j, e)
 	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry}
-	x.Writes = append(x.Writes, p.notifier.writes(rec)...)
-	if e.result != nil {
-		x.Writes = append(x.Writes, p.reports.writes(rec, p.catalog[rec.Diagnostic], *e.result)...)
-	}
+	x.Writes = append(x.Writes, p.hooks.Writes(rec, p.catalog[rec.Diagnostic], e.result)...)
 	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, x) })
 	switch {
 	case err == nil:
@@ -565,14 +560,14 @@ func (p *pipeline) storeCall(call func(context.Context) error) error {
 	return callWithin(p.storeTimeout, call)
 }
 
-// queueCall runs one queue call, bounded by queueCallTimeout.
+// queueCall runs one queue call, bounded by QueueCallTimeout.
 func (p *pipeline) queueCall(call func(context.Context) error) error {
-	return callWithin(queueCallTimeout, call)
+	return callWithin(QueueCallTimeout, call)
 }
 
 // degraded counts a store operation that could not reach the store.
 func (p *pipeline) degraded(op string) {
-	p.outcomes.m.stateDegraded.WithLabelValues(op).Inc()
+	p.outcomes.m.StateDegraded.WithLabelValues(op).Inc()
 }
 
 func (p *pipeline) markRunning(id string) bool {
@@ -649,13 +644,13 @@ func (p *pipeline) renewLease(ctx context.Context, j *job, every time.Duration) 
 }
 
 // retryDelay is how long a message handed back after a failure waits,
-// by how often it was received: retryBase doubled per earlier receive, at
+// by how often it was received: RetryBase doubled per earlier receive, at
 // most retryMax, less a random part of up to half so that messages failing
 // together do not come back together.
 func retryDelay(receiveCount int) time.Duration {
 	d := retryMax
 	if n := max(receiveCount-1, 0); n < 20 {
-		d = min(retryBase<<n, retryMax)
+		d = min(RetryBase<<n, retryMax)
 	}
 	return d - rand.N(d/2+1)
 }

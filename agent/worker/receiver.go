@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"context"
@@ -22,10 +22,10 @@ const (
 	receiveRetryMax     = 30 * time.Second
 )
 
-// intake receives messages while the agent runs: only as many as there
+// receiver receives messages while the agent runs: only as many as there
 // are free slots (workers plus a small prefetch), each handed to accept.
 // A slot is given back by whoever ends the message's job.
-type intake struct {
+type receiver struct {
 	src   queue.Source
 	slots *semaphore.Weighted
 	batch int
@@ -51,7 +51,7 @@ type intake struct {
 // of one. Once nothing waits it returns what it holds, so a worker idles
 // for at most the receive. It returns the slots it holds; an error only
 // when ctx ended.
-func (in *intake) gather(ctx context.Context, n int64) (int64, error) {
+func (in *receiver) gather(ctx context.Context, n int64) (int64, error) {
 	if in.buffered == nil || in.idle == nil {
 		return n, nil
 	}
@@ -88,7 +88,7 @@ func (in *intake) gather(ctx context.Context, n int64) (int64, error) {
 
 // topUp takes free slots, without waiting, until n are held or the batch
 // is full.
-func (in *intake) topUp(n int64) int64 {
+func (in *receiver) topUp(n int64) int64 {
 	for n < int64(in.batch) && in.slots.TryAcquire(1) {
 		n++
 	}
@@ -109,7 +109,7 @@ type received struct {
 // the agent at one batch per round trip. The slots still bound what is
 // received. run returns after every receive it started has, and its
 // messages were accepted.
-func (in *intake) run(ctx context.Context) {
+func (in *receiver) run(ctx context.Context) {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	bo := backoff.NewExponentialBackOff()
@@ -173,7 +173,7 @@ func (in *intake) run(ctx context.Context) {
 // the slots of messages that did not come go back, those that came are
 // accepted. A failure is retried after the backoff, waited for here. nil
 // when the intake ends (ctx ended or the source is closed).
-func (in *intake) receive(ctx context.Context, n int64, bo *backoff.ExponentialBackOff, boMu *sync.Mutex) *received {
+func (in *receiver) receive(ctx context.Context, n int64, bo *backoff.ExponentialBackOff, boMu *sync.Mutex) *received {
 	msgs, err := in.src.Receive(ctx, int(n))
 	// Before its messages are accepted: a gather that sees neither them
 	// nor the receive returns what it holds, which costs a smaller batch;

@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"context"
@@ -64,9 +64,9 @@ func (j *job) ranFor() (time.Duration, bool) {
 // the jobs between receipt and outcome (autodiag_tasks_inflight).
 type outcomeRecorder struct {
 	log        *slog.Logger
-	m          *metrics
+	m          Metrics
 	store      state.AuditLog
-	clock      Clock
+	clock      clock
 	instanceID string
 	timeout    time.Duration // of each audit write (redis.timeout)
 	// known says whether a diagnostic name is in the catalog: only catalog
@@ -81,8 +81,8 @@ type outcomeRecorder struct {
 
 // received counts a job that now waits for its outcome.
 func (r *outcomeRecorder) received() {
-	r.m.received.Inc()
-	r.m.inflight.Set(float64(r.inflight.Add(1)))
+	r.m.Received.Inc()
+	r.m.Inflight.Set(float64(r.inflight.Add(1)))
 }
 
 // inFlight is the number of received jobs without an outcome yet.
@@ -95,7 +95,7 @@ func (r *outcomeRecorder) drop(j *job) {
 	defer j.mu.Unlock()
 	if !j.ended {
 		j.ended = true
-		r.m.inflight.Set(float64(r.inflight.Add(-1)))
+		r.m.Inflight.Set(float64(r.inflight.Add(-1)))
 	}
 }
 
@@ -147,13 +147,13 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	}
 	t := j.task
 	j.mu.Unlock()
-	r.m.inflight.Set(float64(r.inflight.Add(-1)))
+	r.m.Inflight.Set(float64(r.inflight.Add(-1)))
 
 	diagLabel := t.Diagnostic
 	if !r.known(diagLabel) {
 		diagLabel = "unknown"
 	}
-	r.m.outcomes.WithLabelValues(diagLabel, e.outcome).Inc()
+	r.m.Outcomes.WithLabelValues(diagLabel, e.outcome).Inc()
 	r.mu.Lock()
 	r.counts[e.outcome]++
 	r.mu.Unlock()
@@ -245,7 +245,7 @@ func (r *outcomeRecorder) audit(e state.AuditEntry) {
 	defer cancel()
 	if err := r.store.Audit(ctx, e); err != nil {
 		if stateUnreachable(err) {
-			r.m.stateDegraded.WithLabelValues("audit").Inc()
+			r.m.StateDegraded.WithLabelValues("audit").Inc()
 		}
 		logStoreErr(r.log, err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"context"
@@ -18,10 +18,10 @@ const (
 	// MiB, and more tasks than an agent runs in a typical outage. Past it
 	// the oldest record is dropped (logged with its task id).
 	backlogMax = 1000
-	// backlogRetryInitial and backlogRetryMax shape the flush loop's
+	// backlogRetryInitial and BacklogRetryMax shape the flush loop's
 	// capped exponential backoff (with jitter).
 	backlogRetryInitial = time.Second
-	backlogRetryMax     = 30 * time.Second
+	BacklogRetryMax     = 30 * time.Second
 )
 
 // recordBacklog keeps the final records the state store could not take
@@ -79,7 +79,7 @@ func (p *pipeline) backlogged() int {
 func (p *pipeline) flushBacklog() {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = backlogRetryInitial
-	bo.MaxInterval = backlogRetryMax
+	bo.MaxInterval = BacklogRetryMax
 	for {
 		t := time.NewTimer(bo.NextBackOff())
 		select {
