@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,7 +131,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if d.Runner == nil {
 		d.Runner = &runner.Runner{}
 	}
-	validator, catalog, err := compileCatalog(cfg)
+	validator, catalog, err := cfg.Catalog()
 	if err != nil {
 		return nil, err
 	}
@@ -194,33 +192,6 @@ func cmpResolver(first func(context.Context) (string, error), second groupResolv
 		return first
 	}
 	return second
-}
-
-// compileCatalog builds the task validator and the runnable catalog.
-func compileCatalog(cfg config.Config) (*task.Validator, map[string]runner.Diagnostic, error) {
-	v := &task.Validator{Catalog: map[string]task.Spec{}, MaxAge: cfg.Queue.MaxAge, AllowIPLiterals: cfg.Limiter.Hosts.AllowIPLiterals}
-	for _, p := range cfg.Limiter.Hosts.Allow {
-		re, err := regexp.Compile(p)
-		if err != nil {
-			return nil, nil, fmt.Errorf("agent: limiter.hosts.allow: %w", err)
-		}
-		v.Allow = append(v.Allow, re)
-	}
-	catalog := map[string]runner.Diagnostic{}
-	for _, diag := range cfg.Diagnostics {
-		diag = diag.WithDefaults()
-		catalog[diag.Name] = diag
-		spec := task.Spec{Params: map[string]*regexp.Regexp{}, Required: diag.Placeholders()}
-		for name, pat := range diag.Params {
-			re, err := task.FullMatch(pat)
-			if err != nil {
-				return nil, nil, fmt.Errorf("agent: diagnostics %s params.%s: %w", diag.Name, name, err)
-			}
-			spec.Params[name] = re
-		}
-		v.Catalog[diag.Name] = spec
-	}
-	return v, catalog, nil
 }
 
 // Registry is where the agent's and its components' metrics live.

@@ -2,12 +2,20 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/drain"
 )
 
 // newWorker builds the task worker over this agent's parts.
@@ -43,4 +51,39 @@ func callDetached(parent context.Context, d time.Duration, call func(context.Con
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
 	defer cancel()
 	return call(ctx)
+}
+
+// IntakeHandler is this agent's intake handler: tasks go to its task
+// queue, and it answers 503 from the first instant of a drain.
+func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
+	return alertintake.NewHandler(a.cfg, alertintake.Options{Getenv: getenv, Sender: a.alerts.Sender,
+		Draining: func() bool { return a.drain.State() != drain.Running },
+		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Now: a.d.Clock.Now})
+}
+
+// newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
+func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.AlertRouting, error) {
+	router, err := alert.NewRouter(cfg.Routes, v)
+	if err != nil {
+		return nil, fmt.Errorf("agent: routes: %w", err)
+	}
+	sender := d.AlertSender
+	if sender == nil {
+		sender = alertintake.SourceSender{Source: d.Source}
+	}
+	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
+}
+
+// OpenIntake builds the standalone intake (`autodiag intake`) for cfg:
+// the alert handler with no workers, sending tasks onto the fleet's SQS
+// queue; see alertintake.Open.
+func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*alertintake.Intake, error) {
+	connect := func() (alertintake.SQSBatchAPI, error) {
+		awsCfg, err := loadAWS(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return sqs.NewFromConfig(awsCfg), nil
+	}
+	return alertintake.Open(cfg, connect, orDiscard(o.Logger), getenv)
 }

@@ -23,13 +23,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -221,7 +221,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 			VisibilityTimeout: cfg.Queue.VisibilityTimeout, Logger: log.With("component", "queue"),
 		})
 		src = sqsSrc
-		alertSender = NewSQSSender(sqsClient, cfg.Queue.URL)
+		alertSender = alertintake.NewSQSSender(sqsClient, cfg.Queue.URL)
 	}
 	closers = append(closers, func() {
 		// Closing runs after ctx may have ended; it keeps ctx's values only.
@@ -337,12 +337,4 @@ func redisURLFromSecret(ctx context.Context, ref string, awsCfg aws.Config) (str
 		return "", fmt.Errorf("redis.url_secret: the value of %s is not a valid redis:// or rediss:// URL (not shown: it holds the password)", ref)
 	}
 	return u, nil
-}
-
-// NewValidator builds the task validator cfg describes (the host
-// allow-list, the IP literal opt-in, the catalog, queue.max_age), so a dry
-// run judges a host exactly as the agent would.
-func NewValidator(cfg config.Config) (*task.Validator, error) {
-	v, _, err := compileCatalog(cfg)
-	return v, err
 }

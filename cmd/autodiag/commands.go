@@ -345,7 +345,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := agent.NewValidator(cfg)
+			v, err := cfg.Validator()
 			if err != nil {
 				return usageError{err}
 			}

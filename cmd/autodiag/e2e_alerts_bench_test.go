@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
 )
@@ -107,7 +107,7 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := agentpkg.NewIntakeHandler(cfg, agentpkg.IntakeOptions{Sender: agentpkg.NewSQSSender(fq.client, fq.url)})
+	h, err := alertintake.NewHandler(cfg, alertintake.Options{Sender: alertintake.NewSQSSender(fq.client, fq.url)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
 )
 
@@ -90,9 +91,9 @@ func startAgentIntake(ctx context.Context, cfg config.Config, a *agent.Agent, lo
 	return serveIntake(ctx, cfg.Intake, h, log.With("component", "intake"))
 }
 
-// intakeStartError makes an *agent.IntakeError a usage error (exit 2).
+// intakeStartError makes an *alertintake.Error a usage error (exit 2).
 func intakeStartError(err error) error {
-	if errors.As(err, new(*agent.IntakeError)) {
+	if errors.As(err, new(*alertintake.Error)) {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}
 	return fmt.Errorf("start: %w", err)
@@ -200,7 +201,7 @@ func (c *cli) routesCmd() *cobra.Command {
 // routesTest prints, for each alert of body, its route and tasks or why it
 // makes none. Nothing is sent: the router only builds and validates.
 func (c *cli) routesTest(cfg config.Config, source string, body []byte) error {
-	v, err := agent.NewValidator(cfg)
+	v, err := cfg.Validator()
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package agent
+package alertintake
 
 import (
 	"context"
@@ -21,21 +21,19 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/task"
-	"github.com/autodiag/autodiag/agent/worker"
-	"github.com/autodiag/autodiag/drain"
 )
 
-// IntakeError is why the intake listener cannot start: its credentials
+// Error is why the intake listener cannot start: its credentials
 // are missing from the environment, or it would be reachable from other
 // hosts without them. It is a configuration problem (exit 2).
-type IntakeError struct{ Err error }
+type Error struct{ Err error }
 
-func (e *IntakeError) Error() string { return "intake: " + e.Err.Error() }
+func (e *Error) Error() string { return "intake: " + e.Err.Error() }
 
-func (e *IntakeError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// IntakeOptions are what an intake handler needs besides the config.
-type IntakeOptions struct {
+// Options are what an intake handler needs besides the config.
+type Options struct {
 	// Getenv reads the credentials the intake.auth section names
 	// (os.LookupEnv in cmd).
 	Getenv func(string) (string, bool)
@@ -47,13 +45,13 @@ type IntakeOptions struct {
 	Now      func() time.Time
 }
 
-// NewIntakeHandler builds the intake listener's handler for cfg: routes
+// NewHandler builds the intake listener's handler for cfg: routes
 // compiled against the catalog and host allow-list cfg describes,
-// credentials read from the environment. It fails with an *IntakeError
+// credentials read from the environment. It fails with an *Error
 // when a credential is missing or the listener would be open.
-func NewIntakeHandler(cfg config.Config, o IntakeOptions) (*alert.Handler, error) {
+func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	if err := cfg.Intake.Validate(); err != nil {
-		return nil, &IntakeError{Err: err}
+		return nil, &Error{Err: err}
 	}
 	getenv := o.Getenv
 	if getenv == nil {
@@ -61,9 +59,9 @@ func NewIntakeHandler(cfg config.Config, o IntakeOptions) (*alert.Handler, error
 	}
 	creds, err := cfg.Intake.Credentials(getenv)
 	if err != nil {
-		return nil, &IntakeError{Err: err}
+		return nil, &Error{Err: err}
 	}
-	v, err := NewValidator(cfg)
+	v, err := cfg.Validator()
 	if err != nil {
 		return nil, err
 	}
@@ -73,27 +71,6 @@ func NewIntakeHandler(cfg config.Config, o IntakeOptions) (*alert.Handler, error
 	}
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		MaxBody: cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics, Logger: o.Logger, Now: o.Now})
-}
-
-// IntakeHandler is this agent's intake handler: tasks go to its task
-// queue, and it answers 503 from the first instant of a drain.
-func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
-	return NewIntakeHandler(a.cfg, IntakeOptions{Getenv: getenv, Sender: a.alerts.Sender,
-		Draining: func() bool { return a.drain.State() != drain.Running },
-		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Now: a.d.Clock.Now})
-}
-
-// newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
-func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.AlertRouting, error) {
-	router, err := alert.NewRouter(cfg.Routes, v)
-	if err != nil {
-		return nil, fmt.Errorf("agent: routes: %w", err)
-	}
-	sender := d.AlertSender
-	if sender == nil {
-		sender = SourceSender{Source: d.Source}
-	}
-	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
 }
 
 // SourceSender sends alert tasks one message each through a queue.Source:
@@ -114,8 +91,8 @@ func (s SourceSender) SendBatch(ctx context.Context, tasks []task.Task) error {
 	return nil
 }
 
-// sqsBatchAPI is the SQS call SQSSender makes.
-type sqsBatchAPI interface {
+// SQSBatchAPI is the SQS call SQSSender makes; *sqs.Client is the real one.
+type SQSBatchAPI interface {
 	SendMessageBatch(ctx context.Context, params *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
 }
 
@@ -125,12 +102,12 @@ const sqsBatchMax = 10
 // SQSSender sends alert tasks onto the SQS task queue with
 // SendMessageBatch, ten per call.
 type SQSSender struct {
-	api sqsBatchAPI
+	api SQSBatchAPI
 	url string
 }
 
 // NewSQSSender returns a sender onto the queue at url.
-func NewSQSSender(api sqsBatchAPI, url string) *SQSSender { return &SQSSender{api: api, url: url} }
+func NewSQSSender(api SQSBatchAPI, url string) *SQSSender { return &SQSSender{api: api, url: url} }
 
 // SendBatch sends tasks in calls of ten. An entry SQS refuses fails the
 // whole send: the alerting system retries the payload, and dedupe on
@@ -205,26 +182,25 @@ func (in *Intake) StartDrain() {
 	}
 }
 
-// OpenIntake builds a standalone intake for cfg, its credentials read
+// Open builds a standalone intake for cfg, its credentials read
 // through getenv; it fails with an
-// *IntakeError when cfg has no intake listener, no task queue, or the
+// *Error when cfg has no intake listener, no task queue, or the
 // credentials are missing.
-func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*Intake, error) {
+func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool)) (*Intake, error) {
 	switch {
 	case !cfg.Intake.Enabled():
-		return nil, &IntakeError{Err: errors.New("intake.addr must be set")}
+		return nil, &Error{Err: errors.New("intake.addr must be set")}
 	case cfg.Queue.URL == "":
-		return nil, &IntakeError{Err: errNoQueue}
+		return nil, &Error{Err: errNoQueue}
 	}
-	awsCfg, err := loadAWS(ctx, cfg)
+	api, err := connect()
 	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in := &Intake{Registry: reg, draining: make(chan struct{})}
-	log := orDiscard(o.Logger)
-	h, err := NewIntakeHandler(cfg, IntakeOptions{Getenv: getenv, Sender: NewSQSSender(sqs.NewFromConfig(awsCfg), cfg.Queue.URL),
+	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL),
 		Draining: func() bool {
 			select {
 			case <-in.draining:
@@ -239,4 +215,13 @@ func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv fu
 	}
 	in.Handler = h
 	return in, nil
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

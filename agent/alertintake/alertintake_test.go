@@ -1,10 +1,9 @@
-package agent
+package alertintake
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,10 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
-	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // fakeBatchSQS records SendMessageBatch calls; failIn makes that call's
@@ -28,7 +25,7 @@ type fakeBatchSQS struct {
 	err    error
 }
 
-var _ sqsBatchAPI = (*fakeBatchSQS)(nil)
+var _ SQSBatchAPI = (*fakeBatchSQS)(nil)
 
 func (f *fakeBatchSQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
 	f.mu.Lock()
@@ -106,93 +103,19 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
-const alarmConfig = `
-workers: 2
-diagnostics:
-  - name: uptime
-    command: [/bin/echo, "{host}"]
-    timeout: 10s
-limiter:
-  hosts:
-    allow: ['^[a-z0-9-]+$']
-routes:
-  - name: ec2-status
-    match: {source: [cloudwatch], name: '^StatusCheckFailed'}
-    host: '{{ .Dimensions.InstanceId }}'
-    tasks: [{diagnostic: uptime}]
-`
-
-// TestQueueAlarmBecomesItsRouteTasks: a CloudWatch alarm in its SNS
-// envelope on the task queue runs its route's task and is counted as an
-// alert, not as a task; an OK transition is ignored; an SNS message that
-// is not an alarm is rejected; a plain task still runs.
-func TestQueueAlarmBecomesItsRouteTasks(t *testing.T) {
-	ta := startAgent(t, alarmConfig)
-	alarm, err := os.ReadFile("alert/testdata/sns_cloudwatch_alarm.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok, err := os.ReadFile("alert/testdata/sns_cloudwatch_ok.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	notAlarm := `{"Type":"Notification","MessageId":"m","TopicArn":"arn:aws:sns:eu-west-1:1:t","Message":"hello"}`
-	for _, b := range []string{string(alarm), string(ok), notAlarm, `{"id":"plain","host":"web-1","diagnostic":"uptime"}`} {
-		if _, err := ta.d.Source.Send(t.Context(), []byte(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "the alarm's task and the plain task to run, the bad envelope to be rejected", func() bool {
-		return ta.outcome(worker.OutcomeSucceeded) == 2 && ta.outcome(worker.OutcomeRejected) == 1
-	})
-	alerts := func(result string) float64 { return alertsTotal(t, ta.Agent, alert.SourceCloudWatch, result) }
-	waitFor(t, "the alerts to be counted", func() bool {
-		return alerts(alert.ResultAccepted) == 1 && alerts(alert.ResultIgnored) == 1 && alerts(alert.ResultRejected) == 1
-	})
-	recs := ta.Status()
-	if n := recs.Outcomes[worker.OutcomeSucceeded] + recs.Outcomes[worker.OutcomeRejected]; n != 3 {
-		t.Fatalf("outcomes %v: the accepted and ignored envelopes must have no task outcome", recs.Outcomes)
-	}
-}
-
 // TestIntakeHandlerNeedsItsCredentials: a named variable that is unset is
-// an *IntakeError, which cmd maps to exit 2.
+// an *Error, which cmd maps to exit 2.
 func TestIntakeHandlerNeedsItsCredentials(t *testing.T) {
 	cfg, err := config.Load([]byte("intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewIntakeHandler(cfg, IntakeOptions{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "", false }})
-	var ie *IntakeError
+	_, err = NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "", false }})
+	var ie *Error
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "TOKEN is unset") {
-		t.Fatalf("err = %v, want an *IntakeError naming TOKEN", err)
+		t.Fatalf("err = %v, want an *Error naming TOKEN", err)
 	}
-	if _, err := NewIntakeHandler(cfg, IntakeOptions{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "t", true }}); err != nil {
+	if _, err := NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "t", true }}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// alertsTotal reads autodiag_alerts_total{source,result} from the agent's
-// registry.
-func alertsTotal(t *testing.T, a *Agent, source, result string) float64 {
-	t.Helper()
-	mfs, err := a.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "autodiag_alerts_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["source"] == source && labels["result"] == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
