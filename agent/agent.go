@@ -14,9 +14,9 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
@@ -48,7 +48,7 @@ type Deps struct {
 	CloudWatch cloudWatchAPI
 	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
 	// results.s3.bucket is set.
-	S3 s3API
+	S3 hooks.S3API
 	// ASGName is the dimension of the CloudWatch metrics.
 	ASGName string
 	// ResolveASG learns the instance's group for the CloudWatch metrics
@@ -73,7 +73,7 @@ type Deps struct {
 	LookupEnv func(string) (string, bool)
 	// Reports are the report provider, queue and limiter backend; needed
 	// with report.enabled (OpenReportParts).
-	Reports *ReportParts
+	Reports *hooks.ReportParts
 }
 
 // Agent is one `autodiag run`: it wires intake, the job pipeline, the
@@ -88,15 +88,11 @@ type Agent struct {
 	drain     *drain.Controller
 	validator *task.Validator
 	worker    *worker.Worker
-	redactor  *redact.Redactor
-	runner    worker.Runner
-	uploader  *uploader // nil = results.s3 off
 	sup       *supervisor.Supervisor
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
-	notifier  *notifier // nil = no sinks
-	reports   *reports  // nil = reports off
+	hooks     *hooks.Hooks
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -144,11 +140,9 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	a.intakeCtx, a.stopIntake = context.WithCancel(a.hard)
 
-	a.runner = d.Runner
-	if err := a.wireResults(); err != nil {
-		return nil, err
-	}
-	if err := a.wireReports(); err != nil {
+	if a.hooks, err = hooks.New(hooks.Options{Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
+		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
+		Base: a.hard}); err != nil {
 		return nil, err
 	}
 	a.worker = a.newWorker(validator, catalog)
@@ -273,12 +267,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			})
 		})
 	}
-	if a.notifier != nil {
-		// Stopped by the supervisor before the lifecycle completion.
-		g.Go(func() error { return a.notifier.d.Run(gctx) })
-	}
-	// Stopped by the supervisor before the lifecycle completion.
-	g.Go(func() error { return a.reports.run(gctx, a.hard) })
+	// Both stopped by the supervisor before the lifecycle completion.
+	g.Go(func() error { return a.hooks.RunNotify(gctx) })
+	g.Go(func() error { return a.hooks.RunReports(gctx, a.hard) })
 	var runErr error
 	g.Go(func() error {
 		defer close(done)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/worker"
 )
 
-// OutboxReportSink stores the report and writes one `report` entry per sink
+// hooks.OutboxReportSink stores the report and writes one `report` entry per sink
 // that wants it, without the sinks' URL or secret variables; with no such
 // sink, the record only.
 func TestOutboxReportSink(t *testing.T) {
@@ -46,7 +47,7 @@ func TestOutboxReportSink(t *testing.T) {
 			ob := notify.NewMemoryOutbox(notify.MemoryOptions{})
 			cfg := config.Config{Notify: tc.sinks}
 			cfg.Redis.Timeout = time.Second
-			write, err := OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			write, err := hooks.OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/worker"
 )
@@ -33,13 +34,13 @@ func TestTaskRecordAPI(t *testing.T) {
 		return ta.outcome(worker.OutcomeSucceeded) == 2 && ta.outcome(worker.OutcomeRateLimited) == 1
 	})
 
-	views := map[string]TaskView{}
+	views := map[string]hooks.TaskView{}
 	for _, id := range []string{"e1", "e2", "e3"} {
 		code, body := ta.get(t, "/v1/tasks/"+id)
 		if code != http.StatusOK {
 			t.Fatalf("GET /v1/tasks/%s: %d %s", id, code, body)
 		}
-		var v TaskView
+		var v hooks.TaskView
 		if err := json.Unmarshal(body, &v); err != nil {
 			t.Fatal(err)
 		}

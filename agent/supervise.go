@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/autodiag/autodiag/agent/supervisor"
-	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -14,7 +13,7 @@ func (a *Agent) newSupervisor(watcher *lifecycle.Watcher, actor *lifecycle.Actor
 		StoreTimeout: a.cfg.Redis.Timeout, Clock: a.d.Clock, Logger: a.log,
 		Gauges:   supervisor.Gauges{DrainState: a.m.drainState, DrainDuration: a.m.drainDuration, DrainDeadline: a.m.drainDeadline},
 		Presence: drainedPresence{a.presence}, Outcomes: a.worker.Outcomes, InstanceID: a.d.InstanceID,
-		StopIntake: a.stopIntake, Hooks: drainHooks{a}}
+		StopIntake: a.stopIntake, Hooks: a.hooks}
 	if a.publisher != nil {
 		o.CloudWatch = a.publisher
 	}
@@ -25,19 +24,3 @@ func (a *Agent) newSupervisor(watcher *lifecycle.Watcher, actor *lifecycle.Actor
 type drainedPresence struct{ p *presence }
 
 func (d drainedPresence) Drained(ctx context.Context) { d.p.put(ctx, drainedInstanceTTL) }
-
-// drainHooks tells the notifier and the reports of the drain (each nil
-// when off).
-type drainHooks struct{ a *Agent }
-
-func (h drainHooks) DrainStarted(p drain.Progress) {
-	h.a.notifier.drainStarted(p)
-	h.a.reports.drainStarted()
-}
-
-func (h drainHooks) DrainEnded(ctx context.Context, p drain.Progress, action *lifecycle.Action, timedOut bool) {
-	h.a.notifier.drainEnded(ctx, p, drainResult(h.a.cfg.Lifecycle, action, timedOut))
-	h.a.reports.drainEnded(ctx, p.Deadline)
-}
-
-func (h drainHooks) CompletionFailed(p drain.Progress) { h.a.notifier.completionFailed(p) }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/report"
@@ -96,7 +97,7 @@ func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, 
 	hold := make(chan struct{})
 	src := queue.NewMemory(queue.MemoryOptions{})
 	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: run, InstanceID: "i-end", Outbox: ob,
-		Reports: &ReportParts{Provider: heldProvider{release: hold}, Queue: q, Backend: limiter.NewMemory()}})
+		Reports: &hooks.ReportParts{Provider: heldProvider{release: hold}, Queue: q, Backend: limiter.NewMemory()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -23,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
@@ -165,8 +163,26 @@ results:
 	return rec, a
 }
 
+// uploads reads autodiag_output_uploads_total{result} from the agent's
+// registry.
 func uploads(a *Agent, result string) float64 {
-	return testutil.ToFloat64(a.uploader.uploads.WithLabelValues(result))
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "autodiag_output_uploads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // checkRecordKeepsMaxOutput: the record holds the first max_output (1KiB)
@@ -225,7 +241,7 @@ func TestUploadFullOutput(t *testing.T) {
 					t.Errorf("PutObject header %s = %q, want %q", h, got, want)
 				}
 			}
-			if v := NewTaskView(rec); v.OutputURL != rec.OutputURL {
+			if v := hooks.NewTaskView(rec); v.OutputURL != rec.OutputURL {
 				t.Errorf("view output_url %q, want %q", v.OutputURL, rec.OutputURL)
 			}
 			if ok, failed := uploads(a, "ok"), uploads(a, "failed"); ok != 1 || failed != 0 {
@@ -260,10 +276,10 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			if rec.Outcome != worker.OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
 				t.Errorf("record %s %s exit %d, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
 			}
-			if rec.OutputUpload != OutputUploadFailed || rec.OutputURL != "" {
+			if rec.OutputUpload != hooks.OutputUploadFailed || rec.OutputURL != "" {
 				t.Errorf("output_upload %q output_url %q, want failed and none", rec.OutputUpload, rec.OutputURL)
 			}
-			if v := NewTaskView(rec); v.OutputUpload != OutputUploadFailed {
+			if v := hooks.NewTaskView(rec); v.OutputUpload != hooks.OutputUploadFailed {
 				t.Errorf("view output_upload %q, want failed", v.OutputUpload)
 			}
 			checkRecordKeepsMaxOutput(t, rec, redacted)
@@ -294,35 +310,6 @@ func TestUploadTruncatesAtMaxSize(t *testing.T) {
 		}
 	}
 	checkRecordKeepsMaxOutput(t, rec, redacted)
-}
-
-// capOutput cuts on a rune boundary and marks once, whether or not the
-// runner already cut and marked.
-func TestCapOutput(t *testing.T) {
-	t.Parallel()
-	mark := runner.TruncationMark
-	for _, tc := range []struct {
-		name      string
-		in        string
-		truncated bool
-		limit     int
-		want      string
-		wantTrunc bool
-	}{
-		{"short", "abc", false, 5, "abc", false},
-		{"exact", "abcde", false, 5, "abcde", false},
-		{"long", "abcdefg", false, 5, "abcde" + mark, true},
-		{"runner cut within the limit", "abc" + mark, true, 5, "abc" + mark, true},
-		{"runner cut past the limit", "abcdefg" + mark, true, 5, "abcde" + mark, true},
-		{"rune boundary", "abcdé", false, 5, "abcd" + mark, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, trunc := capOutput([]byte(tc.in), tc.truncated, tc.limit)
-			if string(got) != tc.want || trunc != tc.wantTrunc {
-				t.Errorf("capOutput(%q, %v, %d) = %q, %v; want %q, %v", tc.in, tc.truncated, tc.limit, got, trunc, tc.want, tc.wantTrunc)
-			}
-		})
-	}
 }
 
 // results.s3 problems name their key and line.
@@ -371,42 +358,4 @@ func keysOf(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-// hangingS3 answers no PutObject until its context ends, and records
-// when that was.
-type hangingS3 struct{ ended time.Time }
-
-func (h *hangingS3) PutObject(ctx context.Context, _ *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
-	<-ctx.Done()
-	h.ended = time.Now()
-	return nil, ctx.Err()
-}
-
-var _ s3API = (*hangingS3)(nil)
-
-// An S3 that never answers holds the task's end for exactly
-// results.s3.timeout, then the upload counts as failed and the record
-// keeps max_output.
-func TestUploadBoundedByItsTimeout(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		cfg := config.DefaultS3Config()
-		cfg.Bucket, cfg.Timeout = "diag-out", 7*time.Second
-		h := &hangingS3{}
-		u := newUploader(h, cfg, context.Background(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-		start := time.Now()
-		rec := state.TaskRecord{ID: "t1", FinishedAt: start}
-		res := runner.Result{Outcome: runner.Succeeded, Output: []byte(strings.Repeat("x", 100))}
-		u.keep(&rec, &res, runner.Diagnostic{MaxOutput: 10})
-		if got := h.ended.Sub(start); got != cfg.Timeout {
-			t.Errorf("the upload ended after %s, want results.s3.timeout %s", got, cfg.Timeout)
-		}
-		if rec.OutputUpload != OutputUploadFailed || rec.OutputURL != "" || testutil.ToFloat64(u.uploads.WithLabelValues("failed")) != 1 {
-			t.Errorf("record %+v, want output_upload failed, no URL, one failed upload counted", rec)
-		}
-		if rec.Output != strings.Repeat("x", 10)+runner.TruncationMark || !rec.Truncated || string(res.Output) != rec.Output {
-			t.Errorf("record output %q, want max_output (10 bytes) and the mark, the same in the result", rec.Output)
-		}
-	})
 }

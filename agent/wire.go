@@ -25,6 +25,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
@@ -300,10 +301,10 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		d.CloudWatch = cloudwatch.NewFromConfig(awsCfg)
 	}
 	if cfg.Results.S3.Enabled() {
-		d.S3 = NewS3Client(awsCfg, cfg.Results.S3)
+		d.S3 = hooks.NewS3Client(awsCfg, cfg.Results.S3)
 	}
 	if cfg.Report.Enabled {
-		if d.Reports, err = OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {
+		if d.Reports, err = hooks.OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {
 			return nil, nil, err
 		}
 	}

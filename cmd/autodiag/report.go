@@ -13,6 +13,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	rootcause "github.com/autodiag/autodiag/agent/report"
@@ -120,7 +121,7 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 			return rootcause.Result{}, fmt.Errorf("report: aws config: %w", err)
 		}
 	}
-	parts, err := agent.OpenReportParts(cfg, awsCfg, rc, os.LookupEnv)
+	parts, err := hooks.OpenReportParts(cfg, awsCfg, rc, os.LookupEnv)
 	if err != nil {
 		return rootcause.Result{}, err
 	}
@@ -137,11 +138,11 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 	var sink rootcause.SinkFunc = func(context.Context, rootcause.Job, rootcause.Result) error { return nil }
 	if store != nil {
 		ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
-		if sink, err = agent.OutboxReportSink(cfg, store, ob, consumer, log); err != nil {
+		if sink, err = hooks.OutboxReportSink(cfg, store, ob, consumer, log); err != nil {
 			return rootcause.Result{}, err
 		}
 	}
-	r, err := agent.NewReporter(cfg, parts, sink, red, consumer, nil, log)
+	r, err := hooks.NewReporter(cfg, parts, sink, red, consumer, nil, log)
 	if err != nil {
 		return rootcause.Result{}, err
 	}
@@ -151,7 +152,7 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 			diag = &cfg.Diagnostics[i]
 		}
 	}
-	ev := agent.EvidenceOf(rec, diag)
+	ev := hooks.EvidenceOf(rec, diag)
 	// The output is redacted again: the configuration may redact more
 	// now than when the task ran.
 	ev.Output = red.RedactString(ev.Output)
@@ -168,7 +169,7 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 }
 
 // recordOf is the record fields a report reads, from the API's view.
-func recordOf(v agent.TaskView) state.TaskRecord {
+func recordOf(v hooks.TaskView) state.TaskRecord {
 	rec := state.TaskRecord{ID: v.ID, Status: v.Status, Host: v.Host, Diagnostic: v.Diagnostic, Params: v.Params,
 		Severity: v.Severity, Outcome: v.Outcome, Output: v.Output, Truncated: v.Truncated, ExitCode: -1}
 	if v.ExitCode != nil {

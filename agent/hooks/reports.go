@@ -1,4 +1,4 @@
-package agent
+package hooks
 
 import (
 	"context"
@@ -174,34 +174,34 @@ type reports struct {
 	r     *report.Reporter
 	queue report.Queue // the Reporter's
 	cfg   report.Config
-	clock Clock
+	clock clock
 	log   *slog.Logger
 }
 
 // wireReports builds the Reporter when report.enabled: parts from
 // Deps.Reports (Open builds them), else in memory with no provider, which
 // is an error.
-func (a *Agent) wireReports() error {
-	if !a.cfg.Report.Enabled {
+func (h *Hooks) wireReports(o Options) error {
+	if !o.Config.Report.Enabled {
 		return nil
 	}
-	parts := a.d.Reports
+	parts := o.Reports
 	if parts == nil || parts.Provider == nil {
 		return fmt.Errorf("agent: report: enabled without a provider")
 	}
 	if parts.Queue == nil {
-		parts.Queue = report.NewMemoryQueue(a.cfg.Report.JobLease(), nil)
+		parts.Queue = report.NewMemoryQueue(o.Config.Report.JobLease(), nil)
 	}
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
-	r, err := NewReporter(a.cfg, parts, ReportSink(a.d.Store, a.notifier), a.redactor, a.d.InstanceID,
-		a.d.Registry, a.log)
+	r, err := NewReporter(o.Config, parts, ReportSink(o.Store, h.notifier), h.redactor, o.InstanceID,
+		o.Registry, o.Logger)
 	if err != nil {
 		return err
 	}
-	a.reports = &reports{r: r, queue: parts.Queue, cfg: a.cfg.Report,
-		clock: a.d.Clock, log: a.log.With("component", "report")}
+	h.reports = &reports{r: r, queue: parts.Queue, cfg: o.Config.Report,
+		clock: o.Clock, log: o.Logger.With("component", "report")}
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package agent
+package hooks
 
 import (
 	"bytes"
@@ -23,12 +23,12 @@ import (
 // OutputUploadFailed is TaskRecord.OutputUpload when the upload failed.
 const OutputUploadFailed = "failed"
 
-// s3API is the S3 call the uploader makes; *s3.Client is the real one.
-type s3API interface {
+// S3API is the S3 call the uploader makes; *s3.Client is the real one.
+type S3API interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 }
 
-var _ s3API = (*s3.Client)(nil)
+var _ S3API = (*s3.Client)(nil)
 
 // NewS3Client is the S3 client of results.s3 from the SDK's config:
 // AWS_ENDPOINT_URL_S3 (read by the SDK) points it elsewhere, PathStyle
@@ -55,7 +55,7 @@ func (r fullOutputRunner) Run(ctx context.Context, d runner.Diagnostic, argv []s
 // is finished. A failed upload is counted, logged and written in the
 // record (output_upload: failed); it never changes the task's outcome.
 type uploader struct {
-	api  s3API
+	api  S3API
 	cfg  config.S3Config
 	base context.Context // ends on a fast exit
 	log  *slog.Logger
@@ -63,7 +63,7 @@ type uploader struct {
 	uploads *prometheus.CounterVec
 }
 
-func newUploader(api s3API, cfg config.S3Config, base context.Context, log *slog.Logger, reg prometheus.Registerer) *uploader {
+func newUploader(api S3API, cfg config.S3Config, base context.Context, log *slog.Logger, reg prometheus.Registerer) *uploader {
 	u := &uploader{api: api, cfg: cfg, base: base, log: log.With("component", "upload"),
 		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "autodiag_output_uploads_total",
@@ -151,15 +151,15 @@ func capOutput(out []byte, truncated bool, limit int) ([]byte, bool) {
 
 // wireUpload builds the uploader of results.s3 and raises the runner's
 // output cap to its max_size; nothing when results.s3 is off.
-func (a *Agent) wireUpload() error {
-	c := a.cfg.Results.S3
+func (h *Hooks) wireUpload(o Options) error {
+	c := o.Config.Results.S3
 	if !c.Enabled() {
 		return nil
 	}
-	if a.d.S3 == nil {
+	if o.S3 == nil {
 		return errors.New("agent: results.s3.bucket is set but Deps.S3 is nil")
 	}
-	a.uploader = newUploader(a.d.S3, c, a.hard, a.log, a.d.Registry)
-	a.runner = fullOutputRunner{Runner: a.runner, maxSize: c.MaxSize}
+	h.uploader = newUploader(o.S3, c, o.Base, o.Logger, o.Registry)
+	h.runner = fullOutputRunner{Runner: h.runner, maxSize: c.MaxSize}
 	return nil
 }

@@ -1,4 +1,4 @@
-package agent
+package hooks
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type notifier struct {
 	// never cancelled, so an event is written mid-shutdown too.
 	base    context.Context
 	timeout time.Duration // of each outbox write (redis.timeout)
-	clock   Clock
+	clock   clock
 	log     *slog.Logger
 }
 
