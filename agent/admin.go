@@ -79,9 +79,9 @@ func (a *Agent) Status() Status {
 		Inflight:   p.Running,
 		Queued:     p.Queued,
 		Outcomes:   map[string]int64{},
-		Launch:     a.launchStatus(),
+		Launch:     a.gate.Status(),
 	}
-	if st := a.launchState(); st != "" && p.State == drain.Running {
+	if st := a.gate.State(); st != "" && p.State == drain.Running {
 		s.State = st
 	}
 	if a.cfg.HasRedis() {
@@ -124,7 +124,7 @@ func (a *Agent) Handler() http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st.String()})
 			return
 		}
-		if st := a.launchState(); st != "" {
+		if st := a.gate.State(); st != "" {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st})
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -89,6 +90,7 @@ type Agent struct {
 	validator *task.Validator
 	worker    *worker.Worker
 	sup       *supervisor.Supervisor
+	gate      *launch.Gate
 	presence  *presence
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
@@ -103,8 +105,6 @@ type Agent struct {
 	startOnce sync.Once
 	started   chan struct{} // closed once Run serves; see Started
 	ending    atomic.Int32  // an Ending, set when Run returns
-	launch    atomic.Int32  // launchStarting, launchOpen or launchAbandoned (launch.go)
-	watching  atomic.Bool   // the lifecycle watcher runs
 }
 
 // New assembles an agent from validated config and its dependencies.
@@ -148,7 +148,8 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
-	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)
+	a.presence.nudge = make(chan struct{}, 1)
+	a.buildGate()
 	if d.Watcher != nil {
 		a.presence.changed = d.Watcher.StateChanged
 	}
@@ -229,8 +230,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.worker.Recover(ctx)
 	a.sup.Resume(ctx)
-	if !a.launchGated() {
-		a.launch.Store(launchOpen)
+	if !a.gate.Gated() {
+		a.gate.Open()
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	done := make(chan struct{})
@@ -239,7 +240,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	letGo := a.drain.Hold()
 	g.Go(func() error {
 		defer letGo()
-		if a.awaitLaunch(a.intakeCtx) {
+		if a.gate.Await(a.intakeCtx) {
 			a.worker.Receive(a.intakeCtx)
 		}
 		return nil
@@ -261,7 +262,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer cancel()
 			stopOnDrain := afterClose(a.drain.Draining(), cancel)
 			defer stopOnDrain()
-			a.watching.Store(true)
+			a.gate.Watching()
 			return a.d.Watcher.Run(wctx, func(tr lifecycle.Trigger) {
 				a.sup.Start(drain.Trigger{Source: tr.Source, Reason: tr.Reason, Deadline: tr.Deadline}, tr.Action)
 			})

@@ -11,6 +11,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/worker"
@@ -69,4 +70,12 @@ func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv fu
 		return sqs.NewFromConfig(awsCfg), nil
 	}
 	return alertintake.Open(cfg, connect, orDiscard(o.Logger), getenv)
+}
+
+// buildGate builds the launch gate over this agent's parts; the instance
+// record tells its phase.
+func (a *Agent) buildGate() {
+	a.gate = launch.New(launch.Options{Config: a.cfg, Watcher: a.d.Watcher, Actor: a.d.Actor, Store: a.d.Store,
+		Source: a.d.Source, Logger: a.log, Nudge: a.presence.nudge})
+	a.presence.launchState = a.gate.State
 }
