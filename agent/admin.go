@@ -180,7 +180,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			a.rejectPosted(w, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
+			rejectPosted(w, a.worker, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
 			return
 		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
@@ -193,7 +193,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// The outcome's audit write is detached from the request by design:
 		// it lands even when the client has gone.
-		a.rejectPosted(w, t, err) //nolint:contextcheck // see above
+		rejectPosted(w, a.worker, t, err) //nolint:contextcheck // see above
 		return
 	}
 	if t.ID == "" {
@@ -210,8 +210,10 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": t.ID})
 }
 
-func (a *Agent) rejectPosted(w http.ResponseWriter, t task.Task, err error) {
-	a.worker.Rejected(t, err)
+// rejectPosted answers 400 for a posted task that is invalid or stale,
+// which the worker records as rejected or stale.
+func rejectPosted(w http.ResponseWriter, wk *worker.Worker, t task.Task, err error) {
+	wk.Rejected(t, err)
 	writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 

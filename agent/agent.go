@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,9 +101,8 @@ type Agent struct {
 	intakeCtx  context.Context
 	stopIntake context.CancelFunc
 
-	startOnce sync.Once
-	started   chan struct{} // closed once Run serves; see Started
-	ending    atomic.Int32  // an Ending, set when Run returns
+	started chan struct{} // closed once Run serves; see Started
+	ending  atomic.Int32  // an Ending, set when Run returns
 }
 
 // New assembles an agent from validated config and its dependencies.
@@ -132,7 +130,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		return nil, err
 	}
 	log := d.Logger.With("instance_id", d.InstanceID)
-	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry), validator: validator}
+	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry), validator: validator, started: make(chan struct{})}
 	if a.alerts, err = newAlertRouting(cfg, validator, d); err != nil {
 		return nil, err
 	}
@@ -199,12 +197,7 @@ func (a *Agent) Drain(source, reason string) bool {
 
 // Started is closed once Run has reconciled what a previous process left
 // and serves: intake, presence and the drain supervisor are running.
-func (a *Agent) Started() <-chan struct{} { return a.startedCh() }
-
-func (a *Agent) startedCh() chan struct{} {
-	a.startOnce.Do(func() { a.started = make(chan struct{}) })
-	return a.started
-}
+func (a *Agent) Started() <-chan struct{} { return a.started }
 
 // Draining is closed when a drain starts, whatever triggered it.
 func (a *Agent) Draining() <-chan struct{} { return a.drain.Draining() }
@@ -279,7 +272,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ending.Store(int32(ending))
 		return nil
 	})
-	close(a.startedCh())
+	close(a.started)
 	err := g.Wait()
 	if runErr != nil {
 		return runErr
