@@ -76,9 +76,9 @@ type Deps struct {
 	Reports *hooks.ReportParts
 }
 
-// Agent is one `autodiag run`: it wires intake, the job pipeline, the
-// outcome recorder, the drain supervisor, the instance record and the
-// CloudWatch publisher, and runs them until a drain completes.
+// Agent is one `autodiag run`: it builds the hooks, the task worker, the
+// launch gate, the instance record, the CloudWatch publisher and the drain
+// supervisor from one config, and runs them until a drain completes.
 type Agent struct {
 	cfg config.Config
 	d   Deps
@@ -105,7 +105,8 @@ type Agent struct {
 	ending  atomic.Int32  // an Ending, set when Run returns
 }
 
-// New assembles an agent from validated config and its dependencies.
+// New assembles an agent from validated config and its dependencies, in
+// one pass: each part is built from the config and the parts before it.
 func New(cfg config.Config, d Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
