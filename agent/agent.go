@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -23,17 +22,11 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Clock tells the time; tests inject a fake one.
-type Clock interface{ Now() time.Time }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Deps are the agent's collaborators; Open builds them from a Config.
 type Deps struct {
@@ -60,7 +53,7 @@ type Deps struct {
 	Version    string
 	Logger     *slog.Logger
 	Registry   *prometheus.Registry
-	Clock      Clock
+	Clock      clock.Clock
 	// Runner executes diagnostics; nil = a default *runner.Runner.
 	Runner worker.Runner
 	// AlertSender puts the tasks alerts become onto the task queue; nil =
@@ -121,7 +114,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		d.Registry = prometheus.NewRegistry()
 	}
 	if d.Clock == nil {
-		d.Clock = wallClock{}
+		d.Clock = clock.Wall{}
 	}
 	if d.Runner == nil {
 		d.Runner = &runner.Runner{}

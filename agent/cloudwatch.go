@@ -12,6 +12,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
@@ -60,7 +61,7 @@ type publisher struct {
 	// known; "" = not published then.
 	instanceID string
 	limiter    degradedCounter
-	clock      Clock
+	clock      clock.Clock
 	log        *slog.Logger
 
 	mu sync.Mutex

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -50,7 +51,7 @@ func TestPublisherLimiterDegraded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cw := &fakeCloudWatch{}
 		lim := &degradedStub{n: 7} // decisions before the publisher started do not count
-		p := &publisher{api: cw, namespace: "autodiag", asg: "web-asg", limiter: lim, clock: wallClock{}, log: slog.New(slog.DiscardHandler)}
+		p := &publisher{api: cw, namespace: "autodiag", asg: "web-asg", limiter: lim, clock: clock.Wall{}, log: slog.New(slog.DiscardHandler)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); p.limiterDegraded(ctx) }()
@@ -143,7 +144,7 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 				lim := &degradedStub{n: 7}
 				logs := &syncBuffer{}
 				p := &publisher{api: cw, namespace: "autodiag", instanceID: instance, resolve: tc.resolve, limiter: lim,
-					clock: wallClock{}, log: slog.New(slog.NewJSONHandler(logs, nil))}
+					clock: clock.Wall{}, log: slog.New(slog.NewJSONHandler(logs, nil))}
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				wg.Go(func() { p.limiterDegraded(ctx) })

@@ -20,6 +20,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -69,7 +70,7 @@ func TestPublisherLogsOnce(t *testing.T) {
 		cw := &flakyCloudWatch{failing: true}
 		logs := &syncBuffer{}
 		var resolves atomic.Int32
-		p := &publisher{api: cw, namespace: "autodiag", every: every, limiter: &degradedStub{}, clock: wallClock{},
+		p := &publisher{api: cw, namespace: "autodiag", every: every, limiter: &degradedStub{}, clock: clock.Wall{},
 			log: slog.New(slog.NewJSONHandler(logs, nil)),
 			resolve: func(context.Context) (string, error) {
 				if resolves.Add(1) < 3 {
@@ -114,7 +115,7 @@ func TestPublisherGroupUnknownLogsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cw := &flakyCloudWatch{}
 		logs := &syncBuffer{}
-		p := &publisher{api: cw, namespace: "autodiag", every: time.Second, limiter: &degradedStub{}, clock: wallClock{},
+		p := &publisher{api: cw, namespace: "autodiag", every: time.Second, limiter: &degradedStub{}, clock: clock.Wall{},
 			log: slog.New(slog.NewJSONHandler(logs, nil))}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -234,7 +235,7 @@ func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	}
 	t.Cleanup(closeFn)
 	cw := &flakyCloudWatch{}
-	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: wallClock{},
+	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: clock.Wall{},
 		log: slog.New(slog.DiscardHandler)}
 	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
 	ctx := context.Background()

@@ -3,7 +3,6 @@ package hooks
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,15 +13,9 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 )
-
-// clock tells the time; tests inject a fake one.
-type clock interface{ Now() time.Time }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Options are what the hooks are built from.
 type Options struct {
@@ -41,7 +34,7 @@ type Options struct {
 	Reports    *ReportParts
 	Runner     worker.Runner
 	InstanceID string
-	Clock      interface{ Now() time.Time }
+	Clock      clock.Clock
 	Logger     *slog.Logger
 	Registry   prometheus.Registerer
 	// Base is what uploads derive their bounds from; it ends on a fast

@@ -10,6 +10,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -23,7 +24,7 @@ type notifier struct {
 	// never cancelled, so an event is written mid-shutdown too.
 	base    context.Context
 	timeout time.Duration // of each outbox write (redis.timeout)
-	clock   clock
+	clock   clock.Clock
 	log     *slog.Logger
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -128,7 +129,7 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	if err != nil {
 		return nil, fmt.Errorf("agent: notify: %w", err)
 	}
-	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: wallClock{},
+	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
 		log: log.With("component", "notify")}
 	return ReportSink(store, n), nil
 }
@@ -174,7 +175,7 @@ type reports struct {
 	r     *report.Reporter
 	queue report.Queue // the Reporter's
 	cfg   report.Config
-	clock clock
+	clock clock.Clock
 	log   *slog.Logger
 }
 

@@ -9,11 +9,9 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 )
-
-// clock tells the time; tests inject a fake one.
-type clock interface{ Now() time.Time }
 
 // Hooks are told of the drain's start and end: the notifications and the
 // root-cause reports, which may not hold the drain past its deadline.
@@ -53,7 +51,7 @@ type Options struct {
 	Actor        *lifecycle.Actor
 	Store        state.DrainStore
 	StoreTimeout time.Duration // redis.timeout
-	Clock        interface{ Now() time.Time }
+	Clock        clock.Clock
 	Logger       *slog.Logger
 	Gauges       Gauges
 	// CloudWatch is nil when off.

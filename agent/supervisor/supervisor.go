@@ -11,6 +11,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -50,7 +51,7 @@ type Supervisor struct {
 	actor        *lifecycle.Actor   // nil without imds or sqs sources
 	store        state.DrainStore
 	storeTimeout time.Duration // redis.timeout
-	clock        clock
+	clock        clock.Clock
 	log          *slog.Logger
 	m            Gauges
 	cloudwatch   Publisher // nil = off

@@ -14,6 +14,7 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -66,7 +67,7 @@ type outcomeRecorder struct {
 	log        *slog.Logger
 	m          Metrics
 	store      state.AuditLog
-	clock      clock
+	clock      clock.Clock
 	instanceID string
 	timeout    time.Duration // of each audit write (redis.timeout)
 	// known says whether a diagnostic name is in the catalog: only catalog

@@ -18,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -78,7 +79,7 @@ type pipeline struct {
 	catalog      map[string]runner.Diagnostic
 	outcomes     *outcomeRecorder
 	drain        *drain.Controller
-	clock        clock
+	clock        clock.Clock
 	log          *slog.Logger
 	instanceID   string
 	lease        time.Duration // queue.visibility_timeout

@@ -13,10 +13,8 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
 )
-
-// clock tells the time; tests inject a fake one.
-type clock interface{ Now() time.Time }
 
 // Hooks act on a task's end: Keep uploads the whole output of a run (and
 // may set the record's output fields), Writes are the notification and
@@ -46,7 +44,7 @@ type Options struct {
 	Validator *task.Validator
 	Catalog   map[string]runner.Diagnostic
 	Drain     *drain.Controller
-	Clock     interface{ Now() time.Time }
+	Clock     clock.Clock
 	Logger    *slog.Logger
 	Metrics   Metrics
 	// Redactor is the one chokepoint every output passes before it is
@@ -78,7 +76,7 @@ type Worker struct {
 	pipeline *pipeline
 	outcomes *outcomeRecorder
 	store    Store
-	clock    clock
+	clock    clock.Clock
 	log      *slog.Logger
 	// instanceID and storeTimeout are for Recover.
 	instanceID   string
