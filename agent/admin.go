@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 )
@@ -78,12 +79,12 @@ func (a *Agent) Status() Status {
 		Inflight:   p.Running,
 		Queued:     p.Queued,
 		Outcomes:   map[string]int64{},
-		Launch:     a.launchStatus(),
+		Launch:     a.gate.Status(),
 	}
-	if st := a.launchState(); st != "" && p.State == drain.Running {
+	if st := a.gate.State(); st != "" && p.State == drain.Running {
 		s.State = st
 	}
-	if a.cfg.hasRedis() {
+	if a.cfg.HasRedis() {
 		up := a.presence.up.Load()
 		s.RedisUp = &up
 	}
@@ -91,8 +92,8 @@ func (a *Agent) Status() Status {
 		// Outside a drain the tracker still counts received work.
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
-	counts := a.outcomes.snapshot()
-	for _, o := range Outcomes() {
+	counts := a.worker.Outcomes()
+	for _, o := range worker.Outcomes() {
 		s.Outcomes[o] = counts[o]
 	}
 	if p.State != drain.Running {
@@ -123,7 +124,7 @@ func (a *Agent) Handler() http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st.String(), "state": st.String()})
 			return
 		}
-		if st := a.launchState(); st != "" {
+		if st := a.gate.State(); st != "" {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st, "state": st})
 			return
 		}
@@ -192,7 +193,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			a.rejectPosted(w, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
+			rejectPosted(w, a.worker, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
 			return
 		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
@@ -205,7 +206,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// The outcome's audit write is detached from the request by design:
 		// it lands even when the client has gone.
-		a.rejectPosted(w, t, err) //nolint:contextcheck // see above
+		rejectPosted(w, a.worker, t, err) //nolint:contextcheck // see above
 		return
 	}
 	if t.ID == "" {
@@ -222,14 +223,10 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": t.ID})
 }
 
-func (a *Agent) rejectPosted(w http.ResponseWriter, t task.Task, err error) {
-	a.outcomes.received()
-	j := &job{task: t, received: a.d.Clock.Now()}
-	outcome := OutcomeRejected
-	if task.Reason(err) == task.ReasonStale {
-		outcome = OutcomeStale
-	}
-	a.outcomes.end(j, ended{outcome: outcome, reason: task.Reason(err), detail: err.Error()})
+// rejectPosted answers 400 for a posted task that is invalid or stale,
+// which the worker records as rejected or stale.
+func rejectPosted(w http.ResponseWriter, wk *worker.Worker, t task.Task, err error) {
+	wk.Rejected(t, err)
 	writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 

@@ -9,6 +9,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
@@ -28,7 +32,7 @@ type groupResolver func(ctx context.Context) (string, error)
 const (
 	// publishEvery is the period of both CloudWatch metrics when the
 	// publisher is given none (cloudwatch.interval's default).
-	publishEvery = DefaultCloudWatchInterval
+	publishEvery = config.DefaultCloudWatchInterval
 	// putMetricTimeout bounds one PutMetricData.
 	putMetricTimeout = 10 * time.Second
 )
@@ -57,7 +61,7 @@ type publisher struct {
 	// known; "" = not published then.
 	instanceID string
 	limiter    degradedCounter
-	clock      Clock
+	clock      clock.Clock
 	log        *slog.Logger
 
 	mu sync.Mutex
@@ -84,7 +88,7 @@ func (p *publisher) group(ctx context.Context) string {
 	if asg != "" || p.resolve == nil {
 		return asg
 	}
-	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	rctx, cancel := context.WithTimeout(ctx, supervisor.ResolveTimeout)
 	defer cancel()
 	name, err := p.resolve(rctx)
 	if err != nil {
@@ -154,11 +158,11 @@ func groupDimension(asg string) cwtypes.Dimension {
 	return cwtypes.Dimension{Name: aws.String(dimGroup), Value: aws.String(asg)}
 }
 
-// drainSeconds puts DrainSeconds at once and every interval until ctx
+// DrainSeconds puts DrainSeconds at once and every interval until ctx
 // ends, so a CloudWatch alarm can catch a drain, or a completion, stuck in
 // Terminating:Wait. actionGroup, when it returns a name, is the group of
 // the lifecycle action and wins over the instance's.
-func (p *publisher) drainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
+func (p *publisher) DrainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
 	t := time.NewTicker(p.interval())
 	defer t.Stop()
 	// The start is published even when the drain and its completion end

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // TestCloudWatchIntervalConfig: cloudwatch.interval is a minute when
@@ -20,7 +22,7 @@ func TestCloudWatchIntervalConfig(t *testing.T) {
 		{yaml: "cloudwatch: {enabled: true, interval: 2m}\n", wantErr: "cloudwatch.interval"},
 		{yaml: "cloudwatch: {enabled: true, interval: -1s}\n", wantErr: "cloudwatch.interval"},
 	} {
-		cfg, err := LoadConfig([]byte(tc.yaml), nil)
+		cfg, err := config.Load([]byte(tc.yaml), nil)
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

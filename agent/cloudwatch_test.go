@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -49,7 +51,7 @@ func TestPublisherLimiterDegraded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cw := &fakeCloudWatch{}
 		lim := &degradedStub{n: 7} // decisions before the publisher started do not count
-		p := &publisher{api: cw, namespace: "autodiag", asg: "web-asg", limiter: lim, clock: wallClock{}, log: slog.New(slog.DiscardHandler)}
+		p := &publisher{api: cw, namespace: "autodiag", asg: "web-asg", limiter: lim, clock: clock.Wall{}, log: slog.New(slog.DiscardHandler)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); p.limiterDegraded(ctx) }()
@@ -81,7 +83,7 @@ func TestPublisherLimiterDegraded(t *testing.T) {
 // limiter's autodiag_limiter_degraded_total.
 func TestLimiterDegradedTotal(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig(nil, nil)
+	cfg, err := config.Load(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +144,11 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 				lim := &degradedStub{n: 7}
 				logs := &syncBuffer{}
 				p := &publisher{api: cw, namespace: "autodiag", instanceID: instance, resolve: tc.resolve, limiter: lim,
-					clock: wallClock{}, log: slog.New(slog.NewJSONHandler(logs, nil))}
+					clock: clock.Wall{}, log: slog.New(slog.NewJSONHandler(logs, nil))}
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				wg.Go(func() { p.limiterDegraded(ctx) })
-				wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+				wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 				synctest.Wait()
 				lim.add(4)
 				time.Sleep(publishEvery + time.Second)

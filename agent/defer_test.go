@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // TestDeferRequeuesAfterRetryAfter: a rule with on_exceed: defer hands the
@@ -26,14 +28,14 @@ lifecycle: {drain_timeout: 1m}
 `)
 	start := time.Now()
 	ta.post(t, `{"id":"d-1","host":"web-01","diagnostic":"echo"}`)
-	waitFor(t, "first run", func() bool { return ta.outcome(OutcomeSucceeded) == 1 })
+	waitFor(t, "first run", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 1 })
 	ta.post(t, `{"id":"d-2","host":"web-01","diagnostic":"echo"}`)
-	waitFor(t, "deferred task runs later", func() bool { return ta.outcome(OutcomeSucceeded) == 2 })
-	if ta.outcome(OutcomeRateLimited) != 0 {
+	waitFor(t, "deferred task runs later", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 2 })
+	if ta.outcome(worker.OutcomeRateLimited) != 0 {
 		t.Fatalf("a deferred task was dropped as rate_limited")
 	}
 	rec, ok, _ := ta.d.Store.Task(context.Background(), "d-2")
-	if !ok || rec.Outcome != OutcomeSucceeded || rec.Attempts != 2 {
+	if !ok || rec.Outcome != worker.OutcomeSucceeded || rec.Attempts != 2 {
 		t.Fatalf("d-2 record = %+v, want succeeded on attempt 2 (deferred once)", rec)
 	}
 	if elapsed := time.Since(start); elapsed < time.Second {
@@ -48,36 +50,5 @@ lifecycle: {drain_timeout: 1m}
 	}
 	if deferred != 1 {
 		t.Fatalf("audit has %d deferred entries for d-2, want 1", deferred)
-	}
-}
-
-// TestConcurrencyDelay: a concurrency denial comes back within the denied
-// diagnostic's timeout when that is shorter than the holder's lease, in
-// the upper half of the bound, never under a second.
-func TestConcurrencyDelay(t *testing.T) {
-	tests := []struct {
-		name                string
-		retryAfter, timeout time.Duration
-		lo, hi              time.Duration
-	}{
-		{"timeout shorter than the lease", 5 * time.Minute, 30 * time.Second, 15 * time.Second, 30 * time.Second},
-		{"lease shorter than the timeout", 20 * time.Second, time.Minute, 10 * time.Second, 20 * time.Second},
-		{"no timeout", 40 * time.Second, 0, 20 * time.Second, 40 * time.Second},
-		{"at least a second", time.Second, 500 * time.Millisecond, time.Second, time.Second},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			seen := map[time.Duration]bool{}
-			for range 200 {
-				d := concurrencyDelay(tc.retryAfter, tc.timeout)
-				if d < tc.lo || d > tc.hi {
-					t.Fatalf("concurrencyDelay(%v, %v) = %v, want within [%v, %v]", tc.retryAfter, tc.timeout, d, tc.lo, tc.hi)
-				}
-				seen[d] = true
-			}
-			if tc.lo < tc.hi && len(seen) < 2 {
-				t.Errorf("concurrencyDelay(%v, %v) always %v: no jitter", tc.retryAfter, tc.timeout, seen)
-			}
-		})
 	}
 }

@@ -1,17 +1,21 @@
-// Package agent is the program `autodiag run` executes. Each role is a
-// type in a file of its name, wired together by Agent (agent.go):
+// Package agent is the composition root of `autodiag run`: Open builds
+// the outside clients from one config.Config, New builds the parts in one
+// pass over it, Run starts them, waits for the drain to end and stops
+// them, and Handler serves the admin API. The parts live in their own
+// packages and take what they need as narrow interfaces:
 //
-//   - the launch gate (launch.go) holds intake until the readiness checks
-//     pass and the launch hook is completed, and while the instance sits in
-//     a warm pool;
-//   - intake (intake.go) receives messages while there are free slots;
-//   - pipeline (pipeline.go) takes each one through validate → claim →
-//     decide → run → record;
-//   - outcomeRecorder (outcome.go) is the one place a task's outcome is
-//     written: log line, metric, audit entry;
-//   - supervisor (supervisor.go) owns the drain: action discovery,
-//     persistence, lifecycle heartbeats and the completion;
-//   - presence (instance.go) keeps the instance record and redis_up fresh;
-//   - publisher (cloudwatch.go) puts DrainSeconds and LimiterDegraded;
-//   - admin.go serves the admin HTTP API.
+//   - config: the configuration, Load and Validate;
+//   - hooks: redaction, the S3 upload, notifications, reports (built
+//     first: the worker and the supervisor both take them);
+//   - worker: receive → validate → route → claim → decide → run →
+//     record → finish → ack, and each task's outcome;
+//   - launch: the launch gate before intake;
+//   - supervisor: the drain, from trigger to Ending;
+//   - alertintake: the HTTP alert intake and the standalone intake.
+//
+// Here: agent.go (New, Run), wire.go (Open: AWS, Redis, queue, state),
+// parts.go and supervise.go (building the parts), admin.go and tasks.go
+// (the admin API), instance.go (the instance record and redis_up),
+// cloudwatch.go (DrainSeconds, LimiterDegraded), metrics.go. See
+// docs/design.md for the two flows with the file of each step.
 package agent

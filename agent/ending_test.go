@@ -11,7 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/asgfake"
 	"github.com/autodiag/autodiag/internal/sqsfake"
@@ -33,7 +35,7 @@ type endingCase struct {
 	trigger func(a *Agent, act *lifecycle.Action)
 	// fault makes CompleteLifecycleAction answer with this error code.
 	fault   string
-	wantEnd Ending
+	wantEnd supervisor.Ending
 	wantErr error
 	// completed: the fake's action ends completed by the agent.
 	completed bool
@@ -52,30 +54,30 @@ func TestRunEndingBySource(t *testing.T) {
 	}
 	withAction := func(source string) func(*Agent, *lifecycle.Action) {
 		return func(a *Agent, act *lifecycle.Action) {
-			a.sup.start(drain.Trigger{Source: source, Reason: "test"}, act)
+			a.sup.Start(drain.Trigger{Source: source, Reason: "test"}, act)
 		}
 	}
 	staleAction := func(a *Agent, act *lifecycle.Action) {
 		gone := *act
 		gone.Token = "00000000-0000-0000-0000-000000000000"
-		a.sup.start(drain.Trigger{Source: lifecycle.SourceSQS, Reason: "test"}, &gone)
+		a.sup.Start(drain.Trigger{Source: lifecycle.SourceSQS, Reason: "test"}, &gone)
 	}
 	cases := []endingCase{
-		{name: "signal", trigger: drainBy(lifecycle.SourceSignal), wantEnd: EndingDone},
-		{name: "spot", trigger: drainBy(lifecycle.TriggerSpot), wantEnd: EndingDone},
-		{name: "admin", trigger: drainBy("admin"), wantEnd: EndingDrained},
-		{name: "rebalance", trigger: drainBy(lifecycle.TriggerRebalance), wantEnd: EndingDone},
-		{name: "maintenance", trigger: drainBy(lifecycle.TriggerMaintenance), wantEnd: EndingDone},
-		{name: "sqs action completed", trigger: withAction(lifecycle.SourceSQS), wantEnd: EndingDone, completed: true},
-		{name: "imds action completed", trigger: withAction(lifecycle.SourceIMDS), wantEnd: EndingDone, completed: true},
-		{name: "admin drain that ended an action", trigger: withAction("admin"), wantEnd: EndingDone, completed: true},
-		{name: "action no longer active", trigger: staleAction, wantEnd: EndingDone},
+		{name: "signal", trigger: drainBy(lifecycle.SourceSignal), wantEnd: supervisor.EndingDone},
+		{name: "spot", trigger: drainBy(lifecycle.TriggerSpot), wantEnd: supervisor.EndingDone},
+		{name: "admin", trigger: drainBy("admin"), wantEnd: supervisor.EndingDrained},
+		{name: "rebalance", trigger: drainBy(lifecycle.TriggerRebalance), wantEnd: supervisor.EndingDone},
+		{name: "maintenance", trigger: drainBy(lifecycle.TriggerMaintenance), wantEnd: supervisor.EndingDone},
+		{name: "sqs action completed", trigger: withAction(lifecycle.SourceSQS), wantEnd: supervisor.EndingDone, completed: true},
+		{name: "imds action completed", trigger: withAction(lifecycle.SourceIMDS), wantEnd: supervisor.EndingDone, completed: true},
+		{name: "admin drain that ended an action", trigger: withAction("admin"), wantEnd: supervisor.EndingDone, completed: true},
+		{name: "action no longer active", trigger: staleAction, wantEnd: supervisor.EndingDone},
 		{name: "completion refused", trigger: withAction(lifecycle.SourceSQS), fault: "AccessDenied",
-			wantEnd: EndingDone, wantErr: ErrCompletionFailed},
+			wantEnd: supervisor.EndingDone, wantErr: supervisor.ErrCompletionFailed},
 		{name: "resumed without action", persisted: &state.DrainRecord{Source: "admin", Reason: "POST /v1/drain"},
-			wantEnd: EndingDrained},
+			wantEnd: supervisor.EndingDrained},
 		{name: "resumed with action", persisted: &state.DrainRecord{Source: lifecycle.SourceSQS, Reason: "notice"},
-			wantEnd: EndingDone, completed: true},
+			wantEnd: supervisor.EndingDone, completed: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +95,7 @@ func TestRunEndingBySource(t *testing.T) {
 
 // runEndingCase runs an embedded agent with an Auto Scaling fake behind its
 // Actor until the case's drain ends.
-func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
+func runEndingCase(t *testing.T, tc endingCase) (supervisor.Ending, error) {
 	t.Helper()
 	fake := asgfake.New(asgfake.Options{Seed: 1})
 	fake.AddGroup(endingASG)
@@ -117,7 +119,7 @@ func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
 	})
 	action := &lifecycle.Action{InstanceID: endingInstance, ASGName: endingASG, HookName: endingHook, Token: acts[0].Token}
 
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +132,13 @@ func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
 	}
 	t.Cleanup(closeFn)
 	// Open builds no Actor for a signal-only config; this one talks to the fake.
-	a.sup.actor = lifecycle.NewActor(cfg.Lifecycle, lifecycle.Deps{AutoScaling: client, InstanceID: endingInstance})
+	a.sup = a.newSupervisor(a.d.Watcher, lifecycle.NewActor(cfg.Lifecycle, lifecycle.Deps{AutoScaling: client, InstanceID: endingInstance}))
 
 	if tc.persisted != nil {
 		rec := *tc.persisted
 		rec.StartedAt = time.Now().Add(-time.Minute)
 		rec.Deadline = rec.StartedAt.Add(2 * time.Minute) // testConfig's drain_timeout
-		if tc.wantEnd == EndingDone {
+		if tc.wantEnd == supervisor.EndingDone {
 			rec.Action, _ = json.Marshal(action)
 		}
 		if err := a.d.Store.SaveDrain(context.Background(), endingInstance, rec); err != nil {
@@ -151,43 +153,11 @@ func runEndingCase(t *testing.T, tc endingCase) (Ending, error) {
 	}
 	select {
 	case err = <-done:
-	case <-time.After(completionTimeout + releaseGrace):
+	case <-time.After(supervisor.CompletionTimeout + supervisor.ReleaseGrace):
 		t.Fatal("Run did not return")
 	}
 	if act, _ := fake.Action(endingInstance); tc.completed != (act.EndReason == asgfake.EndCompleted) {
 		t.Errorf("the fake's action ended %q; completed by the agent: %v", act.EndReason, tc.completed)
 	}
 	return a.Ending(), err
-}
-
-// TestDrainEndingTable: the classification on its own, including the
-// trigger sources only the lifecycle watcher produces.
-func TestDrainEndingTable(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		source     string
-		hadAction  bool
-		toWarmPool bool
-		want       Ending
-	}{
-		{lifecycle.SourceSignal, false, false, EndingDone},
-		{lifecycle.TriggerSpot, false, false, EndingDone},
-		{lifecycle.TriggerSpot, true, false, EndingDone},
-		{lifecycle.SourceIMDS, true, false, EndingDone},
-		{lifecycle.SourceSQS, true, false, EndingDone},
-		{"admin", false, false, EndingDrained},
-		{"admin", true, false, EndingDone},
-		{sourceRestart, false, false, EndingDrained},
-		{sourceRestart, true, false, EndingDone},
-		{lifecycle.TriggerRebalance, false, false, EndingDone},
-		{lifecycle.TriggerMaintenance, false, false, EndingDone},
-		// Back to the warm pool (InService, then Warmed:*): the agent
-		// comes back when the instance re-enters service.
-		{lifecycle.SourceIMDS, true, true, EndingDrained},
-		{sourceRestart, true, true, EndingDrained},
-	} {
-		if got := drainEnding(tc.source, tc.hadAction, tc.toWarmPool); got != tc.want {
-			t.Errorf("drainEnding(%q, action %v, to warm pool %v) = %s, want %s", tc.source, tc.hadAction, tc.toWarmPool, got, tc.want)
-		}
-	}
 }

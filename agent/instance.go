@@ -25,7 +25,7 @@ type presence struct {
 	store        state.InstanceStore
 	storeTimeout time.Duration // redis.timeout
 	drain        *drain.Controller
-	outcomes     *outcomeRecorder
+	outcomes     interface{ InFlight() int }
 	m            *metrics
 	log          *slog.Logger
 	instanceID   string
@@ -77,7 +77,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		}
 	}
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
-		Version: p.version, Inflight: p.outcomes.inFlight()}
+		Version: p.version, Inflight: p.outcomes.InFlight()}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	if err == nil {
 		err = callDetached(ctx, p.storeTimeout, p.store.Ping)

@@ -13,6 +13,8 @@ import (
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/investigate/eval"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/report"
@@ -94,7 +96,7 @@ func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *
 // tokens, waiting at most wait for the report.
 func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model string, priceIn, priceOut float64, wait time.Duration) (report.Result, *state.Memory) {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(scenarioYAML(t, s, model, priceIn, priceOut)), nil)
+	cfg, err := config.Load([]byte(scenarioYAML(t, s, model, priceIn, priceOut)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model str
 	src := queue.NewMemory(queue.MemoryOptions{})
 	store := state.NewMemory(state.MemoryOptions{})
 	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval",
-		Reports: &ReportParts{Provider: p}})
+		Reports: &hooks.ReportParts{Provider: p}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +285,7 @@ func TestNoInvestigateIsSingleShot(t *testing.T) {
 	if strings.Contains(yaml, "investigate: {") {
 		t.Fatalf("report.investigate still in:\n%s", yaml)
 	}
-	cfg, err := LoadConfig([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +296,7 @@ func TestNoInvestigateIsSingleShot(t *testing.T) {
 	src := queue.NewMemory(queue.MemoryOptions{})
 	store := state.NewMemory(state.MemoryOptions{})
 	model := &recordingModel{}
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval", Reports: &ReportParts{Provider: model}})
+	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model}})
 	if err != nil {
 		t.Fatal(err)
 	}

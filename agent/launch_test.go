@@ -11,7 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/internal/asgfake"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -39,7 +42,7 @@ func launchAgent(t *testing.T, timeout time.Duration, extra ...runner.Diagnostic
 		o.Retryer = retry.AddWithMaxAttempts(o.Retryer, 1)
 	})
 
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +55,8 @@ func launchAgent(t *testing.T, timeout time.Duration, extra ...runner.Diagnostic
 	// Open would need AWS for the Actor; this one talks to the fake.
 	a.cfg.Lifecycle.LaunchHookName, a.cfg.Lifecycle.LaunchTimeout, a.cfg.Lifecycle.ASGName = launchHookName, timeout, endingASG
 	a.d.Actor = lifecycle.NewActor(a.cfg.Lifecycle, lifecycle.Deps{AutoScaling: client, InstanceID: endingInstance})
-	a.sup.actor = a.d.Actor
+	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
+	a.buildGate()
 	return a, fake
 }
 
@@ -81,7 +85,7 @@ func TestLaunchGate(t *testing.T) {
 	}{
 		{"ready", nil, asgfake.ResultContinue, "running"},
 		{"program missing", []runner.Diagnostic{{Name: "gone", Command: []string{"/nonexistent/autodiag-test-prog"}, Timeout: time.Second}},
-			asgfake.ResultAbandon, stateAbandoned},
+			asgfake.ResultAbandon, launch.StateAbandoned},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -89,7 +93,7 @@ func TestLaunchGate(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- a.Run(context.Background()) }()
 			<-a.Started()
-			if code, st := readyzStatus(t, a); code != http.StatusServiceUnavailable || st != stateStarting {
+			if code, st := readyzStatus(t, a); code != http.StatusServiceUnavailable || st != launch.StateStarting {
 				// The gate may already be through for "ready": only a 200
 				// before the completion would be wrong.
 				if act, _ := fake.Action(endingInstance); code == http.StatusOK && !act.Ended {
@@ -97,7 +101,7 @@ func TestLaunchGate(t *testing.T) {
 				}
 			}
 			deadline := time.Now().Add(lifecycle.DefaultCompleteTimeout)
-			for a.launch.Load() == launchStarting && time.Now().Before(deadline) {
+			for a.gate.State() == launch.StateStarting && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond) // polls the gate's own flag, not a guess at its duration
 			}
 			act, _ := fake.Action(endingInstance)
@@ -130,7 +134,7 @@ func TestLaunchGate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-			case <-time.After(completionTimeout + releaseGrace):
+			case <-time.After(supervisor.CompletionTimeout + supervisor.ReleaseGrace):
 				t.Fatal("Run did not return")
 			}
 		})

@@ -7,9 +7,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -60,15 +63,15 @@ func (s deadlineStore) Audit(ctx context.Context, e state.AuditEntry) error {
 }
 
 // TestRunLongerThanCallBoundsRecordsItsResult: a diagnostic that runs
-// longer than any store or queue call bound (35 s here; queueCallTimeout
+// longer than any store or queue call bound (35 s here; worker.QueueCallTimeout
 // is 30 s, redis.timeout 200 ms) still has its result recorded, its
 // in-flight entry dropped and its message deleted: the bookkeeping after
 // a run never uses a context created before it.
 func TestRunLongerThanCallBoundsRecordsItsResult(t *testing.T) {
 	t.Parallel()
-	const runFor = queueCallTimeout + 5*time.Second
+	const runFor = worker.QueueCallTimeout + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := LoadConfig([]byte(`
+		cfg, err := config.Load([]byte(`
 workers: 1
 diagnostics:
   - {name: long, command: [/bin/true], timeout: 2m}
@@ -115,7 +118,7 @@ lifecycle: {drain_timeout: 5m}
 		if err != nil || !ok {
 			t.Fatalf("record: ok=%v err=%v", ok, err)
 		}
-		if ran != 1 || rec.Status != state.StatusDone || rec.Outcome != OutcomeSucceeded {
+		if ran != 1 || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded {
 			t.Fatalf("after %d run(s) the record is %+v, want done and succeeded", ran, rec)
 		}
 		if inflight, err := store.Inflight(ctx, "i-long"); err != nil || len(inflight) != 0 {
@@ -124,21 +127,21 @@ lifecycle: {drain_timeout: 5m}
 		if ready, held := src.Len(); ready != 0 || held != 0 {
 			t.Fatalf("queue holds %d ready and %d in-flight messages, want it deleted", ready, held)
 		}
-		if got := a.Status().Outcomes[OutcomeSucceeded]; got != 1 {
+		if got := a.Status().Outcomes[worker.OutcomeSucceeded]; got != 1 {
 			t.Fatalf("succeeded = %d, want 1", got)
 		}
 	})
 }
 
 // TestRunWaitsForItsHandlers: on a fast exit, a diagnostic that takes
-// longer than releaseGrace to stop still has its handler waited for: Run
+// longer than supervisor.ReleaseGrace to stop still has its handler waited for: Run
 // returns after the handler recorded the release, so nothing main closes
 // after Run (the queue, the Redis client) is closed under it.
 func TestRunWaitsForItsHandlers(t *testing.T) {
 	t.Parallel()
-	const stopping = releaseGrace + 5*time.Second
+	const stopping = supervisor.ReleaseGrace + 5*time.Second
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := LoadConfig([]byte(`
+		cfg, err := config.Load([]byte(`
 diagnostics:
   - {name: stubborn, command: [/bin/true], timeout: 2m}
 limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
@@ -174,13 +177,13 @@ lifecycle: {drain_timeout: 5m}
 		}
 		<-started
 		cancel()
-		if err := <-done; !errors.Is(err, ErrFastExit) {
+		if err := <-done; !errors.Is(err, supervisor.ErrFastExit) {
 			t.Fatalf("Run = %v, want ErrFastExit", err)
 		}
 		if !returned {
 			t.Fatal("Run returned while a handler's diagnostic was still stopping")
 		}
-		if got := a.Status().Outcomes[OutcomeReleased]; got != 1 {
+		if got := a.Status().Outcomes[worker.OutcomeReleased]; got != 1 {
 			t.Fatalf("released = %d, want 1", got)
 		}
 	})

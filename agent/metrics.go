@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // metrics are the agent's own series (README "Metrics"); the limiter and
@@ -23,33 +25,11 @@ type metrics struct {
 // Operations counted by autodiag_state_degraded_total.
 var stateOps = []string{"claim", "finish", "renew", "release", "audit", "mark"}
 
-// Outcomes every task ends in exactly one of.
-const (
-	OutcomeSucceeded   = "succeeded"
-	OutcomeFailed      = "failed"
-	OutcomeTimedOut    = "timed_out"
-	OutcomeRateLimited = "rate_limited"
-	OutcomeRejected    = "rejected"
-	OutcomeDuplicate   = "duplicate"
-	OutcomeStale       = "stale"
-	OutcomeReleased    = "released"
-)
-
-// Outcomes lists them in a stable order.
-func Outcomes() []string {
-	return []string{OutcomeSucceeded, OutcomeFailed, OutcomeTimedOut, OutcomeRateLimited,
-		OutcomeRejected, OutcomeDuplicate, OutcomeStale, OutcomeReleased}
-}
-
-// unknownDiagnostic labels the outcomes of tasks naming no diagnostic of
-// the catalog (rejected before they run).
-const unknownDiagnostic = "unknown"
-
 // newMetrics registers the agent's series on reg, every label set it can
-// produce at 0: each diagnostic of the catalog (and unknownDiagnostic) ×
-// each outcome. A counter created at its first increment is first seen by
-// Prometheus at its running value, so increase() over it is 0 and an
-// alert built on it lies.
+// produce at 0: each diagnostic of the catalog (and
+// worker.UnknownDiagnostic) × each outcome. A counter created at its first
+// increment is first seen by Prometheus at its running value, so
+// increase() over it is 0 and an alert built on it lies.
 func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounter(prometheus.CounterOpts{
@@ -93,8 +73,8 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 	for _, op := range stateOps {
 		m.stateDegraded.WithLabelValues(op)
 	}
-	for _, d := range append(slices.Clone(diagnostics), unknownDiagnostic) {
-		for _, o := range Outcomes() {
+	for _, d := range append(slices.Clone(diagnostics), worker.UnknownDiagnostic) {
+		for _, o := range worker.Outcomes() {
 			m.outcomes.WithLabelValues(d, o)
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // TestMetricNamesLint runs promlint over everything an embedded agent
@@ -13,7 +16,7 @@ import (
 // checks the names the README documents are there.
 func TestMetricNamesLint(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig(nil, nil)
+	cfg, err := config.Load(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +26,7 @@ func TestMetricNamesLint(t *testing.T) {
 	}
 	defer closeFn()
 	// Touch the vectors so they are exported.
-	a.m.outcomes.WithLabelValues("uptime", OutcomeSucceeded).Add(0)
+	a.m.outcomes.WithLabelValues("uptime", worker.OutcomeSucceeded).Add(0)
 	a.m.duration.WithLabelValues("uptime").Observe(0)
 	problems, err := testutil.GatherAndLint(a.Registry())
 	if err != nil {

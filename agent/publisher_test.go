@@ -16,8 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -67,7 +70,7 @@ func TestPublisherLogsOnce(t *testing.T) {
 		cw := &flakyCloudWatch{failing: true}
 		logs := &syncBuffer{}
 		var resolves atomic.Int32
-		p := &publisher{api: cw, namespace: "autodiag", every: every, limiter: &degradedStub{}, clock: wallClock{},
+		p := &publisher{api: cw, namespace: "autodiag", every: every, limiter: &degradedStub{}, clock: clock.Wall{},
 			log: slog.New(slog.NewJSONHandler(logs, nil)),
 			resolve: func(context.Context) (string, error) {
 				if resolves.Add(1) < 3 {
@@ -77,7 +80,7 @@ func TestPublisherLogsOnce(t *testing.T) {
 			}}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+		wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 		wg.Go(func() { p.limiterDegraded(ctx) })
 
 		time.Sleep(5*every + every/2) // the group is known from the 3rd look; puts fail
@@ -112,11 +115,11 @@ func TestPublisherGroupUnknownLogsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cw := &flakyCloudWatch{}
 		logs := &syncBuffer{}
-		p := &publisher{api: cw, namespace: "autodiag", every: time.Second, limiter: &degradedStub{}, clock: wallClock{},
+		p := &publisher{api: cw, namespace: "autodiag", every: time.Second, limiter: &degradedStub{}, clock: clock.Wall{},
 			log: slog.New(slog.NewJSONHandler(logs, nil))}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		wg.Go(func() { p.drainSeconds(ctx, time.Now(), func() string { return "" }) })
+		wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 		wg.Go(func() { p.limiterDegraded(ctx) })
 		time.Sleep(5 * time.Second)
 		cancel()
@@ -151,7 +154,7 @@ func (s stateIMDS) GetMetadata(_ context.Context, in *imds.GetMetadataInput, _ .
 // agent logs it, marks the record done and keeps taking work.
 func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +171,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.sup.watcher = w
+	a.sup = a.newSupervisor(w, a.d.Actor)
 	ctx := context.Background()
 	start := time.Now().Add(-time.Minute)
 	if err := a.d.Store.SaveDrain(ctx, endingInstance, state.DrainRecord{Source: "admin", Reason: "POST /v1/drain",
@@ -188,7 +191,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 		t.Fatalf("persisted drain %+v, want marked done so no later start resumes it", rec)
 	}
 	a.Drain("admin", "end of test")
-	if err := <-done; err != nil || a.Ending() != EndingDrained {
+	if err := <-done; err != nil || a.Ending() != supervisor.EndingDrained {
 		t.Fatalf("Run = %v, ending %s", err, a.Ending())
 	}
 }
@@ -197,7 +200,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 // signal source alone), the group comes from Deps.ResolveASG.
 func TestDepsResolveASG(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(testConfig+"cloudwatch: {enabled: true}\n"), nil)
+	cfg, err := config.Load([]byte(testConfig+"cloudwatch: {enabled: true}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +225,7 @@ func TestDepsResolveASG(t *testing.T) {
 // what the stuck-drain alarm reads.
 func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,9 +235,9 @@ func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	}
 	t.Cleanup(closeFn)
 	cw := &flakyCloudWatch{}
-	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: wallClock{},
+	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: clock.Wall{},
 		log: slog.New(slog.DiscardHandler)}
-	a.sup.cloudwatch = a.publisher
+	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
 	ctx := context.Background()
 	const ago = 5 * time.Minute
 	first := time.Now().Add(-ago)

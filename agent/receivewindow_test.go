@@ -8,6 +8,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // receiveWindowConfig has one worker, so a window of 1 + max(1, 1/4) = 2
@@ -63,7 +64,7 @@ func TestReceiveWindowFreedWhenTheRunEnds(t *testing.T) {
 		t.Fatalf("%d diagnostics started while the first task's record was held, want 1", n)
 	}
 	close(store.gate)
-	waitFor(t, "every task's end", func() bool { return a.Status().Outcomes[OutcomeSucceeded] == tasks })
+	waitFor(t, "every task's end", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == tasks })
 	stop()
 	if n := runs.Load(); n != tasks {
 		t.Errorf("%d runs, want %d", n, tasks)

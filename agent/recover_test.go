@@ -13,7 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -73,7 +75,7 @@ func TestRecoveryReconcilesInflight(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := c.Record
-	done.Outcome, done.FinishedAt = OutcomeSucceeded, time.Now()
+	done.Outcome, done.FinishedAt = worker.OutcomeSucceeded, time.Now()
 	if err := st.Finish(ctx, done, state.FinishExtras{}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func TestRecoveryReconcilesInflight(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := LoadConfig([]byte(fmt.Sprintf(`
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
 redis: {url: "redis://%s/0", prefix: %q}
 diagnostics:
   - {name: echo, command: [/bin/echo, "{host}"], timeout: 10s}
@@ -111,7 +113,7 @@ lifecycle: {drain_timeout: 1m}
 	if rec, ok, _ := st.Task(ctx, "t-run"); !ok || rec.Status != state.StatusInterrupted {
 		t.Errorf("t-run record = %+v, want interrupted", rec)
 	}
-	if rec, ok, _ := st.Task(ctx, "t-done"); !ok || rec.Status != state.StatusDone || rec.Outcome != OutcomeSucceeded {
+	if rec, ok, _ := st.Task(ctx, "t-done"); !ok || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded {
 		t.Errorf("t-done record = %+v, want left done with its outcome", rec)
 	}
 	if n, _ := rc.HLen(ctx, prefix+"inflight:"+me).Result(); n != 0 {
@@ -122,8 +124,8 @@ lifecycle: {drain_timeout: 1m}
 	for _, e := range audit {
 		got[e.TaskID] = e.Outcome
 	}
-	if got["t-run"] != state.StatusInterrupted || got["t-done"] != recoveredOutcome {
-		t.Errorf("audit outcomes %v, want t-run interrupted and t-done %s", got, recoveredOutcome)
+	if got["t-run"] != state.StatusInterrupted || got["t-done"] != worker.RecoveredOutcome {
+		t.Errorf("audit outcomes %v, want t-run interrupted and t-done %s", got, worker.RecoveredOutcome)
 	}
 	interrupted := logs.lines("task interrupted")
 	if len(interrupted) != 1 || interrupted[0]["task_id"] != "t-run" ||

@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -18,7 +16,7 @@ import (
 // report ID` asks it in embedded mode, where the record, the outbox and
 // the report limiter live in the agent's memory.
 func (a *Agent) postTaskReport(w http.ResponseWriter, r *http.Request) {
-	if a.reports == nil {
+	if !a.hooks.ReportsOn() {
 		writeJSON(w, http.StatusConflict, map[string]string{"error": "report.enabled is false on this agent", "reason": "report_disabled"})
 		return
 	}
@@ -43,20 +41,13 @@ func (a *Agent) postTaskReport(w http.ResponseWriter, r *http.Request) {
 			diag = &a.cfg.Diagnostics[i]
 		}
 	}
-	ev := EvidenceOf(rec, diag)
-	if a.pipeline.redactor != nil {
-		ev.Output = a.pipeline.redactor.RedactString(ev.Output)
-	}
-	job := report.Job{ID: rec.ID, Evidence: ev, Force: r.URL.Query().Get("force") == "true"}
 	// The model call outlives the admin listener's write timeout.
 	bound := a.cfg.Report.Timeout + 2*a.cfg.Redis.Timeout
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bound + AdminWriteTimeout))
 	ctx, cancel := context.WithTimeout(r.Context(), bound)
 	defer cancel()
-	res := a.reports.r.Process(ctx, job)
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Redis.Timeout)
-	defer wcancel()
-	if err := ReportSink(a.d.Store, a.notifier)(wctx, job, res); err != nil && !errors.Is(err, context.Canceled) {
+	res, err := a.hooks.ReportNow(ctx, rec, diag, r.URL.Query().Get("force") == "true", a.cfg.Redis.Timeout)
+	if err != nil {
 		a.log.Warn("report written but not stored", "task_id", id, "err", err)
 	}
 	writeJSON(w, http.StatusOK, res)

@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
-// OutboxReportSink stores the report and writes one `report` entry per sink
+// hooks.OutboxReportSink stores the report and writes one `report` entry per sink
 // that wants it, without the sinks' URL or secret variables; with no such
 // sink, the record only.
 func TestOutboxReportSink(t *testing.T) {
@@ -33,7 +36,7 @@ func TestOutboxReportSink(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			store := state.NewMemory(state.MemoryOptions{})
-			rec := state.TaskRecord{ID: "t-1", Host: "web-1", Diagnostic: "disk", Outcome: OutcomeFailed}
+			rec := state.TaskRecord{ID: "t-1", Host: "web-1", Diagnostic: "disk", Outcome: worker.OutcomeFailed}
 			if _, err := store.Claim(ctx, rec, "i-1", time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -42,9 +45,9 @@ func TestOutboxReportSink(t *testing.T) {
 				t.Fatal(err)
 			}
 			ob := notify.NewMemoryOutbox(notify.MemoryOptions{})
-			cfg := Config{Notify: tc.sinks}
+			cfg := config.Config{Notify: tc.sinks}
 			cfg.Redis.Timeout = time.Second
-			write, err := OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			write, err := hooks.OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}

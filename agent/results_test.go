@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // GET /v1/tasks/{id} in embedded mode: a run task with its output and
@@ -27,15 +30,17 @@ func TestTaskRecordAPI(t *testing.T) {
 			t.Fatalf("POST %s: %d %v", id, code, out)
 		}
 	}
-	waitFor(t, "three outcomes", func() bool { return ta.outcome(OutcomeSucceeded) == 2 && ta.outcome(OutcomeRateLimited) == 1 })
+	waitFor(t, "three outcomes", func() bool {
+		return ta.outcome(worker.OutcomeSucceeded) == 2 && ta.outcome(worker.OutcomeRateLimited) == 1
+	})
 
-	views := map[string]TaskView{}
+	views := map[string]hooks.TaskView{}
 	for _, id := range []string{"e1", "e2", "e3"} {
 		code, body := ta.get(t, "/v1/tasks/"+id)
 		if code != http.StatusOK {
 			t.Fatalf("GET /v1/tasks/%s: %d %s", id, code, body)
 		}
-		var v TaskView
+		var v hooks.TaskView
 		if err := json.Unmarshal(body, &v); err != nil {
 			t.Fatal(err)
 		}
@@ -47,12 +52,12 @@ func TestTaskRecordAPI(t *testing.T) {
 		}
 		views[v.Outcome] = v
 	}
-	ok := views[OutcomeSucceeded]
+	ok := views[worker.OutcomeSucceeded]
 	if ok.ExitCode == nil || *ok.ExitCode != 0 || !strings.Contains(ok.Output, "a.example.com") || ok.Owner != "test-host" || ok.Attempts != 1 {
 		t.Errorf("succeeded task %+v, want exit 0, the echoed host, owner test-host, 1 attempt", ok)
 	}
-	denied := views[OutcomeRateLimited]
-	var lim LimiterSummary
+	denied := views[worker.OutcomeRateLimited]
+	var lim worker.LimiterSummary
 	if err := json.Unmarshal(denied.Limiter, &lim); err != nil || lim.Rule != "echo-quota" || lim.Limit != "daily" ||
 		lim.Counters.DailyUsed != 2 || lim.Counters.DailyLimit != 2 {
 		t.Errorf("denied task limiter %s (%v), want rule echo-quota, limit daily, 2 of 2 used", denied.Limiter, err)
@@ -94,10 +99,10 @@ notify:
     on: [failed]
 notify_max_age: 10s
 `
-	_, err := LoadConfig([]byte(yaml), nil)
+	_, err := config.Load([]byte(yaml), nil)
 	want := map[string]int{"results.redact[0].pattern": 4, "notify[0].type": 7, "notify_max_age": 10}
 	wantProblemLines(t, err, want)
-	cfg, err := LoadConfig([]byte("results:\n  redact_defaults: true\n  redact:\n    - {name: ticket, pattern: 'TICKET-[0-9]+'}\n"), nil)
+	cfg, err := config.Load([]byte("results:\n  redact_defaults: true\n  redact:\n    - {name: ticket, pattern: 'TICKET-[0-9]+'}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +138,7 @@ func TestDrainNotBlockedBySilentSink(t *testing.T) {
 		// the sink would last.
 		loadAllowance = 10 * time.Second
 	)
-	cfg, err := LoadConfig([]byte(fmt.Sprintf(`
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
 diagnostics:
   - {name: echo, command: [/bin/echo, hi], timeout: 1s}
 lifecycle:
@@ -182,7 +187,7 @@ notify:
 func wantProblemLines(t *testing.T, err error, want map[string]int) {
 	t.Helper()
 	got := map[string]int{}
-	for _, ce := range Problems(err) {
+	for _, ce := range config.Problems(err) {
 		got[ce.Key] = ce.Line
 	}
 	for k, line := range want {

@@ -3,12 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/secret"
 )
 
@@ -19,7 +19,7 @@ import (
 // reference that cannot be read fails the start with an error naming it,
 // never its value. The caller keeps the store fresh with Run and reads
 // through its Getenv.
-func OpenSecrets(ctx context.Context, cfg Config, refs []string) (*secret.Store, error) {
+func OpenSecrets(ctx context.Context, cfg config.Config, refs []string) (*secret.Store, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -37,15 +37,7 @@ func OpenSecrets(ctx context.Context, cfg Config, refs []string) (*secret.Store,
 	return s, nil
 }
 
-// SecretsRefreshInterval is secrets_refresh with its default applied.
-func (c Config) SecretsRefreshInterval() time.Duration {
-	if c.SecretsRefresh == 0 {
-		return secret.DefaultRefresh
-	}
-	return c.SecretsRefresh
-}
-
 // LoadAWS is the SDK configuration Open uses for cfg (the region from
 // instance metadata with the imds source), for CLI commands that call AWS
 // as the agent would.
-func LoadAWS(ctx context.Context, cfg Config) (aws.Config, error) { return loadAWS(ctx, cfg) }
+func LoadAWS(ctx context.Context, cfg config.Config) (aws.Config, error) { return loadAWS(ctx, cfg) }

@@ -6,9 +6,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -38,7 +40,7 @@ func (s stallingStore) Claim(ctx context.Context, rec state.TaskRecord, owner st
 func TestLeaseLostBeforeStartDoesNotRun(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := LoadConfig([]byte(`
+		cfg, err := config.Load([]byte(`
 workers: 1
 diagnostics:
   - {name: quick, command: [/bin/true], timeout: 10s}
@@ -83,7 +85,7 @@ lifecycle: {drain_timeout: 1m}
 		if err != nil || !ok || rec.Owner != "i-other" || rec.Status != state.StatusRunning {
 			t.Fatalf("record %+v (ok=%v, %v), want running under i-other", rec, ok, err)
 		}
-		if got := a.Status().Outcomes[OutcomeSucceeded]; got != 0 {
+		if got := a.Status().Outcomes[worker.OutcomeSucceeded]; got != 0 {
 			t.Fatalf("succeeded = %d, want 0", got)
 		}
 	})

@@ -12,9 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -103,7 +105,7 @@ type pipelineLab struct {
 
 func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *pipelineLab {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +172,12 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
 		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailOpen, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"open-1","host":"web-01","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if l.ran() != 1 || l.a.Status().Outcomes[OutcomeSucceeded] != 1 {
+		if l.ran() != 1 || l.a.Status().Outcomes[worker.OutcomeSucceeded] != 1 {
 			t.Fatalf("ran %d, outcomes %v; want the task run and succeeded during the outage", l.ran(), l.a.Status().Outcomes)
 		}
 		if c, f := l.degraded("claim"), l.degraded("finish"); c != 1 || f != 1 {
@@ -184,7 +186,7 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 		if _, ok, _ := store.Task(context.Background(), "open-1"); ok {
 			t.Fatal("a record was written while the store was down")
 		}
-		if n := l.a.pipeline.backlogged(); n != 1 {
+		if n := l.a.worker.Backlogged(); n != 1 {
 			t.Fatalf("backlog holds %d records, want 1", n)
 		}
 		if ready, held := src.Len(); ready+held != 0 {
@@ -193,13 +195,13 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 
 		store.down.Store(false)
 		// The flush loop's longest pause.
-		time.Sleep(backlogRetryMax)
+		time.Sleep(worker.BacklogRetryMax)
 		synctest.Wait()
 		rec, ok, err := store.Task(context.Background(), "open-1")
-		if err != nil || !ok || rec.Status != state.StatusDone || rec.Outcome != OutcomeSucceeded || rec.Owner != "i-lab" {
+		if err != nil || !ok || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded || rec.Owner != "i-lab" {
 			t.Fatalf("record after the store came back = %+v ok=%v err=%v, want done and succeeded", rec, ok, err)
 		}
-		if n := l.a.pipeline.backlogged(); n != 0 {
+		if n := l.a.worker.Backlogged(); n != 0 {
 			t.Fatalf("backlog holds %d records after the flush, want 0", n)
 		}
 		l.stop(t)
@@ -215,12 +217,12 @@ func TestStateFailClosedHandsBack(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
 		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailClosed, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailClosed, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"closed-1","host":"web-01","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if l.ran() != 0 || l.a.Status().Outcomes[OutcomeReleased] != 1 || l.degraded("claim") != 1 {
+		if l.ran() != 0 || l.a.Status().Outcomes[worker.OutcomeReleased] != 1 || l.degraded("claim") != 1 {
 			t.Fatalf("ran %d, outcomes %v, degraded claim %v; want no run, one release, one degraded claim",
 				l.ran(), l.a.Status().Outcomes, l.degraded("claim"))
 		}
@@ -228,9 +230,9 @@ func TestStateFailClosedHandsBack(t *testing.T) {
 			t.Fatalf("queue: %d ready, %d hidden; want the message hidden for its backoff", ready, held)
 		}
 		store.down.Store(false)
-		time.Sleep(retryBase)
+		time.Sleep(worker.RetryBase)
 		synctest.Wait()
-		if l.ran() != 1 || l.a.Status().Outcomes[OutcomeSucceeded] != 1 {
+		if l.ran() != 1 || l.a.Status().Outcomes[worker.OutcomeSucceeded] != 1 {
 			t.Fatalf("after the store came back: ran %d, outcomes %v; want one run", l.ran(), l.a.Status().Outcomes)
 		}
 		l.stop(t)
@@ -246,13 +248,13 @@ func TestRejectedMessageOneOutcome(t *testing.T) {
 		src := &faultyDLQ{Memory: queue.NewMemory(queue.MemoryOptions{})}
 		src.failDLQ.Store(3)
 		store := state.NewMemory(state.MemoryOptions{})
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailOpen, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"bad-1","host":"169.254.169.254!","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
-		// Three failures back off by at most retryBase·(1+2+4).
+		// Three failures back off by at most worker.RetryBase·(1+2+4).
 		for range 4 {
-			time.Sleep(retryBase << 2)
+			time.Sleep(worker.RetryBase << 2)
 			synctest.Wait()
 		}
 		if got := src.attempts.Load(); got != 4 {
@@ -261,14 +263,14 @@ func TestRejectedMessageOneOutcome(t *testing.T) {
 		if dl := src.DeadLetters(); len(dl) != 1 {
 			t.Fatalf("dead letters = %d, want 1", len(dl))
 		}
-		if got := l.a.Status().Outcomes[OutcomeRejected]; got != 1 {
+		if got := l.a.Status().Outcomes[worker.OutcomeRejected]; got != 1 {
 			t.Fatalf("rejected = %d, want 1 however often the message came back", got)
 		}
 		audit, _ := store.RecentAudit(context.Background(), 10)
-		if len(audit) != 1 || audit[0].Outcome != OutcomeRejected {
+		if len(audit) != 1 || audit[0].Outcome != worker.OutcomeRejected {
 			t.Fatalf("audit = %+v, want one rejected entry", audit)
 		}
-		if got := l.a.outcomes.inFlight(); got != 0 {
+		if got := l.a.worker.InFlight(); got != 0 {
 			t.Fatalf("in flight = %d, want 0", got)
 		}
 		l.stop(t)
@@ -283,35 +285,14 @@ func TestRejectedMessageStoreDown(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
 		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
-		l := startLab(t, strings.Replace(labConfig, "%s", StateFailOpen, 1), src, store)
+		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"bad-2","host":"no such host","diagnostic":"echo"}`)); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if got := l.a.Status().Outcomes[OutcomeRejected]; got != 1 || l.degraded("mark") != 1 || len(src.DeadLetters()) != 1 {
+		if got := l.a.Status().Outcomes[worker.OutcomeRejected]; got != 1 || l.degraded("mark") != 1 || len(src.DeadLetters()) != 1 {
 			t.Fatalf("rejected %d, degraded mark %v, dead letters %d; want 1, 1, 1", got, l.degraded("mark"), len(src.DeadLetters()))
 		}
 		l.stop(t)
 	})
-}
-
-func TestRetryDelay(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		count    int
-		min, max time.Duration
-	}{
-		{0, retryBase / 2, retryBase},
-		{1, retryBase / 2, retryBase},
-		{2, retryBase, 2 * retryBase},
-		{4, 4 * retryBase, 8 * retryBase},
-		{40, retryMax / 2, retryMax},
-		{1 << 30, retryMax / 2, retryMax},
-	} {
-		for range 20 {
-			if d := retryDelay(tc.count); d < tc.min || d > tc.max {
-				t.Fatalf("retryDelay(%d) = %v, want within [%v, %v]", tc.count, d, tc.min, tc.max)
-			}
-		}
-	}
 }

@@ -15,12 +15,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -83,7 +86,7 @@ func endLab(t *testing.T, store state.Store, ob notify.Outbox, q report.Queue, r
 // endLabWith is endLab with the config yaml.
 func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, q report.Queue, run runnerFunc) (*Agent, *queue.Memory, func()) {
 	t.Helper()
-	cfg, err := LoadConfig([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +97,7 @@ func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, 
 	hold := make(chan struct{})
 	src := queue.NewMemory(queue.MemoryOptions{})
 	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: run, InstanceID: "i-end", Outbox: ob,
-		Reports: &ReportParts{Provider: heldProvider{release: hold}, Queue: q, Backend: limiter.NewMemory()}})
+		Reports: &hooks.ReportParts{Provider: heldProvider{release: hold}, Queue: q, Backend: limiter.NewMemory()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +208,7 @@ func TestTaskEndOneRoundTrip(t *testing.T) {
 		if _, err := src.Send(context.Background(), []byte(fmt.Sprintf(`{"id":"end-%d","host":"web-01","diagnostic":"check"}`, i))); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[OutcomeFailed] == int64(i) })
+		waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[worker.OutcomeFailed] == int64(i) })
 	}
 	stop()
 	probe.mu.Lock()
@@ -263,7 +266,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 			if _, err := src.Send(context.Background(), []byte(`{"id":"sup-1","host":"web-01","diagnostic":"check"}`)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[OutcomeFailed] == 1 })
+			waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[worker.OutcomeFailed] == 1 })
 			stop()
 			if n := ob.n.Load(); n != 0 {
 				t.Errorf("outbox entries written = %d, want none for a superseded run", n)
@@ -272,7 +275,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 				t.Errorf("report jobs queued = %d, want none for a superseded run", n)
 			}
 			entries, err := store.RecentAudit(context.Background(), 10)
-			if err != nil || len(entries) != 1 || entries[0].Outcome != OutcomeFailed || entries[0].TaskID != "sup-1" {
+			if err != nil || len(entries) != 1 || entries[0].Outcome != worker.OutcomeFailed || entries[0].TaskID != "sup-1" {
 				t.Errorf("audit = %+v, %v; want this run's failed entry", entries, err)
 			}
 			if rec, _, _ := store.Task(context.Background(), "sup-1"); rec.Owner != "i-other" || rec.Status != state.StatusRunning {
@@ -298,23 +301,23 @@ func TestBacklogReplayWritesExtrasOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if a.Status().Outcomes[OutcomeFailed] != 1 || a.pipeline.backlogged() != 1 {
-			t.Fatalf("outcomes %v, backlog %d; want the task failed and its record kept", a.Status().Outcomes, a.pipeline.backlogged())
+		if a.Status().Outcomes[worker.OutcomeFailed] != 1 || a.worker.Backlogged() != 1 {
+			t.Fatalf("outcomes %v, backlog %d; want the task failed and its record kept", a.Status().Outcomes, a.worker.Backlogged())
 		}
 		if o, j := ob.n.Load(), q.n.Load(); o != 0 || j != 0 {
 			t.Fatalf("while the store is down: %d outbox entries, %d report jobs written; want them kept with the record", o, j)
 		}
 		store.down.Store(false)
-		time.Sleep(backlogRetryMax) // the flush loop's longest pause
+		time.Sleep(worker.BacklogRetryMax) // the flush loop's longest pause
 		synctest.Wait()
-		if n := a.pipeline.backlogged(); n != 0 {
+		if n := a.worker.Backlogged(); n != 0 {
 			t.Fatalf("backlog holds %d after the store came back", n)
 		}
 		if o, j := ob.n.Load(), q.n.Load(); o != 1 || j != 1 {
 			t.Errorf("after the replay: %d outbox entries, %d report jobs; want 1 each", o, j)
 		}
 		entries, err := store.RecentAudit(context.Background(), 10)
-		if err != nil || len(entries) != 1 || entries[0].TaskID != "bl-1" || entries[0].Outcome != OutcomeFailed {
+		if err != nil || len(entries) != 1 || entries[0].TaskID != "bl-1" || entries[0].Outcome != worker.OutcomeFailed {
 			t.Errorf("audit = %+v, %v; want the task's failed entry once", entries, err)
 		}
 		stop()

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -22,10 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -125,7 +125,7 @@ func runUploadTask(t *testing.T, f *fakeS3, s3yaml, output string) (state.TaskRe
 	if err := os.WriteFile(path, []byte(output), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig([]byte(`
+	cfg, err := config.Load([]byte(`
 workers: 1
 diagnostics:
   - {name: dump, command: [/bin/cat, "`+path+`"], timeout: 30s, max_output: 1KiB}
@@ -152,7 +152,7 @@ results:
 	if _, err := src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[OutcomeSucceeded] == 1 })
+	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
 	a.Drain("test", "end of test")
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
@@ -164,8 +164,26 @@ results:
 	return rec, a
 }
 
+// uploads reads autodiag_output_uploads_total{result} from the agent's
+// registry.
 func uploads(a *Agent, result string) float64 {
-	return testutil.ToFloat64(a.pipeline.uploader.uploads.WithLabelValues(result))
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "autodiag_output_uploads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // checkRecordKeepsMaxOutput: the record holds the first max_output (1KiB)
@@ -224,7 +242,7 @@ func TestUploadFullOutput(t *testing.T) {
 					t.Errorf("PutObject header %s = %q, want %q", h, got, want)
 				}
 			}
-			if v := NewTaskView(rec); v.OutputURL != rec.OutputURL {
+			if v := hooks.NewTaskView(rec); v.OutputURL != rec.OutputURL {
 				t.Errorf("view output_url %q, want %q", v.OutputURL, rec.OutputURL)
 			}
 			if ok, failed := uploads(a, "ok"), uploads(a, "failed"); ok != 1 || failed != 0 {
@@ -256,13 +274,13 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			f := startFakeS3(t, "diag-out")
 			tc.breakS3(f)
 			rec, a := runUploadTask(t, f, "    bucket: diag-out\n", raw)
-			if rec.Outcome != OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
+			if rec.Outcome != worker.OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
 				t.Errorf("record %s %s exit %d, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
 			}
-			if rec.OutputUpload != OutputUploadFailed || rec.OutputURL != "" {
+			if rec.OutputUpload != hooks.OutputUploadFailed || rec.OutputURL != "" {
 				t.Errorf("output_upload %q output_url %q, want failed and none", rec.OutputUpload, rec.OutputURL)
 			}
-			if v := NewTaskView(rec); v.OutputUpload != OutputUploadFailed {
+			if v := hooks.NewTaskView(rec); v.OutputUpload != hooks.OutputUploadFailed {
 				t.Errorf("view output_upload %q, want failed", v.OutputUpload)
 			}
 			checkRecordKeepsMaxOutput(t, rec, redacted)
@@ -294,35 +312,6 @@ func TestUploadTruncatesAtMaxSize(t *testing.T) {
 	checkRecordKeepsMaxOutput(t, rec, redacted)
 }
 
-// capOutput cuts on a rune boundary and marks once, whether or not the
-// runner already cut and marked.
-func TestCapOutput(t *testing.T) {
-	t.Parallel()
-	mark := runner.TruncationMark
-	for _, tc := range []struct {
-		name      string
-		in        string
-		truncated bool
-		limit     int
-		want      string
-		wantTrunc bool
-	}{
-		{"short", "abc", false, 5, "abc", false},
-		{"exact", "abcde", false, 5, "abcde", false},
-		{"long", "abcdefg", false, 5, "abcde" + mark, true},
-		{"runner cut within the limit", "abc" + mark, true, 5, "abc" + mark, true},
-		{"runner cut past the limit", "abcdefg" + mark, true, 5, "abcde" + mark, true},
-		{"rune boundary", "abcdé", false, 5, "abcd" + mark, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, trunc := capOutput([]byte(tc.in), tc.truncated, tc.limit)
-			if string(got) != tc.want || trunc != tc.wantTrunc {
-				t.Errorf("capOutput(%q, %v, %d) = %q, %v; want %q, %v", tc.in, tc.truncated, tc.limit, got, trunc, tc.want, tc.wantTrunc)
-			}
-		})
-	}
-}
-
 // results.s3 problems name their key and line.
 func TestS3ConfigErrors(t *testing.T) {
 	t.Parallel()
@@ -337,15 +326,15 @@ results:
     kms_key_id: alias/x
     timeout: 1m
 `
-	_, err := LoadConfig([]byte(yaml), nil)
+	_, err := config.Load([]byte(yaml), nil)
 	want := map[string]int{"results.s3.bucket": 5, "results.s3.prefix": 6, "results.s3.max_size": 7,
 		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10}
 	wantProblemLines(t, err, want)
-	cfg, err := LoadConfig([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
+	cfg, err := config.Load([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := cfg.Results.S3; !s.Enabled() || s.MaxSize != DefaultS3MaxSize || s.Timeout != DefaultS3Timeout {
+	if s := cfg.Results.S3; !s.Enabled() || s.MaxSize != config.DefaultS3MaxSize || s.Timeout != config.DefaultS3Timeout {
 		t.Errorf("results.s3 %+v, want enabled with the default max_size and timeout", s)
 	}
 	if _, err := New(cfg, Deps{Source: queue.NewMemory(queue.MemoryOptions{}), Store: state.NewMemory(state.MemoryOptions{}),
@@ -354,7 +343,7 @@ results:
 	}
 }
 
-func mustLimiter(t *testing.T, cfg Config) *limiter.Limiter {
+func mustLimiter(t *testing.T, cfg config.Config) *limiter.Limiter {
 	t.Helper()
 	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
 	if err != nil {
@@ -369,42 +358,4 @@ func keysOf(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-// hangingS3 answers no PutObject until its context ends, and records
-// when that was.
-type hangingS3 struct{ ended time.Time }
-
-func (h *hangingS3) PutObject(ctx context.Context, _ *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
-	<-ctx.Done()
-	h.ended = time.Now()
-	return nil, ctx.Err()
-}
-
-var _ s3API = (*hangingS3)(nil)
-
-// An S3 that never answers holds the task's end for exactly
-// results.s3.timeout, then the upload counts as failed and the record
-// keeps max_output.
-func TestUploadBoundedByItsTimeout(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		cfg := DefaultS3Config()
-		cfg.Bucket, cfg.Timeout = "diag-out", 7*time.Second
-		h := &hangingS3{}
-		u := newUploader(h, cfg, context.Background(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-		start := time.Now()
-		rec := state.TaskRecord{ID: "t1", FinishedAt: start}
-		res := runner.Result{Outcome: runner.Succeeded, Output: []byte(strings.Repeat("x", 100))}
-		u.keep(&rec, &res, runner.Diagnostic{MaxOutput: 10})
-		if got := h.ended.Sub(start); got != cfg.Timeout {
-			t.Errorf("the upload ended after %s, want results.s3.timeout %s", got, cfg.Timeout)
-		}
-		if rec.OutputUpload != OutputUploadFailed || rec.OutputURL != "" || testutil.ToFloat64(u.uploads.WithLabelValues("failed")) != 1 {
-			t.Errorf("record %+v, want output_upload failed, no URL, one failed upload counted", rec)
-		}
-		if rec.Output != strings.Repeat("x", 10)+runner.TruncationMark || !rec.Truncated || string(res.Output) != rec.Output {
-			t.Errorf("record output %q, want max_output (10 bytes) and the mark, the same in the result", rec.Output)
-		}
-	})
 }

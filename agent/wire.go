@@ -23,13 +23,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -49,37 +50,6 @@ type OpenOptions struct {
 	LookupEnv func(string) (string, bool)
 }
 
-// Embedded reports whether cfg runs without AWS and Redis.
-func (c Config) Embedded() bool {
-	return c.Queue.URL == "" && !c.hasRedis()
-}
-
-// hasRedis reports whether cfg names a Redis for state and the limiter.
-func (c Config) hasRedis() bool {
-	return c.Redis.URL != "" || c.Redis.URLSecret != "" || len(c.Redis.Addrs) > 0
-}
-
-func (c Config) needsAWS() bool {
-	return c.Queue.URL != "" || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) ||
-		c.Lifecycle.LaunchHookName != "" || c.CloudWatch.Enabled || c.Redis.URLSecret != "" ||
-		(c.Report.Enabled && c.Report.Provider == report.ProviderBedrock) || c.Results.S3.Enabled()
-}
-
-// NeedsEC2InstanceID reports whether cfg's lifecycle sources match notices
-// against this instance's EC2 id (imds, sqs), or a launch hook is completed
-// by it (launch_hook_name): without one the agent would never see its own
-// termination, or never let its launch go on.
-func (c Config) NeedsEC2InstanceID() bool {
-	return c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.LaunchHookName != ""
-}
-
-// needsActor reports whether cfg calls Auto Scaling: the imds and sqs
-// sources complete terminating actions, launch_hook_name the launching one
-// (with the signal source alone too).
-func (c Config) needsActor() bool {
-	return c.Lifecycle.Has(lifecycle.SourceIMDS) || c.Lifecycle.Has(lifecycle.SourceSQS) || c.Lifecycle.LaunchHookName != ""
-}
-
 // InstanceIDError is why the agent refuses to start: its lifecycle sources
 // need the EC2 instance id, instance_id is empty and discovery found none.
 // It is a configuration problem (exit 2), not a runtime failure.
@@ -95,7 +65,7 @@ func (e *InstanceIDError) Unwrap() error { return e.Err }
 
 // loadAWS loads the SDK configuration for cfg: the default chain, with the
 // region from instance metadata when the imds source is on.
-func loadAWS(ctx context.Context, cfg Config) (aws.Config, error) {
+func loadAWS(ctx context.Context, cfg config.Config) (aws.Config, error) {
 	var opts []func(*awsconfig.LoadOptions) error
 	if cfg.Lifecycle.Has(lifecycle.SourceIMDS) {
 		opts = append(opts, awsconfig.WithEC2IMDSRegion())
@@ -111,9 +81,9 @@ func loadAWS(ctx context.Context, cfg Config) (aws.Config, error) {
 // validate`: instance_id, else the discovered EC2 id, else (when no
 // lifecycle source needs an EC2 id) the hostname. It fails with an
 // *InstanceIDError where Open would refuse to start.
-func ResolveInstanceID(ctx context.Context, cfg Config, o OpenOptions) (string, error) {
+func ResolveInstanceID(ctx context.Context, cfg config.Config, o OpenOptions) (string, error) {
 	var awsCfg *aws.Config
-	if cfg.InstanceID == "" && cfg.needsAWS() {
+	if cfg.InstanceID == "" && cfg.NeedsAWS() {
 		// Not loadAWS: instance metadata needs no region, and asking for
 		// it would be one more call that can fail before discovery.
 		c, err := awsconfig.LoadDefaultConfig(ctx)
@@ -128,7 +98,7 @@ func ResolveInstanceID(ctx context.Context, cfg Config, o OpenOptions) (string, 
 // resolveInstanceID asks instance metadata only when AWS is configured
 // (strict IMDSv2: a session token first, no unauthenticated fallback), then
 // the files package instance reads.
-func resolveInstanceID(ctx context.Context, cfg Config, awsCfg *aws.Config, o OpenOptions, log *slog.Logger) (string, error) {
+func resolveInstanceID(ctx context.Context, cfg config.Config, awsCfg *aws.Config, o OpenOptions, log *slog.Logger) (string, error) {
 	if cfg.InstanceID != "" {
 		return cfg.InstanceID, nil
 	}
@@ -178,7 +148,7 @@ func (l RedisLogger) Printf(ctx context.Context, format string, v ...any) {
 // NewRedisClient builds the go-redis client for cfg: a URL, or cluster or
 // sentinel seeds. Calls honour context deadlines, so redis.timeout bounds
 // every limiter decision.
-func NewRedisClient(cfg RedisConfig) (redis.UniversalClient, error) {
+func NewRedisClient(cfg config.RedisConfig) (redis.UniversalClient, error) {
 	if cfg.URL != "" {
 		opt, err := redis.ParseURL(cfg.URL)
 		if err != nil {
@@ -202,7 +172,7 @@ func NewRedisClient(cfg RedisConfig) (redis.UniversalClient, error) {
 // Open builds an Agent and its collaborators from cfg: the SQS queue or the
 // embedded one, Redis or in-memory state, the limiter, lifecycle sources
 // and CloudWatch. close releases what Open opened.
-func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn func(), err error) {
+func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, closeFn func(), err error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -223,7 +193,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	}()
 
 	var awsCfg aws.Config
-	if cfg.needsAWS() {
+	if cfg.NeedsAWS() {
 		if awsCfg, err = loadAWS(ctx, cfg); err != nil {
 			return nil, nil, err
 		}
@@ -233,7 +203,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		imdsClient = imds.NewFromConfig(awsCfg)
 	}
 	var discoverWith *aws.Config
-	if cfg.needsAWS() {
+	if cfg.NeedsAWS() {
 		discoverWith = &awsCfg
 	}
 	instanceID, err := resolveInstanceID(ctx, cfg, discoverWith, o, log)
@@ -252,7 +222,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 			VisibilityTimeout: cfg.Queue.VisibilityTimeout, Logger: log.With("component", "queue"),
 		})
 		src = sqsSrc
-		alertSender = NewSQSSender(sqsClient, cfg.Queue.URL)
+		alertSender = alertintake.NewSQSSender(sqsClient, cfg.Queue.URL)
 	}
 	closers = append(closers, func() {
 		// Closing runs after ctx may have ended; it keeps ctx's values only.
@@ -301,7 +271,7 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv}
-	if cfg.needsActor() {
+	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,
 			// bounded by the next heartbeat's due time; the SDK's retries
@@ -332,10 +302,10 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		d.CloudWatch = cloudwatch.NewFromConfig(awsCfg)
 	}
 	if cfg.Results.S3.Enabled() {
-		d.S3 = NewS3Client(awsCfg, cfg.Results.S3)
+		d.S3 = hooks.NewS3Client(awsCfg, cfg.Results.S3)
 	}
 	if cfg.Report.Enabled {
-		if d.Reports, err = OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {
+		if d.Reports, err = hooks.OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -369,12 +339,4 @@ func redisURLFromSecret(ctx context.Context, ref string, awsCfg aws.Config) (str
 		return "", fmt.Errorf("redis.url_secret: the value of %s is not a valid redis:// or rediss:// URL (not shown: it holds the password)", ref)
 	}
 	return u, nil
-}
-
-// NewValidator builds the task validator cfg describes (the host
-// allow-list, the IP literal opt-in, the catalog, queue.max_age), so a dry
-// run judges a host exactly as the agent would.
-func NewValidator(cfg Config) (*task.Validator, error) {
-	v, _, err := compileCatalog(cfg)
-	return v, err
 }

@@ -13,6 +13,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/instance"
 )
 
@@ -51,16 +52,16 @@ func imdsServer(t *testing.T, v2 bool, calls *atomic.Int64) *httptest.Server {
 // an id the sqs source refuses to start and the signal source falls back
 // to the hostname.
 func TestResolveInstanceID(t *testing.T) {
-	sqsSource := Config{}
+	sqsSource := config.Config{}
 	sqsSource.Lifecycle.Sources = []string{"signal", "sqs"}
-	signalOnly := Config{}
+	signalOnly := config.Config{}
 	signalOnly.Lifecycle.Sources = []string{"signal"}
 	launchHook := signalOnly
 	launchHook.Lifecycle.LaunchHookName = "launch"
 	tests := []struct {
 		name     string
 		v2, aws  bool
-		cfg      Config
+		cfg      config.Config
 		want     string
 		wantErr  bool
 		wantCall bool
@@ -70,7 +71,7 @@ func TestResolveInstanceID(t *testing.T) {
 		{name: "IMDSv1 only, signal source", aws: true, cfg: signalOnly, want: "test-host", wantCall: true},
 		{name: "IMDSv1 only, launch hook: no fallback", aws: true, cfg: launchHook, wantErr: true, wantCall: true},
 		{name: "no AWS: IMDS not asked", v2: true, cfg: signalOnly, want: "test-host"},
-		{name: "configured id", v2: true, aws: true, cfg: Config{InstanceID: "i-0fedcba9876543210"}, want: "i-0fedcba9876543210"},
+		{name: "configured id", v2: true, aws: true, cfg: config.Config{InstanceID: "i-0fedcba9876543210"}, want: "i-0fedcba9876543210"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,10 +114,10 @@ func TestResolveInstanceID(t *testing.T) {
 // TestURLSecretIsFleetMode: a Redis named by a secret is a Redis (not
 // embedded mode) and needs the AWS configuration to be read.
 func TestURLSecretIsFleetMode(t *testing.T) {
-	var c Config
+	var c config.Config
 	c.Redis.URLSecret = "/autodiag/redis-url"
-	if c.Embedded() || !c.needsAWS() || !c.hasRedis() {
-		t.Fatalf("Embedded, needsAWS, hasRedis = %v, %v, %v; want false, true, true", c.Embedded(), c.needsAWS(), c.hasRedis())
+	if c.Embedded() || !c.NeedsAWS() || !c.HasRedis() {
+		t.Fatalf("Embedded, needsAWS, hasRedis = %v, %v, %v; want false, true, true", c.Embedded(), c.NeedsAWS(), c.HasRedis())
 	}
 }
 
@@ -124,13 +125,13 @@ func TestURLSecretIsFleetMode(t *testing.T) {
 // instance id through Auto Scaling, with the signal source alone too: the
 // config needs an EC2 instance id, and Open builds the Actor.
 func TestLaunchHookNeedsInstanceAndActor(t *testing.T) {
-	cfg, err := LoadConfig([]byte(testConfig), nil)
+	cfg, err := config.Load([]byte(testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Lifecycle.LaunchHookName = "launch"
-	if !cfg.NeedsEC2InstanceID() || !cfg.needsActor() || !cfg.needsAWS() {
-		t.Fatalf("NeedsEC2InstanceID, needsActor, needsAWS = %v, %v, %v; want true", cfg.NeedsEC2InstanceID(), cfg.needsActor(), cfg.needsAWS())
+	if !cfg.NeedsEC2InstanceID() || !cfg.NeedsActor() || !cfg.NeedsAWS() {
+		t.Fatalf("NeedsEC2InstanceID, needsActor, needsAWS = %v, %v, %v; want true", cfg.NeedsEC2InstanceID(), cfg.NeedsActor(), cfg.NeedsAWS())
 	}
 	cfg.InstanceID = "web-1"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "instance_id") {

@@ -161,7 +161,7 @@ func evalDuration(e ast.Expr) (time.Duration, error) {
 func agentClocks(t *testing.T) (cancelGrace, completion time.Duration) {
 	t.Helper()
 	return goDuration(t, filepath.Join("..", "drain"), "CancelGrace"),
-		goDuration(t, filepath.Join("..", "agent"), "completionTimeout")
+		goDuration(t, filepath.Join("..", "agent", "supervisor"), "CompletionTimeout")
 }
 
 // moduleCallNumber returns a literal number passed to the module call in

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // The operators' pictures: a Grafana dashboard and Prometheus rules whose
@@ -261,7 +262,7 @@ func openAgent(t *testing.T) *agent.Agent {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	cfg, err := agent.LoadConfig([]byte(`
+	cfg, err := config.Load([]byte(`
 instance_id: i-0123456789abcdef0
 lifecycle:
   sources: [signal, sqs]

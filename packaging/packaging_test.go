@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -114,7 +114,7 @@ func TestPackagedConfigInSync(t *testing.T) {
 // TestPackagedConfigRunsWithoutAWS: a fresh install validates and would
 // start on a host with no AWS credentials and no Redis.
 func TestPackagedConfigRunsWithoutAWS(t *testing.T) {
-	cfg, err := agent.LoadConfig([]byte(readFile(t, packagedPath)), nil)
+	cfg, err := config.Load([]byte(readFile(t, packagedPath)), nil)
 	if err != nil {
 		t.Fatalf("packaged config does not validate: %v", err)
 	}
@@ -127,7 +127,7 @@ func TestPackagedConfigRunsWithoutAWS(t *testing.T) {
 	if cfg.CloudWatch.Enabled {
 		t.Error("cloudwatch.enabled is true: the agent would need AWS credentials")
 	}
-	example, err := agent.LoadConfig([]byte(readFile(t, examplePath)), nil)
+	example, err := config.Load([]byte(readFile(t, examplePath)), nil)
 	if err != nil {
 		t.Fatalf("example config does not validate: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/limiter"
@@ -360,7 +361,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := agent.NewValidator(cfg)
+			v, err := cfg.Validator()
 			if err != nil {
 				return usageError{err}
 			}
@@ -416,7 +417,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 
 // askAgentLimits asks the local agent's admin API for a dry-run decision
 // of its own limiter (GET /v1/limits/check).
-func askAgentLimits(ctx context.Context, cfg agent.Config, addr string, req limiter.Request) (agent.LimitsCheck, error) {
+func askAgentLimits(ctx context.Context, cfg config.Config, addr string, req limiter.Request) (agent.LimitsCheck, error) {
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
 		return agent.LimitsCheck{}, err

@@ -18,7 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -96,7 +97,7 @@ const (
 // every generic alert to one uptime task, onto fq.
 func benchIntakeServer(b *testing.B, fq *sqsFake) *httptest.Server {
 	b.Helper()
-	cfg, err := agentpkg.LoadConfig([]byte(`
+	cfg, err := config.Load([]byte(`
 intake: {addr: '127.0.0.1:0'}
 routes:
   - name: all
@@ -106,7 +107,7 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := agentpkg.NewIntakeHandler(cfg, agentpkg.IntakeOptions{Sender: agentpkg.NewSQSSender(fq.client, fq.url)})
+	h, err := alertintake.NewHandler(cfg, alertintake.Options{Sender: alertintake.NewSQSSender(fq.client, fq.url)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func TestSQSRedisOutageFailOpen(t *testing.T) {
 		outage       = 10 * time.Second
 		redisTimeout = 200 * time.Millisecond
 		// backlogRetryMax is the agent's longest pause between attempts
-		// to write the records it kept (agent.backlogRetryMax).
+		// to write the records it kept (worker.BacklogRetryMax).
 		backlogRetryMax = 30 * time.Second
 	)
 	rs := startPrivateRedis(t)

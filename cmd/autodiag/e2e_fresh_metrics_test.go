@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/worker"
 )
 
 // A fresh agent, before any task, alert or notification, already exposes
@@ -20,7 +20,7 @@ func TestFreshAgentExposesEveryCounterAtZero(t *testing.T) {
 	body := p.metrics()
 	want := []string{}
 	for _, d := range []string{"sleep", "uptime", "unknown"} {
-		for _, o := range agent.Outcomes() {
+		for _, o := range worker.Outcomes() {
 			want = append(want, fmt.Sprintf(`autodiag_task_outcomes_total{diagnostic=%q,outcome=%q} 0`, d, o))
 		}
 	}

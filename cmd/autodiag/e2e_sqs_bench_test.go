@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/internal/sqsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
@@ -162,7 +163,7 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			k, v, _ := strings.Cut(kv, "=")
 			b.Setenv(k, v)
 		}
-		cfg, err := agentpkg.LoadConfig([]byte(sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url,
+		cfg, err := config.Load([]byte(sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url,
 			visibility: time.Minute, redisAddr: redisAddr, prefix: prefix}.yaml()), func(string) (string, bool) { return "", false })
 		if err != nil {
 			b.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/supervisor"
 )
 
 // TestExitStatusMapping: what `autodiag run` exits with for each way the
@@ -21,15 +21,15 @@ func TestExitStatusMapping(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		runErr error
-		ending agent.Ending
+		ending supervisor.Ending
 		want   int
 	}{
-		{"lifecycle action ended, spot notice or signal", nil, agent.EndingDone, exitOK},
-		{"drained for another reason", nil, agent.EndingDrained, exitDrained},
-		{"second signal", agent.ErrFastExit, agent.EndingDrained, exitRuntime},
-		{"second signal before any drain", agent.ErrFastExit, agent.EndingNone, exitRuntime},
-		{"completion failed", fmt.Errorf("%w: throttled", agent.ErrCompletionFailed), agent.EndingDone, exitRuntime},
-		{"bad configuration", usageError{errors.New("workers: must be positive")}, agent.EndingNone, exitUsage},
+		{"lifecycle action ended, spot notice or signal", nil, supervisor.EndingDone, exitOK},
+		{"drained for another reason", nil, supervisor.EndingDrained, exitDrained},
+		{"second signal", supervisor.ErrFastExit, supervisor.EndingDrained, exitRuntime},
+		{"second signal before any drain", supervisor.ErrFastExit, supervisor.EndingNone, exitRuntime},
+		{"completion failed", fmt.Errorf("%w: throttled", supervisor.ErrCompletionFailed), supervisor.EndingDone, exitRuntime},
+		{"bad configuration", usageError{errors.New("workers: must be positive")}, supervisor.EndingNone, exitUsage},
 	} {
 		// As runAgent ends: Run's error, else how the drain ended.
 		result := tc.runErr

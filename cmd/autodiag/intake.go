@@ -19,6 +19,8 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // intakeShutdownTimeout bounds the wait for intake requests in progress at
@@ -78,7 +80,7 @@ func (s *intakeServer) shutdown() {
 
 // startAgentIntake serves a's intake when intake.addr is set; nil
 // otherwise. Missing credentials are a configuration error (exit 2).
-func startAgentIntake(ctx context.Context, cfg agent.Config, a *agent.Agent, lookup func(string) (string, bool), log *slog.Logger) (*intakeServer, error) {
+func startAgentIntake(ctx context.Context, cfg config.Config, a *agent.Agent, lookup func(string) (string, bool), log *slog.Logger) (*intakeServer, error) {
 	if !cfg.Intake.Enabled() {
 		return nil, nil
 	}
@@ -89,9 +91,9 @@ func startAgentIntake(ctx context.Context, cfg agent.Config, a *agent.Agent, loo
 	return serveIntake(ctx, cfg.Intake, h, log.With("component", "intake"))
 }
 
-// intakeStartError makes an *agent.IntakeError a usage error (exit 2).
+// intakeStartError makes an *alertintake.Error a usage error (exit 2).
 func intakeStartError(err error) error {
-	if errors.As(err, new(*agent.IntakeError)) {
+	if errors.As(err, new(*alertintake.Error)) {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}
 	return fmt.Errorf("start: %w", err)
@@ -115,7 +117,7 @@ func (c *cli) intakeCmd() *cobra.Command {
 // runIntake serves the intake until a signal: the first answers 503 from
 // then on and stops after intakeDrainGrace, so a load balancer sees the
 // intake go unready before its connections close; a second stops at once.
-func (c *cli) runIntake(cfg agent.Config) error {
+func (c *cli) runIntake(cfg config.Config) error {
 	log := newLogger(c.stderr, cfg.LogLevel)
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
@@ -204,8 +206,8 @@ func (c *cli) routesCmd() *cobra.Command {
 
 // routesTest prints, for each alert of body, its route and tasks or why it
 // makes none. Nothing is sent: the router only builds and validates.
-func (c *cli) routesTest(cfg agent.Config, source string, body []byte) error {
-	v, err := agent.NewValidator(cfg)
+func (c *cli) routesTest(cfg config.Config, source string, body []byte) error {
+	v, err := cfg.Validator()
 	if err != nil {
 		return err
 	}

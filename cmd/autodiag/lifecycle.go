@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -38,7 +39,7 @@ func (c *cli) lifecycleCmd() *cobra.Command {
 // lifecycle Actor: the same retries, the same bound
 // (lifecycle.DefaultCompleteTimeout) and the same "no active action"
 // handling as the agent's own completions.
-func (c *cli) abandonLaunch(ctx context.Context, cfg agent.Config) error {
+func (c *cli) abandonLaunch(ctx context.Context, cfg config.Config) error {
 	log := newLogger(c.stderr, cfg.LogLevel)
 	opts := c.openOptions(log)
 	id, err := agent.ResolveInstanceID(ctx, cfg, opts)

@@ -25,6 +25,8 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/supervisor"
 )
 
 // Exit codes (README "CLI").
@@ -38,7 +40,7 @@ const (
 )
 
 // errDrained is what `autodiag run` ends with after a drain that was not a
-// termination nor a stop (agent.EndingDrained).
+// termination nor a stop (supervisor.EndingDrained).
 var errDrained = errors.New("drained without a termination; the instance stays, so the agent should be started again")
 
 // usageError marks errors that exit 2: a bad command line or config. Every
@@ -79,8 +81,8 @@ func exitCode(err error) int {
 // endingResult is what `autodiag run` returns after a drain that Run
 // finished without an error: nil when the agent is done (exit 0),
 // errDrained when the instance stays (75). Run's errors exit 1.
-func endingResult(ending agent.Ending) error {
-	if ending == agent.EndingDrained {
+func endingResult(ending supervisor.Ending) error {
+	if ending == supervisor.EndingDrained {
 		return errDrained
 	}
 	return nil
@@ -150,7 +152,7 @@ func requireFlags(cmd *cobra.Command, names ...string) error {
 
 // loadConfig reads --config (or $AUTODIAG_CONFIG), applies AUTODIAG_*
 // variables and validates. Errors are usage errors (exit 2).
-func (c *cli) loadConfig() (agent.Config, error) {
+func (c *cli) loadConfig() (config.Config, error) {
 	path := c.configPath
 	if path == "" {
 		path = os.Getenv("AUTODIAG_CONFIG")
@@ -160,10 +162,10 @@ func (c *cli) loadConfig() (agent.Config, error) {
 		var err error
 		data, err = os.ReadFile(path)
 		if err != nil {
-			return agent.Config{}, usageError{fmt.Errorf("config: %w", err)}
+			return config.Config{}, usageError{fmt.Errorf("config: %w", err)}
 		}
 	}
-	cfg, err := agent.LoadConfig(data, os.LookupEnv)
+	cfg, err := config.Load(data, os.LookupEnv)
 	if err != nil {
 		where := path
 		if where == "" {
@@ -206,7 +208,7 @@ func (c *cli) runCmd() *cobra.Command {
 	}
 }
 
-func (c *cli) runAgent(cfg agent.Config) error {
+func (c *cli) runAgent(cfg config.Config) error {
 	start := time.Now()
 	log := newLogger(c.stderr, cfg.LogLevel)
 	// Signals: the first SIGTERM/SIGINT drains, a second one exits fast.
@@ -362,7 +364,7 @@ func (c *cli) drainCmd() *cobra.Command {
 // adminCredentials reads the secret admin_auth names through lookup (the
 // environment and the secret store); one unset is a configuration error
 // (exit 2) naming its key.
-func adminCredentials(cfg agent.Config, lookup func(string) (string, bool)) (alert.Credentials, error) {
+func adminCredentials(cfg config.Config, lookup func(string) (string, bool)) (alert.Credentials, error) {
 	creds, err := cfg.AdminCredentials(lookup)
 	if err != nil {
 		return alert.Credentials{}, usageError{fmt.Errorf("invalid configuration: %w", err)}
@@ -379,7 +381,7 @@ type adminTarget struct {
 
 // newAdminTarget is addr (admin_addr of cfg when empty) with admin_auth's
 // credentials from the environment.
-func newAdminTarget(ctx context.Context, cfg agent.Config, addr string) (adminTarget, error) {
+func newAdminTarget(ctx context.Context, cfg config.Config, addr string) (adminTarget, error) {
 	if addr == "" {
 		addr = cfg.AdminAddr
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	rootcause "github.com/autodiag/autodiag/agent/report"
@@ -83,7 +85,7 @@ func (c *cli) reportCmd() *cobra.Command {
 // notification outbox, which the agents deliver) or, without Redis, from
 // the local agent's admin API (then it is only printed: the record and
 // the outbox live in that agent).
-func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, force bool) (rootcause.Result, error) {
+func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string, force bool) (rootcause.Result, error) {
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
 		return rootcause.Result{}, usageError{err}
@@ -122,7 +124,7 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 	if err != nil {
 		return rootcause.Result{}, fmt.Errorf("report: %w", err)
 	}
-	parts, err := agent.OpenReportParts(cfg, awsCfg, rc, lookup)
+	parts, err := hooks.OpenReportParts(cfg, awsCfg, rc, lookup)
 	if err != nil {
 		return rootcause.Result{}, err
 	}
@@ -134,11 +136,11 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 	host, _ := os.Hostname()
 	consumer := "cli-" + host
 	ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
-	sink, err := agent.OutboxReportSink(cfg, store, ob, consumer, log)
+	sink, err := hooks.OutboxReportSink(cfg, store, ob, consumer, log)
 	if err != nil {
 		return rootcause.Result{}, err
 	}
-	r, err := agent.NewReporter(cfg, parts, sink, red, consumer, nil, log)
+	r, err := hooks.NewReporter(cfg, parts, sink, red, consumer, nil, log)
 	if err != nil {
 		return rootcause.Result{}, err
 	}
@@ -148,7 +150,7 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 			diag = &cfg.Diagnostics[i]
 		}
 	}
-	ev := agent.EvidenceOf(rec, diag)
+	ev := hooks.EvidenceOf(rec, diag)
 	// The output is redacted again: the configuration may redact more
 	// now than when the task ran.
 	ev.Output = red.RedactString(ev.Output)
@@ -165,7 +167,7 @@ func (c *cli) runReport(ctx context.Context, cfg agent.Config, addr, id string, 
 // askAgentReport has the local agent write the report
 // (POST /v1/tasks/{id}/report): through its report limits, stored in its
 // record and sent as its `report` event.
-func askAgentReport(ctx context.Context, cfg agent.Config, addr, id string, force bool) (rootcause.Result, error) {
+func askAgentReport(ctx context.Context, cfg config.Config, addr, id string, force bool) (rootcause.Result, error) {
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
 		return rootcause.Result{}, err

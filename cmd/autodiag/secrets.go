@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // secretCreds are the credentials a long-running command reads: the
@@ -24,7 +25,7 @@ type secretCreds struct {
 // ends the start, naming the reference) and refreshes them until stop.
 // SIGHUP is taken even with no secret configured, so that a reload never
 // kills the agent.
-func openCredentials(ctx context.Context, cfg agent.Config, log *slog.Logger) (*secretCreds, error) {
+func openCredentials(ctx context.Context, cfg config.Config, log *slog.Logger) (*secretCreds, error) {
 	store, err := agent.OpenSecrets(ctx, cfg, cfg.SecretRefs())
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func openCredentials(ctx context.Context, cfg agent.Config, log *slog.Logger) (*
 
 // cliLookup is the lookup of a short CLI command: the environment and the
 // secrets of refs read once.
-func cliLookup(ctx context.Context, cfg agent.Config, refs []string) (func(string) (string, bool), error) {
+func cliLookup(ctx context.Context, cfg config.Config, refs []string) (func(string) (string, bool), error) {
 	store, err := agent.OpenSecrets(ctx, cfg, refs)
 	if err != nil {
 		return nil, err

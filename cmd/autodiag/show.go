@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
@@ -63,46 +65,46 @@ func (c *cli) showCmd() *cobra.Command {
 
 // lookupTask reads a task record from Redis when one is configured, else
 // from the local agent's admin API.
-func lookupTask(ctx context.Context, cfg agent.Config, addr, id string) (agent.TaskView, error) {
+func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (hooks.TaskView, error) {
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
-		return agent.TaskView{}, usageError{err}
+		return hooks.TaskView{}, usageError{err}
 	}
 	if rc != nil {
 		defer rc.Close()
 		rec, ok, err := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix}).Task(ctx, id)
 		if err != nil {
-			return agent.TaskView{}, fmt.Errorf("show: %w", err)
+			return hooks.TaskView{}, fmt.Errorf("show: %w", err)
 		}
 		if !ok {
-			return agent.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+			return hooks.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
 		}
-		return agent.NewTaskView(rec), nil
+		return hooks.NewTaskView(rec), nil
 	}
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
-		return agent.TaskView{}, err
+		return hooks.TaskView{}, err
 	}
 	addr = target.addr
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks/"+id, nil)
 	if err != nil {
-		return agent.TaskView{}, usageError{err}
+		return hooks.TaskView{}, usageError{err}
 	}
 	target.creds.SetOn(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return agent.TaskView{}, fmt.Errorf("show: no redis configured, and the local agent did not answer: %w", err)
+		return hooks.TaskView{}, fmt.Errorf("show: no redis configured, and the local agent did not answer: %w", err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return agent.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+		return hooks.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
 	default:
-		return agent.TaskView{}, fmt.Errorf("show: agent at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
+		return hooks.TaskView{}, fmt.Errorf("show: agent at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
 	}
-	var v agent.TaskView
+	var v hooks.TaskView
 	if err := json.Unmarshal(body, &v); err != nil {
 		return v, fmt.Errorf("show: agent's answer: %w", err)
 	}
@@ -111,7 +113,7 @@ func lookupTask(ctx context.Context, cfg agent.Config, addr, id string) (agent.T
 
 // printTask writes the human form: a header, the output in a block, the
 // report.
-func printTask(w io.Writer, v agent.TaskView) {
+func printTask(w io.Writer, v hooks.TaskView) {
 	outcome := v.Outcome
 	if outcome == "" {
 		outcome = v.Status
@@ -191,14 +193,14 @@ func printTask(w io.Writer, v agent.TaskView) {
 // configRedis loads the config and connects to the Redis it names; rc is
 // nil when none is configured (embedded mode). Both failures are usage
 // errors: the config is what is wrong.
-func (c *cli) configRedis() (agent.Config, redis.UniversalClient, error) {
+func (c *cli) configRedis() (config.Config, redis.UniversalClient, error) {
 	cfg, err := c.loadConfig()
 	if err != nil {
-		return agent.Config{}, nil, err
+		return config.Config{}, nil, err
 	}
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
-		return agent.Config{}, nil, usageError{err}
+		return config.Config{}, nil, usageError{err}
 	}
 	return cfg, rc, nil
 }

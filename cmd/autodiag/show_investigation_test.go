@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/hooks"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 )
 
@@ -21,7 +21,7 @@ func TestShowInvestigationTree(t *testing.T) {
 		Evidence: []string{"inv-1-s1-c1"}}
 	rep, _ := json.Marshal(rootcause.Result{Status: "ok", Markdown: "## Root cause\nx\n", Investigation: inv})
 	var b strings.Builder
-	printTask(&b, agent.TaskView{ID: "t1", Outcome: "failed", Report: rep})
+	printTask(&b, hooks.TaskView{ID: "t1", Outcome: "failed", Report: rep})
 	out := b.String()
 	for _, want := range []string{
 		"investigation inv-1 of task t1: ended by max_steps, 2 steps, 300+30 tokens, 0.0012 USD",
@@ -36,7 +36,7 @@ func TestShowInvestigationTree(t *testing.T) {
 		}
 	}
 	b.Reset()
-	printTask(&b, agent.TaskView{ID: "inv-1-s1-c1", Outcome: "succeeded", Origin: "investigation", Parent: "t1", Investigation: "inv-1", Step: 1})
+	printTask(&b, hooks.TaskView{ID: "inv-1-s1-c1", Outcome: "succeeded", Origin: "investigation", Parent: "t1", Investigation: "inv-1", Step: 1})
 	if !strings.Contains(b.String(), "origin:     investigation inv-1 of task t1, step 1") {
 		t.Errorf("show of a tool call:\n%s", b.String())
 	}

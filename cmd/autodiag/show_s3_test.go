@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/hooks"
 )
 
 // autodiag show names where the whole output is, or that its upload
@@ -13,12 +13,12 @@ func TestPrintTaskFullOutput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		v    agent.TaskView
+		v    hooks.TaskView
 		want string
 	}{
-		{"uploaded", agent.TaskView{ID: "t1", Outcome: "succeeded", OutputURL: "s3://b/p/2026/11/30/t1.txt"},
+		{"uploaded", hooks.TaskView{ID: "t1", Outcome: "succeeded", OutputURL: "s3://b/p/2026/11/30/t1.txt"},
 			"  full output: s3://b/p/2026/11/30/t1.txt\n"},
-		{"upload failed", agent.TaskView{ID: "t2", Outcome: "succeeded", OutputUpload: agent.OutputUploadFailed},
+		{"upload failed", hooks.TaskView{ID: "t2", Outcome: "succeeded", OutputUpload: hooks.OutputUploadFailed},
 			"  full output: upload failed (the record keeps max_output)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,7 +30,7 @@ func TestPrintTaskFullOutput(t *testing.T) {
 		})
 	}
 	var b strings.Builder
-	printTask(&b, agent.TaskView{ID: "t3", Outcome: "succeeded"})
+	printTask(&b, hooks.TaskView{ID: "t3", Outcome: "succeeded"})
 	if strings.Contains(b.String(), "full output") {
 		t.Errorf("a task without an upload shows a full output line:\n%s", b.String())
 	}

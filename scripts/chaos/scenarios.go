@@ -15,7 +15,7 @@ import (
 )
 
 // receiveRetryMax is the intake's longest pause between failed receives
-// (agent/intake.go).
+// (agent/worker/receiver.go).
 const receiveRetryMax = 30 * time.Second
 
 func ids(prefix string, n int) []string {

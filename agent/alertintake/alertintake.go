@@ -1,0 +1,234 @@
+package alertintake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// Error is why the intake listener cannot start: its credentials
+// are missing from the environment, or it would be reachable from other
+// hosts without them. It is a configuration problem (exit 2).
+type Error struct{ Err error }
+
+func (e *Error) Error() string { return "intake: " + e.Err.Error() }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Options are what an intake handler needs besides the config.
+type Options struct {
+	// Getenv reads the credentials the intake.auth section names
+	// (os.LookupEnv in cmd).
+	Getenv func(string) (string, bool)
+	Sender alert.Sender
+	// Draining answers 503 while true; nil = never.
+	Draining func() bool
+	Metrics  *alert.Metrics
+	Logger   *slog.Logger
+	// Redactor redacts every line Logger writes (a rejected alert's
+	// detail quotes the alert's values); nil = none.
+	Redactor *redact.Redactor
+	Now      func() time.Time
+}
+
+// NewHandler builds the intake listener's handler for cfg: routes
+// compiled against the catalog and host allow-list cfg describes,
+// credentials read from the environment. It fails with an *Error
+// when a credential is missing or the listener would be open.
+func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
+	if err := cfg.Intake.Validate(); err != nil {
+		return nil, &Error{Err: err}
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) (string, bool) { return "", false }
+	}
+	creds, err := cfg.Intake.Credentials(getenv)
+	if err != nil {
+		return nil, &Error{Err: err}
+	}
+	v, err := cfg.Validator()
+	if err != nil {
+		return nil, err
+	}
+	router, err := alert.NewRouter(cfg.Routes, v)
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
+		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),
+		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics,
+		Logger: redactingLogger(o.Logger, o.Redactor), Now: o.Now,
+		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
+}
+
+// SourceSender sends alert tasks one message each through a queue.Source:
+// the embedded queue, or SQS when no batch sender is set.
+type SourceSender struct{ Source queue.Source }
+
+// SendBatch sends every task; the first failure ends it.
+func (s SourceSender) SendBatch(ctx context.Context, tasks []task.Task) error {
+	for i := range tasks {
+		body, err := json.Marshal(&tasks[i])
+		if err != nil {
+			return fmt.Errorf("alert task %s: %w", tasks[i].ID, err)
+		}
+		if _, err := s.Source.Send(ctx, body); err != nil {
+			return fmt.Errorf("alert task %s: %w", tasks[i].ID, err)
+		}
+	}
+	return nil
+}
+
+// SQSBatchAPI is the SQS call SQSSender makes; *sqs.Client is the real one.
+type SQSBatchAPI interface {
+	SendMessageBatch(ctx context.Context, params *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+}
+
+// sqsBatchMax is SQS's limit of entries per SendMessageBatch.
+const sqsBatchMax = 10
+
+// SQSSender sends alert tasks onto the SQS task queue with
+// SendMessageBatch, ten per call.
+type SQSSender struct {
+	api SQSBatchAPI
+	url string
+}
+
+// NewSQSSender returns a sender onto the queue at url.
+func NewSQSSender(api SQSBatchAPI, url string) *SQSSender { return &SQSSender{api: api, url: url} }
+
+// SendBatch sends tasks in calls of ten. An entry SQS refuses fails the
+// whole send: the alerting system retries the payload, and dedupe on
+// alert.event_id absorbs the tasks that were queued.
+func (s *SQSSender) SendBatch(ctx context.Context, tasks []task.Task) error {
+	for start := 0; start < len(tasks); start += sqsBatchMax {
+		chunk := tasks[start:min(start+sqsBatchMax, len(tasks))]
+		entries := make([]types.SendMessageBatchRequestEntry, len(chunk))
+		for i := range chunk {
+			body, err := json.Marshal(&chunk[i])
+			if err != nil {
+				return fmt.Errorf("alert task %s: %w", chunk[i].ID, err)
+			}
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body))}
+		}
+		out, err := s.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.url), Entries: entries})
+		if err != nil {
+			return fmt.Errorf("sqs: send message batch: %w", err)
+		}
+		if len(out.Failed) > 0 {
+			f := out.Failed[0]
+			return fmt.Errorf("sqs: send message batch: %d of %d entries failed, first %s: %s",
+				len(out.Failed), len(entries), aws.ToString(f.Code), aws.ToString(f.Message))
+		}
+	}
+	return nil
+}
+
+var (
+	_ alert.Sender = SourceSender{}
+	_ alert.Sender = (*SQSSender)(nil)
+)
+
+// errNoQueue: a standalone intake has nowhere to put tasks without the
+// SQS task queue.
+var errNoQueue = errors.New("queue.url must be set: a standalone intake sends tasks to the fleet's SQS queue")
+
+// Intake is `autodiag intake`: the intake listener's handler with no
+// workers, sending tasks onto the fleet's SQS queue.
+type Intake struct {
+	Handler  http.Handler
+	Registry *prometheus.Registry
+	draining chan struct{}
+}
+
+// AdminHandler is the standalone intake's admin API, served on
+// admin_addr like the agent's: GET /metrics (the alert counters, Go and
+// process metrics), GET /healthz, and GET /readyz (503 once draining).
+func (in *Intake) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(in.Registry, promhttp.HandlerOpts{Registry: in.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-in.draining:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
+		default:
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
+		}
+	})
+	return mux
+}
+
+// StartDrain makes the intake answer 503 from now on.
+func (in *Intake) StartDrain() {
+	select {
+	case <-in.draining:
+	default:
+		close(in.draining)
+	}
+}
+
+// Open builds a standalone intake for cfg, its credentials read
+// through getenv; it fails with an
+// *Error when cfg has no intake listener, no task queue, or the
+// credentials are missing.
+func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool)) (*Intake, error) {
+	switch {
+	case !cfg.Intake.Enabled():
+		return nil, &Error{Err: errors.New("intake.addr must be set")}
+	case cfg.Queue.URL == "":
+		return nil, &Error{Err: errNoQueue}
+	}
+	api, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	in := &Intake{Registry: reg, draining: make(chan struct{})}
+	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL),
+		Draining: func() bool {
+			select {
+			case <-in.draining:
+				return true
+			default:
+				return false
+			}
+		},
+		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake")})
+	if err != nil {
+		return nil, err
+	}
+	in.Handler = h
+	return in, nil
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,121 @@
+package alertintake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// fakeBatchSQS records SendMessageBatch calls; failIn makes that call's
+// first entry fail.
+type fakeBatchSQS struct {
+	mu     sync.Mutex
+	calls  [][]string
+	failIn int
+	err    error
+}
+
+var _ SQSBatchAPI = (*fakeBatchSQS)(nil)
+
+func (f *fakeBatchSQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	var bodies []string
+	for _, e := range in.Entries {
+		bodies = append(bodies, aws.ToString(e.MessageBody))
+	}
+	f.calls = append(f.calls, bodies)
+	out := &sqs.SendMessageBatchOutput{}
+	if len(f.calls) == f.failIn {
+		out.Failed = []types.BatchResultErrorEntry{{Id: in.Entries[0].Id, Code: aws.String("InternalError"), Message: aws.String("try again")}}
+	}
+	return out, nil
+}
+
+func alertTasks(n int) []task.Task {
+	ts := make([]task.Task, n)
+	for i := range ts {
+		ts[i] = task.Task{ID: "t" + string(rune('a'+i)), Host: "web-1", Diagnostic: "uptime"}
+	}
+	return ts
+}
+
+func TestSQSSenderSendsInBatchesOfTen(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tasks   int
+		failIn  int
+		err     error
+		sizes   []int
+		wantErr string
+	}{
+		{name: "none", tasks: 0},
+		{name: "one call", tasks: 10, sizes: []int{10}},
+		{name: "chunks", tasks: 23, sizes: []int{10, 10, 3}},
+		{name: "a failed entry fails the send", tasks: 23, failIn: 2, sizes: []int{10, 10}, wantErr: "1 of 10 entries failed, first InternalError"},
+		{name: "a failed call", tasks: 3, err: errors.New("boom"), wantErr: "boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeBatchSQS{failIn: tc.failIn, err: tc.err}
+			err := NewSQSSender(f, "https://sqs.example/q").SendBatch(t.Context(), alertTasks(tc.tasks))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			var sizes []int
+			for _, c := range f.calls {
+				sizes = append(sizes, len(c))
+				for _, b := range c {
+					var got task.Task
+					if err := json.Unmarshal([]byte(b), &got); err != nil || got.Diagnostic != "uptime" {
+						t.Fatalf("body %s is not the task: %v", b, err)
+					}
+				}
+			}
+			if len(sizes) != len(tc.sizes) || (len(sizes) > 0 && !equalInts(sizes, tc.sizes)) {
+				t.Fatalf("batch sizes %v, want %v", sizes, tc.sizes)
+			}
+		})
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestIntakeHandlerNeedsItsCredentials: a named variable that is unset is
+// an *Error, which cmd maps to exit 2.
+func TestIntakeHandlerNeedsItsCredentials(t *testing.T) {
+	cfg, err := config.Load([]byte("intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "", false }})
+	var ie *Error
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "TOKEN is unset") {
+		t.Fatalf("err = %v, want an *Error naming TOKEN", err)
+	}
+	if _, err := NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "t", true }}); err != nil {
+		t.Fatal(err)
+	}
+}

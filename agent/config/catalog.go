@@ -1,0 +1,44 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// CompileCatalog compiles the task validator (the host allow-list, the IP
+// literal opt-in, the catalog, queue.max_age) and the runnable catalog.
+func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnostic, error) {
+	v := &task.Validator{Catalog: map[string]task.Spec{}, MaxAge: cfg.Queue.MaxAge, AllowIPLiterals: cfg.Limiter.Hosts.AllowIPLiterals}
+	for _, p := range cfg.Limiter.Hosts.Allow {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agent: limiter.hosts.allow: %w", err)
+		}
+		v.Allow = append(v.Allow, re)
+	}
+	catalog := map[string]runner.Diagnostic{}
+	for _, diag := range cfg.Diagnostics {
+		diag = diag.WithDefaults()
+		catalog[diag.Name] = diag
+		spec := task.Spec{Params: map[string]*regexp.Regexp{}, Required: diag.Placeholders()}
+		for name, pat := range diag.Params {
+			re, err := task.FullMatch(pat)
+			if err != nil {
+				return nil, nil, fmt.Errorf("agent: diagnostics %s params.%s: %w", diag.Name, name, err)
+			}
+			spec.Params[name] = re
+		}
+		v.Catalog[diag.Name] = spec
+	}
+	return v, catalog, nil
+}
+
+// Validator is the task validator of CompileCatalog, so that a dry run and the
+// standalone intake judge a host exactly as the agent does.
+func (cfg Config) Validator() (*task.Validator, error) {
+	v, _, err := cfg.CompileCatalog()
+	return v, err
+}

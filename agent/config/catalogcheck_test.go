@@ -1,0 +1,80 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// A placeholder in a program position, or in the program text of awk,
+// sed, php, lua or a shell behind a wrapper or find -exec, is refused and
+// named by its index; placeholders in plain arguments are not.
+func TestCatalogStaysACatalog(t *testing.T) {
+	tests := []struct {
+		argv []string
+		bad  string // "" = accepted; else the command index refused
+	}{
+		{[]string{"/usr/bin/env", "{param.x}"}, "command[1]"},
+		{[]string{"{param.x}", "-a"}, "command[0]"},
+		{[]string{"timeout", "5", "{param.x}"}, "command[2]"},
+		{[]string{"sudo", "-u", "root", "{param.x}"}, "command[3]"},
+		{[]string{"flock", "/tmp/l", "{param.x}"}, "command[2]"},
+		{[]string{"xargs", "-n", "1", "{param.x}"}, "command[3]"},
+		{[]string{"chroot", "/", "{param.x}"}, "command[2]"},
+		{[]string{"nsenter", "-t", "1", "-m", "{param.x}"}, "command[4]"},
+		{[]string{"doas", "{param.x}"}, "command[1]"},
+		{[]string{"awk", "BEGIN{system(\"{param.x}\")}"}, "command[1]"},
+		{[]string{"gawk", "-F:", "{param.x}", "/etc/passwd"}, "command[2]"},
+		{[]string{"sed", "-n", "{param.x}", "/etc/hosts"}, "command[2]"},
+		{[]string{"sed", "-e", "s/a/{param.x}/", "f"}, "command[2]"},
+		{[]string{"php", "-r", "echo {param.x};"}, "command[2]"},
+		{[]string{"lua", "-e", "print({param.x})"}, "command[2]"},
+		{[]string{"find", "/var", "-exec", "{param.x}", ";"}, "command[3]"},
+		{[]string{"find", "/var", "-exec", "sh", "-c", "echo {param.x}", ";"}, "command[5]"},
+		{[]string{"sudo", "sh", "-c", "echo {param.x}"}, "command[3]"},
+		// accepted: values as arguments
+		{[]string{"awk", "-v", "x={param.x}", "{print x}"}, ""},
+		{[]string{"awk", "{print}", "{param.file}"}, ""},
+		{[]string{"sed", "-n", "1,5p", "{param.file}"}, ""},
+		{[]string{"find", "{param.dir}", "-name", "*.log"}, ""},
+		{[]string{"timeout", "5", "ping", "-c", "1", "{host}"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.argv, " "), func(t *testing.T) {
+			var p problems
+			checkScripts(&p, "diagnostics[0]", tt.argv)
+			err := p.err()
+			switch {
+			case tt.bad == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.bad != "" && (err == nil || !strings.Contains(err.Error(), "diagnostics[0]."+tt.bad)):
+				t.Errorf("got %v, want a refusal of %s", err, tt.bad)
+			}
+		})
+	}
+}
+
+// catalog.strict: placeholders only in arguments of programs that run no
+// other program; without it those entries pass.
+func TestCatalogStrict(t *testing.T) {
+	tests := []struct {
+		argv []string
+		bad  bool
+	}{
+		{[]string{"/usr/bin/ping", "-c", "1", "{host}"}, false},
+		{[]string{"/usr/bin/timeout", "5", "/usr/bin/ping", "{host}"}, true},
+		{[]string{"/bin/sh", "-c", "echo \"$1\"", "sh", "{param.x}"}, true},
+		{[]string{"/usr/bin/awk", "{print}", "{param.file}"}, true},
+		{[]string{"/usr/bin/find", "{param.dir}", "-name", "*.log"}, true},
+		{[]string{"/usr/bin/env", "LC_ALL=C", "/usr/bin/df", "{param.mount}"}, true},
+		{[]string{"/usr/bin/uptime"}, false},
+	}
+	for _, tt := range tests {
+		var p problems
+		checkStrict(&p, "diagnostics[0]", tt.argv)
+		if err := p.err(); (err != nil) != tt.bad {
+			t.Errorf("%v: got %v, want refused=%v", tt.argv, err, tt.bad)
+		} else if err != nil && !strings.Contains(err.Error(), "diagnostics[0].command[") {
+			t.Errorf("%v: %v does not name the position", tt.argv, err)
+		}
+	}
+}

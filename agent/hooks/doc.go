@@ -1,0 +1,13 @@
+// Package hooks is what happens around a task's end and a drain, behind
+// one value (*Hooks) that the worker takes as worker.Hooks and the
+// supervisor as supervisor.Hooks: the redactor every output passes
+// (results.go), the upload of the whole output to results.s3 (upload.go),
+// the notifications (notifier.go, over agent/notify) and the root-cause
+// reports (reports.go, over agent/report). Each is off unless configured,
+// and nothing here may hold a drain past its deadline. TaskView
+// (results.go) is the one view of a task record that the API,
+// notifications and reports share.
+//
+// It may import the worker for its types (Runner, outcomes) but not the
+// agent root or the supervisor.
+package hooks

@@ -1,0 +1,138 @@
+package hooks
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/lifecycle"
+)
+
+// Options are what the hooks are built from.
+type Options struct {
+	Config config.Config
+	Store  state.TaskStore
+	// Outbox holds notifications until a sink took them; nil = in memory.
+	Outbox notify.Outbox
+	// LookupEnv reads the sinks' url_env and secret_env; nil = an empty
+	// environment.
+	LookupEnv func(string) (string, bool)
+	// S3 takes the full outputs of results.s3; needed when
+	// results.s3.bucket is set.
+	S3 S3API
+	// Reports are the report provider, queue and limiter backend; needed
+	// with report.enabled (OpenReportParts).
+	Reports *ReportParts
+	Runner  worker.Runner
+	// Source, Validator and Rejected are how an investigation's tool call
+	// becomes a task on the agent's own queue: validated as POST /v1/tasks
+	// validates, a rejection ended as the worker ends one (Worker.Rejected).
+	Source     queue.Source
+	Validator  *task.Validator
+	Rejected   func(task.Task, error)
+	InstanceID string
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	Registry   prometheus.Registerer
+	// Base is what uploads derive their bounds from; it ends on a fast
+	// exit.
+	Base context.Context
+}
+
+// Hooks are what happens around a task's end and a drain: the redactor
+// every output passes, the upload of the whole output (results.s3), the
+// notification (notify) and the root-cause report (report). Each part is
+// nil when off, and its methods then do nothing.
+type Hooks struct {
+	redactor *redact.Redactor
+	runner   worker.Runner
+	uploader *uploader
+	notifier *notifier
+	reports  *reports
+	// lifecycle gives the completion result a drain_* event carries.
+	lifecycle lifecycle.Config
+}
+
+// New builds the hooks cfg configures.
+func New(o Options) (*Hooks, error) {
+	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle}
+	if err := h.wireResults(o); err != nil {
+		return nil, err
+	}
+	if err := h.wireReports(o); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Redactor is the one chokepoint every output passes.
+func (h *Hooks) Redactor() *redact.Redactor { return h.redactor }
+
+// UploadMax is results.s3.max_size when the whole output of each run is
+// uploaded, else 0.
+func (h *Hooks) UploadMax() runner.Size {
+	if h.uploader == nil {
+		return 0
+	}
+	return h.uploader.cfg.MaxSize
+}
+
+// Runner is Options.Runner, with its output cap raised to
+// results.s3.max_size when outputs are uploaded.
+func (h *Hooks) Runner() worker.Runner { return h.runner }
+
+// RunNotify runs the notification dispatcher until the drain stops it
+// (DrainEnded); nil at once without sinks.
+func (h *Hooks) RunNotify(ctx context.Context) error {
+	if h.notifier == nil {
+		return nil
+	}
+	return h.notifier.d.Run(ctx)
+}
+
+// RunReports runs the report workers until the drain stops them
+// (DrainEnded); hard ends on a fast exit, which abandons the reports in
+// progress (they stay queued).
+func (h *Hooks) RunReports(ctx, hard context.Context) error { return h.reports.run(ctx, hard) }
+
+// Keep uploads the whole output of a run (worker.Hooks).
+func (h *Hooks) Keep(rec *state.TaskRecord, res *runner.Result, d runner.Diagnostic) {
+	h.uploader.keep(rec, res, d)
+}
+
+// Writes are the notification and the report job of a task's final
+// record (worker.Hooks).
+func (h *Hooks) Writes(rec state.TaskRecord, d runner.Diagnostic, res *runner.Result) []state.Write {
+	w := h.notifier.writes(rec)
+	if res != nil {
+		w = append(w, h.reports.writes(rec, d, *res)...)
+	}
+	return w
+}
+
+// DrainStarted tells the notifier and the reports (supervisor.Hooks).
+func (h *Hooks) DrainStarted(p drain.Progress) {
+	h.notifier.drainStarted(p)
+	h.reports.drainStarted()
+}
+
+// DrainEnded enqueues the drain's end and stops the dispatcher and the
+// reports within the drain deadline (supervisor.Hooks).
+func (h *Hooks) DrainEnded(ctx context.Context, p drain.Progress, action *lifecycle.Action, timedOut bool) {
+	h.notifier.drainEnded(ctx, p, drainResult(h.lifecycle, action, timedOut))
+	h.reports.drainEnded(ctx, p.Deadline)
+}
+
+// CompletionFailed enqueues drain_failed (supervisor.Hooks).
+func (h *Hooks) CompletionFailed(p drain.Progress) { h.notifier.completionFailed(p) }

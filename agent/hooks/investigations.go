@@ -1,0 +1,104 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/investigate"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
+)
+
+// wireInvestigations makes parts' Writer an investigation when
+// report.investigate is set: the tools are the catalog's entries marked
+// investigate, each call a task submitted to the agent's own queue.
+func (h *Hooks) wireInvestigations(o Options, parts *ReportParts) error {
+	ic := o.Config.Report.Investigate
+	if ic == nil || parts.Writer != nil {
+		return nil
+	}
+	var tools []investigate.Tool
+	for _, d := range o.Config.Diagnostics {
+		if d.Investigate {
+			tools = append(tools, investigate.Tool{Name: d.Name, Description: d.Description, Params: d.Params})
+		}
+	}
+	eff := ic.WithDefaults()
+	budget := parts.Budget
+	if budget == nil {
+		budget = investigate.NewMemoryBudget(eff.DailyTokens, eff.DailyCostUSD, o.Clock.Now)
+	}
+	metrics := investigate.NewMetrics(o.Registry, parts.Provider.Name(), o.Config.Report.Model)
+	metrics.SetBudget(eff.DailyTokens, eff.DailyCostUSD)
+	iv, err := investigate.New(investigate.Options{Report: o.Config.Report, Provider: parts.Provider, Tools: tools,
+		Tasks: &agentTasks{o: o, poll: investigationPoll}, Budget: budget, Redactor: h.redactor,
+		AllowHost: func(host string) bool { _, err := o.Validator.ValidateHost(host); return err == nil },
+		Now:       o.Clock.Now,
+		Metrics:   metrics})
+	if err != nil {
+		return fmt.Errorf("agent: report.investigate: %w", err)
+	}
+	parts.Writer = iv
+	return nil
+}
+
+// investigationPoll is how often a tool call's record is read while it
+// runs.
+const investigationPoll = 200 * time.Millisecond
+
+// agentTasks submits an investigation's tool call as POST /v1/tasks does
+// (the same validation first, a rejection recorded and audited) and
+// waits for the record the pipeline writes: the limiter, caps, breaker,
+// runner and redaction are the pipeline's.
+type agentTasks struct {
+	o    Options
+	poll time.Duration
+}
+
+var _ investigate.Tasks = (*agentTasks)(nil)
+
+func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (investigate.TaskRecord, error) {
+	o := at.o
+	now := o.Clock.Now()
+	t := task.Task{ID: s.ID, Host: s.Host, Diagnostic: s.Diagnostic, Params: s.Params, Origin: s.Origin,
+		Parent: s.Parent, Investigation: s.Investigation, Step: s.Step, CreatedAt: now.UTC()}
+	if err := o.Validator.Validate(&t, now); err != nil {
+		// The outcome's audit write is detached by design, as for POST
+		// /v1/tasks: it lands even when the investigation has ended.
+		o.Rejected(t, err) //nolint:contextcheck // see above
+		return investigate.TaskRecord{ID: s.ID, Outcome: worker.OutcomeRejected, Reason: err.Error()}, nil
+	}
+	body, err := json.Marshal(t)
+	if err != nil {
+		return investigate.TaskRecord{}, fmt.Errorf("task %s: %w", s.ID, err)
+	}
+	if _, err := o.Source.Send(ctx, body); err != nil {
+		return investigate.TaskRecord{}, fmt.Errorf("task %s: queue: %w", s.ID, err)
+	}
+	tick := time.NewTicker(at.poll)
+	defer tick.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, max(o.Config.Redis.Timeout, time.Second))
+		rec, ok, err := o.Store.Task(rctx, s.ID)
+		cancel()
+		if err == nil && ok && rec.Outcome != "" {
+			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated}
+			switch rec.Outcome {
+			case worker.OutcomeSucceeded, worker.OutcomeFailed, worker.OutcomeTimedOut:
+				code := rec.ExitCode
+				out.ExitCode = &code
+			}
+			if len(rec.Limiter) > 0 {
+				out.Reason += " " + string(rec.Limiter)
+			}
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return investigate.TaskRecord{}, fmt.Errorf("task %s: no record before the investigation's time ran out: %w", s.ID, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package hooks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/worker"
+)
+
+// OutputUploadFailed is TaskRecord.OutputUpload when the upload failed.
+const OutputUploadFailed = "failed"
+
+// S3API is the S3 call the uploader makes; *s3.Client is the real one.
+type S3API interface {
+	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+}
+
+var _ S3API = (*s3.Client)(nil)
+
+// NewS3Client is the S3 client of results.s3 from the SDK's config:
+// AWS_ENDPOINT_URL_S3 (read by the SDK) points it elsewhere, PathStyle
+// addresses the bucket in the path.
+func NewS3Client(awsCfg aws.Config, c config.S3Config) *s3.Client {
+	return s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.UsePathStyle = c.PathStyle })
+}
+
+// fullOutputRunner runs every diagnostic with its output cap raised to
+// results.s3.max_size, so the upload gets the whole output; the uploader
+// cuts what the record keeps back to the diagnostic's max_output.
+type fullOutputRunner struct {
+	worker.Runner
+	maxSize runner.Size
+}
+
+func (r fullOutputRunner) Run(ctx context.Context, d runner.Diagnostic, argv []string) runner.Result {
+	d = d.WithDefaults()
+	d.MaxOutput = max(d.MaxOutput, r.maxSize+redact.CutSlack)
+	return r.Runner.Run(ctx, d, argv)
+}
+
+// uploader puts each run's whole redacted output in S3 before its record
+// is finished. A failed upload is counted, logged and written in the
+// record (output_upload: failed); it never changes the task's outcome.
+type uploader struct {
+	api  S3API
+	cfg  config.S3Config
+	base context.Context // ends on a fast exit
+	log  *slog.Logger
+	// uploads counts uploads by result (ok, failed).
+	uploads *prometheus.CounterVec
+}
+
+func newUploader(api S3API, cfg config.S3Config, base context.Context, log *slog.Logger, reg prometheus.Registerer) *uploader {
+	u := &uploader{api: api, cfg: cfg, base: base, log: log.With("component", "upload"),
+		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_output_uploads_total",
+			Help: "Uploads of a run's full output to results.s3, by result (ok, failed).",
+		}, []string{"result"})}
+	reg.MustRegister(u.uploads)
+	for _, r := range []string{"ok", "failed"} {
+		u.uploads.WithLabelValues(r)
+	}
+	return u
+}
+
+// key is where the output of task id, finished at finished, goes.
+func (u *uploader) key(id string, finished time.Time) string {
+	k := finished.UTC().Format("2006/01/02") + "/" + id + ".txt"
+	if u.cfg.Prefix != "" {
+		k = u.cfg.Prefix + "/" + k
+	}
+	return k
+}
+
+// keep uploads res.Output (redacted, up to max_size) for rec, sets
+// rec.OutputURL or rec.OutputUpload, then cuts the output that rec and
+// res carry on to the diagnostic's max_output, as without the upload.
+// A nil uploader does nothing.
+func (u *uploader) keep(rec *state.TaskRecord, res *runner.Result, d runner.Diagnostic) {
+	if u == nil {
+		return
+	}
+	key := u.key(rec.ID, rec.FinishedAt)
+	if err := u.put(key, res.Output); err != nil {
+		u.uploads.WithLabelValues("failed").Inc()
+		rec.OutputUpload = OutputUploadFailed
+		u.log.Warn("uploading the full output failed; the record keeps max_output", "task_id", rec.ID,
+			"bucket", u.cfg.Bucket, "key", key, "bytes", len(res.Output), "err", err)
+	} else {
+		u.uploads.WithLabelValues("ok").Inc()
+		rec.OutputURL = "s3://" + u.cfg.Bucket + "/" + key
+	}
+	res.Output, res.Truncated = capOutput(res.Output, res.Truncated, int(d.WithDefaults().MaxOutput))
+	rec.Output, rec.Truncated = string(res.Output), res.Truncated
+}
+
+// put sends one object, bounded by results.s3.timeout on a context of
+// its own.
+func (u *uploader) put(key string, body []byte) error {
+	ctx, cancel := context.WithTimeout(u.base, u.cfg.Timeout)
+	defer cancel()
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(u.cfg.Bucket),
+		Key:           aws.String(key),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		ContentType:   aws.String("text/plain; charset=utf-8"),
+	}
+	switch u.cfg.SSE {
+	case config.SSEAES256:
+		in.ServerSideEncryption = types.ServerSideEncryptionAes256
+	case config.SSEKMS:
+		in.ServerSideEncryption = types.ServerSideEncryptionAwsKms
+		if u.cfg.KMSKeyID != "" {
+			in.SSEKMSKeyId = aws.String(u.cfg.KMSKeyID)
+		}
+	}
+	if _, err := u.api.PutObject(ctx, in); err != nil {
+		return fmt.Errorf("upload: put s3://%s/%s: %w", u.cfg.Bucket, key, err)
+	}
+	return nil
+}
+
+// capOutput cuts out, which the runner marked truncated or not, to limit
+// bytes on a rune boundary with runner.TruncationMark after them.
+func capOutput(out []byte, truncated bool, limit int) ([]byte, bool) {
+	body := out
+	if truncated {
+		body = bytes.TrimSuffix(out, []byte(runner.TruncationMark))
+	}
+	if len(body) <= limit {
+		return out, truncated
+	}
+	head := redact.Head(body, limit)
+	// Clipped, so that the mark lands in a new array, not over out's bytes.
+	return append(head[:len(head):len(head)], runner.TruncationMark...), true
+}
+
+// wireUpload builds the uploader of results.s3 and raises the runner's
+// output cap to its max_size; nothing when results.s3 is off.
+func (h *Hooks) wireUpload(o Options) error {
+	c := o.Config.Results.S3
+	if !c.Enabled() {
+		return nil
+	}
+	if o.S3 == nil {
+		return errors.New("agent: results.s3.bucket is set but Deps.S3 is nil")
+	}
+	h.uploader = newUploader(o.S3, c, o.Base, o.Logger, o.Registry)
+	h.runner = fullOutputRunner{Runner: h.runner, maxSize: c.MaxSize}
+	return nil
+}

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/launch"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/drain"
+)
+
+// newWorker builds the task worker over this agent's parts.
+func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.Diagnostic) *worker.Worker {
+	return worker.New(worker.Options{Source: a.d.Source, Store: a.d.Store, Limiter: a.d.Limiter, Runner: a.hooks.Runner(),
+		Validator: validator, Catalog: catalog, Drain: a.drain, Clock: a.d.Clock, Logger: a.log,
+		Metrics: worker.Metrics{Received: a.m.received, Outcomes: a.m.outcomes, Duration: a.m.duration,
+			Inflight: a.m.inflight, StateDegraded: a.m.stateDegraded},
+		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
+		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
+		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard})
+}
+
+// callDetached runs one call on a fresh context bounded by d, keeping
+// parent's values but not its end: bookkeeping happens mid-drain too.
+func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
+	defer cancel()
+	return call(ctx)
+}
+
+// IntakeHandler is this agent's intake handler: tasks go to its task
+// queue, and it answers 503 from the first instant of a drain.
+func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
+	return alertintake.NewHandler(a.cfg, alertintake.Options{Getenv: getenv, Sender: a.alerts.Sender,
+		Draining: func() bool { return a.drain.State() != drain.Running },
+		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Now: a.d.Clock.Now})
+}
+
+// newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
+func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.AlertRouting, error) {
+	router, err := alert.NewRouter(cfg.Routes, v)
+	if err != nil {
+		return nil, fmt.Errorf("agent: routes: %w", err)
+	}
+	sender := d.AlertSender
+	if sender == nil {
+		sender = alertintake.SourceSender{Source: d.Source}
+	}
+	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
+}
+
+// OpenIntake builds the standalone intake (`autodiag intake`) for cfg:
+// the alert handler with no workers, sending tasks onto the fleet's SQS
+// queue; see alertintake.Open.
+func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*alertintake.Intake, error) {
+	connect := func() (alertintake.SQSBatchAPI, error) {
+		awsCfg, err := loadAWS(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return sqs.NewFromConfig(awsCfg), nil
+	}
+	return alertintake.Open(cfg, connect, orDiscard(o.Logger), getenv)
+}
+
+// buildGate builds the launch gate over this agent's parts; the instance
+// record tells its phase.
+func (a *Agent) buildGate() {
+	a.gate = launch.New(launch.Options{Config: a.cfg, Watcher: a.d.Watcher, Actor: a.d.Actor, Store: a.d.Store,
+		Source: a.d.Source, Logger: a.log, Nudge: a.presence.nudge})
+	a.presence.launchState = a.gate.State
+}

@@ -1,0 +1,26 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/lifecycle"
+)
+
+// newSupervisor builds the drain supervisor over this agent's parts.
+func (a *Agent) newSupervisor(watcher *lifecycle.Watcher, actor *lifecycle.Actor) *supervisor.Supervisor {
+	o := supervisor.Options{Lifecycle: a.cfg.Lifecycle, Drain: a.drain, Watcher: watcher, Actor: actor, Store: a.d.Store,
+		StoreTimeout: a.cfg.Redis.Timeout, Clock: a.d.Clock, Logger: a.log,
+		Gauges:   supervisor.Gauges{DrainState: a.m.drainState, DrainDuration: a.m.drainDuration, DrainDeadline: a.m.drainDeadline},
+		Presence: drainedPresence{a.presence}, Outcomes: a.worker.Outcomes, InstanceID: a.d.InstanceID,
+		StopIntake: a.stopIntake, Hooks: a.hooks}
+	if a.publisher != nil {
+		o.CloudWatch = a.publisher
+	}
+	return supervisor.New(o)
+}
+
+// drainedPresence marks the instance record drained at the drain's end.
+type drainedPresence struct{ p *presence }
+
+func (d drainedPresence) Drained(ctx context.Context) { d.p.put(ctx, drainedInstanceTTL) }

@@ -1,0 +1,266 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// job is one received message on its way to an outcome.
+type job struct {
+	msg  *queue.Message
+	item *drain.Item
+
+	mu       sync.Mutex
+	task     task.Task
+	received time.Time
+	ran      time.Duration
+	ended    bool
+
+	// release hands the unstarted message back once, whoever asks first
+	// (the drain, or the handler on a fast exit).
+	release sync.Once
+
+	// leased says the job holds its task's execution lease: false until
+	// the claim, and for a task run without one (redis.state_fail open).
+	// Used by the handler goroutine only.
+	leased bool
+
+	// limitReq is the limiter request of an allowed decision, by which
+	// the run's slots and probe are renewed and given back (Renew, Done);
+	// nil until allowed, and again once given back. Used by the handler
+	// goroutine only (and the keepAlive it waits for).
+	limitReq *limiter.Request
+	// decision is the limiter's allowing decision, summarised in the
+	// run's outcome. Guarded by mu.
+	decision *limiter.Decision
+
+	// freeSlots gives back the job's receive slot and, once it has one,
+	// its worker slot; ack calls it before waiting for the delete, and
+	// the handler on its way out. Used by the handler goroutine only.
+	freeSlots func()
+}
+
+// ranFor is how long the diagnostic ran, when it did.
+func (j *job) ranFor() (time.Duration, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ran, j.ran > 0
+}
+
+// outcomeRecorder is the one place a task's outcome is written: a log
+// line, a metric, an audit entry and the status counters. It also counts
+// the jobs between receipt and outcome (autodiag_tasks_inflight).
+type outcomeRecorder struct {
+	log        *slog.Logger
+	m          Metrics
+	store      state.AuditLog
+	clock      clock.Clock
+	instanceID string
+	timeout    time.Duration // of each audit write (redis.timeout)
+	// redactor redacts reasons and details (error texts may quote a
+	// param or an output line) before they are logged or audited.
+	redactor *redact.Redactor
+	// known says whether a diagnostic name is in the catalog: only catalog
+	// names become label values, as a rejected task's diagnostic is
+	// caller-chosen and would grow the series without bound.
+	known func(name string) bool
+
+	inflight atomic.Int64
+	mu       sync.Mutex
+	counts   map[string]int64
+}
+
+// received counts a job that now waits for its outcome.
+func (r *outcomeRecorder) received() {
+	r.m.Received.Inc()
+	r.m.Inflight.Set(float64(r.inflight.Add(1)))
+}
+
+// inFlight is the number of received jobs without an outcome yet.
+func (r *outcomeRecorder) inFlight() int { return int(r.inflight.Load()) }
+
+// drop lets go of a job that does not end here (deferred, running
+// elsewhere): its message comes back later and ends then.
+func (r *outcomeRecorder) drop(j *job) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.ended {
+		j.ended = true
+		r.m.Inflight.Set(float64(r.inflight.Add(-1)))
+	}
+}
+
+// ended is one outcome with what explains it.
+type ended struct {
+	outcome, reason, detail string
+	decision                *limiter.Decision
+	result                  *runner.Result
+}
+
+// end writes j's one outcome; a job ends once and later calls are ignored.
+func (r *outcomeRecorder) end(j *job, e ended) {
+	if entry, ok := r.close(j, e); ok {
+		r.audit(entry)
+	}
+}
+
+// auditEntry is the audit entry end writes for e, for a caller that
+// writes it itself (with the task's final record) and then calls close.
+func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
+	e.reason, e.detail = r.redactor.RedactString(e.reason), r.redactor.RedactString(e.detail)
+	j.mu.Lock()
+	t := j.task
+	if e.decision == nil {
+		e.decision = j.decision
+	}
+	j.mu.Unlock()
+	var fields map[string]string
+	if e.decision != nil {
+		_, fields = decisionSummary(e.decision, nil)
+	}
+	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: t.ID, Host: t.Host,
+		Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}
+}
+
+// close is end without the audit write: it counts and logs j's outcome
+// and returns the audit entry to write; false when j had ended already.
+func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
+	e.reason, e.detail = r.redactor.RedactString(e.reason), r.redactor.RedactString(e.detail)
+	j.mu.Lock()
+	if j.ended {
+		j.mu.Unlock()
+		return state.AuditEntry{}, false
+	}
+	j.ended = true
+	if e.result != nil {
+		j.ran = e.result.Duration
+	}
+	if e.decision == nil {
+		e.decision = j.decision
+	}
+	t := j.task
+	j.mu.Unlock()
+	r.m.Inflight.Set(float64(r.inflight.Add(-1)))
+
+	diagLabel := t.Diagnostic
+	if !r.known(diagLabel) {
+		diagLabel = UnknownDiagnostic
+	}
+	r.m.Outcomes.WithLabelValues(diagLabel, e.outcome).Inc()
+	r.mu.Lock()
+	r.counts[e.outcome]++
+	r.mu.Unlock()
+
+	took := r.clock.Now().Sub(j.received)
+	if ran, ok := j.ranFor(); ok {
+		took = ran
+	}
+	attrs := []any{"task_id", t.ID, "host", t.Host, "diagnostic", t.Diagnostic, "outcome", e.outcome, "reason", e.reason,
+		"duration", took.Seconds()}
+	var fields map[string]string
+	if e.detail != "" {
+		attrs = append(attrs, "detail", e.detail)
+	}
+	if dec := e.decision; dec != nil {
+		attrs, fields = decisionSummary(dec, attrs)
+	}
+	if res := e.result; res != nil {
+		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)
+		if (e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut) && len(res.Output) > 0 {
+			// Redacted by the pipeline before it got here.
+			attrs = append(attrs, "output", outputExcerpt(res.Output))
+		}
+	}
+	level := slog.LevelInfo
+	if e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut || e.outcome == OutcomeRejected {
+		level = slog.LevelWarn
+	}
+	r.log.Log(context.Background(), level, "task ended", attrs...)
+	return state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}, true
+}
+
+// decisionSummary appends the limiter decision's summary to a task's log
+// attributes and returns it as audit fields too: the rule; for a denial its
+// limit, retry_after and counters; for an allowed run whether it is its
+// rule's breaker probe and how many slots were held; and every shadow
+// rule's verdict.
+func decisionSummary(dec *limiter.Decision, attrs []any) ([]any, map[string]string) {
+	fields := map[string]string{"rule": dec.Rule}
+	attrs = append(attrs, "rule", dec.Rule)
+	if !dec.Allowed {
+		attrs = append(attrs, "limit", dec.Limit, "retry_after", dec.RetryAfter.Seconds(), "degraded", dec.Degraded,
+			"daily_used", dec.Counters.DailyUsed, "window_count", dec.Counters.WindowCount)
+		fields["limit"], fields["retry_after"] = dec.Limit, dec.RetryAfter.String()
+	} else if dec.Degraded {
+		attrs = append(attrs, "degraded", true)
+		fields["degraded"] = "true"
+	}
+	if c := dec.Counters; c.ConcurrencyLimit > 0 {
+		attrs = append(attrs, "running", c.Running, "concurrency", c.ConcurrencyLimit)
+	}
+	if dec.Probe {
+		attrs = append(attrs, "probe", true)
+		fields["probe"] = "true"
+	}
+	if s := shadowSummary(dec); s != "" {
+		attrs = append(attrs, "shadow", s)
+		fields["shadow"] = s
+	}
+	return attrs, fields
+}
+
+// shadowSummary names every shadow rule's verdict on the decision, in
+// configuration order, as "rule:allowed" or "rule:<reason>" (a would-be
+// denial), comma-separated; "" when no shadow rule matched.
+func shadowSummary(dec *limiter.Decision) string {
+	if len(dec.Shadow) == 0 {
+		return ""
+	}
+	parts := make([]string, len(dec.Shadow))
+	for i, s := range dec.Shadow {
+		verdict := s.Reason
+		if s.Allowed {
+			verdict = limiter.ReasonAllowed
+		}
+		parts[i] = s.Rule + ":" + verdict
+	}
+	return strings.Join(parts, ",")
+}
+
+// audit appends e to the audit stream, on a context of its own so that it
+// is written even mid-shutdown.
+func (r *outcomeRecorder) audit(e state.AuditEntry) {
+	e.InstanceID = r.instanceID
+	if e.Time.IsZero() {
+		e.Time = r.clock.Now()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	if err := r.store.Audit(ctx, e); err != nil {
+		if stateUnreachable(err) {
+			r.m.StateDegraded.WithLabelValues("audit").Inc()
+		}
+		logStoreErr(r.log, err)
+	}
+}
+
+// snapshot returns the outcome counts so far.
+func (r *outcomeRecorder) snapshot() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counts)
+}

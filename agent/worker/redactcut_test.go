@@ -1,0 +1,61 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/task"
+)
+
+// A URL password the cap cuts after the password and before '@' is
+// redacted before the cut: nothing of it is kept, and nothing before the
+// scheme is lost.
+func TestRedactBeforeCut(t *testing.T) {
+	red, err := redact.New(redact.DefaultRules(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pipeline{redactor: red}
+	pre := strings.Repeat("x", 50) + " redis://:"
+	out := pre + "Hunter2Hunter2@cache:6379\nmore\n"
+	res := runner.Result{Output: []byte(out)}
+	got, truncated := p.redactCut(res, runner.Diagnostic{MaxOutput: runner.Size(len(pre) + 7)})
+	if !truncated {
+		t.Error("not marked truncated")
+	}
+	if strings.Contains(string(got), "Hunter") || !strings.HasPrefix(string(got), pre) {
+		t.Errorf("got %q, want %q and the mark", got, pre)
+	}
+	if !strings.HasSuffix(string(got), runner.TruncationMark) {
+		t.Errorf("got %q, no truncation mark", got)
+	}
+}
+
+// Param values and the alert's name are redacted in the record that every
+// sink and the prompt read; the task itself keeps its values for the run.
+func TestRecordRedactsParamsAndAlert(t *testing.T) {
+	red, err := redact.New(redact.DefaultRules(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{task: task.Task{ID: "t1", Host: "h", Diagnostic: "d",
+		Params: map[string]string{"url": "redis://:Hunter2Hunter2@cache:6379", "n": "5", "db_password": "s3cr3tpw"},
+		Alert:  task.Alert{Source: "am", Name: "leak ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8"}}}
+	rec := newRecord(j, red)
+	for k, v := range rec.Params {
+		if strings.Contains(v, "Hunter2") || strings.Contains(v, "s3cr3tpw") {
+			t.Errorf("param %s kept its secret: %q", k, v)
+		}
+	}
+	if rec.Params["n"] != "5" || !strings.HasPrefix(rec.Params["url"], "redis://:[REDACTED:") {
+		t.Errorf("params %v", rec.Params)
+	}
+	if strings.Contains(rec.Alert.Name, "ghp_") {
+		t.Errorf("alert name %q", rec.Alert.Name)
+	}
+	if j.task.Params["db_password"] != "s3cr3tpw" {
+		t.Error("the task's own params were changed")
+	}
+}

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/autodiag/autodiag/agent/alert"
+)
+
+// AlertRouting is the alert stage on the task queue: CloudWatch alarms
+// that reach the queue through SNS or EventBridge become the tasks their
+// route makes, sent back onto the queue.
+type AlertRouting struct {
+	Router  *alert.Router
+	Sender  alert.Sender
+	Metrics *alert.Metrics
+}
+
+// routeAlert handles a received message that is an alarm rather than a
+// task, and reports whether it did. The alarm has no task outcome of its
+// own: it is counted in autodiag_alerts_total and logged ("alerts
+// routed", with message_id), its tasks are sent onto the queue and end
+// there, and the message is deleted. An alarm body that cannot be read is
+// rejected like an invalid task (dead-lettered with the reason). When the
+// tasks cannot be sent the message comes back after a backoff; the
+// limiter's dedupe on alert.event_id absorbs a repeat.
+func (p *pipeline) routeAlert(j *job) bool {
+	if p.alerts == nil {
+		return false
+	}
+	pl, ok, err := alert.Recognize(j.msg.Body)
+	if !ok {
+		return false
+	}
+	// Routing is work of its own, short and not cancellable: started, the
+	// drain waits for it rather than handing the message back under it.
+	if !j.item.Start(nil) {
+		return true // the drain released it first
+	}
+	log := p.log.With("message_id", j.msg.ID)
+	ctx := context.Background()
+	if err != nil {
+		ans := alert.Answer{Rejected: []alert.Outcome{{Index: 0, Reason: alert.Reason(err), Detail: err.Error()}}}
+		p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
+		j.mu.Lock()
+		j.task.ID = j.msg.ID
+		j.mu.Unlock()
+		p.reject(j, err)
+		return true
+	}
+	ans := p.alerts.Router.RoutePayload(pl, p.clock.Now())
+	if len(ans.Tasks) > 0 {
+		if err := callWithin(alert.DefaultSendTimeout, func(ctx context.Context) error {
+			return p.alerts.Sender.SendBatch(ctx, ans.Tasks)
+		}); err != nil {
+			delay := retryDelay(j.msg.ReceiveCount)
+			log.Warn("alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
+				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
+			p.deferMsg(j, delay)
+			p.outcomes.drop(j)
+			return true
+		}
+	}
+	p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
+	p.outcomes.drop(j)
+	p.ack(j)
+	return true
+}

@@ -1,0 +1,138 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/clock"
+)
+
+// Hooks act on a task's end: Keep uploads the whole output of a run (and
+// may set the record's output fields), Writes are the notification and
+// the report job written in one store call with the final record (res is
+// nil for an outcome without a run).
+type Hooks interface {
+	Keep(rec *state.TaskRecord, res *runner.Result, d runner.Diagnostic)
+	Writes(rec state.TaskRecord, d runner.Diagnostic, res *runner.Result) []state.Write
+}
+
+// Store is the state the worker uses: task records and leases, the audit
+// stream, the rejected-message marks and, at start, this instance's
+// in-flight entries.
+type Store interface {
+	state.TaskStore
+	state.AuditLog
+	state.Marks
+	Inflight(ctx context.Context, instanceID string) ([]state.InflightEntry, error)
+}
+
+// Options are what a Worker is built from.
+type Options struct {
+	Source    queue.Source
+	Store     Store
+	Limiter   Decider
+	Runner    Runner
+	Validator *task.Validator
+	Catalog   map[string]runner.Diagnostic
+	Drain     *drain.Controller
+	Clock     clock.Clock
+	Logger    *slog.Logger
+	Metrics   Metrics
+	// Redactor is the one chokepoint every output passes before it is
+	// stored, logged or sent.
+	Redactor *redact.Redactor
+	// UploadMax is results.s3.max_size when the whole output of each run
+	// is uploaded (Hooks.Keep), 0 when not: what a run keeps before the
+	// cut is then the larger of it and the diagnostic's max_output.
+	UploadMax runner.Size
+	Hooks     Hooks
+	// Alerts routes alarms received on the task queue; nil = none.
+	Alerts     *AlertRouting
+	InstanceID string
+	Workers    int
+	BatchSize  int           // queue.batch_size
+	Lease      time.Duration // queue.visibility_timeout
+	DedupeKey  string        // limiter.dedupe.key
+	// StoreTimeout bounds each store call (redis.timeout); StateFail is
+	// redis.state_fail.
+	StoreTimeout time.Duration
+	StateFail    string
+	// Hard ends on a fast exit: running work is killed and released.
+	Hard context.Context
+}
+
+// Worker takes tasks from the queue to their outcome: the receiver
+// (receiver.go) receives while there are free slots, the pipeline
+// (pipeline.go) takes each message through validate → route → claim →
+// decide → run → record → finish → ack, and the outcome recorder
+// (outcome.go) writes each task's one outcome.
+type Worker struct {
+	receiver *receiver
+	pipeline *pipeline
+	outcomes *outcomeRecorder
+	store    Store
+	clock    clock.Clock
+	log      *slog.Logger
+	// instanceID and storeTimeout are for Recover.
+	instanceID   string
+	storeTimeout time.Duration
+}
+
+// New builds the worker; Receive runs it.
+func New(o Options) *Worker {
+	known := func(name string) bool { _, ok := o.Catalog[name]; return ok }
+	outcomes := &outcomeRecorder{log: o.Logger, m: o.Metrics, store: o.Store, clock: o.Clock, instanceID: o.InstanceID,
+		timeout: o.StoreTimeout, counts: map[string]int64{}, known: known, redactor: o.Redactor}
+	workers := int64(o.Workers)
+	prefetch := max(1, workers/4)
+	receive := semaphore.NewWeighted(workers + prefetch)
+	p := &pipeline{src: o.Source, store: o.Store, marks: o.Store, stateFail: o.StateFail, limiter: o.Limiter, runner: o.Runner,
+		validator: o.Validator, catalog: o.Catalog, outcomes: outcomes, drain: o.Drain, clock: o.Clock, log: o.Logger,
+		instanceID: o.InstanceID, lease: o.Lease, dedupeKey: o.DedupeKey, storeTimeout: o.StoreTimeout,
+		redactor: o.Redactor, uploadMax: o.UploadMax, hooks: o.Hooks, receive: receive, run: semaphore.NewWeighted(workers),
+		idle: make(chan struct{}, 1), hard: o.Hard, running: map[string]bool{}, alerts: o.Alerts}
+	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept,
+		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
+		polls: int((workers + int64(o.BatchSize) - 1) / int64(max(1, o.BatchSize)))}
+	return &Worker{receiver: r, pipeline: p, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
+		instanceID: o.InstanceID, storeTimeout: o.StoreTimeout}
+}
+
+// Receive receives and handles messages until ctx ends (the drain's
+// first instant, or a fast exit).
+func (w *Worker) Receive(ctx context.Context) { w.receiver.run(ctx) }
+
+// Wait returns once every message's handler has.
+func (w *Worker) Wait() { w.pipeline.wait() }
+
+// Outcomes are the counts of the task outcomes written so far.
+func (w *Worker) Outcomes() map[string]int64 { return w.outcomes.snapshot() }
+
+// InFlight is the number of received tasks without an outcome yet.
+func (w *Worker) InFlight() int { return w.outcomes.inFlight() }
+
+// Backlogged is the number of finished records waiting for the state
+// store to answer again.
+func (w *Worker) Backlogged() int { return w.pipeline.backlogged() }
+
+// Rejected ends a task that never reached the queue (POST /v1/tasks
+// answered 400) as rejected, or stale when it is older than
+// queue.max_age, like a message the pipeline rejects.
+func (w *Worker) Rejected(t task.Task, err error) {
+	w.outcomes.received()
+	j := &job{task: t, received: w.clock.Now()}
+	outcome := OutcomeRejected
+	if task.Reason(err) == task.ReasonStale {
+		outcome = OutcomeStale
+	}
+	w.outcomes.end(j, ended{outcome: outcome, reason: task.Reason(err), detail: err.Error()})
+}
