@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/autodiag/autodiag/agent/config"
 )
 
 // Paths relative to this package directory (go test runs in it).
@@ -606,130 +609,26 @@ func checkStopTimeout(u systemdUnit, drain time.Duration) error {
 // ---------------------------------------------------------------------------
 // Example config
 
-// The configuration contract (README "Configuration"), mirrored here so a
-// typo in example.yaml fails this package's tests even before `autodiag
-// config validate` (cmd/) runs against it. Strings are kept as written.
-type (
-	exampleConfig struct {
-		InstanceID  string            `yaml:"instance_id"`
-		AdminAddr   string            `yaml:"admin_addr"`
-		LogLevel    string            `yaml:"log_level"`
-		Workers     int               `yaml:"workers"`
-		Queue       exampleQueue      `yaml:"queue"`
-		Redis       exampleRedis      `yaml:"redis"`
-		Diagnostics []exampleDiag     `yaml:"diagnostics"`
-		Limiter     exampleLimiter    `yaml:"limiter"`
-		Lifecycle   exampleLifecycle  `yaml:"lifecycle"`
-		CloudWatch  exampleCloudWatch `yaml:"cloudwatch"`
-	}
-	exampleQueue struct {
-		URL               string `yaml:"url"`
-		WaitTime          string `yaml:"wait_time"`
-		BatchSize         int    `yaml:"batch_size"`
-		VisibilityTimeout string `yaml:"visibility_timeout"`
-		DLQURL            string `yaml:"dlq_url"`
-		MaxAge            string `yaml:"max_age"`
-	}
-	exampleRedis struct {
-		URL     string   `yaml:"url"`
-		Addrs   []string `yaml:"addrs"`
-		Prefix  string   `yaml:"prefix"`
-		Timeout string   `yaml:"timeout"`
-	}
-	exampleDiag struct {
-		Name      string            `yaml:"name"`
-		Command   []string          `yaml:"command"`
-		Params    map[string]string `yaml:"params"`
-		Timeout   string            `yaml:"timeout"`
-		MaxOutput string            `yaml:"max_output"`
-	}
-	exampleLimiter struct {
-		Timezone string `yaml:"timezone"`
-		Fail     string `yaml:"fail"`
-		Hosts    struct {
-			Allow []string `yaml:"allow"`
-		} `yaml:"hosts"`
-		Dedupe struct {
-			Key string `yaml:"key"`
-			TTL string `yaml:"ttl"`
-		} `yaml:"dedupe"`
-		Rules []exampleRule `yaml:"rules"`
-	}
-	exampleRule struct {
-		Name  string `yaml:"name"`
-		Match struct {
-			Diagnostic []string `yaml:"diagnostic"`
-			Host       string   `yaml:"host"`
-			Severity   []string `yaml:"severity"`
-		} `yaml:"match"`
-		Key    string `yaml:"key"`
-		Limits []struct {
-			Daily       int    `yaml:"daily"`
-			MinInterval string `yaml:"min_interval"`
-			Window      *struct {
-				Count int    `yaml:"count"`
-				Per   string `yaml:"per"`
-			} `yaml:"window"`
-			Rate *struct {
-				Count int    `yaml:"count"`
-				Per   string `yaml:"per"`
-				Burst int    `yaml:"burst"`
-			} `yaml:"rate"`
-		} `yaml:"limits"`
-		Block    string `yaml:"block"`
-		OnExceed string `yaml:"on_exceed"`
-		Fail     string `yaml:"fail"`
-	}
-	exampleLifecycle struct {
-		Sources              []string `yaml:"sources"`
-		QueueURL             string   `yaml:"queue_url"`
-		HookName             string   `yaml:"hook_name"`
-		ASGName              string   `yaml:"asg_name"`
-		HeartbeatInterval    string   `yaml:"heartbeat_interval"`
-		HookHeartbeatTimeout string   `yaml:"hook_heartbeat_timeout"`
-		DrainTimeout         string   `yaml:"drain_timeout"`
-		OnTimeout            string   `yaml:"on_timeout"`
-		Queued               string   `yaml:"queued"`
-		IMDSPollInterval     string   `yaml:"imds_poll_interval"`
-	}
-	exampleCloudWatch struct {
-		Enabled   bool   `yaml:"enabled"`
-		Namespace string `yaml:"namespace"`
-	}
-)
-
 // Defaults of the lifecycle timeouts (README "Configuration").
 const (
 	defaultDrainTimeout      = 10 * time.Minute
 	defaultHeartbeatInterval = 30 * time.Second
 )
 
-func loadExampleConfig(t *testing.T) exampleConfig {
+// loadExampleConfig loads example.yaml as the agent does (config.Load:
+// strict keys, defaults, validation), so a typo or a value the agent
+// refuses fails this package's tests.
+func loadExampleConfig(t *testing.T) config.Config {
 	t.Helper()
 	src, err := os.ReadFile(configPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c exampleConfig
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	c, err := config.Load(src, nil)
+	if err != nil {
 		t.Fatalf("%s: %v", configPath, err)
 	}
 	return c
-}
-
-// durationOr parses a Go duration, or returns def when s is empty.
-func durationOr(t *testing.T, key, s string, def time.Duration) time.Duration {
-	t.Helper()
-	if s == "" {
-		return def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		t.Fatalf("%s: %s: %v", configPath, key, err)
-	}
-	return d
 }
 
 // drainTimeout reads lifecycle.drain_timeout from a config file; only that key
@@ -1284,14 +1183,13 @@ func TestUnitVerify(t *testing.T) {
 	})
 }
 
-// TestExampleConfig decodes example.yaml strictly against the README's keys
+// TestExampleConfig loads example.yaml as the agent does
 // and checks that its timeouts nest and that it agrees with the module.
 func TestExampleConfig(t *testing.T) {
 	c := loadExampleConfig(t)
-	lc := c.Lifecycle
-	interval := durationOr(t, "lifecycle.heartbeat_interval", lc.HeartbeatInterval, defaultHeartbeatInterval)
-	drain := durationOr(t, "lifecycle.drain_timeout", lc.DrainTimeout, defaultDrainTimeout)
-	hookHB := durationOr(t, "lifecycle.hook_heartbeat_timeout", lc.HookHeartbeatTimeout, 0)
+	interval := cmp.Or(c.Lifecycle.HeartbeatInterval, defaultHeartbeatInterval)
+	drain := cmp.Or(c.Drain.Timeout, defaultDrainTimeout)
+	hookHB := c.Lifecycle.HookHeartbeatTimeout
 
 	t.Run("timeouts nest", func(t *testing.T) {
 		if hookHB == 0 {
