@@ -139,7 +139,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if a.hooks, err = hooks.New(hooks.Options{Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
 		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
 		Base: a.hard, Source: d.Source, Validator: validator,
-		Rejected: func(t task.Task, err error) { a.worker.Rejected(t, err) }}); err != nil {
+		Rejecter: lateRejecter{a}}); err != nil {
 		return nil, err
 	}
 	a.worker = a.newWorker(validator, catalog)
@@ -164,6 +164,13 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.m.redisUp.Set(1)
 	return a, nil
 }
+
+// lateRejecter ends an investigation's rejected tool call as the worker
+// ends a rejected task (hooks.Rejecter); the worker is built after the
+// hooks.
+type lateRejecter struct{ a *Agent }
+
+func (r lateRejecter) Rejected(t task.Task, err error) { r.a.worker.Rejected(t, err) }
 
 // actorResolver learns the instance's group through the Actor
 // (DescribeAutoScalingInstances, or lifecycle.asg_name); nil without one.

@@ -35,12 +35,12 @@ type Options struct {
 	// with report.enabled (OpenReportParts).
 	Reports *ReportParts
 	Runner  worker.Runner
-	// Source, Validator and Rejected are how an investigation's tool call
+	// Source, Validator and Rejecter are how an investigation's tool call
 	// becomes a task on the agent's own queue: validated as POST /v1/tasks
 	// validates, a rejection ended as the worker ends one (Worker.Rejected).
 	Source     queue.Source
 	Validator  *task.Validator
-	Rejected   func(task.Task, error)
+	Rejecter   Rejecter
 	InstanceID string
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -48,6 +48,12 @@ type Options struct {
 	// Base is what uploads derive their bounds from; it ends on a fast
 	// exit.
 	Base context.Context
+}
+
+// Rejecter ends a task that never reached the queue as rejected, its
+// outcome audited detached from the caller (worker.Worker).
+type Rejecter interface {
+	Rejected(t task.Task, err error)
 }
 
 // Hooks are what happens around a task's end and a drain: the redactor

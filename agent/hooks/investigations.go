@@ -67,7 +67,7 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 	if err := o.Validator.Validate(&t, now); err != nil {
 		// The outcome's audit write is detached by design, as for POST
 		// /v1/tasks: it lands even when the investigation has ended.
-		o.Rejected(t, err) //nolint:contextcheck // see above
+		o.Rejecter.Rejected(t, err) //nolint:contextcheck // see above
 		return investigate.TaskRecord{ID: s.ID, Outcome: worker.OutcomeRejected, Reason: err.Error()}, nil
 	}
 	body, err := json.Marshal(t)
