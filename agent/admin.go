@@ -141,8 +141,8 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
 	mux.HandleFunc("GET /v1/tasks/{id}", a.getTask)
-	mux.HandleFunc("GET /v1/limits/check", a.getLimitsCheck)
-	mux.HandleFunc("POST /v1/tasks/{id}/report", a.postTaskReport)
+	mux.HandleFunc("GET /v1/limits/check", limitsCheck(a.validator, a.d.Limiter))
+	mux.HandleFunc("POST /v1/tasks/{id}/report", taskReport(a.cfg, a.d.Store, a.hooks, a.log))
 	return mux
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -20,34 +21,37 @@ type LimitsCheck struct {
 // limitsCheckTimeout bounds the limiter calls of one check.
 const limitsCheckTimeout = 10 * time.Second
 
-// getLimitsCheck serves GET /v1/limits/check?host=H&diagnostic=D[&severity=S].
-func (a *Agent) getLimitsCheck(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if q.Get("diagnostic") == "" || q.Get("host") == "" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "host and diagnostic are required", "reason": "missing_parameter"})
-		return
+// limitsCheck serves GET /v1/limits/check?host=H&diagnostic=D[&severity=S]
+// with the agent's validator and limiter.
+func limitsCheck(v *task.Validator, lim *limiter.Limiter) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("diagnostic") == "" || q.Get("host") == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "host and diagnostic are required", "reason": "missing_parameter"})
+			return
+		}
+		host, err := v.ValidateHost(q.Get("host"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_host"})
+			return
+		}
+		if lim == nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "this agent has no limiter", "reason": "no_limiter"})
+			return
+		}
+		req := limiter.Request{Host: host, Diagnostic: q.Get("diagnostic"), Severity: q.Get("severity")}
+		ctx, cancel := context.WithTimeout(r.Context(), limitsCheckTimeout)
+		defer cancel()
+		dec, err := lim.Check(ctx, req)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
+			return
+		}
+		rules, err := lim.Inspect(ctx, req)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
+			return
+		}
+		writeJSON(w, http.StatusOK, LimitsCheck{Decision: dec, State: rules})
 	}
-	host, err := a.validator.ValidateHost(q.Get("host"))
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_host"})
-		return
-	}
-	if a.d.Limiter == nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "this agent has no limiter", "reason": "no_limiter"})
-		return
-	}
-	req := limiter.Request{Host: host, Diagnostic: q.Get("diagnostic"), Severity: q.Get("severity")}
-	ctx, cancel := context.WithTimeout(r.Context(), limitsCheckTimeout)
-	defer cancel()
-	dec, err := a.d.Limiter.Check(ctx, req)
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
-		return
-	}
-	rules, err := a.d.Limiter.Inspect(ctx, req)
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, LimitsCheck{Decision: dec, State: rules})
 }
