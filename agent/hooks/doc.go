@@ -3,7 +3,10 @@
 // supervisor as supervisor.Hooks: the redactor every output passes
 // (results.go), the upload of the whole output to results.s3 (upload.go),
 // the notifications (notifier.go, over agent/notify) and the root-cause
-// reports (reports.go, over agent/report). Each is off unless configured,
+// reports (reports.go, over agent/report), written now on request
+// (reportnow.go) or, with report.investigate, by an investigation whose
+// tool calls are tasks on the agent's own queue (investigations.go, over
+// agent/investigate). Each is off unless configured,
 // and nothing here may hold a drain past its deadline. TaskView
 // (results.go) is the one view of a task record that the API,
 // notifications and reports share.
