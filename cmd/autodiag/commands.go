@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -20,8 +21,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -30,8 +33,13 @@ func (c *cli) configCmd() *cobra.Command {
 	var unit string
 	validate := &cobra.Command{
 		Use:   "validate",
-		Short: "Validate a config file: exit 0, or 2 with every problem naming its key and line",
-		Args:  cobra.NoArgs,
+		Short: "Validate a config file offline: exit 0, or 2 with every problem naming its key and line",
+		Long: `Validate a config file without the network: syntax, types, ranges, the
+rules between keys and, with --systemd-unit, the unit's stop timeout. What
+only the environment can answer (an instance id from instance metadata, a
+variable a *_env key names) is a warning; autodiag doctor checks the
+environment itself.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.configPath == "" {
 				return usageError{errors.New("config validate: --config FILE is required")}
@@ -45,14 +53,8 @@ func (c *cli) configCmd() *cobra.Command {
 					return usageError{err}
 				}
 			}
-			if cfg.InstanceID == "" && cfg.NeedsEC2InstanceID() {
-				// The agent would refuse to start: discover now, as it will.
-				if _, err := agent.ResolveInstanceID(cmd.Context(), cfg, c.openOptions(nil)); err != nil {
-					if errors.As(err, new(*agent.InstanceIDError)) {
-						return usageError{err}
-					}
-					return err
-				}
+			for _, w := range c.offlineWarnings(cmd.Context(), cfg) {
+				fmt.Fprintln(c.stderr, "warning:", w)
 			}
 			mode := "fleet"
 			if cfg.Embedded() {
@@ -66,6 +68,72 @@ func (c *cli) configCmd() *cobra.Command {
 	validate.Flags().StringVar(&unit, "systemd-unit", "", "also check that the unit's TimeoutStopSec exceeds lifecycle.drain_timeout")
 	cmd.AddCommand(validate)
 	return cmd
+}
+
+// offlineWarnings is what config validate can tell of the environment
+// without the network: an instance id the files on this machine do not
+// hold (the agent asks instance metadata at start), *_env variables unset.
+func (c *cli) offlineWarnings(ctx context.Context, cfg agent.Config) []string {
+	var out []string
+	if cfg.InstanceID == "" && cfg.NeedsEC2InstanceID() {
+		o := c.openOptions(nil)
+		// IMDS nil: files only, never the instance-metadata address.
+		if _, _, err := instance.Discover(ctx, instance.Options{CloudInitPath: o.CloudInitPath, DMIAssetTagPath: o.DMIAssetTagPath}); err != nil {
+			out = append(out, fmt.Sprintf("instance_id is empty and no file here holds one (%v); the agent asks instance metadata at start and refuses to start without an id: set instance_id or AUTODIAG_INSTANCE_ID off EC2, or run `autodiag doctor` on the instance", err))
+		}
+	}
+	for _, key := range unsetEnvKeys(reflect.ValueOf(cfg), "") {
+		out = append(out, key)
+	}
+	return out
+}
+
+// unsetEnvKeys walks a config for *_env keys (a string field whose yaml
+// tag ends in _env) naming a variable that is unset or empty here, each as
+// "KEY: environment variable NAME is not set".
+func unsetEnvKeys(v reflect.Value, key string) []string {
+	var out []string
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			out = unsetEnvKeys(v.Elem(), key)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || tag == "-" {
+				continue
+			}
+			k := key
+			if tag != "" {
+				k = configerr.JoinKey(key, tag)
+			}
+			fv := v.Field(i)
+			if strings.HasSuffix(tag, "_env") && fv.Kind() == reflect.String {
+				if name := fv.String(); name != "" {
+					if val, ok := os.LookupEnv(name); !ok || val == "" {
+						out = append(out, fmt.Sprintf("%s: environment variable %s is not set", k, name))
+					}
+				}
+				continue
+			}
+			out = append(out, unsetEnvKeys(fv, k)...)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			out = append(out, unsetEnvKeys(v.Index(i), fmt.Sprintf("%s[%d]", key, i))...)
+		}
+	case reflect.Map:
+		if v.Type().Key().Kind() == reflect.String {
+			keys := v.MapKeys()
+			sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+			for _, mk := range keys {
+				out = append(out, unsetEnvKeys(v.MapIndex(mk), configerr.JoinKey(key, mk.String()))...)
+			}
+		}
+	}
+	return out
 }
 
 // checkUnit: systemd must give a drain its whole budget, plus room to
