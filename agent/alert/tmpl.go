@@ -389,12 +389,12 @@ func (p *tmplParser) operand() (tmplArg, error) {
 	if p.pos >= len(p.src) {
 		return tmplArg{}, p.errorf("unclosed action")
 	}
-	switch c := p.src[p.pos]; {
-	case c == '.':
+	switch p.src[p.pos] {
+	case '.':
 		return p.field()
-	case c == '"' || c == '`':
+	case '"', '`':
 		return p.str()
-	case c == '(':
+	case '(':
 		p.pos++
 		pipe, err := p.pipeline(true)
 		if err != nil {
@@ -405,7 +405,7 @@ func (p *tmplParser) operand() (tmplArg, error) {
 			return pipe[0].args[0], nil
 		}
 		return tmplArg{pipe: pipe}, nil
-	case c == '$':
+	case '$':
 		return tmplArg{}, p.errorf("variables are not supported in route templates")
 	}
 	return tmplArg{}, p.errorf("unexpected %q: want a field (%s), a \"string\" or a function (%s)", p.peekToken(), tmplFieldList, tmplFuncList)

@@ -82,10 +82,7 @@ func (c *cli) offlineWarnings(ctx context.Context, cfg agent.Config) []string {
 			out = append(out, fmt.Sprintf("instance_id is empty and no file here holds one (%v); the agent asks instance metadata at start and refuses to start without an id: set instance_id or AUTODIAG_INSTANCE_ID off EC2, or run `autodiag doctor` on the instance", err))
 		}
 	}
-	for _, key := range unsetEnvKeys(reflect.ValueOf(cfg), "") {
-		out = append(out, key)
-	}
-	return out
+	return append(out, unsetEnvKeys(reflect.ValueOf(cfg), "")...)
 }
 
 // unsetEnvKeys walks a config for *_env keys (a string field whose yaml
