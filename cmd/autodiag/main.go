@@ -113,7 +113,12 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if done, err := printVersion(cmd); done {
+			return err
+		}
+		return cmd.Help()
+	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	typeArgErrors(root)
 	return root
