@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -137,6 +139,9 @@ func (c *cli) doctor(ctx context.Context, cfg agent.Config) []doctorCheck {
 		redisSkip = "no Redis configured (in-memory limiter and state)"
 	}
 	check("redis", redisSkip, func(ctx context.Context) (string, error) {
+		// The FAIL line says what failed; go-redis's own dial log would
+		// repeat it on stderr.
+		redis.SetLogger(agent.RedisLogger{Logger: slog.New(slog.DiscardHandler)})
 		rc, err := agent.NewRedisClient(cfg.Redis)
 		if err != nil {
 			return "", err
