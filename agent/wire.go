@@ -317,6 +317,9 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			ld.SQS = sqs.NewFromConfig(awsCfg)
+			if rs, ok := store.(*state.Redis); ok {
+				ld.Handoff = noticeHandoff{rs}
+			}
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			w, werr := lifecycle.NewWatcher(cfg.Lifecycle, ld)
