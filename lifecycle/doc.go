@@ -50,7 +50,15 @@
 //     passed since it was sent, and that no agent claims (Deps.Claimed), is
 //     deleted (autodiag_lifecycle_orphaned_notifications_total{transition});
 //     so is this instance's own launching notification of
-//     launch_hook_name. A poll in progress when Run stops gets
+//     launch_hook_name. With Deps.Handoff (the agent's Redis), a
+//     terminating notice of our hook for another instance is handed to that
+//     instance's agent (Handoff.Give, kept for the hook's heartbeat timeout)
+//     and then deleted, so it is received once instead of cycling through
+//     the fleet; each watcher reads the notices handed to its own instance
+//     (Handoff.Take, a blocking read of handoffBlock) beside its poll, and
+//     Actor.Complete forgets them. Give failing, or no live agent for the
+//     instance, leaves the notice to the path above
+//     (autodiag_lifecycle_handoffs_total{result}). A poll in progress when Run stops gets
 //     NotificationReceiveGrace, so an answer already on the wire is taken.
 //
 // Run calls fire once, for the first trigger, after every source has been
