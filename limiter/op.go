@@ -79,9 +79,9 @@ type ruleOp struct {
 	agents     int64
 	slotSuffix string // the concurrency slots' key suffix per asg or az
 	brkFail    int
-	brkWin   int64
-	brkOpen  int64
-	order    string // limit codes (d m w r c) in configuration order
+	brkWin     int64
+	brkOpen    int64
+	order      string // limit codes (d m w r c) in configuration order
 }
 
 // hasState reports whether the rule keeps the packed state (a limit other
