@@ -148,13 +148,13 @@ func (c *Concurrency) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode {
 		var v int
 		if err := n.Decode(&v); err != nil {
-			return fmt.Errorf("line %d: a number of runs, or {max_percent: P, per: fleet|asg|az}: %w", n.Line, err)
+			return fmt.Errorf("a number of runs, or {max_percent: P, per: fleet|asg|az}: %w", err)
 		}
 		*c = Concurrency{Max: v}
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: a number of runs, or {max_percent: P, per: fleet|asg|az}", n.Line)
+		return errors.New("want a number of runs, or {max_percent: P, per: fleet|asg|az}")
 	}
 	var out Concurrency
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -169,14 +169,26 @@ func (c *Concurrency) UnmarshalYAML(n *yaml.Node) error {
 			err = fmt.Errorf("unknown key %q (max_percent, per)", k.Value)
 		}
 		if err != nil {
-			return fmt.Errorf("line %d: %s: %w", k.Line, k.Value, err)
+			return fmt.Errorf("%s: %w", k.Value, err)
 		}
 	}
 	if out.MaxPercent == 0 && out.Per == "" {
-		return fmt.Errorf("line %d: max_percent must be set", n.Line)
+		return errors.New("max_percent must be set")
 	}
 	*c = out
 	return nil
+}
+
+// MarshalYAML writes the form UnmarshalYAML reads: a number, or the
+// max_percent mapping.
+func (c Concurrency) MarshalYAML() (any, error) {
+	if c.MaxPercent == 0 && c.Per == "" {
+		return c.Max, nil
+	}
+	return struct {
+		MaxPercent float64 `yaml:"max_percent"`
+		Per        string  `yaml:"per,omitempty"`
+	}{c.MaxPercent, c.Per}, nil
 }
 
 // InServiceKey is the sorted set of the agents in service of a
