@@ -91,8 +91,8 @@ type Handoff interface {
 	Give(ctx context.Context, instanceID, notice string, ttl time.Duration) (handed bool, err error)
 	// Take returns the notices handed to instanceID after the one whose
 	// id is after ("" = from the first), oldest first, waiting up to block
-	// for one to arrive (a blocking read: ctx's cancellation may be seen
-	// only when block ends).
+	// for one to arrive. It returns promptly when ctx is cancelled
+	// (otherwise Watcher.Run returns only when block ends).
 	Take(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error)
 	// Forget drops the notices handed to instanceID: its action is done.
 	Forget(ctx context.Context, instanceID string) error

@@ -8,11 +8,11 @@ import (
 )
 
 // handoffBlock is how long one blocking read of the notices handed to this
-// instance waits. A handed notice ends the read at once; the bound only
-// decides how soon the reader sees that the watcher stopped (the Redis
-// client does not abandon a blocking read on cancellation) and what an
-// idle agent costs: one read per handoffBlock.
-const handoffBlock = 2 * time.Second
+// instance waits. A handed notice ends the read at once, and so does the
+// watcher stopping where the store can interrupt the read (the agent's
+// Redis store can; otherwise Run returns up to this much later); it decides
+// what an idle agent costs: one read per handoffBlock.
+const handoffBlock = 10 * time.Second
 
 // handoffTimeout bounds one Give or Forget, and a Take beyond its block.
 const handoffTimeout = 5 * time.Second

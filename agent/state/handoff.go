@@ -59,6 +59,9 @@ func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl t
 // TakeNotices returns the notices handed to instanceID after the entry
 // after ("" = from the first), oldest first, waiting up to block for one
 // (XREAD BLOCK). They stay stored: ForgetNotices or their TTL removes them.
+// A wait is cut short when ctx is cancelled: the read runs on a connection
+// of its own, which CLIENT UNBLOCK frees (the client itself would wait for
+// the block to end).
 func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error) {
 	if after == "" {
 		after = "0"
@@ -66,10 +69,16 @@ func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block
 	if block <= 0 {
 		block = -1 // XREAD without BLOCK: BLOCK 0 would wait for ever
 	}
-	streams, err := r.c.XRead(ctx, &redis.XReadArgs{
-		Streams: []string{r.handoffKey(instanceID), after}, Count: noticesMaxLen, Block: block,
-	}).Result()
-	if errors.Is(err, redis.Nil) {
+	key := r.handoffKey(instanceID)
+	args := &redis.XReadArgs{Streams: []string{key, after}, Count: noticesMaxLen, Block: block}
+	var streams []redis.XStream
+	var err error
+	if node := r.nodeFor(ctx, key); node != nil && block > 0 {
+		streams, err = readUnblockable(ctx, node, args)
+	} else {
+		streams, err = r.c.XRead(ctx, args).Result()
+	}
+	if errors.Is(err, redis.Nil) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
 	}
 	if err != nil {
@@ -83,6 +92,65 @@ func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block
 		}
 	}
 	return out, nil
+}
+
+// nodeFor returns the client of the server holding key, or nil when the
+// client cannot say (a Ring).
+func (r *Redis) nodeFor(ctx context.Context, key string) *redis.Client {
+	switch c := r.c.(type) {
+	case *redis.Client:
+		return c
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil
+		}
+		return node
+	}
+	return nil
+}
+
+// unblockRetry spaces CLIENT UNBLOCK attempts sent before the read has
+// begun to block on the server.
+const unblockRetry = 20 * time.Millisecond
+
+// readUnblockable runs a blocking XREAD on a connection of its own and,
+// when ctx is cancelled first, frees it with CLIENT UNBLOCK from another
+// connection until the read returns.
+func readUnblockable(ctx context.Context, node *redis.Client, args *redis.XReadArgs) ([]redis.XStream, error) {
+	conn := node.Conn()
+	defer conn.Close()
+	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	unblocked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(unblocked)
+		deadline := time.After(args.Block + time.Second)
+		for {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			n, _ := node.ClientUnblock(uctx, id).Result()
+			cancel()
+			if n == 1 {
+				return
+			}
+			select { // not blocking yet, or already answered
+			case <-done:
+				return
+			case <-deadline:
+				return
+			case <-time.After(unblockRetry):
+			}
+		}
+	})
+	streams, err := conn.XRead(ctx, args).Result()
+	close(done)
+	if !stop() {
+		<-unblocked
+	}
+	return streams, err
 }
 
 // ForgetNotices drops the notices handed to instanceID.

@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,33 @@ func TestRedisNoticeHandoff(t *testing.T) {
 			}
 			if got, err := s.TakeNotices(ctx, "i-2", "", 0); err != nil || len(got) != 0 {
 				t.Fatalf("take after forget = %+v, %v; want none", got, err)
+			}
+		})
+	}
+}
+
+// TestRedisTakeNoticesCancelled: a blocking read of handed notices ends
+// when its context is cancelled, not when its block ends.
+func TestRedisTakeNoticesCancelled(t *testing.T) {
+	for name, c := range redisClients(t) {
+		t.Run(name, func(t *testing.T) {
+			s := state.NewRedis(c, state.RedisOptions{Prefix: uniquePrefix(t, c)})
+			const block = 30 * time.Second
+			for _, cancelAfter := range []time.Duration{0, 100 * time.Millisecond} {
+				ctx, cancel := context.WithCancel(t.Context())
+				start := time.Now()
+				stop := context.AfterFunc(t.Context(), cancel)
+				timer := time.AfterFunc(cancelAfter, cancel)
+				got, err := s.TakeNotices(ctx, "i-2", "", block)
+				timer.Stop()
+				stop()
+				cancel()
+				if err != nil || len(got) != 0 {
+					t.Fatalf("take = %+v, %v; want none, no error", got, err)
+				}
+				if took := time.Since(start); took > block/3 {
+					t.Fatalf("cancelled after %s, the read returned after %s; want long before its %s block", cancelAfter, took, block)
+				}
 			}
 		})
 	}

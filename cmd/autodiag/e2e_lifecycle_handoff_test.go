@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,15 +147,24 @@ lifecycle:
 				h.ID, h.ReceiveCount, h.State, released[h.ID])
 		}
 	}
-	handed := 0.0
-	for i, p := range procs {
-		if !slices.Contains(targetIdx, i) {
-			handed += sqsMetric(p, `autodiag_lifecycle_handoffs_total{result="handed"}`)
+	// Each notice reached its agent either directly (its own receive) or
+	// handed over by the one agent that received it.
+	handed := 0
+	for _, p := range procs {
+		handed += len(p.logs("lifecycle notice handed to its instance's agent"))
+	}
+	viaHandoff := 0
+	for _, i := range targetIdx {
+		if r, _ := procs[i].logs("drain started")[0]["reason"].(string); strings.Contains(r, "handed over by another agent") {
+			viaHandoff++
 		}
+	}
+	if handed != viaHandoff || handed == 0 {
+		t.Errorf("%d notices handed over, %d drains started from a handed notice; want the same, at least one", handed, viaHandoff)
 	}
 	slices.Sort(delays)
 	t.Logf("%d agents, %d notices: drain started after the notice p50 %s p99 %s max %s; deliveries per notice %.2f; "+
-		"lifecycle-queue ReceiveMessage calls while the notices were out: %d (%.1f per notice, %d agents long-polling); handed over by other agents: %.0f",
+		"lifecycle-queue ReceiveMessage calls while the notices were out: %d (%.1f per notice, %d agents long-polling); handed over by the agent that received them: %d (the rest received by their own agent)",
 		agents, targets, lcMS(lcPercentile(delays, 50)), lcMS(lcPercentile(delays, 99)), lcMS(delays[len(delays)-1]),
 		float64(deliveries)/float64(targets), receiveCalls, float64(receiveCalls)/float64(targets), agents, handed)
 }
