@@ -121,7 +121,7 @@ func (l *Limiter) Explain(now time.Time) []RuleExplanation {
 					le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%s%% of %s agents in service at once", ftoa(p), scope),
 						PerSecond: math.Inf(1), Burst: 1,
 						Denies: fmt.Sprintf("a task while max(1, floor(%s%% of %s agents in service)) runs for the same %s hold a slot "+
-							"(agents whose heartbeat lapsed do not count; reason concurrency_percent); "+
+							"(agents whose heartbeat lapsed do not count; reason concurrency_percent; on a Redis Cluster one ZCOUNT per decision more); "+
 							"retry after the earliest holder's lease, at least 1s; on exceed: %s", ftoa(p), scope, cr.key, onExceed)}
 				}
 			case LimitRate:

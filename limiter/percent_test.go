@@ -160,3 +160,22 @@ func TestConcurrencyPercentPerZone(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrencyPercentExplained: limits explain states the share, its
+// scope and the denial reason.
+func TestConcurrencyPercentExplained(t *testing.T) {
+	l, err := New(rules(Rule{Name: "pct", Key: KeyDiagnostic,
+		Limits: []Limit{{Concurrency: Concurrency{MaxPercent: 12.5, Per: PerASG}}}}), NewMemory(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WriteExplain(&b, l.Explain(t0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"12.5% of this agent's Auto Scaling group's agents in service at once", "concurrency_percent"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("explain lacks %q:\n%s", want, b.String())
+		}
+	}
+}
