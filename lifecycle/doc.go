@@ -133,10 +133,11 @@
 //     optionally autoscaling:DescribeLifecycleHooks (see above); for
 //     the sqs source sqs:ReceiveMessage, sqs:DeleteMessage,
 //     sqs:ChangeMessageVisibility on queue_url.
-//   - A queue shared by the fleet delivers every notification to every agent
-//     until its owner takes it: a redrive policy's maxReceiveCount must be well
-//     above the fleet size, or notices move to the dead-letter queue before
-//     their instance sees them.
+//   - Without Deps.Handoff (or while it fails), a queue shared by the fleet
+//     delivers every notification to every agent until its owner takes it: a
+//     redrive policy's maxReceiveCount must be well above the fleet size, or
+//     notices move to the dead-letter queue before their instance sees them.
+//     With it, a notice whose instance's agent is live is received once.
 //
 // Package asgfake is an Auto Scaling fake for tests of this package and of
 // the agent.
