@@ -88,8 +88,10 @@ type Deps struct {
 	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
 	// results.s3.bucket is set.
 	S3 s3API
-	// ASGName is the dimension of the CloudWatch metrics.
+	// ASGName is the dimension of the CloudWatch metrics, and with AZ
+	// places the instance in its record (limiter max_percent scopes).
 	ASGName string
+	AZ      string
 	// ResolveASG learns the instance's group for the CloudWatch metrics
 	// when ASGName is empty (DescribeAutoScalingInstances); nil = through
 	// Actor, or not at all without one.
@@ -200,7 +202,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		buffered: func() int { return int(a.pipeline.waiting.Load()) }, idle: a.pipeline.idle,
 		polls: int((workers + int64(cfg.Queue.BatchSize) - 1) / int64(max(1, cfg.Queue.BatchSize)))}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.outcomes,
-		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
+		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ}
 	a.presence.launchState, a.presence.nudge = a.launchState, make(chan struct{}, 1)
 	if d.Watcher != nil {
 		a.presence.changed = d.Watcher.StateChanged

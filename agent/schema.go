@@ -182,7 +182,9 @@ func (d decoder) entries(n *yaml.Node, key string, f func(k, val *yaml.Node, p s
 // leaf decodes the single value n into v; v keeps its value when n cannot
 // be read.
 func (d decoder) leaf(n *yaml.Node, v reflect.Value, key string) {
-	if n.Kind != yaml.ScalarNode {
+	// A type with its own UnmarshalYAML may read a mapping or a list too
+	// (limiter.Concurrency: a number or {max_percent, per}).
+	if n.Kind != yaml.ScalarNode && !reflect.PointerTo(v.Type()).Implements(yamlUnmarshalerType) {
 		d.fail(key, n, fmt.Errorf("want %s, not %s", want(v.Type()), describe(n)))
 		return
 	}

@@ -281,7 +281,8 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		backend = limiter.NewMemory()
 	} else {
 		closers = append(closers, func() { _ = rc.Close() })
-		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
+		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix,
+			InService: inServiceKeys(cfg.Redis.Prefix, cfg.Limiter.UsesPercent())})
 		backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
 		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle,
 			MaxLen: int64(cfg.NotifyOutboxMax)})
@@ -291,15 +292,17 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		}
 		cancel()
 	}
+	place := findPlacement(ctx, cfg, discoverWith, instanceID, log)
 	lim, err := limiter.New(cfg.Limiter.Config, backend, limiter.Options{
 		Registerer: reg, Logger: log.With("component", "limiter"), Timeout: cfg.Redis.Timeout,
+		ASG: place.asg, AZ: place.az,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 
 	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
-		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender,
+		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv}
 	if cfg.needsActor() {
 		ld := lifecycle.Deps{
@@ -318,6 +321,9 @@ func Open(ctx context.Context, cfg Config, o OpenOptions) (a *Agent, closeFn fun
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			ld.SQS = sqs.NewFromConfig(awsCfg)
+			if rs, ok := store.(*state.Redis); ok {
+				ld.Handoff = noticeHandoff{rs}
+			}
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			w, werr := lifecycle.NewWatcher(cfg.Lifecycle, ld)

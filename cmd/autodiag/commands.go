@@ -485,12 +485,16 @@ func ruleStatesView(rules []limiter.RuleState, now time.Time) []map[string]any {
 	out := make([]map[string]any, 0, len(rules))
 	for _, r := range rules {
 		v := map[string]any{"rule": r.Rule, "shadow": r.Shadow, "key": r.Key}
-		if r.Concurrency > 0 {
+		if r.Concurrency > 0 || r.MaxPercent > 0 {
 			holders := make([]map[string]any, 0, len(r.Holders))
 			for _, h := range r.Holders {
 				holders = append(holders, map[string]any{"task_id": h.TaskID, "expires": at(h.Expires)})
 			}
 			v["concurrency"], v["holders"] = r.Concurrency, holders
+			if r.MaxPercent > 0 {
+				delete(v, "concurrency")
+				v["max_percent"] = r.MaxPercent
+			}
 		}
 		if r.Breaker != "" {
 			b := map[string]any{"state": r.Breaker}
