@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/redisstream"
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 )
 
 // redisClient is what RedisQueue uses of go-redis; *redis.Client,
@@ -43,7 +43,7 @@ type RedisQueue struct {
 
 var _ Queue = (*RedisQueue)(nil)
 
-const redisGroup = redisstream.Group
+const redisGroup = streamq.Group
 
 // DefaultMaxLen caps the job stream (approximately): reports are optional
 // work, and a fleet that cannot keep up loses the oldest jobs rather than
@@ -89,7 +89,7 @@ func (q *RedisQueue) ensureGroup(ctx context.Context, force bool) error {
 	if done && !force {
 		return nil
 	}
-	if err := redisstream.CreateGroup(ctx, q.c, q.stream, redisGroup); err != nil {
+	if err := streamq.CreateGroup(ctx, q.c, q.stream, redisGroup); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	q.mu.Lock()
@@ -104,7 +104,7 @@ func (q *RedisQueue) Claim(ctx context.Context, consumer string) (Claimed, bool,
 		return Claimed{}, false, err
 	}
 	c, ok, err := q.claim(ctx, consumer)
-	if redisstream.IsNoGroup(err) { // Redis restarted empty or the key was removed
+	if streamq.IsNoGroup(err) { // Redis restarted empty or the key was removed
 		if err := q.ensureGroup(ctx, true); err != nil {
 			return Claimed{}, false, err
 		}

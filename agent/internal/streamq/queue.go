@@ -1,4 +1,4 @@
-package redisstream
+package streamq
 
 import (
 	"context"
@@ -40,7 +40,7 @@ var (
 // ErrGroupRecreated says a claim found the consumer group gone (Redis
 // restarted empty, or the key was removed) and created it again: entries
 // the stream held are lost.
-var ErrGroupRecreated = errors.New("redisstream: consumer group was gone and is created again")
+var ErrGroupRecreated = errors.New("streamq: consumer group was gone and is created again")
 
 // Queue is a work queue on one Redis stream read by the consumer group
 // Group. An entry is claimed by one consumer and stays pending under it
@@ -109,7 +109,7 @@ func (q *Queue) Claim(ctx context.Context, consumer string, max int, newWork boo
 		return nil, q.recreate(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redisstream: claim pending of %s: %w", q.stream, err)
+		return nil, fmt.Errorf("streamq: claim pending of %s: %w", q.stream, err)
 	}
 	if !newWork || len(out) >= max {
 		return out, nil
@@ -122,7 +122,7 @@ func (q *Queue) Claim(ctx context.Context, consumer string, max int, newWork boo
 	case IsNoGroup(err):
 		return out, q.recreate(ctx)
 	case err != nil:
-		return out, fmt.Errorf("redisstream: claim new of %s: %w", q.stream, err)
+		return out, fmt.Errorf("streamq: claim new of %s: %w", q.stream, err)
 	}
 	for _, s := range res {
 		for _, m := range s.Messages {
@@ -245,7 +245,7 @@ func (q *Queue) Retry(ctx context.Context, p redis.Pipeliner, consumer, id strin
 func (q *Queue) Len(ctx context.Context) (int64, error) {
 	n, err := q.c.XLen(ctx, q.stream).Result()
 	if err != nil {
-		return 0, fmt.Errorf("redisstream: length of %s: %w", q.stream, err)
+		return 0, fmt.Errorf("streamq: length of %s: %w", q.stream, err)
 	}
 	return n, nil
 }
@@ -258,13 +258,13 @@ func (q *Queue) Shed(ctx context.Context, maxLen int64, dead string, deadMax int
 	args := append([]any{Group, maxLen, deadMax, limit}, extra...)
 	v, err := shedScript.Run(ctx, q.c, []string{q.stream, q.retry, dead}, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("redisstream: shed %s: %w", q.stream, err)
+		return nil, fmt.Errorf("streamq: shed %s: %w", q.stream, err)
 	}
 	out := make([]redis.XMessage, 0, len(v))
 	for _, e := range v {
 		m, ok := scriptMessage(e)
 		if !ok {
-			return nil, fmt.Errorf("redisstream: shed %s: unexpected reply %v", q.stream, e)
+			return nil, fmt.Errorf("streamq: shed %s: unexpected reply %v", q.stream, e)
 		}
 		out = append(out, m)
 	}
