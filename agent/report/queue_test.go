@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -125,7 +126,9 @@ func TestReporterOnRedisQueue(t *testing.T) {
 }
 
 // TestRedisQueueTakeoverBehindLiveJobs: a dead holder's job behind more
-// live jobs than one XAUTOCLAIM scans is still taken over.
+// live jobs than one scan of the pending list returns (streamq scans 256)
+// is taken over by the next claim: the scan asks Redis only for entries
+// idle past the lease, so live ones never stand in front of it.
 //
 // The live jobs were claimed a moment ago and the lease is a minute, so
 // they stay live however slow the machine; the dead holder's job is made
@@ -137,7 +140,7 @@ func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
 	const lease = time.Minute
 	q := NewRedisQueue(c, prefix, lease)
 	ctx := context.Background()
-	const live = 40 // XAUTOCLAIM COUNT 1 scans at most 10 pending entries
+	const live = 300
 	for i := range live + 1 {
 		if err := q.Enqueue(ctx, job(fmt.Sprint("t", i))); err != nil {
 			t.Fatal(err)
@@ -152,25 +155,15 @@ func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if err := c.Do(ctx, "XCLAIM", q.stream, redisGroup, "dies", 0, dead.ref,
+	if err := c.Do(ctx, "XCLAIM", q.q.Stream(), streamq.Group, "dies", 0, dead.ref,
 		"IDLE", (2 * lease).Milliseconds(), "JUSTID").Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Each Claim scans on from where the last one stopped, at most ten
-	// pending entries (COUNT 1), and starts over at the end: the dead job
-	// is reached within one pass over every pending entry.
-	const calls = (live+1)/10 + 2
-	for range calls {
-		got, ok, err := q.Claim(ctx, "b")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			if got.ID != fmt.Sprint("t", live) {
-				t.Fatalf("took over %s, a live job", got.ID)
-			}
-			return
-		}
+	got, ok, err := q.Claim(ctx, "b")
+	if err != nil || !ok {
+		t.Fatalf("the dead holder's job was not taken over: ok %v err %v", ok, err)
 	}
-	t.Fatalf("the dead holder's job was not taken over in %d claims", calls)
+	if got.ID != fmt.Sprint("t", live) || got.Attempt != 2 {
+		t.Fatalf("took over %s attempt %d, want t%d attempt 2", got.ID, got.Attempt, live)
+	}
 }
