@@ -73,20 +73,25 @@ func TestMemoryQueue(t *testing.T) {
 	queueConformance(t, NewMemoryQueue(50*time.Millisecond, nil), 50*time.Millisecond)
 }
 
+// TestRedisQueue runs the conformance suite on a standalone Redis and on
+// a Cluster.
 func TestRedisQueue(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	defer c.Close()
-	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
 	const lease = 100 * time.Millisecond
-	queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
-}
-
-func TestRedisQueueCluster(t *testing.T) {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
-	defer c.Close()
-	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
-	const lease = 100 * time.Millisecond
-	queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
+	for name, open := range map[string]func(t *testing.T) redis.UniversalClient{
+		"standalone": func(t *testing.T) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+		},
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := open(t)
+			defer c.Close()
+			prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+			queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
+		})
+	}
 }
 
 // TestRedisQueueRecreated: Redis restarted empty; the queue makes its
