@@ -2,10 +2,12 @@ package report
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/internal/streamq"
@@ -171,4 +173,80 @@ func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
 	if got.ID != fmt.Sprint("t", live) || got.Attempt != 2 {
 		t.Fatalf("took over %s attempt %d, want t%d attempt 2", got.ID, got.Attempt, live)
 	}
+}
+
+// TestRedisQueueShedsPastTheCap: the oldest jobs past the cap leave the
+// stream, at most limit per call, and come back to the caller (a claimed
+// one too: its holder's ack then finds it gone); nothing is trimmed
+// unseen.
+func TestRedisQueueShedsPastTheCap(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	q := NewRedisQueue(c, prefix, time.Minute)
+	q.maxLen = 5
+	ctx := context.Background()
+	const jobs = 8
+	for i := range jobs {
+		if err := q.Enqueue(ctx, job(fmt.Sprint("t", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, ok, err := q.Claim(ctx, "a")
+	if !ok || err != nil || held.ID != "t0" {
+		t.Fatalf("claim: %+v %v %v", held, ok, err)
+	}
+	var shed []string
+	for _, limit := range []int{2, 100, 100} {
+		got, err := q.Shed(ctx, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > limit {
+			t.Fatalf("Shed(%d) returned %d jobs", limit, len(got))
+		}
+		for _, j := range got {
+			if j.Evidence.Host != evidence().Host {
+				t.Errorf("shed job %s without its evidence: %+v", j.ID, j)
+			}
+			shed = append(shed, j.ID)
+		}
+	}
+	if fmt.Sprint(shed) != "[t0 t1 t2]" {
+		t.Errorf("shed %v, want the %d oldest [t0 t1 t2]", shed, jobs-int(q.maxLen))
+	}
+	if n, err := q.Len(ctx); err != nil || n != q.maxLen {
+		t.Errorf("Len %d %v, want the cap %d", n, err, q.maxLen)
+	}
+	if err := q.Ack(ctx, held); !errors.Is(err, ErrGone) {
+		t.Errorf("ack of a shed job: %v, want ErrGone", err)
+	}
+}
+
+// TestReporterSkipsJobsPastTheCap: jobs past the fleet queue's cap end
+// `skipped` with ReasonQueueFull, are counted and reach the Sink (the
+// task's record), before the worker takes the jobs within the cap.
+func TestReporterSkipsJobsPastTheCap(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	q := NewRedisQueue(c, prefix, 0)
+	q.maxLen = 2
+	const jobs = 5
+	for i := range jobs {
+		if err := q.Enqueue(context.Background(), job(fmt.Sprint("t", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarness(t, q, nil)
+	for i := range jobs {
+		r := h.sink.next(t, wait)
+		if skipped := i < jobs-int(q.maxLen); skipped != (r.Status == StatusSkipped && r.Reason == ReasonQueueFull) {
+			t.Errorf("result %d: %s %q, want skipped for queue full: %v", i, r.Status, r.Reason, skipped)
+		}
+	}
+	if got := testutil.ToFloat64(h.r.m.reports.WithLabelValues(ProviderOpenAI, StatusSkipped)); got != jobs-float64(q.maxLen) {
+		t.Errorf("reports_total skipped = %g, want %d", got, jobs-q.maxLen)
+	}
+	waitLen(t, q, 0)
 }

@@ -30,11 +30,14 @@ type RedisQueue struct {
 	maxLen int64
 }
 
-var _ Queue = (*RedisQueue)(nil)
+var (
+	_ Queue   = (*RedisQueue)(nil)
+	_ Shedder = (*RedisQueue)(nil)
+)
 
-// DefaultMaxLen caps the job stream (approximately): reports are optional
-// work, and a fleet that cannot keep up loses the oldest jobs rather than
-// Redis memory.
+// DefaultMaxLen caps the job stream: reports are optional work, and a
+// fleet that cannot keep up ends the oldest jobs `skipped` (Shed) rather
+// than spend Redis memory on them.
 const DefaultMaxLen = 10000
 
 // NewRedisQueue returns the queue under prefix (redis.prefix); lease 0 is
@@ -66,7 +69,34 @@ func (q *RedisQueue) AddArgs(j Job) (*redis.XAddArgs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("report: enqueue %s: %w", j.ID, err)
 	}
-	return &redis.XAddArgs{Stream: q.q.Stream(), MaxLen: q.maxLen, Approx: true, Values: []any{"job", b}}, nil
+	return &redis.XAddArgs{Stream: q.q.Stream(), Values: []any{"job", b}}, nil
+}
+
+// Shed implements Shedder: the oldest jobs past DefaultMaxLen, at most
+// limit, leave the stream in one script and are returned for the
+// Reporter to end `skipped`. The XADD of AddArgs trims nothing, since an
+// XADD MAXLEN would delete jobs unseen. Jobs that cannot be read (no
+// task to write a result into) are named in the error.
+func (q *RedisQueue) Shed(ctx context.Context, limit int) ([]Job, error) {
+	msgs, err := q.q.Shed(ctx, q.maxLen, "", 0, limit)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	out := make([]Job, 0, len(msgs))
+	var bad []string
+	for _, m := range msgs {
+		var j Job
+		s, _ := m.Values["job"].(string)
+		if err := json.Unmarshal([]byte(s), &j); err != nil || j.ID == "" {
+			bad = append(bad, m.ID)
+			continue
+		}
+		out = append(out, j)
+	}
+	if len(bad) > 0 {
+		return out, fmt.Errorf("report: shed %d unreadable jobs past the cap: %v", len(bad), bad)
+	}
+	return out, nil
 }
 
 // Claim implements Queue: a job whose holder's lease ended first, else a

@@ -68,7 +68,7 @@ type Queue struct {
 
 // NewQueue returns the queue on stream with its retry hash (on a Cluster
 // in the stream's slot: give both one hash tag); retry "" is a queue
-// without retries, whose Retry and Shed may not be called. claimIdle is
+// without retries, whose Retry may not be called. claimIdle is
 // how long a claimed entry stays its holder's.
 func NewQueue(c Client, stream, retry string, claimIdle time.Duration) *Queue {
 	return &Queue{c: c, stream: stream, retry: retry, claimIdle: claimIdle, cursor: "-"}
@@ -286,13 +286,25 @@ func (q *Queue) Len(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Shed moves the oldest entries past maxLen, at most limit of them, to
-// the stream dead (capped approximately at deadMax), each with the field,
-// value pairs of extra appended, and returns them. Nothing is dropped
-// without the caller seeing it: it counts and logs what Shed returns.
+// Shed moves the oldest entries past maxLen, at most limit of them, out
+// of the queue and returns them; with a dead stream (dead not "") it
+// also copies each there (the stream capped approximately at deadMax),
+// with the field, value pairs of extra appended. Nothing is dropped
+// without the caller seeing it: it ends, counts and logs what Shed
+// returns.
 func (q *Queue) Shed(ctx context.Context, maxLen int64, dead string, deadMax int64, limit int, extra ...any) ([]redis.XMessage, error) {
-	args := append([]any{Group, maxLen, deadMax, limit}, extra...)
-	v, err := shedScript.Run(ctx, q.c, []string{q.stream, q.retry, dead}, args...).Slice()
+	keys := []string{q.stream}
+	hasRetry := "0"
+	if q.retry != "" {
+		keys, hasRetry = append(keys, q.retry), "1"
+	}
+	if dead == "" {
+		deadMax = 0
+	} else {
+		keys = append(keys, dead)
+	}
+	args := append([]any{Group, maxLen, limit, hasRetry, deadMax}, extra...)
+	v, err := shedScript.Run(ctx, q.c, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("streamq: shed %s: %w", q.stream, err)
 	}
