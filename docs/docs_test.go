@@ -6,6 +6,7 @@ package docs_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -351,4 +352,82 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// slug is GitHub's anchor of a heading: lower case, punctuation dropped,
+// spaces as dashes.
+func slug(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	h = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`).ReplaceAllString(h, "")
+	return strings.ReplaceAll(h, " ", "-")
+}
+
+// anchors lists the headings of a Markdown file (outside code blocks).
+func anchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	fence := false
+	for _, line := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fence = !fence
+			continue
+		}
+		if h, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && !fence && strings.HasPrefix(line, "#") {
+			out[slug(h)] = true
+		}
+	}
+	return out
+}
+
+// TestReadmeLinksEveryPageAndLinksResolve: the README links every page of
+// docs/, and every relative link of the README and the pages names a file
+// that exists and, for a Markdown file, a heading it has.
+func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if !strings.Contains(string(readme), "](docs/"+p) {
+			t.Errorf("README.md does not link docs/%s", p)
+		}
+	}
+	if n := strings.Count(string(readme), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, more than 250", n)
+	}
+	for _, file := range append([]string{"../README.md"}, pages...) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(src), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			if path == "" {
+				path = file
+			} else {
+				path = filepath.Join(filepath.Dir(file), path)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links %s: no such file", file, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(path, ".md") && !anchors(t, path)[anchor] {
+				t.Errorf("%s links %s: %s has no such heading", file, target, path)
+			}
+		}
+	}
 }
