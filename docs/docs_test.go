@@ -431,3 +431,22 @@ func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 		}
 	}
 }
+
+// TestQuickstartConfig: the README's quick start config loads, and its
+// only rule lets a host+diagnostic run once a minute, so the quick start's
+// second task is denied with reason min_interval.
+func TestQuickstartConfig(t *testing.T) {
+	src, err := os.ReadFile("quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := agent.LoadConfig(src, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("docs/quickstart.yaml: %v", err)
+	}
+	rules := cfg.Limiter.Rules
+	if len(rules) != 1 || rules[0].Name != "once-a-minute" || rules[0].Key != "host+diagnostic" ||
+		len(rules[0].Limits) != 1 || rules[0].Limits[0].MinInterval != time.Minute {
+		t.Fatalf("docs/quickstart.yaml rules = %+v, want once-a-minute: min_interval 1m per host+diagnostic", rules)
+	}
+}
