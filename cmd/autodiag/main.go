@@ -293,7 +293,7 @@ func (c *cli) runAgent(cfg agent.Config) error {
 			return
 		}
 		log.Info("ready", "admin_addr", admin.Addr(), "mode", mode, "workers", cfg.Workers, "version", version,
-			"startup", time.Since(start).Seconds())
+			"startup", time.Since(start).Seconds(), "pid", os.Getpid())
 		sdNotify(log, sdReady)
 		select {
 		case <-a.Draining():
