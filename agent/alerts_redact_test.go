@@ -49,10 +49,14 @@ func TestQueueAlarmLogRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	go func() { done <- a.Run(context.Background()) }()
+	defer func() {
+		a.Drain("test", "end of test")
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
 	if _, err := src.Send(t.Context(), alarm); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +102,7 @@ limiter: {hosts: {allow: ['^[a-z0-9-]+$']}}
 		t.Fatal(err)
 	}
 	body := `{"version":"DB_PASSWORD=` + secret + `","status":"firing","alerts":[]}`
-	req := httptest.NewRequest(http.MethodPost, "/v1/alerts/alertmanager", strings.NewReader(body))
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/alerts/alertmanager", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer tok")
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
