@@ -19,6 +19,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 )
@@ -143,7 +144,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 	if !j.item.Start(nil) {
 		return true // the drain released it first
 	}
-	log := p.log.With("message_id", j.msg.ID)
+	log := redact.Logger(p.log, p.redactor).With("message_id", j.msg.ID)
 	ctx := context.Background()
 	if err != nil {
 		ans := alert.Answer{Rejected: []alert.Outcome{{Index: 0, Reason: alert.Reason(err), Detail: err.Error()}}}
@@ -300,7 +301,13 @@ func OpenIntake(ctx context.Context, cfg Config, o OpenOptions, getenv func(stri
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in := &Intake{Registry: reg, draining: make(chan struct{})}
-	log := orDiscard(o.Logger)
+	// Redacted like the agent's intake: a rejected alert's detail quotes
+	// its values.
+	red, err := redact.New(cfg.Results.Redact.Effective(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("agent: results.redact: %w", err)
+	}
+	log := redact.Logger(orDiscard(o.Logger), red)
 	h, err := NewIntakeHandler(cfg, IntakeOptions{Getenv: getenv, Sender: NewSQSSender(sqs.NewFromConfig(awsCfg), cfg.Queue.URL),
 		Draining: func() bool {
 			select {

@@ -197,7 +197,10 @@ func (r *RedisOutbox) Claim(ctx context.Context, consumer, sink string, max int,
 }
 
 // Shed implements Outbox: the oldest entries past MaxLen move to the dead
-// stream in one script each call (streamq.Queue.Shed).
+// stream in one script each call (streamq.Queue.Shed). An entry in
+// flight (claimed less than ClaimIdle ago, not waiting for a retry) is
+// skipped: its holder delivers it, retries it or dead-letters it, so it
+// never ends both delivered and dead-lettered.
 func (r *RedisOutbox) Shed(ctx context.Context, sink string, limit int) ([]DeadEntry, error) {
 	died := r.o.Clock()
 	msgs, err := r.queue(sink).Shed(ctx, r.o.MaxLen, r.dead, r.o.DeadMax, limit,

@@ -36,6 +36,8 @@ var (
 	// shedScript moves the entries past a stream's cap to a dead stream
 	// (see the script).
 	shedScript = redis.NewScript(shedLua)
+	//go:embed lua/retry.lua
+	retryLua string
 )
 
 // ErrGroupRecreated says a claim found the consumer group gone (Redis
@@ -271,10 +273,13 @@ func (q *Queue) Remove(ctx context.Context, p redis.Pipeliner, id string) *redis
 // Retry queues, on p, what leaves entry id (held by consumer) pending, to
 // be claimed again at at by any consumer: its retry time, and its idle
 // time set to ClaimIdle (XCLAIM … IDLE … JUSTID, which does not count as
-// a delivery), so that the retry time alone holds it back.
+// a delivery), so that the retry time alone holds it back. One script
+// does both, and only while the entry is pending: an entry removed
+// meanwhile leaves no retry time behind. The script goes in full (EVAL)
+// because p may be a MULTI, where EVALSHA cannot fall back.
 func (q *Queue) Retry(ctx context.Context, p redis.Pipeliner, consumer, id string, at time.Time) {
-	p.HSet(ctx, q.retry, id, strconv.FormatInt(at.UnixMilli(), 10))
-	p.Do(ctx, "XCLAIM", q.stream, Group, consumer, 0, id, "IDLE", q.claimIdle.Milliseconds(), "JUSTID")
+	p.Eval(ctx, retryLua, []string{q.stream, q.retry}, Group, consumer, q.claimIdle.Milliseconds(), id,
+		strconv.FormatInt(at.UnixMilli(), 10))
 }
 
 // Len is the length of the stream: removed entries are deleted from it.
@@ -291,7 +296,9 @@ func (q *Queue) Len(ctx context.Context) (int64, error) {
 // also copies each there (the stream capped approximately at deadMax),
 // with the field, value pairs of extra appended. Nothing is dropped
 // without the caller seeing it: it ends, counts and logs what Shed
-// returns.
+// returns. An entry in flight (claimed less than ClaimIdle ago and not
+// scheduled for a retry) is left to its holder, so that it never ends
+// both done and dead-lettered; the oldest entries after it go instead.
 func (q *Queue) Shed(ctx context.Context, maxLen int64, dead string, deadMax int64, limit int, extra ...any) ([]redis.XMessage, error) {
 	keys := []string{q.stream}
 	hasRetry := "0"
@@ -303,7 +310,7 @@ func (q *Queue) Shed(ctx context.Context, maxLen int64, dead string, deadMax int
 	} else {
 		keys = append(keys, dead)
 	}
-	args := append([]any{Group, maxLen, limit, hasRetry, deadMax}, extra...)
+	args := append([]any{Group, maxLen, limit, hasRetry, deadMax, q.claimIdle.Milliseconds()}, extra...)
 	v, err := shedScript.Run(ctx, q.c, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("streamq: shed %s: %w", q.stream, err)
