@@ -12,8 +12,8 @@
 # The admin HTTP server listens on 127.0.0.1:9464 (the embedded default):
 # HEALTHCHECK below reaches it from inside the container. Listening beyond
 # loopback (a scraper, a probe from outside) needs admin_auth in a mounted
-# config, with the secret in the environment or a secret store; README.md
-# (Install, Container) has a config that validates, and the stop grace each
+# config, with the secret in the environment or a secret store; docs/install.md
+# (Container) has a config that validates, and the stop grace each
 # orchestrator needs for a drain.
 FROM debian:bookworm-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
 ARG TARGETPLATFORM

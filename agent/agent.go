@@ -42,8 +42,10 @@ type Deps struct {
 	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
 	// results.s3.bucket is set.
 	S3 hooks.S3API
-	// ASGName is the dimension of the CloudWatch metrics.
+	// ASGName is the dimension of the CloudWatch metrics, and with AZ
+	// places the instance in its record (limiter max_percent scopes).
 	ASGName string
+	AZ      string
 	// ResolveASG learns the instance's group for the CloudWatch metrics
 	// when ASGName is empty (DescribeAutoScalingInstances); nil = through
 	// Actor, or not at all without one.
@@ -144,7 +146,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
-		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now()}
+		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ}
 	a.presence.nudge = make(chan struct{}, 1)
 	a.buildGate()
 	if d.Watcher != nil {

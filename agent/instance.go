@@ -31,6 +31,7 @@ type presence struct {
 	instanceID   string
 	version      string
 	started      time.Time
+	asg, az      string // the instance's place, for the in-service indexes
 	// launchState is the agent's state before a drain when intake does
 	// not run (starting, warmed, abandoned; see launch.go), "" when it
 	// does; nil = never.
@@ -77,7 +78,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		}
 	}
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
-		Version: p.version, Inflight: p.outcomes.InFlight()}
+		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	if err == nil {
 		err = callDetached(ctx, p.storeTimeout, p.store.Ping)

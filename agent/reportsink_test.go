@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +52,10 @@ func TestOutboxReportSink(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := report.Result{Status: report.StatusOK, Markdown: "**Root cause** disk full"}
+			res := report.Result{Status: report.StatusOK, Markdown: "**Root cause** disk full",
+				Investigation: &report.Investigation{ID: "inv-1", Parent: "t-1", EndedBy: "answer", InputTokens: 10, OutputTokens: 5, CostUSD: 0.25,
+					Steps: []report.Step{{N: 1, Calls: []report.Call{{Tool: "du", Host: "web-1", Result: "ran", TaskID: "t-1.1.0", Outcome: "succeeded"}}}},
+					Gaps:  []report.Gap{{Tool: "cat", Result: "not_offered"}}, Evidence: []string{"t-1.1.0"}}}
 			if err := write(ctx, report.Job{ID: "t-1"}, res); err != nil {
 				t.Fatal(err)
 			}
@@ -75,6 +79,19 @@ func TestOutboxReportSink(t *testing.T) {
 				if err := json.Unmarshal(e.Body, &ev); err != nil || e.Event != notify.EventReport || ev.Task == nil ||
 					ev.Task.ID != "t-1" || e.Origin != "cli-test" {
 					t.Errorf("entry %+v (%v), want the report event of t-1 from cli-test", e.Entry, err)
+				}
+				// The webhook posts the body as it is: the investigation's
+				// steps, calls, gaps, evidence and cost are in it; Slack
+				// renders them.
+				var carried report.Result
+				if err := json.Unmarshal(ev.Task.Report, &carried); err != nil || carried.Investigation == nil ||
+					carried.Investigation.Steps[0].Calls[0].TaskID != "t-1.1.0" || carried.Investigation.Gaps[0].Tool != "cat" ||
+					carried.Investigation.Evidence[0] != "t-1.1.0" || carried.Investigation.CostUSD != 0.25 {
+					t.Errorf("event's report %s (%v), want the investigation", ev.Task.Report, err)
+				}
+				slack, _ := json.Marshal(notify.SlackMessage(ev))
+				if !strings.Contains(string(slack), "task t-1.1.0 (succeeded)") || !strings.Contains(string(slack), "0.2500 USD") {
+					t.Errorf("Slack message %s lacks the investigation", slack)
 				}
 			}
 			if len(sinks) != len(tc.want) || (len(sinks) > 0 && sinks[0] != tc.want[0]) {

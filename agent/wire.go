@@ -251,7 +251,8 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		backend = limiter.NewMemory()
 	} else {
 		closers = append(closers, func() { _ = rc.Close() })
-		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
+		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix,
+			InService: inServiceKeys(cfg.Redis.Prefix, cfg.Limiter.UsesPercent())})
 		backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
 		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle,
 			MaxLen: int64(cfg.NotifyOutboxMax)})
@@ -261,15 +262,17 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		}
 		cancel()
 	}
+	place := findPlacement(ctx, cfg, discoverWith, instanceID, log)
 	lim, err := limiter.New(cfg.Limiter.Config, backend, limiter.Options{
 		Registerer: reg, Logger: log.With("component", "limiter"), Timeout: cfg.Redis.Timeout,
+		ASG: place.asg, AZ: place.az,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 
 	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
-		Logger: log, Registry: reg, ASGName: cfg.Lifecycle.ASGName, AlertSender: alertSender,
+		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{
@@ -288,6 +291,9 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			ld.SQS = sqs.NewFromConfig(awsCfg)
+			if rs, ok := store.(*state.Redis); ok {
+				ld.Handoff = noticeHandoff{rs}
+			}
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			w, werr := lifecycle.NewWatcher(cfg.Lifecycle, ld)

@@ -8,19 +8,19 @@ import (
 	"testing"
 )
 
-// TestReadmeIAMTableMatchesTheModule: the project README's table of the
+// TestReadmeIAMTableMatchesTheModule: the docs/operations.md table of the
 // instance role ("The instance role allows exactly the calls the agent
 // makes") names exactly the actions the module's agent policy grants, and
 // each row names the module input (or resource) that scopes it.
 func TestReadmeIAMTableMatchesTheModule(t *testing.T) {
-	src, err := os.ReadFile("../README.md")
+	src, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const intro = "The instance role allows exactly the calls the agent makes:"
 	_, rest, ok := strings.Cut(string(src), intro)
 	if !ok {
-		t.Fatalf("README.md has no %q", intro)
+		t.Fatalf("docs/operations.md has no %q", intro)
 	}
 	action := regexp.MustCompile("`([a-z0-9]+:[A-Za-z]+)`")
 	input := regexp.MustCompile("`([a-z_]+)`")

@@ -377,6 +377,7 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 	}
 	a.mu.Unlock()
 	a.deleteNotification(ctx, act, log)
+	a.forgetHanded(ctx, act, log)
 	return nil
 }
 

@@ -74,6 +74,34 @@ type Deps struct {
 	// the notification. nil = no agent claims any: the heartbeat timeout
 	// alone decides.
 	Claimed func(ctx context.Context, instanceID string) (bool, error)
+	// Handoff, when set, carries terminating notices of other instances
+	// from the sqs source to their agents (see Handoff); nil = every such
+	// notice is made visible again for its owner to receive.
+	Handoff Handoff
+}
+
+// Handoff passes lifecycle notices between the agents that share one
+// notification queue, so a notice reaches its instance's agent in one
+// receive instead of cycling through the fleet. The agent implements it
+// on its state store (Redis).
+type Handoff interface {
+	// Give hands notice (the SQS message body) to the agent of
+	// instanceID, kept for ttl. handed is false, with a nil error, when no
+	// live agent has that instance: the notice is not stored.
+	Give(ctx context.Context, instanceID, notice string, ttl time.Duration) (handed bool, err error)
+	// Take returns the notices handed to instanceID after the one whose
+	// id is after ("" = from the first), oldest first, waiting up to block
+	// for one to arrive. It returns promptly when ctx is cancelled
+	// (otherwise Watcher.Run returns only when block ends).
+	Take(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error)
+	// Forget drops the notices handed to instanceID: its action is done.
+	Forget(ctx context.Context, instanceID string) error
+}
+
+// HandedNotice is one notice Handoff.Take returns.
+type HandedNotice struct {
+	ID   string // position in the instance's notices, for Take's after
+	Body string // the SQS message body as received
 }
 
 func (d Deps) withDefaults() Deps {

@@ -15,6 +15,9 @@ const (
 	SourceIMDS   = "imds"   // instance metadata: target-lifecycle-state and spot/instance-action
 	SourceSQS    = "sqs"    // ASG lifecycle notifications on an SQS queue
 	sourceSpot   = "spot"   // Trigger.Source for spot interruption notices (found by the imds source)
+	// sourceHandoff labels errors reading the notices other agents handed
+	// to this instance (sqs source with Deps.Handoff).
+	sourceHandoff = "handoff"
 )
 
 // Events accepted in Config.DrainOn: the instance-metadata notices that

@@ -50,7 +50,15 @@
 //     passed since it was sent, and that no agent claims (Deps.Claimed), is
 //     deleted (autodiag_lifecycle_orphaned_notifications_total{transition});
 //     so is this instance's own launching notification of
-//     launch_hook_name. A poll in progress when Run stops gets
+//     launch_hook_name. With Deps.Handoff (the agent's Redis), a
+//     terminating notice of our hook for another instance is handed to that
+//     instance's agent (Handoff.Give, kept for the hook's heartbeat timeout)
+//     and then deleted, so it is received once instead of cycling through
+//     the fleet; each watcher reads the notices handed to its own instance
+//     (Handoff.Take, a blocking read of handoffBlock) beside its poll, and
+//     Actor.Complete forgets them. Give failing, or no live agent for the
+//     instance, leaves the notice to the path above
+//     (autodiag_lifecycle_handoffs_total{result}). A poll in progress when Run stops gets
 //     NotificationReceiveGrace, so an answer already on the wire is taken.
 //
 // Run calls fire once, for the first trigger, after every source has been
@@ -125,10 +133,11 @@
 //     optionally autoscaling:DescribeLifecycleHooks (see above); for
 //     the sqs source sqs:ReceiveMessage, sqs:DeleteMessage,
 //     sqs:ChangeMessageVisibility on queue_url.
-//   - A queue shared by the fleet delivers every notification to every agent
-//     until its owner takes it: a redrive policy's maxReceiveCount must be well
-//     above the fleet size, or notices move to the dead-letter queue before
-//     their instance sees them.
+//   - Without Deps.Handoff (or while it fails), a queue shared by the fleet
+//     delivers every notification to every agent until its owner takes it: a
+//     redrive policy's maxReceiveCount must be well above the fleet size, or
+//     notices move to the dead-letter queue before their instance sees them.
+//     With it, a notice whose instance's agent is live is received once.
 //
 // Package asgfake is an Auto Scaling fake for tests of this package and of
 // the agent.

@@ -12,6 +12,7 @@ type metrics struct {
 	completions  *prometheus.CounterVec // autodiag_lifecycle_completions_total{result}
 	sourceErrors *prometheus.CounterVec // autodiag_lifecycle_source_errors_total{source}
 	orphaned     *prometheus.CounterVec // autodiag_lifecycle_orphaned_notifications_total{transition}
+	handoffs     *prometheus.CounterVec // autodiag_lifecycle_handoffs_total{result}
 }
 
 // newMetrics registers the counters on reg (nil = unregistered). A counter
@@ -35,12 +36,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "autodiag", Name: "lifecycle_orphaned_notifications_total",
 			Help: "Lifecycle notifications deleted from the queue because no agent claims their instance and their action's heartbeat timeout has passed, by transition (launching, terminating).",
 		}, []string{"transition"}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "autodiag", Name: "lifecycle_handoffs_total",
+			Help: "Terminating notices of other instances taken from the lifecycle queue and handed to their agents through Redis, by result (handed, no_agent, error; the last two made visible again).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
 		m.heartbeats = register(reg, m.heartbeats)
 		m.completions = register(reg, m.completions)
 		m.sourceErrors = register(reg, m.sourceErrors)
 		m.orphaned = register(reg, m.orphaned)
+		m.handoffs = register(reg, m.handoffs)
+	}
+	for _, r := range handoffResults {
+		m.handoffs.WithLabelValues(r)
 	}
 	return m
 }

@@ -71,9 +71,10 @@ var drainingMaintenance = map[string]bool{
 // sqsWaitTime is the long-poll duration of the sqs source (the SQS maximum).
 const sqsWaitTime = 20 * time.Second
 
-// foreignPause spaces receives when a batch held only notifications for
-// other instances (made visible again at once), so a shared queue does not
-// turn into a busy loop.
+// foreignPause spaces receives when a batch made notifications of other
+// instances visible again at once, so a shared queue does not turn into a
+// busy loop. A batch whose notices were all handed over or deleted is
+// followed by the next receive at once.
 const foreignPause = time.Second
 
 // Watcher polls the configured trigger sources (imds, sqs) and reports the
@@ -206,13 +207,16 @@ func (w *Watcher) Run(ctx context.Context, fire func(Trigger)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	found := make(chan Trigger, 2)
+	found := make(chan Trigger, 3)
 	var wg sync.WaitGroup
 	if w.cfg.Has(SourceIMDS) {
 		wg.Go(func() { w.runIMDS(ctx, found) })
 	}
 	if w.cfg.Has(SourceSQS) {
 		wg.Go(func() { w.runSQS(ctx, found) })
+		if w.d.Handoff != nil {
+			wg.Go(func() { w.runHandoff(ctx, found) })
+		}
 	}
 
 	select {
@@ -522,17 +526,20 @@ func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
 		// from ctx, which may have ended.
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		var mine *Trigger
+		released := false
 		for _, msg := range out.Messages {
-			if tr := w.handleMessage(hctx, msg, mine); tr != nil {
+			tr, rel := w.handleMessage(hctx, msg, mine)
+			if tr != nil {
 				mine = tr
 			}
+			released = released || rel
 		}
 		cancel()
 		if mine != nil {
 			found <- *mine
 			return
 		}
-		if len(out.Messages) > 0 {
+		if released {
 			if sleep(ctx, w.d.Clock, foreignPause) != nil {
 				return
 			}
@@ -650,49 +657,56 @@ func (w *Watcher) orphaned(ctx context.Context, n notification, log *slog.Logger
 }
 
 // handleMessage sorts one received message: TEST_NOTIFICATION deleted,
-// other instances' (or other hooks') notifications made visible again and
-// never deleted, ours kept invisible and returned as a trigger, malformed
-// ones left to the queue's redrive policy.
-func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Trigger) *Trigger {
+// another instance's terminating notice handed to its agent (Deps.Handoff)
+// and deleted, other instances' (or other hooks') notifications otherwise
+// made visible again and never deleted, ours kept invisible and returned as
+// a trigger, malformed ones left to the queue's redrive policy. released
+// says the message was made visible again at once.
+func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Trigger) (tr *Trigger, released bool) {
 	id, receipt := aws.ToString(msg.MessageId), aws.ToString(msg.ReceiptHandle)
 	log := w.log.With("message_id", id, "source", SourceSQS)
-	n, err := parseNotification(aws.ToString(msg.Body))
+	body := aws.ToString(msg.Body)
+	n, err := parseNotification(body)
 	switch {
 	case err != nil:
 		log.Warn("malformed lifecycle notification; left to the queue's redrive policy", "err", err)
-		return nil
+		return nil, false
 	case n.Test:
 		log.Info("consumed autoscaling:TEST_NOTIFICATION", "asg", n.ASGName)
 		w.deleteMessage(ctx, receipt, log)
-		return nil
+		return nil, false
 	case n.InstanceID == w.d.InstanceID && n.Transition == transitionLaunching &&
 		w.cfg.LaunchHookName != "" && n.HookName == w.cfg.LaunchHookName:
 		log.Info("launching notification for this instance; deleted (the launch gate completes it by instance id)",
 			"hook", n.HookName, "destination", n.Destination)
 		w.deleteMessage(ctx, receipt, log)
-		return nil
+		return nil, false
 	case n.InstanceID != w.d.InstanceID || n.Transition != transitionTerminating ||
 		(w.cfg.HookName != "" && n.HookName != w.cfg.HookName):
+		if w.handOff(ctx, n, body, log) {
+			w.deleteMessage(ctx, receipt, log)
+			return nil, false
+		}
 		if n.InstanceID != w.d.InstanceID && w.orphaned(ctx, n, log) {
 			log.Warn("lifecycle notification no agent will take: its instance is unclaimed and its action's heartbeat timeout has passed; deleted",
 				"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName, "asg", n.ASGName,
 				"age_seconds", w.d.Clock.Now().Sub(n.Time).Seconds())
 			w.m.orphaned.WithLabelValues(transitionLabel(n.Transition)).Inc()
 			w.deleteMessage(ctx, receipt, log)
-			return nil
+			return nil, false
 		}
 		log.Debug("lifecycle notification not for us; left for its owner",
 			"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName)
 		w.setVisibility(ctx, receipt, 0, log)
-		return nil
+		return nil, true
 	case mine != nil && mine.Action.Token == n.Token:
 		log.Info("duplicate delivery of our lifecycle notification; deleted")
 		w.deleteMessage(ctx, receipt, log)
-		return nil
+		return nil, false
 	case mine != nil:
 		log.Warn("second lifecycle action for this instance in one batch; left for later", "hook", n.HookName)
 		w.setVisibility(ctx, receipt, 0, log)
-		return nil
+		return nil, true
 	}
 	w.setVisibility(ctx, receipt, notificationVisibility(w.cfg.HeartbeatInterval), log)
 	started := n.Time
@@ -704,7 +718,7 @@ func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Tr
 		Reason: fmt.Sprintf("lifecycle notification %s for hook %s of %s", n.Transition, n.HookName, n.ASGName),
 		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token,
 			Started: started, NotificationQueueURL: w.cfg.QueueURL, NotificationReceipt: receipt},
-	}
+	}, false
 }
 
 // transitionLabel is the {transition} label of a lifecycle transition.

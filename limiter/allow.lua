@@ -16,9 +16,13 @@
 --   state   <prefix>lim:{tag}:s:<rule>  (has_state = 1: a limit other than concurrency, or a block)
 --   window  <prefix>lim:{tag}:w:<rule>  (window_zset = 1) ZSET score = run
 --           time (µs), member = time-ARGV[3], PX = per
---   slots   <prefix>lim:{tag}:c:<rule>  (concurrency > 0) ZSET member = task
---           id, score = its lease expiry (µs); entries at or before now are
---           pruned; PX = the latest expiry
+--   slots   <prefix>lim:{tag}:c:<rule>[:asg:<group>|:az:<zone>]  (concurrency > 0)
+--           ZSET member = task id, score = its lease expiry (µs); entries at
+--           or before now are pruned; PX = the latest expiry
+--   agents  <prefix>inservice[:asg:<group>|:az:<zone>]  (max_percent > 0 and
+--           agents < 0, single server only) ZSET member = instance id,
+--           score = its heartbeat expiry (Unix ms), written by the agents;
+--           read only (ZCOUNT of the scores after now)
 --   breaker <prefix>lim:{tag}:f:<rule>  (breaker_failures > 0) HASH
 --           o = open until (µs, 0 closed), p = task id of the probe,
 --           pu = probe's lease expiry (µs), f = failure times (packed '<i8');
@@ -52,21 +56,25 @@
 --   daily_ttl (until the next local midnight), min_interval, window_count,
 --   window_per, rate_interval (per/count, rounded up), rate_capacity
 --   (count*burst), window_zset (0|1), has_state (0|1), concurrency,
---   breaker_failures, breaker_window, breaker_open_for
+--   breaker_failures, breaker_window, breaker_open_for, max_percent
+--   (hundredths of a percent, 0 none: the concurrency cap is then
+--   max(1, floor(max_percent × agents / 10000))), agents (the agents in
+--   service counted by the caller, -1: read from the agents key)
 -- ARGV[3+2i]: the rule's limit codes d m w r c in rule order ("-" none)
 --
--- Returns n records (1 with status 2 for a duplicate) of 9 little-endian
+-- Returns n records (1 with status 2 for a duplicate) of 11 little-endian
 -- int64: status (0 denied, 1 allowed, 2 duplicate), denying limit code
 -- (ASCII of f b d m w r c, 0 none), retry_after µs, daily used, µs since
 -- last run (-1 none within the interval), window count, bucket backlog µs,
--- slot holders, probe (1: this run is the breaker's probe).
+-- slot holders, probe (1: this run is the breaker's probe), the
+-- concurrency cap applied, the agents in service counted (max_percent).
 -- Time is the caller's: expiry decisions compare stored times with ARGV now;
 -- key TTLs only collect garbage.
 
 local dry, now, ddttl, n, lease, enforced, runs =
   struct.unpack('<i8i8i8i8i8i8i8', ARGV[1])
 local task = ARGV[2]
-local R = '<i8i8i8i8i8i8i8i8i8'
+local R = '<i8i8i8i8i8i8i8i8i8i8i8'
 local I = '<i8'
 local SEC = 1000000
 
@@ -79,14 +87,21 @@ if ddttl > 0 then kdd = KEYS[1] ki = 2 end
 -- returns the rule's reply record. Rules are evaluated in order, so the
 -- enforced rule's verdict (rule 1) is known before any shadow writes.
 local function rule(i, vs)
-  local block, dlimit, day, dttl, mi, wcount, wper, rt, rcap, wz, hs, conc, bf, bw, bo =
-    struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[2 + 2 * i])
+  local block, dlimit, day, dttl, mi, wcount, wper, rt, rcap, wz, hs, conc, bf, bw, bo, cpct, agents =
+    struct.unpack('<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', ARGV[2 + 2 * i])
   local order = ARGV[3 + 2 * i]
-  local ks, kw, kc, kb
+  local ks, kw, kc, ka, kb
   if hs == 1 then ks = KEYS[ki] ki = ki + 1 end
   if wz == 1 then kw = KEYS[ki] ki = ki + 1 end
   if conc > 0 then kc = KEYS[ki] ki = ki + 1 end
+  if conc > 0 and cpct > 0 and agents < 0 then ka = KEYS[ki] ki = ki + 1 end
   if bf > 0 then kb = KEYS[ki] ki = ki + 1 end
+  if cpct > 0 then
+    if ka then agents = redis.call('ZCOUNT', ka, '(' .. string.format('%d', math.floor(now / 1000)), '+inf') end
+    conc = math.max(1, math.floor(cpct * agents / 10000))
+  else
+    agents = 0
+  end
   if vs == nil and ks then vs = redis.call('GET', ks) end
 
   -- The window log is read in place: entry k (0-based) is at byte 41 + 8k
@@ -284,7 +299,7 @@ local function rule(i, vs)
 
   if rt > 0 then level = tat - now else level = 0 end
   if dlimit == 0 then used = 0 end
-  return struct.pack(R, status, limit, retry, used, since, wc, level, holders, probe)
+  return struct.pack(R, status, limit, retry, used, since, wc, level, holders, probe, conc, agents)
 end
 
 local vs1
@@ -297,7 +312,7 @@ if kdd then
   else
     vdd = redis.call('GET', kdd)
   end
-  if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0, 0, 0) end
+  if vdd and tonumber(vdd) > now then return struct.pack(R, 2, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0) end
 end
 
 local out = rule(1, vs1)

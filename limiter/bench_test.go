@@ -57,7 +57,7 @@ func fullRuleWindow(count int) Config {
 // rate on the same key: the most a decision under one key writes.
 func fullRuleRuns() Config {
 	c := fullRule()
-	c.Rules[0].Limits = append(c.Rules[0].Limits, Limit{Concurrency: 1 << 20})
+	c.Rules[0].Limits = append(c.Rules[0].Limits, Limit{Concurrency: Concurrency{Max: 1 << 20}})
 	c.Rules = append(c.Rules, Rule{Name: "shadow", Shadow: true, Limits: []Limit{
 		{Daily: 1 << 30}, {Rate: &Rate{Count: 1 << 20, Per: time.Second}},
 	}})

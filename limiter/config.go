@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/internal/configerr"
 )
@@ -115,8 +118,112 @@ type Limit struct {
 	// Rate is a leaky bucket (GCRA): Count per Per sustained, Count*Burst at once.
 	Rate *Rate `yaml:"rate"`
 	// Concurrency is how many allowed tasks of the key may run at once,
-	// fleet-wide; a slot is held under the task's lease until its run ends.
-	Concurrency int `yaml:"concurrency"`
+	// fleet-wide (`concurrency: N`), or a share of the agents in service
+	// (`concurrency: {max_percent: P, per: fleet|asg|az}`); a slot is held
+	// under the task's lease until its run ends.
+	Concurrency Concurrency `yaml:"concurrency"`
+}
+
+// Concurrency scopes, Concurrency.Per: whose agents in service a
+// max_percent cap is a share of, and whose runs it counts.
+const (
+	PerFleet = "fleet" // every agent sharing the Redis (empty Per)
+	PerASG   = "asg"   // the deciding agent's Auto Scaling group
+	PerAZ    = "az"    // the deciding agent's availability zone
+)
+
+// Concurrency is a concurrency limit: Max runs at once, or MaxPercent of
+// the agents in service (state running, heartbeat fresh in the instance
+// registry) of the fleet, or of the deciding agent's Auto Scaling group or
+// availability zone (Per), rounded down and never below 1.
+type Concurrency struct {
+	Max        int
+	MaxPercent float64
+	Per        string
+}
+
+// IsZero reports an unset concurrency limit.
+func (c Concurrency) IsZero() bool { return c.Max == 0 && c.MaxPercent == 0 && c.Per == "" }
+
+// UnmarshalYAML reads `concurrency: N` or `concurrency: {max_percent: P,
+// per: S}`; any other key of the mapping is an error.
+func (c *Concurrency) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var v int
+		if err := n.Decode(&v); err != nil {
+			return fmt.Errorf("a number of runs, or {max_percent: P, per: fleet|asg|az}: %w", err)
+		}
+		*c = Concurrency{Max: v}
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return errors.New("want a number of runs, or {max_percent: P, per: fleet|asg|az}")
+	}
+	var out Concurrency
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var err error
+		switch k.Value {
+		case "max_percent":
+			err = v.Decode(&out.MaxPercent)
+		case "per":
+			err = v.Decode(&out.Per)
+		default:
+			err = fmt.Errorf("unknown key %q (max_percent, per)", k.Value)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.Value, err)
+		}
+	}
+	if out.MaxPercent == 0 && out.Per == "" {
+		return errors.New("max_percent must be set")
+	}
+	*c = out
+	return nil
+}
+
+// MarshalYAML writes the form UnmarshalYAML reads: a number, or the
+// max_percent mapping.
+func (c Concurrency) MarshalYAML() (any, error) {
+	if c.MaxPercent == 0 && c.Per == "" {
+		return c.Max, nil
+	}
+	return struct {
+		MaxPercent float64 `yaml:"max_percent"`
+		Per        string  `yaml:"per,omitempty"`
+	}{c.MaxPercent, c.Per}, nil
+}
+
+// InServiceKey is the sorted set of the agents in service of a
+// concurrency scope (per: fleet, asg, az, with the group or zone as value),
+// members scored by their heartbeat expiry (Unix ms): the agent's
+// instance registry writes it, a max_percent limit counts it.
+func InServiceKey(prefix, per, value string) string {
+	switch per {
+	case PerASG, PerAZ:
+		return prefix + "inservice:" + per + ":" + value
+	}
+	return prefix + "inservice"
+}
+
+// UsesPercent reports whether a rule caps concurrency as a share of the
+// agents in service, and the scopes they use, so the agent keeps the
+// in-service index those rules count.
+func (c Config) UsesPercent() (scopes []string) {
+	for _, r := range c.Rules {
+		for _, l := range r.Limits {
+			if l.Concurrency.MaxPercent > 0 {
+				per := l.Concurrency.Per
+				if per == "" {
+					per = PerFleet
+				}
+				if !slices.Contains(scopes, per) {
+					scopes = append(scopes, per)
+				}
+			}
+		}
+	}
+	return scopes
 }
 
 // Window is a sliding-window limit.
@@ -178,7 +285,7 @@ func (l Limit) kind() (string, int) {
 	if l.Rate != nil {
 		k, n = LimitRate, n+1
 	}
-	if l.Concurrency != 0 {
+	if !l.Concurrency.IsZero() {
 		k, n = LimitConcurrency, n+1
 	}
 	return k, n
@@ -282,8 +389,21 @@ func (c Config) Validate() error {
 					add(lp+".rate.burst", "must not be negative (0 means 1), got %d", l.Rate.Burst)
 				}
 			case LimitConcurrency:
-				if l.Concurrency < 0 {
-					add(lp+".concurrency", "must be positive, got %d", l.Concurrency)
+				c := l.Concurrency
+				switch {
+				case c.MaxPercent == 0 && c.Max < 0:
+					add(lp+".concurrency", "must be positive, got %d", c.Max)
+				case c.MaxPercent != 0 && c.Max != 0:
+					add(lp+".concurrency", "a number of runs or max_percent, not both")
+				case c.MaxPercent != 0 && (c.MaxPercent < 0.01 || c.MaxPercent > 100):
+					add(lp+".concurrency.max_percent", "must be within 0.01-100, got %g", c.MaxPercent)
+				case c.MaxPercent == 0 && c.Per != "":
+					add(lp+".concurrency.per", "applies to max_percent only")
+				}
+				switch c.Per {
+				case "", PerFleet, PerASG, PerAZ:
+				default:
+					add(lp+".concurrency.per", "must be one of fleet, asg, az, got %q", c.Per)
 				}
 			}
 		}

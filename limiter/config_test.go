@@ -67,7 +67,7 @@ func TestValidate(t *testing.T) {
 		{"missing name", Config{Rules: []Rule{{}}}, []string{"rules[0].name: must be set"}},
 		{"concurrency and breaker", valid(func(c *Config) {
 			c.Rules = append(c.Rules,
-				Rule{Name: "slots", Limits: []Limit{{Concurrency: -1}, {Concurrency: 2}, {Concurrency: 1, Daily: 1}}},
+				Rule{Name: "slots", Limits: []Limit{{Concurrency: Concurrency{Max: -1}}, {Concurrency: Concurrency{Max: 2}}, {Concurrency: Concurrency{Max: 1}, Daily: 1}}},
 				Rule{Name: "brk", Shadow: true, Breaker: &Breaker{Failures: 0, Window: 0, OpenFor: time.Microsecond}},
 			)
 		}), []string{
@@ -162,7 +162,7 @@ rules:
 		h.Limits[3].Rate.Burst != 3 || c.Dedupe.TTL != 10*time.Minute || h.Fail != FailClosed {
 		t.Fatalf("decoded %+v", c)
 	}
-	if c.Rules[1].Limits[0].Concurrency != 1 || c.Rules[2].Limits[0].Concurrency != 20 ||
+	if c.Rules[1].Limits[0].Concurrency.Max != 1 || c.Rules[2].Limits[0].Concurrency.Max != 20 ||
 		*c.Rules[3].Breaker != (Breaker{Failures: 5, Window: 10 * time.Minute, OpenFor: 30 * time.Minute}) || !c.Rules[4].Shadow {
 		t.Fatalf("decoded %+v", c.Rules)
 	}
@@ -193,4 +193,71 @@ func TestDayBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrencyPercentConfig: `concurrency` reads a number of runs or
+// {max_percent, per}; an unknown key, both forms at once, a share out of
+// range and an unknown scope are errors naming the key.
+func TestConcurrencyPercentConfig(t *testing.T) {
+	t.Parallel()
+	decode := func(doc string) (Config, error) {
+		var c Config
+		dec := yaml.NewDecoder(strings.NewReader(doc))
+		dec.KnownFields(true)
+		err := dec.Decode(&c)
+		return c, err
+	}
+	c, err := decode(`
+rules:
+  - {name: fleet, limits: [{concurrency: {max_percent: 10}}]}
+  - {name: zone, limits: [{concurrency: {max_percent: 2.5, per: az}}]}
+  - {name: runs, limits: [{concurrency: 3}]}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := []Concurrency{c.Rules[0].Limits[0].Concurrency, c.Rules[1].Limits[0].Concurrency, c.Rules[2].Limits[0].Concurrency}
+	want := []Concurrency{{MaxPercent: 10}, {MaxPercent: 2.5, Per: PerAZ}, {Max: 3}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("rule %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if s := c.UsesPercent(); strings.Join(s, ",") != "fleet,az" {
+		t.Fatalf("UsesPercent = %v; want fleet, az", s)
+	}
+	if _, err := decode(`{rules: [{name: x, limits: [{concurrency: {max_percent: 10, pre: az}}]}]}`); err == nil ||
+		!strings.Contains(err.Error(), `unknown key "pre"`) {
+		t.Fatalf("unknown key: %v", err)
+	}
+	bad := Config{Rules: []Rule{{Name: "x", Limits: []Limit{
+		{Concurrency: Concurrency{Max: 2, MaxPercent: 10}},
+	}}, {Name: "y", Limits: []Limit{{Concurrency: Concurrency{MaxPercent: 120, Per: "region"}}}},
+		{Name: "z", Limits: []Limit{{Concurrency: Concurrency{Max: 2, Per: PerASG}}}}}}
+	var msgs []string
+	for _, e := range flattenErrs(bad.Validate()) {
+		msgs = append(msgs, e.Error())
+	}
+	wantMsgs := []string{
+		"rules[0].limits[0].concurrency: a number of runs or max_percent, not both",
+		"rules[1].limits[0].concurrency.max_percent: must be within 0.01-100, got 120",
+		`rules[1].limits[0].concurrency.per: must be one of fleet, asg, az, got "region"`,
+		"rules[2].limits[0].concurrency.per: applies to max_percent only",
+	}
+	if strings.Join(msgs, "\n") != strings.Join(wantMsgs, "\n") {
+		t.Fatalf("errors\n%s\nwant\n%s", strings.Join(msgs, "\n"), strings.Join(wantMsgs, "\n"))
+	}
+}
+
+func flattenErrs(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }

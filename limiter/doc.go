@@ -23,6 +23,19 @@
 // on_exceed. The same task id asking again keeps its one slot (a
 // redelivered task).
 //
+// `concurrency: {max_percent: P, per: fleet|asg|az}` caps the runs at
+// max(1, floor(P % of the agents in service)), recounted at every decision:
+// the agents are the members of the in-service sorted set
+// (InServiceKey, written by the agents' instance registry) whose heartbeat
+// expiry score is after now, so an agent that stops heartbeating stops
+// counting within its heartbeat TTL. per asg or az counts the runs (a slot
+// set of their own) and the agents of the deciding agent's group or zone
+// (Options.ASG, Options.AZ). A denial has reason concurrency_percent and
+// Counters.Running, ConcurrencyLimit, AgentsInService and MaxPercent. On a
+// single server allow.lua reads the count in the decision's one EVALSHA;
+// on a Cluster or Ring the set is in another slot, so the count is one
+// ZCOUNT before it.
+//
 // A rule's `breaker: {failures, window, open_for}` counts the runs it
 // allowed that end failed or timed_out (Done's outcome) for the rule's key:
 // the failures-th within window opens it, and the rule denies with reason

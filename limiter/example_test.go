@@ -90,7 +90,7 @@ func ExampleLimiter_Done() {
 	cfg.Rules = []limiter.Rule{{
 		Name:    "heavy-per-host",
 		Match:   limiter.Match{Diagnostic: []string{"full-dump"}},
-		Limits:  []limiter.Limit{{Concurrency: 1}, {Daily: 20}},
+		Limits:  []limiter.Limit{{Concurrency: limiter.Concurrency{Max: 1}}, {Daily: 20}},
 		Breaker: &limiter.Breaker{Failures: 5, Window: 10 * time.Minute, OpenFor: 30 * time.Minute},
 	}, {
 		Name:   "try-tighter-quota",

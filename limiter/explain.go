@@ -106,10 +106,24 @@ func (l *Limiter) Explain(now time.Time) []RuleExplanation {
 				if cr.deferConc {
 					onExceed = OnExceedDefer
 				}
-				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d at once (fleet-wide)", lim.Concurrency),
-					PerSecond: math.Inf(1), Burst: lim.Concurrency,
+				le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%d at once (fleet-wide)", lim.Concurrency.Max),
+					PerSecond: math.Inf(1), Burst: lim.Concurrency.Max,
 					Denies: fmt.Sprintf("a task while %d runs for the same %s hold a slot (held until the run ends, or its lease lapses); "+
-						"retry after the earliest holder's lease, at least 1s; on exceed: %s", lim.Concurrency, cr.key, onExceed)}
+						"retry after the earliest holder's lease, at least 1s; on exceed: %s", lim.Concurrency.Max, cr.key, onExceed)}
+				if p := lim.Concurrency.MaxPercent; p > 0 {
+					scope := "the fleet's"
+					switch cr.concPer {
+					case PerASG:
+						scope = "this agent's Auto Scaling group's"
+					case PerAZ:
+						scope = "this agent's availability zone's"
+					}
+					le = LimitExplanation{Kind: k, Spec: fmt.Sprintf("%s%% of %s agents in service at once", ftoa(p), scope),
+						PerSecond: math.Inf(1), Burst: 1,
+						Denies: fmt.Sprintf("a task while max(1, floor(%s%% of %s agents in service)) runs for the same %s hold a slot "+
+							"(agents whose heartbeat lapsed do not count; reason concurrency_percent; on a Redis Cluster one ZCOUNT per decision more); "+
+							"retry after the earliest holder's lease, at least 1s; on exceed: %s", ftoa(p), scope, cr.key, onExceed)}
+				}
 			case LimitRate:
 				rt := lim.Rate
 				b := max(rt.Burst, 1)

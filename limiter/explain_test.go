@@ -61,8 +61,8 @@ func TestExplain(t *testing.T) {
 func TestExplainRunLimits(t *testing.T) {
 	t.Parallel()
 	cfg := rules(
-		Rule{Name: "heavy-per-host", Match: Match{Diagnostic: []string{"full-dump"}}, Limits: []Limit{{Concurrency: 1}, {Daily: 2}}},
-		Rule{Name: "fleet-cap", Key: KeyGlobal, Limits: []Limit{{Concurrency: 20}}},
+		Rule{Name: "heavy-per-host", Match: Match{Diagnostic: []string{"full-dump"}}, Limits: []Limit{{Concurrency: Concurrency{Max: 1}}, {Daily: 2}}},
+		Rule{Name: "fleet-cap", Key: KeyGlobal, Limits: []Limit{{Concurrency: Concurrency{Max: 20}}}},
 		Rule{Name: "broken-diagnostic", Key: KeyHostDiagnostic, Breaker: &Breaker{Failures: 5, Window: 10 * time.Minute, OpenFor: 30 * time.Minute}},
 		Rule{Name: "try-tighter-quota", Shadow: true, Limits: []Limit{{Daily: 1}}},
 		Rule{Name: "cpu-only", Shadow: true, Match: Match{Diagnostic: []string{"cpu-top"}}, Key: KeyDiagnostic, Limits: []Limit{{Daily: 1}}},

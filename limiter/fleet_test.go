@@ -299,7 +299,7 @@ func TestFleetConcurrency(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			newBackend := tc.backend(t, uniquePrefix(t))
-			cfg := rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 1}}})
+			cfg := rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: Concurrency{Max: 1}}}})
 			queue := make(chan string, tasks)
 			for i := range tasks {
 				queue <- fmt.Sprintf("task-%03d", i)

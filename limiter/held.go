@@ -77,7 +77,10 @@ type RuleState struct {
 	// Concurrency is the rule's limit (0: none); Holders the runs holding
 	// a slot, earliest lease expiry first.
 	Concurrency int
-	Holders     []Holder
+	// MaxPercent is the share of a max_percent cap (Concurrency is then
+	// 0: the cap follows the agents in service).
+	MaxPercent float64
+	Holders    []Holder
 	// Breaker is "" (the rule has none), "closed", "open", "half_open"
 	// (the next allowed run is the probe) or "probing".
 	Breaker    string
@@ -121,6 +124,10 @@ func (l *Limiter) Inspect(ctx context.Context, r Request) ([]RuleState, error) {
 			return nil, fmt.Errorf("limiter: inspect %s %s: %w", cr.name, ro.tag, err)
 		}
 		rs := RuleState{Rule: cr.name, Shadow: cr.shadow, Key: ro.tag, Concurrency: cr.conc, Holders: st.holders}
+		if cr.concPct > 0 {
+			// The cap follows the agents in service: Check's counters say it.
+			rs.Concurrency, rs.MaxPercent = 0, float64(cr.concPct)/100
+		}
 		if cr.brkFail > 0 {
 			rs.Breaker = "closed"
 			switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -34,6 +35,10 @@ const (
 	ReasonDegradedClosed = "degraded_closed"
 	ReasonBreakerOpen    = "breaker_open"
 	ReasonConcurrency    = "concurrency_exceeded"
+	// ReasonConcurrencyPercent is a denial by a concurrency cap set as a
+	// share of the agents in service (max_percent): Counters say how many
+	// run, of how many allowed, of how many agents.
+	ReasonConcurrencyPercent = "concurrency_percent"
 	// ReasonFailing is a denial by the rule's failure breaker (runs it
 	// allowed kept failing), not by the Redis-outage breaker (ReasonBreakerOpen).
 	ReasonFailing = "failing"
@@ -111,6 +116,11 @@ type Counters struct {
 	// Running is how many concurrency slots of the key are held (this
 	// run's included when allowed), of ConcurrencyLimit.
 	Running, ConcurrencyLimit int
+	// AgentsInService and MaxPercent, for a max_percent cap: the agents
+	// in service counted in its scope, and the share; ConcurrencyLimit is
+	// then max(1, floor(MaxPercent × AgentsInService / 100)).
+	AgentsInService int
+	MaxPercent      float64
 }
 
 // Clock tells the time; tests inject a fake one.
@@ -132,6 +142,10 @@ type Options struct {
 	// BreakerCooldown is how long (on Clock) the open breaker decides without
 	// calling the backend before it lets one probe through; 0 = 5s.
 	BreakerCooldown time.Duration
+	// ASG and AZ place the deciding agent, for max_percent caps per asg or
+	// per az: its runs count, and its share is of the agents in service,
+	// under that group or zone. Empty: unknown, counted under "".
+	ASG, AZ string
 }
 
 // Limiter decides whether tasks may run. It is safe for concurrent use.
@@ -151,6 +165,7 @@ type Limiter struct {
 	day     atomic.Pointer[dayInfo]
 	seq     atomic.Uint64 // window ZSET members
 	salt    uint64
+	asg, az string
 }
 
 // compiledRule is a Rule ready to evaluate.
@@ -173,6 +188,8 @@ type compiledRule struct {
 	rateCap  int   // bucket capacity, Count*Burst
 	block    int64 // µs
 	conc     int   // concurrency slots
+	concPct  int64 // max_percent in hundredths of a percent (conc is then computed)
+	concPer  string
 	brkFail  int   // failure breaker: failures within brkWin open it for brkOpen
 	brkWin   int64 // µs
 	brkOpen  int64 // µs
@@ -207,6 +224,8 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 		timeout: opts.Timeout,
 		loc:     loc,
 		salt:    uint64(time.Now().UnixNano()),
+		asg:     opts.ASG,
+		az:      opts.AZ,
 	}
 	if l.clock == nil {
 		l.clock = wallClock{}
@@ -270,7 +289,13 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 				cr.rateCap = lim.Rate.Count * burst
 				cr.order += "r"
 			case LimitConcurrency:
-				cr.conc, cr.order = lim.Concurrency, cr.order+"c"
+				cr.conc, cr.order = lim.Concurrency.Max, cr.order+"c"
+				if p := lim.Concurrency.MaxPercent; p > 0 {
+					cr.conc, cr.concPct, cr.concPer = 1, int64(math.Round(p*100)), lim.Concurrency.Per
+					if cr.concPer == "" {
+						cr.concPer = PerFleet
+					}
+				}
 			}
 		}
 		if cr.shadow {
@@ -503,6 +528,9 @@ func (l *Limiter) decision(cr *compiledRule, matched bool, res *ruleResult) Deci
 	if cr.conc > 0 {
 		c.Running, c.ConcurrencyLimit = int(res.holders), cr.conc
 	}
+	if cr.concPct > 0 {
+		c.ConcurrencyLimit, c.AgentsInService, c.MaxPercent = int(res.concLimit), int(res.agents), float64(cr.concPct)/100
+	}
 	d.Probe = res.probe
 	switch {
 	case res.status == statusDuplicate:
@@ -526,6 +554,9 @@ func (l *Limiter) decision(cr *compiledRule, matched bool, res *ruleResult) Deci
 			d.Limit, d.Reason = LimitRate, ReasonRate
 		case 'c':
 			d.Limit, d.Reason = LimitConcurrency, ReasonConcurrency
+			if cr.concPct > 0 {
+				d.Reason = ReasonConcurrencyPercent
+			}
 			if cr.deferConc {
 				d.OnExceed = OnExceedDefer
 			}
@@ -575,6 +606,10 @@ func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err 
 			slog.Int("window_limit", d.Counters.WindowLimit),
 			slog.Float64("bucket_level", d.Counters.BucketLevel),
 			slog.Float64("bucket_capacity", d.Counters.BucketCapacity),
+			slog.Int("running", d.Counters.Running),
+			slog.Int("concurrency_limit", d.Counters.ConcurrencyLimit),
+			slog.Int("agents_in_service", d.Counters.AgentsInService),
+			slog.Float64("max_percent", d.Counters.MaxPercent),
 		),
 	}
 	if err != nil {

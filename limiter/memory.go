@@ -176,6 +176,17 @@ func (m *Memory) check(c *memCheck, ro *ruleOp, o *op) {
 		}
 	}
 	if ro.conc > 0 {
+		conc := int64(ro.conc)
+		if ro.concPct > 0 {
+			// In process there is one agent, this one, unless the caller
+			// counted them.
+			res.agents = ro.agents
+			if res.agents < 0 {
+				res.agents = 1
+			}
+			conc = max(1, ro.concPct*res.agents/10000)
+			res.concLimit = conc
+		}
 		first := int64(0)
 		for _, exp := range st.slots {
 			if exp > now {
@@ -187,7 +198,7 @@ func (m *Memory) check(c *memCheck, ro *ruleOp, o *op) {
 		}
 		if st.slots[o.task] > now {
 			c.mine = true
-		} else if res.holders >= int64(ro.conc) {
+		} else if res.holders >= conc {
 			denied |= limitBit('c')
 			res.retry = max(res.retry, first-now, int64(time.Second/time.Microsecond))
 		}

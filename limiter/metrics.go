@@ -20,7 +20,7 @@ const (
 var reasons = []string{
 	ReasonAllowed, ReasonNoRule, ReasonDaily, ReasonMinInterval, ReasonWindow, ReasonRate,
 	ReasonBlocked, ReasonDuplicate, ReasonDegradedOpen, ReasonDegradedClosed, ReasonBreakerOpen,
-	ReasonConcurrency, ReasonFailing,
+	ReasonConcurrency, ReasonConcurrencyPercent, ReasonFailing,
 }
 
 type metrics struct {

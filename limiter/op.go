@@ -70,10 +70,18 @@ type ruleOp struct {
 	rateT    int64
 	rateCap  int
 	conc     int
-	brkFail  int
-	brkWin   int64
-	brkOpen  int64
-	order    string // limit codes (d m w r c) in configuration order
+	// concPct is a max_percent cap (hundredths of a percent): conc is
+	// then computed from the agents in service under inSvc (a sorted set
+	// read by the script) or, when agents >= 0, from agents as counted
+	// before the call (on a Cluster, where the set is in another slot).
+	concPct    int64
+	inSvc      string
+	agents     int64
+	slotSuffix string // the concurrency slots' key suffix per asg or az
+	brkFail    int
+	brkWin     int64
+	brkOpen    int64
+	order      string // limit codes (d m w r c) in configuration order
 }
 
 // hasState reports whether the rule keeps the packed state (a limit other
@@ -106,6 +114,8 @@ type ruleResult struct {
 	level     int64 // µs of backlog in the bucket (level*rateT)
 	holders   int64 // concurrency slots held after the decision
 	probe     bool  // the run is the breaker's probe
+	concLimit int64 // a max_percent cap: the slots it allows now
+	agents    int64 // a max_percent cap: the agents in service counted
 }
 
 // Outcome codes of heldOp.
@@ -200,6 +210,20 @@ func (l *Limiter) ruleOpFor(o *ruleOp, cr *compiledRule, r *Request, now time.Ti
 	o.winCount, o.winPer = cr.winCount, cr.winPer
 	o.rateT, o.rateCap = cr.rateT, cr.rateCap
 	o.conc = cr.conc
+	o.concPct, o.agents, o.inSvc, o.slotSuffix = cr.concPct, -1, "", ""
+	if cr.concPct > 0 {
+		value := ""
+		switch cr.concPer {
+		case PerASG:
+			value = l.asg
+		case PerAZ:
+			value = l.az
+		}
+		o.inSvc = InServiceKey("", cr.concPer, value)
+		if cr.concPer != PerFleet {
+			o.slotSuffix = ":" + cr.concPer + ":" + value
+		}
+	}
 	o.brkFail, o.brkWin, o.brkOpen = cr.brkFail, cr.brkWin, cr.brkOpen
 	o.order = cr.order
 }

@@ -120,6 +120,11 @@ var ErrBadReply = errors.New("limiter: unexpected reply from allow.lua")
 var errTimeout = errors.New("timed out")
 
 func (b *Redis) eval(parent context.Context, o *op, timeout time.Duration) (result, error) {
+	if b.split {
+		if err := b.countInService(parent, o, timeout); err != nil {
+			return result{}, err
+		}
+	}
 	if !b.split || len(o.rules) < 2 {
 		keys, args := b.encode(o, o.rules)
 		return b.call(parent, timeout, keys, args, o.results(len(o.rules)))
@@ -166,6 +171,35 @@ func (b *Redis) eval(parent context.Context, o *op, timeout time.Duration) (resu
 		}
 	}
 	return res, nil
+}
+
+// countInService counts, ahead of the decision, the agents in service of
+// every max_percent rule of o: on a Cluster the in-service set is in
+// another slot than the rule's keys, so it costs one ZCOUNT more (the
+// script reads it itself on a single server).
+func (b *Redis) countInService(parent context.Context, o *op, timeout time.Duration) error {
+	for i := range o.rules {
+		r := &o.rules[i]
+		if r.concPct == 0 {
+			continue
+		}
+		n, err := bounded(parent, timeout, b.bounded, "zcount", func(ctx context.Context) (int64, error) {
+			c, ok := b.c.(redis.Cmdable)
+			if !ok {
+				return 0, fmt.Errorf("count agents in service: client %T cannot run plain commands", b.c)
+			}
+			n, err := c.ZCount(ctx, b.prefix+r.inSvc, "("+strconv.FormatInt(o.now/1000, 10), "+inf").Result()
+			if err != nil {
+				return 0, fmt.Errorf("redis zcount %s: %w", b.prefix+r.inSvc, err)
+			}
+			return n, nil
+		})
+		if err != nil {
+			return err
+		}
+		r.agents = n
+	}
+	return nil
 }
 
 // call runs allow.lua with keys and args under timeout and parses a reply
@@ -235,7 +269,7 @@ func (b *Redis) encode(o *op, rules []ruleOp) ([]string, []any) {
 	}
 	args := make([]any, 3, 3+2*len(rules))
 	// One buffer for the header and every rule's parameters.
-	packed := make([]byte, 7*8, 7*8+15*8*len(rules))
+	packed := make([]byte, 7*8, 7*8+17*8*len(rules))
 	for i := range rules {
 		r := &rules[i]
 		hs, wz := int64(0), int64(0)
@@ -248,14 +282,18 @@ func (b *Redis) encode(o *op, rules []ruleOp) ([]string, []any) {
 			wz = 1
 		}
 		if r.conc > 0 {
-			keys = append(keys, b.key(r.tag, "c:", r.rule))
+			keys = append(keys, b.key(r.tag, "c:", r.rule+r.slotSuffix))
+			if r.concPct > 0 && r.agents < 0 {
+				keys = append(keys, b.prefix+r.inSvc)
+			}
 		}
 		if r.brkFail > 0 {
 			keys = append(keys, b.key(r.tag, "f:", r.rule))
 		}
 		start := len(packed)
 		for _, v := range [...]int64{r.block, int64(r.daily), r.dayNum, r.dailyTTL, r.minIvl, int64(r.winCount),
-			r.winPer, r.rateT, int64(r.rateCap), wz, hs, int64(r.conc), int64(r.brkFail), r.brkWin, r.brkOpen} {
+			r.winPer, r.rateT, int64(r.rateCap), wz, hs, int64(r.conc), int64(r.brkFail), r.brkWin, r.brkOpen,
+			r.concPct, r.agents} {
 			packed = binary.LittleEndian.AppendUint64(packed, uint64(v))
 		}
 		order := r.order
@@ -279,9 +317,9 @@ func b2i(v bool) int64 {
 }
 
 // replyRecord is the size of one rule's record in allow.lua's reply.
-const replyRecord = 9 * 8
+const replyRecord = 11 * 8
 
-// parseReply parses allow.lua's reply into dst: len(dst) records of 9
+// parseReply parses allow.lua's reply into dst: len(dst) records of 11
 // little-endian int64 (1 for a duplicate).
 func parseReply(s string, dst []ruleResult) (result, error) {
 	n := len(dst)
@@ -295,7 +333,7 @@ func parseReply(s string, dst []ruleResult) (result, error) {
 			return int64(binary.LittleEndian.Uint64([]byte(s[j : j+8])))
 		}
 		res.rules[k] = ruleResult{status: int(f(0)), limit: byte(f(1)), retry: f(2), dailyUsed: f(3), since: f(4),
-			winCount: f(5), level: f(6), holders: f(7), probe: f(8) == 1}
+			winCount: f(5), level: f(6), holders: f(7), probe: f(8) == 1, concLimit: f(9), agents: f(10)}
 	}
 	if len(res.rules) != n && res.rules[0].status != statusDuplicate {
 		return result{}, fmt.Errorf("%w: %d records for %d rules", ErrBadReply, len(res.rules), n)
@@ -331,7 +369,7 @@ func (b *Redis) held(ctx context.Context, h *heldOp, timeout time.Duration) erro
 			r := &g[i]
 			conc := int64(0)
 			if r.conc > 0 {
-				keys = append(keys, b.key(r.tag, "c:", r.rule))
+				keys = append(keys, b.key(r.tag, "c:", r.rule+r.slotSuffix))
 				conc = 1
 			}
 			if r.brkFail > 0 {
@@ -371,7 +409,7 @@ func (b *Redis) inspect(ctx context.Context, tag string, r *ruleOp, now int64, t
 			return st, fmt.Errorf("inspect: client %T cannot run plain commands", b.c)
 		}
 		if r.conc > 0 {
-			zs, err := c.ZRangeByScoreWithScores(ctx, b.key(tag, "c:", r.rule),
+			zs, err := c.ZRangeByScoreWithScores(ctx, b.key(tag, "c:", r.rule+r.slotSuffix),
 				&redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"}).Result()
 			if err != nil {
 				return st, fmt.Errorf("redis zrangebyscore: %w", err)

@@ -67,7 +67,7 @@ func failing(rule string, retry time.Duration) Decision {
 
 var runLimitCases = []conformanceCase{
 	{"concurrency: 8 at once, exactly 1 holder", func(t *testing.T, h harness) {
-		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 1}, {Daily: 100}}}), t0)
+		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: Concurrency{Max: 1}}, {Daily: 100}}}), t0)
 		const n = 8
 		lease := 10 * time.Minute
 		ds := make([]Decision, n)
@@ -111,7 +111,7 @@ var runLimitCases = []conformanceCase{
 		}
 	}},
 	{"concurrency: no slot taken when another limit denies", func(t *testing.T, h harness) {
-		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 2}, {Daily: 1}}}), t0)
+		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: Concurrency{Max: 2}}, {Daily: 1}}}), t0)
 		e.expect("a", task(db1, "a", time.Minute), allowed("heavy"))
 		d := e.expect("b: daily denies", task(db1, "b", time.Minute), denied("heavy", LimitDaily, ReasonDaily, 14*time.Hour))
 		if d.OnExceed != OnExceedDrop || d.Counters.Running != 1 {
@@ -122,7 +122,7 @@ var runLimitCases = []conformanceCase{
 		}
 	}},
 	{"concurrency: the same task again keeps its one slot", func(t *testing.T, h harness) {
-		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: 2}}}), t0)
+		e := h.setup(t, rules(Rule{Name: "heavy", Limits: []Limit{{Concurrency: Concurrency{Max: 2}}}}), t0)
 		a := task(db1, "a", time.Minute)
 		e.expect("a", a, allowed("heavy"))
 		d := e.expect("a redelivered", a, allowed("heavy"))
@@ -132,7 +132,7 @@ var runLimitCases = []conformanceCase{
 		e.expect("b", task(db1, "b", time.Minute), allowed("heavy"))
 	}},
 	{"concurrency: released when the run ends", func(t *testing.T, h harness) {
-		e := h.setup(t, rules(Rule{Name: "heavy", OnExceed: OnExceedDrop, Limits: []Limit{{Concurrency: 1}}}), t0)
+		e := h.setup(t, rules(Rule{Name: "heavy", OnExceed: OnExceedDrop, Limits: []Limit{{Concurrency: Concurrency{Max: 1}}}}), t0)
 		a, b := task(db1, "a", time.Hour), task(db1, "b", time.Hour)
 		e.expect("a", a, allowed("heavy"))
 		d := e.expect("b while a runs", b, denied("heavy", LimitConcurrency, ReasonConcurrency, time.Hour))
@@ -149,7 +149,7 @@ var runLimitCases = []conformanceCase{
 		e.expect("c", task(db1, "c", time.Hour), allowed("heavy"))
 	}},
 	{"concurrency: a slot lapses with the lease, renewed with it", func(t *testing.T, h harness) {
-		e := h.setup(t, rules(Rule{Name: "fleet", Key: KeyGlobal, Limits: []Limit{{Concurrency: 1}}}), t0)
+		e := h.setup(t, rules(Rule{Name: "fleet", Key: KeyGlobal, Limits: []Limit{{Concurrency: Concurrency{Max: 1}}}}), t0)
 		a, b := task(web1, "a", time.Minute), task(db1, "b", time.Minute)
 		e.expect("a", a, allowed("fleet"))
 		e.clock.Advance(30 * time.Second)
@@ -240,7 +240,7 @@ var runLimitCases = []conformanceCase{
 		e := h.setup(t, rules(
 			Rule{Name: "default", Limits: []Limit{{Daily: 10}}},
 			Rule{Name: "tighter", Shadow: true, Block: time.Hour, Limits: []Limit{{Daily: 1}}},
-			Rule{Name: "slots", Shadow: true, Key: KeyHostDiagnostic, Limits: []Limit{{Concurrency: 1}}},
+			Rule{Name: "slots", Shadow: true, Key: KeyHostDiagnostic, Limits: []Limit{{Concurrency: Concurrency{Max: 1}}}},
 		), t0)
 		before := e.calls()
 		a, b := task(web1, "a", time.Hour), task(web1, "b", time.Hour)

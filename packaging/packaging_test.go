@@ -29,7 +29,7 @@ const packagedHeader = `# autodiag configuration, installed by the autodiag pack
 # POST /v1/tasks on admin_addr, the limiter and task state are in memory, and
 # only SIGTERM drains. For a fleet, uncomment the AWS-specific lines (queue,
 # redis, the lifecycle sources and names, cloudwatch) and put in your values;
-# every key is in README.md (Configuration). Then:
+# every key is in docs/configuration.md. Then:
 #
 #   autodiag config validate --config /etc/autodiag/config.yaml \
 #       --systemd-unit /lib/systemd/system/autodiag.service

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/test.sh — the one command that runs every test of autodiag.
 #
-# It installs what is missing (Debian redis-server; the pinned
-# amazon-ec2-metadata-mock, golangci-lint and promtool, built once per
-# machine into the tools cache and linked into .tmp/bin), starts a
+# It installs what is missing (Debian's redis-server and, for promtool,
+# prometheus; the pinned amazon-ec2-metadata-mock and golangci-lint, which
+# have no Debian package, built once per machine into the tools cache and
+# linked into .tmp/bin), starts a
 # redis-server and a 3-master Redis Cluster on free loopback ports, exports
 # their addresses to the tests, runs gofmt, go vet, golangci-lint
 # (.golangci.yml), promtool on the Prometheus rules in deploy/prometheus and
@@ -35,10 +36,19 @@ export PATH=$bin:$PATH
 
 IMDS_MOCK_VERSION=v1.13.0
 GOLANGCI_LINT_VERSION=v2.15.0
-# Prometheus 3.16.0's promtool (Prometheus tags its Go module v0.3MM.P).
-PROMTOOL_VERSION=v0.316.0
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
+
+# phase NAME: logs the time the previous phase took and starts NAME; the
+# last line sums them up, so a slow first run says where its minutes went.
+phase_name="" phase_start=$SECONDS phases=""
+phase() {
+	if [[ -n $phase_name ]]; then
+		phases+="${phases:+, }$phase_name $((SECONDS - phase_start))s"
+	fi
+	phase_name=$1 phase_start=$SECONDS
+	[[ -z $1 ]] || log "$1"
+}
 
 redis_pid=""
 cluster_base=""
@@ -52,20 +62,38 @@ cleanup() {
 		bash scripts/redis-cluster.sh stop "$cluster_base" "$cluster_dir" >/dev/null 2>&1 || true
 	fi
 	rm -rf "$work"
+	phase ""
+	log "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL (exit $rc)") after ${SECONDS}s: $phases"
 	exit $rc
 }
 trap cleanup EXIT INT TERM
 
 # --- what the tests need -----------------------------------------------------
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-	if [[ $(id -u) -ne 0 ]]; then
-		log "redis-server is missing; run as root or: apt-get install -y redis-server"
+# install_deb PACKAGE COMMAND...: installs the Debian package when one of the
+# commands is missing. Prebuilt tools from the distribution, not source
+# builds: promtool alone is the whole of Prometheus to compile.
+apt_updated=""
+install_deb() {
+	local pkg=$1 c missing=""
+	shift
+	for c in "$@"; do
+		command -v "$c" >/dev/null || missing+=" $c"
+	done
+	[[ -n $missing ]] || return 0
+	if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+		log "missing:$missing; run as root, or: apt-get install -y --no-install-recommends $pkg"
 		exit 1
 	fi
-	log "installing redis-server (Debian package)"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-fi
+	log "installing $pkg (Debian package) for$missing"
+	if [[ -z $apt_updated ]]; then
+		apt-get update -qq
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+}
+phase "tools"
+install_deb redis-server redis-server redis-cli
+install_deb prometheus promtool
 
 # install_tool NAME VERSION PACKAGE: puts the pinned tool into $bin.
 # Tools are built from source through the module proxy (the only registry a
@@ -115,7 +143,6 @@ install_tool() {
 }
 install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-install_tool promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
 # the next two and their +10000 bus ports as well), all below the kernel's
@@ -143,6 +170,7 @@ free_port() {
 }
 
 # --- services ------------------------------------------------------------------
+phase "services"
 # A port found free can be taken before the server binds it (other clones
 # on this machine pick from the same range): a server that did not come up,
 # or a port where another process's server answers, means another port.
@@ -197,24 +225,30 @@ fi
 pkgs=("$@")
 [[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./...)
 
+phase "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tmp/*'))
 if [[ -n $unformatted ]]; then
 	log "gofmt would change:"
 	echo "$unformatted" >&2
 	exit 1
 fi
-log "go vet ${pkgs[*]}"
+# A fresh machine compiles the module and its dependencies here (minutes):
+# say so before the silence.
+if [[ -z $(ls -A "$(go env GOCACHE)" 2>/dev/null) ]]; then
+	log "empty Go build cache: the first go vet and go test -race compile every dependency (minutes on 2 cores)"
+fi
+phase "go vet ${pkgs[*]}"
 go vet "${pkgs[@]}"
 # Several worktrees share this machine and its lint cache (safe for
 # concurrent use, like the Go build cache): run beside them, not after.
-log "golangci-lint run ${pkgs[*]}"
+phase "golangci-lint run ${pkgs[*]}"
 golangci-lint run --allow-parallel-runners "${pkgs[@]}"
 # Seconds, whatever packages were asked for: the rules are not Go, so no
 # package pattern selects them.
-log "promtool check rules, test rules (deploy/prometheus)"
+phase "promtool check rules, test rules (deploy/prometheus; $(promtool --version 2>&1 | head -1))"
 promtool check rules deploy/prometheus/autodiag-rules.yml
 promtool test rules deploy/prometheus/autodiag-rules_test.yml
-log "go test -race ${pkgs[*]}"
+phase "go test -race ${pkgs[*]}"
 # Two cores: at most two test binaries at once.
 run=()
 [[ -z ${AUTODIAG_TEST_RUN:-} ]] || run=(-run "$AUTODIAG_TEST_RUN")

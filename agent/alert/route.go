@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/template"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/task"
@@ -80,23 +79,22 @@ type compiled struct {
 	sources  []string
 	nameRE   *regexp.Regexp
 	labels   map[string]*regexp.Regexp
-	host     *template.Template
-	severity *template.Template
+	host     *tmpl
+	severity *tmpl
 	tasks    []compiledTask
 	resolved bool
 }
 
 type compiledTask struct {
 	diagnostic string
-	params     map[string]*template.Template
+	params     map[string]*tmpl
 }
 
 func compile(rs Routes) ([]compiled, error) {
 	var errs []error
 	add := func(key, format string, a ...any) { errs = append(errs, configerr.Errorf(key, format, a...)) }
-	fm := funcMap(&regexCache{m: map[string]*regexp.Regexp{}})
-	tmpl := func(key, text string) *template.Template {
-		t, err := newTemplate(key, fm).Parse(text)
+	parse := func(key, text string) *tmpl {
+		t, err := parseTemplate(text)
 		if err != nil {
 			add(key, "invalid template: %w", err)
 		}
@@ -133,8 +131,8 @@ func compile(rs Routes) ([]compiled, error) {
 			}
 			c.labels[k] = re
 		}
-		c.host = tmpl(p+".host", cmpOr(r.Host, "{{ .Host }}"))
-		c.severity = tmpl(p+".severity", cmpOr(r.Severity, "{{ .Severity }}"))
+		c.host = parse(p+".host", cmpOr(r.Host, "{{ .Host }}"))
+		c.severity = parse(p+".severity", cmpOr(r.Severity, "{{ .Severity }}"))
 		switch {
 		case len(r.Tasks) == 0:
 			add(p+".tasks", "must list at least one task")
@@ -146,9 +144,9 @@ func compile(rs Routes) ([]compiled, error) {
 			if t.Diagnostic == "" {
 				add(tp+".diagnostic", "must be set")
 			}
-			ct := compiledTask{diagnostic: t.Diagnostic, params: map[string]*template.Template{}}
+			ct := compiledTask{diagnostic: t.Diagnostic, params: map[string]*tmpl{}}
 			for _, k := range slices.Sorted(maps.Keys(t.Params)) {
-				ct.params[k] = tmpl(tp+".params."+k, t.Params[k])
+				ct.params[k] = parse(tp+".params."+k, t.Params[k])
 			}
 			c.tasks = append(c.tasks, ct)
 		}
@@ -164,34 +162,13 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// newTemplate makes a template with the route functions; a missing label
-// is "" so `default` can replace it.
-func newTemplate(name string, fm template.FuncMap) *template.Template {
-	return template.New(name).Option("missingkey=zero").Funcs(fm)
-}
-
-// funcMap is the functions route templates may call; regexReplace
-// compiles through cache.
-func funcMap(cache *regexCache) template.FuncMap {
-	return template.FuncMap{
-		"default":      tmplDefault,
-		"lower":        strings.ToLower,
-		"upper":        strings.ToUpper,
-		"trimPort":     trimPort,
-		"regexReplace": cache.replace,
-	}
-}
-
-// tmplDefault: {{ .Labels.mountpoint | default "/" }}.
-func tmplDefault(def string, v any) string {
-	if v == nil {
+// tmplDefault: {{ .Labels.mountpoint | default "/" }}; a missing label
+// is "", so default replaces it.
+func tmplDefault(def, v string) string {
+	if v == "" {
 		return def
 	}
-	s := fmt.Sprint(v)
-	if s == "" {
-		return def
-	}
-	return s
+	return v
 }
 
 // trimPort drops a port: "web-01:9100" → "web-01", "[fd00::1]:9100" →
@@ -203,9 +180,9 @@ func trimPort(s string) string {
 	return s
 }
 
-// regexCache holds the patterns regexReplace compiled, one per Router;
-// patterns are config literals in practice, and the bound keeps one
-// computed from alert data from growing it.
+// regexCache holds the patterns regexReplace compiled at run time (a
+// pattern taken from alert data; a literal one is compiled at parse), one
+// per Router; the bound keeps alert data from growing it.
 type regexCache struct {
 	mu sync.Mutex
 	m  map[string]*regexp.Regexp
@@ -237,6 +214,7 @@ type Router struct {
 	routes    []compiled
 	validator *task.Validator
 	newID     func() string
+	regexps   *regexCache
 }
 
 // NewRouter compiles routes (the same errors as Validate). v checks every
@@ -247,7 +225,7 @@ func NewRouter(rs Routes, v *task.Validator) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{routes: c, validator: v, newID: randomID}, nil
+	return &Router{routes: c, validator: v, newID: randomID, regexps: &regexCache{m: map[string]*regexp.Regexp{}}}, nil
 }
 
 // randomID names a task made from an alert; the alert's event id, not
@@ -326,11 +304,11 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 	d := Decision{Route: c.name}
 	data := templateData{Source: a.Source, Name: a.Name, Host: a.Host, Severity: a.Severity, EventID: a.EventID,
 		Labels: orEmpty(a.Labels), Annotations: orEmpty(a.Annotations), Dimensions: orEmpty(a.Dimensions), StartsAt: a.StartsAt}
-	host, err := execute(c.host, &data)
+	host, err := c.host.execute(r.regexps, &data)
 	if err != nil {
 		return d.reject(ReasonTemplateError, "host: "+err.Error())
 	}
-	sev, err := execute(c.severity, &data)
+	sev, err := c.severity.execute(r.regexps, &data)
 	if err != nil {
 		return d.reject(ReasonTemplateError, "severity: "+err.Error())
 	}
@@ -347,7 +325,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			t.Params = make(map[string]string, len(ct.params))
 		}
 		for k, tp := range ct.params {
-			v, err := execute(tp, &data)
+			v, err := tp.execute(r.regexps, &data)
 			if err != nil {
 				return d.reject(ReasonTemplateError, "params."+k+": "+err.Error())
 			}
@@ -379,29 +357,6 @@ func orEmpty(m map[string]string) map[string]string {
 // maxTemplateOutput bounds one template's output: a value past it fails
 // validation anyway, and the bound stops a template from growing one.
 const maxTemplateOutput = 4096
-
-func execute(t *template.Template, data *templateData) (string, error) {
-	var b strings.Builder
-	w := &limitWriter{b: &b, n: maxTemplateOutput}
-	if err := t.Execute(w, data); err != nil {
-		return "", err
-	}
-	return b.String(), nil
-}
-
-type limitWriter struct {
-	b *strings.Builder
-	n int
-}
-
-var errTooLong = fmt.Errorf("output longer than %d bytes", maxTemplateOutput)
-
-func (w *limitWriter) Write(p []byte) (int, error) {
-	if w.b.Len()+len(p) > w.n {
-		return 0, errTooLong
-	}
-	return w.b.Write(p)
-}
 
 // Answer is what a payload became: the tasks to send and, per alert, why
 // it made none.

@@ -62,7 +62,7 @@ func TestRoute(t *testing.T) {
 			Tasks: []RouteTask{{Diagnostic: "uptime"}}},
 		{Name: "bad-regex-at-runtime", Match: Match{Name: "^tmpl$"}, Host: `{{ regexReplace .Labels.re "" .Host }}`,
 			Tasks: []RouteTask{{Diagnostic: "uptime"}}},
-		{Name: "huge", Match: Match{Name: "^huge$"}, Host: `{{ range .Labels }}{{ . }}{{ end }}`,
+		{Name: "huge", Match: Match{Name: "^huge$"}, Host: `{{ .Labels.a }}{{ .Labels.b }}`,
 			Tasks: []RouteTask{{Diagnostic: "uptime"}}},
 		{Name: "two-tasks-one-bad", Match: Match{Name: "^twotasks$"}, Host: "h1",
 			Tasks: []RouteTask{{Diagnostic: "uptime"}, {Diagnostic: "disk-usage", Params: map[string]string{"mount": "{{ .Labels.m }}"}}}},
@@ -152,8 +152,11 @@ func TestTemplateFuncs(t *testing.T) {
 			t.Errorf("trimPort(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	if got := tmplDefault("/", nil); got != "/" {
-		t.Errorf("default of nil = %q", got)
+	if got := tmplDefault("/", ""); got != "/" {
+		t.Errorf("default of empty = %q", got)
+	}
+	if got := tmplDefault("/", "/var"); got != "/var" {
+		t.Errorf("default of a value = %q", got)
 	}
 	c := &regexCache{m: map[string]*regexp.Regexp{}}
 	if got, err := c.replace(`\.internal$`, "", "a.internal"); err != nil || got != "a" {

@@ -207,7 +207,13 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in := &Intake{Registry: reg, draining: make(chan struct{})}
-	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL),
+	// Redacted like the agent's intake: a rejected alert's detail quotes
+	// its values.
+	red, err := redact.New(cfg.Results.Redact.Effective(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("alertintake: results.redact: %w", err)
+	}
+	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red,
 		Draining: func() bool {
 			select {
 			case <-in.draining:

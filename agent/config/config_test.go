@@ -116,6 +116,9 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		want []string // substrings of the error, each naming a key (and line)
 	}{
 		{"unknown top key", "workers: 2\nworkerz: 3\n", []string{"workerz (line 2): unknown key"}},
+		{"unknown key suggests the nearest", "wokers: 2\n", []string{`wokers (line 1): unknown key; did you mean "workers"?`}},
+		{"unknown nested key suggests within its section", "redis:\n  timout: 1s\n", []string{`redis.timout (line 2): unknown key; did you mean "timeout"?`}},
+		{"unknown key far from any", "zzzzzzzzzzzz: 1\n", []string{"zzzzzzzzzzzz (line 1): unknown key"}},
 		{"unknown nested key", "queue:\n  url: \"\"\n  visibility: 30s\n", []string{"queue.visibility (line 3): unknown key"}},
 		{"unknown key in a rule", "limiter:\n  rules:\n    - name: a\n      limits: [{daily: 1}]\n      burst: 3\n", []string{"limiter.rules[0].burst (line 5): unknown key"}},
 		{"bad duration", "queue:\n  wait_time: soon\n", []string{"queue.wait_time (line 2)"}},

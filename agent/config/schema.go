@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,7 +132,7 @@ func (d decoder) structure(n *yaml.Node, v reflect.Value, key string) {
 	d.entries(n, key, func(k, val *yaml.Node, p string) {
 		idx, ok := fields[k.Value]
 		if !ok {
-			d.fail(p, k, ErrUnknownKey)
+			d.fail(p, k, unknownKey(k.Value, fields))
 			return
 		}
 		d.value(val, v.FieldByIndex(idx), p)
@@ -181,7 +182,9 @@ func (d decoder) entries(n *yaml.Node, key string, f func(k, val *yaml.Node, p s
 // leaf decodes the single value n into v; v keeps its value when n cannot
 // be read.
 func (d decoder) leaf(n *yaml.Node, v reflect.Value, key string) {
-	if n.Kind != yaml.ScalarNode {
+	// A type with its own UnmarshalYAML may read a mapping or a list too
+	// (limiter.Concurrency: a number or {max_percent, per}).
+	if n.Kind != yaml.ScalarNode && !reflect.PointerTo(v.Type()).Implements(yamlUnmarshalerType) {
 		d.fail(key, n, fmt.Errorf("want %s, not %s", want(v.Type()), describe(n)))
 		return
 	}
@@ -253,4 +256,53 @@ func yamlFields(t reflect.Type) map[string][]int {
 		out[name] = []int{i}
 	}
 	return out
+}
+
+// unknownKey is ErrUnknownKey with the nearest key of the same mapping,
+// when one is near enough to be the key meant ("wokers": did you mean
+// "workers"?), or the keys there are when there are few.
+func unknownKey(key string, fields map[string][]int) error {
+	best, bestD := "", -1
+	for name := range fields {
+		d := editDistance(strings.ToLower(key), name)
+		if bestD < 0 || d < bestD || d == bestD && name < best {
+			best, bestD = name, d
+		}
+	}
+	// A third of the key's length, at least 1, at most 3: a typo or two,
+	// not a different word.
+	if bestD >= 0 && bestD <= min(3, max(1, len(key)/3)) {
+		return fmt.Errorf("%w; did you mean %q?", ErrUnknownKey, best)
+	}
+	if len(fields) > 0 && len(fields) <= 8 {
+		names := make([]string, 0, len(fields))
+		for name := range fields {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("%w; the keys here are %s", ErrUnknownKey, strings.Join(names, ", "))
+	}
+	return ErrUnknownKey
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes
+// (config keys are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -86,8 +86,9 @@ func (u *uploader) key(id string, finished time.Time) string {
 }
 
 // keep uploads res.Output (redacted, up to max_size) for rec, sets
-// rec.OutputURL or rec.OutputUpload, then cuts the output that rec and
-// res carry on to the diagnostic's max_output, as without the upload.
+// rec.OutputURL or rec.OutputUpload, then cuts res.Output to the
+// diagnostic's max_output, as without the upload; the caller copies it
+// into the record. The object's body is read from res.Output in place.
 // A nil uploader does nothing.
 func (u *uploader) keep(rec *state.TaskRecord, res *runner.Result, d runner.Diagnostic) {
 	if u == nil {
@@ -104,7 +105,6 @@ func (u *uploader) keep(rec *state.TaskRecord, res *runner.Result, d runner.Diag
 		rec.OutputURL = "s3://" + u.cfg.Bucket + "/" + key
 	}
 	res.Output, res.Truncated = capOutput(res.Output, res.Truncated, int(d.WithDefaults().MaxOutput))
-	rec.Output, rec.Truncated = string(res.Output), res.Truncated
 }
 
 // put sends one object, bounded by results.s3.timeout on a context of

@@ -285,9 +285,7 @@ func (r *run) calls(ctx context.Context, step int, calls []report.ToolCall) []re
 	st := &r.rec.Steps[len(r.rec.Steps)-1]
 	for i, tc := range calls {
 		c, text := r.call(ctx, step, i, tc)
-		if c.Result != ResultRan {
-			r.redactCall(&c)
-		}
+		r.redactCall(&c)
 		st.Calls = append(st.Calls, c)
 		r.iv.o.Metrics.call(c.Result)
 		if c.Result != ResultRan {
@@ -582,9 +580,9 @@ func gapsSection(gaps []report.Gap) string {
 	return b.String()
 }
 
-// redactCall redacts what the model chose of a call that did not run (a
-// ran call's params passed their catalog patterns): it is stored, logged
-// and sent to sinks.
+// redactCall redacts what the model chose of a call, ran or refused (a
+// pattern that lets a param through says nothing of secrets): it is
+// stored, logged and sent to sinks.
 func (r *run) redactCall(c *report.Call) {
 	red := r.iv.o.Redactor
 	if red == nil {

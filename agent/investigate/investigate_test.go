@@ -487,3 +487,27 @@ func TestRefusedCallRedacted(t *testing.T) {
 		t.Fatalf("calls %+v", c)
 	}
 }
+
+type replaceRedactor struct{ old string }
+
+func (r replaceRedactor) RedactString(s string) string {
+	return strings.ReplaceAll(s, r.old, "[REDACTED:test]")
+}
+
+// TestRanCallRedacted: a param that passed its catalog pattern may still
+// hold what the redactor's rules call a secret; the record of a call that
+// ran, which the report event and Slack carry, holds it redacted.
+func TestRanCallRedacted(t *testing.T) {
+	model := &scripted{turns: []report.Response{calls("disk_usage - path=/var/secretdir"), answer("## Root cause\nx\n")}}
+	tasks := newFakeTasks(testTools, nil)
+	iv, err := New(Options{Report: testReportConfig(report.InvestigateConfig{}), Provider: model, Tools: testTools, Tasks: tasks,
+		AllowHost: tasks.allow.MatchString, Redactor: replaceRedactor{"secretdir"}, NewID: func() string { return "inv-1" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := iv.Run(context.Background(), parentEvidence())
+	c := allCalls(res.Investigation)
+	if len(c) != 1 || c[0].Result != ResultRan || c[0].Params["path"] != "/var/[REDACTED:test]" {
+		t.Fatalf("calls %+v", c)
+	}
+}

@@ -53,8 +53,11 @@ func TestDispatcherHangingSinkDoesNotStarveOthers(t *testing.T) {
 			// sink's timeouts (testIdle/3 each) must not stand in front of
 			// them: well within the time of the hanging sink's first
 			// timeout for every lane slot it has.
-			waitFor(t, 5*time.Second, "the healthy sink received every event", func() bool {
-				return len(ok.requests()) == fairEvents
+			// The receiver sees a request before the dispatcher has read
+			// its answer and counted it: wait for both.
+			waitFor(t, 5*time.Second, "the healthy sink received and the dispatcher counted every event", func() bool {
+				return len(ok.requests()) == fairEvents &&
+					testutil.ToFloat64(d.m.total.WithLabelValues("fast", "failed", ResultDelivered)) == fairEvents
 			})
 			if n := len(hung.requests()); n > 2 {
 				t.Errorf("the hanging sink had %d requests at once, want at most its lane of 2 of 4 workers", n)

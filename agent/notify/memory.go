@@ -88,7 +88,8 @@ func (m *MemoryOutbox) Shed(_ context.Context, sink string, limit int) ([]DeadEn
 	now := m.o.Clock()
 	for i := 0; i < len(m.entries) && len(out) < over; {
 		e := m.entries[i]
-		if e.Sink != sink {
+		// An entry in flight is its holder's to end (see RedisOutbox.Shed).
+		if e.Sink != sink || (e.owner != "" && now.Sub(e.claimedAt) < m.o.ClaimIdle) {
 			i++
 			continue
 		}

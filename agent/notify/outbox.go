@@ -64,6 +64,9 @@ type Outbox interface {
 	// Shed moves the oldest entries of sink past the outbox's cap
 	// (MaxLen) to the dead list with reason ReasonOutboxFull, at most
 	// limit of them, and returns them, for the caller to count and log.
+	// An entry in flight (claimed less than ClaimIdle ago and not waiting
+	// for a retry) is skipped, the next oldest going instead: its holder
+	// ends it, so it is never both delivered and dead-lettered.
 	Shed(ctx context.Context, sink string, limit int) ([]DeadEntry, error)
 	// MaxLen is the cap of each sink's lane, in entries.
 	MaxLen() int64

@@ -11,13 +11,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/redisstream"
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 )
 
 // redisClient is what RedisOutbox uses of go-redis; *redis.Client,
 // *redis.ClusterClient and *redis.Ring all have it.
 type redisClient interface {
-	redisstream.Client
+	streamq.Client
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
@@ -68,7 +68,7 @@ type RedisOptions struct {
 }
 
 // RedisOutbox is the Outbox of fleet mode. Each sink has its own work
-// queue (redisstream.Queue), so that one sink's retries and backlog never
+// queue (streamq.Queue), so that one sink's retries and backlog never
 // stand in front of another's. Keys, all with the hash tag {notify} so
 // that one MULTI covers them on a Cluster:
 //
@@ -86,7 +86,7 @@ type RedisOutbox struct {
 	prefix string
 	dead   string
 	mu     sync.Mutex
-	queues map[string]*redisstream.Queue // by sink
+	queues map[string]*streamq.Queue // by sink
 }
 
 var _ Outbox = (*RedisOutbox)(nil)
@@ -107,16 +107,16 @@ func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
 		o.Clock = time.Now
 	}
 	p := o.Prefix + "{notify}:"
-	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*redisstream.Queue{}}
+	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*streamq.Queue{}}
 }
 
 // queue is the work queue of sink.
-func (r *RedisOutbox) queue(sink string) *redisstream.Queue {
+func (r *RedisOutbox) queue(sink string) *streamq.Queue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q, ok := r.queues[sink]
 	if !ok {
-		q = redisstream.NewQueue(r.c, r.prefix+"outbox:"+sink, r.prefix+"retry:"+sink, r.o.ClaimIdle)
+		q = streamq.NewQueue(r.c, r.prefix+"outbox:"+sink, r.prefix+"retry:"+sink, r.o.ClaimIdle)
 		r.queues[sink] = q
 	}
 	return q
@@ -187,7 +187,7 @@ func (r *RedisOutbox) Claim(ctx context.Context, consumer, sink string, max int,
 	for _, c := range got {
 		out = append(out, Delivery{Entry: parseEntry(c.XMessage), Attempt: c.Attempt, ref: c.ID, consumer: consumer})
 	}
-	if errors.Is(err, redisstream.ErrGroupRecreated) {
+	if errors.Is(err, streamq.ErrGroupRecreated) {
 		return out, fmt.Errorf("notify: claim %s: %w: %w", sink, ErrReset, err)
 	}
 	if err != nil {
@@ -197,7 +197,10 @@ func (r *RedisOutbox) Claim(ctx context.Context, consumer, sink string, max int,
 }
 
 // Shed implements Outbox: the oldest entries past MaxLen move to the dead
-// stream in one script each call (redisstream.Queue.Shed).
+// stream in one script each call (streamq.Queue.Shed). An entry in
+// flight (claimed less than ClaimIdle ago, not waiting for a retry) is
+// skipped: its holder delivers it, retries it or dead-letters it, so it
+// never ends both delivered and dead-lettered.
 func (r *RedisOutbox) Shed(ctx context.Context, sink string, limit int) ([]DeadEntry, error) {
 	died := r.o.Clock()
 	msgs, err := r.queue(sink).Shed(ctx, r.o.MaxLen, r.dead, r.o.DeadMax, limit,
@@ -224,7 +227,7 @@ func (r *RedisOutbox) Ack(ctx context.Context, d Delivery) error {
 	return nil
 }
 
-// Retry implements Outbox (redisstream.Queue.Retry): any agent claims
+// Retry implements Outbox (streamq.Queue.Retry): any agent claims
 // the entry once it is due.
 func (r *RedisOutbox) Retry(ctx context.Context, d Delivery, at time.Time) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {

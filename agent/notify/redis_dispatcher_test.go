@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/redisstream"
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 )
 
 // Two agents share a Redis outbox; the receiver fails three times, then
@@ -90,7 +90,7 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 	// loaded machine. Redis says how long; the claim is due no earlier
 	// than asked - idle + testIdle (idle in whole ms).
 	asked := time.Now()
-	pend, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: outbox().queue("hook").Stream(), Group: redisstream.Group,
+	pend, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: outbox().queue("hook").Stream(), Group: streamq.Group,
 		Start: "-", End: "+", Count: 10}).Result()
 	if err != nil || len(pend) != 1 || pend[0].Consumer != "i-a" {
 		t.Fatalf("pending before the takeover: %+v %v, want the entry under i-a", pend, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/agent/report"
 )
 
 // Slack's limits on an incoming-webhook Block Kit message.
@@ -92,7 +93,9 @@ func SlackMessage(ev Event) SlackPayload {
 		if t.OutputURL != "" {
 			show = t.OutputURL
 		}
-		if t.Output != "" {
+		if ev.Type == EventReport {
+			blocks = append(blocks, reportBlocks(t.Report, show)...)
+		} else if t.Output != "" {
 			blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: codeBlock(t.Output, show)}})
 		}
 		blocks = append(blocks, SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn", Text: utf8cut.Head(escapeMrkdwn("`"+show+"`  ·  delivery "+ev.ID), slackSectionMax)}}})
@@ -118,6 +121,95 @@ func SlackMessage(ev Event) SlackPayload {
 		blocks = append(blocks, SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: utf8cut.Head(title, slackHeaderMax)}})
 	}
 	return SlackPayload{Text: utf8cut.Head(title, slackFallback), Blocks: blocks}
+}
+
+// slackMaxGaps bounds the gaps a report message lists one per line; the
+// rest are counted.
+const slackMaxGaps = 20
+
+// reportBlocks render a report event's report: its fields (confidence,
+// model, tokens, cost, how an investigation ended), the answer, and when
+// the report investigated, the tree of steps and tool calls (task ids and
+// outcomes), the gaps and the evidence cited. Every text is cut to Slack's
+// limits, and there are at most six blocks whatever the report holds.
+// The report is the record's, already redacted.
+func reportBlocks(raw json.RawMessage, show string) []SlackBlock {
+	var r report.Result
+	if len(raw) == 0 || json.Unmarshal(raw, &r) != nil || r.Status == "" {
+		return nil
+	}
+	var fields []*SlackText
+	field := func(name, value string) {
+		if value != "" {
+			fields = append(fields, &SlackText{Type: "mrkdwn", Text: utf8cut.Head("*"+name+"*\n"+escapeMrkdwn(value), slackFieldMax)})
+		}
+	}
+	field("Report", r.Status)
+	field("Confidence", r.Confidence)
+	field("Model", strings.Trim(r.Provider+" "+r.Model, " "))
+	inv := r.Investigation
+	in, out := r.InputTokens, r.OutputTokens
+	if inv != nil {
+		in, out = max(in, inv.InputTokens), max(out, inv.OutputTokens)
+	}
+	if in+out > 0 {
+		field("Tokens", fmt.Sprintf("%d in, %d out", in, out))
+	}
+	if inv != nil {
+		calls := 0
+		for _, s := range inv.Steps {
+			calls += len(s.Calls)
+		}
+		field("Cost", fmt.Sprintf("%.4f USD", inv.CostUSD))
+		field("Investigation", fmt.Sprintf("%d steps, %d tool calls, ended by %s", len(inv.Steps), calls, inv.EndedBy))
+	}
+	field("Reason", r.Reason)
+	blocks := []SlackBlock{{Type: "section", Fields: fields}}
+	if r.Markdown != "" {
+		blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: textBlock(r.Markdown, show)}})
+	}
+	if inv == nil {
+		return blocks
+	}
+	blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: codeBlock(inv.Tree(), show)}})
+	if len(inv.Gaps) > 0 {
+		var b strings.Builder
+		b.WriteString("*Gaps*: could not check\n")
+		for i, g := range inv.Gaps {
+			if i == slackMaxGaps {
+				fmt.Fprintf(&b, "… and %d more\n", len(inv.Gaps)-i)
+				break
+			}
+			line := "• " + g.Tool
+			if g.Host != "" {
+				line += " on " + g.Host
+			}
+			line += ": " + g.Result
+			if g.Reason != "" {
+				line += " (" + strings.ReplaceAll(g.Reason, "\n", " ") + ")"
+			}
+			b.WriteString(utf8cut.Head(line, 300) + "\n")
+		}
+		blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: utf8cut.Head(escapeMrkdwn(b.String()), slackSectionMax)}})
+	}
+	if len(inv.Evidence) > 0 {
+		blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn",
+			Text: textBlock("*Evidence* (task ids): "+strings.Join(inv.Evidence, ", "), show)}})
+	}
+	return blocks
+}
+
+// textBlock is s escaped for mrkdwn within slackSectionMax: an excerpt
+// when it does not fit, saying where the whole is.
+func textBlock(s, show string) string {
+	limit := slackSectionMax
+	for {
+		text := escapeMrkdwn(Excerpt(s, limit, show))
+		if len(text) <= slackSectionMax || limit <= 0 {
+			return utf8cut.Head(text, slackSectionMax)
+		}
+		limit -= len(text) - slackSectionMax
+	}
 }
 
 // codeBlock is output in a code block of at most slackSectionMax

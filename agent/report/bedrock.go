@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -181,7 +182,16 @@ func (c cappedClient) Do(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if n, ok := r.Context().Value(bodyCapKey{}).(int64); ok && n > 0 {
-		resp.Body = &cappedBody{rc: resp.Body, left: n}
+		// Read the capped body here, before the SDK sees it: a body past
+		// the cap is then a failed call (not retried: MaxAttempts is the
+		// generator's), and the SDK's decoder reads bytes in memory, never
+		// a connection that a failed read left half consumed.
+		body, err := io.ReadAll(&cappedBody{rc: resp.Body, left: n})
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	return resp, nil
 }

@@ -31,6 +31,9 @@ type Config struct {
 	Model string `yaml:"model"`
 	// BaseURL is the openai provider's endpoint, e.g. http://vllm:8000/v1.
 	BaseURL string `yaml:"base_url"`
+	// AllowHTTP accepts a plain http:// BaseURL to any host; without it
+	// http is accepted to a loopback host only (a local model server).
+	AllowHTTP bool `yaml:"allow_http"`
 	// APIKeyEnv names the environment variable holding the openai
 	// provider's key; the key itself is never in the file.
 	APIKeyEnv string `yaml:"api_key_env"`
@@ -52,6 +55,9 @@ type Config struct {
 	Input Input `yaml:"input"`
 	// Limits are the limits of one limiter rule keyed by host+diagnostic.
 	Limits []limiter.Limit `yaml:"limits"`
+	// Unlimited says, explicitly, that reports have no limits: without it
+	// an enabled section with empty limits is refused.
+	Unlimited bool `yaml:"unlimited"`
 	// Guardrail is applied by Bedrock when ID is set.
 	Guardrail Guardrail `yaml:"guardrail"`
 	// MaxAge is how long a job may wait in the queue; older ones end skipped.
@@ -159,14 +165,18 @@ func (c Config) Validate() error {
 		}
 		// Every report is a budget: a section without limits would spend
 		// without bound.
-		if len(c.Limits) == 0 {
-			add("limits", "must hold at least one limit (the defaults are min_interval: 3m and daily: 100)")
+		if len(c.Limits) == 0 && !c.Unlimited {
+			add("limits", "must hold at least one limit (the defaults are min_interval: 3m and daily: 100), or set report.unlimited: true")
 		}
 	}
-	// The notify URL rules: https (http only to a local model server), no
-	// user:password@, never the metadata service or a link-local address.
+	if c.Unlimited && len(c.Limits) > 0 {
+		add("unlimited", "is set but limits hold %d limits (the defaults apply when limits is left out): set limits: [] with unlimited: true", len(c.Limits))
+	}
+	// The notify URL rules: https (http only to a local model server
+	// unless allow_http), no user:password@, never the metadata service or
+	// a link-local address.
 	if c.BaseURL != "" {
-		if err := urlcheck.Check(c.BaseURL, urlcheck.Rules{AllowHTTPLoopback: true}); err != nil {
+		if err := urlcheck.Check(c.BaseURL, urlcheck.Rules{AllowHTTP: c.AllowHTTP, AllowHTTPLoopback: true}); err != nil {
 			errs = append(errs, &configerr.Error{Key: "base_url", Err: err})
 		}
 	}

@@ -32,6 +32,20 @@ func TestConfigValidateURLAndBounds(t *testing.T) {
 		{"max_tokens 1e8", func(c *Config) { c.MaxTokens = 100_000_000 }, "max_tokens"},
 		{"workers 1e5", func(c *Config) { c.Workers = 100_000 }, "workers"},
 		{"no limits", func(c *Config) { c.Enabled, c.Limits = true, nil }, "limits"},
+		{"plain http to a remote host, allowed", func(c *Config) {
+			openai("http://llm.example.com/v1")(c)
+			c.AllowHTTP = true
+		}, ""},
+		{"allow_http still refuses the metadata service", func(c *Config) {
+			openai("http://169.254.169.254/latest")(c)
+			c.AllowHTTP = true
+		}, "base_url"},
+		{"allow_http still refuses user:pass", func(c *Config) {
+			openai("http://u:p@llm.example.com/v1")(c)
+			c.AllowHTTP = true
+		}, "base_url"},
+		{"no limits, unlimited: true", func(c *Config) { c.Enabled, c.Limits, c.Unlimited = true, nil, true }, ""},
+		{"limits and unlimited: true", func(c *Config) { c.Enabled, c.Unlimited = true, true }, "unlimited"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,6 +41,13 @@ type Queue interface {
 	Len(ctx context.Context) (int64, error)
 }
 
+// Shedder is a Queue with a cap: Shed takes the oldest jobs past it, at
+// most limit, out of the queue and returns them, so that the Reporter
+// ends each `skipped` rather than the cap dropping it unseen.
+type Shedder interface {
+	Shed(ctx context.Context, limit int) ([]Job, error)
+}
+
 // DefaultLease is how long a claimed job stays its holder's when the
 // queue is given none: longer than any report (Config.Timeout) plus a
 // drain, so only a dead agent's job is taken over.

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -72,20 +74,25 @@ func TestMemoryQueue(t *testing.T) {
 	queueConformance(t, NewMemoryQueue(50*time.Millisecond, nil), 50*time.Millisecond)
 }
 
+// TestRedisQueue runs the conformance suite on a standalone Redis and on
+// a Cluster.
 func TestRedisQueue(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	defer c.Close()
-	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
 	const lease = 100 * time.Millisecond
-	queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
-}
-
-func TestRedisQueueCluster(t *testing.T) {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
-	defer c.Close()
-	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
-	const lease = 100 * time.Millisecond
-	queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
+	for name, open := range map[string]func(t *testing.T) redis.UniversalClient{
+		"standalone": func(t *testing.T) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+		},
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := open(t)
+			defer c.Close()
+			prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+			queueConformance(t, NewRedisQueue(c, prefix, lease), lease)
+		})
+	}
 }
 
 // TestRedisQueueRecreated: Redis restarted empty; the queue makes its
@@ -125,7 +132,9 @@ func TestReporterOnRedisQueue(t *testing.T) {
 }
 
 // TestRedisQueueTakeoverBehindLiveJobs: a dead holder's job behind more
-// live jobs than one XAUTOCLAIM scans is still taken over.
+// live jobs than one scan of the pending list returns (streamq scans 256)
+// is taken over by the next claim: the scan asks Redis only for entries
+// idle past the lease, so live ones never stand in front of it.
 //
 // The live jobs were claimed a moment ago and the lease is a minute, so
 // they stay live however slow the machine; the dead holder's job is made
@@ -137,7 +146,7 @@ func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
 	const lease = time.Minute
 	q := NewRedisQueue(c, prefix, lease)
 	ctx := context.Background()
-	const live = 40 // XAUTOCLAIM COUNT 1 scans at most 10 pending entries
+	const live = 300
 	for i := range live + 1 {
 		if err := q.Enqueue(ctx, job(fmt.Sprint("t", i))); err != nil {
 			t.Fatal(err)
@@ -152,25 +161,93 @@ func TestRedisQueueTakeoverBehindLiveJobs(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if err := c.Do(ctx, "XCLAIM", q.stream, redisGroup, "dies", 0, dead.ref,
+	if err := c.Do(ctx, "XCLAIM", q.q.Stream(), streamq.Group, "dies", 0, dead.ref,
 		"IDLE", (2 * lease).Milliseconds(), "JUSTID").Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Each Claim scans on from where the last one stopped, at most ten
-	// pending entries (COUNT 1), and starts over at the end: the dead job
-	// is reached within one pass over every pending entry.
-	const calls = (live+1)/10 + 2
-	for range calls {
-		got, ok, err := q.Claim(ctx, "b")
+	got, ok, err := q.Claim(ctx, "b")
+	if err != nil || !ok {
+		t.Fatalf("the dead holder's job was not taken over: ok %v err %v", ok, err)
+	}
+	if got.ID != fmt.Sprint("t", live) || got.Attempt != 2 {
+		t.Fatalf("took over %s attempt %d, want t%d attempt 2", got.ID, got.Attempt, live)
+	}
+}
+
+// TestRedisQueueShedsPastTheCap: the oldest jobs past the cap leave the
+// stream, at most limit per call, and come back to the caller (a claimed
+// one too: its holder's ack then finds it gone); nothing is trimmed
+// unseen.
+func TestRedisQueueShedsPastTheCap(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	q := NewRedisQueue(c, prefix, time.Minute)
+	q.maxLen = 5
+	ctx := context.Background()
+	const jobs = 8
+	for i := range jobs {
+		if err := q.Enqueue(ctx, job(fmt.Sprint("t", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, ok, err := q.Claim(ctx, "a")
+	if !ok || err != nil || held.ID != "t0" {
+		t.Fatalf("claim: %+v %v %v", held, ok, err)
+	}
+	var shed []string
+	for _, limit := range []int{2, 100, 100} {
+		got, err := q.Shed(ctx, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			if got.ID != fmt.Sprint("t", live) {
-				t.Fatalf("took over %s, a live job", got.ID)
+		if len(got) > limit {
+			t.Fatalf("Shed(%d) returned %d jobs", limit, len(got))
+		}
+		for _, j := range got {
+			if j.Evidence.Host != evidence().Host {
+				t.Errorf("shed job %s without its evidence: %+v", j.ID, j)
 			}
-			return
+			shed = append(shed, j.ID)
 		}
 	}
-	t.Fatalf("the dead holder's job was not taken over in %d claims", calls)
+	// t0 is in flight (claimed, within its lease): it is left to its
+	// holder, and the oldest after it go instead.
+	if fmt.Sprint(shed) != "[t1 t2 t3]" {
+		t.Errorf("shed %v, want the %d oldest not in flight [t1 t2 t3]", shed, jobs-int(q.maxLen))
+	}
+	if n, err := q.Len(ctx); err != nil || n != q.maxLen {
+		t.Errorf("Len %d %v, want the cap %d", n, err, q.maxLen)
+	}
+	if err := q.Ack(ctx, held); err != nil {
+		t.Errorf("ack of the job in flight: %v, want it still held", err)
+	}
+}
+
+// TestReporterSkipsJobsPastTheCap: jobs past the fleet queue's cap end
+// `skipped` with ReasonQueueFull, are counted and reach the Sink (the
+// task's record), before the worker takes the jobs within the cap.
+func TestReporterSkipsJobsPastTheCap(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer c.Close()
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	q := NewRedisQueue(c, prefix, 0)
+	q.maxLen = 2
+	const jobs = 5
+	for i := range jobs {
+		if err := q.Enqueue(context.Background(), job(fmt.Sprint("t", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarness(t, q, nil)
+	for i := range jobs {
+		r := h.sink.next(t, wait)
+		if skipped := i < jobs-int(q.maxLen); skipped != (r.Status == StatusSkipped && r.Reason == ReasonQueueFull) {
+			t.Errorf("result %d: %s %q, want skipped for queue full: %v", i, r.Status, r.Reason, skipped)
+		}
+	}
+	if got := testutil.ToFloat64(h.r.m.reports.WithLabelValues(ProviderOpenAI, StatusSkipped)); got != jobs-float64(q.maxLen) {
+		t.Errorf("reports_total skipped = %g, want %d", got, jobs-q.maxLen)
+	}
+	waitLen(t, q, 0)
 }

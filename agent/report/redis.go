@@ -5,49 +5,39 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/redisstream"
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 )
 
 // redisClient is what RedisQueue uses of go-redis; *redis.Client,
 // *redis.ClusterClient and *redis.Ring all have it.
 type redisClient interface {
-	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
-	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
-	XAutoClaim(ctx context.Context, a *redis.XAutoClaimArgs) *redis.XAutoClaimCmd
-	XGroupCreateMkStream(ctx context.Context, stream, group, start string) *redis.StatusCmd
-	XLen(ctx context.Context, stream string) *redis.IntCmd
+	streamq.Client
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // RedisQueue is the Queue of fleet mode: the stream
-// <prefix>{report}:jobs with consumer group "autodiag". A job is claimed
-// with XREADGROUP, removed with XACK+XDEL, and a job whose holder has not
-// acknowledged it for Lease is taken over with XAUTOCLAIM by any agent.
+// <prefix>{report}:jobs with consumer group "autodiag", a work queue of
+// agent/internal/streamq without retries. A job is claimed by one agent
+// and removed (XACK+XDEL) once its report is written; a job whose holder
+// has not acknowledged it for Lease is taken over by any agent.
 type RedisQueue struct {
-	c       redisClient
-	stream  string
-	lease   time.Duration
-	maxLen  int64
-	mu      sync.Mutex
-	grouped bool
-	// cursor is where the next XAUTOCLAIM scan starts: each scans a
-	// bounded part of the pending list, so successive claims go round
-	// it and a dead holder's job behind many live ones is still found.
-	cursor string
+	c      redisClient
+	q      *streamq.Queue
+	maxLen int64
 }
 
-var _ Queue = (*RedisQueue)(nil)
+var (
+	_ Queue   = (*RedisQueue)(nil)
+	_ Shedder = (*RedisQueue)(nil)
+)
 
-const redisGroup = redisstream.Group
-
-// DefaultMaxLen caps the job stream (approximately): reports are optional
-// work, and a fleet that cannot keep up loses the oldest jobs rather than
-// Redis memory.
+// DefaultMaxLen caps the job stream: reports are optional work, and a
+// fleet that cannot keep up ends the oldest jobs `skipped` (Shed) rather
+// than spend Redis memory on them.
 const DefaultMaxLen = 10000
 
 // NewRedisQueue returns the queue under prefix (redis.prefix); lease 0 is
@@ -56,7 +46,7 @@ func NewRedisQueue(c redisClient, prefix string, lease time.Duration) *RedisQueu
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	return &RedisQueue{c: c, stream: prefix + "{report}:jobs", lease: lease, maxLen: DefaultMaxLen}
+	return &RedisQueue{c: c, q: streamq.NewQueue(c, prefix+"{report}:jobs", "", lease), maxLen: DefaultMaxLen}
 }
 
 // Enqueue implements Queue: one XADD.
@@ -79,75 +69,52 @@ func (q *RedisQueue) AddArgs(j Job) (*redis.XAddArgs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("report: enqueue %s: %w", j.ID, err)
 	}
-	return &redis.XAddArgs{Stream: q.stream, MaxLen: q.maxLen, Approx: true, Values: []any{"job", b}}, nil
+	return &redis.XAddArgs{Stream: q.q.Stream(), Values: []any{"job", b}}, nil
 }
 
-func (q *RedisQueue) ensureGroup(ctx context.Context, force bool) error {
-	q.mu.Lock()
-	done := q.grouped
-	q.mu.Unlock()
-	if done && !force {
-		return nil
-	}
-	if err := redisstream.CreateGroup(ctx, q.c, q.stream, redisGroup); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	q.mu.Lock()
-	q.grouped = true
-	q.mu.Unlock()
-	return nil
-}
-
-// Claim implements Queue.
-func (q *RedisQueue) Claim(ctx context.Context, consumer string) (Claimed, bool, error) {
-	if err := q.ensureGroup(ctx, false); err != nil {
-		return Claimed{}, false, err
-	}
-	c, ok, err := q.claim(ctx, consumer)
-	if redisstream.IsNoGroup(err) { // Redis restarted empty or the key was removed
-		if err := q.ensureGroup(ctx, true); err != nil {
-			return Claimed{}, false, err
-		}
-		c, ok, err = q.claim(ctx, consumer)
-	}
-	return c, ok, err
-}
-
-func (q *RedisQueue) claim(ctx context.Context, consumer string) (Claimed, bool, error) {
-	q.mu.Lock()
-	start := q.cursor
-	q.mu.Unlock()
-	if start == "" {
-		start = "0"
-	}
-	msgs, next, err := q.c.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: q.stream, Group: redisGroup,
-		Consumer: consumer, MinIdle: q.lease, Start: start, Count: 1}).Result()
+// Shed implements Shedder: the oldest jobs past DefaultMaxLen, at most
+// limit, leave the stream in one script and are returned for the
+// Reporter to end `skipped`. The XADD of AddArgs trims nothing, since an
+// XADD MAXLEN would delete jobs unseen. Jobs that cannot be read (no
+// task to write a result into) are named in the error.
+func (q *RedisQueue) Shed(ctx context.Context, limit int) ([]Job, error) {
+	msgs, err := q.q.Shed(ctx, q.maxLen, "", 0, limit)
 	if err != nil {
-		return Claimed{}, false, fmt.Errorf("report: claim pending: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
-	q.mu.Lock()
-	q.cursor = next // "0-0" when the scan reached the end: start over
-	q.mu.Unlock()
-	attempt := 2 // taken over: at least the second claim
-	if len(msgs) == 0 {
-		res, err := q.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: redisGroup, Consumer: consumer,
-			Streams: []string{q.stream, ">"}, Count: 1, Block: -1}).Result()
-		if errors.Is(err, redis.Nil) {
-			return Claimed{}, false, nil
+	out := make([]Job, 0, len(msgs))
+	var bad []string
+	for _, m := range msgs {
+		var j Job
+		s, _ := m.Values["job"].(string)
+		if err := json.Unmarshal([]byte(s), &j); err != nil || j.ID == "" {
+			bad = append(bad, m.ID)
+			continue
 		}
-		if err != nil {
-			return Claimed{}, false, fmt.Errorf("report: claim new: %w", err)
-		}
-		for _, s := range res {
-			msgs = append(msgs, s.Messages...)
-		}
-		attempt = 1
+		out = append(out, j)
 	}
-	if len(msgs) == 0 {
+	if len(bad) > 0 {
+		return out, fmt.Errorf("report: shed %d unreadable jobs past the cap: %v", len(bad), bad)
+	}
+	return out, nil
+}
+
+// Claim implements Queue: a job whose holder's lease ended first, else a
+// new one. A consumer group found gone (Redis restarted empty, or the key
+// was removed) is made again and the claim tried once more.
+func (q *RedisQueue) Claim(ctx context.Context, consumer string) (Claimed, bool, error) {
+	got, err := q.q.Claim(ctx, consumer, 1, true, time.Now())
+	if errors.Is(err, streamq.ErrGroupRecreated) && len(got) == 0 {
+		got, err = q.q.Claim(ctx, consumer, 1, true, time.Now())
+	}
+	if err != nil && len(got) == 0 {
+		return Claimed{}, false, fmt.Errorf("report: claim: %w", err)
+	}
+	if len(got) == 0 {
 		return Claimed{}, false, nil
 	}
-	m := msgs[0]
-	c := Claimed{Attempt: attempt, ref: m.ID}
+	m := got[0]
+	c := Claimed{Attempt: m.Attempt, ref: m.ID}
 	s, _ := m.Values["job"].(string)
 	if err := json.Unmarshal([]byte(s), &c.Job); err != nil {
 		// An unreadable job can never be done: drop it rather than
@@ -162,8 +129,7 @@ func (q *RedisQueue) claim(ctx context.Context, consumer string) (Claimed, bool,
 func (q *RedisQueue) Ack(ctx context.Context, c Claimed) error {
 	var ack *redis.IntCmd
 	_, err := q.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		ack = p.XAck(ctx, q.stream, redisGroup, c.ref)
-		p.XDel(ctx, q.stream, c.ref)
+		ack = q.q.Remove(ctx, p, c.ref)
 		return nil
 	})
 	if err != nil {
@@ -177,7 +143,7 @@ func (q *RedisQueue) Ack(ctx context.Context, c Claimed) error {
 
 // Len implements Queue.
 func (q *RedisQueue) Len(ctx context.Context) (int64, error) {
-	n, err := q.c.XLen(ctx, q.stream).Result()
+	n, err := q.q.Len(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("report: queue length: %w", err)
 	}

@@ -188,6 +188,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		if r.stopping(ctx) {
 			return nil
 		}
+		r.shed(ctx)
 		c, ok, err := r.o.Queue.Claim(ctx, r.o.Consumer)
 		if !ok {
 			<-slots
@@ -256,15 +257,9 @@ func (r *Reporter) handle(c Claimed) {
 		log.Info("report: stopped at the drain deadline; left queued", "duration_s", r.o.Now().Sub(start).Seconds())
 		return
 	}
-	r.m.observe(r.o.Provider.Name(), res)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.work), r.o.SinkTimeout)
-	err := r.o.Sink.Report(sctx, c.Job, res)
-	cancel()
-	if err != nil {
-		log.Error("report: writing the result failed", "err", err)
-	}
+	r.record(r.work, log, c.Job, res)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(r.work), r.o.SinkTimeout)
-	err = r.o.Queue.Ack(actx, c)
+	err := r.o.Queue.Ack(actx, c)
 	cancel()
 	if err != nil && !errors.Is(err, ErrGone) {
 		log.Warn("report: ack failed; another agent may write it again", "err", err)
@@ -275,6 +270,45 @@ func (r *Reporter) handle(c Claimed) {
 		log.Info("report: written", append(attrs, "confidence", res.Confidence)...)
 	} else {
 		log.Warn("report: not written", append(attrs, "reason", res.Reason)...)
+	}
+}
+
+// record counts res and hands it to the Sink, within SinkTimeout even
+// when ctx has ended.
+func (r *Reporter) record(ctx context.Context, log *slog.Logger, j Job, res Result) {
+	r.m.observe(r.o.Provider.Name(), res)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.SinkTimeout)
+	err := r.o.Sink.Report(sctx, j, res)
+	cancel()
+	if err != nil {
+		log.Error("report: writing the result failed", "err", err)
+	}
+}
+
+// shedBatch bounds the jobs one shed ends.
+const shedBatch = 100
+
+// ReasonQueueFull is the reason of a job that the queue's cap ended
+// `skipped` before any agent took it.
+const ReasonQueueFull = "report queue full: the oldest jobs past its cap are skipped"
+
+// shed ends `skipped` (counted, logged, written to the task's record) the
+// oldest jobs past the queue's cap, when the Queue has one (Shedder).
+func (r *Reporter) shed(ctx context.Context) {
+	s, ok := r.o.Queue.(Shedder)
+	if !ok {
+		return
+	}
+	jobs, err := s.Shed(ctx, shedBatch)
+	if err != nil && ctx.Err() == nil {
+		r.log.Error("report: shedding past the queue's cap", "err", err)
+	}
+	for _, j := range jobs {
+		res := Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: r.o.Now().UTC(),
+			Status: StatusSkipped, Reason: ReasonQueueFull}
+		log := r.log.With("task_id", j.ID, "host", j.Evidence.Host, "diagnostic", j.Evidence.Diagnostic)
+		r.record(ctx, log, j, res)
+		log.Warn("report: not written", "status", res.Status, "reason", res.Reason)
 	}
 }
 

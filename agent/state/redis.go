@@ -58,6 +58,12 @@ type RedisOptions struct {
 	MaxOutput int
 	// MaxInstances bounds the instance index (default 10000).
 	MaxInstances int64
+	// InService, when set, names the in-service indexes an instance
+	// belongs to (full keys): PutInstance adds it to each, scored by its
+	// heartbeat expiry (Unix ms), while its state is InstanceInService, and
+	// removes it otherwise. Limiter max_percent caps count them. nil = none
+	// kept.
+	InService func(inst Instance) []string
 }
 
 // Redis is the Store of a fleet: every agent shares one Redis (standalone,
@@ -78,6 +84,9 @@ type RedisOptions struct {
 //	P instances       sorted set of instance ids scored by their expiry (unix
 //	                  ms), trimmed of expired ids on every write and read and
 //	                  capped at MaxInstances; TTL RecordTTL.
+//	InService(inst)   with RedisOptions.InService: sorted sets of the ids of
+//	                  instances in service, scored like P instances, trimmed
+//	                  of expired ids on every write; TTL RecordTTL.
 //	P drain:INST      DrainRecord JSON, TTL until one RecordTTL past its deadline.
 //	P audit           stream, XADD MAXLEN ~ AuditMaxLen.
 //	P mark:{KEY}      string "1", SET NX PX ttl: MarkOnce.
@@ -683,6 +692,17 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 		p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
 		p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
 		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
+		if r.o.InService != nil {
+			for _, k := range r.o.InService(inst) {
+				if inst.State == InstanceInService {
+					p.ZAdd(ctx, k, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
+				} else {
+					p.ZRem(ctx, k, inst.ID)
+				}
+				p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
+				p.PExpire(ctx, k, max(r.o.RecordTTL, ttl))
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -179,7 +179,15 @@ type Instance struct {
 	Version   string    `json:"version"`
 	Inflight  int       `json:"inflight"`
 	SeenAt    time.Time `json:"seen_at"`
+	// ASG and AZ place the instance (empty when unknown); with
+	// RedisOptions.InService they decide which in-service indexes it is in.
+	ASG string `json:"asg,omitempty"`
+	AZ  string `json:"az,omitempty"`
 }
+
+// InstanceInService is the Instance.State of an agent taking work: the
+// one state counted in the in-service indexes.
+const InstanceInService = "running"
 
 // StateGone is the state Instances reports for an agent whose heartbeat
 // lapsed; GoneKeep is how long such an agent is still listed.

@@ -9,9 +9,12 @@ package task
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -235,6 +238,9 @@ func NormalizeHost(h string) (string, error) {
 			return "", reject(ReasonInvalidHost, "host", "whitespace or control character at byte %d", i)
 		}
 	}
+	if hp, port, err := net.SplitHostPort(h); err == nil && port != "" && strings.Trim(port, "0123456789") == "" {
+		return "", reject(ReasonInvalidHost, "host", "%q has a port: a task names a host, drop %q (use %q)", truncate(h, 64), ":"+port, truncate(hp, 64))
+	}
 	h = strings.ToLower(strings.TrimSuffix(h, "."))
 	if len(h) == 0 || len(h) > MaxHostLen {
 		return "", reject(ReasonInvalidHost, "host", "length %d out of 1..%d", len(h), MaxHostLen)
@@ -268,6 +274,20 @@ func NormalizeHost(h string) (string, error) {
 		}
 	}
 	return h, nil
+}
+
+// catalogNames lists a catalog's diagnostics for an error, sorted, the
+// first 20 of them: enough to see the name meant.
+func catalogNames(c map[string]Spec) string {
+	if len(c) == 0 {
+		return "the catalog is empty"
+	}
+	names := slices.Sorted(maps.Keys(c))
+	const shown = 20
+	if len(names) > shown {
+		return "have " + strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
+	}
+	return "have " + strings.Join(names, ", ")
 }
 
 // endsInNumber reports whether the last label of a normalised host is a
@@ -402,7 +422,7 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 	}
 	spec, ok := v.Catalog[t.Diagnostic]
 	if !ok {
-		return reject(ReasonUnknownDiagnostic, "diagnostic", "%q is not in the catalog", truncate(t.Diagnostic, 64))
+		return reject(ReasonUnknownDiagnostic, "diagnostic", "%q is not in the catalog (%s)", truncate(t.Diagnostic, 64), catalogNames(v.Catalog))
 	}
 	for name, val := range t.Params {
 		re, ok := spec.Params[name]

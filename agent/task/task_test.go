@@ -3,8 +3,10 @@ package task
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -360,5 +362,37 @@ func TestDecodeMalformedListsValidFields(t *testing.T) {
 		if strings.Contains(msg, "task.Task") || strings.Contains(msg, "Go ") || !strings.Contains(msg, "valid fields: id, host, diagnostic, params, severity, alert, created_at") {
 			t.Errorf("%s: %q, want the valid fields and no Go type", body, msg)
 		}
+	}
+}
+
+// TestErrorsThatTeach: an unknown diagnostic names the catalog, a host
+// with a port says to drop it.
+func TestErrorsThatTeach(t *testing.T) {
+	v := testValidator(t)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tk := Task{ID: "t1", Host: "web-01.example.com", Diagnostic: "uptim", CreatedAt: now}
+	err := v.Validate(&tk, now)
+	want := "(have " + strings.Join(slices.Sorted(maps.Keys(v.Catalog)), ", ") + ")"
+	if Reason(err) != ReasonUnknownDiagnostic || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v; want %s listing %s", err, ReasonUnknownDiagnostic, want)
+	}
+	for _, tc := range []struct{ host, want string }{
+		{"web-01:9100", `"web-01:9100" has a port: a task names a host, drop ":9100" (use "web-01")`},
+		{"[fd00::1]:9100", `drop ":9100" (use "fd00::1")`},
+	} {
+		_, err := NormalizeHost(tc.host)
+		if Reason(err) != ReasonInvalidHost || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NormalizeHost(%q) = %v; want %s saying %s", tc.host, err, ReasonInvalidHost, tc.want)
+		}
+	}
+	big := map[string]Spec{}
+	for i := range 25 {
+		big[fmt.Sprintf("d%02d", i)] = Spec{}
+	}
+	if got := catalogNames(big); !strings.HasSuffix(got, "d19 and 5 more") || !strings.HasPrefix(got, "have d00, d01") {
+		t.Errorf("catalogNames of 25 = %q", got)
+	}
+	if got := catalogNames(nil); got != "the catalog is empty" {
+		t.Errorf("catalogNames(nil) = %q", got)
 	}
 }

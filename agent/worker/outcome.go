@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,14 @@ func decisionSummary(dec *limiter.Decision, attrs []any) ([]any, map[string]stri
 	}
 	if c := dec.Counters; c.ConcurrencyLimit > 0 {
 		attrs = append(attrs, "running", c.Running, "concurrency", c.ConcurrencyLimit)
+		if c.MaxPercent > 0 {
+			attrs = append(attrs, "agents_in_service", c.AgentsInService, "max_percent", c.MaxPercent)
+			if !dec.Allowed {
+				fields["running"], fields["concurrency"] = strconv.Itoa(c.Running), strconv.Itoa(c.ConcurrencyLimit)
+				fields["agents_in_service"] = strconv.Itoa(c.AgentsInService)
+				fields["max_percent"] = strconv.FormatFloat(c.MaxPercent, 'g', -1, 64)
+			}
+		}
 	}
 	if dec.Probe {
 		attrs = append(attrs, "probe", true)

@@ -405,10 +405,12 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	res.Output, res.Truncated = p.redactCut(res, p.catalog[t.Diagnostic])
 	rec.Outcome = res.Outcome
 	rec.ExitCode = res.ExitCode
+	rec.FinishedAt = p.clock.Now()
+	// The upload takes the whole output and cuts res to max_output; the
+	// record's string copy is made after it, of the cut output only.
+	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
-	rec.FinishedAt = p.clock.Now()
-	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
 	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {

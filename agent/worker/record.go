@@ -83,6 +83,9 @@ type LimiterCounters struct {
 	BucketCapacity   float64 `json:"bucket_capacity"`
 	Running          int     `json:"running"`
 	ConcurrencyLimit int     `json:"concurrency_limit"`
+	// AgentsInService and MaxPercent: a max_percent cap's count and share.
+	AgentsInService int     `json:"agents_in_service,omitempty"`
+	MaxPercent      float64 `json:"max_percent,omitempty"`
 }
 
 // limiterSummary shapes dec for the task record.
@@ -92,7 +95,8 @@ func limiterSummary(dec limiter.Decision) json.RawMessage {
 		RetryAfter: dec.RetryAfter.Seconds(), Degraded: dec.Degraded, Counters: LimiterCounters{
 			DailyUsed: c.DailyUsed, DailyLimit: c.DailyLimit, SinceLast: c.SinceLast.Seconds(),
 			WindowCount: c.WindowCount, WindowLimit: c.WindowLimit, BucketLevel: c.BucketLevel,
-			BucketCapacity: c.BucketCapacity, Running: c.Running, ConcurrencyLimit: c.ConcurrencyLimit}})
+			BucketCapacity: c.BucketCapacity, Running: c.Running, ConcurrencyLimit: c.ConcurrencyLimit,
+			AgentsInService: c.AgentsInService, MaxPercent: c.MaxPercent}})
 	return b
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/redact"
 )
 
 // AlertRouting is the alert stage on the task queue: CloudWatch alarms
@@ -36,7 +37,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 	if !j.item.Start(nil) {
 		return true // the drain released it first
 	}
-	log := p.log.With("message_id", j.msg.ID)
+	log := redact.Logger(p.log, p.redactor).With("message_id", j.msg.ID)
 	ctx := context.Background()
 	if err != nil {
 		ans := alert.Answer{Rejected: []alert.Outcome{{Index: 0, Reason: alert.Reason(err), Detail: err.Error()}}}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/limiter"
@@ -35,8 +36,13 @@ func (c *cli) configCmd() *cobra.Command {
 	)
 	validate := &cobra.Command{
 		Use:   "validate",
-		Short: "Validate a config file: exit 0, or 2 with every problem naming its key and line",
-		Args:  cobra.NoArgs,
+		Short: "Validate a config file offline: exit 0, or 2 with every problem naming its key and line",
+		Long: `Validate a config file without the network: syntax, types, ranges, the
+rules between keys and, with --systemd-unit, the unit's stop timeout. What
+only the environment can answer (an instance id from instance metadata, a
+variable a *_env key names) is a warning; autodiag doctor checks the
+environment itself.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.configPath == "" {
 				return usageError{errors.New("config validate: --config FILE is required")}
@@ -50,14 +56,8 @@ func (c *cli) configCmd() *cobra.Command {
 					return usageError{err}
 				}
 			}
-			if cfg.InstanceID == "" && cfg.NeedsEC2InstanceID() {
-				// The agent would refuse to start: discover now, as it will.
-				if _, err := agent.ResolveInstanceID(cmd.Context(), cfg, c.openOptions(nil)); err != nil {
-					if errors.As(err, new(*agent.InstanceIDError)) {
-						return usageError{err}
-					}
-					return err
-				}
+			for _, w := range c.offlineWarnings(cmd.Context(), cfg) {
+				fmt.Fprintln(c.stderr, "warning:", w)
 			}
 			if unset := unsetEnv(cfg, os.LookupEnv); len(unset) > 0 {
 				for _, u := range unset {
@@ -80,6 +80,22 @@ func (c *cli) configCmd() *cobra.Command {
 	validate.Flags().BoolVar(&strict, "strict", false, "fail (exit 2) when a variable named by a *_env key is unset, as `run` would")
 	cmd.AddCommand(validate)
 	return cmd
+}
+
+// offlineWarnings is what config validate can tell of the environment
+// without the network: an instance id the files on this machine do not
+// hold (the agent asks instance metadata at start). Unset *_env variables
+// are unsetEnv's (envcheck.go), which --strict turns into an error.
+func (c *cli) offlineWarnings(ctx context.Context, cfg config.Config) []string {
+	var out []string
+	if cfg.InstanceID == "" && cfg.NeedsEC2InstanceID() {
+		o := c.openOptions(nil)
+		// IMDS nil: files only, never the instance-metadata address.
+		if _, _, err := instance.Discover(ctx, instance.Options{CloudInitPath: o.CloudInitPath, DMIAssetTagPath: o.DMIAssetTagPath}); err != nil {
+			out = append(out, fmt.Sprintf("instance_id is empty and no file here holds one (%v); the agent asks instance metadata at start and refuses to start without an id: set instance_id or AUTODIAG_INSTANCE_ID off EC2, or run `autodiag doctor` on the instance", err))
+		}
+	}
+	return out
 }
 
 // checkUnit: systemd must give a drain its whole budget, plus room to
@@ -470,12 +486,16 @@ func ruleStatesView(rules []limiter.RuleState, now time.Time) []map[string]any {
 	out := make([]map[string]any, 0, len(rules))
 	for _, r := range rules {
 		v := map[string]any{"rule": r.Rule, "shadow": r.Shadow, "key": r.Key}
-		if r.Concurrency > 0 {
+		if r.Concurrency > 0 || r.MaxPercent > 0 {
 			holders := make([]map[string]any, 0, len(r.Holders))
 			for _, h := range r.Holders {
 				holders = append(holders, map[string]any{"task_id": h.TaskID, "expires": at(h.Expires)})
 			}
 			v["concurrency"], v["holders"] = r.Concurrency, holders
+			if r.MaxPercent > 0 {
+				delete(v, "concurrency")
+				v["max_percent"] = r.MaxPercent
+			}
 		}
 		if r.Breaker != "" {
 			b := map[string]any{"state": r.Breaker}

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,9 +59,10 @@ func closedLoopbackURL(t *testing.T) string {
 }
 
 // TestInstanceIDRequiredBySQSSource: with the sqs lifecycle source, an
-// empty instance_id and no id to discover, `config validate` and `run` both
-// exit 2 saying how to set it; an id from cloud-init's file or the
-// environment is enough.
+// empty instance_id and no id to discover, `run` exits 2 and `doctor`
+// fails its instance id line, both saying how to set it; `config validate`
+// is offline: it warns, exits 0 and never reaches instance metadata. An id
+// from cloud-init's file or the environment is enough.
 func TestInstanceIDRequiredBySQSSource(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, `
@@ -75,9 +77,14 @@ lifecycle:
 		envDMIPath + "=" + filepath.Join(dir, "no-asset-tag"),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 	}
-	// Instance metadata is tried (strict IMDSv2) on a loopback port that
-	// refuses, within the discovery's own bound.
-	imdsRefused := "AWS_EC2_METADATA_SERVICE_ENDPOINT=" + closedLoopbackURL(t)
+	// Instance metadata, on loopback, counts who asks and refuses them all.
+	var imdsAsked atomic.Int64
+	imdsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		imdsAsked.Add(1)
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer imdsSrv.Close()
+	imdsRefused := "AWS_EC2_METADATA_SERVICE_ENDPOINT=" + imdsSrv.URL
 	imdsOff := "AWS_EC2_METADATA_DISABLED=true"
 	cloudInit := filepath.Join(dir, "instance-id")
 	if err := os.WriteFile(cloudInit, []byte("i-0123456789abcdef0\n"), 0o600); err != nil {
@@ -89,7 +96,8 @@ lifecycle:
 		env  []string
 		code int
 	}{
-		{"validate, nothing found", []string{"config", "validate"}, append([]string{imdsRefused}, nowhere...), exitUsage},
+		{"validate, nothing found", []string{"config", "validate"}, append([]string{imdsRefused}, nowhere...), exitOK},
+		{"doctor, nothing found", []string{"doctor"}, append([]string{imdsRefused}, nowhere...), exitRuntime},
 		{"run, nothing found", []string{"run"}, append([]string{imdsOff}, nowhere...), exitUsage},
 		{"validate, cloud-init", []string{"config", "validate"},
 			append([]string{imdsOff}, append(nowhere, envCloudInitPath+"="+cloudInit)...), exitOK},
@@ -98,14 +106,33 @@ lifecycle:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			asked := imdsAsked.Load()
 			code, stdout, stderr := runCLIWithin(t, startBound, tc.env, append(tc.args, "--config", cfg)...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, stdout, stderr)
 			}
-			if tc.code != exitOK {
+			said := stderr
+			switch tc.name {
+			case "validate, nothing found":
+				if n := imdsAsked.Load() - asked; n != 0 {
+					t.Errorf("config validate asked instance metadata %d times; it is offline", n)
+				}
+				if !strings.Contains(stderr, "warning: instance_id is empty") || !strings.Contains(stderr, "autodiag doctor") {
+					t.Errorf("no warning that points to doctor:\n%s", stderr)
+				}
+			case "doctor, nothing found":
+				said = stdout
+				if imdsAsked.Load() == asked {
+					t.Error("doctor did not ask instance metadata")
+				}
+				if !strings.Contains(stdout, "FAIL  instance id") || !strings.Contains(stdout, "FAIL  imds") || !strings.Contains(stdout, "SKIP  redis") {
+					t.Errorf("doctor's lines:\n%s", stdout)
+				}
+			}
+			if tc.code != exitOK || tc.name == "validate, nothing found" {
 				for _, want := range []string{"instance_id", "AUTODIAG_INSTANCE_ID", "cloud-init", "no-asset-tag"} {
-					if !strings.Contains(stderr, want) {
-						t.Errorf("stderr does not say %q:\n%s", want, stderr)
+					if !strings.Contains(said, want) {
+						t.Errorf("output does not say %q:\n%s", want, said)
 					}
 				}
 			}

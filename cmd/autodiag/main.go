@@ -105,7 +105,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
 	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd(),
-		c.intakeCmd(), c.routesCmd(), c.showCmd(), c.notifyCmd(), c.reportCmd(), c.healthcheckCmd(), c.lifecycleCmd())
+		c.intakeCmd(), c.routesCmd(), c.showCmd(), c.notifyCmd(), c.reportCmd(), c.healthcheckCmd(), c.lifecycleCmd(),
+		c.doctorCmd())
 	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
@@ -115,7 +116,12 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if done, err := printVersion(cmd); done {
+			return err
+		}
+		return cmd.Help()
+	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	typeArgErrors(root)
 	return root
@@ -289,7 +295,7 @@ func (c *cli) runAgent(cfg config.Config) error {
 			return
 		}
 		log.Info("ready", "admin_addr", admin.Addr(), "mode", mode, "workers", cfg.Workers, "version", version,
-			"startup", time.Since(start).Seconds())
+			"startup", time.Since(start).Seconds(), "pid", os.Getpid())
 		sdNotify(log, sdReady)
 		select {
 		case <-a.Draining():

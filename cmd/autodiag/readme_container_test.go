@@ -8,18 +8,18 @@ import (
 	"testing"
 )
 
-// TestReadmeContainerConfigValidates: the container example in README.md
+// TestReadmeContainerConfigValidates: the container example in docs/install.md
 // (between the container-config markers) passes `autodiag config validate`,
 // and listens beyond loopback only with admin_auth.
 func TestReadmeContainerConfigValidates(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "<!-- container-config -->")
 	block, _, ok2 := strings.Cut(rest, "<!-- /container-config -->")
 	if !ok || !ok2 {
-		t.Fatal("README.md has no container-config block")
+		t.Fatal("docs/install.md has no container-config block")
 	}
 	yaml := strings.TrimSpace(block)
 	yaml = strings.TrimPrefix(yaml, "```yaml")
@@ -35,6 +35,6 @@ func TestReadmeContainerConfigValidates(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"config", "validate", "--config", path}, &stdout, &stderr); code != exitOK {
-		t.Fatalf("config validate of the README's container example: exit %d\n%s%s\n%s", code, stdout.String(), stderr.String(), yaml)
+		t.Fatalf("config validate of the container example of docs/install.md: exit %d\n%s%s\n%s", code, stdout.String(), stderr.String(), yaml)
 	}
 }

@@ -75,12 +75,14 @@ func (b buildInfo) String() string {
 	return fmt.Sprintf("autodiag %s (commit %s, built %s, %s %s)", b.Version, b.Commit, b.Date, b.Go, b.Platform)
 }
 
-// addVersion gives root its --version output and the `version` command,
-// whose --json form is for scripts (inventory, upgrade checks).
+// addVersion gives root its --version flag (printed by printVersion) and
+// the `version` command, whose --json form is for scripts (inventory,
+// upgrade checks). Not cobra's Version and SetVersionTemplate: its version
+// template runs text/template, whose reflection (MethodByName) keeps every
+// exported method of every SDK client in the binary.
 func addVersion(root *cobra.Command) {
 	b := currentBuild()
-	root.Version = b.Version
-	root.SetVersionTemplate(b.String() + "\n")
+	root.Flags().BoolP("version", "v", false, "print the version, commit and build date")
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "version [--json]",
@@ -98,4 +100,13 @@ func addVersion(root *cobra.Command) {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object: version, commit, date, go, platform")
 	root.AddCommand(cmd)
+}
+
+// printVersion prints the --version line when root was asked for it.
+func printVersion(cmd *cobra.Command) (bool, error) {
+	if v, _ := cmd.Flags().GetBool("version"); !v {
+		return false, nil
+	}
+	_, err := fmt.Fprintln(cmd.OutOrStdout(), currentBuild())
+	return true, err
 }

@@ -216,7 +216,7 @@ module "autodiag" {
 
   # DrainSeconds passes 11 minutes only when a drain that used its 10m
   # budget (+ 30s cancel grace) is still completing a minute later; the
-  # nesting rule is in the README and deploy/deploy_test.go checks it.
+  # nesting rule is in docs/operations.md and deploy/deploy_test.go checks it.
   drain_stuck_minutes           = 11
   enable_limiter_degraded_alarm = true
   alarm_sns_topic_arn           = var.alarm_sns_topic_arn

@@ -158,7 +158,7 @@ resource "aws_sqs_queue_policy" "tls_only" {
 # ---------------------------------------------------------------------------
 # Alarm topic (alarm_topic = true only): CloudWatch alarms whose actions
 # publish here reach the task queue in the SNS envelope, which the agent
-# recognises and routes (README "CloudWatch alarms"). Raw delivery stays
+# recognises and routes (docs/alerting.md, "CloudWatch alarms"). Raw delivery stays
 # off: the envelope tells an alarm from a task.
 
 resource "aws_sns_topic" "alarms" {
@@ -580,7 +580,7 @@ resource "aws_iam_instance_profile" "agent" {
 
 resource "aws_cloudwatch_metric_alarm" "drain_stuck" {
   alarm_name        = "${var.name}-drain-stuck"
-  alarm_description = "An autodiag agent in ${var.asg_name} has been draining, or failing to complete its lifecycle action, for more than ${var.drain_stuck_minutes} minutes (instance held in Terminating:Wait). Runbook: README.md#stuck-drain."
+  alarm_description = "An autodiag agent in ${var.asg_name} has been draining, or failing to complete its lifecycle action, for more than ${var.drain_stuck_minutes} minutes (instance held in Terminating:Wait). Runbook: docs/operations.md#stuck-drain."
 
   namespace   = var.metrics_namespace
   metric_name = "DrainSeconds"
@@ -602,7 +602,7 @@ resource "aws_cloudwatch_metric_alarm" "drain_stuck" {
 
 resource "aws_cloudwatch_metric_alarm" "terminating_stuck" {
   alarm_name        = "${var.name}-terminating-stuck"
-  alarm_description = "${var.asg_name} has had an instance in a Terminating state for ${local.terminating_stuck_minutes} consecutive minutes: a drain or its completion is stuck, or the agent is gone. INSUFFICIENT_DATA: the group does not publish GroupTerminatingInstances (enabled_metrics). Runbook: README.md#stuck-drain."
+  alarm_description = "${var.asg_name} has had an instance in a Terminating state for ${local.terminating_stuck_minutes} consecutive minutes: a drain or its completion is stuck, or the agent is gone. INSUFFICIENT_DATA: the group does not publish GroupTerminatingInstances (enabled_metrics). Runbook: docs/operations.md#stuck-drain."
 
   namespace   = "AWS/AutoScaling"
   metric_name = "GroupTerminatingInstances"

@@ -117,7 +117,7 @@ variable "metrics_namespace" {
 }
 
 variable "drain_stuck_minutes" {
-  description = "The drain-stuck alarm fires when the maximum DrainSeconds of the group exceeds this many minutes. It must lie between the longest healthy drain and the longest an agent keeps publishing while its completion fails; see \"Timeouts that must nest\" in the README (default: for lifecycle.drain_timeout 10m)."
+  description = "The drain-stuck alarm fires when the maximum DrainSeconds of the group exceeds this many minutes. It must lie between the longest healthy drain and the longest an agent keeps publishing while its completion fails; see \"Timeouts that must nest\" in docs/operations.md (default: for lifecycle.drain_timeout 10m)."
   type        = number
   default     = 11
 

@@ -1,4 +1,4 @@
-package redisstream
+package streamq
 
 import (
 	"context"
@@ -18,6 +18,7 @@ type Client interface {
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
 	XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd
+	XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd
 	XGroupCreateMkStream(ctx context.Context, stream, group, start string) *redis.StatusCmd
 	XLen(ctx context.Context, stream string) *redis.IntCmd
 	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
@@ -35,12 +36,14 @@ var (
 	// shedScript moves the entries past a stream's cap to a dead stream
 	// (see the script).
 	shedScript = redis.NewScript(shedLua)
+	//go:embed lua/retry.lua
+	retryLua string
 )
 
 // ErrGroupRecreated says a claim found the consumer group gone (Redis
 // restarted empty, or the key was removed) and created it again: entries
 // the stream held are lost.
-var ErrGroupRecreated = errors.New("redisstream: consumer group was gone and is created again")
+var ErrGroupRecreated = errors.New("streamq: consumer group was gone and is created again")
 
 // Queue is a work queue on one Redis stream read by the consumer group
 // Group. An entry is claimed by one consumer and stays pending under it
@@ -49,7 +52,9 @@ var ErrGroupRecreated = errors.New("redisstream: consumer group was gone and is 
 // by another consumer, and a scheduled one only once it is due. Keys:
 //
 //	Stream  the stream of entries
-//	Retry   hash: stream id → when its retry is due (Unix ms)
+//	Retry   hash: stream id → when its retry is due (Unix ms); none for a
+//	        queue whose entries are never retried (ClaimIdle is then a
+//	        lease: only a holder's death gives its entry to another)
 //
 // Callers that need fairness between kinds of work (the notification
 // sinks) give each kind its own Queue, so that one kind's backlog never
@@ -63,7 +68,9 @@ type Queue struct {
 	grouped       bool   // the consumer group was made sure of
 }
 
-// NewQueue returns the queue on stream with its retry hash; claimIdle is
+// NewQueue returns the queue on stream with its retry hash (on a Cluster
+// in the stream's slot: give both one hash tag); retry "" is a queue
+// without retries, whose Retry may not be called. claimIdle is
 // how long a claimed entry stays its holder's.
 func NewQueue(c Client, stream, retry string, claimIdle time.Duration) *Queue {
 	return &Queue{c: c, stream: stream, retry: retry, claimIdle: claimIdle, cursor: "-"}
@@ -109,7 +116,7 @@ func (q *Queue) Claim(ctx context.Context, consumer string, max int, newWork boo
 		return nil, q.recreate(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redisstream: claim pending of %s: %w", q.stream, err)
+		return nil, fmt.Errorf("streamq: claim pending of %s: %w", q.stream, err)
 	}
 	if !newWork || len(out) >= max {
 		return out, nil
@@ -122,7 +129,7 @@ func (q *Queue) Claim(ctx context.Context, consumer string, max int, newWork boo
 	case IsNoGroup(err):
 		return out, q.recreate(ctx)
 	case err != nil:
-		return out, fmt.Errorf("redisstream: claim new of %s: %w", q.stream, err)
+		return out, fmt.Errorf("streamq: claim new of %s: %w", q.stream, err)
 	}
 	for _, s := range res {
 		for _, m := range s.Messages {
@@ -157,6 +164,9 @@ func (q *Queue) claimPending(ctx context.Context, consumer string, max int, now 
 	q.mu.Unlock()
 	if len(pend) == 0 {
 		return nil, nil
+	}
+	if q.retry == "" {
+		return q.claimIdleOnly(ctx, consumer, max, pend)
 	}
 	ids := make([]string, len(pend))
 	for i, p := range pend {
@@ -201,6 +211,29 @@ func (q *Queue) claimPending(ctx context.Context, consumer string, max int, now 
 	return out, nil
 }
 
+// claimIdleOnly claims, of pend, at most max entries still idle for
+// ClaimIdle: without retry times there is nothing else to look at, and
+// XCLAIM's min-idle alone keeps two consumers from both taking one.
+func (q *Queue) claimIdleOnly(ctx context.Context, consumer string, max int, pend []redis.XPendingExt) ([]Claimed, error) {
+	pend = pend[:min(max, len(pend))]
+	ids := make([]string, len(pend))
+	attempts := make(map[string]int, len(pend))
+	for i, p := range pend {
+		ids[i] = p.ID
+		attempts[p.ID] = int(p.RetryCount) + 1
+	}
+	msgs, err := q.c.XClaim(ctx, &redis.XClaimArgs{Stream: q.stream, Group: Group, Consumer: consumer,
+		MinIdle: q.claimIdle, Messages: ids}).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Claimed, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, Claimed{XMessage: m, Attempt: attempts[m.ID]})
+	}
+	return out, nil
+}
+
 // scriptMessage is a stream entry as a script returns it: {id, {field,
 // value, ...}}.
 func scriptMessage(v any) (redis.XMessage, bool) {
@@ -225,46 +258,68 @@ func scriptMessage(v any) (redis.XMessage, bool) {
 }
 
 // Remove queues, on p, what takes entry id out of the queue: its pending
-// claim, its stream entry and its retry time.
-func (q *Queue) Remove(ctx context.Context, p redis.Pipeliner, id string) {
-	p.XAck(ctx, q.stream, Group, id)
+// claim, its stream entry and its retry time. The XACK it returns counts
+// 0 once p ran when the entry was removed already (another consumer took
+// it over and finished it).
+func (q *Queue) Remove(ctx context.Context, p redis.Pipeliner, id string) *redis.IntCmd {
+	ack := p.XAck(ctx, q.stream, Group, id)
 	p.XDel(ctx, q.stream, id)
-	p.HDel(ctx, q.retry, id)
+	if q.retry != "" {
+		p.HDel(ctx, q.retry, id)
+	}
+	return ack
 }
 
 // Retry queues, on p, what leaves entry id (held by consumer) pending, to
 // be claimed again at at by any consumer: its retry time, and its idle
 // time set to ClaimIdle (XCLAIM … IDLE … JUSTID, which does not count as
-// a delivery), so that the retry time alone holds it back.
+// a delivery), so that the retry time alone holds it back. One script
+// does both, and only while the entry is pending: an entry removed
+// meanwhile leaves no retry time behind. The script goes in full (EVAL)
+// because p may be a MULTI, where EVALSHA cannot fall back.
 func (q *Queue) Retry(ctx context.Context, p redis.Pipeliner, consumer, id string, at time.Time) {
-	p.HSet(ctx, q.retry, id, strconv.FormatInt(at.UnixMilli(), 10))
-	p.Do(ctx, "XCLAIM", q.stream, Group, consumer, 0, id, "IDLE", q.claimIdle.Milliseconds(), "JUSTID")
+	p.Eval(ctx, retryLua, []string{q.stream, q.retry}, Group, consumer, q.claimIdle.Milliseconds(), id,
+		strconv.FormatInt(at.UnixMilli(), 10))
 }
 
 // Len is the length of the stream: removed entries are deleted from it.
 func (q *Queue) Len(ctx context.Context) (int64, error) {
 	n, err := q.c.XLen(ctx, q.stream).Result()
 	if err != nil {
-		return 0, fmt.Errorf("redisstream: length of %s: %w", q.stream, err)
+		return 0, fmt.Errorf("streamq: length of %s: %w", q.stream, err)
 	}
 	return n, nil
 }
 
-// Shed moves the oldest entries past maxLen, at most limit of them, to
-// the stream dead (capped approximately at deadMax), each with the field,
-// value pairs of extra appended, and returns them. Nothing is dropped
-// without the caller seeing it: it counts and logs what Shed returns.
+// Shed moves the oldest entries past maxLen, at most limit of them, out
+// of the queue and returns them; with a dead stream (dead not "") it
+// also copies each there (the stream capped approximately at deadMax),
+// with the field, value pairs of extra appended. Nothing is dropped
+// without the caller seeing it: it ends, counts and logs what Shed
+// returns. An entry in flight (claimed less than ClaimIdle ago and not
+// scheduled for a retry) is left to its holder, so that it never ends
+// both done and dead-lettered; the oldest entries after it go instead.
 func (q *Queue) Shed(ctx context.Context, maxLen int64, dead string, deadMax int64, limit int, extra ...any) ([]redis.XMessage, error) {
-	args := append([]any{Group, maxLen, deadMax, limit}, extra...)
-	v, err := shedScript.Run(ctx, q.c, []string{q.stream, q.retry, dead}, args...).Slice()
+	keys := []string{q.stream}
+	hasRetry := "0"
+	if q.retry != "" {
+		keys, hasRetry = append(keys, q.retry), "1"
+	}
+	if dead == "" {
+		deadMax = 0
+	} else {
+		keys = append(keys, dead)
+	}
+	args := append([]any{Group, maxLen, limit, hasRetry, deadMax, q.claimIdle.Milliseconds()}, extra...)
+	v, err := shedScript.Run(ctx, q.c, keys, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("redisstream: shed %s: %w", q.stream, err)
+		return nil, fmt.Errorf("streamq: shed %s: %w", q.stream, err)
 	}
 	out := make([]redis.XMessage, 0, len(v))
 	for _, e := range v {
 		m, ok := scriptMessage(e)
 		if !ok {
-			return nil, fmt.Errorf("redisstream: shed %s: unexpected reply %v", q.stream, e)
+			return nil, fmt.Errorf("streamq: shed %s: unexpected reply %v", q.stream, e)
 		}
 		out = append(out, m)
 	}

@@ -1,4 +1,4 @@
-package redisstream_test
+package streamq_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/redisstream"
+	"github.com/autodiag/autodiag/agent/internal/streamq"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -16,7 +16,7 @@ func client(t *testing.T) (*redis.Client, string) {
 	t.Helper()
 	rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { _ = rc.Close() })
-	prefix := fmt.Sprintf("redisstream-test:%s:", t.Name())
+	prefix := fmt.Sprintf("streamq-test:%s:", t.Name())
 	t.Cleanup(func() {
 		keys, _ := rc.Keys(context.Background(), prefix+"*").Result()
 		if len(keys) > 0 {
@@ -32,9 +32,9 @@ func TestIsNoGroup(t *testing.T) {
 	rc, prefix := client(t)
 	ctx := t.Context()
 	stream := prefix + "missing"
-	readErr := rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: redisstream.Group, Consumer: "c",
+	readErr := rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: streamq.Group, Consumer: "c",
 		Streams: []string{stream, ">"}, Count: 1, Block: -1}).Err()
-	_, _, claimErr := rc.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: stream, Group: redisstream.Group,
+	_, _, claimErr := rc.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: stream, Group: streamq.Group,
 		Consumer: "c", MinIdle: 0, Start: "0", Count: 1}).Result()
 	rc.Set(ctx, prefix+"string", "x", 0)
 	wrongType := rc.XLen(ctx, prefix+"string").Err()
@@ -57,7 +57,7 @@ func TestIsNoGroup(t *testing.T) {
 		{"the context's error", context.DeadlineExceeded, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := redisstream.IsNoGroup(tc.err); got != tc.want {
+			if got := streamq.IsNoGroup(tc.err); got != tc.want {
 				t.Errorf("IsNoGroup(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
@@ -74,18 +74,18 @@ func TestCreateGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if err := redisstream.CreateGroup(ctx, rc, stream, redisstream.Group); err != nil {
+		if err := streamq.CreateGroup(ctx, rc, stream, streamq.Group); err != nil {
 			t.Fatalf("CreateGroup #%d: %v, want nil (an existing group is fine)", i+1, err)
 		}
 	}
-	res, err := rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: redisstream.Group, Consumer: "c",
+	res, err := rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: streamq.Group, Consumer: "c",
 		Streams: []string{stream, ">"}, Count: 10, Block: -1}).Result()
 	if err != nil || len(res) != 1 || len(res[0].Messages) != 1 || res[0].Messages[0].Values["k"] != "before" {
 		t.Fatalf("read after CreateGroup: %v %v, want the entry written before the group", res, err)
 	}
 
 	fresh := prefix + "fresh"
-	if err := redisstream.CreateGroup(ctx, rc, fresh, redisstream.Group); err != nil {
+	if err := streamq.CreateGroup(ctx, rc, fresh, streamq.Group); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := rc.Exists(ctx, fresh).Result(); err != nil || n != 1 {
@@ -93,7 +93,7 @@ func TestCreateGroup(t *testing.T) {
 	}
 
 	rc.Set(ctx, prefix+"string", "x", 0)
-	err = redisstream.CreateGroup(ctx, rc, prefix+"string", redisstream.Group)
+	err = streamq.CreateGroup(ctx, rc, prefix+"string", streamq.Group)
 	var rerr redis.Error
 	if err == nil || !errors.As(err, &rerr) {
 		t.Errorf("CreateGroup on a string key: %v, want the Redis error, wrapped", err)

@@ -1,4 +1,4 @@
-package redisstream
+package streamq
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func isBusyGroup(err error) bool { return redis.HasErrorPrefix(err, "BUSYGROUP")
 // claim and again after IsNoGroup.
 func CreateGroup(ctx context.Context, c groupCreator, stream, group string) error {
 	if err := c.XGroupCreateMkStream(ctx, stream, group, "0").Err(); err != nil && !isBusyGroup(err) {
-		return fmt.Errorf("redisstream: create consumer group %s on %s: %w", group, stream, err)
+		return fmt.Errorf("streamq: create consumer group %s on %s: %w", group, stream, err)
 	}
 	return nil
 }

@@ -1,0 +1,162 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// HandedNotice is one lifecycle notice another agent handed to an
+// instance (GiveNotice), as TakeNotices returns it.
+type HandedNotice struct {
+	ID   string // stream entry id, TakeNotices' after
+	Body string
+}
+
+// noticesMaxLen bounds an instance's handed notices: one action is handed
+// once per delivery of its message, so a few suffice.
+const noticesMaxLen = 16
+
+func (r *Redis) handoffKey(inst string) string { return r.o.Prefix + "handoff:" + inst }
+
+// Live reports whether instanceID's agent keeps its record fresh: its
+// heartbeat expiry in the instance index is ahead of now.
+func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
+	score, err := r.c.ZScore(ctx, r.instancesKey(), instanceID).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("state: live %s: %w", instanceID, err)
+	}
+	return score > float64(r.o.Clock.Now().UnixMilli()), nil
+}
+
+// GiveNotice appends notice to the notices handed to instanceID (stream
+// P handoff:INST, at most noticesMaxLen, TTL ttl from this write) when that
+// instance's agent is live; handed is false, and nothing is written, when
+// it is not.
+func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl time.Duration) (handed bool, err error) {
+	live, err := r.Live(ctx, instanceID)
+	if err != nil || !live {
+		return false, err
+	}
+	key := r.handoffKey(instanceID)
+	_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: noticesMaxLen, Values: []any{"notice", notice}})
+		p.PExpire(ctx, key, ttl)
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("state: give notice to %s: %w", instanceID, err)
+	}
+	return true, nil
+}
+
+// TakeNotices returns the notices handed to instanceID after the entry
+// after ("" = from the first), oldest first, waiting up to block for one
+// (XREAD BLOCK). They stay stored: ForgetNotices or their TTL removes them.
+// A wait is cut short when ctx is cancelled: the read runs on a connection
+// of its own, which CLIENT UNBLOCK frees (the client itself would wait for
+// the block to end).
+func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error) {
+	if after == "" {
+		after = "0"
+	}
+	if block <= 0 {
+		block = -1 // XREAD without BLOCK: BLOCK 0 would wait for ever
+	}
+	key := r.handoffKey(instanceID)
+	args := &redis.XReadArgs{Streams: []string{key, after}, Count: noticesMaxLen, Block: block}
+	var streams []redis.XStream
+	var err error
+	if node := r.nodeFor(ctx, key); node != nil && block > 0 {
+		streams, err = readUnblockable(ctx, node, args)
+	} else {
+		streams, err = r.c.XRead(ctx, args).Result()
+	}
+	if errors.Is(err, redis.Nil) || (err != nil && ctx.Err() != nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: take notices of %s: %w", instanceID, err)
+	}
+	var out []HandedNotice
+	for _, s := range streams {
+		for _, m := range s.Messages {
+			body, _ := m.Values["notice"].(string)
+			out = append(out, HandedNotice{ID: m.ID, Body: body})
+		}
+	}
+	return out, nil
+}
+
+// nodeFor returns the client of the server holding key, or nil when the
+// client cannot say (a Ring).
+func (r *Redis) nodeFor(ctx context.Context, key string) *redis.Client {
+	switch c := r.c.(type) {
+	case *redis.Client:
+		return c
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil
+		}
+		return node
+	}
+	return nil
+}
+
+// unblockRetry spaces CLIENT UNBLOCK attempts sent before the read has
+// begun to block on the server.
+const unblockRetry = 20 * time.Millisecond
+
+// readUnblockable runs a blocking XREAD on a connection of its own and,
+// when ctx is cancelled first, frees it with CLIENT UNBLOCK from another
+// connection until the read returns.
+func readUnblockable(ctx context.Context, node *redis.Client, args *redis.XReadArgs) ([]redis.XStream, error) {
+	conn := node.Conn()
+	defer conn.Close()
+	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	unblocked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(unblocked)
+		deadline := time.After(args.Block + time.Second)
+		for {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			n, _ := node.ClientUnblock(uctx, id).Result()
+			cancel()
+			if n == 1 {
+				return
+			}
+			select { // not blocking yet, or already answered
+			case <-done:
+				return
+			case <-deadline:
+				return
+			case <-time.After(unblockRetry):
+			}
+		}
+	})
+	streams, err := conn.XRead(ctx, args).Result()
+	close(done)
+	if !stop() {
+		<-unblocked
+	}
+	return streams, err
+}
+
+// ForgetNotices drops the notices handed to instanceID.
+func (r *Redis) ForgetNotices(ctx context.Context, instanceID string) error {
+	if err := r.c.Del(ctx, r.handoffKey(instanceID)).Err(); err != nil {
+		return fmt.Errorf("state: forget notices of %s: %w", instanceID, err)
+	}
+	return nil
+}

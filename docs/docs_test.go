@@ -1,0 +1,453 @@
+// Package docs holds the reference pages; its test keeps them and the code
+// in step: every configuration key and every metric the code has is in its
+// page, and the pages name nothing the code lacks.
+package docs_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/config"
+)
+
+// opaque are keys documented as one row whose type is described elsewhere:
+// the walk does not look inside them.
+var opaque = map[string]string{
+	"report.limits": "the limits of limiter.rules[] (same syntax and engine)",
+}
+
+// schemaKey is one node of the configuration file's tree: a leaf (a value)
+// or a section; leaf says which.
+type schemaKey struct {
+	path string
+	leaf bool
+}
+
+// schema walks the configuration types by their yaml tags, as the decoder
+// reads them: ",inline" fields join their parent, a slice of structs is
+// `name[]`, pointers are followed, and durations, sizes, maps, slices of
+// scalars and types that decode themselves (yaml.Unmarshaler: their row
+// says what they take) are values.
+func schema() []schemaKey {
+	var out []schemaKey
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := f.Tag.Get("yaml")
+			name, opts, _ := strings.Cut(tag, ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if opts == "inline" {
+				walk(prefix, ft)
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			path := prefix + name
+			if _, ok := opaque[path]; ok {
+				out = append(out, schemaKey{path, true})
+				continue
+			}
+			switch {
+			case reflect.PointerTo(ft).Implements(unmarshaler):
+				out = append(out, schemaKey{path, true})
+			case ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]():
+				out = append(out, schemaKey{path, false})
+				walk(path+".", ft)
+			case ft.Kind() == reflect.Slice && elemStruct(ft) != nil:
+				out = append(out, schemaKey{path + "[]", false})
+				walk(path+"[].", elemStruct(ft))
+			default:
+				out = append(out, schemaKey{path, true})
+			}
+		}
+	}
+	walk("", reflect.TypeFor[config.Config]())
+	return out
+}
+
+var unmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
+
+func elemStruct(t reflect.Type) reflect.Type {
+	e := t.Elem()
+	for e.Kind() == reflect.Pointer {
+		e = e.Elem()
+	}
+	if e.Kind() == reflect.Struct {
+		return e
+	}
+	return nil
+}
+
+var backticked = regexp.MustCompile("`([^`]+)`")
+
+// docRow is one row of a key table: the keys its first cell names and
+// every backticked span of the row.
+type docRow struct {
+	keys  []string
+	spans string
+}
+
+// keyTables reads the rows of every `| Key |` table of the page. In a
+// first cell naming several keys, a name without a dot after a dotted one
+// is its sibling (`report.investigate.daily_tokens`, `daily_cost_usd`).
+func keyTables(t *testing.T, page string) []docRow {
+	t.Helper()
+	src, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []docRow
+	in := false
+	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			in = false
+			continue
+		}
+		if strings.HasPrefix(line, "| Key |") {
+			in = !strings.Contains(line, "| What |")
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if !in || len(cells) < 3 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
+			continue
+		}
+		var r docRow
+		parent := ""
+		for _, m := range backticked.FindAllStringSubmatch(cells[1], -1) {
+			k := m[1]
+			if !strings.Contains(k, ".") && parent != "" {
+				k = parent + k
+			}
+			if i := strings.LastIndex(k, "."); i >= 0 && parent == "" {
+				parent = k[:i+1]
+			}
+			r.keys = append(r.keys, k)
+		}
+		for _, m := range backticked.FindAllStringSubmatch(line, -1) {
+			r.spans += " " + m[1] + " "
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("%s has no key table", page)
+	}
+	return rows
+}
+
+// TestConfigurationPageHasEveryKey: every key of the configuration types is
+// in docs/configuration.md, as a row of its own or, for the fields of a
+// list entry or a small section, named in the row of its nearest
+// documented parent (`limiter.rules[]` names `match`, `key`, `limits`…);
+// and every key a row names is one the types have.
+func TestConfigurationPageHasEveryKey(t *testing.T) {
+	rows := keyTables(t, "configuration.md")
+	documented := map[string]docRow{}
+	for _, r := range rows {
+		for _, k := range r.keys {
+			documented[strings.TrimSuffix(k, "[]")] = r
+		}
+	}
+	keys := schema()
+	nodes := map[string]bool{}
+	for _, k := range keys {
+		nodes[strings.TrimSuffix(k.path, "[]")] = true
+	}
+	for _, k := range keys {
+		path := strings.TrimSuffix(k.path, "[]")
+		if _, ok := documented[path]; ok || !k.leaf {
+			continue
+		}
+		// The nearest parent with a row must name the field.
+		leaf := path[strings.LastIndexAny(path, ".")+1:]
+		found := false
+		for p := path; strings.Contains(p, "."); {
+			p = strings.TrimSuffix(p[:strings.LastIndex(p, ".")], "[]")
+			if r, ok := documented[p]; ok {
+				found = regexp.MustCompile(`\b` + regexp.QuoteMeta(leaf) + `\b`).MatchString(r.spans)
+				break
+			}
+		}
+		if !found {
+			t.Errorf("config key %s is in the code but not in docs/configuration.md (a row of its own, or named in its parent's row)", k.path)
+		}
+	}
+	for _, r := range rows {
+		for _, k := range r.keys {
+			k = strings.TrimSuffix(k, "[]")
+			if prefix, ok := strings.CutSuffix(k, ".*"); ok {
+				if !nodes[prefix] {
+					t.Errorf("docs/configuration.md names %s.*, but the code has no section %s", prefix, prefix)
+				}
+				continue
+			}
+			if !nodes[k] {
+				t.Errorf("docs/configuration.md names config key %s, which the code does not have", k)
+			}
+		}
+	}
+}
+
+// TestConfigurationPageHasOneTablePerSection: each top-level section of the
+// file has its heading, so a reader finds `## redis` for `redis.*`.
+func TestConfigurationPageHasOneTablePerSection(t *testing.T) {
+	src, err := os.ReadFile("configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range schema() {
+		if k.leaf || strings.Contains(k.path, ".") || k.path == "admin_auth" {
+			continue
+		}
+		section := strings.TrimSuffix(k.path, "[]")
+		if !strings.Contains(string(src), "\n## "+section+"\n") {
+			t.Errorf("docs/configuration.md has no section heading %q", "## "+section)
+		}
+	}
+}
+
+var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// registered lists the metric families an agent registers, from the
+// descriptors its collectors announce: a vector with no child yet is
+// there too.
+func registered(t *testing.T, reg *prometheus.Registry) map[string]bool {
+	t.Helper()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		reg.Describe(ch)
+		close(ch)
+	}()
+	names := map[string]bool{}
+	for d := range ch {
+		m := descName.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("cannot read the name of %s", d)
+		}
+		if strings.HasPrefix(m[1], "autodiag_") {
+			names[m[1]] = true
+		}
+	}
+	return names
+}
+
+// openAgent opens an agent the way `autodiag run` does, with every
+// optional metric family switched on (an sqs lifecycle source, a sink,
+// reports and investigations, the S3 upload). Open makes no network call
+// for this config: the instance id is given, Redis is not configured and
+// AWS clients connect on first use.
+func openAgent(t *testing.T) *agent.Agent {
+	t.Helper()
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	cfg, err := config.Load([]byte(`
+instance_id: i-0123456789abcdef0
+lifecycle:
+  sources: [signal, sqs]
+  queue_url: https://sqs.us-east-1.amazonaws.com/123456789012/autodiag-lifecycle
+  hook_name: autodiag-drain
+  asg_name: fleet
+notify:
+  - name: incident-api
+    type: webhook
+    url: https://hooks.example.com/autodiag
+    on: [failed, report, drain_failed]
+report:
+  enabled: true
+  provider: bedrock
+  model: amazon.nova-lite-v1:0
+  investigate: {daily_cost_usd: 20}
+results:
+  s3: {bucket: diag-out, prefix: autodiag}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	a, closeAgent, err := agent.Open(ctx, cfg, agent.OpenOptions{})
+	if err != nil {
+		t.Fatalf("agent.Open: %v", err)
+	}
+	t.Cleanup(closeAgent)
+	return a
+}
+
+// documentedMetrics reads every `autodiag_*` name in the first cell of the
+// `| Metric | Type |` tables of docs/metrics.md.
+func documentedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile("metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	in := false
+	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			in = false
+			continue
+		}
+		if strings.HasPrefix(line, "| Metric | Type |") {
+			in = true
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if !in || len(cells) < 3 {
+			continue
+		}
+		for _, m := range backticked.FindAllStringSubmatch(cells[1], -1) {
+			if strings.HasPrefix(m[1], "autodiag_") {
+				names[m[1]] = true
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("docs/metrics.md has no metric table")
+	}
+	return names
+}
+
+// TestMetricsPageHasEveryMetric: every autodiag_* family a fully
+// configured agent registers has a row in docs/metrics.md, and every row
+// names a family the agent registers.
+func TestMetricsPageHasEveryMetric(t *testing.T) {
+	reg := registered(t, openAgent(t).Registry())
+	docs := documentedMetrics(t)
+	for _, n := range sortedKeys(reg) {
+		if !docs[n] {
+			t.Errorf("metric %s is registered by the agent but not in docs/metrics.md", n)
+		}
+	}
+	for _, n := range sortedKeys(docs) {
+		if !reg[n] {
+			t.Errorf("docs/metrics.md documents %s, which the agent does not register", n)
+		}
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// slug is GitHub's anchor of a heading: lower case, punctuation dropped,
+// spaces as dashes.
+func slug(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	h = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`).ReplaceAllString(h, "")
+	return strings.ReplaceAll(h, " ", "-")
+}
+
+// anchors lists the headings of a Markdown file (outside code blocks).
+func anchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	fence := false
+	for _, line := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fence = !fence
+			continue
+		}
+		if h, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && !fence && strings.HasPrefix(line, "#") {
+			out[slug(h)] = true
+		}
+	}
+	return out
+}
+
+// TestReadmeLinksEveryPageAndLinksResolve: the README links every page of
+// docs/, and every relative link of the README and the pages names a file
+// that exists and, for a Markdown file, a heading it has.
+func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if !strings.Contains(string(readme), "](docs/"+p) {
+			t.Errorf("README.md does not link docs/%s", p)
+		}
+	}
+	if n := strings.Count(string(readme), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, more than 250", n)
+	}
+	for _, file := range append([]string{"../README.md"}, pages...) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(src), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			if path == "" {
+				path = file
+			} else {
+				path = filepath.Join(filepath.Dir(file), path)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links %s: no such file", file, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(path, ".md") && !anchors(t, path)[anchor] {
+				t.Errorf("%s links %s: %s has no such heading", file, target, path)
+			}
+		}
+	}
+}
+
+// TestQuickstartConfig: the README's quick start config loads, and its
+// only rule lets a host+diagnostic run once a minute, so the quick start's
+// second task is denied with reason min_interval.
+func TestQuickstartConfig(t *testing.T) {
+	src, err := os.ReadFile("quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(src, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("docs/quickstart.yaml: %v", err)
+	}
+	rules := cfg.Limiter.Rules
+	if len(rules) != 1 || rules[0].Name != "once-a-minute" || rules[0].Key != "host+diagnostic" ||
+		len(rules[0].Limits) != 1 || rules[0].Limits[0].MinInterval != time.Minute {
+		t.Fatalf("docs/quickstart.yaml rules = %+v, want once-a-minute: min_interval 1m per host+diagnostic", rules)
+	}
+}

@@ -1,0 +1,154 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// handoffBlock is how long one blocking read of the notices handed to this
+// instance waits. A handed notice ends the read at once, and so does the
+// watcher stopping where the store can interrupt the read (the agent's
+// Redis store can; otherwise Run returns up to this much later); it decides
+// what an idle agent costs: one read per handoffBlock.
+const handoffBlock = 10 * time.Second
+
+// handoffTimeout bounds one Give or Forget, and a Take beyond its block.
+const handoffTimeout = 5 * time.Second
+
+// Results of a hand-off, the {result} label of
+// autodiag_lifecycle_handoffs_total.
+const (
+	handoffHanded  = "handed"   // stored for the instance's agent; the message deleted
+	handoffNoAgent = "no_agent" // no live agent has the instance: made visible again
+	handoffError   = "error"    // the store failed: made visible again
+)
+
+var handoffResults = []string{handoffHanded, handoffNoAgent, handoffError}
+
+// handoffTTL is how long a handed notice is kept: the hook's heartbeat
+// timeout (the longest Auto Scaling allows when unknown), after which the
+// action it announces has ended unless someone heartbeats it.
+func (w *Watcher) handoffTTL() time.Duration {
+	if w.cfg.HookHeartbeatTimeout > 0 {
+		return w.cfg.HookHeartbeatTimeout
+	}
+	return maxHookHeartbeatTimeout
+}
+
+// ourHook reports whether n is a terminating notice of the hook this fleet
+// drains on (any hook when hook_name is empty).
+func (w *Watcher) ourHook(n notification) bool {
+	return n.Transition == transitionTerminating && (w.cfg.HookName == "" || n.HookName == w.cfg.HookName)
+}
+
+// handOff gives another instance's terminating notice to that instance's
+// agent through Deps.Handoff. It reports whether the notice was stored, so
+// that the message may be deleted; otherwise (no hand-off configured, a
+// notice past its heartbeat timeout, no live agent for the instance, the
+// store failing) the caller handles it as before: orphan or visible again.
+func (w *Watcher) handOff(ctx context.Context, n notification, body string, log *slog.Logger) bool {
+	if w.d.Handoff == nil || n.InstanceID == w.d.InstanceID || !w.ourHook(n) {
+		return false
+	}
+	if !n.Time.IsZero() && !w.d.Clock.Now().Before(w.orphanLimit(n)) {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, handoffTimeout)
+	defer cancel()
+	handed, err := w.d.Handoff.Give(hctx, n.InstanceID, body, w.handoffTTL())
+	switch {
+	case err != nil:
+		w.m.handoffs.WithLabelValues(handoffError).Inc()
+		log.Warn("could not hand the lifecycle notice to its instance's agent; made visible again",
+			"for_instance", n.InstanceID, "err", err)
+	case !handed:
+		w.m.handoffs.WithLabelValues(handoffNoAgent).Inc()
+		log.Debug("no live agent for the lifecycle notice's instance; made visible again", "for_instance", n.InstanceID)
+	default:
+		w.m.handoffs.WithLabelValues(handoffHanded).Inc()
+		log.Info("lifecycle notice handed to its instance's agent", "for_instance", n.InstanceID, "hook", n.HookName)
+	}
+	return err == nil && handed
+}
+
+// runHandoff reads the notices other agents handed to this instance, beside
+// the sqs source's own poll, and reports the first one that is this
+// instance's terminating action as a trigger. Handed notices stay stored
+// until the action completes (Actor.Complete forgets them) or their TTL
+// ends, so an agent restarted before it persisted its drain finds its
+// notice again.
+func (w *Watcher) runHandoff(ctx context.Context, found chan<- Trigger) {
+	bo := newBackoff(time.Second, 30*time.Second)
+	after := ""
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, handoffBlock+handoffTimeout)
+		ns, err := w.d.Handoff.Take(rctx, w.d.InstanceID, after, handoffBlock)
+		cancel()
+		if ctx.Err() != nil {
+			return // a notice read now stays stored for the next reader
+		}
+		if err != nil {
+			w.m.sourceErrors.WithLabelValues(sourceHandoff).Inc()
+			wait := bo.NextBackOff()
+			w.log.Warn("read lifecycle notices handed to this instance; retrying (the queue's own poll goes on)",
+				"source", sourceHandoff, "retry_in", wait.Seconds(), "err", err)
+			if sleep(ctx, w.d.Clock, wait) != nil {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		for _, hn := range ns {
+			after = hn.ID
+			if tr := w.handedTrigger(hn); tr != nil {
+				found <- *tr
+				return
+			}
+		}
+	}
+}
+
+// handedTrigger turns a handed notice into a trigger when it is this
+// instance's terminating action, still within its heartbeat timeout.
+func (w *Watcher) handedTrigger(hn HandedNotice) *Trigger {
+	log := w.log.With("source", sourceHandoff, "handoff_id", hn.ID)
+	n, err := parseNotification(hn.Body)
+	switch {
+	case err != nil:
+		log.Warn("malformed handed lifecycle notice; ignored", "err", err)
+		return nil
+	case n.InstanceID != w.d.InstanceID || !w.ourHook(n):
+		log.Warn("handed lifecycle notice is not this instance's terminating action; ignored",
+			"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName)
+		return nil
+	case !n.Time.IsZero() && !w.d.Clock.Now().Before(w.orphanLimit(n)):
+		log.Info("handed lifecycle notice is past its heartbeat timeout; ignored",
+			"age_seconds", w.d.Clock.Now().Sub(n.Time).Seconds())
+		return nil
+	}
+	started := n.Time
+	if started.IsZero() {
+		started = w.d.Clock.Now()
+	}
+	return &Trigger{
+		Source: SourceSQS, At: w.d.Clock.Now(),
+		Reason: fmt.Sprintf("lifecycle notification %s for hook %s of %s (handed over by another agent)", n.Transition, n.HookName, n.ASGName),
+		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token, Started: started},
+	}
+}
+
+// forgetHanded drops the notices handed to this instance once its action
+// is done, so a later life of the instance (back from a warm pool) does not
+// find them.
+func (a *Actor) forgetHanded(ctx context.Context, act Action, log *slog.Logger) {
+	if a.d.Handoff == nil || act.InstanceID != a.d.InstanceID {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, handoffTimeout)
+	defer cancel()
+	if err := a.d.Handoff.Forget(fctx, act.InstanceID); err != nil {
+		log.Warn("could not drop the lifecycle notices handed to this instance; they expire with their TTL", "err", err)
+	}
+}

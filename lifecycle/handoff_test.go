@@ -1,0 +1,279 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/internal/asgfake"
+)
+
+// fakeHandoff is an in-memory Handoff: per-instance logs of notices, a set
+// of live instances, an injectable error, and a record of every call.
+type fakeHandoff struct {
+	mu      sync.Mutex
+	live    map[string]bool
+	err     error
+	notices map[string][]HandedNotice
+	seq     int
+	wake    chan struct{}
+	gives   []string // instance ids given to
+	forgets []string
+}
+
+var _ Handoff = (*fakeHandoff)(nil)
+
+func newFakeHandoff(live ...string) *fakeHandoff {
+	h := &fakeHandoff{live: map[string]bool{}, notices: map[string][]HandedNotice{}, wake: make(chan struct{})}
+	for _, id := range live {
+		h.live[id] = true
+	}
+	return h
+}
+
+func (h *fakeHandoff) Give(_ context.Context, id, notice string, ttl time.Duration) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gives = append(h.gives, id)
+	if h.err != nil || !h.live[id] {
+		return false, h.err
+	}
+	if ttl <= 0 {
+		return false, errors.New("ttl must be positive")
+	}
+	h.seq++
+	h.notices[id] = append(h.notices[id], HandedNotice{ID: strconv.Itoa(h.seq), Body: notice})
+	close(h.wake)
+	h.wake = make(chan struct{})
+	return true, nil
+}
+
+func (h *fakeHandoff) Take(ctx context.Context, id, after string, block time.Duration) ([]HandedNotice, error) {
+	deadline := time.After(block)
+	for {
+		h.mu.Lock()
+		if h.err != nil {
+			h.mu.Unlock()
+			return nil, h.err
+		}
+		var out []HandedNotice
+		for _, n := range h.notices[id] {
+			if a, _ := strconv.Atoi(after); after == "" || mustAtoi(n.ID) > a {
+				out = append(out, n)
+			}
+		}
+		wake := h.wake
+		h.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+func (h *fakeHandoff) Forget(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.forgets = append(h.forgets, id)
+	delete(h.notices, id)
+	return nil
+}
+
+func (h *fakeHandoff) givenTo() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.gives...)
+}
+
+// TestHandoffOfAnotherInstancesNotice: a terminating notice of another
+// instance whose agent is live is handed to it and deleted from the queue,
+// never made visible again; without a live agent, or when the store fails,
+// it is made visible again as before; a notice of another hook is never
+// handed.
+func TestHandoffOfAnotherInstancesNotice(t *testing.T) {
+	tests := []struct {
+		name       string
+		live       bool
+		err        error
+		hook       string // the watcher's hook_name
+		wantResult string // "" = no hand-off attempted
+	}{
+		{"live agent", true, nil, "drain", handoffHanded},
+		{"any hook", true, nil, "", handoffHanded},
+		{"no live agent", false, nil, "drain", handoffNoAgent},
+		{"store fails", true, errors.New("redis down"), "drain", handoffError},
+		{"another hook", true, nil, "other", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := newFakeSQS()
+				fake := asgfake.New(asgfake.Options{Seed: 4, Notify: func(body string) { q.send("note-i-2", body) }})
+				fake.AddGroup("web")
+				_ = fake.AddInstance("web", "i-1")
+				_ = fake.AddInstance("web", "i-2")
+				if err := fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: 90 * time.Second}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := fake.Terminate("i-2"); err != nil {
+					t.Fatal(err)
+				}
+				h := newFakeHandoff()
+				if tt.live {
+					h.live["i-2"] = true
+				}
+				h.err = tt.err
+				cfg := DefaultConfig()
+				cfg.Sources = []string{SourceSQS}
+				cfg.QueueURL = *sqsReceive.QueueUrl
+				cfg.HookName = tt.hook
+				reg := prometheus.NewRegistry()
+				w, err := NewWatcher(cfg, Deps{SQS: q, InstanceID: "i-1", Logger: testLogger(t), Registerer: reg, Handoff: h})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Long enough for a released notice to come back after a
+				// foreign pause, far short of its heartbeat timeout.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*foreignPause)
+				defer cancel()
+				if err := w.Run(ctx, func(tr Trigger) { t.Errorf("fired %+v; want nothing (not our instance)", tr) }); err != nil {
+					t.Fatal(err)
+				}
+				shown := len(q.callsFor("ChangeMessageVisibility", "note-i-2"))
+				dels := len(q.callsFor("DeleteMessage", "note-i-2"))
+				for _, r := range handoffResults {
+					want := 0.0
+					if r == tt.wantResult {
+						want = 1
+						if r != handoffHanded {
+							want = -1 // once per receive: at least one
+						}
+					}
+					got := counter(t, reg, "autodiag_lifecycle_handoffs_total", "result", r)
+					if (want >= 0 && got != want) || (want < 0 && got < 1) {
+						t.Errorf("handoffs{result=%s} = %v; want %v", r, got, want)
+					}
+				}
+				switch tt.wantResult {
+				case handoffHanded:
+					if dels != 1 || shown != 0 || !q.msg("note-i-2").deleted {
+						t.Fatalf("deleted %d times, shown again %d times; want deleted once, never shown", dels, shown)
+					}
+					if got := q.msg("note-i-2").receives; got != 1 {
+						t.Fatalf("received %d times; want 1", got)
+					}
+				default:
+					if dels != 0 || shown == 0 {
+						t.Fatalf("deleted %d times, shown again %d times; want kept and shown again", dels, shown)
+					}
+					if tt.wantResult == "" && len(h.givenTo()) != 0 {
+						t.Fatalf("handed to %v; want no hand-off of another hook's notice", h.givenTo())
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestHandedNoticeTriggersItsAgent: two agents share one queue and a
+// hand-off; whichever receives i-2's notice, i-2's watcher fires with its
+// action at once (no receipt: the message is gone), the message is
+// received once and never made visible again, and completing the action
+// forgets the handed notice.
+func TestHandedNoticeTriggersItsAgent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newFakeSQS()
+		fake := asgfake.New(asgfake.Options{Seed: 4, Notify: func(body string) { q.send("note-i-2", body) }})
+		fake.AddGroup("web")
+		_ = fake.AddInstance("web", "i-1")
+		_ = fake.AddInstance("web", "i-2")
+		if err := fake.PutHook(asgfake.Hook{Group: "web", Name: "drain", HeartbeatTimeout: 90 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		h := newFakeHandoff("i-1", "i-2")
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceSQS}
+		cfg.QueueURL = *sqsReceive.QueueUrl
+		cfg.HookName = "drain"
+		cfg.HookHeartbeatTimeout = 90 * time.Second
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		fired := make(chan Trigger, 1)
+		var wg sync.WaitGroup
+		// Only i-1 polls the queue; i-2 learns of its notice through the
+		// hand-off alone.
+		w1, err := NewWatcher(cfg, Deps{SQS: q, InstanceID: "i-1", Logger: testLogger(t), Handoff: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = w1.Run(ctx, func(tr Trigger) { t.Errorf("i-1 fired %+v", tr) }) })
+		synctest.Wait()
+		w2, err := NewWatcher(cfg, Deps{SQS: &noReceive{q}, InstanceID: "i-2", Logger: testLogger(t), Handoff: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = w2.Run(ctx, func(tr Trigger) { fired <- tr }) })
+		synctest.Wait()
+		start := time.Now()
+		acts, err := fake.Terminate("i-2")
+		if err != nil || len(acts) != 1 {
+			t.Fatalf("terminate: %v, %d actions", err, len(acts))
+		}
+		tok := acts[0].Token
+		var tr Trigger
+		select {
+		case tr = <-fired:
+		case <-time.After(sqsWaitTime): // fake time: a whole long poll of i-1's
+			t.Fatal("i-2 never fired")
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("i-2 fired after %s of fake time; want at once", d)
+		}
+		if tr.Action == nil || tr.Action.InstanceID != "i-2" || tr.Action.Token != tok || tr.Action.NotificationReceipt != "" {
+			t.Fatalf("trigger action %+v; want i-2's with token %s and no receipt", tr.Action, tok)
+		}
+		if got := h.givenTo(); len(got) != 1 || got[0] != "i-2" {
+			t.Fatalf("given to %v; want [i-2] once", got)
+		}
+		if m := q.msg("note-i-2"); !m.deleted || m.receives != 1 {
+			t.Fatalf("message deleted=%v after %d receives; want deleted after 1", m.deleted, m.receives)
+		}
+		if n := len(q.callsFor("ChangeMessageVisibility", "note-i-2")); n != 0 {
+			t.Fatalf("shown again %d times; want never", n)
+		}
+		cancel()
+		wg.Wait()
+
+		actor := NewActor(cfg, Deps{AutoScaling: newASGClient(fake, nil), InstanceID: "i-2", Logger: testLogger(t), Handoff: h})
+		if err := actor.Complete(t.Context(), *tr.Action, ResultContinue); err != nil {
+			t.Fatal(err)
+		}
+		if len(h.forgets) != 1 || h.forgets[0] != "i-2" || len(h.notices["i-2"]) != 0 {
+			t.Fatalf("forgotten %v, left %v; want i-2's notices dropped once", h.forgets, h.notices["i-2"])
+		}
+	})
+}
+
+// noReceive is a queue whose long poll never answers: the agent it serves
+// learns of its notice only through the hand-off.
+type noReceive struct{ *fakeSQS }
+
+func (n *noReceive) ReceiveMessage(ctx context.Context, _ *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
