@@ -17,15 +17,21 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
 	if len(os.Args) < 2 {
 		usage()
 	}
+	// Interrupted, the go build and gpg it runs stop with it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var err error
 	switch os.Args[1] {
 	case "snapshot":
@@ -34,7 +40,7 @@ func main() {
 		skipSign := fs.Bool("skip-sign", false, "do not sign checksums.txt")
 		config := fs.String("config", ".goreleaser.yaml", "GoReleaser configuration")
 		_ = fs.Parse(os.Args[2:])
-		err = snapshot(*config, *dist, *skipSign)
+		err = snapshot(ctx, *config, *dist, *skipSign)
 	case "sbom":
 		fs := flag.NewFlagSet("sbom", flag.ExitOnError)
 		out := fs.String("o", "", "output file")
@@ -51,6 +57,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "release: %v\n", err)
+		stop()
 		os.Exit(1)
 	}
 }

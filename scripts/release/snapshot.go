@@ -3,8 +3,10 @@ package main
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,11 +27,11 @@ func logf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "release: "+format+"\n", a...)
 }
 
-func git(args ...string) (string, error) {
-	out, err := exec.Command("git", args...).Output()
+func git(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "git", args...).Output()
 	if err != nil {
 		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = strings.TrimSpace(string(ee.Stderr))
 		}
 		return "", fmt.Errorf("git %s: %w %s", strings.Join(args, " "), err, stderr)
@@ -39,16 +41,16 @@ func git(args ...string) (string, error) {
 
 // snapshotVars: GoReleaser's snapshot naming, {{ .Version }} being the last
 // tag (v0.0.0 without one) with -SNAPSHOT-<short commit> after it.
-func snapshotVars(project string) (vars, error) {
+func snapshotVars(ctx context.Context, project string) (vars, error) {
 	v := vars{ProjectName: project, IsSnapshot: true}
 	var err error
-	if v.FullCommit, err = git("rev-parse", "HEAD"); err != nil {
+	if v.FullCommit, err = git(ctx, "rev-parse", "HEAD"); err != nil {
 		return v, err
 	}
-	if v.ShortCommit, err = git("rev-parse", "--short", "HEAD"); err != nil {
+	if v.ShortCommit, err = git(ctx, "rev-parse", "--short", "HEAD"); err != nil {
 		return v, err
 	}
-	ts, err := git("log", "-1", "--format=%ct", "HEAD")
+	ts, err := git(ctx, "log", "-1", "--format=%ct", "HEAD")
 	if err != nil {
 		return v, err
 	}
@@ -58,7 +60,7 @@ func snapshotVars(project string) (vars, error) {
 	}
 	v.CommitTimestamp = ts
 	v.CommitDate = time.Unix(sec, 0).UTC().Format(time.RFC3339)
-	v.Tag, err = git("describe", "--tags", "--abbrev=0")
+	v.Tag, err = git(ctx, "describe", "--tags", "--abbrev=0")
 	if err != nil {
 		v.Tag = "v0.0.0"
 	}
@@ -76,7 +78,7 @@ type artifact struct {
 	binary built
 }
 
-func snapshot(configPath, dist string, skipSign bool) error {
+func snapshot(ctx context.Context, configPath, dist string, skipSign bool) error {
 	c, err := loadConfig(configPath)
 	if err != nil {
 		return err
@@ -84,7 +86,7 @@ func snapshot(configPath, dist string, skipSign bool) error {
 	if dist == "" {
 		dist = c.Dist
 	}
-	v, err := snapshotVars(c.ProjectName)
+	v, err := snapshotVars(ctx, c.ProjectName)
 	if err != nil {
 		return err
 	}
@@ -97,7 +99,7 @@ func snapshot(configPath, dist string, skipSign bool) error {
 	logf("snapshot %s at %s (commit date %s) into %s", v.Version, v.FullCommit, v.CommitDate, dist)
 	logf("skipped, left to GoReleaser for a tagged release: dockers_v2 (the image), changelog, release (publish), report_sizes")
 
-	bins, err := buildAll(c.Builds[0], v, dist)
+	bins, err := buildAll(ctx, c.Builds[0], v, dist)
 	if err != nil {
 		return err
 	}
@@ -154,7 +156,7 @@ func snapshot(configPath, dist string, skipSign bool) error {
 				return err
 			}
 		}
-		cmd := exec.Command(c.Signs[0].Cmd, args...)
+		cmd := exec.CommandContext(ctx, c.Signs[0].Cmd, args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("signs: %s %s: %w", c.Signs[0].Cmd, strings.Join(args, " "), err)
@@ -171,7 +173,7 @@ func snapshot(configPath, dist string, skipSign bool) error {
 	return nil
 }
 
-func buildAll(b buildConfig, v vars, dist string) ([]built, error) {
+func buildAll(ctx context.Context, b buildConfig, v vars, dist string) ([]built, error) {
 	var ldflags []string
 	for _, l := range b.Ldflags {
 		s, err := expand(l, v)
@@ -199,7 +201,7 @@ func buildAll(b buildConfig, v vars, dist string) ([]built, error) {
 			path := filepath.Join(dir, b.Binary)
 			args := append([]string{"build"}, b.Flags...)
 			args = append(args, "-ldflags="+strings.Join(ldflags, " "), "-o", path, b.Main)
-			cmd := exec.Command("go", args...)
+			cmd := exec.CommandContext(ctx, "go", args...)
 			cmd.Env = append(append(os.Environ(), b.Env...), "GOOS="+goos, "GOARCH="+goarch)
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 			start := time.Now()
