@@ -1,34 +1,32 @@
 #!/bin/sh
-# packaging/release/sbom.sh DOCUMENT GOOS GOARCH — GoReleaser's sboms step
-# (.goreleaser.yaml), run in the dist directory: a CycloneDX JSON SBOM of
-# the modules linked into cmd/autodiag for GOOS/GOARCH, written to DOCUMENT.
+# packaging/release/sbom.sh DOCUMENT GOOS GOARCH VERSION — GoReleaser's sboms
+# step (.goreleaser.yaml), run in the dist directory: a CycloneDX JSON SBOM
+# of the modules linked into the GOOS/GOARCH release binary, written to
+# DOCUMENT.
 #
-# The generator is CycloneDX's cyclonedx-gomod, pinned below and built from
-# the Go module proxy into the tools cache on first use (the cache the
-# other tools of scripts/test.sh and scripts/release-check share).
+# The modules are read from the binary's embedded Go build info (the
+# linker's own list) by scripts/release, the program scripts/release-check
+# builds its snapshot with, so a release and the checked snapshot write the
+# same document. It is a module of its own, built here in seconds; no SBOM
+# tool is installed.
 set -eu
-doc=$1 goos=$2 goarch=$3
-version=v1.10.0
+doc=$1 goos=$2 goarch=$3 version=${4:-}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${AUTODIAG_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autodiag-tools}/cyclonedx-gomod-$version
-if [ ! -x "$cache/cyclonedx-gomod" ]; then
-	echo "sbom: building cyclonedx-gomod $version into $cache" >&2
-	mkdir -p "$cache"
-	partial=$(mktemp -d "$cache/.partial.XXXXXX")
-	GOBIN=$partial go install "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$version"
-	mv -f "$partial/cyclonedx-gomod" "$cache/cyclonedx-gomod"
-	rmdir "$partial"
-fi
-case $doc in /*) out=$doc ;; *) out=$PWD/$doc ;; esac
-cd "$root"
-# cyclonedx-gomod reads the main module's version with go-git, which cannot
-# open a git worktree: there, it reads a shared clone of HEAD instead.
-if [ "$(git rev-parse --git-dir)" != "$(git rev-parse --git-common-dir)" ]; then
-	tmp=$(mktemp -d "${TMPDIR:-/tmp}/autodiag-sbom.XXXXXX")
-	trap 'rm -rf "$tmp"' EXIT INT TERM
-	git clone --quiet --no-checkout "$root" "$tmp/src"
-	git -C "$tmp/src" checkout --quiet "$(git rev-parse HEAD)"
-	cd "$tmp/src"
-fi
-GOOS=$goos GOARCH=$goarch CGO_ENABLED=0 "$cache/cyclonedx-gomod" app -json -licenses=false \
-	-main cmd/autodiag -output "$out" .
+# GoReleaser's binary directories carry the micro-architecture level
+# (autodiag_linux_amd64_v1, autodiag_linux_arm64_v8.0); the snapshot's do not.
+bin=
+for d in autodiag_"$goos"_"$goarch" autodiag_"$goos"_"$goarch"_*; do
+	if [ -f "$d/autodiag" ]; then
+		bin=$d/autodiag
+		break
+	fi
+done
+[ -n "$bin" ] || {
+	echo "sbom: no autodiag binary for $goos/$goarch in $PWD" >&2
+	exit 1
+}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/autodiag-sbom.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+go build -C "$root/scripts/release" -o "$tmp/release" .
+name=$(basename "$doc" .cdx.json)
+"$tmp/release" sbom -o "$doc" -artifact "$name" -version "$version" "$bin"
