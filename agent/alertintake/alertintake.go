@@ -76,7 +76,7 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),
 		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics,
-		Logger: redactingLogger(o.Logger, o.Redactor), Now: o.Now,
+		Logger: redact.Logger(o.Logger, o.Redactor), Now: o.Now,
 		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
 }
 

@@ -401,7 +401,7 @@ func toolText(rec TaskRecord, in report.Input) string {
 		b.WriteString("(no output)\n")
 		return b.String()
 	}
-	fence := strings.Repeat("`", max(3, longestRun(out, '`')+1))
+	fence := report.Fence(out)
 	b.WriteString(fence + "\n" + out)
 	if !strings.HasSuffix(out, "\n") {
 		b.WriteString("\n")
@@ -419,19 +419,6 @@ func HeadTail(s string, n int) string {
 	mark := fmt.Sprintf("\n[... %d bytes left out ...]\n", len(s)-n)
 	half := max((n-len(mark))/2, 0)
 	return utf8cut.Head(s, half) + mark + utf8cut.Tail(s, half)
-}
-
-func longestRun(s string, c byte) int {
-	best, n := 0, 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			n++
-			best = max(best, n)
-		} else {
-			n = 0
-		}
-	}
-	return best
 }
 
 // fitContext keeps the conversation under context_bytes: the oldest tool

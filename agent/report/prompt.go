@@ -118,7 +118,7 @@ func BuildPrompt(ev Evidence, in Input) Prompt {
 		} else {
 			fmt.Fprintf(&b, "All %d lines:\n", total)
 		}
-		fence := strings.Repeat("`", max(3, longestRun(tail, '`')+1))
+		fence := Fence(tail)
 		b.WriteString(fence + "\n")
 		b.WriteString(tail)
 		b.WriteString(fence + "\n")
@@ -168,8 +168,14 @@ func Tail(s string, maxLines, maxBytes int) (tail string, shown, total int) {
 	return strings.Join(lines[total-shown:], "\n") + "\n", shown, total
 }
 
-// longestRun is the length of the longest run of c in s: the output's
-// fence is longer, so output holding a fence cannot end it.
+// Fence is the Markdown code fence for quoting s: backticks, at least
+// three, one more than the longest run of them in s, so that output
+// holding a fence cannot end the quote (in the prompt, or a tool result).
+func Fence(s string) string {
+	return strings.Repeat("`", max(3, longestRun(s, '`')+1))
+}
+
+// longestRun is the length of the longest run of c in s.
 func longestRun(s string, c byte) int {
 	best, n := 0, 0
 	for i := 0; i < len(s); i++ {
