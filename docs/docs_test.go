@@ -4,7 +4,6 @@
 package docs_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/internal/agenttest"
 )
 
 // opaque are keys documented as one row whose type is described elsewhere:
@@ -224,73 +223,16 @@ func TestConfigurationPageHasOneTablePerSection(t *testing.T) {
 	}
 }
 
-var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
-
-// registered lists the metric families an agent registers, from the
-// descriptors its collectors announce: a vector with no child yet is
-// there too.
+// registered lists the autodiag_ metric families reg registers.
 func registered(t *testing.T, reg *prometheus.Registry) map[string]bool {
 	t.Helper()
-	ch := make(chan *prometheus.Desc)
-	go func() {
-		reg.Describe(ch)
-		close(ch)
-	}()
 	names := map[string]bool{}
-	for d := range ch {
-		m := descName.FindStringSubmatch(d.String())
-		if m == nil {
-			t.Fatalf("cannot read the name of %s", d)
-		}
-		if strings.HasPrefix(m[1], "autodiag_") {
-			names[m[1]] = true
+	for n := range agenttest.RegisteredNames(t, reg) {
+		if strings.HasPrefix(n, "autodiag_") {
+			names[n] = true
 		}
 	}
 	return names
-}
-
-// openAgent opens an agent the way `autodiag run` does, with every
-// optional metric family switched on (an sqs lifecycle source, a sink,
-// reports and investigations, the S3 upload). Open makes no network call
-// for this config: the instance id is given, Redis is not configured and
-// AWS clients connect on first use.
-func openAgent(t *testing.T) *agent.Agent {
-	t.Helper()
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	cfg, err := config.Load([]byte(`
-instance_id: i-0123456789abcdef0
-lifecycle:
-  sources: [signal, sqs]
-  queue_url: https://sqs.us-east-1.amazonaws.com/123456789012/autodiag-lifecycle
-  hook_name: autodiag-drain
-  asg_name: fleet
-notify:
-  - name: incident-api
-    type: webhook
-    url: https://hooks.example.com/autodiag
-    on: [failed, report, drain_failed]
-report:
-  enabled: true
-  provider: bedrock
-  model: amazon.nova-lite-v1:0
-  investigate: {daily_cost_usd: 20}
-results:
-  s3: {bucket: diag-out, prefix: autodiag}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	a, closeAgent, err := agent.Open(ctx, cfg, agent.OpenOptions{})
-	if err != nil {
-		t.Fatalf("agent.Open: %v", err)
-	}
-	t.Cleanup(closeAgent)
-	return a
 }
 
 // documentedMetrics reads every `autodiag_*` name in the first cell of the
@@ -332,7 +274,7 @@ func documentedMetrics(t *testing.T) map[string]bool {
 // configured agent registers has a row in docs/metrics.md, and every row
 // names a family the agent registers.
 func TestMetricsPageHasEveryMetric(t *testing.T) {
-	reg := registered(t, openAgent(t).Registry())
+	reg := registered(t, agenttest.OpenFull(t).Registry())
 	docs := documentedMetrics(t)
 	for _, n := range sortedKeys(reg) {
 		if !docs[n] {
