@@ -223,6 +223,9 @@ func matchString(m Match) string {
 	if len(m.Severity) > 0 {
 		parts = append(parts, "severity in ["+strings.Join(m.Severity, ", ")+"]")
 	}
+	if len(m.Origin) > 0 {
+		parts = append(parts, "origin in ["+strings.Join(m.Origin, ", ")+"]")
+	}
 	if len(parts) == 0 {
 		return "every task"
 	}
