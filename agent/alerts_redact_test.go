@@ -13,10 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
-	"github.com/autodiag/autodiag/limiter"
 )
 
 // leakySender fails with an error that quotes what it was given.
@@ -39,26 +36,11 @@ func TestQueueAlarmLogRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout})
-	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs syncBuffer
-	a, err := New(cfg, Deps{Source: src, Store: state.NewMemory(state.MemoryOptions{}), Limiter: lim, InstanceID: "i-al",
-		AlertSender: leakySender{secret}, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(context.Background()) }()
-	defer func() {
-		a.Drain("test", "end of test")
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
-	if _, err := src.Send(t.Context(), alarm); err != nil {
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-al", AlertSender: leakySender{secret},
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+	defer stop()
+	if _, err := ma.src.Send(t.Context(), alarm); err != nil {
 		t.Fatal(err)
 	}
 	const msg = "alert tasks not queued; the alarm comes back to try again"

@@ -16,10 +16,8 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/investigate/eval"
-	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/limiter"
 )
 
 // scriptedModel plays a scenario: its tool calls turn by turn, then the
@@ -100,44 +98,14 @@ func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model str
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := queue.NewMemory(queue.MemoryOptions{})
-	store := state.NewMemory(state.MemoryOptions{})
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval",
-		Reports: &hooks.ReportParts{Provider: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(context.Background()) }()
-	defer func() {
-		a.Drain("test", "end of test")
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: p}})
+	defer stop()
 	body := fmt.Sprintf(`{"id":"parent-1","host":%q,"diagnostic":%q,"alert":{"source":"generic","name":%q}}`, s.Host, s.Parent.Name, s.Alert)
-	if _, err := src.Send(context.Background(), []byte(body)); err != nil {
+	if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		rec, ok, err := store.Task(context.Background(), "parent-1")
-		if err == nil && ok && len(rec.Report) > 0 {
-			var r report.Result
-			if err := json.Unmarshal(rec.Report, &r); err != nil {
-				t.Fatal(err)
-			}
-			return r, store
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no report for %s within %s", s.Name, wait)
-		}
-		time.Sleep(20 * time.Millisecond) // polls an observable condition, bounded by the deadline above
-	}
+	_, r := ma.waitReport(t, "parent-1", wait)
+	return r, ma.store
 }
 
 // TestInvestigationScenarios runs every scenario's scripted tool calls
@@ -289,44 +257,15 @@ func TestNoInvestigateIsSingleShot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := queue.NewMemory(queue.MemoryOptions{})
-	store := state.NewMemory(state.MemoryOptions{})
 	model := &recordingModel{}
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model}})
-	if err != nil {
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model}})
+	defer stop()
+	if _, err := ma.src.Send(context.Background(), []byte(`{"id":"p1","host":"web-3","diagnostic":"disk_free"}`)); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(context.Background()) }()
-	defer func() {
-		a.Drain("test", "end of test")
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
-	if _, err := src.Send(context.Background(), []byte(`{"id":"p1","host":"web-3","diagnostic":"disk_free"}`)); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	var rec state.TaskRecord
-	for {
-		var ok bool
-		rec, ok, err = store.Task(context.Background(), "p1")
-		if err == nil && ok && len(rec.Report) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no report within 30s")
-		}
-		time.Sleep(20 * time.Millisecond) // polls an observable condition, bounded by the deadline above
-	}
-	var r report.Result
-	if err := json.Unmarshal(rec.Report, &r); err != nil || r.Investigation != nil || r.Status != report.StatusOK {
-		t.Fatalf("report %s (%v)", rec.Report, err)
+	rec, r := ma.waitReport(t, "p1", 30*time.Second)
+	if r.Investigation != nil || r.Status != report.StatusOK {
+		t.Fatalf("report %s", rec.Report)
 	}
 	model.mu.Lock()
 	defer model.mu.Unlock()

@@ -14,10 +14,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
-	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/worker"
-	"github.com/autodiag/autodiag/limiter"
 )
 
 // countingS3 reads each object's body through without keeping it.
@@ -54,34 +51,20 @@ results:
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout})
-	store := state.NewMemory(state.MemoryOptions{})
-	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	fake := &countingS3{}
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, S3: fake, InstanceID: "i-up", Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(context.Background()) }()
+	ma, stop := runMemAgent(t, cfg, Deps{S3: fake, InstanceID: "i-up", Registry: prometheus.NewRegistry()})
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	if _, err := src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
+	if _, err := ma.src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
+	waitFor(t, "the task's outcome", func() bool { return ma.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
 	runtime.ReadMemStats(&after)
-	a.Drain("test", "end of test")
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	stop()
 	if fake.n < n {
 		t.Fatalf("uploaded %d bytes, want at least %d", fake.n, n)
 	}
-	rec, _, _ := store.Task(t.Context(), "up-1")
+	rec, _, _ := ma.store.Task(t.Context(), "up-1")
 	if len(rec.Output) > 2<<10 || strings.Contains(rec.Output, uploadSecret) {
 		t.Fatalf("record output %d bytes", len(rec.Output))
 	}
