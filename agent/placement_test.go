@@ -2,12 +2,12 @@ package agent
 
 import (
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/internal/clock"
 
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,18 +17,6 @@ import (
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/limiter"
 )
-
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stepClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // TestMaxPercentCountsTheInstanceRegistry: a max_percent cap counts the
 // agents the instance registry shows in service, as the agents write it
@@ -56,7 +44,7 @@ func TestMaxPercentCountsTheInstanceRegistry(t *testing.T) {
 		{Name: "zone", Match: limiter.Match{Diagnostic: []string{"ps"}}, Key: limiter.KeyDiagnostic,
 			Limits: []limiter.Limit{{Concurrency: limiter.Concurrency{MaxPercent: 50, Per: limiter.PerAZ}}}},
 	}
-	clk := &stepClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	store := state.NewRedis(rc, state.RedisOptions{Prefix: prefix, Clock: clk, InService: inServiceKeys(prefix, cfg.UsesPercent())})
 	lim, err := limiter.New(cfg, limiter.NewRedis(rc, prefix), limiter.Options{Clock: clk, Timeout: time.Minute, AZ: "az-a"})
 	if err != nil {
@@ -100,11 +88,11 @@ func TestMaxPercentCountsTheInstanceRegistry(t *testing.T) {
 	check("ps", "p1", true, 4, 9)
 	// Half a refresh period on, only agents 10-14 heartbeat again; one
 	// heartbeat TTL after the rest last did, they have lapsed.
-	clk.add(instanceTTL / 2)
+	clk.Add(instanceTTL / 2)
 	for i := 10; i < 15; i++ {
 		put(i, "az-a", state.InstanceInService)
 	}
-	clk.add(instanceTTL / 2)
+	clk.Add(instanceTTL / 2)
 	check("ps", "p2", true, 2, 5)
 	check("ps", "p3", false, 2, 5)
 	check("df", "t4", false, 1, 5)

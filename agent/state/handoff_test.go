@@ -2,24 +2,12 @@ package state_test
 
 import (
 	"context"
-	"sync"
+	"github.com/autodiag/autodiag/internal/clock"
 	"testing"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
 )
-
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stepClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // TestRedisNoticeHandoff: a notice is handed only to a live agent (its
 // heartbeat expiry in the instance index ahead of now), kept with the TTL
@@ -28,7 +16,7 @@ func TestRedisNoticeHandoff(t *testing.T) {
 	for name, c := range redisClients(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			clk := &stepClock{t: time.Now()}
+			clk := clock.NewManual(time.Now())
 			prefix := uniquePrefix(t, c)
 			s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
 			const hbTTL = 30 * time.Second
@@ -62,7 +50,7 @@ func TestRedisNoticeHandoff(t *testing.T) {
 				t.Fatal("an empty take did not block for its block time")
 			}
 			// Past its heartbeat expiry the agent is not live any more.
-			clk.add(hbTTL)
+			clk.Add(hbTTL)
 			if handed, err := s.GiveNotice(ctx, "i-2", "n3", time.Minute); err != nil || handed {
 				t.Fatalf("give to a lapsed agent = %v, %v; want not handed", handed, err)
 			}

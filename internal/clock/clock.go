@@ -2,7 +2,10 @@
 // injects one fake for all of them. It imports nothing of autodiag.
 package clock
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Clock tells the time; tests inject a fake one.
 type Clock interface{ Now() time.Time }
@@ -12,3 +15,19 @@ type Wall struct{}
 
 // Now is time.Now.
 func (Wall) Now() time.Time { return time.Now() }
+
+// Manual is a Clock that moves only when told: tests step it past TTLs
+// and heartbeats instead of waiting. Safe for concurrent use.
+type Manual struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewManual is a Manual clock at t.
+func NewManual(t time.Time) *Manual { return &Manual{t: t} }
+
+// Now is the clock's time.
+func (m *Manual) Now() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.t }
+
+// Add moves the clock by d.
+func (m *Manual) Add(d time.Duration) { m.mu.Lock(); defer m.mu.Unlock(); m.t = m.t.Add(d) }
