@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // actorEnv runs inside a synctest bubble: the fake service, the SDK client

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // TestOrphanedNotificationDeleted: another instance's notice is shown

@@ -1,7 +1,7 @@
 package lifecycle_test
 
-// The sqs source against internal/sqsfake (the project's SQS fake) with the real
-// SDK clients for SQS and Auto Scaling. This test-only import of internal/sqsfake
+// The sqs source against internal/fake/sqsfake (the project's SQS fake) with the real
+// SDK clients for SQS and Auto Scaling. This test-only import of internal/fake/sqsfake
 // is the one place the lifecycle package touches agent/: the production code
 // does not.
 
@@ -17,8 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 

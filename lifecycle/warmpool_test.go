@@ -11,7 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // imdsStandIn is a minimal IMDSv2 endpoint for what ec2-metadata-mock

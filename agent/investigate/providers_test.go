@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 
 	"github.com/autodiag/autodiag/agent/report"
-	"github.com/autodiag/autodiag/internal/bedrockfake"
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/bedrockfake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 )
 
 // TestThroughBothProviders runs an investigation (two tool turns, a

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 // inProcess is an HTTP client that serves requests with a handler in the

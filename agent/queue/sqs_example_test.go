@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 // The agent builds the client from the SDK's default chain

@@ -20,7 +20,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/internal/configerr"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 // fixture is the fake SQS server with a task queue and a DLQ, and a real SDK

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/report"
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/limiter"
 )
 

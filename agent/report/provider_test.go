@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 
-	"github.com/autodiag/autodiag/internal/bedrockfake"
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/bedrockfake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 )
 
 const testModel = "amazon.nova-lite-v1:0"

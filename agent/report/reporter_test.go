@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/limiter"
 )
 

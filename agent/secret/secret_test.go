@@ -16,7 +16,7 @@ import (
 	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/autodiag/autodiag/internal/awssecretsfake"
+	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
 )
 
 const redisURL = "rediss://autodiag:s3cr3t-Pa55w0rd@redis.internal:6379/0"

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/awssecretsfake"
+	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
 )
 
 func TestStoreRefreshRotatesAndKeepsLastOnFailure(t *testing.T) {

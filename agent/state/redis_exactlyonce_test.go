@@ -14,7 +14,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 // TestRedisSQSExactlyOnce drives the two backends the way a fleet does,

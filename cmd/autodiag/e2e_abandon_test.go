@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
-	"github.com/autodiag/autodiag/internal/cwfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
 // TestDrainSecondsWhileCompletionThrottledE2E: the binary, its SDK clients

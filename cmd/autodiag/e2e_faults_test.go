@@ -18,7 +18,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

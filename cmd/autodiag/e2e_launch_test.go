@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/lifecycle"
 )

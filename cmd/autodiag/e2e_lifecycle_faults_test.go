@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // lcRepeat is n tasks of secs each.

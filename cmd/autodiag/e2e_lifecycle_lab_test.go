@@ -24,8 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

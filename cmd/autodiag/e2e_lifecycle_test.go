@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // The lifecycle drain with the real binary: an instance leaving its Auto

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 )
 
 // In embedded mode `autodiag report ID` has the running agent write the

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	rootcause "github.com/autodiag/autodiag/agent/report"
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

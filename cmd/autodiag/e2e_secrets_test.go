@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
-	"github.com/autodiag/autodiag/internal/awssecretsfake"
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 )
 
 // TestSecretsFromStoreRotatedWithoutRestart: an embedded agent reads its

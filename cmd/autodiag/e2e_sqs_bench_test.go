@@ -25,7 +25,7 @@ import (
 
 	agentpkg "github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

@@ -24,7 +24,7 @@ import (
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/worker"
-	"github.com/autodiag/autodiag/internal/awssecretsfake"
+	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // The fleet simulation (`chaos fleet`, scripts/fleetsim): N real agents on

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // markTolerance is how much earlier than its limiter decision a run's S mark

@@ -24,7 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 // lab owns every process and server the scenarios start, so that one stop

@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 // The lifecycle scenes: an Auto Scaling fake served by this process whose

@@ -11,7 +11,7 @@ import (
 
 	agentpkg "github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 // receiveRetryMax is the intake's longest pause between failed receives

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/smithy-go"
 
-	"github.com/autodiag/autodiag/internal/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
 var t0 = time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)

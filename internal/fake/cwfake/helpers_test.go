@@ -13,7 +13,7 @@ import (
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/autodiag/autodiag/internal/cwfake"
+	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
 var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 func TestFakeClock(t *testing.T) {

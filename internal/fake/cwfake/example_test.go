@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 
-	"github.com/autodiag/autodiag/internal/cwfake"
+	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
 // A publisher under test keeps putting DrainSeconds while the first two

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/autodiag/autodiag/internal/fakefault"
+	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
 
 // Fault is how the fake answers one request.

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/encoding/cbor"
 
-	"github.com/autodiag/autodiag/internal/cwfake"
+	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
 // TestProtocolErrorsThroughSDK checks the answers to requests the fake does

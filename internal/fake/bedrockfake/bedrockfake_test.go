@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/document"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 
-	"github.com/autodiag/autodiag/internal/bedrockfake"
+	"github.com/autodiag/autodiag/internal/fake/bedrockfake"
 )
 
 const model = "amazon.nova-lite-v1:0"

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/sqsfake"
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
 
 func main() { os.Exit(run()) }

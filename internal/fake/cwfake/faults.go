@@ -1,6 +1,6 @@
 package cwfake
 
-import "github.com/autodiag/autodiag/internal/fakefault"
+import "github.com/autodiag/autodiag/internal/fake/fakefault"
 
 // FaultKind says how an injected fault answers a request.
 type FaultKind int

@@ -15,7 +15,7 @@ import (
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/autodiag/autodiag/internal/cwfake"
+	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
 func TestPutMetricDataRecordsAgentDatum(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go/encoding/cbor"
 
-	"github.com/autodiag/autodiag/internal/fakefault"
+	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
 
 const (

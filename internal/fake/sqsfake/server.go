@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/fakefault"
+	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
 
 const (

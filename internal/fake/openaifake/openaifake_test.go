@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/report"
-	"github.com/autodiag/autodiag/internal/openaifake"
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 )
 
 // TestFaultsThroughTheClient drives every fault with the client autodiag

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/autodiag/autodiag/internal/fakefault"
+	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
 
 // FaultKind says what an injected fault does to a matching request.
