@@ -2,23 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
+	"github.com/autodiag/autodiag/internal/fake/imdsmock"
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // The lifecycle scenes: an Auto Scaling fake served by this process whose
@@ -36,14 +27,12 @@ const (
 )
 
 type lcLab struct {
-	asg    *asgfake.Server
-	asgURL string
-	hs     *http.Server
+	asg    *harness.ASG
 	tasks  string // task queue URL
 	notify string // lifecycle queue URL
 	yaml   string
-	redis  *redisSrv
-	led    *ledger
+	redis  *harness.Redis
+	led    *harness.Ledger
 	base   time.Time // when the fake's clock began
 	scale  time.Duration
 }
@@ -56,21 +45,21 @@ func (lc *lcLab) real(t time.Time) time.Time { return lc.base.Add(t.Sub(lc.base)
 func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML string) (*lcLab, error) {
 	lc := &lcLab{scale: scale}
 	var err error
-	if lc.redis, err = l.newRedis(name); err != nil {
+	if lc.redis, err = l.StartRedis(name); err != nil {
 		return nil, err
 	}
-	if lc.led, err = l.newLedger(name); err != nil {
+	if lc.led, err = l.NewLedger(name); err != nil {
 		return nil, err
 	}
-	if lc.tasks, err = l.queue(name+"-tasks", map[string]string{"VisibilityTimeout": "60"}); err != nil {
+	if lc.tasks, err = l.SQS.CreateQueue(name+"-tasks", map[string]string{"VisibilityTimeout": "60"}); err != nil {
 		return nil, err
 	}
-	if lc.notify, err = l.queue(name+"-lifecycle", nil); err != nil {
+	if lc.notify, err = l.SQS.CreateQueue(name+"-lifecycle", nil); err != nil {
 		return nil, err
 	}
 	base := time.Now()
 	lc.base = base
-	lc.asg, lc.asgURL, lc.hs, err = l.serveASG(5, func() time.Time { return base.Add(time.Since(base) * scale) }, lc.notify)
+	lc.asg, err = l.startASG(5, func() time.Time { return base.Add(time.Since(base) * scale) }, lc.notify)
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +70,8 @@ func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML st
 		return nil, fmt.Errorf("asgfake: %w", err)
 	}
 
-	lc.yaml = agentConfig{instance: lcInstance, workers: 4, queueURL: lc.tasks, visibility: 60 * time.Second,
-		redisAddr: lc.redis.addr, prefix: name + ":", ledger: lc.led}.yaml()
+	lc.yaml = harness.AgentConfig{Instance: lcInstance, Workers: 4, QueueURL: lc.tasks, Visibility: 60 * time.Second,
+		RedisAddr: lc.redis.Addr, Prefix: name + ":", Ledger: lc.led}.YAML()
 	if lifecycleYAML != "" {
 		lc.yaml += lifecycleYAML
 		return lc, nil
@@ -92,29 +81,16 @@ func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML st
 	return lc, nil
 }
 
-func (lc *lcLab) close() { _ = lc.hs.Close() }
-
-// serveASG serves an Auto Scaling fake with group lcGroup on a loopback
-// port; its lifecycle notifications go to the SQS queue notifyURL. The
-// caller closes the returned server.
-func (l *lab) serveASG(seed uint64, now func() time.Time, notifyURL string) (*asgfake.Server, string, *http.Server, error) {
-	asg := asgfake.New(asgfake.Options{Seed: seed, Now: now,
-		Notify: func(body string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, _ = l.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(notifyURL), MessageBody: aws.String(body)})
-		}})
-	asg.AddGroup(lcGroup)
-	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+// startASG serves an Auto Scaling fake with group lcGroup whose
+// lifecycle notifications go to the SQS queue notifyURL.
+func (l *lab) startASG(seed uint64, now func() time.Time, notifyURL string) (*harness.ASG, error) {
+	asg, err := l.StartASG(nil, asgfake.Options{Seed: seed, Now: now, Notify: l.SQS.Notifier(notifyURL, nil)})
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("asg listener: %w", err)
+		return nil, err
 	}
-	hs := &http.Server{Handler: asg, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	return asg, "http://" + ln.Addr().String(), hs, nil
+	asg.AddGroup(lcGroup)
+	return asg, nil
 }
-
-func (lc *lcLab) env() []string { return []string{"AWS_ENDPOINT_URL_AUTO_SCALING=" + lc.asgURL} }
 
 // enqueue puts n tasks that each sleep secs on the task queue.
 func (lc *lcLab) enqueue(l *lab, n int, secs string) error {
@@ -142,7 +118,7 @@ func (lc *lcLab) calls(op string, since time.Time) (all, failed int, firstOK tim
 	return all, failed, firstOK
 }
 
-func inflight(a *agent) float64 { return a.metric("autodiag_tasks_inflight") }
+func inflight(a *harness.Agent) float64 { return metric(a, "autodiag_tasks_inflight") }
 
 // R4: half of the heartbeats and completions fail (throttled or 5xx)
 // while a drain outlasts the hook's heartbeat timeout several times.
@@ -152,7 +128,6 @@ func r4(l *lab) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	defer lc.close()
 	// The first completion is always refused, so the retry path runs
 	// whatever the dice say; then a quarter of each call is throttled and
 	// a third of the rest answers 500: half fail.
@@ -164,23 +139,23 @@ func r4(l *lab) (string, bool, error) {
 	if err := lc.enqueue(l, total, "3"); err != nil {
 		return "", false, err
 	}
-	a, err := l.startAgent("r4", lc.yaml, lc.env()...)
+	a, err := l.StartAgent(lc.yaml, lc.asg.Env()...)
 	if err != nil {
 		return "", false, err
 	}
-	if !eventually(30*time.Second, func() bool { return inflight(a) >= 4 }) {
+	if !harness.Until(30*time.Second, func() bool { return inflight(a) >= 4 }) {
 		return "workers never busy", false, nil
 	}
 	trig := time.Now()
 	if _, err := lc.asg.Terminate(lcInstance); err != nil {
 		return "", false, fmt.Errorf("terminate: %w", err)
 	}
-	code := a.wait(90 * time.Second)
+	code, _ := a.Wait(90 * time.Second)
 	took := time.Since(trig)
 	// Tasks the drain did not take stay on the queue for the next
 	// instance; lost is what neither ran nor waits there.
-	notRun, twice := onceEach(lc.led, ids("lc", total))
-	v, i, d, _, _ := l.sqs.Stats("r4-tasks")
+	notRun, twice := lc.led.OnceEach(harness.IDs("lc", total))
+	v, i, d, _, _ := l.SQS.Stats("r4-tasks")
 	lost := notRun - (v + i + d)
 	beats, beatsFailed, _ := lc.calls("RecordLifecycleActionHeartbeat", trig)
 	comps, compsFailed, _ := lc.calls("CompleteLifecycleAction", trig)
@@ -201,39 +176,38 @@ func r8(l *lab) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	defer lc.close()
 	if err := lc.enqueue(l, total, "4"); err != nil {
 		return "", false, err
 	}
-	a, err := l.startAgent("r8-a", lc.yaml, lc.env()...)
+	a, err := l.StartAgent(lc.yaml, lc.asg.Env()...)
 	if err != nil {
 		return "", false, err
 	}
-	if !eventually(30*time.Second, func() bool { return inflight(a) >= 4 }) {
+	if !harness.Until(30*time.Second, func() bool { return inflight(a) >= 4 }) {
 		return "workers never busy", false, nil
 	}
 	trig := time.Now()
 	if _, err := lc.asg.Terminate(lcInstance); err != nil {
 		return "", false, fmt.Errorf("terminate: %w", err)
 	}
-	if !eventually(30*time.Second, func() bool { _, _, ok := lc.calls("RecordLifecycleActionHeartbeat", trig); return !ok.IsZero() }) {
+	if !harness.Until(30*time.Second, func() bool { _, _, ok := lc.calls("RecordLifecycleActionHeartbeat", trig); return !ok.IsZero() }) {
 		return "no heartbeat of the drain", false, nil
 	}
-	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	a.wait(10 * time.Second)
+	_ = a.Signal(syscall.SIGKILL)
+	a.Wait(10 * time.Second)
 	killed := time.Now()
 	compsBefore, _, _ := lc.calls("CompleteLifecycleAction", trig)
-	b, err := l.startAgent("r8-b", lc.yaml, lc.env()...)
+	b, err := l.StartAgent(lc.yaml, lc.asg.Env()...)
 	if err != nil {
 		return "", false, err
 	}
-	code := b.wait(90 * time.Second)
-	resumed := len(b.logs("drain resumed"))
+	code, _ := b.Wait(90 * time.Second)
+	resumed := len(b.Logs("drain resumed"))
 	beats, _, firstBeat := lc.calls("RecordLifecycleActionHeartbeat", killed)
 	_, _, completed := lc.calls("CompleteLifecycleAction", killed)
 	act, _ := lc.asg.Action(lcInstance)
 	receivedAfter := 0
-	for _, c := range l.sqs.Calls("ReceiveMessage") {
+	for _, c := range l.SQS.Calls("ReceiveMessage") {
 		if c.Queue == "r8-tasks" && c.Time.After(killed) {
 			receivedAfter++
 		}
@@ -245,61 +219,11 @@ func r8(l *lab) (string, bool, error) {
 	return m, pass, nil
 }
 
-// startIMDSMock runs ec2-metadata-mock in asglifecycle mode: its
-// target-lifecycle-state turns Terminated delay after it starts. It returns
-// the mock's URL once it answers.
-func (l *lab) startIMDSMock(delay time.Duration) (string, error) {
-	if l.imds == "" {
-		return "", errors.New("ec2-metadata-mock not given (-imds-mock; scripts/chaos.sh installs it)")
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return "", err
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	dir := filepath.Join(l.dir, "imds")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("imds dir: %w", err)
-	}
-	cmd := exec.CommandContext(context.Background(), l.imds, "asglifecycle", "--imdsv2",
-		"--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)), "-p", port, "-n", "127.0.0.1")
-	cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
-	cmd.Dir = dir
-	if err := l.spawn(cmd); err != nil {
-		return "", err
-	}
-	go func() { _ = cmd.Wait() }()
-	url := "http://" + addr
-	if !eventually(10*time.Second, func() bool { _, err := imdsState(url); return err == nil }) {
-		return "", errors.New("ec2-metadata-mock did not answer within 10s")
-	}
-	return url, nil
-}
-
-// imdsState reads target-lifecycle-state (IMDSv2).
+// imdsState reads target-lifecycle-state from the mock at base.
 func imdsState(base string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/latest/api/token", nil)
-	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("imds token: %w", err)
-	}
-	tok, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/latest/meta-data/autoscaling/target-lifecycle-state", nil)
-	req.Header.Set("X-aws-ec2-metadata-token", string(tok))
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("imds state: %w", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("target-lifecycle-state: %s", resp.Status)
-	}
-	return strings.TrimSpace(string(b)), nil
+	return imdsmock.LifecycleState(ctx, base)
 }
 
 // R1: the instance is in Terminating:Wait (IMDS says Terminated, Auto
@@ -313,65 +237,66 @@ func r1(l *lab) (string, bool, error) {
 	// agent's first poll: its next poll is a minute away, so the SIGTERM's
 	// probe is what finds the action.
 	const delay = 5 * time.Second
-	imdsURL, err := l.startIMDSMock(delay)
+	// IMDS says Terminated delay after the mock starts.
+	mock, err := l.StartMetadataMock(l.imds, "asglifecycle", "--imdsv2", "--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
 	if err != nil {
 		return "", false, err
 	}
+	imdsURL := mock.URL
 	lc, err := l.newLifecycleLab("r1", 1, fmt.Sprintf("lifecycle:\n  sources: [signal, imds]\n  asg_name: %s\n  hook_name: %s\n  imds_poll_interval: 1m\n  heartbeat_interval: %s\n  drain_timeout: 1m\n",
 		lcGroup, lcHook, lcInterval))
 	if err != nil {
 		return "", false, err
 	}
-	defer lc.close()
-	env := append(lc.env(), "AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imdsURL)
-	a, err := l.startAgent("r1-a", lc.yaml, env...)
+	env := append(lc.asg.Env(), "AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imdsURL)
+	a, err := l.StartAgent(lc.yaml, env...)
 	if err != nil {
 		return "", false, err
 	}
-	if !eventually(15*time.Second, func() bool { st, _ := imdsState(imdsURL); return st == "Terminated" }) {
+	if !harness.Until(15*time.Second, func() bool { st, _ := imdsState(imdsURL); return st == "Terminated" }) {
 		return "IMDS never said Terminated", false, nil
 	}
-	if len(a.logs("lifecycle trigger")) > 0 {
+	if len(a.Logs("lifecycle trigger")) > 0 {
 		return "the agent's own IMDS poll saw Terminated before the SIGTERM", false, nil
 	}
 	// Auto Scaling and IMDS tell the same story.
 	if _, err := lc.asg.Terminate(lcInstance); err != nil {
 		return "", false, fmt.Errorf("terminate: %w", err)
 	}
-	want := ids("r1", total)
+	want := harness.IDs("r1", total)
 	var bodies []string
 	for _, id := range want {
-		bodies = append(bodies, taskBody(id, "short"))
+		bodies = append(bodies, harness.TaskBody(id, "short"))
 	}
 	if err := l.send(lc.tasks, bodies...); err != nil {
 		return "", false, err
 	}
-	if !eventually(60*time.Second, func() bool { n, _ := lc.led.counts(); return len(n) >= 40 }) {
+	if !harness.Until(60*time.Second, func() bool { n, _, _ := lc.led.Counts(); return len(n) >= 40 }) {
 		return "burst did not start", false, nil
 	}
 	term := time.Now()
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	code := a.wait(60 * time.Second)
+	_ = a.Signal(syscall.SIGTERM)
+	code, _ := a.Wait(60 * time.Second)
 	exitAfter := time.Since(term)
 	var lastEnded time.Time
-	for _, line := range a.logs("task ended") {
-		if at, _ := line["_at"].(time.Time); at.After(lastEnded) {
+	for _, line := range a.Logs("task ended") {
+		if at, _ := harness.LogTime(line); at.After(lastEnded) {
 			lastEnded = at
 		}
 	}
-	ranOnA, _ := lc.led.counts()
+	ranOnA, _, _ := lc.led.Counts()
 	comps, compsFailed, completed := lc.calls("CompleteLifecycleAction", term)
 	act, _ := lc.asg.Action(lcInstance)
 
-	b, err := l.startAgent("r1-b", agentConfig{instance: "i-0ther0000000000000", workers: 8, queueURL: lc.tasks,
-		visibility: 60 * time.Second, redisAddr: lc.redis.addr, prefix: "r1:", ledger: lc.led}.yaml())
+	b, err := l.StartAgent(harness.AgentConfig{Instance: "i-0ther0000000000000", Workers: 8, QueueURL: lc.tasks,
+		Visibility: 60 * time.Second, RedisAddr: lc.redis.Addr, Prefix: "r1:", Ledger: lc.led}.YAML())
 	if err != nil {
 		return "", false, err
 	}
-	drained := eventually(120*time.Second, func() bool { return l.drained("r1-tasks") })
-	lost, twice := onceEach(lc.led, want)
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	b.wait(30 * time.Second)
+	drained := harness.Until(120*time.Second, func() bool { return l.SQS.Drained("r1-tasks") })
+	lost, twice := lc.led.OnceEach(want)
+	_ = b.Signal(syscall.SIGTERM)
+	b.Wait(30 * time.Second)
 	m := fmt.Sprintf("agent-a ran %d, exit %d %s after SIGTERM; completion attempts %d (%d failed), action %s with %d completion, %s after its last task ended; second agent ran the rest: lost %d, twice %d, drained %v",
 		len(ranOnA), code, secs(exitAfter), comps, compsFailed, act.EndReason, act.Completions, secs(completed.Sub(lastEnded)), lost, twice, drained)
 	pass := code == 0 && act.EndReason == asgfake.EndCompleted && act.Completions == 1 && !completed.IsZero() && completed.After(lastEnded) &&

@@ -9,17 +9,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // row is one scenario's result.
@@ -34,43 +30,7 @@ type scenario struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "fleet" {
-		os.Exit(runFleet(os.Args[2:]))
-	}
 	os.Exit(run())
-}
-
-// newLab builds autodiag into a fresh directory and serves the SQS fake;
-// stop ends everything the lab started and removes the directory. A
-// SIGINT or SIGTERM runs stop and exits 130: the runs are on the main
-// goroutine and are not interruptible otherwise.
-func newLab(name, toxi, imds string) (*lab, func(), error) {
-	dir, err := os.MkdirTemp("", "autodiag-"+name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("lab dir: %w", err)
-	}
-	l := &lab{dir: dir, bin: filepath.Join(dir, "autodiag"), toxi: toxi, imds: imds}
-	var once sync.Once
-	stop := func() { once.Do(func() { l.stopAll(); os.RemoveAll(dir) }) }
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		stop()
-		fmt.Fprintf(os.Stderr, "%s: interrupted; everything started is stopped\n", name)
-		os.Exit(130)
-	}()
-	build := exec.CommandContext(context.Background(), "go", "build", "-o", l.bin, "./cmd/autodiag")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("building autodiag: %w", err)
-	}
-	if err := l.startSQS(); err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return l, stop, nil
 }
 
 func run() int {
@@ -79,12 +39,13 @@ func run() int {
 	imds := flag.String("imds-mock", "", "path of ec2-metadata-mock (R1)")
 	flag.Parse()
 
-	l, stop, err := newLab("chaos", *toxi, *imds)
+	hl, err := harness.NewLab("chaos")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	defer stop()
+	defer hl.Stop()
+	l := &lab{Lab: hl, toxi: *toxi, imds: *imds}
 	start := time.Now()
 
 	want := map[string]bool{}
@@ -114,7 +75,7 @@ func run() int {
 		}
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.id, r.scenario, r.must, strings.ReplaceAll(r.measured, "|", "/"), res)
 		// Processes of one scenario do not run into the next.
-		l.stopAgents()
+		l.StopProcesses()
 	}
 	fmt.Fprintf(os.Stderr, "chaos: %d failed, total %s\n", failed, secs(time.Since(start)))
 	if failed > 0 {

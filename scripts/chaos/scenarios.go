@@ -12,81 +12,60 @@ import (
 	agentpkg "github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/fake/sqsfake"
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // receiveRetryMax is the intake's longest pause between failed receives
 // (agent/worker/receiver.go).
 const receiveRetryMax = 30 * time.Second
 
-func ids(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	return out
-}
-
-// onceEach checks that every id ran exactly once: lost and twice counts.
-func onceEach(led *ledger, want []string) (lost, twice int) {
-	n, _ := led.counts()
-	for _, id := range want {
-		switch {
-		case n[id] == 0:
-			lost++
-		case n[id] > 1:
-			twice++
-		}
-	}
-	return lost, twice
-}
-
 // R2: agent-a is killed with -9 while its task waits at the gate; agent-b
 // takes the task over once its lease lapses.
 func r2(l *lab) (string, bool, error) {
-	rs, err := l.newRedis("r2")
+	rs, err := l.StartRedis("r2")
 	if err != nil {
 		return "", false, err
 	}
-	url, err := l.queue("r2", nil)
+	url, err := l.SQS.CreateQueue("r2", nil)
 	if err != nil {
 		return "", false, err
 	}
-	led, err := l.newLedger("r2")
+	led, err := l.NewLedger("r2")
 	if err != nil {
 		return "", false, err
 	}
-	defer led.open()
+	defer led.Open()
 	cfg := func(inst string) string {
-		return agentConfig{instance: inst, workers: 2, queueURL: url, redisAddr: rs.addr, prefix: "r2:", ledger: led}.yaml()
+		return harness.AgentConfig{Instance: inst, Workers: 2, QueueURL: url, RedisAddr: rs.Addr, Prefix: "r2:", Ledger: led}.YAML()
 	}
-	a, err := l.startAgent("r2-a", cfg("agent-a"))
+	a, err := l.StartAgent(cfg("agent-a"))
 	if err != nil {
 		return "", false, err
 	}
-	if err := l.send(url, taskBody("k-1", "gate")); err != nil {
+	if err := l.send(url, harness.TaskBody("k-1", "gate")); err != nil {
 		return "", false, err
 	}
-	if !eventually(20*time.Second, func() bool { n, _ := led.counts(); return n["k-1"] == 1 }) {
+	if !harness.Until(20*time.Second, func() bool { n, _, _ := led.Counts(); return n["k-1"] == 1 }) {
 		return "k-1 never started on agent-a", false, nil
 	}
-	if _, err := l.startAgent("r2-b", cfg("agent-b")); err != nil {
+	if _, err := l.StartAgent(cfg("agent-b")); err != nil {
 		return "", false, err
 	}
-	a.kill9()
+	a.Kill()
 	killed := time.Now()
-	before, _ := led.counts()
-	rerun := eventually(60*time.Second, func() bool { n, _ := led.counts(); return n["k-1"] == 2 })
+	before, _, _ := led.Counts()
+	rerun := harness.Until(60*time.Second, func() bool { n, _, _ := led.Counts(); return n["k-1"] == 2 })
 	took := time.Since(killed)
-	led.open()
-	rc := rs.client()
+	led.Open()
+	rc := rs.Client()
 	defer rc.Close()
 	store := state.NewRedis(rc, state.RedisOptions{Prefix: "r2:"})
 	var rec state.TaskRecord
-	done := eventually(30*time.Second, func() bool {
+	done := harness.Until(30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		rec, _, _ = store.Task(ctx, "k-1")
-		return rec.Status == state.StatusDone && l.drained("r2")
+		return rec.Status == state.StatusDone && l.SQS.Drained("r2")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -94,7 +73,7 @@ func r2(l *lab) (string, bool, error) {
 	if err != nil {
 		return "", false, fmt.Errorf("in flight of agent-a: %w", err)
 	}
-	n, _ := led.counts()
+	n, _, _ := led.Counts()
 	m := fmt.Sprintf("re-run on %s %s after the kill; executions %d (%d before the kill); record %s/%s attempts %d; agent-a in flight %d",
 		rec.Owner, secs(took), n["k-1"], before["k-1"], rec.Status, rec.Outcome, rec.Attempts, len(left))
 	return m, rerun && done && n["k-1"] == 2 && before["k-1"] == 1 && rec.Owner == "agent-b" && rec.Attempts == 2 && len(left) == 0, nil
@@ -102,23 +81,23 @@ func r2(l *lab) (string, bool, error) {
 
 // r3Agents starts the fail-open and the fail-closed agent of R3 and R3b on
 // their own queues, against redisAddr.
-func r3Agents(l *lab, name, redisAddr string, timeout time.Duration, led *ledger) (open, closed *agent, qOpen, qClosed string, err error) {
-	if qOpen, err = l.queue(name+"-open", nil); err != nil {
+func r3Agents(l *lab, name, redisAddr string, timeout time.Duration, led *harness.Ledger) (open, closed *harness.Agent, qOpen, qClosed string, err error) {
+	if qOpen, err = l.SQS.CreateQueue(name+"-open", nil); err != nil {
 		return
 	}
-	if qClosed, err = l.queue(name+"-closed", nil); err != nil {
+	if qClosed, err = l.SQS.CreateQueue(name+"-closed", nil); err != nil {
 		return
 	}
 	rule := func(mode string) string {
 		return "    - name: cap\n      key: host\n      limits: [{window: {count: 1000, per: 1m}}]\n      fail: " + mode + "\n"
 	}
-	open, err = l.startAgent(name+"-open", agentConfig{instance: "agent-open", workers: 8, queueURL: qOpen, redisAddr: redisAddr,
-		prefix: name + ":", redisTimeout: timeout, stateFail: "open", ledger: led, rules: rule("open")}.yaml())
+	open, err = l.StartAgent(harness.AgentConfig{Instance: "agent-open", Workers: 8, QueueURL: qOpen, RedisAddr: redisAddr,
+		Prefix: name + ":", RedisTimeout: timeout, StateFail: "open", Ledger: led, Rules: rule("open")}.YAML())
 	if err != nil {
 		return
 	}
-	closed, err = l.startAgent(name+"-closed", agentConfig{instance: "agent-closed", workers: 4, queueURL: qClosed, redisAddr: redisAddr,
-		prefix: name + ":", redisTimeout: timeout, stateFail: "closed", ledger: led, rules: rule("closed")}.yaml())
+	closed, err = l.StartAgent(harness.AgentConfig{Instance: "agent-closed", Workers: 4, QueueURL: qClosed, RedisAddr: redisAddr,
+		Prefix: name + ":", RedisTimeout: timeout, StateFail: "closed", Ledger: led, Rules: rule("closed")}.YAML())
 	return
 }
 
@@ -130,61 +109,61 @@ func r3(l *lab) (string, bool, error) {
 		outage  = 10 * time.Second
 		timeout = 200 * time.Millisecond
 	)
-	rs, err := l.newRedis("r3")
+	rs, err := l.StartRedis("r3")
 	if err != nil {
 		return "", false, err
 	}
-	led, err := l.newLedger("r3")
+	led, err := l.NewLedger("r3")
 	if err != nil {
 		return "", false, err
 	}
-	open, closed, qOpen, qClosed, err := r3Agents(l, "r3", rs.addr, timeout, led)
+	open, closed, qOpen, qClosed, err := r3Agents(l, "r3", rs.Addr, timeout, led)
 	if err != nil {
 		return "", false, err
 	}
-	if err := l.send(qOpen, taskBody("before-open", "mark")); err != nil {
+	if err := l.send(qOpen, harness.TaskBody("before-open", "mark")); err != nil {
 		return "", false, err
 	}
-	if err := l.send(qClosed, taskBody("before-closed", "mark")); err != nil {
+	if err := l.send(qClosed, harness.TaskBody("before-closed", "mark")); err != nil {
 		return "", false, err
 	}
-	if !eventually(20*time.Second, func() bool { n, _ := led.counts(); return n["before-open"] == 1 && n["before-closed"] == 1 }) {
+	if !harness.Until(20*time.Second, func() bool { n, _, _ := led.Counts(); return n["before-open"] == 1 && n["before-closed"] == 1 }) {
 		return "tasks before the outage did not run", false, nil
 	}
-	rs.kill()
+	rs.Kill()
 	killed := time.Now()
-	duringOpen, duringClosed := ids("open", 4), ids("closed", 4)
+	duringOpen, duringClosed := harness.IDs("open", 4), harness.IDs("closed", 4)
 	for i := range duringOpen {
-		if err := l.send(qOpen, taskBody(duringOpen[i], "mark")); err != nil {
+		if err := l.send(qOpen, harness.TaskBody(duringOpen[i], "mark")); err != nil {
 			return "", false, err
 		}
-		if err := l.send(qClosed, taskBody(duringClosed[i], "mark")); err != nil {
+		if err := l.send(qClosed, harness.TaskBody(duringClosed[i], "mark")); err != nil {
 			return "", false, err
 		}
 	}
-	openRan := eventually(outage-time.Second, func() bool { return open.outcomes()["succeeded"] == 1+len(duringOpen) })
+	openRan := harness.Until(outage-time.Second, func() bool { return outcomes(open)["succeeded"] == 1+len(duringOpen) })
 	time.Sleep(time.Until(killed.Add(outage)))
-	n, _ := led.counts()
+	n, _, _ := led.Counts()
 	closedRan := 0
 	for _, id := range duringClosed {
 		closedRan += n[id]
 	}
-	limDegraded := open.metric("autodiag_limiter_degraded_total")
-	stateDegradedClosed := closed.metric("autodiag_state_degraded_total", `op="claim"`)
+	limDegraded := metric(open, "autodiag_limiter_degraded_total")
+	stateDegradedClosed := metric(closed, "autodiag_state_degraded_total", `op="claim"`)
 
 	// Redis "returns" when its process starts, before it answers: the
 	// measure includes the agent's reconnection.
 	back := time.Now()
-	if err := rs.start(); err != nil {
+	if err := l.RestartRedis(rs); err != nil {
 		return "", false, err
 	}
-	rc := rs.client()
+	rc := rs.Client()
 	defer rc.Close()
 	store := state.NewRedis(rc, state.RedisOptions{Prefix: "r3:"})
 	var normal time.Duration
 	for i := 0; normal == 0 && time.Since(back) < 20*time.Second; i++ {
 		id := fmt.Sprintf("probe-%d", i)
-		if err := l.send(qOpen, taskBody(id, "mark")); err != nil {
+		if err := l.send(qOpen, harness.TaskBody(id, "mark")); err != nil {
 			return "", false, err
 		}
 		// A probe is normal flow when its record is done in Redis while
@@ -203,8 +182,8 @@ func r3(l *lab) (string, bool, error) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	closedAfter := eventually(60*time.Second, func() bool {
-		n, _ := led.counts()
+	closedAfter := harness.Until(60*time.Second, func() bool {
+		n, _, _ := led.Counts()
 		for _, id := range duringClosed {
 			if n[id] != 1 {
 				return false
@@ -212,11 +191,11 @@ func r3(l *lab) (string, bool, error) {
 		}
 		return true
 	})
-	alive := open.alive() && closed.alive()
+	alive := open.Alive() && closed.Alive()
 	m := fmt.Sprintf("alive %v; open ran %d/%d during outage, limiter degraded %g; closed ran %d during outage (claim degraded %g), all %d ran once after: %v; first probe recorded %s after Redis returned",
 		alive, len(duringOpen), len(duringOpen), limDegraded, closedRan, stateDegradedClosed, len(duringClosed), closedAfter, secs(normal))
 	if !openRan {
-		m = strings.Replace(m, fmt.Sprintf("open ran %d/", len(duringOpen)), fmt.Sprintf("open ran %d/", open.outcomes()["succeeded"]-1), 1)
+		m = strings.Replace(m, fmt.Sprintf("open ran %d/", len(duringOpen)), fmt.Sprintf("open ran %d/", outcomes(open)["succeeded"]-1), 1)
 	}
 	pass := alive && openRan && limDegraded >= float64(len(duringOpen)) && closedRan == 0 && stateDegradedClosed > 0 &&
 		closedAfter && normal > 0 && normal <= time.Second
@@ -228,65 +207,65 @@ func r3(l *lab) (string, bool, error) {
 // later than the backoff step it was in.
 func r10(l *lab) (string, bool, error) {
 	const faultFor = 20 * time.Second
-	rs, err := l.newRedis("r10")
+	rs, err := l.StartRedis("r10")
 	if err != nil {
 		return "", false, err
 	}
-	url, err := l.queue("r10", nil)
+	url, err := l.SQS.CreateQueue("r10", nil)
 	if err != nil {
 		return "", false, err
 	}
-	led, err := l.newLedger("r10")
+	led, err := l.NewLedger("r10")
 	if err != nil {
 		return "", false, err
 	}
-	a, err := l.startAgent("r10", agentConfig{instance: "agent-r10", workers: 4, queueURL: url, redisAddr: rs.addr, prefix: "r10:", ledger: led}.yaml())
+	a, err := l.StartAgent(harness.AgentConfig{Instance: "agent-r10", Workers: 4, QueueURL: url, RedisAddr: rs.Addr, Prefix: "r10:", Ledger: led}.YAML())
 	if err != nil {
 		return "", false, err
 	}
-	id := l.sqs.InjectFault(sqsfake.Fault{Op: "ReceiveMessage", Queue: "r10", Kind: sqsfake.FaultServerError})
+	id := l.SQS.InjectFault(sqsfake.Fault{Op: "ReceiveMessage", Queue: "r10", Kind: sqsfake.FaultServerError})
 	began := time.Now()
 	// A long poll begun before the fault would still deliver: the tasks go
 	// out once the intake's single receive loop has hit the fault.
-	if !eventually(10*time.Second, func() bool { return l.sqs.FaultFired(id) > 0 }) {
+	if !harness.Until(10*time.Second, func() bool { return l.SQS.FaultFired(id) > 0 }) {
 		return "no receive hit the fault", false, nil
 	}
-	want := ids("r10", 20)
+	want := harness.IDs("r10", 20)
 	var bodies []string
 	for _, id := range want {
-		bodies = append(bodies, taskBody(id, "mark"))
+		bodies = append(bodies, harness.TaskBody(id, "mark"))
 	}
 	if err := l.send(url, bodies...); err != nil {
 		return "", false, err
 	}
 	time.Sleep(time.Until(began.Add(faultFor)))
-	fired := l.sqs.FaultFired(id)
-	l.sqs.RemoveFault(id)
+	fired := l.SQS.FaultFired(id)
+	l.SQS.RemoveFault(id)
 	lifted := time.Now()
 	// The step the intake was waiting out when the fault was lifted: the
 	// last "receive failed" line's retry_in, counted from that line.
 	var step time.Duration
 	var stepEnds time.Time
-	for _, line := range a.logs("receive failed") {
-		at, _ := line["_at"].(time.Time)
+	for _, line := range a.Logs("receive failed") {
+		at, _ := harness.LogTime(line)
 		if r, ok := line["retry_in"].(float64); ok && at.Before(lifted) {
 			step = time.Duration(r * float64(time.Second))
 			stepEnds = at.Add(step)
 		}
 	}
-	allRan := eventually(receiveRetryMax+30*time.Second, func() bool {
-		lost, _ := onceEach(led, want)
+	allRan := harness.Until(receiveRetryMax+30*time.Second, func() bool {
+		lost, _ := led.OnceEach(want)
 		return lost == 0
 	})
-	_, first := led.counts()
+	_, first, _ := led.Counts()
 	var resumed time.Time
 	for _, t := range first {
 		if resumed.IsZero() || t.Before(resumed) {
 			resumed = t
 		}
 	}
-	drained := eventually(10*time.Second, func() bool { return l.drained("r10") })
-	lost, twice := onceEach(led, want)
+	drained := harness.Until(10*time.Second, func() bool { return l.SQS.Drained("r10") })
+	lost, twice := led.OnceEach(want)
 	gap := resumed.Sub(lifted)
 	// One backoff step: the first task runs no later than the end of the
 	// step in progress, plus the time to receive and start it (1 s).
@@ -335,23 +314,23 @@ func hostile() []string {
 
 // R5: every hostile message is dead-lettered with a reason and nothing runs.
 func r5(l *lab) (string, bool, error) {
-	rs, err := l.newRedis("r5")
+	rs, err := l.StartRedis("r5")
 	if err != nil {
 		return "", false, err
 	}
-	url, err := l.queue("r5", nil)
+	url, err := l.SQS.CreateQueue("r5", nil)
 	if err != nil {
 		return "", false, err
 	}
-	dlq, err := l.queue("r5-dlq", nil)
+	dlq, err := l.SQS.CreateQueue("r5-dlq", nil)
 	if err != nil {
 		return "", false, err
 	}
-	led, err := l.newLedger("r5")
+	led, err := l.NewLedger("r5")
 	if err != nil {
 		return "", false, err
 	}
-	a, err := l.startAgent("r5", agentConfig{instance: "agent-r5", workers: 4, queueURL: url, dlqURL: dlq, redisAddr: rs.addr, prefix: "r5:", ledger: led}.yaml())
+	a, err := l.StartAgent(harness.AgentConfig{Instance: "agent-r5", Workers: 4, QueueURL: url, DLQURL: dlq, RedisAddr: rs.Addr, Prefix: "r5:", Ledger: led}.YAML())
 	if err != nil {
 		return "", false, err
 	}
@@ -361,11 +340,11 @@ func r5(l *lab) (string, bool, error) {
 			return "", false, err
 		}
 	}
-	done := eventually(60*time.Second, func() bool {
-		_, _, _, st, _ := l.sqs.Stats("r5-dlq")
-		return l.drained("r5") && st.Sent == len(bad)
+	done := harness.Until(60*time.Second, func() bool {
+		_, _, _, st, _ := l.SQS.Stats("r5-dlq")
+		return l.SQS.Drained("r5") && st.Sent == len(bad)
 	})
-	v, _ := l.sqs.Queue("r5-dlq")
+	v, _ := l.SQS.Queue("r5-dlq")
 	withReason := 0
 	reasons := map[string]int{}
 	for _, m := range v.Messages {
@@ -375,11 +354,11 @@ func r5(l *lab) (string, bool, error) {
 			reasons[k]++
 		}
 	}
-	n, _ := led.counts()
-	panics := strings.Count(a.output(), "panic")
+	n, _, _ := led.Counts()
+	panics := strings.Count(a.Output(), "panic")
 	m := fmt.Sprintf("%d hostile messages: %d dead-lettered with a reason %v; executions %d; panics %d; agent alive %v",
-		len(bad), withReason, reasons, len(n), panics, a.alive())
-	return m, done && withReason == len(bad) && len(n) == 0 && panics == 0 && a.alive(), nil
+		len(bad), withReason, reasons, len(n), panics, a.Alive())
+	return m, done && withReason == len(bad) && len(n) == 0 && panics == 0 && a.Alive(), nil
 }
 
 // R6: 8 agents on one Redis, 32 workers each, each take 1,000 tasks
@@ -387,16 +366,16 @@ func r5(l *lab) (string, bool, error) {
 // agent gets half its admin connection cap in requests at once: beyond
 // the cap, requests wait on kept-alive connections and starve.
 func r6(l *lab) (string, bool, error) {
-	rs, err := l.newRedis("r6")
+	rs, err := l.StartRedis("r6")
 	if err != nil {
 		return "", false, err
 	}
 	rules := "    - name: quota\n      key: host\n      limits: [{daily: 2}]\n"
-	agents := make([]*agent, 8)
+	agents := make([]*harness.Agent, 8)
 	for i := range agents {
-		cfg := agentConfig{instance: fmt.Sprintf("fleet-%d", i), workers: 32, redisAddr: rs.addr, prefix: "r6:",
-			limiterFail: "closed", rules: rules}.yaml()
-		if agents[i], err = l.startAgent(fmt.Sprintf("r6-%d", i), cfg); err != nil {
+		cfg := harness.AgentConfig{Instance: fmt.Sprintf("fleet-%d", i), Workers: 32, RedisAddr: rs.Addr, Prefix: "r6:",
+			LimiterFail: "closed", Rules: rules}.YAML()
+		if agents[i], err = l.StartAgent(cfg); err != nil {
 			return "", false, err
 		}
 	}
@@ -413,7 +392,7 @@ func r6(l *lab) (string, bool, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			code, _, err := agents[i%8].post(client, "/v1/tasks", fmt.Sprintf(`{"id":"q-%d","host":"web-01","diagnostic":"noop"}`, i))
+			code, _, err := post(agents[i%8], client, "/v1/tasks", fmt.Sprintf(`{"id":"q-%d","host":"web-01","diagnostic":"noop"}`, i))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -435,11 +414,11 @@ func r6(l *lab) (string, bool, error) {
 	total := func(outcome string) int {
 		n := 0
 		for _, a := range agents {
-			n += a.outcomes()[outcome]
+			n += outcomes(a)[outcome]
 		}
 		return n
 	}
-	settled := eventually(120*time.Second, func() bool { return total("succeeded")+total("rate_limited") == accepted })
+	settled := harness.Until(120*time.Second, func() bool { return total("succeeded")+total("rate_limited") == accepted })
 	ok, limited := total("succeeded"), total("rate_limited")
 	m := fmt.Sprintf("%d decisions (%d refused at intake, %d requests in flight): %d allowed, %d rate_limited", accepted, refused, cap(sem), ok, limited)
 	return m, settled && ok == 2 && limited == accepted-2 && accepted > 0, nil
@@ -448,18 +427,18 @@ func r6(l *lab) (string, bool, error) {
 // R7: injection through the admin intake is refused with a reason and
 // never runs; without admin_addr the agent binds loopback.
 func r7(l *lab) (string, bool, error) {
-	led, err := l.newLedger("r7")
+	led, err := l.NewLedger("r7")
 	if err != nil {
 		return "", false, err
 	}
-	a, err := l.startAgent("r7", agentConfig{instance: "agent-r7", workers: 2, ledger: led}.yaml())
+	a, err := l.StartAgent(harness.AgentConfig{Instance: "agent-r7", Workers: 2, Ledger: led}.YAML())
 	if err != nil {
 		return "", false, err
 	}
 	refused, withReason := 0, 0
 	bad := hostile()
 	for _, b := range bad {
-		code, out, err := a.post(http.DefaultClient, "/v1/tasks", b)
+		code, out, err := post(a, http.DefaultClient, "/v1/tasks", b)
 		if err != nil {
 			return "", false, err
 		}
@@ -470,23 +449,24 @@ func r7(l *lab) (string, bool, error) {
 			}
 		}
 	}
-	n, _ := led.counts()
+	n, _, _ := led.Counts()
 
 	// Default admin address: the agent either listens on it or fails to
 	// because another process holds the port; both name the address.
-	yaml := strings.Replace(agentConfig{instance: "agent-r7d", workers: 1}.yaml(), "admin_addr: 127.0.0.1:0\n", "", 1)
-	d, err := l.spawnAgent("r7-default", yaml)
+	yaml := strings.Replace(harness.AgentConfig{Instance: "agent-r7d", Workers: 1}.YAML(), "admin_addr: 127.0.0.1:0\n", "", 1)
+	d, err := l.SpawnAgent(yaml)
 	if err != nil {
 		return "", false, err
 	}
 	var addr string
-	select {
-	case addr = <-d.ready:
-	case <-d.done:
-		if out := d.output(); strings.Contains(out, "admin listener") && strings.Contains(out, "127.0.0.1:9464") {
+	switch err := d.AwaitReady(30 * time.Second); {
+	case err == nil:
+		addr = d.Addr()
+	case !d.Alive():
+		if out := d.Output(); strings.Contains(out, "admin listener") && strings.Contains(out, "127.0.0.1:9464") {
 			addr = "127.0.0.1:9464 (in use by another process)"
 		}
-	case <-time.After(30 * time.Second):
+	default:
 		return "", false, errors.New("default-config agent neither ready nor exited in 30s")
 	}
 	m := fmt.Sprintf("%d/%d injections refused, %d with a reason, %d executions; default admin address %s",

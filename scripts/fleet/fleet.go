@@ -17,9 +17,10 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
-// The fleet simulation (`chaos fleet`, scripts/fleetsim): N real agents on
+// The fleet simulation (scripts/fleetsim): N real agents on
 // one task queue, one lifecycle queue, one Auto Scaling group and one
 // redis-server, living through a freeze, a scale-in through lifecycle
 // hooks and abrupt kills while a steady, long-tailed workload flows.
@@ -32,6 +33,7 @@ const (
 	fleetBeat      = 20 * time.Second // heartbeat_interval < fleetHookTTL/2
 	fleetMaxRun    = 20 * time.Second // the longest diagnostic run
 	fleetHook      = "fleet-drain"
+	fleetGroup     = "asg-fleet"
 	fleetStartJobs = 8 // agents started at once
 	// fleetStopWait bounds an agent's exit after SIGTERM: its longest run
 	// plus the completion's retries.
@@ -96,7 +98,7 @@ func envOr(name, def string) string {
 }
 
 func parseFleetOpts(args []string) (fleetOpts, error) {
-	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
+	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	var o fleetOpts
 	var agents, hosts, workers, seed, rate, scaleIn, kill, duration, settle, freeze string
 	fs.StringVar(&agents, "agents", envOr("FLEETSIM_AGENTS", "200"), "agents (FLEETSIM_AGENTS)")
@@ -162,7 +164,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 
 // fleetAgent is one simulated instance.
 type fleetAgent struct {
-	*agent
+	*harness.Agent
 	inst string
 	role string // "" (stays), scaled_in, killed, frozen
 
@@ -179,7 +181,7 @@ type fleetRun struct {
 	o       fleetOpts
 	t0      time.Time // first task sent
 	agents  []*fleetAgent
-	asg     *asgfake.Server
+	asg     *harness.ASG
 	marks   string
 	sent    []sentTask
 	sendOps int // SendMessageBatch calls of the generator
@@ -197,63 +199,30 @@ type sentTask struct {
 	at             time.Time
 }
 
-func runFleet(args []string) int {
-	o, err := parseFleetOpts(args)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		return 2
-	}
-	l, stop, err := newLab("fleet", "", "")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		return 2
-	}
-	defer stop()
-	r, err := runFleetLab(l, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		return 2
-	}
-	res := r.check()
-	if err := res.write(o.out); err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		return 2
-	}
-	res.print(os.Stdout)
-	if !res.Pass {
-		return 1
-	}
-	return 0
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "fleet: %s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
-}
-
-func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
-	r := &fleetRun{o: o, marks: filepath.Join(l.dir, "marks")}
-	rs, err := l.newRedis("fleet")
+func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
+	r := &fleetRun{o: o, marks: filepath.Join(l.Dir, "marks")}
+	rs, err := l.StartRedis("fleet")
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := l.queue("fleet-tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(fleetVisibility / time.Second))})
+	tasks, err := l.SQS.CreateQueue("fleet-tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(fleetVisibility / time.Second))})
 	if err != nil {
 		return nil, err
 	}
-	notify, err := l.queue("fleet-lifecycle", nil)
+	notify, err := l.SQS.CreateQueue("fleet-lifecycle", nil)
 	if err != nil {
 		return nil, err
 	}
-	asg, asgURL, hs, err := l.serveASG(o.seed, time.Now, notify)
+	asg, err := l.StartASG(nil, asgfake.Options{Seed: o.seed, Now: time.Now, Notify: l.SQS.Notifier(notify, nil)})
 	if err != nil {
 		return nil, err
 	}
-	defer hs.Close()
+	asg.AddGroup(fleetGroup)
 	r.asg = asg
-	if err := asg.PutHook(asgfake.Hook{Group: lcGroup, Name: fleetHook, HeartbeatTimeout: fleetHookTTL, DefaultResult: asgfake.ResultAbandon}); err != nil {
+	if err := asg.PutHook(asgfake.Hook{Group: fleetGroup, Name: fleetHook, HeartbeatTimeout: fleetHookTTL, DefaultResult: asgfake.ResultAbandon}); err != nil {
 		return nil, fmt.Errorf("asgfake: %w", err)
 	}
-	script := filepath.Join(l.dir, "mark.sh")
+	script := filepath.Join(l.Dir, "mark.sh")
 	if err := os.WriteFile(script, []byte(markScript(r.marks)), 0o644); err != nil {
 		return nil, fmt.Errorf("mark script: %w", err)
 	}
@@ -266,7 +235,7 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 	r.agents = make([]*fleetAgent, o.agents)
 	for i := range r.agents {
 		r.agents[i] = &fleetAgent{inst: fmt.Sprintf("i-%017x", 0xf1ee70000+i)}
-		if err := asg.AddInstance(lcGroup, r.agents[i].inst); err != nil {
+		if err := asg.AddInstance(fleetGroup, r.agents[i].inst); err != nil {
 			return nil, fmt.Errorf("asgfake: %w", err)
 		}
 	}
@@ -282,22 +251,22 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 	}
 
 	logf("starting %d agents (%d workers each, GOMAXPROCS=1, GOMEMLIMIT=%s)", o.agents, o.workers, o.memLimit)
-	env := []string{"AWS_ENDPOINT_URL_AUTO_SCALING=" + asgURL, "GOMAXPROCS=1", "GOMEMLIMIT=" + o.memLimit}
+	env := []string{"AWS_ENDPOINT_URL_AUTO_SCALING=" + asg.URL, "GOMAXPROCS=1", "GOMEMLIMIT=" + o.memLimit}
 	lifecycleYAML := fmt.Sprintf("lifecycle:\n  sources: [signal, sqs]\n  queue_url: '%s'\n  hook_name: %s\n  hook_heartbeat_timeout: %s\n  heartbeat_interval: %s\n  drain_timeout: 2m\n  queued: release\n",
 		notify, fleetHook, fleetHookTTL, fleetBeat)
 	started := time.Now()
 	if err := r.start(l, func(fa *fleetAgent) string {
-		return agentConfig{instance: fa.inst, workers: o.workers, queueURL: tasks, visibility: fleetVisibility,
-			waitTime: 20 * time.Second, redisAddr: rs.addr, prefix: "fleet:", rules: fleetRules,
-			catalog: fleetCatalog(script, fa.inst)}.yaml() + lifecycleYAML
+		return harness.AgentConfig{Instance: fa.inst, Workers: o.workers, QueueURL: tasks, Visibility: fleetVisibility,
+			WaitTime: 20 * time.Second, RedisAddr: rs.Addr, Prefix: "fleet:", Rules: fleetRules,
+			Catalog: fleetCatalog(script, fa.inst)}.YAML() + lifecycleYAML
 	}, env); err != nil {
 		return nil, err
 	}
 	logf("%d agents ready in %s", o.agents, secs(time.Since(started)))
 
-	rc := rs.client()
+	rc := rs.Client()
 	defer rc.Close()
-	r.sqsBefore = l.sqs.Counters()
+	r.sqsBefore = l.SQS.Counters()
 	if r.redisBefore, err = readRedisUsage(rc); err != nil {
 		return nil, err
 	}
@@ -324,15 +293,15 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 		return nil, sendErr
 	}
 	logf("sent %d tasks; waiting up to %s for the queue to empty", len(r.sent), o.settle)
-	eventually(o.settle, func() bool {
-		v, i, d, _, _ := l.sqs.Stats("fleet-tasks")
+	harness.Until(o.settle, func() bool {
+		v, i, d, _, _ := l.SQS.Stats("fleet-tasks")
 		return v+i+d == 0
 	})
-	v, i, d, _, _ := l.sqs.Stats("fleet-tasks")
+	v, i, d, _, _ := l.SQS.Stats("fleet-tasks")
 	r.pending = v + i + d
-	r.sqsAfter = l.sqs.Counters()
+	r.sqsAfter = l.SQS.Counters()
 	r.sqsByQueue = map[string]int{}
-	for _, c := range l.sqs.Calls() {
+	for _, c := range l.SQS.Calls() {
 		if !c.Time.Before(r.t0) && c.Op != "SendMessageBatch" {
 			r.sqsByQueue[c.Queue]++
 		}
@@ -346,7 +315,7 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 
 // start launches every agent, fleetStartJobs at a time, each waiting for
 // its "ready" line.
-func (r *fleetRun) start(l *lab, yaml func(*fleetAgent) string, env []string) error {
+func (r *fleetRun) start(l *harness.Lab, yaml func(*fleetAgent) string, env []string) error {
 	sem := make(chan struct{}, fleetStartJobs)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -355,18 +324,18 @@ func (r *fleetRun) start(l *lab, yaml func(*fleetAgent) string, env []string) er
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a, err := l.startAgent(fa.inst, yaml(fa), env...)
+			a, err := l.StartAgent(yaml(fa), env...)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 				return
 			}
-			fa.agent = a
+			fa.Agent = a
 			go func() {
-				<-a.done
+				<-a.Done()
 				fa.mu.Lock()
-				fa.exitAt, fa.code = time.Now(), a.cmd.ProcessState.ExitCode()
+				fa.exitAt, fa.code = time.Now(), a.ExitCode()
 				fa.mu.Unlock()
 			}()
 		})
@@ -397,7 +366,7 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 	events := []fleetEvent{
 		{freezeAt, func() error {
 			for _, fa := range frozen {
-				_ = fa.cmd.Process.Signal(syscall.SIGSTOP)
+				_ = fa.Signal(syscall.SIGSTOP)
 			}
 			r.freezeAt = time.Now()
 			logf("froze %d agent(s) for %s", len(frozen), secs(o.freeze))
@@ -405,7 +374,7 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 		}},
 		{freezeAt.Add(o.freeze), func() error {
 			for _, fa := range frozen {
-				_ = fa.cmd.Process.Signal(syscall.SIGCONT)
+				_ = fa.Signal(syscall.SIGCONT)
 			}
 			r.contAt = time.Now()
 			logf("resumed the frozen agent(s)")
@@ -424,7 +393,7 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 		{at(0.6), func() error {
 			r.killAt = time.Now()
 			for _, fa := range r.role("killed") {
-				killInstance(fa.agent)
+				fa.KillTree()
 				fa.killed = time.Now()
 			}
 			logf("killed %d agents (and their diagnostics)", len(r.role("killed")))
@@ -452,31 +421,21 @@ func (r *fleetRun) role(role string) []*fleetAgent {
 	return out
 }
 
-// killInstance ends an agent as an instance dies: the agent is stopped so
-// that it starts nothing more, then it and its diagnostics' process groups
-// are killed.
-func killInstance(a *agent) {
-	pid := a.cmd.Process.Pid
-	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	killTree(pid, childrenByParent())
-	<-a.done
-}
-
 // stopSurvivors sends SIGTERM to every agent still running (resuming a
 // frozen one first) and waits for them; each drains and exits 0.
 func (r *fleetRun) stopSurvivors() {
 	var wg sync.WaitGroup
 	n := 0
 	for _, fa := range r.agents {
-		if fa.agent == nil || !fa.alive() {
+		if fa.Agent == nil || !fa.Alive() {
 			continue
 		}
 		n++
-		_ = fa.cmd.Process.Signal(syscall.SIGCONT)
-		_ = fa.cmd.Process.Signal(syscall.SIGTERM)
+		_ = fa.Signal(syscall.SIGCONT)
+		_ = fa.Signal(syscall.SIGTERM)
 		wg.Go(func() {
-			if fa.wait(fleetStopWait) < 0 {
-				fa.kill9()
+			if _, exited := fa.Wait(fleetStopWait); !exited {
+				fa.Kill()
 			}
 		})
 	}
@@ -490,10 +449,10 @@ func (r *fleetRun) sampleRSS(ctx context.Context) {
 	defer t.Stop()
 	for {
 		for _, fa := range r.agents {
-			if fa.agent == nil || !fa.alive() {
+			if fa.Agent == nil || !fa.Alive() {
 				continue
 			}
-			if hwm, anon := memKB(fa.cmd.Process.Pid); hwm > 0 {
+			if hwm, anon := memKB(fa.Pid()); hwm > 0 {
 				fa.mu.Lock()
 				fa.hwmKB, fa.anonKB = max(fa.hwmKB, hwm), max(fa.anonKB, anon)
 				fa.mu.Unlock()
@@ -531,7 +490,7 @@ func memKB(pid int) (hwm, anon int64) {
 // generate sends o.rate tasks a second until ctx ends: 70 % quick with
 // long-tailed run times, 10 % each of the others on Zipf-skewed hosts (a
 // few hot hosts meet the quota, the interval and the window).
-func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error {
+func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string) error {
 	rng := rand.New(rand.NewPCG(r.o.seed, 0x7a5c))
 	zipf := rand.NewZipf(rng, 1.1, 1, uint64(r.o.hosts-1))
 	t := time.NewTicker(200 * time.Millisecond)
@@ -574,7 +533,10 @@ func (r *fleetRun) generate(ctx context.Context, l *lab, queueURL string) error 
 		r.sendOps += (len(bodies) + 9) / 10
 		// The batch is already counted as sent: it goes out even when ctx
 		// ends meanwhile, or the checker would count its tasks lost.
-		if err := l.send(queueURL, bodies...); err != nil { //nolint:contextcheck // see above
+		sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		_, err := l.SQS.Send(sendCtx, queueURL, bodies...)
+		cancel()
+		if err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // markTolerance is how much earlier than its limiter decision a run's S mark
@@ -284,17 +285,17 @@ func (r *fleetRun) check() *fleetResult {
 	ended := map[string][]int{}
 	bucket := func(t time.Time) int { return max(0, int(t.Sub(r.t0)/time.Second)) }
 	for _, fa := range r.agents {
-		if fa.agent == nil {
+		if fa.Agent == nil {
 			continue
 		}
-		for _, line := range fa.logs("task ended") {
+		for _, line := range fa.Logs("task ended") {
 			oc, _ := line["outcome"].(string)
 			id, _ := line["task_id"].(string)
 			outcomes[oc]++
 			if finalOutcomes[oc] && finalOf[id] == "" {
 				finalOf[id] = oc
 			}
-			at, _ := line["_at"].(time.Time)
+			at, _ := harness.LogTime(line)
 			b := bucket(at)
 			s := ended[oc]
 			for len(s) <= b {
@@ -335,12 +336,12 @@ func (r *fleetRun) check() *fleetResult {
 			}
 			tc.Unexplained++
 			for _, fa := range r.agents {
-				if fa.agent == nil {
+				if fa.Agent == nil {
 					continue
 				}
-				for _, line := range fa.logs("") {
+				for _, line := range fa.Logs("") {
 					if line["task_id"] == st.id {
-						at, _ := line["_at"].(time.Time)
+						at, _ := harness.LogTime(line)
 						tc.Reruns[st.id] = append(tc.Reruns[st.id], fmt.Sprintf("log %s %.3f: %v %v %v",
 							fa.inst, at.Sub(r.t0).Seconds(), line["msg"], line["outcome"], line["reason"]))
 					}
@@ -486,14 +487,14 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			dr.NonZeroExitScaledIn++
 		}
 		fa.mu.Unlock()
-		if fa.agent == nil {
+		if fa.Agent == nil {
 			continue
 		}
-		trig := fa.logs("lifecycle trigger")
+		trig := fa.Logs("lifecycle trigger")
 		if len(trig) == 0 || !ok || act.EndReason != asgfake.EndCompleted {
 			continue
 		}
-		at, _ := trig[0]["_at"].(time.Time)
+		at, _ := harness.LogTime(trig[0])
 		longest := 0.0
 		for _, rn := range runs {
 			if rn.inst == fa.inst && !rn.start.After(at) && rn.end.After(at) {

@@ -1,0 +1,196 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is a child started in a process group of its own, so that it
+// and whatever it started can be killed together.
+type Process struct {
+	Cmd *exec.Cmd
+
+	done chan struct{}
+	err  error
+	once sync.Once
+}
+
+// StartProcess starts cmd in its own process group and reaps it.
+func StartProcess(cmd *exec.Cmd) (*Process, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	p := &Process{Cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the child's process id.
+func (p *Process) Pid() int { return p.Cmd.Process.Pid }
+
+// Done is closed once the child has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Alive reports whether the child is still running.
+func (p *Process) Alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Err is what Wait returned; nil while the child runs.
+func (p *Process) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// ExitCode is the child's exit status, -1 while it runs or when a signal
+// ended it.
+func (p *Process) ExitCode() int {
+	select {
+	case <-p.done:
+		return p.Cmd.ProcessState.ExitCode()
+	default:
+		return -1
+	}
+}
+
+// Wait returns the exit code once the child has exited, or false when it
+// still runs after d.
+func (p *Process) Wait(d time.Duration) (int, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.Cmd.ProcessState.ExitCode(), true
+	case <-t.C:
+		return -1, false
+	}
+}
+
+// Signal sends sig to the child alone.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if err := p.Cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to %d: %w", sig, p.Pid(), err)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL to the child alone and waits until it is gone.
+func (p *Process) Kill() {
+	_ = p.Cmd.Process.Kill()
+	<-p.done
+}
+
+// KillTree ends the child as a dying instance ends: it is stopped first so
+// that it starts nothing more, then the process groups of its children (an
+// agent runs each diagnostic in a group of its own) and its own are
+// killed, and it is reaped.
+func (p *Process) KillTree() {
+	p.once.Do(func() {
+		if !p.Alive() {
+			return
+		}
+		pid := p.Pid()
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		killTree(pid, childrenByParent())
+	})
+	<-p.done
+}
+
+// killTree kills the process groups of pid's children, then pid's own.
+func killTree(pid int, children map[int][]int) {
+	for _, child := range children[pid] {
+		_ = syscall.Kill(-child, syscall.SIGKILL)
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// childrenByParent maps each process to its children, from /proc.
+func childrenByParent() map[int][]int {
+	out := map[int][]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			out[ppid] = append(out[ppid], pid)
+		}
+	}
+	return out
+}
+
+// FreeAddr is a loopback host:port nothing listened on a moment ago.
+func FreeAddr() (string, error) {
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Until polls cond every 5 ms until it holds (true) or d has passed
+// (false).
+func Until(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// Build compiles ./cmd/autodiag of this module into dir and returns the
+// binary's path.
+func Build(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "autodiag")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/autodiag/autodiag/cmd/autodiag")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building autodiag: %w", err)
+	}
+	return bin, nil
+}

@@ -1,0 +1,62 @@
+// Command fleet is the fleet simulation that scripts/fleetsim runs: N real
+// `autodiag run` agents (default 200) on one task queue, one lifecycle
+// queue, one Auto Scaling group and one redis-server, living through a
+// freeze, a scale-in through lifecycle hooks and abrupt kills while a
+// steady, long-tailed workload flows. It prints the result tables, writes
+// fleetsim.json and the SVGs beside it, and exits 1 when any must-hold
+// fails, 2 when the lab could not be set up. The processes and fakes are
+// the ones the end-to-end tests and the chaos lab start
+// (internal/harness).
+//
+//	scripts/fleetsim -agents 20 -duration 2m   # the quick check
+//	go run ./scripts/fleet -h                  # every flag (FLEETSIM_* variables)
+//
+// The files: fleet.go the options, the start and the timeline; fleet_check.go
+// what must hold and the report; fleet_plot.go the SVGs.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/autodiag/autodiag/internal/harness"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	o, err := parseFleetOpts(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	l, err := harness.NewLab("fleet")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	defer l.Stop()
+	r, err := runFleetLab(l, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	res := r.check()
+	if err := res.write(o.out); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		return 2
+	}
+	res.print(os.Stdout)
+	if !res.Pass {
+		return 1
+	}
+	return 0
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fleet: %s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
+}
+
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s" }
