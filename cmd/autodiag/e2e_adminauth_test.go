@@ -28,12 +28,12 @@ var adminAuthConfig = strings.Replace(embeddedConfig, "admin_addr: 127.0.0.1:0\n
 func TestE2EAdminAuth(t *testing.T) {
 	const token = "admin-s3cret"
 	p := startProc(t, adminAuthConfig, adminTokenEnv+"="+token)
-	_, port, err := net.SplitHostPort(p.addr)
+	_, port, err := net.SplitHostPort(p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if host, _, _ := net.SplitHostPort(p.addr); net.ParseIP(host).IsLoopback() {
-		t.Fatalf("admin listens on %s; want every interface", p.addr)
+	if host, _, _ := net.SplitHostPort(p.Addr()); net.ParseIP(host).IsLoopback() {
+		t.Fatalf("admin listens on %s; want every interface", p.Addr())
 	}
 	// Every interface includes loopback, where the test's traffic stays.
 	local := net.JoinHostPort("127.0.0.1", port)

@@ -2,11 +2,10 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -47,10 +46,10 @@ func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLed
 	fmt.Fprintf(&b, "intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: %s}\n", intakeTokenEnv)
 	b.WriteString("diagnostics:\n")
 	for _, d := range []string{"uptime", "memory", "gate"} {
-		fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', %s, '{host}']\n    timeout: 60s\n", d, l.script, d)
+		fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', %s, '{host}']\n    timeout: 60s\n", d, l.Script, d)
 	}
 	fmt.Fprintf(&b, "  - name: disk-usage\n    command: [/bin/sh, '%s', disk-usage, '{host}', '{param.mount}']\n"+
-		"    params: {mount: '/[A-Za-z0-9/_.-]*'}\n    timeout: 60s\n", l.script)
+		"    params: {mount: '/[A-Za-z0-9/_.-]*'}\n    timeout: 60s\n", l.Script)
 	b.WriteString("limiter:\n  hosts:\n    allow: ['^[a-z0-9-]+(\\.[a-z0-9-]+)*$']\n  rules: []\n")
 	b.WriteString("routes:\n")
 	for _, line := range strings.Split(string(routes), "\n") {
@@ -270,7 +269,7 @@ func TestE2EStandaloneIntake(t *testing.T) {
 	fq := newSQSFake(t, "central")
 	const token = "central-token"
 	in := startStandaloneIntake(t, fq, token)
-	cmd, scanned, addr := in.cmd, in.scanned, in.addrs["intake listening"]
+	addr := in.addrs["intake listening"]
 	code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json"))
 	if code != http.StatusOK || !strings.Contains(body, `"accepted":2`) {
 		t.Fatalf("answer %d %s", code, body)
@@ -278,15 +277,15 @@ func TestE2EStandaloneIntake(t *testing.T) {
 	if v, _, _, st := fq.stats(t); st.Sent != 3 || v != 3 {
 		t.Fatalf("queue: sent %d, visible %d; want the 3 tasks waiting for the fleet", st.Sent, v)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := in.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
 		c, _ := postAlert(t, addr, "/v1/alerts/alertmanager", token, "{}")
 		return c == http.StatusServiceUnavailable
 	})
-	<-scanned
-	if err := cmd.Wait(); err != nil {
+	<-in.Done()
+	if err := in.Err(); err != nil {
 		t.Fatalf("intake exit: %v", err)
 	}
 }
@@ -294,9 +293,8 @@ func TestE2EStandaloneIntake(t *testing.T) {
 // standaloneIntake is an `autodiag intake` process and the addresses of its
 // listeners, by log message ("admin listening", "intake listening").
 type standaloneIntake struct {
-	cmd     *exec.Cmd
-	scanned chan struct{} // closed once its stderr is read to the end
-	addrs   map[string]string
+	*harness.Agent
+	addrs map[string]string
 }
 
 // startStandaloneIntake starts `autodiag intake` on fq with bearer token
@@ -304,42 +302,26 @@ type standaloneIntake struct {
 func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIntake {
 	t.Helper()
 	l := newAlertLedger(t)
-	cfgPath := sqsWriteConfig(t, alertAgentYAML(t, fq.url, "127.0.0.1:1", "x:", l))
-	cmd := exec.CommandContext(t.Context(), binPath, "intake", "--config", cfgPath)
-	cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, fq.awsEnv()...), intakeTokenEnv+"="+token)
-	stderr, err := cmd.StderrPipe()
+	a, err := harness.SpawnAgent(harness.AgentSpec{Bin: binPath, Command: "intake", Dir: t.TempDir(),
+		Config: alertAgentYAML(t, fq.url, "127.0.0.1:1", "x:", l), Env: append(fq.env, intakeTokenEnv+"="+token)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan map[string]string, 1)
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		got := map[string]string{}
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) != nil {
-				continue
-			}
-			if msg, _ := m["msg"].(string); msg == "admin listening" || msg == "intake listening" {
-				got[msg], _ = m["addr"].(string)
-				if len(got) == 2 {
-					addrs <- got
-				}
+	t.Cleanup(a.KillTree)
+	in := standaloneIntake{Agent: a, addrs: map[string]string{}}
+	listening := func() bool {
+		for _, msg := range []string{"admin listening", "intake listening"} {
+			if l := a.Logs(msg); len(l) > 0 {
+				in.addrs[msg], _ = l[0]["addr"].(string)
 			}
 		}
-	}()
-	in := standaloneIntake{cmd: cmd, scanned: scanned}
-	select {
-	case in.addrs = <-addrs:
-	case <-scanned:
-		t.Fatal("intake exited before listening")
-	case <-time.After(30 * time.Second):
+		return len(in.addrs) == 2 || !a.Alive()
+	}
+	if !harness.Until(30*time.Second, listening) {
 		t.Fatal("intake not listening after 30s")
+	}
+	if len(in.addrs) < 2 {
+		t.Fatalf("intake exited before listening:\n%s", a.Output())
 	}
 	return in
 }

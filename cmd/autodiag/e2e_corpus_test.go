@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -130,8 +131,8 @@ func TestCorpusThroughEverySink(t *testing.T) {
 
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
-	cfg := sqsAgentConfig{instance: "agent-corpus", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
-	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: corpus\n    command: [/bin/sh, '%s']\n    timeout: 10s\n"+
+	cfg := harness.AgentConfig{Instance: "agent-corpus", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
+	yaml := strings.Replace(cfg.YAML(), "limiter:\n", fmt.Sprintf("  - name: corpus\n    command: [/bin/sh, '%s']\n    timeout: 10s\n"+
 		"    max_output: 1MiB\nlimiter:\n", script), 1) +
 		fmt.Sprintf("results:\n  s3:\n    bucket: %s\n    path_style: true\n", bucket) +
 		fmt.Sprintf("notify:\n  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    on: [failed]\n"+
@@ -190,9 +191,7 @@ func TestCorpusThroughEverySink(t *testing.T) {
 	if code := a.wait(60 * time.Second); code != 0 {
 		t.Errorf("exit %d after the drain, want 0", code)
 	}
-	a.mu.Lock()
-	sinks["JSON log"] = a.raw.String()
-	a.mu.Unlock()
+	sinks["JSON log"] = a.Output()
 
 	unescape := strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&", `\/`, "/", `\"`, `"`, `\\`, `\`)
 	misses := 0

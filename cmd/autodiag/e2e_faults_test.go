@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"path/filepath"
-	"strconv"
+	"github.com/autodiag/autodiag/internal/harness"
 	"strings"
 	"testing"
 	"time"
@@ -26,80 +23,51 @@ import (
 // sends failing, visibility shorter than the wait for a worker, deferrals
 // past the queue's maxReceiveCount.
 
-// privateRedis is a redis-server this test owns, on a free loopback port,
-// so that it can be killed without touching the shared one that parallel
-// tests use.
+// privateRedis is a redis-server this test owns (harness.Redis), on a
+// free loopback port, so that it can be killed without touching the
+// shared one that parallel tests use.
 type privateRedis struct {
+	*harness.Redis
 	t    *testing.T
 	addr string
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 func startPrivateRedis(t *testing.T) *privateRedis {
 	t.Helper()
 	// The shared server's presence says the machine runs Redis tests.
 	testenv.RedisAddr(t)
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("a private redis-server: %v", err)
-	}
 	// Outside the ephemeral range (testenv.ClosedPort): during an outage no
 	// outgoing connection, the agent's own reconnects included, can take
 	// the port that the server comes back on.
-	addr := "127.0.0.1:" + testenv.ClosedPort(t)
-	r := &privateRedis{t: t, addr: addr, dir: t.TempDir()}
-	r.start()
-	t.Cleanup(r.kill)
-	return r
+	r, err := harness.StartRedis(t.TempDir(), "127.0.0.1:"+testenv.ClosedPort(t))
+	if err != nil {
+		t.Fatalf("a private redis-server: %v", err)
+	}
+	t.Cleanup(r.Kill)
+	return &privateRedis{Redis: r, t: t, addr: r.Addr}
 }
 
-// start runs redis-server on r.addr and waits until it answers.
+// start runs redis-server on r.addr again, empty, and waits until it
+// answers.
 func (r *privateRedis) start() {
 	r.t.Helper()
-	_, port, _ := net.SplitHostPort(r.addr)
-	// Not bound to a context: kill ends it, at the outage and at cleanup.
-	r.cmd = exec.CommandContext(context.Background(), "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
-	if err := r.cmd.Start(); err != nil {
+	if err := r.Start(); err != nil {
 		r.t.Fatalf("redis-server: %v", err)
 	}
-	r.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(r.cmd, r.done)
-	c := redis.NewClient(&redis.Options{Addr: r.addr})
-	defer c.Close()
-	eventually(r.t, 10*time.Second, "the private redis-server answering", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return c.Ping(ctx).Err() == nil
-	})
 }
 
 // kill sends SIGKILL and waits for the server to be gone.
-func (r *privateRedis) kill() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.done
-	r.cmd = nil
-}
+func (r *privateRedis) kill() { r.Kill() }
 
 // labelledMetric returns the value of series name{labels} in /metrics, 0
 // when absent; labels as written, e.g. `op="claim"`.
 func labelledMetric(p *proc, name, labels string) float64 {
 	p.t.Helper()
-	for _, line := range strings.Split(p.metrics(), "\n") {
-		if v, ok := strings.CutPrefix(line, name+"{"+labels+"} "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
+	return harness.Series(p.metrics(), name, labels)
 }
 
 // withRules puts limiter rules (YAML list items, indented four spaces)
-// and redis keys into an sqsAgentConfig's YAML.
+// and redis keys into a harness.AgentConfig's YAML.
 func withRules(yaml, rules, redisKeys string) string {
 	if rules != "" {
 		yaml = strings.Replace(yaml, "  rules: []\n", "  rules:\n"+rules, 1)
@@ -128,9 +96,9 @@ func TestSQSRedisOutageFailOpen(t *testing.T) {
 	prefix := "e2e:outage:"
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
-	cfg := sqsAgentConfig{instance: "agent-o", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
-		redisAddr: rs.addr, prefix: prefix, redisTimeout: redisTimeout, ledger: led}
-	yaml := withRules(cfg.yaml(), `    - name: cap
+	cfg := harness.AgentConfig{Instance: "agent-o", Workers: 2, QueueURL: fq.url, Visibility: 2 * time.Second,
+		RedisAddr: rs.addr, Prefix: prefix, RedisTimeout: redisTimeout, Ledger: led.Ledger}
+	yaml := withRules(cfg.YAML(), `    - name: cap
       key: host
       limits: [{window: {count: 1000, per: 1m}}]
       fail: open
@@ -204,7 +172,7 @@ func TestSQSRejectedHugeMessageOneOutcome(t *testing.T) {
 	// three attempts for each of DeadLetter's four, and one more call.
 	const dlqFailures = 3*4 + 3
 	failDLQ := fq.srv.InjectFault(sqsfake.Fault{Op: "SendMessage", Queue: "tasks-dlq", Kind: sqsfake.FaultServerError, Count: dlqFailures})
-	a := startProc(t, sqsAgentConfig{instance: "agent-r", workers: 1, queueURL: fq.url, dlqURL: dlqURL}.yaml(), fq.env...)
+	a := startProc(t, harness.AgentConfig{Instance: "agent-r", Workers: 1, QueueURL: fq.url, DLQURL: dlqURL}.YAML(), fq.env...)
 
 	const maxSize = 262144
 	attrs := map[string]types.MessageAttributeValue{}
@@ -262,7 +230,7 @@ func TestSQSPrefetchedShortVisibility(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
 	const vis = 2 * time.Second
-	a := startProc(t, sqsAgentConfig{instance: "agent-p", workers: 1, queueURL: fq.url, visibility: vis, ledger: led}.yaml(), fq.env...)
+	a := startProc(t, harness.AgentConfig{Instance: "agent-p", Workers: 1, QueueURL: fq.url, Visibility: vis, Ledger: led.Ledger}.YAML(), fq.env...)
 	ids := []string{"p-1", "p-2", "p-3"}
 	var bodies []string
 	for _, id := range ids {
@@ -308,9 +276,9 @@ func TestSQSDeferredPastMaxReceiveCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tasks := &sqsFake{srv: fq.srv, client: fq.client, name: "tasks", url: url, env: fq.env}
+	tasks := &sqsFake{SQS: fq.SQS, srv: fq.srv, client: fq.client, name: "tasks", url: url, env: fq.env}
 	led := newSQSLedger(t)
-	yaml := withRules(sqsAgentConfig{instance: "agent-d", workers: 2, queueURL: url, ledger: led}.yaml(), `    - name: spaced
+	yaml := withRules(harness.AgentConfig{Instance: "agent-d", Workers: 2, QueueURL: url, Ledger: led.Ledger}.YAML(), `    - name: spaced
       key: host
       limits: [{window: {count: 1, per: 1s}}]
       on_exceed: defer

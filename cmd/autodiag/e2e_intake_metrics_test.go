@@ -15,7 +15,7 @@ func TestE2EStandaloneIntakeMetrics(t *testing.T) {
 	fq := newSQSFake(t, "central-metrics")
 	const token = "central-token"
 	in := startStandaloneIntake(t, fq, token)
-	cmd, scanned, got := in.cmd, in.scanned, in.addrs
+	got := in.addrs
 	// The admin listener is up before the intake listens.
 	admin := got["admin listening"]
 	if host, _, err := net.SplitHostPort(admin); err != nil || !net.ParseIP(host).IsLoopback() {
@@ -48,14 +48,14 @@ func TestE2EStandaloneIntakeMetrics(t *testing.T) {
 	if m := metrics(); !strings.Contains(m, accepted) {
 		t.Fatalf("/metrics lacks %s:\n%s", accepted, m)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := in.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil { // the second stops at once
+	if err := in.Signal(syscall.SIGINT); err != nil { // the second stops at once
 		t.Fatal(err)
 	}
-	<-scanned
-	if err := cmd.Wait(); err != nil {
+	<-in.Done()
+	if err := in.Err(); err != nil {
 		t.Fatalf("intake exit: %v", err)
 	}
 }

@@ -7,10 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/fake/imdsmock"
+	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"path"
 	"sort"
@@ -20,12 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
-	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -56,7 +54,7 @@ type lcCall struct {
 	Body   []byte
 }
 
-// lcRecorder wraps a fake's handler.
+// lcRecorder wraps a fake's handler (wrap).
 type lcRecorder struct {
 	next http.Handler
 	op   func(r *http.Request, body []byte) (op, queue string)
@@ -83,6 +81,12 @@ func (w *lcStatusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// wrap puts the recorder in front of next (a harness.Wrap).
+func (rec *lcRecorder) wrap(next http.Handler) http.Handler {
+	rec.next = next
+	return rec
 }
 
 func (rec *lcRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +158,7 @@ type lcLabOptions struct {
 
 type lcLab struct {
 	t        *testing.T
-	sqs      *sqsfake.Server
+	sqs      *harness.SQS
 	sqsRec   *lcRecorder
 	sqsURL   string
 	client   *sqs.Client
@@ -196,20 +200,19 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 	}
 	l.prefix = fmt.Sprintf("e2e:%s:%s:", strings.ReplaceAll(t.Name(), "/", "_"), lcRandHex(4))
 
-	l.sqs = sqsfake.New()
-	l.sqsRec = &lcRecorder{next: l.sqs, op: lcSqsOp}
-	sts := httptest.NewServer(l.sqsRec)
-	t.Cleanup(sts.Close)
-	l.sqs.SetBaseURL(sts.URL)
-	l.sqsURL = sts.URL
-	var err error
+	l.sqsRec = &lcRecorder{op: lcSqsOp}
+	fq, err := harness.StartSQS(l.sqsRec.wrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fq.Close)
+	l.sqs, l.sqsURL, l.client = fq, fq.URL, fq.Client
 	if l.taskQURL, err = l.sqs.CreateQueue(lcTaskQueue, map[string]string{"VisibilityTimeout": "60"}); err != nil {
 		t.Fatal(err)
 	}
 	if l.lcQURL, err = l.sqs.CreateQueue(lcNotifyQueue, nil); err != nil {
 		t.Fatal(err)
 	}
-	l.client = sqs.NewFromConfig(sqsfake.SDKConfig(sts.URL))
 
 	base := time.Now()
 	scale := l.scale
@@ -217,18 +220,21 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 		return base.Add(time.Duration(float64(time.Since(base)) * scale))
 	}, VisibleAfter: o.visibleAfter}
 	if o.notify {
+		send := fq.Notifier(l.lcQURL, func(err error) { t.Error(err) })
 		opts.Notify = func(body string) {
 			if strings.Contains(body, lcMockInstance) {
 				defer l.setEventAt(time.Now())
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, err := l.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(l.lcQURL), MessageBody: aws.String(body)}); err != nil {
-				t.Errorf("sending the lifecycle notification: %v", err)
-			}
+			send(body)
 		}
 	}
-	l.asg = asgfake.New(opts)
+	l.asgRec = &lcRecorder{op: lcAsgOp, before: l.syncIMDS}
+	asg, err := harness.StartASG(l.asgRec.wrap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(asg.Close)
+	l.asg, l.asgURL = asg.Server, asg.URL
 	l.asg.AddGroup(lcLabASG)
 	for _, id := range []string{lcMockInstance, lcLabOther} {
 		if err := l.asg.AddInstance(lcLabASG, id); err != nil {
@@ -238,15 +244,14 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 	if err := l.asg.PutHook(asgfake.Hook{Group: lcLabASG, Name: lcLabHook, HeartbeatTimeout: l.hookTTL, DefaultResult: asgfake.ResultAbandon}); err != nil {
 		t.Fatal(err)
 	}
-	l.asgRec = &lcRecorder{next: l.asg, op: lcAsgOp, before: l.syncIMDS}
-	ats := httptest.NewServer(l.asgRec)
-	t.Cleanup(ats.Close)
-	l.asgURL = ats.URL
 
-	l.cwRec = &lcRecorder{next: http.HandlerFunc(lcCloudWatch), op: lcCwOp}
-	cts := httptest.NewServer(l.cwRec)
-	t.Cleanup(cts.Close)
-	l.cwURL = cts.URL
+	l.cwRec = &lcRecorder{op: lcCwOp}
+	cwURL, stopCW, err := harness.Serve(l.cwRec.wrap(http.HandlerFunc(lcCloudWatch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopCW)
+	l.cwURL = cwURL
 	return l
 }
 
@@ -297,18 +302,13 @@ lifecycle:
 // enqueue puts one sleep task per duration on the task queue.
 func (l *lcLab) enqueue(secs []float64) {
 	l.t.Helper()
-	ctx := context.Background()
-	for i := 0; i < len(secs); i += 10 {
-		var entries []sqstypes.SendMessageBatchRequestEntry
-		for j := i; j < min(i+10, len(secs)); j++ {
-			body := fmt.Sprintf(`{"id":"t-%03d","host":"web-01","diagnostic":"sleep","params":{"secs":"%s"}}`,
-				j, strconv.FormatFloat(secs[j], 'f', 3, 64))
-			entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), MessageBody: aws.String(body)})
-		}
-		out, err := l.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(l.taskQURL), Entries: entries})
-		if err != nil || len(out.Failed) > 0 {
-			l.t.Fatalf("enqueue: %v %v", err, out)
-		}
+	bodies := make([]string, len(secs))
+	for j := range secs {
+		bodies[j] = fmt.Sprintf(`{"id":"t-%03d","host":"web-01","diagnostic":"sleep","params":{"secs":"%s"}}`,
+			j, strconv.FormatFloat(secs[j], 'f', 3, 64))
+	}
+	if _, err := l.sqs.Send(context.Background(), l.taskQURL, bodies...); err != nil {
+		l.t.Fatalf("enqueue: %v", err)
 	}
 }
 
@@ -336,31 +336,8 @@ func (l *lcLab) startIMDSMock(delay time.Duration) {
 	}()
 }
 
-var lcImdsHTTP = &http.Client{Timeout: 2 * time.Second}
-
 // imdsState reads target-lifecycle-state from the mock (IMDSv2).
-func (l *lcLab) imdsState() (string, error) {
-	req, _ := http.NewRequestWithContext(l.t.Context(), http.MethodPut, l.imdsURL+"/latest/api/token", nil)
-	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-	resp, err := lcImdsHTTP.Do(req)
-	if err != nil {
-		return "", err
-	}
-	tok, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	req, _ = http.NewRequestWithContext(l.t.Context(), http.MethodGet, l.imdsURL+"/latest/meta-data/autoscaling/target-lifecycle-state", nil)
-	req.Header.Set("X-aws-ec2-metadata-token", string(tok))
-	resp, err = lcImdsHTTP.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("target-lifecycle-state: %s", resp.Status)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
+func (l *lcLab) imdsState() (string, error) { return imdsmock.LifecycleState(l.t.Context(), l.imdsURL) }
 
 func (l *lcLab) setEventAt(at time.Time) {
 	l.syncMu.Lock()

@@ -377,8 +377,7 @@ func lcScaledScene(t *testing.T, set func(k float64) bool) {
 // it takes no more work from the lab it shares nothing with afterwards.
 func lcSceneSet(p *proc, ok bool) bool {
 	if !ok {
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 	}
 	return ok
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,18 +95,15 @@ type limitRunsConfig struct {
 
 func (c limitRunsConfig) yaml() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "instance_id: %s\nadmin_addr: 127.0.0.1:0\nlog_level: info\nworkers: %d\n", c.instance, c.workers)
-	fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: 2s\n  batch_size: 10\n  visibility_timeout: %s\n", c.queueURL, c.visibility)
-	fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: 2s\n", c.redisAddr, c.prefix)
-	b.WriteString("diagnostics:\n  - name: fail\n    command: [/bin/false]\n    timeout: 10s\n")
+	b.WriteString("  - name: fail\n    command: [/bin/false]\n    timeout: 10s\n")
 	if c.marks != nil {
 		script, _ := json.Marshal(c.marks.script()) // a JSON string is a YAML flow scalar
 		for _, d := range []struct{ name, mode string }{{"mark", "brief"}, {"heavy", ""}, {"heavy-hold", "hold"}} {
 			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, -c, %s, sh, '{id}', '%s']\n    timeout: 60s\n", d.name, script, d.mode)
 		}
 	}
-	fmt.Fprintf(&b, "limiter:\n  hosts:\n    allow: ['^[a-z0-9-]+(\\.[a-z0-9-]+)*$']\n  rules:\n%s", c.rules)
-	return b.String()
+	return harness.AgentConfig{Instance: c.instance, Workers: c.workers, QueueURL: c.queueURL, Visibility: c.visibility,
+		RedisAddr: c.redisAddr, Prefix: c.prefix, Catalog: b.String(), Rules: c.rules}.YAML()
 }
 
 // limitsCheck runs `autodiag limits check` for web-1 and diagnostic and

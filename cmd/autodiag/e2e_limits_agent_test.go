@@ -18,7 +18,7 @@ func TestLimitsCheckAsksTheRunningAgent(t *testing.T) {
 	cfgPath := sqsWriteConfig(t, yaml)
 	check := func() map[string]any {
 		t.Helper()
-		code, out, stderr := runCLI(t, nil, "limits", "check", "--config", cfgPath, "--admin-addr", p.addr,
+		code, out, stderr := runCLI(t, nil, "limits", "check", "--config", cfgPath, "--admin-addr", p.Addr(),
 			"--host", "web-01", "--diagnostic", "uptime")
 		if code != 0 {
 			t.Fatalf("limits check: exit %d %q %q", code, out, stderr)

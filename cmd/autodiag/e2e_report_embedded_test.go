@@ -27,17 +27,17 @@ func TestReportEmbeddedUsesTheAgentsCooldown(t *testing.T) {
 	}
 	eventually(t, reportTimeout+loadAllowance, "the agent's own report", func() bool { return len(fake.Requests()) == 1 })
 	eventually(t, reportTimeout+loadAllowance, "the report in the record", func() bool {
-		code, out, _ := runCLI(t, nil, "show", "emb-rep-1", "--json", "--config", cfgPath, "--admin-addr", p.addr)
+		code, out, _ := runCLI(t, nil, "show", "emb-rep-1", "--json", "--config", cfgPath, "--admin-addr", p.Addr())
 		return code == 0 && strings.Contains(out, `"status": "ok"`)
 	})
-	code, stdout, stderr := runCLI(t, env, "report", "emb-rep-1", "--config", cfgPath, "--admin-addr", p.addr)
+	code, stdout, stderr := runCLI(t, env, "report", "emb-rep-1", "--config", cfgPath, "--admin-addr", p.Addr())
 	if code != 1 || !strings.Contains(stdout, "rate_limited") {
 		t.Fatalf("report within the cooldown: exit %d %q %s, want 1 and rate_limited", code, stdout, stderr)
 	}
 	if n := len(fake.Requests()); n != 1 {
 		t.Fatalf("the model was asked %d times, want once: the command must go through the agent's cooldown", n)
 	}
-	code, stdout, stderr = runCLI(t, env, "report", "emb-rep-1", "--force", "--config", cfgPath, "--admin-addr", p.addr)
+	code, stdout, stderr = runCLI(t, env, "report", "emb-rep-1", "--force", "--config", cfgPath, "--admin-addr", p.Addr())
 	if code != 0 || !strings.Contains(stdout, "report: ok") {
 		t.Fatalf("report --force: exit %d %q %s, want 0 and an ok report", code, stdout, stderr)
 	}

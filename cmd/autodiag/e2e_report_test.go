@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"net/http"
 	"os"
@@ -32,8 +33,8 @@ const (
 // and reports to the OpenAI fake (report.timeout timeout, 2 report
 // workers): a 3m cooldown per host+diagnostic.
 func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string, timeout time.Duration) string {
-	cfg := sqsAgentConfig{instance: instance, workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
-	yaml := strings.NewReplacer("command: [/bin/true]\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.yaml())
+	cfg := harness.AgentConfig{Instance: instance, Workers: 2, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
+	yaml := strings.NewReplacer("command: [/bin/true]\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.YAML())
 	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
 		leakScript(t)), 1)
 	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+
@@ -203,9 +204,7 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 	if code := a.wait(60 * time.Second); code != 0 {
 		t.Fatalf("exit %d after the drain, want 0", code)
 	}
-	a.mu.Lock()
-	assertNoSecret(t, "the agent's log", a.raw.String())
-	a.mu.Unlock()
+	assertNoSecret(t, "the agent's log", a.Output())
 }
 
 // A model that hangs delays neither the tasks' outcomes nor their message
@@ -352,7 +351,7 @@ func TestReportHugeAnswerBoundedE2E(t *testing.T) {
 		return ok
 	})
 	took := time.Since(asked)
-	rss := peakRSS(t, a.cmd.Process.Pid)
+	rss := peakRSS(t, a.Pid())
 	t.Logf("REPORT 100 MB answer: report %s after %.3fs, agent peak RSS %d MiB", r.Status, took.Seconds(), rss>>20)
 	if r.Status != rootcause.StatusFailed || !strings.HasPrefix(r.Reason, "answer_too_large") {
 		t.Errorf("report %+v, want failed with answer_too_large", r)

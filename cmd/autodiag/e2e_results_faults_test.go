@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -162,7 +163,7 @@ func TestNotifyTakeoverAfterKill9E2E(t *testing.T) {
 		sinkTimeout = 3 * time.Second
 		// The least notify_claim_idle the sink's timeout allows.
 		claimIdle    = 2 * sinkTimeout
-		redisTimeout = 2 * time.Second // sqsAgentConfig's redis.timeout
+		redisTimeout = 2 * time.Second // harness.AgentConfig's redis.timeout
 	)
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
@@ -174,7 +175,7 @@ func TestNotifyTakeoverAfterKill9E2E(t *testing.T) {
 		return http.StatusOK
 	})
 	yaml := func(instance string) string {
-		return sqsAgentConfig{instance: instance, workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}.yaml() +
+		return harness.AgentConfig{Instance: instance, Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}.YAML() +
 			faultNotifyYAML(hook.srv.URL, sinkTimeout, claimIdle, "succeeded")
 	}
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
@@ -272,8 +273,8 @@ func TestNotifyOutboxRedisRestartedEmptyE2E(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	cfg := sqsAgentConfig{instance: "agent-z", workers: 2, queueURL: fq.url, redisAddr: rs.addr, prefix: prefix, redisTimeout: redisTimeout}
-	yaml := cfg.yaml() + faultNotifyYAML(hook.srv.URL, sinkTimeout, claimIdle, "succeeded")
+	cfg := harness.AgentConfig{Instance: "agent-z", Workers: 2, QueueURL: fq.url, RedisAddr: rs.addr, Prefix: prefix, RedisTimeout: redisTimeout}
+	yaml := cfg.YAML() + faultNotifyYAML(hook.srv.URL, sinkTimeout, claimIdle, "succeeded")
 	a := startProc(t, yaml, append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)...)
 
 	fq.send(t, sqsTaskBody("z-1", "noop"))
@@ -342,8 +343,8 @@ func TestNotifyOutboxRedisRestartedEmptyE2E(t *testing.T) {
 	})
 	eventually(t, redisTimeout+notify.DefaultPollInterval+loadAllowance, "the outbox empty", func() bool { return outboxLen(t, rc, prefix) == 0 })
 	select {
-	case <-a.done:
-		t.Fatalf("the agent exited: %v", a.err)
+	case <-a.Done():
+		t.Fatalf("the agent exited: %v", a.Err())
 	default:
 	}
 	if n := sqsMetric(a, "autodiag_outbox_resets_total"); n != 1 {

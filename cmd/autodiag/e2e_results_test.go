@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -126,10 +127,10 @@ func TestResultsRedactedAndDelivered(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	hook := newHookReceiver(t, 1)
-	cfg := sqsAgentConfig{instance: "agent-r", workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	cfg := harness.AgentConfig{Instance: "agent-r", Workers: 2, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
 	// cfg.yaml ends with the limiter section; the leak diagnostic goes in
 	// the catalog, before it.
-	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 10s\nlimiter:\n",
+	yaml := strings.Replace(cfg.YAML(), "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 10s\nlimiter:\n",
 		leakScript(t)), 1) + notifyYAML(hook.srv.URL, "failed", "drain_started", "drain_completed", "drain_failed")
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
 	a := startProc(t, yaml, env...)
@@ -171,9 +172,7 @@ func TestResultsRedactedAndDelivered(t *testing.T) {
 	}
 	out, _ := ended[0]["output"].(string)
 	assertRedacted(t, "task ended log line", out)
-	a.mu.Lock()
-	assertNoSecret(t, "the agent's log", a.raw.String())
-	a.mu.Unlock()
+	assertNoSecret(t, "the agent's log", a.Output())
 
 	// GET /v1/tasks/{id} and 404.
 	resp, err := a.get("/v1/tasks/leak-1")
@@ -253,7 +252,7 @@ func TestResultsEmbedded(t *testing.T) {
 	assertRedacted(t, "webhook body", string(r.body))
 
 	cfgPath := sqsWriteConfig(t, yaml)
-	code, stdout, stderr := runCLI(t, nil, "show", id, "--config", cfgPath, "--admin-addr", a.addr, "--json")
+	code, stdout, stderr := runCLI(t, nil, "show", id, "--config", cfgPath, "--admin-addr", a.Addr(), "--json")
 	if code != 0 {
 		t.Fatalf("show --json: exit %d: %s", code, stderr)
 	}
@@ -262,11 +261,11 @@ func TestResultsEmbedded(t *testing.T) {
 		t.Fatalf("show --json = %s (%v), want %s failed", stdout, err, id)
 	}
 	assertRedacted(t, "show --json", v.Output)
-	if code, _, _ := runCLI(t, nil, "show", "nope", "--config", cfgPath, "--admin-addr", a.addr); code != 1 {
+	if code, _, _ := runCLI(t, nil, "show", "nope", "--config", cfgPath, "--admin-addr", a.Addr()); code != 1 {
 		t.Errorf("show of an unknown task: exit %d, want 1", code)
 	}
 	assertNotFound(t, a, "/v1/tasks/nope")
-	code, stdout, _ = runCLI(t, nil, "status", "--config", cfgPath, "--admin-addr", a.addr)
+	code, stdout, _ = runCLI(t, nil, "status", "--config", cfgPath, "--admin-addr", a.Addr())
 	if code != 0 || !strings.Contains(stdout, id) {
 		t.Errorf("status: exit %d, want the task id %s listed:\n%s", code, id, stdout)
 	}
@@ -306,8 +305,8 @@ func TestNotifyDeadRequeue(t *testing.T) {
 	_, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	hook := newHookReceiverCode(t, 1, http.StatusBadRequest)
-	cfg := sqsAgentConfig{instance: "agent-d", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
-	yaml := cfg.yaml() + notifyYAML(hook.srv.URL, "succeeded")
+	cfg := harness.AgentConfig{Instance: "agent-d", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
+	yaml := cfg.YAML() + notifyYAML(hook.srv.URL, "succeeded")
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
 	a := startProc(t, yaml, env...)
 	fq.send(t, sqsTaskBody("ok-1", "noop"))

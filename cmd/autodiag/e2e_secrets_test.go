@@ -114,9 +114,7 @@ report:
 	if code := a.wait(60 * time.Second); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
-	a.mu.Lock()
-	raw := a.raw.String()
-	a.mu.Unlock()
+	raw := a.Output()
 	for _, v := range []string{tok1, tok2, hmac1, hmac2, key1, key2} {
 		if strings.Contains(raw, v) {
 			t.Errorf("the log holds a secret value %q", v)

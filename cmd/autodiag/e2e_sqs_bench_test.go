@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,11 +141,11 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 	})
 	child := func(b *testing.B, rc *redis.Client, redisAddr, prefix string) {
 		fq := queue(b)
-		cfg := sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url, visibility: time.Minute,
-			redisAddr: redisAddr, prefix: prefix}
+		cfg := harness.AgentConfig{Instance: "bench", Workers: 16, QueueURL: fq.url, Visibility: time.Minute,
+			RedisAddr: redisAddr, Prefix: prefix}
 		b.ResetTimer()
 		cpu := startCPU(b, rc)
-		stop := startBenchAgent(b, cfg.yaml(), fq.env...)
+		stop := startBenchAgent(b, cfg.YAML(), fq.env...)
 		waitDrained(b, fq)
 		b.StopTimer()
 		stop()
@@ -163,8 +159,8 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			k, v, _ := strings.Cut(kv, "=")
 			b.Setenv(k, v)
 		}
-		cfg, err := config.Load([]byte(sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url,
-			visibility: time.Minute, redisAddr: redisAddr, prefix: prefix}.yaml()), func(string) (string, bool) { return "", false })
+		cfg, err := config.Load([]byte(harness.AgentConfig{Instance: "bench", Workers: 16, QueueURL: fq.url,
+			Visibility: time.Minute, RedisAddr: redisAddr, Prefix: prefix}.YAML()), func(string) (string, bool) { return "", false })
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -359,64 +355,33 @@ func intakeSpan(b *testing.B, fq *sqsFake) (first, last time.Time) {
 }
 
 // startBenchAgent runs `autodiag run` with yaml, waits for its ready line
-// and returns a func that drains it (SIGTERM) and waits for its exit.
+// and returns a func that drains it (SIGTERM) and waits for its exit. The
+// agent's log goes to a file that is read only at the ready line and
+// after the exit: nothing parses it while the bench measures.
 func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	b.Helper()
-	path := filepath.Join(b.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.CommandContext(b.Context(), binPath, "run", "--config", path)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
-		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
-		"AWS_EC2_METADATA_DISABLED=true"}, env...)
-	stderr, err := cmd.StderrPipe()
+	a, err := harness.SpawnAgent(harness.AgentSpec{Bin: binPath, Dir: b.TempDir(), Config: yaml, Env: env})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	b.Cleanup(a.KillTree)
+	if err := a.AwaitReady(30 * time.Second); err != nil {
 		b.Fatal(err)
 	}
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	var tail []string
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		readySeen := false
-		for sc.Scan() {
-			// Parse only what matters: this process shares the CPUs.
-			line := sc.Bytes()
-			if !readySeen && bytes.Contains(line, []byte(`"msg":"ready"`)) {
-				var m map[string]any
-				if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
-					readySeen = true
-					close(ready)
-				}
-			}
-			if bytes.Contains(line, []byte(`"level":"WARN"`)) || bytes.Contains(line, []byte(`"level":"ERROR"`)) {
-				tail = append(tail, string(line))
-			}
-		}
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-done
-		if err := cmd.Wait(); err != nil {
+	return func() {
+		_ = a.Signal(syscall.SIGTERM)
+		<-a.Done()
+		if err := a.Err(); err != nil {
 			b.Errorf("agent exit: %v", err)
+		}
+		var tail []string
+		for _, line := range strings.Split(a.Output(), "\n") {
+			if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+				tail = append(tail, line)
+			}
 		}
 		if len(tail) > 0 {
 			b.Logf("agent warnings (%d):\n%s", len(tail), strings.Join(tail[:min(len(tail), 20)], "\n"))
 		}
 	}
-	select {
-	case <-ready:
-	case <-done:
-		b.Fatalf("agent exited before ready")
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		b.Fatal("agent not ready after 30s")
-	}
-	return stop
 }

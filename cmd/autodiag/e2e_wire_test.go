@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/autodiag/autodiag/internal/harness"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -156,7 +157,7 @@ func runCLIWithin(t *testing.T, bound time.Duration, env []string, args ...strin
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("%v still running after %s\nstderr: %s", args, bound, lastLines(stderr.String(), 20))
+		t.Fatalf("%v still running after %s\nstderr: %s", args, bound, harness.LastLines(stderr.String(), 20))
 	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
@@ -203,9 +204,7 @@ func TestRedisURLFromSecret(t *testing.T) {
 			if code := p.wait(stopBound); code != 0 {
 				t.Fatalf("exit %d after SIGTERM", code)
 			}
-			p.mu.Lock()
-			raw := p.raw.String()
-			p.mu.Unlock()
+			raw := p.Output()
 			if strings.Contains(raw, password) {
 				t.Fatalf("stderr holds the secret's password:\n%s", raw)
 			}
@@ -251,9 +250,7 @@ func TestRedisOutageLogsJSONOnly(t *testing.T) {
 	})
 	p.signal(syscall.SIGTERM)
 	p.wait(30 * time.Second)
-	p.mu.Lock()
-	raw := p.raw.String()
-	p.mu.Unlock()
+	raw := p.Output()
 	for i, line := range strings.Split(strings.TrimRight(raw, "\n"), "\n") {
 		if !json.Valid([]byte(line)) {
 			t.Errorf("stderr line %d is not JSON: %q", i+1, line)
@@ -280,12 +277,12 @@ func TestAdminSlowClientsBounded(t *testing.T) {
 		t.Skip("no /proc: descriptors cannot be counted")
 	}
 	p := startProc(t, "admin_addr: 127.0.0.1:0\ninstance_id: slow-clients\n")
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	base := fdCount(t, pid)
 	const clients = 4 * agent.AdminMaxConns
 	req := "POST /v1/tasks HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"
 	for range clients {
-		c, err := new(net.Dialer).DialContext(t.Context(), "tcp", p.addr)
+		c, err := new(net.Dialer).DialContext(t.Context(), "tcp", p.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

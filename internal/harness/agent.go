@@ -29,12 +29,14 @@ func BaseEnv(home string) []string {
 		"AWS_EC2_METADATA_DISABLED=true"}
 }
 
-// AgentSpec is one `autodiag run`.
+// AgentSpec is one `autodiag run` (or another command that takes
+// --config).
 type AgentSpec struct {
-	Bin    string   // the binary (Build)
-	Dir    string   // where the config and the log file are written; the child's HOME
-	Config string   // the YAML
-	Env    []string // after BaseEnv: a later entry wins
+	Bin     string   // the binary (Build)
+	Command string   // "" = run
+	Dir     string   // where the config and the log file are written; the child's HOME
+	Config  string   // the YAML
+	Env     []string // after BaseEnv: a later entry wins
 	// Ctx, when set, kills the agent when it ends.
 	Ctx context.Context //nolint:containedctx // the bound of a child's life, as exec.CommandContext takes it
 }
@@ -87,7 +89,11 @@ func SpawnAgent(s AgentSpec) (*Agent, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	cmd := exec.CommandContext(ctx, s.Bin, "run", "--config", cfg.Name())
+	command := s.Command
+	if command == "" {
+		command = "run"
+	}
+	cmd := exec.CommandContext(ctx, s.Bin, command, "--config", cfg.Name())
 	cmd.Env = append(BaseEnv(s.Dir), s.Env...)
 	cmd.Stderr = w
 	p, err := StartProcess(cmd)
@@ -309,12 +315,17 @@ func (a *Agent) Status(ctx context.Context) (map[string]any, error) {
 // Outcomes are the outcome counters of /v1/status (empty when it cannot
 // be read).
 func (a *Agent) Outcomes(ctx context.Context) map[string]int {
-	out := map[string]int{}
 	st, err := a.Status(ctx)
 	if err != nil {
-		return out
+		return map[string]int{}
 	}
-	o, _ := st["outcomes"].(map[string]any)
+	return OutcomeCounts(st)
+}
+
+// OutcomeCounts are the outcome counters of a decoded /v1/status.
+func OutcomeCounts(status map[string]any) map[string]int {
+	out := map[string]int{}
+	o, _ := status["outcomes"].(map[string]any)
 	for k, v := range o {
 		if n, ok := v.(float64); ok {
 			out[k] = int(n)
