@@ -120,6 +120,27 @@ func (lc *lcLab) calls(op string, since time.Time) (all, failed int, firstOK tim
 
 func inflight(a *harness.Agent) float64 { return metric(a, "autodiag_tasks_inflight") }
 
+// terminateBusy puts n tasks of secs each on the queue, starts the agent,
+// and once its four workers are busy puts the instance into
+// Terminating:Wait: the agent, the trigger's time, and whether the workers
+// ever got busy.
+func (lc *lcLab) terminateBusy(l *lab, n int, secs string) (a *harness.Agent, trig time.Time, busy bool, err error) {
+	if err := lc.enqueue(l, n, secs); err != nil {
+		return nil, trig, false, err
+	}
+	if a, err = l.StartAgent(lc.yaml, lc.asg.Env()...); err != nil {
+		return nil, trig, false, err
+	}
+	if !harness.Until(30*time.Second, func() bool { return inflight(a) >= 4 }) {
+		return a, trig, false, nil
+	}
+	trig = time.Now()
+	if _, err := lc.asg.Terminate(lcInstance); err != nil {
+		return a, trig, true, fmt.Errorf("terminate: %w", err)
+	}
+	return a, trig, true, nil
+}
+
 // R4: half of the heartbeats and completions fail (throttled or 5xx)
 // while a drain outlasts the hook's heartbeat timeout several times.
 func r4(l *lab) (string, bool, error) {
@@ -136,19 +157,12 @@ func r4(l *lab) (string, bool, error) {
 		lc.asg.InjectFault(asgfake.Fault{Op: op, Code: "Throttling", Probability: 0.25})
 		lc.asg.InjectFault(asgfake.Fault{Op: op, Code: "InternalFailure", Probability: 1.0 / 3})
 	}
-	if err := lc.enqueue(l, total, "3"); err != nil {
-		return "", false, err
-	}
-	a, err := l.StartAgent(lc.yaml, lc.asg.Env()...)
+	a, trig, busy, err := lc.terminateBusy(l, total, "3")
 	if err != nil {
 		return "", false, err
 	}
-	if !harness.Until(30*time.Second, func() bool { return inflight(a) >= 4 }) {
+	if !busy {
 		return "workers never busy", false, nil
-	}
-	trig := time.Now()
-	if _, err := lc.asg.Terminate(lcInstance); err != nil {
-		return "", false, fmt.Errorf("terminate: %w", err)
 	}
 	code, _ := a.Wait(90 * time.Second)
 	took := time.Since(trig)
@@ -176,19 +190,12 @@ func r8(l *lab) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	if err := lc.enqueue(l, total, "4"); err != nil {
-		return "", false, err
-	}
-	a, err := l.StartAgent(lc.yaml, lc.asg.Env()...)
+	a, trig, busy, err := lc.terminateBusy(l, total, "4")
 	if err != nil {
 		return "", false, err
 	}
-	if !harness.Until(30*time.Second, func() bool { return inflight(a) >= 4 }) {
+	if !busy {
 		return "workers never busy", false, nil
-	}
-	trig := time.Now()
-	if _, err := lc.asg.Terminate(lcInstance); err != nil {
-		return "", false, fmt.Errorf("terminate: %w", err)
 	}
 	if !harness.Until(30*time.Second, func() bool { _, _, ok := lc.calls("RecordLifecycleActionHeartbeat", trig); return !ok.IsZero() }) {
 		return "no heartbeat of the drain", false, nil
