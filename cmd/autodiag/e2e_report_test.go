@@ -34,7 +34,7 @@ const (
 // workers): a 3m cooldown per host+diagnostic.
 func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string, timeout time.Duration) string {
 	cfg := harness.AgentConfig{Instance: instance, Workers: 2, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
-	yaml := strings.NewReplacer("command: [/bin/true]\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.YAML())
+	yaml := strings.NewReplacer("command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.YAML())
 	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
 		leakScript(t)), 1)
 	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+

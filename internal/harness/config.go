@@ -68,7 +68,7 @@ func (c AgentConfig) YAML() string {
 			fmt.Fprintf(&b, "  state_fail: %s\n", c.StateFail)
 		}
 	}
-	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n")
+	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n    timeout: 60s\n")
 	if c.Ledger != nil {
 		for _, d := range ledgerDiagnostics {
 			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', '{id}'", d.name, c.Ledger.Script)

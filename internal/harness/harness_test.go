@@ -15,21 +15,25 @@ func TestAgentConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]AgentConfig{
-		"embedded": {Instance: "i-1", Workers: 1},
-		"queue and redis": {Instance: "i-1", Workers: 2, QueueURL: "http://127.0.0.1:1/1/q", DLQURL: "http://127.0.0.1:1/1/dlq",
-			Visibility: time.Minute, WaitTime: 20 * time.Second, RedisAddr: "127.0.0.1:1", Prefix: "p:", RedisTimeout: time.Second,
-			StateFail: "open", Ledger: led, LimiterFail: "closed", LogLevel: "debug",
-			Rules:   "    - name: cap\n      key: host\n      limits: [{concurrency: 1}]\n",
-			Catalog: "  - name: extra\n    command: [/bin/true]\n"},
+	full := AgentConfig{Instance: "i-1", Workers: 2, QueueURL: "http://127.0.0.1:1/1/q", DLQURL: "http://127.0.0.1:1/1/dlq",
+		Visibility: time.Minute, WaitTime: 20 * time.Second, RedisAddr: "127.0.0.1:1", Prefix: "p:", RedisTimeout: time.Second,
+		StateFail: "open", Ledger: led, LimiterFail: "closed", LogLevel: "debug",
+		Rules:   "    - name: cap\n      key: host\n      limits: [{concurrency: 1}]\n",
+		Catalog: "  - name: extra\n    command: [/bin/true]\n    timeout: 10s\n"}
+	for name, yaml := range map[string]string{
+		"embedded":        AgentConfig{Instance: "i-1", Workers: 1}.YAML(),
+		"queue and redis": full.YAML(),
+		// The chaos lab's lifecycle scenes drain within a minute: no
+		// diagnostic of the catalog may outlast that.
+		"a one-minute drain": full.YAML() + "lifecycle:\n  sources: [signal]\n  drain_timeout: 1m\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := config.Load([]byte(c.YAML()), func(string) (string, bool) { return "", false })
+			cfg, err := config.Load([]byte(yaml), func(string) (string, bool) { return "", false })
 			if err != nil {
-				t.Fatalf("%v\n%s", err, c.YAML())
+				t.Fatalf("%v\n%s", err, yaml)
 			}
 			if err := cfg.Validate(); err != nil {
-				t.Fatalf("%v\n%s", err, c.YAML())
+				t.Fatalf("%v\n%s", err, yaml)
 			}
 		})
 	}

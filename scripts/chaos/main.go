@@ -1,8 +1,13 @@
 // Command chaos runs the chaos scenarios of autodiag against real processes
-// on loopback: the autodiag binary (built here), a redis-server per
+// on loopback, started through internal/harness as the end-to-end tests
+// start them: the autodiag binary (built here), a redis-server per
 // scenario, an SQS fake served by this process (so faults can be injected
 // into its answers) and, for R3b, toxiproxy-server. Each scenario prints one
 // result row; the exit status is 1 when any must-hold fails.
+//
+// The scenarios are the table in scenarios() below, each a function
+// r1 … r10: scenarios.go (R2, R3, R5–R7, R10), lifecycle.go (R1, R4, R8:
+// an Auto Scaling fake with a fast clock), toxi.go (R3b).
 //
 //	scripts/chaos.sh                 # installs toxiproxy, then runs this
 //	go run ./scripts/chaos -only R3,R10
