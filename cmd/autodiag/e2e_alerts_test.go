@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"github.com/autodiag/autodiag/internal/harness"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // The alert end-to-end tests: the real binary with its intake listener on

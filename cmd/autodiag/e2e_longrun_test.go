@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/autodiag/autodiag/internal/harness"
 	"testing"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

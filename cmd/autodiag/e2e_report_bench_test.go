@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/autodiag/autodiag/internal/harness"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
+	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
+	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

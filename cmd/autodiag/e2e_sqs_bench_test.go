@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/autodiag/autodiag/internal/harness"
 	"io"
 	"os/exec"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	agentpkg "github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/internal/fake/sqsfake"
+	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 

@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/autodiag/autodiag/internal/harness"
 	"net/http"
 	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // The end-to-end tests live in this package, beside the binary they run:

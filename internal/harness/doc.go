@@ -9,7 +9,7 @@
 // It owns the start-up and the tear-down: building the binary once
 // (Build), a child in its own process group that is killed with its
 // diagnostics (Process), an agent and its log (Agent), a redis-server of
-// its own (Redis), the SQS and Auto Scaling fakes served over HTTP (SQS,
+// its own (Redis) or a Redis Cluster (RedisCluster), the SQS and Auto Scaling fakes served over HTTP (SQS,
 // Serve), toxiproxy-server (Toxiproxy), the ledger that diagnostics write
 // their runs to (Ledger), an agent's YAML (AgentConfig), waiting on an
 // observable condition (Until), and a Lab that stops everything a program

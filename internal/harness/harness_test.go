@@ -1,11 +1,13 @@
 package harness
 
 import (
+	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // TestAgentConfigLoads: every shape of AgentConfig the tests and the labs
@@ -85,6 +87,42 @@ func TestSeriesAndSum(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %g, want %g", tc.got, tc.want)
+		}
+	}
+}
+
+// TestRedisCluster: three masters that a cluster client can write to
+// across slots, gone after Kill.
+func TestRedisCluster(t *testing.T) {
+	testenv.RedisAddr(t) // the machine runs Redis tests: redis-server is installed
+	c, err := StartRedisCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Kill)
+	cl := c.Client()
+	defer cl.Close()
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		if err := cl.Set(t.Context(), k, k, 0).Err(); err != nil {
+			t.Fatalf("set %s: %v", k, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		slot, err := cl.ClusterKeySlot(t.Context(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[c.Nodes[int(slot)*len(c.Nodes)/clusterSlots].Addr] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("six keys on %d node(s); want the slots spread", len(seen))
+	}
+	c.Kill()
+	for _, r := range c.Nodes {
+		if conn, err := new(net.Dialer).DialContext(t.Context(), "tcp", r.Addr); err == nil {
+			conn.Close()
+			t.Errorf("node %s listens after Kill", r.Addr)
 		}
 	}
 }

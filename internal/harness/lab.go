@@ -156,6 +156,18 @@ func (l *Lab) StartRedis(name string) (*Redis, error) {
 	return r, nil
 }
 
+// StartRedisCluster runs a Redis Cluster of n masters of the lab's.
+func (l *Lab) StartRedisCluster(name string, n int) (*RedisCluster, error) {
+	c, err := StartRedisCluster(filepath.Join(l.Dir, "redis-cluster-"+name), n)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range c.Nodes {
+		l.track(r.proc)
+	}
+	return c, nil
+}
+
 // RestartRedis starts r again, empty, after Kill.
 func (l *Lab) RestartRedis(r *Redis) error {
 	if err := r.Start(); err != nil {

@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/fake/imdsmock"
 )
 
 // redisStartup bounds how long a fresh redis-server takes to answer PING.
@@ -21,6 +24,7 @@ const redisStartup = 10 * time.Second
 type Redis struct {
 	Addr string
 	dir  string
+	args []string // more redis-server arguments
 	proc *Process
 }
 
@@ -47,8 +51,8 @@ func StartRedis(dir, addr string) (*Redis, error) {
 func (r *Redis) Start() error {
 	_, port, _ := net.SplitHostPort(r.Addr)
 	// Not bound to a context: Kill ends it, at an outage and at the end.
-	cmd := exec.CommandContext(context.Background(), "redis-server", "--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
+	cmd := exec.CommandContext(context.Background(), "redis-server", append([]string{"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log")}, r.args...)...)
 	p, err := StartProcess(cmd)
 	if err != nil {
 		return err
@@ -78,3 +82,101 @@ func (r *Redis) Kill() {
 
 // Client is a new client of the server; the caller closes it.
 func (r *Redis) Client() *redis.Client { return redis.NewClient(&redis.Options{Addr: r.Addr}) }
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// RedisCluster is a Redis Cluster of the caller's own: masters only, the
+// slots split evenly, on loopback ports below the kernel's ephemeral range
+// (a node's bus port is its port + 10000).
+type RedisCluster struct {
+	Nodes []*Redis
+}
+
+// StartRedisCluster runs n cluster-enabled redis-servers in dirs under
+// dir, assigns each its share of the slots, joins them and waits until
+// every node reports cluster_state:ok.
+func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
+	c := &RedisCluster{}
+	for i := range n {
+		port, err := imdsmock.ClosedPort(context.Background())
+		if err != nil {
+			c.Kill()
+			return nil, err
+		}
+		ndir := filepath.Join(dir, "node-"+port)
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			c.Kill()
+			return nil, fmt.Errorf("redis dir: %w", err)
+		}
+		r := &Redis{Addr: "127.0.0.1:" + port, dir: ndir,
+			args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}}
+		if err := r.Start(); err != nil {
+			c.Kill()
+			return nil, fmt.Errorf("cluster node %d: %w", i, err)
+		}
+		c.Nodes = append(c.Nodes, r)
+	}
+	if err := c.join(); err != nil {
+		c.Kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+// join splits the slots, introduces every node to the first and waits for
+// cluster_state:ok everywhere.
+func (c *RedisCluster) join() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, _, _ := net.SplitHostPort(c.Nodes[0].Addr)
+	for i, r := range c.Nodes {
+		cl := r.Client()
+		lo, hi := i*clusterSlots/len(c.Nodes), (i+1)*clusterSlots/len(c.Nodes)-1
+		err := cl.ClusterAddSlotsRange(ctx, lo, hi).Err()
+		if err == nil && i > 0 {
+			_, port, _ := net.SplitHostPort(c.Nodes[0].Addr)
+			err = cl.ClusterMeet(ctx, first, port).Err()
+		}
+		cl.Close()
+		if err != nil {
+			return fmt.Errorf("redis cluster: node %s: %w", r.Addr, err)
+		}
+	}
+	ok := Until(30*time.Second, func() bool {
+		for _, r := range c.Nodes {
+			cl := r.Client()
+			info, err := cl.ClusterInfo(ctx).Result()
+			cl.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		return errors.New("redis cluster: not cluster_state:ok within 30s")
+	}
+	return nil
+}
+
+// Addrs are the nodes' addresses, the seeds of a cluster client.
+func (c *RedisCluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, r := range c.Nodes {
+		out[i] = r.Addr
+	}
+	return out
+}
+
+// Client is a new cluster client; the caller closes it.
+func (c *RedisCluster) Client() *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+}
+
+// Kill ends every node.
+func (c *RedisCluster) Kill() {
+	for _, r := range c.Nodes {
+		r.Kill()
+	}
+}
