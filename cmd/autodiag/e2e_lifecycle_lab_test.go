@@ -172,6 +172,7 @@ type lcLab struct {
 	prefix   string
 	redis    string
 	scale    float64
+	clock    harness.FastClock // the Auto Scaling fake's
 	hookTTL  time.Duration
 
 	imdsURL string
@@ -214,11 +215,8 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 		t.Fatal(err)
 	}
 
-	base := time.Now()
-	scale := l.scale
-	opts := asgfake.Options{Seed: 5, Now: func() time.Time {
-		return base.Add(time.Duration(float64(time.Since(base)) * scale))
-	}, VisibleAfter: o.visibleAfter}
+	l.clock = harness.NewFastClock(l.scale)
+	opts := asgfake.Options{Seed: 5, Now: l.clock.Now, VisibleAfter: o.visibleAfter}
 	if o.notify {
 		send := fq.Notifier(l.lcQURL, func(err error) { t.Error(err) })
 		opts.Notify = func(body string) {
@@ -256,7 +254,7 @@ func lcNewLab(t *testing.T, o lcLabOptions) *lcLab {
 }
 
 // realTTL is the hook's heartbeat timeout in wall-clock time.
-func (l *lcLab) realTTL() time.Duration { return time.Duration(float64(l.hookTTL) / l.scale) }
+func (l *lcLab) realTTL() time.Duration { return l.clock.RealDuration(l.hookTTL) }
 
 // env points the agent's SDK clients at the fakes.
 func (l *lcLab) env() []string {

@@ -33,17 +33,16 @@ type lcLab struct {
 	yaml   string
 	redis  *harness.Redis
 	led    *harness.Ledger
-	base   time.Time // when the fake's clock began
-	scale  time.Duration
+	clock  harness.FastClock // the Auto Scaling fake's
 }
 
 // real turns a time of the fake's clock into wall-clock time.
-func (lc *lcLab) real(t time.Time) time.Time { return lc.base.Add(t.Sub(lc.base) / lc.scale) }
+func (lc *lcLab) real(t time.Time) time.Time { return lc.clock.Real(t) }
 
 // newLifecycleLab: the fake's clock runs scale times the wall clock;
 // lifecycleYAML is the agent's lifecycle section ("" = the sqs source).
-func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML string) (*lcLab, error) {
-	lc := &lcLab{scale: scale}
+func (l *lab) newLifecycleLab(name string, scale float64, lifecycleYAML string) (*lcLab, error) {
+	lc := &lcLab{}
 	var err error
 	if lc.redis, err = l.StartRedis(name); err != nil {
 		return nil, err
@@ -57,9 +56,8 @@ func (l *lab) newLifecycleLab(name string, scale time.Duration, lifecycleYAML st
 	if lc.notify, err = l.SQS.CreateQueue(name+"-lifecycle", nil); err != nil {
 		return nil, err
 	}
-	base := time.Now()
-	lc.base = base
-	lc.asg, err = l.startASG(5, func() time.Time { return base.Add(time.Since(base) * scale) }, lc.notify)
+	lc.clock = harness.NewFastClock(scale)
+	lc.asg, err = l.startASG(5, lc.clock.Now, lc.notify)
 	if err != nil {
 		return nil, err
 	}
