@@ -37,8 +37,6 @@ type AgentSpec struct {
 	Dir     string   // where the config and the log file are written; the child's HOME
 	Config  string   // the YAML
 	Env     []string // after BaseEnv: a later entry wins
-	// Ctx, when set, kills the agent when it ends.
-	Ctx context.Context //nolint:containedctx // the bound of a child's life, as exec.CommandContext takes it
 }
 
 // Agent is one `autodiag run` child process.
@@ -85,15 +83,13 @@ func SpawnAgent(s AgentSpec) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log file: %w", err)
 	}
-	ctx := s.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	command := s.Command
 	if command == "" {
 		command = "run"
 	}
-	cmd := exec.CommandContext(ctx, s.Bin, command, "--config", cfg.Name())
+	// Not bound to a context: whoever starts it kills it (Kill, KillTree,
+	// Lab.Stop).
+	cmd := exec.CommandContext(context.Background(), s.Bin, command, "--config", cfg.Name())
 	cmd.Env = append(BaseEnv(s.Dir), s.Env...)
 	cmd.Stderr = w
 	p, err := StartProcess(cmd)
