@@ -21,7 +21,6 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -131,8 +130,8 @@ func TestCorpusThroughEverySink(t *testing.T) {
 
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
-	cfg := harness.AgentConfig{Instance: "agent-corpus", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
-	yaml := strings.Replace(cfg.YAML(), "limiter:\n", fmt.Sprintf("  - name: corpus\n    command: [/bin/sh, '%s']\n    timeout: 10s\n"+
+	cfg := sqsAgentConfig{instance: "agent-corpus", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: corpus\n    command: [/bin/sh, '%s']\n    timeout: 10s\n"+
 		"    max_output: 1MiB\nlimiter:\n", script), 1) +
 		fmt.Sprintf("results:\n  s3:\n    bucket: %s\n    path_style: true\n", bucket) +
 		fmt.Sprintf("notify:\n  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    on: [failed]\n"+

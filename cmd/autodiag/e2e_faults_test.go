@@ -67,7 +67,7 @@ func labelledMetric(p *proc, name, labels string) float64 {
 }
 
 // withRules puts limiter rules (YAML list items, indented four spaces)
-// and redis keys into a harness.AgentConfig's YAML.
+// and redis keys into an sqsAgentConfig's YAML.
 func withRules(yaml, rules, redisKeys string) string {
 	if rules != "" {
 		yaml = strings.Replace(yaml, "  rules: []\n", "  rules:\n"+rules, 1)
@@ -96,9 +96,9 @@ func TestSQSRedisOutageFailOpen(t *testing.T) {
 	prefix := "e2e:outage:"
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
-	cfg := harness.AgentConfig{Instance: "agent-o", Workers: 2, QueueURL: fq.url, Visibility: 2 * time.Second,
-		RedisAddr: rs.addr, Prefix: prefix, RedisTimeout: redisTimeout, Ledger: led.Ledger}
-	yaml := withRules(cfg.YAML(), `    - name: cap
+	cfg := sqsAgentConfig{instance: "agent-o", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+		redisAddr: rs.addr, prefix: prefix, redisTimeout: redisTimeout, ledger: led}
+	yaml := withRules(cfg.yaml(), `    - name: cap
       key: host
       limits: [{window: {count: 1000, per: 1m}}]
       fail: open
@@ -172,7 +172,7 @@ func TestSQSRejectedHugeMessageOneOutcome(t *testing.T) {
 	// three attempts for each of DeadLetter's four, and one more call.
 	const dlqFailures = 3*4 + 3
 	failDLQ := fq.srv.InjectFault(sqsfake.Fault{Op: "SendMessage", Queue: "tasks-dlq", Kind: sqsfake.FaultServerError, Count: dlqFailures})
-	a := startProc(t, harness.AgentConfig{Instance: "agent-r", Workers: 1, QueueURL: fq.url, DLQURL: dlqURL}.YAML(), fq.env...)
+	a := startProc(t, sqsAgentConfig{instance: "agent-r", workers: 1, queueURL: fq.url, dlqURL: dlqURL}.yaml(), fq.env...)
 
 	const maxSize = 262144
 	attrs := map[string]types.MessageAttributeValue{}
@@ -230,7 +230,7 @@ func TestSQSPrefetchedShortVisibility(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
 	const vis = 2 * time.Second
-	a := startProc(t, harness.AgentConfig{Instance: "agent-p", Workers: 1, QueueURL: fq.url, Visibility: vis, Ledger: led.Ledger}.YAML(), fq.env...)
+	a := startProc(t, sqsAgentConfig{instance: "agent-p", workers: 1, queueURL: fq.url, visibility: vis, ledger: led}.yaml(), fq.env...)
 	ids := []string{"p-1", "p-2", "p-3"}
 	var bodies []string
 	for _, id := range ids {
@@ -278,7 +278,7 @@ func TestSQSDeferredPastMaxReceiveCount(t *testing.T) {
 	}
 	tasks := &sqsFake{SQS: fq.SQS, srv: fq.srv, client: fq.client, name: "tasks", url: url, env: fq.env}
 	led := newSQSLedger(t)
-	yaml := withRules(harness.AgentConfig{Instance: "agent-d", Workers: 2, QueueURL: url, Ledger: led.Ledger}.YAML(), `    - name: spaced
+	yaml := withRules(sqsAgentConfig{instance: "agent-d", workers: 2, queueURL: url, ledger: led}.yaml(), `    - name: spaced
       key: host
       limits: [{window: {count: 1, per: 1s}}]
       on_exceed: defer

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -21,9 +20,9 @@ func TestSQSRunLongerThanRedisTimeout(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
-	cfg := harness.AgentConfig{Instance: "agent-a", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t),
-		Prefix: prefix, Ledger: led.Ledger, RedisTimeout: time.Second}
-	a := startProc(t, cfg.YAML(), fq.env...)
+	cfg := sqsAgentConfig{instance: "agent-a", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t),
+		prefix: prefix, ledger: led, redisTimeout: time.Second}
+	a := startProc(t, cfg.yaml(), fq.env...)
 	fq.send(t, sqsTaskBody("slow-1", "long"))
 	eventually(t, 60*time.Second, "slow-1 ended", func() bool { return sqsOutcomes(a)["succeeded"] == 1 })
 	eventually(t, 10*time.Second, "slow-1 deleted", func() bool { return fq.drained(t) })
@@ -31,8 +30,8 @@ func TestSQSRunLongerThanRedisTimeout(t *testing.T) {
 	if !ok || rec.Status != state.StatusDone || rec.Outcome != "succeeded" {
 		t.Fatalf("record = %+v (found %v), want done and succeeded", rec, ok)
 	}
-	if ran := rec.FinishedAt.Sub(rec.StartedAt); ran < 6*cfg.RedisTimeout {
-		t.Fatalf("task ran %v; the test needs it to outlast redis.timeout %v several times", ran, cfg.RedisTimeout)
+	if ran := rec.FinishedAt.Sub(rec.StartedAt); ran < 6*cfg.redisTimeout {
+		t.Fatalf("task ran %v; the test needs it to outlast redis.timeout %v several times", ran, cfg.redisTimeout)
 	}
 	sqsNoneInFlight(t, rc, prefix, "agent-a")
 	sqsDrainAll(t, a)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -68,9 +67,9 @@ func TestNotifyHangingWebhookDoesNotStarveSlack(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	hook := newCountingReceiver(t, true)
 	slack := newCountingReceiver(t, false)
-	cfg := harness.AgentConfig{Instance: "agent-fair", Workers: 8, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
+	cfg := sqsAgentConfig{instance: "agent-fair", workers: 8, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	events := "[succeeded, failed, timed_out, rate_limited]"
-	yaml := cfg.YAML() + fmt.Sprintf("notify:\n"+
+	yaml := cfg.yaml() + fmt.Sprintf("notify:\n"+
 		"  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    timeout: 10s\n    on: %s\n"+
 		"  - name: slack\n    type: slack\n    url_env: E2E_SLACK_URL\n    allow_http: true\n    on: %s\n",
 		hook.srv.URL, events, events)
@@ -111,8 +110,8 @@ func TestNotifyOutboxCapLosesNothingSilently(t *testing.T) {
 	hook := newCountingReceiver(t, false)
 	const outboxMax = 10
 	const tasks = 25
-	cfg := harness.AgentConfig{Instance: "agent-cap", Workers: 8, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
-	yaml := cfg.YAML() + fmt.Sprintf("notify_outbox_max: %d\nnotify:\n"+
+	cfg := sqsAgentConfig{instance: "agent-cap", workers: 8, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	yaml := cfg.yaml() + fmt.Sprintf("notify_outbox_max: %d\nnotify:\n"+
 		"  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    on: [succeeded, failed, timed_out, rate_limited]\n",
 		outboxMax, hook.srv.URL)
 	env := fq.env

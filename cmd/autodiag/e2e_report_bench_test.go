@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -140,11 +139,11 @@ func reportBenchYAML(fq *sqsFake, redisAddr, prefix string, reports bool, baseUR
 	if reports {
 		instance = "bench-reports-hanging"
 	}
-	cfg := harness.AgentConfig{Instance: instance, Workers: 16, QueueURL: fq.url, Visibility: time.Minute,
-		RedisAddr: redisAddr, Prefix: prefix}
+	cfg := sqsAgentConfig{instance: instance, workers: 16, queueURL: fq.url, visibility: time.Minute,
+		redisAddr: redisAddr, prefix: prefix}
 	// Every diagnostic's timeout within lifecycle.drain_timeout, as
 	// config validation wants.
-	yaml := strings.Replace(cfg.YAML(), "command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n", 1) +
+	yaml := strings.Replace(cfg.yaml(), "command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n", 1) +
 		"lifecycle:\n  drain_timeout: 3s\n"
 	if reports {
 		yaml += fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: bench-model\n  base_url: '%s'\n"+

@@ -15,7 +15,6 @@ import (
 
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -33,8 +32,8 @@ const (
 // and reports to the OpenAI fake (report.timeout timeout, 2 report
 // workers): a 3m cooldown per host+diagnostic.
 func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string, timeout time.Duration) string {
-	cfg := harness.AgentConfig{Instance: instance, Workers: 2, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
-	yaml := strings.NewReplacer("command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.YAML())
+	cfg := sqsAgentConfig{instance: instance, workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	yaml := strings.NewReplacer("command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.yaml())
 	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
 		leakScript(t)), 1)
 	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+

@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/notify"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -163,7 +162,7 @@ func TestNotifyTakeoverAfterKill9E2E(t *testing.T) {
 		sinkTimeout = 3 * time.Second
 		// The least notify_claim_idle the sink's timeout allows.
 		claimIdle    = 2 * sinkTimeout
-		redisTimeout = 2 * time.Second // harness.AgentConfig's redis.timeout
+		redisTimeout = 2 * time.Second // sqsAgentConfig's redis.timeout
 	)
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
@@ -175,7 +174,7 @@ func TestNotifyTakeoverAfterKill9E2E(t *testing.T) {
 		return http.StatusOK
 	})
 	yaml := func(instance string) string {
-		return harness.AgentConfig{Instance: instance, Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}.YAML() +
+		return sqsAgentConfig{instance: instance, workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}.yaml() +
 			faultNotifyYAML(hook.srv.URL, sinkTimeout, claimIdle, "succeeded")
 	}
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
@@ -273,8 +272,8 @@ func TestNotifyOutboxRedisRestartedEmptyE2E(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	cfg := harness.AgentConfig{Instance: "agent-z", Workers: 2, QueueURL: fq.url, RedisAddr: rs.addr, Prefix: prefix, RedisTimeout: redisTimeout}
-	yaml := cfg.YAML() + faultNotifyYAML(hook.srv.URL, sinkTimeout, claimIdle, "succeeded")
+	cfg := sqsAgentConfig{instance: "agent-z", workers: 2, queueURL: fq.url, redisAddr: rs.addr, prefix: prefix, redisTimeout: redisTimeout}
+	yaml := cfg.yaml() + faultNotifyYAML(hook.srv.URL, sinkTimeout, claimIdle, "succeeded")
 	a := startProc(t, yaml, append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)...)
 
 	fq.send(t, sqsTaskBody("z-1", "noop"))

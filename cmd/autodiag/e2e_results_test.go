@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -127,10 +126,10 @@ func TestResultsRedactedAndDelivered(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	hook := newHookReceiver(t, 1)
-	cfg := harness.AgentConfig{Instance: "agent-r", Workers: 2, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
+	cfg := sqsAgentConfig{instance: "agent-r", workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	// cfg.yaml ends with the limiter section; the leak diagnostic goes in
 	// the catalog, before it.
-	yaml := strings.Replace(cfg.YAML(), "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 10s\nlimiter:\n",
+	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 10s\nlimiter:\n",
 		leakScript(t)), 1) + notifyYAML(hook.srv.URL, "failed", "drain_started", "drain_completed", "drain_failed")
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
 	a := startProc(t, yaml, env...)
@@ -305,8 +304,8 @@ func TestNotifyDeadRequeue(t *testing.T) {
 	_, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	hook := newHookReceiverCode(t, 1, http.StatusBadRequest)
-	cfg := harness.AgentConfig{Instance: "agent-d", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix}
-	yaml := cfg.YAML() + notifyYAML(hook.srv.URL, "succeeded")
+	cfg := sqsAgentConfig{instance: "agent-d", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
+	yaml := cfg.yaml() + notifyYAML(hook.srv.URL, "succeeded")
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
 	a := startProc(t, yaml, env...)
 	fq.send(t, sqsTaskBody("ok-1", "noop"))

@@ -21,7 +21,6 @@ import (
 
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/runner"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -56,8 +55,8 @@ func TestResultsFullOutputToS3(t *testing.T) {
 	rc, redisPrefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	hook := newHookReceiver(t, 0)
-	cfg := harness.AgentConfig{Instance: "agent-s3", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: redisPrefix}
-	yaml := strings.Replace(cfg.YAML(), "limiter:\n",
+	cfg := sqsAgentConfig{instance: "agent-s3", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: redisPrefix}
+	yaml := strings.Replace(cfg.yaml(), "limiter:\n",
 		fmt.Sprintf("  - name: dump\n    command: [/bin/cat, '%s']\n    timeout: 10s\n    max_output: 4KiB\nlimiter:\n", outPath), 1) +
 		fmt.Sprintf("results:\n  s3:\n    bucket: %s\n    prefix: %s\n    sse: AES256\n    path_style: true\n", bucket, prefix) +
 		notifyYAML(hook.srv.URL, "succeeded")

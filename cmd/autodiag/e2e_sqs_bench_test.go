@@ -141,11 +141,11 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 	})
 	child := func(b *testing.B, rc *redis.Client, redisAddr, prefix string) {
 		fq := queue(b)
-		cfg := harness.AgentConfig{Instance: "bench", Workers: 16, QueueURL: fq.url, Visibility: time.Minute,
-			RedisAddr: redisAddr, Prefix: prefix}
+		cfg := sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url, visibility: time.Minute,
+			redisAddr: redisAddr, prefix: prefix}
 		b.ResetTimer()
 		cpu := startCPU(b, rc)
-		stop := startBenchAgent(b, cfg.YAML(), fq.env...)
+		stop := startBenchAgent(b, cfg.yaml(), fq.env...)
 		waitDrained(b, fq)
 		b.StopTimer()
 		stop()
@@ -159,8 +159,8 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			k, v, _ := strings.Cut(kv, "=")
 			b.Setenv(k, v)
 		}
-		cfg, err := config.Load([]byte(harness.AgentConfig{Instance: "bench", Workers: 16, QueueURL: fq.url,
-			Visibility: time.Minute, RedisAddr: redisAddr, Prefix: prefix}.YAML()), func(string) (string, bool) { return "", false })
+		cfg, err := config.Load([]byte(sqsAgentConfig{instance: "bench", workers: 16, queueURL: fq.url,
+			visibility: time.Minute, redisAddr: redisAddr, prefix: prefix}.yaml()), func(string) (string, bool) { return "", false })
 		if err != nil {
 			b.Fatal(err)
 		}

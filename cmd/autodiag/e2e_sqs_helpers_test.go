@@ -153,6 +153,33 @@ func (l *sqsLedger) counts(tb testing.TB) map[string]int {
 	return n
 }
 
+// sqsAgentConfig is the tests' shorthand for the harness.AgentConfig of one
+// agent on the fake queue; its catalog is the harness's (noop, and over
+// the ledger mark, short, slow, long, longer, gate, param).
+type sqsAgentConfig struct {
+	instance   string
+	workers    int
+	queueURL   string
+	dlqURL     string
+	visibility time.Duration
+	redisAddr  string // "" = in-memory state
+	prefix     string
+	// redisTimeout is redis.timeout; 0 = 2s.
+	redisTimeout time.Duration
+	ledger       *sqsLedger
+	logLevel     string
+}
+
+func (c sqsAgentConfig) yaml() string {
+	var led *harness.Ledger
+	if c.ledger != nil {
+		led = c.ledger.Ledger
+	}
+	return harness.AgentConfig{Instance: c.instance, Workers: c.workers, QueueURL: c.queueURL, DLQURL: c.dlqURL,
+		Visibility: c.visibility, RedisAddr: c.redisAddr, Prefix: c.prefix, RedisTimeout: c.redisTimeout,
+		Ledger: led, LogLevel: c.logLevel}.YAML()
+}
+
 // sqsWriteConfig writes yaml to a file for the CLI's --config.
 func sqsWriteConfig(tb testing.TB, yaml string) string {
 	tb.Helper()
@@ -240,8 +267,8 @@ func sqsTakeoverLab(t *testing.T) (rc *redis.Client, prefix string, fq *sqsFake,
 	fq = newSQSFake(t, "tasks")
 	led = newSQSLedger(t)
 	cfg := func(inst string) string {
-		return harness.AgentConfig{Instance: inst, Workers: 2, QueueURL: fq.url, Visibility: 2 * time.Second,
-			RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Ledger: led.Ledger}.YAML()
+		return sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
 	}
 	a = startProc(t, cfg("agent-a"), fq.env...)
 	fq.send(t, sqsTaskBody("k-1", "gate"))

@@ -15,7 +15,6 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/fake/sqsfake"
-	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -63,9 +62,9 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 
 	var agents []*proc
 	for i := range 3 {
-		cfg := harness.AgentConfig{Instance: fmt.Sprintf("agent-%d", i), Workers: 8, QueueURL: fq.url,
-			Visibility: 2 * time.Second, RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Ledger: led.Ledger}
-		agents = append(agents, startProc(t, cfg.YAML(), fq.env...))
+		cfg := sqsAgentConfig{instance: fmt.Sprintf("agent-%d", i), workers: 8, queueURL: fq.url,
+			visibility: 2 * time.Second, redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}
+		agents = append(agents, startProc(t, cfg.yaml(), fq.env...))
 	}
 	fq.send(t, bodies...)
 
@@ -175,7 +174,7 @@ func TestSQSFleetExactlyOnce(t *testing.T) {
 			t.Errorf("record of %s = %+v (found %v), want done, succeeded, 1 attempt", id, rec, ok)
 		}
 	}
-	fv := sqsFleetStatus(t, fq, harness.AgentConfig{Instance: "cli", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix})
+	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix})
 	if len(fv.Instances) != 3 {
 		t.Errorf("status --json lists %d instances, want 3", len(fv.Instances))
 	}
@@ -211,9 +210,9 @@ type sqsFleetView struct {
 }
 
 // sqsFleetStatus runs `autodiag status --json` against cfg's Redis.
-func sqsFleetStatus(t *testing.T, fq *sqsFake, cfg harness.AgentConfig) sqsFleetView {
+func sqsFleetStatus(t *testing.T, fq *sqsFake, cfg sqsAgentConfig) sqsFleetView {
 	t.Helper()
-	code, stdout, stderr := runCLI(t, fq.awsEnv(), "status", "--json", "--recent", "50", "--config", sqsWriteConfig(t, cfg.YAML()))
+	code, stdout, stderr := runCLI(t, fq.awsEnv(), "status", "--json", "--recent", "50", "--config", sqsWriteConfig(t, cfg.yaml()))
 	if code != 0 {
 		t.Fatalf("status --json: exit %d: %s", code, stderr)
 	}
@@ -297,8 +296,8 @@ func TestSQSKill9RestartRecovers(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
-	cfg := harness.AgentConfig{Instance: "agent-r", Workers: 2, QueueURL: fq.url, Visibility: 2 * time.Second,
-		RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Ledger: led.Ledger}.YAML()
+	cfg := sqsAgentConfig{instance: "agent-r", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+		redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml()
 
 	a := startProc(t, cfg, fq.env...)
 	fq.send(t, sqsTaskBody("r-1", "gate"))
@@ -320,7 +319,7 @@ func TestSQSKill9RestartRecovers(t *testing.T) {
 	if n := led.counts(t)["r-1"]; n != 2 {
 		t.Errorf("r-1 executed %d times, want 2", n)
 	}
-	fv := sqsFleetStatus(t, fq, harness.AgentConfig{Instance: "cli", Workers: 1, QueueURL: fq.url, RedisAddr: testenv.RedisAddr(t), Prefix: prefix})
+	fv := sqsFleetStatus(t, fq, sqsAgentConfig{instance: "cli", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix})
 	interrupted := false
 	for _, e := range fv.Recent {
 		interrupted = interrupted || e.TaskID == "r-1" && e.Outcome == "interrupted"
@@ -352,8 +351,8 @@ func TestSQSLongTaskNotRedelivered(t *testing.T) {
 	// Two agents polling, so a lapse would be picked up at once.
 	var agents []*proc
 	for _, inst := range []string{"agent-a", "agent-b"} {
-		agents = append(agents, startProc(t, harness.AgentConfig{Instance: inst, Workers: 2, QueueURL: fq.url,
-			Visibility: longVisibility, RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Ledger: led.Ledger}.YAML(), fq.env...))
+		agents = append(agents, startProc(t, sqsAgentConfig{instance: inst, workers: 2, queueURL: fq.url,
+			visibility: longVisibility, redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...))
 	}
 	ids := fq.send(t, sqsTaskBody("long-1", "longer"))
 	eventually(t, 60*time.Second, "long-1 done and deleted", func() bool {
@@ -399,13 +398,13 @@ func TestSQSEnqueueAndStatusCLI(t *testing.T) {
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
-	cfg := harness.AgentConfig{Instance: "agent-s", Workers: 2, QueueURL: fq.url, Visibility: 2 * time.Second,
-		RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Ledger: led.Ledger}
+	cfg := sqsAgentConfig{instance: "agent-s", workers: 2, queueURL: fq.url, visibility: 2 * time.Second,
+		redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}
 
 	// The agent's first ReceiveMessage is throttled twice: the SDK retries
 	// it under one invocation id.
 	fq.srv.InjectFault(sqsfake.Fault{Op: "ReceiveMessage", Kind: sqsfake.FaultThrottle, Count: 2})
-	a := startProc(t, cfg.YAML(), fq.env...)
+	a := startProc(t, cfg.yaml(), fq.env...)
 	// A call is logged when it ends: the third attempt is a 2s long poll.
 	eventually(t, 20*time.Second, "three receive attempts", func() bool { return len(fq.srv.Calls("ReceiveMessage")) >= 3 })
 	recv := fq.srv.Calls("ReceiveMessage")
@@ -420,7 +419,7 @@ func TestSQSEnqueueAndStatusCLI(t *testing.T) {
 
 	// enqueue, throttled twice: the third attempt succeeds.
 	fq.srv.InjectFault(sqsfake.Fault{Op: "SendMessage", Kind: sqsfake.FaultThrottle, Count: 2})
-	cfgPath := sqsWriteConfig(t, cfg.YAML())
+	cfgPath := sqsWriteConfig(t, cfg.yaml())
 	code, stdout, stderr := runCLI(t, fq.awsEnv(), "enqueue", "--config", cfgPath, "--queue-url", fq.url,
 		"--host", "web-1", "--diagnostic", "gate", "--id", "cli-1", "--severity", "high")
 	if code != 0 {
@@ -505,8 +504,8 @@ func TestSQSRejectedMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		led := newSQSLedger(t)
-		a := startProc(t, harness.AgentConfig{Instance: "agent-d", Workers: 2, QueueURL: fq.url, DLQURL: dlqURL,
-			RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Ledger: led.Ledger}.YAML(), fq.env...)
+		a := startProc(t, sqsAgentConfig{instance: "agent-d", workers: 2, queueURL: fq.url, dlqURL: dlqURL,
+			redisAddr: testenv.RedisAddr(t), prefix: prefix, ledger: led}.yaml(), fq.env...)
 		bad := map[string]string{ // body → reason
 			`{"id":"bad-1","host":"$(reboot)","diagnostic":"mark"}`: "invalid_host",
 			`not json`: "malformed_json",
@@ -567,8 +566,8 @@ func TestSQSRejectedMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := startProc(t, harness.AgentConfig{Instance: "agent-p", Workers: 2, QueueURL: url, Visibility: 2 * time.Second,
-			RedisAddr: testenv.RedisAddr(t), Prefix: prefix}.YAML(), fq.env...)
+		a := startProc(t, sqsAgentConfig{instance: "agent-p", workers: 2, queueURL: url, visibility: 2 * time.Second,
+			redisAddr: testenv.RedisAddr(t), prefix: prefix}.yaml(), fq.env...)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := fq.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url),
