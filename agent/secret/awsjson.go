@@ -26,14 +26,14 @@ import (
 // The two calls are made by a small AWS JSON 1.1 client instead of the
 // SDK's service/secretsmanager and service/ssm packages: those link about
 // 1.4 MB into the stripped binary (mostly the services' schemas) for one
-// operation each. The client keeps what the SDK clients do with the same aws.Config
-// — credentials, region, endpoint override (BaseEndpoint,
+// operation each. The client does what the SDK clients do with the same
+// aws.Config — credentials, region, endpoint override (BaseEndpoint,
 // AWS_ENDPOINT_URL_<SERVICE>, the shared config's services section), FIPS
 // and dual-stack endpoints, the retryer and its token bucket, the HTTP
 // client, SigV4 — and reports failures with the SDK's own error types
 // (smithy.OperationError around an awshttp.ResponseError around the API
-// error), so errors read and unwrap as they did. Tests hold it to the real
-// SDK clients against internal/awssecretsfake. Not kept: the SDK's
+// error), so its errors read and unwrap as the SDK's. Tests hold it to the
+// real SDK clients against internal/awssecretsfake. Not done: the SDK's
 // correction of a skewed host clock (such a host's requests fail with a
 // signature error and are not retried) and its telemetry.
 
@@ -46,14 +46,14 @@ type service struct {
 	id      string // the SDK's ServiceID: names the service in errors and in the shared config
 	signing string // SigV4 signing name, also the endpoint's first label
 	target  string // X-Amz-Target prefix
-	// modeled are the API errors the service's model declares that the
-	// operation can return, with their fault; they print as the SDK's
-	// generated error types ("Code: message"), any other code as
+	// modeled are the API errors the service's model declares (for SSM,
+	// those GetParameter can answer), with their fault; they print as the
+	// SDK's generated error types ("Code: message"), any other code as
 	// smithy.GenericAPIError ("api error Code: message").
 	modeled map[string]smithy.ErrorFault
 	// endpoint is the service's endpoint rule for a region, FIPS and
 	// dual-stack (no custom endpoint).
-	endpoint func(region string, p partition, fips, dualStack bool) (string, error)
+	endpoint func(region string, p partition, fips, dualStack bool) string
 }
 
 var secretsManagerService = service{
@@ -66,7 +66,7 @@ var secretsManagerService = service{
 		"PreconditionNotMetException": smithy.FaultClient, "PublicPolicyException": smithy.FaultClient,
 		"ResourceExistsException": smithy.FaultClient, "ResourceNotFoundException": smithy.FaultClient,
 	},
-	endpoint: func(region string, p partition, fips, dualStack bool) (string, error) {
+	endpoint: func(region string, p partition, fips, dualStack bool) string {
 		host := "secretsmanager"
 		suffix := p.dns
 		switch {
@@ -80,7 +80,7 @@ var secretsManagerService = service{
 		case dualStack:
 			suffix = p.dualStack
 		}
-		return "https://" + host + "." + region + "." + suffix, nil
+		return "https://" + host + "." + region + "." + suffix
 	},
 }
 
@@ -92,18 +92,18 @@ var ssmService = service{
 		"ParameterVersionNotFound": smithy.FaultClient, "ThrottlingException": smithy.FaultClient,
 		"ValidationException": smithy.FaultClient,
 	},
-	endpoint: func(region string, p partition, fips, dualStack bool) (string, error) {
+	endpoint: func(region string, p partition, fips, dualStack bool) string {
 		switch {
 		case fips && dualStack:
-			return "https://ssm-fips." + region + "." + p.dualStack, nil
+			return "https://ssm-fips." + region + "." + p.dualStack
 		case fips && p.name == "aws-us-gov":
-			return "https://ssm." + region + ".amazonaws.com", nil
+			return "https://ssm." + region + ".amazonaws.com"
 		case fips:
-			return "https://ssm-fips." + region + "." + p.dns, nil
+			return "https://ssm-fips." + region + "." + p.dns
 		case dualStack:
-			return "https://ssm." + region + "." + p.dualStack, nil
+			return "https://ssm." + region + "." + p.dualStack
 		}
-		return "https://ssm." + region + "." + p.dns, nil
+		return "https://ssm." + region + "." + p.dns
 	},
 }
 
@@ -179,11 +179,10 @@ func newJSONClient(ctx context.Context, cfg aws.Config, svc service) *jsonClient
 	if c.httpc == nil {
 		c.httpc = awshttp.NewBuildableClient()
 	}
-	if p := cfg.Credentials; p != nil && !aws.IsCredentialsProvider(p, (*aws.AnonymousCredentials)(nil)) {
-		if !aws.IsCredentialsProvider(p, (*aws.CredentialsCache)(nil)) {
-			p = aws.NewCredentialsCache(p)
-		}
-		c.creds = p
+	// As the SDK: the provider as configured (LoadDefaultConfig's is
+	// cached), none for anonymous credentials.
+	if !aws.IsCredentialsProvider(cfg.Credentials, (*aws.AnonymousCredentials)(nil)) {
+		c.creds = cfg.Credentials
 	}
 	c.retryer = newRetryer(cfg)
 	c.fips, c.dualStack = endpointVariants(ctx, cfg.ConfigSources)
@@ -466,10 +465,7 @@ func (c *jsonClient) resolve(region string, fips bool) (*url.URL, error) {
 		if !validRegion(region) {
 			return nil, fmt.Errorf("invalid input region %s", region)
 		}
-		var err error
-		if raw, err = c.svc.endpoint(region, partitionOf(region), fips, c.dualStack); err != nil {
-			return nil, err
-		}
+		raw = c.svc.endpoint(region, partitionOf(region), fips, c.dualStack)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

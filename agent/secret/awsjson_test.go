@@ -404,3 +404,17 @@ func targets(calls []awssecretsfake.Call) []string {
 	}
 	return out
 }
+
+// TestAnonymousMatchesSDK: with aws.AnonymousCredentials both clients send
+// the request unsigned (the fake refuses it as AWS would).
+func TestAnonymousMatchesSDK(t *testing.T) {
+	fake, url := startFake(t)
+	fake.PutParameter("/autodiag/p", redisURL, true)
+	cfg := testConfig(url, awssecretsfake.DefaultRegion)
+	cfg.Credentials = aws.AnonymousCredentials{}
+	own := fetchOutcome(t.Context(), "/autodiag/p", NewClients(t.Context(), cfg))
+	sdk := fetchOutcome(t.Context(), "/autodiag/p", sdkClients(cfg))
+	if own != sdk || own.code != "MissingAuthenticationTokenException" {
+		t.Fatalf("own client:\n  %+v\nSDK client:\n  %+v\nwant both MissingAuthenticationTokenException", own, sdk)
+	}
+}
