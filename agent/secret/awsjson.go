@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -34,8 +35,7 @@ import (
 // (smithy.OperationError around an awshttp.ResponseError around the API
 // error), so its errors read and unwrap as the SDK's. Tests hold it to the
 // real SDK clients against internal/awssecretsfake. Not done: the SDK's
-// correction of a skewed host clock (such a host's requests fail with a
-// signature error and are not retried) and its telemetry.
+// telemetry (tracing spans, metrics) and request-metadata headers.
 
 // maxAnswer bounds an answer's body: a secret is at most 64 KiB and a
 // parameter 8 KiB, base64 and JSON escaping included this leaves room.
@@ -172,6 +172,9 @@ type jsonClient struct {
 	retryer   aws.RetryerV2
 	httpc     aws.HTTPClient
 	signer    *v4.Signer
+	// skew is the host clock's offset from the service's, learnt from
+	// answers' Date header; nil: clock-skew correction is disabled.
+	skew *atomic.Int64
 }
 
 func newJSONClient(ctx context.Context, cfg aws.Config, svc service) *jsonClient {
@@ -185,6 +188,9 @@ func newJSONClient(ctx context.Context, cfg aws.Config, svc service) *jsonClient
 		c.creds = cfg.Credentials
 	}
 	c.retryer = newRetryer(cfg)
+	if !cfg.DisableClockSkewCorrection {
+		c.skew = new(atomic.Int64)
+	}
 	c.fips, c.dualStack = endpointVariants(ctx, cfg.ConfigSources)
 	// As the SDK: AWS_ENDPOINT_URL alone (already in BaseEndpoint) wins
 	// over a services section of the shared config; the service's own
@@ -312,6 +318,10 @@ func (c *jsonClient) do(ctx context.Context, op, region string, in, out any) err
 	}
 	maxAttempts := c.retryer.MaxAttempts()
 	releaseRetry := func(error) error { return nil }
+	var skew time.Duration // what this attempt signs with
+	if c.skew != nil {
+		skew = time.Duration(c.skew.Load())
+	}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -320,9 +330,22 @@ func (c *jsonClient) do(ctx context.Context, op, region string, in, out any) err
 		if err != nil {
 			return fmt.Errorf("failed to get retry Send token, %w", err)
 		}
-		err = c.attempt(ctx, endpoint, op, region, body, out)
+		measured, measuredOK := time.Duration(0), false
+		err = c.attempt(ctx, endpoint, op, region, body, out, skew, &measured, &measuredOK)
 		_ = releaseRetry(err)
 		_ = releaseAttempt(err)
+		if c.skew != nil {
+			// As the SDK: an error that a skewed clock explains, when the
+			// answer's Date says the clock is off by more than the
+			// threshold from what was signed with, is retried signed with
+			// the measured offset, and the offset is kept for the next
+			// calls.
+			err = wrapClockSkew(err, skew, measured, measuredOK)
+			skew = measured
+			if measuredOK {
+				c.skew.Store(int64(measured))
+			}
+		}
 		if err == nil || !c.retryer.IsErrorRetryable(err) {
 			return err
 		}
@@ -349,7 +372,9 @@ func (c *jsonClient) do(ctx context.Context, op, region string, in, out any) err
 }
 
 // attempt sends the request once.
-func (c *jsonClient) attempt(ctx context.Context, endpoint *url.URL, op, region string, body []byte, out any) error {
+// It reports the clock offset the answer's Date header shows, if any.
+func (c *jsonClient) attempt(ctx context.Context, endpoint *url.URL, op, region string, body []byte, out any,
+	skew time.Duration, measured *time.Duration, measuredOK *bool) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint.String(), bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -359,18 +384,20 @@ func (c *jsonClient) attempt(ctx context.Context, endpoint *url.URL, op, region 
 	if c.creds != nil {
 		creds, err := c.creds.Retrieve(ctx)
 		if err != nil {
-			return fmt.Errorf("failed to retrieve credentials, %w", err)
+			return fmt.Errorf("get identity: get credentials: %w", err)
 		}
 		sum := sha256.Sum256(body)
-		if err := c.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), c.svc.signing, region, time.Now().UTC()); err != nil {
-			return fmt.Errorf("failed to sign request, %w", err)
+		if err := c.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), c.svc.signing, region, time.Now().Add(skew).UTC()); err != nil {
+			return fmt.Errorf("sign request: sign http: %w", err)
 		}
 	}
+	sent := time.Now()
 	resp, err := c.httpc.Do(req)
 	if err != nil {
 		return &smithyhttp.RequestSendError{Err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
+	*measured, *measuredOK = clockSkew(resp.Header, sent, time.Now())
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return &smithy.DeserializationError{Err: fmt.Errorf("failed to read response body, %w", err)}
@@ -393,6 +420,58 @@ func (c *jsonClient) attempt(ctx context.Context, endpoint *url.URL, op, region 
 	}
 	return nil
 }
+
+// maxTrustedRequest and skewThreshold are the SDK's bounds: a slower
+// answer's Date says nothing of the clock; a smaller difference is not
+// worth a retry.
+const (
+	maxTrustedRequest = 15 * time.Minute
+	skewThreshold     = 4 * time.Minute
+)
+
+// clockSkew is the offset of the host clock the answer's Date shows
+// (server time minus receive time), as the SDK measures it: none without a
+// Date, from a cache (Age) or after a round trip longer than
+// maxTrustedRequest.
+func clockSkew(h http.Header, sent, received time.Time) (time.Duration, bool) {
+	date := h.Get("Date")
+	if date == "" || h.Get("Age") != "" || received.Sub(sent) > maxTrustedRequest {
+		return 0, false
+	}
+	server, err := smithyhttp.ParseTime(date)
+	if err != nil {
+		return 0, false
+	}
+	return server.Sub(received), true
+}
+
+// clockSkewCodes are the error codes a skewed clock causes.
+var clockSkewCodes = map[string]bool{
+	"InvalidSignatureException": true, "SignatureDoesNotMatch": true, "AuthFailure": true,
+	"RequestTimeTooSkewed": true, "AccessDeniedException": true,
+}
+
+// wrapClockSkew marks err retryable when its code is one a skewed clock
+// causes and the measured offset differs from the one signed with by more
+// than skewThreshold.
+func wrapClockSkew(err error, signed, measured time.Duration, ok bool) error {
+	var ae interface{ ErrorCode() string }
+	if err == nil || !ok || !errors.As(err, &ae) || !clockSkewCodes[ae.ErrorCode()] {
+		return err
+	}
+	if d := signed - measured; d > skewThreshold || d < -skewThreshold {
+		return &clockSkewError{err}
+	}
+	return err
+}
+
+// clockSkewError is an error a skewed clock probably caused; the retryer
+// retries it (RetryableError).
+type clockSkewError struct{ err error }
+
+func (e *clockSkewError) Error() string        { return "Probable clock skew error: " + e.err.Error() }
+func (e *clockSkewError) Unwrap() error        { return e.err }
+func (e *clockSkewError) RetryableError() bool { return true }
 
 // apiError decodes an error answer as the SDK's JSON 1.1 protocol does:
 // the code from X-Amzn-ErrorType, else __type, else code, stripped of a

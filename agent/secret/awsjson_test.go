@@ -418,3 +418,81 @@ func TestAnonymousMatchesSDK(t *testing.T) {
 		t.Fatalf("own client:\n  %+v\nSDK client:\n  %+v\nwant both MissingAuthenticationTokenException", own, sdk)
 	}
 }
+
+// skewedServer is a service whose clock runs ahead of the host's by
+// ahead: its answers' Date says so, and it refuses a request signed more
+// than 5 minutes off its clock, as AWS does.
+type skewedServer struct {
+	next  http.Handler
+	ahead time.Duration
+	seen  atomic.Int64
+}
+
+func (s *skewedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.seen.Add(1)
+	now := time.Now().Add(s.ahead).UTC()
+	w.Header().Set("Date", now.Format(http.TimeFormat))
+	signed, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
+	if err != nil || signed.Sub(now) > 5*time.Minute || now.Sub(signed) > 5*time.Minute {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprintf(w, `{"__type":"InvalidSignatureException","message":"Signature expired: %s is now earlier than %s"}`,
+			r.Header.Get("X-Amz-Date"), now.Add(-5*time.Minute).Format("20060102T150405Z"))
+		return
+	}
+	s.next.ServeHTTP(w, r)
+}
+
+// TestClockSkewMatchesSDK: against a service whose clock is an hour
+// ahead, the first call is refused, retried signed with the offset the
+// answer's Date shows, and succeeds; the next call of the same client
+// signs right at once; with DisableClockSkewCorrection the call fails.
+// The SDK client sends the same requests and ends the same way.
+func TestClockSkewMatchesSDK(t *testing.T) {
+	fake := awssecretsfake.New()
+	arn := fake.PutSecretString("autodiag/s", redisURL)
+	fake.PutParameter("/autodiag/p", redisURL, true)
+	for _, disabled := range []bool{false, true} {
+		var got [2][]any
+		for i, mk := range []func(aws.Config) Clients{
+			func(cfg aws.Config) Clients { return NewClients(t.Context(), cfg) },
+			sdkClients,
+		} {
+			srv := &skewedServer{next: fake, ahead: time.Hour}
+			hs := httptest.NewServer(srv)
+			cfg := testConfig(hs.URL, awssecretsfake.DefaultRegion)
+			cfg.DisableClockSkewCorrection = disabled
+			c := mk(cfg)
+			for _, ref := range []string{"/autodiag/p", "/autodiag/p", arn} {
+				before := srv.seen.Load()
+				o := fetchOutcome(t.Context(), ref, c)
+				got[i] = append(got[i], o, srv.seen.Load()-before)
+			}
+			hs.Close()
+		}
+		if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+			t.Fatalf("disabled=%v:\n own %+v\n SDK %+v", disabled, got[0], got[1])
+		}
+		first := got[0][0].(outcome)
+		if ok := first.value == redisURL; ok == disabled || got[0][1] != int64(map[bool]int{false: 2, true: 1}[disabled]) {
+			t.Fatalf("disabled=%v: first call %+v after %v requests", disabled, first, got[0][1])
+		}
+	}
+}
+
+// TestCredentialsErrorMatchesSDK: a provider that cannot give credentials
+// (an instance without a role) fails both clients the same way, naming
+// the cause, without a request.
+func TestCredentialsErrorMatchesSDK(t *testing.T) {
+	fake, url := startFake(t)
+	fake.PutParameter("/autodiag/p", redisURL, true)
+	cfg := testConfig(url, awssecretsfake.DefaultRegion)
+	cfg.Credentials = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{}, errors.New("no EC2 IMDS role found")
+	})
+	own := fetchOutcome(t.Context(), "/autodiag/p", NewClients(t.Context(), cfg))
+	sdk := fetchOutcome(t.Context(), "/autodiag/p", sdkClients(cfg))
+	if own != sdk || !strings.Contains(own.err, "no EC2 IMDS role found") || len(fake.Calls()) != 0 {
+		t.Fatalf("own client:\n  %+v\nSDK client:\n  %+v\n%d requests", own, sdk, len(fake.Calls()))
+	}
+}
