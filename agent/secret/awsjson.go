@@ -34,7 +34,7 @@ import (
 // client, SigV4 — and reports failures with the SDK's own error types
 // (smithy.OperationError around an awshttp.ResponseError around the API
 // error), so its errors read and unwrap as the SDK's. Tests hold it to the
-// real SDK clients against internal/awssecretsfake. Not done: the SDK's
+// real SDK clients against internal/fake/awssecretsfake. Not done: the SDK's
 // telemetry (tracing spans, metrics) and request-metadata headers.
 
 // maxAnswer bounds an answer's body: a secret is at most 64 KiB and a

@@ -25,7 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	"github.com/aws/smithy-go"
 
-	"github.com/autodiag/autodiag/internal/awssecretsfake"
+	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
 )
 
 var requestID = regexp.MustCompile(`RequestID: [^,]*,`)

@@ -1,7 +1,7 @@
-// Command sqsfake serves the internal/sqsfake SQS fake on an address for manual
+// Command sqsfake serves the internal/fake/sqsfake SQS fake on an address for manual
 // demos and for running the autodiag binary against it:
 //
-//	go run ./internal/sqsfake/cmd/sqsfake -addr 127.0.0.1:4566 -queue tasks -queue tasks-dlq
+//	go run ./internal/fake/sqsfake/cmd/sqsfake -addr 127.0.0.1:4566 -queue tasks -queue tasks-dlq
 //	AWS_ENDPOINT_URL_SQS=http://127.0.0.1:4566 AWS_REGION=us-east-1 \
 //	AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x autodiag run ...
 //
