@@ -110,15 +110,6 @@ func SpawnAgent(s AgentSpec) (*Agent, error) {
 	return a, nil
 }
 
-// StartAgent starts the agent and waits for its "ready" line.
-func StartAgent(s AgentSpec) (*Agent, error) {
-	a, err := SpawnAgent(s)
-	if err != nil {
-		return nil, err
-	}
-	return a, a.AwaitReady(readyTimeout)
-}
-
 // AwaitReady waits up to d for the "ready" line and takes the admin
 // address from it. An agent that drains at once may exit just after it.
 func (a *Agent) AwaitReady(d time.Duration) error {
