@@ -6,13 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -151,19 +149,14 @@ func runCLIWithin(t *testing.T, bound time.Duration, env []string, args ...strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	code, stdout, stderr, err := harness.Run(ctx, binPath, t.TempDir(), env, args...)
 	if ctx.Err() != nil {
-		t.Fatalf("%v still running after %s\nstderr: %s", args, bound, harness.LastLines(stderr.String(), 20))
+		t.Fatalf("%v still running after %s\nstderr: %s", args, bound, harness.LastLines(stderr, 20))
 	}
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
+	if err != nil {
 		t.Fatal(err)
 	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	return code, stdout, stderr
 }
 
 // TestRedisURLFromSecret: the agent reads redis.url_secret with the SDK

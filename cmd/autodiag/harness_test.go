@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -171,18 +168,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // runCLI runs the binary with args and returns exit code, stdout, stderr.
 func runCLI(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), binPath, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
+	code, stdout, stderr, err := harness.Run(t.Context(), binPath, t.TempDir(), env, args...)
 	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			t.Fatal(err)
-		}
-		code = ee.ExitCode()
+		t.Fatal(err)
 	}
-	return code, stdout.String(), stderr.String()
+	return code, stdout, stderr
 }

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -193,4 +195,23 @@ func Build(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("building autodiag: %w", err)
 	}
 	return bin, nil
+}
+
+// Run runs the binary bin with args to its end, as a CLI command: PATH,
+// HOME=home and env, bounded by ctx. It returns the exit code, stdout and
+// stderr; err is set when the command could not run or ctx ended it.
+func Run(ctx context.Context, bin, home string, env []string, args ...string) (code int, stdout, stderr string, err error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}, env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return -1, out.String(), errOut.String(), fmt.Errorf("%v: %w", args, ctx.Err())
+	case err != nil && !errors.As(err, &ee):
+		return -1, out.String(), errOut.String(), fmt.Errorf("%v: %w", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String(), nil
 }
