@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -149,10 +146,12 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			redisAddr: redisAddr, prefix: prefix}
 		b.ResetTimer()
 		cpu := startCPU(b, rc)
-		stop := startBenchAgent(b, cfg.yaml(), fq.env...)
+		p := startBenchProc(b, benchAgentCmd(b, cfg.yaml(), fq.env...))
+		split := startSplit(b, p.cmd.Process.Pid, rc)
 		waitDrained(b, fq)
 		b.StopTimer()
-		stop()
+		split.report(b)
+		p.stop()
 		cpu.report(b)
 		reportRate(b, fq)
 	}
@@ -197,16 +196,25 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			inproc(b, rc, testenv.RedisAddr(b), prefix)
 		})
 	}
+	b.Run("sdk-loop-state16", func(b *testing.B) {
+		rc, prefix := sqsRedis(b)
+		countRedis(b, rc, func() {
+			fq := queue(b)
+			b.ResetTimer()
+			cpu := startCPU(b, rc)
+			p := startStatePeer(b, fq, 16, testenv.RedisAddr(b), prefix)
+			split := startSplit(b, p.cmd.Process.Pid, rc)
+			waitDrained(b, fq)
+			b.StopTimer()
+			split.report(b)
+			p.stop()
+			cpu.report(b)
+			reportRate(b, fq)
+		})
+	})
 	b.Run("agent-redis", func(b *testing.B) {
 		rc, prefix := sqsRedis(b)
-		before := redisCounters(b, rc)
-		child(b, rc, testenv.RedisAddr(b), prefix)
-		after := redisCounters(b, rc)
-		// Server-wide: exact when the benchmark has the Redis to itself.
-		// The replies to the first INFO and to the CPU meter's two are
-		// among the writes counted.
-		b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "rediscalls/task")
-		b.ReportMetric(float64(after.writes-before.writes-3)/float64(b.N), "roundtrips/task")
+		countRedis(b, rc, func() { child(b, rc, testenv.RedisAddr(b), prefix) })
 	})
 }
 
@@ -270,6 +278,18 @@ func benchFilter() string {
 		return f.Value.String()
 	}
 	return ""
+}
+
+// countRedis reports the Redis commands and round trips per task of run.
+// Server-wide: exact when the benchmark has the Redis to itself. The
+// replies to the first INFO and to the CPU meters' INFO calls (two for
+// cpuMeter, two for cpuSplit) are among the writes counted.
+func countRedis(b *testing.B, rc *redis.Client, run func()) {
+	before := redisCounters(b, rc)
+	run()
+	after := redisCounters(b, rc)
+	b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "rediscalls/task")
+	b.ReportMetric(float64(after.writes-before.writes-5)/float64(b.N), "roundtrips/task")
 }
 
 // redisCounts are server-wide counters of a Redis.
@@ -362,6 +382,12 @@ func intakeSpan(b *testing.B, fq *sqsFake) (first, last time.Time) {
 // and returns a func that drains it (SIGTERM) and waits for its exit.
 func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	b.Helper()
+	return startBenchProc(b, benchAgentCmd(b, yaml, env...)).stop
+}
+
+// benchAgentCmd is `autodiag run` with yaml as its config file.
+func benchAgentCmd(b *testing.B, yaml string, env ...string) *exec.Cmd {
+	b.Helper()
 	path := filepath.Join(b.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		b.Fatal(err)
@@ -370,53 +396,5 @@ func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true"}, env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	var tail []string
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		readySeen := false
-		for sc.Scan() {
-			// Parse only what matters: this process shares the CPUs.
-			line := sc.Bytes()
-			if !readySeen && bytes.Contains(line, []byte(`"msg":"ready"`)) {
-				var m map[string]any
-				if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
-					readySeen = true
-					close(ready)
-				}
-			}
-			if bytes.Contains(line, []byte(`"level":"WARN"`)) || bytes.Contains(line, []byte(`"level":"ERROR"`)) {
-				tail = append(tail, string(line))
-			}
-		}
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-done
-		if err := cmd.Wait(); err != nil {
-			b.Errorf("agent exit: %v", err)
-		}
-		if len(tail) > 0 {
-			b.Logf("agent warnings (%d):\n%s", len(tail), strings.Join(tail[:min(len(tail), 20)], "\n"))
-		}
-	}
-	select {
-	case <-ready:
-	case <-done:
-		b.Fatalf("agent exited before ready")
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		b.Fatal("agent not ready after 30s")
-	}
-	return stop
+	return cmd
 }
