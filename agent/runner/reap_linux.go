@@ -188,10 +188,8 @@ func (rp *reaper) nothingLeft(id string) bool {
 		if leader {
 			continue
 		}
-		if zombie, ok := isZombie(pid); !ok || zombie {
-			suspects = append(suspects, pid)
-			continue
-		}
+		// One read says it all: a zombie's environment, or a gone
+		// process's, is unreadable like a dying one's.
 		run, unreadable := runMarker(pid)
 		if run == id {
 			return false
@@ -260,12 +258,23 @@ func (c *childLists) read(tids, kids []int) (_, _ []int, ok bool) {
 			c.closeLocked()
 			return nil, nil, false
 		}
-		for f := range bytes.FieldsSeq(buf[:n]) {
-			pid, ok := atoi(f)
+		// Space-separated pids; a loop rather than bytes.FieldsSeq, whose
+		// closure would move buf to the heap.
+		for rest := buf[:n]; ; {
+			rest = bytes.TrimLeft(rest, " \n")
+			if len(rest) == 0 {
+				break
+			}
+			end := bytes.IndexAny(rest, " \n")
+			if end < 0 {
+				end = len(rest)
+			}
+			pid, ok := atoi(rest[:end])
 			if !ok {
 				return nil, nil, false
 			}
 			kids = append(kids, pid)
+			rest = rest[end:]
 		}
 	}
 	// The files of threads gone since the last read.
@@ -335,8 +344,7 @@ func (rp *reaper) settled(suspects []int) bool {
 			rp.leadersMu.Lock()
 			leader := rp.leaders[pid]
 			rp.leadersMu.Unlock()
-			_, exists := isZombie(pid)
-			return leader || !exists
+			return leader || !inTable(pid)
 		})
 		if len(suspects) == 0 {
 			return true
@@ -348,25 +356,11 @@ func (rp *reaper) settled(suspects []int) bool {
 	}
 }
 
-// isZombie reads pid's state; ok is false when pid is gone or unreadable.
-// It runs at the end of every run, so it reads with raw syscalls.
-func isZombie(pid int) (zombie, ok bool) {
-	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return false, false
-	}
-	var buf [1024]byte
-	n, err := syscall.Read(fd, buf[:])
-	syscall.Close(fd)
-	if err != nil || n <= 0 {
-		return false, false
-	}
-	b := buf[:n]
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false, false
-	}
-	return b[i+2] == 'Z', true
+// inTable reports whether pid is in the process table, a zombie included,
+// without reading /proc: signal 0 checks and delivers nothing.
+func inTable(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // threads appends the agent's thread ids to dst, sorted; nil when
@@ -539,7 +533,15 @@ func runMarker(pid int) (run string, unreadable bool) {
 			return "", true
 		}
 	}
-	for kv := range bytes.SplitSeq(env, []byte{0}) {
+	// A loop rather than bytes.SplitSeq, whose closure would move buf to
+	// the heap.
+	for len(env) > 0 {
+		kv := env
+		if i := bytes.IndexByte(env, 0); i >= 0 {
+			kv, env = env[:i], env[i+1:]
+		} else {
+			env = nil
+		}
 		if v, ok := bytes.CutPrefix(kv, []byte(RunIDVar+"=")); ok {
 			return string(v), false
 		}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -420,4 +421,24 @@ func TestChildListsFollowThreads(t *testing.T) {
 	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened+1 {
 		t.Fatalf("read = %v, files opened %d times then %d: want them opened again once unused for %v", ok, opened, lists.opened, childListsFresh)
 	}
+}
+
+// isZombie reads pid's state; ok is false when pid is gone or unreadable.
+func isZombie(pid int) (zombie, ok bool) {
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false, false
+	}
+	var buf [1024]byte
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return false, false
+	}
+	b := buf[:n]
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false, false
+	}
+	return b[i+2] == 'Z', true
 }
