@@ -368,7 +368,7 @@ type capture struct {
 // about twice its max_output in all and holds at most about one and a half
 // times it at once (old and new buffer during the last doubling).
 const (
-	minRead      = 4 << 10
+	minRead      = 512
 	discardChunk = 32 << 10
 )
 
