@@ -55,8 +55,9 @@ type SQSOptions struct {
 	// (queue.visibility_timeout); zero uses the queue's own setting.
 	VisibilityTimeout time.Duration
 	// DeleteBatchWindow bounds how long a delete waits for a
-	// DeleteMessageBatch already in flight before it is sent anyway
-	// (default 10ms); see Delete.
+	// DeleteMessageBatch already in flight, or for other deletes right
+	// after one returned, before it is sent anyway (default 10ms); see
+	// Delete.
 	DeleteBatchWindow time.Duration
 	// ReceiveGrace is how long a poll in progress may still begin to answer
 	// after Receive's ctx ends (default 20ms); an answer whose first byte
@@ -120,6 +121,9 @@ type SQS struct {
 	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
 	flushes  sync.WaitGroup
+	// returned is when the last DeleteMessageBatch returned: a delete made
+	// within DeleteBatchWindow of it finds the source busy.
+	returned time.Time
 
 	taskAttrs, dlqAttrs attrCache
 	keep                *keeper
@@ -353,11 +357,14 @@ func (s *SQS) isClosed() bool {
 }
 
 // Delete implements Source and waits for its own entry's result. Deletes
-// are group-committed: with no DeleteMessageBatch in flight a delete is sent
-// at once; while one is in flight, deletes gather and go together as soon as
-// it returns, when 10 are pending, or DeleteBatchWindow after the first of
-// them, whichever comes first. So an idle agent adds no latency and a busy
-// one sends full batches. Entries failing with a server fault are retried
+// are group-committed: an idle source (no DeleteMessageBatch in flight, and
+// none returned within DeleteBatchWindow) sends a delete at once; while one
+// is in flight, deletes gather and go together as soon as it returns, when
+// 10 are pending, or DeleteBatchWindow after the first of them, whichever
+// comes first; right after one returned, with none in flight, they gather
+// until 10 are pending or for DeleteBatchWindow. So an idle agent adds no
+// latency and a busy one sends fuller batches, also when SQS answers much
+// faster than its tasks end. Entries failing with a server fault are retried
 // DeleteRetries times; a sender fault (an invalid handle) is returned at
 // once. If ctx ends first, Delete returns ctx.Err() and the batch still goes
 // out.
@@ -367,8 +374,9 @@ func (s *SQS) Delete(ctx context.Context, m *Message) error {
 	s.mu.Lock()
 	delete(s.received, m.Handle)
 	s.pending = append(s.pending, p)
+	idle := s.sending == 0 && s.timer == nil && time.Since(s.returned) >= s.o.DeleteBatchWindow
 	switch {
-	case s.closed || s.sending == 0 || len(s.pending) >= maxSQSBatch:
+	case s.closed || idle || len(s.pending) >= maxSQSBatch:
 		s.flushLocked()
 	case s.timer == nil:
 		s.timer = time.AfterFunc(s.o.DeleteBatchWindow, func() {
@@ -412,6 +420,7 @@ func (s *SQS) flushLocked() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.sending--
+			s.returned = time.Now()
 			s.flushLocked()
 		})
 	}
