@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,58 +194,73 @@ func startStatePeer(b *testing.B, fq *sqsFake, loops int, addr, prefix string) *
 	return startBenchProc(b, cmd)
 }
 
-// startBenchProc starts cmd, waits for its "ready" log line on stderr and
-// returns it with a stop func that sends SIGTERM and waits for its exit;
-// the child's warnings and errors are logged then.
+// startBenchProc starts cmd, waits for its "ready" log line and returns
+// it with a stop func that sends SIGTERM and waits for its exit; the
+// child's warnings and errors are logged then. Its stderr goes to a file,
+// read for the ready line and again at the end, so that this process
+// spends nothing per log line while it measures.
 func startBenchProc(b *testing.B, cmd *exec.Cmd) *benchProc {
 	b.Helper()
-	stderr, err := cmd.StderrPipe()
+	logf, err := os.Create(filepath.Join(b.TempDir(), "stderr.log"))
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer logf.Close()
+	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	ready := make(chan struct{})
 	done := make(chan struct{})
-	var tail []string
+	var waitErr error
 	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		readySeen := false
-		for sc.Scan() {
-			// Parse only what matters: this process shares the CPUs.
-			line := sc.Bytes()
-			if !readySeen && bytes.Contains(line, []byte(`"msg":"ready"`)) {
-				var m map[string]any
-				if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
-					readySeen = true
-					close(ready)
-				}
-			}
-			if bytes.Contains(line, []byte(`"level":"WARN"`)) || bytes.Contains(line, []byte(`"level":"ERROR"`)) {
-				tail = append(tail, string(line))
+		waitErr = cmd.Wait()
+		close(done)
+	}()
+	lines := func() [][]byte {
+		raw, err := os.ReadFile(logf.Name())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return bytes.Split(raw, []byte("\n"))
+	}
+	ready := func() bool {
+		for _, line := range lines() {
+			var m map[string]any
+			if bytes.Contains(line, []byte(`"msg":"ready"`)) && json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
+				return true
 			}
 		}
-	}()
+		return false
+	}
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		<-done
-		if err := cmd.Wait(); err != nil {
-			b.Errorf("%s exit: %v", cmd.Path, err)
+		if waitErr != nil {
+			b.Errorf("%s exit: %v", cmd.Path, waitErr)
+		}
+		var tail []string
+		for _, line := range lines() {
+			if bytes.Contains(line, []byte(`"level":"WARN"`)) || bytes.Contains(line, []byte(`"level":"ERROR"`)) {
+				tail = append(tail, string(line))
+			}
 		}
 		if len(tail) > 0 {
 			b.Logf("%s warnings (%d):\n%s", cmd.Path, len(tail), strings.Join(tail[:min(len(tail), 20)], "\n"))
 		}
 	}
-	select {
-	case <-ready:
-	case <-done:
-		b.Fatalf("%s exited before ready", cmd.Path)
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		b.Fatalf("%s not ready after 30s", cmd.Path)
+	deadline := time.Now().Add(30 * time.Second)
+	for !ready() {
+		select {
+		case <-done:
+			b.Fatalf("%s exited before ready: %v", cmd.Path, waitErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			b.Fatalf("%s not ready after 30s", cmd.Path)
+		}
+		time.Sleep(5 * time.Millisecond) // a benchmark's poll of the child's log, not a test waiting
 	}
 	return &benchProc{cmd: cmd, stop: stop}
 }
