@@ -30,10 +30,13 @@ import (
 // SQS fake until every message is deleted, b.N messages per run:
 //
 //   - sdk-loop: a plain SDK loop in this process, ReceiveMessage (10) then
-//     DeleteMessageBatch, one at a time: the baseline any SQS consumer pays;
+//     DeleteMessageBatch, one at a time: the baseline any SQS consumer pays
+//     (a reference, not a target: it keeps no state);
 //   - sdk-loop-exec16: 16 such loops that also run /bin/true in its own
 //     process group per message: the floor of any consumer that forks a
-//     process per task;
+//     process per task (a reference, not a target);
+//   - sdk-loop-state16: the target, 16 hand-written loops in a child
+//     process with the agent's guarantees (see e2e_sqs_bench_peer_test.go);
 //   - agent-memory: one `autodiag run` child, 16 workers, a no-op
 //     diagnostic (/bin/true), in-memory state;
 //   - agent-inproc-memory: the same agent in this process (logs discarded),
@@ -49,7 +52,12 @@ import (
 //
 // tasks/s is b.N over the time from the first ReceiveMessage that returned
 // messages to the last DeleteMessageBatch, both as the fake logged them, so
-// process start-up is not counted. Run with a fixed count, e.g.
+// process start-up is not counted. cpu-us/task is the CPU time of the
+// whole run per task (cpuMeter); the rows with a child split it from the
+// child's ready line to the drained queue (cpuSplit): own-us/task is the
+// child itself (the agent's own CPU), diag-us/task the diagnostics it
+// forked, test-us/task this process (the SQS fake), redis-us/task
+// redis-server. Run with a fixed count, e.g.
 //
 //	go test -run '^$' -bench SQSIntake -benchtime 2000x ./cmd/autodiag
 //
