@@ -210,9 +210,9 @@ func (rp *reaper) nothingLeft(id string) bool {
 
 // childListsFresh is how long childLists keeps its files open unused. A
 // thread id comes back only after the kernel has handed out every other
-// process id (pid_max, at least 32768 by default), which forks at this
-// machine's pace take seconds to do; a file kept for a thread that
-// exited and whose id went to a new one would read as no children.
+// process id (pid_max, 32768 or more), which takes seconds even at
+// thousands of forks a second; a file kept for a thread that exited and
+// whose id went to a new one would read as no children.
 const childListsFresh = 100 * time.Millisecond
 
 // childLists reads the agent's children lists (/proc/self/task/*/children)
@@ -220,9 +220,9 @@ const childListsFresh = 100 * time.Millisecond
 // regenerates them), instead of opening /proc/self/task and every
 // thread's list at the end of every run: the opens were most of the
 // check's cost, itself the largest part of the agent's CPU per task at
-// hundreds of short runs a second (BenchmarkSQSIntake, sdk-loop-state16
-// against agent-redis). Files of threads no longer listed are closed;
-// all are, once unused for childListsFresh.
+// hundreds of short runs a second (BenchmarkSQSIntake, agent-redis).
+// Files of threads no longer listed are closed; all are, once unused for
+// childListsFresh.
 type childLists struct {
 	mu   sync.Mutex
 	dir  int         // /proc/self/task, when fds is not nil
