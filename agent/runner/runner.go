@@ -259,7 +259,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 		res.Outcome, res.Err = Failed, err
 		return res
 	}
-	pr, pw, err := os.Pipe()
+	pr, pw, err := outputPipe()
 	if err != nil {
 		res.Outcome, res.Err = Failed, fmt.Errorf("runner: pipe: %w", err)
 		return res
