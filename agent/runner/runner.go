@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -271,7 +272,9 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	cmd := exec.Command(argv[0], argv[1:]...) //nolint:noctx // see above
 	cmd.Env = append(slices.Clip(env), RunIDVar+"="+id)
 	cmd.Dir = "/"
-	cmd.Stdin = nil
+	if in := nullInput(); in != nil {
+		cmd.Stdin = in
+	}
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := procs.start(cmd); err != nil {
@@ -355,6 +358,18 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	res.Err = errors.Join(res.Err, deadlineErr, reapErr)
 	return res
 }
+
+// nullInput is /dev/null, opened once for the whole process and given to
+// every run as its standard input (nil if it cannot be opened: os/exec
+// then opens it itself). With Stdin nil, os/exec opens, sets up and closes
+// /dev/null for every run: seven system calls for the same empty input.
+var nullInput = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+})
 
 type capture struct {
 	data      []byte
