@@ -19,9 +19,11 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Runner executes one diagnostic's argv; *runner.Runner is the real one.
@@ -91,6 +93,7 @@ type pipeline struct {
 	redactor     *redact.Redactor
 	uploadMax    runner.Size // results.s3.max_size when uploading, else 0
 	hooks        Hooks
+	trace        traceOptions
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -127,6 +130,7 @@ func (p *pipeline) accept(m *queue.Message) {
 	p.outcomes.received()
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
+	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
 	p.handlers.Go(func() {
@@ -143,6 +147,7 @@ func (p *pipeline) handle(j *job) {
 	// A drain waits for the item, so for the delete too; the slots are
 	// freed earlier (see ack).
 	defer j.item.Done()
+	defer j.span.End()
 	haveRun := false
 	// The receive slot bounds the messages received ahead of their run:
 	// once the diagnostic has ended it goes back, so that the next
@@ -169,7 +174,12 @@ func (p *pipeline) handle(j *job) {
 	if p.routeAlert(j) {
 		return
 	}
-	if err := p.validate(j); err != nil {
+	_, vspan := tracing.Start(j.ctx, "validate", trace.SpanKindInternal)
+	err := p.validate(j)
+	traceTask(j.span, j.task)
+	tracing.Fail(vspan, err)
+	vspan.End()
+	if err != nil {
 		p.reject(j, err)
 		return
 	}
@@ -220,7 +230,9 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	}
 	defer p.unmarkRunning(t.ID)
 	claimed := p.clock.Now()
+	_, cspan := tracing.Start(j.ctx, "claim", trace.SpanKindInternal)
 	rec, ok := p.claim(j)
+	cspan.End()
 	if !ok {
 		return
 	}
@@ -231,11 +243,16 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	if !p.stillOurs(j, claimed) {
 		return
 	}
+	_, rspan := tracing.Start(j.ctx, "run "+t.Diagnostic, trace.SpanKindInternal, tracing.KeyDiagnostic.String(t.Diagnostic))
 	res := run()
+	traceRun(rspan, res)
+	rspan.End()
 	// The run is over: give its slots back before the bookkeeping, so the
 	// next task of the key need not wait for the record and the delete.
 	p.limiterDone(j, res.Outcome)
+	_, recspan := tracing.Start(j.ctx, "record", trace.SpanKindInternal)
 	p.record(j, rec, res)
+	recspan.End()
 }
 
 // claim takes the task's execution lease; false when the job ended or was
@@ -290,10 +307,13 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		req.DedupeKey, _ = t.Field(p.dedupeKey)
 	}
 	var dec limiter.Decision
+	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
 	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
 		dec, err = p.limiter.Allow(ctx, req)
 		return err
 	})
+	traceDecision(lspan, dec, err)
+	lspan.End()
 	switch {
 	case err != nil:
 		p.release(j)
@@ -408,7 +428,12 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.FinishedAt = p.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.
+	_, uspan := tracing.Start(j.ctx, "keep output", trace.SpanKindInternal)
 	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
+	if rec.OutputUpload != "" {
+		uspan.SetAttributes(tracing.KeyUpload.String(rec.OutputUpload))
+	}
+	uspan.End()
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
@@ -505,7 +530,7 @@ func (p *pipeline) releaseUnstarted(j *job) {
 func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, attrs ...any) {
 	t := j.task
 	p.deferMsg(j, hide)
-	p.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
+	p.log.InfoContext(j.context(), "task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
 	p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: fields})
 	p.outcomes.drop(j)
 }
