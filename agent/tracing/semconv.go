@@ -92,6 +92,7 @@ const (
 	KeyRetryAfter  = attribute.Key("autodiag.limiter.retry_after")
 	KeySink        = attribute.Key("autodiag.sink")
 	KeyEvent       = attribute.Key("autodiag.event")
+	KeyAttempt     = attribute.Key("autodiag.attempt")
 )
 
 // StartServer starts the SERVER span of an HTTP request to route

@@ -37,7 +37,7 @@ const (
 var on atomic.Bool
 
 // noopSpan is the span Start returns while tracing is off.
-var noopSpan = noop.Span{}
+var noopSpan trace.Span = noop.Span{}
 
 // Start starts a span named name, of kind, under ctx's span; with
 // tracing off it returns ctx and a no-op span.
