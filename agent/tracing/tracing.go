@@ -126,10 +126,7 @@ func Setup(o Options) *Tracing {
 	if o.Metrics != nil {
 		metrics.Store(o.Metrics)
 	}
-	if s.LinkTemplate != "" {
-		lt := s.LinkTemplate
-		linkTemplate.Store(&lt)
-	}
+	SetLinkTemplate(s.LinkTemplate)
 	if !s.On {
 		return &Tracing{}
 	}
@@ -182,6 +179,14 @@ func (t *Tracing) ForceFlush(ctx context.Context) error {
 // linkTemplate is tracing.link_template, set by Setup whether tracing is
 // on or not (a producer's trace may be exported elsewhere).
 var linkTemplate atomic.Pointer[string]
+
+// SetLinkTemplate sets the template Link fills (tracing.link_template),
+// for a process that shows tasks without tracing (autodiag show).
+func SetLinkTemplate(t string) {
+	if t != "" {
+		linkTemplate.Store(&t)
+	}
+}
 
 // Link is the link for people to traceID (tracing.link_template); "" when
 // no template is set or traceID is "".
