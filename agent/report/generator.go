@@ -65,9 +65,9 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	)
 	for {
 		attempts++
-		cctx, span := startChat(ctx, g.provider.Name(), req)
+		cctx, span := StartChat(ctx, g.provider.Name(), req)
 		resp, err = g.provider.Complete(cctx, req)
-		endChat(span, resp, err)
+		EndChat(span, resp, err)
 		var pe *Error
 		if errors.As(err, &pe) && pe.StatusCode != 0 {
 			answered = pe

@@ -21,10 +21,11 @@ func genAIProvider(name string) string {
 	return name
 }
 
-// startChat starts the CLIENT span of one model call, "chat {model}",
+// StartChat starts the CLIENT span of one model call (a report's or an
+// investigation turn's), "chat {model}",
 // with the gen_ai request attributes; the prompt and the answer are
 // never recorded.
-func startChat(ctx context.Context, provider string, req Request) (context.Context, trace.Span) {
+func StartChat(ctx context.Context, provider string, req Request) (context.Context, trace.Span) {
 	if !tracing.On() {
 		return ctx, trace.SpanFromContext(context.Background())
 	}
@@ -36,8 +37,8 @@ func startChat(ctx context.Context, provider string, req Request) (context.Conte
 	return tracing.Start(ctx, "chat "+req.Model, trace.SpanKindClient, attrs...)
 }
 
-// endChat records the call's usage and finish reason and ends span.
-func endChat(span trace.Span, resp Response, err error) {
+// EndChat records the call's usage and finish reason and ends span.
+func EndChat(span trace.Span, resp Response, err error) {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.InputTokens),
 			attribute.Int("gen_ai.usage.output_tokens", resp.OutputTokens))
