@@ -36,6 +36,10 @@ const (
 // and the process has one.
 var on atomic.Bool
 
+// tracer is the provider's tracer while on is true: looked up once, not
+// per span.
+var tracer atomic.Pointer[trace.Tracer]
+
 // noopSpan is the span Start returns while tracing is off.
 var noopSpan trace.Span = noop.Span{}
 
@@ -45,7 +49,7 @@ func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attri
 	if !on.Load() {
 		return ctx, noopSpan
 	}
-	return otel.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return (*tracer.Load()).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 
 // StartWith is Start with further options (links, a start time, a new root).
@@ -53,7 +57,7 @@ func StartWith(ctx context.Context, name string, opts ...trace.SpanStartOption) 
 	if !on.Load() {
 		return ctx, noopSpan
 	}
-	return otel.Tracer(ScopeName).Start(ctx, name, opts...)
+	return (*tracer.Load()).Start(ctx, name, opts...)
 }
 
 // On reports whether tracing is on.
@@ -144,6 +148,8 @@ func Setup(o Options) *Tracing {
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(s.SamplerRatio))))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	tr := tp.Tracer(ScopeName)
+	tracer.Store(&tr)
 	if o.Logger != nil {
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 			o.Logger.Warn("tracing: export failed; its spans are dropped", "err", err)

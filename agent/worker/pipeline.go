@@ -428,12 +428,9 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.FinishedAt = p.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.
-	_, uspan := tracing.Start(j.ctx, "keep output", trace.SpanKindInternal)
+	uspan := p.startUpload(j)
 	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
-	if rec.OutputUpload != "" {
-		uspan.SetAttributes(tracing.KeyUpload.String(rec.OutputUpload))
-	}
-	uspan.End()
+	endUpload(uspan, rec)
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/limiter"
@@ -125,4 +126,29 @@ func traceIDs(j *job) (traceID, spanID string) {
 		return sc.TraceID().String(), sc.SpanID().String()
 	}
 	return sc.TraceID().String(), ""
+}
+
+// startUpload starts the span of the output's upload to S3, when the
+// agent uploads (results.s3); nil otherwise.
+func (p *pipeline) startUpload(j *job) trace.Span {
+	if p.uploadMax == 0 || !tracing.On() {
+		return nil
+	}
+	_, span := tracing.Start(j.ctx, "upload output", trace.SpanKindClient, tracing.KeyTaskID.String(j.task.ID))
+	return span
+}
+
+// endUpload records the upload's result (failed, or the object's
+// presence) and ends span.
+func endUpload(span trace.Span, rec state.TaskRecord) {
+	if span == nil {
+		return
+	}
+	if rec.OutputUpload != "" {
+		span.SetAttributes(tracing.KeyUpload.String(rec.OutputUpload))
+		span.SetStatus(codes.Error, rec.OutputUpload)
+	} else if rec.OutputURL != "" {
+		span.SetAttributes(tracing.KeyUpload.String("ok"))
+	}
+	span.End()
 }

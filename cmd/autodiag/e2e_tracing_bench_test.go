@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,6 +46,12 @@ func BenchmarkTracingIntake(b *testing.B) {
 			b.ReportMetric(float64(n)/float64(b.N), "traced/task")
 		}
 	}
-	b.Run("off", func(b *testing.B) { run(b, false) })
-	b.Run("on", func(b *testing.B) { run(b, true) })
+	// Off and on alternate, ROUNDS times (default 1), so that both see
+	// the same load of a shared machine; go test's -count would run all
+	// the offs first.
+	rounds, _ := strconv.Atoi(os.Getenv("ROUNDS"))
+	for range max(rounds, 1) {
+		b.Run("off", func(b *testing.B) { run(b, false) })
+		b.Run("on", func(b *testing.B) { run(b, true) })
+	}
 }
