@@ -219,7 +219,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	body, _ = json.Marshal(t)
 	tctx, span := tracing.StartServer(r, "/v1/tasks")
 	defer span.End()
-	if _, err := a.d.Source.Send(tctx, body); err != nil {
+	if _, err := a.d.Source.Send(tctx, body); err != nil { //nolint:contextcheck // tctx is r.Context() with the request's span
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error(), "reason": "queue_unavailable"})
 		return
 	}

@@ -21,7 +21,7 @@ const tracingShutdownTimeout = 5 * time.Second
 // the OTEL_* environment (read through lookup, which also reads the
 // headers secret) describe, its metrics on reg at 0 whether on or off,
 // and returns the func that flushes and stops it.
-func openTracing(cfg config.Config, lookup func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger,
+func openTracing(ctx context.Context, cfg config.Config, lookup func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger,
 	version, instanceID, region, asg string) (func(), error) {
 	m := tracing.NewMetrics(reg)
 	if lookup == nil {
@@ -42,9 +42,10 @@ func openTracing(cfg config.Config, lookup func(string) (string, bool), reg prom
 	}
 	t := tracing.Setup(tracing.Options{Settings: s, Resource: res, Metrics: m, Logger: log.With("component", "tracing")})
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+		// Closing runs after ctx may have ended; it keeps ctx's values only.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingShutdownTimeout)
 		defer cancel()
-		if err := t.Shutdown(ctx); err != nil {
+		if err := t.Shutdown(sctx); err != nil {
 			log.Warn("tracing: spans still queued at exit were dropped", "err", err)
 		}
 	}, nil

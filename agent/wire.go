@@ -263,7 +263,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		cancel()
 	}
 	place := findPlacement(ctx, cfg, discoverWith, instanceID, log)
-	stopTracing, err := openTracing(cfg, o.LookupEnv, reg, log, o.Version, instanceID, awsCfg.Region, place.asg)
+	stopTracing, err := openTracing(ctx, cfg, o.LookupEnv, reg, log, o.Version, instanceID, awsCfg.Region, place.asg)
 	if err != nil {
 		return nil, nil, &TracingError{Err: err}
 	}

@@ -168,7 +168,7 @@ func (h *Handler) post(source string) http.HandlerFunc {
 		traceAnswer(span, source, ans)
 		if len(ans.Tasks) > 0 {
 			ctx, cancel := context.WithTimeout(tctx, h.c.SendTimeout)
-			err := h.c.Sender.SendBatch(ctx, ans.Tasks)
+			err := h.c.Sender.SendBatch(ctx, ans.Tasks) //nolint:contextcheck // ctx is r.Context() with the request's span
 			cancel()
 			if err != nil {
 				h.c.Logger.Error("alert tasks not queued", "source", source, "tasks", len(ans.Tasks), "err", err)

@@ -118,7 +118,10 @@ func traceOutcome(span trace.Span, outcome, reason string, level slog.Level) {
 // traceIDs are the trace id and, when the trace is sampled, the span id
 // of j's process span, for its record.
 func traceIDs(j *job) (traceID, spanID string) {
-	sc := trace.SpanContextFromContext(j.context())
+	if j.ctx == nil {
+		return "", ""
+	}
+	sc := trace.SpanContextFromContext(j.ctx)
 	if !sc.IsValid() {
 		return "", ""
 	}

@@ -136,7 +136,8 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "want application/x-protobuf", http.StatusUnsupportedMediaType)
 		return
 	}
-	var body io.Reader = io.LimitReader(req.Body, maxBody)
+	var body io.Reader
+	body = io.LimitReader(req.Body, maxBody)
 	if req.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
