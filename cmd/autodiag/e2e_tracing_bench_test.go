@@ -13,8 +13,8 @@ import (
 // workers, /bin/true, in-memory state) through the SQS fake with tracing
 // off, and on at sampler ratio 1.0 exporting every span to an in-process
 // OTLP receiver, in the same run (scripts/bench-intake with TRACING=1
-// prints on/off). Each task makes 8 spans: receive (shared by a batch),
-// process, validate, claim, limiter, run, keep output, record.
+// prints on/off). Each task makes 6 spans (process, validate, claim,
+// limiter, run, record) and each receive that brought messages one.
 func BenchmarkTracingIntake(b *testing.B) {
 	run := func(b *testing.B, tracing bool) {
 		fq := newSQSFake(b, "tasks")
