@@ -301,6 +301,23 @@ func TestE2ETracing(t *testing.T) {
 		}
 	})
 
+	t.Run("autodiag enqueue continues the caller's trace", func(t *testing.T) {
+		const cliTrace = "0af7651916cd43dd8448eb211c80319c"
+		code, out, stderr := runCLI(t, fq.awsEnv(), "enqueue", "--host", "web-7", "--diagnostic", "memory", "--id", "tp-cli",
+			"--queue-url", fq.url, "--traceparent", "00-"+cliTrace+"-b7ad6b7169203331-01")
+		if code != 0 {
+			t.Fatalf("enqueue: exit %d %s %s", code, out, stderr)
+		}
+		eventually(t, wait, "the task to succeed", func() bool { return sqsOutcomes(p)["succeeded"] == 5 })
+		if rec, _ := sqsTaskRecord(t, rc, prefix, "tp-cli"); rec.TraceID != cliTrace {
+			t.Errorf("record trace %q, want the caller's %s", rec.TraceID, cliTrace)
+		}
+		if code, _, stderr := runCLI(t, fq.awsEnv(), "enqueue", "--host", "web-7", "--diagnostic", "memory",
+			"--queue-url", fq.url, "--traceparent", "nope"); code != 2 || !strings.Contains(stderr, "--traceparent") {
+			t.Errorf("enqueue with a malformed traceparent: exit %d %s, want 2 naming --traceparent", code, stderr)
+		}
+	})
+
 	t.Run("a malformed traceparent on the intake is counted and ignored", func(t *testing.T) {
 		code, body := postTraced(t, addr, token, string(payload), "garbage")
 		if code != http.StatusOK {

@@ -422,6 +422,7 @@ func adminCallBounded(ctx context.Context, method string, target adminTarget, pa
 		return nil, err
 	}
 	target.creds.SetOn(req)
+	tracing.Inject(ctx, req.Header.Set)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
