@@ -52,7 +52,9 @@ func tracingYAML(t *testing.T, fq *sqsFake, prefix, redisAddr, hookURL, modelURL
 	b.WriteString("  - name: memory\n    command: [/bin/true, '{host}']\n    timeout: 10s\n")
 	b.WriteString("limiter:\n  hosts:\n    allow: ['^[a-z0-9-]+(\\.[a-z0-9-]+)*$']\n  rules: []\n")
 	b.WriteString("routes:\n  - name: high-load\n    match: {source: [alertmanager], name: '^HighLoad$'}\n" +
-		"    host: '{{ .Labels.instance | trimPort }}'\n    tasks: [{diagnostic: uptime}, {diagnostic: memory}]\n")
+		"    host: '{{ .Labels.instance | trimPort }}'\n    tasks: [{diagnostic: uptime}, {diagnostic: memory}]\n" +
+		"  - name: ec2-status\n    match: {source: [cloudwatch], name: '^StatusCheckFailed'}\n" +
+		"    host: '{{ .Dimensions.InstanceId }}'\n    tasks: [{diagnostic: memory}]\n")
 	fmt.Fprintf(&b, "notify:\n  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    timeout: 5s\n"+
 		"    on: [succeeded, failed, report]\n", hookURL)
 	fmt.Fprintf(&b, "report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
@@ -315,6 +317,41 @@ func TestE2ETracing(t *testing.T) {
 		if code, _, stderr := runCLI(t, fq.awsEnv(), "enqueue", "--host", "web-7", "--diagnostic", "memory",
 			"--queue-url", fq.url, "--traceparent", "nope"); code != 2 || !strings.Contains(stderr, "--traceparent") {
 			t.Errorf("enqueue with a malformed traceparent: exit %d %s, want 2 naming --traceparent", code, stderr)
+		}
+	})
+
+	t.Run("an alarm routed from the queue is one trace with its tasks", func(t *testing.T) {
+		fq.send(t, fixture(t, "sns_cloudwatch_alarm.json"))
+		eventually(t, wait, "the alarm's task to succeed", func() bool { return sqsOutcomes(p)["succeeded"] == 6 })
+		spans, ok := rcv.WaitFor(wait, func(s []otlpfake.Span) bool {
+			ix := spanIndex(s)
+			for _, r := range ix.named("route") {
+				if send, ok := ix.childrenOf(r.SpanID)["send alerts"]; ok && len(ix.childrenOf(send.SpanID)) > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		ix := spanIndex(spans)
+		routes := ix.named("route")
+		if !ok || len(routes) != 1 {
+			t.Fatalf("%d route spans, want 1", len(routes))
+		}
+		route := routes[0]
+		alarm, _ := ix.byID(route.ParentSpanID)
+		sends := ix.childrenOf(route.SpanID)
+		send, sent := sends["send alerts"]
+		if alarm.Name != "process alerts" || !sent || route.Attrs["autodiag.tasks"] != "1" {
+			t.Fatalf("route span %+v under %q with children %v, want it under the alarm's process span sending 1 task", route, alarm.Name, keys(sends))
+		}
+		var task otlpfake.Span
+		for _, s := range ix.named("process alerts") {
+			if s.ParentSpanID == send.SpanID {
+				task = s
+			}
+		}
+		if task.TraceID != alarm.TraceID || task.Attrs["autodiag.host"] != "i-0abc123def4567890" {
+			t.Errorf("the alarm's task %+v, want it in the alarm's trace %s", task, alarm.TraceID)
 		}
 	})
 
