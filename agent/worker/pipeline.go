@@ -272,13 +272,13 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 			// Without the lease exactly-once cannot be guaranteed: hand
 			// the message back for a later attempt.
 			delay := retryDelay(j.msg.ReceiveCount)
-			p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
+			p.log.WarnContext(j.context(), "state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
 				"retry_after", delay.Seconds(), "err", err)
 			p.deferMsg(j, delay)
 			p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "state_unavailable", detail: err.Error()})
 			return state.TaskRecord{}, false
 		}
-		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
+		p.log.WarnContext(j.context(), "state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
 			"detail", "the message's visibility is the only guard against a second run", "err", err)
 		return p.openRecord(j), true
 	}
@@ -407,7 +407,7 @@ func (p *pipeline) limiterDone(j *job, outcome string) {
 		outcome = OutcomeReleased
 	}
 	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, outcome) }); err != nil {
-		p.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+		p.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
 			"outcome", outcome, "lease", p.lease.Seconds(), "err", err)
 	}
 }
@@ -475,7 +475,7 @@ func (p *pipeline) reject(j *job, err error) {
 		return
 	}
 	if j.msg.ReceiveCount >= 5 {
-		p.log.Warn("poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
+		p.log.WarnContext(j.context(), "poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
 	}
 	first := true
 	if p.marks != nil {
@@ -486,7 +486,7 @@ func (p *pipeline) reject(j *job, err error) {
 		if merr != nil {
 			// Counting a reject twice beats losing it.
 			p.degraded("mark")
-			p.log.Warn("state store unavailable; the rejected message is counted without knowing whether it was before",
+			p.log.WarnContext(j.context(), "state store unavailable; the rejected message is counted without knowing whether it was before",
 				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
 			first = true
 		}
@@ -494,7 +494,7 @@ func (p *pipeline) reject(j *job, err error) {
 	if first {
 		p.outcomes.end(j, ended{outcome: OutcomeRejected, reason: reason, detail: err.Error()})
 	} else {
-		p.log.Debug("rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
+		p.log.DebugContext(j.context(), "rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
 		p.outcomes.drop(j)
 	}
@@ -506,7 +506,7 @@ func (p *pipeline) reject(j *job, err error) {
 		// Left to the queue's redrive policy.
 	default:
 		delay := retryDelay(j.msg.ReceiveCount)
-		p.log.Warn("dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
+		p.log.WarnContext(j.context(), "dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
 		p.deferMsg(j, delay)
 	}
@@ -568,14 +568,14 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 		// claimed the task: its attempt owns the record, its notification
 		// and its report. This run still ends in its own outcome (log,
 		// metric, audit).
-		p.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
+		p.log.WarnContext(j.context(), "lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
 			"detail", "a later attempt owns the record; this result is logged only")
 	case errors.Is(err, state.ErrPartial):
 		p.degraded("audit")
-		p.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
+		p.log.WarnContext(j.context(), "task record written without its audit entry", "task_id", rec.ID, "err", err)
 	default:
 		p.degraded("finish")
-		p.log.Warn("recording the result failed; kept to be written when the state store answers",
+		p.log.WarnContext(j.context(), "recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
 		p.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
@@ -586,7 +586,7 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 // spending its way to the dead-letter queue.
 func (p *pipeline) deferMsg(j *job, d time.Duration) {
 	if err := p.queueCall(func(ctx context.Context) error { return p.src.Defer(ctx, j.msg, d) }); err != nil {
-		p.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
+		p.log.WarnContext(j.context(), "handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
 	}
 }
 
@@ -601,7 +601,7 @@ func (p *pipeline) ack(j *job) {
 		j.freeSlots()
 	}
 	if err := p.queueCall(func(ctx context.Context) error { return p.src.Delete(ctx, j.msg) }); err != nil {
-		p.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
+		p.log.WarnContext(j.context(), "delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
 	}
 }
 

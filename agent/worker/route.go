@@ -60,7 +60,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 			return p.alerts.Sender.SendBatch(ctx, ans.Tasks)
 		}); err != nil {
 			delay := retryDelay(j.msg.ReceiveCount)
-			log.Warn("alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
+			log.WarnContext(rctx, "alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
 			p.deferMsg(j, delay)
 			p.outcomes.drop(j)
