@@ -135,10 +135,19 @@ func (e *Exporter) failed(n int) {
 	e.m.dropped(n)
 }
 
-// retryable is an answer the OTLP/HTTP specification retries.
-type retryable struct{ status int }
+// retryable is an answer the OTLP/HTTP specification retries (status),
+// or a connection that failed (err).
+type retryable struct {
+	status int
+	err    error
+}
 
-func (r *retryable) Error() string { return "collector answered " + strconv.Itoa(r.status) }
+func (r *retryable) Error() string {
+	if r.err != nil {
+		return "connection failed: " + r.err.Error()
+	}
+	return "collector answered " + strconv.Itoa(r.status)
+}
 
 // post sends body once; a retryable answer is a *retryable with its
 // Retry-After (0 when none).
@@ -160,7 +169,7 @@ func (e *Exporter) post(ctx context.Context, body []byte) (time.Duration, error)
 			return 0, fmt.Errorf("%w: %w", ErrExport, ctx.Err())
 		}
 		// A connection refused or reset is worth another try.
-		return 0, fmt.Errorf("%w: %w", ErrExport, &retryable{status: 0})
+		return 0, fmt.Errorf("%w: %w", ErrExport, &retryable{err: err})
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -51,4 +53,34 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return u.Host
+}
+
+// errorLogEvery bounds the warnings of a collector that keeps failing:
+// one line per interval, with how many failures it stands for.
+const errorLogEvery = time.Minute
+
+// errorLog logs the SDK's errors (failed exports), at most one line per
+// errorLogEvery.
+type errorLog struct {
+	log        *slog.Logger
+	now        func() time.Time
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func newErrorLog(l *slog.Logger) *errorLog { return &errorLog{log: l, now: time.Now} }
+
+func (e *errorLog) handle(err error) {
+	e.mu.Lock()
+	now := e.now()
+	if !e.last.IsZero() && now.Sub(e.last) < errorLogEvery {
+		e.suppressed++
+		e.mu.Unlock()
+		return
+	}
+	n := e.suppressed + 1
+	e.last, e.suppressed = now, 0
+	e.mu.Unlock()
+	e.log.Warn("tracing: export failed; its spans are dropped", "err", err, "failures", n, "every", errorLogEvery.Seconds())
 }

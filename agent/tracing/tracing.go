@@ -151,9 +151,7 @@ func Setup(o Options) *Tracing {
 	tr := tp.Tracer(ScopeName)
 	tracer.Store(&tr)
 	if o.Logger != nil {
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-			o.Logger.Warn("tracing: export failed; its spans are dropped", "err", err)
-		}))
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(newErrorLog(o.Logger).handle))
 		o.Logger.Info("tracing on", "endpoint_host", hostOf(s.TracesURL), "sampler_ratio", s.SamplerRatio,
 			"compression", s.Compression, "timeout", s.Timeout.Seconds())
 	}
