@@ -31,8 +31,10 @@ func openTracing(ctx context.Context, cfg config.Config, lookup func(string) (st
 	if err != nil {
 		return nil, err
 	}
-	res := []attribute.KeyValue{attribute.String("service.version", version), attribute.String("service.instance.id", instanceID),
-		attribute.String("host.id", instanceID)}
+	res := []attribute.KeyValue{attribute.String("service.version", version)}
+	if instanceID != "" {
+		res = append(res, attribute.String("service.instance.id", instanceID), attribute.String("host.id", instanceID))
+	}
 	if region != "" {
 		res = append(res, attribute.String("cloud.provider", "aws"), attribute.String("cloud.platform", "aws_ec2"),
 			attribute.String("cloud.region", region))
@@ -58,3 +60,16 @@ type TracingError struct{ Err error }
 func (e *TracingError) Error() string { return "tracing: " + e.Err.Error() }
 
 func (e *TracingError) Unwrap() error { return e.Err }
+
+// OpenIntakeTracing installs tracing for the standalone intake (`autodiag
+// intake`), its metrics on reg (the intake's registry); the returned func
+// flushes and stops it. The intake's spans (the request, a send per task)
+// carry service.version and instance_id when the config sets it.
+func OpenIntakeTracing(ctx context.Context, cfg config.Config, o OpenOptions, lookup func(string) (string, bool),
+	reg prometheus.Registerer) (func(), error) {
+	stop, err := openTracing(ctx, cfg, lookup, reg, orDiscard(o.Logger), o.Version, cfg.InstanceID, "", "")
+	if err != nil {
+		return nil, &TracingError{Err: err}
+	}
+	return stop, nil
+}

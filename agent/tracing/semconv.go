@@ -97,8 +97,9 @@ const (
 
 // StartServer starts the SERVER span of an HTTP request to route
 // ("/v1/alerts/alertmanager"), named "POST /v1/alerts/alertmanager",
-// continuing the caller's W3C
-// traceparent; a malformed one is counted and ignored.
+// continuing the caller's W3C traceparent; a malformed one is counted and
+// ignored. With tracing off it makes no span, and ctx still carries the
+// caller's context.
 func StartServer(r *http.Request, route string) (context.Context, trace.Span) {
 	ctx, name := r.Context(), r.Method+" "+route
 	tp := r.Header.Get("Traceparent")
@@ -112,11 +113,13 @@ func StartServer(r *http.Request, route string) (context.Context, trace.Span) {
 	if p.Malformed {
 		CountInvalid(SourceHTTP)
 	}
+	if p.SC.IsValid() {
+		// Off, the caller's context still rides on to the messages sent
+		// under ctx: an intake without tracing passes the trace on.
+		ctx = trace.ContextWithRemoteSpanContext(ctx, p.SC)
+	}
 	if !on.Load() {
 		return ctx, noopSpan
-	}
-	if p.SC.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, p.SC)
 	}
 	return Start(ctx, name, trace.SpanKindServer, attribute.String("http.request.method", r.Method), attribute.String("http.route", route))
 }

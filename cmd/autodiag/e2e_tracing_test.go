@@ -462,3 +462,46 @@ func sendWithAttrs(t *testing.T, f *sqsFake, body string, attrs map[string]strin
 		t.Fatal(err)
 	}
 }
+
+// TestE2EStandaloneIntakePassesTrace: `autodiag intake` without tracing
+// still passes the caller's traceparent on to every task it queues, so the
+// agents continue the caller's trace.
+func TestE2EStandaloneIntakePassesTrace(t *testing.T) {
+	fq := newSQSFake(t, "central")
+	const token = "central-token"
+	in := startStandaloneIntake(t, fq, token)
+	tp := "00-" + e2eTraceID + "-" + e2eParentID + "-01"
+	code, body := postTraced(t, in.addrs["intake listening"], token, fixture(t, "alertmanager_v4.json"), tp)
+	if code != http.StatusOK {
+		t.Fatalf("answer %d %s", code, body)
+	}
+	out, err := fq.client.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(fq.url), MaxNumberOfMessages: 10,
+		MessageAttributeNames: []string{"All"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 3 {
+		t.Fatalf("%d messages, want the 3 tasks", len(out.Messages))
+	}
+	for _, m := range out.Messages {
+		if got := aws.ToString(m.MessageAttributes["traceparent"].StringValue); got != tp {
+			t.Errorf("message traceparent %q, want the caller's %q", got, tp)
+		}
+	}
+	// A second signal, once the first was taken (the intake answers 503),
+	// ends the intake's drain grace at once.
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
+		c, _ := postAlert(t, in.addrs["intake listening"], "/v1/alerts/alertmanager", token, "{}")
+		return c == http.StatusServiceUnavailable
+	})
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-in.scanned
+	if err := in.cmd.Wait(); err != nil {
+		t.Errorf("intake exit: %v", err)
+	}
+}
