@@ -390,6 +390,17 @@ func TestE2ETracing(t *testing.T) {
 	}); !ok {
 		t.Error("the last tasks' spans were not exported at exit")
 	}
+	// The drain is a trace of its own.
+	var drains []otlpfake.Span
+	for _, sp := range rcv.Spans() {
+		if sp.Name == "drain" {
+			drains = append(drains, sp)
+		}
+	}
+	if len(drains) != 1 || drains[0].ParentSpanID != "" || drains[0].Attrs["autodiag.drain.source"] != "signal" ||
+		drains[0].Attrs["autodiag.drain.ending"] == "" {
+		t.Errorf("drain spans %+v, want one root span of the signal's drain with its ending", drains)
+	}
 	for _, r := range rcv.Requests() {
 		if r.ContentType != "application/x-protobuf" || r.ContentEncoding != "gzip" {
 			t.Errorf("export %+v, want gzipped protobuf", r)
