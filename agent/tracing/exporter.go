@@ -72,7 +72,10 @@ type ExporterOptions struct {
 func NewExporter(o ExporterOptions) *Exporter {
 	c := o.Client
 	if c == nil {
-		c = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		// Redirects are not followed: the endpoint is the one checked
+		// (never the metadata service), not wherever an answer points.
+		c = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	return &Exporter{url: o.URL, headers: o.Headers, gzip: o.Gzip, timeout: cmpDuration(o.Timeout, DefaultTimeout),
 		client: c, resource: &resourcepb.Resource{Attributes: attrs(o.Resource)}, m: o.Metrics, sleep: sleepCtx}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +372,24 @@ func TestLink(t *testing.T) {
 	}
 	if got := c.Link(""); got != "" {
 		t.Errorf("Link of no id = %q", got)
+	}
+}
+
+// TestExporterFollowsNoRedirect: an endpoint answering with a redirect
+// (to the receiver here; to the metadata service in an attack) gets no
+// spans sent on: the export fails.
+func TestExporterFollowsNoRedirect(t *testing.T) {
+	rcv := otlpfake.New()
+	defer rcv.Close()
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, rcv.Endpoint()+"/v1/traces", http.StatusTemporaryRedirect)
+	}))
+	defer redirect.Close()
+	exp := tracing.NewExporter(tracing.ExporterOptions{URL: redirect.URL + "/v1/traces", Timeout: 5 * time.Second})
+	if err := exportOne(t, exp); !errors.Is(err, tracing.ErrExport) {
+		t.Fatalf("export = %v, want ErrExport", err)
+	}
+	if n := len(rcv.Requests()); n != 0 {
+		t.Errorf("the redirect was followed: the receiver got %d requests", n)
 	}
 }
