@@ -49,6 +49,9 @@ type Receiver struct {
 	faults   []int // statuses to answer next, in order
 	retryAft string
 	changed  chan struct{}
+	// countOnly: spans are counted by name, not decoded (NewCounter).
+	countOnly bool
+	counts    map[string]int
 }
 
 // Request is what one export carried besides its spans.
@@ -59,9 +62,29 @@ type Request struct {
 
 // New starts a receiver on loopback; Close stops it.
 func New() *Receiver {
-	r := &Receiver{changed: make(chan struct{})}
+	r := &Receiver{changed: make(chan struct{}), counts: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	return r
+}
+
+// NewCounter starts a receiver that only counts the spans it receives by
+// name (Counts), reading the protobuf without decoding it into spans: a
+// sink for benchmarks, whose cost is the sender's, not a collector's.
+func NewCounter() *Receiver {
+	r := New()
+	r.countOnly = true
+	return r
+}
+
+// Counts is how many spans of each name were received (NewCounter).
+func (r *Receiver) Counts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.counts))
+	for k, v := range r.counts {
+		out[k] = v
+	}
+	return out
 }
 
 // Endpoint is the receiver's base URL (OTEL_EXPORTER_OTLP_ENDPOINT).
@@ -151,6 +174,20 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if r.countOnly {
+		names, err := spanNames(b)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		for _, n := range names {
+			r.counts[n]++
+		}
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	spans, err := Decode(b)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -238,4 +275,49 @@ func str(v *commonpb.AnyValue) string {
 		return s + "]"
 	}
 	return ""
+}
+
+// spanNames walks an ExportTraceServiceRequest's wire format to the name
+// (field 5) of each span: resource_spans (1) → scope_spans (2) → spans (2).
+func spanNames(b []byte) ([]string, error) {
+	var names []string
+	err := fields(b, 1, func(rs []byte) error {
+		return fields(rs, 2, func(ss []byte) error {
+			return fields(ss, 2, func(sp []byte) error {
+				return fields(sp, 5, func(name []byte) error {
+					names = append(names, string(name))
+					return nil
+				})
+			})
+		})
+	})
+	return names, err
+}
+
+// fields calls f with the bytes of each length-delimited field num of b.
+func fields(b []byte, num protowire.Number, f func([]byte) error) error {
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return protowire.ParseError(l)
+		}
+		b = b[l:]
+		if n == num && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return protowire.ParseError(m)
+			}
+			if err := f(v); err != nil {
+				return err
+			}
+			b = b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(n, typ, b)
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		b = b[m:]
+	}
+	return nil
 }
