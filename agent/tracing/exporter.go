@@ -10,17 +10,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // The exporter's bounds. An export's context (the batch processor's
@@ -33,6 +27,9 @@ const (
 	// the collector gives no Retry-After.
 	retryInitial = 500 * time.Millisecond
 	retryMax     = 5 * time.Second
+	// maxPooledBuffer: a request buffer larger than this (a batch of
+	// unusually large spans) is left to the collector, not kept.
+	maxPooledBuffer = 4 << 20
 	// maxRetryAfter caps a collector's Retry-After: a longer one ends the
 	// export (the spans are dropped) rather than holding the queue.
 	maxRetryAfter = 30 * time.Second
@@ -41,18 +38,22 @@ const (
 // Exporter posts spans to an OTLP/HTTP collector as protobuf
 // (application/x-protobuf), retrying 429, 502, 503 and 504 as the OTLP
 // specification says (honouring Retry-After), within the export's context.
-// It encodes with the OTLP message types and writes the outer
-// ExportTraceServiceRequest (field 1, repeated ResourceSpans) with
-// protowire, as the collector package's type links gRPC.
+// It writes the ExportTraceServiceRequest with protowire (encode.go): the
+// official exporter and the collector package's generated request type
+// link gRPC.
 type Exporter struct {
 	url      string
 	headers  map[string]string
 	gzip     bool
 	timeout  time.Duration
 	client   *http.Client
-	resource *resourcepb.Resource
+	resource []byte // the Resource message's content, encoded once
 	m        *Metrics
-	sleep    func(ctx context.Context, d time.Duration) error
+	// bufs and zips are reused across exports: a batch's request is tens
+	// of KiB, a gzip writer's state 1 MiB.
+	bufs  sync.Pool
+	zips  sync.Pool
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // ExporterOptions are what NewExporter needs; URL is the full
@@ -77,8 +78,10 @@ func NewExporter(o ExporterOptions) *Exporter {
 		c = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	return &Exporter{url: o.URL, headers: o.Headers, gzip: o.Gzip, timeout: cmpDuration(o.Timeout, DefaultTimeout),
-		client: c, resource: &resourcepb.Resource{Attributes: attrs(o.Resource)}, m: o.Metrics, sleep: sleepCtx}
+	e := &Exporter{url: o.URL, headers: o.Headers, gzip: o.Gzip, timeout: cmpDuration(o.Timeout, DefaultTimeout),
+		client: c, resource: encodeResource(o.Resource), m: o.Metrics, sleep: sleepCtx}
+	e.bufs.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	return e
 }
 
 var _ sdktrace.SpanExporter = (*Exporter)(nil)
@@ -96,11 +99,13 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 		ctx, cancel = context.WithTimeout(ctx, e.timeout)
 		defer cancel()
 	}
-	body, err := e.encode(spans)
+	buf, err := e.encode(spans)
 	if err != nil {
 		e.failed(len(spans))
 		return fmt.Errorf("%w: encode: %w", ErrExport, err)
 	}
+	defer e.release(buf)
+	body := *buf
 	wait := retryInitial
 	for attempt := 1; ; attempt++ {
 		retryAfter, err := e.post(ctx, body)
@@ -206,130 +211,42 @@ func (e *Exporter) Shutdown(context.Context) error {
 	return nil
 }
 
-// encode writes the ExportTraceServiceRequest of spans: one
-// ResourceSpans, a ScopeSpans per instrumentation scope.
-func (e *Exporter) encode(spans []sdktrace.ReadOnlySpan) ([]byte, error) {
-	rs := &tracepb.ResourceSpans{Resource: e.resource}
-	scopes := map[string]*tracepb.ScopeSpans{}
-	for _, s := range spans {
-		sc := s.InstrumentationScope()
-		ss := scopes[sc.Name+"\x00"+sc.Version]
-		if ss == nil {
-			ss = &tracepb.ScopeSpans{Scope: &commonpb.InstrumentationScope{Name: sc.Name, Version: sc.Version}, SchemaUrl: sc.SchemaURL}
-			scopes[sc.Name+"\x00"+sc.Version] = ss
-			rs.ScopeSpans = append(rs.ScopeSpans, ss)
-		}
-		ss.Spans = append(ss.Spans, spanPB(s))
-	}
-	inner, err := proto.Marshal(rs)
-	if err != nil {
-		return nil, err
-	}
-	out := protowire.AppendTag(nil, 1, protowire.BytesType)
-	out = protowire.AppendBytes(out, inner)
+// encode writes the ExportTraceServiceRequest of spans (see encode.go),
+// gzipped when asked, into a buffer of the pool; put it back with
+// e.release.
+func (e *Exporter) encode(spans []sdktrace.ReadOnlySpan) (*[]byte, error) {
+	raw := e.bufs.Get().(*[]byte)
+	*raw = appendRequest((*raw)[:0], e.resource, spans)
 	if !e.gzip {
-		return out, nil
+		return raw, nil
 	}
-	var buf bytes.Buffer
-	// The fastest level: the spans of a batch are alike and compress well
-	// at it, and the export runs beside the agent's work.
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	if _, err := zw.Write(out); err != nil {
+	defer e.release(raw)
+	out := e.bufs.Get().(*[]byte)
+	buf := bytes.NewBuffer((*out)[:0])
+	zw, _ := e.zips.Get().(*gzip.Writer)
+	if zw == nil {
+		// The fastest level: the spans of a batch are alike and compress
+		// well at it, and the export runs beside the agent's work.
+		zw, _ = gzip.NewWriterLevel(buf, gzip.BestSpeed)
+	} else {
+		zw.Reset(buf)
+	}
+	defer e.zips.Put(zw)
+	if _, err := zw.Write(*raw); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	*out = buf.Bytes()
+	return out, nil
 }
 
-func spanPB(s sdktrace.ReadOnlySpan) *tracepb.Span {
-	sc := s.SpanContext()
-	tid, sid := sc.TraceID(), sc.SpanID()
-	p := &tracepb.Span{
-		TraceId:                tid[:],
-		SpanId:                 sid[:],
-		TraceState:             sc.TraceState().String(),
-		Name:                   s.Name(),
-		Kind:                   tracepb.Span_SpanKind(s.SpanKind()), // the same numbers, internal = 1 … consumer = 5
-		StartTimeUnixNano:      uint64(s.StartTime().UnixNano()),
-		EndTimeUnixNano:        uint64(s.EndTime().UnixNano()),
-		Attributes:             attrs(s.Attributes()),
-		DroppedAttributesCount: uint32(s.DroppedAttributes()),
-		DroppedEventsCount:     uint32(s.DroppedEvents()),
-		DroppedLinksCount:      uint32(s.DroppedLinks()),
-		Flags:                  uint32(sc.TraceFlags()) | flagHasIsRemote(s.Parent()),
-	}
-	if par := s.Parent(); par.IsValid() {
-		psid := par.SpanID()
-		p.ParentSpanId = psid[:]
-	}
-	switch st := s.Status(); st.Code {
-	case codes.Error:
-		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: st.Description}
-	case codes.Ok:
-		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_OK}
-	}
-	for _, ev := range s.Events() {
-		p.Events = append(p.Events, &tracepb.Span_Event{TimeUnixNano: uint64(ev.Time.UnixNano()), Name: ev.Name,
-			Attributes: attrs(ev.Attributes), DroppedAttributesCount: uint32(ev.DroppedAttributeCount)})
-	}
-	for _, l := range s.Links() {
-		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		p.Links = append(p.Links, &tracepb.Span_Link{TraceId: ltid[:], SpanId: lsid[:], TraceState: l.SpanContext.TraceState().String(),
-			Attributes: attrs(l.Attributes), DroppedAttributesCount: uint32(l.DroppedAttributeCount),
-			Flags: uint32(l.SpanContext.TraceFlags()) | flagHasIsRemote(l.SpanContext)})
-	}
-	return p
-}
-
-// flagHasIsRemote sets the OTLP span flags' "has is_remote" bit (0x100)
-// and "is_remote" (0x200) for a parent or link.
-func flagHasIsRemote(sc trace.SpanContext) uint32 {
-	if !sc.IsValid() {
-		return 0x100
-	}
-	if sc.IsRemote() {
-		return 0x300
-	}
-	return 0x100
-}
-
-func attrs(kvs []attribute.KeyValue) []*commonpb.KeyValue {
-	if len(kvs) == 0 {
-		return nil
-	}
-	out := make([]*commonpb.KeyValue, 0, len(kvs))
-	for _, kv := range kvs {
-		out = append(out, &commonpb.KeyValue{Key: string(kv.Key), Value: anyValue(kv.Value)})
-	}
-	return out
-}
-
-func anyValue(v attribute.Value) *commonpb.AnyValue {
-	switch v.Type() {
-	case attribute.BOOL:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v.AsBool()}}
-	case attribute.INT64:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.AsInt64()}}
-	case attribute.FLOAT64:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
-	case attribute.STRINGSLICE:
-		ss := v.AsStringSlice()
-		vals := make([]*commonpb.AnyValue, len(ss))
-		for i, s := range ss {
-			vals[i] = &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s}}
-		}
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}}
-	case attribute.INT64SLICE:
-		is := v.AsInt64Slice()
-		vals := make([]*commonpb.AnyValue, len(is))
-		for i, n := range is {
-			vals[i] = &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: n}}
-		}
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}}
-	default:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.String()}}
+// release puts an encoded request's buffer back, unless a large batch
+// made it larger than the pool keeps.
+func (e *Exporter) release(b *[]byte) {
+	if cap(*b) <= maxPooledBuffer {
+		e.bufs.Put(b)
 	}
 }
 

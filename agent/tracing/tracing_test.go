@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -230,9 +231,14 @@ func exportOne(t *testing.T, exp sdktrace.SpanExporter) error {
 	var got error
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(errProcessor{exp: exp, err: &got}))
 	tr := tp.Tracer("test")
-	ctx, parent := tr.Start(context.Background(), "process q", trace.WithSpanKind(trace.SpanKindConsumer),
+	link, _ := tracing.ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	ctx, parent := tr.Start(trace.ContextWithRemoteSpanContext(context.Background(), link), "process q",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(trace.Link{SpanContext: link}),
 		trace.WithAttributes(attribute.String("messaging.system", "aws_sqs"), attribute.Int("n", 3), attribute.Bool("b", true),
-			attribute.StringSlice("reasons", []string{"stop"})))
+			attribute.Bool("f", false), attribute.Float64("x", 0.5), attribute.StringSlice("reasons", []string{"stop"}),
+			attribute.Int64Slice("codes", []int64{1, -2})))
+	parent.AddEvent("retry")
+	parent.SetStatus(codes.Error, "failed")
 	_, child := tr.Start(ctx, "run df", trace.WithSpanKind(trace.SpanKindInternal))
 	child.End()
 	parent.End()
@@ -276,11 +282,20 @@ func TestExporter(t *testing.T) {
 		child.Kind != tracepb.Span_SPAN_KIND_INTERNAL {
 		t.Errorf("spans %q/%v %q/%v", child.Name, child.Kind, parent.Name, parent.Kind)
 	}
-	if child.TraceID != parent.TraceID || child.ParentSpanID != parent.SpanID || parent.ParentSpanID != "" {
+	if child.TraceID != parent.TraceID || child.ParentSpanID != parent.SpanID || parent.ParentSpanID != "00f067aa0ba902b7" || parent.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Errorf("child %s/%s parent %s, want a child of %s/%s", child.TraceID, child.ParentSpanID, child.SpanID, parent.TraceID, parent.SpanID)
 	}
-	if parent.Attrs["messaging.system"] != "aws_sqs" || parent.Attrs["n"] != "3" || parent.Attrs["b"] != "true" || parent.Attrs["reasons"] != "[stop]" {
+	if parent.Attrs["messaging.system"] != "aws_sqs" || parent.Attrs["n"] != "3" || parent.Attrs["b"] != "true" || parent.Attrs["f"] != "false" ||
+		parent.Attrs["x"] != "0.5" || parent.Attrs["reasons"] != "[stop]" || parent.Attrs["codes"] != "[1,-2]" {
 		t.Errorf("attributes %v", parent.Attrs)
+	}
+	if len(parent.Links) != 1 || parent.Links[0].SpanID != "00f067aa0ba902b7" || parent.Status != tracepb.Status_STATUS_CODE_ERROR ||
+		len(parent.Events) != 1 || parent.Events[0] != "retry" || parent.Flags != 0x301 || child.Flags != 0x101 || child.Scope != "test" {
+		t.Errorf("parent links %v status %v events %v flags %#x, child flags %#x scope %q", parent.Links, parent.Status, parent.Events,
+			parent.Flags, child.Flags, child.Scope)
+	}
+	if !parent.End.After(parent.Start) && !parent.End.Equal(parent.Start) || parent.Start.IsZero() {
+		t.Errorf("parent times %v–%v", parent.Start, parent.End)
 	}
 	if parent.Resource["service.name"] != "autodiag" {
 		t.Errorf("resource %v", parent.Resource)

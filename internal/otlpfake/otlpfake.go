@@ -31,7 +31,10 @@ type Span struct {
 	Kind                          tracepb.Span_SpanKind
 	Attrs                         map[string]string
 	Links                         []Link
+	Events                        []string // names
 	Resource                      map[string]string
+	Scope                         string
+	Flags                         uint32
 	Status                        tracepb.Status_StatusCode
 	Start, End                    time.Time
 }
@@ -236,6 +239,10 @@ func Decode(b []byte) ([]Span, error) {
 					ParentSpanID: hex.EncodeToString(s.GetParentSpanId()), Name: s.GetName(), Kind: s.GetKind(),
 					Attrs: kvs(s.GetAttributes()), Resource: res, Status: s.GetStatus().GetCode(),
 					Start: time.Unix(0, int64(s.GetStartTimeUnixNano())), End: time.Unix(0, int64(s.GetEndTimeUnixNano()))}
+				sp.Scope, sp.Flags = ss.GetScope().GetName(), s.GetFlags()
+				for _, ev := range s.GetEvents() {
+					sp.Events = append(sp.Events, ev.GetName())
+				}
 				for _, l := range s.GetLinks() {
 					sp.Links = append(sp.Links, Link{TraceID: hex.EncodeToString(l.GetTraceId()), SpanID: hex.EncodeToString(l.GetSpanId())})
 				}
