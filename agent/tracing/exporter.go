@@ -28,7 +28,7 @@ const (
 	retryInitial = 500 * time.Millisecond
 	retryMax     = 5 * time.Second
 	// maxPooledBuffer: a request buffer larger than this (a batch of
-	// unusually large spans) is left to the collector, not kept.
+	// unusually large spans) is not kept for the next export.
 	maxPooledBuffer = 4 << 20
 	// maxRetryAfter caps a collector's Retry-After: a longer one ends the
 	// export (the spans are dropped) rather than holding the queue.
@@ -49,11 +49,13 @@ type Exporter struct {
 	client   *http.Client
 	resource []byte // the Resource message's content, encoded once
 	m        *Metrics
-	// bufs and zips are reused across exports: a batch's request is tens
-	// of KiB, a gzip writer's state 1 MiB.
-	bufs  sync.Pool
-	zips  sync.Pool
-	sleep func(ctx context.Context, d time.Duration) error
+	sleep    func(ctx context.Context, d time.Duration) error
+	// mu guards the buffers reused across exports: a batch's request is
+	// tens of KiB, a gzip writer's state 1 MiB.
+	mu   sync.Mutex
+	raw  []byte
+	zbuf bytes.Buffer
+	zw   *gzip.Writer
 }
 
 // ExporterOptions are what NewExporter needs; URL is the full
@@ -80,7 +82,6 @@ func NewExporter(o ExporterOptions) *Exporter {
 	}
 	e := &Exporter{url: o.URL, headers: o.Headers, gzip: o.Gzip, timeout: cmpDuration(o.Timeout, DefaultTimeout),
 		client: c, resource: encodeResource(o.Resource), m: o.Metrics, sleep: sleepCtx}
-	e.bufs.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	return e
 }
 
@@ -99,13 +100,16 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 		ctx, cancel = context.WithTimeout(ctx, e.timeout)
 		defer cancel()
 	}
-	buf, err := e.encode(spans)
+	// The batch processor exports one batch at a time; the lock keeps the
+	// reused buffers safe should a caller not.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer e.shrink()
+	body, err := e.encode(spans)
 	if err != nil {
 		e.failed(len(spans))
 		return fmt.Errorf("%w: encode: %w", ErrExport, err)
 	}
-	defer e.release(buf)
-	body := *buf
 	wait := retryInitial
 	for attempt := 1; ; attempt++ {
 		retryAfter, err := e.post(ctx, body)
@@ -212,41 +216,36 @@ func (e *Exporter) Shutdown(context.Context) error {
 }
 
 // encode writes the ExportTraceServiceRequest of spans (see encode.go),
-// gzipped when asked, into a buffer of the pool; put it back with
-// e.release.
-func (e *Exporter) encode(spans []sdktrace.ReadOnlySpan) (*[]byte, error) {
-	raw := e.bufs.Get().(*[]byte)
-	*raw = appendRequest((*raw)[:0], e.resource, spans)
+// gzipped when asked, into the exporter's buffers; e.mu is held.
+func (e *Exporter) encode(spans []sdktrace.ReadOnlySpan) ([]byte, error) {
+	e.raw = appendRequest(e.raw[:0], e.resource, spans)
 	if !e.gzip {
-		return raw, nil
+		return e.raw, nil
 	}
-	defer e.release(raw)
-	out := e.bufs.Get().(*[]byte)
-	buf := bytes.NewBuffer((*out)[:0])
-	zw, _ := e.zips.Get().(*gzip.Writer)
-	if zw == nil {
+	e.zbuf.Reset()
+	if e.zw == nil {
 		// The fastest level: the spans of a batch are alike and compress
 		// well at it, and the export runs beside the agent's work.
-		zw, _ = gzip.NewWriterLevel(buf, gzip.BestSpeed)
+		e.zw, _ = gzip.NewWriterLevel(&e.zbuf, gzip.BestSpeed)
 	} else {
-		zw.Reset(buf)
+		e.zw.Reset(&e.zbuf)
 	}
-	defer e.zips.Put(zw)
-	if _, err := zw.Write(*raw); err != nil {
+	if _, err := e.zw.Write(e.raw); err != nil {
 		return nil, err
 	}
-	if err := zw.Close(); err != nil {
+	if err := e.zw.Close(); err != nil {
 		return nil, err
 	}
-	*out = buf.Bytes()
-	return out, nil
+	return e.zbuf.Bytes(), nil
 }
 
-// release puts an encoded request's buffer back, unless a large batch
-// made it larger than the pool keeps.
-func (e *Exporter) release(b *[]byte) {
-	if cap(*b) <= maxPooledBuffer {
-		e.bufs.Put(b)
+// shrink lets go of buffers a batch of unusually large spans grew.
+func (e *Exporter) shrink() {
+	if cap(e.raw) > maxPooledBuffer {
+		e.raw = nil
+	}
+	if e.zbuf.Cap() > maxPooledBuffer {
+		e.zbuf = bytes.Buffer{}
 	}
 }
 
