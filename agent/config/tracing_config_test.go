@@ -15,8 +15,8 @@ func TestConfigTracing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Tracing.Endpoint != "" || cfg.Tracing.SamplerRatio != 1 || cfg.Tracing.Compression != "gzip" {
-		t.Errorf("defaults %+v, want off, ratio 1, gzip", cfg.Tracing)
+	if cfg.Tracing.Endpoint != "" || cfg.Tracing.SamplerRatio != 1 || cfg.Tracing.Compression != "none" {
+		t.Errorf("defaults %+v, want off, ratio 1, no compression", cfg.Tracing)
 	}
 	cfg, err = Load([]byte("tracing:\n  endpoint: https://otel:4318\n  headers_secret: /autodiag/otlp\n"), none)
 	if err != nil {

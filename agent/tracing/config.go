@@ -34,7 +34,9 @@ type Config struct {
 	HeadersSecret string `yaml:"headers_secret"`
 	// Timeout bounds one export, its retries included (default 10s).
 	Timeout time.Duration `yaml:"timeout"`
-	// Compression is gzip (default) or none.
+	// Compression is none (default, the OTLP default: cheapest on the
+	// agent's CPUs, for a collector on the instance or in its VPC) or gzip
+	// (a remote backend, where bytes cost more than CPU).
 	Compression string `yaml:"compression"`
 	// LinkTemplate makes a trace link for people (Slack, autodiag show):
 	// {trace_id} is replaced by the trace id, e.g.
@@ -51,9 +53,10 @@ const (
 	maxTimeout          = time.Minute
 )
 
-// DefaultConfig is the section's defaults: off, ratio 1, gzip, 10 s.
+// DefaultConfig is the section's defaults: off, ratio 1, no compression,
+// 10 s.
 func DefaultConfig() Config {
-	return Config{SamplerRatio: DefaultSamplerRatio, Timeout: DefaultTimeout, Compression: CompressionGzip}
+	return Config{SamplerRatio: DefaultSamplerRatio, Timeout: DefaultTimeout, Compression: CompressionNone}
 }
 
 // Validate reports every problem of the section at once, each a
@@ -150,7 +153,7 @@ func Resolve(c Config, getenv func(string) (string, bool), lookup func(string) (
 		s.Timeout = DefaultTimeout
 	}
 	if s.Compression == "" {
-		s.Compression = CompressionGzip
+		s.Compression = CompressionNone
 	}
 	base, traces := s.Endpoint, ""
 	if v := env(EnvEndpoint); v != "" {

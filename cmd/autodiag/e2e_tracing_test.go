@@ -59,7 +59,7 @@ func tracingYAML(t *testing.T, fq *sqsFake, prefix, redisAddr, hookURL, modelURL
 		"    on: [succeeded, failed, report]\n", hookURL)
 	fmt.Fprintf(&b, "report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
 		"  timeout: 30s\n  workers: 2\n  limits:\n    - min_interval: 3m\n    - daily: 100\n", modelURL, reportKeyEnv)
-	fmt.Fprintf(&b, "tracing:\n  endpoint: '%s'\n  link_template: '%s'\n", otlp, e2eLink)
+	fmt.Fprintf(&b, "tracing:\n  endpoint: '%s'\n  link_template: '%s'\n  compression: gzip\n", otlp, e2eLink)
 	return b.String()
 }
 
