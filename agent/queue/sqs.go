@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/autodiag/autodiag/agent/tracing"
 
 	"github.com/autodiag/autodiag/internal/configerr"
 )
@@ -227,6 +230,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameApproximateReceiveCount,
 			types.MessageSystemAttributeNameSentTimestamp,
+			types.MessageSystemAttributeNameAWSTraceHeader,
 		},
 		MessageAttributeNames: []string{"All"},
 	}
@@ -299,6 +303,7 @@ func fromSQS(m types.Message) *Message {
 	if ms, err := strconv.ParseInt(sys[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
 		msg.SentAt = time.UnixMilli(ms)
 	}
+	msg.TraceHeader = sys[string(types.MessageSystemAttributeNameAWSTraceHeader)]
 	for k, v := range m.MessageAttributes {
 		if v.StringValue != nil {
 			msg.Attributes[k] = *v.StringValue
@@ -530,13 +535,24 @@ func (s *SQS) Send(ctx context.Context, body []byte) (string, error) {
 	if s.isClosed() {
 		return "", ErrClosed
 	}
-	out, err := s.c.SendMessage(ctx, &sqs.SendMessageInput{
+	ctx, span := tracing.StartSend(ctx, tracing.SystemSQS, QueueName(s.o.QueueURL))
+	defer span.End()
+	in := &sqs.SendMessageInput{
 		QueueUrl:    aws.String(s.o.QueueURL),
 		MessageBody: aws.String(string(body)),
+	}
+	tracing.Inject(ctx, func(k, v string) {
+		if in.MessageAttributes == nil {
+			in.MessageAttributes = map[string]types.MessageAttributeValue{}
+		}
+		in.MessageAttributes[k] = stringAttr(v)
 	})
+	out, err := s.c.SendMessage(ctx, in)
 	if err != nil {
+		tracing.Fail(span, err)
 		return "", fmt.Errorf("queue: send: %w", err)
 	}
+	tracing.Sent(span, aws.ToString(out.MessageId))
 	return aws.ToString(out.MessageId), nil
 }
 
@@ -573,4 +589,13 @@ func (s *SQS) receivedAt(handle string, def time.Time) time.Time {
 		return at
 	}
 	return def
+}
+
+// QueueName is the name of the queue at url (its last path segment), the
+// messaging.destination.name of its spans.
+func QueueName(url string) string {
+	if i := strings.LastIndexByte(url, '/'); i >= 0 {
+		return url[i+1:]
+	}
+	return url
 }
