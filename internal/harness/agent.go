@@ -73,7 +73,21 @@ func SpawnAgent(s AgentSpec) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	logPath := strings.TrimSuffix(cfg.Name(), ".yaml") + ".stderr.jsonl"
+	command := s.Command
+	if command == "" {
+		command = "run"
+	}
+	// Not bound to a context: whoever starts it kills it (Kill, KillTree,
+	// Lab.Stop).
+	cmd := exec.CommandContext(context.Background(), s.Bin, command, "--config", cfg.Name())
+	cmd.Env = append(BaseEnv(s.Dir), s.Env...)
+	return StartLogged(cmd, strings.TrimSuffix(cfg.Name(), ".yaml")+".stderr.jsonl")
+}
+
+// StartLogged starts cmd (any program that logs JSON lines to stderr: the
+// agent, a bench's peer) in its own process group with its stderr going
+// to the file logPath, followed as an Agent's log is.
+func StartLogged(cmd *exec.Cmd, logPath string) (*Agent, error) {
 	w, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("log file: %w", err)
@@ -83,14 +97,6 @@ func SpawnAgent(s AgentSpec) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log file: %w", err)
 	}
-	command := s.Command
-	if command == "" {
-		command = "run"
-	}
-	// Not bound to a context: whoever starts it kills it (Kill, KillTree,
-	// Lab.Stop).
-	cmd := exec.CommandContext(context.Background(), s.Bin, command, "--config", cfg.Name())
-	cmd.Env = append(BaseEnv(s.Dir), s.Env...)
 	cmd.Stderr = w
 	p, err := StartProcess(cmd)
 	if err != nil {
@@ -113,22 +119,34 @@ func SpawnAgent(s AgentSpec) (*Agent, error) {
 // AwaitReady waits up to d for the "ready" line and takes the admin
 // address from it. An agent that drains at once may exit just after it.
 func (a *Agent) AwaitReady(d time.Duration) error {
+	line, err := a.AwaitLog("ready", d)
+	if err != nil {
+		return err
+	}
+	addr, ok := line["admin_addr"].(string)
+	if !ok {
+		return fmt.Errorf("ready line without admin_addr: %v", line)
+	}
+	a.mu.Lock()
+	a.addr = addr
+	a.mu.Unlock()
+	return nil
+}
+
+// AwaitLog waits up to d for the first log line with msg and returns it;
+// an error when the process exits or d passes first.
+func (a *Agent) AwaitLog(msg string, d time.Duration) (map[string]any, error) {
 	deadline := time.Now().Add(d)
 	for {
 		exited := !a.Alive() // looked at before the log: then the log is whole
-		if l := a.Logs("ready"); len(l) > 0 {
-			if s, ok := l[0]["admin_addr"].(string); ok {
-				a.mu.Lock()
-				a.addr = s
-				a.mu.Unlock()
-				return nil
-			}
+		if l := a.Logs(msg); len(l) > 0 {
+			return l[0], nil
 		}
 		if exited {
-			return fmt.Errorf("agent exited before ready: %w\n%s", a.Err(), LastLines(a.Output(), 20))
+			return nil, fmt.Errorf("exited before a %q line: %w\n%s", msg, a.Err(), LastLines(a.Output(), 20))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("agent not ready after %s", d)
+			return nil, fmt.Errorf("no %q line after %s", msg, d)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
