@@ -9,7 +9,9 @@
 // package exports, with keywords, entropy limits and allowlists) followed
 // by the project's own rules for what command output holds and gitleaks
 // lacks (ownRules). The rules are RE2 regular expressions, so matching
-// never backtracks; a rule runs only where one of its keywords occurs.
+// never backtracks; a rule runs only where one of its keywords occurs, and
+// a default rule is compiled only then, the first time (an idle agent does
+// not hold ~220 compiled patterns).
 // Config says how a list in the configuration file combines with them.
 //
 // Output is redacted before it is cut (RedactCut, Head, CutSlack): a cap

@@ -189,12 +189,23 @@ const maxPasses = 4
 type rule struct {
 	name    string
 	marker  []byte
-	re      *regexp.Regexp
 	group   int
 	entropy float64
 	hinted  bool // has keywords: searched only where one occurs
 	oneLine bool // with hints, search only lines holding one
-	allow   []allow
+	// compiled is the pattern and allowlists ready to match. A default
+	// rule with keywords compiles them on its first search (about 220
+	// gitleaks rules compiled up front held ~16 MiB of heap in an idle
+	// agent); the others are compiled at load so that a bad pattern is a
+	// configuration error. A sync.OnceValue: copies of the rule (every
+	// Redactor, every reload) share one compilation.
+	compiled func() *matcher
+}
+
+// matcher is what a rule compiles to.
+type matcher struct {
+	re    *regexp.Regexp
+	allow []allow
 }
 
 type allow struct {
@@ -229,35 +240,93 @@ type Redactor struct {
 	counts   *prometheus.CounterVec
 }
 
-// compiledDefaults are the default rules compiled once: a reload or a
-// second Redactor reuses them.
-var compiledDefaults = sync.OnceValue(func() map[string]rule {
+// compiledDefaults are the default rules prepared once: a reload or a
+// second Redactor reuses them, and their lazy compilations.
+var compiledDefaults = sync.OnceValue(prepareDefaults)
+
+func prepareDefaults() map[string]rule {
 	m := map[string]rule{}
 	for _, r := range DefaultRules() {
-		c, err := build(r, nil)
+		var c rule
+		var err error
+		if len(r.Keywords) > 0 {
+			c, err = buildLazy(r)
+		} else {
+			c, err = build(r, nil)
+		}
 		if err != nil {
 			panic(fmt.Sprintf("redact: default rule %s: %v", r.Name, err)) // TestDefaultRulesLoad
 		}
-		m[r.Name+"\x00"+r.Pattern] = c
+		m[defaultKey(r)] = c
 	}
 	return m
-})
+}
 
-// build compiles r; markers are checked against its pattern (nil: trusted
-// default rule, checked by a test).
+func defaultKey(r Rule) string { return r.Name + "\x00" + r.Pattern }
+
+// header is the part of a rule needed before its first search; oneLine
+// comes from the parsed pattern, whose tree is then dropped.
+func header(r Rule) (rule, error) {
+	re, err := syntax.Parse(r.Pattern, syntax.Perl)
+	if err != nil {
+		return rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	return rule{name: r.Name, marker: []byte(Marker(r.Name)), group: r.SecretGroup,
+		entropy: r.Entropy, hinted: len(r.Keywords) > 0, oneLine: oneLine(re)}, nil
+}
+
+// build compiles r now; markers are checked against its pattern (nil:
+// trusted default rule, checked by a test).
 func build(r Rule, markers []string) (rule, error) {
 	re, err := compile(r, markers)
 	if err != nil {
 		return rule{}, err
 	}
-	c := rule{name: r.Name, marker: []byte(Marker(r.Name)), re: re, group: r.SecretGroup,
-		entropy: r.Entropy, hinted: len(r.Keywords) > 0, oneLine: oneLine(re)}
+	c, err := header(r)
+	if err != nil {
+		return rule{}, err
+	}
+	m, err := compileMatcher(r, re)
+	if err != nil {
+		return rule{}, err
+	}
+	c.compiled = func() *matcher { return m }
+	return c, nil
+}
+
+// buildLazy prepares a trusted default rule (TestDefaultRulesLoad
+// compiles each one) whose pattern and allowlists compile on first use.
+func buildLazy(r Rule) (rule, error) {
+	c, err := header(r)
+	if err != nil {
+		return rule{}, err
+	}
+	c.compiled = sync.OnceValue(func() *matcher {
+		m, err := compileMatcher(r, nil)
+		if err != nil {
+			panic(fmt.Sprintf("redact: default rule %s: %v", r.Name, err)) // TestDefaultRulesLoad
+		}
+		return m
+	})
+	return c, nil
+}
+
+// compileMatcher compiles r's allowlists, and its pattern unless re is
+// given.
+func compileMatcher(r Rule, re *regexp.Regexp) (*matcher, error) {
+	if re == nil {
+		var err error
+		if re, err = regexp.Compile(r.Pattern); err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+	}
+	m := &matcher{re: re}
 	for _, a := range r.Allow {
 		ca := allow{all: a.All, target: a.Target, never: a.Never}
 		for _, p := range a.Regexes {
 			are, err := regexp.Compile(p)
 			if err != nil {
-				return rule{}, fmt.Errorf("rule %q: allowlist: %w", r.Name, err)
+				return nil, fmt.Errorf("rule %q: allowlist: %w", r.Name, err)
 			}
 			ca.res = append(ca.res, are)
 		}
@@ -272,20 +341,16 @@ func build(r Rule, markers []string) (rule, error) {
 			}
 			ca.stopwords[k] = append(ca.stopwords[k], []byte(w))
 		}
-		c.allow = append(c.allow, ca)
+		m.allow = append(m.allow, ca)
 	}
-	return c, nil
+	return m, nil
 }
 
 // oneLine reports whether every match of re lies within a line: nothing
 // in it matches a line end together with other text ([\s'"] may stand
 // between a key and its value, [\s\S] or [^"] may carry a secret across
 // lines).
-func oneLine(re *regexp.Regexp) bool {
-	prog, err := syntax.Parse(re.String(), syntax.Perl)
-	if err != nil {
-		return false
-	}
+func oneLine(prog *syntax.Regexp) bool {
 	ok := true
 	var walk func(*syntax.Regexp)
 	walk = func(n *syntax.Regexp) {
@@ -322,6 +387,11 @@ func inClass(ranges []rune, c rune) bool {
 // autodiag_redactions_total on reg (nil: not registered). A Redactor built
 // again on the same registry (a reload) shares the counter.
 func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
+	return newWith(rules, reg, compiledDefaults())
+}
+
+// newWith is New with the prepared default rules given.
+func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) (*Redactor, error) {
 	r := &Redactor{pair: make([]uint16, 1<<16), counts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "autodiag_redactions_total",
 		Help: "Secrets replaced in diagnostic output, by redaction rule.",
@@ -330,7 +400,6 @@ func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
 	for _, rl := range rules {
 		markers = append(markers, Marker(rl.Name))
 	}
-	defaults := compiledDefaults()
 	var errs []error
 	seen := map[string]bool{}
 	words := map[string][]int{}
@@ -343,7 +412,7 @@ func New(rules []Rule, reg prometheus.Registerer) (*Redactor, error) {
 			errs = append(errs, configerr.Errorf(key+".name", "%q is used twice", rl.Name))
 		}
 		seen[rl.Name] = true
-		c, ok := defaults[rl.Name+"\x00"+rl.Pattern]
+		c, ok := defaults[defaultKey(rl)]
 		if !ok {
 			var err error
 			if c, err = build(rl, markers); err != nil {
@@ -579,12 +648,13 @@ func (r *Redactor) candidate(i int, s *scan, from, to, pos int) [2]int {
 	if sp == nil || sp.to != to || sp.from > from {
 		sp = &span{from: from, to: to}
 		c := &r.rules[i]
-		for _, m := range c.re.FindAllSubmatchIndex(s.src[from:to], -1) {
+		cm := c.compiled()
+		for _, m := range cm.re.FindAllSubmatchIndex(s.src[from:to], -1) {
 			if m[1] == m[0] { // an empty match cannot happen (Validate)
 				continue
 			}
 			sec := secretSpan(m, c.group)
-			if sec[0] < sec[1] && r.keep(c, s.src, from, m, sec) {
+			if sec[0] < sec[1] && keep(c, cm, s.src, from, m, sec) {
 				sp.secrets = append(sp.secrets, [2]int{from + sec[0], from + sec[1]})
 			}
 		}
@@ -615,7 +685,7 @@ func secretSpan(m []int, g int) [2]int {
 
 // keep reports whether a candidate is a secret: entropy high enough, and
 // no allowlist allows it.
-func (r *Redactor) keep(c *rule, src []byte, from int, m []int, sec [2]int) bool {
+func keep(c *rule, cm *matcher, src []byte, from int, m []int, sec [2]int) bool {
 	secret := src[from+sec[0] : from+sec[1]]
 	if bytes.HasPrefix(secret, markerStart) {
 		// What an earlier match left.
@@ -624,7 +694,7 @@ func (r *Redactor) keep(c *rule, src []byte, from int, m []int, sec [2]int) bool
 	if c.entropy > 0 && entropy(secret) <= c.entropy {
 		return false
 	}
-	for _, a := range c.allow {
+	for _, a := range cm.allow {
 		if a.never {
 			continue
 		}
