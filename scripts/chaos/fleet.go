@@ -85,6 +85,7 @@ type fleetOpts struct {
 	memLimit string
 	out      string
 	seed     uint64
+	redisOpts
 }
 
 // envOr reads a FLEETSIM_* variable as the flag's default.
@@ -111,6 +112,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&o.memLimit, "memlimit", envOr("FLEETSIM_GOMEMLIMIT", "48MiB"), "GOMEMLIMIT of each agent")
 	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
+	o.redisOpts.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
 	}
@@ -189,6 +191,7 @@ type fleetRun struct {
 	sqsBefore, sqsAfter                         map[string]int
 	sqsByQueue                                  map[string]int // the agents' calls per queue
 	redisBefore, redisAfter                     redisUsage
+	redis                                       *redisRes
 }
 
 type sentTask struct {
@@ -232,10 +235,11 @@ func logf(format string, args ...any) {
 
 func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 	r := &fleetRun{o: o, marks: filepath.Join(l.dir, "marks")}
-	rs, err := l.newRedis("fleet")
+	rs, err := startFleetRedis(l, o.redisCluster)
 	if err != nil {
 		return nil, err
 	}
+	defer rs.stop()
 	tasks, err := l.queue("fleet-tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(fleetVisibility / time.Second))})
 	if err != nil {
 		return nil, err
@@ -287,20 +291,24 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 		notify, fleetHook, fleetHookTTL, fleetBeat)
 	started := time.Now()
 	if err := r.start(l, func(fa *fleetAgent) string {
-		return agentConfig{instance: fa.inst, workers: o.workers, queueURL: tasks, visibility: fleetVisibility,
-			waitTime: 20 * time.Second, redisAddr: rs.addr, prefix: "fleet:", rules: fleetRules,
-			catalog: fleetCatalog(script, fa.inst)}.yaml() + lifecycleYAML
+		return rs.yaml(agentConfig{instance: fa.inst, workers: o.workers, queueURL: tasks, visibility: fleetVisibility,
+			waitTime: 20 * time.Second, redisAddr: rs.addrs[0], prefix: "fleet:", rules: fleetRules,
+			catalog: fleetCatalog(script, fa.inst)}.yaml()) + lifecycleYAML
 	}, env); err != nil {
 		return nil, err
 	}
 	logf("%d agents ready in %s", o.agents, secs(time.Since(started)))
 
-	rc := rs.client()
-	defer rc.Close()
-	r.sqsBefore = l.sqs.Counters()
-	if r.redisBefore, err = readRedisUsage(rc); err != nil {
+	prof := newRedisProfiler(rs.addrs, o.agents)
+	defer prof.close()
+	if err := prof.idle(o.redisIdle); err != nil {
 		return nil, err
 	}
+	if err := prof.start(time.Duration(0.3*float64(o.duration)), o.redisMonitor); err != nil {
+		return nil, err
+	}
+	r.redisBefore = prof.runFrom.usage()
+	r.sqsBefore = l.sqs.Counters()
 	sampleCtx, stopSampling := context.WithCancel(context.Background())
 	var sampling sync.WaitGroup
 	sampling.Go(func() { r.sampleRSS(sampleCtx) })
@@ -337,9 +345,11 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 			r.sqsByQueue[c.Queue]++
 		}
 	}
-	if r.redisAfter, err = readRedisUsage(rc); err != nil {
+	var end redisSnap
+	if r.redis, end, err = prof.end(r.sent); err != nil {
 		return nil, err
 	}
+	r.redisAfter = end.usage()
 	r.stopSurvivors()
 	return r, nil
 }
