@@ -240,6 +240,11 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 		return nil, err
 	}
 	defer rs.stop()
+	prof := newRedisProfiler(rs.addrs, o.agents)
+	defer prof.close()
+	if err := prof.bare(5 * time.Second); err != nil {
+		return nil, err
+	}
 	tasks, err := l.queue("fleet-tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(fleetVisibility / time.Second))})
 	if err != nil {
 		return nil, err
@@ -299,8 +304,6 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 	}
 	logf("%d agents ready in %s", o.agents, secs(time.Since(started)))
 
-	prof := newRedisProfiler(rs.addrs, o.agents)
-	defer prof.close()
 	if err := prof.idle(o.redisIdle); err != nil {
 		return nil, err
 	}

@@ -129,6 +129,7 @@ type redisProfiler struct {
 	scripts map[string]string // SHA-1 → script file name
 	agents  int
 
+	bareFrom, bareTo                          redisSnap // before the agents start
 	idleFrom, idleTo, runFrom, monFrom, monTo redisSnap
 	mon                                       *monitorCount
 	monErr                                    error
@@ -148,6 +149,18 @@ func (p *redisProfiler) close() {
 	for _, c := range p.nodes {
 		_ = c.Close()
 	}
+}
+
+// bare measures the server(s) with no agent for d: what Redis costs on
+// its own (its cron), left out of nothing but shown beside the rest.
+func (p *redisProfiler) bare(d time.Duration) error {
+	var err error
+	if p.bareFrom, err = p.nodes.snap(); err != nil {
+		return err
+	}
+	time.Sleep(d)
+	p.bareTo, err = p.nodes.snap()
+	return err
 }
 
 // idle measures the fleet with no tasks for d.
@@ -408,6 +421,9 @@ func splitMonitorArgs(s string) []string {
 // redisRes is the "redis" part of fleetsim.json.
 type redisRes struct {
 	Nodes int `json:"nodes"`
+	// BareCPUUsecPerSecond is the server(s) with no client: Redis's own
+	// cron, a fixed cost spread over the tasks of the run.
+	BareCPUUsecPerSecond float64 `json:"bare_cpu_usec_per_second"`
 	// Idle: agents up, no task sent; per agent per minute.
 	Idle                    redisDelta `json:"idle"`
 	IdleCommandsPerAgentMin float64    `json:"idle_commands_per_agent_minute"`
@@ -438,10 +454,13 @@ type keyShare struct {
 func (p *redisProfiler) report(end redisSnap, sent []time.Time) *redisRes {
 	p.wg.Wait()
 	rr := &redisRes{Nodes: len(p.nodes)}
+	if b := p.bareFrom.to(p.bareTo); b.Seconds > 0 {
+		rr.BareCPUUsecPerSecond = b.CPUSeconds * 1e6 / b.Seconds
+	}
 	rr.Idle = p.idleFrom.to(p.idleTo)
 	if m := rr.Idle.Seconds / 60 * float64(p.agents); m > 0 {
 		rr.IdleCommandsPerAgentMin = float64(rr.Idle.Commands) / m
-		rr.IdleCPUUsecPerAgentMin = rr.Idle.CPUSeconds * 1e6 / m
+		rr.IdleCPUUsecPerAgentMin = (rr.Idle.CPUSeconds*1e6 - rr.BareCPUUsecPerSecond*rr.Idle.Seconds) / m
 	}
 	rr.Run = p.runFrom.to(end)
 	rr.Tasks = len(sent)
@@ -497,8 +516,9 @@ func (rr *redisRes) hotKey() (string, float64) {
 // print writes the Redis tables of docs/RESULTS.md.
 func (rr *redisRes) print(w io.Writer) {
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Redis (%d node(s)): %.1f commands and %.0f µs CPU per task (%d tasks over %.0f s%s); idle: %.1f commands and %.0f µs CPU per agent per minute (%.0f s, no tasks), %.0f %% of the run's commands.\n",
-		rr.Nodes, rr.CommandsPerTask, rr.CPUUsecPerTask, rr.Tasks, rr.Run.Seconds, monitorNote(rr), rr.IdleCommandsPerAgentMin, rr.IdleCPUUsecPerAgentMin, rr.Idle.Seconds, 100*rr.IdleShareOfRunCommands)
+	fmt.Fprintf(w, "Redis (%d node(s)): %.1f commands and %.0f µs CPU per task (%d tasks over %.0f s%s), of which %.0f µs the bare server's own (%.0f µs/s with no client); idle: %.1f commands and %.0f µs CPU per agent per minute (%.0f s, no tasks, the bare server's share left out), %.0f %% of the run's commands.\n",
+		rr.Nodes, rr.CommandsPerTask, rr.CPUUsecPerTask, rr.Tasks, rr.Run.Seconds, monitorNote(rr), rr.BareCPUUsecPerSecond*rr.Run.Seconds/float64(max(1, rr.Tasks)), rr.BareCPUUsecPerSecond,
+		rr.IdleCommandsPerAgentMin, rr.IdleCPUUsecPerAgentMin, rr.Idle.Seconds, 100*rr.IdleShareOfRunCommands)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| command | calls per task | µs per call (in command) | idle calls per agent per minute |")
 	fmt.Fprintln(w, "|---|---|---|---|")
