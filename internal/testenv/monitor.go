@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // returned; it must send a command whose line contains endMark.
 func Commands(t testing.TB, addr, mark, endMark string, fn func(), end func()) []string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatalf("monitor %s: %v", addr, err)
 	}

@@ -112,7 +112,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&o.memLimit, "memlimit", envOr("FLEETSIM_GOMEMLIMIT", "48MiB"), "GOMEMLIMIT of each agent")
 	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
-	o.redisOpts.flags(fs)
+	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
 	}

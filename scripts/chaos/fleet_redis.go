@@ -201,7 +201,7 @@ func (p *redisProfiler) monitor(window time.Duration) (*monitorCount, redisSnap,
 		}
 	}()
 	for _, a := range p.addrs {
-		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", a)
 		if err != nil {
 			return nil, redisSnap{}, redisSnap{}, fmt.Errorf("monitor %s: %w", a, err)
 		}
