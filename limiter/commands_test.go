@@ -47,7 +47,7 @@ func TestRedisConcurrencyDecisionCommands(t *testing.T) {
 		{"t1", true, []string{"evalsha", "lua:zremrangebyscore", "lua:zcard", "lua:zscore", "lua:zadd", "lua:zrange", "lua:pexpire"}},
 	} {
 		t.Run(fmt.Sprintf("%d_%s", i, tc.task), func(t *testing.T) {
-			got := testenv.Commands(t, addr, prefix, end, allow(tc.task, tc.allow), func() {
+			got := testenv.Commands(ctx, t, addr, prefix, end, allow(tc.task, tc.allow), func() {
 				if err := c.Echo(ctx, end).Err(); err != nil {
 					t.Fatal(err)
 				}

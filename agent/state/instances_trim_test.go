@@ -24,7 +24,7 @@ func TestRedisInstanceIndexTrim(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	end := prefix + "end"
 	put := func(id string) []string {
-		return testenv.Commands(t, addr, prefix, end, func() {
+		return testenv.Commands(ctx, t, addr, prefix, end, func() {
 			if err := s.PutInstance(ctx, state.Instance{ID: id, State: "running"}, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}

@@ -115,6 +115,8 @@ type Redis struct {
 	// trimDue is when PutInstance next trims the instance index (Unix ms
 	// of the store's clock; 0 = at the next write).
 	trimDue atomic.Int64
+	// hand is the connection of the blocking hand-off reads.
+	hand handoffConn
 }
 
 // indexTrimEvery spaces one writer's trims of the instance index: every
@@ -873,5 +875,9 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements Store. The client is the caller's and stays open.
-func (r *Redis) Close() error { return nil }
+// Close implements Store: it drops the connection kept for the hand-off
+// reads. The client is the caller's and stays open.
+func (r *Redis) Close() error {
+	r.hand.close()
+	return nil
+}

@@ -15,9 +15,9 @@ import (
 // those a script ran), read from MONITOR, so that a test can assert what a
 // script costs on a server other tests share. end is called once fn
 // returned; it must send a command whose line contains endMark.
-func Commands(t testing.TB, addr, mark, endMark string, fn func(), end func()) []string {
+func Commands(ctx context.Context, t testing.TB, addr, mark, endMark string, fn func(), end func()) []string {
 	t.Helper()
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", addr)
+	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		t.Fatalf("monitor %s: %v", addr, err)
 	}
