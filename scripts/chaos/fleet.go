@@ -192,6 +192,7 @@ type fleetRun struct {
 	sqsByQueue                                  map[string]int // the agents' calls per queue
 	redisBefore, redisAfter                     redisUsage
 	redis                                       *redisRes
+	notices                                     *noticeRes
 }
 
 type sentTask struct {
@@ -348,6 +349,7 @@ func runFleetLab(l *lab, o fleetOpts) (*fleetRun, error) {
 			r.sqsByQueue[c.Queue]++
 		}
 	}
+	r.notices = readNotices(l, "fleet-lifecycle")
 	var end redisSnap
 	if r.redis, end, err = prof.end(r.sent); err != nil {
 		return nil, err

@@ -79,6 +79,7 @@ type fleetResult struct {
 	Pass     bool       `json:"pass"`
 	Timeline timeline   `json:"timeline"`
 	Redis    *redisRes  `json:"redis,omitempty"`
+	Notices  *noticeRes `json:"notices,omitempty"`
 }
 
 type fleetParam struct {
@@ -350,6 +351,7 @@ func (r *fleetRun) check() *fleetResult {
 	res.Costs = r.costs(res.Params.ScaledIn)
 	res.Agents = r.agentStats()
 	res.Redis = r.redis
+	res.Notices = r.notices
 	add("other agents exit 0 on SIGTERM (no crash)", "0 other exits", strconv.Itoa(res.Agents.BadExits), res.Agents.BadExits == 0)
 
 	sent := make([]int, 0)
@@ -611,6 +613,9 @@ func (res *fleetResult) print(w io.Writer) {
 			r = "FAIL"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", ch.Name, ch.Want, ch.Got, r)
+	}
+	if res.Notices != nil {
+		res.Notices.print(w)
 	}
 	if res.Redis != nil {
 		res.Redis.print(w)
