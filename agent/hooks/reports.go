@@ -279,7 +279,7 @@ func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runn
 	}
 	ev := EvidenceOf(rec, &diag)
 	ev.Duration = report.Seconds(res.Duration)
-	j := rs.r.Prepare(report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now()})
+	j := rs.r.Prepare(report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now(), TraceID: rec.TraceID, SpanID: rec.SpanID})
 	w := state.Write{Apply: func(ctx context.Context) {
 		if err := rs.r.Enqueue(ctx, j); err != nil {
 			rs.log.Warn("report job not queued; the task has no report", "task_id", rec.ID, "err", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 )
 
@@ -21,7 +22,8 @@ func NewTaskView(rec state.TaskRecord) TaskView {
 		Status: rec.Status, Outcome: rec.Outcome, Reason: rec.Reason, Attempts: rec.Attempts, Owner: rec.Owner,
 		ReceivedAt: timePtr(rec.ReceivedAt), StartedAt: timePtr(rec.StartedAt), FinishedAt: timePtr(rec.FinishedAt),
 		Output: rec.Output, Truncated: rec.Truncated, OutputURL: rec.OutputURL, OutputUpload: rec.OutputUpload, Limiter: rec.Limiter, Report: rec.Report,
-		Origin: rec.Origin, Parent: rec.Parent, Investigation: rec.Investigation, Step: rec.Step}
+		Origin: rec.Origin, Parent: rec.Parent, Investigation: rec.Investigation, Step: rec.Step,
+		TraceID: rec.TraceID, SpanID: rec.SpanID, TraceURL: tracing.Link(rec.TraceID)}
 	if rec.Alert != nil {
 		v.Alert = &notify.Alert{Source: rec.Alert.Source, Name: rec.Alert.Name, EventID: rec.Alert.EventID}
 	}

@@ -9,7 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -171,6 +175,9 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	s.mu.Lock()
 	tr := s.trigger
 	s.mu.Unlock()
+	// The drain is a trace of its own: trigger, heartbeats, completion.
+	ctx, span := startDrainSpan(ctx, tr.Trigger)
+	defer span.End()
 	action := s.initialAction(ctx, tr)
 	// known is the action as far as it is known: at the start, found
 	// during the drain or at its end. DrainSeconds takes its group.
@@ -222,6 +229,7 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 		s.waitReleased(ctx)
 	}
 	p := s.drain.Progress()
+	traceDrainWork(span, p)
 	if !p.EndedAt.IsZero() {
 		s.log.Info("drain work ended", "released", p.Released, "cancelled", p.Cancelled, "timed_out", p.TimedOut)
 	}
@@ -253,7 +261,8 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	s.m.DrainDuration.Set(took.Seconds())
 	s.presence.Drained(ctx)
 	ending := drainEnding(tr.Source, action != nil, s.toWarmPool())
-	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes(), "ending", ending.String())
+	traceEnding(span, ending.String(), completeErr)
+	s.log.InfoContext(ctx, "drained", "duration", took.Seconds(), "outcomes", s.outcomes(), "ending", ending.String())
 	switch {
 	case fast:
 		return ending, ErrFastExit
@@ -331,7 +340,10 @@ func (s *Supervisor) complete(ctx context.Context, action lifecycle.Action, time
 	result := s.cfg.CompletionResult(timedOut)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CompletionTimeout)
 	defer cancel()
+	cctx, span := startCompletion(cctx, action, result)
+	defer span.End()
 	if err := s.actor.Complete(cctx, action, result); err != nil {
+		tracing.Fail(span, err)
 		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
 		s.hooks.CompletionFailed(s.drain.Progress())
 		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
@@ -362,7 +374,10 @@ func (l *lateAction) group() string {
 }
 
 func (s *Supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {
+	ctx, span := tracing.Start(ctx, "lifecycle heartbeats", trace.SpanKindInternal, attribute.String("aws.autoscaling.hook.name", action.HookName))
+	defer span.End()
 	if err := s.actor.Heartbeat(ctx, action); err != nil && !errors.Is(err, context.Canceled) {
+		tracing.Fail(span, err)
 		s.log.Warn("lifecycle heartbeats stopped", "err", err)
 	}
 }

@@ -18,12 +18,18 @@ import (
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // job is one received message on its way to an outcome.
 type job struct {
 	msg  *queue.Message
 	item *drain.Item
+	// ctx holds the job's process span (nil without a message, as for a
+	// posted task rejected before the queue): its steps' spans start under
+	// it and its log lines name its trace.
+	ctx  context.Context
+	span trace.Span
 
 	mu       sync.Mutex
 	task     task.Task
@@ -53,6 +59,14 @@ type job struct {
 	// its worker slot; ack calls it before waiting for the delete, and
 	// the handler on its way out. Used by the handler goroutine only.
 	freeSlots func()
+}
+
+// context is the job's trace context, for its spans and log lines.
+func (j *job) context() context.Context {
+	if j.ctx == nil {
+		return context.Background()
+	}
+	return j.ctx
 }
 
 // ranFor is how long the diagnostic ran, when it did.
@@ -190,7 +204,8 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	if e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut || e.outcome == OutcomeRejected {
 		level = slog.LevelWarn
 	}
-	r.log.Log(context.Background(), level, "task ended", attrs...)
+	traceOutcome(j.span, e.outcome, e.reason, level)
+	r.log.Log(j.context(), level, "task ended", attrs...)
 	return state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}, true
 }
 

@@ -19,9 +19,11 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Runner executes one diagnostic's argv; *runner.Runner is the real one.
@@ -91,6 +93,7 @@ type pipeline struct {
 	redactor     *redact.Redactor
 	uploadMax    runner.Size // results.s3.max_size when uploading, else 0
 	hooks        Hooks
+	trace        traceOptions
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -127,6 +130,7 @@ func (p *pipeline) accept(m *queue.Message) {
 	p.outcomes.received()
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
+	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
 	p.handlers.Go(func() {
@@ -143,6 +147,7 @@ func (p *pipeline) handle(j *job) {
 	// A drain waits for the item, so for the delete too; the slots are
 	// freed earlier (see ack).
 	defer j.item.Done()
+	defer j.span.End()
 	haveRun := false
 	// The receive slot bounds the messages received ahead of their run:
 	// once the diagnostic has ended it goes back, so that the next
@@ -169,7 +174,12 @@ func (p *pipeline) handle(j *job) {
 	if p.routeAlert(j) {
 		return
 	}
-	if err := p.validate(j); err != nil {
+	_, vspan := tracing.Start(j.ctx, "validate", trace.SpanKindInternal)
+	err := p.validate(j)
+	traceTask(j.span, j.task)
+	tracing.Fail(vspan, err)
+	vspan.End()
+	if err != nil {
 		p.reject(j, err)
 		return
 	}
@@ -220,7 +230,9 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	}
 	defer p.unmarkRunning(t.ID)
 	claimed := p.clock.Now()
+	_, cspan := tracing.Start(j.ctx, "claim", trace.SpanKindInternal)
 	rec, ok := p.claim(j)
+	cspan.End()
 	if !ok {
 		return
 	}
@@ -231,11 +243,16 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	if !p.stillOurs(j, claimed) {
 		return
 	}
+	_, rspan := tracing.Start(j.ctx, "run "+t.Diagnostic, trace.SpanKindInternal, tracing.KeyDiagnostic.String(t.Diagnostic))
 	res := run()
+	traceRun(rspan, res)
+	rspan.End()
 	// The run is over: give its slots back before the bookkeeping, so the
 	// next task of the key need not wait for the record and the delete.
 	p.limiterDone(j, res.Outcome)
+	_, recspan := tracing.Start(j.ctx, "record", trace.SpanKindInternal)
 	p.record(j, rec, res)
+	recspan.End()
 }
 
 // claim takes the task's execution lease; false when the job ended or was
@@ -255,13 +272,13 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 			// Without the lease exactly-once cannot be guaranteed: hand
 			// the message back for a later attempt.
 			delay := retryDelay(j.msg.ReceiveCount)
-			p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
+			p.log.WarnContext(j.context(), "state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
 				"retry_after", delay.Seconds(), "err", err)
 			p.deferMsg(j, delay)
 			p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "state_unavailable", detail: err.Error()})
 			return state.TaskRecord{}, false
 		}
-		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
+		p.log.WarnContext(j.context(), "state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
 			"detail", "the message's visibility is the only guard against a second run", "err", err)
 		return p.openRecord(j), true
 	}
@@ -290,10 +307,13 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		req.DedupeKey, _ = t.Field(p.dedupeKey)
 	}
 	var dec limiter.Decision
+	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
 	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
 		dec, err = p.limiter.Allow(ctx, req)
 		return err
 	})
+	traceDecision(lspan, dec, err)
+	lspan.End()
 	switch {
 	case err != nil:
 		p.release(j)
@@ -387,7 +407,7 @@ func (p *pipeline) limiterDone(j *job, outcome string) {
 		outcome = OutcomeReleased
 	}
 	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, outcome) }); err != nil {
-		p.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+		p.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
 			"outcome", outcome, "lease", p.lease.Seconds(), "err", err)
 	}
 }
@@ -408,7 +428,9 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.FinishedAt = p.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.
+	uspan := p.startUpload(j)
 	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
+	endUpload(uspan, rec)
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
@@ -453,7 +475,7 @@ func (p *pipeline) reject(j *job, err error) {
 		return
 	}
 	if j.msg.ReceiveCount >= 5 {
-		p.log.Warn("poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
+		p.log.WarnContext(j.context(), "poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
 	}
 	first := true
 	if p.marks != nil {
@@ -464,7 +486,7 @@ func (p *pipeline) reject(j *job, err error) {
 		if merr != nil {
 			// Counting a reject twice beats losing it.
 			p.degraded("mark")
-			p.log.Warn("state store unavailable; the rejected message is counted without knowing whether it was before",
+			p.log.WarnContext(j.context(), "state store unavailable; the rejected message is counted without knowing whether it was before",
 				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
 			first = true
 		}
@@ -472,7 +494,7 @@ func (p *pipeline) reject(j *job, err error) {
 	if first {
 		p.outcomes.end(j, ended{outcome: OutcomeRejected, reason: reason, detail: err.Error()})
 	} else {
-		p.log.Debug("rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
+		p.log.DebugContext(j.context(), "rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
 		p.outcomes.drop(j)
 	}
@@ -484,7 +506,7 @@ func (p *pipeline) reject(j *job, err error) {
 		// Left to the queue's redrive policy.
 	default:
 		delay := retryDelay(j.msg.ReceiveCount)
-		p.log.Warn("dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
+		p.log.WarnContext(j.context(), "dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
 		p.deferMsg(j, delay)
 	}
@@ -505,7 +527,7 @@ func (p *pipeline) releaseUnstarted(j *job) {
 func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, attrs ...any) {
 	t := j.task
 	p.deferMsg(j, hide)
-	p.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
+	p.log.InfoContext(j.context(), "task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
 	p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: fields})
 	p.outcomes.drop(j)
 }
@@ -546,14 +568,14 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 		// claimed the task: its attempt owns the record, its notification
 		// and its report. This run still ends in its own outcome (log,
 		// metric, audit).
-		p.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
+		p.log.WarnContext(j.context(), "lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
 			"detail", "a later attempt owns the record; this result is logged only")
 	case errors.Is(err, state.ErrPartial):
 		p.degraded("audit")
-		p.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
+		p.log.WarnContext(j.context(), "task record written without its audit entry", "task_id", rec.ID, "err", err)
 	default:
 		p.degraded("finish")
-		p.log.Warn("recording the result failed; kept to be written when the state store answers",
+		p.log.WarnContext(j.context(), "recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
 		p.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
@@ -564,7 +586,7 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 // spending its way to the dead-letter queue.
 func (p *pipeline) deferMsg(j *job, d time.Duration) {
 	if err := p.queueCall(func(ctx context.Context) error { return p.src.Defer(ctx, j.msg, d) }); err != nil {
-		p.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
+		p.log.WarnContext(j.context(), "handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
 	}
 }
 
@@ -579,7 +601,7 @@ func (p *pipeline) ack(j *job) {
 		j.freeSlots()
 	}
 	if err := p.queueCall(func(ctx context.Context) error { return p.src.Delete(ctx, j.msg) }); err != nil {
-		p.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
+		p.log.WarnContext(j.context(), "delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
 	}
 }
 

@@ -68,6 +68,8 @@ type Options struct {
 	StateFail    string
 	// Hard ends on a fast exit: running work is killed and released.
 	Hard context.Context
+	// Tracing names the queue in the worker's spans.
+	Tracing Tracing
 }
 
 // Worker takes tasks from the queue to their outcome: the receiver
@@ -98,9 +100,9 @@ func New(o Options) *Worker {
 	p := &pipeline{src: o.Source, store: o.Store, marks: o.Store, stateFail: o.StateFail, limiter: o.Limiter, runner: o.Runner,
 		validator: o.Validator, catalog: o.Catalog, outcomes: outcomes, drain: o.Drain, clock: o.Clock, log: o.Logger,
 		instanceID: o.InstanceID, lease: o.Lease, dedupeKey: o.DedupeKey, storeTimeout: o.StoreTimeout,
-		redactor: o.Redactor, uploadMax: o.UploadMax, hooks: o.Hooks, receive: receive, run: semaphore.NewWeighted(workers),
+		redactor: o.Redactor, uploadMax: o.UploadMax, hooks: o.Hooks, trace: o.Tracing, receive: receive, run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, running: map[string]bool{}, alerts: o.Alerts}
-	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept,
+	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: int((workers + int64(o.BatchSize) - 1) / int64(max(1, o.BatchSize)))}
 	return &Worker{receiver: r, pipeline: p, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,

@@ -19,6 +19,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
 )
 
 // errNotFound is a task or entry that does not exist: exit 1.
@@ -44,6 +45,7 @@ func (c *cli) showCmd() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
 			defer cancel()
+			tracing.SetLinkTemplate(cfg.Tracing.LinkTemplate)
 			v, err := lookupTask(ctx, cfg, addr, args[0])
 			if err != nil {
 				return err
@@ -152,6 +154,7 @@ func printTask(w io.Writer, v hooks.TaskView) {
 	if v.ExitCode != nil {
 		row("exit code", fmt.Sprint(*v.ExitCode))
 	}
+	row("trace", strings.TrimSpace(v.TraceID+" "+v.TraceURL))
 	if len(v.Limiter) > 0 {
 		row("limiter", string(v.Limiter))
 	}
