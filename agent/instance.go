@@ -68,8 +68,9 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 	}
 }
 
-// put writes the record with ttl and pings the store, on calls detached
-// from ctx: a drained agent still writes its last record.
+// put writes the record with ttl, on a call detached from ctx: a drained
+// agent still writes its last record. The write is the store check
+// (autodiag_redis_up): a store that took it answers.
 func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	st := p.drain.State().String()
 	if p.launchState != nil && p.drain.State() == drain.Running {
@@ -80,9 +81,6 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
 		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
-	if err == nil {
-		err = callDetached(ctx, p.storeTimeout, p.store.Ping)
-	}
 	up := err == nil
 	p.up.Store(up)
 	if up {

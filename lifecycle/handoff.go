@@ -12,7 +12,7 @@ import (
 // watcher stopping where the store can interrupt the read (the agent's
 // Redis store can; otherwise Run returns up to this much later); it decides
 // what an idle agent costs: one read per handoffBlock.
-const handoffBlock = 10 * time.Second
+const handoffBlock = 30 * time.Second
 
 // handoffTimeout bounds one Give or Forget, and a Take beyond its block.
 const handoffTimeout = 5 * time.Second

@@ -128,7 +128,7 @@ local function rule(i, vs)
   local retry = 0
   local failing, blocked = false, false
   local dd, dm, dw, dr, dc = false, false, false, false, false
-  local since, wc, level, holders, probe, mine = -1, 0, 0, 0, 0, false
+  local since, wc, level, holders, probe = -1, 0, 0, 0, 0
 
   if kb then
     local b = redis.call('HMGET', kb, 'o', 'p', 'pu')
@@ -188,14 +188,22 @@ local function rule(i, vs)
   end
   if kc then
     local nows = string.format('%d', now)
-    holders = redis.call('ZCOUNT', kc, '(' .. nows, '+inf')
-    if tonumber(redis.call('ZSCORE', kc, task) or 0) > now then
-      mine = true -- the same task again: it already holds its slot
-    elseif holders >= conc then
-      dc = true
-      local first = redis.call('ZRANGEBYSCORE', kc, '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      local t = math.max(tonumber(first[2]) - now, SEC)
-      if t > retry then retry = t end
+    if dry == 0 then
+      -- Expired slots go first; the members left are the holders.
+      redis.call('ZREMRANGEBYSCORE', kc, '-inf', nows)
+      holders = redis.call('ZCARD', kc)
+    else
+      holders = redis.call('ZCOUNT', kc, '(' .. nows, '+inf')
+    end
+    -- Below the cap the task may hold its slot already (the same task
+    -- again); only at the cap does that decide, and it is asked.
+    if holders >= conc then
+      if tonumber(redis.call('ZSCORE', kc, task) or 0) <= now then
+        dc = true
+        local first = redis.call('ZRANGEBYSCORE', kc, '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        local t = math.max(tonumber(first[2]) - now, SEC)
+        if t > retry then retry = t end
+      end
     end
   end
 
@@ -234,14 +242,11 @@ local function rule(i, vs)
         redis.call('PEXPIRE', kw, math.ceil(wper / 1000))
       end
     end
-    if kc then
-      redis.call('ZREMRANGEBYSCORE', kc, '-inf', string.format('%d', now))
-      if take then
-        redis.call('ZADD', kc, string.format('%d', lease), task)
-        if not mine then holders = holders + 1 end
-        local latest = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
-        redis.call('PEXPIRE', kc, math.max(1, math.ceil((tonumber(latest[2]) - now) / 1000)))
-      end
+    if kc and take then
+      -- ZADD counts 0 for a slot the task holds already.
+      holders = holders + redis.call('ZADD', kc, string.format('%d', lease), task)
+      local latest = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
+      redis.call('PEXPIRE', kc, math.max(1, math.ceil((tonumber(latest[2]) - now) / 1000)))
     end
     if probe == 1 then
       redis.call('HSET', kb, 'p', task, 'pu', string.format('%d', lease))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,7 +75,7 @@ func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block
 	var streams []redis.XStream
 	var err error
 	if node := r.nodeFor(ctx, key); node != nil && block > 0 {
-		streams, err = readUnblockable(ctx, node, args)
+		streams, err = r.hand.read(ctx, node, args)
 	} else {
 		streams, err = r.c.XRead(ctx, args).Result()
 	}
@@ -114,16 +115,73 @@ func (r *Redis) nodeFor(ctx context.Context, key string) *redis.Client {
 // begun to block on the server.
 const unblockRetry = 20 * time.Millisecond
 
-// readUnblockable runs a blocking XREAD on a connection of its own and,
-// when ctx is cancelled first, frees it with CLIENT UNBLOCK from another
-// connection until the read returns.
-func readUnblockable(ctx context.Context, node *redis.Client, args *redis.XReadArgs) ([]redis.XStream, error) {
+// handoffConn is the connection the blocking reads of TakeNotices run
+// on, kept with its CLIENT ID from one read to the next, so that an idle
+// agent's wait costs Redis one command per block. A read that finds it
+// in use (reads at once, for several instances) runs on a connection of
+// its own.
+type handoffConn struct {
+	mu   sync.Mutex
+	busy bool
+	node *redis.Client
+	conn *redis.Conn
+	id   int64
+}
+
+// get returns a connection to node and its id, and put to give it back:
+// kept for the next read when healthy, closed otherwise.
+func (h *handoffConn) get(ctx context.Context, node *redis.Client) (*redis.Conn, int64, func(healthy bool), error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.busy && h.conn != nil && h.node == node {
+		h.busy = true
+		return h.conn, h.id, h.put, nil
+	}
 	conn := node.Conn()
-	defer conn.Close()
 	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		_ = conn.Close()
+		return nil, 0, nil, err
+	}
+	if h.busy {
+		return conn, id, func(bool) { _ = conn.Close() }, nil
+	}
+	if h.conn != nil {
+		_ = h.conn.Close() // another node (a Cluster's slots moved)
+	}
+	h.busy, h.node, h.conn, h.id = true, node, conn, id
+	return conn, id, h.put, nil
+}
+
+func (h *handoffConn) put(healthy bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.busy = false
+	if !healthy && h.conn != nil {
+		_ = h.conn.Close()
+		h.conn, h.node = nil, nil
+	}
+}
+
+// close drops the kept connection.
+func (h *handoffConn) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil && !h.busy {
+		_ = h.conn.Close()
+		h.conn, h.node = nil, nil
+	}
+}
+
+// read runs a blocking XREAD on the kept connection (or one of its own)
+// and, when ctx is cancelled first, frees it with CLIENT UNBLOCK from
+// another connection until the read returns.
+func (h *handoffConn) read(ctx context.Context, node *redis.Client, args *redis.XReadArgs) (streams []redis.XStream, err error) {
+	conn, id, put, err := h.get(ctx, node)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { put(err == nil || errors.Is(err, redis.Nil)) }()
 	done := make(chan struct{})
 	unblocked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -145,7 +203,7 @@ func readUnblockable(ctx context.Context, node *redis.Client, args *redis.XReadA
 			}
 		}
 	})
-	streams, err := conn.XRead(ctx, args).Result()
+	streams, err = conn.XRead(ctx, args).Result()
 	close(done)
 	if !stop() {
 		<-unblocked

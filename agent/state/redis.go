@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,8 +83,9 @@ type RedisOptions struct {
 //	                  heartbeat); entries leave on Finish/Release/Recover.
 //	P instance:INST   Instance JSON with the heartbeat TTL.
 //	P instances       sorted set of instance ids scored by their expiry (unix
-//	                  ms), trimmed of expired ids on every write and read and
-//	                  capped at MaxInstances; TTL RecordTTL.
+//	                  ms), trimmed of expired ids on every read and, with its
+//	                  cap MaxInstances and TTL RecordTTL, by each writer at
+//	                  most once every indexTrimEvery.
 //	InService(inst)   with RedisOptions.InService: sorted sets of the ids of
 //	                  instances in service, scored like P instances, trimmed
 //	                  of expired ids on every write; TTL RecordTTL.
@@ -110,7 +112,17 @@ type Redis struct {
 	// oneNode: every key is on one server (not a Cluster or a Ring), so
 	// one script may touch keys of different hash tags.
 	oneNode bool
+	// trimDue is when PutInstance next trims the instance index (Unix ms
+	// of the store's clock; 0 = at the next write).
+	trimDue atomic.Int64
+	// hand is the connection of the blocking hand-off reads.
+	hand handoffConn
 }
+
+// indexTrimEvery spaces one writer's trims of the instance index: every
+// agent writes its entry every few seconds, and the trim (two removals
+// and the TTL) is housekeeping that any writer's pass does for all.
+const indexTrimEvery = time.Minute
 
 var _ Store = (*Redis)(nil)
 
@@ -683,14 +695,20 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
 	}
 	idx := r.instancesKey()
+	due := r.trimDue.Load()
+	trim := now.UnixMilli() >= due
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// The record outlives the heartbeat by GoneKeep so a vanished
 		// agent is listed as gone; the index score is the heartbeat expiry.
 		p.Set(ctx, r.instanceKey(inst.ID), js, time.Duration(ms(ttl+GoneKeep))*time.Millisecond)
 		p.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
-		p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
-		p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
-		p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
+		if trim {
+			// The index always holds the writer's own live entry, so it
+			// is never emptied (and recreated without a TTL) between trims.
+			p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
+			p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
+			p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
+		}
 		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
 		if r.o.InService != nil {
 			for _, k := range r.o.InService(inst) {
@@ -707,6 +725,9 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	})
 	if err != nil {
 		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
+	}
+	if trim {
+		r.trimDue.CompareAndSwap(due, now.Add(indexTrimEvery).UnixMilli())
 	}
 	return nil
 }
@@ -854,5 +875,9 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements Store. The client is the caller's and stays open.
-func (r *Redis) Close() error { return nil }
+// Close implements Store: it drops the connection kept for the hand-off
+// reads. The client is the caller's and stays open.
+func (r *Redis) Close() error {
+	r.hand.close()
+	return nil
+}

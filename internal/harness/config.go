@@ -19,6 +19,8 @@ type AgentConfig struct {
 	Visibility time.Duration // queue.visibility_timeout; 0 = 2s
 	WaitTime   time.Duration // queue.wait_time; 0 = 2s
 	RedisAddr  string        // "" = in-memory state
+	// RedisAddrs are a Cluster's seeds (redis.addrs), in place of RedisAddr.
+	RedisAddrs []string
 	Prefix     string
 	// RedisTimeout is redis.timeout; 0 = 2s.
 	RedisTimeout time.Duration
@@ -58,12 +60,17 @@ func (c AgentConfig) YAML() string {
 			fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.DLQURL)
 		}
 	}
-	if c.RedisAddr != "" {
+	if c.RedisAddr != "" || len(c.RedisAddrs) > 0 {
 		timeout := c.RedisTimeout
 		if timeout == 0 {
 			timeout = 2 * time.Second
 		}
-		fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: %s\n", c.RedisAddr, c.Prefix, timeout)
+		if len(c.RedisAddrs) > 0 {
+			fmt.Fprintf(&b, "redis:\n  addrs: ['%s']\n", strings.Join(c.RedisAddrs, "', '"))
+		} else {
+			fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n", c.RedisAddr)
+		}
+		fmt.Fprintf(&b, "  prefix: '%s'\n  timeout: %s\n", c.Prefix, timeout)
 		if c.StateFail != "" {
 			fmt.Fprintf(&b, "  state_fail: %s\n", c.StateFail)
 		}

@@ -22,9 +22,12 @@ func TestAgentConfigLoads(t *testing.T) {
 		StateFail: "open", Ledger: led, LimiterFail: "closed", LogLevel: "debug",
 		Rules:   "    - name: cap\n      key: host\n      limits: [{concurrency: 1}]\n",
 		Catalog: "  - name: extra\n    command: [/bin/true]\n    timeout: 10s\n"}
+	cluster := full
+	cluster.RedisAddr, cluster.RedisAddrs = "", []string{"127.0.0.1:1", "127.0.0.1:2"}
 	for name, yaml := range map[string]string{
 		"embedded":        AgentConfig{Instance: "i-1", Workers: 1}.YAML(),
 		"queue and redis": full.YAML(),
+		"redis cluster":   cluster.YAML(),
 		// The chaos lab's lifecycle scenes drain within a minute: no
 		// diagnostic of the catalog may outlast that.
 		"a one-minute drain": full.YAML() + "lifecycle:\n  sources: [signal]\n  drain_timeout: 1m\n",
@@ -36,6 +39,9 @@ func TestAgentConfigLoads(t *testing.T) {
 			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("%v\n%s", err, yaml)
+			}
+			if name == "redis cluster" && len(cfg.Redis.Addrs) != 2 {
+				t.Errorf("redis.addrs %v, want the 2 seeds\n%s", cfg.Redis.Addrs, yaml)
 			}
 		})
 	}

@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/autodiag/autodiag/internal/fake/imdsmock"
 )
 
 // redisStartup bounds how long a fresh redis-server takes to answer PING.
@@ -99,19 +99,8 @@ type RedisCluster struct {
 func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
 	c := &RedisCluster{}
 	for i := range n {
-		port, err := imdsmock.ClosedPort(context.Background())
+		r, err := startClusterNode(dir)
 		if err != nil {
-			c.Kill()
-			return nil, err
-		}
-		ndir := filepath.Join(dir, "node-"+port)
-		if err := os.MkdirAll(ndir, 0o755); err != nil {
-			c.Kill()
-			return nil, fmt.Errorf("redis dir: %w", err)
-		}
-		r := &Redis{Addr: "127.0.0.1:" + port, dir: ndir,
-			args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}}
-		if err := r.Start(); err != nil {
 			c.Kill()
 			return nil, fmt.Errorf("cluster node %d: %w", i, err)
 		}
@@ -122,6 +111,83 @@ func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// clusterNodeTries is how many ports a cluster node is tried on: another
+// process may bind one between clusterPort's check and the node's.
+const clusterNodeTries = 3
+
+// startClusterNode runs one cluster-enabled redis-server in a dir of its
+// own under dir.
+func startClusterNode(dir string) (*Redis, error) {
+	var err error
+	for range clusterNodeTries {
+		var port string
+		if port, err = clusterPort(); err != nil {
+			return nil, err
+		}
+		ndir := filepath.Join(dir, "node-"+port)
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			return nil, fmt.Errorf("redis dir: %w", err)
+		}
+		r := &Redis{Addr: "127.0.0.1:" + port, dir: ndir,
+			args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}}
+		if err = r.Start(); err == nil {
+			return r, nil
+		}
+	}
+	return nil, err
+}
+
+// clusterBusOffset is how far above its port a cluster node listens for
+// the cluster bus.
+const clusterBusOffset = 10000
+
+// clusterPort is a loopback port that is free and whose bus port is free
+// too, both below the kernel's ephemeral range when it leaves room: there
+// no outgoing connection takes either between this check and the node's
+// bind (on a busy machine thousands of ephemeral ports are in use).
+func clusterPort() (string, error) {
+	const lowest = 20000
+	top := ephemeralLow() - clusterBusOffset
+	if top-lowest < 1000 {
+		top = 65535 - clusterBusOffset
+	}
+	for range 100 {
+		p := lowest + rand.IntN(top-lowest)
+		if portFree(p) && portFree(p+clusterBusOffset) {
+			return strconv.Itoa(p), nil
+		}
+	}
+	return "", errors.New("redis cluster: no free port with a free bus port")
+}
+
+func portFree(p int) bool {
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	const linux = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linux
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return linux
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return linux
+	}
+	return lo
 }
 
 // join splits the slots, introduces every node to the first and waits for

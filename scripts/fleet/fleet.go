@@ -87,6 +87,7 @@ type fleetOpts struct {
 	memLimit string
 	out      string
 	seed     uint64
+	redisOpts
 }
 
 // envOr reads a FLEETSIM_* variable as the flag's default.
@@ -113,6 +114,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&o.memLimit, "memlimit", envOr("FLEETSIM_GOMEMLIMIT", "48MiB"), "GOMEMLIMIT of each agent")
 	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
+	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
 	}
@@ -191,6 +193,8 @@ type fleetRun struct {
 	sqsBefore, sqsAfter                         map[string]int
 	sqsByQueue                                  map[string]int // the agents' calls per queue
 	redisBefore, redisAfter                     redisUsage
+	redis                                       *redisRes
+	notices                                     *noticeRes
 }
 
 type sentTask struct {
@@ -201,8 +205,13 @@ type sentTask struct {
 
 func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	r := &fleetRun{o: o, marks: filepath.Join(l.Dir, "marks")}
-	rs, err := l.StartRedis("fleet")
+	rs, err := startFleetRedis(l, o.redisCluster)
 	if err != nil {
+		return nil, err
+	}
+	prof := newRedisProfiler(rs.addrs, o.agents)
+	defer prof.close()
+	if err := prof.bare(5 * time.Second); err != nil {
 		return nil, err
 	}
 	tasks, err := l.SQS.CreateQueue("fleet-tasks", map[string]string{"VisibilityTimeout": strconv.Itoa(int(fleetVisibility / time.Second))})
@@ -256,20 +265,22 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 		notify, fleetHook, fleetHookTTL, fleetBeat)
 	started := time.Now()
 	if err := r.start(l, func(fa *fleetAgent) string {
-		return harness.AgentConfig{Instance: fa.inst, Workers: o.workers, QueueURL: tasks, Visibility: fleetVisibility,
-			WaitTime: 20 * time.Second, RedisAddr: rs.Addr, Prefix: "fleet:", Rules: fleetRules,
-			Catalog: fleetCatalog(script, fa.inst)}.YAML() + lifecycleYAML
+		return rs.config(harness.AgentConfig{Instance: fa.inst, Workers: o.workers, QueueURL: tasks, Visibility: fleetVisibility,
+			WaitTime: 20 * time.Second, Prefix: "fleet:", Rules: fleetRules,
+			Catalog: fleetCatalog(script, fa.inst)}).YAML() + lifecycleYAML
 	}, env); err != nil {
 		return nil, err
 	}
 	logf("%d agents ready in %s", o.agents, secs(time.Since(started)))
 
-	rc := rs.Client()
-	defer rc.Close()
-	r.sqsBefore = l.SQS.Counters()
-	if r.redisBefore, err = readRedisUsage(rc); err != nil {
+	if err := prof.idle(o.redisIdle); err != nil {
 		return nil, err
 	}
+	if err := prof.start(time.Duration(0.3*float64(o.duration)), o.redisMonitor); err != nil {
+		return nil, err
+	}
+	r.redisBefore = prof.runFrom.usage()
+	r.sqsBefore = l.SQS.Counters()
 	sampleCtx, stopSampling := context.WithCancel(context.Background())
 	var sampling sync.WaitGroup
 	sampling.Go(func() { r.sampleRSS(sampleCtx) })
@@ -306,9 +317,12 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 			r.sqsByQueue[c.Queue]++
 		}
 	}
-	if r.redisAfter, err = readRedisUsage(rc); err != nil {
+	r.notices = readNotices(l, "fleet-lifecycle")
+	var end redisSnap
+	if r.redis, end, err = prof.end(r.sent); err != nil {
 		return nil, err
 	}
+	r.redisAfter = end.usage()
 	r.stopSurvivors()
 	return r, nil
 }

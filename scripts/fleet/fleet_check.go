@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
 	"github.com/autodiag/autodiag/internal/harness"
@@ -30,31 +27,6 @@ const markTolerance = 500 * time.Millisecond
 type redisUsage struct {
 	commands int64   // every command but INFO (which the simulation sends)
 	cpu      float64 // used_cpu_sys + used_cpu_user, seconds
-}
-
-func readRedisUsage(c *redis.Client) (redisUsage, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	info, err := c.Info(ctx, "commandstats", "cpu").Result()
-	if err != nil {
-		return redisUsage{}, fmt.Errorf("redis info: %w", err)
-	}
-	var u redisUsage
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if name, rest, ok := strings.Cut(line, ":"); ok {
-			switch {
-			case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
-				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-				n, _ := strconv.ParseInt(calls, 10, 64)
-				u.commands += n
-			case name == "used_cpu_sys" || name == "used_cpu_user":
-				f, _ := strconv.ParseFloat(rest, 64)
-				u.cpu += f
-			}
-		}
-	}
-	return u, nil
 }
 
 // markRun is one execution seen in the marks.
@@ -107,6 +79,8 @@ type fleetResult struct {
 	Checks   []check    `json:"checks"`
 	Pass     bool       `json:"pass"`
 	Timeline timeline   `json:"timeline"`
+	Redis    *redisRes  `json:"redis,omitempty"`
+	Notices  *noticeRes `json:"notices,omitempty"`
 }
 
 type fleetParam struct {
@@ -377,6 +351,8 @@ func (r *fleetRun) check() *fleetResult {
 
 	res.Costs = r.costs(res.Params.ScaledIn)
 	res.Agents = r.agentStats()
+	res.Redis = r.redis
+	res.Notices = r.notices
 	add("other agents exit 0 on SIGTERM (no crash)", "0 other exits", strconv.Itoa(res.Agents.BadExits), res.Agents.BadExits == 0)
 
 	sent := make([]int, 0)
@@ -638,6 +614,12 @@ func (res *fleetResult) print(w io.Writer) {
 			r = "FAIL"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", ch.Name, ch.Want, ch.Got, r)
+	}
+	if res.Notices != nil {
+		res.Notices.print(w)
+	}
+	if res.Redis != nil {
+		res.Redis.print(w)
 	}
 }
 

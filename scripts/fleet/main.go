@@ -12,7 +12,10 @@
 //	go run ./scripts/fleet -h                  # every flag (FLEETSIM_* variables)
 //
 // The files: fleet.go the options, the start and the timeline; fleet_check.go
-// what must hold and the report; fleet_plot.go the SVGs.
+// what must hold and the report; fleet_plot.go the SVGs; fleet_redis.go the
+// Redis table (INFO per command: bare, idle, run; a MONITOR window naming
+// scripts and keys; -redis-cluster); fleet_notice.go the lifecycle queue's
+// receives per notice.
 package main
 
 import (

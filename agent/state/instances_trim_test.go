@@ -1,0 +1,63 @@
+package state_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/internal/testenv"
+)
+
+// TestRedisInstanceIndexTrim: a heartbeat writes the record, the index
+// entry and the in-flight hash's TTL; the index's trim (expired ids, the
+// MaxInstances cap, its TTL) comes with the writer's first heartbeat and
+// then at most once a minute of the store's clock.
+func TestRedisInstanceIndexTrim(t *testing.T) {
+	ctx := context.Background()
+	c := redisClients(t)["standalone"]
+	prefix := uniquePrefix(t, c)
+	clock := statetest.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clock, MaxInstances: 2})
+	addr := testenv.RedisAddr(t)
+	end := prefix + "end"
+	put := func(id string) []string {
+		return testenv.Commands(ctx, t, addr, prefix, end, func() {
+			if err := s.PutInstance(ctx, state.Instance{ID: id, State: "running"}, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}, func() {
+			if err := c.Echo(ctx, end).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	trimmed := []string{"set", "zadd", "zremrangebyscore", "zremrangebyrank", "pexpire", "pexpire"}
+	plain := []string{"set", "zadd", "pexpire"}
+	steps := []struct {
+		advance time.Duration
+		id      string
+		want    []string
+		index   int64
+	}{
+		{0, "i-1", trimmed, 1},
+		{10 * time.Second, "i-2", plain, 2},
+		{10 * time.Second, "i-3", plain, 3}, // over the cap until the next trim
+		{40 * time.Second, "i-1", trimmed, 2},
+		{10 * time.Second, "i-1", plain, 2},
+	}
+	for i, st := range steps {
+		clock.Advance(st.advance)
+		if got := put(st.id); !slices.Equal(got, st.want) {
+			t.Fatalf("step %d (%s): commands %v, want %v", i, st.id, got, st.want)
+		}
+		if n := c.ZCard(ctx, prefix+"instances").Val(); n != st.index {
+			t.Fatalf("step %d: index holds %d, want %d", i, n, st.index)
+		}
+	}
+	if ttl := c.PTTL(ctx, prefix+"instances").Val(); ttl <= 0 {
+		t.Fatalf("index TTL %v, want one", ttl)
+	}
+}
