@@ -17,6 +17,7 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -93,7 +94,7 @@ func (a *Agent) Status() Status {
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
 	counts := a.worker.Outcomes()
-	for _, o := range worker.Outcomes() {
+	for _, o := range outcome.All() {
 		s.Outcomes[o] = counts[o]
 	}
 	if p.State != drain.Running {

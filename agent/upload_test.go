@@ -25,7 +25,7 @@ import (
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -152,7 +152,7 @@ results:
 	if _, err := src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
+	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[outcome.Succeeded] == 1 })
 	a.Drain("test", "end of test")
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
@@ -274,7 +274,7 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			f := startFakeS3(t, "diag-out")
 			tc.breakS3(f)
 			rec, a := runUploadTask(t, f, "    bucket: diag-out\n", raw)
-			if rec.Outcome != worker.OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
+			if rec.Outcome != outcome.Succeeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
 				t.Errorf("record %s %s exit %d, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
 			}
 			if rec.OutputUpload != hooks.OutputUploadFailed || rec.OutputURL != "" {

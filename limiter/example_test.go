@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -119,7 +120,7 @@ func ExampleLimiter_Done() {
 	_ = l.Renew(ctx, a, lease) // with every renewal of a's lease
 	d, _ = l.Allow(ctx, b)
 	show("b", d)
-	_ = l.Done(ctx, a, limiter.OutcomeFailed) // a's run ended: the slot is free, one failure counted
+	_ = l.Done(ctx, a, outcome.Failed) // a's run ended: the slot is free, one failure counted
 	d, _ = l.Allow(ctx, b)
 	show("b", d)
 	st, _ := l.Inspect(ctx, b)

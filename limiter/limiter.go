@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // RuleNone is the rule name of a decision no rule matched.
@@ -48,9 +50,9 @@ const (
 // failure breaker of the rules that allowed the run; any other outcome
 // (e.g. "released") only gives back what the run holds.
 const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-	OutcomeTimedOut  = "timed_out"
+	OutcomeSucceeded = outcome.Succeeded
+	OutcomeFailed    = outcome.Failed
+	OutcomeTimedOut  = outcome.TimedOut
 )
 
 // DefaultLease is how long a concurrency slot or breaker probe is held when

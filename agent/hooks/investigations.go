@@ -8,7 +8,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/task"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // wireInvestigations makes parts' Writer an investigation when
@@ -68,7 +68,7 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		// The outcome's audit write is detached by design, as for POST
 		// /v1/tasks: it lands even when the investigation has ended.
 		o.Rejecter.Rejected(t, err) //nolint:contextcheck // see above
-		return investigate.TaskRecord{ID: s.ID, Outcome: worker.OutcomeRejected, Reason: err.Error()}, nil
+		return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
 	}
 	body, err := json.Marshal(t)
 	if err != nil {
@@ -86,7 +86,7 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		if err == nil && ok && rec.Outcome != "" {
 			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated}
 			switch rec.Outcome {
-			case worker.OutcomeSucceeded, worker.OutcomeFailed, worker.OutcomeTimedOut:
+			case outcome.Succeeded, outcome.Failed, outcome.TimedOut:
 				code := rec.ExitCode
 				out.ExitCode = &code
 			}

@@ -21,8 +21,8 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -191,7 +191,7 @@ func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 	if diag != nil {
 		ev.Argv = diag.WithDefaults().Args(rec.Host, rec.ID, rec.Params)
 	}
-	if rec.ExitCode >= 0 && rec.Outcome != worker.OutcomeTimedOut {
+	if rec.ExitCode >= 0 && rec.Outcome != outcome.TimedOut {
 		code := rec.ExitCode
 		ev.ExitCode = &code
 	}

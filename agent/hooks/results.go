@@ -8,7 +8,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // TaskView is a task record as GET /v1/tasks/{id} returns it; webhook
@@ -26,7 +26,7 @@ func NewTaskView(rec state.TaskRecord) TaskView {
 		v.Alert = &notify.Alert{Source: rec.Alert.Source, Name: rec.Alert.Name, EventID: rec.Alert.EventID}
 	}
 	switch rec.Outcome {
-	case worker.OutcomeSucceeded, worker.OutcomeFailed, worker.OutcomeTimedOut: // the diagnostic ran
+	case outcome.Succeeded, outcome.Failed, outcome.TimedOut: // the diagnostic ran
 		code := rec.ExitCode
 		v.ExitCode = &code
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // Origin is the task field `origin` of every tool call's task, which
@@ -150,26 +151,25 @@ func Schema(t Tool) []byte {
 
 // Results of a Call.
 const (
-	ResultRan           = "ran"
-	ResultNotOffered    = "not_offered"
-	ResultOutOfScope    = "host_out_of_scope"
-	ResultBadArguments  = "bad_arguments"
-	ResultTooManyCalls  = "too_many_calls"
-	ResultBudgetSpent   = "budget_spent"
-	ResultError         = "error"
-	endedAnswer         = "answer"
-	endedMaxSteps       = "max_steps"
-	endedMaxTokens      = "max_tokens"
-	endedWallTime       = "wall_time"
-	endedDailyBudget    = "daily_budget"
-	endedError          = "error"
-	ranOutcomeSucceeded = "succeeded"
+	ResultRan          = "ran"
+	ResultNotOffered   = "not_offered"
+	ResultOutOfScope   = "host_out_of_scope"
+	ResultBadArguments = "bad_arguments"
+	ResultTooManyCalls = "too_many_calls"
+	ResultBudgetSpent  = "budget_spent"
+	ResultError        = "error"
+	endedAnswer        = "answer"
+	endedMaxSteps      = "max_steps"
+	endedMaxTokens     = "max_tokens"
+	endedWallTime      = "wall_time"
+	endedDailyBudget   = "daily_budget"
+	endedError         = "error"
 )
 
 // CallResults are every Call.Result a metric can carry, besides the task
 // outcomes that did not run.
 var CallResults = []string{ResultRan, ResultNotOffered, ResultOutOfScope, ResultBadArguments, ResultTooManyCalls,
-	ResultBudgetSpent, ResultError, "rejected", "rate_limited", "duplicate", "stale", "released"}
+	ResultBudgetSpent, ResultError, outcome.Rejected, outcome.RateLimited, outcome.Duplicate, outcome.Stale, outcome.Released}
 
 // EndReasons are every Investigation.EndedBy.
 var EndReasons = []string{endedAnswer, endedMaxSteps, endedMaxTokens, endedWallTime, endedDailyBudget, endedError}
@@ -346,13 +346,11 @@ func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report
 		return c, ""
 	}
 	c.Outcome = rec.Outcome
-	switch rec.Outcome {
-	case "succeeded", "failed", "timed_out":
-		c.Result = ResultRan
-	default:
+	if !outcome.Ran(rec.Outcome) {
 		c.Result, c.Reason = rec.Outcome, rec.Reason
 		return c, ""
 	}
+	c.Result = ResultRan
 	return c, toolText(rec, r.iv.o.Report.Input)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // EventType names what happened; sinks subscribe to types with `on`.
@@ -17,10 +18,10 @@ type EventType string
 // The events a sink can subscribe to: the task outcomes worth telling a
 // person about, a finished root-cause report, and the drain's milestones.
 const (
-	EventSucceeded      EventType = "succeeded"
-	EventFailed         EventType = "failed"
-	EventTimedOut       EventType = "timed_out"
-	EventRateLimited    EventType = "rate_limited"
+	EventSucceeded      EventType = outcome.Succeeded
+	EventFailed         EventType = outcome.Failed
+	EventTimedOut       EventType = outcome.TimedOut
+	EventRateLimited    EventType = outcome.RateLimited
 	EventReport         EventType = "report"
 	EventDrainStarted   EventType = "drain_started"
 	EventDrainCompleted EventType = "drain_completed"

@@ -17,6 +17,7 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -181,13 +182,13 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	}
 	if res := e.result; res != nil {
 		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)
-		if (e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut) && len(res.Output) > 0 {
+		if (e.outcome == outcome.Failed || e.outcome == outcome.TimedOut) && len(res.Output) > 0 {
 			// Redacted by the pipeline before it got here.
 			attrs = append(attrs, "output", outputExcerpt(res.Output))
 		}
 	}
 	level := slog.LevelInfo
-	if e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut || e.outcome == OutcomeRejected {
+	if e.outcome == outcome.Failed || e.outcome == outcome.TimedOut || e.outcome == outcome.Rejected {
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "task ended", attrs...)

@@ -21,6 +21,7 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -258,7 +259,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 			p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
 				"retry_after", delay.Seconds(), "err", err)
 			p.deferMsg(j, delay)
-			p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "state_unavailable", detail: err.Error()})
+			p.outcomes.end(j, ended{outcome: outcome.Released, reason: "state_unavailable", detail: err.Error()})
 			return state.TaskRecord{}, false
 		}
 		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
@@ -267,7 +268,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 	}
 	switch c.Result {
 	case state.AlreadyDone:
-		p.outcomes.end(j, ended{outcome: OutcomeDuplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
+		p.outcomes.end(j, ended{outcome: outcome.Duplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
 		p.ack(j)
 		return state.TaskRecord{}, false
 	case state.HeldElsewhere:
@@ -297,11 +298,11 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 	switch {
 	case err != nil:
 		p.release(j)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "limiter_cancelled", detail: err.Error()})
+		p.outcomes.end(j, ended{outcome: outcome.Released, reason: "limiter_cancelled", detail: err.Error()})
 		return false
 	case dec.Duplicate:
-		rec.Outcome, rec.Reason = OutcomeDuplicate, dec.Reason
-		p.finish(j, rec, ended{outcome: OutcomeDuplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
+		rec.Outcome, rec.Reason = outcome.Duplicate, dec.Reason
+		p.finish(j, rec, ended{outcome: outcome.Duplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
 		p.ack(j)
 		return false
 	case dec.Allowed:
@@ -327,8 +328,8 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
 		return false
 	default:
-		rec.Outcome, rec.Reason, rec.Limiter = OutcomeRateLimited, dec.Reason, limiterSummary(dec)
-		p.finish(j, rec, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
+		rec.Outcome, rec.Reason, rec.Limiter = outcome.RateLimited, dec.Reason, limiterSummary(dec)
+		p.finish(j, rec, ended{outcome: outcome.RateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
 		p.ack(j)
 		return false
 	}
@@ -365,7 +366,7 @@ func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
 		}
 		return true
 	}
-	p.limiterDone(j, OutcomeReleased)
+	p.limiterDone(j, outcome.Released)
 	p.lookAgain(j, p.lease+lookAgainMargin, "running_elsewhere", nil,
 		"detail", "the lease lapsed between the claim and the start; another agent holds it")
 	return false
@@ -377,18 +378,18 @@ func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
 // is bounded by redis.timeout on a context of its own (it runs on a fast
 // exit too); a failure is logged, as what it could not give back lapses
 // with the lease.
-func (p *pipeline) limiterDone(j *job, outcome string) {
+func (p *pipeline) limiterDone(j *job, end string) {
 	req := j.limitReq
 	if req == nil {
 		return
 	}
 	j.limitReq = nil
-	if outcome == runner.Cancelled {
-		outcome = OutcomeReleased
+	if end == runner.Cancelled {
+		end = outcome.Released
 	}
-	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, outcome) }); err != nil {
+	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, end) }); err != nil {
 		p.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
-			"outcome", outcome, "lease", p.lease.Seconds(), "err", err)
+			"outcome", end, "lease", p.lease.Seconds(), "err", err)
 	}
 }
 
@@ -397,7 +398,7 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	t := j.task
 	if res.Outcome == runner.Cancelled {
 		p.release(j)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "cancelled", detail: "running task cancelled by the drain deadline or a fast exit"})
+		p.outcomes.end(j, ended{outcome: outcome.Released, reason: "cancelled", detail: "running task cancelled by the drain deadline or a fast exit"})
 		return
 	}
 	// The one chokepoint: nothing below stores, logs or sends the output
@@ -448,7 +449,7 @@ func (p *pipeline) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bo
 func (p *pipeline) reject(j *job, err error) {
 	reason := task.Reason(err)
 	if reason == task.ReasonStale {
-		p.outcomes.end(j, ended{outcome: OutcomeStale, reason: reason, detail: err.Error()})
+		p.outcomes.end(j, ended{outcome: outcome.Stale, reason: reason, detail: err.Error()})
 		p.ack(j)
 		return
 	}
@@ -470,7 +471,7 @@ func (p *pipeline) reject(j *job, err error) {
 		}
 	}
 	if first {
-		p.outcomes.end(j, ended{outcome: OutcomeRejected, reason: reason, detail: err.Error()})
+		p.outcomes.end(j, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
 	} else {
 		p.log.Debug("rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
@@ -495,7 +496,7 @@ func (p *pipeline) reject(j *job, err error) {
 func (p *pipeline) releaseUnstarted(j *job) {
 	j.release.Do(func() {
 		p.deferMsg(j, 0)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "drain", detail: "handed back to the queue unstarted"})
+		p.outcomes.end(j, ended{outcome: outcome.Released, reason: "drain", detail: "handed back to the queue unstarted"})
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // Hooks act on a task's end: Keep uploads the whole output of a run (and
@@ -130,9 +131,9 @@ func (w *Worker) Backlogged() int { return w.pipeline.backlogged() }
 func (w *Worker) Rejected(t task.Task, err error) {
 	w.outcomes.received()
 	j := &job{task: t, received: w.clock.Now()}
-	outcome := OutcomeRejected
+	end := outcome.Rejected
 	if task.Reason(err) == task.ReasonStale {
-		outcome = OutcomeStale
+		end = outcome.Stale
 	}
-	w.outcomes.end(j, ended{outcome: outcome, reason: task.Reason(err), detail: err.Error()})
+	w.outcomes.end(j, ended{outcome: end, reason: task.Reason(err), detail: err.Error()})
 }
