@@ -22,8 +22,8 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/state/statetest"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/limiter"
@@ -231,9 +231,9 @@ func TestTaskEndOneRoundTrip(t *testing.T) {
 // attempt owns them. Memory and Redis stores alike.
 func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T, c state.Clock) state.Store{
-		"memory": func(_ *testing.T, c state.Clock) state.Store { return state.NewMemory(state.MemoryOptions{Clock: c}) },
-		"redis": func(t *testing.T, c state.Clock) state.Store {
+	stores := map[string]func(t *testing.T, c clock.Clock) state.Store{
+		"memory": func(_ *testing.T, c clock.Clock) state.Store { return state.NewMemory(state.MemoryOptions{Clock: c}) },
+		"redis": func(t *testing.T, c clock.Clock) state.Store {
 			rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 			t.Cleanup(func() { _ = rc.Close() })
 			var b [4]byte
@@ -250,14 +250,14 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 	}
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
-			clock := statetest.NewFakeClock(time.Now().Truncate(time.Millisecond))
+			clock := clock.NewManual(time.Now().Truncate(time.Millisecond))
 			store := open(t, clock)
 			ob := &countingOutbox{Outbox: notify.NewMemoryOutbox(notify.MemoryOptions{})}
 			q := &countingQueue{Queue: report.NewMemoryQueue(0, nil)}
 			// While the diagnostic runs its lease lapses and another
 			// agent claims the task.
 			takeover := runnerFunc(func(ctx context.Context, d runner.Diagnostic, argv []string) runner.Result {
-				clock.Advance(2 * time.Minute)
+				clock.Add(2 * time.Minute)
 				if cl, err := store.Claim(ctx, state.TaskRecord{ID: "sup-1"}, "i-other", time.Minute); err != nil || cl.Result != state.Claimed {
 					t.Errorf("takeover claim = %+v, %v", cl.Result, err)
 				}

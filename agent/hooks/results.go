@@ -65,7 +65,7 @@ func (h *Hooks) wireResults(o Options) error {
 		ob = notify.NewMemoryOutbox(notify.MemoryOptions{ClaimIdle: o.Config.NotifyClaimIdle, MaxLen: o.Config.NotifyOutboxMax})
 	}
 	disp, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: o.InstanceID, MaxAge: o.Config.NotifyMaxAge,
-		StoreTimeout: o.Config.Redis.Timeout, Clock: o.Clock.Now, Logger: o.Logger, Registerer: o.Registry})
+		StoreTimeout: o.Config.Redis.Timeout, Clock: o.Clock, Logger: o.Logger, Registerer: o.Registry})
 	if err != nil {
 		return fmt.Errorf("agent: notify: %w", err)
 	}

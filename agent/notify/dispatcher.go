@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Defaults of Options.
@@ -57,7 +59,7 @@ type Options struct {
 	// StoreTimeout bounds each outbox call (DefaultStoreTimeout); use
 	// redis.timeout's order of magnitude.
 	StoreTimeout time.Duration
-	Clock        func() time.Time      // time.Now
+	Clock        clock.Clock           // nil: the wall clock
 	Logger       *slog.Logger          // slog.Default()
 	Registerer   prometheus.Registerer // nil: metrics are not registered
 	// Rand returns a number in [0, 1) for jitter (math/rand/v2).
@@ -116,7 +118,7 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 		o.StoreTimeout = DefaultStoreTimeout
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = clock.Wall{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -156,7 +158,7 @@ func (d *Dispatcher) Entries(ev Event) ([]Entry, error) {
 		ev.ID = NewID()
 	}
 	if ev.Time.IsZero() {
-		ev.Time = d.o.Clock().UTC()
+		ev.Time = d.o.Clock.Now().UTC()
 	}
 	if ev.InstanceID == "" {
 		ev.InstanceID = d.o.InstanceID
@@ -526,7 +528,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 // failure leaves it to the others rather than scheduling a retry.
 func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
 	log := d.log.With("sink", dl.Sink, "event", string(dl.Event), "delivery_id", dl.ID, "attempt", dl.Attempt)
-	now := d.o.Clock()
+	now := d.o.Clock.Now()
 	if now.Sub(dl.Time) > d.o.MaxAge {
 		d.giveUp(ctx, log, dl, "max_age")
 		return
@@ -550,7 +552,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
 	if err == nil {
 		d.store(ctx, log, "ack", func(c context.Context) error { return d.ob.Ack(c, dl) })
 		d.m.count(dl, ResultDelivered)
-		delay := d.o.Clock().Sub(dl.Time)
+		delay := d.o.Clock.Now().Sub(dl.Time)
 		d.m.delay.Observe(max(delay, 0).Seconds())
 		log.Debug("notification delivered", "delay", delay.Seconds())
 		return
@@ -568,7 +570,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
 	if se != nil && se.RetryAfter > wait {
 		wait = min(se.RetryAfter, d.o.BackoffMax)
 	}
-	at := d.o.Clock().Add(wait)
+	at := d.o.Clock.Now().Add(wait)
 	if at.Sub(dl.Time) > d.o.MaxAge {
 		d.giveUp(ctx, log.With("err", err), dl, "max_age")
 		return
