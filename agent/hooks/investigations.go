@@ -28,14 +28,14 @@ func (h *Hooks) wireInvestigations(o Options, parts *ReportParts) error {
 	eff := ic.WithDefaults()
 	budget := parts.Budget
 	if budget == nil {
-		budget = investigate.NewMemoryBudget(eff.DailyTokens, eff.DailyCostUSD, o.Clock.Now)
+		budget = investigate.NewMemoryBudget(eff.DailyTokens, eff.DailyCostUSD, o.Clock)
 	}
 	metrics := investigate.NewMetrics(o.Registry, parts.Provider.Name(), o.Config.Report.Model)
 	metrics.SetBudget(eff.DailyTokens, eff.DailyCostUSD)
 	iv, err := investigate.New(investigate.Options{Report: o.Config.Report, Provider: parts.Provider, Tools: tools,
 		Tasks: &agentTasks{o: o, poll: investigationPoll}, Budget: budget, Redactor: h.redactor,
 		AllowHost: func(host string) bool { _, err := o.Validator.ValidateHost(host); return err == nil },
-		Now:       o.Clock.Now,
+		Clock:     o.Clock,
 		Metrics:   metrics})
 	if err != nil {
 		return fmt.Errorf("agent: report.investigate: %w", err)

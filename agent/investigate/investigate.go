@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -85,7 +86,7 @@ type Options struct {
 	// AllowHost is the agent's host allow-list; nil allows only the
 	// alert's host whatever investigate.hosts says.
 	AllowHost func(host string) bool
-	Now       func() time.Time
+	Clock     clock.Clock
 	// NewID returns an investigation id; nil: random.
 	NewID   func() string
 	Metrics *Metrics
@@ -115,8 +116,8 @@ func New(o Options) (*Investigator, error) {
 	if cfg.Hosts != "" {
 		iv.hosts = regexp.MustCompile(cfg.Hosts) // checked by Validate
 	}
-	if iv.o.Now == nil {
-		iv.o.Now = time.Now
+	if iv.o.Clock == nil {
+		iv.o.Clock = clock.Wall{}
 	}
 	if iv.o.NewID == nil {
 		iv.o.NewID = randomID
@@ -194,7 +195,7 @@ func (iv *Investigator) Generate(ctx context.Context, ev report.Evidence) report
 // report, with the investigation's record in Result.Investigation. Like
 // Generator.Generate it never returns an error: failures are a Result.
 func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Result {
-	start := iv.o.Now()
+	start := iv.o.Clock.Now()
 	rc := iv.o.Report
 	r := &run{iv: iv, ev: ev, price: iv.cfg.Prices[rc.Model], summarised: map[[2]int]bool{},
 		rec: &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID}}
@@ -258,10 +259,10 @@ func (r *run) turn(ctx context.Context, step int, tools []report.Tool) (report.R
 	r.fitContext()
 	req := report.Request{Model: rc.Model, System: SystemPrompt, Messages: r.msgs, Tools: tools,
 		Temperature: rc.Temperature, MaxTokens: rc.MaxTokens, MaxAnswerBytes: rc.AnswerCap()}
-	t0 := r.iv.o.Now()
+	t0 := r.iv.o.Clock.Now()
 	resp, err := r.iv.o.Provider.Complete(ctx, req)
 	st := report.Step{N: step, InputTokens: resp.InputTokens, OutputTokens: resp.OutputTokens,
-		LatencyS: r.iv.o.Now().Sub(t0).Seconds()}
+		LatencyS: r.iv.o.Clock.Now().Sub(t0).Seconds()}
 	r.rec.Steps = append(r.rec.Steps, st)
 	r.rec.InputTokens += resp.InputTokens
 	r.rec.OutputTokens += resp.OutputTokens
@@ -490,7 +491,7 @@ func flatten(ms []report.Message) []report.Message {
 // added from the record, and the cited task ids kept as Evidence.
 func (r *run) finish(res report.Result, start time.Time, resp report.Response, err error) report.Result {
 	rc := r.iv.o.Report
-	res.CreatedAt = r.iv.o.Now().UTC()
+	res.CreatedAt = r.iv.o.Clock.Now().UTC()
 	res.LatencyS = res.CreatedAt.Sub(start).Seconds()
 	res.InputTokens, res.OutputTokens = r.rec.InputTokens, r.rec.OutputTokens
 	res.FinishReason, res.Truncated = resp.FinishReason, resp.Truncated

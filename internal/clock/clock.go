@@ -28,6 +28,13 @@ func (Wall) Now() time.Time { return time.Now() }
 // After is time.After.
 func (Wall) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
+// Func adapts a function to Clock, for a clock a test computes (an
+// offset from the wall clock, a value under a lock).
+type Func func() time.Time
+
+// Now calls f.
+func (f Func) Now() time.Time { return f() }
+
 // Manual is a Clock that moves only when told: tests step it past TTLs
 // and heartbeats instead of waiting. Safe for concurrent use.
 type Manual struct {
