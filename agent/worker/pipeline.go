@@ -129,7 +129,7 @@ func (p *pipeline) accept(m *queue.Message) {
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
 	unhold := p.src.Hold(m)
-	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
+	j.item = p.drain.Track(func() { p.handBack(j, back{why: backDrain, detail: detailDrain}) })
 	p.handlers.Go(func() {
 		defer unhold()
 		p.handle(j)
@@ -175,7 +175,7 @@ func (p *pipeline) handle(j *job) {
 		return
 	}
 	if err := p.run.Acquire(p.hard, 1); err != nil {
-		p.releaseUnstarted(j)
+		p.handBack(j, back{why: backDrain, detail: detailDrain})
 		return
 	}
 	haveRun = true
@@ -215,8 +215,8 @@ func (p *pipeline) validate(j *job) error {
 func (p *pipeline) execute(j *job, run func() runner.Result) {
 	t := j.task
 	if !p.markRunning(t.ID) {
-		p.lookAgain(j, p.lease+lookAgainMargin, "running_here", nil,
-			"detail", "a duplicate delivery of a task running here")
+		p.handBack(j, back{why: backRunningHere, after: p.lease + lookAgainMargin,
+			attrs: []any{"detail", "a duplicate delivery of a task running here"}})
 		return
 	}
 	defer p.unmarkRunning(t.ID)
@@ -258,8 +258,7 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 			delay := retryDelay(j.msg.ReceiveCount)
 			p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
 				"retry_after", delay.Seconds(), "err", err)
-			p.deferMsg(j, delay)
-			p.outcomes.end(j, ended{outcome: outcome.Released, reason: "state_unavailable", detail: err.Error()})
+			p.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
 			return state.TaskRecord{}, false
 		}
 		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
@@ -272,8 +271,8 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 		p.ack(j)
 		return state.TaskRecord{}, false
 	case state.HeldElsewhere:
-		p.lookAgain(j, c.LeaseRemaining+lookAgainMargin, "running_elsewhere", nil,
-			"detail", "running on another agent", "owner", c.Record.Owner)
+		p.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
+			attrs: []any{"detail", "running on another agent", "owner", c.Record.Owner}})
 		return state.TaskRecord{}, false
 	}
 	j.leased = true
@@ -297,8 +296,7 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 	})
 	switch {
 	case err != nil:
-		p.release(j)
-		p.outcomes.end(j, ended{outcome: outcome.Released, reason: "limiter_cancelled", detail: err.Error()})
+		p.handBack(j, back{why: backLimiterCancelled, detail: err.Error()})
 		return false
 	case dec.Duplicate:
 		rec.Outcome, rec.Reason = outcome.Duplicate, dec.Reason
@@ -315,7 +313,6 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		// A concurrency denial defers by default: its retry_after is when
 		// the earliest holder's lease ends, by which time the slot is free
 		// (see concurrencyDelay for when the message comes back).
-		p.releaseLease(j)
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
 		if dec.Reason == limiter.ReasonConcurrency {
 			delay = concurrencyDelay(delay, p.catalog[t.Diagnostic].WithDefaults().Timeout)
@@ -324,8 +321,8 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		if s := shadowSummary(&dec); s != "" {
 			fields["shadow"] = s
 		}
-		p.lookAgain(j, delay, dec.Reason, fields,
-			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
+		p.handBack(j, back{why: backLimited, after: delay, reason: dec.Reason, fields: fields,
+			attrs: []any{"detail", "limited by rule " + dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit}})
 		return false
 	default:
 		rec.Outcome, rec.Reason, rec.Limiter = outcome.RateLimited, dec.Reason, limiterSummary(dec)
@@ -367,8 +364,8 @@ func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
 		return true
 	}
 	p.limiterDone(j, outcome.Released)
-	p.lookAgain(j, p.lease+lookAgainMargin, "running_elsewhere", nil,
-		"detail", "the lease lapsed between the claim and the start; another agent holds it")
+	p.handBack(j, back{why: backRunningElsewhere, after: p.lease + lookAgainMargin,
+		attrs: []any{"detail", "the lease lapsed between the claim and the start; another agent holds it"}})
 	return false
 }
 
@@ -397,8 +394,7 @@ func (p *pipeline) limiterDone(j *job, end string) {
 func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	t := j.task
 	if res.Outcome == runner.Cancelled {
-		p.release(j)
-		p.outcomes.end(j, ended{outcome: outcome.Released, reason: "cancelled", detail: "running task cancelled by the drain deadline or a fast exit"})
+		p.handBack(j, back{why: backCancelled, detail: detailCancelled})
 		return
 	}
 	// The one chokepoint: nothing below stores, logs or sends the output
@@ -487,34 +483,8 @@ func (p *pipeline) reject(j *job, err error) {
 		delay := retryDelay(j.msg.ReceiveCount)
 		p.log.Warn("dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
-		p.deferMsg(j, delay)
+		p.handBack(j, back{why: backRetry, after: delay})
 	}
-}
-
-// releaseUnstarted hands an unstarted message back (drain policy or
-// deadline, fast exit).
-func (p *pipeline) releaseUnstarted(j *job) {
-	j.release.Do(func() {
-		p.deferMsg(j, 0)
-		p.outcomes.end(j, ended{outcome: outcome.Released, reason: "drain", detail: "handed back to the queue unstarted"})
-	})
-}
-
-// lookAgain hides the message for hide and lets the job go without an
-// outcome: the task is not done, and ends when the message comes back.
-// Its log line is "task deferred" with the reason; attrs add detail.
-func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, attrs ...any) {
-	t := j.task
-	p.deferMsg(j, hide)
-	p.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
-	p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: fields})
-	p.outcomes.drop(j)
-}
-
-// release gives the lease and the message back without ending the task.
-func (p *pipeline) release(j *job) {
-	p.releaseLease(j)
-	p.deferMsg(j, 0)
 }
 
 // releaseLease gives back the job's lease, when it has one.
@@ -559,14 +529,6 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 		p.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
 	p.outcomes.close(j, e)
-}
-
-// deferMsg hands the message back to be received again after d, without
-// spending its way to the dead-letter queue.
-func (p *pipeline) deferMsg(j *job, d time.Duration) {
-	if err := p.queueCall(func(ctx context.Context) error { return p.src.Defer(ctx, j.msg, d) }); err != nil {
-		p.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
-	}
 }
 
 // ack deletes the message of a task that has ended. The task no longer

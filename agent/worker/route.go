@@ -56,8 +56,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 			delay := retryDelay(j.msg.ReceiveCount)
 			log.Warn("alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
-			p.deferMsg(j, delay)
-			p.outcomes.drop(j)
+			p.handBack(j, back{why: backRetry, after: delay})
 			return true
 		}
 	}
