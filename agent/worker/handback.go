@@ -92,21 +92,21 @@ const (
 // letting go or leaving the job as b.why says. Its log line, audit entry
 // and outcome are those of the reason: "task ended" as released, "task
 // deferred", or none for a retry (the caller logs why).
-func (p *pipeline) handBack(j *job, b back) {
+func (m *messages) handBack(j *job, b back) {
 	if b.why == backDrain {
-		j.release.Do(func() { p.sendBack(j, b) })
+		j.release.Do(func() { m.sendBack(j, b) })
 		return
 	}
-	p.sendBack(j, b)
+	m.sendBack(j, b)
 }
 
-func (p *pipeline) sendBack(j *job, b back) {
+func (m *messages) sendBack(j *job, b back) {
 	switch b.why {
 	case backCancelled, backLimiterCancelled, backLimited:
-		p.releaseLease(j)
+		m.leases.releaseLease(j)
 	}
-	if err := p.queueCall(func(ctx context.Context) error { return p.src.Defer(ctx, j.msg, b.after) }); err != nil {
-		p.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", b.after.Seconds(), "err", err)
+	if err := m.queueCall(func(ctx context.Context) error { return m.src.Defer(ctx, j.msg, b.after) }); err != nil {
+		m.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", b.after.Seconds(), "err", err)
 	}
 	reason := b.why.String()
 	if b.reason != "" {
@@ -114,13 +114,13 @@ func (p *pipeline) sendBack(j *job, b back) {
 	}
 	switch b.why {
 	case backDrain, backCancelled, backLimiterCancelled, backStateUnavailable:
-		p.outcomes.end(j, ended{outcome: outcome.Released, reason: reason, detail: b.detail})
+		m.outcomes.end(j, ended{outcome: outcome.Released, reason: reason, detail: b.detail})
 	case backRunningHere, backRunningElsewhere, backLimited:
 		t := j.task
-		p.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", b.after.Seconds()}, b.attrs...)...)
-		p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: b.fields})
-		p.outcomes.drop(j)
+		m.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", b.after.Seconds()}, b.attrs...)...)
+		m.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: b.fields})
+		m.outcomes.drop(j)
 	default:
-		p.outcomes.drop(j)
+		m.outcomes.drop(j)
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
@@ -44,7 +46,7 @@ type Decider interface {
 // Bounds of the pipeline's calls. Each call gets a context of its own,
 // created right before it, so that a diagnostic running for minutes never
 // leaves the bookkeeping after it with an expired context. Store calls are
-// bounded by redis.timeout (pipeline.storeTimeout).
+// bounded by redis.timeout (storeCalls).
 const (
 	// QueueCallTimeout bounds one queue call (delete, visibility,
 	// dead-letter); the SQS client retries within it.
@@ -69,29 +71,25 @@ const (
 	rejectMarkTTL = 14 * 24 * time.Hour
 )
 
-// pipeline takes each received message to its outcome: validate, claim the
-// task's lease, ask the limiter, run the diagnostic and record the result.
-// Each step is one method; every end goes through the outcome recorder.
+// pipeline takes each received message to its outcome: validate (or
+// route an alarm), then claim → decide (claimer), run → record → finish
+// (finisher), ack or hand back (messages). Each step is one method of the
+// type named after its role; every end goes through the outcome recorder.
 type pipeline struct {
-	src          queue.Source
-	store        state.TaskStore
-	marks        state.Marks
-	limiter      Decider
-	runner       Runner
-	validator    *task.Validator
-	catalog      map[string]runner.Diagnostic
-	outcomes     *outcomeRecorder
-	drain        *drain.Controller
-	clock        clock.Clock
-	log          *slog.Logger
-	instanceID   string
-	lease        time.Duration // queue.visibility_timeout
-	dedupeKey    string        // limiter.dedupe.key
-	storeTimeout time.Duration // redis.timeout
-	stateFail    string        // redis.state_fail
-	redactor     *redact.Redactor
-	uploadMax    runner.Size // results.s3.max_size when uploading, else 0
-	hooks        Hooks
+	src       queue.Source
+	marks     state.Marks
+	validator *task.Validator
+	outcomes  *outcomeRecorder
+	drain     *drain.Controller
+	clock     clock.Clock
+	log       *slog.Logger
+	redactor  *redact.Redactor
+
+	calls  *storeCalls
+	leases *leases
+	msgs   *messages
+	claims *claimer
+	fin    *finisher
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -107,18 +105,83 @@ type pipeline struct {
 
 	handlers sync.WaitGroup
 
+	// alerts routes alarms received on the task queue; nil = none.
+	alerts *AlertRouting
+}
+
+// storeCalls bounds each store call by redis.timeout and counts the
+// operations that could not reach the store
+// (autodiag_state_degraded_total).
+type storeCalls struct {
+	timeout     time.Duration
+	degradedOps *prometheus.CounterVec
+}
+
+// leases holds a task's execution lease in the store (claimed by the
+// claimer) while it runs, and the set of tasks running in this process.
+type leases struct {
+	store        state.TaskStore
+	limiter      Decider
+	calls        *storeCalls
+	log          *slog.Logger
+	instanceID   string
+	lease        time.Duration // queue.visibility_timeout
+	storeTimeout time.Duration // redis.timeout
+
 	// running holds the task ids executing in this process: the store's
 	// lease is per owner, so a duplicate message reaching the agent that
 	// already runs the task is caught here.
 	runningMu sync.Mutex
 	running   map[string]bool
+}
 
-	// backlog keeps results the state store could not take, to write
-	// them when it answers again.
-	backlog recordBacklog
+// messages is the queue side of a job's end: the message is acknowledged
+// or handed back.
+type messages struct {
+	src      queue.Source
+	leases   *leases
+	outcomes *outcomeRecorder
+	log      *slog.Logger
+}
 
-	// alerts routes alarms received on the task queue; nil = none.
-	alerts *AlertRouting
+// claimer is the claim → decide step: the task's execution lease, then
+// the limiter's decision; a task that must not run now ends or goes back
+// here.
+type claimer struct {
+	store      state.TaskStore
+	limiter    Decider
+	catalog    map[string]runner.Diagnostic
+	redactor   *redact.Redactor
+	outcomes   *outcomeRecorder
+	clock      clock.Clock
+	log        *slog.Logger
+	calls      *storeCalls
+	leases     *leases
+	msgs       *messages
+	fin        *finisher
+	instanceID string
+	lease      time.Duration // queue.visibility_timeout
+	dedupeKey  string        // limiter.dedupe.key
+	stateFail  string        // redis.state_fail
+}
+
+// finisher is the run → record → finish step: the diagnostic runs with
+// its lease kept alive, its output is redacted and cut, and the final
+// record is written with the hooks' writes (or kept in the backlog).
+type finisher struct {
+	store     state.TaskStore
+	runner    Runner
+	catalog   map[string]runner.Diagnostic
+	redactor  *redact.Redactor
+	uploadMax runner.Size // results.s3.max_size when uploading, else 0
+	hooks     Hooks
+	outcomes  *outcomeRecorder
+	clock     clock.Clock
+	log       *slog.Logger
+	calls     *storeCalls
+	leases    *leases
+	msgs      *messages
+	backlog   *recordBacklog
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -129,7 +192,7 @@ func (p *pipeline) accept(m *queue.Message) {
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
 	unhold := p.src.Hold(m)
-	j.item = p.drain.Track(func() { p.handBack(j, back{why: backDrain, detail: detailDrain}) })
+	j.item = p.drain.Track(func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) })
 	p.handlers.Go(func() {
 		defer unhold()
 		p.handle(j)
@@ -175,7 +238,7 @@ func (p *pipeline) handle(j *job) {
 		return
 	}
 	if err := p.run.Acquire(p.hard, 1); err != nil {
-		p.handBack(j, back{why: backDrain, detail: detailDrain})
+		p.msgs.handBack(j, back{why: backDrain, detail: detailDrain})
 		return
 	}
 	haveRun = true
@@ -188,7 +251,7 @@ func (p *pipeline) handle(j *job) {
 		return // the drain released it
 	}
 	p.execute(j, func() runner.Result {
-		res := p.runTask(runCtx, j)
+		res := p.fin.runTask(runCtx, j)
 		freeReceive()
 		return res
 	})
@@ -214,64 +277,64 @@ func (p *pipeline) validate(j *job) error {
 // the diagnostic on the run's own context.
 func (p *pipeline) execute(j *job, run func() runner.Result) {
 	t := j.task
-	if !p.markRunning(t.ID) {
-		p.handBack(j, back{why: backRunningHere, after: p.lease + lookAgainMargin,
+	if !p.leases.markRunning(t.ID) {
+		p.msgs.handBack(j, back{why: backRunningHere, after: p.leases.lease + lookAgainMargin,
 			attrs: []any{"detail", "a duplicate delivery of a task running here"}})
 		return
 	}
-	defer p.unmarkRunning(t.ID)
+	defer p.leases.unmarkRunning(t.ID)
 	claimed := p.clock.Now()
-	rec, ok := p.claim(j)
+	rec, ok := p.claims.claim(j)
 	if !ok {
 		return
 	}
 
-	if !p.decide(j, rec) {
+	if !p.claims.decide(j, rec) {
 		return
 	}
-	if !p.stillOurs(j, claimed) {
+	if !p.claims.stillOurs(j, claimed) {
 		return
 	}
 	res := run()
 	// The run is over: give its slots back before the bookkeeping, so the
 	// next task of the key need not wait for the record and the delete.
-	p.limiterDone(j, res.Outcome)
-	p.record(j, rec, res)
+	p.claims.limiterDone(j, res.Outcome)
+	p.fin.record(j, rec, res)
 }
 
 // claim takes the task's execution lease; false when the job ended or was
 // put back instead. When the store cannot answer within redis.timeout,
 // redis.state_fail decides: open runs the task without a lease (j.leased
 // false), closed hands the message back with backoff.
-func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
+func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
-	err := p.storeCall(func(ctx context.Context) (err error) {
-		c, err = p.store.Claim(ctx, newRecord(j, p.redactor), p.instanceID, p.lease)
+	err := cl.calls.storeCall(func(ctx context.Context) (err error) {
+		c, err = cl.store.Claim(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease)
 		return err
 	})
 	if err != nil {
-		p.degraded("claim")
-		if p.stateFail == config.StateFailClosed {
+		cl.calls.degraded("claim")
+		if cl.stateFail == config.StateFailClosed {
 			// Without the lease exactly-once cannot be guaranteed: hand
 			// the message back for a later attempt.
 			delay := retryDelay(j.msg.ReceiveCount)
-			p.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
+			cl.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", cl.stateFail,
 				"retry_after", delay.Seconds(), "err", err)
-			p.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
+			cl.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
 			return state.TaskRecord{}, false
 		}
-		p.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
+		cl.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", cl.stateFail,
 			"detail", "the message's visibility is the only guard against a second run", "err", err)
-		return p.openRecord(j), true
+		return cl.openRecord(j), true
 	}
 	switch c.Result {
 	case state.AlreadyDone:
-		p.outcomes.end(j, ended{outcome: outcome.Duplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
-		p.ack(j)
+		cl.outcomes.end(j, ended{outcome: outcome.Duplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
+		cl.msgs.ack(j)
 		return state.TaskRecord{}, false
 	case state.HeldElsewhere:
-		p.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
+		cl.msgs.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
 			attrs: []any{"detail", "running on another agent", "owner", c.Record.Owner}})
 		return state.TaskRecord{}, false
 	}
@@ -281,27 +344,27 @@ func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
 
 // decide asks the limiter; false when the task must not run now (the job
 // ended, or was deferred).
-func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
+func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
 	t := j.task
 	// A slot or probe the decision takes is held under the task's lease,
 	// so that it lapses with the lease if this agent dies.
-	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: p.lease}
-	if p.dedupeKey != "" {
-		req.DedupeKey, _ = t.Field(p.dedupeKey)
+	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: cl.lease}
+	if cl.dedupeKey != "" {
+		req.DedupeKey, _ = t.Field(cl.dedupeKey)
 	}
 	var dec limiter.Decision
 	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
-		dec, err = p.limiter.Allow(ctx, req)
+		dec, err = cl.limiter.Allow(ctx, req)
 		return err
 	})
 	switch {
 	case err != nil:
-		p.handBack(j, back{why: backLimiterCancelled, detail: err.Error()})
+		cl.msgs.handBack(j, back{why: backLimiterCancelled, detail: err.Error()})
 		return false
 	case dec.Duplicate:
 		rec.Outcome, rec.Reason = outcome.Duplicate, dec.Reason
-		p.finish(j, rec, ended{outcome: outcome.Duplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
-		p.ack(j)
+		cl.fin.finish(j, rec, ended{outcome: outcome.Duplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
+		cl.msgs.ack(j)
 		return false
 	case dec.Allowed:
 		j.limitReq = &req
@@ -315,34 +378,34 @@ func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
 		// (see concurrencyDelay for when the message comes back).
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
 		if dec.Reason == limiter.ReasonConcurrency {
-			delay = concurrencyDelay(delay, p.catalog[t.Diagnostic].WithDefaults().Timeout)
+			delay = concurrencyDelay(delay, cl.catalog[t.Diagnostic].WithDefaults().Timeout)
 		}
 		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
 		if s := shadowSummary(&dec); s != "" {
 			fields["shadow"] = s
 		}
-		p.handBack(j, back{why: backLimited, after: delay, reason: dec.Reason, fields: fields,
+		cl.msgs.handBack(j, back{why: backLimited, after: delay, reason: dec.Reason, fields: fields,
 			attrs: []any{"detail", "limited by rule " + dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit}})
 		return false
 	default:
 		rec.Outcome, rec.Reason, rec.Limiter = outcome.RateLimited, dec.Reason, limiterSummary(dec)
-		p.finish(j, rec, ended{outcome: outcome.RateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
-		p.ack(j)
+		cl.fin.finish(j, rec, ended{outcome: outcome.RateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
+		cl.msgs.ack(j)
 		return false
 	}
 }
 
 // runTask runs the diagnostic while keeping the lease alive; the queue's
 // Hold keeps the message hidden.
-func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
+func (f *finisher) runTask(ctx context.Context, j *job) runner.Result {
 	t := j.task
-	diag := p.catalog[t.Diagnostic]
-	keep := p.keepAlive(ctx, j)
+	diag := f.catalog[t.Diagnostic]
+	keep := f.leases.keepAlive(ctx, j)
 	defer keep()
 	// Read past the cap, so that record redacts before it cuts.
 	run := diag.WithDefaults()
 	run.MaxOutput += redact.CutSlack
-	return p.runner.Run(ctx, run, diag.Args(t.Host, t.ID, t.Params))
+	return f.runner.Run(ctx, run, diag.Args(t.Host, t.ID, t.Params))
 }
 
 // stillOurs checks, right before the diagnostic starts, that a lease
@@ -352,19 +415,19 @@ func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
 // starting it here too would run it twice. A fresh lease is not checked, so
 // the common path costs no round trip; a store that cannot answer leaves
 // the run to go ahead, as the keeper's renewals do.
-func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
-	if !j.leased || p.clock.Now().Sub(claimed) < p.lease/3 {
+func (cl *claimer) stillOurs(j *job, claimed time.Time) bool {
+	if !j.leased || cl.clock.Now().Sub(claimed) < cl.lease/3 {
 		return true
 	}
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Renew(ctx, j.task.ID, p.instanceID, p.lease) })
+	err := cl.calls.storeCall(func(ctx context.Context) error { return cl.store.Renew(ctx, j.task.ID, cl.instanceID, cl.lease) })
 	if !errors.Is(err, state.ErrLeaseLost) {
 		if stateUnreachable(err) {
-			p.degraded("renew")
+			cl.calls.degraded("renew")
 		}
 		return true
 	}
-	p.limiterDone(j, outcome.Released)
-	p.handBack(j, back{why: backRunningElsewhere, after: p.lease + lookAgainMargin,
+	cl.limiterDone(j, outcome.Released)
+	cl.msgs.handBack(j, back{why: backRunningElsewhere, after: cl.lease + lookAgainMargin,
 		attrs: []any{"detail", "the lease lapsed between the claim and the start; another agent holds it"}})
 	return false
 }
@@ -375,7 +438,7 @@ func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
 // is bounded by redis.timeout on a context of its own (it runs on a fast
 // exit too); a failure is logged, as what it could not give back lapses
 // with the lease.
-func (p *pipeline) limiterDone(j *job, end string) {
+func (cl *claimer) limiterDone(j *job, end string) {
 	req := j.limitReq
 	if req == nil {
 		return
@@ -384,52 +447,52 @@ func (p *pipeline) limiterDone(j *job, end string) {
 	if end == runner.Cancelled {
 		end = outcome.Released
 	}
-	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, end) }); err != nil {
-		p.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
-			"outcome", end, "lease", p.lease.Seconds(), "err", err)
+	if err := cl.calls.storeCall(func(ctx context.Context) error { return cl.limiter.Done(ctx, *req, end) }); err != nil {
+		cl.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
 	}
 }
 
 // record writes the run's result and ends the job.
-func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
+func (f *finisher) record(j *job, rec state.TaskRecord, res runner.Result) {
 	t := j.task
 	if res.Outcome == runner.Cancelled {
-		p.handBack(j, back{why: backCancelled, detail: detailCancelled})
+		f.msgs.handBack(j, back{why: backCancelled, detail: detailCancelled})
 		return
 	}
 	// The one chokepoint: nothing below stores, logs or sends the output
 	// unredacted, and what is kept is cut from redacted text.
-	res.Output, res.Truncated = p.redactCut(res, p.catalog[t.Diagnostic])
+	res.Output, res.Truncated = f.redactCut(res, f.catalog[t.Diagnostic])
 	rec.Outcome = res.Outcome
 	rec.ExitCode = res.ExitCode
-	rec.FinishedAt = p.clock.Now()
+	rec.FinishedAt = f.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.
-	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
+	f.hooks.Keep(&rec, &res, f.catalog[t.Diagnostic])
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
-	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
+	f.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {
 		reason = res.Err.Error()
 	}
-	p.finish(j, rec, ended{outcome: res.Outcome, reason: reason, result: &res})
-	p.ack(j)
+	f.finish(j, rec, ended{outcome: res.Outcome, reason: reason, result: &res})
+	f.msgs.ack(j)
 }
 
 // redactCut redacts a run's output (read up to redact.CutSlack past its
 // cap) and cuts it to what is kept: the diagnostic's max_output, or
 // results.s3.max_size when the uploader takes the whole output.
-func (p *pipeline) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bool) {
+func (f *finisher) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bool) {
 	limit := int(d.WithDefaults().MaxOutput)
-	if p.uploadMax > 0 {
-		limit = max(limit, int(p.uploadMax))
+	if f.uploadMax > 0 {
+		limit = max(limit, int(f.uploadMax))
 	}
 	body := res.Output
 	if res.Truncated {
 		body = bytes.TrimSuffix(body, []byte(runner.TruncationMark))
 	}
-	out, cut := p.redactor.RedactCut(body, limit)
+	out, cut := f.redactor.RedactCut(body, limit)
 	if !res.Truncated && !cut {
 		return out, false
 	}
@@ -446,7 +509,7 @@ func (p *pipeline) reject(j *job, err error) {
 	reason := task.Reason(err)
 	if reason == task.ReasonStale {
 		p.outcomes.end(j, ended{outcome: outcome.Stale, reason: reason, detail: err.Error()})
-		p.ack(j)
+		p.msgs.ack(j)
 		return
 	}
 	if j.msg.ReceiveCount >= 5 {
@@ -454,13 +517,13 @@ func (p *pipeline) reject(j *job, err error) {
 	}
 	first := true
 	if p.marks != nil {
-		merr := p.storeCall(func(ctx context.Context) (err error) {
+		merr := p.calls.storeCall(func(ctx context.Context) (err error) {
 			first, err = p.marks.MarkOnce(ctx, "rejected:"+j.msg.ID, rejectMarkTTL)
 			return err
 		})
 		if merr != nil {
 			// Counting a reject twice beats losing it.
-			p.degraded("mark")
+			p.calls.degraded("mark")
 			p.log.Warn("state store unavailable; the rejected message is counted without knowing whether it was before",
 				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
 			first = true
@@ -473,7 +536,7 @@ func (p *pipeline) reject(j *job, err error) {
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
 		p.outcomes.drop(j)
 	}
-	switch dlErr := p.queueCall(func(ctx context.Context) error {
+	switch dlErr := p.msgs.queueCall(func(ctx context.Context) error {
 		return p.src.DeadLetter(ctx, j.msg, p.redactor.RedactString(deadReason(reason, err)))
 	}); {
 	case dlErr == nil:
@@ -483,21 +546,21 @@ func (p *pipeline) reject(j *job, err error) {
 		delay := retryDelay(j.msg.ReceiveCount)
 		p.log.Warn("dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
-		p.handBack(j, back{why: backRetry, after: delay})
+		p.msgs.handBack(j, back{why: backRetry, after: delay})
 	}
 }
 
 // releaseLease gives back the job's lease, when it has one.
-func (p *pipeline) releaseLease(j *job) {
+func (l *leases) releaseLease(j *job) {
 	if !j.leased {
 		return
 	}
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Release(ctx, j.task.ID, p.instanceID) })
+	err := l.calls.storeCall(func(ctx context.Context) error { return l.store.Release(ctx, j.task.ID, l.instanceID) })
 	if stateUnreachable(err) {
 		// The lease expires by itself.
-		p.degraded("release")
+		l.calls.degraded("release")
 	}
-	logStoreErr(p.log, err)
+	logStoreErr(l.log, err)
 }
 
 // finish writes a task's final record and ends j with e. The record, the
@@ -505,11 +568,11 @@ func (p *pipeline) releaseLease(j *job) {
 // in report.on, its report job are one store call (one round trip to a
 // standalone Redis); a record the store cannot take now is kept in the
 // backlog with all of them and written when the store answers again.
-func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
-	entry := p.outcomes.auditEntry(j, e)
+func (f *finisher) finish(j *job, rec state.TaskRecord, e ended) {
+	entry := f.outcomes.auditEntry(j, e)
 	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry}
-	x.Writes = append(x.Writes, p.hooks.Writes(rec, p.catalog[rec.Diagnostic], e.result)...)
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, x) })
+	x.Writes = append(x.Writes, f.hooks.Writes(rec, f.catalog[rec.Diagnostic], e.result)...)
+	err := f.calls.storeCall(func(ctx context.Context) error { return f.store.Finish(ctx, rec, x) })
 	switch {
 	case err == nil:
 	case errors.Is(err, state.ErrSuperseded):
@@ -517,18 +580,18 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 		// claimed the task: its attempt owns the record, its notification
 		// and its report. This run still ends in its own outcome (log,
 		// metric, audit).
-		p.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
+		f.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
 			"detail", "a later attempt owns the record; this result is logged only")
 	case errors.Is(err, state.ErrPartial):
-		p.degraded("audit")
-		p.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
+		f.calls.degraded("audit")
+		f.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
 	default:
-		p.degraded("finish")
-		p.log.Warn("recording the result failed; kept to be written when the state store answers",
+		f.calls.degraded("finish")
+		f.log.Warn("recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
-		p.keepRecord(pendingFinish{rec: rec, extras: x})
+		f.backlog.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
-	p.outcomes.close(j, e)
+	f.outcomes.close(j, e)
 }
 
 // ack deletes the message of a task that has ended. The task no longer
@@ -537,44 +600,44 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 // worker held through that wait idles for about as long as a no-op
 // diagnostic runs. A message whose delete is pending is not hoarded work:
 // should the delete fail, its redelivery ends as duplicate.
-func (p *pipeline) ack(j *job) {
+func (m *messages) ack(j *job) {
 	if j.freeSlots != nil {
 		j.freeSlots()
 	}
-	if err := p.queueCall(func(ctx context.Context) error { return p.src.Delete(ctx, j.msg) }); err != nil {
-		p.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
+	if err := m.queueCall(func(ctx context.Context) error { return m.src.Delete(ctx, j.msg) }); err != nil {
+		m.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
 	}
 }
 
 // storeCall runs one store call, bounded by redis.timeout.
-func (p *pipeline) storeCall(call func(context.Context) error) error {
-	return callWithin(p.storeTimeout, call)
+func (sc *storeCalls) storeCall(call func(context.Context) error) error {
+	return callWithin(sc.timeout, call)
 }
 
 // queueCall runs one queue call, bounded by QueueCallTimeout.
-func (p *pipeline) queueCall(call func(context.Context) error) error {
+func (m *messages) queueCall(call func(context.Context) error) error {
 	return callWithin(QueueCallTimeout, call)
 }
 
 // degraded counts a store operation that could not reach the store.
-func (p *pipeline) degraded(op string) {
-	p.outcomes.m.StateDegraded.WithLabelValues(op).Inc()
+func (sc *storeCalls) degraded(op string) {
+	sc.degradedOps.WithLabelValues(op).Inc()
 }
 
-func (p *pipeline) markRunning(id string) bool {
-	p.runningMu.Lock()
-	defer p.runningMu.Unlock()
-	if p.running[id] {
+func (l *leases) markRunning(id string) bool {
+	l.runningMu.Lock()
+	defer l.runningMu.Unlock()
+	if l.running[id] {
 		return false
 	}
-	p.running[id] = true
+	l.running[id] = true
 	return true
 }
 
-func (p *pipeline) unmarkRunning(id string) {
-	p.runningMu.Lock()
-	defer p.runningMu.Unlock()
-	delete(p.running, id)
+func (l *leases) unmarkRunning(id string) {
+	l.runningMu.Lock()
+	defer l.runningMu.Unlock()
+	delete(l.running, id)
 }
 
 // keepAlive renews the job's lease, and what its run holds in the
@@ -584,13 +647,13 @@ func (p *pipeline) unmarkRunning(id string) {
 // The message's visibility is the queue's Hold, taken when the message was
 // accepted. A task run without a lease (redis.state_fail open) renews only
 // the limiter's hold.
-func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
+func (l *leases) keepAlive(ctx context.Context, j *job) func() {
 	req := j.limitReq
 	if !j.leased && req == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	every := p.lease / 3
+	every := l.lease / 3
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(every)
@@ -602,14 +665,14 @@ func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
 			case <-t.C:
 			}
 			if j.leased {
-				p.renewLease(ctx, j, every)
+				l.renewLease(ctx, j, every)
 			}
 			if req != nil {
-				cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
-				err := p.limiter.Renew(cctx, *req, p.lease)
+				cctx, ccancel := context.WithTimeout(ctx, min(l.storeTimeout, every))
+				err := l.limiter.Renew(cctx, *req, l.lease)
 				ccancel()
 				if err != nil && ctx.Err() == nil {
-					p.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
+					l.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
 						"task_id", j.task.ID, "err", err)
 				}
 			}
@@ -620,18 +683,18 @@ func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
 
 // renewLease renews the job's execution lease once, bounded by
 // redis.timeout (at most every, the renewal period).
-func (p *pipeline) renewLease(ctx context.Context, j *job, every time.Duration) {
-	cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
-	err := p.store.Renew(cctx, j.task.ID, p.instanceID, p.lease)
+func (l *leases) renewLease(ctx context.Context, j *job, every time.Duration) {
+	cctx, ccancel := context.WithTimeout(ctx, min(l.storeTimeout, every))
+	err := l.store.Renew(cctx, j.task.ID, l.instanceID, l.lease)
 	ccancel()
 	if err == nil || ctx.Err() != nil {
 		return
 	}
 	if stateUnreachable(err) {
-		p.degraded("renew")
+		l.calls.degraded("renew")
 	}
-	logStoreErr(p.log, err)
-	p.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
+	logStoreErr(l.log, err)
+	l.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
 }
 
 // retryDelay is how long a message handed back after a failure waits,

@@ -54,9 +54,9 @@ func redactParams(red *redact.Redactor, params map[string]string) map[string]str
 
 // openRecord is the record of a task run without its lease (the store did
 // not answer and redis.state_fail is open).
-func (p *pipeline) openRecord(j *job) state.TaskRecord {
-	rec := newRecord(j, p.redactor)
-	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, p.instanceID, p.clock.Now()
+func (cl *claimer) openRecord(j *job) state.TaskRecord {
+	rec := newRecord(j, cl.redactor)
+	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, cl.instanceID, cl.clock.Now()
 	return rec
 }
 

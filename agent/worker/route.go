@@ -56,12 +56,12 @@ func (p *pipeline) routeAlert(j *job) bool {
 			delay := retryDelay(j.msg.ReceiveCount)
 			log.Warn("alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
-			p.handBack(j, back{why: backRetry, after: delay})
+			p.msgs.handBack(j, back{why: backRetry, after: delay})
 			return true
 		}
 	}
 	p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
 	p.outcomes.drop(j)
-	p.ack(j)
+	p.msgs.ack(j)
 	return true
 }

@@ -79,6 +79,7 @@ type Options struct {
 type Worker struct {
 	receiver *receiver
 	pipeline *pipeline
+	backlog  *recordBacklog
 	outcomes *outcomeRecorder
 	store    Store
 	clock    clock.Clock
@@ -96,15 +97,24 @@ func New(o Options) *Worker {
 	workers := int64(o.Workers)
 	prefetch := max(1, workers/4)
 	receive := semaphore.NewWeighted(workers + prefetch)
-	p := &pipeline{src: o.Source, store: o.Store, marks: o.Store, stateFail: o.StateFail, limiter: o.Limiter, runner: o.Runner,
-		validator: o.Validator, catalog: o.Catalog, outcomes: outcomes, drain: o.Drain, clock: o.Clock, log: o.Logger,
-		instanceID: o.InstanceID, lease: o.Lease, dedupeKey: o.DedupeKey, storeTimeout: o.StoreTimeout,
-		redactor: o.Redactor, uploadMax: o.UploadMax, hooks: o.Hooks, receive: receive, run: semaphore.NewWeighted(workers),
-		idle: make(chan struct{}, 1), hard: o.Hard, running: map[string]bool{}, alerts: o.Alerts}
+	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
+		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
+		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts}
+	p.calls = &storeCalls{timeout: o.StoreTimeout, degradedOps: o.Metrics.StateDegraded}
+	p.leases = &leases{store: o.Store, limiter: o.Limiter, calls: p.calls, log: o.Logger, instanceID: o.InstanceID,
+		lease: o.Lease, storeTimeout: o.StoreTimeout, running: map[string]bool{}}
+	p.msgs = &messages{src: o.Source, leases: p.leases, outcomes: outcomes, log: o.Logger}
+	backlog := &recordBacklog{store: o.Store, calls: p.calls, log: o.Logger, hard: o.Hard, handlers: &p.handlers}
+	p.fin = &finisher{store: o.Store, runner: o.Runner, catalog: o.Catalog, redactor: o.Redactor, uploadMax: o.UploadMax,
+		hooks: o.Hooks, outcomes: outcomes, clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs,
+		backlog: backlog}
+	p.claims = &claimer{store: o.Store, limiter: o.Limiter, catalog: o.Catalog, redactor: o.Redactor, outcomes: outcomes,
+		clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs, fin: p.fin, instanceID: o.InstanceID,
+		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
 	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: int((workers + int64(o.BatchSize) - 1) / int64(max(1, o.BatchSize)))}
-	return &Worker{receiver: r, pipeline: p, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
+	return &Worker{receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
 		instanceID: o.InstanceID, storeTimeout: o.StoreTimeout}
 }
 
@@ -123,7 +133,7 @@ func (w *Worker) InFlight() int { return w.outcomes.inFlight() }
 
 // Backlogged is the number of finished records waiting for the state
 // store to answer again.
-func (w *Worker) Backlogged() int { return w.pipeline.backlogged() }
+func (w *Worker) Backlogged() int { return w.backlog.backlogged() }
 
 // Rejected ends a task that never reached the queue (POST /v1/tasks
 // answered 400) as rejected, or stale when it is older than
