@@ -2,8 +2,10 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -123,4 +125,33 @@ func (m *messages) sendBack(j *job, b back) {
 	default:
 		m.outcomes.drop(j)
 	}
+}
+
+// messages is the queue side of a job's end: the message is acknowledged
+// or handed back.
+type messages struct {
+	src      queue.Source
+	leases   *leases
+	outcomes *outcomeRecorder
+	log      *slog.Logger
+}
+
+// ack deletes the message of a task that has ended. The task no longer
+// needs its worker or its receive slot, so they are freed first: the
+// delete is batched and may wait for a DeleteMessageBatch in flight, and a
+// worker held through that wait idles for about as long as a no-op
+// diagnostic runs. A message whose delete is pending is not hoarded work:
+// should the delete fail, its redelivery ends as duplicate.
+func (m *messages) ack(j *job) {
+	if j.freeSlots != nil {
+		j.freeSlots()
+	}
+	if err := m.queueCall(func(ctx context.Context) error { return m.src.Delete(ctx, j.msg) }); err != nil {
+		m.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
+	}
+}
+
+// queueCall runs one queue call, bounded by QueueCallTimeout.
+func (m *messages) queueCall(call func(context.Context) error) error {
+	return callWithin(QueueCallTimeout, call)
 }

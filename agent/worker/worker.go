@@ -74,7 +74,8 @@ type Options struct {
 // Worker takes tasks from the queue to their outcome: the receiver
 // (receiver.go) receives while there are free slots, the pipeline
 // (pipeline.go) takes each message through validate → route → claim →
-// decide → run → record → finish → ack, and the outcome recorder
+// decide (claim.go) → run → record → finish (finish.go) → ack
+// (handback.go), and the outcome recorder
 // (outcome.go) writes each task's one outcome.
 type Worker struct {
 	receiver *receiver
