@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -35,13 +35,13 @@ func TestTaskRecordAPI(t *testing.T) {
 		return ta.outcome(outcome.Succeeded) == 2 && ta.outcome(outcome.RateLimited) == 1
 	})
 
-	views := map[string]hooks.TaskView{}
+	views := map[string]taskview.Task{}
 	for _, id := range []string{"e1", "e2", "e3"} {
 		code, body := ta.get(t, "/v1/tasks/"+id)
 		if code != http.StatusOK {
 			t.Fatalf("GET /v1/tasks/%s: %d %s", id, code, body)
 		}
-		var v hooks.TaskView
+		var v taskview.Task
 		if err := json.Unmarshal(body, &v); err != nil {
 			t.Fatal(err)
 		}

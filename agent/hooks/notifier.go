@@ -58,7 +58,7 @@ func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 	if rec.FinishedAt.IsZero() {
 		rec.FinishedAt = n.clock.Now()
 	}
-	v := NewTaskView(rec)
+	v := rec.View()
 	entries, err := n.d.Entries(notify.Event{Type: typ, Task: &v})
 	if err != nil {
 		n.log.Warn("notification not written to the outbox; it is lost", "event", string(typ), "task_id", rec.ID, "err", err)

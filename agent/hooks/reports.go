@@ -136,7 +136,7 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 		if err != nil || !found {
 			return nil //nolint:nilerr // the report is stored; only its event is lost
 		}
-		v := NewTaskView(rec)
+		v := rec.View()
 		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -26,7 +27,7 @@ func taskRecords() map[string]state.TaskRecord {
 		Output: "line 1\nline 2\n", Truncated: true, Outcome: outcome.Failed, Reason: "exit status 3",
 		Params: map[string]string{"path": "/var", "depth": "2"}, Severity: "critical",
 		Origin: "investigation", Parent: "t-0", Investigation: "inv-1", Step: 2,
-		Alert:      &state.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
+		Alert:      &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
 		ReceivedAt: at.Add(-time.Second), OutputURL: "s3://bucket/t-1.txt", OutputUpload: "failed",
 		Limiter: json.RawMessage(`{"rule":"default","allowed":true}`), Report: json.RawMessage(`{"status":"ok"}`)}
 	notStarted := state.TaskRecord{ID: "t-2", Status: state.StatusDone, Attempts: 1, Host: "web-2", Diagnostic: "df",
@@ -46,7 +47,7 @@ func TestTaskJSON(t *testing.T) {
 	diag := &runner.Diagnostic{Name: "df", Command: []string{"/bin/df", "-h", "{param.path}"}, Params: map[string]string{"path": ".*"}}
 	at := time.Date(2026, 11, 30, 15, 0, 2, 0, time.UTC)
 	for name, rec := range taskRecords() {
-		view := NewTaskView(rec)
+		view := rec.View()
 		shapes := map[string]any{
 			"record":   rec,
 			"view":     view,

@@ -9,6 +9,7 @@ import (
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -27,7 +28,7 @@ func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 	rec := state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Params: redactParams(red, t.Params), Severity: t.Severity,
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	if t.Alert != (task.Alert{}) {
-		rec.Alert = &state.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID}
+		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID}
 	}
 	return rec
 }

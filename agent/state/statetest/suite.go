@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -739,7 +740,7 @@ func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *clock.Manua
 	rec := task("full")
 	rec.Params = map[string]string{"mount": "/var"}
 	rec.Severity = "critical"
-	rec.Alert = &state.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "fp-1"}
+	rec.Alert = &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "fp-1"}
 	rec.ReceivedAt = c.Now().Add(-time.Second)
 	cl, err := s.Claim(ctx, rec, "a", lease)
 	if err != nil || cl.Result != state.Claimed {
