@@ -119,6 +119,9 @@ func (u *uploader) put(key string, body []byte) error {
 		ContentLength: aws.Int64(int64(len(body))),
 		ContentType:   aws.String("text/plain; charset=utf-8"),
 	}
+	if u.cfg.StorageClass != "" {
+		in.StorageClass = types.StorageClass(u.cfg.StorageClass)
+	}
 	switch u.cfg.SSE {
 	case config.SSEAES256:
 		in.ServerSideEncryption = types.ServerSideEncryptionAes256
