@@ -199,7 +199,8 @@ func checkRecordKeepsMaxOutput(t *testing.T, rec state.TaskRecord, redacted stri
 }
 
 // An uploaded output: the object at prefix/YYYY/MM/DD/<id>.txt holds the
-// whole redacted output, PutObject asked for the configured encryption,
+// whole redacted output, PutObject asked for the configured encryption and
+// storage class,
 // the record carries output_url and keeps max_output, the view and the
 // metric say so.
 func TestUploadFullOutput(t *testing.T) {
@@ -210,11 +211,11 @@ func TestUploadFullOutput(t *testing.T) {
 		headers   map[string]string
 	}{
 		{"kms", "sse: aws:kms\n    kms_key_id: alias/autodiag\n", map[string]string{
-			"X-Amz-Server-Side-Encryption": "aws:kms", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "alias/autodiag"}},
-		{"aes256", "sse: AES256\n", map[string]string{
-			"X-Amz-Server-Side-Encryption": "AES256", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": ""}},
+			"X-Amz-Server-Side-Encryption": "aws:kms", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "alias/autodiag", "X-Amz-Storage-Class": ""}},
+		{"aes256", "sse: AES256\n    storage_class: STANDARD_IA\n", map[string]string{
+			"X-Amz-Server-Side-Encryption": "AES256", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "", "X-Amz-Storage-Class": "STANDARD_IA"}},
 		{"bucket default", "", map[string]string{
-			"X-Amz-Server-Side-Encryption": "", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": ""}},
+			"X-Amz-Server-Side-Encryption": "", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "", "X-Amz-Storage-Class": ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -325,10 +326,11 @@ results:
     sse: aws:sha
     kms_key_id: alias/x
     timeout: 1m
+    storage_class: GLACIER
 `
 	_, err := config.Load([]byte(yaml), nil)
 	want := map[string]int{"results.s3.bucket": 5, "results.s3.prefix": 6, "results.s3.max_size": 7,
-		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10}
+		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10, "results.s3.storage_class": 11}
 	wantProblemLines(t, err, want)
 	cfg, err := config.Load([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
 	if err != nil {
