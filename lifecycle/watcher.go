@@ -92,6 +92,37 @@ type Watcher struct {
 	served  bool          // InService has been seen
 	changed chan struct{} // closed and replaced when state or known changes
 
+	imds *imdsSource
+	sqs  *sqsSource
+}
+
+// imdsSource is the imds source: it polls instance metadata for the
+// target lifecycle state (which it hands to the Watcher's state) and the
+// spot, rebalance and maintenance notices.
+type imdsSource struct {
+	cfg    Config
+	d      Deps
+	log    *slog.Logger
+	m      *metrics
+	states stateSink
+}
+
+// stateSink is where the imds source puts the target lifecycle state it
+// reads: the Watcher.
+type stateSink interface {
+	returning(state string) bool
+	setState(state string)
+}
+
+// sqsSource is the sqs source: it receives the Auto Scaling lifecycle
+// notifications, keeps this instance's, hands the others back or over
+// (handoff.go), and deletes the stale ones.
+type sqsSource struct {
+	cfg Config
+	d   Deps
+	log *slog.Logger
+	m   *metrics
+
 	// onGraceDecided, when set, is called as a cancelled notification poll's
 	// grace ends, with whether its answer had begun (tests observe it).
 	onGraceDecided func(answering bool)
@@ -113,8 +144,11 @@ func NewWatcher(cfg Config, d Deps) (*Watcher, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
-		changed: make(chan struct{})}, nil
+	w := &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
+		changed: make(chan struct{})}
+	w.imds = &imdsSource{cfg: cfg, d: d, log: w.log, m: w.m, states: w}
+	w.sqs = &sqsSource{cfg: cfg, d: d, log: w.log, m: w.m}
+	return w, nil
 }
 
 // State returns the last autoscaling/target-lifecycle-state read by Run or
@@ -210,12 +244,12 @@ func (w *Watcher) Run(ctx context.Context, fire func(Trigger)) error {
 	found := make(chan Trigger, 3)
 	var wg sync.WaitGroup
 	if w.cfg.Has(SourceIMDS) {
-		wg.Go(func() { w.runIMDS(ctx, found) })
+		wg.Go(func() { w.imds.runIMDS(ctx, found) })
 	}
 	if w.cfg.Has(SourceSQS) {
-		wg.Go(func() { w.runSQS(ctx, found) })
+		wg.Go(func() { w.sqs.runSQS(ctx, found) })
 		if w.d.Handoff != nil {
-			wg.Go(func() { w.runHandoff(ctx, found) })
+			wg.Go(func() { w.sqs.runHandoff(ctx, found) })
 		}
 	}
 
@@ -268,7 +302,7 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 	if !w.cfg.Has(SourceIMDS) {
 		return nil, nil
 	}
-	state, err := w.getMetadata(ctx, pathTargetLifecycleState)
+	state, err := w.imds.getMetadata(ctx, pathTargetLifecycleState)
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: probe %s: %w", pathTargetLifecycleState, err)
 	}
@@ -276,7 +310,7 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 	if !isTerminating(state) && !w.returning(state) {
 		return nil, nil
 	}
-	return w.imdsAction(ctx), nil
+	return w.imds.imdsAction(ctx), nil
 }
 
 // TargetLifecycleState reads the instance's target lifecycle state from
@@ -286,7 +320,7 @@ func (w *Watcher) TargetLifecycleState(ctx context.Context) (string, error) {
 	if !w.cfg.Has(SourceIMDS) {
 		return "", nil
 	}
-	state, err := w.getMetadata(ctx, pathTargetLifecycleState)
+	state, err := w.imds.getMetadata(ctx, pathTargetLifecycleState)
 	if err != nil {
 		return "", fmt.Errorf("lifecycle: %s: %w", pathTargetLifecycleState, err)
 	}
@@ -296,14 +330,14 @@ func (w *Watcher) TargetLifecycleState(ctx context.Context) (string, error) {
 // imdsAction builds the action announced by IMDS; the ASG name comes from
 // the configuration or DescribeAutoScalingInstances (left empty when that
 // fails: the Actor resolves it again before calling Auto Scaling).
-func (w *Watcher) imdsAction(ctx context.Context) *Action {
-	act := &Action{InstanceID: w.d.InstanceID, ASGName: w.cfg.ASGName, HookName: w.cfg.HookName, Started: w.d.Clock.Now()}
+func (im *imdsSource) imdsAction(ctx context.Context) *Action {
+	act := &Action{InstanceID: im.d.InstanceID, ASGName: im.cfg.ASGName, HookName: im.cfg.HookName, Started: im.d.Clock.Now()}
 	if act.ASGName == "" {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		name, err := resolveASG(rctx, w.d.AutoScaling, act.InstanceID)
+		name, err := resolveASG(rctx, im.d.AutoScaling, act.InstanceID)
 		if err != nil {
-			w.log.Warn("resolve auto scaling group; the actor retries", "instance_id", act.InstanceID, "err", err)
+			im.log.Warn("resolve auto scaling group; the actor retries", "instance_id", act.InstanceID, "err", err)
 		}
 		act.ASGName = name
 	}
@@ -311,8 +345,8 @@ func (w *Watcher) imdsAction(ctx context.Context) *Action {
 }
 
 // getMetadata reads an IMDS path; a 404 (nothing to report yet) is "", nil.
-func (w *Watcher) getMetadata(ctx context.Context, path string) (string, error) {
-	out, err := w.d.IMDS.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+func (im *imdsSource) getMetadata(ctx context.Context, path string) (string, error) {
+	out, err := im.d.IMDS.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
 	if err != nil {
 		var st interface{ HTTPStatusCode() int }
 		if errors.As(err, &st) && st.HTTPStatusCode() == http.StatusNotFound {
@@ -361,26 +395,26 @@ func parseEventTime(s string) (time.Time, error) {
 // drain_on only when listed (the others are not read, so they are
 // ignored). A terminating state wins (its action is carried by a spot
 // trigger too); then spot, scheduled events, rebalance.
-func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
-	state, errState := w.getMetadata(ctx, pathTargetLifecycleState)
+func (im *imdsSource) pollIMDS(ctx context.Context) (*Trigger, error) {
+	state, errState := im.getMetadata(ctx, pathTargetLifecycleState)
 	var spot, rebalance, scheduled string
 	var errSpot, errRebalance, errScheduled error
-	if w.cfg.Drains(DrainOnSpot) {
-		spot, errSpot = w.getMetadata(ctx, pathSpotInstanceAction)
+	if im.cfg.Drains(DrainOnSpot) {
+		spot, errSpot = im.getMetadata(ctx, pathSpotInstanceAction)
 	}
-	if w.cfg.Drains(DrainOnScheduled) {
-		scheduled, errScheduled = w.getMetadata(ctx, pathScheduledEvents)
+	if im.cfg.Drains(DrainOnScheduled) {
+		scheduled, errScheduled = im.getMetadata(ctx, pathScheduledEvents)
 	}
-	if w.cfg.Drains(DrainOnRebalance) {
-		rebalance, errRebalance = w.getMetadata(ctx, pathRebalance)
+	if im.cfg.Drains(DrainOnRebalance) {
+		rebalance, errRebalance = im.getMetadata(ctx, pathRebalance)
 	}
-	now := w.d.Clock.Now()
+	now := im.d.Clock.Now()
 
 	var act *Action
 	if errState == nil {
-		w.setState(state)
-		if isTerminating(state) || w.returning(state) {
-			act = w.imdsAction(ctx)
+		im.states.setState(state)
+		if isTerminating(state) || im.states.returning(state) {
+			act = im.imdsAction(ctx)
 		}
 	}
 	if errSpot == nil && spot != "" {
@@ -401,7 +435,7 @@ func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
 			Reason: fmt.Sprintf("target-lifecycle-state is %s (Terminating:Wait)", state)}, nil
 	}
 	if errScheduled == nil && scheduled != "" {
-		tr, err := w.scheduledTrigger(scheduled, now)
+		tr, err := im.scheduledTrigger(scheduled, now)
 		if tr != nil {
 			return tr, nil
 		}
@@ -423,7 +457,7 @@ func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
 // drain time (NotBefore − scheduled_event_lead) is earliest and has come,
 // or nil. The drain's deadline is NotBefore minus SpotSafetyMargin while
 // that is ahead, else the agent's drain_timeout applies.
-func (w *Watcher) scheduledTrigger(body string, now time.Time) (*Trigger, error) {
+func (im *imdsSource) scheduledTrigger(body string, now time.Time) (*Trigger, error) {
 	var events []scheduledEvent
 	if err := json.Unmarshal([]byte(body), &events); err != nil {
 		return nil, fmt.Errorf("decode %s %q: %w", pathScheduledEvents, body, err)
@@ -444,7 +478,7 @@ func (w *Watcher) scheduledTrigger(body string, now time.Time) (*Trigger, error)
 			best, bestAt = &events[i], nb
 		}
 	}
-	if best == nil || now.Before(bestAt.Add(-w.cfg.ScheduledEventLead)) {
+	if best == nil || now.Before(bestAt.Add(-im.cfg.ScheduledEventLead)) {
 		return nil, errors.Join(errs...)
 	}
 	tr := &Trigger{Source: sourceScheduledEvent, At: now,
@@ -455,10 +489,10 @@ func (w *Watcher) scheduledTrigger(body string, now time.Time) (*Trigger, error)
 	return tr, nil
 }
 
-func (w *Watcher) runIMDS(ctx context.Context, found chan<- Trigger) {
-	bo := newBackoff(w.cfg.IMDSPollInterval, imdsMaxBackoff(w.cfg.IMDSPollInterval))
+func (im *imdsSource) runIMDS(ctx context.Context, found chan<- Trigger) {
+	bo := newBackoff(im.cfg.IMDSPollInterval, imdsMaxBackoff(im.cfg.IMDSPollInterval))
 	for {
-		tr, err := w.pollIMDS(ctx)
+		tr, err := im.pollIMDS(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -466,15 +500,15 @@ func (w *Watcher) runIMDS(ctx context.Context, found chan<- Trigger) {
 			found <- *tr
 			return
 		}
-		wait := w.cfg.IMDSPollInterval
+		wait := im.cfg.IMDSPollInterval
 		if err != nil {
-			w.m.sourceErrors.WithLabelValues(SourceIMDS).Inc()
+			im.m.sourceErrors.WithLabelValues(SourceIMDS).Inc()
 			wait = bo.NextBackOff()
-			w.log.Warn("poll instance metadata; retrying", "source", SourceIMDS, "retry_in", wait, "err", err)
+			im.log.Warn("poll instance metadata; retrying", "source", SourceIMDS, "retry_in", wait, "err", err)
 		} else {
 			bo.Reset()
 		}
-		if sleep(ctx, w.d.Clock, wait) != nil {
+		if sleep(ctx, im.d.Clock, wait) != nil {
 			return
 		}
 	}
@@ -503,18 +537,18 @@ func notificationVisibility(heartbeat time.Duration) int32 {
 	return int32(min(v, 12*time.Hour) / time.Second)
 }
 
-func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
+func (sq *sqsSource) runSQS(ctx context.Context, found chan<- Trigger) {
 	bo := newBackoff(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
-		out, err := w.receive(ctx)
+		out, err := sq.receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			w.m.sourceErrors.WithLabelValues(SourceSQS).Inc()
+			sq.m.sourceErrors.WithLabelValues(SourceSQS).Inc()
 			wait := bo.NextBackOff()
-			w.log.Warn("receive lifecycle notifications; retrying", "source", SourceSQS, "retry_in", wait, "err", err)
-			if sleep(ctx, w.d.Clock, wait) != nil {
+			sq.log.Warn("receive lifecycle notifications; retrying", "source", SourceSQS, "retry_in", wait, "err", err)
+			if sleep(ctx, sq.d.Clock, wait) != nil {
 				return
 			}
 			continue
@@ -528,7 +562,7 @@ func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
 		var mine *Trigger
 		released := false
 		for _, msg := range out.Messages {
-			tr, rel := w.handleMessage(hctx, msg, mine)
+			tr, rel := sq.handleMessage(hctx, msg, mine)
 			if tr != nil {
 				mine = tr
 			}
@@ -540,7 +574,7 @@ func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
 			return
 		}
 		if released {
-			if sleep(ctx, w.d.Clock, foreignPause) != nil {
+			if sleep(ctx, sq.d.Clock, foreignPause) != nil {
 				return
 			}
 		}
@@ -563,7 +597,7 @@ const answerReadLimit = time.Second
 // a poll in progress when ctx ends is aborted after NotificationReceiveGrace
 // unless its answer has begun, which is then read (and returned with a nil
 // error).
-func (w *Watcher) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error) {
+func (sq *sqsSource) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -587,8 +621,8 @@ func (w *Watcher) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error
 	stopGrace := context.AfterFunc(ctx, func() {
 		after(NotificationReceiveGrace, func() {
 			begun := answering.Load()
-			if w.onGraceDecided != nil {
-				w.onGraceDecided(begun)
+			if sq.onGraceDecided != nil {
+				sq.onGraceDecided(begun)
 			}
 			if begun {
 				after(answerReadLimit, cancel)
@@ -606,8 +640,8 @@ func (w *Watcher) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error
 		}
 		mu.Unlock()
 	}()
-	out, err := w.d.SQS.ReceiveMessage(pctx, &sqs.ReceiveMessageInput{
-		QueueUrl:            aws.String(w.cfg.QueueURL),
+	out, err := sq.d.SQS.ReceiveMessage(pctx, &sqs.ReceiveMessageInput{
+		QueueUrl:            aws.String(sq.cfg.QueueURL),
 		MaxNumberOfMessages: 10,
 		WaitTimeSeconds:     int32(sqsWaitTime / time.Second),
 	})
@@ -624,11 +658,11 @@ func (w *Watcher) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error
 // timeout without a heartbeat: hook_heartbeat_timeout when configured and
 // the notice is of our terminating hook (any, when hook_name is empty), else the longest Auto Scaling allows (2 h), which no action
 // outlives unheartbeated.
-func (w *Watcher) orphanLimit(n notification) time.Time {
+func (sq *sqsSource) orphanLimit(n notification) time.Time {
 	hbt := maxHookHeartbeatTimeout
-	ourHook := w.cfg.HookName == "" || n.HookName == w.cfg.HookName
-	if ourHook && n.Transition == transitionTerminating && w.cfg.HookHeartbeatTimeout > 0 {
-		hbt = w.cfg.HookHeartbeatTimeout
+	ourHook := sq.cfg.HookName == "" || n.HookName == sq.cfg.HookName
+	if ourHook && n.Transition == transitionTerminating && sq.cfg.HookHeartbeatTimeout > 0 {
+		hbt = sq.cfg.HookHeartbeatTimeout
 	}
 	return n.Time.Add(hbt)
 }
@@ -639,16 +673,16 @@ func (w *Watcher) orphanLimit(n notification) time.Time {
 // when set, says no agent claims the instance. An agent holding its notice
 // keeps it hidden, so a visible one past that point only cycles through the
 // fleet until the queue's retention or redrive drops it.
-func (w *Watcher) orphaned(ctx context.Context, n notification, log *slog.Logger) bool {
-	if n.Time.IsZero() || w.d.Clock.Now().Before(w.orphanLimit(n)) {
+func (sq *sqsSource) orphaned(ctx context.Context, n notification, log *slog.Logger) bool {
+	if n.Time.IsZero() || sq.d.Clock.Now().Before(sq.orphanLimit(n)) {
 		return false
 	}
-	if w.d.Claimed == nil {
+	if sq.d.Claimed == nil {
 		return true
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	claimed, err := w.d.Claimed(cctx, n.InstanceID)
+	claimed, err := sq.d.Claimed(cctx, n.InstanceID)
 	if err != nil {
 		log.Warn("could not learn whether an agent claims the lifecycle action; notification kept", "for_instance", n.InstanceID, "err", err)
 		return false
@@ -662,9 +696,9 @@ func (w *Watcher) orphaned(ctx context.Context, n notification, log *slog.Logger
 // made visible again and never deleted, ours kept invisible and returned as
 // a trigger, malformed ones left to the queue's redrive policy. released
 // says the message was made visible again at once.
-func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Trigger) (tr *Trigger, released bool) {
+func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, mine *Trigger) (tr *Trigger, released bool) {
 	id, receipt := aws.ToString(msg.MessageId), aws.ToString(msg.ReceiptHandle)
-	log := w.log.With("message_id", id, "source", SourceSQS)
+	log := sq.log.With("message_id", id, "source", SourceSQS)
 	body := aws.ToString(msg.Body)
 	n, err := parseNotification(body)
 	switch {
@@ -673,51 +707,51 @@ func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Tr
 		return nil, false
 	case n.Test:
 		log.Info("consumed autoscaling:TEST_NOTIFICATION", "asg", n.ASGName)
-		w.deleteMessage(ctx, receipt, log)
+		sq.deleteMessage(ctx, receipt, log)
 		return nil, false
-	case n.InstanceID == w.d.InstanceID && n.Transition == transitionLaunching &&
-		w.cfg.LaunchHookName != "" && n.HookName == w.cfg.LaunchHookName:
+	case n.InstanceID == sq.d.InstanceID && n.Transition == transitionLaunching &&
+		sq.cfg.LaunchHookName != "" && n.HookName == sq.cfg.LaunchHookName:
 		log.Info("launching notification for this instance; deleted (the launch gate completes it by instance id)",
 			"hook", n.HookName, "destination", n.Destination)
-		w.deleteMessage(ctx, receipt, log)
+		sq.deleteMessage(ctx, receipt, log)
 		return nil, false
-	case n.InstanceID != w.d.InstanceID || n.Transition != transitionTerminating ||
-		(w.cfg.HookName != "" && n.HookName != w.cfg.HookName):
-		if w.handOff(ctx, n, body, log) {
-			w.deleteMessage(ctx, receipt, log)
+	case n.InstanceID != sq.d.InstanceID || n.Transition != transitionTerminating ||
+		(sq.cfg.HookName != "" && n.HookName != sq.cfg.HookName):
+		if sq.handOff(ctx, n, body, log) {
+			sq.deleteMessage(ctx, receipt, log)
 			return nil, false
 		}
-		if n.InstanceID != w.d.InstanceID && w.orphaned(ctx, n, log) {
+		if n.InstanceID != sq.d.InstanceID && sq.orphaned(ctx, n, log) {
 			log.Warn("lifecycle notification no agent will take: its instance is unclaimed and its action's heartbeat timeout has passed; deleted",
 				"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName, "asg", n.ASGName,
-				"age_seconds", w.d.Clock.Now().Sub(n.Time).Seconds())
-			w.m.orphaned.WithLabelValues(transitionLabel(n.Transition)).Inc()
-			w.deleteMessage(ctx, receipt, log)
+				"age_seconds", sq.d.Clock.Now().Sub(n.Time).Seconds())
+			sq.m.orphaned.WithLabelValues(transitionLabel(n.Transition)).Inc()
+			sq.deleteMessage(ctx, receipt, log)
 			return nil, false
 		}
 		log.Debug("lifecycle notification not for us; left for its owner",
 			"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName)
-		w.setVisibility(ctx, receipt, 0, log)
+		sq.setVisibility(ctx, receipt, 0, log)
 		return nil, true
 	case mine != nil && mine.Action.Token == n.Token:
 		log.Info("duplicate delivery of our lifecycle notification; deleted")
-		w.deleteMessage(ctx, receipt, log)
+		sq.deleteMessage(ctx, receipt, log)
 		return nil, false
 	case mine != nil:
 		log.Warn("second lifecycle action for this instance in one batch; left for later", "hook", n.HookName)
-		w.setVisibility(ctx, receipt, 0, log)
+		sq.setVisibility(ctx, receipt, 0, log)
 		return nil, true
 	}
-	w.setVisibility(ctx, receipt, notificationVisibility(w.cfg.HeartbeatInterval), log)
+	sq.setVisibility(ctx, receipt, notificationVisibility(sq.cfg.HeartbeatInterval), log)
 	started := n.Time
 	if started.IsZero() {
-		started = w.d.Clock.Now()
+		started = sq.d.Clock.Now()
 	}
 	return &Trigger{
-		Source: SourceSQS, At: w.d.Clock.Now(),
+		Source: SourceSQS, At: sq.d.Clock.Now(),
 		Reason: fmt.Sprintf("lifecycle notification %s for hook %s of %s", n.Transition, n.HookName, n.ASGName),
 		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token,
-			Started: started, NotificationQueueURL: w.cfg.QueueURL, NotificationReceipt: receipt},
+			Started: started, NotificationQueueURL: sq.cfg.QueueURL, NotificationReceipt: receipt},
 	}, false
 }
 
@@ -732,20 +766,20 @@ func transitionLabel(t string) string {
 	return "other"
 }
 
-func (w *Watcher) deleteMessage(ctx context.Context, receipt string, log *slog.Logger) {
-	_, err := w.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(receipt)})
+func (sq *sqsSource) deleteMessage(ctx context.Context, receipt string, log *slog.Logger) {
+	_, err := sq.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(sq.cfg.QueueURL), ReceiptHandle: aws.String(receipt)})
 	if err != nil && ctx.Err() == nil {
 		log.Warn("delete message", "err", err)
 	}
 }
 
-func (w *Watcher) setVisibility(ctx context.Context, receipt string, seconds int32, log *slog.Logger) {
+func (sq *sqsSource) setVisibility(ctx context.Context, receipt string, seconds int32, log *slog.Logger) {
 	// Detached: a message left hidden because the watcher stopped mid-batch
 	// would delay another instance's drain.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := w.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(receipt), VisibilityTimeout: seconds,
+	_, err := sq.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(sq.cfg.QueueURL), ReceiptHandle: aws.String(receipt), VisibilityTimeout: seconds,
 	})
 	if err != nil {
 		log.Warn("change message visibility", "visibility_seconds", seconds, "err", err)
