@@ -31,12 +31,20 @@ type Actor struct {
 	launchMu sync.Mutex        // serialises LaunchGate calls
 	launched map[string]string // destination → launch result sent
 
+	notices *noticeMessages
+
 	mu        sync.Mutex
 	asg       string        // resolved ASG name, cached
 	beatEvery time.Duration // the interval Heartbeat settled on (0 before it ran)
 	status    ActorStatus
 	launch    LaunchStatus
 }
+
+// noticeMessages is what the Actor does to the lifecycle notification of
+// an action announced on the sqs source (or handed over by another
+// instance): keep it invisible while draining, delete it, forget the
+// handed notices once the action is done.
+type noticeMessages struct{ d Deps }
 
 // ActorStatus is what the agent shows in /v1/status drain.lifecycle.
 type ActorStatus struct {
@@ -53,7 +61,7 @@ type ActorStatus struct {
 func NewActor(cfg Config, d Deps) *Actor {
 	d = d.withDefaults()
 	return &Actor{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
-		completed: map[string]string{}, launched: map[string]string{}, asg: cfg.ASGName}
+		completed: map[string]string{}, launched: map[string]string{}, asg: cfg.ASGName, notices: &noticeMessages{d: d}}
 }
 
 // Status returns a snapshot for status reporting.
@@ -213,7 +221,7 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 			return nil
 		}
 		next = next.Add(interval)
-		a.extendNotification(ctx, act, interval, log)
+		a.notices.extendNotification(ctx, act, interval, log)
 		err := a.beat(ctx, act, interval, next, sw, log)
 		switch {
 		case ctx.Err() != nil:
@@ -309,11 +317,11 @@ func (a *Actor) beatOnce(ctx context.Context, act Action, interval time.Duration
 }
 
 // extendNotification keeps our SQS notification invisible while draining.
-func (a *Actor) extendNotification(ctx context.Context, act Action, interval time.Duration, log *slog.Logger) {
-	if act.NotificationReceipt == "" || a.d.SQS == nil {
+func (nm *noticeMessages) extendNotification(ctx context.Context, act Action, interval time.Duration, log *slog.Logger) {
+	if act.NotificationReceipt == "" || nm.d.SQS == nil {
 		return
 	}
-	_, err := a.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+	_, err := nm.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
 		VisibilityTimeout: notificationVisibility(interval),
 	})
@@ -376,8 +384,8 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 		a.status.NoActiveAction = true
 	}
 	a.mu.Unlock()
-	a.deleteNotification(ctx, act, log)
-	a.forgetHanded(ctx, act, log)
+	a.notices.deleteNotification(ctx, act, log)
+	a.notices.forgetHanded(ctx, act, log)
 	return nil
 }
 
@@ -485,23 +493,23 @@ func (a *Actor) keepAliveWhileCompleting(ctx context.Context, act Action, log *s
 }
 
 // deleteNotification removes our SQS notification once the action is done.
-func (a *Actor) deleteNotification(ctx context.Context, act Action, log *slog.Logger) {
+func (nm *noticeMessages) deleteNotification(ctx context.Context, act Action, log *slog.Logger) {
 	if act.NotificationReceipt == "" {
 		return
 	}
-	if a.d.SQS == nil {
+	if nm.d.SQS == nil {
 		log.Warn("no SQS client to delete the lifecycle notification")
 		return
 	}
 	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
-		_, err := a.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+		_, err := nm.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{
 			QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
 		})
 		if err == nil {
 			return
 		}
-		if !isRetryable(err) || sleep(ctx, a.d.Clock, bo.NextBackOff()) != nil {
+		if !isRetryable(err) || sleep(ctx, nm.d.Clock, bo.NextBackOff()) != nil {
 			log.Error("delete lifecycle notification; it will reappear and be completed as no_action", "err", err)
 			return
 		}

@@ -142,13 +142,13 @@ func (sq *sqsSource) handedTrigger(hn HandedNotice) *Trigger {
 // forgetHanded drops the notices handed to this instance once its action
 // is done, so a later life of the instance (back from a warm pool) does not
 // find them.
-func (a *Actor) forgetHanded(ctx context.Context, act Action, log *slog.Logger) {
-	if a.d.Handoff == nil || act.InstanceID != a.d.InstanceID {
+func (nm *noticeMessages) forgetHanded(ctx context.Context, act Action, log *slog.Logger) {
+	if nm.d.Handoff == nil || act.InstanceID != nm.d.InstanceID {
 		return
 	}
 	fctx, cancel := context.WithTimeout(ctx, handoffTimeout)
 	defer cancel()
-	if err := a.d.Handoff.Forget(fctx, act.InstanceID); err != nil {
+	if err := nm.d.Handoff.Forget(fctx, act.InstanceID); err != nil {
 		log.Warn("could not drop the lifecycle notices handed to this instance; they expire with their TTL", "err", err)
 	}
 }
