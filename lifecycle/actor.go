@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // DefaultCompleteTimeout bounds Complete when the caller's context has no
@@ -39,12 +38,6 @@ type Actor struct {
 	status    ActorStatus
 	launch    LaunchStatus
 }
-
-// noticeMessages is what the Actor does to the lifecycle notification of
-// an action announced on the sqs source (or handed over by another
-// instance): keep it invisible while draining, delete it, forget the
-// handed notices once the action is done.
-type noticeMessages struct{ d Deps }
 
 // ActorStatus is what the agent shows in /v1/status drain.lifecycle.
 type ActorStatus struct {
@@ -316,20 +309,6 @@ func (a *Actor) beatOnce(ctx context.Context, act Action, interval time.Duration
 	}
 }
 
-// extendNotification keeps our SQS notification invisible while draining.
-func (nm *noticeMessages) extendNotification(ctx context.Context, act Action, interval time.Duration, log *slog.Logger) {
-	if act.NotificationReceipt == "" || nm.d.SQS == nil {
-		return
-	}
-	_, err := nm.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
-		VisibilityTimeout: notificationVisibility(interval),
-	})
-	if err != nil && ctx.Err() == nil {
-		log.Warn("extend lifecycle notification visibility", "err", err)
-	}
-}
-
 // Complete calls CompleteLifecycleAction until it succeeds once (result
 // CONTINUE or ABANDON), on ctx (pass a detached, bounded context; one
 // without a deadline is bounded by DefaultCompleteTimeout), retrying
@@ -490,28 +469,4 @@ func (a *Actor) keepAliveWhileCompleting(ctx context.Context, act Action, log *s
 		log.Info("heartbeat sent while completion is retried")
 	}
 	return isNoActiveAction(err)
-}
-
-// deleteNotification removes our SQS notification once the action is done.
-func (nm *noticeMessages) deleteNotification(ctx context.Context, act Action, log *slog.Logger) {
-	if act.NotificationReceipt == "" {
-		return
-	}
-	if nm.d.SQS == nil {
-		log.Warn("no SQS client to delete the lifecycle notification")
-		return
-	}
-	bo := newBackoff(200*time.Millisecond, 5*time.Second)
-	for {
-		_, err := nm.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{
-			QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
-		})
-		if err == nil {
-			return
-		}
-		if !isRetryable(err) || sleep(ctx, nm.d.Clock, bo.NextBackOff()) != nil {
-			log.Error("delete lifecycle notification; it will reappear and be completed as no_action", "err", err)
-			return
-		}
-	}
 }

@@ -138,17 +138,3 @@ func (sq *sqsSource) handedTrigger(hn HandedNotice) *Trigger {
 		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token, Started: started},
 	}
 }
-
-// forgetHanded drops the notices handed to this instance once its action
-// is done, so a later life of the instance (back from a warm pool) does not
-// find them.
-func (nm *noticeMessages) forgetHanded(ctx context.Context, act Action, log *slog.Logger) {
-	if nm.d.Handoff == nil || act.InstanceID != nm.d.InstanceID {
-		return
-	}
-	fctx, cancel := context.WithTimeout(ctx, handoffTimeout)
-	defer cancel()
-	if err := nm.d.Handoff.Forget(fctx, act.InstanceID); err != nil {
-		log.Warn("could not drop the lifecycle notices handed to this instance; they expire with their TTL", "err", err)
-	}
-}

@@ -253,3 +253,61 @@ func (sq *sqsSource) setVisibility(ctx context.Context, receipt string, seconds 
 		log.Warn("change message visibility", "visibility_seconds", seconds, "err", err)
 	}
 }
+
+// noticeMessages is what the Actor does to the lifecycle notification of
+// an action announced on the sqs source (or handed over by another
+// instance): keep it invisible while draining, delete it, forget the
+// handed notices once the action is done.
+type noticeMessages struct{ d Deps }
+
+// extendNotification keeps our SQS notification invisible while draining.
+func (nm *noticeMessages) extendNotification(ctx context.Context, act Action, interval time.Duration, log *slog.Logger) {
+	if act.NotificationReceipt == "" || nm.d.SQS == nil {
+		return
+	}
+	_, err := nm.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
+		VisibilityTimeout: notificationVisibility(interval),
+	})
+	if err != nil && ctx.Err() == nil {
+		log.Warn("extend lifecycle notification visibility", "err", err)
+	}
+}
+
+// deleteNotification removes our SQS notification once the action is done.
+func (nm *noticeMessages) deleteNotification(ctx context.Context, act Action, log *slog.Logger) {
+	if act.NotificationReceipt == "" {
+		return
+	}
+	if nm.d.SQS == nil {
+		log.Warn("no SQS client to delete the lifecycle notification")
+		return
+	}
+	bo := newBackoff(200*time.Millisecond, 5*time.Second)
+	for {
+		_, err := nm.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+			QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
+		})
+		if err == nil {
+			return
+		}
+		if !isRetryable(err) || sleep(ctx, nm.d.Clock, bo.NextBackOff()) != nil {
+			log.Error("delete lifecycle notification; it will reappear and be completed as no_action", "err", err)
+			return
+		}
+	}
+}
+
+// forgetHanded drops the notices handed to this instance once its action
+// is done, so a later life of the instance (back from a warm pool) does not
+// find them.
+func (nm *noticeMessages) forgetHanded(ctx context.Context, act Action, log *slog.Logger) {
+	if nm.d.Handoff == nil || act.InstanceID != nm.d.InstanceID {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, handoffTimeout)
+	defer cancel()
+	if err := nm.d.Handoff.Forget(fctx, act.InstanceID); err != nil {
+		log.Warn("could not drop the lifecycle notices handed to this instance; they expire with their TTL", "err", err)
+	}
+}
