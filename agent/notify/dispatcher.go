@@ -87,6 +87,30 @@ type Dispatcher struct {
 	stopped       bool
 	draining      bool
 	cancelDeliver context.CancelFunc
+
+	delivery *deliverer
+	upkeep   *upkeep
+}
+
+// deliverer sends one claimed entry to its sink, retries it with backoff
+// or dead-letters it, and acknowledges it in the outbox.
+type deliverer struct {
+	ob    Outbox
+	sinks map[string]Sink
+	o     Options
+	log   *slog.Logger
+	m     *metrics
+}
+
+// upkeep keeps the outbox in shape between deliveries: it moves entries
+// of the legacy layout, sheds what is past its age or the cap, counts the
+// pending entries and what a failed claim means.
+type upkeep struct {
+	ob    Outbox
+	order []Sink
+	o     Options
+	log   *slog.Logger
+	m     *metrics
 }
 
 // NewDispatcher returns a Dispatcher of sinks over ob. A sink whose
@@ -146,6 +170,8 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 	}
 	m.maxLen.Set(float64(ob.MaxLen()))
 	d.m = m
+	d.delivery = &deliverer{ob: ob, sinks: d.sinks, o: o, log: d.log, m: m}
+	d.upkeep = &upkeep{ob: ob, order: d.order, o: o, log: d.log, m: m}
 	return d, nil
 }
 
@@ -297,7 +323,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-l.slots; wg.Done(); d.signal() }()
-			d.deliver(deliverCtx, dl, direct)
+			d.delivery.deliver(deliverCtx, dl, direct)
 		}()
 	}
 	// takeDirect moves this agent's own entries handed over while
@@ -351,8 +377,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		poll := time.Since(lastPending) >= d.o.PollInterval
 		if poll {
 			lastPending = time.Now()
-			d.migrateLegacy(ctx)
-			d.shed(ctx)
+			d.upkeep.migrateLegacy(ctx)
+			d.upkeep.shed(ctx)
 		}
 		takeDirect()
 		more := false
@@ -364,7 +390,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				ds, err := d.ob.Claim(cctx, d.o.InstanceID, l.sink, free, true)
 				ccancel()
 				if err != nil {
-					d.claimFailed(err)
+					d.upkeep.claimFailed(err)
 				}
 				for _, dl := range ds {
 					start(l, dl, false)
@@ -376,7 +402,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		if poll {
-			d.updatePending(ctx)
+			d.upkeep.updatePending(ctx)
 		}
 		if more {
 			continue
@@ -402,23 +428,23 @@ type legacyMigrator interface {
 
 // migrateLegacy moves entries an earlier version wrote (or still writes,
 // during a rolling upgrade) into this version's lanes.
-func (d *Dispatcher) migrateLegacy(ctx context.Context) {
-	m, ok := d.ob.(legacyMigrator)
+func (uk *upkeep) migrateLegacy(ctx context.Context) {
+	m, ok := uk.ob.(legacyMigrator)
 	if !ok {
 		return
 	}
-	names := make([]string, len(d.order))
-	for i, s := range d.order {
+	names := make([]string, len(uk.order))
+	for i, s := range uk.order {
 		names[i] = s.Name()
 	}
-	cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+	cctx, cancel := context.WithTimeout(ctx, uk.o.StoreTimeout)
 	defer cancel()
 	n, err := m.MigrateLegacy(cctx, names)
 	switch {
 	case err != nil && !errors.Is(err, context.Canceled):
-		d.log.Warn("notification outbox: move entries of the earlier layout", "err", err)
+		uk.log.Warn("notification outbox: move entries of the earlier layout", "err", err)
 	case n > 0:
-		d.log.Info("notification entries of the earlier outbox layout moved to their sinks' lanes", "count", n)
+		uk.log.Info("notification entries of the earlier outbox layout moved to their sinks' lanes", "count", n)
 	}
 }
 
@@ -437,15 +463,15 @@ const shedLimit = 1000
 
 // shed dead-letters, counts and logs the entries past the outbox's cap,
 // sink by sink: nothing is dropped without a trace.
-func (d *Dispatcher) shed(ctx context.Context) {
-	for _, s := range d.order {
+func (uk *upkeep) shed(ctx context.Context) {
+	for _, s := range uk.order {
 		for range 100 {
-			cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-			dead, err := d.ob.Shed(cctx, s.Name(), shedLimit)
+			cctx, cancel := context.WithTimeout(ctx, uk.o.StoreTimeout)
+			dead, err := uk.ob.Shed(cctx, s.Name(), shedLimit)
 			cancel()
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
-					d.log.Warn("notification outbox: shed entries past the cap", "sink", s.Name(), "err", err)
+					uk.log.Warn("notification outbox: shed entries past the cap", "sink", s.Name(), "err", err)
 				}
 				break
 			}
@@ -454,14 +480,14 @@ func (d *Dispatcher) shed(ctx context.Context) {
 			}
 			ids := make([]string, 0, min(len(dead), maxLoggedIDs))
 			for _, e := range dead {
-				d.m.count(Delivery{Entry: e.Entry}, ResultDead)
-				d.m.dropped.WithLabelValues(e.Sink, ReasonOutboxFull).Inc()
+				uk.m.count(Delivery{Entry: e.Entry}, ResultDead)
+				uk.m.dropped.WithLabelValues(e.Sink, ReasonOutboxFull).Inc()
 				if len(ids) < maxLoggedIDs {
 					ids = append(ids, e.ID)
 				}
 			}
-			d.log.Error("notifications given up: the outbox is full", "sink", s.Name(), "reason", ReasonOutboxFull,
-				"count", len(dead), "max_len", d.ob.MaxLen(), "delivery_ids", ids)
+			uk.log.Error("notifications given up: the outbox is full", "sink", s.Name(), "reason", ReasonOutboxFull,
+				"count", len(dead), "max_len", uk.ob.MaxLen(), "delivery_ids", ids)
 			if len(dead) < shedLimit {
 				break
 			}
@@ -473,30 +499,30 @@ func (d *Dispatcher) shed(ctx context.Context) {
 // list has them all.
 const maxLoggedIDs = 100
 
-func (d *Dispatcher) claimFailed(err error) {
+func (uk *upkeep) claimFailed(err error) {
 	if errors.Is(err, ErrReset) {
-		d.m.resets.Inc()
-		d.log.Error("notification outbox was reset; pending notifications are lost", "err", err)
+		uk.m.resets.Inc()
+		uk.log.Error("notification outbox was reset; pending notifications are lost", "err", err)
 		return
 	}
 	if !errors.Is(err, context.Canceled) {
-		d.log.Warn("claim notifications", "err", err)
+		uk.log.Warn("claim notifications", "err", err)
 	}
 }
 
-func (d *Dispatcher) updatePending(ctx context.Context) {
+func (uk *upkeep) updatePending(ctx context.Context) {
 	var total int64
-	for _, s := range d.order {
-		cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-		n, err := d.ob.Pending(cctx, s.Name())
+	for _, s := range uk.order {
+		cctx, cancel := context.WithTimeout(ctx, uk.o.StoreTimeout)
+		n, err := uk.ob.Pending(cctx, s.Name())
 		cancel()
 		if err != nil {
 			return
 		}
-		d.m.entries.WithLabelValues(s.Name()).Set(float64(n))
+		uk.m.entries.WithLabelValues(s.Name()).Set(float64(n))
 		total += n
 	}
-	d.m.pending.Set(float64(total))
+	uk.m.pending.Set(float64(total))
 }
 
 // Stop stops claiming and waits for the deliveries in flight until ctx is
@@ -526,14 +552,14 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 // deliver sends one entry and records what came of it. direct marks an
 // entry this agent enqueued while draining: it is not claimed, so a
 // failure leaves it to the others rather than scheduling a retry.
-func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
-	log := d.log.With("sink", dl.Sink, "event", string(dl.Event), "delivery_id", dl.ID, "attempt", dl.Attempt)
-	now := d.o.Clock.Now()
-	if now.Sub(dl.Time) > d.o.MaxAge {
-		d.giveUp(ctx, log, dl, "max_age")
+func (dv *deliverer) deliver(ctx context.Context, dl Delivery, direct bool) {
+	log := dv.log.With("sink", dl.Sink, "event", string(dl.Event), "delivery_id", dl.ID, "attempt", dl.Attempt)
+	now := dv.o.Clock.Now()
+	if now.Sub(dl.Time) > dv.o.MaxAge {
+		dv.giveUp(ctx, log, dl, "max_age")
 		return
 	}
-	sink, ok := d.sinks[dl.Sink]
+	sink, ok := dv.sinks[dl.Sink]
 	var err error
 	if !ok {
 		// Another agent's configuration names it; retrying here lets one
@@ -550,60 +576,60 @@ func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
 		return
 	}
 	if err == nil {
-		d.store(ctx, log, "ack", func(c context.Context) error { return d.ob.Ack(c, dl) })
-		d.m.count(dl, ResultDelivered)
-		delay := d.o.Clock.Now().Sub(dl.Time)
-		d.m.delay.Observe(max(delay, 0).Seconds())
+		dv.store(ctx, log, "ack", func(c context.Context) error { return dv.ob.Ack(c, dl) })
+		dv.m.count(dl, ResultDelivered)
+		delay := dv.o.Clock.Now().Sub(dl.Time)
+		dv.m.delay.Observe(max(delay, 0).Seconds())
 		log.Debug("notification delivered", "delay", delay.Seconds())
 		return
 	}
 	var se *SendError
 	if errors.As(err, &se) && se.Permanent {
-		d.giveUp(ctx, log.With("err", err), dl, fmt.Sprintf("status_%d", se.Status))
+		dv.giveUp(ctx, log.With("err", err), dl, fmt.Sprintf("status_%d", se.Status))
 		return
 	}
-	if dl.Attempt >= d.o.MaxAttempts {
-		d.giveUp(ctx, log.With("err", err), dl, "max_attempts")
+	if dl.Attempt >= dv.o.MaxAttempts {
+		dv.giveUp(ctx, log.With("err", err), dl, "max_attempts")
 		return
 	}
-	wait := d.backoff(dl.Attempt)
+	wait := dv.backoff(dl.Attempt)
 	if se != nil && se.RetryAfter > wait {
-		wait = min(se.RetryAfter, d.o.BackoffMax)
+		wait = min(se.RetryAfter, dv.o.BackoffMax)
 	}
-	at := d.o.Clock.Now().Add(wait)
-	if at.Sub(dl.Time) > d.o.MaxAge {
-		d.giveUp(ctx, log.With("err", err), dl, "max_age")
+	at := dv.o.Clock.Now().Add(wait)
+	if at.Sub(dl.Time) > dv.o.MaxAge {
+		dv.giveUp(ctx, log.With("err", err), dl, "max_age")
 		return
 	}
-	d.m.count(dl, ResultRetry)
+	dv.m.count(dl, ResultRetry)
 	log.Warn("notification failed; will retry", "err", err, "retry_in", wait.Seconds())
 	if direct {
 		return
 	}
-	d.store(ctx, log, "schedule retry", func(c context.Context) error { return d.ob.Retry(c, dl, at) })
+	dv.store(ctx, log, "schedule retry", func(c context.Context) error { return dv.ob.Retry(c, dl, at) })
 }
 
 // backoff is the delay after attempt (1-based): BackoffBase·2^(attempt-1)
 // capped at BackoffMax, drawn uniformly from its upper half so agents that
 // failed together do not retry together.
-func (d *Dispatcher) backoff(attempt int) time.Duration {
-	b := d.o.BackoffBase
-	for i := 1; i < attempt && b < d.o.BackoffMax; i++ {
+func (dv *deliverer) backoff(attempt int) time.Duration {
+	b := dv.o.BackoffBase
+	for i := 1; i < attempt && b < dv.o.BackoffMax; i++ {
 		b *= 2
 	}
-	b = min(b, d.o.BackoffMax)
-	return b/2 + time.Duration(d.o.Rand()*float64(b/2))
+	b = min(b, dv.o.BackoffMax)
+	return b/2 + time.Duration(dv.o.Rand()*float64(b/2))
 }
 
-func (d *Dispatcher) giveUp(ctx context.Context, log *slog.Logger, dl Delivery, reason string) {
-	d.store(ctx, log, "dead-letter", func(c context.Context) error { return d.ob.Dead(c, dl, reason) })
-	d.m.count(dl, ResultDead)
+func (dv *deliverer) giveUp(ctx context.Context, log *slog.Logger, dl Delivery, reason string) {
+	dv.store(ctx, log, "dead-letter", func(c context.Context) error { return dv.ob.Dead(c, dl, reason) })
+	dv.m.count(dl, ResultDead)
 	log.Error("notification given up", "reason", reason)
 }
 
 // store runs one outbox call with its own bound.
-func (d *Dispatcher) store(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
-	c, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
+func (dv *deliverer) store(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
+	c, cancel := context.WithTimeout(ctx, dv.o.StoreTimeout)
 	defer cancel()
 	if err := f(c); err != nil {
 		log.Warn("notification outbox: "+what, "err", err)

@@ -275,7 +275,7 @@ func TestNewDispatcherChecksTimeoutAgainstClaimIdle(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	d := &Dispatcher{o: Options{BackoffBase: time.Second, BackoffMax: 10 * time.Second}}
+	dv := &deliverer{o: Options{BackoffBase: time.Second, BackoffMax: 10 * time.Second}}
 	for _, tt := range []struct {
 		attempt int
 		r       float64
@@ -284,8 +284,8 @@ func TestBackoff(t *testing.T) {
 		{1, 0, 500 * time.Millisecond}, {1, 0.999999, time.Second - time.Microsecond},
 		{3, 0.5, 3 * time.Second}, {10, 0, 5 * time.Second}, {60, 0.5, 7500 * time.Millisecond},
 	} {
-		d.o.Rand = func() float64 { return tt.r }
-		if got := d.backoff(tt.attempt); got.Round(time.Millisecond) != tt.want.Round(time.Millisecond) {
+		dv.o.Rand = func() float64 { return tt.r }
+		if got := dv.backoff(tt.attempt); got.Round(time.Millisecond) != tt.want.Round(time.Millisecond) {
 			t.Errorf("backoff(%d) with %v = %s, want %s", tt.attempt, tt.r, got, tt.want)
 		}
 	}
