@@ -92,27 +92,6 @@ type Dispatcher struct {
 	upkeep   *upkeep
 }
 
-// deliverer sends one claimed entry to its sink, retries it with backoff
-// or dead-letters it, and acknowledges it in the outbox.
-type deliverer struct {
-	ob    Outbox
-	sinks map[string]Sink
-	o     Options
-	log   *slog.Logger
-	m     *metrics
-}
-
-// upkeep keeps the outbox in shape between deliveries: it moves entries
-// of the legacy layout, sheds what is past its age or the cap, counts the
-// pending entries and what a failed claim means.
-type upkeep struct {
-	ob    Outbox
-	order []Sink
-	o     Options
-	log   *slog.Logger
-	m     *metrics
-}
-
 // NewDispatcher returns a Dispatcher of sinks over ob. A sink whose
 // Timeout is more than half of ob.ClaimIdle() is an error: a delivery
 // still running would be taken over by another agent.
@@ -426,28 +405,6 @@ type legacyMigrator interface {
 	MigrateLegacy(ctx context.Context, sinks []string) (int, error)
 }
 
-// migrateLegacy moves entries an earlier version wrote (or still writes,
-// during a rolling upgrade) into this version's lanes.
-func (uk *upkeep) migrateLegacy(ctx context.Context) {
-	m, ok := uk.ob.(legacyMigrator)
-	if !ok {
-		return
-	}
-	names := make([]string, len(uk.order))
-	for i, s := range uk.order {
-		names[i] = s.Name()
-	}
-	cctx, cancel := context.WithTimeout(ctx, uk.o.StoreTimeout)
-	defer cancel()
-	n, err := m.MigrateLegacy(cctx, names)
-	switch {
-	case err != nil && !errors.Is(err, context.Canceled):
-		uk.log.Warn("notification outbox: move entries of the earlier layout", "err", err)
-	case n > 0:
-		uk.log.Info("notification entries of the earlier outbox layout moved to their sinks' lanes", "count", n)
-	}
-}
-
 // lane is the share of the workers of one sink.
 type lane struct {
 	sink   string
@@ -461,69 +418,9 @@ func (l *lane) free() int { return cap(l.slots) - len(l.slots) }
 // while a call moved that many.
 const shedLimit = 1000
 
-// shed dead-letters, counts and logs the entries past the outbox's cap,
-// sink by sink: nothing is dropped without a trace.
-func (uk *upkeep) shed(ctx context.Context) {
-	for _, s := range uk.order {
-		for range 100 {
-			cctx, cancel := context.WithTimeout(ctx, uk.o.StoreTimeout)
-			dead, err := uk.ob.Shed(cctx, s.Name(), shedLimit)
-			cancel()
-			if err != nil {
-				if !errors.Is(err, context.Canceled) {
-					uk.log.Warn("notification outbox: shed entries past the cap", "sink", s.Name(), "err", err)
-				}
-				break
-			}
-			if len(dead) == 0 {
-				break
-			}
-			ids := make([]string, 0, min(len(dead), maxLoggedIDs))
-			for _, e := range dead {
-				uk.m.count(Delivery{Entry: e.Entry}, ResultDead)
-				uk.m.dropped.WithLabelValues(e.Sink, ReasonOutboxFull).Inc()
-				if len(ids) < maxLoggedIDs {
-					ids = append(ids, e.ID)
-				}
-			}
-			uk.log.Error("notifications given up: the outbox is full", "sink", s.Name(), "reason", ReasonOutboxFull,
-				"count", len(dead), "max_len", uk.ob.MaxLen(), "delivery_ids", ids)
-			if len(dead) < shedLimit {
-				break
-			}
-		}
-	}
-}
-
 // maxLoggedIDs bounds the delivery ids one shed log line lists; the dead
 // list has them all.
 const maxLoggedIDs = 100
-
-func (uk *upkeep) claimFailed(err error) {
-	if errors.Is(err, ErrReset) {
-		uk.m.resets.Inc()
-		uk.log.Error("notification outbox was reset; pending notifications are lost", "err", err)
-		return
-	}
-	if !errors.Is(err, context.Canceled) {
-		uk.log.Warn("claim notifications", "err", err)
-	}
-}
-
-func (uk *upkeep) updatePending(ctx context.Context) {
-	var total int64
-	for _, s := range uk.order {
-		cctx, cancel := context.WithTimeout(ctx, uk.o.StoreTimeout)
-		n, err := uk.ob.Pending(cctx, s.Name())
-		cancel()
-		if err != nil {
-			return
-		}
-		uk.m.entries.WithLabelValues(s.Name()).Set(float64(n))
-		total += n
-	}
-	uk.m.pending.Set(float64(total))
-}
 
 // Stop stops claiming and waits for the deliveries in flight until ctx is
 // done; then it cancels them (their entries stay pending, for another
@@ -546,93 +443,6 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		cancel()
 		return fmt.Errorf("notify: stop: deliveries cut short: %w", ctx.Err())
-	}
-}
-
-// deliver sends one entry and records what came of it. direct marks an
-// entry this agent enqueued while draining: it is not claimed, so a
-// failure leaves it to the others rather than scheduling a retry.
-func (dv *deliverer) deliver(ctx context.Context, dl Delivery, direct bool) {
-	log := dv.log.With("sink", dl.Sink, "event", string(dl.Event), "delivery_id", dl.ID, "attempt", dl.Attempt)
-	now := dv.o.Clock.Now()
-	if now.Sub(dl.Time) > dv.o.MaxAge {
-		dv.giveUp(ctx, log, dl, "max_age")
-		return
-	}
-	sink, ok := dv.sinks[dl.Sink]
-	var err error
-	if !ok {
-		// Another agent's configuration names it; retrying here lets one
-		// that has it take the entry, and gives up if none does.
-		err = fmt.Errorf("notify: sink %s is not configured on this agent", dl.Sink)
-	} else {
-		sctx, cancel := context.WithTimeout(ctx, sink.Timeout())
-		err = sink.Send(sctx, dl)
-		cancel()
-	}
-	if ctx.Err() != nil {
-		// Stop's deadline: the entry stays pending for another agent.
-		log.Info("notification cut short by stop; left to another agent")
-		return
-	}
-	if err == nil {
-		dv.store(ctx, log, "ack", func(c context.Context) error { return dv.ob.Ack(c, dl) })
-		dv.m.count(dl, ResultDelivered)
-		delay := dv.o.Clock.Now().Sub(dl.Time)
-		dv.m.delay.Observe(max(delay, 0).Seconds())
-		log.Debug("notification delivered", "delay", delay.Seconds())
-		return
-	}
-	var se *SendError
-	if errors.As(err, &se) && se.Permanent {
-		dv.giveUp(ctx, log.With("err", err), dl, fmt.Sprintf("status_%d", se.Status))
-		return
-	}
-	if dl.Attempt >= dv.o.MaxAttempts {
-		dv.giveUp(ctx, log.With("err", err), dl, "max_attempts")
-		return
-	}
-	wait := dv.backoff(dl.Attempt)
-	if se != nil && se.RetryAfter > wait {
-		wait = min(se.RetryAfter, dv.o.BackoffMax)
-	}
-	at := dv.o.Clock.Now().Add(wait)
-	if at.Sub(dl.Time) > dv.o.MaxAge {
-		dv.giveUp(ctx, log.With("err", err), dl, "max_age")
-		return
-	}
-	dv.m.count(dl, ResultRetry)
-	log.Warn("notification failed; will retry", "err", err, "retry_in", wait.Seconds())
-	if direct {
-		return
-	}
-	dv.store(ctx, log, "schedule retry", func(c context.Context) error { return dv.ob.Retry(c, dl, at) })
-}
-
-// backoff is the delay after attempt (1-based): BackoffBase·2^(attempt-1)
-// capped at BackoffMax, drawn uniformly from its upper half so agents that
-// failed together do not retry together.
-func (dv *deliverer) backoff(attempt int) time.Duration {
-	b := dv.o.BackoffBase
-	for i := 1; i < attempt && b < dv.o.BackoffMax; i++ {
-		b *= 2
-	}
-	b = min(b, dv.o.BackoffMax)
-	return b/2 + time.Duration(dv.o.Rand()*float64(b/2))
-}
-
-func (dv *deliverer) giveUp(ctx context.Context, log *slog.Logger, dl Delivery, reason string) {
-	dv.store(ctx, log, "dead-letter", func(c context.Context) error { return dv.ob.Dead(c, dl, reason) })
-	dv.m.count(dl, ResultDead)
-	log.Error("notification given up", "reason", reason)
-}
-
-// store runs one outbox call with its own bound.
-func (dv *deliverer) store(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
-	c, cancel := context.WithTimeout(ctx, dv.o.StoreTimeout)
-	defer cancel()
-	if err := f(c); err != nil {
-		log.Warn("notification outbox: "+what, "err", err)
 	}
 }
 
