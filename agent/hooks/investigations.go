@@ -14,7 +14,8 @@ import (
 // wireInvestigations makes parts' Writer an investigation when
 // report.investigate is set: the tools are the catalog's entries marked
 // investigate, each call a task submitted to the agent's own queue.
-func (h *Hooks) wireInvestigations(o Options, parts *ReportParts) error {
+func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
+	h := b.h
 	ic := o.Config.Report.Investigate
 	if ic == nil || parts.Writer != nil {
 		return nil

@@ -215,7 +215,8 @@ type reports struct {
 // wireReports builds the Reporter when report.enabled: parts from
 // Deps.Reports (Open builds them), else in memory with no provider, which
 // is an error.
-func (h *Hooks) wireReports(o Options) error {
+func (b builder) wireReports(o Options) error {
+	h := b.h
 	if !o.Config.Report.Enabled {
 		return nil
 	}
@@ -229,7 +230,7 @@ func (h *Hooks) wireReports(o Options) error {
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
-	if err := h.wireInvestigations(o, parts); err != nil {
+	if err := b.wireInvestigations(o, parts); err != nil {
 		return err
 	}
 	sink := ReportSink(o.Store, h.notifier)

@@ -11,13 +11,14 @@ import (
 // wireResults builds what happens to a result: the redactor (its metric
 // on the agent's registry) and, with sinks configured, the notification
 // dispatcher over the outbox (Deps.Outbox, else in memory).
-func (h *Hooks) wireResults(o Options) error {
+func (b builder) wireResults(o Options) error {
+	h := b.h
 	red, err := redact.New(o.Config.Results.Redact.Effective(), o.Registry)
 	if err != nil {
 		return fmt.Errorf("agent: results.redact: %w", err)
 	}
 	h.redactor = red
-	if err := h.wireUpload(o); err != nil {
+	if err := b.wireUpload(o); err != nil {
 		return err
 	}
 	if len(o.Config.Notify) == 0 {

@@ -154,7 +154,8 @@ func capOutput(out []byte, truncated bool, limit int) ([]byte, bool) {
 
 // wireUpload builds the uploader of results.s3 and raises the runner's
 // output cap to its max_size; nothing when results.s3 is off.
-func (h *Hooks) wireUpload(o Options) error {
+func (b builder) wireUpload(o Options) error {
+	h := b.h
 	c := o.Config.Results.S3
 	if !c.Enabled() {
 		return nil
