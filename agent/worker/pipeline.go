@@ -17,7 +17,6 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
-	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
@@ -76,7 +75,7 @@ type pipeline struct {
 	marks     state.Marks
 	validator *task.Validator
 	outcomes  *outcomeRecorder
-	drain     *drain.Controller
+	drain     Tracker
 	clock     clock.Clock
 	log       *slog.Logger
 	redactor  *redact.Redactor

@@ -36,6 +36,15 @@ type Store interface {
 	Inflight(ctx context.Context, instanceID string) ([]state.InflightEntry, error)
 }
 
+// Tracker is the part of the drain the worker uses: each received message
+// is tracked, so that a drain waits for it or releases it
+// (*drain.Controller).
+type Tracker interface {
+	Track(release func()) *drain.Item
+}
+
+var _ Tracker = (*drain.Controller)(nil)
+
 // Options are what a Worker is built from.
 type Options struct {
 	Source    queue.Source
@@ -44,7 +53,7 @@ type Options struct {
 	Runner    Runner
 	Validator *task.Validator
 	Catalog   map[string]runner.Diagnostic
-	Drain     *drain.Controller
+	Drain     Tracker
 	Clock     clock.Clock
 	Logger    *slog.Logger
 	Metrics   Metrics
