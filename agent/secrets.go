@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/secret"
@@ -27,10 +25,7 @@ func OpenSecrets(ctx context.Context, cfg config.Config, refs []string) (*secret
 	if err != nil {
 		return nil, err
 	}
-	s := secret.NewStore(secret.Clients{
-		SecretsManager: secretsmanager.NewFromConfig(awsCfg),
-		SSM:            ssm.NewFromConfig(awsCfg),
-	}, refs, secretTimeout)
+	s := secret.NewStore(secret.NewClients(ctx, awsCfg), refs, secretTimeout)
 	if _, err := s.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}

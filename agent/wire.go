@@ -15,9 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -332,10 +330,7 @@ const secretTimeout = 15 * time.Second
 func redisURLFromSecret(ctx context.Context, ref string, awsCfg aws.Config) (string, error) {
 	sctx, cancel := context.WithTimeout(ctx, secretTimeout)
 	defer cancel()
-	u, err := secret.Fetch(sctx, ref, secret.Clients{
-		SecretsManager: secretsmanager.NewFromConfig(awsCfg),
-		SSM:            ssm.NewFromConfig(awsCfg),
-	})
+	u, err := secret.Fetch(sctx, ref, secret.NewClients(ctx, awsCfg))
 	if err != nil {
 		return "", fmt.Errorf("redis.url_secret: %w", err)
 	}

@@ -1,19 +1,19 @@
 package redact
 
 import (
-	"fmt"
 	"strings"
 	"sync"
-
-	toml "github.com/pelletier/go-toml/v2"
-	"github.com/zricethezav/gitleaks/v8/config"
 )
 
-// The maintained rule set is gitleaks' default configuration, read from
-// the string its config package exports (config.DefaultConfig) and parsed
-// here: linking gitleaks' scanner would cost the binary far more than the
-// rule data. go-toml is the parser the config package's viper already
-// links.
+// The maintained rule set is gitleaks' default configuration: the TOML
+// string its config package exports (config.DefaultConfig), turned into a
+// Go table (gitleaksConfig, in gitleaks_table.go) by go generate. Linking
+// the config package to parse it at start would bring viper, HCL, INI,
+// dotenv, a second YAML library and go-toml with it (about 0.4 MB) and
+// spend the parse at every start; TestGitleaksTable holds the table to
+// what the TOML of the required version gives.
+//
+//go:generate go test -run ^TestGitleaksTable$ -update .
 const (
 	// RulesSource is the module whose default rules are built in.
 	RulesSource = "github.com/zricethezav/gitleaks/v8"
@@ -53,11 +53,8 @@ type glConfig struct {
 // '_' is the name (it labels a metric), keywords are the prefilter, the
 // rule's and the global allowlists come along. Rules without a regex
 // (file-name rules) have nothing to find in output and are left out.
-var gitleaksRules = sync.OnceValues(func() ([]Rule, error) {
-	var c glConfig
-	if err := toml.Unmarshal([]byte(config.DefaultConfig), &c); err != nil {
-		return nil, fmt.Errorf("redact: gitleaks default config: %w", err)
-	}
+var gitleaksRules = sync.OnceValue(func() []Rule {
+	c := gitleaksConfig
 	global := c.Allowlist.allow()
 	var out []Rule
 	for _, r := range c.Rules {
@@ -77,7 +74,7 @@ var gitleaksRules = sync.OnceValues(func() ([]Rule, error) {
 		}
 		out = append(out, rule)
 	}
-	return out, nil
+	return out
 })
 
 // glSecretEnd is how most gitleaks patterns end a secret: a quote, a

@@ -6,24 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 )
 
-// SecretsManagerAPI is the Secrets Manager call Fetch makes.
+// SecretsManagerAPI is the Secrets Manager call Fetch makes
+// (GetSecretValue of the current version): the SecretString, nil when the
+// secret holds binary data. region "" is the client's.
 type SecretsManagerAPI interface {
-	GetSecretValue(ctx context.Context, params *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+	GetSecretString(ctx context.Context, id, region string) (*string, error)
 }
 
-// SSMAPI is the Parameter Store call Fetch makes.
+// SSMAPI is the Parameter Store call Fetch makes (GetParameter with
+// decryption): the value, nil when the answer holds none. region "" is the
+// client's.
 type SSMAPI interface {
-	GetParameter(ctx context.Context, params *ssm.GetParameterInput, optFns ...func(*ssm.Options)) (*ssm.GetParameterOutput, error)
+	GetParameterValue(ctx context.Context, name, region string) (*string, error)
 }
 
 // Clients are the AWS clients Fetch may use; only the one the reference
-// needs must be set.
+// needs must be set. NewClients builds both from an aws.Config.
 type Clients struct {
 	SecretsManager SecretsManagerAPI
 	SSM            SSMAPI
@@ -104,15 +104,14 @@ func fetchSecret(ctx context.Context, r Ref, c SecretsManagerAPI) (string, error
 	if c == nil {
 		return "", errors.New("no Secrets Manager client")
 	}
-	out, err := c.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(r.ID)},
-		func(o *secretsmanager.Options) { o.Region = r.Region })
+	s, err := c.GetSecretString(ctx, r.ID, r.Region)
 	if err != nil {
 		return "", fmt.Errorf("get secret value: %w", err)
 	}
-	if out.SecretString == nil {
+	if s == nil {
 		return "", errors.New("the secret holds binary data, not a SecretString")
 	}
-	return fromJSON(*out.SecretString)
+	return fromJSON(*s)
 }
 
 // fromJSON returns s, or its "url" member when s is a JSON object (the
@@ -141,16 +140,12 @@ func fetchParameter(ctx context.Context, r Ref, c SSMAPI) (string, error) {
 	if c == nil {
 		return "", errors.New("no SSM client")
 	}
-	var opts []func(*ssm.Options)
-	if r.Region != "" {
-		opts = append(opts, func(o *ssm.Options) { o.Region = r.Region })
-	}
-	out, err := c.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(r.ID), WithDecryption: aws.Bool(true)}, opts...)
+	v, err := c.GetParameterValue(ctx, r.ID, r.Region)
 	if err != nil {
 		return "", fmt.Errorf("get parameter: %w", err)
 	}
-	if out.Parameter == nil || out.Parameter.Value == nil {
+	if v == nil {
 		return "", errors.New("the answer holds no parameter value")
 	}
-	return *out.Parameter.Value, nil
+	return *v, nil
 }

@@ -7,13 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
-	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/autodiag/autodiag/internal/awssecretsfake"
@@ -21,13 +15,14 @@ import (
 
 const redisURL = "rediss://autodiag:s3cr3t-Pa55w0rd@redis.internal:6379/0"
 
-// sdkClients are the real SDK clients pointed at url, in region.
-func sdkClients(url, region string) Clients {
-	creds := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI", "")
-	return Clients{
-		SecretsManager: secretsmanager.New(secretsmanager.Options{Region: region, BaseEndpoint: aws.String(url), Credentials: creds}),
-		SSM:            ssm.New(ssm.Options{Region: region, BaseEndpoint: aws.String(url), Credentials: creds}),
-	}
+// clientKinds are the package's client and the real SDK's, built from
+// the same configuration: every Fetch test runs with both.
+var clientKinds = []struct {
+	name string
+	new  func(url, region string) Clients
+}{
+	{"own", testClients},
+	{"sdk", func(url, region string) Clients { return sdkClients(testConfig(url, region)) }},
 }
 
 func startFake(t *testing.T) (*awssecretsfake.Server, string) {
@@ -55,25 +50,27 @@ func TestFetch(t *testing.T) {
 		{"SecureString by name", "/autodiag/redis-url", awssecretsfake.DefaultRegion, awssecretsfake.TargetGetParameter},
 		{"SecureString by ARN", paramARN, "eu-west-1", awssecretsfake.TargetGetParameter},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			n := len(fake.Calls())
-			got, err := Fetch(t.Context(), tc.ref, sdkClients(url, tc.clientRegion))
-			if err != nil || got != redisURL {
-				t.Fatalf("Fetch = %q, %v; want the URL", got, err)
-			}
-			calls := fake.Calls()[n:]
-			if len(calls) != 1 {
-				t.Fatalf("%d calls; want 1: %+v", len(calls), calls)
-			}
-			c := calls[0]
-			if c.Target != tc.wantTarget || c.ID != tc.ref || c.SigningRegion != awssecretsfake.DefaultRegion {
-				t.Fatalf("call = %+v; want %s for %s signed for %s (the ARN's region)", c, tc.wantTarget, tc.ref, awssecretsfake.DefaultRegion)
-			}
-			if c.Target == awssecretsfake.TargetGetParameter && !c.WithDecryption {
-				t.Fatalf("GetParameter without WithDecryption: a SecureString comes back encrypted")
-			}
-		})
+	for _, kind := range clientKinds {
+		for _, tc := range tests {
+			t.Run(kind.name+"/"+tc.name, func(t *testing.T) {
+				n := len(fake.Calls())
+				got, err := Fetch(t.Context(), tc.ref, kind.new(url, tc.clientRegion))
+				if err != nil || got != redisURL {
+					t.Fatalf("Fetch = %q, %v; want the URL", got, err)
+				}
+				calls := fake.Calls()[n:]
+				if len(calls) != 1 {
+					t.Fatalf("%d calls; want 1: %+v", len(calls), calls)
+				}
+				c := calls[0]
+				if c.Target != tc.wantTarget || c.ID != tc.ref || c.SigningRegion != awssecretsfake.DefaultRegion {
+					t.Fatalf("call = %+v; want %s for %s signed for %s (the ARN's region)", c, tc.wantTarget, tc.ref, awssecretsfake.DefaultRegion)
+				}
+				if c.Target == awssecretsfake.TargetGetParameter && !c.WithDecryption {
+					t.Fatalf("GetParameter without WithDecryption: a SecureString comes back encrypted")
+				}
+			})
+		}
 	}
 }
 
@@ -89,7 +86,7 @@ func TestFetchErrors(t *testing.T) {
 	urlNotString := fake.PutSecretString("autodiag/url-number", `{"url": 6379, "password": "s3cr3t-Pa55w0rd"}`)
 	empty := fake.PutSecretString("autodiag/empty", "  ")
 	missing := strings.Replace(denied, "autodiag/denied", "autodiag/missing", 1)
-	c := sdkClients(url, awssecretsfake.DefaultRegion)
+	c := testClients(url, awssecretsfake.DefaultRegion)
 
 	tests := []struct {
 		name, ref string
@@ -98,9 +95,9 @@ func TestFetchErrors(t *testing.T) {
 		is        func(error) bool
 	}{
 		{name: "secret not found", ref: missing, want: []string{missing, "ResourceNotFoundException"},
-			is: func(err error) bool { var e *smtypes.ResourceNotFoundException; return errors.As(err, &e) }},
+			is: apiCode("ResourceNotFoundException")},
 		{name: "parameter not found", ref: "/autodiag/missing", want: []string{"/autodiag/missing", "ParameterNotFound"},
-			is: func(err error) bool { var e *ssmtypes.ParameterNotFound; return errors.As(err, &e) }},
+			is: apiCode("ParameterNotFound")},
 		{name: "secret access denied", ref: denied, want: []string{denied, "AccessDeniedException", "secretsmanager:GetSecretValue"},
 			is: apiCode("AccessDeniedException")},
 		{name: "parameter access denied", ref: deniedParam, want: []string{deniedParam, "AccessDeniedException", "ssm:GetParameter"},
@@ -173,7 +170,7 @@ func TestFetchEndpointFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Clients{SecretsManager: secretsmanager.NewFromConfig(cfg), SSM: ssm.NewFromConfig(cfg)}
+	c := NewClients(t.Context(), cfg)
 	for _, ref := range []string{arn, "/autodiag/redis"} {
 		if got, err := Fetch(t.Context(), ref, c); err != nil || got != redisURL {
 			t.Fatalf("Fetch(%s) = %q, %v; want the URL", ref, got, err)
@@ -214,8 +211,3 @@ func TestParseRef(t *testing.T) {
 		}
 	}
 }
-
-var (
-	_ SecretsManagerAPI = (*secretsmanager.Client)(nil)
-	_ SSMAPI            = (*ssm.Client)(nil)
-)

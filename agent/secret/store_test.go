@@ -15,7 +15,7 @@ func TestStoreRefreshRotatesAndKeepsLastOnFailure(t *testing.T) {
 	fake, url := startFake(t)
 	token := fake.PutSecretString("autodiag/intake-token", "tok-1")
 	fake.PutParameter("/autodiag/model-key", "key-1", true)
-	s := NewStore(sdkClients(url, awssecretsfake.DefaultRegion), []string{token, "/autodiag/model-key", token}, 0)
+	s := NewStore(testClients(url, awssecretsfake.DefaultRegion), []string{token, "/autodiag/model-key", token}, 0)
 	if got := s.Refs(); len(got) != 2 {
 		t.Fatalf("Refs = %v; want the two distinct references", got)
 	}
@@ -61,7 +61,7 @@ func TestStoreRefreshRotatesAndKeepsLastOnFailure(t *testing.T) {
 func TestStoreGetenv(t *testing.T) {
 	fake, url := startFake(t)
 	arn := fake.PutSecretString("autodiag/hook", "from-store")
-	s := NewStore(sdkClients(url, awssecretsfake.DefaultRegion), []string{arn}, 0)
+	s := NewStore(testClients(url, awssecretsfake.DefaultRegion), []string{arn}, 0)
 	if _, err := s.Refresh(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestStoreGetenv(t *testing.T) {
 func TestStoreRunRefreshesOnIntervalAndReload(t *testing.T) {
 	fake, url := startFake(t)
 	arn := fake.PutSecretString("autodiag/hook", "v1")
-	clients := sdkClients(url, awssecretsfake.DefaultRegion)
+	clients := testClients(url, awssecretsfake.DefaultRegion)
 	s := NewStore(clients, []string{arn}, 0)
 	if _, err := s.Refresh(t.Context()); err != nil {
 		t.Fatal(err)

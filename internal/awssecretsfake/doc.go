@@ -3,9 +3,11 @@
 // Parameter Store GetParameter. It speaks the AWS JSON 1.1 protocol the
 // SDK's service/secretsmanager and service/ssm clients use (POST /,
 // Content-Type: application/x-amz-json-1.1, X-Amz-Target:
-// secretsmanager.GetSecretValue or AmazonSSM.GetParameter), so tests drive
-// it with the real clients through BaseEndpoint or
-// AWS_ENDPOINT_URL_SECRETS_MANAGER / AWS_ENDPOINT_URL_SSM.
+// secretsmanager.GetSecretValue or AmazonSSM.GetParameter). Tests drive it
+// with agent/secret's own client through BaseEndpoint or
+// AWS_ENDPOINT_URL_SECRETS_MANAGER / AWS_ENDPOINT_URL_SSM, and with the
+// real SDK clients side by side (agent/secret's TestClientMatchesSDK) to
+// prove that the fake, and so that client, speak the services' protocol.
 //
 // It follows the services' documented behaviour where a caller could get it
 // wrong:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -157,5 +158,126 @@ func TestSBOMFromBuildInfo(t *testing.T) {
 	}
 	if len(doc.Dependencies) != 1 || len(doc.Dependencies[0].DependsOn) != len(doc.Components) {
 		t.Errorf("dependencies %+v; want the main component depending on all %d", doc.Dependencies, len(doc.Components))
+	}
+}
+
+// TestTarballGlobs: an archive file's src is a glob whose matches go in
+// sorted order under their own paths, and a glob that matches nothing
+// stops the build.
+func TestTarballGlobs(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, f := range []string{"autodiag", "docs/b.md", "docs/a.md", "docs/x.yaml"} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(f), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := fileInfo{MTime: "{{ .CommitDate }}", Owner: "root", Group: "root", Mode: 0o644}
+	a := archiveConfig{NameTemplate: "x_{{ .Os }}_{{ .Arch }}", BuildsInfo: info}
+	a.Files = append(a.Files, struct {
+		Src  string   `yaml:"src"`
+		Info fileInfo `yaml:"info"`
+	}{"docs/*.md", info})
+	v := vars{Version: "1.0.0", CommitDate: "2026-01-02T03:04:05Z"}
+	path, err := writeTarball(a, built{"linux", "amd64", "autodiag"}, v, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for tr := tar.NewReader(gz); ; {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
+	if strings.Join(names, " ") != "autodiag docs/a.md docs/b.md" {
+		t.Errorf("entries %v; want autodiag docs/a.md docs/b.md", names)
+	}
+	a.Files[0].Src = "doc/*.md"
+	if _, err := writeTarball(a, built{"linux", "amd64", "autodiag"}, v, "."); err == nil || !strings.Contains(err.Error(), "doc/*.md") {
+		t.Errorf("a glob matching nothing: err = %v; want one naming it", err)
+	}
+}
+
+// TestDocsShipped: every relative link of README.md, and every link of
+// docs/*.md that stays inside docs/, names a file the tarball holds at
+// that path and the packages hold at that path under the README's
+// directory, so the links work in an unpacked release and in
+// /usr/share/doc/autodiag.
+func TestDocsShipped(t *testing.T) {
+	c, err := loadConfig(goreleaserYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const root = "../.."
+	glob := func(src string) []string {
+		m, err := filepath.Glob(filepath.Join(root, src))
+		if err != nil || len(m) == 0 {
+			t.Fatalf("%q matches nothing (%v)", src, err)
+		}
+		for i := range m {
+			m[i], _ = filepath.Rel(root, m[i])
+		}
+		return m
+	}
+	tarball := map[string]bool{}
+	for _, f := range c.Archives[0].Files {
+		for _, m := range glob(f.Src) {
+			tarball[filepath.ToSlash(m)] = true
+		}
+	}
+	const docDir = "/usr/share/doc/autodiag/"
+	pkg := map[string]bool{}
+	for _, ct := range c.NFPMs[0].Contents {
+		if ct.Src == "" || !strings.HasPrefix(ct.Dst, docDir) {
+			continue
+		}
+		for _, m := range glob(ct.Src) {
+			dst := ct.Dst
+			if strings.HasSuffix(dst, "/") {
+				dst += filepath.Base(m)
+			}
+			pkg[strings.TrimPrefix(dst, docDir)] = true
+		}
+	}
+	link := regexp.MustCompile(`\]\(([^)#:\s]+)(?:#[^)]*)?\)`)
+	var links []string
+	for _, doc := range append([]string{"README.md"}, glob("docs/*.md")...) {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			p := filepath.ToSlash(filepath.Join(filepath.Dir(doc), m[1]))
+			if doc == "README.md" || strings.HasPrefix(p, "docs/") {
+				links = append(links, p)
+			}
+		}
+	}
+	if len(links) < 20 {
+		t.Fatalf("%d links found; the pattern misses README's links to docs/", len(links))
+	}
+	for _, p := range links {
+		if !tarball[p] {
+			t.Errorf("%s is linked but not in the tarball", p)
+		}
+		if !pkg[p] {
+			t.Errorf("%s is linked but not in the packages under %s", p, docDir)
+		}
 	}
 }

@@ -232,8 +232,9 @@ func parseTime(field, tmpl string, v vars) (time.Time, error) {
 	return t, nil
 }
 
-// writeTarball: the binary, then the archive's files in their order, each
-// entry with the configured mtime, owner and mode, so that two clones of a
+// writeTarball: the binary, then the archive's files in their order (a
+// glob's matches sorted), each entry with the configured mtime, owner and
+// mode, so that two clones of a
 // commit write the same bytes (gzip's header carries no time or name).
 func writeTarball(a archiveConfig, b built, v vars, dist string) (string, error) {
 	v.Os, v.Arch = b.goos, b.goarch
@@ -275,8 +276,19 @@ func writeTarball(a archiveConfig, b built, v vars, dist string) (string, error)
 		return "", err
 	}
 	for _, file := range a.Files {
-		if err := add(file.Src, file.Src, file.Info); err != nil {
-			return "", err
+		// A src is a glob, as in GoReleaser: each match goes under its own
+		// path, in sorted order; one that matches nothing is an error.
+		matches, err := filepath.Glob(file.Src)
+		if err != nil {
+			return "", fmt.Errorf("archives.files %q: %w", file.Src, err)
+		}
+		if len(matches) == 0 {
+			return "", fmt.Errorf("archives.files %q matches no file", file.Src)
+		}
+		for _, m := range matches {
+			if err := add(m, filepath.ToSlash(m), file.Info); err != nil {
+				return "", err
+			}
 		}
 	}
 	if err := tw.Close(); err != nil {
