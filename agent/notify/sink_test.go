@@ -82,7 +82,7 @@ func TestWebhookSignatureV1RefusesReplays(t *testing.T) {
 	rcv := newReceiver(t, http.StatusOK)
 	clock := newFakeClock()
 	key := []byte("k3y")
-	w := &Webhook{httpSink: httpSink{name: "hook", url: rcv.URL, client: NewHTTPClient(), timeout: time.Second}, secret: key, now: clock.Now}
+	w := &Webhook{httpSink: httpSink{name: "hook", url: rcv.URL, client: NewHTTPClient(), timeout: time.Second}, secret: key, clock: clock}
 	body := []byte(`{"event":"failed","delivery_id":"d-1"}`)
 	d := Delivery{Entry: Entry{ID: "d-1", Sink: "hook", Event: EventFailed, Body: body}, Attempt: 1}
 	for range 2 {
