@@ -10,6 +10,15 @@ import (
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
+// messages is the queue side of a job's end: the message is acknowledged
+// or handed back.
+type messages struct {
+	src      queue.Source
+	leases   *leases
+	outcomes *outcomeRecorder
+	log      *slog.Logger
+}
+
 // backReason is why a message goes back to the queue. It decides what
 // else handBack does: a release ends the task as released, a deferral
 // lets the job go without an outcome (the task ends when the message comes
@@ -102,6 +111,7 @@ func (m *messages) handBack(j *job, b back) {
 	m.sendBack(j, b)
 }
 
+// sendBack is handBack without the drain's once-per-job guard.
 func (m *messages) sendBack(j *job, b back) {
 	switch b.why {
 	case backCancelled, backLimiterCancelled, backLimited:
@@ -125,15 +135,6 @@ func (m *messages) sendBack(j *job, b back) {
 	default:
 		m.outcomes.drop(j)
 	}
-}
-
-// messages is the queue side of a job's end: the message is acknowledged
-// or handed back.
-type messages struct {
-	src      queue.Source
-	leases   *leases
-	outcomes *outcomeRecorder
-	log      *slog.Logger
 }
 
 // ack deletes the message of a task that has ended. The task no longer
