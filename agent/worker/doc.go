@@ -18,8 +18,8 @@
 //
 // It owns the task's lease, its record, its outcome and the message's
 // visibility. It takes its collaborators as narrow interfaces (Store,
-// Decider, Runner, Hooks, Tracker) and may not import the agent root, the
-// supervisor, the hooks, lifecycle or any AWS SDK package: what happens
-// after a task ends is behind Hooks, the drain is the Tracker
+// Decider, Runner, Validator, Hooks, Tracker) and may not import the agent
+// root, the supervisor, the hooks, lifecycle or any AWS SDK package: what
+// happens after a task ends is behind Hooks, the drain is the Tracker
 // (*drain.Controller) it is handed.
 package worker

@@ -73,7 +73,7 @@ const (
 type pipeline struct {
 	src       queue.Source
 	marks     state.Marks
-	validator *task.Validator
+	validator Validator
 	outcomes  *outcomeRecorder
 	drain     Tracker
 	clock     clock.Clock

@@ -36,6 +36,15 @@ type Store interface {
 	Inflight(ctx context.Context, instanceID string) ([]state.InflightEntry, error)
 }
 
+// Validator checks a decoded task before anything shared is touched
+// (host allow-list, catalog, parameters, age); *task.Validator is the
+// real one.
+type Validator interface {
+	Validate(t *task.Task, now time.Time) error
+}
+
+var _ Validator = (*task.Validator)(nil)
+
 // Tracker is the part of the drain the worker uses: each received message
 // is tracked, so that a drain waits for it or releases it
 // (*drain.Controller).
@@ -51,7 +60,7 @@ type Options struct {
 	Store     Store
 	Limiter   Decider
 	Runner    Runner
-	Validator *task.Validator
+	Validator Validator
 	Catalog   map[string]runner.Diagnostic
 	Drain     Tracker
 	Clock     clock.Clock
