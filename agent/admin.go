@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -217,7 +218,9 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 		t.CreatedAt = a.d.Clock.Now().UTC()
 	}
 	body, _ = json.Marshal(t)
-	if _, err := a.d.Source.Send(r.Context(), body); err != nil {
+	tctx, span := tracing.StartServer(r, "/v1/tasks")
+	defer span.End()
+	if _, err := a.d.Source.Send(tctx, body); err != nil { //nolint:contextcheck // tctx is r.Context() with the request's span
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error(), "reason": "queue_unavailable"})
 		return
 	}

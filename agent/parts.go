@@ -12,8 +12,10 @@ import (
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/launch"
+	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 )
@@ -26,7 +28,16 @@ func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.D
 			Inflight: a.m.inflight, StateDegraded: a.m.stateDegraded},
 		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
 		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
-		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard})
+		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard,
+		Tracing: workerTracing(a.cfg.Queue.URL)})
+}
+
+// workerTracing names the task queue in the worker's spans.
+func workerTracing(queueURL string) worker.Tracing {
+	if queueURL == "" {
+		return worker.Tracing{System: tracing.SystemMemory, Queue: queue.MemoryQueueName}
+	}
+	return worker.Tracing{System: tracing.SystemSQS, Queue: queue.QueueName(queueURL)}
 }
 
 // callDetached runs one call on a fresh context bounded by d, keeping

@@ -243,7 +243,7 @@ func TestUploadFullOutput(t *testing.T) {
 					t.Errorf("PutObject header %s = %q, want %q", h, got, want)
 				}
 			}
-			if v := rec.View(); v.OutputURL != rec.OutputURL {
+			if v := rec.View(nil); v.OutputURL != rec.OutputURL {
 				t.Errorf("view output_url %q, want %q", v.OutputURL, rec.OutputURL)
 			}
 			if ok, failed := uploads(a, "ok"), uploads(a, "failed"); ok != 1 || failed != 0 {
@@ -281,7 +281,7 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			if rec.OutputUpload != hooks.OutputUploadFailed || rec.OutputURL != "" {
 				t.Errorf("output_upload %q output_url %q, want failed and none", rec.OutputUpload, rec.OutputURL)
 			}
-			if v := rec.View(); v.OutputUpload != hooks.OutputUploadFailed {
+			if v := rec.View(nil); v.OutputUpload != hooks.OutputUploadFailed {
 				t.Errorf("view output_upload %q, want failed", v.OutputUpload)
 			}
 			checkRecordKeepsMaxOutput(t, rec, redacted)

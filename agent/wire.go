@@ -261,6 +261,11 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		cancel()
 	}
 	place := findPlacement(ctx, cfg, discoverWith, instanceID, log)
+	stopTracing, err := openTracing(ctx, cfg, o.LookupEnv, reg, log, o.Version, instanceID, awsCfg.Region, place.asg)
+	if err != nil {
+		return nil, nil, &TracingError{Err: err}
+	}
+	closers = append(closers, stopTracing)
 	lim, err := limiter.New(cfg.Limiter.Config, backend, limiter.Options{
 		Registerer: reg, Logger: log.With("component", "limiter"), Timeout: cfg.Redis.Timeout,
 		ASG: place.asg, AZ: place.az,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -131,6 +132,8 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 func (h *Handler) post(source string) http.HandlerFunc {
 	decode := decoders[source]
 	return func(w http.ResponseWriter, r *http.Request) {
+		tctx, span := tracing.StartServer(r, "/v1/alerts/"+source)
+		defer span.End()
 		creds := h.c.Credentials
 		if h.c.LiveCredentials != nil {
 			creds = h.c.LiveCredentials()
@@ -163,9 +166,10 @@ func (h *Handler) post(source string) http.HandlerFunc {
 			h.fetchTruncated(r.Context(), &p)
 		}
 		ans := h.c.Router.RoutePayload(p, h.c.Clock.Now())
+		traceAnswer(span, source, ans)
 		if len(ans.Tasks) > 0 {
-			ctx, cancel := context.WithTimeout(r.Context(), h.c.SendTimeout)
-			err := h.c.Sender.SendBatch(ctx, ans.Tasks)
+			ctx, cancel := context.WithTimeout(tctx, h.c.SendTimeout)
+			err := h.c.Sender.SendBatch(ctx, ans.Tasks) //nolint:contextcheck // ctx is r.Context() with the request's span
 			cancel()
 			if err != nil {
 				h.c.Logger.Error("alert tasks not queued", "source", source, "tasks", len(ans.Tasks), "err", err)

@@ -16,11 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -124,14 +127,25 @@ func (s *SQSSender) SendBatch(ctx context.Context, tasks []task.Task) error {
 	for start := 0; start < len(tasks); start += sqsBatchMax {
 		chunk := tasks[start:min(start+sqsBatchMax, len(tasks))]
 		entries := make([]types.SendMessageBatchRequestEntry, len(chunk))
+		spans := make([]trace.Span, len(chunk))
 		for i := range chunk {
 			body, err := json.Marshal(&chunk[i])
 			if err != nil {
+				endSpans(spans, nil, err)
 				return fmt.Errorf("alert task %s: %w", chunk[i].ID, err)
 			}
 			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body))}
+			var sctx context.Context
+			sctx, spans[i] = tracing.StartSend(ctx, tracing.SystemSQS, queue.QueueName(s.url))
+			tracing.Inject(sctx, func(k, v string) {
+				if entries[i].MessageAttributes == nil {
+					entries[i].MessageAttributes = map[string]types.MessageAttributeValue{}
+				}
+				entries[i].MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+			})
 		}
 		out, err := s.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.url), Entries: entries})
+		endSpans(spans, out, err)
 		if err != nil {
 			return fmt.Errorf("sqs: send message batch: %w", err)
 		}
@@ -142,6 +156,34 @@ func (s *SQSSender) SendBatch(ctx context.Context, tasks []task.Task) error {
 		}
 	}
 	return nil
+}
+
+// endSpans ends the send spans of one batch, each with its message id or
+// the failure.
+func endSpans(spans []trace.Span, out *sqs.SendMessageBatchOutput, err error) {
+	ids := map[string]string{}
+	if out != nil {
+		for _, ok := range out.Successful {
+			ids[aws.ToString(ok.Id)] = aws.ToString(ok.MessageId)
+		}
+		for _, f := range out.Failed {
+			ids[aws.ToString(f.Id)] = ""
+		}
+	}
+	for i, sp := range spans {
+		if sp == nil {
+			continue
+		}
+		switch id, ok := ids[strconv.Itoa(i)]; {
+		case err != nil:
+			tracing.Fail(sp, err)
+		case ok && id != "":
+			tracing.Sent(sp, id)
+		case ok:
+			tracing.Fail(sp, errors.New("entry failed"))
+		}
+		sp.End()
+	}
 }
 
 var (

@@ -23,6 +23,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -80,6 +81,9 @@ type Config struct {
 	NotifyOutboxMax int `yaml:"notify_outbox_max"`
 	// Report is the root-cause report of finished tasks; off by default.
 	Report report.Config `yaml:"report"`
+	// Tracing exports OpenTelemetry spans over OTLP/HTTP; off by default
+	// (see docs/tracing.md).
+	Tracing tracing.Config `yaml:"tracing"`
 	// SecretsRefresh is how often the credentials named by *_secret keys
 	// are read again (0: secret.DefaultRefresh); SIGHUP reads them at once.
 	SecretsRefresh time.Duration `yaml:"secrets_refresh"`
@@ -94,6 +98,9 @@ func (c Config) SecretRefs() []string {
 	refs = append(refs, notify.SecretRefs(c.Notify)...)
 	if c.Report.Enabled && c.Report.APIKeySecret != "" {
 		refs = append(refs, c.Report.APIKeySecret)
+	}
+	if c.Tracing.HeadersSecret != "" {
+		refs = append(refs, c.Tracing.HeadersSecret)
 	}
 	return refs
 }
@@ -261,6 +268,7 @@ func DefaultConfig() Config {
 		NotifyClaimIdle:  notify.DefaultClaimIdle,
 		NotifyOutboxMax:  notify.DefaultMaxLen,
 		Report:           report.DefaultConfig(),
+		Tracing:          tracing.DefaultConfig(),
 	}
 }
 
@@ -408,6 +416,7 @@ func (c Config) Validate() error {
 	p.adopt("", notify.ValidateClaimIdle(c.NotifyClaimIdle, c.Notify))
 	p.adopt("", notify.ValidateOutboxMax(c.NotifyOutboxMax))
 	p.adopt("report", c.Report.Validate())
+	p.adopt("tracing", c.Tracing.Validate())
 	if err := secret.ValidateRefresh(c.SecretsRefresh); err != nil {
 		p.add("secrets_refresh", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
@@ -136,7 +137,7 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 		if err != nil || !found {
 			return nil //nolint:nilerr // the report is stored; only its event is lost
 		}
-		v := rec.View()
+		v := rec.View(tracing.Link)
 		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
 		return nil
 	}
@@ -280,7 +281,7 @@ func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runn
 	}
 	ev := EvidenceOf(rec, &diag)
 	ev.Duration = report.Seconds(res.Duration)
-	j := rs.r.Prepare(report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now()})
+	j := rs.r.Prepare(report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now(), TraceID: rec.TraceID, SpanID: rec.SpanID})
 	w := state.Write{Apply: func(ctx context.Context) {
 		if err := rs.r.Enqueue(ctx, j); err != nil {
 			rs.log.Warn("report job not queued; the task has no report", "task_id", rec.ID, "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -29,7 +30,8 @@ func taskRecords() map[string]state.TaskRecord {
 		Origin: "investigation", Parent: "t-0", Investigation: "inv-1", Step: 2,
 		Alert:      &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
 		ReceivedAt: at.Add(-time.Second), OutputURL: "s3://bucket/t-1.txt", OutputUpload: "failed",
-		Limiter: json.RawMessage(`{"rule":"default","allowed":true}`), Report: json.RawMessage(`{"status":"ok"}`)}
+		Limiter: json.RawMessage(`{"rule":"default","allowed":true}`), Report: json.RawMessage(`{"status":"ok"}`),
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"}
 	notStarted := state.TaskRecord{ID: "t-2", Status: state.StatusDone, Attempts: 1, Host: "web-2", Diagnostic: "df",
 		ExitCode: -1, Outcome: outcome.Failed, Reason: "start /nonexistent: no such file", FinishedAt: at}
 	limited := state.TaskRecord{ID: "t-3", Status: state.StatusDone, Host: "web-3", Diagnostic: "uptime",
@@ -46,8 +48,9 @@ func taskRecords() map[string]state.TaskRecord {
 func TestTaskJSON(t *testing.T) {
 	diag := &runner.Diagnostic{Name: "df", Command: []string{"/bin/df", "-h", "{param.path}"}, Params: map[string]string{"path": ".*"}}
 	at := time.Date(2026, 11, 30, 15, 0, 2, 0, time.UTC)
+	tracing.SetLinkTemplate("https://traces.example/trace/{trace_id}")
 	for name, rec := range taskRecords() {
-		view := rec.View()
+		view := rec.View(tracing.Link)
 		shapes := map[string]any{
 			"record":   rec,
 			"view":     view,

@@ -260,7 +260,9 @@ func (r *run) turn(ctx context.Context, step int, tools []report.Tool) (report.R
 	req := report.Request{Model: rc.Model, System: SystemPrompt, Messages: r.msgs, Tools: tools,
 		Temperature: rc.Temperature, MaxTokens: rc.MaxTokens, MaxAnswerBytes: rc.AnswerCap()}
 	t0 := r.iv.o.Clock.Now()
-	resp, err := r.iv.o.Provider.Complete(ctx, req)
+	cctx, span := report.StartChat(ctx, r.iv.o.Provider.Name(), req)
+	resp, err := r.iv.o.Provider.Complete(cctx, req)
+	report.EndChat(span, resp, err)
 	st := report.Step{N: step, InputTokens: resp.InputTokens, OutputTokens: resp.OutputTokens,
 		LatencyS: r.iv.o.Clock.Now().Sub(t0).Seconds()}
 	r.rec.Steps = append(r.rec.Steps, st)
@@ -285,7 +287,9 @@ func (r *run) calls(ctx context.Context, step int, calls []report.ToolCall) []re
 	out := make([]report.ToolResult, 0, len(calls))
 	st := &r.rec.Steps[len(r.rec.Steps)-1]
 	for i, tc := range calls {
-		c, text := r.call(ctx, step, i, tc)
+		tctx, span := startTool(ctx, tc.ID)
+		c, text := r.call(tctx, step, i, tc)
+		endTool(span, c)
 		r.redactCall(&c)
 		st.Calls = append(st.Calls, c)
 		r.iv.o.Metrics.call(c.Result)

@@ -9,7 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -97,7 +100,12 @@ func (g *Gate) Await(ctx context.Context) bool {
 		return true
 	}
 	for {
-		err := lifecycle.GateIntake(ctx, g.watcher, g.actor, g.readiness)
+		// Each attempt of the launch sequence (readiness, the launch
+		// hook's heartbeats and completion) is a trace of its own.
+		lctx, span := tracing.StartWith(ctx, "launch", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal))
+		err := lifecycle.GateIntake(lctx, g.watcher, g.actor, g.readiness)
+		tracing.Fail(span, err)
+		span.End()
 		switch {
 		case err == nil:
 			g.phase.Store(launchOpen)

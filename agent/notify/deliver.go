@@ -35,9 +35,11 @@ func (dv *deliverer) deliver(ctx context.Context, dl Delivery, direct bool) {
 		// that has it take the entry, and gives up if none does.
 		err = fmt.Errorf("notify: sink %s is not configured on this agent", dl.Sink)
 	} else {
-		sctx, cancel := context.WithTimeout(ctx, sink.Timeout())
+		tctx, span := deliverySpan(ctx, dl)
+		sctx, cancel := context.WithTimeout(tctx, sink.Timeout())
 		err = sink.Send(sctx, dl)
 		cancel()
+		endDelivery(span, err)
 	}
 	if ctx.Err() != nil {
 		// Stop's deadline: the entry stays pending for another agent.

@@ -99,6 +99,11 @@ func SlackMessage(ev Event) SlackPayload {
 			blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: codeBlock(t.Output, show)}})
 		}
 		blocks = append(blocks, SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn", Text: utf8cut.Head(escapeMrkdwn("`"+show+"`  ·  delivery "+ev.ID), slackSectionMax)}}})
+		if t.TraceURL != "" {
+			// A link from the operator's own template: Slack's <url|text>.
+			blocks = append(blocks, SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn",
+				Text: utf8cut.Head("<"+slackURL(t.TraceURL)+"|trace "+t.TraceID+">", slackSectionMax)}}})
+		}
 	case ev.Drain != nil:
 		dr := ev.Drain
 		title = fmt.Sprintf("%s %s on %s", icon(ev.Type), strings.ReplaceAll(string(ev.Type), "_", " "), ev.InstanceID)
@@ -257,4 +262,9 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// slackURL escapes what would end a Slack <url|text> link early.
+func slackURL(u string) string {
+	return strings.NewReplacer("<", "%3C", ">", "%3E", "|", "%7C").Replace(u)
 }

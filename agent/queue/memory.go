@@ -7,7 +7,12 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/tracing"
 )
+
+// MemoryQueueName is the embedded queue's messaging.destination.name.
+const MemoryQueueName = "memory"
 
 // Memory is an in-process queue for embedded mode (one agent, tasks POSTed
 // to /v1/tasks). It keeps SQS's visibility semantics so the agent behaves the
@@ -101,13 +106,18 @@ func (q *Memory) signal() {
 }
 
 // Send enqueues body.
-func (q *Memory) Send(_ context.Context, body []byte) (string, error) {
+func (q *Memory) Send(ctx context.Context, body []byte) (string, error) {
+	ctx, span := tracing.StartSend(ctx, tracing.SystemMemory, MemoryQueueName)
+	defer span.End()
+	attrs := map[string]string{}
+	tracing.Inject(ctx, func(k, v string) { attrs[k] = v })
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return "", ErrClosed
 	}
 	if len(q.ready)+len(q.inflight) >= q.capacity {
+		tracing.Fail(span, ErrFull)
 		return "", ErrFull
 	}
 	id := newID()
@@ -115,9 +125,10 @@ func (q *Memory) Send(_ context.Context, body []byte) (string, error) {
 		ID:         id,
 		Body:       append([]byte(nil), body...),
 		SentAt:     time.Now(),
-		Attributes: map[string]string{},
+		Attributes: attrs,
 	}})
 	q.signal()
+	tracing.Sent(span, id)
 	return id, nil
 }
 

@@ -43,8 +43,12 @@ type Message struct {
 	ReceiveCount int
 	// SentAt is when the message was first sent, zero when unknown.
 	SentAt time.Time
-	// Attributes are the message's string attributes.
+	// Attributes are the message's string attributes (traceparent and
+	// tracestate among them when the sender traced, see agent/tracing).
 	Attributes map[string]string
+	// TraceHeader is SQS's AWSTraceHeader system attribute (an X-Ray trace
+	// header) when a producer set it; "" otherwise.
+	TraceHeader string
 	// Handle is the backend's receipt handle; opaque to the agent.
 	Handle string
 }

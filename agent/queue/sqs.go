@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
+
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -56,8 +59,9 @@ type SQSOptions struct {
 	// (queue.visibility_timeout); zero uses the queue's own setting.
 	VisibilityTimeout time.Duration
 	// DeleteBatchWindow bounds how long a delete waits for a
-	// DeleteMessageBatch already in flight before it is sent anyway
-	// (default 10ms); see Delete.
+	// DeleteMessageBatch already in flight, or for other deletes right
+	// after one returned, before it is sent anyway (default 10ms); see
+	// Delete.
 	DeleteBatchWindow time.Duration
 	// ReceiveGrace is how long a poll in progress may still begin to answer
 	// after Receive's ctx ends (default 20ms); an answer whose first byte
@@ -121,6 +125,9 @@ type SQS struct {
 	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
 	flushes  sync.WaitGroup
+	// returned is when the last DeleteMessageBatch returned: a delete made
+	// within DeleteBatchWindow of it finds the source busy.
+	returned time.Time
 
 	taskAttrs, dlqAttrs attrCache
 	keep                *keeper
@@ -224,6 +231,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameApproximateReceiveCount,
 			types.MessageSystemAttributeNameSentTimestamp,
+			types.MessageSystemAttributeNameAWSTraceHeader,
 		},
 		MessageAttributeNames: []string{"All"},
 	}
@@ -296,6 +304,7 @@ func fromSQS(m types.Message) *Message {
 	if ms, err := strconv.ParseInt(sys[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
 		msg.SentAt = time.UnixMilli(ms)
 	}
+	msg.TraceHeader = sys[string(types.MessageSystemAttributeNameAWSTraceHeader)]
 	for k, v := range m.MessageAttributes {
 		if v.StringValue != nil {
 			msg.Attributes[k] = *v.StringValue
@@ -354,11 +363,14 @@ func (s *SQS) isClosed() bool {
 }
 
 // Delete implements Source and waits for its own entry's result. Deletes
-// are group-committed: with no DeleteMessageBatch in flight a delete is sent
-// at once; while one is in flight, deletes gather and go together as soon as
-// it returns, when 10 are pending, or DeleteBatchWindow after the first of
-// them, whichever comes first. So an idle agent adds no latency and a busy
-// one sends full batches. Entries failing with a server fault are retried
+// are group-committed: an idle source (no DeleteMessageBatch in flight, and
+// none returned within DeleteBatchWindow) sends a delete at once; while one
+// is in flight, deletes gather and go together as soon as it returns, when
+// 10 are pending, or DeleteBatchWindow after the first of them, whichever
+// comes first; right after one returned, with none in flight, they gather
+// until 10 are pending or for DeleteBatchWindow. So an idle agent adds no
+// latency and a busy one sends fuller batches, also when SQS answers much
+// faster than its tasks end. Entries failing with a server fault are retried
 // DeleteRetries times; a sender fault (an invalid handle) is returned at
 // once. If ctx ends first, Delete returns ctx.Err() and the batch still goes
 // out.
@@ -368,8 +380,9 @@ func (s *SQS) Delete(ctx context.Context, m *Message) error {
 	s.mu.Lock()
 	delete(s.received, m.Handle)
 	s.pending = append(s.pending, p)
+	idle := s.sending == 0 && s.timer == nil && time.Since(s.returned) >= s.o.DeleteBatchWindow
 	switch {
-	case s.closed || s.sending == 0 || len(s.pending) >= maxSQSBatch:
+	case s.closed || idle || len(s.pending) >= maxSQSBatch:
 		s.flushLocked()
 	case s.timer == nil:
 		s.timer = time.AfterFunc(s.o.DeleteBatchWindow, func() {
@@ -413,6 +426,7 @@ func (s *SQS) flushLocked() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.sending--
+			s.returned = time.Now()
 			s.flushLocked()
 		})
 	}
@@ -522,13 +536,24 @@ func (s *SQS) Send(ctx context.Context, body []byte) (string, error) {
 	if s.isClosed() {
 		return "", ErrClosed
 	}
-	out, err := s.c.SendMessage(ctx, &sqs.SendMessageInput{
+	ctx, span := tracing.StartSend(ctx, tracing.SystemSQS, QueueName(s.o.QueueURL))
+	defer span.End()
+	in := &sqs.SendMessageInput{
 		QueueUrl:    aws.String(s.o.QueueURL),
 		MessageBody: aws.String(string(body)),
+	}
+	tracing.Inject(ctx, func(k, v string) {
+		if in.MessageAttributes == nil {
+			in.MessageAttributes = map[string]types.MessageAttributeValue{}
+		}
+		in.MessageAttributes[k] = stringAttr(v)
 	})
+	out, err := s.c.SendMessage(ctx, in)
 	if err != nil {
+		tracing.Fail(span, err)
 		return "", fmt.Errorf("queue: send: %w", err)
 	}
+	tracing.Sent(span, aws.ToString(out.MessageId))
 	return aws.ToString(out.MessageId), nil
 }
 
@@ -565,4 +590,13 @@ func (s *SQS) receivedAt(handle string, def time.Time) time.Time {
 		return at
 	}
 	return def
+}
+
+// QueueName is the name of the queue at url (its last path segment), the
+// messaging.destination.name of its spans.
+func QueueName(url string) string {
+	if i := strings.LastIndexByte(url, '/'); i >= 0 {
+		return url[i+1:]
+	}
+	return url
 }

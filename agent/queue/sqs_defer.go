@@ -99,12 +99,19 @@ func (s *SQS) resend(ctx context.Context, m *Message, delay time.Duration, maxSi
 	if n := messageSize(body, attrs); n > maxSize {
 		return fmt.Errorf("%d bytes with the deferral attributes exceed the queue's MaximumMessageSize %d", n, maxSize)
 	}
-	_, err := s.c.SendMessage(ctx, &sqs.SendMessageInput{
+	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(s.o.QueueURL),
 		MessageBody:       aws.String(body),
 		MessageAttributes: attrs,
 		DelaySeconds:      int32(ceilSeconds(min(delay, maxSQSDelay))),
-	})
+	}
+	if m.TraceHeader != "" {
+		// The producer's X-Ray header stays with the task (a system
+		// attribute, not among the ten).
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(m.TraceHeader)}}
+	}
+	_, err := s.c.SendMessage(ctx, in)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}

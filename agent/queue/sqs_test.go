@@ -583,6 +583,40 @@ func TestSQSDeleteGroupCommit(t *testing.T) {
 	}
 }
 
+// TestSQSDeleteGathersAfterReturn: right after a batch returned, with none
+// in flight, deletes gather (here the window is an hour) until 10 are
+// pending, instead of each going alone when SQS answers faster than tasks
+// end.
+func TestSQSDeleteGathersAfterReturn(t *testing.T) {
+	f := newFixture(t)
+	for i := range 11 {
+		f.send(t, fmt.Sprint(i), nil)
+	}
+	q := queue.NewSQS(f.client, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Hour})
+	defer q.Close(context.Background())
+	ms := receiveN(t, q, 11)
+	if err := q.Delete(context.Background(), ms[0]); err != nil { // idle: at once
+		t.Fatalf("Delete: %v", err)
+	}
+	errs := make(chan error, 10)
+	for _, m := range ms[1:10] {
+		go func() { errs <- q.Delete(context.Background(), m) }()
+	}
+	waitFor(t, func() bool { return q.PendingDeletes() == 9 })
+	if n := len(f.srv.Calls("DeleteMessageBatch")); n != 1 {
+		t.Fatalf("%d DeleteMessageBatch calls with 9 deletes gathering, want 1", n)
+	}
+	go func() { errs <- q.Delete(context.Background(), ms[10]) }()
+	for range 10 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+	}
+	if sizes := batchSizes(f.srv.Calls("DeleteMessageBatch")); !slices.Equal(sizes, []int{1, 10}) {
+		t.Errorf("batches %v, want 1 then 10 entries", sizes)
+	}
+}
+
 func batchSizes(calls []sqsfake.Call) []int {
 	var out []int
 	for _, c := range calls {

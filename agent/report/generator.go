@@ -67,7 +67,9 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	)
 	for {
 		attempts++
-		resp, err = g.provider.Complete(ctx, req)
+		cctx, span := StartChat(ctx, g.provider.Name(), req)
+		resp, err = g.provider.Complete(cctx, req)
+		EndChat(span, resp, err)
 		var pe *Error
 		if errors.As(err, &pe) && pe.StatusCode != 0 {
 			answered = pe

@@ -20,6 +20,10 @@ type Job struct {
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	// Force skips the limiter's cooldown (not the daily cap).
 	Force bool `json:"force,omitempty"`
+	// TraceID and SpanID are the task's trace and process span (its
+	// record's): the report's spans are recorded under it.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 }
 
 // Claimed is a job taken by one consumer; it stays that consumer's until

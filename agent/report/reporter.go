@@ -12,6 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -251,7 +254,11 @@ func (r *Reporter) Stop(ctx context.Context) error {
 // handle runs one claimed job to its end.
 func (r *Reporter) handle(c Claimed) {
 	start := r.o.Clock.Now()
-	res := r.Process(r.work, c.Job)
+	tctx, span := tracing.Start(tracing.ContextWithRemote(r.work, c.TraceID, c.SpanID), "report", trace.SpanKindInternal,
+		tracing.KeyTaskID.String(c.ID))
+	defer span.End()
+	res := r.Process(tctx, c.Job)
+	traceReport(span, res)
 	log := r.log.With("task_id", c.ID, "host", c.Evidence.Host, "diagnostic", c.Evidence.Diagnostic)
 	if r.work.Err() != nil && res.Status == StatusFailed {
 		// Stopped at the drain deadline: another agent writes it.
@@ -268,9 +275,9 @@ func (r *Reporter) handle(c Claimed) {
 	attrs := []any{"status", res.Status, "attempt", c.Attempt, "latency_s", res.LatencyS,
 		"input_tokens", res.InputTokens, "output_tokens", res.OutputTokens}
 	if res.Status == StatusOK {
-		log.Info("report: written", append(attrs, "confidence", res.Confidence)...)
+		log.InfoContext(tctx, "report: written", append(attrs, "confidence", res.Confidence)...)
 	} else {
-		log.Warn("report: not written", append(attrs, "reason", res.Reason)...)
+		log.WarnContext(tctx, "report: not written", append(attrs, "reason", res.Reason)...)
 	}
 }
 

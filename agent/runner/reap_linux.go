@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -58,6 +59,9 @@ type reaper struct {
 	// starting counts starts not yet registered: while it is above zero,
 	// a child that is no registered leader may be one about to be.
 	starting atomic.Int32
+
+	// lists reads the agent's children lists for nothingLeft.
+	lists childLists
 }
 
 func (rp *reaper) init() {
@@ -171,51 +175,163 @@ func (rp *reaper) nothingLeft(id string) bool {
 	if rp.root != os.Getpid() {
 		return false
 	}
-	var tidBuf [64]int
-	tids := threads(tidBuf[:0])
-	if len(tids) == 0 {
+	var tidBuf, kidBuf [64]int
+	tids, kids, ok := rp.lists.read(tidBuf[:0], kidBuf[:0])
+	if !ok {
 		return false
 	}
-	var buf [4096]byte
 	var suspects []int
-	for _, tid := range tids {
-		fd, err := syscall.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
+	for _, pid := range kids {
+		rp.leadersMu.Lock()
+		leader := rp.leaders[pid]
+		rp.leadersMu.Unlock()
+		if leader {
+			continue
+		}
+		// One read says it all: a zombie's environment, or a gone
+		// process's, is unreadable like a dying one's.
+		run, unreadable := runMarker(pid)
+		if run == id {
 			return false
 		}
-		n, err := syscall.Read(fd, buf[:])
-		syscall.Close(fd)
-		if err != nil || n < 0 || n == len(buf) {
-			return false
-		}
-		for f := range bytes.FieldsSeq(buf[:n]) {
-			pid, err := strconv.Atoi(string(f))
-			if err != nil {
-				return false
-			}
-			rp.leadersMu.Lock()
-			leader := rp.leaders[pid]
-			rp.leadersMu.Unlock()
-			if leader {
-				continue
-			}
-			if zombie, ok := isZombie(pid); !ok || zombie {
-				suspects = append(suspects, pid)
-				continue
-			}
-			run, unreadable := runMarker(pid)
-			if run == id {
-				return false
-			}
-			if unreadable {
-				suspects = append(suspects, pid)
-			}
+		if unreadable {
+			suspects = append(suspects, pid)
 		}
 	}
 	// A thread that exited meanwhile hands its children to another,
 	// which may have been read before: then look again the long way.
+	if !rp.settled(suspects) {
+		return false
+	}
 	var againBuf [64]int
-	return rp.settled(suspects) && slices.Equal(tids, threads(againBuf[:0]))
+	again, ok := rp.lists.threads(againBuf[:0])
+	return ok && slices.Equal(tids, again)
+}
+
+// childListsFresh is how long childLists keeps its files open unused. A
+// thread id comes back only after the kernel has handed out every other
+// process id (pid_max, 32768 or more), which takes seconds even at
+// thousands of forks a second; a file kept for a thread that exited and
+// whose id went to a new one would read as no children.
+const childListsFresh = 100 * time.Millisecond
+
+// childLists reads the agent's children lists (/proc/self/task/*/children)
+// from files it keeps open and reads again from offset 0 (procfs
+// regenerates them), instead of opening /proc/self/task and every
+// thread's list at the end of every run: the opens were most of the
+// check's cost, itself the largest part of the agent's CPU per task at
+// hundreds of short runs a second (BenchmarkSQSIntake, agent-redis).
+// Files of threads no longer listed are closed; all are, once unused for
+// childListsFresh.
+type childLists struct {
+	mu   sync.Mutex
+	dir  int         // /proc/self/task, when fds is not nil
+	fds  map[int]int // thread id → its children list; nil = nothing open
+	used time.Time
+	// opened counts the times the files were opened afresh.
+	opened int
+	now    func() time.Time // nil = time.Now
+}
+
+// read appends the agent's thread ids (sorted) to tids and the pids in
+// their children lists to kids; false when it cannot tell.
+func (c *childLists) read(tids, kids []int) (_, _ []int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tids, ok = c.threadsLocked(tids)
+	if !ok {
+		return nil, nil, false
+	}
+	var buf [4096]byte
+	for _, tid := range tids {
+		fd, open := c.fds[tid]
+		if !open {
+			var err error
+			fd, err = syscall.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, nil, false
+			}
+			c.fds[tid] = fd
+		}
+		n, err := syscall.Pread(fd, buf[:], 0)
+		if err != nil || n < 0 || n == len(buf) {
+			c.closeLocked()
+			return nil, nil, false
+		}
+		// Space-separated pids; a loop rather than bytes.FieldsSeq, whose
+		// closure would move buf to the heap.
+		for rest := buf[:n]; ; {
+			rest = bytes.TrimLeft(rest, " \n")
+			if len(rest) == 0 {
+				break
+			}
+			end := bytes.IndexAny(rest, " \n")
+			if end < 0 {
+				end = len(rest)
+			}
+			pid, ok := atoi(rest[:end])
+			if !ok {
+				return nil, nil, false
+			}
+			kids = append(kids, pid)
+			rest = rest[end:]
+		}
+	}
+	// The files of threads gone since the last read.
+	for tid, fd := range c.fds {
+		if _, found := slices.BinarySearch(tids, tid); !found {
+			syscall.Close(fd)
+			delete(c.fds, tid)
+		}
+	}
+	return tids, kids, true
+}
+
+// threads appends the agent's thread ids to dst, sorted.
+func (c *childLists) threads(dst []int) ([]int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.threadsLocked(dst)
+}
+
+func (c *childLists) threadsLocked(dst []int) ([]int, bool) {
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
+	}
+	if now.Sub(c.used) > childListsFresh {
+		c.closeLocked()
+	}
+	c.used = now
+	if c.fds == nil {
+		fd, err := syscall.Open("/proc/self/task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, false
+		}
+		c.dir, c.fds = fd, map[int]int{}
+		c.opened++
+	} else if _, err := syscall.Seek(c.dir, 0, io.SeekStart); err != nil {
+		c.closeLocked()
+		return nil, false
+	}
+	dst = readTids(c.dir, dst)
+	if len(dst) == 0 {
+		c.closeLocked()
+		return nil, false
+	}
+	return dst, true
+}
+
+// closeLocked closes every file; the next read opens them again.
+func (c *childLists) closeLocked() {
+	if c.fds == nil {
+		return
+	}
+	for _, fd := range c.fds {
+		syscall.Close(fd)
+	}
+	syscall.Close(c.dir)
+	c.fds = nil
 }
 
 // settled reports whether every suspect has become a registered leader or
@@ -228,8 +344,7 @@ func (rp *reaper) settled(suspects []int) bool {
 			rp.leadersMu.Lock()
 			leader := rp.leaders[pid]
 			rp.leadersMu.Unlock()
-			_, exists := isZombie(pid)
-			return leader || !exists
+			return leader || !inTable(pid)
 		})
 		if len(suspects) == 0 {
 			return true
@@ -241,37 +356,30 @@ func (rp *reaper) settled(suspects []int) bool {
 	}
 }
 
-// isZombie reads pid's state; ok is false when pid is gone or unreadable.
-// It runs at the end of every run, so it reads with raw syscalls.
-func isZombie(pid int) (zombie, ok bool) {
-	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return false, false
-	}
-	var buf [1024]byte
-	n, err := syscall.Read(fd, buf[:])
-	syscall.Close(fd)
-	if err != nil || n <= 0 {
-		return false, false
-	}
-	b := buf[:n]
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false, false
-	}
-	return b[i+2] == 'Z', true
+// inTable reports whether pid is in the process table, a zombie included,
+// without reading /proc: signal 0 checks and delivers nothing.
+func inTable(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // threads appends the agent's thread ids to dst, sorted; nil when
-// unreadable. It runs twice at the end of every run, so it reads the
-// directory with raw syscalls into one buffer, without an *os.File or a
-// string per entry.
+// unreadable.
 func threads(dst []int) []int {
 	fd, err := syscall.Open("/proc/self/task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
 	defer syscall.Close(fd)
+	return readTids(fd, dst)
+}
+
+// readTids appends the thread ids listed by the /proc/self/task directory
+// open at fd, from its current offset, to dst, sorted; nil when
+// unreadable. It runs twice at the end of every run, so it reads the
+// directory with raw syscalls into one buffer, without an *os.File or a
+// string per entry.
+func readTids(fd int, dst []int) []int {
 	var buf [4096]byte
 	for {
 		n, err := syscall.ReadDirent(fd, buf[:])
@@ -405,11 +513,35 @@ func readProcs() []proc {
 // when the environment could not be read or was empty, as it reads once
 // the process's memory is gone (killed, exiting, not yet a zombie).
 func runMarker(pid int) (run string, unreadable bool) {
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil || len(env) == 0 {
+	path := "/proc/" + strconv.Itoa(pid) + "/environ"
+	// Most environments here are the runner's few variables: one read
+	// into a buffer on the stack, as it runs at the end of every run for
+	// each child being started; a longer one is read whole.
+	var buf [4096]byte
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
 		return "", true
 	}
-	for kv := range bytes.SplitSeq(env, []byte{0}) {
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return "", true
+	}
+	env := buf[:n]
+	if n == len(buf) {
+		if env, err = os.ReadFile(path); err != nil || len(env) == 0 {
+			return "", true
+		}
+	}
+	// A loop rather than bytes.SplitSeq, whose closure would move buf to
+	// the heap.
+	for len(env) > 0 {
+		kv := env
+		if i := bytes.IndexByte(env, 0); i >= 0 {
+			kv, env = env[:i], env[i+1:]
+		} else {
+			env = nil
+		}
 		if v, ok := bytes.CutPrefix(kv, []byte(RunIDVar+"=")); ok {
 			return string(v), false
 		}

@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -331,9 +333,114 @@ func TestThreads(t *testing.T) {
 			want = append(want, tid)
 		}
 		slices.Sort(want)
-		if got = threads(nil); slices.Equal(got, want) {
+		var lists childLists
+		cached, ok := lists.threads(nil)
+		if got = threads(nil); ok && slices.Equal(got, want) && slices.Equal(cached, want) {
 			return
 		}
 	}
 	t.Fatalf("threads() = %v, /proc/self/task lists %v", got, want)
+}
+
+// TestChildListsFollowThreads: the children lists kept open are read
+// again with what changed since: a child forked after a file was opened
+// is listed, the file of a thread that exited is closed, and files unused
+// for childListsFresh are opened afresh.
+func TestChildListsFollowThreads(t *testing.T) {
+	now := time.Now()
+	lists := childLists{now: func() time.Time { return now }}
+	defer func() {
+		lists.mu.Lock()
+		lists.closeLocked()
+		lists.mu.Unlock()
+	}()
+	// A thread of its own: a goroutine that exits locked to its thread
+	// ends the thread.
+	tidc, forked, exit := make(chan int), make(chan int), make(chan struct{})
+	var child *exec.Cmd
+	go func() {
+		runtime.LockOSThread()
+		tidc <- syscall.Gettid()
+		<-forked
+		child = exec.CommandContext(t.Context(), "/bin/sleep", "30")
+		if err := child.Start(); err != nil {
+			t.Error(err)
+			close(exit)
+			return
+		}
+		exit <- struct{}{}
+		<-exit
+	}()
+	tid := <-tidc
+	if tid == os.Getpid() {
+		t.Skip("the goroutine runs on the main thread, which never exits")
+	}
+	_, kids, ok := lists.read(nil, nil)
+	if !ok {
+		t.Fatal("read: cannot tell")
+	}
+	if _, open := lists.fds[tid]; !open {
+		t.Fatalf("thread %d's children list not open after a read", tid)
+	}
+	forked <- 0
+	<-exit
+	if child == nil {
+		t.FailNow()
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	if slices.Contains(kids, child.Process.Pid) {
+		t.Fatalf("child %d listed before it was forked", child.Process.Pid)
+	}
+	if _, kids, ok = lists.read(nil, nil); !ok || !slices.Contains(kids, child.Process.Pid) {
+		t.Fatalf("read = %v, %v: child %d, forked by thread %d after its list was opened, not listed", kids, ok, child.Process.Pid, tid)
+	}
+	exit <- struct{}{}
+	deadline := time.Now().Add(reapTimeout)
+	for {
+		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d still there", tid)
+		}
+		time.Sleep(reapPoll)
+	}
+	if _, _, ok = lists.read(nil, nil); !ok {
+		t.Fatal("read: cannot tell")
+	}
+	if _, open := lists.fds[tid]; open {
+		t.Fatalf("thread %d exited, its children list still open", tid)
+	}
+	opened := lists.opened
+	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened {
+		t.Fatalf("read = %v, files opened %d times then %d: want them kept", ok, opened, lists.opened)
+	}
+	now = now.Add(childListsFresh)
+	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened {
+		t.Fatalf("read = %v, files opened %d times then %d: want them kept within %v", ok, opened, lists.opened, childListsFresh)
+	}
+	now = now.Add(childListsFresh + time.Nanosecond)
+	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened+1 {
+		t.Fatalf("read = %v, files opened %d times then %d: want them opened again once unused for %v", ok, opened, lists.opened, childListsFresh)
+	}
+}
+
+// isZombie reads pid's state; ok is false when pid is gone or unreadable.
+func isZombie(pid int) (zombie, ok bool) {
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false, false
+	}
+	var buf [1024]byte
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return false, false
+	}
+	b := buf[:n]
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false, false
+	}
+	return b[i+2] == 'Z', true
 }

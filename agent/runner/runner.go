@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -257,7 +258,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 		res.Outcome, res.Err = outcome.Failed, err
 		return res
 	}
-	pr, pw, err := os.Pipe()
+	pr, pw, err := outputPipe()
 	if err != nil {
 		res.Outcome, res.Err = outcome.Failed, fmt.Errorf("runner: pipe: %w", err)
 		return res
@@ -269,7 +270,9 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	cmd := exec.Command(argv[0], argv[1:]...) //nolint:noctx // see above
 	cmd.Env = append(slices.Clip(env), RunIDVar+"="+id)
 	cmd.Dir = "/"
-	cmd.Stdin = nil
+	if in := nullInput(); in != nil {
+		cmd.Stdin = in
+	}
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := procs.start(cmd); err != nil {
@@ -354,6 +357,18 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	return res
 }
 
+// nullInput is /dev/null, opened once for the whole process and given to
+// every run as its standard input (nil if it cannot be opened: os/exec
+// then opens it itself). With Stdin nil, os/exec opens, sets up and closes
+// /dev/null for every run: seven system calls for the same empty input.
+var nullInput = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+})
+
 type capture struct {
 	data      []byte
 	truncated bool
@@ -366,7 +381,7 @@ type capture struct {
 // about twice its max_output in all and holds at most about one and a half
 // times it at once (old and new buffer during the last doubling).
 const (
-	minRead      = 4 << 10
+	minRead      = 512
 	discardChunk = 32 << 10
 )
 

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -141,6 +142,22 @@ func TestMinimalEnvironment(t *testing.T) {
 			t.Fatalf("no %s in %q", want, res.Output)
 		}
 	}
+}
+
+// TestEmptyInput: every run reads an empty standard input, read-only, runs
+// at once sharing it.
+func TestEmptyInput(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			res := run(t, &Runner{}, Diagnostic{Timeout: 10 * time.Second},
+				"/bin/sh", "-c", `n=$(cat | wc -c); echo "read $n"; echo x 2>/dev/null >&0 || echo "read-only"`)
+			if res.Outcome != outcome.Succeeded || strings.Join(strings.Fields(string(res.Output)), " ") != "read 0 read-only" {
+				t.Errorf("run reading its input: %s %q", res.Outcome, res.Output)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestOutputCap(t *testing.T) {

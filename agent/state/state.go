@@ -78,6 +78,11 @@ type TaskRecord struct {
 	Limiter json.RawMessage `json:"limiter,omitempty"`
 	// Report is the root-cause report, as JSON; empty until one is made.
 	Report json.RawMessage `json:"report,omitempty"`
+	// TraceID is the task's trace (its process span's) when tracing is
+	// on; SpanID that span's id when the trace is sampled, the parent of
+	// the notification and report spans.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 }
 
 // FinishExtras are the writes that belong to a task's end besides its

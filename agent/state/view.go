@@ -9,13 +9,18 @@ import (
 
 // View is the record as it leaves the agent (GET /v1/tasks/{id},
 // `autodiag show`, notification events): times in UTC and absent when
-// unset, the exit code only when the diagnostic ran.
-func (r TaskRecord) View() taskview.Task {
+// unset, the exit code only when the diagnostic ran, and the trace's link
+// made by link (tracing.Link; nil: none).
+func (r TaskRecord) View(link func(traceID string) string) taskview.Task {
 	v := taskview.Task{ID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Params: r.Params, Severity: r.Severity,
 		Status: r.Status, Outcome: r.Outcome, Reason: r.Reason, Attempts: r.Attempts, Owner: r.Owner,
 		ReceivedAt: timePtr(r.ReceivedAt), StartedAt: timePtr(r.StartedAt), FinishedAt: timePtr(r.FinishedAt),
 		Output: r.Output, Truncated: r.Truncated, OutputURL: r.OutputURL, OutputUpload: r.OutputUpload, Limiter: r.Limiter, Report: r.Report,
-		Origin: r.Origin, Parent: r.Parent, Investigation: r.Investigation, Step: r.Step}
+		Origin: r.Origin, Parent: r.Parent, Investigation: r.Investigation, Step: r.Step,
+		TraceID: r.TraceID, SpanID: r.SpanID}
+	if link != nil {
+		v.TraceURL = link(r.TraceID)
+	}
 	if r.Alert != nil {
 		a := *r.Alert
 		v.Alert = &a

@@ -8,6 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/lifecycle"
 )
@@ -57,7 +61,10 @@ func (a *actions) complete(ctx context.Context, action lifecycle.Action, timedOu
 	result := a.cfg.CompletionResult(timedOut)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CompletionTimeout)
 	defer cancel()
+	cctx, span := startCompletion(cctx, action, result)
+	defer span.End()
 	if err := a.actor.Complete(cctx, action, result); err != nil {
+		tracing.Fail(span, err)
 		a.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
 		a.hooks.CompletionFailed(a.drain.Progress())
 		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
@@ -67,7 +74,10 @@ func (a *actions) complete(ctx context.Context, action lifecycle.Action, timedOu
 }
 
 func (a *actions) heartbeat(ctx context.Context, action lifecycle.Action) {
+	ctx, span := tracing.Start(ctx, "lifecycle heartbeats", trace.SpanKindInternal, attribute.String("aws.autoscaling.hook.name", action.HookName))
+	defer span.End()
 	if err := a.actor.Heartbeat(ctx, action); err != nil && !errors.Is(err, context.Canceled) {
+		tracing.Fail(span, err)
 		a.log.Warn("lifecycle heartbeats stopped", "err", err)
 	}
 }

@@ -146,6 +146,9 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	s.mu.Lock()
 	tr := s.trigger
 	s.mu.Unlock()
+	// The drain is a trace of its own: trigger, heartbeats, completion.
+	ctx, span := startDrainSpan(ctx, tr.Trigger)
+	defer span.End()
 	action := s.initialAction(ctx, tr)
 	// known is the action as far as it is known: at the start, found
 	// during the drain or at its end. DrainSeconds takes its group.
@@ -197,6 +200,7 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 		s.waitReleased(ctx)
 	}
 	p := s.drain.Progress()
+	traceDrainWork(span, p)
 	if !p.EndedAt.IsZero() {
 		s.log.Info("drain work ended", "released", p.Released, "cancelled", p.Cancelled, "timed_out", p.TimedOut)
 	}
@@ -228,7 +232,8 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	s.m.DrainDuration.Set(took.Seconds())
 	s.presence.Drained(ctx)
 	ending := drainEnding(tr.Source, action != nil, s.actions.toWarmPool())
-	s.log.Info("drained", "duration", took.Seconds(), "outcomes", s.outcomes(), "ending", ending.String())
+	traceEnding(span, ending.String(), completeErr)
+	s.log.InfoContext(ctx, "drained", "duration", took.Seconds(), "outcomes", s.outcomes(), "ending", ending.String())
 	switch {
 	case fast:
 		return ending, ErrFastExit

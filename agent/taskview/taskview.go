@@ -46,6 +46,11 @@ type Task struct {
 	OutputUpload string          `json:"output_upload,omitempty"`
 	Limiter      json.RawMessage `json:"limiter,omitempty"`
 	Report       json.RawMessage `json:"report"`
+	// TraceID and SpanID name the task's trace (see docs/tracing.md);
+	// TraceURL is tracing.link_template filled with the trace id.
+	TraceID  string `json:"trace_id,omitempty"`
+	SpanID   string `json:"span_id,omitempty"`
+	TraceURL string `json:"trace_url,omitempty"`
 }
 
 // Alert is the alert a task came from.

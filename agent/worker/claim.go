@@ -6,10 +6,13 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
@@ -53,12 +56,12 @@ func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 			// Without the lease exactly-once cannot be guaranteed: hand
 			// the message back for a later attempt.
 			delay := retryDelay(j.msg.ReceiveCount)
-			cl.log.Warn("state store unavailable; task handed back", "task_id", t.ID, "state_fail", cl.stateFail,
+			cl.log.WarnContext(j.context(), "state store unavailable; task handed back", "task_id", t.ID, "state_fail", cl.stateFail,
 				"retry_after", delay.Seconds(), "err", err)
 			cl.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
 			return state.TaskRecord{}, false
 		}
-		cl.log.Warn("state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", cl.stateFail,
+		cl.log.WarnContext(j.context(), "state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", cl.stateFail,
 			"detail", "the message's visibility is the only guard against a second run", "err", err)
 		return cl.openRecord(j), true
 	}
@@ -87,10 +90,13 @@ func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
 		req.DedupeKey, _ = t.Field(cl.dedupeKey)
 	}
 	var dec limiter.Decision
+	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
 	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
 		dec, err = cl.limiter.Allow(ctx, req)
 		return err
 	})
+	traceDecision(lspan, dec, err)
+	lspan.End()
 	switch {
 	case err != nil:
 		cl.msgs.handBack(j, back{why: backLimiterCancelled, detail: err.Error()})
@@ -169,7 +175,7 @@ func (cl *claimer) limiterDone(j *job, end string) {
 		end = outcome.Released
 	}
 	if err := cl.calls.storeCall(func(ctx context.Context) error { return cl.limiter.Done(ctx, *req, end) }); err != nil {
-		cl.log.Warn("giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+		cl.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
 			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
 	}
 }

@@ -59,7 +59,9 @@ func (f *finisher) record(j *job, rec state.TaskRecord, res runner.Result) {
 	rec.FinishedAt = f.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.
+	uspan := f.startUpload(j)
 	f.hooks.Keep(&rec, &res, f.catalog[t.Diagnostic])
+	endUpload(uspan, rec)
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
 	f.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
@@ -107,14 +109,14 @@ func (f *finisher) finish(j *job, rec state.TaskRecord, e ended) {
 		// claimed the task: its attempt owns the record, its notification
 		// and its report. This run still ends in its own outcome (log,
 		// metric, audit).
-		f.log.Warn("lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
+		f.log.WarnContext(j.context(), "lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
 			"detail", "a later attempt owns the record; this result is logged only")
 	case errors.Is(err, state.ErrPartial):
 		f.calls.degraded("audit")
-		f.log.Warn("task record written without its audit entry", "task_id", rec.ID, "err", err)
+		f.log.WarnContext(j.context(), "task record written without its audit entry", "task_id", rec.ID, "err", err)
 	default:
 		f.calls.degraded("finish")
-		f.log.Warn("recording the result failed; kept to be written when the state store answers",
+		f.log.WarnContext(j.context(), "recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
 		f.backlog.keepRecord(pendingFinish{rec: rec, extras: x})
 	}

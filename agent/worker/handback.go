@@ -118,7 +118,7 @@ func (m *messages) sendBack(j *job, b back) {
 		m.leases.releaseLease(j)
 	}
 	if err := m.queueCall(func(ctx context.Context) error { return m.src.Defer(ctx, j.msg, b.after) }); err != nil {
-		m.log.Warn("handing the message back failed", "task_id", j.task.ID, "retry_after", b.after.Seconds(), "err", err)
+		m.log.WarnContext(j.context(), "handing the message back failed", "task_id", j.task.ID, "retry_after", b.after.Seconds(), "err", err)
 	}
 	reason := b.why.String()
 	if b.reason != "" {
@@ -129,7 +129,7 @@ func (m *messages) sendBack(j *job, b back) {
 		m.outcomes.end(j, ended{outcome: outcome.Released, reason: reason, detail: b.detail})
 	case backRunningHere, backRunningElsewhere, backLimited:
 		t := j.task
-		m.log.Info("task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", b.after.Seconds()}, b.attrs...)...)
+		m.log.InfoContext(j.context(), "task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", b.after.Seconds()}, b.attrs...)...)
 		m.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: b.fields})
 		m.outcomes.drop(j)
 	default:
@@ -148,7 +148,7 @@ func (m *messages) ack(j *job) {
 		j.freeSlots()
 	}
 	if err := m.queueCall(func(ctx context.Context) error { return m.src.Delete(ctx, j.msg) }); err != nil {
-		m.log.Warn("delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
+		m.log.WarnContext(j.context(), "delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -25,6 +27,11 @@ import (
 type job struct {
 	msg  *queue.Message
 	item *drain.Item
+	// ctx holds the job's process span (nil without a message, as for a
+	// posted task rejected before the queue): its steps' spans start under
+	// it and its log lines name its trace.
+	ctx  context.Context
+	span trace.Span
 
 	mu       sync.Mutex
 	task     task.Task
@@ -54,6 +61,14 @@ type job struct {
 	// its worker slot; ack calls it before waiting for the delete, and
 	// the handler on its way out. Used by the handler goroutine only.
 	freeSlots func()
+}
+
+// context is the job's trace context, for its spans and log lines.
+func (j *job) context() context.Context {
+	if j.ctx == nil {
+		return context.Background()
+	}
+	return j.ctx
 }
 
 // ranFor is how long the diagnostic ran, when it did.
@@ -191,7 +206,8 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	if e.outcome == outcome.Failed || e.outcome == outcome.TimedOut || e.outcome == outcome.Rejected {
 		level = slog.LevelWarn
 	}
-	r.log.Log(context.Background(), level, "task ended", attrs...)
+	traceOutcome(j.span, e.outcome, e.reason, level)
+	r.log.Log(j.context(), level, "task ended", attrs...)
 	return state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}, true
 }
 

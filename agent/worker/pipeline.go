@@ -12,11 +12,14 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
@@ -79,6 +82,7 @@ type pipeline struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	redactor  *redact.Redactor
+	trace     traceOptions
 
 	calls  *storeCalls
 	leases *leases
@@ -111,6 +115,7 @@ func (p *pipeline) accept(m *queue.Message) {
 	p.outcomes.received()
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
+	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) })
 	p.handlers.Go(func() {
@@ -127,6 +132,7 @@ func (p *pipeline) handle(j *job) {
 	// A drain waits for the item, so for the delete too; the slots are
 	// freed earlier (see ack).
 	defer j.item.Done()
+	defer j.span.End()
 	haveRun := false
 	// The receive slot bounds the messages received ahead of their run:
 	// once the diagnostic has ended it goes back, so that the next
@@ -153,7 +159,12 @@ func (p *pipeline) handle(j *job) {
 	if p.routeAlert(j) {
 		return
 	}
-	if err := p.validate(j); err != nil {
+	_, vspan := tracing.Start(j.ctx, "validate", trace.SpanKindInternal)
+	err := p.validate(j)
+	traceTask(j.span, j.task)
+	tracing.Fail(vspan, err)
+	vspan.End()
+	if err != nil {
 		p.reject(j, err)
 		return
 	}
@@ -204,7 +215,9 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	}
 	defer p.leases.unmarkRunning(t.ID)
 	claimed := p.clock.Now()
+	_, cspan := tracing.Start(j.ctx, "claim", trace.SpanKindInternal)
 	rec, ok := p.claims.claim(j)
+	cspan.End()
 	if !ok {
 		return
 	}
@@ -215,11 +228,16 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	if !p.claims.stillOurs(j, claimed) {
 		return
 	}
+	_, rspan := tracing.Start(j.ctx, "run "+t.Diagnostic, trace.SpanKindInternal, tracing.KeyDiagnostic.String(t.Diagnostic))
 	res := run()
+	traceRun(rspan, res)
+	rspan.End()
 	// The run is over: give its slots back before the bookkeeping, so the
 	// next task of the key need not wait for the record and the delete.
 	p.claims.limiterDone(j, res.Outcome)
+	_, recspan := tracing.Start(j.ctx, "record", trace.SpanKindInternal)
 	p.fin.record(j, rec, res)
+	recspan.End()
 }
 
 // reject ends an invalid or stale message. A rejected message has one
@@ -236,7 +254,7 @@ func (p *pipeline) reject(j *job, err error) {
 		return
 	}
 	if j.msg.ReceiveCount >= 5 {
-		p.log.Warn("poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
+		p.log.WarnContext(j.context(), "poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
 	}
 	first := true
 	if p.marks != nil {
@@ -247,7 +265,7 @@ func (p *pipeline) reject(j *job, err error) {
 		if merr != nil {
 			// Counting a reject twice beats losing it.
 			p.calls.degraded("mark")
-			p.log.Warn("state store unavailable; the rejected message is counted without knowing whether it was before",
+			p.log.WarnContext(j.context(), "state store unavailable; the rejected message is counted without knowing whether it was before",
 				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
 			first = true
 		}
@@ -255,7 +273,7 @@ func (p *pipeline) reject(j *job, err error) {
 	if first {
 		p.outcomes.end(j, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
 	} else {
-		p.log.Debug("rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
+		p.log.DebugContext(j.context(), "rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
 		p.outcomes.drop(j)
 	}
@@ -267,7 +285,7 @@ func (p *pipeline) reject(j *job, err error) {
 		// Left to the queue's redrive policy.
 	default:
 		delay := retryDelay(j.msg.ReceiveCount)
-		p.log.Warn("dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
+		p.log.WarnContext(j.context(), "dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
 		p.msgs.handBack(j, back{why: backRetry, after: delay})
 	}

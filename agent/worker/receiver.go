@@ -35,6 +35,7 @@ type receiver struct {
 	idle     chan struct{}
 	log      *slog.Logger
 	accept   func(*queue.Message)
+	trace    traceOptions
 	// polls is how many receives may be in flight at once while the
 	// queue has a backlog (at least 1): enough batches to fill the
 	// workers, ceil(workers / batch).
@@ -174,7 +175,9 @@ func (in *receiver) run(ctx context.Context) {
 // accepted. A failure is retried after the backoff, waited for here. nil
 // when the intake ends (ctx ended or the source is closed).
 func (in *receiver) receive(ctx context.Context, n int64, bo *backoff.ExponentialBackOff, boMu *sync.Mutex) *received {
+	start := time.Now()
 	msgs, err := in.src.Receive(ctx, int(n))
+	in.trace.receiveSpan(msgs, start)
 	// Before its messages are accepted: a gather that sees neither them
 	// nor the receive returns what it holds, which costs a smaller batch;
 	// one that saw the receive still in flight after they started would

@@ -3,8 +3,11 @@ package worker
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/tracing"
 )
 
 // AlertRouting is the alert stage on the task queue: CloudWatch alarms
@@ -48,13 +51,17 @@ func (p *pipeline) routeAlert(j *job) bool {
 		p.reject(j, err)
 		return true
 	}
+	rctx, span := tracing.Start(j.context(), "route", trace.SpanKindInternal, tracing.KeyAlertSource.String(alert.SourceCloudWatch))
+	defer span.End()
 	ans := p.alerts.Router.RoutePayload(pl, p.clock.Now())
+	span.SetAttributes(tracing.KeyTasks.Int(len(ans.Tasks)))
 	if len(ans.Tasks) > 0 {
-		if err := callWithin(alert.DefaultSendTimeout, func(ctx context.Context) error {
+		// The tasks' sends are spans under the alarm's: one trace.
+		if err := callDetached(rctx, alert.DefaultSendTimeout, func(ctx context.Context) error {
 			return p.alerts.Sender.SendBatch(ctx, ans.Tasks)
 		}); err != nil {
 			delay := retryDelay(j.msg.ReceiveCount)
-			log.Warn("alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
+			log.WarnContext(rctx, "alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
 			p.msgs.handBack(j, back{why: backRetry, after: delay})
 			return true

@@ -87,6 +87,8 @@ type Options struct {
 	StateFail    string
 	// Hard ends on a fast exit: running work is killed and released.
 	Hard context.Context
+	// Tracing names the queue in the worker's spans.
+	Tracing Tracing
 }
 
 // Worker takes tasks from the queue to their outcome: the receiver
@@ -118,7 +120,7 @@ func New(o Options) *Worker {
 	receive := semaphore.NewWeighted(workers + prefetch)
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
-		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts}
+		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing}
 	p.calls = &storeCalls{timeout: o.StoreTimeout, degradedOps: o.Metrics.StateDegraded}
 	p.leases = &leases{store: o.Store, limiter: o.Limiter, calls: p.calls, log: o.Logger, instanceID: o.InstanceID,
 		lease: o.Lease, storeTimeout: o.StoreTimeout, running: map[string]bool{}}
@@ -130,7 +132,7 @@ func New(o Options) *Worker {
 	p.claims = &claimer{store: o.Store, limiter: o.Limiter, catalog: o.Catalog, redactor: o.Redactor, outcomes: outcomes,
 		clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs, fin: p.fin, instanceID: o.InstanceID,
 		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
-	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept,
+	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: int((workers + int64(o.BatchSize) - 1) / int64(max(1, o.BatchSize)))}
 	return &Worker{receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,

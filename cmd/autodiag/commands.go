@@ -18,13 +18,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/spf13/cobra"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -131,10 +134,11 @@ func (c *cli) openOptions(log *slog.Logger) agent.OpenOptions {
 
 func (c *cli) enqueueCmd() *cobra.Command {
 	var (
-		t        task.Task
-		params   []string
-		queueURL string
-		addr     string
+		t           task.Task
+		params      []string
+		queueURL    string
+		addr        string
+		traceparent string
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue --host H --diagnostic D [--param k=v]...",
@@ -165,12 +169,16 @@ func (c *cli) enqueueCmd() *cobra.Command {
 				t.CreatedAt = time.Now().UTC()
 			}
 			body, _ := json.Marshal(t)
+			tctx, err := withTraceparent(cmd.Context(), traceparent)
+			if err != nil {
+				return err
+			}
 			if queueURL == "" {
 				target, err := newAdminTarget(cmd.Context(), cfg, addr)
 				if err != nil {
 					return err
 				}
-				out, err := adminCall(cmd.Context(), http.MethodPost, target, "/v1/tasks", bytes.NewReader(body))
+				out, err := adminCall(tctx, http.MethodPost, target, "/v1/tasks", bytes.NewReader(body))
 				if err != nil {
 					return err
 				}
@@ -183,9 +191,14 @@ func (c *cli) enqueueCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("aws config: %w", err)
 			}
-			out, err := sqs.NewFromConfig(awsCfg).SendMessage(ctx, &sqs.SendMessageInput{
-				QueueUrl: aws.String(queueURL), MessageBody: aws.String(string(body)),
+			in := &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(string(body))}
+			tracing.Inject(tctx, func(k, v string) {
+				if in.MessageAttributes == nil {
+					in.MessageAttributes = map[string]sqstypes.MessageAttributeValue{}
+				}
+				in.MessageAttributes[k] = sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 			})
+			out, err := sqs.NewFromConfig(awsCfg).SendMessage(ctx, in)
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
 			}
@@ -202,7 +215,22 @@ func (c *cli) enqueueCmd() *cobra.Command {
 	f.StringVar(&t.Alert.EventID, "event-id", "", "alert event id (dedupe key)")
 	f.StringVar(&queueURL, "queue-url", "", "SQS queue URL (default: queue.url / $AUTODIAG_QUEUE_URL; none = POST to the local agent)")
 	f.StringVar(&addr, "admin-addr", "", "local agent admin address (default: admin_addr of the config)")
+	f.StringVar(&traceparent, "traceparent", os.Getenv("TRACEPARENT"),
+		"W3C traceparent the task's trace continues (default: $TRACEPARENT); sent as the message's traceparent attribute")
 	return cmd
+}
+
+// withTraceparent is ctx holding the remote span context tp names ("" =
+// ctx unchanged); a malformed one is a usage error.
+func withTraceparent(ctx context.Context, tp string) (context.Context, error) {
+	if tp == "" {
+		return ctx, nil
+	}
+	sc, ok := tracing.ParseTraceparent(tp)
+	if !ok {
+		return ctx, usageError{fmt.Errorf("--traceparent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", tp)}
+	}
+	return oteltrace.ContextWithRemoteSpanContext(ctx, sc), nil
 }
 
 func (c *cli) statusCmd() *cobra.Command {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -33,10 +30,13 @@ import (
 // SQS fake until every message is deleted, b.N messages per run:
 //
 //   - sdk-loop: a plain SDK loop in this process, ReceiveMessage (10) then
-//     DeleteMessageBatch, one at a time: the baseline any SQS consumer pays;
+//     DeleteMessageBatch, one at a time: the baseline any SQS consumer pays
+//     (a reference, not a target: it keeps no state);
 //   - sdk-loop-exec16: 16 such loops that also run /bin/true in its own
 //     process group per message: the floor of any consumer that forks a
-//     process per task;
+//     process per task (a reference, not a target);
+//   - sdk-loop-state16: the target, 16 hand-written loops in a child
+//     process with the agent's guarantees (see e2e_sqs_bench_peer_test.go);
 //   - agent-memory: one `autodiag run` child, 16 workers, a no-op
 //     diagnostic (/bin/true), in-memory state;
 //   - agent-inproc-memory: the same agent in this process (logs discarded),
@@ -52,7 +52,12 @@ import (
 //
 // tasks/s is b.N over the time from the first ReceiveMessage that returned
 // messages to the last DeleteMessageBatch, both as the fake logged them, so
-// process start-up is not counted. Run with a fixed count, e.g.
+// process start-up is not counted. cpu-us/task is the CPU time of the
+// whole run per task (cpuMeter); the rows with a child split it from the
+// child's ready line to the drained queue (cpuSplit): own-us/task is the
+// child itself (the agent's own CPU), diag-us/task the diagnostics it
+// forked, test-us/task this process (the SQS fake), redis-us/task
+// redis-server. Run with a fixed count, e.g.
 //
 //	go test -run '^$' -bench SQSIntake -benchtime 2000x ./cmd/autodiag
 //
@@ -149,10 +154,12 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			redisAddr: redisAddr, prefix: prefix}
 		b.ResetTimer()
 		cpu := startCPU(b, rc)
-		stop := startBenchAgent(b, cfg.yaml(), fq.env...)
+		p := startBenchProc(b, benchAgentCmd(b, cfg.yaml(), fq.env...))
+		split := startSplit(b, p.cmd.Process.Pid, rc)
 		waitDrained(b, fq)
 		b.StopTimer()
-		stop()
+		split.report(b)
+		p.stop()
 		cpu.report(b)
 		reportRate(b, fq)
 	}
@@ -197,16 +204,25 @@ func benchIntake(b *testing.B, rtt time.Duration) {
 			inproc(b, rc, testenv.RedisAddr(b), prefix)
 		})
 	}
+	b.Run("sdk-loop-state16", func(b *testing.B) {
+		rc, prefix := sqsRedis(b)
+		countRedis(b, rc, func() {
+			fq := queue(b)
+			b.ResetTimer()
+			cpu := startCPU(b, rc)
+			p := startStatePeer(b, fq, 16, testenv.RedisAddr(b), prefix)
+			split := startSplit(b, p.cmd.Process.Pid, rc)
+			waitDrained(b, fq)
+			b.StopTimer()
+			split.report(b)
+			p.stop()
+			cpu.report(b)
+			reportRate(b, fq)
+		})
+	})
 	b.Run("agent-redis", func(b *testing.B) {
 		rc, prefix := sqsRedis(b)
-		before := redisCounters(b, rc)
-		child(b, rc, testenv.RedisAddr(b), prefix)
-		after := redisCounters(b, rc)
-		// Server-wide: exact when the benchmark has the Redis to itself.
-		// The replies to the first INFO and to the CPU meter's two are
-		// among the writes counted.
-		b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "rediscalls/task")
-		b.ReportMetric(float64(after.writes-before.writes-3)/float64(b.N), "roundtrips/task")
+		countRedis(b, rc, func() { child(b, rc, testenv.RedisAddr(b), prefix) })
 	})
 }
 
@@ -270,6 +286,18 @@ func benchFilter() string {
 		return f.Value.String()
 	}
 	return ""
+}
+
+// countRedis reports the Redis commands and round trips per task of run.
+// Server-wide: exact when the benchmark has the Redis to itself. The
+// replies to the first INFO and to the CPU meters' INFO calls (two for
+// cpuMeter, two for cpuSplit) are among the writes counted.
+func countRedis(b *testing.B, rc *redis.Client, run func()) {
+	before := redisCounters(b, rc)
+	run()
+	after := redisCounters(b, rc)
+	b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "rediscalls/task")
+	b.ReportMetric(float64(after.writes-before.writes-5)/float64(b.N), "roundtrips/task")
 }
 
 // redisCounts are server-wide counters of a Redis.
@@ -362,6 +390,12 @@ func intakeSpan(b *testing.B, fq *sqsFake) (first, last time.Time) {
 // and returns a func that drains it (SIGTERM) and waits for its exit.
 func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	b.Helper()
+	return startBenchProc(b, benchAgentCmd(b, yaml, env...)).stop
+}
+
+// benchAgentCmd is `autodiag run` with yaml as its config file.
+func benchAgentCmd(b *testing.B, yaml string, env ...string) *exec.Cmd {
+	b.Helper()
 	path := filepath.Join(b.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		b.Fatal(err)
@@ -370,53 +404,5 @@ func startBenchAgent(b *testing.B, yaml string, env ...string) func() {
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
 		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true"}, env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	var tail []string
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		readySeen := false
-		for sc.Scan() {
-			// Parse only what matters: this process shares the CPUs.
-			line := sc.Bytes()
-			if !readySeen && bytes.Contains(line, []byte(`"msg":"ready"`)) {
-				var m map[string]any
-				if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
-					readySeen = true
-					close(ready)
-				}
-			}
-			if bytes.Contains(line, []byte(`"level":"WARN"`)) || bytes.Contains(line, []byte(`"level":"ERROR"`)) {
-				tail = append(tail, string(line))
-			}
-		}
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-done
-		if err := cmd.Wait(); err != nil {
-			b.Errorf("agent exit: %v", err)
-		}
-		if len(tail) > 0 {
-			b.Logf("agent warnings (%d):\n%s", len(tail), strings.Join(tail[:min(len(tail), 20)], "\n"))
-		}
-	}
-	select {
-	case <-ready:
-	case <-done:
-		b.Fatalf("agent exited before ready")
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		b.Fatal("agent not ready after 30s")
-	}
-	return stop
+	return cmd
 }

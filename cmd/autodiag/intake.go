@@ -136,6 +136,11 @@ func (c *cli) runIntake(cfg config.Config) error {
 	if err != nil {
 		return intakeStartError(err)
 	}
+	stopTracing, err := agent.OpenIntakeTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
+	if err != nil {
+		return usageError{fmt.Errorf("start: %w", err)}
+	}
+	defer stopTracing()
 	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireLiveAdminAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), in.AdminHandler()),
 		log.With("component", "admin"))
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/supervisor"
+	"github.com/autodiag/autodiag/agent/tracing"
 )
 
 // Exit codes (README "CLI").
@@ -193,7 +194,8 @@ func indent(err error) error {
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	// Lines logged with a traced context name its trace_id and span_id.
+	return slog.New(tracing.NewLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 func (c *cli) runCmd() *cobra.Command {
@@ -238,7 +240,7 @@ func (c *cli) runAgent(cfg config.Config) error {
 	opts.LookupEnv = creds.lookup
 	a, closeAgent, err := agent.Open(ctx, cfg, opts)
 	if err != nil {
-		if errors.As(err, new(*agent.InstanceIDError)) {
+		if errors.As(err, new(*agent.InstanceIDError)) || errors.As(err, new(*agent.TracingError)) {
 			return usageError{fmt.Errorf("start: %w", err)}
 		}
 		return fmt.Errorf("start: %w", err)
@@ -420,6 +422,7 @@ func adminCallBounded(ctx context.Context, method string, target adminTarget, pa
 		return nil, err
 	}
 	target.creds.SetOn(req)
+	tracing.Inject(ctx, req.Header.Set)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -19,6 +19,7 @@ import (
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/agent/tracing"
 )
 
 // errNotFound is a task or entry that does not exist: exit 1.
@@ -44,6 +45,7 @@ func (c *cli) showCmd() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
 			defer cancel()
+			tracing.SetLinkTemplate(cfg.Tracing.LinkTemplate)
 			v, err := lookupTask(ctx, cfg, addr, args[0])
 			if err != nil {
 				return err
@@ -79,7 +81,7 @@ func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (taskvi
 		if !ok {
 			return taskview.Task{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
 		}
-		return rec.View(), nil
+		return rec.View(tracing.Link), nil
 	}
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
@@ -152,6 +154,7 @@ func printTask(w io.Writer, v taskview.Task) {
 	if v.ExitCode != nil {
 		row("exit code", fmt.Sprint(*v.ExitCode))
 	}
+	row("trace", strings.TrimSpace(v.TraceID+" "+v.TraceURL))
 	if len(v.Limiter) > 0 {
 		row("limiter", string(v.Limiter))
 	}
