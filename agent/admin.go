@@ -18,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -94,7 +95,7 @@ func (a *Agent) Status() Status {
 		s.Inflight, s.Queued = p.Running, p.Queued
 	}
 	counts := a.worker.Outcomes()
-	for _, o := range worker.Outcomes() {
+	for _, o := range outcome.All() {
 		s.Outcomes[o] = counts[o]
 	}
 	if p.State != drain.Running {

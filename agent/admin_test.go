@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // TestStatusDrainCountsAndDeadline: the drain block says how many tasks
@@ -49,7 +49,7 @@ func TestPostStaleCountedStale(t *testing.T) {
 	if code != http.StatusBadRequest || out["reason"] != "stale" {
 		t.Fatalf("POST stale = %d %v; want 400 stale", code, out)
 	}
-	if st, rej := ta.outcome(worker.OutcomeStale), ta.outcome(worker.OutcomeRejected); st != 1 || rej != 0 {
+	if st, rej := ta.outcome(outcome.Stale), ta.outcome(outcome.Rejected); st != 1 || rej != 0 {
 		t.Fatalf("stale = %d, rejected = %d; want 1, 0", st, rej)
 	}
 }

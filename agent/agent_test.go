@@ -18,7 +18,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/supervisor"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // testAgent runs an embedded-mode agent from yaml with its admin API on an
@@ -153,13 +153,13 @@ func TestEmbeddedTaskLifecycle(t *testing.T) {
 	if code != http.StatusAccepted || out["id"] != "t-1" {
 		t.Fatalf("POST valid task = %d %v", code, out)
 	}
-	waitFor(t, "succeeded", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 1 })
+	waitFor(t, "succeeded", func() bool { return ta.outcome(outcome.Succeeded) == 1 })
 
 	rec, ok, err := ta.d.Store.Task(context.Background(), "t-1")
 	if err != nil || !ok {
 		t.Fatalf("task record: %v %v", ok, err)
 	}
-	if rec.Outcome != worker.OutcomeSucceeded || rec.Attempts != 1 || strings.TrimSpace(rec.Output) != "web-01.example.com t-1" {
+	if rec.Outcome != outcome.Succeeded || rec.Attempts != 1 || strings.TrimSpace(rec.Output) != "web-01.example.com t-1" {
 		t.Fatalf("record = %+v", rec)
 	}
 
@@ -175,26 +175,26 @@ func TestEmbeddedTaskLifecycle(t *testing.T) {
 			t.Errorf("POST %s = %d %v, want 400 with reason %s", tc.body, code, out, tc.reason)
 		}
 	}
-	if got := ta.outcome(worker.OutcomeRejected); got != 5 {
+	if got := ta.outcome(outcome.Rejected); got != 5 {
 		t.Fatalf("rejected = %d, want 5", got)
 	}
-	if got := testutil.ToFloat64(ta.m.outcomes.WithLabelValues("unknown", worker.OutcomeRejected)); got != 2 {
+	if got := testutil.ToFloat64(ta.m.outcomes.WithLabelValues("unknown", outcome.Rejected)); got != 2 {
 		t.Fatalf("rejected{diagnostic=unknown} = %v: an attacker-chosen diagnostic must not become a label", got)
 	}
 
 	// Same id again: ends as duplicate, the diagnostic does not run twice.
 	ta.post(t, `{"id":"t-1","host":"web-01.example.com","diagnostic":"echo"}`)
-	waitFor(t, "duplicate", func() bool { return ta.outcome(worker.OutcomeDuplicate) == 1 })
+	waitFor(t, "duplicate", func() bool { return ta.outcome(outcome.Duplicate) == 1 })
 
 	// Quota: daily 2 for echo per host; t-1 used one.
 	ta.post(t, `{"id":"t-2","host":"web-01.example.com","diagnostic":"echo"}`)
 	ta.post(t, `{"id":"t-3","host":"web-01.example.com","diagnostic":"echo"}`)
 	waitFor(t, "one more success and one rate limited", func() bool {
-		return ta.outcome(worker.OutcomeRateLimited) == 1 && ta.outcome(worker.OutcomeSucceeded) == 2
+		return ta.outcome(outcome.RateLimited) == 1 && ta.outcome(outcome.Succeeded) == 2
 	})
 
 	ta.post(t, `{"id":"t-4","host":"web-01.example.com","diagnostic":"fail"}`)
-	waitFor(t, "failed", func() bool { return ta.outcome(worker.OutcomeFailed) == 1 })
+	waitFor(t, "failed", func() bool { return ta.outcome(outcome.Failed) == 1 })
 
 	_, metrics := ta.get(t, "/metrics")
 	for _, want := range []string{
@@ -249,7 +249,7 @@ func TestDrainFinishesRunningWork(t *testing.T) {
 		t.Fatal("drain did not end")
 	}
 	s := ta.Status()
-	if s.State != "drained" || s.Outcomes[worker.OutcomeSucceeded] != 3 || s.Outcomes[worker.OutcomeReleased] != 0 {
+	if s.State != "drained" || s.Outcomes[outcome.Succeeded] != 3 || s.Outcomes[outcome.Released] != 0 {
 		t.Fatalf("status after drain = %+v", s)
 	}
 	if s.Drain == nil || s.Drain.Source != "test" || s.Drain.Remaining != 0 {
@@ -273,7 +273,7 @@ func TestFastExitReleases(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("fast exit did not end the agent")
 	}
-	if got := ta.outcome(worker.OutcomeReleased); got != 1 {
+	if got := ta.outcome(outcome.Released); got != 1 {
 		t.Fatalf("released = %d, want 1", got)
 	}
 	rec, _, _ := ta.d.Store.Task(context.Background(), "long-1")

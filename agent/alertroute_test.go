@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 const alarmConfig = `
@@ -45,14 +45,14 @@ func TestQueueAlarmBecomesItsRouteTasks(t *testing.T) {
 		}
 	}
 	waitFor(t, "the alarm's task and the plain task to run, the bad envelope to be rejected", func() bool {
-		return ta.outcome(worker.OutcomeSucceeded) == 2 && ta.outcome(worker.OutcomeRejected) == 1
+		return ta.outcome(outcome.Succeeded) == 2 && ta.outcome(outcome.Rejected) == 1
 	})
 	alerts := func(result string) float64 { return alertsTotal(t, ta.Agent, alert.SourceCloudWatch, result) }
 	waitFor(t, "the alerts to be counted", func() bool {
 		return alerts(alert.ResultAccepted) == 1 && alerts(alert.ResultIgnored) == 1 && alerts(alert.ResultRejected) == 1
 	})
 	recs := ta.Status()
-	if n := recs.Outcomes[worker.OutcomeSucceeded] + recs.Outcomes[worker.OutcomeRejected]; n != 3 {
+	if n := recs.Outcomes[outcome.Succeeded] + recs.Outcomes[outcome.Rejected]; n != 3 {
 		t.Fatalf("outcomes %v: the accepted and ignored envelopes must have no task outcome", recs.Outcomes)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // TestDeferRequeuesAfterRetryAfter: a rule with on_exceed: defer hands the
@@ -28,14 +28,14 @@ lifecycle: {drain_timeout: 1m}
 `)
 	start := time.Now()
 	ta.post(t, `{"id":"d-1","host":"web-01","diagnostic":"echo"}`)
-	waitFor(t, "first run", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 1 })
+	waitFor(t, "first run", func() bool { return ta.outcome(outcome.Succeeded) == 1 })
 	ta.post(t, `{"id":"d-2","host":"web-01","diagnostic":"echo"}`)
-	waitFor(t, "deferred task runs later", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 2 })
-	if ta.outcome(worker.OutcomeRateLimited) != 0 {
+	waitFor(t, "deferred task runs later", func() bool { return ta.outcome(outcome.Succeeded) == 2 })
+	if ta.outcome(outcome.RateLimited) != 0 {
 		t.Fatalf("a deferred task was dropped as rate_limited")
 	}
 	rec, ok, _ := ta.d.Store.Task(context.Background(), "d-2")
-	if !ok || rec.Outcome != worker.OutcomeSucceeded || rec.Attempts != 2 {
+	if !ok || rec.Outcome != outcome.Succeeded || rec.Attempts != 2 {
 		t.Fatalf("d-2 record = %+v, want succeeded on attempt 2 (deferred once)", rec)
 	}
 	if elapsed := time.Since(start); elapsed < time.Second {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -96,18 +96,18 @@ lifecycle: {drain_timeout: 1m}
 		h, ok := holder()
 		return ok && h.TaskID == "c-1" && h.Expires.After(first.Expires)
 	})
-	waitFor(t, "c-1 ends", func() bool { return ta.outcome(worker.OutcomeSucceeded) >= 1 })
+	waitFor(t, "c-1 ends", func() bool { return ta.outcome(outcome.Succeeded) >= 1 })
 	// Its slot was given back before the outcome was counted, not left to
 	// lapse with the lease.
 	if h, ok := holder(); ok && h.TaskID == "c-1" {
 		t.Fatalf("c-1 still holds its slot after it ended: %+v", h)
 	}
-	waitFor(t, "deferred c-2 runs", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 2 })
-	if got := ta.outcome(worker.OutcomeRateLimited); got != 0 {
+	waitFor(t, "deferred c-2 runs", func() bool { return ta.outcome(outcome.Succeeded) == 2 })
+	if got := ta.outcome(outcome.RateLimited); got != 0 {
 		t.Fatalf("rate_limited = %d, want 0: a concurrency denial defers", got)
 	}
 	ended := ta.auditOf(t, "c-1")
-	if n := len(ended); n == 0 || ended[n-1].Outcome != worker.OutcomeSucceeded || ended[n-1].Fields["rule"] != "one-at-a-time" {
+	if n := len(ended); n == 0 || ended[n-1].Outcome != outcome.Succeeded || ended[n-1].Fields["rule"] != "one-at-a-time" {
 		t.Fatalf("c-1 audit = %+v, want succeeded naming rule one-at-a-time", ended)
 	}
 }
@@ -172,12 +172,12 @@ lifecycle: {drain_timeout: 1m}
 				e.TaskID, e, outcome, reason, shadow, probe)
 		}
 	}
-	want(post("f-1"), worker.OutcomeFailed, "", "try-tighter:allowed", "")
+	want(post("f-1"), outcome.Failed, "", "try-tighter:allowed", "")
 	if got := breaker(); got != "closed" {
 		t.Fatalf("breaker after 1 failure = %q, want closed", got)
 	}
 	posted := time.Now()
-	want(post("f-2"), worker.OutcomeFailed, "", "try-tighter:"+limiter.ReasonDaily, "")
+	want(post("f-2"), outcome.Failed, "", "try-tighter:"+limiter.ReasonDaily, "")
 	opened := broken()
 	if opened.Breaker != "open" {
 		t.Fatalf("breaker after 2 failures = %q, want open", opened.Breaker)
@@ -188,7 +188,7 @@ lifecycle: {drain_timeout: 1m}
 	if until.Before(posted.Add(openFor-time.Microsecond)) || until.After(time.Now().Add(openFor)) {
 		t.Fatalf("breaker open until %s, want open_for %s after f-2's failure (posted %s)", until, openFor, posted)
 	}
-	want(post("f-3"), worker.OutcomeRateLimited, limiter.ReasonFailing, "try-tighter:"+limiter.ReasonDaily, "")
+	want(post("f-3"), outcome.RateLimited, limiter.ReasonFailing, "try-tighter:"+limiter.ReasonDaily, "")
 
 	var seen time.Time
 	waitFor(t, "breaker half open after open_for", func() bool {
@@ -199,7 +199,7 @@ lifecycle: {drain_timeout: 1m}
 	if seen.Before(until) {
 		t.Fatalf("half open %v before open_for ended", until.Sub(seen))
 	}
-	want(post("f-4"), worker.OutcomeFailed, "", "try-tighter:"+limiter.ReasonDaily, "true")
+	want(post("f-4"), outcome.Failed, "", "try-tighter:"+limiter.ReasonDaily, "true")
 	if got := breaker(); got != "open" {
 		t.Fatalf("breaker after the failed probe = %q, want open again", got)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -95,7 +96,7 @@ lifecycle: {drain_timeout: 5m}
 			case <-ctx.Done():
 				return runner.Result{Outcome: runner.Cancelled, ExitCode: -1}
 			}
-			return runner.Result{Outcome: runner.Succeeded, Duration: runFor}
+			return runner.Result{Outcome: outcome.Succeeded, Duration: runFor}
 		})
 		a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: slow, InstanceID: "i-long"})
 		if err != nil {
@@ -118,7 +119,7 @@ lifecycle: {drain_timeout: 5m}
 		if err != nil || !ok {
 			t.Fatalf("record: ok=%v err=%v", ok, err)
 		}
-		if ran != 1 || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded {
+		if ran != 1 || rec.Status != state.StatusDone || rec.Outcome != outcome.Succeeded {
 			t.Fatalf("after %d run(s) the record is %+v, want done and succeeded", ran, rec)
 		}
 		if inflight, err := store.Inflight(ctx, "i-long"); err != nil || len(inflight) != 0 {
@@ -127,7 +128,7 @@ lifecycle: {drain_timeout: 5m}
 		if ready, held := src.Len(); ready != 0 || held != 0 {
 			t.Fatalf("queue holds %d ready and %d in-flight messages, want it deleted", ready, held)
 		}
-		if got := a.Status().Outcomes[worker.OutcomeSucceeded]; got != 1 {
+		if got := a.Status().Outcomes[outcome.Succeeded]; got != 1 {
 			t.Fatalf("succeeded = %d, want 1", got)
 		}
 	})
@@ -183,7 +184,7 @@ lifecycle: {drain_timeout: 5m}
 		if !returned {
 			t.Fatal("Run returned while a handler's diagnostic was still stopping")
 		}
-		if got := a.Status().Outcomes[worker.OutcomeReleased]; got != 1 {
+		if got := a.Status().Outcomes[outcome.Released]; got != 1 {
 			t.Fatalf("released = %d, want 1", got)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // metrics are the agent's own series (README "Metrics"); the limiter and
@@ -74,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 		m.stateDegraded.WithLabelValues(op)
 	}
 	for _, d := range append(slices.Clone(diagnostics), worker.UnknownDiagnostic) {
-		for _, o := range worker.Outcomes() {
+		for _, o := range outcome.All() {
 			m.outcomes.WithLabelValues(d, o)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // TestMetricNamesLint runs promlint over everything an embedded agent
@@ -26,7 +26,7 @@ func TestMetricNamesLint(t *testing.T) {
 	}
 	defer closeFn()
 	// Touch the vectors so they are exported.
-	a.m.outcomes.WithLabelValues("uptime", worker.OutcomeSucceeded).Add(0)
+	a.m.outcomes.WithLabelValues("uptime", outcome.Succeeded).Add(0)
 	a.m.duration.WithLabelValues("uptime").Observe(0)
 	problems, err := testutil.GatherAndLint(a.Registry())
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // receiveWindowConfig has one worker, so a window of 1 + max(1, 1/4) = 2
@@ -48,7 +48,7 @@ func TestReceiveWindowFreedWhenTheRunEnds(t *testing.T) {
 	var runs atomic.Int64
 	run := func(context.Context, runner.Diagnostic, []string) runner.Result {
 		runs.Add(1)
-		return runner.Result{Outcome: runner.Succeeded, Duration: 0}
+		return runner.Result{Outcome: outcome.Succeeded, Duration: 0}
 	}
 	a, src, stop := endLabWith(t, receiveWindowConfig, store, nil, nil, run)
 	const tasks = 4
@@ -64,7 +64,7 @@ func TestReceiveWindowFreedWhenTheRunEnds(t *testing.T) {
 		t.Fatalf("%d diagnostics started while the first task's record was held, want 1", n)
 	}
 	close(store.gate)
-	waitFor(t, "every task's end", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == tasks })
+	waitFor(t, "every task's end", func() bool { return a.Status().Outcomes[outcome.Succeeded] == tasks })
 	stop()
 	if n := runs.Load(); n != tasks {
 		t.Errorf("%d runs, want %d", n, tasks)

@@ -16,6 +16,7 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -75,7 +76,7 @@ func TestRecoveryReconcilesInflight(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := c.Record
-	done.Outcome, done.FinishedAt = worker.OutcomeSucceeded, time.Now()
+	done.Outcome, done.FinishedAt = outcome.Succeeded, time.Now()
 	if err := st.Finish(ctx, done, state.FinishExtras{}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ lifecycle: {drain_timeout: 1m}
 	if rec, ok, _ := st.Task(ctx, "t-run"); !ok || rec.Status != state.StatusInterrupted {
 		t.Errorf("t-run record = %+v, want interrupted", rec)
 	}
-	if rec, ok, _ := st.Task(ctx, "t-done"); !ok || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded {
+	if rec, ok, _ := st.Task(ctx, "t-done"); !ok || rec.Status != state.StatusDone || rec.Outcome != outcome.Succeeded {
 		t.Errorf("t-done record = %+v, want left done with its outcome", rec)
 	}
 	if n, _ := rc.HLen(ctx, prefix+"inflight:"+me).Result(); n != 0 {

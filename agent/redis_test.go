@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -44,7 +44,7 @@ lifecycle: {drain_timeout: 1m}
 	// One valid task, so the scan below would see limiter and task keys if
 	// the invalid ones had created any.
 	ta.post(t, `{"id":"ok-1","host":"web-01.example.com","diagnostic":"echo"}`)
-	waitFor(t, "valid task", func() bool { return ta.outcome(worker.OutcomeSucceeded) == 1 })
+	waitFor(t, "valid task", func() bool { return ta.outcome(outcome.Succeeded) == 1 })
 
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
@@ -85,7 +85,7 @@ lifecycle: {drain_timeout: 1m}
 	if up := ta.Status().RedisUp; up == nil || !*up {
 		t.Errorf("status redis_up = %v with Redis answering, want true", up)
 	}
-	if got := ta.outcome(worker.OutcomeRejected); got != int64(len(bad)) {
+	if got := ta.outcome(outcome.Rejected); got != int64(len(bad)) {
 		t.Fatalf("rejected = %d, want %d", got, len(bad))
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // hooks.OutboxReportSink stores the report and writes one `report` entry per sink
@@ -37,7 +37,7 @@ func TestOutboxReportSink(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			store := state.NewMemory(state.MemoryOptions{})
-			rec := state.TaskRecord{ID: "t-1", Host: "web-1", Diagnostic: "disk", Outcome: worker.OutcomeFailed}
+			rec := state.TaskRecord{ID: "t-1", Host: "web-1", Diagnostic: "disk", Outcome: outcome.Failed}
 			if _, err := store.Claim(ctx, rec, "i-1", time.Minute); err != nil {
 				t.Fatal(err)
 			}

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // GET /v1/tasks/{id} in embedded mode: a run task with its output and
@@ -31,16 +32,16 @@ func TestTaskRecordAPI(t *testing.T) {
 		}
 	}
 	waitFor(t, "three outcomes", func() bool {
-		return ta.outcome(worker.OutcomeSucceeded) == 2 && ta.outcome(worker.OutcomeRateLimited) == 1
+		return ta.outcome(outcome.Succeeded) == 2 && ta.outcome(outcome.RateLimited) == 1
 	})
 
-	views := map[string]hooks.TaskView{}
+	views := map[string]taskview.Task{}
 	for _, id := range []string{"e1", "e2", "e3"} {
 		code, body := ta.get(t, "/v1/tasks/"+id)
 		if code != http.StatusOK {
 			t.Fatalf("GET /v1/tasks/%s: %d %s", id, code, body)
 		}
-		var v hooks.TaskView
+		var v taskview.Task
 		if err := json.Unmarshal(body, &v); err != nil {
 			t.Fatal(err)
 		}
@@ -52,11 +53,11 @@ func TestTaskRecordAPI(t *testing.T) {
 		}
 		views[v.Outcome] = v
 	}
-	ok := views[worker.OutcomeSucceeded]
+	ok := views[outcome.Succeeded]
 	if ok.ExitCode == nil || *ok.ExitCode != 0 || !strings.Contains(ok.Output, "a.example.com") || ok.Owner != "test-host" || ok.Attempts != 1 {
 		t.Errorf("succeeded task %+v, want exit 0, the echoed host, owner test-host, 1 attempt", ok)
 	}
-	denied := views[worker.OutcomeRateLimited]
+	denied := views[outcome.RateLimited]
 	var lim worker.LimiterSummary
 	if err := json.Unmarshal(denied.Limiter, &lim); err != nil || lim.Rule != "echo-quota" || lim.Limit != "daily" ||
 		lim.Counters.DailyUsed != 2 || lim.Counters.DailyLimit != 2 {

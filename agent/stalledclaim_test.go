@@ -10,7 +10,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -61,7 +61,7 @@ lifecycle: {drain_timeout: 1m}
 		ran := 0
 		count := runnerFunc(func(context.Context, runner.Diagnostic, []string) runner.Result {
 			ran++
-			return runner.Result{Outcome: runner.Succeeded}
+			return runner.Result{Outcome: outcome.Succeeded}
 		})
 		a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: count, InstanceID: "i-stopped"})
 		if err != nil {
@@ -85,7 +85,7 @@ lifecycle: {drain_timeout: 1m}
 		if err != nil || !ok || rec.Owner != "i-other" || rec.Status != state.StatusRunning {
 			t.Fatalf("record %+v (ok=%v, %v), want running under i-other", rec, ok, err)
 		}
-		if got := a.Status().Outcomes[worker.OutcomeSucceeded]; got != 0 {
+		if got := a.Status().Outcomes[outcome.Succeeded]; got != 0 {
 			t.Fatalf("succeeded = %d, want 0", got)
 		}
 	})

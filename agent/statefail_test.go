@@ -17,6 +17,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -119,7 +120,7 @@ func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *p
 		mu.Lock()
 		runs++
 		mu.Unlock()
-		return runner.Result{Outcome: runner.Succeeded, Duration: time.Millisecond}
+		return runner.Result{Outcome: outcome.Succeeded, Duration: time.Millisecond}
 	})
 	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: count, InstanceID: "i-lab"})
 	if err != nil {
@@ -177,7 +178,7 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if l.ran() != 1 || l.a.Status().Outcomes[worker.OutcomeSucceeded] != 1 {
+		if l.ran() != 1 || l.a.Status().Outcomes[outcome.Succeeded] != 1 {
 			t.Fatalf("ran %d, outcomes %v; want the task run and succeeded during the outage", l.ran(), l.a.Status().Outcomes)
 		}
 		if c, f := l.degraded("claim"), l.degraded("finish"); c != 1 || f != 1 {
@@ -198,7 +199,7 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 		time.Sleep(worker.BacklogRetryMax)
 		synctest.Wait()
 		rec, ok, err := store.Task(context.Background(), "open-1")
-		if err != nil || !ok || rec.Status != state.StatusDone || rec.Outcome != worker.OutcomeSucceeded || rec.Owner != "i-lab" {
+		if err != nil || !ok || rec.Status != state.StatusDone || rec.Outcome != outcome.Succeeded || rec.Owner != "i-lab" {
 			t.Fatalf("record after the store came back = %+v ok=%v err=%v, want done and succeeded", rec, ok, err)
 		}
 		if n := l.a.worker.Backlogged(); n != 0 {
@@ -222,7 +223,7 @@ func TestStateFailClosedHandsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if l.ran() != 0 || l.a.Status().Outcomes[worker.OutcomeReleased] != 1 || l.degraded("claim") != 1 {
+		if l.ran() != 0 || l.a.Status().Outcomes[outcome.Released] != 1 || l.degraded("claim") != 1 {
 			t.Fatalf("ran %d, outcomes %v, degraded claim %v; want no run, one release, one degraded claim",
 				l.ran(), l.a.Status().Outcomes, l.degraded("claim"))
 		}
@@ -232,7 +233,7 @@ func TestStateFailClosedHandsBack(t *testing.T) {
 		store.down.Store(false)
 		time.Sleep(worker.RetryBase)
 		synctest.Wait()
-		if l.ran() != 1 || l.a.Status().Outcomes[worker.OutcomeSucceeded] != 1 {
+		if l.ran() != 1 || l.a.Status().Outcomes[outcome.Succeeded] != 1 {
 			t.Fatalf("after the store came back: ran %d, outcomes %v; want one run", l.ran(), l.a.Status().Outcomes)
 		}
 		l.stop(t)
@@ -263,11 +264,11 @@ func TestRejectedMessageOneOutcome(t *testing.T) {
 		if dl := src.DeadLetters(); len(dl) != 1 {
 			t.Fatalf("dead letters = %d, want 1", len(dl))
 		}
-		if got := l.a.Status().Outcomes[worker.OutcomeRejected]; got != 1 {
+		if got := l.a.Status().Outcomes[outcome.Rejected]; got != 1 {
 			t.Fatalf("rejected = %d, want 1 however often the message came back", got)
 		}
 		audit, _ := store.RecentAudit(context.Background(), 10)
-		if len(audit) != 1 || audit[0].Outcome != worker.OutcomeRejected {
+		if len(audit) != 1 || audit[0].Outcome != outcome.Rejected {
 			t.Fatalf("audit = %+v, want one rejected entry", audit)
 		}
 		if got := l.a.worker.InFlight(); got != 0 {
@@ -290,7 +291,7 @@ func TestRejectedMessageStoreDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if got := l.a.Status().Outcomes[worker.OutcomeRejected]; got != 1 || l.degraded("mark") != 1 || len(src.DeadLetters()) != 1 {
+		if got := l.a.Status().Outcomes[outcome.Rejected]; got != 1 || l.degraded("mark") != 1 || len(src.DeadLetters()) != 1 {
 			t.Fatalf("rejected %d, degraded mark %v, dead letters %d; want 1, 1, 1", got, l.degraded("mark"), len(src.DeadLetters()))
 		}
 		l.stop(t)

@@ -22,8 +22,9 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/state/statetest"
 	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/internal/testenv"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -118,7 +119,7 @@ func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, 
 }
 
 func failRun(context.Context, runner.Diagnostic, []string) runner.Result {
-	return runner.Result{Outcome: runner.Failed, ExitCode: 1, Output: []byte("boom"), Duration: time.Millisecond}
+	return runner.Result{Outcome: outcome.Failed, ExitCode: 1, Output: []byte("boom"), Duration: time.Millisecond}
 }
 
 // finishProbe marks the context of each Finish so that the client's hook
@@ -208,7 +209,7 @@ func TestTaskEndOneRoundTrip(t *testing.T) {
 		if _, err := src.Send(context.Background(), []byte(fmt.Sprintf(`{"id":"end-%d","host":"web-01","diagnostic":"check"}`, i))); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[worker.OutcomeFailed] == int64(i) })
+		waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[outcome.Failed] == int64(i) })
 	}
 	stop()
 	probe.mu.Lock()
@@ -230,9 +231,9 @@ func TestTaskEndOneRoundTrip(t *testing.T) {
 // attempt owns them. Memory and Redis stores alike.
 func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T, c state.Clock) state.Store{
-		"memory": func(_ *testing.T, c state.Clock) state.Store { return state.NewMemory(state.MemoryOptions{Clock: c}) },
-		"redis": func(t *testing.T, c state.Clock) state.Store {
+	stores := map[string]func(t *testing.T, c clock.Clock) state.Store{
+		"memory": func(_ *testing.T, c clock.Clock) state.Store { return state.NewMemory(state.MemoryOptions{Clock: c}) },
+		"redis": func(t *testing.T, c clock.Clock) state.Store {
 			rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 			t.Cleanup(func() { _ = rc.Close() })
 			var b [4]byte
@@ -249,14 +250,14 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 	}
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
-			clock := statetest.NewFakeClock(time.Now().Truncate(time.Millisecond))
+			clock := clock.NewManual(time.Now().Truncate(time.Millisecond))
 			store := open(t, clock)
 			ob := &countingOutbox{Outbox: notify.NewMemoryOutbox(notify.MemoryOptions{})}
 			q := &countingQueue{Queue: report.NewMemoryQueue(0, nil)}
 			// While the diagnostic runs its lease lapses and another
 			// agent claims the task.
 			takeover := runnerFunc(func(ctx context.Context, d runner.Diagnostic, argv []string) runner.Result {
-				clock.Advance(2 * time.Minute)
+				clock.Add(2 * time.Minute)
 				if cl, err := store.Claim(ctx, state.TaskRecord{ID: "sup-1"}, "i-other", time.Minute); err != nil || cl.Result != state.Claimed {
 					t.Errorf("takeover claim = %+v, %v", cl.Result, err)
 				}
@@ -266,7 +267,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 			if _, err := src.Send(context.Background(), []byte(`{"id":"sup-1","host":"web-01","diagnostic":"check"}`)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[worker.OutcomeFailed] == 1 })
+			waitFor(t, "the task's end", func() bool { return a.Status().Outcomes[outcome.Failed] == 1 })
 			stop()
 			if n := ob.n.Load(); n != 0 {
 				t.Errorf("outbox entries written = %d, want none for a superseded run", n)
@@ -275,7 +276,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 				t.Errorf("report jobs queued = %d, want none for a superseded run", n)
 			}
 			entries, err := store.RecentAudit(context.Background(), 10)
-			if err != nil || len(entries) != 1 || entries[0].Outcome != worker.OutcomeFailed || entries[0].TaskID != "sup-1" {
+			if err != nil || len(entries) != 1 || entries[0].Outcome != outcome.Failed || entries[0].TaskID != "sup-1" {
 				t.Errorf("audit = %+v, %v; want this run's failed entry", entries, err)
 			}
 			if rec, _, _ := store.Task(context.Background(), "sup-1"); rec.Owner != "i-other" || rec.Status != state.StatusRunning {
@@ -301,7 +302,7 @@ func TestBacklogReplayWritesExtrasOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if a.Status().Outcomes[worker.OutcomeFailed] != 1 || a.worker.Backlogged() != 1 {
+		if a.Status().Outcomes[outcome.Failed] != 1 || a.worker.Backlogged() != 1 {
 			t.Fatalf("outcomes %v, backlog %d; want the task failed and its record kept", a.Status().Outcomes, a.worker.Backlogged())
 		}
 		if o, j := ob.n.Load(), q.n.Load(); o != 0 || j != 0 {
@@ -317,7 +318,7 @@ func TestBacklogReplayWritesExtrasOnce(t *testing.T) {
 			t.Errorf("after the replay: %d outbox entries, %d report jobs; want 1 each", o, j)
 		}
 		entries, err := store.RecentAudit(context.Background(), 10)
-		if err != nil || len(entries) != 1 || entries[0].TaskID != "bl-1" || entries[0].Outcome != worker.OutcomeFailed {
+		if err != nil || len(entries) != 1 || entries[0].TaskID != "bl-1" || entries[0].Outcome != outcome.Failed {
 			t.Errorf("audit = %+v, %v; want the task's failed entry once", entries, err)
 		}
 		stop()

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/tracing"
 )
 
 // getTask serves GET /v1/tasks/{id}: the record from the state store
@@ -21,7 +21,7 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
 	default:
-		writeJSON(w, http.StatusOK, hooks.NewTaskView(rec))
+		writeJSON(w, http.StatusOK, rec.View(tracing.Link))
 	}
 }
 

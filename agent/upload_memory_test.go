@@ -14,7 +14,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // countingS3 reads each object's body through without keeping it.
@@ -58,7 +58,7 @@ results:
 	if _, err := ma.src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task's outcome", func() bool { return ma.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
+	waitFor(t, "the task's outcome", func() bool { return ma.Status().Outcomes[outcome.Succeeded] == 1 })
 	runtime.ReadMemStats(&after)
 	stop()
 	if fake.n < n {

@@ -25,7 +25,7 @@ import (
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -152,7 +152,7 @@ results:
 	if _, err := src.Send(t.Context(), []byte(`{"id":"up-1","host":"web-01","diagnostic":"dump"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[worker.OutcomeSucceeded] == 1 })
+	waitFor(t, "the task's outcome", func() bool { return a.Status().Outcomes[outcome.Succeeded] == 1 })
 	a.Drain("test", "end of test")
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
@@ -199,7 +199,8 @@ func checkRecordKeepsMaxOutput(t *testing.T, rec state.TaskRecord, redacted stri
 }
 
 // An uploaded output: the object at prefix/YYYY/MM/DD/<id>.txt holds the
-// whole redacted output, PutObject asked for the configured encryption,
+// whole redacted output, PutObject asked for the configured encryption and
+// storage class,
 // the record carries output_url and keeps max_output, the view and the
 // metric say so.
 func TestUploadFullOutput(t *testing.T) {
@@ -210,11 +211,11 @@ func TestUploadFullOutput(t *testing.T) {
 		headers   map[string]string
 	}{
 		{"kms", "sse: aws:kms\n    kms_key_id: alias/autodiag\n", map[string]string{
-			"X-Amz-Server-Side-Encryption": "aws:kms", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "alias/autodiag"}},
-		{"aes256", "sse: AES256\n", map[string]string{
-			"X-Amz-Server-Side-Encryption": "AES256", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": ""}},
+			"X-Amz-Server-Side-Encryption": "aws:kms", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "alias/autodiag", "X-Amz-Storage-Class": ""}},
+		{"aes256", "sse: AES256\n    storage_class: STANDARD_IA\n", map[string]string{
+			"X-Amz-Server-Side-Encryption": "AES256", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "", "X-Amz-Storage-Class": "STANDARD_IA"}},
 		{"bucket default", "", map[string]string{
-			"X-Amz-Server-Side-Encryption": "", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": ""}},
+			"X-Amz-Server-Side-Encryption": "", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "", "X-Amz-Storage-Class": ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -242,7 +243,7 @@ func TestUploadFullOutput(t *testing.T) {
 					t.Errorf("PutObject header %s = %q, want %q", h, got, want)
 				}
 			}
-			if v := hooks.NewTaskView(rec); v.OutputURL != rec.OutputURL {
+			if v := rec.View(nil); v.OutputURL != rec.OutputURL {
 				t.Errorf("view output_url %q, want %q", v.OutputURL, rec.OutputURL)
 			}
 			if ok, failed := uploads(a, "ok"), uploads(a, "failed"); ok != 1 || failed != 0 {
@@ -274,13 +275,13 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			f := startFakeS3(t, "diag-out")
 			tc.breakS3(f)
 			rec, a := runUploadTask(t, f, "    bucket: diag-out\n", raw)
-			if rec.Outcome != worker.OutcomeSucceeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
+			if rec.Outcome != outcome.Succeeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
 				t.Errorf("record %s %s exit %d, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
 			}
 			if rec.OutputUpload != hooks.OutputUploadFailed || rec.OutputURL != "" {
 				t.Errorf("output_upload %q output_url %q, want failed and none", rec.OutputUpload, rec.OutputURL)
 			}
-			if v := hooks.NewTaskView(rec); v.OutputUpload != hooks.OutputUploadFailed {
+			if v := rec.View(nil); v.OutputUpload != hooks.OutputUploadFailed {
 				t.Errorf("view output_upload %q, want failed", v.OutputUpload)
 			}
 			checkRecordKeepsMaxOutput(t, rec, redacted)
@@ -325,10 +326,11 @@ results:
     sse: aws:sha
     kms_key_id: alias/x
     timeout: 1m
+    storage_class: GLACIER
 `
 	_, err := config.Load([]byte(yaml), nil)
 	want := map[string]int{"results.s3.bucket": 5, "results.s3.prefix": 6, "results.s3.max_size": 7,
-		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10}
+		"results.s3.sse": 8, "results.s3.kms_key_id": 9, "results.s3.timeout": 10, "results.s3.storage_class": 11}
 	wantProblemLines(t, err, want)
 	cfg, err := config.Load([]byte("results:\n  s3: {bucket: diag-out, prefix: a/b, sse: aws:kms}\n"), nil)
 	if err != nil {

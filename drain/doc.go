@@ -3,5 +3,6 @@
 // and running work, waits for it with a bound, and at the deadline releases
 // what has not started and cancels what is still running.
 //
-// The package imports no other autodiag package, no AWS and no Redis.
+// The package imports no other autodiag package but the shared leaves
+// internal/configerr and internal/clock, no AWS and no Redis.
 package drain

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -111,26 +112,12 @@ type Progress struct {
 // Remaining is the work the drain still waits for.
 func (p Progress) Remaining() int { return p.Queued + p.Running }
 
-// Clock is the time source of a Controller: the drain's start, deadline
-// and end are read from it, and Wait's deadline and cancel grace are timers
-// on it. lifecycle.Clock has the same shape, so one value serves both.
-type Clock interface {
-	Now() time.Time
-	// After behaves like time.After.
-	After(d time.Duration) <-chan time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Option configures a Controller beyond its Config.
 type Option func(*Controller)
 
 // WithClock makes the Controller read time from clk instead of the wall
 // clock (a fake clock in tests, the agent's injected one in production).
-func WithClock(clk Clock) Option {
+func WithClock(clk clock.Waiter) Option {
 	return func(c *Controller) {
 		if clk != nil {
 			c.clock = clk
@@ -142,7 +129,7 @@ func WithClock(clk Clock) Option {
 // usable; call New.
 type Controller struct {
 	cfg   Config
-	clock Clock
+	clock clock.Waiter
 
 	mu        sync.Mutex
 	state     State
@@ -172,7 +159,7 @@ func New(cfg Config, opts ...Option) *Controller {
 	}
 	c := &Controller{
 		cfg:      cfg,
-		clock:    wallClock{},
+		clock:    clock.Wall{},
 		items:    map[*Item]struct{}{},
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}),

@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // DefaultCompleteTimeout bounds Complete when the caller's context has no
@@ -30,6 +29,8 @@ type Actor struct {
 
 	launchMu sync.Mutex        // serialises LaunchGate calls
 	launched map[string]string // destination → launch result sent
+
+	notices *noticeMessages
 
 	mu        sync.Mutex
 	asg       string        // resolved ASG name, cached
@@ -53,7 +54,7 @@ type ActorStatus struct {
 func NewActor(cfg Config, d Deps) *Actor {
 	d = d.withDefaults()
 	return &Actor{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
-		completed: map[string]string{}, launched: map[string]string{}, asg: cfg.ASGName}
+		completed: map[string]string{}, launched: map[string]string{}, asg: cfg.ASGName, notices: &noticeMessages{d: d}}
 }
 
 // Status returns a snapshot for status reporting.
@@ -213,7 +214,7 @@ func (a *Actor) Heartbeat(ctx context.Context, act Action) error {
 			return nil
 		}
 		next = next.Add(interval)
-		a.extendNotification(ctx, act, interval, log)
+		a.notices.extendNotification(ctx, act, interval, log)
 		err := a.beat(ctx, act, interval, next, sw, log)
 		switch {
 		case ctx.Err() != nil:
@@ -308,20 +309,6 @@ func (a *Actor) beatOnce(ctx context.Context, act Action, interval time.Duration
 	}
 }
 
-// extendNotification keeps our SQS notification invisible while draining.
-func (a *Actor) extendNotification(ctx context.Context, act Action, interval time.Duration, log *slog.Logger) {
-	if act.NotificationReceipt == "" || a.d.SQS == nil {
-		return
-	}
-	_, err := a.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
-		VisibilityTimeout: notificationVisibility(interval),
-	})
-	if err != nil && ctx.Err() == nil {
-		log.Warn("extend lifecycle notification visibility", "err", err)
-	}
-}
-
 // Complete calls CompleteLifecycleAction until it succeeds once (result
 // CONTINUE or ABANDON), on ctx (pass a detached, bounded context; one
 // without a deadline is bounded by DefaultCompleteTimeout), retrying
@@ -376,8 +363,8 @@ func (a *Actor) Complete(ctx context.Context, act Action, result string) error {
 		a.status.NoActiveAction = true
 	}
 	a.mu.Unlock()
-	a.deleteNotification(ctx, act, log)
-	a.forgetHanded(ctx, act, log)
+	a.notices.deleteNotification(ctx, act, log)
+	a.notices.forgetHanded(ctx, act, log)
 	return nil
 }
 
@@ -482,28 +469,4 @@ func (a *Actor) keepAliveWhileCompleting(ctx context.Context, act Action, log *s
 		log.Info("heartbeat sent while completion is retried")
 	}
 	return isNoActiveAction(err)
-}
-
-// deleteNotification removes our SQS notification once the action is done.
-func (a *Actor) deleteNotification(ctx context.Context, act Action, log *slog.Logger) {
-	if act.NotificationReceipt == "" {
-		return
-	}
-	if a.d.SQS == nil {
-		log.Warn("no SQS client to delete the lifecycle notification")
-		return
-	}
-	bo := newBackoff(200*time.Millisecond, 5*time.Second)
-	for {
-		_, err := a.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{
-			QueueUrl: aws.String(act.NotificationQueueURL), ReceiptHandle: aws.String(act.NotificationReceipt),
-		})
-		if err == nil {
-			return
-		}
-		if !isRetryable(err) || sleep(ctx, a.d.Clock, bo.NextBackOff()) != nil {
-			log.Error("delete lifecycle notification; it will reappear and be completed as no_action", "err", err)
-			return
-		}
-	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // autoScalingAPI is the part of *autoscaling.Client this package uses.
@@ -43,19 +45,6 @@ var (
 	_ sqsAPI         = (*sqs.Client)(nil)
 )
 
-// Clock is the time source. Tests inject a fake one or run under
-// testing/synctest with the wall clock.
-type Clock interface {
-	Now() time.Time
-	// After behaves like time.After.
-	After(d time.Duration) <-chan time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Deps are the collaborators of Watcher and Actor. Clients are nil when
 // the corresponding source is not configured.
 type Deps struct {
@@ -63,7 +52,7 @@ type Deps struct {
 	IMDS        imdsAPI        // nil unless the imds source is configured
 	SQS         sqsAPI         // nil unless the sqs source is configured
 	InstanceID  string         // this instance, resolved by the agent
-	Clock       Clock          // nil = wall clock
+	Clock       clock.Waiter   // nil = wall clock
 	Logger      *slog.Logger   // nil = discard
 	// Registerer receives the lifecycle metrics; nil = not registered.
 	Registerer prometheus.Registerer
@@ -106,7 +95,7 @@ type HandedNotice struct {
 
 func (d Deps) withDefaults() Deps {
 	if d.Clock == nil {
-		d.Clock = wallClock{}
+		d.Clock = clock.Wall{}
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
@@ -233,7 +222,7 @@ func metricResult(err error) string {
 }
 
 // sleep waits d on clk, or returns ctx.Err().
-func sleep(ctx context.Context, clk Clock, d time.Duration) error {
+func sleep(ctx context.Context, clk clock.Waiter, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

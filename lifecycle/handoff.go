@@ -30,17 +30,17 @@ var handoffResults = []string{handoffHanded, handoffNoAgent, handoffError}
 // handoffTTL is how long a handed notice is kept: the hook's heartbeat
 // timeout (the longest Auto Scaling allows when unknown), after which the
 // action it announces has ended unless someone heartbeats it.
-func (w *Watcher) handoffTTL() time.Duration {
-	if w.cfg.HookHeartbeatTimeout > 0 {
-		return w.cfg.HookHeartbeatTimeout
+func (sq *sqsSource) handoffTTL() time.Duration {
+	if sq.cfg.HookHeartbeatTimeout > 0 {
+		return sq.cfg.HookHeartbeatTimeout
 	}
 	return maxHookHeartbeatTimeout
 }
 
 // ourHook reports whether n is a terminating notice of the hook this fleet
 // drains on (any hook when hook_name is empty).
-func (w *Watcher) ourHook(n notification) bool {
-	return n.Transition == transitionTerminating && (w.cfg.HookName == "" || n.HookName == w.cfg.HookName)
+func (sq *sqsSource) ourHook(n notification) bool {
+	return n.Transition == transitionTerminating && (sq.cfg.HookName == "" || n.HookName == sq.cfg.HookName)
 }
 
 // handOff gives another instance's terminating notice to that instance's
@@ -48,26 +48,26 @@ func (w *Watcher) ourHook(n notification) bool {
 // that the message may be deleted; otherwise (no hand-off configured, a
 // notice past its heartbeat timeout, no live agent for the instance, the
 // store failing) the caller handles it as before: orphan or visible again.
-func (w *Watcher) handOff(ctx context.Context, n notification, body string, log *slog.Logger) bool {
-	if w.d.Handoff == nil || n.InstanceID == w.d.InstanceID || !w.ourHook(n) {
+func (sq *sqsSource) handOff(ctx context.Context, n notification, body string, log *slog.Logger) bool {
+	if sq.d.Handoff == nil || n.InstanceID == sq.d.InstanceID || !sq.ourHook(n) {
 		return false
 	}
-	if !n.Time.IsZero() && !w.d.Clock.Now().Before(w.orphanLimit(n)) {
+	if !n.Time.IsZero() && !sq.d.Clock.Now().Before(sq.orphanLimit(n)) {
 		return false
 	}
 	hctx, cancel := context.WithTimeout(ctx, handoffTimeout)
 	defer cancel()
-	handed, err := w.d.Handoff.Give(hctx, n.InstanceID, body, w.handoffTTL())
+	handed, err := sq.d.Handoff.Give(hctx, n.InstanceID, body, sq.handoffTTL())
 	switch {
 	case err != nil:
-		w.m.handoffs.WithLabelValues(handoffError).Inc()
+		sq.m.handoffs.WithLabelValues(handoffError).Inc()
 		log.Warn("could not hand the lifecycle notice to its instance's agent; made visible again",
 			"for_instance", n.InstanceID, "err", err)
 	case !handed:
-		w.m.handoffs.WithLabelValues(handoffNoAgent).Inc()
+		sq.m.handoffs.WithLabelValues(handoffNoAgent).Inc()
 		log.Debug("no live agent for the lifecycle notice's instance; made visible again", "for_instance", n.InstanceID)
 	default:
-		w.m.handoffs.WithLabelValues(handoffHanded).Inc()
+		sq.m.handoffs.WithLabelValues(handoffHanded).Inc()
 		log.Info("lifecycle notice handed to its instance's agent", "for_instance", n.InstanceID, "hook", n.HookName)
 	}
 	return err == nil && handed
@@ -79,22 +79,22 @@ func (w *Watcher) handOff(ctx context.Context, n notification, body string, log 
 // until the action completes (Actor.Complete forgets them) or their TTL
 // ends, so an agent restarted before it persisted its drain finds its
 // notice again.
-func (w *Watcher) runHandoff(ctx context.Context, found chan<- Trigger) {
+func (sq *sqsSource) runHandoff(ctx context.Context, found chan<- Trigger) {
 	bo := newBackoff(time.Second, 30*time.Second)
 	after := ""
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, handoffBlock+handoffTimeout)
-		ns, err := w.d.Handoff.Take(rctx, w.d.InstanceID, after, handoffBlock)
+		ns, err := sq.d.Handoff.Take(rctx, sq.d.InstanceID, after, handoffBlock)
 		cancel()
 		if ctx.Err() != nil {
 			return // a notice read now stays stored for the next reader
 		}
 		if err != nil {
-			w.m.sourceErrors.WithLabelValues(sourceHandoff).Inc()
+			sq.m.sourceErrors.WithLabelValues(sourceHandoff).Inc()
 			wait := bo.NextBackOff()
-			w.log.Warn("read lifecycle notices handed to this instance; retrying (the queue's own poll goes on)",
+			sq.log.Warn("read lifecycle notices handed to this instance; retrying (the queue's own poll goes on)",
 				"source", sourceHandoff, "retry_in", wait.Seconds(), "err", err)
-			if sleep(ctx, w.d.Clock, wait) != nil {
+			if sleep(ctx, sq.d.Clock, wait) != nil {
 				return
 			}
 			continue
@@ -102,7 +102,7 @@ func (w *Watcher) runHandoff(ctx context.Context, found chan<- Trigger) {
 		bo.Reset()
 		for _, hn := range ns {
 			after = hn.ID
-			if tr := w.handedTrigger(hn); tr != nil {
+			if tr := sq.handedTrigger(hn); tr != nil {
 				found <- *tr
 				return
 			}
@@ -112,43 +112,29 @@ func (w *Watcher) runHandoff(ctx context.Context, found chan<- Trigger) {
 
 // handedTrigger turns a handed notice into a trigger when it is this
 // instance's terminating action, still within its heartbeat timeout.
-func (w *Watcher) handedTrigger(hn HandedNotice) *Trigger {
-	log := w.log.With("source", sourceHandoff, "handoff_id", hn.ID)
+func (sq *sqsSource) handedTrigger(hn HandedNotice) *Trigger {
+	log := sq.log.With("source", sourceHandoff, "handoff_id", hn.ID)
 	n, err := parseNotification(hn.Body)
 	switch {
 	case err != nil:
 		log.Warn("malformed handed lifecycle notice; ignored", "err", err)
 		return nil
-	case n.InstanceID != w.d.InstanceID || !w.ourHook(n):
+	case n.InstanceID != sq.d.InstanceID || !sq.ourHook(n):
 		log.Warn("handed lifecycle notice is not this instance's terminating action; ignored",
 			"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName)
 		return nil
-	case !n.Time.IsZero() && !w.d.Clock.Now().Before(w.orphanLimit(n)):
+	case !n.Time.IsZero() && !sq.d.Clock.Now().Before(sq.orphanLimit(n)):
 		log.Info("handed lifecycle notice is past its heartbeat timeout; ignored",
-			"age_seconds", w.d.Clock.Now().Sub(n.Time).Seconds())
+			"age_seconds", sq.d.Clock.Now().Sub(n.Time).Seconds())
 		return nil
 	}
 	started := n.Time
 	if started.IsZero() {
-		started = w.d.Clock.Now()
+		started = sq.d.Clock.Now()
 	}
 	return &Trigger{
-		Source: SourceSQS, At: w.d.Clock.Now(),
+		Source: SourceSQS, At: sq.d.Clock.Now(),
 		Reason: fmt.Sprintf("lifecycle notification %s for hook %s of %s (handed over by another agent)", n.Transition, n.HookName, n.ASGName),
 		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token, Started: started},
-	}
-}
-
-// forgetHanded drops the notices handed to this instance once its action
-// is done, so a later life of the instance (back from a warm pool) does not
-// find them.
-func (a *Actor) forgetHanded(ctx context.Context, act Action, log *slog.Logger) {
-	if a.d.Handoff == nil || act.InstanceID != a.d.InstanceID {
-		return
-	}
-	fctx, cancel := context.WithTimeout(ctx, handoffTimeout)
-	defer cancel()
-	if err := a.d.Handoff.Forget(fctx, act.InstanceID); err != nil {
-		log.Warn("could not drop the lifecycle notices handed to this instance; they expire with their TTL", "err", err)
 	}
 }

@@ -187,7 +187,7 @@ func TestNotificationReceiveGrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			decided := make(chan bool, 1)
-			w.onGraceDecided = func(begun bool) { decided <- begun }
+			w.sqs.onGraceDecided = func(begun bool) { decided <- begun }
 			ctx, cancel := context.WithCancel(t.Context())
 			var fired []Trigger
 			done := make(chan error, 1)

@@ -2,22 +2,15 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptrace"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/cenkalti/backoff/v5"
 )
 
@@ -92,9 +85,8 @@ type Watcher struct {
 	served  bool          // InService has been seen
 	changed chan struct{} // closed and replaced when state or known changes
 
-	// onGraceDecided, when set, is called as a cancelled notification poll's
-	// grace ends, with whether its answer had begun (tests observe it).
-	onGraceDecided func(answering bool)
+	imds *imdsSource
+	sqs  *sqsSource
 }
 
 // NewWatcher checks that the clients of the configured sources are present.
@@ -113,8 +105,11 @@ func NewWatcher(cfg Config, d Deps) (*Watcher, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
-		changed: make(chan struct{})}, nil
+	w := &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "lifecycle"), m: newMetrics(d.Registerer),
+		changed: make(chan struct{})}
+	w.imds = &imdsSource{cfg: cfg, d: d, log: w.log, m: w.m, states: w}
+	w.sqs = &sqsSource{cfg: cfg, d: d, log: w.log, m: w.m}
+	return w, nil
 }
 
 // State returns the last autoscaling/target-lifecycle-state read by Run or
@@ -210,12 +205,12 @@ func (w *Watcher) Run(ctx context.Context, fire func(Trigger)) error {
 	found := make(chan Trigger, 3)
 	var wg sync.WaitGroup
 	if w.cfg.Has(SourceIMDS) {
-		wg.Go(func() { w.runIMDS(ctx, found) })
+		wg.Go(func() { w.imds.runIMDS(ctx, found) })
 	}
 	if w.cfg.Has(SourceSQS) {
-		wg.Go(func() { w.runSQS(ctx, found) })
+		wg.Go(func() { w.sqs.runSQS(ctx, found) })
 		if w.d.Handoff != nil {
-			wg.Go(func() { w.runHandoff(ctx, found) })
+			wg.Go(func() { w.sqs.runHandoff(ctx, found) })
 		}
 	}
 
@@ -268,7 +263,7 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 	if !w.cfg.Has(SourceIMDS) {
 		return nil, nil
 	}
-	state, err := w.getMetadata(ctx, pathTargetLifecycleState)
+	state, err := w.imds.getMetadata(ctx, pathTargetLifecycleState)
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: probe %s: %w", pathTargetLifecycleState, err)
 	}
@@ -276,7 +271,7 @@ func (w *Watcher) Probe(ctx context.Context) (*Action, error) {
 	if !isTerminating(state) && !w.returning(state) {
 		return nil, nil
 	}
-	return w.imdsAction(ctx), nil
+	return w.imds.imdsAction(ctx), nil
 }
 
 // TargetLifecycleState reads the instance's target lifecycle state from
@@ -286,46 +281,11 @@ func (w *Watcher) TargetLifecycleState(ctx context.Context) (string, error) {
 	if !w.cfg.Has(SourceIMDS) {
 		return "", nil
 	}
-	state, err := w.getMetadata(ctx, pathTargetLifecycleState)
+	state, err := w.imds.getMetadata(ctx, pathTargetLifecycleState)
 	if err != nil {
 		return "", fmt.Errorf("lifecycle: %s: %w", pathTargetLifecycleState, err)
 	}
 	return state, nil
-}
-
-// imdsAction builds the action announced by IMDS; the ASG name comes from
-// the configuration or DescribeAutoScalingInstances (left empty when that
-// fails: the Actor resolves it again before calling Auto Scaling).
-func (w *Watcher) imdsAction(ctx context.Context) *Action {
-	act := &Action{InstanceID: w.d.InstanceID, ASGName: w.cfg.ASGName, HookName: w.cfg.HookName, Started: w.d.Clock.Now()}
-	if act.ASGName == "" {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		name, err := resolveASG(rctx, w.d.AutoScaling, act.InstanceID)
-		if err != nil {
-			w.log.Warn("resolve auto scaling group; the actor retries", "instance_id", act.InstanceID, "err", err)
-		}
-		act.ASGName = name
-	}
-	return act
-}
-
-// getMetadata reads an IMDS path; a 404 (nothing to report yet) is "", nil.
-func (w *Watcher) getMetadata(ctx context.Context, path string) (string, error) {
-	out, err := w.d.IMDS.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
-	if err != nil {
-		var st interface{ HTTPStatusCode() int }
-		if errors.As(err, &st) && st.HTTPStatusCode() == http.StatusNotFound {
-			return "", nil
-		}
-		return "", err
-	}
-	defer out.Content.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Content, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // spotAction is the body of spot/instance-action.
@@ -356,130 +316,6 @@ func parseEventTime(s string) (time.Time, error) {
 	return time.Parse(time.RFC3339, s)
 }
 
-// pollIMDS checks the IMDS paths once and returns a trigger or nil: the
-// target lifecycle state always (it is recorded for State), the notices of
-// drain_on only when listed (the others are not read, so they are
-// ignored). A terminating state wins (its action is carried by a spot
-// trigger too); then spot, scheduled events, rebalance.
-func (w *Watcher) pollIMDS(ctx context.Context) (*Trigger, error) {
-	state, errState := w.getMetadata(ctx, pathTargetLifecycleState)
-	var spot, rebalance, scheduled string
-	var errSpot, errRebalance, errScheduled error
-	if w.cfg.Drains(DrainOnSpot) {
-		spot, errSpot = w.getMetadata(ctx, pathSpotInstanceAction)
-	}
-	if w.cfg.Drains(DrainOnScheduled) {
-		scheduled, errScheduled = w.getMetadata(ctx, pathScheduledEvents)
-	}
-	if w.cfg.Drains(DrainOnRebalance) {
-		rebalance, errRebalance = w.getMetadata(ctx, pathRebalance)
-	}
-	now := w.d.Clock.Now()
-
-	var act *Action
-	if errState == nil {
-		w.setState(state)
-		if isTerminating(state) || w.returning(state) {
-			act = w.imdsAction(ctx)
-		}
-	}
-	if errSpot == nil && spot != "" {
-		var sa spotAction
-		if err := json.Unmarshal([]byte(spot), &sa); err != nil {
-			errSpot = fmt.Errorf("decode %s %q: %w", pathSpotInstanceAction, spot, err)
-		} else if sa.Action != "" {
-			tr := &Trigger{Source: sourceSpot, At: now, Action: act,
-				Reason: fmt.Sprintf("spot interruption notice: %s at %s", sa.Action, sa.Time.Format(time.RFC3339))}
-			if !sa.Time.IsZero() {
-				tr.Deadline = sa.Time.Add(-SpotSafetyMargin)
-			}
-			return tr, nil
-		}
-	}
-	if act != nil {
-		return &Trigger{Source: SourceIMDS, At: now, Action: act,
-			Reason: fmt.Sprintf("target-lifecycle-state is %s (Terminating:Wait)", state)}, nil
-	}
-	if errScheduled == nil && scheduled != "" {
-		tr, err := w.scheduledTrigger(scheduled, now)
-		if tr != nil {
-			return tr, nil
-		}
-		errScheduled = err
-	}
-	if errRebalance == nil && rebalance != "" {
-		var rn rebalanceNotice
-		if err := json.Unmarshal([]byte(rebalance), &rn); err != nil {
-			errRebalance = fmt.Errorf("decode %s %q: %w", pathRebalance, rebalance, err)
-		} else {
-			return &Trigger{Source: sourceRebalance, At: now,
-				Reason: fmt.Sprintf("rebalance recommendation at %s", rn.NoticeTime.Format(time.RFC3339))}, nil
-		}
-	}
-	return nil, errors.Join(errState, errSpot, errScheduled, errRebalance)
-}
-
-// scheduledTrigger returns a trigger for the active draining event whose
-// drain time (NotBefore − scheduled_event_lead) is earliest and has come,
-// or nil. The drain's deadline is NotBefore minus SpotSafetyMargin while
-// that is ahead, else the agent's drain_timeout applies.
-func (w *Watcher) scheduledTrigger(body string, now time.Time) (*Trigger, error) {
-	var events []scheduledEvent
-	if err := json.Unmarshal([]byte(body), &events); err != nil {
-		return nil, fmt.Errorf("decode %s %q: %w", pathScheduledEvents, body, err)
-	}
-	var best *scheduledEvent
-	var bestAt time.Time
-	var errs []error
-	for i, ev := range events {
-		if !strings.EqualFold(ev.State, "active") || !drainingMaintenance[ev.Code] {
-			continue
-		}
-		nb, err := parseEventTime(ev.NotBefore)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: event %s NotBefore: %w", pathScheduledEvents, ev.EventID, err))
-			continue
-		}
-		if best == nil || nb.Before(bestAt) {
-			best, bestAt = &events[i], nb
-		}
-	}
-	if best == nil || now.Before(bestAt.Add(-w.cfg.ScheduledEventLead)) {
-		return nil, errors.Join(errs...)
-	}
-	tr := &Trigger{Source: sourceScheduledEvent, At: now,
-		Reason: fmt.Sprintf("scheduled event %s %s not before %s", best.Code, best.EventID, bestAt.UTC().Format(time.RFC3339))}
-	if d := bestAt.Add(-SpotSafetyMargin); d.After(now) {
-		tr.Deadline = d
-	}
-	return tr, nil
-}
-
-func (w *Watcher) runIMDS(ctx context.Context, found chan<- Trigger) {
-	bo := newBackoff(w.cfg.IMDSPollInterval, imdsMaxBackoff(w.cfg.IMDSPollInterval))
-	for {
-		tr, err := w.pollIMDS(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if tr != nil {
-			found <- *tr
-			return
-		}
-		wait := w.cfg.IMDSPollInterval
-		if err != nil {
-			w.m.sourceErrors.WithLabelValues(SourceIMDS).Inc()
-			wait = bo.NextBackOff()
-			w.log.Warn("poll instance metadata; retrying", "source", SourceIMDS, "retry_in", wait, "err", err)
-		} else {
-			bo.Reset()
-		}
-		if sleep(ctx, w.d.Clock, wait) != nil {
-			return
-		}
-	}
-}
-
 // imdsMaxBackoff caps the wait between failed instance-metadata polls. IMDS
 // is link-local and cheap to ask, and a spot notice leaves two minutes, so a
 // failing IMDS is retried at least every 15 s (22.5 s with the backoff's
@@ -503,50 +339,6 @@ func notificationVisibility(heartbeat time.Duration) int32 {
 	return int32(min(v, 12*time.Hour) / time.Second)
 }
 
-func (w *Watcher) runSQS(ctx context.Context, found chan<- Trigger) {
-	bo := newBackoff(time.Second, 30*time.Second)
-	for ctx.Err() == nil {
-		out, err := w.receive(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			w.m.sourceErrors.WithLabelValues(SourceSQS).Inc()
-			wait := bo.NextBackOff()
-			w.log.Warn("receive lifecycle notifications; retrying", "source", SourceSQS, "retry_in", wait, "err", err)
-			if sleep(ctx, w.d.Clock, wait) != nil {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		// A batch taken in the receive grace is handled like any other:
-		// others' notices are shown again at once and ours reaches Run,
-		// which releases it when it comes too late. The calls run detached
-		// from ctx, which may have ended.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		var mine *Trigger
-		released := false
-		for _, msg := range out.Messages {
-			tr, rel := w.handleMessage(hctx, msg, mine)
-			if tr != nil {
-				mine = tr
-			}
-			released = released || rel
-		}
-		cancel()
-		if mine != nil {
-			found <- *mine
-			return
-		}
-		if released {
-			if sleep(ctx, w.d.Clock, foreignPause) != nil {
-				return
-			}
-		}
-	}
-}
-
 // NotificationReceiveGrace is how long a notification poll in progress may
 // still begin to answer after Run's ctx ends; an answer begun by then gets
 // up to answerReadLimit more to be read. SQS hides the messages of an
@@ -559,168 +351,6 @@ const NotificationReceiveGrace = 20 * time.Millisecond
 // grace ended.
 const answerReadLimit = time.Second
 
-// receive is one long poll of queue_url. No poll starts once ctx is done;
-// a poll in progress when ctx ends is aborted after NotificationReceiveGrace
-// unless its answer has begun, which is then read (and returned with a nil
-// error).
-func (w *Watcher) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	var answering atomic.Bool
-	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{
-		GetConn:              func(string) { answering.Store(false) }, // each SDK attempt
-		GotFirstResponseByte: func() { answering.Store(true) },
-	})
-	var mu sync.Mutex
-	var timer *time.Timer
-	stopped := false
-	after := func(d time.Duration, f func()) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			timer = time.AfterFunc(d, f)
-		}
-	}
-	stopGrace := context.AfterFunc(ctx, func() {
-		after(NotificationReceiveGrace, func() {
-			begun := answering.Load()
-			if w.onGraceDecided != nil {
-				w.onGraceDecided(begun)
-			}
-			if begun {
-				after(answerReadLimit, cancel)
-				return
-			}
-			cancel()
-		})
-	})
-	defer func() {
-		stopGrace()
-		mu.Lock()
-		stopped = true
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-	}()
-	out, err := w.d.SQS.ReceiveMessage(pctx, &sqs.ReceiveMessageInput{
-		QueueUrl:            aws.String(w.cfg.QueueURL),
-		MaxNumberOfMessages: 10,
-		WaitTimeSeconds:     int32(sqsWaitTime / time.Second),
-	})
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
-		return nil, err
-	}
-	return out, nil
-}
-
-// orphanLimit is when a notification's action has passed its heartbeat
-// timeout without a heartbeat: hook_heartbeat_timeout when configured and
-// the notice is of our terminating hook (any, when hook_name is empty), else the longest Auto Scaling allows (2 h), which no action
-// outlives unheartbeated.
-func (w *Watcher) orphanLimit(n notification) time.Time {
-	hbt := maxHookHeartbeatTimeout
-	ourHook := w.cfg.HookName == "" || n.HookName == w.cfg.HookName
-	if ourHook && n.Transition == transitionTerminating && w.cfg.HookHeartbeatTimeout > 0 {
-		hbt = w.cfg.HookHeartbeatTimeout
-	}
-	return n.Time.Add(hbt)
-}
-
-// orphaned reports whether the notification of another instance is one no
-// agent will take: its action's heartbeat timeout has passed since it was
-// sent (so unless an agent heartbeats it, it has ended) and Deps.Claimed,
-// when set, says no agent claims the instance. An agent holding its notice
-// keeps it hidden, so a visible one past that point only cycles through the
-// fleet until the queue's retention or redrive drops it.
-func (w *Watcher) orphaned(ctx context.Context, n notification, log *slog.Logger) bool {
-	if n.Time.IsZero() || w.d.Clock.Now().Before(w.orphanLimit(n)) {
-		return false
-	}
-	if w.d.Claimed == nil {
-		return true
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	claimed, err := w.d.Claimed(cctx, n.InstanceID)
-	if err != nil {
-		log.Warn("could not learn whether an agent claims the lifecycle action; notification kept", "for_instance", n.InstanceID, "err", err)
-		return false
-	}
-	return !claimed
-}
-
-// handleMessage sorts one received message: TEST_NOTIFICATION deleted,
-// another instance's terminating notice handed to its agent (Deps.Handoff)
-// and deleted, other instances' (or other hooks') notifications otherwise
-// made visible again and never deleted, ours kept invisible and returned as
-// a trigger, malformed ones left to the queue's redrive policy. released
-// says the message was made visible again at once.
-func (w *Watcher) handleMessage(ctx context.Context, msg types.Message, mine *Trigger) (tr *Trigger, released bool) {
-	id, receipt := aws.ToString(msg.MessageId), aws.ToString(msg.ReceiptHandle)
-	log := w.log.With("message_id", id, "source", SourceSQS)
-	body := aws.ToString(msg.Body)
-	n, err := parseNotification(body)
-	switch {
-	case err != nil:
-		log.Warn("malformed lifecycle notification; left to the queue's redrive policy", "err", err)
-		return nil, false
-	case n.Test:
-		log.Info("consumed autoscaling:TEST_NOTIFICATION", "asg", n.ASGName)
-		w.deleteMessage(ctx, receipt, log)
-		return nil, false
-	case n.InstanceID == w.d.InstanceID && n.Transition == transitionLaunching &&
-		w.cfg.LaunchHookName != "" && n.HookName == w.cfg.LaunchHookName:
-		log.Info("launching notification for this instance; deleted (the launch gate completes it by instance id)",
-			"hook", n.HookName, "destination", n.Destination)
-		w.deleteMessage(ctx, receipt, log)
-		return nil, false
-	case n.InstanceID != w.d.InstanceID || n.Transition != transitionTerminating ||
-		(w.cfg.HookName != "" && n.HookName != w.cfg.HookName):
-		if w.handOff(ctx, n, body, log) {
-			w.deleteMessage(ctx, receipt, log)
-			return nil, false
-		}
-		if n.InstanceID != w.d.InstanceID && w.orphaned(ctx, n, log) {
-			log.Warn("lifecycle notification no agent will take: its instance is unclaimed and its action's heartbeat timeout has passed; deleted",
-				"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName, "asg", n.ASGName,
-				"age_seconds", w.d.Clock.Now().Sub(n.Time).Seconds())
-			w.m.orphaned.WithLabelValues(transitionLabel(n.Transition)).Inc()
-			w.deleteMessage(ctx, receipt, log)
-			return nil, false
-		}
-		log.Debug("lifecycle notification not for us; left for its owner",
-			"for_instance", n.InstanceID, "transition", n.Transition, "hook", n.HookName)
-		w.setVisibility(ctx, receipt, 0, log)
-		return nil, true
-	case mine != nil && mine.Action.Token == n.Token:
-		log.Info("duplicate delivery of our lifecycle notification; deleted")
-		w.deleteMessage(ctx, receipt, log)
-		return nil, false
-	case mine != nil:
-		log.Warn("second lifecycle action for this instance in one batch; left for later", "hook", n.HookName)
-		w.setVisibility(ctx, receipt, 0, log)
-		return nil, true
-	}
-	w.setVisibility(ctx, receipt, notificationVisibility(w.cfg.HeartbeatInterval), log)
-	started := n.Time
-	if started.IsZero() {
-		started = w.d.Clock.Now()
-	}
-	return &Trigger{
-		Source: SourceSQS, At: w.d.Clock.Now(),
-		Reason: fmt.Sprintf("lifecycle notification %s for hook %s of %s", n.Transition, n.HookName, n.ASGName),
-		Action: &Action{InstanceID: n.InstanceID, ASGName: n.ASGName, HookName: n.HookName, Token: n.Token,
-			Started: started, NotificationQueueURL: w.cfg.QueueURL, NotificationReceipt: receipt},
-	}, false
-}
-
 // transitionLabel is the {transition} label of a lifecycle transition.
 func transitionLabel(t string) string {
 	switch t {
@@ -730,24 +360,4 @@ func transitionLabel(t string) string {
 		return "terminating"
 	}
 	return "other"
-}
-
-func (w *Watcher) deleteMessage(ctx context.Context, receipt string, log *slog.Logger) {
-	_, err := w.d.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(receipt)})
-	if err != nil && ctx.Err() == nil {
-		log.Warn("delete message", "err", err)
-	}
-}
-
-func (w *Watcher) setVisibility(ctx context.Context, receipt string, seconds int32, log *slog.Logger) {
-	// Detached: a message left hidden because the watcher stopped mid-batch
-	// would delay another instance's drain.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, err := w.d.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(receipt), VisibilityTimeout: seconds,
-	})
-	if err != nil {
-		log.Warn("change message visibility", "visibility_seconds", seconds, "err", err)
-	}
 }

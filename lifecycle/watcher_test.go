@@ -377,8 +377,8 @@ func TestScheduledTrigger(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.ScheduledEventLead = tt.lead
-			w := &Watcher{cfg: cfg}
-			tr, err := w.scheduledTrigger(tt.body, now)
+			im := &imdsSource{cfg: cfg}
+			tr, err := im.scheduledTrigger(tt.body, now)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // clusterHarness runs the conformance suite on a Redis Cluster given by
@@ -45,7 +47,7 @@ func TestClusterKeysShareSlot(t *testing.T) {
 			cfg := rules(Rule{Name: "r" + token, Key: key, Block: time.Hour, Limits: []Limit{
 				{Daily: 1}, {MinInterval: time.Minute}, {Window: &Window{Count: 5, Per: time.Minute}}, {Rate: &Rate{Count: 5, Per: time.Second}},
 			}})
-			l, err := New(cfg, NewRedis(c, prefix), Options{Clock: newFakeClock(t0)})
+			l, err := New(cfg, NewRedis(c, prefix), Options{Clock: clock.NewManual(t0)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -19,7 +20,7 @@ func TestRedisConcurrencyDecisionCommands(t *testing.T) {
 	addr := c.Options().Addr
 	prefix := uniquePrefix(t)
 	l, err := New(rules(Rule{Name: "cap", Key: KeyHost, Limits: []Limit{{Concurrency: Concurrency{Max: 2}}}}),
-		NewRedis(c, prefix), Options{Clock: newFakeClock(t0)})
+		NewRedis(c, prefix), Options{Clock: clock.NewManual(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}

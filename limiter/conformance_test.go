@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // harness opens one kind of backend for the conformance suite.
@@ -33,7 +35,7 @@ func redisHarness() harness {
 type env struct {
 	t      *testing.T
 	l      *Limiter
-	clock  *fakeClock
+	clock  *clock.Manual
 	reg    *prometheus.Registry
 	mem    *Memory
 	client redis.UniversalClient
@@ -43,7 +45,7 @@ type env struct {
 
 func (h harness) setup(t *testing.T, cfg Config, start time.Time) *env {
 	t.Helper()
-	e := &env{t: t, clock: newFakeClock(start), reg: prometheus.NewRegistry()}
+	e := &env{t: t, clock: clock.NewManual(start), reg: prometheus.NewRegistry()}
 	var b Backend
 	if h.client == nil {
 		e.mem = NewMemory()
@@ -233,14 +235,14 @@ var conformanceCases = []conformanceCase{
 		if d.Counters.SinceLast != -1 {
 			t.Fatalf("first run SinceLast = %s, want -1", d.Counters.SinceLast)
 		}
-		e.clock.Advance(30 * time.Minute)
+		e.clock.Add(30 * time.Minute)
 		d = e.expect("30m later", web1, denied("default", LimitMinInterval, ReasonMinInterval, 90*time.Minute))
 		if d.Counters.SinceLast != 30*time.Minute {
 			t.Fatalf("SinceLast = %s, want 30m", d.Counters.SinceLast)
 		}
-		e.clock.Advance(90*time.Minute - time.Microsecond)
+		e.clock.Add(90*time.Minute - time.Microsecond)
 		e.expect("just before 2h", web1, denied("default", LimitMinInterval, ReasonMinInterval, time.Microsecond))
-		e.clock.Advance(time.Microsecond)
+		e.clock.Add(time.Microsecond)
 		e.expect("at 2h", web1, allowed("default"))
 	}},
 	{"sliding window catches the fixed-window boundary burst", func(t *testing.T, h harness) {
@@ -292,7 +294,7 @@ var conformanceCases = []conformanceCase{
 		e := h.setup(t, rules(Rule{Name: "default", Limits: []Limit{{Window: &Window{Count: count, Per: time.Minute}}}}), t0)
 		for i := range count {
 			e.expect(fmt.Sprintf("run %d", i), web1, allowed("default"))
-			e.clock.Advance(100 * time.Millisecond)
+			e.clock.Add(100 * time.Millisecond)
 		}
 		// now = t0+10s; the oldest run (t0) leaves the window at t0+1m.
 		d := e.expect("full", web1, denied("default", LimitWindow, ReasonWindow, 50*time.Second))
@@ -318,7 +320,7 @@ var conformanceCases = []conformanceCase{
 				if d.Counters.BucketCapacity != 45 || d.Counters.BucketLevel != 45 {
 					t.Fatalf("bucket %v/%v, want 45/45", d.Counters.BucketLevel, d.Counters.BucketCapacity)
 				}
-				e.clock.Advance(emission)
+				e.clock.Add(emission)
 				e.expect("one leaked", web1, allowed("default"))
 				e.expect("full again", web1, denied("default", LimitRate, ReasonRate, emission))
 			})
@@ -330,7 +332,7 @@ var conformanceCases = []conformanceCase{
 			e := h.setup(t, rules(Rule{Name: "default", Limits: []Limit{{Rate: &Rate{Count: 3, Per: per}}, {Window: &Window{Count: 2, Per: per}}}}), t0)
 			for range 4 {
 				got[i] = append(got[i], verdict(e.allow(web1)))
-				e.clock.Advance(10 * time.Second)
+				e.clock.Add(10 * time.Second)
 			}
 		}
 		if strings.Join(got[0], "\n") != strings.Join(got[1], "\n") {
@@ -340,13 +342,13 @@ var conformanceCases = []conformanceCase{
 	{"block is sticky", func(t *testing.T, h harness) {
 		e := h.setup(t, rules(Rule{Name: "default", Block: time.Hour, Limits: []Limit{{MinInterval: 10 * time.Minute}}}), t0)
 		e.expect("first", web1, allowed("default"))
-		e.clock.Advance(time.Minute)
+		e.clock.Add(time.Minute)
 		e.expect("too soon: denied, block set", web1, denied("default", LimitMinInterval, ReasonMinInterval, time.Hour))
-		e.clock.Advance(14 * time.Minute) // min interval has recovered
+		e.clock.Add(14 * time.Minute) // min interval has recovered
 		e.expect("still blocked", web1, denied("default", LimitBlock, ReasonBlocked, 46*time.Minute))
-		e.clock.Advance(46*time.Minute - time.Microsecond)
+		e.clock.Add(46*time.Minute - time.Microsecond)
 		e.expect("last instant of the block", web1, denied("default", LimitBlock, ReasonBlocked, time.Microsecond))
-		e.clock.Advance(time.Microsecond)
+		e.clock.Add(time.Microsecond)
 		e.expect("block over", web1, allowed("default"))
 		e.expect("other host never blocked", db1, allowed("default"))
 	}},
@@ -369,9 +371,9 @@ var conformanceCases = []conformanceCase{
 			denied("default", LimitDaily, ReasonDaily, 14*time.Hour))
 		e.expect("a denied event is not remembered", Request{Host: web1.Host, Diagnostic: "x", DedupeKey: "9000"},
 			denied("default", LimitDaily, ReasonDaily, 14*time.Hour))
-		e.clock.Advance(10*time.Minute - time.Microsecond)
+		e.clock.Add(10*time.Minute - time.Microsecond)
 		e.expect("still a duplicate", ev, Decision{Duplicate: true, Rule: "default", Reason: ReasonDuplicate})
-		e.clock.Advance(time.Microsecond)
+		e.clock.Add(time.Microsecond)
 		e.expect("ttl passed: counted again", ev, denied("default", LimitDaily, ReasonDaily, 14*time.Hour-10*time.Minute))
 		if got := e.decisions("default", "duplicate", ReasonDuplicate); got != 2 {
 			t.Fatalf("decisions_total{duplicate} = %v, want 2", got)
@@ -390,7 +392,7 @@ var conformanceCases = []conformanceCase{
 		}}), t0)
 		e.expect("first", web1, allowed("default"))
 		for i := range 5 {
-			e.clock.Advance(time.Second)
+			e.clock.Add(time.Second)
 			e.expect(fmt.Sprintf("window denies #%d", i), web1,
 				denied("default", LimitWindow, ReasonWindow, time.Minute-time.Duration(i+1)*time.Second))
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // fakeBackend fails (or answers allowed) and counts its calls.
@@ -112,7 +114,7 @@ func TestUnreachableRedisFailMode(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	t.Parallel()
 	fb := &fakeBackend{err: errors.New("connection refused")}
-	clock := newFakeClock(t0)
+	clock := clock.NewManual(t0)
 	reg := prometheus.NewRegistry()
 	l, err := New(failCfg(), fb, Options{Clock: clock, Registerer: reg, BreakerThreshold: 5, BreakerCooldown: 5 * time.Second})
 	if err != nil {
@@ -134,12 +136,12 @@ func TestBreaker(t *testing.T) {
 	for range 3 {
 		allow("breaker open: backend not called", ReasonBreakerOpen, 5)
 	}
-	clock.Advance(5*time.Second - time.Microsecond)
+	clock.Add(5*time.Second - time.Microsecond)
 	allow("still cooling down", ReasonBreakerOpen, 5)
-	clock.Advance(time.Microsecond)
+	clock.Add(time.Microsecond)
 	allow("probe fails", ReasonDegradedOpen, 6)
 	allow("reopened", ReasonBreakerOpen, 6)
-	clock.Advance(5 * time.Second)
+	clock.Add(5 * time.Second)
 	fb.set(nil)
 	allow("probe succeeds", ReasonAllowed, 7)
 	allow("closed again", ReasonAllowed, 8)

@@ -159,5 +159,6 @@
 // "error" (degraded) and "executed" apart.
 //
 // Explain normalises the rules for `autodiag limits explain` (String,
-// WriteExplain). The package imports no other autodiag package.
+// WriteExplain). The package imports no other autodiag package but the shared
+// leaves internal/configerr and internal/outcome.
 package limiter

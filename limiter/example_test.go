@@ -6,13 +6,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
-
-// fixedClock stands still, so the example's output is stable.
-type fixedClock struct{ t time.Time }
-
-func (c fixedClock) Now() time.Time { return c.t }
 
 func Example() {
 	cfg := limiter.DefaultConfig() // UTC, fail open, dedupe on alert.event_id for 10m
@@ -24,7 +21,7 @@ func Example() {
 	// Embedded mode keeps state in memory; a fleet shares Redis instead:
 	//   backend := limiter.NewRedis(redis.NewUniversalClient(opts), "autodiag:")
 	backend := limiter.NewMemory()
-	clock := fixedClock{time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)}
+	clock := clock.NewManual(time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)) // stands still: the output is stable
 	l, err := limiter.New(cfg, backend, limiter.Options{Clock: clock})
 	if err != nil {
 		fmt.Println(err)
@@ -97,7 +94,7 @@ func ExampleLimiter_Done() {
 		Shadow: true,
 		Limits: []limiter.Limit{{Daily: 1}},
 	}}
-	l, err := limiter.New(cfg, limiter.NewMemory(), limiter.Options{Clock: fixedClock{time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)}})
+	l, err := limiter.New(cfg, limiter.NewMemory(), limiter.Options{Clock: clock.NewManual(time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC))})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -119,7 +116,7 @@ func ExampleLimiter_Done() {
 	_ = l.Renew(ctx, a, lease) // with every renewal of a's lease
 	d, _ = l.Allow(ctx, b)
 	show("b", d)
-	_ = l.Done(ctx, a, limiter.OutcomeFailed) // a's run ended: the slot is free, one failure counted
+	_ = l.Done(ctx, a, outcome.Failed) // a's run ended: the slot is free, one failure counted
 	d, _ = l.Allow(ctx, b)
 	show("b", d)
 	st, _ := l.Inspect(ctx, b)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // TestFleetExactness: 8 clients (each its own limiter and, for Redis, its
@@ -56,7 +58,7 @@ func TestFleetExactness(t *testing.T) {
 				// Exactness, not the timeout, is under test: a bound far
 				// above a loaded machine's queueing keeps any decision
 				// from degrading.
-				l, err := New(cfg, newBackend(), Options{Clock: newFakeClock(t0), Timeout: time.Minute})
+				l, err := New(cfg, newBackend(), Options{Clock: clock.NewManual(t0), Timeout: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -100,7 +102,7 @@ func TestKeysStayUnderPrefix(t *testing.T) {
 		{Daily: 3}, {MinInterval: time.Hour}, {Window: &Window{Count: 5, Per: time.Minute}}, {Rate: &Rate{Count: 5, Per: time.Hour}},
 	}})
 	cfg.Rules = append(cfg.Rules, Rule{Name: "blocky", Match: Match{Diagnostic: []string{"b"}}, Block: time.Minute, Limits: []Limit{{Daily: 1}}})
-	l, err := New(cfg, NewRedis(c, prefix), Options{Clock: newFakeClock(t0)})
+	l, err := New(cfg, NewRedis(c, prefix), Options{Clock: clock.NewManual(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func TestKeysStayUnderPrefix(t *testing.T) {
 func TestScriptReload(t *testing.T) {
 	t.Parallel()
 	c := testRedis(t)
-	l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}}}), NewRedis(c, uniquePrefix(t)), Options{Clock: newFakeClock(t0)})
+	l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}}}), NewRedis(c, uniquePrefix(t)), Options{Clock: clock.NewManual(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func testWindowClockSkew(t *testing.T, zset bool) {
 	c := testRedisDirect(t)
 	prefix := uniquePrefix(t)
 	cfg := rules(Rule{Name: "default", Limits: []Limit{{Window: &Window{Count: 3, Per: time.Minute}}}})
-	ahead, behind := newFakeClock(t0.Add(10*time.Second)), newFakeClock(t0)
+	ahead, behind := clock.NewManual(t0.Add(10*time.Second)), clock.NewManual(t0)
 	la, err := New(cfg, newRedisWindows(c, prefix, zset), Options{Clock: ahead})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +204,7 @@ func testWindowClockSkew(t *testing.T, zset bool) {
 	for _, step := range []struct {
 		name  string
 		l     *Limiter
-		clock *fakeClock
+		clock *clock.Manual
 		at    time.Duration // from t0
 		want  Decision
 		count int
@@ -236,7 +238,7 @@ func TestWindowNeverKeepsMoreThanCount(t *testing.T) {
 func testWindowNeverKeepsMoreThanCount(t *testing.T, zset bool) {
 	c := testRedisDirect(t)
 	prefix := uniquePrefix(t)
-	clock := newFakeClock(t0)
+	clock := clock.NewManual(t0)
 	rule := func(count int) Config {
 		return rules(Rule{Name: "default", Block: time.Second, Limits: []Limit{{Window: &Window{Count: count, Per: time.Hour}}}})
 	}
@@ -256,7 +258,7 @@ func testWindowNeverKeepsMoreThanCount(t *testing.T, zset bool) {
 		return (len(c.Get(ctx, prefix+"lim:{"+web1.Host+"}:s:default").Val()) - 40) / 8
 	}
 	for i := range 5 {
-		clock.Advance(time.Second)
+		clock.Add(time.Second)
 		if d, err := before.Allow(ctx, web1); err != nil || !d.Allowed {
 			t.Fatalf("run %d under count 5: %s %v", i, verdict(d), err)
 		}
@@ -264,7 +266,7 @@ func testWindowNeverKeepsMoreThanCount(t *testing.T, zset bool) {
 	if n := runs(); n != 5 {
 		t.Fatalf("%d runs kept, want 5", n)
 	}
-	clock.Advance(time.Second)
+	clock.Add(time.Second)
 	if d, err := after.Allow(ctx, web1); err != nil || d.Allowed || d.Limit != LimitWindow || d.Counters.WindowCount != 5 {
 		t.Fatalf("under count 2: %s %v, want a window denial seeing 5", verdict(d), err)
 	}
@@ -308,7 +310,7 @@ func TestFleetConcurrency(t *testing.T) {
 			finished := make(chan struct{})
 			var wg sync.WaitGroup
 			for range agents {
-				l, err := New(cfg, newBackend(), Options{Clock: newFakeClock(t0), Timeout: time.Minute})
+				l, err := New(cfg, newBackend(), Options{Clock: clock.NewManual(t0), Timeout: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}

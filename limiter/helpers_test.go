@@ -15,34 +15,6 @@ import (
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
-// fakeClock is a settable Clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-var _ Clock = (*fakeClock)(nil)
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // requireEnv returns the value of an env var a test needs; without it the
 // test is skipped locally and fails under CI=true.
 func requireEnv(t testing.TB, name string) string {

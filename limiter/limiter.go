@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // RuleNone is the rule name of a decision no rule matched.
@@ -48,9 +51,9 @@ const (
 // failure breaker of the rules that allowed the run; any other outcome
 // (e.g. "released") only gives back what the run holds.
 const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-	OutcomeTimedOut  = "timed_out"
+	OutcomeSucceeded = outcome.Succeeded
+	OutcomeFailed    = outcome.Failed
+	OutcomeTimedOut  = outcome.TimedOut
 )
 
 // DefaultLease is how long a concurrency slot or breaker probe is held when
@@ -123,16 +126,9 @@ type Counters struct {
 	MaxPercent      float64
 }
 
-// Clock tells the time; tests inject a fake one.
-type Clock interface{ Now() time.Time }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
 // Options are the limiter's dependencies; every zero value has a default.
 type Options struct {
-	Clock      Clock                 // nil = wall clock
+	Clock      clock.Clock           // nil = wall clock
 	Registerer prometheus.Registerer // nil = metrics not registered
 	Logger     *slog.Logger          // nil = discard
 	Timeout    time.Duration         // bound for each backend call (redis.timeout); 0 = 200ms
@@ -152,7 +148,7 @@ type Options struct {
 type Limiter struct {
 	cfg     Config
 	backend Backend
-	clock   Clock
+	clock   clock.Clock
 	log     *slog.Logger
 	timeout time.Duration
 	loc     *time.Location
@@ -228,7 +224,7 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 		az:      opts.AZ,
 	}
 	if l.clock == nil {
-		l.clock = wallClock{}
+		l.clock = clock.Wall{}
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)

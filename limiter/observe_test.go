@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // TestDenialLogged: every denial and degraded decision is one log line an
@@ -37,7 +39,7 @@ func TestDenialLogged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&buf, nil))
-			l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 2}}}), tc.backend, Options{Clock: newFakeClock(t0), Logger: log})
+			l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 2}}}), tc.backend, Options{Clock: clock.NewManual(t0), Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,7 +74,7 @@ func TestDenialLogged(t *testing.T) {
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}}}), NewMemory(), Options{Registerer: reg, Clock: newFakeClock(t0)})
+	l, err := New(rules(Rule{Name: "default", Limits: []Limit{{Daily: 1}}}), NewMemory(), Options{Registerer: reg, Clock: clock.NewManual(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}

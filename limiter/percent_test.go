@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // registry stands in for the agents' instance registry: the in-service
@@ -15,7 +17,7 @@ type registry struct {
 	t      *testing.T
 	c      redis.Cmdable
 	prefix string
-	clock  *fakeClock
+	clock  *clock.Manual
 }
 
 // beat puts agents ids[from:to] in service in scope (per, value), their
@@ -59,7 +61,7 @@ func percentClients(t *testing.T) map[string]redis.UniversalClient {
 func TestConcurrencyPercentFleet(t *testing.T) {
 	for name, c := range percentClients(t) {
 		t.Run(name, func(t *testing.T) {
-			clk := newFakeClock(t0)
+			clk := clock.NewManual(t0)
 			prefix := uniquePrefix(t)
 			reg := registry{t: t, c: c, prefix: prefix, clock: clk}
 			b := NewRedis(c, prefix)
@@ -101,7 +103,7 @@ func TestConcurrencyPercentFleet(t *testing.T) {
 			want(allow("t3"), false, 3, 3, 30)
 			reg.leave(PerFleet, "", 25, 30) // 5 begin to drain
 			want(allow("t3"), false, 3, 2, 25)
-			clk.Advance(hb) // agents 0-19 stop heartbeating: 5 left
+			clk.Add(hb) // agents 0-19 stop heartbeating: 5 left
 			want(allow("t3"), false, 3, 1, 5)
 			if d := allow("t1"); !d.Allowed { // a held slot stays held as the cap falls
 				t.Fatalf("t1 again: %+v; want allowed (it holds its slot)", d)
@@ -127,7 +129,7 @@ func TestConcurrencyPercentFleet(t *testing.T) {
 func TestConcurrencyPercentPerZone(t *testing.T) {
 	for name, c := range percentClients(t) {
 		t.Run(name, func(t *testing.T) {
-			clk := newFakeClock(t0)
+			clk := clock.NewManual(t0)
 			prefix := uniquePrefix(t)
 			reg := registry{t: t, c: c, prefix: prefix, clock: clk}
 			cfg := rules(Rule{Name: "pct", Key: KeyDiagnostic,

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // The conformance cases of the limits a run holds (concurrency slots, the
@@ -139,7 +141,7 @@ var runLimitCases = []conformanceCase{
 		if d.OnExceed != OnExceedDrop {
 			t.Fatalf("on_exceed %s, want the configured drop", d.OnExceed)
 		}
-		e.clock.Advance(time.Minute)
+		e.clock.Add(time.Minute)
 		e.done(a, OutcomeSucceeded)
 		e.expect("b after a ended", b, allowed("heavy"))
 		e.done(b, "released")
@@ -152,14 +154,14 @@ var runLimitCases = []conformanceCase{
 		e := h.setup(t, rules(Rule{Name: "fleet", Key: KeyGlobal, Limits: []Limit{{Concurrency: Concurrency{Max: 1}}}}), t0)
 		a, b := task(web1, "a", time.Minute), task(db1, "b", time.Minute)
 		e.expect("a", a, allowed("fleet"))
-		e.clock.Advance(30 * time.Second)
+		e.clock.Add(30 * time.Second)
 		if err := e.l.Renew(context.Background(), a, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		e.expect("b: a renewed to 1m from now", b, denied("fleet", LimitConcurrency, ReasonConcurrency, time.Minute))
-		e.clock.Advance(time.Minute - time.Millisecond)
+		e.clock.Add(time.Minute - time.Millisecond)
 		e.expect("b: retry at least 1s", b, denied("fleet", LimitConcurrency, ReasonConcurrency, time.Second))
-		e.clock.Advance(time.Millisecond) // a's agent died: no renewal, no Done
+		e.clock.Add(time.Millisecond) // a's agent died: no renewal, no Done
 		e.expect("b after a's lease", b, allowed("fleet"))
 		if err := e.l.Renew(context.Background(), a, time.Minute); err != nil {
 			t.Fatal(err)
@@ -178,11 +180,11 @@ var runLimitCases = []conformanceCase{
 			if d.Probe {
 				t.Fatalf("run %s is a probe of a closed breaker", id)
 			}
-			e.clock.Advance(time.Minute)
+			e.clock.Add(time.Minute)
 			e.done(r, outcome)
 		}
 		run("old", OutcomeFailed)
-		e.clock.Advance(10 * time.Minute) // "old" leaves the window
+		e.clock.Add(10 * time.Minute) // "old" leaves the window
 		for i := range 4 {
 			run(fmt.Sprintf("f%d", i), []string{OutcomeFailed, OutcomeTimedOut}[i%2])
 		}
@@ -193,9 +195,9 @@ var runLimitCases = []conformanceCase{
 		run("f4", OutcomeFailed) // the 5th within 10m
 		e.expect("open", task(db1, "x", time.Minute), failing("broken", 30*time.Minute))
 		e.expect("other diagnostic, own breaker", task(Request{Host: db1.Host, Diagnostic: "cpu-top"}, "y", time.Minute), allowed("broken"))
-		e.clock.Advance(30*time.Minute - time.Microsecond)
+		e.clock.Add(30*time.Minute - time.Microsecond)
 		e.expect("last instant", task(db1, "x", time.Minute), failing("broken", time.Microsecond))
-		e.clock.Advance(time.Microsecond)
+		e.clock.Add(time.Microsecond)
 		p1 := task(db1, "p1", 5*time.Minute)
 		if d := e.expect("probe", p1, allowed("broken")); !d.Probe {
 			t.Fatal("the first run after open_for is not the probe")
@@ -204,10 +206,10 @@ var runLimitCases = []conformanceCase{
 		if st := e.inspect(db1); st[0].Breaker != "probing" || st[0].Probe != "p1" {
 			t.Fatalf("inspect %+v, want probing p1", st)
 		}
-		e.clock.Advance(time.Minute)
+		e.clock.Add(time.Minute)
 		e.done(p1, OutcomeFailed)
 		e.expect("the probe failed: reopened", task(db1, "x", time.Minute), failing("broken", 30*time.Minute))
-		e.clock.Advance(30 * time.Minute)
+		e.clock.Add(30 * time.Minute)
 		p2 := task(db1, "p2", 5*time.Minute)
 		if d := e.expect("second probe", p2, allowed("broken")); !d.Probe {
 			t.Fatal("no probe after the reopened period")
@@ -229,9 +231,9 @@ var runLimitCases = []conformanceCase{
 		a := task(web1, "a", time.Minute)
 		e.expect("a", a, allowed("broken"))
 		e.done(a, OutcomeFailed)
-		e.clock.Advance(time.Minute)
+		e.clock.Add(time.Minute)
 		e.expect("probe p", task(web1, "p", 2*time.Minute), allowed("broken"))
-		e.clock.Advance(2 * time.Minute) // p's agent died
+		e.clock.Add(2 * time.Minute) // p's agent died
 		if d := e.expect("probe q", task(web1, "q", time.Minute), allowed("broken")); !d.Probe {
 			t.Fatal("q is not the probe")
 		}
@@ -328,7 +330,7 @@ func TestShadowDenialLogged(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
 	cfg := rules(Rule{Name: "default", Limits: []Limit{{Daily: 10}}}, Rule{Name: "tighter", Shadow: true, Limits: []Limit{{Daily: 1}}})
-	l, err := New(cfg, NewMemory(), Options{Clock: newFakeClock(t0), Logger: log})
+	l, err := New(cfg, NewMemory(), Options{Clock: clock.NewManual(t0), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // amStandIn speaks Alertmanager API v2's GET /api/v2/alerts: it answers
@@ -82,7 +84,7 @@ func newFetchingIntake(t *testing.T, c AlertmanagerConfig) (*testIntake, *Metric
 	ti := &testIntake{sender: &fakeSender{}, reg: prometheus.NewRegistry()}
 	m := NewMetrics(ti.reg)
 	h, err := NewHandler(HandlerConfig{Router: testRouter(t), Sender: ti.sender, Metrics: m,
-		Now: func() time.Time { return goldenNow }, Fetcher: NewTruncatedFetcher(c, nil)})
+		Clock: clock.NewManual(goldenNow), Fetcher: NewTruncatedFetcher(c, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

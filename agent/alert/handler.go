@@ -14,6 +14,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Sender puts tasks on the task queue: the agent's SQS queue
@@ -57,8 +58,8 @@ type HandlerConfig struct {
 	Metrics *Metrics
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Now stamps the tasks' created_at; nil = time.Now.
-	Now func() time.Time
+	// Clock stamps the tasks' created_at; nil = the wall clock.
+	Clock clock.Clock
 	// SendTimeout bounds one SendBatch; 0 = DefaultSendTimeout.
 	SendTimeout time.Duration
 	// Fetcher fetches the alerts an Alertmanager left out of a
@@ -104,8 +105,8 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clock.Wall{}
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = DefaultSendTimeout
@@ -164,7 +165,7 @@ func (h *Handler) post(source string) http.HandlerFunc {
 		if source == SourceAlertmanager && p.Truncated > 0 && h.c.Fetcher != nil {
 			h.fetchTruncated(r.Context(), &p)
 		}
-		ans := h.c.Router.RoutePayload(p, h.c.Now())
+		ans := h.c.Router.RoutePayload(p, h.c.Clock.Now())
 		traceAnswer(span, source, ans)
 		if len(ans.Tasks) > 0 {
 			ctx, cancel := context.WithTimeout(tctx, h.c.SendTimeout)

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -20,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // fakeSender records the batches it is given, or fails.
@@ -70,7 +70,7 @@ func newTestIntake(t *testing.T, cr Credentials, maxBody int64) *testIntake {
 		MaxBody:     maxBody,
 		Draining:    ti.draining.Load,
 		Metrics:     NewMetrics(ti.reg),
-		Now:         func() time.Time { return goldenNow },
+		Clock:       clock.NewManual(goldenNow),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -17,13 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
-	"go.opentelemetry.io/otel/trace"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Error is why the intake listener cannot start: its credentials
@@ -48,7 +49,8 @@ type Options struct {
 	// Redactor redacts every line Logger writes (a rejected alert's
 	// detail quotes the alert's values); nil = none.
 	Redactor *redact.Redactor
-	Now      func() time.Time
+	// Clock stamps the tasks' created_at; nil = the wall clock.
+	Clock clock.Clock
 }
 
 // NewHandler builds the intake listener's handler for cfg: routes
@@ -78,7 +80,7 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),
 		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics,
-		Logger: redact.Logger(o.Logger, o.Redactor), Now: o.Now,
+		Logger: redact.Logger(o.Logger, o.Redactor), Clock: o.Clock,
 		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
 }
 

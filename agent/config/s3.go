@@ -2,6 +2,7 @@ package config
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,6 +29,12 @@ type S3Config struct {
 	SSE string `yaml:"sse"`
 	// KMSKeyID is the key of aws:kms; empty = the AWS managed key.
 	KMSKeyID string `yaml:"kms_key_id"`
+	// StorageClass is the objects' S3 storage class (S3StorageClasses);
+	// empty = the bucket's default (STANDARD). Outputs are written once
+	// and read rarely, so an infrequent-access class often costs less;
+	// the archive classes are refused, as `autodiag show` reads an output
+	// at once.
+	StorageClass string `yaml:"storage_class"`
 	// PathStyle addresses the bucket in the path (endpoint/bucket/key),
 	// for S3-compatible stores and fakes behind AWS_ENDPOINT_URL_S3.
 	PathStyle bool `yaml:"path_style"`
@@ -51,6 +58,10 @@ const (
 	SSEAES256 = "AES256"
 	SSEKMS    = "aws:kms"
 )
+
+// S3StorageClasses are the values of results.s3.storage_class, as S3
+// spells them: the classes whose objects are read without a restore.
+var S3StorageClasses = []string{"STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR"}
 
 // DefaultS3Config is results.s3 with its defaults and no bucket.
 func DefaultS3Config() S3Config {
@@ -88,6 +99,9 @@ func (c S3Config) Validate() error {
 	}
 	if c.KMSKeyID != "" && c.SSE != SSEKMS {
 		p.addf("kms_key_id", "needs sse: aws:kms")
+	}
+	if c.StorageClass != "" && !slices.Contains(S3StorageClasses, c.StorageClass) {
+		p.addf("storage_class", "must be one of %s, not %q", strings.Join(S3StorageClasses, ", "), c.StorageClass)
 	}
 	if c.Timeout < time.Second || c.Timeout > maxS3Timeout {
 		p.addf("timeout", "must be between 1s and %s, not %s", maxS3Timeout, c.Timeout)

@@ -7,10 +7,10 @@
 // (reportnow.go) or, with report.investigate, by an investigation whose
 // tool calls are tasks on the agent's own queue (investigations.go, over
 // agent/investigate). Each is off unless configured,
-// and nothing here may hold a drain past its deadline. TaskView
-// (results.go) is the one view of a task record that the API,
-// notifications and reports share.
+// and nothing here may hold a drain past its deadline. The view of a task
+// that the API, notifications and reports share is agent/taskview's
+// (state.TaskRecord.View makes it).
 //
-// It may import the worker for its types (Runner, outcomes) but not the
-// agent root or the supervisor.
+// It may import the worker for its types (Runner) but not the agent root
+// or the supervisor.
 package hooks

@@ -73,14 +73,20 @@ type Hooks struct {
 // New builds the hooks cfg configures.
 func New(o Options) (*Hooks, error) {
 	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle}
-	if err := h.wireResults(o); err != nil {
+	b := builder{h: h}
+	if err := b.wireResults(o); err != nil {
 		return nil, err
 	}
-	if err := h.wireReports(o); err != nil {
+	if err := b.wireReports(o); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
+
+// builder makes the hooks' parts in New, one wire step per part (results
+// and upload, reports and investigations); each sets the part it made on
+// h, and a part left nil is off.
+type builder struct{ h *Hooks }
 
 // Redactor is the one chokepoint every output passes.
 func (h *Hooks) Redactor() *redact.Redactor { return h.redactor }

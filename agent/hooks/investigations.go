@@ -8,13 +8,14 @@ import (
 
 	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/task"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // wireInvestigations makes parts' Writer an investigation when
 // report.investigate is set: the tools are the catalog's entries marked
 // investigate, each call a task submitted to the agent's own queue.
-func (h *Hooks) wireInvestigations(o Options, parts *ReportParts) error {
+func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
+	h := b.h
 	ic := o.Config.Report.Investigate
 	if ic == nil || parts.Writer != nil {
 		return nil
@@ -28,14 +29,14 @@ func (h *Hooks) wireInvestigations(o Options, parts *ReportParts) error {
 	eff := ic.WithDefaults()
 	budget := parts.Budget
 	if budget == nil {
-		budget = investigate.NewMemoryBudget(eff.DailyTokens, eff.DailyCostUSD, o.Clock.Now)
+		budget = investigate.NewMemoryBudget(eff.DailyTokens, eff.DailyCostUSD, o.Clock)
 	}
 	metrics := investigate.NewMetrics(o.Registry, parts.Provider.Name(), o.Config.Report.Model)
 	metrics.SetBudget(eff.DailyTokens, eff.DailyCostUSD)
 	iv, err := investigate.New(investigate.Options{Report: o.Config.Report, Provider: parts.Provider, Tools: tools,
 		Tasks: &agentTasks{o: o, poll: investigationPoll}, Budget: budget, Redactor: h.redactor,
 		AllowHost: func(host string) bool { _, err := o.Validator.ValidateHost(host); return err == nil },
-		Now:       o.Clock.Now,
+		Clock:     o.Clock,
 		Metrics:   metrics})
 	if err != nil {
 		return fmt.Errorf("agent: report.investigate: %w", err)
@@ -68,7 +69,7 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		// The outcome's audit write is detached by design, as for POST
 		// /v1/tasks: it lands even when the investigation has ended.
 		o.Rejecter.Rejected(t, err) //nolint:contextcheck // see above
-		return investigate.TaskRecord{ID: s.ID, Outcome: worker.OutcomeRejected, Reason: err.Error()}, nil
+		return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
 	}
 	body, err := json.Marshal(t)
 	if err != nil {
@@ -86,7 +87,7 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		if err == nil && ok && rec.Outcome != "" {
 			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated}
 			switch rec.Outcome {
-			case worker.OutcomeSucceeded, worker.OutcomeFailed, worker.OutcomeTimedOut:
+			case outcome.Succeeded, outcome.Failed, outcome.TimedOut:
 				code := rec.ExitCode
 				out.ExitCode = &code
 			}

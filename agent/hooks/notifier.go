@@ -9,6 +9,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -58,7 +59,7 @@ func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 	if rec.FinishedAt.IsZero() {
 		rec.FinishedAt = n.clock.Now()
 	}
-	v := NewTaskView(rec)
+	v := rec.View(tracing.Link)
 	entries, err := n.d.Entries(notify.Event{Type: typ, Task: &v})
 	if err != nil {
 		n.log.Warn("notification not written to the outbox; it is lost", "event", string(typ), "task_id", rec.ID, "err", err)

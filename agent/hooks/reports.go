@@ -21,8 +21,9 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -136,7 +137,7 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 		if err != nil || !found {
 			return nil //nolint:nilerr // the report is stored; only its event is lost
 		}
-		v := NewTaskView(rec)
+		v := rec.View(tracing.Link)
 		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
 		return nil
 	}
@@ -191,7 +192,7 @@ func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 	if diag != nil {
 		ev.Argv = diag.WithDefaults().Args(rec.Host, rec.ID, rec.Params)
 	}
-	if rec.ExitCode >= 0 && rec.Outcome != worker.OutcomeTimedOut {
+	if rec.ExitCode >= 0 && rec.Outcome != outcome.TimedOut {
 		code := rec.ExitCode
 		ev.ExitCode = &code
 	}
@@ -215,7 +216,8 @@ type reports struct {
 // wireReports builds the Reporter when report.enabled: parts from
 // Deps.Reports (Open builds them), else in memory with no provider, which
 // is an error.
-func (h *Hooks) wireReports(o Options) error {
+func (b builder) wireReports(o Options) error {
+	h := b.h
 	if !o.Config.Report.Enabled {
 		return nil
 	}
@@ -229,7 +231,7 @@ func (h *Hooks) wireReports(o Options) error {
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
-	if err := h.wireInvestigations(o, parts); err != nil {
+	if err := b.wireInvestigations(o, parts); err != nil {
 		return err
 	}
 	sink := ReportSink(o.Store, h.notifier)

@@ -119,6 +119,9 @@ func (u *uploader) put(key string, body []byte) error {
 		ContentLength: aws.Int64(int64(len(body))),
 		ContentType:   aws.String("text/plain; charset=utf-8"),
 	}
+	if u.cfg.StorageClass != "" {
+		in.StorageClass = types.StorageClass(u.cfg.StorageClass)
+	}
 	switch u.cfg.SSE {
 	case config.SSEAES256:
 		in.ServerSideEncryption = types.ServerSideEncryptionAes256
@@ -151,7 +154,8 @@ func capOutput(out []byte, truncated bool, limit int) ([]byte, bool) {
 
 // wireUpload builds the uploader of results.s3 and raises the runner's
 // output cap to its max_size; nothing when results.s3 is off.
-func (h *Hooks) wireUpload(o Options) error {
+func (b builder) wireUpload(o Options) error {
+	h := b.h
 	c := o.Config.Results.S3
 	if !c.Enabled() {
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // capOutput cuts on a rune boundary and marks once, whether or not the
@@ -70,7 +71,7 @@ func TestUploadBoundedByItsTimeout(t *testing.T) {
 		u := newUploader(h, cfg, context.Background(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 		start := time.Now()
 		rec := state.TaskRecord{ID: "t1", FinishedAt: start}
-		res := runner.Result{Outcome: runner.Succeeded, Output: []byte(strings.Repeat("x", 100))}
+		res := runner.Result{Outcome: outcome.Succeeded, Output: []byte(strings.Repeat("x", 100))}
 		u.keep(&rec, &res, runner.Diagnostic{MaxOutput: 10})
 		if got := h.ended.Sub(start); got != cfg.Timeout {
 			t.Errorf("the upload ended after %s, want results.s3.timeout %s", got, cfg.Timeout)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // DailyBudget is the fleet-wide budget of investigations a day (UTC):
@@ -18,7 +20,7 @@ type DailyBudget struct {
 	Tokens  int64
 	CostUSD float64
 	store   counterStore
-	now     func() time.Time
+	clock   clock.Clock
 }
 
 // counterStore keeps the day's two counters.
@@ -31,23 +33,23 @@ var _ Budget = (*DailyBudget)(nil)
 
 // NewRedisBudget keeps the counters in Redis under
 // PREFIX{investigate}:daily:YYYY-MM-DD:{tokens,cost_usd}, kept two days.
-func NewRedisBudget(rc redis.UniversalClient, prefix string, tokens int64, costUSD float64, now func() time.Time) *DailyBudget {
-	return newBudget(&redisCounters{rc: rc, prefix: prefix}, tokens, costUSD, now)
+func NewRedisBudget(rc redis.UniversalClient, prefix string, tokens int64, costUSD float64, clk clock.Clock) *DailyBudget {
+	return newBudget(&redisCounters{rc: rc, prefix: prefix}, tokens, costUSD, clk)
 }
 
 // NewMemoryBudget keeps the counters in this process (embedded mode).
-func NewMemoryBudget(tokens int64, costUSD float64, now func() time.Time) *DailyBudget {
-	return newBudget(&memCounters{days: map[string][2]float64{}}, tokens, costUSD, now)
+func NewMemoryBudget(tokens int64, costUSD float64, clk clock.Clock) *DailyBudget {
+	return newBudget(&memCounters{days: map[string][2]float64{}}, tokens, costUSD, clk)
 }
 
-func newBudget(s counterStore, tokens int64, cost float64, now func() time.Time) *DailyBudget {
-	if now == nil {
-		now = time.Now
+func newBudget(s counterStore, tokens int64, cost float64, clk clock.Clock) *DailyBudget {
+	if clk == nil {
+		clk = clock.Wall{}
 	}
-	return &DailyBudget{Tokens: tokens, CostUSD: cost, store: s, now: now}
+	return &DailyBudget{Tokens: tokens, CostUSD: cost, store: s, clock: clk}
 }
 
-func (b *DailyBudget) day() string { return b.now().UTC().Format(time.DateOnly) }
+func (b *DailyBudget) day() string { return b.clock.Now().UTC().Format(time.DateOnly) }
 
 // Left implements Budget.
 func (b *DailyBudget) Left(ctx context.Context) (bool, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -19,13 +20,13 @@ func TestDailyBudget(t *testing.T) {
 	ctx := context.Background()
 	prefix := "budgettest:" + time.Now().Format("150405.000000") + ":"
 	day := time.Date(2026, 3, 3, 23, 0, 0, 0, time.UTC)
-	now := func() time.Time { return day }
+	now := clock.NewManual(day)
 	a := NewRedisBudget(rc, prefix, 1000, 0.5, now)
 	b := NewRedisBudget(rc, prefix, 1000, 0.5, now)
 	mem := NewMemoryBudget(1000, 0.5, now)
 	for name, pair := range map[string][2]*DailyBudget{"redis": {a, b}, "memory": {mem, mem}} {
 		t.Run(name, func(t *testing.T) {
-			day = time.Date(2026, 3, 3, 23, 0, 0, 0, time.UTC)
+			now.Set(day)
 			if ok, err := pair[1].Left(ctx); !ok || err != nil {
 				t.Fatalf("fresh budget: %v %v", ok, err)
 			}
@@ -41,7 +42,7 @@ func TestDailyBudget(t *testing.T) {
 			if ok, _ := pair[1].Left(ctx); ok {
 				t.Fatal("1000 of 1000 tokens: left")
 			}
-			day = day.Add(2 * time.Hour) // the next UTC day
+			now.Add(2 * time.Hour) // the next UTC day
 			if ok, _ := pair[1].Left(ctx); !ok {
 				t.Fatal("a new day: still spent")
 			}

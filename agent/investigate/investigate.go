@@ -15,6 +15,8 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // Origin is the task field `origin` of every tool call's task, which
@@ -84,7 +86,7 @@ type Options struct {
 	// AllowHost is the agent's host allow-list; nil allows only the
 	// alert's host whatever investigate.hosts says.
 	AllowHost func(host string) bool
-	Now       func() time.Time
+	Clock     clock.Clock
 	// NewID returns an investigation id; nil: random.
 	NewID   func() string
 	Metrics *Metrics
@@ -114,8 +116,8 @@ func New(o Options) (*Investigator, error) {
 	if cfg.Hosts != "" {
 		iv.hosts = regexp.MustCompile(cfg.Hosts) // checked by Validate
 	}
-	if iv.o.Now == nil {
-		iv.o.Now = time.Now
+	if iv.o.Clock == nil {
+		iv.o.Clock = clock.Wall{}
 	}
 	if iv.o.NewID == nil {
 		iv.o.NewID = randomID
@@ -150,26 +152,25 @@ func Schema(t Tool) []byte {
 
 // Results of a Call.
 const (
-	ResultRan           = "ran"
-	ResultNotOffered    = "not_offered"
-	ResultOutOfScope    = "host_out_of_scope"
-	ResultBadArguments  = "bad_arguments"
-	ResultTooManyCalls  = "too_many_calls"
-	ResultBudgetSpent   = "budget_spent"
-	ResultError         = "error"
-	endedAnswer         = "answer"
-	endedMaxSteps       = "max_steps"
-	endedMaxTokens      = "max_tokens"
-	endedWallTime       = "wall_time"
-	endedDailyBudget    = "daily_budget"
-	endedError          = "error"
-	ranOutcomeSucceeded = "succeeded"
+	ResultRan          = "ran"
+	ResultNotOffered   = "not_offered"
+	ResultOutOfScope   = "host_out_of_scope"
+	ResultBadArguments = "bad_arguments"
+	ResultTooManyCalls = "too_many_calls"
+	ResultBudgetSpent  = "budget_spent"
+	ResultError        = "error"
+	endedAnswer        = "answer"
+	endedMaxSteps      = "max_steps"
+	endedMaxTokens     = "max_tokens"
+	endedWallTime      = "wall_time"
+	endedDailyBudget   = "daily_budget"
+	endedError         = "error"
 )
 
 // CallResults are every Call.Result a metric can carry, besides the task
 // outcomes that did not run.
 var CallResults = []string{ResultRan, ResultNotOffered, ResultOutOfScope, ResultBadArguments, ResultTooManyCalls,
-	ResultBudgetSpent, ResultError, "rejected", "rate_limited", "duplicate", "stale", "released"}
+	ResultBudgetSpent, ResultError, outcome.Rejected, outcome.RateLimited, outcome.Duplicate, outcome.Stale, outcome.Released}
 
 // EndReasons are every Investigation.EndedBy.
 var EndReasons = []string{endedAnswer, endedMaxSteps, endedMaxTokens, endedWallTime, endedDailyBudget, endedError}
@@ -194,7 +195,7 @@ func (iv *Investigator) Generate(ctx context.Context, ev report.Evidence) report
 // report, with the investigation's record in Result.Investigation. Like
 // Generator.Generate it never returns an error: failures are a Result.
 func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Result {
-	start := iv.o.Now()
+	start := iv.o.Clock.Now()
 	rc := iv.o.Report
 	r := &run{iv: iv, ev: ev, price: iv.cfg.Prices[rc.Model], summarised: map[[2]int]bool{},
 		rec: &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID}}
@@ -258,12 +259,12 @@ func (r *run) turn(ctx context.Context, step int, tools []report.Tool) (report.R
 	r.fitContext()
 	req := report.Request{Model: rc.Model, System: SystemPrompt, Messages: r.msgs, Tools: tools,
 		Temperature: rc.Temperature, MaxTokens: rc.MaxTokens, MaxAnswerBytes: rc.AnswerCap()}
-	t0 := r.iv.o.Now()
+	t0 := r.iv.o.Clock.Now()
 	cctx, span := report.StartChat(ctx, r.iv.o.Provider.Name(), req)
 	resp, err := r.iv.o.Provider.Complete(cctx, req)
 	report.EndChat(span, resp, err)
 	st := report.Step{N: step, InputTokens: resp.InputTokens, OutputTokens: resp.OutputTokens,
-		LatencyS: r.iv.o.Now().Sub(t0).Seconds()}
+		LatencyS: r.iv.o.Clock.Now().Sub(t0).Seconds()}
 	r.rec.Steps = append(r.rec.Steps, st)
 	r.rec.InputTokens += resp.InputTokens
 	r.rec.OutputTokens += resp.OutputTokens
@@ -350,13 +351,11 @@ func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report
 		return c, ""
 	}
 	c.Outcome = rec.Outcome
-	switch rec.Outcome {
-	case "succeeded", "failed", "timed_out":
-		c.Result = ResultRan
-	default:
+	if !outcome.Ran(rec.Outcome) {
 		c.Result, c.Reason = rec.Outcome, rec.Reason
 		return c, ""
 	}
+	c.Result = ResultRan
 	return c, toolText(rec, r.iv.o.Report.Input)
 }
 
@@ -496,7 +495,7 @@ func flatten(ms []report.Message) []report.Message {
 // added from the record, and the cited task ids kept as Evidence.
 func (r *run) finish(res report.Result, start time.Time, resp report.Response, err error) report.Result {
 	rc := r.iv.o.Report
-	res.CreatedAt = r.iv.o.Now().UTC()
+	res.CreatedAt = r.iv.o.Clock.Now().UTC()
 	res.LatencyS = res.CreatedAt.Sub(start).Seconds()
 	res.InputTokens, res.OutputTokens = r.rec.InputTokens, r.rec.OutputTokens
 	res.FinishReason, res.Truncated = resp.FinishReason, resp.Truncated

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Defaults of Options.
@@ -57,7 +59,7 @@ type Options struct {
 	// StoreTimeout bounds each outbox call (DefaultStoreTimeout); use
 	// redis.timeout's order of magnitude.
 	StoreTimeout time.Duration
-	Clock        func() time.Time      // time.Now
+	Clock        clock.Clock           // nil: the wall clock
 	Logger       *slog.Logger          // slog.Default()
 	Registerer   prometheus.Registerer // nil: metrics are not registered
 	// Rand returns a number in [0, 1) for jitter (math/rand/v2).
@@ -85,6 +87,9 @@ type Dispatcher struct {
 	stopped       bool
 	draining      bool
 	cancelDeliver context.CancelFunc
+
+	delivery *deliverer
+	upkeep   *upkeep
 }
 
 // NewDispatcher returns a Dispatcher of sinks over ob. A sink whose
@@ -116,7 +121,7 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 		o.StoreTimeout = DefaultStoreTimeout
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = clock.Wall{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -144,6 +149,8 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 	}
 	m.maxLen.Set(float64(ob.MaxLen()))
 	d.m = m
+	d.delivery = &deliverer{ob: ob, sinks: d.sinks, o: o, log: d.log, m: m}
+	d.upkeep = &upkeep{ob: ob, order: d.order, o: o, log: d.log, m: m}
 	return d, nil
 }
 
@@ -156,7 +163,7 @@ func (d *Dispatcher) Entries(ev Event) ([]Entry, error) {
 		ev.ID = NewID()
 	}
 	if ev.Time.IsZero() {
-		ev.Time = d.o.Clock().UTC()
+		ev.Time = d.o.Clock.Now().UTC()
 	}
 	if ev.InstanceID == "" {
 		ev.InstanceID = d.o.InstanceID
@@ -295,7 +302,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-l.slots; wg.Done(); d.signal() }()
-			d.deliver(deliverCtx, dl, direct)
+			d.delivery.deliver(deliverCtx, dl, direct)
 		}()
 	}
 	// takeDirect moves this agent's own entries handed over while
@@ -349,8 +356,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		poll := time.Since(lastPending) >= d.o.PollInterval
 		if poll {
 			lastPending = time.Now()
-			d.migrateLegacy(ctx)
-			d.shed(ctx)
+			d.upkeep.migrateLegacy(ctx)
+			d.upkeep.shed(ctx)
 		}
 		takeDirect()
 		more := false
@@ -362,7 +369,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				ds, err := d.ob.Claim(cctx, d.o.InstanceID, l.sink, free, true)
 				ccancel()
 				if err != nil {
-					d.claimFailed(err)
+					d.upkeep.claimFailed(err)
 				}
 				for _, dl := range ds {
 					start(l, dl, false)
@@ -374,7 +381,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		if poll {
-			d.updatePending(ctx)
+			d.upkeep.updatePending(ctx)
 		}
 		if more {
 			continue
@@ -398,28 +405,6 @@ type legacyMigrator interface {
 	MigrateLegacy(ctx context.Context, sinks []string) (int, error)
 }
 
-// migrateLegacy moves entries an earlier version wrote (or still writes,
-// during a rolling upgrade) into this version's lanes.
-func (d *Dispatcher) migrateLegacy(ctx context.Context) {
-	m, ok := d.ob.(legacyMigrator)
-	if !ok {
-		return
-	}
-	names := make([]string, len(d.order))
-	for i, s := range d.order {
-		names[i] = s.Name()
-	}
-	cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-	defer cancel()
-	n, err := m.MigrateLegacy(cctx, names)
-	switch {
-	case err != nil && !errors.Is(err, context.Canceled):
-		d.log.Warn("notification outbox: move entries of the earlier layout", "err", err)
-	case n > 0:
-		d.log.Info("notification entries of the earlier outbox layout moved to their sinks' lanes", "count", n)
-	}
-}
-
 // lane is the share of the workers of one sink.
 type lane struct {
 	sink   string
@@ -433,69 +418,9 @@ func (l *lane) free() int { return cap(l.slots) - len(l.slots) }
 // while a call moved that many.
 const shedLimit = 1000
 
-// shed dead-letters, counts and logs the entries past the outbox's cap,
-// sink by sink: nothing is dropped without a trace.
-func (d *Dispatcher) shed(ctx context.Context) {
-	for _, s := range d.order {
-		for range 100 {
-			cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-			dead, err := d.ob.Shed(cctx, s.Name(), shedLimit)
-			cancel()
-			if err != nil {
-				if !errors.Is(err, context.Canceled) {
-					d.log.Warn("notification outbox: shed entries past the cap", "sink", s.Name(), "err", err)
-				}
-				break
-			}
-			if len(dead) == 0 {
-				break
-			}
-			ids := make([]string, 0, min(len(dead), maxLoggedIDs))
-			for _, e := range dead {
-				d.m.count(Delivery{Entry: e.Entry}, ResultDead)
-				d.m.dropped.WithLabelValues(e.Sink, ReasonOutboxFull).Inc()
-				if len(ids) < maxLoggedIDs {
-					ids = append(ids, e.ID)
-				}
-			}
-			d.log.Error("notifications given up: the outbox is full", "sink", s.Name(), "reason", ReasonOutboxFull,
-				"count", len(dead), "max_len", d.ob.MaxLen(), "delivery_ids", ids)
-			if len(dead) < shedLimit {
-				break
-			}
-		}
-	}
-}
-
 // maxLoggedIDs bounds the delivery ids one shed log line lists; the dead
 // list has them all.
 const maxLoggedIDs = 100
-
-func (d *Dispatcher) claimFailed(err error) {
-	if errors.Is(err, ErrReset) {
-		d.m.resets.Inc()
-		d.log.Error("notification outbox was reset; pending notifications are lost", "err", err)
-		return
-	}
-	if !errors.Is(err, context.Canceled) {
-		d.log.Warn("claim notifications", "err", err)
-	}
-}
-
-func (d *Dispatcher) updatePending(ctx context.Context) {
-	var total int64
-	for _, s := range d.order {
-		cctx, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-		n, err := d.ob.Pending(cctx, s.Name())
-		cancel()
-		if err != nil {
-			return
-		}
-		d.m.entries.WithLabelValues(s.Name()).Set(float64(n))
-		total += n
-	}
-	d.m.pending.Set(float64(total))
-}
 
 // Stop stops claiming and waits for the deliveries in flight until ctx is
 // done; then it cancels them (their entries stay pending, for another
@@ -518,95 +443,6 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		cancel()
 		return fmt.Errorf("notify: stop: deliveries cut short: %w", ctx.Err())
-	}
-}
-
-// deliver sends one entry and records what came of it. direct marks an
-// entry this agent enqueued while draining: it is not claimed, so a
-// failure leaves it to the others rather than scheduling a retry.
-func (d *Dispatcher) deliver(ctx context.Context, dl Delivery, direct bool) {
-	log := d.log.With("sink", dl.Sink, "event", string(dl.Event), "delivery_id", dl.ID, "attempt", dl.Attempt)
-	now := d.o.Clock()
-	if now.Sub(dl.Time) > d.o.MaxAge {
-		d.giveUp(ctx, log, dl, "max_age")
-		return
-	}
-	sink, ok := d.sinks[dl.Sink]
-	var err error
-	if !ok {
-		// Another agent's configuration names it; retrying here lets one
-		// that has it take the entry, and gives up if none does.
-		err = fmt.Errorf("notify: sink %s is not configured on this agent", dl.Sink)
-	} else {
-		tctx, span := deliverySpan(ctx, dl)
-		sctx, cancel := context.WithTimeout(tctx, sink.Timeout())
-		err = sink.Send(sctx, dl)
-		cancel()
-		endDelivery(span, err)
-	}
-	if ctx.Err() != nil {
-		// Stop's deadline: the entry stays pending for another agent.
-		log.Info("notification cut short by stop; left to another agent")
-		return
-	}
-	if err == nil {
-		d.store(ctx, log, "ack", func(c context.Context) error { return d.ob.Ack(c, dl) })
-		d.m.count(dl, ResultDelivered)
-		delay := d.o.Clock().Sub(dl.Time)
-		d.m.delay.Observe(max(delay, 0).Seconds())
-		log.Debug("notification delivered", "delay", delay.Seconds())
-		return
-	}
-	var se *SendError
-	if errors.As(err, &se) && se.Permanent {
-		d.giveUp(ctx, log.With("err", err), dl, fmt.Sprintf("status_%d", se.Status))
-		return
-	}
-	if dl.Attempt >= d.o.MaxAttempts {
-		d.giveUp(ctx, log.With("err", err), dl, "max_attempts")
-		return
-	}
-	wait := d.backoff(dl.Attempt)
-	if se != nil && se.RetryAfter > wait {
-		wait = min(se.RetryAfter, d.o.BackoffMax)
-	}
-	at := d.o.Clock().Add(wait)
-	if at.Sub(dl.Time) > d.o.MaxAge {
-		d.giveUp(ctx, log.With("err", err), dl, "max_age")
-		return
-	}
-	d.m.count(dl, ResultRetry)
-	log.Warn("notification failed; will retry", "err", err, "retry_in", wait.Seconds())
-	if direct {
-		return
-	}
-	d.store(ctx, log, "schedule retry", func(c context.Context) error { return d.ob.Retry(c, dl, at) })
-}
-
-// backoff is the delay after attempt (1-based): BackoffBase·2^(attempt-1)
-// capped at BackoffMax, drawn uniformly from its upper half so agents that
-// failed together do not retry together.
-func (d *Dispatcher) backoff(attempt int) time.Duration {
-	b := d.o.BackoffBase
-	for i := 1; i < attempt && b < d.o.BackoffMax; i++ {
-		b *= 2
-	}
-	b = min(b, d.o.BackoffMax)
-	return b/2 + time.Duration(d.o.Rand()*float64(b/2))
-}
-
-func (d *Dispatcher) giveUp(ctx context.Context, log *slog.Logger, dl Delivery, reason string) {
-	d.store(ctx, log, "dead-letter", func(c context.Context) error { return d.ob.Dead(c, dl, reason) })
-	d.m.count(dl, ResultDead)
-	log.Error("notification given up", "reason", reason)
-}
-
-// store runs one outbox call with its own bound.
-func (d *Dispatcher) store(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
-	c, cancel := context.WithTimeout(ctx, d.o.StoreTimeout)
-	defer cancel()
-	if err := f(c); err != nil {
-		log.Warn("notification outbox: "+what, "err", err)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // harness is a dispatcher with one webhook sink on a receiver.
@@ -16,11 +18,11 @@ type harness struct {
 	d     *Dispatcher
 	ob    Outbox
 	rcv   *receiver
-	clock *fakeClock
+	clock *clock.Manual
 	reg   *prometheus.Registry
 }
 
-func newHarness(t *testing.T, ob Outbox, clock *fakeClock, instance string, o Options, answers ...int) *harness {
+func newHarness(t *testing.T, ob Outbox, clock *clock.Manual, instance string, o Options, answers ...int) *harness {
 	t.Helper()
 	rcv := newReceiver(t, answers...)
 	sinks, err := NewSinks([]SinkConfig{{Name: "hook", Type: TypeWebhook, URL: rcv.URL, AllowHTTP: true,
@@ -30,7 +32,7 @@ func newHarness(t *testing.T, ob Outbox, clock *fakeClock, instance string, o Op
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	o.InstanceID, o.Clock, o.Registerer = instance, clock.Now, reg
+	o.InstanceID, o.Clock, o.Registerer = instance, clock, reg
 	if o.PollInterval == 0 {
 		o.PollInterval = time.Millisecond
 	}
@@ -55,7 +57,7 @@ func failedEvent() Event {
 
 func TestDispatcherDelivers(t *testing.T) {
 	clock := newFakeClock()
-	h := newHarness(t, NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now}), clock, "i-a", Options{})
+	h := newHarness(t, NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock}), clock, "i-a", Options{})
 	runDispatcher(t, h.d)
 	id, err := h.d.Enqueue(context.Background(), failedEvent())
 	if err != nil || id == "" {
@@ -84,7 +86,7 @@ func TestDispatcherDelivers(t *testing.T) {
 // id and body on every try, a backoff between tries.
 func TestDispatcherRetriesWithTheSameID(t *testing.T) {
 	clock := newFakeClock()
-	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now})
+	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock})
 	h := newHarness(t, ob, clock, "i-a", Options{BackoffBase: time.Second, BackoffMax: time.Minute}, 500, 500, 500, 200)
 	runDispatcher(t, h.d)
 	id, err := h.d.Enqueue(context.Background(), failedEvent())
@@ -100,7 +102,7 @@ func TestDispatcherRetriesWithTheSameID(t *testing.T) {
 			t.Fatalf("%d requests before the backoff passed, want %d", n, try)
 		}
 		// Backoff base·2^(try-1), drawn from its upper half (Rand 0.5).
-		h.clock.Advance(time.Second << (try - 1))
+		h.clock.Add(time.Second << (try - 1))
 	}
 	waitFor(t, 5*time.Second, "delivered", func() bool { return h.count(ResultDelivered) == 1 })
 	r := h.rcv.requests()
@@ -127,7 +129,7 @@ func TestDispatcherGivesUp(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newFakeClock()
-			ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now})
+			ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock})
 			h := newHarness(t, ob, clock, "i-a", Options{MaxAttempts: 3, BackoffBase: time.Second, BackoffMax: time.Second}, tt.answers...)
 			runDispatcher(t, h.d)
 			if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
@@ -137,7 +139,7 @@ func TestDispatcherGivesUp(t *testing.T) {
 			// the entry is dead or back in the outbox, waiting for its retry.
 			for try := 1; h.count(ResultDead) == 0; try++ {
 				waitFor(t, 5*time.Second, "a try ends", func() bool { return rescheduled(ob, try) || h.count(ResultDead) > 0 })
-				h.clock.Advance(time.Second)
+				h.clock.Add(time.Second)
 			}
 			if n := len(h.rcv.requests()); n != tt.requests {
 				t.Errorf("%d requests, want %d", n, tt.requests)
@@ -152,14 +154,14 @@ func TestDispatcherGivesUp(t *testing.T) {
 
 func TestDispatcherGivesUpPastMaxAge(t *testing.T) {
 	clock := newFakeClock()
-	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now})
+	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock})
 	h := newHarness(t, ob, clock, "i-a", Options{MaxAge: time.Hour, BackoffBase: 40 * time.Minute, BackoffMax: 40 * time.Minute}, 500)
 	runDispatcher(t, h.d)
 	if _, err := h.d.Enqueue(context.Background(), failedEvent()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "first try", func() bool { return rescheduled(ob, 1) })
-	h.clock.Advance(40 * time.Minute)
+	h.clock.Add(40 * time.Minute)
 	// The second try fails too, and its backoff would end past max age.
 	waitFor(t, 5*time.Second, "dead", func() bool { return h.count(ResultDead) == 1 })
 	if dead, _ := ob.ListDead(context.Background(), 1); len(dead) != 1 || dead[0].Reason != "max_age" {
@@ -173,7 +175,7 @@ func TestDispatcherGivesUpPastMaxAge(t *testing.T) {
 func newHangingDispatcher(t *testing.T, typ string) (*Dispatcher, *MemoryOutbox, *receiver) {
 	t.Helper()
 	clock := newFakeClock()
-	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: time.Hour, Clock: clock.Now})
+	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: time.Hour, Clock: clock})
 	rcv := newReceiver(t, 200)
 	rcv.hang = make(chan struct{})
 	t.Cleanup(func() { close(rcv.hang) })
@@ -182,7 +184,7 @@ func newHangingDispatcher(t *testing.T, typ string) (*Dispatcher, *MemoryOutbox,
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(ob, sinks, Options{InstanceID: "i-a", Clock: clock.Now, PollInterval: time.Millisecond,
+	d, err := NewDispatcher(ob, sinks, Options{InstanceID: "i-a", Clock: clock, PollInterval: time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +234,7 @@ func TestDispatcherStopRespectsDeadline(t *testing.T) {
 // events it writes itself.
 func TestDispatcherDrainSendsOwnEventsOnly(t *testing.T) {
 	clock := newFakeClock()
-	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock.Now})
+	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock})
 	h := newHarness(t, ob, clock, "i-a", Options{})
 	// Another agent's event waits in the outbox.
 	other, _ := h.d.Entries(failedEvent())
@@ -273,7 +275,7 @@ func TestNewDispatcherChecksTimeoutAgainstClaimIdle(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	d := &Dispatcher{o: Options{BackoffBase: time.Second, BackoffMax: 10 * time.Second}}
+	dv := &deliverer{o: Options{BackoffBase: time.Second, BackoffMax: 10 * time.Second}}
 	for _, tt := range []struct {
 		attempt int
 		r       float64
@@ -282,8 +284,8 @@ func TestBackoff(t *testing.T) {
 		{1, 0, 500 * time.Millisecond}, {1, 0.999999, time.Second - time.Microsecond},
 		{3, 0.5, 3 * time.Second}, {10, 0, 5 * time.Second}, {60, 0.5, 7500 * time.Millisecond},
 	} {
-		d.o.Rand = func() float64 { return tt.r }
-		if got := d.backoff(tt.attempt); got.Round(time.Millisecond) != tt.want.Round(time.Millisecond) {
+		dv.o.Rand = func() float64 { return tt.r }
+		if got := dv.backoff(tt.attempt); got.Round(time.Millisecond) != tt.want.Round(time.Millisecond) {
 			t.Errorf("backoff(%d) with %v = %s, want %s", tt.attempt, tt.r, got, tt.want)
 		}
 	}

@@ -3,12 +3,13 @@ package notify
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // EventType names what happened; sinks subscribe to types with `on`.
@@ -17,10 +18,10 @@ type EventType string
 // The events a sink can subscribe to: the task outcomes worth telling a
 // person about, a finished root-cause report, and the drain's milestones.
 const (
-	EventSucceeded      EventType = "succeeded"
-	EventFailed         EventType = "failed"
-	EventTimedOut       EventType = "timed_out"
-	EventRateLimited    EventType = "rate_limited"
+	EventSucceeded      EventType = outcome.Succeeded
+	EventFailed         EventType = outcome.Failed
+	EventTimedOut       EventType = outcome.TimedOut
+	EventRateLimited    EventType = outcome.RateLimited
 	EventReport         EventType = "report"
 	EventDrainStarted   EventType = "drain_started"
 	EventDrainCompleted EventType = "drain_completed"
@@ -49,56 +50,11 @@ type Event struct {
 	Type EventType `json:"event"`
 	// ID is the delivery id: set by Enqueue when empty, stable across
 	// retries, the same for every sink.
-	ID         string    `json:"delivery_id"`
-	InstanceID string    `json:"instance_id"`
-	Time       time.Time `json:"time"`
-	Task       *Task     `json:"task,omitempty"`
-	Drain      *Drain    `json:"drain,omitempty"`
-}
-
-// Task is the task record as GET /v1/tasks/{id} shows it, with the output
-// cut to an excerpt (Excerpt).
-type Task struct {
-	ID         string            `json:"id"`
-	Host       string            `json:"host"`
-	Diagnostic string            `json:"diagnostic"`
-	Params     map[string]string `json:"params,omitempty"`
-	Severity   string            `json:"severity,omitempty"`
-	Alert      *Alert            `json:"alert,omitempty"`
-	// Origin, Parent, Investigation and Step place an investigation's
-	// tool call in its tree; empty for other tasks.
-	Origin        string     `json:"origin,omitempty"`
-	Parent        string     `json:"parent,omitempty"`
-	Investigation string     `json:"investigation,omitempty"`
-	Step          int        `json:"step,omitempty"`
-	Status        string     `json:"status,omitempty"`
-	Outcome       string     `json:"outcome"`
-	Reason        string     `json:"reason,omitempty"`
-	Attempts      int        `json:"attempts"`
-	Owner         string     `json:"owner,omitempty"`
-	ReceivedAt    *time.Time `json:"received_at,omitempty"`
-	StartedAt     *time.Time `json:"started_at,omitempty"`
-	FinishedAt    *time.Time `json:"finished_at,omitempty"`
-	ExitCode      *int       `json:"exit_code,omitempty"`
-	Output        string     `json:"output"`
-	Truncated     bool       `json:"truncated"`
-	OutputURL     string     `json:"output_url,omitempty"`
-	// OutputUpload is "failed" when the upload to results.s3 failed.
-	OutputUpload string          `json:"output_upload,omitempty"`
-	Limiter      json.RawMessage `json:"limiter,omitempty"`
-	Report       json.RawMessage `json:"report"`
-	// TraceID and SpanID name the task's trace (see docs/tracing.md);
-	// TraceURL is tracing.link_template filled with the trace id.
-	TraceID  string `json:"trace_id,omitempty"`
-	SpanID   string `json:"span_id,omitempty"`
-	TraceURL string `json:"trace_url,omitempty"`
-}
-
-// Alert is the alert a task came from.
-type Alert struct {
-	Source  string `json:"source,omitempty"`
-	Name    string `json:"name,omitempty"`
-	EventID string `json:"event_id,omitempty"`
+	ID         string         `json:"delivery_id"`
+	InstanceID string         `json:"instance_id"`
+	Time       time.Time      `json:"time"`
+	Task       *taskview.Task `json:"task,omitempty"`
+	Drain      *Drain         `json:"drain,omitempty"`
 }
 
 // Drain describes a drain for the drain_* events.

@@ -37,7 +37,7 @@ func TestDispatcherHangingSinkDoesNotStarveOthers(t *testing.T) {
 				t.Fatal(err)
 			}
 			reg := prometheus.NewPedanticRegistry()
-			d, err := NewDispatcher(o.Outbox, sinks, Options{InstanceID: "i-a", Workers: 4, Clock: o.clock.Now,
+			d, err := NewDispatcher(o.Outbox, sinks, Options{InstanceID: "i-a", Workers: 4, Clock: o.clock,
 				PollInterval: time.Millisecond, Registerer: reg, Logger: slog.New(slog.DiscardHandler),
 				BackoffBase: time.Hour, BackoffMax: time.Hour})
 			if err != nil {
@@ -102,7 +102,7 @@ func TestDispatcherShedsPastTheCap(t *testing.T) {
 			}
 			var logs lockedBuffer
 			reg := prometheus.NewPedanticRegistry()
-			d, err := NewDispatcher(o.Outbox, sinks, Options{InstanceID: "i-a", Clock: o.clock.Now,
+			d, err := NewDispatcher(o.Outbox, sinks, Options{InstanceID: "i-a", Clock: o.clock,
 				PollInterval: time.Millisecond, Registerer: reg, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)

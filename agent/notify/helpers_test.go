@@ -13,28 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
-// fakeClock is a settable clock shared by an outbox and a dispatcher.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newFakeClock is a manual clock shared by an outbox and a dispatcher.
+func newFakeClock() *clock.Manual {
+	return clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 }
 
 // request is what a receiver saw.

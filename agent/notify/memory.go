@@ -6,14 +6,16 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // MemoryOptions configure a MemoryOutbox; zero values mean the defaults.
 type MemoryOptions struct {
-	ClaimIdle time.Duration    // DefaultClaimIdle
-	DeadMax   int              // DefaultDeadMax
-	MaxLen    int              // DefaultMaxLen: each sink's cap; Shed dead-letters the excess
-	Clock     func() time.Time // time.Now
+	ClaimIdle time.Duration // DefaultClaimIdle
+	DeadMax   int           // DefaultDeadMax
+	MaxLen    int           // DefaultMaxLen: each sink's cap; Shed dead-letters the excess
+	Clock     clock.Clock   // nil: the wall clock
 }
 
 // MemoryOutbox is the Outbox of embedded mode, with the Redis outbox's
@@ -49,7 +51,7 @@ func NewMemoryOutbox(o MemoryOptions) *MemoryOutbox {
 		o.MaxLen = DefaultMaxLen
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = clock.Wall{}
 	}
 	return &MemoryOutbox{o: o}
 }
@@ -85,7 +87,7 @@ func (m *MemoryOutbox) Shed(_ context.Context, sink string, limit int) ([]DeadEn
 	}
 	over := min(n-m.o.MaxLen, limit)
 	var out []DeadEntry
-	now := m.o.Clock()
+	now := m.o.Clock.Now()
 	for i := 0; i < len(m.entries) && len(out) < over; {
 		e := m.entries[i]
 		// An entry in flight is its holder's to end (see RedisOutbox.Shed).
@@ -109,7 +111,7 @@ func (m *MemoryOutbox) Shed(_ context.Context, sink string, limit int) ([]DeadEn
 func (m *MemoryOutbox) Claim(_ context.Context, consumer, sink string, max int, newWork bool) ([]Delivery, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.o.Clock()
+	now := m.o.Clock.Now()
 	var out []Delivery
 	claim := func(e *memEntry) {
 		e.owner, e.claimedAt, e.retryAt = consumer, now, time.Time{}
@@ -159,7 +161,7 @@ func (m *MemoryOutbox) Retry(_ context.Context, d Delivery, at time.Time) error 
 	defer m.mu.Unlock()
 	if i := m.find(d.ref); i >= 0 {
 		e := m.entries[i]
-		e.claimedAt = m.o.Clock().Add(-m.o.ClaimIdle)
+		e.claimedAt = m.o.Clock.Now().Add(-m.o.ClaimIdle)
 		e.retryAt = at
 	}
 	return nil
@@ -174,7 +176,7 @@ func (m *MemoryOutbox) Dead(_ context.Context, d Delivery, reason string) error 
 	}
 	m.seq++
 	m.dead = append(m.dead, DeadEntry{Entry: d.Entry, Attempts: d.Attempt, Reason: reason,
-		DiedAt: m.o.Clock(), Ref: strconv.FormatInt(m.seq, 10)})
+		DiedAt: m.o.Clock.Now(), Ref: strconv.FormatInt(m.seq, 10)})
 	if over := len(m.dead) - m.o.DeadMax; over > 0 {
 		m.dead = slices.Delete(m.dead, 0, over)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ const testMaxLen = 4
 
 type outboxUnderTest struct {
 	Outbox
-	clock *fakeClock
+	clock *clock.Manual
 }
 
 // outboxes are the implementations every conformance test runs against.
@@ -38,12 +39,12 @@ func outboxesCapped(_ *testing.T, maxLen int) map[string]func(t *testing.T) outb
 	return map[string]func(t *testing.T) outboxUnderTest{
 		"memory": func(t *testing.T) outboxUnderTest {
 			c := newFakeClock()
-			return outboxUnderTest{NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, DeadMax: 3, MaxLen: maxLen, Clock: c.Now}), c}
+			return outboxUnderTest{NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, DeadMax: 3, MaxLen: maxLen, Clock: c}), c}
 		},
 		"redis": func(t *testing.T) outboxUnderTest {
 			c := newFakeClock()
 			rc := testRedis(t)
-			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, MaxLen: int64(maxLen), Clock: c.Now})
+			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, MaxLen: int64(maxLen), Clock: c})
 			t.Cleanup(func() { o.delKeys(rc) })
 			return outboxUnderTest{o, c}
 		},
@@ -51,7 +52,7 @@ func outboxesCapped(_ *testing.T, maxLen int) map[string]func(t *testing.T) outb
 			c := newFakeClock()
 			rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
 			t.Cleanup(func() { rc.Close() })
-			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, MaxLen: int64(maxLen), Clock: c.Now})
+			o := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, DeadMax: 3, MaxLen: int64(maxLen), Clock: c})
 			t.Cleanup(func() { o.delKeys(rc) })
 			return outboxUnderTest{o, c}
 		},
@@ -81,7 +82,7 @@ func inFlight(since time.Time) bool { return time.Since(since) < testIdle }
 // the memory outbox's clock is advanced, Redis's own clock is waited for.
 func (o outboxUnderTest) claimAfterIdle(ctx context.Context, t *testing.T, consumer string, n int) []Delivery {
 	t.Helper()
-	o.clock.Advance(testIdle)
+	o.clock.Add(testIdle)
 	var got []Delivery
 	waitFor(t, 20*testIdle, "a claim after the idle time", func() bool {
 		var err error
@@ -178,7 +179,7 @@ func TestOutbox(t *testing.T) {
 				if got, _ := o.Claim(ctx, "i-b", "a", 1, true); len(got) != 0 {
 					t.Fatal("retried before it was due")
 				}
-				o.clock.Advance(time.Hour)
+				o.clock.Add(time.Hour)
 				claimed := time.Now()
 				got, err := o.Claim(ctx, "i-b", "a", 1, true)
 				if err != nil || len(got) != 1 || got[0].Attempt != 2 || got[0].ID != "e1" {

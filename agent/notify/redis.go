@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/internal/streamq"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // redisClient is what RedisOutbox uses of go-redis; *redis.Client,
@@ -61,10 +62,10 @@ func (r *RedisOutbox) MigrateLegacy(ctx context.Context, sinks []string) (int, e
 type RedisOptions struct {
 	// Prefix of the keys (redis.prefix, e.g. "autodiag:").
 	Prefix    string
-	ClaimIdle time.Duration    // DefaultClaimIdle
-	DeadMax   int64            // DefaultDeadMax: the dead stream is capped (approximately) at this
-	MaxLen    int64            // DefaultMaxLen: each sink's stream is capped at this; Shed dead-letters the excess
-	Clock     func() time.Time // time.Now; decides when a retry is due
+	ClaimIdle time.Duration // DefaultClaimIdle
+	DeadMax   int64         // DefaultDeadMax: the dead stream is capped (approximately) at this
+	MaxLen    int64         // DefaultMaxLen: each sink's stream is capped at this; Shed dead-letters the excess
+	Clock     clock.Clock   // nil: the wall clock; decides when a retry is due
 }
 
 // RedisOutbox is the Outbox of fleet mode. Each sink has its own work
@@ -104,7 +105,7 @@ func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
 		o.MaxLen = DefaultMaxLen
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = clock.Wall{}
 	}
 	p := o.Prefix + "{notify}:"
 	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*streamq.Queue{}}
@@ -182,7 +183,7 @@ func parseEntry(m redis.XMessage) Entry {
 // Claim implements Outbox. It returns an error wrapping ErrReset when it
 // found the sink's consumer group gone and created it again.
 func (r *RedisOutbox) Claim(ctx context.Context, consumer, sink string, max int, newWork bool) ([]Delivery, error) {
-	got, err := r.queue(sink).Claim(ctx, consumer, max, newWork, r.o.Clock())
+	got, err := r.queue(sink).Claim(ctx, consumer, max, newWork, r.o.Clock.Now())
 	out := make([]Delivery, 0, len(got))
 	for _, c := range got {
 		out = append(out, Delivery{Entry: parseEntry(c.XMessage), Attempt: c.Attempt, ref: c.ID, consumer: consumer})
@@ -202,7 +203,7 @@ func (r *RedisOutbox) Claim(ctx context.Context, consumer, sink string, max int,
 // skipped: its holder delivers it, retries it or dead-letters it, so it
 // never ends both delivered and dead-lettered.
 func (r *RedisOutbox) Shed(ctx context.Context, sink string, limit int) ([]DeadEntry, error) {
-	died := r.o.Clock()
+	died := r.o.Clock.Now()
 	msgs, err := r.queue(sink).Shed(ctx, r.o.MaxLen, r.dead, r.o.DeadMax, limit,
 		"attempts", 0, "reason", ReasonOutboxFull, "died", strconv.FormatInt(died.UnixMilli(), 10))
 	if err != nil {
@@ -243,7 +244,7 @@ func (r *RedisOutbox) Retry(ctx context.Context, d Delivery, at time.Time) error
 // Dead implements Outbox.
 func (r *RedisOutbox) Dead(ctx context.Context, d Delivery, reason string) error {
 	vals := append(entryValues(d.Entry), "attempts", d.Attempt, "reason", reason,
-		"died", strconv.FormatInt(r.o.Clock().UnixMilli(), 10))
+		"died", strconv.FormatInt(r.o.Clock.Now().UnixMilli(), 10))
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: r.dead, MaxLen: r.o.DeadMax, Approx: true, Values: vals})
 		r.queue(d.Sink).Remove(ctx, p, d.ref)

@@ -21,7 +21,7 @@ func TestRedisDispatchersDeliverAtLeastOnce(t *testing.T) {
 	prefix := testPrefix(t)
 	clock := newFakeClock()
 	outbox := func() *RedisOutbox {
-		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock})
 	}
 	o := Options{BackoffBase: time.Second, BackoffMax: time.Minute}
 	a := newHarness(t, outbox(), clock, "i-a", o, 500, 500, 500, 200)
@@ -39,7 +39,7 @@ func TestRedisDispatchersDeliverAtLeastOnce(t *testing.T) {
 	retries := func() float64 { return a.count(ResultRetry) + b.count(ResultRetry) }
 	for try := 1; try <= 3; try++ {
 		waitFor(t, 5*time.Second, "a failed try", func() bool { return retries() == float64(try) })
-		clock.Advance(time.Second << (try - 1))
+		clock.Add(time.Second << (try - 1))
 	}
 	waitFor(t, 5*time.Second, "delivered", func() bool { return a.count(ResultDelivered)+b.count(ResultDelivered) == 1 })
 	reqs := a.rcv.requests()
@@ -62,7 +62,7 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 	prefix := testPrefix(t)
 	clock := newFakeClock()
 	outbox := func() *RedisOutbox {
-		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+		return NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock})
 	}
 	t.Cleanup(func() { outbox().delKeys(rc) })
 	a := newHarness(t, outbox(), clock, "i-a", Options{})
@@ -114,7 +114,7 @@ func TestRedisDispatcherTakeover(t *testing.T) {
 func TestRedisDispatcherSurvivesReset(t *testing.T) {
 	rc := testRedis(t)
 	clock := newFakeClock()
-	ob := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, Clock: clock.Now})
+	ob := NewRedisOutbox(rc, RedisOptions{Prefix: testPrefix(t), ClaimIdle: testIdle, Clock: clock})
 	t.Cleanup(func() { ob.delKeys(rc) })
 	h := newHarness(t, ob, clock, "i-a", Options{})
 	runDispatcher(t, h.d)
@@ -144,7 +144,7 @@ func TestRedisRetryNeverClaimedBeforeDue(t *testing.T) {
 	clock := newFakeClock()
 	agents := map[string]*RedisOutbox{}
 	for _, name := range []string{"i-a", "i-b"} {
-		agents[name] = NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+		agents[name] = NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock})
 	}
 	a := agents["i-a"]
 	t.Cleanup(func() { a.delKeys(rc) })
@@ -197,7 +197,7 @@ func TestRedisLegacyOutboxMigrated(t *testing.T) {
 	rc := testRedis(t)
 	prefix := testPrefix(t)
 	clock := newFakeClock()
-	ob := NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock.Now})
+	ob := NewRedisOutbox(rc, RedisOptions{Prefix: prefix, ClaimIdle: testIdle, Clock: clock})
 	legacy := prefix + "{notify}:outbox"
 	t.Cleanup(func() { ob.delKeys(rc); rc.Del(context.Background(), legacy, prefix+"{notify}:retry") })
 	h := newHarness(t, ob, clock, "i-a", Options{})

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Sink sends one delivery somewhere. The Dispatcher bounds each Send by
@@ -226,7 +228,7 @@ type Webhook struct {
 	// secretRef, when set, is read again at each send (a rotated
 	// secret_secret); secret is the fallback.
 	secretRef string
-	now       func() time.Time // time.Now: the t of HeaderSignatureV1
+	clock     clock.Clock // nil: the wall clock; the t of HeaderSignatureV1
 }
 
 // key is the HMAC key in force.
@@ -247,11 +249,11 @@ func (w *Webhook) Send(ctx context.Context, d Delivery) error {
 	h.Set(HeaderDelivery, d.ID)
 	if k := w.key(); k != nil {
 		h.Set(HeaderSignature, Sign(k, d.Body))
-		now := time.Now
-		if w.now != nil {
-			now = w.now
+		var clk clock.Clock = clock.Wall{}
+		if w.clock != nil {
+			clk = w.clock
 		}
-		h.Set(HeaderSignatureV1, SignV1(k, d.Body, now()))
+		h.Set(HeaderSignatureV1, SignV1(k, d.Body, clk.Now()))
 	}
 	return w.post(ctx, d.Body, h)
 }

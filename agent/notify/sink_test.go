@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -21,8 +23,8 @@ func testEvent() Event {
 	end := start.Add(1500 * time.Millisecond)
 	code := 1
 	return Event{Type: EventFailed, ID: "3f2a9c0d8e7b6a5f4e3d2c1b0a998877", InstanceID: "i-0123456789abcdef0", Time: end,
-		Task: &Task{ID: "t-42", Host: "web-1.example.com", Diagnostic: "disk-usage", Params: map[string]string{"mount": "/var"},
-			Severity: "critical", Alert: &Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
+		Task: &taskview.Task{ID: "t-42", Host: "web-1.example.com", Diagnostic: "disk-usage", Params: map[string]string{"mount": "/var"},
+			Severity: "critical", Alert: &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
 			Status: "finished", Outcome: "failed", Attempts: 1, Owner: "i-0123456789abcdef0",
 			StartedAt: &start, FinishedAt: &end, ExitCode: &code,
 			Output: "Filesystem Size Used Avail Use% Mounted on\n/dev/nvme0n1p1 8.0G 8.0G 0 100% /var\n<html> & ``` fences\n"}}
@@ -80,14 +82,14 @@ func TestWebhookSignatureV1RefusesReplays(t *testing.T) {
 	rcv := newReceiver(t, http.StatusOK)
 	clock := newFakeClock()
 	key := []byte("k3y")
-	w := &Webhook{httpSink: httpSink{name: "hook", url: rcv.URL, client: NewHTTPClient(), timeout: time.Second}, secret: key, now: clock.Now}
+	w := &Webhook{httpSink: httpSink{name: "hook", url: rcv.URL, client: NewHTTPClient(), timeout: time.Second}, secret: key, clock: clock}
 	body := []byte(`{"event":"failed","delivery_id":"d-1"}`)
 	d := Delivery{Entry: Entry{ID: "d-1", Sink: "hook", Event: EventFailed, Body: body}, Attempt: 1}
 	for range 2 {
 		if err := w.Send(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
-		clock.Advance(time.Minute)
+		clock.Add(time.Minute)
 	}
 	reqs := rcv.requests()
 	first, second := reqs[0].header.Get(HeaderSignatureV1), reqs[1].header.Get(HeaderSignatureV1)

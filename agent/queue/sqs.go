@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/clock"
 
 	"github.com/autodiag/autodiag/internal/configerr"
 )
@@ -71,9 +72,9 @@ type SQSOptions struct {
 	DeleteRetries int
 	// Logger receives warnings about failed deletes; nil discards them.
 	Logger *slog.Logger
-	// Now is the clock that ChangeVisibility measures a message's time in
-	// flight with; nil = time.Now.
-	Now func() time.Time
+	// Clock is what ChangeVisibility measures a message's time in
+	// flight with; nil = the wall clock.
+	Clock clock.Clock
 	// OnGraceDecided, when set, is called as a cancelled poll's grace ends,
 	// with whether its answer had begun; tests observe the decision with it.
 	OnGraceDecided func(answering bool)
@@ -156,8 +157,8 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	if o.ReceiveGrace <= 0 {
 		o.ReceiveGrace = 20 * time.Millisecond
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.Wall{}
 	}
 	log := o.Logger
 	if log == nil {
@@ -237,7 +238,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	if s.o.VisibilityTimeout > 0 {
 		in.VisibilityTimeout = int32(ceilSeconds(s.o.VisibilityTimeout))
 	}
-	started := s.o.Now()
+	started := s.o.Clock.Now()
 	out, err := s.c.ReceiveMessage(pctx, in)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -344,7 +345,7 @@ func (s *SQS) clampLocked(handle string, d time.Duration) time.Duration {
 	if at, ok := s.received[handle]; ok {
 		// at is when the receive request started, no later than SQS's
 		// receive time, so this never overshoots.
-		if limit := maxSQSVisibility - s.o.Now().Sub(at); d > limit {
+		if limit := maxSQSVisibility - s.o.Clock.Now().Sub(at); d > limit {
 			d = max(0, limit.Truncate(time.Second)) // rounding up could pass the cap
 		}
 	}

@@ -60,7 +60,7 @@ func (s *SQS) DeadLetter(ctx context.Context, m *Message, reason string) error {
 			}
 			pause = min(2*pause, deadLetterMaxBackoff)
 		}
-		a, aerr := s.dlqAttrs.get(ctx, s.c, s.o.Now())
+		a, aerr := s.dlqAttrs.get(ctx, s.c, s.o.Clock.Now())
 		if aerr != nil {
 			s.log.Warn("reading the dead-letter queue's size limit failed; assuming SQS's default", "size", a.maxSize, "err", aerr)
 		}

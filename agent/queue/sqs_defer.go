@@ -47,7 +47,7 @@ func mustResend(count, maxReceiveCount int) bool {
 func (s *SQS) Defer(ctx context.Context, m *Message, delay time.Duration) error {
 	delay = max(delay, 0)
 	s.keep.unhold(m)
-	a, err := s.taskAttrs.get(ctx, s.c, s.o.Now())
+	a, err := s.taskAttrs.get(ctx, s.c, s.o.Clock.Now())
 	if err != nil {
 		s.log.Warn("reading the task queue's redrive policy failed; deferring by re-sending", "message_id", m.ID, "err", err)
 	} else if !mustResend(m.ReceiveCount, a.maxReceiveCount) {

@@ -113,7 +113,7 @@ func (k *keeper) visibility(ctx context.Context) time.Duration {
 	if v := k.s.o.VisibilityTimeout; v > 0 {
 		return v
 	}
-	a, err := k.s.taskAttrs.get(ctx, k.s.c, k.s.o.Now())
+	a, err := k.s.taskAttrs.get(ctx, k.s.c, k.s.o.Clock.Now())
 	if err != nil {
 		k.s.log.Warn("reading the task queue's visibility timeout failed; assuming SQS's default",
 			"visibility_seconds", a.visibility.Seconds(), "err", err)
@@ -136,7 +136,7 @@ func (k *keeper) run() {
 			k.mu.Unlock()
 			return
 		}
-		now := s.o.Now()
+		now := s.o.Clock.Now()
 		var due []*heldMsg
 		var next time.Time
 		for _, h := range k.held {
@@ -212,7 +212,7 @@ func (k *keeper) extend(batch []*heldMsg, vis, interval, retry time.Duration) {
 			s.log.Warn("extending held messages failed; trying again", "messages", len(entries), "retry_in_seconds", retry.Seconds(), "err", err)
 		}
 	}
-	now := s.o.Now()
+	now := s.o.Clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	drop := func(h *heldMsg) {

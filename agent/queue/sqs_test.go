@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/configerr"
 	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
@@ -669,7 +670,7 @@ func TestSQSChangeVisibility(t *testing.T) {
 	var offset time.Duration
 	var cmu sync.Mutex
 	now := func() time.Time { cmu.Lock(); defer cmu.Unlock(); return time.Now().Add(offset) }
-	q := f.source(queue.SQSOptions{VisibilityTimeout: 30 * time.Second, Now: now})
+	q := f.source(queue.SQSOptions{VisibilityTimeout: 30 * time.Second, Clock: clock.Func(now)})
 	defer q.Close(context.Background())
 	f.send(t, "a", nil)
 	m := receiveN(t, q, 1)[0]

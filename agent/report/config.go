@@ -10,6 +10,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -105,7 +106,7 @@ type Guardrail struct {
 }
 
 // Outcomes a report can be asked for.
-var outcomes = []string{"succeeded", "failed", "timed_out"}
+var outcomes = []string{outcome.Succeeded, outcome.Failed, outcome.TimedOut}
 
 // DefaultConfig is the section when the file leaves it out:
 //
@@ -127,7 +128,7 @@ func DefaultConfig() Config {
 	return Config{
 		Provider:       ProviderBedrock,
 		Model:          "amazon.nova-lite-v1:0",
-		On:             []string{"failed", "timed_out"},
+		On:             []string{outcome.Failed, outcome.TimedOut},
 		Temperature:    0.2,
 		MaxTokens:      1024,
 		Timeout:        60 * time.Second,

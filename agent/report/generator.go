@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Redactor is what reports use of redact.Redactor: the model's answer is
@@ -21,7 +23,7 @@ type Generator struct {
 	cfg      Config
 	provider Provider
 	redactor Redactor
-	now      func() time.Time
+	clock    clock.Clock
 	// initialBackoff is the first wait before a retry; tests shorten it.
 	initialBackoff time.Duration
 }
@@ -34,12 +36,12 @@ const (
 )
 
 // NewGenerator returns a generator; redactor nil leaves answers as they
-// are (tests only), now nil is time.Now.
-func NewGenerator(cfg Config, p Provider, redactor Redactor, now func() time.Time) *Generator {
-	if now == nil {
-		now = time.Now
+// are (tests only), clk nil is the wall clock.
+func NewGenerator(cfg Config, p Provider, redactor Redactor, clk clock.Clock) *Generator {
+	if clk == nil {
+		clk = clock.Wall{}
 	}
-	return &Generator{cfg: cfg, provider: p, redactor: redactor, now: now, initialBackoff: DefaultInitialBackoff}
+	return &Generator{cfg: cfg, provider: p, redactor: redactor, clock: clk, initialBackoff: DefaultInitialBackoff}
 }
 
 // Generate writes the report of ev. It returns within Config.Timeout
@@ -50,7 +52,7 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	p := BuildPrompt(ev, g.cfg.Input)
 	req := Request{Model: g.cfg.Model, System: p.System, User: p.User,
 		Temperature: g.cfg.Temperature, MaxTokens: g.cfg.MaxTokens, MaxAnswerBytes: g.cfg.AnswerCap()}
-	start := g.now()
+	start := g.clock.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	bo := backoff.NewExponentialBackOff()
@@ -93,7 +95,7 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 		}
 	}
 	res := Result{
-		Model: g.cfg.Model, Provider: g.provider.Name(), CreatedAt: g.now().UTC(),
+		Model: g.cfg.Model, Provider: g.provider.Name(), CreatedAt: g.clock.Now().UTC(),
 		InputTokens: resp.InputTokens, OutputTokens: resp.OutputTokens,
 		FinishReason: resp.FinishReason, Truncated: resp.Truncated, Attempts: attempts,
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Job is one report to write: the evidence of a finished task. The
@@ -63,7 +65,7 @@ type MemoryQueue struct {
 	jobs  []*memJob
 	seq   uint64
 	lease time.Duration
-	now   func() time.Time
+	clock clock.Clock
 }
 
 type memJob struct {
@@ -74,16 +76,16 @@ type memJob struct {
 
 var _ Queue = (*MemoryQueue)(nil)
 
-// NewMemoryQueue returns an empty queue; lease 0 is DefaultLease, now nil
-// is time.Now.
-func NewMemoryQueue(lease time.Duration, now func() time.Time) *MemoryQueue {
+// NewMemoryQueue returns an empty queue; lease 0 is DefaultLease, clk nil
+// is the wall clock.
+func NewMemoryQueue(lease time.Duration, clk clock.Clock) *MemoryQueue {
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	if now == nil {
-		now = time.Now
+	if clk == nil {
+		clk = clock.Wall{}
 	}
-	return &MemoryQueue{lease: lease, now: now}
+	return &MemoryQueue{lease: lease, clock: clk}
 }
 
 // Enqueue implements Queue.
@@ -105,7 +107,7 @@ func (q *MemoryQueue) Claim(ctx context.Context, consumer string) (Claimed, bool
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.now()
+	now := q.clock.Now()
 	pick := -1
 	for i, j := range q.jobs {
 		if j.holder != "" && !now.Before(j.until) {

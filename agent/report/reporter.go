@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -51,8 +52,8 @@ type Options struct {
 	Redactor Redactor
 	// Consumer names this agent in the queue (the instance id).
 	Consumer string
-	Now      func() time.Time // nil: time.Now
-	Logger   *slog.Logger     // nil: discard
+	Clock    clock.Clock  // nil: the wall clock
+	Logger   *slog.Logger // nil: discard
 	// Registerer gets the report metrics; nil: not registered.
 	Registerer prometheus.Registerer
 	// PollInterval is how often an idle worker looks for jobs other
@@ -106,8 +107,8 @@ func New(o Options) (*Reporter, error) {
 	if o.ForceLimiter == nil {
 		o.ForceLimiter = o.Limiter
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.Wall{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -123,7 +124,7 @@ func New(o Options) (*Reporter, error) {
 		return nil, err
 	}
 	work, cancel := context.WithCancel(context.Background())
-	var gen Writer = NewGenerator(o.Config, o.Provider, o.Redactor, o.Now)
+	var gen Writer = NewGenerator(o.Config, o.Provider, o.Redactor, o.Clock)
 	if o.Writer != nil {
 		gen = o.Writer
 	}
@@ -151,7 +152,7 @@ func (r *Reporter) Enqueue(ctx context.Context, j Job) error {
 // uses it, then Kick.
 func (r *Reporter) Prepare(j Job) Job {
 	if j.EnqueuedAt.IsZero() {
-		j.EnqueuedAt = r.o.Now().UTC()
+		j.EnqueuedAt = r.o.Clock.Now().UTC()
 	}
 	if j.Evidence.Output != "" {
 		j.Evidence.Output, _, _ = Tail(j.Evidence.Output, r.o.Config.Input.MaxLines, int(r.o.Config.Input.MaxBytes))
@@ -252,7 +253,7 @@ func (r *Reporter) Stop(ctx context.Context) error {
 
 // handle runs one claimed job to its end.
 func (r *Reporter) handle(c Claimed) {
-	start := r.o.Now()
+	start := r.o.Clock.Now()
 	tctx, span := tracing.Start(tracing.ContextWithRemote(r.work, c.TraceID, c.SpanID), "report", trace.SpanKindInternal,
 		tracing.KeyTaskID.String(c.ID))
 	defer span.End()
@@ -261,7 +262,7 @@ func (r *Reporter) handle(c Claimed) {
 	log := r.log.With("task_id", c.ID, "host", c.Evidence.Host, "diagnostic", c.Evidence.Diagnostic)
 	if r.work.Err() != nil && res.Status == StatusFailed {
 		// Stopped at the drain deadline: another agent writes it.
-		log.Info("report: stopped at the drain deadline; left queued", "duration_s", r.o.Now().Sub(start).Seconds())
+		log.Info("report: stopped at the drain deadline; left queued", "duration_s", r.o.Clock.Now().Sub(start).Seconds())
 		return
 	}
 	r.record(r.work, log, c.Job, res)
@@ -311,7 +312,7 @@ func (r *Reporter) shed(ctx context.Context) {
 		r.log.Error("report: shedding past the queue's cap", "err", err)
 	}
 	for _, j := range jobs {
-		res := Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: r.o.Now().UTC(),
+		res := Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: r.o.Clock.Now().UTC(),
 			Status: StatusSkipped, Reason: ReasonQueueFull}
 		log := r.log.With("task_id", j.ID, "host", j.Evidence.Host, "diagnostic", j.Evidence.Diagnostic)
 		r.record(ctx, log, j, res)
@@ -324,7 +325,7 @@ func (r *Reporter) shed(ctx context.Context) {
 // sent), else what the provider answered. It is what a worker does with a
 // job, and what `autodiag report ID` calls directly (then with Force).
 func (r *Reporter) Process(ctx context.Context, j Job) Result {
-	now := r.o.Now()
+	now := r.o.Clock.Now()
 	base := Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: now.UTC()}
 	if age := now.Sub(j.EnqueuedAt); !j.EnqueuedAt.IsZero() && age > r.o.Config.MaxAge {
 		base.Status = StatusSkipped

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // exists reports whether pid is still in the process table, a zombie
@@ -123,8 +125,8 @@ func TestDetachedDescendantHoldingOutputTimesOut(t *testing.T) {
 		script := detach("", pidFile, "") + `; exec sleep 300`
 		bound := d.Timeout + r.KillGrace + reapTimeout
 		res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, bound)
-		if res.Outcome != TimedOut || res.Duration > bound {
-			t.Fatalf("outcome = %s after %.2fs, want %s within %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, bound.Seconds())
+		if res.Outcome != outcome.TimedOut || res.Duration > bound {
+			t.Fatalf("outcome = %s after %.2fs, want %s within %.2fs", res.Outcome, res.Duration.Seconds(), outcome.TimedOut, bound.Seconds())
 		}
 		// Run returns once every process of the run is gone: a pid not
 		// written by now never will be, and then the timeout came before
@@ -145,7 +147,7 @@ func TestDetachedDescendantWithoutOutputDoesNotSurvive(t *testing.T) {
 	script := detach("", pidFile, ">/dev/null 2>&1") + `; echo started`
 	res := runBounded(t, context.Background(), r, d, []string{"/bin/sh", "-c", script}, d.Timeout)
 	pid := readPID(t, pidFile)
-	if res.Outcome != Succeeded || res.Err != nil {
+	if res.Outcome != outcome.Succeeded || res.Err != nil {
 		t.Fatalf("outcome = %s err = %v", res.Outcome, res.Err)
 	}
 	assertReaped(t, pid)
@@ -174,8 +176,8 @@ func TestUnmarkedHolderStopsReadingAtTimeout(t *testing.T) {
 		if ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil || !time.Unix(0, ns).Before(before.Add(timeout)) {
 			return false
 		}
-		if res.Outcome != TimedOut || res.Duration < d.Timeout || res.Duration > bound {
-			t.Fatalf("outcome = %s after %.2fs, want %s at %.2fs", res.Outcome, res.Duration.Seconds(), TimedOut, d.Timeout.Seconds())
+		if res.Outcome != outcome.TimedOut || res.Duration < d.Timeout || res.Duration > bound {
+			t.Fatalf("outcome = %s after %.2fs, want %s at %.2fs", res.Outcome, res.Duration.Seconds(), outcome.TimedOut, d.Timeout.Seconds())
 		}
 		if !strings.Contains(string(res.Output), "started") {
 			t.Fatalf("output before the timeout lost: %q", res.Output)
@@ -206,7 +208,7 @@ func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 
-	if res := run(t, r, Diagnostic{Timeout: time.Minute}, "/bin/true"); res.Outcome != Succeeded {
+	if res := run(t, r, Diagnostic{Timeout: time.Minute}, "/bin/true"); res.Outcome != outcome.Succeeded {
 		t.Fatalf("run B: %s %v", res.Outcome, res.Err)
 	}
 	if !alive(orphan) {

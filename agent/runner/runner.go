@@ -19,15 +19,13 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/internal/configerr"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
-// Outcomes a run can end in.
-const (
-	Succeeded = "succeeded"
-	Failed    = "failed"
-	TimedOut  = "timed_out"
-	Cancelled = "cancelled" // the caller's context ended (drain deadline): the agent releases the task
-)
+// A run ends in outcome.Succeeded, outcome.Failed, outcome.TimedOut, or
+// Cancelled: the caller's context ended (drain deadline) and the agent
+// releases the task, so Cancelled is never a task's outcome.
+const Cancelled = "cancelled"
 
 // Size is a byte count that reads "64KiB", "1MiB", "512" in YAML.
 type Size int64
@@ -197,7 +195,7 @@ func (d Diagnostic) Args(host, id string, params map[string]string) []string {
 
 // Result is what one run produced.
 type Result struct {
-	Outcome   string // Succeeded, Failed, TimedOut or Cancelled
+	Outcome   string // outcome.Succeeded, outcome.Failed, outcome.TimedOut or Cancelled
 	ExitCode  int    // -1 when killed or not started
 	Output    []byte // stdout and stderr interleaved, at most MaxOutput bytes
 	Truncated bool
@@ -257,12 +255,12 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 
 	id, err := newRunID()
 	if err != nil {
-		res.Outcome, res.Err = Failed, err
+		res.Outcome, res.Err = outcome.Failed, err
 		return res
 	}
 	pr, pw, err := outputPipe()
 	if err != nil {
-		res.Outcome, res.Err = Failed, fmt.Errorf("runner: pipe: %w", err)
+		res.Outcome, res.Err = outcome.Failed, fmt.Errorf("runner: pipe: %w", err)
 		return res
 	}
 	defer pr.Close()
@@ -279,7 +277,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := procs.start(cmd); err != nil {
 		pw.Close()
-		res.Outcome, res.Err, res.Duration = Failed, fmt.Errorf("runner: start %s: %w", argv[0], err), time.Since(start)
+		res.Outcome, res.Err, res.Duration = outcome.Failed, fmt.Errorf("runner: start %s: %w", argv[0], err), time.Since(start)
 		return res
 	}
 	pw.Close() // the children hold the only write ends now
@@ -304,7 +302,7 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	select {
 	case waitErr = <-waitc:
 	case <-timer.C:
-		stopped = TimedOut
+		stopped = outcome.TimedOut
 	case <-ctx.Done():
 		stopped = Cancelled
 		_ = pr.SetReadDeadline(time.Now())
@@ -342,12 +340,12 @@ func (r *Runner) Run(ctx context.Context, d Diagnostic, argv []string) Result {
 	case errors.Is(out.err, os.ErrDeadlineExceeded):
 		// The leader ended in time, but something out of reach held its
 		// output open until the timeout.
-		res.Outcome = TimedOut
+		res.Outcome = outcome.TimedOut
 		res.Err = errors.New("runner: output still open at the timeout after the diagnostic exited")
 	case waitErr == nil:
-		res.Outcome = Succeeded
+		res.Outcome = outcome.Succeeded
 	default:
-		res.Outcome = Failed
+		res.Outcome = outcome.Failed
 		var ee *exec.ExitError
 		if !errors.As(waitErr, &ee) {
 			res.Err = waitErr

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/internal/configerr"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 func TestParseSize(t *testing.T) {
@@ -109,11 +110,11 @@ func TestRunOutcomes(t *testing.T) {
 		exit     int
 		contains string
 	}{
-		{"success", []string{"/bin/echo", "hello"}, time.Minute, Succeeded, 0, "hello"},
-		{"exit code", []string{"/bin/sh", "-c", "echo oops >&2; exit 3"}, time.Minute, Failed, 3, "oops"},
-		{"no shell interpretation", []string{"/bin/echo", "$(id); `id` && rm -rf /"}, time.Minute, Succeeded, 0, "$(id); `id` && rm -rf /"},
-		{"missing binary", []string{"/nonexistent/diag"}, time.Minute, Failed, -1, ""},
-		{"timeout", []string{"/bin/sleep", "30"}, 100 * time.Millisecond, TimedOut, -1, ""},
+		{"success", []string{"/bin/echo", "hello"}, time.Minute, outcome.Succeeded, 0, "hello"},
+		{"exit code", []string{"/bin/sh", "-c", "echo oops >&2; exit 3"}, time.Minute, outcome.Failed, 3, "oops"},
+		{"no shell interpretation", []string{"/bin/echo", "$(id); `id` && rm -rf /"}, time.Minute, outcome.Succeeded, 0, "$(id); `id` && rm -rf /"},
+		{"missing binary", []string{"/nonexistent/diag"}, time.Minute, outcome.Failed, -1, ""},
+		{"timeout", []string{"/bin/sleep", "30"}, 100 * time.Millisecond, outcome.TimedOut, -1, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := run(t, r, Diagnostic{Timeout: tc.timeout}, tc.argv...)
@@ -130,7 +131,7 @@ func TestRunOutcomes(t *testing.T) {
 func TestMinimalEnvironment(t *testing.T) {
 	t.Setenv("AUTODIAG_SECRET", "leak")
 	res := run(t, &Runner{}, Diagnostic{}, "/usr/bin/env")
-	if res.Outcome != Succeeded {
+	if res.Outcome != outcome.Succeeded {
 		t.Fatalf("env failed: %+v", res)
 	}
 	if bytes.Contains(res.Output, []byte("AUTODIAG_SECRET")) {
@@ -151,7 +152,7 @@ func TestEmptyInput(t *testing.T) {
 		wg.Go(func() {
 			res := run(t, &Runner{}, Diagnostic{Timeout: 10 * time.Second},
 				"/bin/sh", "-c", `n=$(cat | wc -c); echo "read $n"; echo x 2>/dev/null >&0 || echo "read-only"`)
-			if res.Outcome != Succeeded || strings.Join(strings.Fields(string(res.Output)), " ") != "read 0 read-only" {
+			if res.Outcome != outcome.Succeeded || strings.Join(strings.Fields(string(res.Output)), " ") != "read 0 read-only" {
 				t.Errorf("run reading its input: %s %q", res.Outcome, res.Output)
 			}
 		})
@@ -163,7 +164,7 @@ func TestOutputCap(t *testing.T) {
 	// 1 MiB of output against a 1 KiB cap: the process must not block on a
 	// full pipe, and the result is cut and marked.
 	res := run(t, &Runner{}, Diagnostic{MaxOutput: 1024}, "/bin/sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' x; echo done")
-	if res.Outcome != Succeeded {
+	if res.Outcome != outcome.Succeeded {
 		t.Fatalf("outcome %s err %v", res.Outcome, res.Err)
 	}
 	if !res.Truncated {
@@ -264,7 +265,7 @@ func TestTimeoutKillsWholeProcessGroup(t *testing.T) {
 		// The grandchild ignores SIGTERM, so only the group SIGKILL ends it.
 		script := `(trap '' TERM; exec sleep 300) & echo $! > ` + pidFile + `; wait`
 		res := run(t, &Runner{KillGrace: 100 * time.Millisecond}, Diagnostic{Timeout: timeout}, "/bin/sh", "-c", script)
-		if res.Outcome != TimedOut {
+		if res.Outcome != outcome.TimedOut {
 			t.Fatalf("outcome = %s", res.Outcome)
 		}
 		// The leader wrote the pid, or the timeout ended it first; it is
@@ -281,7 +282,7 @@ func TestBackgroundChildDoesNotOutliveSuccess(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	script := `sleep 300 & echo $! > ` + pidFile + `; echo started`
 	res := run(t, &Runner{}, Diagnostic{Timeout: time.Minute}, "/bin/sh", "-c", script)
-	if res.Outcome != Succeeded || !bytes.Contains(res.Output, []byte("started")) {
+	if res.Outcome != outcome.Succeeded || !bytes.Contains(res.Output, []byte("started")) {
 		t.Fatalf("outcome = %s output %q", res.Outcome, res.Output)
 	}
 	waitGone(t, readPID(t, pidFile))
@@ -319,7 +320,7 @@ func TestOutputMemoryStaysNearCap(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	res := r.Run(context.Background(), capRun.d, capRun.argv)
 	runtime.ReadMemStats(&after)
-	if res.Outcome != Succeeded || !res.Truncated || len(res.Output) != int(capRun.d.MaxOutput)+len(TruncationMark) {
+	if res.Outcome != outcome.Succeeded || !res.Truncated || len(res.Output) != int(capRun.d.MaxOutput)+len(TruncationMark) {
 		t.Fatalf("outcome %s truncated %v len %d err %v", res.Outcome, res.Truncated, len(res.Output), res.Err)
 	}
 	// The buffer doubles up to the cap plus the mark (at most twice that in
@@ -340,7 +341,7 @@ func BenchmarkRunCappedOutput(b *testing.B) {
 	r := &Runner{}
 	b.ReportAllocs()
 	for b.Loop() {
-		if res := r.Run(context.Background(), capRun.d, capRun.argv); res.Outcome != Succeeded {
+		if res := r.Run(context.Background(), capRun.d, capRun.argv); res.Outcome != outcome.Succeeded {
 			b.Fatalf("outcome %s err %v", res.Outcome, res.Err)
 		}
 	}

@@ -2,9 +2,10 @@ package state_test
 
 import (
 	"context"
-	"github.com/autodiag/autodiag/internal/clock"
 	"testing"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 
 	"github.com/autodiag/autodiag/agent/state"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -19,8 +19,8 @@ func TestRedisInstanceIndexTrim(t *testing.T) {
 	ctx := context.Background()
 	c := redisClients(t)["standalone"]
 	prefix := uniquePrefix(t, c)
-	clock := statetest.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clock, MaxInstances: 2})
+	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk, MaxInstances: 2})
 	addr := testenv.RedisAddr(t)
 	end := prefix + "end"
 	put := func(id string) []string {
@@ -49,7 +49,7 @@ func TestRedisInstanceIndexTrim(t *testing.T) {
 		{10 * time.Second, "i-1", plain, 2},
 	}
 	for i, st := range steps {
-		clock.Advance(st.advance)
+		clk.Add(st.advance)
 		if got := put(st.id); !slices.Equal(got, st.want) {
 			t.Fatalf("step %d (%s): commands %v, want %v", i, st.id, got, st.want)
 		}

@@ -8,18 +8,13 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
-
-// Clock is the time source of a Store; tests inject a fake one.
-type Clock interface{ Now() time.Time }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // MemoryOptions bound a Memory store; zero values take the defaults.
 type MemoryOptions struct {
-	Clock     Clock         // nil = wall clock
+	Clock     clock.Clock   // nil = wall clock
 	RecordTTL time.Duration // how long finished task records are kept (default 24h)
 	AuditMax  int           // audit entries kept (default 10000)
 	MaxTasks  int           // task records (and marks) kept at most, oldest finished dropped first (default 100000)
@@ -55,7 +50,7 @@ var _ Store = (*Memory)(nil)
 // NewMemory returns an empty Memory store.
 func NewMemory(o MemoryOptions) *Memory {
 	if o.Clock == nil {
-		o.Clock = wallClock{}
+		o.Clock = clock.Wall{}
 	}
 	if o.RecordTTL <= 0 {
 		o.RecordTTL = 24 * time.Hour

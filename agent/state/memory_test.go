@@ -5,10 +5,11 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 func TestMemoryConformance(t *testing.T) {
-	statetest.Run(t, func(t *testing.T, c *statetest.FakeClock) state.Store {
+	statetest.Run(t, func(t *testing.T, c *clock.Manual) state.Store {
 		return state.NewMemory(state.MemoryOptions{
 			Clock:     c,
 			RecordTTL: statetest.RecordTTL,

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Lua scripts, one per decision; each file states its KEYS and ARGV.
@@ -48,7 +49,7 @@ type RedisOptions struct {
 	// different hosts compare lease deadlines written by each other's clocks,
 	// so hosts are expected to run NTP (EC2 does); the lease key's own PX
 	// bounds a lease in Redis time regardless.
-	Clock Clock
+	Clock clock.Clock
 	// RecordTTL is how long a task record is kept once it is done or
 	// interrupted, and the TTL of in-flight hashes (default 24h).
 	RecordTTL time.Duration
@@ -133,7 +134,7 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 		o.Prefix = "autodiag:"
 	}
 	if o.Clock == nil {
-		o.Clock = wallClock{}
+		o.Clock = clock.Wall{}
 	}
 	if o.RecordTTL <= 0 {
 		o.RecordTTL = 24 * time.Hour

@@ -14,6 +14,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/state/statetest"
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -67,7 +68,7 @@ func deletePrefix(c redis.UniversalClient, prefix string) {
 func TestRedisConformance(t *testing.T) {
 	for name, c := range redisClients(t) {
 		t.Run(name, func(t *testing.T) {
-			statetest.Run(t, func(t *testing.T, clock *statetest.FakeClock) state.Store {
+			statetest.Run(t, func(t *testing.T, clock *clock.Manual) state.Store {
 				return state.NewRedis(c, state.RedisOptions{
 					Prefix:      uniquePrefix(t, c),
 					Clock:       clock,
@@ -159,7 +160,7 @@ func TestRedisLeaseKeyExpiry(t *testing.T) {
 	ctx := context.Background()
 	c := redisClients(t)["standalone"]
 	prefix := uniquePrefix(t, c)
-	clock := statetest.NewFakeClock(time.Now()) // never advanced
+	clock := clock.NewManual(time.Now()) // never advanced
 	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clock})
 	if cl, err := s.Claim(ctx, state.TaskRecord{ID: "t"}, "a", 50*time.Millisecond); err != nil || cl.Result != state.Claimed {
 		t.Fatalf("Claim = %v, %v", cl.Result, err)
@@ -341,7 +342,7 @@ func TestRedisFinishOneRoundTrip(t *testing.T) {
 	hook := &testenv.RoundTrips{}
 	c.AddHook(hook)
 	prefix := uniquePrefix(t, c)
-	clock := statetest.NewFakeClock(time.Now().Truncate(time.Millisecond))
+	clock := clock.NewManual(time.Now().Truncate(time.Millisecond))
 	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clock})
 	outbox, jobs := prefix+"{notify}:outbox", prefix+"{report}:jobs"
 	var landed []string
@@ -402,7 +403,7 @@ func TestRedisFinishOneRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Minute + time.Second)
+	clock.Add(time.Minute + time.Second)
 	if cl, err := s.Claim(ctx, state.TaskRecord{ID: "t2"}, "b", time.Minute); err != nil || cl.Result != state.Claimed {
 		t.Fatalf("b's Claim after a's lease = %+v, %v", cl.Result, err)
 	}

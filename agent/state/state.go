@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // ErrLeaseLost is returned by Renew when the lease is no longer ours (it
@@ -60,12 +62,12 @@ type TaskRecord struct {
 	Severity string            `json:"severity,omitempty"`
 	// Origin, Parent, Investigation and Step are those of an
 	// investigation's tool call (task.Task's).
-	Origin        string    `json:"origin,omitempty"`
-	Parent        string    `json:"parent,omitempty"`
-	Investigation string    `json:"investigation,omitempty"`
-	Step          int       `json:"step,omitempty"`
-	Alert         *Alert    `json:"alert,omitempty"`
-	ReceivedAt    time.Time `json:"received_at,omitzero"`
+	Origin        string          `json:"origin,omitempty"`
+	Parent        string          `json:"parent,omitempty"`
+	Investigation string          `json:"investigation,omitempty"`
+	Step          int             `json:"step,omitempty"`
+	Alert         *taskview.Alert `json:"alert,omitempty"`
+	ReceivedAt    time.Time       `json:"received_at,omitzero"`
 	// OutputURL is where the whole (redacted) output was uploaded; empty
 	// when it was not.
 	OutputURL string `json:"output_url,omitempty"`
@@ -122,13 +124,6 @@ func NewFinishID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// Alert is the alert a task came from.
-type Alert struct {
-	Source  string `json:"source,omitempty"`
-	Name    string `json:"name,omitempty"`
-	EventID string `json:"event_id,omitempty"`
 }
 
 // ClaimResult says what Claim found.

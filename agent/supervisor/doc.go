@@ -9,10 +9,12 @@
 //
 // The walk reads top to bottom in supervisor.go: Start → Run
 // (initialAction, heartbeat or awaitAction, drain.Wait, probeAction,
-// Hooks.DrainEnded, complete, persist, drainEnding).
+// Hooks.DrainEnded, complete, persist, drainEnding). The lifecycle
+// action's steps (probe, await, heartbeat, complete) are actions'
+// (action.go); the persisted drain is drainStore's (persist.go).
 //
 // It takes the drain's other parties as narrow interfaces (Hooks,
-// Publisher, InstanceRecord) and may not import the agent root, the
+// Publisher, InstanceRecord, Watcher, Actor) and may not import the agent root, the
 // worker, the hooks or any AWS SDK package; it calls Auto Scaling and
 // IMDS only through lifecycle.
 package supervisor

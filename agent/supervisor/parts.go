@@ -23,6 +23,30 @@ type Hooks interface {
 	CompletionFailed(p drain.Progress)
 }
 
+// Watcher is the part of *lifecycle.Watcher the supervisor uses: the
+// instance's lifecycle state, a look for Terminating:Wait, and a watch for
+// a notice during a drain that has no action yet.
+type Watcher interface {
+	State() (state string, known bool)
+	TargetLifecycleState(ctx context.Context) (string, error)
+	Probe(ctx context.Context) (*lifecycle.Action, error)
+	Run(ctx context.Context, fire func(lifecycle.Trigger)) error
+}
+
+// Actor is the part of *lifecycle.Actor the supervisor uses on the
+// drain's lifecycle action.
+type Actor interface {
+	ResolveASG(ctx context.Context, act *lifecycle.Action) error
+	Beat(ctx context.Context, act lifecycle.Action) error
+	Heartbeat(ctx context.Context, act lifecycle.Action) error
+	Complete(ctx context.Context, act lifecycle.Action, result string) error
+}
+
+var (
+	_ Watcher = (*lifecycle.Watcher)(nil)
+	_ Actor   = (*lifecycle.Actor)(nil)
+)
+
 // Publisher puts DrainSeconds until ctx ends (CloudWatch).
 type Publisher interface {
 	DrainSeconds(ctx context.Context, start time.Time, actionGroup func() string)
@@ -46,9 +70,9 @@ type Gauges struct {
 type Options struct {
 	Lifecycle lifecycle.Config
 	Drain     *drain.Controller
-	// Watcher and Actor are nil without imds or sqs sources.
-	Watcher      *lifecycle.Watcher
-	Actor        *lifecycle.Actor
+	// Watcher and Actor are nil (untyped) without imds or sqs sources.
+	Watcher      Watcher
+	Actor        Actor
 	Store        state.DrainStore
 	StoreTimeout time.Duration // redis.timeout
 	Clock        clock.Clock
@@ -67,9 +91,10 @@ type Options struct {
 
 // New builds the drain supervisor; Run drives it.
 func New(o Options) *Supervisor {
-	s := &Supervisor{cfg: o.Lifecycle, drain: o.Drain, watcher: o.Watcher, actor: o.Actor, store: o.Store,
-		storeTimeout: o.StoreTimeout, clock: o.Clock, log: o.Logger, m: o.Gauges, presence: o.Presence,
-		outcomes: o.Outcomes, instanceID: o.InstanceID, stopIntake: o.StopIntake, hooks: o.Hooks}
+	s := &Supervisor{cfg: o.Lifecycle, drain: o.Drain, clock: o.Clock, log: o.Logger, m: o.Gauges, presence: o.Presence,
+		outcomes: o.Outcomes, stopIntake: o.StopIntake, hooks: o.Hooks,
+		actions: &actions{cfg: o.Lifecycle, watcher: o.Watcher, actor: o.Actor, drain: o.Drain, hooks: o.Hooks, log: o.Logger},
+		records: &drainStore{store: o.Store, storeTimeout: o.StoreTimeout, instanceID: o.InstanceID, drain: o.Drain, log: o.Logger}}
 	if o.CloudWatch != nil {
 		s.cloudwatch = o.CloudWatch
 	}

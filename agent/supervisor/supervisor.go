@@ -4,16 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -49,19 +43,16 @@ type drainTrigger struct {
 // discovers the lifecycle action, persists the drain so a restart resumes
 // it, heartbeats the action while work remains and completes it once.
 type Supervisor struct {
-	cfg          lifecycle.Config
-	drain        *drain.Controller
-	watcher      *lifecycle.Watcher // nil without imds or sqs sources
-	actor        *lifecycle.Actor   // nil without imds or sqs sources
-	store        state.DrainStore
-	storeTimeout time.Duration // redis.timeout
-	clock        clock.Clock
-	log          *slog.Logger
-	m            Gauges
-	cloudwatch   Publisher // nil = off
-	presence     InstanceRecord
-	outcomes     func() map[string]int64
-	instanceID   string
+	cfg        lifecycle.Config
+	drain      *drain.Controller
+	actions    *actions
+	records    *drainStore
+	clock      clock.Clock
+	log        *slog.Logger
+	m          Gauges
+	cloudwatch Publisher // nil = off
+	presence   InstanceRecord
+	outcomes   func() map[string]int64
 	// stopIntake ends the receive loop at the first instant of a drain.
 	stopIntake context.CancelFunc
 	hooks      Hooks
@@ -106,11 +97,7 @@ func (s *Supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 // was not a termination (or Auto Scaling has since put the instance back)
 // and resuming it would only stop the agent again.
 func (s *Supervisor) Resume(ctx context.Context) {
-	var rec *state.DrainRecord
-	err := s.storeCall(ctx, func(ctx context.Context) (err error) {
-		rec, err = s.store.LoadDrain(ctx, s.instanceID)
-		return err
-	})
+	rec, err := s.records.load(ctx)
 	if err != nil {
 		s.log.Warn("load persisted drain", "err", err)
 		return
@@ -118,11 +105,11 @@ func (s *Supervisor) Resume(ctx context.Context) {
 	if rec == nil || rec.Completed {
 		return
 	}
-	if st := s.lifecycleState(ctx); st == lifecycleInService {
+	if st := s.actions.lifecycleState(ctx); st == lifecycleInService {
 		s.log.Info("persisted drain discarded", "source", rec.Source, "reason", rec.Reason,
 			"detail", "instance metadata says InService: the instance is not terminating, so the agent keeps running")
 		rec.Completed = true
-		if err := s.storeCall(ctx, func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, *rec) }); err != nil {
+		if err := s.records.save(ctx, *rec); err != nil {
 			s.log.Warn("marking the discarded drain done failed", "err", err)
 		}
 		return
@@ -142,22 +129,6 @@ func (s *Supervisor) Resume(ctx context.Context) {
 // lifecycleInService is the target lifecycle state of an instance that
 // Auto Scaling is not terminating.
 const lifecycleInService = "InService"
-
-// lifecycleState is the instance's target lifecycle state from IMDS, ""
-// when unknown (no imds source, or IMDS did not answer).
-func (s *Supervisor) lifecycleState(ctx context.Context) string {
-	if s.watcher == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	st, err := s.watcher.TargetLifecycleState(ctx)
-	if err != nil {
-		s.log.Warn("reading the target lifecycle state failed", "err", err)
-		return ""
-	}
-	return st
-}
 
 // run waits for a drain, keeps its lifecycle action alive while work
 // remains, completes it exactly once and moves the agent to drained. ctx
@@ -202,21 +173,21 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	var sides sync.WaitGroup
 	var late lateAction
 	if action != nil {
-		sides.Go(func() { s.heartbeat(side, *action) })
-	} else if s.actor != nil && (s.cfg.Has(lifecycle.SourceIMDS) || s.cfg.Has(lifecycle.SourceSQS)) {
+		sides.Go(func() { s.actions.heartbeat(side, *action) })
+	} else if s.actions.actor != nil && (s.cfg.Has(lifecycle.SourceIMDS) || s.cfg.Has(lifecycle.SourceSQS)) {
 		// A drain without an action (SIGTERM, POST /v1/drain, a spot
 		// notice) keeps watching: Auto Scaling may begin terminating the
 		// instance meanwhile, and that action needs heartbeats and a
 		// completion too.
 		sides.Go(func() {
-			act := s.awaitAction(side)
+			act := s.actions.awaitAction(side)
 			if act == nil {
 				return
 			}
 			late.set(act)
 			known.set(act)
-			s.persist(side, tr, act, false)
-			s.heartbeat(side, *act)
+			s.records.persist(side, tr, act, false)
+			s.actions.heartbeat(side, *act)
 		})
 	}
 	sides.Go(func() { s.trackDrainDuration(side) })
@@ -237,30 +208,30 @@ func (s *Supervisor) Run(ctx context.Context) (Ending, error) {
 	if action == nil {
 		action = late.get()
 	}
-	if action == nil && !fast && s.actor != nil {
+	if action == nil && !fast && s.actions.actor != nil {
 		// Terminating:Wait may have begun since the last look.
-		if action = s.probeAction(ctx, "drain end"); action != nil {
-			s.resolveASG(ctx, action)
+		if action = s.actions.probeAction(ctx, "drain end"); action != nil {
+			s.actions.resolveASG(ctx, action)
 			known.set(action)
-			s.persist(ctx, tr, action, false)
+			s.records.persist(ctx, tr, action, false)
 		}
 	}
 	var completeErr error
 	s.hooks.DrainEnded(ctx, p, action, errors.Is(err, drain.ErrTimedOut))
 	if action != nil {
-		completeErr = s.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
+		completeErr = s.actions.complete(ctx, *action, errors.Is(err, drain.ErrTimedOut))
 	}
 	stopPub()
 	publishing.Wait()
 	// A failed completion stays unfinished in the store, so the restarted
 	// agent resumes the drain and completes the action.
-	s.persist(ctx, tr, action, completeErr == nil)
+	s.records.persist(ctx, tr, action, completeErr == nil)
 	s.drain.Finish()
 	took := s.clock.Now().Sub(p.StartedAt)
 	s.m.DrainState.Set(2)
 	s.m.DrainDuration.Set(took.Seconds())
 	s.presence.Drained(ctx)
-	ending := drainEnding(tr.Source, action != nil, s.toWarmPool())
+	ending := drainEnding(tr.Source, action != nil, s.actions.toWarmPool())
 	traceEnding(span, ending.String(), completeErr)
 	s.log.InfoContext(ctx, "drained", "duration", took.Seconds(), "outcomes", s.outcomes(), "ending", ending.String())
 	switch {
@@ -293,17 +264,6 @@ func drainEnding(source string, hadAction, toWarmPool bool) Ending {
 	return EndingDrained
 }
 
-// toWarmPool reports whether the instance's last target lifecycle state
-// sends it (back) to its warm pool, where it stays running or stopped and
-// comes back into service later: Warmed:*, but not Warmed:Terminated.
-func (s *Supervisor) toWarmPool() bool {
-	if s.watcher == nil {
-		return false
-	}
-	st, _ := s.watcher.State()
-	return lifecycle.IsWarmed(st) && st != lifecycle.StateWarmedTerminated
-}
-
 // initialAction is the lifecycle action the drain starts with: the
 // trigger's, or one IMDS already reports. It is persisted with the drain.
 func (s *Supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifecycle.Action {
@@ -311,158 +271,26 @@ func (s *Supervisor) initialAction(ctx context.Context, tr *drainTrigger) *lifec
 	if action == nil {
 		// A signal on an instance already in Terminating:Wait still owes
 		// the Auto Scaling group a completion.
-		action = s.probeAction(ctx, "drain start")
+		action = s.actions.probeAction(ctx, "drain start")
 	}
-	s.resolveASG(ctx, action)
-	if action != nil && s.actor == nil {
+	s.actions.resolveASG(ctx, action)
+	if action != nil && s.actions.actor == nil {
 		s.log.Warn("lifecycle action seen but no Auto Scaling client configured; it will time out", "hook", action.HookName)
 		action = nil
 	}
-	s.persist(ctx, tr, action, false)
+	s.records.persist(ctx, tr, action, false)
 	if action != nil && tr.Source == sourceRestart {
 		// The previous process died mid-drain, maybe long ago; what it was
 		// running is redelivered by SQS, so this drain ends at once and
 		// Heartbeat would stop before its first call. Tell Auto Scaling we
 		// are alive first, so a slow completion cannot let the action lapse.
 		bctx, cancel := context.WithTimeout(ctx, max(s.cfg.HeartbeatInterval, time.Second))
-		if err := s.actor.Beat(bctx, *action); err != nil {
+		if err := s.actions.actor.Beat(bctx, *action); err != nil {
 			s.log.Warn("heartbeat on resuming the drain failed", "err", err)
 		}
 		cancel()
 	}
 	return action
-}
-
-// complete calls CompleteLifecycleAction on a detached, bounded context so
-// that it happens even mid-shutdown. Success includes Auto Scaling
-// answering that no action is active any more.
-func (s *Supervisor) complete(ctx context.Context, action lifecycle.Action, timedOut bool) error {
-	result := s.cfg.CompletionResult(timedOut)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CompletionTimeout)
-	defer cancel()
-	cctx, span := startCompletion(cctx, action, result)
-	defer span.End()
-	if err := s.actor.Complete(cctx, action, result); err != nil {
-		tracing.Fail(span, err)
-		s.log.Error("CompleteLifecycleAction failed; the hook will time out with its default result", "err", err)
-		s.hooks.CompletionFailed(s.drain.Progress())
-		return fmt.Errorf("%w: %w", ErrCompletionFailed, err)
-	}
-	s.log.Info("lifecycle action completed", "result", result, "hook", action.HookName, "asg", action.ASGName)
-	return nil
-}
-
-// lateAction is an action discovered during the drain.
-type lateAction struct {
-	mu     sync.Mutex
-	action *lifecycle.Action
-}
-
-func (l *lateAction) set(a *lifecycle.Action) { l.mu.Lock(); l.action = a; l.mu.Unlock() }
-func (l *lateAction) get() *lifecycle.Action {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.action
-}
-
-// group is the action's Auto Scaling group, "" without an action.
-func (l *lateAction) group() string {
-	if a := l.get(); a != nil {
-		return a.ASGName
-	}
-	return ""
-}
-
-func (s *Supervisor) heartbeat(ctx context.Context, action lifecycle.Action) {
-	ctx, span := tracing.Start(ctx, "lifecycle heartbeats", trace.SpanKindInternal, attribute.String("aws.autoscaling.hook.name", action.HookName))
-	defer span.End()
-	if err := s.actor.Heartbeat(ctx, action); err != nil && !errors.Is(err, context.Canceled) {
-		tracing.Fail(span, err)
-		s.log.Warn("lifecycle heartbeats stopped", "err", err)
-	}
-}
-
-// awaitAction probes IMDS every imds_poll_interval until the instance is
-// in Terminating:Wait (its action, group resolved) or ctx ends (nil).
-func (s *Supervisor) awaitAction(ctx context.Context) *lifecycle.Action {
-	if s.cfg.Has(lifecycle.SourceSQS) {
-		return s.watchAction(ctx)
-	}
-	t := time.NewTicker(s.cfg.IMDSPollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if act := s.probeAction(ctx, "draining"); act != nil && ctx.Err() == nil {
-			s.actionSeen(act)
-			s.resolveASG(ctx, act)
-			return act
-		}
-	}
-}
-
-// watchAction runs the lifecycle watcher again during a drain that has no
-// action, so a notification on the sqs source (or IMDS turning Terminated)
-// still gets heartbeats and a completion. A trigger without an action (a
-// spot notice) is skipped after a pause, so a standing notice does not spin.
-func (s *Supervisor) watchAction(ctx context.Context) *lifecycle.Action {
-	for ctx.Err() == nil {
-		var act *lifecycle.Action
-		if err := s.watcher.Run(ctx, func(tr lifecycle.Trigger) { act = tr.Action }); err != nil {
-			s.log.Warn("lifecycle watch during the drain failed", "err", err)
-		}
-		if act != nil {
-			// Returned even when ctx just ended: the notification is ours
-			// now and the drain's end completes it.
-			s.actionSeen(act)
-			s.resolveASG(context.WithoutCancel(ctx), act)
-			return act
-		}
-		t := time.NewTimer(s.cfg.IMDSPollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-// actionSeen logs a lifecycle action that began during the drain.
-func (s *Supervisor) actionSeen(act *lifecycle.Action) {
-	s.log.Info("lifecycle action during the drain", "hook", act.HookName,
-		"detail", "Auto Scaling began terminating the instance; its action is heartbeated and completed")
-}
-
-// probeAction asks the imds source whether the instance is in
-// Terminating:Wait; nil when it is not, or without an imds source.
-func (s *Supervisor) probeAction(ctx context.Context, when string) *lifecycle.Action {
-	if s.watcher == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	act, err := s.watcher.Probe(pctx)
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("lifecycle probe failed", "when", when, "err", err)
-	}
-	return act
-}
-
-// resolveASG fills in the action's Auto Scaling group at the drain's
-// start, so completion does not wait for it.
-func (s *Supervisor) resolveASG(ctx context.Context, action *lifecycle.Action) {
-	if action == nil || s.actor == nil || action.ASGName != "" {
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
-	defer cancel()
-	if err := s.actor.ResolveASG(rctx, action); err != nil {
-		s.log.Warn("resolving the Auto Scaling group failed", "err", err)
-	}
 }
 
 // waitReleased gives work cancelled by a fast exit a bounded moment to
@@ -471,22 +299,6 @@ func (s *Supervisor) waitReleased(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseGrace)
 	defer cancel()
 	_ = s.drain.Wait(ctx)
-}
-
-// persist saves the drain so that a restarted agent resumes it.
-func (s *Supervisor) persist(ctx context.Context, tr *drainTrigger, action *lifecycle.Action, completed bool) {
-	rec := state.DrainRecord{Reason: tr.Reason, Source: tr.Source, Completed: completed}
-	p := s.drain.Progress()
-	rec.StartedAt, rec.Deadline = p.StartedAt, p.Deadline
-	if !tr.since.IsZero() {
-		rec.StartedAt = tr.since
-	}
-	if action != nil {
-		rec.Action, _ = json.Marshal(action)
-	}
-	if err := s.storeCall(ctx, func(ctx context.Context) error { return s.store.SaveDrain(ctx, s.instanceID, rec) }); err != nil {
-		s.log.Warn("persisting drain state failed", "err", err)
-	}
 }
 
 // trackDrainDuration keeps autodiag_drain_duration_seconds current.
@@ -502,12 +314,4 @@ func (s *Supervisor) trackDrainDuration(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// storeCall runs one store call, bounded by redis.timeout and detached
-// from ctx's end: the drain's bookkeeping happens during a fast exit too.
-func (s *Supervisor) storeCall(ctx context.Context, call func(context.Context) error) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.storeTimeout)
-	defer cancel()
-	return call(sctx)
 }

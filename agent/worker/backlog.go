@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -26,9 +27,15 @@ const (
 
 // recordBacklog keeps the final records the state store could not take
 // (redis.state_fail applies to the claim; a result is kept either way),
-// oldest first, for a loop that writes them once the store answers. Its
-// zero value is empty.
+// oldest first, for a loop that writes them once the store answers.
 type recordBacklog struct {
+	store state.TaskStore
+	calls *storeCalls
+	log   *slog.Logger
+	// hard ends the flush loop, which is one of handlers.
+	hard     context.Context
+	handlers *sync.WaitGroup
+
 	mu       sync.Mutex
 	recs     []pendingFinish
 	flushing bool // the flush loop runs
@@ -44,22 +51,21 @@ type pendingFinish struct {
 
 // keepRecord adds rec to the backlog and starts the flush loop unless it
 // runs. The loop is one of the pipeline's handlers, so Run waits for it.
-func (p *pipeline) keepRecord(rec pendingFinish) {
-	b := &p.backlog
+func (b *recordBacklog) keepRecord(rec pendingFinish) {
 	b.mu.Lock()
-	b.pushLocked(p, rec)
+	b.pushLocked(rec)
 	start := !b.flushing
 	b.flushing = true
 	b.mu.Unlock()
 	if start {
-		p.handlers.Go(p.flushBacklog)
+		b.handlers.Go(b.flushBacklog)
 	}
 }
 
 // pushLocked appends rec, dropping the oldest record past backlogMax.
-func (b *recordBacklog) pushLocked(p *pipeline, rec pendingFinish) {
+func (b *recordBacklog) pushLocked(rec pendingFinish) {
 	if len(b.recs) >= backlogMax {
-		p.log.Error("state backlog full; the oldest unwritten task record is dropped",
+		b.log.Error("state backlog full; the oldest unwritten task record is dropped",
 			"task_id", b.recs[0].rec.ID, "outcome", b.recs[0].rec.Outcome, "backlog", backlogMax)
 		b.recs = b.recs[1:]
 	}
@@ -67,16 +73,16 @@ func (b *recordBacklog) pushLocked(p *pipeline, rec pendingFinish) {
 }
 
 // backlogged is the number of records waiting to be written.
-func (p *pipeline) backlogged() int {
-	p.backlog.mu.Lock()
-	defer p.backlog.mu.Unlock()
-	return len(p.backlog.recs)
+func (b *recordBacklog) backlogged() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.recs)
 }
 
 // flushBacklog writes the backlog, oldest first, after a capped
 // exponential backoff between attempts, until it is empty. When the agent
 // stops (hard ends) it tries once more at once and logs what is left.
-func (p *pipeline) flushBacklog() {
+func (b *recordBacklog) flushBacklog() {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = backlogRetryInitial
 	bo.MaxInterval = BacklogRetryMax
@@ -84,17 +90,16 @@ func (p *pipeline) flushBacklog() {
 		t := time.NewTimer(bo.NextBackOff())
 		select {
 		case <-t.C:
-		case <-p.hard.Done():
+		case <-b.hard.Done():
 		}
 		t.Stop()
-		last := p.hard.Err() != nil
-		progressed := p.flushOnce()
-		b := &p.backlog
+		last := b.hard.Err() != nil
+		progressed := b.flushOnce()
 		b.mu.Lock()
 		left := len(b.recs)
 		if left == 0 || last {
 			for _, pf := range b.recs {
-				p.log.Error("the state store did not come back before the agent stopped; task record not written",
+				b.log.Error("the state store did not come back before the agent stopped; task record not written",
 					"task_id", pf.rec.ID, "outcome", pf.rec.Outcome)
 			}
 			b.recs = nil
@@ -111,10 +116,9 @@ func (p *pipeline) flushBacklog() {
 
 // flushOnce writes backlogged records until one fails; it reports whether
 // any left the backlog.
-func (p *pipeline) flushOnce() bool {
+func (b *recordBacklog) flushOnce() bool {
 	progressed := false
 	for {
-		b := &p.backlog
 		b.mu.Lock()
 		if len(b.recs) == 0 {
 			b.mu.Unlock()
@@ -124,22 +128,22 @@ func (p *pipeline) flushOnce() bool {
 		rec := pf.rec
 		b.recs = b.recs[1:]
 		b.mu.Unlock()
-		err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, pf.extras) })
+		err := b.calls.storeCall(func(ctx context.Context) error { return b.store.Finish(ctx, rec, pf.extras) })
 		switch {
 		case err == nil:
-			p.log.Info("task record written after the state store came back", "task_id", rec.ID, "outcome", rec.Outcome)
+			b.log.Info("task record written after the state store came back", "task_id", rec.ID, "outcome", rec.Outcome)
 		case errors.Is(err, state.ErrSuperseded):
-			p.log.Warn("task record not written: a later attempt owns it", "task_id", rec.ID, "outcome", rec.Outcome)
+			b.log.Warn("task record not written: a later attempt owns it", "task_id", rec.ID, "outcome", rec.Outcome)
 		case errors.Is(err, state.ErrPartial):
-			p.degraded("audit")
-			p.log.Warn("task record written after the state store came back, without its audit entry",
+			b.calls.degraded("audit")
+			b.log.Warn("task record written after the state store came back, without its audit entry",
 				"task_id", rec.ID, "outcome", rec.Outcome, "err", err)
 		default:
 			b.mu.Lock()
 			if len(b.recs) < backlogMax {
 				b.recs = append([]pendingFinish{pf}, b.recs...)
 			} else {
-				p.log.Error("state backlog full; the oldest unwritten task record is dropped",
+				b.log.Error("state backlog full; the oldest unwritten task record is dropped",
 					"task_id", rec.ID, "outcome", rec.Outcome, "backlog", backlogMax)
 			}
 			b.mu.Unlock()

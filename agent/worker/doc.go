@@ -3,18 +3,23 @@
 //
 //   - receiver.go: the SQS (or memory) receive loop, receiving only while
 //     there are free slots (workers plus a small prefetch);
-//   - pipeline.go: each message's walk, validate → route (route.go, an
-//     alarm on the task queue) → claim → decide (limiter) → run →
-//     record (redact, Hooks.Keep) → finish (one store call with
-//     Hooks.Writes; backlog.go keeps what the store could not take) → ack;
+//   - pipeline.go: each message's walk (pipeline), validate → route
+//     (route.go, an alarm on the task queue) → claim → decide;
+//   - claim.go: claim the lease → decide (limiter) (claimer);
+//   - finish.go: run → record (redact, Hooks.Keep) → finish (one store
+//     call with Hooks.Writes) (finisher); backlog.go keeps what the store
+//     could not take;
+//   - handback.go: ack or hand the message back, with a reason (messages);
+//   - lease.go: the execution lease kept alive while a task runs (leases)
+//     and the bound of every store call (storeCalls);
 //   - outcome.go: the one place an outcome is written (log line, metric,
-//     audit entry); outcomes.go lists the outcomes;
+//     audit entry); the outcome names are internal/outcome;
 //   - recover.go: what a previous process of this instance left in flight.
 //
 // It owns the task's lease, its record, its outcome and the message's
 // visibility. It takes its collaborators as narrow interfaces (Store,
-// Decider, Runner, Hooks) and may not import the agent root, the
-// supervisor, the hooks, lifecycle or any AWS SDK package: what happens
-// after a task ends is behind Hooks, the drain is the drain.Controller it
-// is handed.
+// Decider, Runner, Validator, Hooks, Tracker) and may not import the agent
+// root, the supervisor, the hooks, lifecycle or any AWS SDK package: what
+// happens after a task ends is behind Hooks, the drain is the Tracker
+// (*drain.Controller) it is handed.
 package worker

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -17,8 +19,8 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // job is one received message on its way to an outcome.
@@ -195,13 +197,13 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	}
 	if res := e.result; res != nil {
 		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)
-		if (e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut) && len(res.Output) > 0 {
+		if (e.outcome == outcome.Failed || e.outcome == outcome.TimedOut) && len(res.Output) > 0 {
 			// Redacted by the pipeline before it got here.
 			attrs = append(attrs, "output", outputExcerpt(res.Output))
 		}
 	}
 	level := slog.LevelInfo
-	if e.outcome == OutcomeFailed || e.outcome == OutcomeTimedOut || e.outcome == OutcomeRejected {
+	if e.outcome == outcome.Failed || e.outcome == outcome.TimedOut || e.outcome == outcome.Rejected {
 		level = slog.LevelWarn
 	}
 	traceOutcome(j.span, e.outcome, e.reason, level)

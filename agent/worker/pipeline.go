@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,17 +12,17 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/autodiag/autodiag/agent/config"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
-	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Runner executes one diagnostic's argv; *runner.Runner is the real one.
@@ -45,7 +44,7 @@ type Decider interface {
 // Bounds of the pipeline's calls. Each call gets a context of its own,
 // created right before it, so that a diagnostic running for minutes never
 // leaves the bookkeeping after it with an expired context. Store calls are
-// bounded by redis.timeout (pipeline.storeTimeout).
+// bounded by redis.timeout (storeCalls).
 const (
 	// QueueCallTimeout bounds one queue call (delete, visibility,
 	// dead-letter); the SQS client retries within it.
@@ -70,30 +69,26 @@ const (
 	rejectMarkTTL = 14 * 24 * time.Hour
 )
 
-// pipeline takes each received message to its outcome: validate, claim the
-// task's lease, ask the limiter, run the diagnostic and record the result.
-// Each step is one method; every end goes through the outcome recorder.
+// pipeline takes each received message to its outcome: validate (or
+// route an alarm), then claim → decide (claimer), run → record → finish
+// (finisher), ack or hand back (messages). Each step is one method of the
+// type named after its role; every end goes through the outcome recorder.
 type pipeline struct {
-	src          queue.Source
-	store        state.TaskStore
-	marks        state.Marks
-	limiter      Decider
-	runner       Runner
-	validator    *task.Validator
-	catalog      map[string]runner.Diagnostic
-	outcomes     *outcomeRecorder
-	drain        *drain.Controller
-	clock        clock.Clock
-	log          *slog.Logger
-	instanceID   string
-	lease        time.Duration // queue.visibility_timeout
-	dedupeKey    string        // limiter.dedupe.key
-	storeTimeout time.Duration // redis.timeout
-	stateFail    string        // redis.state_fail
-	redactor     *redact.Redactor
-	uploadMax    runner.Size // results.s3.max_size when uploading, else 0
-	hooks        Hooks
-	trace        traceOptions
+	src       queue.Source
+	marks     state.Marks
+	validator Validator
+	outcomes  *outcomeRecorder
+	drain     Tracker
+	clock     clock.Clock
+	log       *slog.Logger
+	redactor  *redact.Redactor
+	trace     traceOptions
+
+	calls  *storeCalls
+	leases *leases
+	msgs   *messages
+	claims *claimer
+	fin    *finisher
 
 	// receive bounds received-but-unfinished messages (workers +
 	// prefetch); run bounds running diagnostics (workers).
@@ -109,16 +104,6 @@ type pipeline struct {
 
 	handlers sync.WaitGroup
 
-	// running holds the task ids executing in this process: the store's
-	// lease is per owner, so a duplicate message reaching the agent that
-	// already runs the task is caught here.
-	runningMu sync.Mutex
-	running   map[string]bool
-
-	// backlog keeps results the state store could not take, to write
-	// them when it answers again.
-	backlog recordBacklog
-
 	// alerts routes alarms received on the task queue; nil = none.
 	alerts *AlertRouting
 }
@@ -132,7 +117,7 @@ func (p *pipeline) accept(m *queue.Message) {
 	j := &job{msg: m, received: p.clock.Now()}
 	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
-	j.item = p.drain.Track(func() { p.releaseUnstarted(j) })
+	j.item = p.drain.Track(func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) })
 	p.handlers.Go(func() {
 		defer unhold()
 		p.handle(j)
@@ -184,7 +169,7 @@ func (p *pipeline) handle(j *job) {
 		return
 	}
 	if err := p.run.Acquire(p.hard, 1); err != nil {
-		p.releaseUnstarted(j)
+		p.msgs.handBack(j, back{why: backDrain, detail: detailDrain})
 		return
 	}
 	haveRun = true
@@ -197,7 +182,7 @@ func (p *pipeline) handle(j *job) {
 		return // the drain released it
 	}
 	p.execute(j, func() runner.Result {
-		res := p.runTask(runCtx, j)
+		res := p.fin.runTask(runCtx, j)
 		freeReceive()
 		return res
 	})
@@ -223,24 +208,24 @@ func (p *pipeline) validate(j *job) error {
 // the diagnostic on the run's own context.
 func (p *pipeline) execute(j *job, run func() runner.Result) {
 	t := j.task
-	if !p.markRunning(t.ID) {
-		p.lookAgain(j, p.lease+lookAgainMargin, "running_here", nil,
-			"detail", "a duplicate delivery of a task running here")
+	if !p.leases.markRunning(t.ID) {
+		p.msgs.handBack(j, back{why: backRunningHere, after: p.leases.lease + lookAgainMargin,
+			attrs: []any{"detail", "a duplicate delivery of a task running here"}})
 		return
 	}
-	defer p.unmarkRunning(t.ID)
+	defer p.leases.unmarkRunning(t.ID)
 	claimed := p.clock.Now()
 	_, cspan := tracing.Start(j.ctx, "claim", trace.SpanKindInternal)
-	rec, ok := p.claim(j)
+	rec, ok := p.claims.claim(j)
 	cspan.End()
 	if !ok {
 		return
 	}
 
-	if !p.decide(j, rec) {
+	if !p.claims.decide(j, rec) {
 		return
 	}
-	if !p.stillOurs(j, claimed) {
+	if !p.claims.stillOurs(j, claimed) {
 		return
 	}
 	_, rspan := tracing.Start(j.ctx, "run "+t.Diagnostic, trace.SpanKindInternal, tracing.KeyDiagnostic.String(t.Diagnostic))
@@ -249,216 +234,10 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	rspan.End()
 	// The run is over: give its slots back before the bookkeeping, so the
 	// next task of the key need not wait for the record and the delete.
-	p.limiterDone(j, res.Outcome)
+	p.claims.limiterDone(j, res.Outcome)
 	_, recspan := tracing.Start(j.ctx, "record", trace.SpanKindInternal)
-	p.record(j, rec, res)
+	p.fin.record(j, rec, res)
 	recspan.End()
-}
-
-// claim takes the task's execution lease; false when the job ended or was
-// put back instead. When the store cannot answer within redis.timeout,
-// redis.state_fail decides: open runs the task without a lease (j.leased
-// false), closed hands the message back with backoff.
-func (p *pipeline) claim(j *job) (state.TaskRecord, bool) {
-	t := j.task
-	var c state.Claim
-	err := p.storeCall(func(ctx context.Context) (err error) {
-		c, err = p.store.Claim(ctx, newRecord(j, p.redactor), p.instanceID, p.lease)
-		return err
-	})
-	if err != nil {
-		p.degraded("claim")
-		if p.stateFail == config.StateFailClosed {
-			// Without the lease exactly-once cannot be guaranteed: hand
-			// the message back for a later attempt.
-			delay := retryDelay(j.msg.ReceiveCount)
-			p.log.WarnContext(j.context(), "state store unavailable; task handed back", "task_id", t.ID, "state_fail", p.stateFail,
-				"retry_after", delay.Seconds(), "err", err)
-			p.deferMsg(j, delay)
-			p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "state_unavailable", detail: err.Error()})
-			return state.TaskRecord{}, false
-		}
-		p.log.WarnContext(j.context(), "state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", p.stateFail,
-			"detail", "the message's visibility is the only guard against a second run", "err", err)
-		return p.openRecord(j), true
-	}
-	switch c.Result {
-	case state.AlreadyDone:
-		p.outcomes.end(j, ended{outcome: OutcomeDuplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
-		p.ack(j)
-		return state.TaskRecord{}, false
-	case state.HeldElsewhere:
-		p.lookAgain(j, c.LeaseRemaining+lookAgainMargin, "running_elsewhere", nil,
-			"detail", "running on another agent", "owner", c.Record.Owner)
-		return state.TaskRecord{}, false
-	}
-	j.leased = true
-	return c.Record, true
-}
-
-// decide asks the limiter; false when the task must not run now (the job
-// ended, or was deferred).
-func (p *pipeline) decide(j *job, rec state.TaskRecord) bool {
-	t := j.task
-	// A slot or probe the decision takes is held under the task's lease,
-	// so that it lapses with the lease if this agent dies.
-	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: p.lease}
-	if p.dedupeKey != "" {
-		req.DedupeKey, _ = t.Field(p.dedupeKey)
-	}
-	var dec limiter.Decision
-	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
-	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
-		dec, err = p.limiter.Allow(ctx, req)
-		return err
-	})
-	traceDecision(lspan, dec, err)
-	lspan.End()
-	switch {
-	case err != nil:
-		p.release(j)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "limiter_cancelled", detail: err.Error()})
-		return false
-	case dec.Duplicate:
-		rec.Outcome, rec.Reason = OutcomeDuplicate, dec.Reason
-		p.finish(j, rec, ended{outcome: OutcomeDuplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
-		p.ack(j)
-		return false
-	case dec.Allowed:
-		j.limitReq = &req
-		j.mu.Lock()
-		j.decision = &dec
-		j.mu.Unlock()
-		return true
-	case dec.OnExceed == limiter.OnExceedDefer:
-		// A concurrency denial defers by default: its retry_after is when
-		// the earliest holder's lease ends, by which time the slot is free
-		// (see concurrencyDelay for when the message comes back).
-		p.releaseLease(j)
-		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
-		if dec.Reason == limiter.ReasonConcurrency {
-			delay = concurrencyDelay(delay, p.catalog[t.Diagnostic].WithDefaults().Timeout)
-		}
-		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
-		if s := shadowSummary(&dec); s != "" {
-			fields["shadow"] = s
-		}
-		p.lookAgain(j, delay, dec.Reason, fields,
-			"detail", "limited by rule "+dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit)
-		return false
-	default:
-		rec.Outcome, rec.Reason, rec.Limiter = OutcomeRateLimited, dec.Reason, limiterSummary(dec)
-		p.finish(j, rec, ended{outcome: OutcomeRateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
-		p.ack(j)
-		return false
-	}
-}
-
-// runTask runs the diagnostic while keeping the lease alive; the queue's
-// Hold keeps the message hidden.
-func (p *pipeline) runTask(ctx context.Context, j *job) runner.Result {
-	t := j.task
-	diag := p.catalog[t.Diagnostic]
-	keep := p.keepAlive(ctx, j)
-	defer keep()
-	// Read past the cap, so that record redacts before it cuts.
-	run := diag.WithDefaults()
-	run.MaxOutput += redact.CutSlack
-	return p.runner.Run(ctx, run, diag.Args(t.Host, t.ID, t.Params))
-}
-
-// stillOurs checks, right before the diagnostic starts, that a lease
-// claimed more than one renewal period ago is still this agent's: an agent
-// stopped between its claim and the start (SIGSTOP, a paused VM, a long
-// stall) may have lost the lease to another agent that runs the task, and
-// starting it here too would run it twice. A fresh lease is not checked, so
-// the common path costs no round trip; a store that cannot answer leaves
-// the run to go ahead, as the keeper's renewals do.
-func (p *pipeline) stillOurs(j *job, claimed time.Time) bool {
-	if !j.leased || p.clock.Now().Sub(claimed) < p.lease/3 {
-		return true
-	}
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Renew(ctx, j.task.ID, p.instanceID, p.lease) })
-	if !errors.Is(err, state.ErrLeaseLost) {
-		if stateUnreachable(err) {
-			p.degraded("renew")
-		}
-		return true
-	}
-	p.limiterDone(j, OutcomeReleased)
-	p.lookAgain(j, p.lease+lookAgainMargin, "running_elsewhere", nil,
-		"detail", "the lease lapsed between the claim and the start; another agent holds it")
-	return false
-}
-
-// limiterDone tells the limiter that the allowed run of j ended, once:
-// it gives back the run's slots and probe and counts a failed or timed_out
-// run for the failure breakers. A cancelled run ends as released. The call
-// is bounded by redis.timeout on a context of its own (it runs on a fast
-// exit too); a failure is logged, as what it could not give back lapses
-// with the lease.
-func (p *pipeline) limiterDone(j *job, outcome string) {
-	req := j.limitReq
-	if req == nil {
-		return
-	}
-	j.limitReq = nil
-	if outcome == runner.Cancelled {
-		outcome = OutcomeReleased
-	}
-	if err := p.storeCall(func(ctx context.Context) error { return p.limiter.Done(ctx, *req, outcome) }); err != nil {
-		p.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
-			"outcome", outcome, "lease", p.lease.Seconds(), "err", err)
-	}
-}
-
-// record writes the run's result and ends the job.
-func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
-	t := j.task
-	if res.Outcome == runner.Cancelled {
-		p.release(j)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "cancelled", detail: "running task cancelled by the drain deadline or a fast exit"})
-		return
-	}
-	// The one chokepoint: nothing below stores, logs or sends the output
-	// unredacted, and what is kept is cut from redacted text.
-	res.Output, res.Truncated = p.redactCut(res, p.catalog[t.Diagnostic])
-	rec.Outcome = res.Outcome
-	rec.ExitCode = res.ExitCode
-	rec.FinishedAt = p.clock.Now()
-	// The upload takes the whole output and cuts res to max_output; the
-	// record's string copy is made after it, of the cut output only.
-	uspan := p.startUpload(j)
-	p.hooks.Keep(&rec, &res, p.catalog[t.Diagnostic])
-	endUpload(uspan, rec)
-	rec.Output = string(res.Output)
-	rec.Truncated = res.Truncated
-	p.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
-	reason := ""
-	if res.Err != nil {
-		reason = res.Err.Error()
-	}
-	p.finish(j, rec, ended{outcome: res.Outcome, reason: reason, result: &res})
-	p.ack(j)
-}
-
-// redactCut redacts a run's output (read up to redact.CutSlack past its
-// cap) and cuts it to what is kept: the diagnostic's max_output, or
-// results.s3.max_size when the uploader takes the whole output.
-func (p *pipeline) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bool) {
-	limit := int(d.WithDefaults().MaxOutput)
-	if p.uploadMax > 0 {
-		limit = max(limit, int(p.uploadMax))
-	}
-	body := res.Output
-	if res.Truncated {
-		body = bytes.TrimSuffix(body, []byte(runner.TruncationMark))
-	}
-	out, cut := p.redactor.RedactCut(body, limit)
-	if !res.Truncated && !cut {
-		return out, false
-	}
-	return append(out[:len(out):len(out)], runner.TruncationMark...), true
 }
 
 // reject ends an invalid or stale message. A rejected message has one
@@ -470,8 +249,8 @@ func (p *pipeline) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bo
 func (p *pipeline) reject(j *job, err error) {
 	reason := task.Reason(err)
 	if reason == task.ReasonStale {
-		p.outcomes.end(j, ended{outcome: OutcomeStale, reason: reason, detail: err.Error()})
-		p.ack(j)
+		p.outcomes.end(j, ended{outcome: outcome.Stale, reason: reason, detail: err.Error()})
+		p.msgs.ack(j)
 		return
 	}
 	if j.msg.ReceiveCount >= 5 {
@@ -479,26 +258,26 @@ func (p *pipeline) reject(j *job, err error) {
 	}
 	first := true
 	if p.marks != nil {
-		merr := p.storeCall(func(ctx context.Context) (err error) {
+		merr := p.calls.storeCall(func(ctx context.Context) (err error) {
 			first, err = p.marks.MarkOnce(ctx, "rejected:"+j.msg.ID, rejectMarkTTL)
 			return err
 		})
 		if merr != nil {
 			// Counting a reject twice beats losing it.
-			p.degraded("mark")
+			p.calls.degraded("mark")
 			p.log.WarnContext(j.context(), "state store unavailable; the rejected message is counted without knowing whether it was before",
 				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
 			first = true
 		}
 	}
 	if first {
-		p.outcomes.end(j, ended{outcome: OutcomeRejected, reason: reason, detail: err.Error()})
+		p.outcomes.end(j, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
 	} else {
 		p.log.DebugContext(j.context(), "rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
 		p.outcomes.drop(j)
 	}
-	switch dlErr := p.queueCall(func(ctx context.Context) error {
+	switch dlErr := p.msgs.queueCall(func(ctx context.Context) error {
 		return p.src.DeadLetter(ctx, j.msg, p.redactor.RedactString(deadReason(reason, err)))
 	}); {
 	case dlErr == nil:
@@ -508,189 +287,8 @@ func (p *pipeline) reject(j *job, err error) {
 		delay := retryDelay(j.msg.ReceiveCount)
 		p.log.WarnContext(j.context(), "dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
-		p.deferMsg(j, delay)
+		p.msgs.handBack(j, back{why: backRetry, after: delay})
 	}
-}
-
-// releaseUnstarted hands an unstarted message back (drain policy or
-// deadline, fast exit).
-func (p *pipeline) releaseUnstarted(j *job) {
-	j.release.Do(func() {
-		p.deferMsg(j, 0)
-		p.outcomes.end(j, ended{outcome: OutcomeReleased, reason: "drain", detail: "handed back to the queue unstarted"})
-	})
-}
-
-// lookAgain hides the message for hide and lets the job go without an
-// outcome: the task is not done, and ends when the message comes back.
-// Its log line is "task deferred" with the reason; attrs add detail.
-func (p *pipeline) lookAgain(j *job, hide time.Duration, reason string, fields map[string]string, attrs ...any) {
-	t := j.task
-	p.deferMsg(j, hide)
-	p.log.InfoContext(j.context(), "task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", hide.Seconds()}, attrs...)...)
-	p.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: fields})
-	p.outcomes.drop(j)
-}
-
-// release gives the lease and the message back without ending the task.
-func (p *pipeline) release(j *job) {
-	p.releaseLease(j)
-	p.deferMsg(j, 0)
-}
-
-// releaseLease gives back the job's lease, when it has one.
-func (p *pipeline) releaseLease(j *job) {
-	if !j.leased {
-		return
-	}
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Release(ctx, j.task.ID, p.instanceID) })
-	if stateUnreachable(err) {
-		// The lease expires by itself.
-		p.degraded("release")
-	}
-	logStoreErr(p.log, err)
-}
-
-// finish writes a task's final record and ends j with e. The record, the
-// outcome's audit entry, its notification and, for a run whose outcome is
-// in report.on, its report job are one store call (one round trip to a
-// standalone Redis); a record the store cannot take now is kept in the
-// backlog with all of them and written when the store answers again.
-func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
-	entry := p.outcomes.auditEntry(j, e)
-	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry}
-	x.Writes = append(x.Writes, p.hooks.Writes(rec, p.catalog[rec.Diagnostic], e.result)...)
-	err := p.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, x) })
-	switch {
-	case err == nil:
-	case errors.Is(err, state.ErrSuperseded):
-		// The lease lapsed while the diagnostic ran and another agent
-		// claimed the task: its attempt owns the record, its notification
-		// and its report. This run still ends in its own outcome (log,
-		// metric, audit).
-		p.log.WarnContext(j.context(), "lease lapsed while running", "task_id", rec.ID, "attempt", rec.Attempts,
-			"detail", "a later attempt owns the record; this result is logged only")
-	case errors.Is(err, state.ErrPartial):
-		p.degraded("audit")
-		p.log.WarnContext(j.context(), "task record written without its audit entry", "task_id", rec.ID, "err", err)
-	default:
-		p.degraded("finish")
-		p.log.WarnContext(j.context(), "recording the result failed; kept to be written when the state store answers",
-			"task_id", rec.ID, "err", err)
-		p.keepRecord(pendingFinish{rec: rec, extras: x})
-	}
-	p.outcomes.close(j, e)
-}
-
-// deferMsg hands the message back to be received again after d, without
-// spending its way to the dead-letter queue.
-func (p *pipeline) deferMsg(j *job, d time.Duration) {
-	if err := p.queueCall(func(ctx context.Context) error { return p.src.Defer(ctx, j.msg, d) }); err != nil {
-		p.log.WarnContext(j.context(), "handing the message back failed", "task_id", j.task.ID, "retry_after", d.Seconds(), "err", err)
-	}
-}
-
-// ack deletes the message of a task that has ended. The task no longer
-// needs its worker or its receive slot, so they are freed first: the
-// delete is batched and may wait for a DeleteMessageBatch in flight, and a
-// worker held through that wait idles for about as long as a no-op
-// diagnostic runs. A message whose delete is pending is not hoarded work:
-// should the delete fail, its redelivery ends as duplicate.
-func (p *pipeline) ack(j *job) {
-	if j.freeSlots != nil {
-		j.freeSlots()
-	}
-	if err := p.queueCall(func(ctx context.Context) error { return p.src.Delete(ctx, j.msg) }); err != nil {
-		p.log.WarnContext(j.context(), "delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
-	}
-}
-
-// storeCall runs one store call, bounded by redis.timeout.
-func (p *pipeline) storeCall(call func(context.Context) error) error {
-	return callWithin(p.storeTimeout, call)
-}
-
-// queueCall runs one queue call, bounded by QueueCallTimeout.
-func (p *pipeline) queueCall(call func(context.Context) error) error {
-	return callWithin(QueueCallTimeout, call)
-}
-
-// degraded counts a store operation that could not reach the store.
-func (p *pipeline) degraded(op string) {
-	p.outcomes.m.StateDegraded.WithLabelValues(op).Inc()
-}
-
-func (p *pipeline) markRunning(id string) bool {
-	p.runningMu.Lock()
-	defer p.runningMu.Unlock()
-	if p.running[id] {
-		return false
-	}
-	p.running[id] = true
-	return true
-}
-
-func (p *pipeline) unmarkRunning(id string) {
-	p.runningMu.Lock()
-	defer p.runningMu.Unlock()
-	delete(p.running, id)
-}
-
-// keepAlive renews the job's lease, and what its run holds in the
-// limiter (slots, the breaker probe) with it, while its task runs (until
-// ctx, the run's, ends), every third of the visibility timeout, each call
-// bounded by redis.timeout; the returned func stops it and waits for it.
-// The message's visibility is the queue's Hold, taken when the message was
-// accepted. A task run without a lease (redis.state_fail open) renews only
-// the limiter's hold.
-func (p *pipeline) keepAlive(ctx context.Context, j *job) func() {
-	req := j.limitReq
-	if !j.leased && req == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	every := p.lease / 3
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if j.leased {
-				p.renewLease(ctx, j, every)
-			}
-			if req != nil {
-				cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
-				err := p.limiter.Renew(cctx, *req, p.lease)
-				ccancel()
-				if err != nil && ctx.Err() == nil {
-					p.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
-						"task_id", j.task.ID, "err", err)
-				}
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
-}
-
-// renewLease renews the job's execution lease once, bounded by
-// redis.timeout (at most every, the renewal period).
-func (p *pipeline) renewLease(ctx context.Context, j *job, every time.Duration) {
-	cctx, ccancel := context.WithTimeout(ctx, min(p.storeTimeout, every))
-	err := p.store.Renew(cctx, j.task.ID, p.instanceID, p.lease)
-	ccancel()
-	if err == nil || ctx.Err() != nil {
-		return
-	}
-	if stateUnreachable(err) {
-		p.degraded("renew")
-	}
-	logStoreErr(p.log, err)
-	p.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
 }
 
 // retryDelay is how long a message handed back after a failure waits,
@@ -718,21 +316,6 @@ func concurrencyDelay(retryAfter, runTimeout time.Duration) time.Duration {
 	}
 	d = d/2 + rand.N(d/2+1)
 	return max(d, time.Second)
-}
-
-// stateUnreachable reports whether err means the store did not answer
-// (down, stalled past redis.timeout), as opposed to an answer.
-func stateUnreachable(err error) bool {
-	return err != nil && !errors.Is(err, state.ErrLeaseLost) && !errors.Is(err, state.ErrSuperseded)
-}
-
-// logStoreErr logs a state store error; a lost or superseded lease is an
-// answer, not an error.
-func logStoreErr(log *slog.Logger, err error) {
-	if !stateUnreachable(err) {
-		return
-	}
-	log.Warn("state store error", "err", err)
 }
 
 // deadReason is the dead-letter attribute of a rejected message: the

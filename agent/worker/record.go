@@ -9,6 +9,7 @@ import (
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -28,7 +29,7 @@ func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	rec.TraceID, rec.SpanID = traceIDs(j)
 	if t.Alert != (task.Alert{}) {
-		rec.Alert = &state.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID}
+		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID}
 	}
 	return rec
 }
@@ -55,9 +56,9 @@ func redactParams(red *redact.Redactor, params map[string]string) map[string]str
 
 // openRecord is the record of a task run without its lease (the store did
 // not answer and redis.state_fail is open).
-func (p *pipeline) openRecord(j *job) state.TaskRecord {
-	rec := newRecord(j, p.redactor)
-	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, p.instanceID, p.clock.Now()
+func (cl *claimer) openRecord(j *job) state.TaskRecord {
+	rec := newRecord(j, cl.redactor)
+	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, cl.instanceID, cl.clock.Now()
 	return rec
 }
 

@@ -17,11 +17,11 @@ func TestRedactBeforeCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pipeline{redactor: red}
+	f := &finisher{redactor: red}
 	pre := strings.Repeat("x", 50) + " redis://:"
 	out := pre + "Hunter2Hunter2@cache:6379\nmore\n"
 	res := runner.Result{Output: []byte(out)}
-	got, truncated := p.redactCut(res, runner.Diagnostic{MaxOutput: runner.Size(len(pre) + 7)})
+	got, truncated := f.redactCut(res, runner.Diagnostic{MaxOutput: runner.Size(len(pre) + 7)})
 	if !truncated {
 		t.Error("not marked truncated")
 	}

@@ -3,10 +3,11 @@ package worker
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/tracing"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // AlertRouting is the alert stage on the task queue: CloudWatch alarms
@@ -62,13 +63,12 @@ func (p *pipeline) routeAlert(j *job) bool {
 			delay := retryDelay(j.msg.ReceiveCount)
 			log.WarnContext(rctx, "alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
-			p.deferMsg(j, delay)
-			p.outcomes.drop(j)
+			p.msgs.handBack(j, back{why: backRetry, after: delay})
 			return true
 		}
 	}
 	p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
 	p.outcomes.drop(j)
-	p.ack(j)
+	p.msgs.ack(j)
 	return true
 }

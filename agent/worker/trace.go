@@ -13,6 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
 
@@ -81,7 +82,7 @@ func traceRun(span trace.Span, res runner.Result) {
 	}
 	span.SetAttributes(tracing.KeyExitCode.Int(res.ExitCode), tracing.KeyOutcome.String(res.Outcome),
 		tracing.KeyTruncated.Bool(res.Truncated))
-	if res.Outcome == OutcomeFailed || res.Outcome == OutcomeTimedOut {
+	if res.Outcome == outcome.Failed || res.Outcome == outcome.TimedOut {
 		span.SetStatus(codes.Error, res.Outcome)
 	}
 }
@@ -133,8 +134,8 @@ func traceIDs(j *job) (traceID, spanID string) {
 
 // startUpload starts the span of the output's upload to S3, when the
 // agent uploads (results.s3); nil otherwise.
-func (p *pipeline) startUpload(j *job) trace.Span {
-	if p.uploadMax == 0 || !tracing.On() {
+func (f *finisher) startUpload(j *job) trace.Span {
+	if f.uploadMax == 0 || !tracing.On() {
 		return nil
 	}
 	_, span := tracing.Start(j.ctx, "upload output", trace.SpanKindClient, tracing.KeyTaskID.String(j.task.ID))

@@ -14,6 +14,7 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // Hooks act on a task's end: Keep uploads the whole output of a run (and
@@ -35,15 +36,33 @@ type Store interface {
 	Inflight(ctx context.Context, instanceID string) ([]state.InflightEntry, error)
 }
 
+// Validator checks a decoded task before anything shared is touched
+// (host allow-list, catalog, parameters, age); *task.Validator is the
+// real one.
+type Validator interface {
+	Validate(t *task.Task, now time.Time) error
+}
+
+var _ Validator = (*task.Validator)(nil)
+
+// Tracker is the part of the drain the worker uses: each received message
+// is tracked, so that a drain waits for it or releases it
+// (*drain.Controller).
+type Tracker interface {
+	Track(release func()) *drain.Item
+}
+
+var _ Tracker = (*drain.Controller)(nil)
+
 // Options are what a Worker is built from.
 type Options struct {
 	Source    queue.Source
 	Store     Store
 	Limiter   Decider
 	Runner    Runner
-	Validator *task.Validator
+	Validator Validator
 	Catalog   map[string]runner.Diagnostic
-	Drain     *drain.Controller
+	Drain     Tracker
 	Clock     clock.Clock
 	Logger    *slog.Logger
 	Metrics   Metrics
@@ -75,11 +94,13 @@ type Options struct {
 // Worker takes tasks from the queue to their outcome: the receiver
 // (receiver.go) receives while there are free slots, the pipeline
 // (pipeline.go) takes each message through validate → route → claim →
-// decide → run → record → finish → ack, and the outcome recorder
+// decide (claim.go) → run → record → finish (finish.go) → ack
+// (handback.go), and the outcome recorder
 // (outcome.go) writes each task's one outcome.
 type Worker struct {
 	receiver *receiver
 	pipeline *pipeline
+	backlog  *recordBacklog
 	outcomes *outcomeRecorder
 	store    Store
 	clock    clock.Clock
@@ -97,15 +118,24 @@ func New(o Options) *Worker {
 	workers := int64(o.Workers)
 	prefetch := max(1, workers/4)
 	receive := semaphore.NewWeighted(workers + prefetch)
-	p := &pipeline{src: o.Source, store: o.Store, marks: o.Store, stateFail: o.StateFail, limiter: o.Limiter, runner: o.Runner,
-		validator: o.Validator, catalog: o.Catalog, outcomes: outcomes, drain: o.Drain, clock: o.Clock, log: o.Logger,
-		instanceID: o.InstanceID, lease: o.Lease, dedupeKey: o.DedupeKey, storeTimeout: o.StoreTimeout,
-		redactor: o.Redactor, uploadMax: o.UploadMax, hooks: o.Hooks, trace: o.Tracing, receive: receive, run: semaphore.NewWeighted(workers),
-		idle: make(chan struct{}, 1), hard: o.Hard, running: map[string]bool{}, alerts: o.Alerts}
+	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
+		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
+		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing}
+	p.calls = &storeCalls{timeout: o.StoreTimeout, degradedOps: o.Metrics.StateDegraded}
+	p.leases = &leases{store: o.Store, limiter: o.Limiter, calls: p.calls, log: o.Logger, instanceID: o.InstanceID,
+		lease: o.Lease, storeTimeout: o.StoreTimeout, running: map[string]bool{}}
+	p.msgs = &messages{src: o.Source, leases: p.leases, outcomes: outcomes, log: o.Logger}
+	backlog := &recordBacklog{store: o.Store, calls: p.calls, log: o.Logger, hard: o.Hard, handlers: &p.handlers}
+	p.fin = &finisher{store: o.Store, runner: o.Runner, catalog: o.Catalog, redactor: o.Redactor, uploadMax: o.UploadMax,
+		hooks: o.Hooks, outcomes: outcomes, clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs,
+		backlog: backlog}
+	p.claims = &claimer{store: o.Store, limiter: o.Limiter, catalog: o.Catalog, redactor: o.Redactor, outcomes: outcomes,
+		clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs, fin: p.fin, instanceID: o.InstanceID,
+		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
 	r := &receiver{src: o.Source, slots: receive, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: int((workers + int64(o.BatchSize) - 1) / int64(max(1, o.BatchSize)))}
-	return &Worker{receiver: r, pipeline: p, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
+	return &Worker{receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
 		instanceID: o.InstanceID, storeTimeout: o.StoreTimeout}
 }
 
@@ -124,7 +154,7 @@ func (w *Worker) InFlight() int { return w.outcomes.inFlight() }
 
 // Backlogged is the number of finished records waiting for the state
 // store to answer again.
-func (w *Worker) Backlogged() int { return w.pipeline.backlogged() }
+func (w *Worker) Backlogged() int { return w.backlog.backlogged() }
 
 // Rejected ends a task that never reached the queue (POST /v1/tasks
 // answered 400) as rejected, or stale when it is older than
@@ -132,9 +162,9 @@ func (w *Worker) Backlogged() int { return w.pipeline.backlogged() }
 func (w *Worker) Rejected(t task.Task, err error) {
 	w.outcomes.received()
 	j := &job{task: t, received: w.clock.Now()}
-	outcome := OutcomeRejected
+	end := outcome.Rejected
 	if task.Reason(err) == task.ReasonStale {
-		outcome = OutcomeStale
+		end = outcome.Stale
 	}
-	w.outcomes.end(j, ended{outcome: outcome, reason: task.Reason(err), detail: err.Error()})
+	w.outcomes.end(j, ended{outcome: end, reason: task.Reason(err), detail: err.Error()})
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 const adminTokenEnv = "AUTODIAG_TEST_ADMIN_TOKEN"
@@ -73,7 +73,7 @@ func TestE2EAdminAuth(t *testing.T) {
 	if code, _, body := call(http.MethodPost, "/v1/tasks", task, "Bearer "+token); code != http.StatusAccepted || !strings.Contains(body, `"auth-1"`) {
 		t.Fatalf("POST /v1/tasks with the token = %d %s; want 202 auth-1", code, body)
 	}
-	p.awaitLogsWhere("msg", "task ended", "task_id", "auth-1", "outcome", worker.OutcomeSucceeded)
+	p.awaitLogsWhere("msg", "task ended", "task_id", "auth-1", "outcome", outcome.Succeeded)
 
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(adminAuthConfig), 0o600); err != nil {
@@ -81,7 +81,7 @@ func TestE2EAdminAuth(t *testing.T) {
 	}
 	code, stdout, stderr := runCLI(t, []string{adminTokenEnv + "=" + token}, "status", "--config", cfgPath, "--admin-addr", local)
 	var st agent.Status
-	if code != 0 || json.Unmarshal([]byte(stdout), &st) != nil || st.Outcomes[worker.OutcomeSucceeded] != 1 {
+	if code != 0 || json.Unmarshal([]byte(stdout), &st) != nil || st.Outcomes[outcome.Succeeded] != 1 {
 		t.Fatalf("status with the token: exit %d, stdout %q, stderr %q; want 0 and the agent's status with auth-1 succeeded", code, stdout, stderr)
 	}
 	code, _, stderr = runCLI(t, nil, "status", "--config", cfgPath, "--admin-addr", local)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/worker"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // A fresh agent, before any task, alert or notification, already exposes
@@ -20,7 +20,7 @@ func TestFreshAgentExposesEveryCounterAtZero(t *testing.T) {
 	body := p.metrics()
 	want := []string{}
 	for _, d := range []string{"sleep", "uptime", "unknown"} {
-		for _, o := range worker.Outcomes() {
+		for _, o := range outcome.All() {
 			want = append(want, fmt.Sprintf(`autodiag_task_outcomes_total{diagnostic=%q,outcome=%q} 0`, d, o))
 		}
 	}

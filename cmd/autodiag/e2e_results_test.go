@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -255,7 +256,7 @@ func TestResultsEmbedded(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("show --json: exit %d: %s", code, stderr)
 	}
-	var v notify.Task
+	var v taskview.Task
 	if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.ID != id || v.Outcome != "failed" {
 		t.Fatalf("show --json = %s (%v), want %s failed", stdout, err, id)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -98,7 +99,7 @@ func TestResultsFullOutputToS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var view notify.Task
+	var view taskview.Task
 	err = json.NewDecoder(resp.Body).Decode(&view)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK || view.OutputURL != url {

@@ -21,9 +21,9 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/instance"
-	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
 	"github.com/autodiag/autodiag/internal/harness"
+	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -318,8 +318,8 @@ func TestSetsidDiagnosticBounded(t *testing.T) {
 		minRun       time.Duration // the run lasts from minRun ...
 		maxRun       time.Duration // ... to maxRun
 	}{
-		{"leader exits", "setsid sleep %s & echo started", worker.OutcomeSucceeded, 0, timeout},
-		{"leader stays", "setsid sleep %s & echo started; sleep 30", worker.OutcomeTimedOut, timeout, timeout + killGrace},
+		{"leader exits", "setsid sleep %s & echo started", outcome.Succeeded, 0, timeout},
+		{"leader stays", "setsid sleep %s & echo started; sleep 30", outcome.TimedOut, timeout, timeout + killGrace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fractional, random duration names this run's sleep in /proc.

@@ -15,10 +15,10 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
 )
 
@@ -67,46 +67,46 @@ func (c *cli) showCmd() *cobra.Command {
 
 // lookupTask reads a task record from Redis when one is configured, else
 // from the local agent's admin API.
-func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (hooks.TaskView, error) {
+func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (taskview.Task, error) {
 	rc, err := agent.NewRedisClient(cfg.Redis)
 	if err != nil {
-		return hooks.TaskView{}, usageError{err}
+		return taskview.Task{}, usageError{err}
 	}
 	if rc != nil {
 		defer rc.Close()
 		rec, ok, err := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix}).Task(ctx, id)
 		if err != nil {
-			return hooks.TaskView{}, fmt.Errorf("show: %w", err)
+			return taskview.Task{}, fmt.Errorf("show: %w", err)
 		}
 		if !ok {
-			return hooks.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+			return taskview.Task{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
 		}
-		return hooks.NewTaskView(rec), nil
+		return rec.View(tracing.Link), nil
 	}
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
-		return hooks.TaskView{}, err
+		return taskview.Task{}, err
 	}
 	addr = target.addr
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks/"+id, nil)
 	if err != nil {
-		return hooks.TaskView{}, usageError{err}
+		return taskview.Task{}, usageError{err}
 	}
 	target.creds.SetOn(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return hooks.TaskView{}, fmt.Errorf("show: no redis configured, and the local agent did not answer: %w", err)
+		return taskview.Task{}, fmt.Errorf("show: no redis configured, and the local agent did not answer: %w", err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return hooks.TaskView{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+		return taskview.Task{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
 	default:
-		return hooks.TaskView{}, fmt.Errorf("show: agent at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
+		return taskview.Task{}, fmt.Errorf("show: agent at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
 	}
-	var v hooks.TaskView
+	var v taskview.Task
 	if err := json.Unmarshal(body, &v); err != nil {
 		return v, fmt.Errorf("show: agent's answer: %w", err)
 	}
@@ -115,7 +115,7 @@ func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (hooks.
 
 // printTask writes the human form: a header, the output in a block, the
 // report.
-func printTask(w io.Writer, v hooks.TaskView) {
+func printTask(w io.Writer, v taskview.Task) {
 	outcome := v.Outcome
 	if outcome == "" {
 		outcome = v.Status

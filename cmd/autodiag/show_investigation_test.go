@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent/hooks"
 	rootcause "github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // `autodiag show` prints an investigation's tree under its report, and a
@@ -21,7 +21,7 @@ func TestShowInvestigationTree(t *testing.T) {
 		Evidence: []string{"inv-1-s1-c1"}}
 	rep, _ := json.Marshal(rootcause.Result{Status: "ok", Markdown: "## Root cause\nx\n", Investigation: inv})
 	var b strings.Builder
-	printTask(&b, hooks.TaskView{ID: "t1", Outcome: "failed", Report: rep})
+	printTask(&b, taskview.Task{ID: "t1", Outcome: "failed", Report: rep})
 	out := b.String()
 	for _, want := range []string{
 		"investigation inv-1 of task t1: ended by max_steps, 2 steps, 300+30 tokens, 0.0012 USD",
@@ -36,7 +36,7 @@ func TestShowInvestigationTree(t *testing.T) {
 		}
 	}
 	b.Reset()
-	printTask(&b, hooks.TaskView{ID: "inv-1-s1-c1", Outcome: "succeeded", Origin: "investigation", Parent: "t1", Investigation: "inv-1", Step: 1})
+	printTask(&b, taskview.Task{ID: "inv-1-s1-c1", Outcome: "succeeded", Origin: "investigation", Parent: "t1", Investigation: "inv-1", Step: 1})
 	if !strings.Contains(b.String(), "origin:     investigation inv-1 of task t1, step 1") {
 		t.Errorf("show of a tool call:\n%s", b.String())
 	}

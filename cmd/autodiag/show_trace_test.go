@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // TestPrintTaskTrace: `autodiag show` prints the task's trace id and its
@@ -12,13 +12,13 @@ import (
 func TestPrintTaskTrace(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	printTask(&b, hooks.TaskView{ID: "t1", Outcome: "succeeded", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+	printTask(&b, taskview.Task{ID: "t1", Outcome: "succeeded", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 		TraceURL: "https://tempo.example/trace/4bf92f3577b34da6a3ce929d0e0e4736"})
 	if want := "  trace:      4bf92f3577b34da6a3ce929d0e0e4736 https://tempo.example/trace/4bf92f3577b34da6a3ce929d0e0e4736\n"; !strings.Contains(b.String(), want) {
 		t.Errorf("show:\n%s\nwant the row %q", b.String(), want)
 	}
 	b.Reset()
-	printTask(&b, hooks.TaskView{ID: "t2", Outcome: "succeeded"})
+	printTask(&b, taskview.Task{ID: "t2", Outcome: "succeeded"})
 	if strings.Contains(b.String(), "trace:") {
 		t.Errorf("show of an untraced task:\n%s", b.String())
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 func TestTerminalOut(t *testing.T) {
@@ -35,7 +35,7 @@ func TestTerminalOut(t *testing.T) {
 
 // show prints an output holding escape sequences visibly; --raw keeps them.
 func TestPrintTaskEscapes(t *testing.T) {
-	v := hooks.TaskView{ID: "t1", Status: "done", Outcome: "succeeded", Output: "title \x1b]0;x\x07 clear \x1b[2J\n",
+	v := taskview.Task{ID: "t1", Status: "done", Outcome: "succeeded", Output: "title \x1b]0;x\x07 clear \x1b[2J\n",
 		Params: map[string]string{"p": "\x1b[31mred"}}
 	var b bytes.Buffer
 	printTask(terminalOut(&b, false), v)

@@ -3,5 +3,5 @@
 // semantics: claims, lease renewal and expiry, attempts that survive a
 // crashed agent, finish, release, recovery after a restart, the capped audit
 // stream, instance TTLs and persisted drain state. Time is driven by a
-// FakeClock handed to the backend, so lease expiry needs no waiting.
+// clock.Manual handed to the backend, so lease expiry needs no waiting.
 package statetest

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Settings the store returned by the factory must be configured with.
@@ -24,40 +26,15 @@ const (
 // key before the fake clock says so.
 const lease = 2 * time.Minute
 
-// FakeClock is a manually advanced state.Clock.
-type FakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-var _ state.Clock = (*FakeClock)(nil)
-
-// NewFakeClock returns a clock reading start.
-func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
-
-// Now returns the fake time.
-func (c *FakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *FakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // Factory returns a fresh, empty store that reads time from clock and uses
 // AuditCap and RecordTTL. It registers its own cleanup on t.
-type Factory func(t *testing.T, clock *FakeClock) state.Store
+type Factory func(t *testing.T, clock *clock.Manual) state.Store
 
 // Run runs the whole suite against the stores newStore returns.
 func Run(t *testing.T, newStore Factory) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s state.Store, c *FakeClock)
+		fn   func(t *testing.T, s state.Store, c *clock.Manual)
 	}{
 		{"ClaimFresh", testClaimFresh},
 		{"HeldElsewhere", testHeldElsewhere},
@@ -85,7 +62,7 @@ func Run(t *testing.T, newStore Factory) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// Millisecond precision: Redis stores lease deadlines in ms.
-			c := NewFakeClock(time.Now().UTC().Truncate(time.Millisecond))
+			c := clock.NewManual(time.Now().UTC().Truncate(time.Millisecond))
 			s := newStore(t, c)
 			if err := s.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
@@ -155,7 +132,7 @@ func equalIDs(a, b []string) bool {
 	return true
 }
 
-func testClaimFresh(t *testing.T, s state.Store, c *FakeClock) {
+func testClaimFresh(t *testing.T, s state.Store, c *clock.Manual) {
 	cl := mustClaimed(t, s, "t1", "a", 1)
 	if !cl.Record.StartedAt.Equal(c.Now()) {
 		t.Errorf("StartedAt = %v, want clock %v", cl.Record.StartedAt, c.Now())
@@ -177,7 +154,7 @@ func testClaimFresh(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testHeldElsewhere(t *testing.T, s state.Store, c *FakeClock) {
+func testHeldElsewhere(t *testing.T, s state.Store, c *clock.Manual) {
 	mustClaimed(t, s, "t1", "a", 1)
 	cl := claim(t, s, "t1", "b")
 	if cl.Result != state.HeldElsewhere {
@@ -189,7 +166,7 @@ func testHeldElsewhere(t *testing.T, s state.Store, c *FakeClock) {
 	if cl.Record.Owner != "a" || cl.Record.Attempts != 1 {
 		t.Errorf("held record = %+v, want owner a attempts 1", cl.Record)
 	}
-	c.Advance(lease / 2)
+	c.Add(lease / 2)
 	cl = claim(t, s, "t1", "b")
 	if cl.Result != state.HeldElsewhere || cl.LeaseRemaining > lease/2 {
 		t.Errorf("after half the lease: %v remaining %v, want held with <= %v", cl.Result, cl.LeaseRemaining, lease/2)
@@ -202,7 +179,7 @@ func testHeldElsewhere(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testSameOwnerReclaims(t *testing.T, s state.Store, _ *FakeClock) {
+func testSameOwnerReclaims(t *testing.T, s state.Store, _ *clock.Manual) {
 	mustClaimed(t, s, "t1", "a", 1)
 	mustClaimed(t, s, "t1", "a", 2)
 	if ids := inflightIDs(t, s, "a"); !equalIDs(ids, []string{"t1"}) {
@@ -210,10 +187,10 @@ func testSameOwnerReclaims(t *testing.T, s state.Store, _ *FakeClock) {
 	}
 }
 
-func testLeaseExpiry(t *testing.T, s state.Store, c *FakeClock) {
+func testLeaseExpiry(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	mustClaimed(t, s, "t1", "a", 1)
-	c.Advance(lease + time.Millisecond)
+	c.Add(lease + time.Millisecond)
 	mustClaimed(t, s, "t1", "b", 2)
 	if err := s.Renew(ctx, "t1", "a", lease); !errors.Is(err, state.ErrLeaseLost) {
 		t.Errorf("Renew by the old owner = %v, want ErrLeaseLost", err)
@@ -229,14 +206,14 @@ func testLeaseExpiry(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testRenew(t *testing.T, s state.Store, c *FakeClock) {
+func testRenew(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	mustClaimed(t, s, "t1", "a", 1)
-	c.Advance(lease * 3 / 4)
+	c.Add(lease * 3 / 4)
 	if err := s.Renew(ctx, "t1", "a", lease); err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
-	c.Advance(lease * 3 / 4) // past the first lease, inside the renewed one
+	c.Add(lease * 3 / 4) // past the first lease, inside the renewed one
 	if cl := claim(t, s, "t1", "b"); cl.Result != state.HeldElsewhere {
 		t.Errorf("after renew: %v, want held_elsewhere", cl.Result)
 	}
@@ -247,7 +224,7 @@ func testRenew(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testFinish(t *testing.T, s state.Store, c *FakeClock) {
+func testFinish(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	cl := mustClaimed(t, s, "t1", "a", 1)
 	rec := cl.Record
@@ -256,7 +233,7 @@ func testFinish(t *testing.T, s state.Store, c *FakeClock) {
 	rec.Output = "out\n"
 	rec.Outcome = "failed"
 	rec.Reason = "exit status 3"
-	c.Advance(time.Second)
+	c.Add(time.Second)
 	if err := s.Finish(ctx, rec, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
@@ -272,7 +249,7 @@ func testFinish(t *testing.T, s state.Store, c *FakeClock) {
 			t.Errorf("Claim by %s after Finish = %v %+v, want already_done with the record", owner, cl.Result, cl.Record)
 		}
 	}
-	c.Advance(lease * 2) // a finished task stays done past any lease
+	c.Add(lease * 2) // a finished task stays done past any lease
 	if cl := claim(t, s, "t1", "b"); cl.Result != state.AlreadyDone {
 		t.Errorf("Claim long after Finish = %v, want already_done", cl.Result)
 	}
@@ -284,7 +261,7 @@ func testFinish(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testFinishKeepsGivenAttempts(t *testing.T, s state.Store, _ *FakeClock) {
+func testFinishKeepsGivenAttempts(t *testing.T, s state.Store, _ *clock.Manual) {
 	ctx := context.Background()
 	// A task finished without a claim (e.g. rejected before running).
 	if err := s.Finish(ctx, state.TaskRecord{ID: "t1", Owner: "a", Attempts: 0, Outcome: "rejected"}, state.FinishExtras{}); err != nil {
@@ -307,10 +284,10 @@ func testFinishKeepsGivenAttempts(t *testing.T, s state.Store, _ *FakeClock) {
 // testFinishAfterTakeover: agent a's lease lapses while its diagnostic runs
 // and b claims the task again. a's late Finish must neither overwrite b's
 // record nor drop b's lease, whether b is still running or already done.
-func testFinishAfterTakeover(t *testing.T, s state.Store, c *FakeClock) {
+func testFinishAfterTakeover(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	ca := mustClaimed(t, s, "t1", "a", 1)
-	c.Advance(lease + time.Second)
+	c.Add(lease + time.Second)
 	cb := mustClaimed(t, s, "t1", "b", 2)
 
 	late := ca.Record
@@ -351,7 +328,7 @@ func testFinishAfterTakeover(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testRelease(t *testing.T, s state.Store, _ *FakeClock) {
+func testRelease(t *testing.T, s state.Store, _ *clock.Manual) {
 	ctx := context.Background()
 	mustClaimed(t, s, "t1", "a", 1)
 	if err := s.Release(ctx, "t1", "b"); err != nil {
@@ -375,7 +352,7 @@ func testRelease(t *testing.T, s state.Store, _ *FakeClock) {
 	}
 }
 
-func testRecover(t *testing.T, s state.Store, _ *FakeClock) {
+func testRecover(t *testing.T, s state.Store, _ *clock.Manual) {
 	ctx := context.Background()
 	mustClaimed(t, s, "t1", "a", 1)
 	cl2 := mustClaimed(t, s, "t2", "a", 1)
@@ -415,13 +392,13 @@ func testRecover(t *testing.T, s state.Store, _ *FakeClock) {
 // testKilledAgentAttempts: an agent killed with -9 mid-task never finishes or
 // releases; after its lease lapses the next agent's claim is attempt 2, and
 // the record ends succeeded with attempts=2.
-func testKilledAgentAttempts(t *testing.T, s state.Store, c *FakeClock) {
+func testKilledAgentAttempts(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	mustClaimed(t, s, "t1", "a", 1)
 	if cl := claim(t, s, "t1", "b"); cl.Result != state.HeldElsewhere {
 		t.Fatalf("while a's lease lives: %v, want held_elsewhere", cl.Result)
 	}
-	c.Advance(lease + time.Second)
+	c.Add(lease + time.Second)
 	cl := mustClaimed(t, s, "t1", "b", 2)
 	rec := cl.Record
 	rec.Outcome = "succeeded"
@@ -440,7 +417,7 @@ func testKilledAgentAttempts(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testUnknownTask(t *testing.T, s state.Store, _ *FakeClock) {
+func testUnknownTask(t *testing.T, s state.Store, _ *clock.Manual) {
 	if _, ok, err := s.Task(context.Background(), "nope"); ok || err != nil {
 		t.Errorf("Task(nope) = ok %v err %v, want not found", ok, err)
 	}
@@ -449,7 +426,7 @@ func testUnknownTask(t *testing.T, s state.Store, _ *FakeClock) {
 // testFinishExtras: a Finish writes its audit entry always and its other
 // writes only with the record; a superseded one writes the audit entry
 // only; a retry of a finish that landed (same id) writes nothing again.
-func testFinishExtras(t *testing.T, s state.Store, c *FakeClock) {
+func testFinishExtras(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	applied := map[string]int{}
 	extras := func(id, task, outcome string) state.FinishExtras {
@@ -457,7 +434,7 @@ func testFinishExtras(t *testing.T, s state.Store, c *FakeClock) {
 			Writes: []state.Write{{Apply: func(context.Context) { applied[task+":"+outcome]++ }}}}
 	}
 	ca := mustClaimed(t, s, "t1", "a", 1)
-	c.Advance(lease + time.Second)
+	c.Add(lease + time.Second)
 	cb := mustClaimed(t, s, "t1", "b", 2)
 
 	late := ca.Record
@@ -496,7 +473,7 @@ func testFinishExtras(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testAudit(t *testing.T, s state.Store, c *FakeClock) {
+func testAudit(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	if got, err := s.RecentAudit(ctx, 10); err != nil || len(got) != 0 {
 		t.Fatalf("RecentAudit on empty = %v, %v", got, err)
@@ -529,7 +506,7 @@ func testAudit(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testAuditCap(t *testing.T, s state.Store, _ *FakeClock) {
+func testAuditCap(t *testing.T, s state.Store, _ *clock.Manual) {
 	ctx := context.Background()
 	const written = AuditCap * 4
 	for i := range written {
@@ -551,7 +528,7 @@ func testAuditCap(t *testing.T, s state.Store, _ *FakeClock) {
 	}
 }
 
-func testInstances(t *testing.T, s state.Store, c *FakeClock) {
+func testInstances(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	ids := func() []string {
 		t.Helper()
@@ -594,7 +571,7 @@ func testInstances(t *testing.T, s state.Store, c *FakeClock) {
 		}
 		return out
 	}
-	c.Advance(60 * time.Second)
+	c.Add(60 * time.Second)
 	if got := states(); len(got) != 2 || got["i-a"] != state.StateGone || got["i-b"] != "running" {
 		t.Errorf("after 60s: %v, want i-a gone, i-b running", got)
 	}
@@ -602,17 +579,17 @@ func testInstances(t *testing.T, s state.Store, c *FakeClock) {
 	if got := states(); len(got) != 2 || got["i-a"] != "running" || got["i-b"] != "running" {
 		t.Errorf("after heartbeat: %v, want both running", got)
 	}
-	c.Advance(2 * time.Minute)
+	c.Add(2 * time.Minute)
 	if got := states(); len(got) != 2 || got["i-a"] != state.StateGone || got["i-b"] != state.StateGone {
 		t.Errorf("after both TTLs: %v, want both gone", got)
 	}
-	c.Advance(state.GoneKeep)
+	c.Add(state.GoneKeep)
 	if got := ids(); len(got) != 0 {
 		t.Errorf("GoneKeep after the last heartbeat: %v, want none", got)
 	}
 }
 
-func testDrain(t *testing.T, s state.Store, c *FakeClock) {
+func testDrain(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	if d, err := s.LoadDrain(ctx, "i-a"); d != nil || err != nil {
 		t.Fatalf("LoadDrain before save = %v, %v; want nil", d, err)
@@ -644,7 +621,7 @@ func testDrain(t *testing.T, s state.Store, c *FakeClock) {
 // testConcurrentClaims: 8 goroutines race for the same ids many times, each
 // claim under its own owner (a new agent per round); while the lease lives
 // each id is claimed exactly once, and the record names the winner.
-func testConcurrentClaims(t *testing.T, s state.Store, _ *FakeClock) {
+func testConcurrentClaims(t *testing.T, s state.Store, _ *clock.Manual) {
 	const workers, ids, rounds = 8, 25, 4
 	var (
 		mu      sync.Mutex
@@ -698,7 +675,7 @@ func testConcurrentClaims(t *testing.T, s state.Store, _ *FakeClock) {
 // test; the fake clock is advanced past it for the memory store.
 const markTTL = 200 * time.Millisecond
 
-func testMarkOnce(t *testing.T, s state.Store, c *FakeClock) {
+func testMarkOnce(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	mark := func(key string) bool {
 		t.Helper()
@@ -721,7 +698,7 @@ func testMarkOnce(t *testing.T, s state.Store, c *FakeClock) {
 	}
 	// Past the TTL the mark is gone: the fake clock for memory, real time
 	// (bounded by a deadline) for Redis, whose PX is its own clock.
-	c.Advance(markTTL + time.Millisecond)
+	c.Add(markTTL + time.Millisecond)
 	deadline := time.Now().Add(markTTL + 5*time.Second)
 	for !mark("rejected:m1") {
 		if time.Now().After(deadline) {
@@ -731,7 +708,7 @@ func testMarkOnce(t *testing.T, s state.Store, c *FakeClock) {
 	}
 }
 
-func testMarkOnceConcurrent(t *testing.T, s state.Store, _ *FakeClock) {
+func testMarkOnceConcurrent(t *testing.T, s state.Store, _ *clock.Manual) {
 	const n = 16
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -758,12 +735,12 @@ func testMarkOnceConcurrent(t *testing.T, s state.Store, _ *FakeClock) {
 // testRecordKeepsRequestAndResult: what the task asked for (written by the
 // claim) and what explains its end (written by the finish) read back as
 // written, for GET /v1/tasks/{id}.
-func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *FakeClock) {
+func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *clock.Manual) {
 	ctx := context.Background()
 	rec := task("full")
 	rec.Params = map[string]string{"mount": "/var"}
 	rec.Severity = "critical"
-	rec.Alert = &state.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "fp-1"}
+	rec.Alert = &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "fp-1"}
 	rec.ReceivedAt = c.Now().Add(-time.Second)
 	cl, err := s.Claim(ctx, rec, "a", lease)
 	if err != nil || cl.Result != state.Claimed {
@@ -791,7 +768,7 @@ func testRecordKeepsRequestAndResult(t *testing.T, s state.Store, c *FakeClock) 
 
 // testSetReport: a report written after the finish reads back with the
 // record, which keeps its outcome and output; no record, no write.
-func testSetReport(t *testing.T, s state.Store, _ *FakeClock) {
+func testSetReport(t *testing.T, s state.Store, _ *clock.Manual) {
 	ctx := context.Background()
 	if ok, err := s.SetReport(ctx, "none", []byte(`{"status":"ok"}`)); err != nil || ok {
 		t.Fatalf("SetReport(unknown) = %v, %v, want false, nil", ok, err)

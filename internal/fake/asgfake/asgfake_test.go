@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/smithy-go"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
 
@@ -22,7 +23,7 @@ var t0 = time.Date(2026, 8, 11, 10, 0, 0, 0, time.UTC)
 
 // env is a fake service on a real HTTP server with a real SDK client.
 type env struct {
-	clock  *asgfake.Clock
+	clock  *clock.Manual
 	fake   *asgfake.Server
 	client *autoscaling.Client
 	notes  *notes
@@ -42,7 +43,7 @@ func (n *notes) all() []string {
 
 func newEnv(t *testing.T, retryer aws.Retryer) *env {
 	t.Helper()
-	e := &env{clock: asgfake.NewClock(t0), notes: &notes{}}
+	e := &env{clock: clock.NewManual(t0), notes: &notes{}}
 	e.fake = asgfake.New(asgfake.Options{Now: e.clock.Now, Seed: 1, Notify: e.notes.add})
 	ts := httptest.NewServer(e.fake)
 	t.Cleanup(ts.Close)
@@ -133,16 +134,16 @@ func TestHeartbeatExtendsUntilHeartbeatTimeout(t *testing.T) {
 		t.Fatalf("state = %q; want Terminating:Wait", got)
 	}
 	for range 5 { // 5 × 50s = 250s, far past one heartbeat timeout
-		e.clock.Advance(50 * time.Second)
+		e.clock.Add(50 * time.Second)
 		if err := e.heartbeat("", "i-1"); err != nil {
 			t.Fatalf("heartbeat: %v", err)
 		}
 	}
-	e.clock.Advance(59 * time.Second)
+	e.clock.Add(59 * time.Second)
 	if a, _ := e.fake.Action("i-1"); a.Ended || a.Heartbeats != 5 {
 		t.Fatalf("action = %+v; want active with 5 heartbeats", a)
 	}
-	e.clock.Advance(2 * time.Second)
+	e.clock.Add(2 * time.Second)
 	err := e.heartbeat(act.Token, "")
 	wantAPIError(t, err, "ValidationError", "No active Lifecycle Action found with token "+act.Token)
 	err = e.heartbeat("", "i-1")
@@ -183,7 +184,7 @@ func TestGlobalTimeout(t *testing.T) {
 			step := tt.hbt / 2
 			var err2 error
 			for elapsed := time.Duration(0); elapsed < tt.wantGlobal+tt.hbt; elapsed += step {
-				e.clock.Advance(step)
+				e.clock.Add(step)
 				if err2 = e.heartbeat("", "i-1"); err2 != nil {
 					break
 				}
@@ -407,7 +408,7 @@ func TestProbabilisticFaultsAreSeeded(t *testing.T) {
 func TestCallsRecorded(t *testing.T) {
 	e := newEnv(t, nil)
 	act := e.hook(t, time.Minute, asgfake.ResultAbandon)
-	e.clock.Advance(10 * time.Second)
+	e.clock.Add(10 * time.Second)
 	if err := e.heartbeat(act.Token, "i-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -467,12 +468,12 @@ func TestLaunchingActionTimeouts(t *testing.T) {
 				t.Fatalf("state = %q; want Pending:Wait", got)
 			}
 			for range tt.beats {
-				e.clock.Advance(50 * time.Second)
+				e.clock.Add(50 * time.Second)
 				if err := e.heartbeat2("ready", "i-9"); err != nil {
 					break // the global timeout ended it
 				}
 			}
-			e.clock.Advance(100 * time.Minute)
+			e.clock.Add(100 * time.Minute)
 			a, _ := e.fake.Action("i-9")
 			if !a.Ended || a.EndReason != tt.wantEnd || a.EndedAt.Sub(t0) != tt.wantAt || a.Result != tt.def {
 				t.Fatalf("action = %+v; want ended by %s at +%s with %s", a, tt.wantEnd, tt.wantAt, tt.def)
@@ -579,7 +580,7 @@ func TestWarmedInstanceTerminates(t *testing.T) {
 // TestVisibleAfter: an action is "No active Lifecycle Action found" to the
 // API until VisibleAfter has passed since it began.
 func TestVisibleAfter(t *testing.T) {
-	clock := asgfake.NewClock(t0)
+	clock := clock.NewManual(t0)
 	fake := asgfake.New(asgfake.Options{Now: clock.Now, VisibleAfter: 5 * time.Second})
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -590,9 +591,9 @@ func TestVisibleAfter(t *testing.T) {
 	if _, err := fake.Terminate("i-1"); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(5*time.Second - time.Millisecond)
+	clock.Add(5*time.Second - time.Millisecond)
 	wantAPIError(t, e.complete("", "i-1", asgfake.ResultContinue), "ValidationError", "No active Lifecycle Action found")
-	clock.Advance(time.Millisecond)
+	clock.Add(time.Millisecond)
 	if err := e.complete("", "i-1", asgfake.ResultContinue); err != nil {
 		t.Fatalf("complete once visible: %v", err)
 	}

@@ -24,7 +24,7 @@ func TestPutMetricDataRecordsAgentDatum(t *testing.T) {
 	if err := put(ctx, e.client, "autodiag", []cwtypes.MetricDatum{agentDatum("DrainSeconds", 42)}); err != nil {
 		t.Fatalf("PutMetricData: %v", err)
 	}
-	e.clock.Advance(time.Minute)
+	e.clock.Add(time.Minute)
 	if err := put(ctx, e.client, "autodiag", []cwtypes.MetricDatum{agentDatum("DrainSeconds", 102)}); err != nil {
 		t.Fatalf("PutMetricData: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
@@ -20,7 +21,7 @@ import (
 // has arrived, then reads what was recorded and when.
 func Example() {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	srv := cwfake.New(cwfake.WithClock(cwfake.ClockFunc(func() time.Time { return start })))
+	srv := cwfake.New(cwfake.WithClock(clock.Func(func() time.Time { return start })))
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 

@@ -13,28 +13,11 @@ import (
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
 var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// testClock is a manually advanced clock.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // backoffLog records the SDK retryer's decisions: every retry it schedules
 // and whether the SDK classified the error as a throttle.
@@ -59,7 +42,7 @@ func (b *backoffLog) decisions() []bool {
 type env struct {
 	srv     *cwfake.Server
 	client  *cloudwatch.Client
-	clock   *testClock
+	clock   *clock.Manual
 	backoff *backoffLog
 	url     string
 }
@@ -69,7 +52,7 @@ type env struct {
 // the bucket dry across subtests).
 func newEnv(t *testing.T, opts ...cwfake.Option) *env {
 	t.Helper()
-	clock := &testClock{now: epoch}
+	clock := clock.NewManual(epoch)
 	srv, ts := cwfake.NewTestServer(t, append([]cwfake.Option{cwfake.WithClock(clock)}, opts...)...)
 	bl := &backoffLog{}
 	client := cloudwatch.NewFromConfig(cwfake.SDKConfig(ts.URL), func(o *cloudwatch.Options) {

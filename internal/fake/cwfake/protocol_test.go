@@ -14,6 +14,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/encoding/cbor"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/fake/cwfake"
 )
 
@@ -96,7 +97,7 @@ func TestRawRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, ts := cwfake.NewTestServer(t, cwfake.WithClock(cwfake.ClockFunc(func() time.Time { return epoch })))
+			srv, ts := cwfake.NewTestServer(t, cwfake.WithClock(clock.Func(func() time.Time { return epoch })))
 			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.URL+tt.path, bytes.NewReader(tt.body))
 			if err != nil {
 				t.Fatal(err)

@@ -17,11 +17,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go/encoding/cbor"
 
+	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
 
@@ -40,22 +40,10 @@ const (
 	maxDecodedBytes = 32 << 20
 )
 
-// Clock is the source of time for receipt times and the timestamp window.
-// *sqsfake.FakeClock and ClockFunc satisfy it.
-type Clock interface {
-	Now() time.Time
-}
-
-// ClockFunc adapts a function to Clock.
-type ClockFunc func() time.Time
-
-// Now calls f.
-func (f ClockFunc) Now() time.Time { return f() }
-
 // Server is the fake CloudWatch endpoint, an http.Handler. All methods are
 // safe for concurrent use.
 type Server struct {
-	clock  Clock
+	clock  clock.Clock // receipt times and the timestamp window
 	region string
 
 	mu      sync.Mutex // guards data, calls, seq and changed
@@ -72,7 +60,7 @@ type Server struct {
 type Option func(*Server)
 
 // WithClock sets the clock (default: time.Now).
-func WithClock(c Clock) Option { return func(s *Server) { s.clock = c } }
+func WithClock(c clock.Clock) Option { return func(s *Server) { s.clock = c } }
 
 // WithRegion sets the region requests must be signed for (default
 // "us-east-1").
@@ -86,7 +74,7 @@ func WithSeed(seed uint64) Option {
 // New returns a Server that has recorded nothing.
 func New(opts ...Option) *Server {
 	s := &Server{
-		clock:   ClockFunc(time.Now),
+		clock:   clock.Wall{},
 		region:  DefaultRegion,
 		changed: make(chan struct{}),
 	}

@@ -1,0 +1,83 @@
+package hooks
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/outcome"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of TestTaskJSON")
+
+// taskRecords are the records TestTaskJSON shapes: every field set, a
+// run that did not start (exit code -1), and a task that never ran
+// (rate limited, from an old record without the newer fields).
+func taskRecords() map[string]state.TaskRecord {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.FixedZone("BRT", -3*3600))
+	full := state.TaskRecord{ID: "t-1", Status: state.StatusDone, Owner: "i-0abc", Attempts: 2, Host: "web-1",
+		Diagnostic: "df", StartedAt: at, FinishedAt: at.Add(1500 * time.Millisecond), ExitCode: 3,
+		Output: "line 1\nline 2\n", Truncated: true, Outcome: outcome.Failed, Reason: "exit status 3",
+		Params: map[string]string{"path": "/var", "depth": "2"}, Severity: "critical",
+		Origin: "investigation", Parent: "t-0", Investigation: "inv-1", Step: 2,
+		Alert:      &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
+		ReceivedAt: at.Add(-time.Second), OutputURL: "s3://bucket/t-1.txt", OutputUpload: "failed",
+		Limiter: json.RawMessage(`{"rule":"default","allowed":true}`), Report: json.RawMessage(`{"status":"ok"}`),
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"}
+	notStarted := state.TaskRecord{ID: "t-2", Status: state.StatusDone, Attempts: 1, Host: "web-2", Diagnostic: "df",
+		ExitCode: -1, Outcome: outcome.Failed, Reason: "start /nonexistent: no such file", FinishedAt: at}
+	limited := state.TaskRecord{ID: "t-3", Status: state.StatusDone, Host: "web-3", Diagnostic: "uptime",
+		Outcome: outcome.RateLimited, Reason: "daily", Limiter: json.RawMessage(`{"rule":"default","limit":"daily"}`)}
+	return map[string]state.TaskRecord{"full": full, "not_started": notStarted, "limited": limited}
+}
+
+// TestTaskJSON pins the wire JSON of a task in each of its shapes: the
+// stored record, GET /v1/tasks/{id} (and `autodiag show --json`), a
+// webhook's event, and the evidence a report's prompt carries. They are
+// the README's contract: a change here is a change of the contract.
+// Regenerate with `go test ./agent/hooks -run TestTaskJSON -update` only
+// for a deliberate addition.
+func TestTaskJSON(t *testing.T) {
+	diag := &runner.Diagnostic{Name: "df", Command: []string{"/bin/df", "-h", "{param.path}"}, Params: map[string]string{"path": ".*"}}
+	at := time.Date(2026, 11, 30, 15, 0, 2, 0, time.UTC)
+	tracing.SetLinkTemplate("https://traces.example/trace/{trace_id}")
+	for name, rec := range taskRecords() {
+		view := rec.View(tracing.Link)
+		shapes := map[string]any{
+			"record":   rec,
+			"view":     view,
+			"event":    notify.Event{Type: notify.EventType(rec.Outcome), ID: "d-1", InstanceID: "i-0abc", Time: at, Task: &view},
+			"evidence": EvidenceOf(rec, diag),
+		}
+		for shape, v := range shapes {
+			t.Run(name+"/"+shape, func(t *testing.T) {
+				got, err := json.MarshalIndent(v, "", "  ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, '\n')
+				file := filepath.Join("testdata", "task_"+name+"_"+shape+".json")
+				if *update {
+					if err := os.WriteFile(file, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != string(want) {
+					t.Errorf("%s changed:\n got %s\nwant %s", file, got, want)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/outcome"
+	"github.com/autodiag/autodiag/limiter"
+)
+
+// claimer is the claim → decide step: the task's execution lease, then
+// the limiter's decision; a task that must not run now ends or goes back
+// here.
+type claimer struct {
+	store      state.TaskStore
+	limiter    Decider
+	catalog    map[string]runner.Diagnostic
+	redactor   *redact.Redactor
+	outcomes   *outcomeRecorder
+	clock      clock.Clock
+	log        *slog.Logger
+	calls      *storeCalls
+	leases     *leases
+	msgs       *messages
+	fin        *finisher
+	instanceID string
+	lease      time.Duration // queue.visibility_timeout
+	dedupeKey  string        // limiter.dedupe.key
+	stateFail  string        // redis.state_fail
+}
+
+// claim takes the task's execution lease; false when the job ended or was
+// put back instead. When the store cannot answer within redis.timeout,
+// redis.state_fail decides: open runs the task without a lease (j.leased
+// false), closed hands the message back with backoff.
+func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
+	t := j.task
+	var c state.Claim
+	err := cl.calls.storeCall(func(ctx context.Context) (err error) {
+		c, err = cl.store.Claim(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease)
+		return err
+	})
+	if err != nil {
+		cl.calls.degraded("claim")
+		if cl.stateFail == config.StateFailClosed {
+			// Without the lease exactly-once cannot be guaranteed: hand
+			// the message back for a later attempt.
+			delay := retryDelay(j.msg.ReceiveCount)
+			cl.log.WarnContext(j.context(), "state store unavailable; task handed back", "task_id", t.ID, "state_fail", cl.stateFail,
+				"retry_after", delay.Seconds(), "err", err)
+			cl.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
+			return state.TaskRecord{}, false
+		}
+		cl.log.WarnContext(j.context(), "state store unavailable; running the task without its lease", "task_id", t.ID, "state_fail", cl.stateFail,
+			"detail", "the message's visibility is the only guard against a second run", "err", err)
+		return cl.openRecord(j), true
+	}
+	switch c.Result {
+	case state.AlreadyDone:
+		cl.outcomes.end(j, ended{outcome: outcome.Duplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
+		cl.msgs.ack(j)
+		return state.TaskRecord{}, false
+	case state.HeldElsewhere:
+		cl.msgs.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
+			attrs: []any{"detail", "running on another agent", "owner", c.Record.Owner}})
+		return state.TaskRecord{}, false
+	}
+	j.leased = true
+	return c.Record, true
+}
+
+// decide asks the limiter; false when the task must not run now (the job
+// ended, or was deferred).
+func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
+	t := j.task
+	// A slot or probe the decision takes is held under the task's lease,
+	// so that it lapses with the lease if this agent dies.
+	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: cl.lease}
+	if cl.dedupeKey != "" {
+		req.DedupeKey, _ = t.Field(cl.dedupeKey)
+	}
+	var dec limiter.Decision
+	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
+	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
+		dec, err = cl.limiter.Allow(ctx, req)
+		return err
+	})
+	traceDecision(lspan, dec, err)
+	lspan.End()
+	switch {
+	case err != nil:
+		cl.msgs.handBack(j, back{why: backLimiterCancelled, detail: err.Error()})
+		return false
+	case dec.Duplicate:
+		rec.Outcome, rec.Reason = outcome.Duplicate, dec.Reason
+		cl.fin.finish(j, rec, ended{outcome: outcome.Duplicate, reason: dec.Reason, detail: "same alert event within the dedupe ttl", decision: &dec})
+		cl.msgs.ack(j)
+		return false
+	case dec.Allowed:
+		j.limitReq = &req
+		j.mu.Lock()
+		j.decision = &dec
+		j.mu.Unlock()
+		return true
+	case dec.OnExceed == limiter.OnExceedDefer:
+		// A concurrency denial defers by default: its retry_after is when
+		// the earliest holder's lease ends, by which time the slot is free
+		// (see concurrencyDelay for when the message comes back).
+		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
+		if dec.Reason == limiter.ReasonConcurrency {
+			delay = concurrencyDelay(delay, cl.catalog[t.Diagnostic].WithDefaults().Timeout)
+		}
+		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
+		if s := shadowSummary(&dec); s != "" {
+			fields["shadow"] = s
+		}
+		cl.msgs.handBack(j, back{why: backLimited, after: delay, reason: dec.Reason, fields: fields,
+			attrs: []any{"detail", "limited by rule " + dec.Rule, "host", t.Host, "rule", dec.Rule, "limit", dec.Limit}})
+		return false
+	default:
+		rec.Outcome, rec.Reason, rec.Limiter = outcome.RateLimited, dec.Reason, limiterSummary(dec)
+		cl.fin.finish(j, rec, ended{outcome: outcome.RateLimited, reason: dec.Reason, detail: "denied by rule " + dec.Rule, decision: &dec})
+		cl.msgs.ack(j)
+		return false
+	}
+}
+
+// stillOurs checks, right before the diagnostic starts, that a lease
+// claimed more than one renewal period ago is still this agent's: an agent
+// stopped between its claim and the start (SIGSTOP, a paused VM, a long
+// stall) may have lost the lease to another agent that runs the task, and
+// starting it here too would run it twice. A fresh lease is not checked, so
+// the common path costs no round trip; a store that cannot answer leaves
+// the run to go ahead, as the keeper's renewals do.
+func (cl *claimer) stillOurs(j *job, claimed time.Time) bool {
+	if !j.leased || cl.clock.Now().Sub(claimed) < cl.lease/3 {
+		return true
+	}
+	err := cl.calls.storeCall(func(ctx context.Context) error { return cl.store.Renew(ctx, j.task.ID, cl.instanceID, cl.lease) })
+	if !errors.Is(err, state.ErrLeaseLost) {
+		if stateUnreachable(err) {
+			cl.calls.degraded("renew")
+		}
+		return true
+	}
+	cl.limiterDone(j, outcome.Released)
+	cl.msgs.handBack(j, back{why: backRunningElsewhere, after: cl.lease + lookAgainMargin,
+		attrs: []any{"detail", "the lease lapsed between the claim and the start; another agent holds it"}})
+	return false
+}
+
+// limiterDone tells the limiter that the allowed run of j ended, once:
+// it gives back the run's slots and probe and counts a failed or timed_out
+// run for the failure breakers. A cancelled run ends as released. The call
+// is bounded by redis.timeout on a context of its own (it runs on a fast
+// exit too); a failure is logged, as what it could not give back lapses
+// with the lease.
+func (cl *claimer) limiterDone(j *job, end string) {
+	req := j.limitReq
+	if req == nil {
+		return
+	}
+	j.limitReq = nil
+	if end == runner.Cancelled {
+		end = outcome.Released
+	}
+	if err := cl.calls.storeCall(func(ctx context.Context) error { return cl.limiter.Done(ctx, *req, end) }); err != nil {
+		cl.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
+	}
+}

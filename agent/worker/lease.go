@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/state"
+)
+
+// storeCalls bounds each store call by redis.timeout and counts the
+// operations that could not reach the store
+// (autodiag_state_degraded_total).
+type storeCalls struct {
+	timeout     time.Duration
+	degradedOps *prometheus.CounterVec
+}
+
+// storeCall runs one store call, bounded by redis.timeout.
+func (sc *storeCalls) storeCall(call func(context.Context) error) error {
+	return callWithin(sc.timeout, call)
+}
+
+// degraded counts a store operation that could not reach the store.
+func (sc *storeCalls) degraded(op string) {
+	sc.degradedOps.WithLabelValues(op).Inc()
+}
+
+// leases holds a task's execution lease in the store (claimed by the
+// claimer) while it runs, and the set of tasks running in this process.
+type leases struct {
+	store        state.TaskStore
+	limiter      Decider
+	calls        *storeCalls
+	log          *slog.Logger
+	instanceID   string
+	lease        time.Duration // queue.visibility_timeout
+	storeTimeout time.Duration // redis.timeout
+
+	// running holds the task ids executing in this process: the store's
+	// lease is per owner, so a duplicate message reaching the agent that
+	// already runs the task is caught here.
+	runningMu sync.Mutex
+	running   map[string]bool
+}
+
+func (l *leases) markRunning(id string) bool {
+	l.runningMu.Lock()
+	defer l.runningMu.Unlock()
+	if l.running[id] {
+		return false
+	}
+	l.running[id] = true
+	return true
+}
+
+func (l *leases) unmarkRunning(id string) {
+	l.runningMu.Lock()
+	defer l.runningMu.Unlock()
+	delete(l.running, id)
+}
+
+// releaseLease gives back the job's lease, when it has one.
+func (l *leases) releaseLease(j *job) {
+	if !j.leased {
+		return
+	}
+	err := l.calls.storeCall(func(ctx context.Context) error { return l.store.Release(ctx, j.task.ID, l.instanceID) })
+	if stateUnreachable(err) {
+		// The lease expires by itself.
+		l.calls.degraded("release")
+	}
+	logStoreErr(l.log, err)
+}
+
+// keepAlive renews the job's lease, and what its run holds in the
+// limiter (slots, the breaker probe) with it, while its task runs (until
+// ctx, the run's, ends), every third of the visibility timeout, each call
+// bounded by redis.timeout; the returned func stops it and waits for it.
+// The message's visibility is the queue's Hold, taken when the message was
+// accepted. A task run without a lease (redis.state_fail open) renews only
+// the limiter's hold.
+func (l *leases) keepAlive(ctx context.Context, j *job) func() {
+	req := j.limitReq
+	if !j.leased && req == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	every := l.lease / 3
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if j.leased {
+				l.renewLease(ctx, j, every)
+			}
+			if req != nil {
+				cctx, ccancel := context.WithTimeout(ctx, min(l.storeTimeout, every))
+				err := l.limiter.Renew(cctx, *req, l.lease)
+				ccancel()
+				if err != nil && ctx.Err() == nil {
+					l.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
+						"task_id", j.task.ID, "err", err)
+				}
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// renewLease renews the job's execution lease once, bounded by
+// redis.timeout (at most every, the renewal period).
+func (l *leases) renewLease(ctx context.Context, j *job, every time.Duration) {
+	cctx, ccancel := context.WithTimeout(ctx, min(l.storeTimeout, every))
+	err := l.store.Renew(cctx, j.task.ID, l.instanceID, l.lease)
+	ccancel()
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if stateUnreachable(err) {
+		l.calls.degraded("renew")
+	}
+	logStoreErr(l.log, err)
+	l.log.Warn("renewing the execution lease failed", "task_id", j.task.ID, "err", err)
+}
+
+// stateUnreachable reports whether err means the store did not answer
+// (down, stalled past redis.timeout), as opposed to an answer.
+func stateUnreachable(err error) bool {
+	return err != nil && !errors.Is(err, state.ErrLeaseLost) && !errors.Is(err, state.ErrSuperseded)
+}
+
+// logStoreErr logs a state store error; a lost or superseded lease is an
+// answer, not an error.
+func logStoreErr(log *slog.Logger, err error) {
+	if !stateUnreachable(err) {
+		return
+	}
+	log.Warn("state store error", "err", err)
+}
