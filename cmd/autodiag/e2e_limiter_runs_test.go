@@ -32,7 +32,9 @@ func newRunMarks(tb testing.TB) *runMarks {
 	dir := tb.TempDir()
 	m := &runMarks{dir: dir, path: filepath.Join(dir, "marks"), gate: filepath.Join(dir, "gate")}
 	// A diagnostic waiting at the gate must not outlive the test, even when
-	// its agent was killed.
+	// its agent was killed: the gate opens at cleanup, and the wait also
+	// ends when the directory is gone (TempDir's removal can come before
+	// the next look at the gate).
 	tb.Cleanup(func() { _ = os.WriteFile(m.gate, nil, 0o644) })
 	return m
 }
@@ -44,11 +46,11 @@ func (m *runMarks) script() string {
 	return fmt.Sprintf(`m='%s'
 printf 'start %%s %%s\n' "$1" "$(date +%%s%%N)" >> "$m"
 if [ "$2" = hold ] && mkdir '%s'/held-"$1" 2>/dev/null; then
-  while [ ! -e '%s' ]; do sleep 0.05; done
+  while [ ! -e '%s' ] && [ -d '%s' ]; do sleep 0.05; done
 fi
 if [ "$2" = brief ]; then sleep 0.01; fi
 printf 'end %%s %%s\n' "$1" "$(date +%%s%%N)" >> "$m"
-`, m.path, m.dir, m.gate)
+`, m.path, m.dir, m.gate, m.dir)
 }
 
 // runMark is one line of the marks file.
