@@ -598,6 +598,10 @@ func TestSQSDeleteGathersAfterReturn(t *testing.T) {
 	if err := q.Delete(context.Background(), ms[0]); err != nil { // idle: at once
 		t.Fatalf("Delete: %v", err)
 	}
+	// Delete returned with its entry's result; its batch's goroutine
+	// records the return a moment later. Until then the deletes below
+	// would gather as behind one in flight and go when it returns.
+	waitFor(t, func() bool { return q.DeletesInFlight() == 0 })
 	errs := make(chan error, 10)
 	for _, m := range ms[1:10] {
 		go func() { errs <- q.Delete(context.Background(), m) }()
