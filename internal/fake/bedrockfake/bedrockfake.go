@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
@@ -50,11 +49,8 @@ type Request struct {
 type Server struct {
 	*httptest.Server
 	fakefault.Plan[Fault, Request]
-	mu      sync.Mutex // guards reply, models, replies and huge
-	reply   string
-	models  []string
-	replies []Reply
-	huge    int64
+	fakefault.Replies[Reply]
+	models []string // set by New only
 }
 
 // DefaultReply is the canned report.
@@ -63,7 +59,8 @@ const DefaultReply = "## Root cause\nThe process was killed by the kernel's OOM 
 // New starts a fake on a loopback port. models, when given, are the only
 // model ids it knows; others get a ValidationException.
 func New(models ...string) *Server {
-	s := &Server{reply: DefaultReply, models: models}
+	s := &Server{models: models}
+	s.SetReply(DefaultReply)
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -73,16 +70,6 @@ func (s *Server) Close() {
 	s.Plan.Close()
 	s.Server.Close()
 }
-
-// SetReply sets the answer text.
-func (s *Server) SetReply(text string) { s.mu.Lock(); s.reply = text; s.mu.Unlock() }
-
-// Queue adds answers given, in order, to the next OK requests; when none is
-// queued the answer is the reply of SetReply.
-func (s *Server) Queue(rs ...Reply) { s.mu.Lock(); s.replies = append(s.replies, rs...); s.mu.Unlock() }
-
-// SetHugeBytes sets the size of the text a Huge answer streams.
-func (s *Server) SetHugeBytes(n int64) { s.mu.Lock(); s.huge = n; s.mu.Unlock() }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
@@ -97,9 +84,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := s.Next(Request{ModelID: model, Body: body})
-	s.mu.Lock()
-	reply, models := s.reply, s.models
-	s.mu.Unlock()
+	reply, models := s.Reply(), s.models
 	latency := s.Latency()
 	if !s.Wait(r.Context(), latency) {
 		return
@@ -134,20 +119,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case Empty:
 		reply = ""
 	case Huge:
-		s.mu.Lock()
-		n := s.huge
-		s.mu.Unlock()
-		writeHuge(w, n)
+		writeHuge(w, s.HugeBytes())
 		return
 	}
 	var uses []ToolUse
 	if f == OK {
-		s.mu.Lock()
-		if len(s.replies) > 0 {
-			reply, uses = s.replies[0].Text, s.replies[0].ToolUses
-			s.replies = s.replies[1:]
+		if q, ok := s.Take(); ok {
+			reply, uses = q.Text, q.ToolUses
 		}
-		s.mu.Unlock()
 	}
 	in, out := len(body)/4, len(reply)/4
 	content := []any{}
@@ -180,13 +159,8 @@ func writeErr(w http.ResponseWriter, code int, typ, msg string) {
 func writeHuge(w http.ResponseWriter, n int64) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `{"output":{"message":{"role":"assistant","content":[{"text":"`)
-	chunk := []byte(strings.Repeat("A", 64<<10))
-	for n > 0 {
-		c := chunk[:min(int64(len(chunk)), n)]
-		if _, err := w.Write(c); err != nil {
-			return // the client stopped reading
-		}
-		n -= int64(len(c))
+	if fakefault.Fill(w, n) != nil {
+		return // the client stopped reading
 	}
 	_, _ = io.WriteString(w, `"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2},"metrics":{"latencyMs":0}}`)
 }

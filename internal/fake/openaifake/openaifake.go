@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 
 	"github.com/autodiag/autodiag/internal/fake/fakefault"
 )
@@ -50,10 +49,7 @@ type Request struct {
 type Server struct {
 	*httptest.Server
 	fakefault.Plan[Fault, Request]
-	mu      sync.Mutex // guards reply, replies and huge
-	reply   string
-	replies []Reply
-	huge    int64
+	fakefault.Replies[Reply]
 }
 
 // DefaultReply is the canned report.
@@ -61,7 +57,8 @@ const DefaultReply = "## Root cause\nThe disk is full.\n\n## Analysis\n`/dev/xvd
 
 // New starts a fake on a loopback port.
 func New() *Server {
-	s := &Server{reply: DefaultReply}
+	s := &Server{}
+	s.SetReply(DefaultReply)
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -75,22 +72,10 @@ func (s *Server) Close() {
 	s.Server.Close()
 }
 
-// SetReply sets the answer text.
-func (s *Server) SetReply(text string) { s.mu.Lock(); s.reply = text; s.mu.Unlock() }
-
-// Queue adds answers given, in order, to the next OK requests; when none is
-// queued the answer is the reply of SetReply.
-func (s *Server) Queue(rs ...Reply) { s.mu.Lock(); s.replies = append(s.replies, rs...); s.mu.Unlock() }
-
-// SetHugeBytes sets the size of the content a Huge answer streams.
-func (s *Server) SetHugeBytes(n int64) { s.mu.Lock(); s.huge = n; s.mu.Unlock() }
-
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f := s.Next(Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
-	s.mu.Lock()
-	reply := s.reply
-	s.mu.Unlock()
+	reply := s.Reply()
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
 		return
@@ -129,18 +114,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case Empty:
 		reply = ""
 	case Huge:
-		s.mu.Lock()
-		n := s.huge
-		s.mu.Unlock()
-		writeHuge(w, req.Model, n)
+		writeHuge(w, req.Model, s.HugeBytes())
 		return
 	case OK:
-		s.mu.Lock()
-		if len(s.replies) > 0 {
-			reply, calls = s.replies[0].Text, s.replies[0].ToolCalls
-			s.replies = s.replies[1:]
+		if q, ok := s.Take(); ok {
+			reply, calls = q.Text, q.ToolCalls
 		}
-		s.mu.Unlock()
 	}
 	in := len(body) / 4
 	out := len(reply) / 4
@@ -170,13 +149,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 func writeHuge(w http.ResponseWriter, model string, n int64) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = fmt.Fprintf(w, `{"id":"chatcmpl-fake","object":"chat.completion","created":1700000000,"model":%q,"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"`, model)
-	chunk := []byte(strings.Repeat("A", 64<<10))
-	for n > 0 {
-		c := chunk[:min(int64(len(chunk)), n)]
-		if _, err := w.Write(c); err != nil {
-			return // the client stopped reading
-		}
-		n -= int64(len(c))
+	if fakefault.Fill(w, n) != nil {
+		return // the client stopped reading
 	}
 	_, _ = io.WriteString(w, `"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 }
