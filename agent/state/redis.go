@@ -1,13 +1,17 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -53,8 +57,14 @@ type RedisOptions struct {
 	// RecordTTL is how long a task record is kept once it is done or
 	// interrupted, and the TTL of in-flight hashes (default 24h).
 	RecordTTL time.Duration
-	// AuditMaxLen caps the audit stream (XADD MAXLEN ~, default 10000).
+	// AuditMaxLen caps the audit stream (XADD MAXLEN ~, default 10000);
+	// with AuditShards > 1 it is shared among the shards.
 	AuditMaxLen int64
+	// AuditShards spreads the audit entries over that many streams,
+	// P audit:{n} for n in 0..AuditShards-1, by a hash of the task id
+	// (redis.audit_shards): one stream takes one XADD per task of the
+	// whole fleet. 0 or 1: the one stream P audit.
+	AuditShards int
 	// MaxOutput bounds the output stored in a task record, in bytes; longer
 	// output is cut and marked Truncated (default 64 KiB).
 	MaxOutput int
@@ -92,6 +102,10 @@ type RedisOptions struct {
 //	                  of expired ids on every write; TTL RecordTTL.
 //	P drain:INST      DrainRecord JSON, TTL until one RecordTTL past its deadline.
 //	P audit           stream, XADD MAXLEN ~ AuditMaxLen.
+//	P audit:{N}       with AuditShards > 1, instead of P audit: shard N
+//	                  (FNV-1a of the task id mod AuditShards), XADD
+//	                  MAXLEN ~ AuditMaxLen/AuditShards (rounded up); the
+//	                  hash tag lets each shard live on any Cluster node.
 //	P mark:{KEY}      string "1", SET NX PX ttl: MarkOnce.
 //
 // Task record and lease share the hash tag {ID}, so Claim, Renew, Finish and
@@ -142,6 +156,9 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	if o.AuditMaxLen <= 0 {
 		o.AuditMaxLen = 10000
 	}
+	if o.AuditShards < 1 {
+		o.AuditShards = 1
+	}
 	if o.MaxOutput <= 0 {
 		o.MaxOutput = 64 << 10
 	}
@@ -158,7 +175,29 @@ func (r *Redis) inflightKey(inst string) string { return r.o.Prefix + "inflight:
 func (r *Redis) instanceKey(inst string) string { return r.o.Prefix + "instance:" + inst }
 func (r *Redis) instancesKey() string           { return r.o.Prefix + "instances" }
 func (r *Redis) drainKey(inst string) string    { return r.o.Prefix + "drain:" + inst }
-func (r *Redis) auditKey() string               { return r.o.Prefix + "audit" }
+
+// auditKey is the audit stream an entry of task id goes to.
+func (r *Redis) auditKey(id string) string {
+	if r.o.AuditShards <= 1 {
+		return r.o.Prefix + "audit"
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return r.auditShard(int(h.Sum32() % uint32(r.o.AuditShards)))
+}
+
+func (r *Redis) auditShard(n int) string {
+	if r.o.AuditShards <= 1 {
+		return r.o.Prefix + "audit"
+	}
+	return r.o.Prefix + "audit:{" + strconv.Itoa(n) + "}"
+}
+
+// auditMaxLen is the cap of one audit stream.
+func (r *Redis) auditMaxLen() int64 {
+	n := int64(r.o.AuditShards)
+	return (r.o.AuditMaxLen + n - 1) / n
+}
 func (r *Redis) markKey(key string) string      { return r.o.Prefix + "mark:{" + key + "}" }
 
 // TaskKey is the key of a task record, for tools that read it directly.
@@ -376,8 +415,8 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 		args[5] = rec.ID
 	}
 	if audit != nil {
-		keys = append(keys, r.auditKey())
-		args[6], args[7], args[8] = "1", r.o.AuditMaxLen, audit
+		keys = append(keys, r.auditKey(rec.ID))
+		args[6], args[7], args[8] = "1", r.auditMaxLen(), audit
 	}
 	var stream []Write // the writes the script makes
 	for _, w := range x.Writes {
@@ -403,7 +442,16 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 		stream = append(stream, w)
 	}
 	args[9] = len(stream)
-	v, err := finishScript.Run(ctx, r.c, keys, args...).Slice()
+	var v []any
+	var err error
+	if len(x.Calls) == 0 {
+		v, err = finishScript.Run(ctx, r.c, keys, args...).Slice()
+	} else {
+		var cmd *redis.Cmd
+		if cmd, err = r.withCalls(ctx, x.Calls, nil, finishScript, keys, args...); err == nil {
+			v, err = cmd.Slice()
+		}
+	}
 	if err != nil {
 		return finishReply{}, err
 	}
@@ -430,7 +478,7 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 // a finish that landed). A write that fails there is made by its Apply;
 // an audit entry that fails is reported as ErrPartial.
 func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
-	cmd, err := r.withScript(ctx, func(p redis.Pipeliner) {
+	cmd, err := r.withCalls(ctx, x.Calls, func(p redis.Pipeliner) {
 		if rec.Owner != "" {
 			p.HDel(ctx, r.inflightKey(rec.Owner), rec.ID)
 		}
@@ -456,7 +504,7 @@ func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byt
 	if audit != nil || len(writes) > 0 {
 		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if audit != nil {
-				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.auditKey(), MaxLen: r.o.AuditMaxLen, Approx: true, Values: []any{"e", audit}})
+				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.auditKey(rec.ID), MaxLen: r.auditMaxLen(), Approx: true, Values: []any{"e", audit}})
 			}
 			for i, w := range writes {
 				if w.Stream != nil {
@@ -526,18 +574,46 @@ func xaddFields(a *redis.XAddArgs) ([]string, error) {
 // holds them all (a cluster client splits the pipeline per node). A server
 // without the script cached gets it by EVAL in a second call.
 func (r *Redis) withScript(ctx context.Context, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	return r.withCalls(ctx, nil, before, s, keys, args...)
+}
+
+// withCalls is withScript with calls sent first in the same pipeline.
+// Each call's outcome goes to its Done, not into the error returned: that
+// is of before's commands and s.
+func (r *Redis) withCalls(ctx context.Context, calls []Call, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	var cmd *redis.Cmd
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		before(p)
+	ccmds := make([]*redis.Cmd, len(calls))
+	cmds, _ := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			ccmds[i] = c.Script.EvalSha(ctx, p, c.Keys, c.Args...)
+		}
+		if before != nil {
+			before(p)
+		}
 		cmd = s.EvalSha(ctx, p, keys, args...)
 		return nil
 	})
+	for i, c := range calls {
+		err := ccmds[i].Err()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Not run: the server lost its script cache.
+			err = c.Script.Eval(ctx, r.c, c.Keys, c.Args...).Err()
+		}
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		if c.Done != nil {
+			c.Done(err)
+		}
+	}
 	if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		cmd = s.Eval(ctx, r.c, keys, args...)
 		return cmd, cmd.Err()
 	}
-	if err != nil {
-		return nil, err
+	for _, c := range cmds[len(calls):] {
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
 	}
 	return cmd, nil
 }
@@ -654,8 +730,8 @@ func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
 		return fmt.Errorf("state: audit: %w", err)
 	}
 	err = r.c.XAdd(ctx, &redis.XAddArgs{
-		Stream: r.auditKey(),
-		MaxLen: r.o.AuditMaxLen,
+		Stream: r.auditKey(e.TaskID),
+		MaxLen: r.auditMaxLen(),
 		Approx: true,
 		Values: []any{"e", js},
 	}).Err()
@@ -665,16 +741,59 @@ func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
 	return nil
 }
 
-// RecentAudit implements Store.
+// RecentAudit implements Store. With AuditShards > 1 it reads the newest
+// n of every shard in one pipeline and merges them by the entries' time
+// (then stream id), newest first.
 func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	msgs, err := r.c.XRevRangeN(ctx, r.auditKey(), "+", "-", int64(n)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: recent audit: %w", err)
+	if r.o.AuditShards <= 1 {
+		msgs, err := r.c.XRevRangeN(ctx, r.auditShard(0), "+", "-", int64(n)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: recent audit: %w", err)
+		}
+		out := make([]AuditEntry, 0, len(msgs))
+		return decodeAudit(out, msgs, nil)
 	}
-	out := make([]AuditEntry, 0, len(msgs))
+	cmds := make([]*redis.XMessageSliceCmd, r.o.AuditShards)
+	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.XRevRangeN(ctx, r.auditShard(i), "+", "-", int64(n))
+		}
+		return nil
+	})
+	var out []AuditEntry
+	var ids []string
+	for _, c := range cmds {
+		msgs, err := c.Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: recent audit: %w", err)
+		}
+		if out, err = decodeAudit(out, msgs, &ids); err != nil {
+			return out, err
+		}
+	}
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := out[b].Time.Compare(out[a].Time); c != 0 {
+			return c
+		}
+		return compareStreamIDs(ids[b], ids[a])
+	})
+	merged := make([]AuditEntry, 0, min(n, len(idx)))
+	for _, i := range idx[:min(n, len(idx))] {
+		merged = append(merged, out[i])
+	}
+	return merged, nil
+}
+
+// decodeAudit appends the entries of msgs to out (and their stream ids to
+// ids, when given).
+func decodeAudit(out []AuditEntry, msgs []redis.XMessage, ids *[]string) ([]AuditEntry, error) {
 	for _, m := range msgs {
 		s, _ := m.Values["e"].(string)
 		var e AuditEntry
@@ -682,8 +801,27 @@ func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 			return out, fmt.Errorf("state: recent audit: entry %s: %w", m.ID, err)
 		}
 		out = append(out, e)
+		if ids != nil {
+			*ids = append(*ids, m.ID)
+		}
 	}
 	return out, nil
+}
+
+// compareStreamIDs orders two stream ids (ms-seq) by time.
+func compareStreamIDs(a, b string) int {
+	split := func(id string) (uint64, uint64) {
+		ms, seq, _ := strings.Cut(id, "-")
+		m, _ := strconv.ParseUint(ms, 10, 64)
+		q, _ := strconv.ParseUint(seq, 10, 64)
+		return m, q
+	}
+	am, aq := split(a)
+	bm, bq := split(b)
+	if c := cmp.Compare(am, bm); c != 0 {
+		return c
+	}
+	return cmp.Compare(aq, bq)
 }
 
 // PutInstance implements Store. It also refreshes the TTL of the instance's

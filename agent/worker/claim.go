@@ -174,8 +174,59 @@ func (cl *claimer) limiterDone(j *job, end string) {
 	if end == runner.Cancelled {
 		end = outcome.Released
 	}
+	if end != outcome.Released {
+		// A run's outcome: record's finish follows at once, and the
+		// calls ride in its round trip.
+		if calls, ok := cl.doneCalls(j, *req, end); ok {
+			j.limitDone = calls
+			return
+		}
+	}
 	if err := cl.calls.storeCall(func(ctx context.Context) error { return cl.limiter.Done(ctx, *req, end) }); err != nil {
 		cl.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
 			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
 	}
+}
+
+// doneCaller is the limiter's Done as script calls on the store's Redis.
+type doneCaller interface {
+	DoneCalls(r limiter.Request, outcome string) ([]limiter.ScriptCall, bool)
+}
+
+// doneCalls is limiterDone as calls for the finish to send in its round
+// trip (one fewer round trip per task on Redis); ok is false when the
+// limiter cannot make them (no Redis backend). A call the store cannot
+// send falls back to Done; a failed one is logged, and what it could not
+// give back lapses with the lease.
+func (cl *claimer) doneCalls(j *job, req limiter.Request, end string) ([]state.Call, bool) {
+	dc, ok := cl.limiter.(doneCaller)
+	if !ok {
+		return nil, false
+	}
+	sc, ok := dc.DoneCalls(req, end)
+	if !ok {
+		return nil, false
+	}
+	failed := func(err error) {
+		cl.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
+	}
+	calls := make([]state.Call, len(sc))
+	for i, c := range sc {
+		calls[i] = state.Call{Script: c.Script, Keys: c.Keys, Args: c.Args,
+			Fallback: func(ctx context.Context) {
+				// Done makes every call itself: the first Fallback does.
+				if i == 0 {
+					if err := cl.limiter.Done(ctx, req, end); err != nil {
+						failed(err)
+					}
+				}
+			},
+			Done: func(err error) {
+				if err != nil {
+					failed(err)
+				}
+			}}
+	}
+	return calls, true
 }
