@@ -198,7 +198,7 @@ func (r *Redis) auditMaxLen() int64 {
 	n := int64(r.o.AuditShards)
 	return (r.o.AuditMaxLen + n - 1) / n
 }
-func (r *Redis) markKey(key string) string      { return r.o.Prefix + "mark:{" + key + "}" }
+func (r *Redis) markKey(key string) string { return r.o.Prefix + "mark:{" + key + "}" }
 
 // TaskKey is the key of a task record, for tools that read it directly.
 func (r *Redis) TaskKey(id string) string { return r.taskKey(id) }
