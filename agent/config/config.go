@@ -181,7 +181,17 @@ type RedisConfig struct {
 	// the queue's visibility as the only guard against a second run;
 	// StateFailClosed releases it to be retried later.
 	StateFail string `yaml:"state_fail"`
+	// AuditShards spreads the audit stream over that many streams
+	// (<prefix>audit:{0} … audit:{N-1}, by task id) instead of the one
+	// <prefix>audit (1, the default): for fleets where one stream taking
+	// an XADD per task of every agent is a hot key (see
+	// docs/configuration.md). Every agent and reader of one fleet must use
+	// the same value.
+	AuditShards int `yaml:"audit_shards"`
 }
+
+// MaxAuditShards bounds redis.audit_shards: a reader asks every shard.
+const MaxAuditShards = 64
 
 // Values of redis.state_fail.
 const (
@@ -258,7 +268,7 @@ func DefaultConfig() Config {
 			VisibilityTimeout: DefaultVisibilityTimeout,
 			MaxAge:            DefaultMaxAge,
 		},
-		Redis:            RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail},
+		Redis:            RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail, AuditShards: 1},
 		Diagnostics:      BuiltinCatalog(),
 		Limiter:          lim,
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
@@ -528,6 +538,9 @@ func (r RedisConfig) Validate() error {
 	case StateFailOpen, StateFailClosed:
 	default:
 		p.addf("state_fail", "must be %q or %q, not %q", StateFailOpen, StateFailClosed, r.StateFail)
+	}
+	if r.AuditShards < 1 || r.AuditShards > MaxAuditShards {
+		p.addf("audit_shards", "must be between 1 and %d, not %d", MaxAuditShards, r.AuditShards)
 	}
 	return p.err()
 }

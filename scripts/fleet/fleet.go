@@ -209,6 +209,7 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	rs.auditShards = o.auditShards
 	prof := newRedisProfiler(rs.addrs, o.agents)
 	defer prof.close()
 	if err := prof.bare(5 * time.Second); err != nil {
