@@ -68,8 +68,14 @@ type RedisOptions struct {
 	// MaxOutput bounds the output stored in a task record, in bytes; longer
 	// output is cut and marked Truncated (default 64 KiB).
 	MaxOutput int
-	// MaxInstances bounds the instance index (default 10000).
+	// MaxInstances bounds the instance index (default 10000); with
+	// InstanceShards > 1 each shard holds its share.
 	MaxInstances int64
+	// InstanceShards spreads the instance index over that many sorted
+	// sets, P instances:{n} for n in 0..InstanceShards-1, by a hash of the
+	// instance id (redis.instance_shards): every agent writes its entry
+	// at every heartbeat. 0 or 1: the one index P instances.
+	InstanceShards int
 	// InService, when set, names the in-service indexes an instance
 	// belongs to (full keys): PutInstance adds it to each, scored by its
 	// heartbeat expiry (Unix ms), while its state is InstanceInService, and
@@ -97,6 +103,10 @@ type RedisOptions struct {
 //	                  ms), trimmed of expired ids on every read and, with its
 //	                  cap MaxInstances and TTL RecordTTL, by each writer at
 //	                  most once every indexTrimEvery.
+//	P instances:{N}   with InstanceShards > 1, instead of P instances:
+//	                  shard N (FNV-1a of the instance id mod
+//	                  InstanceShards), the same entries, scores, trims and
+//	                  TTL; cap MaxInstances/InstanceShards (rounded up).
 //	InService(inst)   with RedisOptions.InService: sorted sets of the ids of
 //	                  instances in service, scored like P instances, trimmed
 //	                  of expired ids on every write; TTL RecordTTL.
@@ -159,6 +169,9 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	if o.AuditShards < 1 {
 		o.AuditShards = 1
 	}
+	if o.InstanceShards < 1 {
+		o.InstanceShards = 1
+	}
 	if o.MaxOutput <= 0 {
 		o.MaxOutput = 64 << 10
 	}
@@ -173,17 +186,36 @@ func (r *Redis) taskKey(id string) string       { return r.o.Prefix + "task:{" +
 func (r *Redis) leaseKey(id string) string      { return r.o.Prefix + "lease:{" + id + "}" }
 func (r *Redis) inflightKey(inst string) string { return r.o.Prefix + "inflight:" + inst }
 func (r *Redis) instanceKey(inst string) string { return r.o.Prefix + "instance:" + inst }
-func (r *Redis) instancesKey() string           { return r.o.Prefix + "instances" }
 func (r *Redis) drainKey(inst string) string    { return r.o.Prefix + "drain:" + inst }
+
+// shardOf is the shard of id among n: FNV-1a (32 bit) of id mod n.
+func shardOf(id string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
+
+// instancesKey is the instance index that holds the entry of inst.
+func (r *Redis) instancesKey(inst string) string {
+	if r.o.InstanceShards <= 1 {
+		return r.o.Prefix + "instances"
+	}
+	return r.instancesShard(shardOf(inst, r.o.InstanceShards))
+}
+
+func (r *Redis) instancesShard(n int) string {
+	if r.o.InstanceShards <= 1 {
+		return r.o.Prefix + "instances"
+	}
+	return r.o.Prefix + "instances:{" + strconv.Itoa(n) + "}"
+}
 
 // auditKey is the audit stream an entry of task id goes to.
 func (r *Redis) auditKey(id string) string {
 	if r.o.AuditShards <= 1 {
 		return r.o.Prefix + "audit"
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return r.auditShard(int(h.Sum32() % uint32(r.o.AuditShards)))
+	return r.auditShard(shardOf(id, r.o.AuditShards))
 }
 
 func (r *Redis) auditShard(n int) string {
@@ -833,7 +865,7 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
 	}
-	idx := r.instancesKey()
+	idx := r.instancesKey(inst.ID)
 	due := r.trimDue.Load()
 	trim := now.UnixMilli() >= due
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -845,7 +877,7 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 			// The index always holds the writer's own live entry, so it
 			// is never emptied (and recreated without a TTL) between trims.
 			p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
-			p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
+			p.ZRemRangeByRank(ctx, idx, 0, -r.maxIndexed()-1)
 			p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
 		}
 		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
@@ -871,16 +903,34 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	return nil
 }
 
-// Instances implements Store: ids from the index whose heartbeat expiry is
-// within GoneKeep of now (those past it listed as gone), then their records
-// (one pipelined GET each, so Cluster works).
+// maxIndexed is the cap of one instance index shard.
+func (r *Redis) maxIndexed() int64 {
+	n := int64(r.o.InstanceShards)
+	return (r.o.MaxInstances + n - 1) / n
+}
+
+// Instances implements Store: ids from the index (every shard, in one
+// pipeline) whose heartbeat expiry is within GoneKeep of now (those past
+// it listed as gone), then their records (one pipelined GET each, so
+// Cluster works).
 func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 	now := r.o.Clock.Now()
-	zs, err := r.c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: r.instancesKey(), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
-	}).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: instances: %w", err)
+	shards := make([]*redis.ZSliceCmd, r.o.InstanceShards)
+	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range shards {
+			shards[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+				Key: r.instancesShard(i), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
+			})
+		}
+		return nil
+	})
+	var zs []redis.Z
+	for _, c := range shards {
+		z, err := c.Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: instances: %w", err)
+		}
+		zs = append(zs, z...)
 	}
 	if len(zs) == 0 {
 		return nil, nil

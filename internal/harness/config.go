@@ -26,6 +26,7 @@ type AgentConfig struct {
 	RedisTimeout time.Duration
 	StateFail    string // redis.state_fail; "" = the default
 	AuditShards  int    // redis.audit_shards; 0 = the default
+	InstShards   int    // redis.instance_shards; 0 = the default
 	Ledger       *Ledger
 	Catalog      string // more diagnostics, YAML list items indented two spaces
 	Rules        string // limiter rules, YAML list items indented four spaces
@@ -77,6 +78,9 @@ func (c AgentConfig) YAML() string {
 		}
 		if c.AuditShards > 0 {
 			fmt.Fprintf(&b, "  audit_shards: %d\n", c.AuditShards)
+		}
+		if c.InstShards > 0 {
+			fmt.Fprintf(&b, "  instance_shards: %d\n", c.InstShards)
 		}
 	}
 	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n    timeout: 60s\n")

@@ -620,12 +620,14 @@ type redisOpts struct {
 	redisMonitor time.Duration // the MONITOR window; 0 = none
 	redisCluster bool          // the agents share a 3-master Cluster
 	auditShards  int           // redis.audit_shards of the agents; 0 = the default
+	instShards   int           // redis.instance_shards of the agents; 0 = the default
 }
 
 func (o *redisOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.redisIdle, "redis-idle", durEnv("FLEETSIM_REDIS_IDLE", 30*time.Second), "idle window measured before the first task (FLEETSIM_REDIS_IDLE)")
 	fs.BoolVar(&o.redisCluster, "redis-cluster", os.Getenv("FLEETSIM_REDIS_CLUSTER") == "1", "a 3-master Redis Cluster of the lab's own (internal/harness) instead of one redis-server (FLEETSIM_REDIS_CLUSTER=1)")
 	fs.IntVar(&o.auditShards, "audit-shards", intEnv("FLEETSIM_AUDIT_SHARDS", 0), "the agents' redis.audit_shards; 0 = the default (FLEETSIM_AUDIT_SHARDS)")
+	fs.IntVar(&o.instShards, "instance-shards", intEnv("FLEETSIM_INSTANCE_SHARDS", 0), "the agents' redis.instance_shards; 0 = the default (FLEETSIM_INSTANCE_SHARDS)")
 	fs.DurationVar(&o.redisMonitor, "redis-monitor", durEnv("FLEETSIM_REDIS_MONITOR", 10*time.Second), "MONITOR window at 30 % of the duration, naming scripts and keys; 0 = none (FLEETSIM_REDIS_MONITOR)")
 }
 
@@ -664,6 +666,7 @@ type fleetRedis struct {
 	addrs       []string // every master
 	cluster     bool
 	auditShards int // redis.audit_shards; 0 = the default
+	instShards  int // redis.instance_shards; 0 = the default
 }
 
 // fleetClusterMasters is the size of the -redis-cluster Cluster.
@@ -689,7 +692,7 @@ func startFleetRedis(l *harness.Lab, cluster bool) (*fleetRedis, error) {
 // config points an agent's config at the fleet's Redis: redis.url, or
 // redis.addrs on a Cluster.
 func (f *fleetRedis) config(c harness.AgentConfig) harness.AgentConfig {
-	c.AuditShards = f.auditShards
+	c.AuditShards, c.InstShards = f.auditShards, f.instShards
 	if f.cluster {
 		c.RedisAddrs = f.addrs
 	} else {
