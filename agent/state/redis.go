@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -275,6 +276,66 @@ func decodeRecord(id, js string, status, owner string, attempts int64) (TaskReco
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
+	c, _, err := r.claim(ctx, rec, owner, lease, nil)
+	return c, err
+}
+
+// Then is a script of another component on the same Redis that runs in
+// the claim's script, right after it and only when the claim succeeds
+// (ClaimThen): its Lua source, run as a function with its own KEYS and
+// ARGV, and those.
+type Then struct {
+	Source string
+	Keys   []string
+	Args   []any
+}
+
+// ClaimThen is Claim with then run in the same script, atomically after
+// the lease is taken and only then: one round trip for both. folded is
+// false, and nothing is sent, where one script cannot reach every key (a
+// Cluster or Ring): make the two calls then. reply is then's reply, when
+// the claim succeeded.
+func (r *Redis) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then Then) (c Claim, reply any, folded bool, err error) {
+	if !r.oneNode {
+		return Claim{}, nil, false, nil
+	}
+	c, reply, err = r.claim(ctx, rec, owner, lease, &then)
+	return c, reply, true, err
+}
+
+// claimThenLua is claim.lua and the source of a Then as one script: KEYS
+// and ARGV are the claim's, then then's; ARGV[1] and ARGV[2] give the
+// claim's counts. The reply is claim.lua's, with then's reply appended
+// when the claim succeeded.
+const claimThenLua = `local function claim(KEYS, ARGV)
+%s
+end
+local function after(KEYS, ARGV)
+%s
+end
+local nk, na = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ck, ca, ak, aa = {}, {}, {}, {}
+for i = 1, nk do ck[i] = KEYS[i] end
+for i = nk + 1, #KEYS do ak[#ak + 1] = KEYS[i] end
+for i = 1, na do ca[i] = ARGV[2 + i] end
+for i = 3 + na, #ARGV do aa[#aa + 1] = ARGV[i] end
+local r = claim(ck, ca)
+if r[1] == 0 then r[#r + 1] = after(ak, aa) end
+return r
+`
+
+// thenScripts caches the combined script of each Then source.
+var thenScripts sync.Map // source -> *redis.Script
+
+func claimThenScript(src string) *redis.Script {
+	if s, ok := thenScripts.Load(src); ok {
+		return s.(*redis.Script)
+	}
+	s, _ := thenScripts.LoadOrStore(src, redis.NewScript(fmt.Sprintf(claimThenLua, claimLua, src)))
+	return s.(*redis.Script)
+}
+
+func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then *Then) (Claim, any, error) {
 	now := r.o.Clock.Now()
 	rec.Status = StatusRunning
 	rec.Owner = owner
@@ -284,22 +345,28 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 	r.bound(&rec)
 	js, err := json.Marshal(rec)
 	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 	entry, err := json.Marshal(InflightEntry{TaskID: rec.ID, Host: rec.Host, Diagnostic: rec.Diagnostic, StartedAt: rec.StartedAt})
 	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 
 	ifk := r.inflightKey(owner)
 	keys := []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)}
 	args := []any{owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)}
 	var cmd *redis.Cmd
-	if r.oneNode {
+	switch {
+	case then != nil:
+		keys, args = append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))
+		all := make([]any, 0, 2+len(args)+len(then.Args))
+		all = append(append(append(all, len(keys), len(args)), args...), then.Args...)
+		cmd = claimThenScript(then.Source).Run(ctx, r.c, append(keys, then.Keys...), all...)
+	case r.oneNode:
 		// One node holds every key: the script writes the in-flight entry
 		// with the claim, and only for a claim that succeeds.
 		cmd = claimScript.Run(ctx, r.c, append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))...)
-	} else {
+	default:
 		// The in-flight entry goes first, in the same round trip as the
 		// claim script: see the crash-window note on Redis.
 		cmd, err = r.withScript(ctx, func(p redis.Pipeliner) {
@@ -307,24 +374,31 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 			p.PExpire(ctx, ifk, r.o.RecordTTL)
 		}, claimScript, keys, args...)
 		if err != nil {
-			return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+			return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 		}
 	}
 	res, err := cmd.Slice()
 	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 	code, _ := res[0].(int64)
 	if code == 0 {
 		attempts, _ := res[1].(int64)
 		rec.Attempts = int(attempts)
-		return Claim{Result: Claimed, Record: rec}, nil
+		var reply any
+		if then != nil {
+			if len(res) < 3 {
+				return Claim{}, nil, fmt.Errorf("state: claim %s: no reply of the script run with it: %v", rec.ID, res)
+			}
+			reply = res[2]
+		}
+		return Claim{Result: Claimed, Record: rec}, reply, nil
 	}
 
 	// Not ours: the in-flight entry written above must go.
 	if !r.oneNode {
 		if err := r.c.HDel(ctx, ifk, rec.ID).Err(); err != nil {
-			return Claim{}, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
+			return Claim{}, nil, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
 		}
 	}
 	switch code {
@@ -335,20 +409,20 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 		attempts, _ := res[4].(int64)
 		got, err := decodeRecord(rec.ID, js, StatusRunning, holder, attempts)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, nil, err
 		}
-		return Claim{Result: HeldElsewhere, Record: got, LeaseRemaining: time.Duration(remaining) * time.Millisecond}, nil
+		return Claim{Result: HeldElsewhere, Record: got, LeaseRemaining: time.Duration(remaining) * time.Millisecond}, nil, nil
 	case 2:
 		js, _ := res[1].(string)
 		holder, _ := res[2].(string)
 		attempts, _ := res[3].(int64)
 		got, err := decodeRecord(rec.ID, js, StatusDone, holder, attempts)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, nil, err
 		}
-		return Claim{Result: AlreadyDone, Record: got}, nil
+		return Claim{Result: AlreadyDone, Record: got}, nil, nil
 	}
-	return Claim{}, fmt.Errorf("state: claim %s: unexpected script reply %v", rec.ID, res)
+	return Claim{}, nil, fmt.Errorf("state: claim %s: unexpected script reply %v", rec.ID, res)
 }
 
 // Renew implements Store.

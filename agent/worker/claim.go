@@ -46,7 +46,22 @@ type claimer struct {
 func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
+	ct, fold := cl.foldable(j)
 	err := cl.calls.storeCall(func(ctx context.Context) (err error) {
+		if fold != nil {
+			// The limiter's decision runs in the claim's script, right
+			// after the lease is taken: one round trip for both.
+			var reply any
+			var folded bool
+			c, reply, folded, err = ct.ClaimThen(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease,
+				state.Then{Source: fold.Source, Keys: fold.Keys, Args: fold.Args})
+			if folded {
+				if err == nil && c.Result == state.Claimed {
+					j.folded, j.foldReply = fold, reply
+				}
+				return err
+			}
+		}
 		c, err = cl.store.Claim(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease)
 		return err
 	})
@@ -83,15 +98,17 @@ func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 // ended, or was deferred).
 func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
 	t := j.task
-	// A slot or probe the decision takes is held under the task's lease,
-	// so that it lapses with the lease if this agent dies.
-	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: cl.lease}
-	if cl.dedupeKey != "" {
-		req.DedupeKey, _ = t.Field(cl.dedupeKey)
-	}
+	req := cl.request(j)
 	var dec limiter.Decision
 	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
 	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
+		if f := j.folded; f != nil {
+			// Decided already, in the claim's round trip.
+			reply := j.foldReply
+			j.folded, j.foldReply = nil, nil
+			dec, err = f.Resolve(ctx, reply)
+			return err
+		}
 		dec, err = cl.limiter.Allow(ctx, req)
 		return err
 	})
@@ -229,4 +246,46 @@ func (cl *claimer) doneCalls(j *job, req limiter.Request, end string) ([]state.C
 			}}
 	}
 	return calls, true
+}
+
+// request is the limiter request of j's task. A slot or probe the
+// decision takes is held under the task's lease, so that it lapses with
+// the lease if this agent dies.
+func (cl *claimer) request(j *job) limiter.Request {
+	t := j.task
+	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: cl.lease}
+	if cl.dedupeKey != "" {
+		req.DedupeKey, _ = t.Field(cl.dedupeKey)
+	}
+	return req
+}
+
+// claimThener claims with another script run in the claim's (a Redis
+// store on one server).
+type claimThener interface {
+	ClaimThen(ctx context.Context, rec state.TaskRecord, owner string, lease time.Duration, then state.Then) (state.Claim, any, bool, error)
+}
+
+// folder prepares a limiter decision to run in another script call.
+type folder interface {
+	Fold(r limiter.Request) (*limiter.Folded, bool)
+}
+
+// foldable is the store and the prepared decision when the decision can
+// ride in the claim's script (the store and the limiter on one Redis
+// server); nil when not, and the claim and Allow are two calls.
+func (cl *claimer) foldable(j *job) (claimThener, *limiter.Folded) {
+	ct, ok := cl.store.(claimThener)
+	if !ok {
+		return nil, nil
+	}
+	lf, ok := cl.limiter.(folder)
+	if !ok {
+		return nil, nil
+	}
+	f, ok := lf.Fold(cl.request(j))
+	if !ok {
+		return nil, nil
+	}
+	return ct, f
 }
