@@ -327,6 +327,11 @@ return r
 // thenScripts caches the combined script of each Then source.
 var thenScripts sync.Map // source -> *redis.Script
 
+// ClaimThenHash is the SHA-1 by which Redis knows the script ClaimThen
+// runs for a Then of source src: what a tool reading MONITOR or
+// SCRIPT-level statistics names it by.
+func ClaimThenHash(src string) string { return claimThenScript(src).Hash() }
+
 func claimThenScript(src string) *redis.Script {
 	if s, ok := thenScripts.Load(src); ok {
 		return s.(*redis.Script)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/harness"
 )
 
@@ -253,6 +254,10 @@ func luaScripts(dirs ...string) map[string]string {
 			}
 			sum := sha1.Sum(b) //nolint:gosec // see import
 			out[hex.EncodeToString(sum[:])] = path
+			if filepath.Base(path) == "allow.lua" {
+				// The agent's claim with the decision in its script.
+				out[state.ClaimThenHash(string(b))] = "lua/claim.lua+" + path
+			}
 			return nil
 		})
 	}
