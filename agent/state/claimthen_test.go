@@ -19,9 +19,9 @@ import (
 // finds the task held elsewhere or done runs nothing of it. On a Cluster
 // nothing is sent (folded false).
 func TestRedisClaimThen(t *testing.T) {
-	ctx := context.Background()
 	for name, c := range redisClients(t) {
 		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
 			prefix := uniquePrefix(t, c)
 			clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 			s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
