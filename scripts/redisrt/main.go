@@ -31,7 +31,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "redis-server (a scratch one)")
-	mode := flag.String("mode", "task", "task, task2, allow, ping, ping4 or pipe4")
+	mode := flag.String("mode", "task", "task, task2, allow, claim, decide, finish, script, ping, ping4 or pipe4")
 	pause := flag.Duration("pause", 0, "pause before each iteration (0: flat out)")
 	n := flag.Int("n", 0, "iterations (0: 3000 flat out, else 10 s worth)")
 	flag.Parse()
@@ -52,6 +52,7 @@ func run(addr, mode string, pause time.Duration, n int) error {
 	if err != nil {
 		return err
 	}
+	one := redis.NewScript("return 1")
 	if n <= 0 {
 		n = 3000
 		if pause > 0 {
@@ -89,8 +90,19 @@ func run(addr, mode string, pause time.Duration, n int) error {
 			err = task(ctx, l, st, r)
 		case "task2":
 			err = task2(ctx, l, st, r)
+		case "claim":
+			_, err = st.Claim(ctx, state.TaskRecord{ID: r.TaskID, Host: r.Host, Diagnostic: r.Diagnostic}, "i-1", r.Lease)
+		case "decide":
+			// Slots lapse within the second: the cap never denies.
+			r.Lease = time.Second
+			_, err = l.Allow(ctx, r)
+		case "finish":
+			err = st.Finish(ctx, state.TaskRecord{ID: r.TaskID, Host: r.Host, Diagnostic: r.Diagnostic, Owner: "i-1", Attempts: 1},
+				state.FinishExtras{ID: state.NewFinishID(), Audit: &state.AuditEntry{TaskID: r.TaskID, Outcome: "succeeded"}})
+		case "script":
+			err = one.Run(ctx, c, nil).Err()
 		default:
-			return fmt.Errorf("-mode %q: want task, task2, allow, ping, ping4 or pipe4", mode)
+			return fmt.Errorf("-mode %q: want task, task2, allow, claim, decide, finish, script, ping, ping4 or pipe4", mode)
 		}
 		if err != nil {
 			return err
