@@ -83,6 +83,13 @@ return redis.call('INCRBY', KEYS[1], ARGV[1]) .. ':' .. ARGV[2]`, Keys: []string
 			if n, _ := hooked.Get(ctx, counter).Int(); n != 10 {
 				t.Errorf("then ran to %d, want 10 (the warm-up and the claim)", n)
 			}
+			// A then that fails leaves the claim standing, without its reply.
+			failing := state.Then{Source: `redis.call('INCRBY', KEYS[1], 1)
+return redis.call('HGET', KEYS[1], 'x')`, Keys: []string{counter}}
+			cl, reply, folded, err := s.ClaimThen(ctx, state.TaskRecord{ID: "t2", Host: "h"}, "i-1", time.Minute, failing)
+			if err != nil || !folded || cl.Result != state.Claimed || reply != nil {
+				t.Fatalf("ClaimThen with a failing then = %+v, %v, folded %v, %v; want claimed, no reply", cl, reply, folded, err)
+			}
 		})
 	}
 }

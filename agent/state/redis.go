@@ -294,7 +294,8 @@ type Then struct {
 // the lease is taken and only then: one round trip for both. folded is
 // false, and nothing is sent, where one script cannot reach every key (a
 // Cluster or Ring): make the two calls then. reply is then's reply, when
-// the claim succeeded.
+// the claim succeeded; nil when then failed with an error (make its call
+// on its own then, which meets the error again and handles it).
 func (r *Redis) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then Then) (c Claim, reply any, folded bool, err error) {
 	if !r.oneNode {
 		return Claim{}, nil, false, nil
@@ -306,7 +307,9 @@ func (r *Redis) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lea
 // claimThenLua is claim.lua and the source of a Then as one script: KEYS
 // and ARGV are the claim's, then then's; ARGV[1] and ARGV[2] give the
 // claim's counts. The reply is claim.lua's, with then's reply appended
-// when the claim succeeded.
+// when the claim succeeded and then ran without a Lua error (an error
+// leaves the claim standing and then's reply out: what it wrote before
+// the error stays, as with any script).
 const claimThenLua = `local function claim(KEYS, ARGV)
 %s
 end
@@ -320,7 +323,10 @@ for i = nk + 1, #KEYS do ak[#ak + 1] = KEYS[i] end
 for i = 1, na do ca[i] = ARGV[2 + i] end
 for i = 3 + na, #ARGV do aa[#aa + 1] = ARGV[i] end
 local r = claim(ck, ca)
-if r[1] == 0 then r[#r + 1] = after(ak, aa) end
+if r[1] == 0 then
+  local ok, v = pcall(after, ak, aa)
+  if ok then r[#r + 1] = v end
+end
 return r
 `
 
@@ -391,10 +397,7 @@ func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease t
 		attempts, _ := res[1].(int64)
 		rec.Attempts = int(attempts)
 		var reply any
-		if then != nil {
-			if len(res) < 3 {
-				return Claim{}, nil, fmt.Errorf("state: claim %s: no reply of the script run with it: %v", rec.ID, res)
-			}
+		if then != nil && len(res) > 2 {
 			reply = res[2]
 		}
 		return Claim{Result: Claimed, Record: rec}, reply, nil

@@ -56,7 +56,9 @@ func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 			c, reply, folded, err = ct.ClaimThen(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease,
 				state.Then{Source: fold.Source, Keys: fold.Keys, Args: fold.Args})
 			if folded {
-				if err == nil && c.Result == state.Claimed {
+				// No reply: the decision failed in the script; decide
+				// asks the limiter on its own, which handles the error.
+				if err == nil && c.Result == state.Claimed && reply != nil {
 					j.folded, j.foldReply = fold, reply
 				}
 				return err
