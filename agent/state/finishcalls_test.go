@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -109,5 +110,50 @@ func TestRedisFinishCalls(t *testing.T) {
 	got2, ok, err := s.Task(ctx, "t1")
 	if err != nil || !ok || got2.Status != state.StatusDone {
 		t.Errorf("record after finish: %+v %v %v", got2, ok, err)
+	}
+}
+
+// TestRedisFinishCallsCluster: on a Cluster the calls go in the finish's
+// pipeline to their own nodes: each runs once, its Done is told, and the
+// record is written.
+func TestRedisFinishCallsCluster(t *testing.T) {
+	c, ok := redisClients(t)["cluster"]
+	if !ok {
+		t.Skip("no cluster: AUTODIAG_TEST_REDIS_CLUSTER_ADDRS is not set")
+	}
+	ctx := context.Background()
+	prefix := uniquePrefix(t, c)
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix})
+	rec := state.TaskRecord{ID: "t1", Diagnostic: "d", Host: "h"}
+	if cl, err := s.Claim(ctx, rec, "i-1", time.Minute); err != nil || cl.Result != state.Claimed {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	incr := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	var dones []error
+	var calls []state.Call
+	for i := range 3 { // keys in three slots, likely on different nodes
+		calls = append(calls, state.Call{Script: incr, Keys: []string{fmt.Sprintf("%scounter:{%d}", prefix, i)},
+			Fallback: func(context.Context) { t.Error("fallback of a Redis store") },
+			Done:     func(err error) { dones = append(dones, err) }})
+	}
+	rec.Owner, rec.Attempts, rec.Outcome = "i-1", 1, "succeeded"
+	x := state.FinishExtras{ID: state.NewFinishID(), Calls: calls}
+	if err := s.Finish(ctx, rec, x); err != nil {
+		t.Fatal(err)
+	}
+	x.Calls = nil
+	if err := s.Finish(ctx, rec, x); err != nil {
+		t.Fatalf("retried finish: %v", err)
+	}
+	if len(dones) != 3 || dones[0] != nil || dones[1] != nil || dones[2] != nil {
+		t.Errorf("calls' Done got %v, want 3 × nil", dones)
+	}
+	for _, c2 := range calls {
+		if n, err := c.Get(ctx, c2.Keys[0]).Int(); err != nil || n != 1 {
+			t.Errorf("%s ran %d times (%v), want 1", c2.Keys[0], n, err)
+		}
+	}
+	if got, ok, err := s.Task(ctx, "t1"); err != nil || !ok || got.Status != state.StatusDone {
+		t.Errorf("record after finish: %+v %v %v", got, ok, err)
 	}
 }
