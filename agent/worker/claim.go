@@ -193,9 +193,10 @@ func (cl *claimer) limiterDone(j *job, end string) {
 	if end == runner.Cancelled {
 		end = outcome.Released
 	}
-	if end != outcome.Released {
-		// A run's outcome: record's finish follows at once, and the
-		// calls ride in its round trip.
+	if end != outcome.Released && (cl.fin == nil || cl.fin.uploadMax == 0) {
+		// A run's outcome: record's finish follows at once (no upload in
+		// between to hold the slots through), and the calls ride in its
+		// round trip.
 		if calls, ok := cl.doneCalls(j, *req, end); ok {
 			j.limitDone = calls
 			return
