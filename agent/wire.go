@@ -249,7 +249,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		backend = limiter.NewMemory()
 	} else {
 		closers = append(closers, func() { _ = rc.Close() })
-		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix,
+		store = state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards,
 			InService: inServiceKeys(cfg.Redis.Prefix, cfg.Limiter.UsesPercent())})
 		backend = limiter.NewRedis(rc, cfg.Redis.Prefix)
 		outbox = notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle,

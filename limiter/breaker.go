@@ -39,6 +39,10 @@ func (b *breaker) allow(now time.Time) bool {
 	return true
 }
 
+// closed reports whether the breaker lets every call through (no
+// failures to its threshold), without taking a probe.
+func (b *breaker) closed() bool { return b.fails.Load() < int64(b.threshold) }
+
 func (b *breaker) success() {
 	if b.fails.Load() == 0 {
 		return

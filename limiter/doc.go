@@ -67,7 +67,12 @@
 // Ring), a shadow whose key kind differs from the enforced rule's is in
 // another slot and costs one more EVALSHA, after the first, each (Explain
 // states the count). Done and Renew are one EVALSHA of held.lua per slot
-// likewise. Keys (prefix is redis.prefix):
+// likewise. A caller with its own script calls on the same server can
+// carry both instead: Fold prepares a decision for the caller's script to
+// run (allow.lua's source, keys and args; Resolve reads its reply as
+// Allow would), DoneCalls gives Done's calls to send in the caller's
+// pipeline. The agent runs the decision inside its claim's script and
+// the release in its finish's round trip. Keys (prefix is redis.prefix):
 //
 //	<prefix>lim:{tag}:s:<rule>                    state of the rule for the key, TTL = its longest-lived part
 //	<prefix>lim:{tag}:w:<rule>                    window ZSET, only for a window count above 64, TTL = per

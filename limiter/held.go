@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Done gives back what the run of r holds (its concurrency slots) and
@@ -16,13 +18,7 @@ import (
 // bounds the call by Options.Timeout and returns the backend's error: a slot
 // it could not give back lapses with the lease.
 func (l *Limiter) Done(ctx context.Context, r Request, outcome string) error {
-	h := heldOp{done: true, outcome: heldNeutral}
-	switch outcome {
-	case OutcomeSucceeded:
-		h.outcome = heldSucceeded
-	case OutcomeFailed, OutcomeTimedOut:
-		h.outcome = heldFailed
-	}
+	h := doneOp(outcome)
 	return l.held(ctx, &r, &h, "done")
 }
 
@@ -38,10 +34,65 @@ func (l *Limiter) Renew(ctx context.Context, r Request, lease time.Duration) err
 	return l.held(ctx, &r, &h, "renew")
 }
 
+// ScriptCall is one Redis script call for a caller to send in a round
+// trip of its own (DoneCalls): run it with Script.EvalSha on a pipeline,
+// or Script.Run.
+type ScriptCall struct {
+	Script *redis.Script
+	Keys   []string
+	Args   []any
+}
+
+// DoneCalls is Done as the script calls it would make, for a caller that
+// sends them in a round trip it makes anyway (the agent: the pipeline of
+// the task's final record, on the same Redis client as the limiter's
+// backend). ok is false when the backend is not Redis: call Done then.
+// calls is empty when the run holds nothing to give back or count. The
+// caller sends the calls at most once: a second send would count a failed
+// run twice for the breakers; a call that fails leaves its slots to lapse
+// with the lease, as Done's would.
+func (l *Limiter) DoneCalls(r Request, outcome string) (calls []ScriptCall, ok bool) {
+	b, ok := l.backend.(*Redis)
+	if !ok {
+		return nil, false
+	}
+	h := doneOp(outcome)
+	if !l.heldOpFor(&r, &h) {
+		return nil, true
+	}
+	return b.heldCalls(&h), true
+}
+
+func doneOp(outcome string) heldOp {
+	h := heldOp{done: true, outcome: heldNeutral}
+	switch outcome {
+	case OutcomeSucceeded:
+		h.outcome = heldSucceeded
+	case OutcomeFailed, OutcomeTimedOut:
+		h.outcome = heldFailed
+	}
+	return h
+}
+
 func (l *Limiter) held(ctx context.Context, r *Request, h *heldOp, what string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if !l.heldOpFor(r, h) {
+		return nil
+	}
+	if err := l.backend.held(ctx, h, l.timeout); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("limiter: %s %s: %w", what, r.TaskID, err)
+	}
+	return nil
+}
+
+// heldOpFor fills h's time, task and rules for r; false when no rule
+// that applies to r holds anything.
+func (l *Limiter) heldOpFor(r *Request, h *heldOp) bool {
 	now := l.clock.Now()
 	h.now, h.task = now.UnixMicro(), r.TaskID
 	var buf [4]*compiledRule
@@ -56,16 +107,7 @@ func (l *Limiter) held(ctx context.Context, r *Request, h *heldOp, what string) 
 			l.ruleOpFor(&h.rules[len(h.rules)-1], cr, r, now)
 		}
 	}
-	if len(h.rules) == 0 {
-		return nil
-	}
-	if err := l.backend.held(ctx, h, l.timeout); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("limiter: %s %s: %w", what, r.TaskID, err)
-	}
-	return nil
+	return len(h.rules) > 0
 }
 
 // RuleState is the live state of one rule's concurrency slots and failure

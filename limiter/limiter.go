@@ -382,31 +382,8 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		return d, nil
 	}
 	now := l.clock.Now()
-	o := op{dry: dry, now: now.UnixMicro(), host: r.Host, diag: r.Diagnostic, enforced: true,
-		member: l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15}
-	if dedupe {
-		o.dedupeID, o.dedupeTTL = r.DedupeKey, l.dedupe
-	}
-	o.rules = o.ruleBuf[:0]
-	o.rules = append(o.rules, ruleOp{})
-	l.ruleOpFor(&o.rules[0], cr, r, now)
-	holds := cr.holds()
-	for _, sr := range shadows {
-		o.rules = append(o.rules, ruleOp{})
-		l.ruleOpFor(&o.rules[len(o.rules)-1], sr, r, now)
-		holds = holds || sr.holds()
-	}
-	if holds {
-		o.task = r.TaskID
-		if o.task == "" {
-			o.task = "anon-" + strconv.FormatUint(o.member, 16)
-		}
-		lease := r.Lease
-		if lease <= 0 {
-			lease = DefaultLease
-		}
-		o.leaseUntil = o.now + lease.Microseconds()
-	}
+	var o op
+	l.opFor(&o, r, cr, shadows, dedupe, dry, now)
 
 	var res result
 	var err error
@@ -445,6 +422,41 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		}
 		l.breaker.success()
 	}
+	return l.settle(ctx, r, cr, matched, shadows, &o, &res, dry)
+}
+
+// opFor fills o with the decision of r by rule cr and shadows at now.
+func (l *Limiter) opFor(o *op, r *Request, cr *compiledRule, shadows []*compiledRule, dedupe, dry bool, now time.Time) {
+	*o = op{dry: dry, now: now.UnixMicro(), host: r.Host, diag: r.Diagnostic, enforced: true,
+		member: l.salt ^ l.seq.Add(1)*0x9E3779B97F4A7C15}
+	if dedupe {
+		o.dedupeID, o.dedupeTTL = r.DedupeKey, l.dedupe
+	}
+	o.rules = o.ruleBuf[:0]
+	o.rules = append(o.rules, ruleOp{})
+	l.ruleOpFor(&o.rules[0], cr, r, now)
+	holds := cr.holds()
+	for _, sr := range shadows {
+		o.rules = append(o.rules, ruleOp{})
+		l.ruleOpFor(&o.rules[len(o.rules)-1], sr, r, now)
+		holds = holds || sr.holds()
+	}
+	if holds {
+		o.task = r.TaskID
+		if o.task == "" {
+			o.task = "anon-" + strconv.FormatUint(o.member, 16)
+		}
+		lease := r.Lease
+		if lease <= 0 {
+			lease = DefaultLease
+		}
+		o.leaseUntil = o.now + lease.Microseconds()
+	}
+}
+
+// settle turns the backend's answer res to o into the Decision of r,
+// recording it (metrics, logs) unless dry.
+func (l *Limiter) settle(ctx context.Context, r *Request, cr *compiledRule, matched bool, shadows []*compiledRule, o *op, res *result, dry bool) (Decision, error) {
 	if len(res.rules) == 0 {
 		return Decision{}, fmt.Errorf("limiter: decide %s: %w: no rule in the reply", o.rules[0].tag, ErrBadReply)
 	}

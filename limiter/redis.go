@@ -343,6 +343,24 @@ func parseReply(s string, dst []ruleResult) (result, error) {
 
 // held runs held.lua, one call per tag on a Cluster.
 func (b *Redis) held(ctx context.Context, h *heldOp, timeout time.Duration) error {
+	for _, c := range b.heldCalls(h) {
+		_, err := bounded(ctx, timeout, b.bounded, "held.lua", func(ctx context.Context) (int64, error) {
+			n, err := c.Script.Run(ctx, b.c, c.Keys, c.Args...).Int64()
+			if err != nil {
+				return 0, fmt.Errorf("redis evalsha held.lua: %w", err)
+			}
+			return n, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// heldCalls is held as the held.lua calls it makes: one, or one per tag
+// on a Cluster.
+func (b *Redis) heldCalls(h *heldOp) []ScriptCall {
 	groups := [][]ruleOp{h.rules}
 	if b.split && len(h.rules) > 1 {
 		groups = groups[:0]
@@ -362,6 +380,7 @@ func (b *Redis) held(ctx context.Context, h *heldOp, timeout time.Duration) erro
 			groups = append(groups, g)
 		}
 	}
+	calls := make([]ScriptCall, 0, len(groups))
 	for _, g := range groups {
 		var keys []string
 		args := make([]any, 2, 2+len(g))
@@ -386,18 +405,9 @@ func (b *Redis) held(ctx context.Context, h *heldOp, timeout time.Duration) erro
 			header = binary.LittleEndian.AppendUint64(header, uint64(v))
 		}
 		args[0], args[1] = header, h.task
-		_, err := bounded(ctx, timeout, b.bounded, "held.lua", func(ctx context.Context) (int64, error) {
-			n, err := heldScript.Run(ctx, b.c, keys, args...).Int64()
-			if err != nil {
-				return 0, fmt.Errorf("redis evalsha held.lua: %w", err)
-			}
-			return n, nil
-		})
-		if err != nil {
-			return err
-		}
+		calls = append(calls, ScriptCall{Script: heldScript, Keys: keys, Args: args})
 	}
-	return nil
+	return calls
 }
 
 // inspect reads one rule's slots and breaker for tag.

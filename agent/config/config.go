@@ -181,7 +181,24 @@ type RedisConfig struct {
 	// the queue's visibility as the only guard against a second run;
 	// StateFailClosed releases it to be retried later.
 	StateFail string `yaml:"state_fail"`
+	// AuditShards spreads the audit stream over that many streams
+	// (<prefix>audit:{0} … audit:{N-1}, by task id) instead of the one
+	// <prefix>audit (1, the default): for fleets where one stream taking
+	// an XADD per task of every agent is a hot key (see
+	// docs/configuration.md). Every agent and reader of one fleet must use
+	// the same value.
+	AuditShards int `yaml:"audit_shards"`
+	// InstanceShards spreads the instance index over that many sorted sets
+	// (<prefix>instances:{0} … instances:{N-1}, by instance id) instead of
+	// the one <prefix>instances (1, the default), which every agent writes
+	// at every heartbeat. Every agent and reader of one fleet must use the
+	// same value.
+	InstanceShards int `yaml:"instance_shards"`
 }
+
+// MaxAuditShards bounds redis.audit_shards and redis.instance_shards: a
+// reader asks every shard.
+const MaxAuditShards = 64
 
 // Values of redis.state_fail.
 const (
@@ -258,7 +275,7 @@ func DefaultConfig() Config {
 			VisibilityTimeout: DefaultVisibilityTimeout,
 			MaxAge:            DefaultMaxAge,
 		},
-		Redis:            RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail},
+		Redis:            RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail, AuditShards: 1, InstanceShards: 1},
 		Diagnostics:      BuiltinCatalog(),
 		Limiter:          lim,
 		LifecycleSection: LifecycleSection{Lifecycle: lifecycle.DefaultConfig(), Drain: drain.DefaultConfig()},
@@ -528,6 +545,12 @@ func (r RedisConfig) Validate() error {
 	case StateFailOpen, StateFailClosed:
 	default:
 		p.addf("state_fail", "must be %q or %q, not %q", StateFailOpen, StateFailClosed, r.StateFail)
+	}
+	if r.AuditShards < 1 || r.AuditShards > MaxAuditShards {
+		p.addf("audit_shards", "must be between 1 and %d, not %d", MaxAuditShards, r.AuditShards)
+	}
+	if r.InstanceShards < 1 || r.InstanceShards > MaxAuditShards {
+		p.addf("instance_shards", "must be between 1 and %d, not %d", MaxAuditShards, r.InstanceShards)
 	}
 	return p.err()
 }

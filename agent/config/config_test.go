@@ -381,6 +381,13 @@ func TestConfigNewKeys(t *testing.T) {
 	}{
 		{"state_fail closed", "redis:\n  state_fail: closed\n", "", func(c Config) bool { return c.Redis.StateFail == StateFailClosed }},
 		{"state_fail unknown", "redis:\n  state_fail: maybe\n", "redis.state_fail (line 2)", nil},
+		{"audit_shards default", "", "", func(c Config) bool { return c.Redis.AuditShards == 1 }},
+		{"audit_shards 8", "redis:\n  audit_shards: 8\n", "", func(c Config) bool { return c.Redis.AuditShards == 8 }},
+		{"audit_shards 0", "redis:\n  audit_shards: 0\n", "redis.audit_shards (line 2)", nil},
+		{"audit_shards past the cap", "redis:\n  audit_shards: 65\n", "redis.audit_shards (line 2)", nil},
+		{"instance_shards default", "", "", func(c Config) bool { return c.Redis.InstanceShards == 1 }},
+		{"instance_shards 8", "redis:\n  instance_shards: 8\n", "", func(c Config) bool { return c.Redis.InstanceShards == 8 }},
+		{"instance_shards 0", "redis:\n  instance_shards: 0\n", "redis.instance_shards (line 2)", nil},
 		{"allow_ip_literals", "limiter:\n  hosts:\n    allow_ip_literals: true\n", "", func(c Config) bool { return c.Limiter.Hosts.AllowIPLiterals }},
 		{"allow_ip_literals not a bool", "limiter:\n  hosts:\n    allow_ip_literals: sometimes\n", "limiter.hosts.allow_ip_literals (line 3)", nil},
 		{"secrets manager ARN", "redis:\n  url_secret: arn:aws:secretsmanager:eu-west-1:123456789012:secret:autodiag/redis-AbCdEf\n", "",

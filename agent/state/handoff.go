@@ -26,7 +26,7 @@ func (r *Redis) handoffKey(inst string) string { return r.o.Prefix + "handoff:" 
 // Live reports whether instanceID's agent keeps its record fresh: its
 // heartbeat expiry in the instance index is ahead of now.
 func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
-	score, err := r.c.ZScore(ctx, r.instancesKey(), instanceID).Result()
+	score, err := r.c.ZScore(ctx, r.instancesKey(instanceID), instanceID).Result()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}

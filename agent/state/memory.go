@@ -142,6 +142,9 @@ func (m *Memory) Renew(_ context.Context, taskID, owner string, lease time.Durat
 
 // Finish implements Store.
 func (m *Memory) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
+	for _, c := range x.Calls {
+		c.Fallback(ctx)
+	}
 	repeated, err := m.finish(rec, x)
 	if err != nil || repeated {
 		return err

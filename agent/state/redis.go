@@ -1,13 +1,18 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,13 +58,25 @@ type RedisOptions struct {
 	// RecordTTL is how long a task record is kept once it is done or
 	// interrupted, and the TTL of in-flight hashes (default 24h).
 	RecordTTL time.Duration
-	// AuditMaxLen caps the audit stream (XADD MAXLEN ~, default 10000).
+	// AuditMaxLen caps the audit stream (XADD MAXLEN ~, default 10000);
+	// with AuditShards > 1 it is shared among the shards.
 	AuditMaxLen int64
+	// AuditShards spreads the audit entries over that many streams,
+	// P audit:{n} for n in 0..AuditShards-1, by a hash of the task id
+	// (redis.audit_shards): one stream takes one XADD per task of the
+	// whole fleet. 0 or 1: the one stream P audit.
+	AuditShards int
 	// MaxOutput bounds the output stored in a task record, in bytes; longer
 	// output is cut and marked Truncated (default 64 KiB).
 	MaxOutput int
-	// MaxInstances bounds the instance index (default 10000).
+	// MaxInstances bounds the instance index (default 10000); with
+	// InstanceShards > 1 each shard holds its share.
 	MaxInstances int64
+	// InstanceShards spreads the instance index over that many sorted
+	// sets, P instances:{n} for n in 0..InstanceShards-1, by a hash of the
+	// instance id (redis.instance_shards): every agent writes its entry
+	// at every heartbeat. 0 or 1: the one index P instances.
+	InstanceShards int
 	// InService, when set, names the in-service indexes an instance
 	// belongs to (full keys): PutInstance adds it to each, scored by its
 	// heartbeat expiry (Unix ms), while its state is InstanceInService, and
@@ -87,11 +104,19 @@ type RedisOptions struct {
 //	                  ms), trimmed of expired ids on every read and, with its
 //	                  cap MaxInstances and TTL RecordTTL, by each writer at
 //	                  most once every indexTrimEvery.
+//	P instances:{N}   with InstanceShards > 1, instead of P instances:
+//	                  shard N (FNV-1a of the instance id mod
+//	                  InstanceShards), the same entries, scores, trims and
+//	                  TTL; cap MaxInstances/InstanceShards (rounded up).
 //	InService(inst)   with RedisOptions.InService: sorted sets of the ids of
 //	                  instances in service, scored like P instances, trimmed
 //	                  of expired ids on every write; TTL RecordTTL.
 //	P drain:INST      DrainRecord JSON, TTL until one RecordTTL past its deadline.
 //	P audit           stream, XADD MAXLEN ~ AuditMaxLen.
+//	P audit:{N}       with AuditShards > 1, instead of P audit: shard N
+//	                  (FNV-1a of the task id mod AuditShards), XADD
+//	                  MAXLEN ~ AuditMaxLen/AuditShards (rounded up); the
+//	                  hash tag lets each shard live on any Cluster node.
 //	P mark:{KEY}      string "1", SET NX PX ttl: MarkOnce.
 //
 // Task record and lease share the hash tag {ID}, so Claim, Renew, Finish and
@@ -142,6 +167,12 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	if o.AuditMaxLen <= 0 {
 		o.AuditMaxLen = 10000
 	}
+	if o.AuditShards < 1 {
+		o.AuditShards = 1
+	}
+	if o.InstanceShards < 1 {
+		o.InstanceShards = 1
+	}
 	if o.MaxOutput <= 0 {
 		o.MaxOutput = 64 << 10
 	}
@@ -156,10 +187,51 @@ func (r *Redis) taskKey(id string) string       { return r.o.Prefix + "task:{" +
 func (r *Redis) leaseKey(id string) string      { return r.o.Prefix + "lease:{" + id + "}" }
 func (r *Redis) inflightKey(inst string) string { return r.o.Prefix + "inflight:" + inst }
 func (r *Redis) instanceKey(inst string) string { return r.o.Prefix + "instance:" + inst }
-func (r *Redis) instancesKey() string           { return r.o.Prefix + "instances" }
 func (r *Redis) drainKey(inst string) string    { return r.o.Prefix + "drain:" + inst }
-func (r *Redis) auditKey() string               { return r.o.Prefix + "audit" }
-func (r *Redis) markKey(key string) string      { return r.o.Prefix + "mark:{" + key + "}" }
+
+// shardOf is the shard of id among n: FNV-1a (32 bit) of id mod n.
+func shardOf(id string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
+
+// instancesKey is the instance index that holds the entry of inst.
+func (r *Redis) instancesKey(inst string) string {
+	if r.o.InstanceShards <= 1 {
+		return r.o.Prefix + "instances"
+	}
+	return r.instancesShard(shardOf(inst, r.o.InstanceShards))
+}
+
+func (r *Redis) instancesShard(n int) string {
+	if r.o.InstanceShards <= 1 {
+		return r.o.Prefix + "instances"
+	}
+	return r.o.Prefix + "instances:{" + strconv.Itoa(n) + "}"
+}
+
+// auditKey is the audit stream an entry of task id goes to.
+func (r *Redis) auditKey(id string) string {
+	if r.o.AuditShards <= 1 {
+		return r.o.Prefix + "audit"
+	}
+	return r.auditShard(shardOf(id, r.o.AuditShards))
+}
+
+func (r *Redis) auditShard(n int) string {
+	if r.o.AuditShards <= 1 {
+		return r.o.Prefix + "audit"
+	}
+	return r.o.Prefix + "audit:{" + strconv.Itoa(n) + "}"
+}
+
+// auditMaxLen is the cap of one audit stream.
+func (r *Redis) auditMaxLen() int64 {
+	n := int64(r.o.AuditShards)
+	return (r.o.AuditMaxLen + n - 1) / n
+}
+func (r *Redis) markKey(key string) string { return r.o.Prefix + "mark:{" + key + "}" }
 
 // TaskKey is the key of a task record, for tools that read it directly.
 func (r *Redis) TaskKey(id string) string { return r.taskKey(id) }
@@ -204,6 +276,77 @@ func decodeRecord(id, js string, status, owner string, attempts int64) (TaskReco
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
+	c, _, err := r.claim(ctx, rec, owner, lease, nil)
+	return c, err
+}
+
+// Then is a script of another component on the same Redis that runs in
+// the claim's script, right after it and only when the claim succeeds
+// (ClaimThen): its Lua source, run as a function with its own KEYS and
+// ARGV, and those.
+type Then struct {
+	Source string
+	Keys   []string
+	Args   []any
+}
+
+// ClaimThen is Claim with then run in the same script, atomically after
+// the lease is taken and only then: one round trip for both. folded is
+// false, and nothing is sent, where one script cannot reach every key (a
+// Cluster or Ring): make the two calls then. reply is then's reply, when
+// the claim succeeded; nil when then failed with an error (make its call
+// on its own then, which meets the error again and handles it).
+func (r *Redis) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then Then) (c Claim, reply any, folded bool, err error) {
+	if !r.oneNode {
+		return Claim{}, nil, false, nil
+	}
+	c, reply, err = r.claim(ctx, rec, owner, lease, &then)
+	return c, reply, true, err
+}
+
+// claimThenLua is claim.lua and the source of a Then as one script: KEYS
+// and ARGV are the claim's, then then's; ARGV[1] and ARGV[2] give the
+// claim's counts. The reply is claim.lua's, with then's reply appended
+// when the claim succeeded and then ran without a Lua error (an error
+// leaves the claim standing and then's reply out: what it wrote before
+// the error stays, as with any script).
+const claimThenLua = `local function claim(KEYS, ARGV)
+%s
+end
+local function after(KEYS, ARGV)
+%s
+end
+local nk, na = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ck, ca, ak, aa = {}, {}, {}, {}
+for i = 1, nk do ck[i] = KEYS[i] end
+for i = nk + 1, #KEYS do ak[#ak + 1] = KEYS[i] end
+for i = 1, na do ca[i] = ARGV[2 + i] end
+for i = 3 + na, #ARGV do aa[#aa + 1] = ARGV[i] end
+local r = claim(ck, ca)
+if r[1] == 0 then
+  local ok, v = pcall(after, ak, aa)
+  if ok then r[#r + 1] = v end
+end
+return r
+`
+
+// thenScripts caches the combined script of each Then source.
+var thenScripts sync.Map // source -> *redis.Script
+
+// ClaimThenHash is the SHA-1 by which Redis knows the script ClaimThen
+// runs for a Then of source src: what a tool reading MONITOR or
+// SCRIPT-level statistics names it by.
+func ClaimThenHash(src string) string { return claimThenScript(src).Hash() }
+
+func claimThenScript(src string) *redis.Script {
+	if s, ok := thenScripts.Load(src); ok {
+		return s.(*redis.Script)
+	}
+	s, _ := thenScripts.LoadOrStore(src, redis.NewScript(fmt.Sprintf(claimThenLua, claimLua, src)))
+	return s.(*redis.Script)
+}
+
+func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then *Then) (Claim, any, error) {
 	now := r.o.Clock.Now()
 	rec.Status = StatusRunning
 	rec.Owner = owner
@@ -213,22 +356,28 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 	r.bound(&rec)
 	js, err := json.Marshal(rec)
 	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 	entry, err := json.Marshal(InflightEntry{TaskID: rec.ID, Host: rec.Host, Diagnostic: rec.Diagnostic, StartedAt: rec.StartedAt})
 	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 
 	ifk := r.inflightKey(owner)
 	keys := []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)}
 	args := []any{owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)}
 	var cmd *redis.Cmd
-	if r.oneNode {
+	switch {
+	case then != nil:
+		keys, args = append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))
+		all := make([]any, 0, 2+len(args)+len(then.Args))
+		all = append(append(append(all, len(keys), len(args)), args...), then.Args...)
+		cmd = claimThenScript(then.Source).Run(ctx, r.c, append(keys, then.Keys...), all...)
+	case r.oneNode:
 		// One node holds every key: the script writes the in-flight entry
 		// with the claim, and only for a claim that succeeds.
 		cmd = claimScript.Run(ctx, r.c, append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))...)
-	} else {
+	default:
 		// The in-flight entry goes first, in the same round trip as the
 		// claim script: see the crash-window note on Redis.
 		cmd, err = r.withScript(ctx, func(p redis.Pipeliner) {
@@ -236,24 +385,28 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 			p.PExpire(ctx, ifk, r.o.RecordTTL)
 		}, claimScript, keys, args...)
 		if err != nil {
-			return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+			return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 		}
 	}
 	res, err := cmd.Slice()
 	if err != nil {
-		return Claim{}, fmt.Errorf("state: claim %s: %w", rec.ID, err)
+		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 	code, _ := res[0].(int64)
 	if code == 0 {
 		attempts, _ := res[1].(int64)
 		rec.Attempts = int(attempts)
-		return Claim{Result: Claimed, Record: rec}, nil
+		var reply any
+		if then != nil && len(res) > 2 {
+			reply = res[2]
+		}
+		return Claim{Result: Claimed, Record: rec}, reply, nil
 	}
 
 	// Not ours: the in-flight entry written above must go.
 	if !r.oneNode {
 		if err := r.c.HDel(ctx, ifk, rec.ID).Err(); err != nil {
-			return Claim{}, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
+			return Claim{}, nil, fmt.Errorf("state: claim %s: in-flight cleanup: %w", rec.ID, err)
 		}
 	}
 	switch code {
@@ -264,20 +417,20 @@ func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease t
 		attempts, _ := res[4].(int64)
 		got, err := decodeRecord(rec.ID, js, StatusRunning, holder, attempts)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, nil, err
 		}
-		return Claim{Result: HeldElsewhere, Record: got, LeaseRemaining: time.Duration(remaining) * time.Millisecond}, nil
+		return Claim{Result: HeldElsewhere, Record: got, LeaseRemaining: time.Duration(remaining) * time.Millisecond}, nil, nil
 	case 2:
 		js, _ := res[1].(string)
 		holder, _ := res[2].(string)
 		attempts, _ := res[3].(int64)
 		got, err := decodeRecord(rec.ID, js, StatusDone, holder, attempts)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, nil, err
 		}
-		return Claim{Result: AlreadyDone, Record: got}, nil
+		return Claim{Result: AlreadyDone, Record: got}, nil, nil
 	}
-	return Claim{}, fmt.Errorf("state: claim %s: unexpected script reply %v", rec.ID, res)
+	return Claim{}, nil, fmt.Errorf("state: claim %s: unexpected script reply %v", rec.ID, res)
 }
 
 // Renew implements Store.
@@ -376,8 +529,8 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 		args[5] = rec.ID
 	}
 	if audit != nil {
-		keys = append(keys, r.auditKey())
-		args[6], args[7], args[8] = "1", r.o.AuditMaxLen, audit
+		keys = append(keys, r.auditKey(rec.ID))
+		args[6], args[7], args[8] = "1", r.auditMaxLen(), audit
 	}
 	var stream []Write // the writes the script makes
 	for _, w := range x.Writes {
@@ -403,7 +556,16 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 		stream = append(stream, w)
 	}
 	args[9] = len(stream)
-	v, err := finishScript.Run(ctx, r.c, keys, args...).Slice()
+	var v []any
+	var err error
+	if len(x.Calls) == 0 {
+		v, err = finishScript.Run(ctx, r.c, keys, args...).Slice()
+	} else {
+		var cmd *redis.Cmd
+		if cmd, err = r.withCalls(ctx, x.Calls, nil, finishScript, keys, args...); err == nil {
+			v, err = cmd.Slice()
+		}
+	}
 	if err != nil {
 		return finishReply{}, err
 	}
@@ -430,7 +592,7 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 // a finish that landed). A write that fails there is made by its Apply;
 // an audit entry that fails is reported as ErrPartial.
 func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
-	cmd, err := r.withScript(ctx, func(p redis.Pipeliner) {
+	cmd, err := r.withCalls(ctx, x.Calls, func(p redis.Pipeliner) {
 		if rec.Owner != "" {
 			p.HDel(ctx, r.inflightKey(rec.Owner), rec.ID)
 		}
@@ -456,7 +618,7 @@ func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byt
 	if audit != nil || len(writes) > 0 {
 		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if audit != nil {
-				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.auditKey(), MaxLen: r.o.AuditMaxLen, Approx: true, Values: []any{"e", audit}})
+				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.auditKey(rec.ID), MaxLen: r.auditMaxLen(), Approx: true, Values: []any{"e", audit}})
 			}
 			for i, w := range writes {
 				if w.Stream != nil {
@@ -526,18 +688,46 @@ func xaddFields(a *redis.XAddArgs) ([]string, error) {
 // holds them all (a cluster client splits the pipeline per node). A server
 // without the script cached gets it by EVAL in a second call.
 func (r *Redis) withScript(ctx context.Context, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	return r.withCalls(ctx, nil, before, s, keys, args...)
+}
+
+// withCalls is withScript with calls sent first in the same pipeline.
+// Each call's outcome goes to its Done, not into the error returned: that
+// is of before's commands and s.
+func (r *Redis) withCalls(ctx context.Context, calls []Call, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	var cmd *redis.Cmd
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		before(p)
+	ccmds := make([]*redis.Cmd, len(calls))
+	cmds, _ := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			ccmds[i] = c.Script.EvalSha(ctx, p, c.Keys, c.Args...)
+		}
+		if before != nil {
+			before(p)
+		}
 		cmd = s.EvalSha(ctx, p, keys, args...)
 		return nil
 	})
+	for i, c := range calls {
+		err := ccmds[i].Err()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Not run: the server lost its script cache.
+			err = c.Script.Eval(ctx, r.c, c.Keys, c.Args...).Err()
+		}
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		if c.Done != nil {
+			c.Done(err)
+		}
+	}
 	if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		cmd = s.Eval(ctx, r.c, keys, args...)
 		return cmd, cmd.Err()
 	}
-	if err != nil {
-		return nil, err
+	for _, c := range cmds[len(calls):] {
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
 	}
 	return cmd, nil
 }
@@ -654,8 +844,8 @@ func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
 		return fmt.Errorf("state: audit: %w", err)
 	}
 	err = r.c.XAdd(ctx, &redis.XAddArgs{
-		Stream: r.auditKey(),
-		MaxLen: r.o.AuditMaxLen,
+		Stream: r.auditKey(e.TaskID),
+		MaxLen: r.auditMaxLen(),
 		Approx: true,
 		Values: []any{"e", js},
 	}).Err()
@@ -665,16 +855,59 @@ func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
 	return nil
 }
 
-// RecentAudit implements Store.
+// RecentAudit implements Store. With AuditShards > 1 it reads the newest
+// n of every shard in one pipeline and merges them by the entries' time
+// (then stream id), newest first.
 func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	msgs, err := r.c.XRevRangeN(ctx, r.auditKey(), "+", "-", int64(n)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: recent audit: %w", err)
+	if r.o.AuditShards <= 1 {
+		msgs, err := r.c.XRevRangeN(ctx, r.auditShard(0), "+", "-", int64(n)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: recent audit: %w", err)
+		}
+		out := make([]AuditEntry, 0, len(msgs))
+		return decodeAudit(out, msgs, nil)
 	}
-	out := make([]AuditEntry, 0, len(msgs))
+	cmds := make([]*redis.XMessageSliceCmd, r.o.AuditShards)
+	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.XRevRangeN(ctx, r.auditShard(i), "+", "-", int64(n))
+		}
+		return nil
+	})
+	var out []AuditEntry
+	var ids []string
+	for _, c := range cmds {
+		msgs, err := c.Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: recent audit: %w", err)
+		}
+		if out, err = decodeAudit(out, msgs, &ids); err != nil {
+			return out, err
+		}
+	}
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := out[b].Time.Compare(out[a].Time); c != 0 {
+			return c
+		}
+		return compareStreamIDs(ids[b], ids[a])
+	})
+	merged := make([]AuditEntry, 0, min(n, len(idx)))
+	for _, i := range idx[:min(n, len(idx))] {
+		merged = append(merged, out[i])
+	}
+	return merged, nil
+}
+
+// decodeAudit appends the entries of msgs to out (and their stream ids to
+// ids, when given).
+func decodeAudit(out []AuditEntry, msgs []redis.XMessage, ids *[]string) ([]AuditEntry, error) {
 	for _, m := range msgs {
 		s, _ := m.Values["e"].(string)
 		var e AuditEntry
@@ -682,8 +915,27 @@ func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 			return out, fmt.Errorf("state: recent audit: entry %s: %w", m.ID, err)
 		}
 		out = append(out, e)
+		if ids != nil {
+			*ids = append(*ids, m.ID)
+		}
 	}
 	return out, nil
+}
+
+// compareStreamIDs orders two stream ids (ms-seq) by time.
+func compareStreamIDs(a, b string) int {
+	split := func(id string) (uint64, uint64) {
+		ms, seq, _ := strings.Cut(id, "-")
+		m, _ := strconv.ParseUint(ms, 10, 64)
+		q, _ := strconv.ParseUint(seq, 10, 64)
+		return m, q
+	}
+	am, aq := split(a)
+	bm, bq := split(b)
+	if c := cmp.Compare(am, bm); c != 0 {
+		return c
+	}
+	return cmp.Compare(aq, bq)
 }
 
 // PutInstance implements Store. It also refreshes the TTL of the instance's
@@ -695,7 +947,7 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
 	}
-	idx := r.instancesKey()
+	idx := r.instancesKey(inst.ID)
 	due := r.trimDue.Load()
 	trim := now.UnixMilli() >= due
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -707,7 +959,7 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 			// The index always holds the writer's own live entry, so it
 			// is never emptied (and recreated without a TTL) between trims.
 			p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
-			p.ZRemRangeByRank(ctx, idx, 0, -r.o.MaxInstances-1)
+			p.ZRemRangeByRank(ctx, idx, 0, -r.maxIndexed()-1)
 			p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
 		}
 		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
@@ -733,16 +985,34 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	return nil
 }
 
-// Instances implements Store: ids from the index whose heartbeat expiry is
-// within GoneKeep of now (those past it listed as gone), then their records
-// (one pipelined GET each, so Cluster works).
+// maxIndexed is the cap of one instance index shard.
+func (r *Redis) maxIndexed() int64 {
+	n := int64(r.o.InstanceShards)
+	return (r.o.MaxInstances + n - 1) / n
+}
+
+// Instances implements Store: ids from the index (every shard, in one
+// pipeline) whose heartbeat expiry is within GoneKeep of now (those past
+// it listed as gone), then their records (one pipelined GET each, so
+// Cluster works).
 func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 	now := r.o.Clock.Now()
-	zs, err := r.c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: r.instancesKey(), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
-	}).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: instances: %w", err)
+	shards := make([]*redis.ZSliceCmd, r.o.InstanceShards)
+	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range shards {
+			shards[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+				Key: r.instancesShard(i), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
+			})
+		}
+		return nil
+	})
+	var zs []redis.Z
+	for _, c := range shards {
+		z, err := c.Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: instances: %w", err)
+		}
+		zs = append(zs, z...)
 	}
 	if len(zs) == 0 {
 		return nil, nil

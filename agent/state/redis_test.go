@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -67,16 +68,24 @@ func deletePrefix(c redis.UniversalClient, prefix string) {
 
 func TestRedisConformance(t *testing.T) {
 	for name, c := range redisClients(t) {
-		t.Run(name, func(t *testing.T) {
-			statetest.Run(t, func(t *testing.T, clock *clock.Manual) state.Store {
-				return state.NewRedis(c, state.RedisOptions{
-					Prefix:      uniquePrefix(t, c),
-					Clock:       clock,
-					RecordTTL:   statetest.RecordTTL,
-					AuditMaxLen: statetest.AuditCap,
+		// Sharding the instance index changes no answer of the store.
+		for _, shards := range []int{1, 3} {
+			sub := name
+			if shards > 1 {
+				sub = fmt.Sprintf("%s_instance_shards_%d", name, shards)
+			}
+			t.Run(sub, func(t *testing.T) {
+				statetest.Run(t, func(t *testing.T, clock *clock.Manual) state.Store {
+					return state.NewRedis(c, state.RedisOptions{
+						Prefix:         uniquePrefix(t, c),
+						Clock:          clock,
+						RecordTTL:      statetest.RecordTTL,
+						AuditMaxLen:    statetest.AuditCap,
+						InstanceShards: shards,
+					})
 				})
 			})
-		})
+		}
 	}
 }
 

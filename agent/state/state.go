@@ -102,6 +102,25 @@ type FinishExtras struct {
 	// ErrSuperseded, as the later attempt that owns the record makes its
 	// own (the outbox event of its outcome, its report job).
 	Writes []Write
+	// Calls are script calls of another component on the same Redis
+	// (the limiter giving back a run's slots), sent ahead of the record in
+	// its round trip, whatever the record's fate; a store without Redis
+	// calls each one's Fallback instead. They go with the first try of a
+	// finish only: whoever keeps a finish to try again drops them (a
+	// second send would count twice what they count).
+	Calls []Call
+}
+
+// Call is one script call that rides in a finish's round trip.
+type Call struct {
+	Script *redis.Script
+	Keys   []string
+	Args   []any
+	// Fallback makes the call on its own: what a store without Redis
+	// does. Required.
+	Fallback func(ctx context.Context)
+	// Done, when set, is told the call's error (nil: it ran).
+	Done func(err error)
 }
 
 // Write is one write that goes with a task's final record, in the shape

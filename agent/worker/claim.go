@@ -46,7 +46,24 @@ type claimer struct {
 func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
+	ct, fold := cl.foldable(j)
 	err := cl.calls.storeCall(func(ctx context.Context) (err error) {
+		if fold != nil {
+			// The limiter's decision runs in the claim's script, right
+			// after the lease is taken: one round trip for both.
+			var reply any
+			var folded bool
+			c, reply, folded, err = ct.ClaimThen(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease,
+				state.Then{Source: fold.Source, Keys: fold.Keys, Args: fold.Args})
+			if folded {
+				// No reply: the decision failed in the script; decide
+				// asks the limiter on its own, which handles the error.
+				if err == nil && c.Result == state.Claimed && reply != nil {
+					j.folded, j.foldReply = fold, reply
+				}
+				return err
+			}
+		}
 		c, err = cl.store.Claim(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease)
 		return err
 	})
@@ -83,15 +100,17 @@ func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 // ended, or was deferred).
 func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
 	t := j.task
-	// A slot or probe the decision takes is held under the task's lease,
-	// so that it lapses with the lease if this agent dies.
-	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: cl.lease}
-	if cl.dedupeKey != "" {
-		req.DedupeKey, _ = t.Field(cl.dedupeKey)
-	}
+	req := cl.request(j)
 	var dec limiter.Decision
 	_, lspan := tracing.Start(j.ctx, "limiter", trace.SpanKindInternal)
 	err := callWithin(decideTimeout, func(ctx context.Context) (err error) {
+		if f := j.folded; f != nil {
+			// Decided already, in the claim's round trip.
+			reply := j.foldReply
+			j.folded, j.foldReply = nil, nil
+			dec, err = f.Resolve(ctx, reply)
+			return err
+		}
 		dec, err = cl.limiter.Allow(ctx, req)
 		return err
 	})
@@ -174,8 +193,102 @@ func (cl *claimer) limiterDone(j *job, end string) {
 	if end == runner.Cancelled {
 		end = outcome.Released
 	}
+	if end != outcome.Released && (cl.fin == nil || cl.fin.uploadMax == 0) {
+		// A run's outcome: record's finish follows at once (no upload in
+		// between to hold the slots through), and the calls ride in its
+		// round trip.
+		if calls, ok := cl.doneCalls(j, *req, end); ok {
+			j.limitDone = calls
+			return
+		}
+	}
 	if err := cl.calls.storeCall(func(ctx context.Context) error { return cl.limiter.Done(ctx, *req, end) }); err != nil {
 		cl.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
 			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
 	}
+}
+
+// doneCaller is the limiter's Done as script calls on the store's Redis.
+type doneCaller interface {
+	DoneCalls(r limiter.Request, outcome string) ([]limiter.ScriptCall, bool)
+}
+
+// doneCalls is limiterDone as calls for the finish to send in its round
+// trip (one fewer round trip per task on Redis); ok is false when the
+// limiter cannot make them (no Redis backend). A call the store cannot
+// send falls back to Done; a failed one is logged, and what it could not
+// give back lapses with the lease.
+func (cl *claimer) doneCalls(j *job, req limiter.Request, end string) ([]state.Call, bool) {
+	dc, ok := cl.limiter.(doneCaller)
+	if !ok {
+		return nil, false
+	}
+	sc, ok := dc.DoneCalls(req, end)
+	if !ok {
+		return nil, false
+	}
+	failed := func(err error) {
+		cl.log.WarnContext(j.context(), "giving back the limiter's slots failed; they lapse with the lease", "task_id", req.TaskID,
+			"outcome", end, "lease", cl.lease.Seconds(), "err", err)
+	}
+	calls := make([]state.Call, len(sc))
+	for i, c := range sc {
+		calls[i] = state.Call{Script: c.Script, Keys: c.Keys, Args: c.Args,
+			Fallback: func(ctx context.Context) {
+				// Done makes every call itself: the first Fallback does.
+				if i == 0 {
+					if err := cl.limiter.Done(ctx, req, end); err != nil {
+						failed(err)
+					}
+				}
+			},
+			Done: func(err error) {
+				if err != nil {
+					failed(err)
+				}
+			}}
+	}
+	return calls, true
+}
+
+// request is the limiter request of j's task. A slot or probe the
+// decision takes is held under the task's lease, so that it lapses with
+// the lease if this agent dies.
+func (cl *claimer) request(j *job) limiter.Request {
+	t := j.task
+	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: cl.lease}
+	if cl.dedupeKey != "" {
+		req.DedupeKey, _ = t.Field(cl.dedupeKey)
+	}
+	return req
+}
+
+// claimThener claims with another script run in the claim's (a Redis
+// store on one server).
+type claimThener interface {
+	ClaimThen(ctx context.Context, rec state.TaskRecord, owner string, lease time.Duration, then state.Then) (state.Claim, any, bool, error)
+}
+
+// folder prepares a limiter decision to run in another script call.
+type folder interface {
+	Fold(r limiter.Request) (*limiter.Folded, bool)
+}
+
+// foldable is the store and the prepared decision when the decision can
+// ride in the claim's script (the store and the limiter on one Redis
+// server); nil when not, and the claim and Allow are two calls.
+func (cl *claimer) foldable(j *job) (claimThener, *limiter.Folded) {
+	ct, ok := cl.store.(claimThener)
+	if !ok {
+		return nil, nil
+	}
+	lf, ok := cl.limiter.(folder)
+	if !ok {
+		return nil, nil
+	}
+	f, ok := lf.Fold(cl.request(j))
+	if !ok {
+		return nil, nil
+	}
+	return ct, f
 }

@@ -99,7 +99,10 @@ func (f *finisher) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bo
 // backlog with all of them and written when the store answers again.
 func (f *finisher) finish(j *job, rec state.TaskRecord, e ended) {
 	entry := f.outcomes.auditEntry(j, e)
-	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry}
+	// What the run gives back to the limiter rides ahead of the record,
+	// once: a finish kept to try again goes without it.
+	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry, Calls: j.limitDone}
+	j.limitDone = nil
 	x.Writes = append(x.Writes, f.hooks.Writes(rec, f.catalog[rec.Diagnostic], e.result)...)
 	err := f.calls.storeCall(func(ctx context.Context) error { return f.store.Finish(ctx, rec, x) })
 	switch {
@@ -118,6 +121,7 @@ func (f *finisher) finish(j *job, rec state.TaskRecord, e ended) {
 		f.calls.degraded("finish")
 		f.log.WarnContext(j.context(), "recording the result failed; kept to be written when the state store answers",
 			"task_id", rec.ID, "err", err)
+		x.Calls = nil
 		f.backlog.keepRecord(pendingFinish{rec: rec, extras: x})
 	}
 	f.outcomes.close(j, e)

@@ -53,6 +53,15 @@ type job struct {
 	// nil until allowed, and again once given back. Used by the handler
 	// goroutine only (and the keepAlive it waits for).
 	limitReq *limiter.Request
+	// limitDone is what gives the run's slots back, handed from the
+	// limiter's Done to the finish that follows, which sends it in the
+	// record's round trip (claim.go limiterDone, finish.go finish).
+	limitDone []state.Call
+	// folded is the limiter's decision that ran in the claim's script
+	// (claim.go), with its reply: decide resolves it instead of asking
+	// the limiter again. nil when the claim made no decision.
+	folded    *limiter.Folded
+	foldReply any
 	// decision is the limiter's allowing decision, summarised in the
 	// run's outcome. Guarded by mu.
 	decision *limiter.Decision

@@ -263,7 +263,7 @@ func (c *cli) statusCmd() *cobra.Command {
 			defer rc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			fv, err := fleetView(ctx, state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix}), recent)
+			fv, err := fleetView(ctx, state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards}), recent)
 			if err != nil {
 				return err
 			}

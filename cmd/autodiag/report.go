@@ -97,7 +97,7 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 		return askAgentReport(ctx, cfg, addr, id, force)
 	}
 	defer rc.Close()
-	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix})
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
 	sctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	rec, ok, err := store.Task(sctx, id)
 	cancel()

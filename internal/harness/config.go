@@ -25,6 +25,8 @@ type AgentConfig struct {
 	// RedisTimeout is redis.timeout; 0 = 2s.
 	RedisTimeout time.Duration
 	StateFail    string // redis.state_fail; "" = the default
+	AuditShards  int    // redis.audit_shards; 0 = the default
+	InstShards   int    // redis.instance_shards; 0 = the default
 	Ledger       *Ledger
 	Catalog      string // more diagnostics, YAML list items indented two spaces
 	Rules        string // limiter rules, YAML list items indented four spaces
@@ -73,6 +75,12 @@ func (c AgentConfig) YAML() string {
 		fmt.Fprintf(&b, "  prefix: '%s'\n  timeout: %s\n", c.Prefix, timeout)
 		if c.StateFail != "" {
 			fmt.Fprintf(&b, "  state_fail: %s\n", c.StateFail)
+		}
+		if c.AuditShards > 0 {
+			fmt.Fprintf(&b, "  audit_shards: %d\n", c.AuditShards)
+		}
+		if c.InstShards > 0 {
+			fmt.Fprintf(&b, "  instance_shards: %d\n", c.InstShards)
 		}
 	}
 	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n    timeout: 60s\n")

@@ -209,6 +209,7 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	rs.auditShards, rs.instShards = o.auditShards, o.instShards
 	prof := newRedisProfiler(rs.addrs, o.agents)
 	defer prof.close()
 	if err := prof.bare(5 * time.Second); err != nil {

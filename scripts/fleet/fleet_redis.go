@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/harness"
 )
 
@@ -253,6 +254,10 @@ func luaScripts(dirs ...string) map[string]string {
 			}
 			sum := sha1.Sum(b) //nolint:gosec // see import
 			out[hex.EncodeToString(sum[:])] = path
+			if filepath.Base(path) == "allow.lua" {
+				// The agent's claim with the decision in its script.
+				out[state.ClaimThenHash(string(b))] = "lua/claim.lua+" + path
+			}
 			return nil
 		})
 	}
@@ -619,12 +624,23 @@ type redisOpts struct {
 	redisIdle    time.Duration // the idle window before the first task
 	redisMonitor time.Duration // the MONITOR window; 0 = none
 	redisCluster bool          // the agents share a 3-master Cluster
+	auditShards  int           // redis.audit_shards of the agents; 0 = the default
+	instShards   int           // redis.instance_shards of the agents; 0 = the default
 }
 
 func (o *redisOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.redisIdle, "redis-idle", durEnv("FLEETSIM_REDIS_IDLE", 30*time.Second), "idle window measured before the first task (FLEETSIM_REDIS_IDLE)")
 	fs.BoolVar(&o.redisCluster, "redis-cluster", os.Getenv("FLEETSIM_REDIS_CLUSTER") == "1", "a 3-master Redis Cluster of the lab's own (internal/harness) instead of one redis-server (FLEETSIM_REDIS_CLUSTER=1)")
+	fs.IntVar(&o.auditShards, "audit-shards", intEnv("FLEETSIM_AUDIT_SHARDS", 0), "the agents' redis.audit_shards; 0 = the default (FLEETSIM_AUDIT_SHARDS)")
+	fs.IntVar(&o.instShards, "instance-shards", intEnv("FLEETSIM_INSTANCE_SHARDS", 0), "the agents' redis.instance_shards; 0 = the default (FLEETSIM_INSTANCE_SHARDS)")
 	fs.DurationVar(&o.redisMonitor, "redis-monitor", durEnv("FLEETSIM_REDIS_MONITOR", 10*time.Second), "MONITOR window at 30 % of the duration, naming scripts and keys; 0 = none (FLEETSIM_REDIS_MONITOR)")
+}
+
+func intEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 func durEnv(name string, def time.Duration) time.Duration {
@@ -652,8 +668,10 @@ func (p *redisProfiler) end(sent []sentTask) (*redisRes, redisSnap, error) {
 // with -redis-cluster a Cluster of fleetClusterMasters masters
 // (harness.StartRedisCluster). The lab stops it.
 type fleetRedis struct {
-	addrs   []string // every master
-	cluster bool
+	addrs       []string // every master
+	cluster     bool
+	auditShards int // redis.audit_shards; 0 = the default
+	instShards  int // redis.instance_shards; 0 = the default
 }
 
 // fleetClusterMasters is the size of the -redis-cluster Cluster.
@@ -679,6 +697,7 @@ func startFleetRedis(l *harness.Lab, cluster bool) (*fleetRedis, error) {
 // config points an agent's config at the fleet's Redis: redis.url, or
 // redis.addrs on a Cluster.
 func (f *fleetRedis) config(c harness.AgentConfig) harness.AgentConfig {
+	c.AuditShards, c.InstShards = f.auditShards, f.instShards
 	if f.cluster {
 		c.RedisAddrs = f.addrs
 	} else {

@@ -1,7 +1,9 @@
 // Command redisrt measures what one task's Redis calls cost the server in
 // CPU (INFO cpu), sequentially on one connection, flat out or paced: the
-// agent's decision, claim, slot release and finish (`task`), the limiter's
-// two (`allow`), or a bare PING (`ping`, `ping4`: four in a row, `pipe4`:
+// agent's decision, claim, slot release and finish as four calls
+// (`task`) or as the agent makes them on one server, two round trips: the
+// claim with the decision in its script, the release in the finish's
+// pipeline (`task2`), the limiter's two (`allow`), or a bare PING (`ping`, `ping4`: four in a row, `pipe4`:
 // four in one pipeline). Paced at the fleet's rate, each round trip finds
 // Redis asleep and costs several times what it costs back to back: the
 // round trips per task, not the commands in them, set the fleet's Redis
@@ -29,7 +31,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "redis-server (a scratch one)")
-	mode := flag.String("mode", "task", "task, allow, ping, ping4 or pipe4")
+	mode := flag.String("mode", "task", "task, task2, allow, claim, decide, finish, script, ping, ping4 or pipe4")
 	pause := flag.Duration("pause", 0, "pause before each iteration (0: flat out)")
 	n := flag.Int("n", 0, "iterations (0: 3000 flat out, else 10 s worth)")
 	flag.Parse()
@@ -50,6 +52,7 @@ func run(addr, mode string, pause time.Duration, n int) error {
 	if err != nil {
 		return err
 	}
+	one := redis.NewScript("return 1")
 	if n <= 0 {
 		n = 3000
 		if pause > 0 {
@@ -85,8 +88,21 @@ func run(addr, mode string, pause time.Duration, n int) error {
 			}
 		case "task":
 			err = task(ctx, l, st, r)
+		case "task2":
+			err = task2(ctx, l, st, r)
+		case "claim":
+			_, err = st.Claim(ctx, state.TaskRecord{ID: r.TaskID, Host: r.Host, Diagnostic: r.Diagnostic}, "i-1", r.Lease)
+		case "decide":
+			// Slots lapse within the second: the cap never denies.
+			r.Lease = time.Second
+			_, err = l.Allow(ctx, r)
+		case "finish":
+			err = st.Finish(ctx, state.TaskRecord{ID: r.TaskID, Host: r.Host, Diagnostic: r.Diagnostic, Owner: "i-1", Attempts: 1},
+				state.FinishExtras{ID: state.NewFinishID(), Audit: &state.AuditEntry{TaskID: r.TaskID, Outcome: "succeeded"}})
+		case "script":
+			err = one.Run(ctx, c, nil).Err()
 		default:
-			return fmt.Errorf("-mode %q: want task, allow, ping, ping4 or pipe4", mode)
+			return fmt.Errorf("-mode %q: want task, task2, allow, claim, decide, finish, script, ping, ping4 or pipe4", mode)
 		}
 		if err != nil {
 			return err
@@ -117,6 +133,33 @@ func task(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Re
 	rec := cl.Record
 	rec.Status = "succeeded"
 	return st.Finish(ctx, rec, state.FinishExtras{ID: state.NewFinishID(),
+		Audit: &state.AuditEntry{TaskID: r.TaskID, Outcome: "succeeded"}})
+}
+
+// task2 is task in the agent's two round trips on one server: the claim
+// with the decision in its script (state.ClaimThen, limiter.Fold), then
+// the slot release ahead of the finish in one pipeline (FinishExtras.Calls).
+func task2(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Request) error {
+	f, ok := l.Fold(r)
+	if !ok {
+		return fmt.Errorf("the decision does not fold")
+	}
+	cl, reply, folded, err := st.ClaimThen(ctx, state.TaskRecord{ID: r.TaskID, Host: r.Host, Diagnostic: r.Diagnostic}, "i-1", r.Lease,
+		state.Then{Source: f.Source, Keys: f.Keys, Args: f.Args})
+	if err != nil || !folded {
+		return fmt.Errorf("claim: folded %v: %w", folded, err)
+	}
+	if _, err := f.Resolve(ctx, reply); err != nil {
+		return err
+	}
+	sc, _ := l.DoneCalls(r, "succeeded")
+	var calls []state.Call
+	for _, c := range sc {
+		calls = append(calls, state.Call{Script: c.Script, Keys: c.Keys, Args: c.Args, Fallback: func(context.Context) {}})
+	}
+	rec := cl.Record
+	rec.Status = "succeeded"
+	return st.Finish(ctx, rec, state.FinishExtras{ID: state.NewFinishID(), Calls: calls,
 		Audit: &state.AuditEntry{TaskID: r.TaskID, Outcome: "succeeded"}})
 }
 
