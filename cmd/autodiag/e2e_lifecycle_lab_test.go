@@ -52,6 +52,9 @@ type lcCall struct {
 	Status int  // 0 when nothing was written (abandoned long poll)
 	Gone   bool // the client cancelled the request before the answer
 	Body   []byte
+	// Invocation is the SDK's amz-sdk-invocation-id (sqsfake.Call's
+	// InvocationID), Remote the client's address.
+	Invocation, Remote string
 }
 
 // lcRecorder wraps a fake's handler (wrap).
@@ -99,7 +102,8 @@ func (rec *lcRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &lcStatusWriter{ResponseWriter: w}
 	rec.next.ServeHTTP(sw, r)
-	c := lcCall{Op: op, Queue: queue, Start: start, End: time.Now(), Status: sw.status, Gone: r.Context().Err() != nil, Body: body}
+	c := lcCall{Op: op, Queue: queue, Start: start, End: time.Now(), Status: sw.status, Gone: r.Context().Err() != nil, Body: body,
+		Invocation: r.Header.Get("Amz-Sdk-Invocation-Id"), Remote: r.RemoteAddr}
 	rec.mu.Lock()
 	rec.calls = append(rec.calls, c)
 	rec.mu.Unlock()
