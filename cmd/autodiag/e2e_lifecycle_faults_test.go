@@ -218,7 +218,7 @@ func TestLifecycleTerminatedDuringDrainE2E(t *testing.T) {
 		}
 		return lcSceneSet(p, !l.isSynced())
 	})
-	if code := p.wait(60 * time.Second); code != 0 {
+	if code := l.wait(p, 60*time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}
 	if n := len(p.logsWhere("msg", "lifecycle action during the drain")); n != 1 {

@@ -274,7 +274,7 @@ func TestLifecycleDrainE2E(t *testing.T) {
 			l.enqueue(lcTaskSecs(n))
 			p = startProc(t, l.config(4, "  sources: [signal, imds]\n  asg_name: "+lcLabASG+"\n  imds_poll_interval: 200ms\n"+
 				fmt.Sprintf(lcLifecycleBase, interval)), l.env()...)
-			if code := p.wait(90 * time.Second); code != 0 {
+			if code := l.wait(p, 90*time.Second); code != 0 {
 				t.Fatalf("exit code %d, want 0", code)
 			}
 			// Mid-run: a task ended before the trigger. The mock's delay
@@ -314,7 +314,7 @@ func TestLifecycleDrainE2E(t *testing.T) {
 			return lcSceneSet(p, len(p.logs("lifecycle trigger")) == 0)
 		})
 		p.signal(syscall.SIGTERM)
-		if code := p.wait(90 * time.Second); code != 0 {
+		if code := l.wait(p, 90*time.Second); code != 0 {
 			t.Fatalf("exit code %d, want 0", code)
 		}
 		if n := len(p.logs("lifecycle trigger")); n != 0 {
