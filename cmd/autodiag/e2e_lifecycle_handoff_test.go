@@ -70,9 +70,11 @@ lifecycle:
 	start := time.Now()
 	for k := range targets {
 		i := (k*7 + 3) % agents
+		var prev *proc
 		if k > 0 {
-			lcHandoffSteady(t, l, procs[targetIdx[k-1]], agents-k)
+			prev = procs[targetIdx[k-1]]
 		}
+		lcHandoffSteady(t, l, prev, agents-k)
 		targetIdx = append(targetIdx, i)
 		sent := time.Now()
 		acts, err := l.asg.Terminate(ids[i])
@@ -187,8 +189,9 @@ func lcPercentile(ds []time.Duration, p int) time.Duration {
 }
 
 // lcHandoffSteady waits, before the next notice, for the fleet the
-// 2 s claim is about: the previous target has exited and the lifecycle
-// queue holds exactly one long poll per agent still running. A target whose
+// 2 s claim is about: the previous target (prev, nil before the first
+// notice) has exited and the lifecycle queue holds exactly one long poll
+// per agent still running. A target whose
 // notice was handed over abandons its own poll NotificationReceiveGrace
 // after its trigger (lifecycle.Run), and SQS answers an abandoned poll
 // until it sees the connection close: a notice sent in that instant goes to
@@ -198,8 +201,10 @@ func lcPercentile(ds []time.Duration, p int) time.Duration {
 // 20 s), so that bounds the wait for the count.
 func lcHandoffSteady(t *testing.T, l *lcLab, prev *proc, running int) {
 	t.Helper()
-	if code := prev.wait(30 * time.Second); code != 0 {
-		t.Errorf("the previous target exited %d; want 0", code)
+	if prev != nil {
+		if code := prev.wait(30 * time.Second); code != 0 {
+			t.Errorf("the previous target exited %d; want 0", code)
+		}
 	}
 	const sqsWaitTime = 20 * time.Second
 	eventually(t, sqsWaitTime, fmt.Sprintf("%d lifecycle-queue polls, one per running agent", running), func() bool {
