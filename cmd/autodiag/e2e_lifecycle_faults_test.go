@@ -60,6 +60,9 @@ func TestLifecycleIdleLongPollE2E(t *testing.T) {
 	if f.cancelledReceive == nil {
 		t.Fatal("no long poll was in flight at the trigger, or it was not cancelled")
 	}
+	if n := len(p.logs(lcPollAbandoned)); n != 1 {
+		t.Errorf("%d %q lines for the one poll abandoned; want 1", n, lcPollAbandoned)
+	}
 	f.report(t, "idle long poll + SQS notification", 250*time.Millisecond)
 }
 
