@@ -215,9 +215,18 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		src = queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout, Wait: cfg.Queue.WaitTime})
 	} else {
 		sqsClient := sqs.NewFromConfig(awsCfg)
+		qlog := log.With("component", "queue")
 		sqsSrc := queue.NewSQS(sqsClient, queue.SQSOptions{
 			QueueURL: cfg.Queue.URL, DLQURL: cfg.Queue.DLQURL, WaitTime: cfg.Queue.WaitTime,
-			VisibilityTimeout: cfg.Queue.VisibilityTimeout, Logger: log.With("component", "queue"),
+			VisibilityTimeout: cfg.Queue.VisibilityTimeout, Logger: qlog,
+			// SQS can still answer a poll abandoned after its grace, before
+			// it sees the connection close: said, so that a task back only
+			// after its visibility timeout is explained.
+			OnGraceDecided: func(begun bool) {
+				if !begun {
+					qlog.Info("task poll abandoned as intake stopped; messages SQS gave it come back after their visibility timeout")
+				}
+			},
 		})
 		src = sqsSrc
 		alertSender = alertintake.NewSQSSender(sqsClient, cfg.Queue.URL)

@@ -524,7 +524,7 @@ func TestNoActionSettleE2E(t *testing.T) {
 		l.startIMDSMock(time.Second)
 		p := startProc(t, lnShortPolls(l.config(2, fmt.Sprintf("  sources: [signal, imds]\n  asg_name: %s\n  imds_poll_interval: %s\n"+
 			lcLifecycleBase, lcLabASG, lnPoll, 5*time.Second))), l.env()...)
-		if code := p.wait(hidden + lifecycle.NoActionSettle + 30*time.Second); code != 0 {
+		if code := l.wait(p, hidden+lifecycle.NoActionSettle+30*time.Second); code != 0 {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		noAction = 0

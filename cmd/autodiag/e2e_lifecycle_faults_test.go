@@ -60,6 +60,9 @@ func TestLifecycleIdleLongPollE2E(t *testing.T) {
 	if f.cancelledReceive == nil {
 		t.Fatal("no long poll was in flight at the trigger, or it was not cancelled")
 	}
+	if n := len(p.logs(lcPollAbandoned)); n != 1 {
+		t.Errorf("%d %q lines for the one poll abandoned; want 1", n, lcPollAbandoned)
+	}
 	f.report(t, "idle long poll + SQS notification", 250*time.Millisecond)
 }
 
@@ -218,7 +221,7 @@ func TestLifecycleTerminatedDuringDrainE2E(t *testing.T) {
 		}
 		return lcSceneSet(p, !l.isSynced())
 	})
-	if code := p.wait(60 * time.Second); code != 0 {
+	if code := l.wait(p, 60*time.Second); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}
 	if n := len(p.logsWhere("msg", "lifecycle action during the drain")); n != 1 {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // TestLifecycleHandoff20AgentsE2E: 20 agents share one lifecycle queue
@@ -68,6 +70,11 @@ lifecycle:
 	start := time.Now()
 	for k := range targets {
 		i := (k*7 + 3) % agents
+		var prev *proc
+		if k > 0 {
+			prev = procs[targetIdx[k-1]]
+		}
+		lcHandoffSteady(t, l, prev, agents-k)
 		targetIdx = append(targetIdx, i)
 		sent := time.Now()
 		acts, err := l.asg.Terminate(ids[i])
@@ -75,6 +82,9 @@ lifecycle:
 			t.Fatalf("terminate %s: %v (%d actions)", ids[i], err, len(acts))
 		}
 		tokens = append(tokens, acts[0].Token)
+		if !harness.Until(10*time.Second, func() bool { return len(procs[i].logs("drain started")) > 0 }) {
+			t.Fatalf("%s (notice %d) logged no \"drain started\" within 10 s; %s", ids[i], k+1, lcNoticeFate(l, lcLastNotice(l)))
+		}
 		at, line := lcFirstLog(t, procs[i], "drain started")
 		if src, _ := line["source"].(string); src != "sqs" {
 			t.Errorf("%s: drain source %q; want sqs", ids[i], src)
@@ -82,7 +92,7 @@ lifecycle:
 		d := at.Sub(sent)
 		delays = append(delays, d)
 		if d > maxDelay {
-			t.Errorf("%s started its drain %s after its notice; want within %s", ids[i], d, maxDelay)
+			t.Errorf("%s started its drain %s after its notice; want within %s; %s", ids[i], d, maxDelay, lcNoticeFate(l, lcLastNotice(l)))
 		}
 	}
 	window := time.Since(start)
@@ -176,4 +186,68 @@ func lcPercentile(ds []time.Duration, p int) time.Duration {
 	}
 	r := (p*len(ds) + 99) / 100
 	return ds[max(r, 1)-1]
+}
+
+// lcHandoffSteady waits, before the next notice, for the fleet the
+// 2 s claim is about: the previous target (prev, nil before the first
+// notice) has exited and the lifecycle queue holds exactly one long poll
+// per agent still running. A target whose
+// notice was handed over abandons its own poll NotificationReceiveGrace
+// after its trigger (lifecycle.Run), and SQS answers an abandoned poll
+// until it sees the connection close: a notice sent in that instant goes to
+// no one and stays hidden for the queue's visibility timeout (30 s), as it
+// would in a fleet where one instance drains while another's notice comes.
+// Every open poll ends within its WaitTimeSeconds (lifecycle's sqsWaitTime,
+// 20 s), so that bounds the wait for the count.
+func lcHandoffSteady(t *testing.T, l *lcLab, prev *proc, running int) {
+	t.Helper()
+	if prev != nil {
+		if code := prev.wait(30 * time.Second); code != 0 {
+			t.Errorf("the previous target exited %d; want 0", code)
+		}
+	}
+	const sqsWaitTime = 20 * time.Second
+	eventually(t, sqsWaitTime, fmt.Sprintf("%d lifecycle-queue polls, one per running agent", running), func() bool {
+		return l.sqs.Pollers(lcNotifyQueue) == running
+	})
+}
+
+// lcLastNotice is the id of the last message sent to the lifecycle queue.
+func lcLastNotice(l *lcLab) string {
+	id := ""
+	for _, c := range l.sqs.Calls("SendMessage") {
+		if c.Queue == lcNotifyQueue && len(c.MessageIDs) > 0 {
+			id = c.MessageIDs[len(c.MessageIDs)-1]
+		}
+	}
+	return id
+}
+
+// lcNoticeFate says what became of lifecycle-queue message id: its state
+// in the fake and every ReceiveMessage that returned it, with when that
+// request came and went and whether its client was still there.
+func lcNoticeFate(l *lcLab, id string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "notice %s:", id)
+	if v, ok := l.sqs.Queue(lcNotifyQueue); ok {
+		for _, h := range v.History {
+			if h.ID == id {
+				fmt.Fprintf(&b, " %s, received %d times, visible at %s;", h.State, h.ReceiveCount, h.VisibleAt.Format(time.RFC3339Nano))
+			}
+		}
+	}
+	byInv := map[string]lcCall{}
+	for _, c := range l.sqsRec.log("ReceiveMessage", lcNotifyQueue) {
+		byInv[c.Invocation] = c
+	}
+	for _, c := range l.sqs.Calls("ReceiveMessage") {
+		if c.Queue != lcNotifyQueue || !slices.Contains(c.MessageIDs, id) {
+			continue
+		}
+		h := byInv[c.InvocationID]
+		fmt.Fprintf(&b, " returned by the ReceiveMessage from %s that came at %s and ended at %s (status %d, client gone %v);",
+			h.Remote, h.Start.Format(time.RFC3339Nano), h.End.Format(time.RFC3339Nano), h.Status, h.Gone)
+	}
+	fmt.Fprintf(&b, " %d lifecycle-queue polls open now", l.sqs.Pollers(lcNotifyQueue))
+	return b.String()
 }

@@ -52,6 +52,9 @@ type lcCall struct {
 	Status int  // 0 when nothing was written (abandoned long poll)
 	Gone   bool // the client cancelled the request before the answer
 	Body   []byte
+	// Invocation is the SDK's amz-sdk-invocation-id (sqsfake.Call's
+	// InvocationID), Remote the client's address.
+	Invocation, Remote string
 }
 
 // lcRecorder wraps a fake's handler (wrap).
@@ -99,7 +102,8 @@ func (rec *lcRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &lcStatusWriter{ResponseWriter: w}
 	rec.next.ServeHTTP(sw, r)
-	c := lcCall{Op: op, Queue: queue, Start: start, End: time.Now(), Status: sw.status, Gone: r.Context().Err() != nil, Body: body}
+	c := lcCall{Op: op, Queue: queue, Start: start, End: time.Now(), Status: sw.status, Gone: r.Context().Err() != nil, Body: body,
+		Invocation: r.Header.Get("Amz-Sdk-Invocation-Id"), Remote: r.RemoteAddr}
 	rec.mu.Lock()
 	rec.calls = append(rec.calls, c)
 	rec.mu.Unlock()
@@ -176,6 +180,7 @@ type lcLab struct {
 	hookTTL  time.Duration
 
 	imdsURL string
+	imds    *imdsmock.Mock // startIMDSMock's
 	syncMu  sync.Mutex
 	synced  bool
 	// eventAt is when the trigger became visible to the instance: IMDS
@@ -315,8 +320,9 @@ func (l *lcLab) enqueue(secs []float64) {
 func (l *lcLab) startIMDSMock(delay time.Duration) {
 	t := l.t
 	t.Helper()
-	l.imdsURL, _ = testenv.StartMetadataMock(t, "asglifecycle", "--imdsv2",
+	l.imds = testenv.MetadataMock(t, "asglifecycle", "--imdsv2",
 		"--asg-termination-delay-sec", strconv.Itoa(int(delay/time.Second)))
+	l.imdsURL = l.imds.URL
 	stop := t.Context().Done()
 	go func() {
 		// Auto Scaling and IMDS tell the same story: the instance enters
@@ -332,6 +338,26 @@ func (l *lcLab) startIMDSMock(delay time.Duration) {
 			l.syncIMDS()
 		}
 	}()
+}
+
+// wait is p.wait, failing at once, with the mock's own account, if the
+// lab's ec2-metadata-mock dies first: an agent that polls a dead IMDS
+// never sees its trigger and would only time out.
+func (l *lcLab) wait(p *proc, timeout time.Duration) int {
+	l.t.Helper()
+	if l.imds == nil {
+		return p.wait(timeout)
+	}
+	select {
+	case <-p.Done():
+	case <-l.imds.Exited():
+		if p.Alive() {
+			l.t.Fatalf("the agent had not exited when ec2-metadata-mock died: %v", l.imds.Died())
+		}
+	case <-time.After(timeout):
+		l.t.Fatalf("agent did not exit within %v", timeout)
+	}
+	return p.wait(timeout) // it has exited: at once
 }
 
 // imdsState reads target-lifecycle-state from the mock (IMDSv2).

@@ -259,6 +259,9 @@ func r1(l *lab) (string, bool, error) {
 		return "", false, err
 	}
 	if !harness.Until(15*time.Second, func() bool { st, _ := imdsState(imdsURL); return st == "Terminated" }) {
+		if err := mock.Died(); err != nil {
+			return "", false, err
+		}
 		return "IMDS never said Terminated", false, nil
 	}
 	if len(a.Logs("lifecycle trigger")) > 0 {
@@ -306,5 +309,8 @@ func r1(l *lab) (string, bool, error) {
 		len(ranOnA), code, secs(exitAfter), comps, compsFailed, act.EndReason, act.Completions, secs(completed.Sub(lastEnded)), lost, twice, drained)
 	pass := code == 0 && act.EndReason == asgfake.EndCompleted && act.Completions == 1 && !completed.IsZero() && completed.After(lastEnded) &&
 		lost == 0 && twice == 0 && drained
+	if err := mock.Died(); err != nil {
+		m, pass = m+"; "+err.Error(), false
+	}
 	return m, pass, nil
 }
