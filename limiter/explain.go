@@ -56,7 +56,7 @@ type LimitExplanation struct {
 
 // Explain normalises every rule, in evaluation order, at time now.
 func (l *Limiter) Explain(now time.Time) []RuleExplanation {
-	_, next := dayBounds(now, l.loc)
+	_, next := dayBounds(now, l.days.loc)
 	out := make([]RuleExplanation, 0, len(l.cfg.Rules))
 	for i, r := range l.cfg.Rules {
 		cr := l.compiled(i + 1)

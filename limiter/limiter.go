@@ -151,14 +151,13 @@ type Limiter struct {
 	clock   clock.Clock
 	log     *slog.Logger
 	timeout time.Duration
-	loc     *time.Location
+	days    calendar
 	rules   []compiledRule // enforced rules, first-match
 	shadows []compiledRule // shadow rules, every match
 	none    compiledRule   // the pseudo rule of unmatched requests (dedupe only)
 	dedupe  int64          // dedupe TTL in µs; 0 = dedupe off
 	metrics *metrics
 	breaker breaker
-	day     atomic.Pointer[dayInfo]
 	seq     atomic.Uint64 // window ZSET members
 	salt    uint64
 	asg, az string
@@ -218,7 +217,7 @@ func New(cfg Config, b Backend, opts Options) (*Limiter, error) {
 		clock:   opts.Clock,
 		log:     opts.Logger,
 		timeout: opts.Timeout,
-		loc:     loc,
+		days:    calendar{loc: loc},
 		salt:    uint64(time.Now().UnixNano()),
 		asg:     opts.ASG,
 		az:      opts.AZ,
@@ -397,10 +396,10 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		}
 	} else {
 		if !l.breaker.allow(now) {
-			d := l.degraded(cr, ReasonBreakerOpen)
+			d := cr.degraded(ReasonBreakerOpen, l.breaker.cooldown)
 			l.metrics.observe(cr.idx, &d)
 			l.metrics.degraded.Inc()
-			l.logDecision(ctx, r, &d, nil)
+			logDecision(ctx, l.log, r, &d, nil, l.breaker.state())
 			return d, nil
 		}
 		res, err = l.backend.eval(ctx, &o, l.timeout)
@@ -414,10 +413,10 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 			if cr.fail == FailClosed {
 				reason = ReasonDegradedClosed
 			}
-			d := l.degraded(cr, reason)
+			d := cr.degraded(reason, l.breaker.cooldown)
 			l.metrics.observe(cr.idx, &d)
 			l.metrics.degraded.Inc()
-			l.logDecision(ctx, r, &d, err)
+			logDecision(ctx, l.log, r, &d, err, l.breaker.state())
 			return d, nil
 		}
 		l.breaker.success()
@@ -460,14 +459,14 @@ func (l *Limiter) settle(ctx context.Context, r *Request, cr *compiledRule, matc
 	if len(res.rules) == 0 {
 		return Decision{}, fmt.Errorf("limiter: decide %s: %w: no rule in the reply", o.rules[0].tag, ErrBadReply)
 	}
-	d := l.decision(cr, matched, &res.rules[0])
+	d := cr.decision(matched, &res.rules[0])
 	if res.rules[0].status != statusDuplicate && len(shadows) > 0 {
 		if len(res.rules) != len(o.rules) {
 			return Decision{}, fmt.Errorf("limiter: decide %s: %w: %d rules, want %d", o.rules[0].tag, ErrBadReply, len(res.rules), len(o.rules))
 		}
 		d.Shadow = make([]ShadowResult, len(shadows))
 		for i, sr := range shadows {
-			sd := l.decision(sr, true, &res.rules[i+1])
+			sd := sr.decision(true, &res.rules[i+1])
 			d.Shadow[i] = ShadowResult{Rule: sd.Rule, Allowed: sd.Allowed, Limit: sd.Limit, Reason: sd.Reason,
 				RetryAfter: sd.RetryAfter, Counters: sd.Counters}
 		}
@@ -475,12 +474,12 @@ func (l *Limiter) settle(ctx context.Context, r *Request, cr *compiledRule, matc
 	if !dry {
 		l.metrics.observe(cr.idx, &d)
 		if !d.Allowed && !d.Duplicate {
-			l.logDecision(ctx, r, &d, nil)
+			logDecision(ctx, l.log, r, &d, nil, l.breaker.state())
 		}
 		for i := range d.Shadow {
 			if sd := &d.Shadow[i]; !sd.Allowed {
 				l.metrics.observeShadow(shadows[i].idx, sd.Reason)
-				l.logShadow(ctx, r, sd)
+				logShadow(ctx, l.log, r, sd)
 			}
 		}
 	}
@@ -488,11 +487,11 @@ func (l *Limiter) settle(ctx context.Context, r *Request, cr *compiledRule, matc
 }
 
 // logShadow logs a shadow rule's would-be denial.
-func (l *Limiter) logShadow(ctx context.Context, r *Request, sd *ShadowResult) {
-	if !l.log.Enabled(ctx, slog.LevelInfo) {
+func logShadow(ctx context.Context, log *slog.Logger, r *Request, sd *ShadowResult) {
+	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	l.log.LogAttrs(ctx, slog.LevelInfo, "limiter shadow rule would deny task",
+	log.LogAttrs(ctx, slog.LevelInfo, "limiter shadow rule would deny task",
 		slog.String("host", r.Host),
 		slog.String("diagnostic", r.Diagnostic),
 		slog.String("task_id", r.TaskID),
@@ -503,20 +502,21 @@ func (l *Limiter) logShadow(ctx context.Context, r *Request, sd *ShadowResult) {
 	)
 }
 
-// degraded is the fail-mode decision of rule cr.
-func (l *Limiter) degraded(cr *compiledRule, reason string) Decision {
+// degraded is the fail-mode decision of rule cr; a denial is retried
+// after the Redis-outage breaker's cooldown.
+func (cr *compiledRule) degraded(reason string, cooldown time.Duration) Decision {
 	d := Decision{
 		Allowed: cr.fail != FailClosed, Rule: cr.name, Reason: reason, OnExceed: cr.onExceed,
 		Degraded: true, Counters: Counters{SinceLast: -1},
 	}
 	if !d.Allowed {
-		d.RetryAfter = l.breaker.cooldown
+		d.RetryAfter = cooldown
 	}
 	return d
 }
 
-// decision turns a backend result into a Decision.
-func (l *Limiter) decision(cr *compiledRule, matched bool, res *ruleResult) Decision {
+// decision turns a backend result of rule cr into a Decision.
+func (cr *compiledRule) decision(matched bool, res *ruleResult) Decision {
 	d := Decision{Rule: cr.name, OnExceed: cr.onExceed}
 	c := &d.Counters
 	c.SinceLast = -1
@@ -575,13 +575,14 @@ func (l *Limiter) decision(cr *compiledRule, matched bool, res *ruleResult) Deci
 	return d
 }
 
-// logDecision logs a denial or a degraded decision.
-func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err error) {
+// logDecision logs a denial or a degraded decision; redis is the state
+// of the Redis-outage breaker.
+func logDecision(ctx context.Context, log *slog.Logger, r *Request, d *Decision, err error, redis string) {
 	level := slog.LevelInfo
 	if d.Degraded {
 		level = slog.LevelWarn
 	}
-	if !l.log.Enabled(ctx, level) {
+	if !log.Enabled(ctx, level) {
 		return
 	}
 	msg := "limiter denied task"
@@ -605,7 +606,7 @@ func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err 
 		slog.Bool("allowed", d.Allowed),
 		slog.Float64("retry_after", d.RetryAfter.Seconds()),
 		slog.Bool("degraded", d.Degraded),
-		slog.String("redis", l.breaker.state()),
+		slog.String("redis", redis),
 		slog.Group("counters",
 			slog.Int("daily_used", d.Counters.DailyUsed),
 			slog.Int("daily_limit", d.Counters.DailyLimit),
@@ -623,5 +624,5 @@ func (l *Limiter) logDecision(ctx context.Context, r *Request, d *Decision, err 
 	if err != nil {
 		attrs = append(attrs, slog.Any("err", err))
 	}
-	l.log.LogAttrs(ctx, level, msg, attrs...)
+	log.LogAttrs(ctx, level, msg, attrs...)
 }

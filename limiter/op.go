@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -151,18 +152,25 @@ type dayInfo struct {
 	num        int64 // stamp as a number
 }
 
+// calendar is the operational time zone's days: the daily quotas reset
+// at its local midnight.
+type calendar struct {
+	loc *time.Location
+	day atomic.Pointer[dayInfo] // the last day asked for
+}
+
 // dayOf returns the local calendar day containing now.
-func (l *Limiter) dayOf(now time.Time) *dayInfo {
+func (c *calendar) dayOf(now time.Time) *dayInfo {
 	us := now.UnixMicro()
-	if d := l.day.Load(); d != nil && us >= d.start && us < d.end {
+	if d := c.day.Load(); d != nil && us >= d.start && us < d.end {
 		return d
 	}
-	start, end := dayBounds(now, l.loc)
-	y, m, dd := start.In(l.loc).Date()
-	d := &dayInfo{start: start.UnixMicro(), end: end.UnixMicro(), stamp: start.In(l.loc).Format("20060102"),
+	start, end := dayBounds(now, c.loc)
+	y, m, dd := start.In(c.loc).Date()
+	d := &dayInfo{start: start.UnixMicro(), end: end.UnixMicro(), stamp: start.In(c.loc).Format("20060102"),
 		num: int64(y)*10000 + int64(m)*100 + int64(dd)}
 	if us >= d.start && us < d.end {
-		l.day.Store(d)
+		c.day.Store(d)
 	}
 	return d
 }
@@ -203,7 +211,7 @@ func (l *Limiter) ruleOpFor(o *ruleOp, cr *compiledRule, r *Request, now time.Ti
 	}
 	o.block = cr.block
 	if cr.daily > 0 {
-		d := l.dayOf(now)
+		d := l.days.dayOf(now)
 		o.daily, o.day, o.dayNum, o.dailyTTL = cr.daily, d.stamp, d.num, d.end-now.UnixMicro()
 	}
 	o.minIvl = cr.minIvl

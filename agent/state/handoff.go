@@ -21,12 +21,10 @@ type HandedNotice struct {
 // once per delivery of its message, so a few suffice.
 const noticesMaxLen = 16
 
-func (r *Redis) handoffKey(inst string) string { return r.o.Prefix + "handoff:" + inst }
-
 // Live reports whether instanceID's agent keeps its record fresh: its
 // heartbeat expiry in the instance index is ahead of now.
 func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
-	score, err := r.c.ZScore(ctx, r.instancesKey(instanceID), instanceID).Result()
+	score, err := r.c.ZScore(ctx, r.k.instances(instanceID), instanceID).Result()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -45,7 +43,7 @@ func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl t
 	if err != nil || !live {
 		return false, err
 	}
-	key := r.handoffKey(instanceID)
+	key := r.k.handoff(instanceID)
 	_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: noticesMaxLen, Values: []any{"notice", notice}})
 		p.PExpire(ctx, key, ttl)
@@ -70,7 +68,7 @@ func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block
 	if block <= 0 {
 		block = -1 // XREAD without BLOCK: BLOCK 0 would wait for ever
 	}
-	key := r.handoffKey(instanceID)
+	key := r.k.handoff(instanceID)
 	args := &redis.XReadArgs{Streams: []string{key, after}, Count: noticesMaxLen, Block: block}
 	var streams []redis.XStream
 	var err error
@@ -213,7 +211,7 @@ func (h *handoffConn) read(ctx context.Context, node *redis.Client, args *redis.
 
 // ForgetNotices drops the notices handed to instanceID.
 func (r *Redis) ForgetNotices(ctx context.Context, instanceID string) error {
-	if err := r.c.Del(ctx, r.handoffKey(instanceID)).Err(); err != nil {
+	if err := r.c.Del(ctx, r.k.handoff(instanceID)).Err(); err != nil {
 		return fmt.Errorf("state: forget notices of %s: %w", instanceID, err)
 	}
 	return nil

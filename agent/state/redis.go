@@ -135,6 +135,7 @@ type RedisOptions struct {
 type Redis struct {
 	c redis.UniversalClient
 	o RedisOptions
+	k keys
 	// oneNode: every key is on one server (not a Cluster or a Ring), so
 	// one script may touch keys of different hash tags.
 	oneNode bool
@@ -180,14 +181,27 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 		o.MaxInstances = 10000
 	}
 	_, oneNode := client.(*redis.Client)
-	return &Redis{c: client, o: o, oneNode: oneNode}
+	k := keys{prefix: o.Prefix, auditShards: o.AuditShards, instanceShards: o.InstanceShards,
+		auditMaxLen: o.AuditMaxLen, maxInstances: o.MaxInstances}
+	return &Redis{c: client, o: o, k: k, oneNode: oneNode}
 }
 
-func (r *Redis) taskKey(id string) string       { return r.o.Prefix + "task:{" + id + "}" }
-func (r *Redis) leaseKey(id string) string      { return r.o.Prefix + "lease:{" + id + "}" }
-func (r *Redis) inflightKey(inst string) string { return r.o.Prefix + "inflight:" + inst }
-func (r *Redis) instanceKey(inst string) string { return r.o.Prefix + "instance:" + inst }
-func (r *Redis) drainKey(inst string) string    { return r.o.Prefix + "drain:" + inst }
+// keys names the store's Redis keys (docs/redis-keys.md) from its
+// options: the prefix and how many shards the audit stream and the
+// instance index have.
+type keys struct {
+	prefix                      string
+	auditShards, instanceShards int
+	auditMaxLen, maxInstances   int64
+}
+
+func (k keys) task(id string) string       { return k.prefix + "task:{" + id + "}" }
+func (k keys) lease(id string) string      { return k.prefix + "lease:{" + id + "}" }
+func (k keys) inflight(inst string) string { return k.prefix + "inflight:" + inst }
+func (k keys) instance(inst string) string { return k.prefix + "instance:" + inst }
+func (k keys) drain(inst string) string    { return k.prefix + "drain:" + inst }
+func (k keys) handoff(inst string) string  { return k.prefix + "handoff:" + inst }
+func (k keys) mark(key string) string      { return k.prefix + "mark:{" + key + "}" }
 
 // shardOf is the shard of id among n: FNV-1a (32 bit) of id mod n.
 func shardOf(id string, n int) int {
@@ -196,45 +210,50 @@ func shardOf(id string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// instancesKey is the instance index that holds the entry of inst.
-func (r *Redis) instancesKey(inst string) string {
-	if r.o.InstanceShards <= 1 {
-		return r.o.Prefix + "instances"
+// instances is the instance index that holds the entry of inst.
+func (k keys) instances(inst string) string {
+	if k.instanceShards <= 1 {
+		return k.prefix + "instances"
 	}
-	return r.instancesShard(shardOf(inst, r.o.InstanceShards))
+	return k.instancesShard(shardOf(inst, k.instanceShards))
 }
 
-func (r *Redis) instancesShard(n int) string {
-	if r.o.InstanceShards <= 1 {
-		return r.o.Prefix + "instances"
+func (k keys) instancesShard(n int) string {
+	if k.instanceShards <= 1 {
+		return k.prefix + "instances"
 	}
-	return r.o.Prefix + "instances:{" + strconv.Itoa(n) + "}"
+	return k.prefix + "instances:{" + strconv.Itoa(n) + "}"
 }
 
-// auditKey is the audit stream an entry of task id goes to.
-func (r *Redis) auditKey(id string) string {
-	if r.o.AuditShards <= 1 {
-		return r.o.Prefix + "audit"
+// audit is the audit stream an entry of task id goes to.
+func (k keys) audit(id string) string {
+	if k.auditShards <= 1 {
+		return k.prefix + "audit"
 	}
-	return r.auditShard(shardOf(id, r.o.AuditShards))
+	return k.auditShard(shardOf(id, k.auditShards))
 }
 
-func (r *Redis) auditShard(n int) string {
-	if r.o.AuditShards <= 1 {
-		return r.o.Prefix + "audit"
+func (k keys) auditShard(n int) string {
+	if k.auditShards <= 1 {
+		return k.prefix + "audit"
 	}
-	return r.o.Prefix + "audit:{" + strconv.Itoa(n) + "}"
+	return k.prefix + "audit:{" + strconv.Itoa(n) + "}"
 }
 
-// auditMaxLen is the cap of one audit stream.
-func (r *Redis) auditMaxLen() int64 {
-	n := int64(r.o.AuditShards)
-	return (r.o.AuditMaxLen + n - 1) / n
+// auditCap is the cap of one audit stream.
+func (k keys) auditCap() int64 {
+	n := int64(max(1, k.auditShards))
+	return (k.auditMaxLen + n - 1) / n
 }
-func (r *Redis) markKey(key string) string { return r.o.Prefix + "mark:{" + key + "}" }
+
+// indexCap is the cap of one instance index shard.
+func (k keys) indexCap() int64 {
+	n := int64(max(1, k.instanceShards))
+	return (k.maxInstances + n - 1) / n
+}
 
 // TaskKey is the key of a task record, for tools that read it directly.
-func (r *Redis) TaskKey(id string) string { return r.taskKey(id) }
+func (r *Redis) TaskKey(id string) string { return r.k.task(id) }
 
 func ms(d time.Duration) int64 {
 	if d <= 0 {
@@ -363,8 +382,8 @@ func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease t
 		return Claim{}, nil, fmt.Errorf("state: claim %s: %w", rec.ID, err)
 	}
 
-	ifk := r.inflightKey(owner)
-	keys := []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)}
+	ifk := r.k.inflight(owner)
+	keys := []string{r.k.task(rec.ID), r.k.lease(rec.ID)}
 	args := []any{owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)}
 	var cmd *redis.Cmd
 	switch {
@@ -435,7 +454,7 @@ func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease t
 
 // Renew implements Store.
 func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
-	n, err := renewScript.Run(ctx, r.c, []string{r.taskKey(taskID), r.leaseKey(taskID)},
+	n, err := renewScript.Run(ctx, r.c, []string{r.k.task(taskID), r.k.lease(taskID)},
 		owner, r.o.Clock.Now().UnixMilli(), ms(lease), r.runningTTL(lease)).Int64()
 	if err != nil {
 		return fmt.Errorf("state: renew %s: %w", taskID, err)
@@ -487,7 +506,7 @@ func (r *Redis) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) erro
 	if !res.repeated && res.prev != "" && res.prev != rec.Owner {
 		// The lease changed hands: the previous owner's entry is on its
 		// own key, which a cluster may keep elsewhere.
-		if err := r.c.HDel(ctx, r.inflightKey(res.prev), rec.ID).Err(); err != nil {
+		if err := r.c.HDel(ctx, r.k.inflight(res.prev), rec.ID).Err(); err != nil {
 			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
 		}
 	}
@@ -522,15 +541,15 @@ func parseFinishReply(v []any) (finishReply, error) {
 
 // finishOne runs finish.lua with every key: the server is one node.
 func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
-	keys := []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)}
+	keys := []string{r.k.task(rec.ID), r.k.lease(rec.ID)}
 	args := []any{js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), x.ID, "", "0", "", "", 0}
 	if rec.Owner != "" {
-		keys = append(keys, r.inflightKey(rec.Owner))
+		keys = append(keys, r.k.inflight(rec.Owner))
 		args[5] = rec.ID
 	}
 	if audit != nil {
-		keys = append(keys, r.auditKey(rec.ID))
-		args[6], args[7], args[8] = "1", r.auditMaxLen(), audit
+		keys = append(keys, r.k.audit(rec.ID))
+		args[6], args[7], args[8] = "1", r.k.auditCap(), audit
 	}
 	var stream []Write // the writes the script makes
 	for _, w := range x.Writes {
@@ -594,9 +613,9 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
 	cmd, err := r.withCalls(ctx, x.Calls, func(p redis.Pipeliner) {
 		if rec.Owner != "" {
-			p.HDel(ctx, r.inflightKey(rec.Owner), rec.ID)
+			p.HDel(ctx, r.k.inflight(rec.Owner), rec.ID)
 		}
-	}, finishScript, []string{r.taskKey(rec.ID), r.leaseKey(rec.ID)},
+	}, finishScript, []string{r.k.task(rec.ID), r.k.lease(rec.ID)},
 		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), x.ID, "", "0", "", "", 0)
 	if err != nil {
 		return finishReply{}, err
@@ -618,7 +637,7 @@ func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byt
 	if audit != nil || len(writes) > 0 {
 		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if audit != nil {
-				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.auditKey(rec.ID), MaxLen: r.auditMaxLen(), Approx: true, Values: []any{"e", audit}})
+				auditCmd = p.XAdd(ctx, &redis.XAddArgs{Stream: r.k.audit(rec.ID), MaxLen: r.k.auditCap(), Approx: true, Values: []any{"e", audit}})
 			}
 			for i, w := range writes {
 				if w.Stream != nil {
@@ -735,7 +754,7 @@ func (r *Redis) withCalls(ctx context.Context, calls []Call, before func(redis.P
 // release runs release.lua; ok reports whether the task was running under
 // owner and is now interrupted.
 func (r *Redis) release(ctx context.Context, taskID, owner string) (TaskRecord, bool, error) {
-	res, err := releaseScript.Run(ctx, r.c, []string{r.taskKey(taskID), r.leaseKey(taskID)},
+	res, err := releaseScript.Run(ctx, r.c, []string{r.k.task(taskID), r.k.lease(taskID)},
 		owner, ms(r.o.RecordTTL)).Slice()
 	if err != nil {
 		return TaskRecord{}, false, err
@@ -755,7 +774,7 @@ func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
 		return fmt.Errorf("state: release %s: %w", taskID, err)
 	}
 	// Whether or not the task was still ours, owner no longer runs it.
-	if err := r.c.HDel(ctx, r.inflightKey(owner), taskID).Err(); err != nil {
+	if err := r.c.HDel(ctx, r.k.inflight(owner), taskID).Err(); err != nil {
 		return fmt.Errorf("state: release %s: in-flight: %w", taskID, err)
 	}
 	return nil
@@ -766,7 +785,7 @@ func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
 // instanceID: an agent reconciling what its previous process left needs
 // the entries of tasks that ended too.
 func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, error) {
-	ids, err := r.c.HKeys(ctx, r.inflightKey(instanceID)).Result()
+	ids, err := r.c.HKeys(ctx, r.k.inflight(instanceID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
 	}
@@ -779,7 +798,7 @@ func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, e
 // expiry, or left by a crash inside Claim) are dropped without touching the
 // record.
 func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error) {
-	ifk := r.inflightKey(owner)
+	ifk := r.k.inflight(owner)
 	ids, err := r.c.HKeys(ctx, ifk).Result()
 	if err != nil {
 		return nil, fmt.Errorf("state: recover %s: %w", owner, err)
@@ -802,7 +821,7 @@ func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error)
 
 // Task implements Store.
 func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
-	v, err := r.c.HMGet(ctx, r.taskKey(id), "rec", "status", "owner", "attempts", "report").Result()
+	v, err := r.c.HMGet(ctx, r.k.task(id), "rec", "status", "owner", "attempts", "report").Result()
 	if err != nil {
 		return TaskRecord{}, false, fmt.Errorf("state: task %s: %w", id, err)
 	}
@@ -827,7 +846,7 @@ func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
 // SetReport implements Store: the report is a field of its own in the
 // record's hash, so writing it races with no other write of the record.
 func (r *Redis) SetReport(ctx context.Context, id string, report json.RawMessage) (bool, error) {
-	n, err := setReportScript.Run(ctx, r.c, []string{r.taskKey(id)}, string(report)).Int()
+	n, err := setReportScript.Run(ctx, r.c, []string{r.k.task(id)}, string(report)).Int()
 	if err != nil {
 		return false, fmt.Errorf("state: report of %s: %w", id, err)
 	}
@@ -844,8 +863,8 @@ func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
 		return fmt.Errorf("state: audit: %w", err)
 	}
 	err = r.c.XAdd(ctx, &redis.XAddArgs{
-		Stream: r.auditKey(e.TaskID),
-		MaxLen: r.auditMaxLen(),
+		Stream: r.k.audit(e.TaskID),
+		MaxLen: r.k.auditCap(),
 		Approx: true,
 		Values: []any{"e", js},
 	}).Err()
@@ -863,7 +882,7 @@ func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 		return nil, nil
 	}
 	if r.o.AuditShards <= 1 {
-		msgs, err := r.c.XRevRangeN(ctx, r.auditShard(0), "+", "-", int64(n)).Result()
+		msgs, err := r.c.XRevRangeN(ctx, r.k.auditShard(0), "+", "-", int64(n)).Result()
 		if err != nil {
 			return nil, fmt.Errorf("state: recent audit: %w", err)
 		}
@@ -873,7 +892,7 @@ func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 	cmds := make([]*redis.XMessageSliceCmd, r.o.AuditShards)
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
-			cmds[i] = p.XRevRangeN(ctx, r.auditShard(i), "+", "-", int64(n))
+			cmds[i] = p.XRevRangeN(ctx, r.k.auditShard(i), "+", "-", int64(n))
 		}
 		return nil
 	})
@@ -947,22 +966,22 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
 	}
-	idx := r.instancesKey(inst.ID)
+	idx := r.k.instances(inst.ID)
 	due := r.trimDue.Load()
 	trim := now.UnixMilli() >= due
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// The record outlives the heartbeat by GoneKeep so a vanished
 		// agent is listed as gone; the index score is the heartbeat expiry.
-		p.Set(ctx, r.instanceKey(inst.ID), js, time.Duration(ms(ttl+GoneKeep))*time.Millisecond)
+		p.Set(ctx, r.k.instance(inst.ID), js, time.Duration(ms(ttl+GoneKeep))*time.Millisecond)
 		p.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
 		if trim {
 			// The index always holds the writer's own live entry, so it
 			// is never emptied (and recreated without a TTL) between trims.
 			p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
-			p.ZRemRangeByRank(ctx, idx, 0, -r.maxIndexed()-1)
+			p.ZRemRangeByRank(ctx, idx, 0, -r.k.indexCap()-1)
 			p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
 		}
-		p.PExpire(ctx, r.inflightKey(inst.ID), max(r.o.RecordTTL, ttl))
+		p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl))
 		if r.o.InService != nil {
 			for _, k := range r.o.InService(inst) {
 				if inst.State == InstanceInService {
@@ -985,12 +1004,6 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	return nil
 }
 
-// maxIndexed is the cap of one instance index shard.
-func (r *Redis) maxIndexed() int64 {
-	n := int64(r.o.InstanceShards)
-	return (r.o.MaxInstances + n - 1) / n
-}
-
 // Instances implements Store: ids from the index (every shard, in one
 // pipeline) whose heartbeat expiry is within GoneKeep of now (those past
 // it listed as gone), then their records (one pipelined GET each, so
@@ -1001,7 +1014,7 @@ func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range shards {
 			shards[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-				Key: r.instancesShard(i), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
+				Key: r.k.instancesShard(i), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
 			})
 		}
 		return nil
@@ -1026,7 +1039,7 @@ func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 	cmds := make([]*redis.StringCmd, len(ids))
 	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.Get(ctx, r.instanceKey(id))
+			cmds[i] = p.Get(ctx, r.k.instance(id))
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
@@ -1057,7 +1070,7 @@ func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 // Inflight implements Store: the in-flight hash, filtered by the task
 // records (running under instanceID), oldest first.
 func (r *Redis) Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error) {
-	m, err := r.c.HGetAll(ctx, r.inflightKey(instanceID)).Result()
+	m, err := r.c.HGetAll(ctx, r.k.inflight(instanceID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
 	}
@@ -1071,7 +1084,7 @@ func (r *Redis) Inflight(ctx context.Context, instanceID string) ([]InflightEntr
 	cmds := make([]*redis.SliceCmd, len(ids))
 	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, r.taskKey(id), "status", "owner")
+			cmds[i] = p.HMGet(ctx, r.k.task(id), "status", "owner")
 		}
 		return nil
 	}); err != nil {
@@ -1103,7 +1116,7 @@ func (r *Redis) SaveDrain(ctx context.Context, instanceID string, d DrainRecord)
 	if left := d.Deadline.Sub(r.o.Clock.Now()); left > 0 {
 		ttl += left
 	}
-	if err := r.c.Set(ctx, r.drainKey(instanceID), js, ttl).Err(); err != nil {
+	if err := r.c.Set(ctx, r.k.drain(instanceID), js, ttl).Err(); err != nil {
 		return fmt.Errorf("state: save drain %s: %w", instanceID, err)
 	}
 	return nil
@@ -1111,7 +1124,7 @@ func (r *Redis) SaveDrain(ctx context.Context, instanceID string, d DrainRecord)
 
 // LoadDrain implements Store.
 func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error) {
-	s, err := r.c.Get(ctx, r.drainKey(instanceID)).Result()
+	s, err := r.c.Get(ctx, r.k.drain(instanceID)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -1128,7 +1141,7 @@ func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord,
 // MarkOnce implements Store with SET NX PX: one round trip, atomic on a
 // cluster too (the key's hash tag is the mark's own).
 func (r *Redis) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
-	err := r.c.SetArgs(ctx, r.markKey(key), "1", redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}).Err()
+	err := r.c.SetArgs(ctx, r.k.mark(key), "1", redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}).Err()
 	switch {
 	case err == nil:
 		return true, nil
