@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // slotPool is what the receiver takes its slots from: *window, or a
@@ -32,6 +34,8 @@ const rateInterval = 250 * time.Millisecond
 // round trip's worth of them beyond base.
 type window struct {
 	now func() time.Time
+	// gauge shows the limit (autodiag_tasks_receive_window); nil = none.
+	gauge prometheus.Gauge
 	// workers, base and most: the window is workers + extra, base ≤
 	// extra ≤ most.
 	workers, base, most int64
@@ -54,11 +58,20 @@ type window struct {
 }
 
 // newWindow is the receive window of workers, starting at workers +
-// max(1, workers/4).
-func newWindow(workers int64, now func() time.Time) *window {
+// max(1, workers/4); gauge, when not nil, follows its size.
+func newWindow(workers int64, now func() time.Time, gauge prometheus.Gauge) *window {
 	base := max(1, workers/4)
-	return &window{now: now, workers: workers, base: base, most: max(base, workers),
+	w := &window{now: now, gauge: gauge, workers: workers, base: base, most: max(base, workers),
 		limit: workers + base, changed: make(chan struct{})}
+	w.show()
+	return w
+}
+
+// show sets the gauge to the limit; with mu held or before w is shared.
+func (w *window) show() {
+	if w.gauge != nil {
+		w.gauge.Set(float64(w.limit))
+	}
 }
 
 // Acquire waits for n slots within the window, or returns ctx's error
@@ -132,13 +145,16 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 	extra := w.base + int64(math.Round(rate*w.rtt.Seconds()))
 	w.epoch, w.count, w.rtt = now, 0, 0
 	limit := w.workers + min(extra, w.most)
-	if limit > w.limit {
-		w.limit = limit
-		w.wakeLocked()
+	if limit == w.limit {
 		return
 	}
+	grows := limit > w.limit
 	// Shrinking takes effect as slots come back: none held is taken away.
 	w.limit = limit
+	w.show()
+	if grows {
+		w.wakeLocked()
+	}
 }
 
 // size is the window's current limit and the slots held, for tests.

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/autodiag/autodiag/agent/queue"
@@ -23,7 +25,7 @@ import (
 func windowRun(t *testing.T, workers int64, n int, rtt, run time.Duration) (rate float64, peak, limit int64) {
 	t.Helper()
 	const batch = 10
-	win := newWindow(workers, time.Now)
+	win := newWindow(workers, time.Now, nil)
 	src := &pollSource{rtt: rtt, left: n}
 	busy := semaphore.NewWeighted(workers)
 	var (
@@ -127,18 +129,19 @@ func TestReceiveWindowStaysForLongTasks(t *testing.T) {
 }
 
 // TestReceiveWindowShrinksAndBlocks: the window is sized once per
-// rateInterval from the receives in it; grown by a fast backlog it holds
-// 2 × workers, shrunk once the rate falls it takes no slot beyond the
-// new limit until enough came back, and a wait for slots ends with its
-// context, holding none.
+// rateInterval from the receives in it, and its gauge follows; grown by a
+// fast backlog it holds 2 × workers, shrunk once the rate falls it takes
+// no slot beyond the new limit until enough came back, and a wait for
+// slots ends with its context, holding none.
 func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 	t.Parallel()
 	const workers = 8
 	now := time.Unix(0, 0)
-	w := newWindow(workers, func() time.Time { return now })
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "autodiag_tasks_receive_window"})
+	w := newWindow(workers, func() time.Time { return now }, gauge)
 	base := int64(workers + workers/4)
-	if limit, _ := w.size(); limit != base {
-		t.Fatalf("new window %d, want %d", limit, base)
+	if limit, _ := w.size(); limit != base || testutil.ToFloat64(gauge) != float64(base) {
+		t.Fatalf("new window %d, gauge %v, want %d", limit, testutil.ToFloat64(gauge), base)
 	}
 	// 10 full receives of 10 a rateInterval, 20 ms each: 400 a second ×
 	// 20 ms = 8 more, at most workers.
@@ -147,8 +150,8 @@ func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 		now = now.Add(rateInterval / 10)
 	}
 	w.received(20*time.Millisecond, 0, false)
-	if limit, _ := w.size(); limit != 2*workers {
-		t.Fatalf("window %d after a fast backlog, want %d", limit, 2*workers)
+	if limit, _ := w.size(); limit != 2*workers || testutil.ToFloat64(gauge) != 2*workers {
+		t.Fatalf("window %d, gauge %v after a fast backlog, want %d", limit, testutil.ToFloat64(gauge), 2*workers)
 	}
 	if !w.TryAcquire(2 * workers) {
 		t.Fatal("the grown window refused its own limit")
@@ -156,8 +159,8 @@ func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 	// A rateInterval with nothing received: back to the base window.
 	now = now.Add(rateInterval)
 	w.received(20*time.Millisecond, 0, false)
-	if limit, held := w.size(); limit != base || held != 2*workers {
-		t.Fatalf("window %d holding %d after an empty interval, want %d holding %d", limit, held, base, 2*workers)
+	if limit, held := w.size(); limit != base || held != 2*workers || testutil.ToFloat64(gauge) != float64(base) {
+		t.Fatalf("window %d holding %d, gauge %v after an empty interval, want %d holding %d", limit, held, testutil.ToFloat64(gauge), base, 2*workers)
 	}
 	w.Release(workers / 2)
 	if w.TryAcquire(1) {
