@@ -16,6 +16,7 @@ type metrics struct {
 	outcomes      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	inflight      prometheus.Gauge
+	receiveWindow prometheus.Gauge
 	drainState    prometheus.Gauge
 	drainDuration prometheus.Gauge
 	drainDeadline prometheus.Gauge
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 			Name: "autodiag_tasks_inflight",
 			Help: "Tasks received and not yet ended (queued for a worker or running).",
 		}),
+		receiveWindow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_tasks_receive_window",
+			Help: "The most task messages received ahead of the end of their run: workers + max(1, workers/4), more while a backlog of short tasks is taken faster than one receive's round trip brings them (at most 2 x workers).",
+		}),
 		drainState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "autodiag_drain_state",
 			Help: "0 running, 1 draining, 2 drained.",
@@ -83,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 		m.duration.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded)
 	}
 	return m
 }

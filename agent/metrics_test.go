@@ -46,7 +46,7 @@ func TestMetricNamesLint(t *testing.T) {
 		have[mf.GetName()] = true
 	}
 	for _, name := range []string{"autodiag_tasks_received_total", "autodiag_task_outcomes_total", "autodiag_task_duration_seconds",
-		"autodiag_tasks_inflight", "autodiag_limiter_degraded_total", "autodiag_drain_state",
+		"autodiag_tasks_inflight", "autodiag_tasks_receive_window", "autodiag_limiter_degraded_total", "autodiag_drain_state",
 		"autodiag_drain_duration_seconds", "autodiag_redis_up", "autodiag_state_degraded_total"} {
 		if !have[name] {
 			t.Errorf("metric %s is not registered", name)

@@ -364,13 +364,13 @@ func (s *SQS) isClosed() bool {
 
 // Delete implements Source and waits for its own entry's result. Deletes
 // are group-committed: an idle source (no DeleteMessageBatch in flight, and
-// none returned within DeleteBatchWindow) sends a delete at once; while one
-// is in flight, deletes gather and go together as soon as it returns, when
-// 10 are pending, or DeleteBatchWindow after the first of them, whichever
-// comes first; right after one returned, with none in flight, they gather
-// until 10 are pending or for DeleteBatchWindow. So an idle agent adds no
-// latency and a busy one sends fuller batches, also when SQS answers much
-// faster than its tasks end. Entries failing with a server fault are retried
+// none returned within DeleteBatchWindow) sends a delete at once; a busy
+// one (a batch in flight, or one returned within DeleteBatchWindow) lets
+// deletes gather until 10 are pending or for DeleteBatchWindow after the
+// first of them, whichever comes first. So an idle agent adds no latency
+// and a busy one sends full batches, also when SQS answers much faster
+// than its tasks end; no delete waits longer than DeleteBatchWindow for
+// its batch to be sent. Entries failing with a server fault are retried
 // DeleteRetries times; a sender fault (an invalid handle) is returned at
 // once. If ctx ends first, Delete returns ctx.Err() and the batch still goes
 // out.
@@ -409,8 +409,7 @@ func (s *SQS) PendingDeletes() int {
 }
 
 // flushLocked sends every pending delete, 10 per batch, each batch on its
-// own goroutine; called with mu held. When a batch returns, whatever
-// gathered meanwhile is sent.
+// own goroutine; called with mu held.
 func (s *SQS) flushLocked() {
 	if s.timer != nil {
 		s.timer.Stop()
@@ -427,7 +426,9 @@ func (s *SQS) flushLocked() {
 			defer s.mu.Unlock()
 			s.sending--
 			s.returned = time.Now()
-			s.flushLocked()
+			// What gathered meanwhile stays for its timer or its tenth
+			// entry: sent now, when SQS answers faster than tasks end,
+			// it would go in batches of a few.
 		})
 	}
 	s.pending = nil

@@ -380,9 +380,16 @@ func TestSQSDeleteBatches(t *testing.T) {
 	for _, m := range ms[1:] {
 		go func() { errs <- q.Delete(context.Background(), m) }()
 	}
-	// Two full batches go at once, the last 4 wait for a batch to return.
+	// Two full batches go at once, the last 4 wait for their window (an
+	// hour) or Close.
 	waitFor(t, func() bool { return g.calls.Load() == 3 && q.PendingDeletes() == 4 })
 	close(g.open)
+	waitFor(t, func() bool { return q.DeletesInFlight() == 0 })
+	if p := q.PendingDeletes(); p != 4 {
+		t.Fatalf("%d deletes pending after the batches returned, want 4 still gathering", p)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close(context.Background()) }()
 	for range n {
 		if err := <-errs; err != nil {
 			t.Errorf("Delete: %v", err)
@@ -395,6 +402,9 @@ func TestSQSDeleteBatches(t *testing.T) {
 			t.Errorf("batch of %d entries, %d failed", c.N, c.Failed)
 		}
 		sum += c.N
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
 	}
 	// Group commit: the first delete goes alone, the rest gather while a
 	// batch is in flight.
@@ -554,32 +564,43 @@ func (g *gatedDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMes
 }
 
 // TestSQSDeleteGroupCommit: an idle source sends a delete at once; deletes
-// made while a batch is in flight gather and go together when it returns.
+// made while a batch is in flight gather, also past its return, and go
+// together at their tenth.
 func TestSQSDeleteGroupCommit(t *testing.T) {
 	f := newFixture(t)
-	for i := range 4 {
+	for i := range 11 {
 		f.send(t, fmt.Sprint(i), nil)
 	}
 	g := &gatedDeletes{SQSAPI: f.client, open: make(chan struct{})}
 	q := queue.NewSQS(g, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Hour})
 	defer q.Close(context.Background())
-	ms := receiveN(t, q, 4)
-	errs := make(chan error, 4)
+	ms := receiveN(t, q, 11)
+	errs := make(chan error, 11)
 	go func() { errs <- q.Delete(context.Background(), ms[0]) }()
 	waitFor(t, func() bool { return q.PendingDeletes() == 0 && len(errs) == 0 }) // sent, held by the gate
-	for _, m := range ms[1:] {
+	for _, m := range ms[1:4] {
 		go func() { errs <- q.Delete(context.Background(), m) }()
 	}
 	waitFor(t, func() bool { return q.PendingDeletes() == 3 })
 	close(g.open)
-	for range 4 {
+	if err := <-errs; err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	waitFor(t, func() bool { return q.DeletesInFlight() == 0 })
+	if p := q.PendingDeletes(); p != 3 {
+		t.Fatalf("%d deletes pending after the first batch returned, want 3 still gathering", p)
+	}
+	for _, m := range ms[4:] {
+		go func() { errs <- q.Delete(context.Background(), m) }()
+	}
+	for range 10 {
 		if err := <-errs; err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
 	}
 	calls := f.srv.Calls("DeleteMessageBatch")
-	if len(calls) != 2 || calls[0].N != 1 || calls[1].N != 3 {
-		t.Errorf("batches = %v, want 1 then 3 entries", batchSizes(calls))
+	if len(calls) != 2 || calls[0].N != 1 || calls[1].N != 10 {
+		t.Errorf("batches = %v, want 1 then 10 entries", batchSizes(calls))
 	}
 }
 

@@ -231,6 +231,10 @@ type childLists struct {
 	// opened counts the times the files were opened afresh.
 	opened int
 	now    func() time.Time // nil = time.Now
+	// buf is what the directory and the lists are read into, under mu:
+	// on the stack of the run's goroutine, 4 KiB grew (copied) that stack
+	// at the end of every run.
+	buf [4096]byte
 }
 
 // read appends the agent's thread ids (sorted) to tids and the pids in
@@ -242,7 +246,7 @@ func (c *childLists) read(tids, kids []int) (_, _ []int, ok bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	var buf [4096]byte
+	buf := &c.buf
 	for _, tid := range tids {
 		fd, open := c.fds[tid]
 		if !open {
@@ -314,7 +318,7 @@ func (c *childLists) threadsLocked(dst []int) ([]int, bool) {
 		c.closeLocked()
 		return nil, false
 	}
-	dst = readTids(c.dir, dst)
+	dst = readTids(c.dir, dst, c.buf[:])
 	if len(dst) == 0 {
 		c.closeLocked()
 		return nil, false
@@ -371,18 +375,18 @@ func threads(dst []int) []int {
 		return nil
 	}
 	defer syscall.Close(fd)
-	return readTids(fd, dst)
+	var buf [4096]byte
+	return readTids(fd, dst, buf[:])
 }
 
 // readTids appends the thread ids listed by the /proc/self/task directory
 // open at fd, from its current offset, to dst, sorted; nil when
 // unreadable. It runs twice at the end of every run, so it reads the
-// directory with raw syscalls into one buffer, without an *os.File or a
-// string per entry.
-func readTids(fd int, dst []int) []int {
-	var buf [4096]byte
+// directory with raw syscalls into buf, without an *os.File or a string
+// per entry.
+func readTids(fd int, dst []int, buf []byte) []int {
 	for {
-		n, err := syscall.ReadDirent(fd, buf[:])
+		n, err := syscall.ReadDirent(fd, buf)
 		if err != nil {
 			return nil
 		}

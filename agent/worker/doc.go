@@ -2,7 +2,8 @@
 // it top to bottom in this order:
 //
 //   - receiver.go: the SQS (or memory) receive loop, receiving only while
-//     there are free slots (workers plus a small prefetch);
+//     there are free slots in the receive window (window.go: workers plus
+//     a prefetch that follows the rate and the receive's round trip);
 //   - pipeline.go: each message's walk (pipeline), validate → route
 //     (route.go, an alarm on the task queue) → claim → decide;
 //   - claim.go: claim the lease → decide (limiter) (claimer);

@@ -14,4 +14,7 @@ type Metrics struct {
 	Duration      *prometheus.HistogramVec
 	Inflight      prometheus.Gauge
 	StateDegraded *prometheus.CounterVec
+	// ReceiveWindow is the receive window's current size (window.go);
+	// nil = not exported.
+	ReceiveWindow prometheus.Gauge
 }

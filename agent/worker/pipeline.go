@@ -90,9 +90,10 @@ type pipeline struct {
 	claims *claimer
 	fin    *finisher
 
-	// receive bounds received-but-unfinished messages (workers +
-	// prefetch); run bounds running diagnostics (workers).
-	receive *semaphore.Weighted
+	// receive bounds received messages whose run has not ended (the
+	// receive window, window.go); run bounds running diagnostics
+	// (workers).
+	receive *window
 	run     *semaphore.Weighted
 	// hard ends on a fast exit: running work is killed and released.
 	hard context.Context

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/autodiag/autodiag/agent/queue"
 )
@@ -23,12 +22,16 @@ const (
 )
 
 // receiver receives messages while the agent runs: only as many as there
-// are free slots (workers plus a small prefetch), each handed to accept.
-// A slot is given back by whoever ends the message's job.
+// are free slots in the receive window (window.go), each handed to
+// accept. A slot is given back by whoever ends the message's job.
 type receiver struct {
 	src   queue.Source
-	slots *semaphore.Weighted
-	batch int
+	slots slotPool
+	// observe, when set, is told of every receive that returned: how long
+	// it took, how many messages it brought and whether that was as many
+	// as it asked for (the window sizes itself from them).
+	observe func(rtt time.Duration, got int, full bool)
+	batch   int
 	// buffered is the number of received messages waiting for a worker;
 	// idle is signalled (non-blocking, capacity 1) when it drops to 0.
 	buffered func() int
@@ -178,6 +181,9 @@ func (in *receiver) receive(ctx context.Context, n int64, bo *backoff.Exponentia
 	start := time.Now()
 	msgs, err := in.src.Receive(ctx, int(n))
 	in.trace.receiveSpan(msgs, start)
+	if in.observe != nil && err == nil {
+		in.observe(time.Since(start), len(msgs), int64(len(msgs)) == n)
+	}
 	// Before its messages are accepted: a gather that sees neither them
 	// nor the receive returns what it holds, which costs a smaller batch;
 	// one that saw the receive still in flight after they started would

@@ -1,0 +1,165 @@
+package worker
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// slotPool is what the receiver takes its slots from: *window, or a
+// plain *semaphore.Weighted in tests of the receiver alone.
+type slotPool interface {
+	Acquire(ctx context.Context, n int64) error
+	TryAcquire(n int64) bool
+	Release(n int64)
+}
+
+// rateInterval is how often the window measures the rate at which
+// messages are received, from the receives that returned within it.
+const rateInterval = 250 * time.Millisecond
+
+// window is the receive window: the messages received ahead of the end of
+// their run. It holds at most workers plus an extra of at least base
+// (max(1, workers/4)). A receive takes a round trip, during which the
+// workers go on taking messages at the rate they take them; so that a
+// worker that frees up finds a message rather than a receive still on
+// its way (Little's law), the extra grows to base plus the messages taken
+// during one round trip (rate × round trip), at most workers. Where a
+// task runs far longer than a receive's round trip that product is below
+// one and the window stays at workers + base; it grows only for tasks
+// that end within a few round trips, and holds no more than about one
+// round trip's worth of them beyond base.
+type window struct {
+	now func() time.Time
+	// gauge shows the limit (autodiag_tasks_receive_window); nil = none.
+	gauge prometheus.Gauge
+	// workers, base and most: the window is workers + extra, base ≤
+	// extra ≤ most.
+	workers, base, most int64
+
+	mu    sync.Mutex
+	held  int64
+	limit int64
+	// changed is closed (and replaced) whenever a slot is given back or
+	// the limit grows.
+	changed chan struct{}
+	// epoch is when the current rate measurement began; count the
+	// messages received since.
+	epoch time.Time
+	count int64
+	// rtt is the shortest round trip of the interval's receives that came
+	// back full: they met a backlog, where SQS answers at once; a long
+	// poll that waited for messages is never shorter than a round trip,
+	// so the shortest is the round trip itself.
+	rtt time.Duration
+}
+
+// newWindow is the receive window of workers, starting at workers +
+// max(1, workers/4); gauge, when not nil, follows its size.
+func newWindow(workers int64, now func() time.Time, gauge prometheus.Gauge) *window {
+	base := max(1, workers/4)
+	w := &window{now: now, gauge: gauge, workers: workers, base: base, most: max(base, workers),
+		limit: workers + base, changed: make(chan struct{})}
+	w.show()
+	return w
+}
+
+// show sets the gauge to the limit; with mu held or before w is shared.
+func (w *window) show() {
+	if w.gauge != nil {
+		w.gauge.Set(float64(w.limit))
+	}
+}
+
+// Acquire waits for n slots within the window, or returns ctx's error
+// holding none.
+func (w *window) Acquire(ctx context.Context, n int64) error {
+	for {
+		w.mu.Lock()
+		if w.held+n <= w.limit {
+			w.held += n
+			w.mu.Unlock()
+			return nil
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TryAcquire takes n slots if they are free now.
+func (w *window) TryAcquire(n int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held+n > w.limit {
+		return false
+	}
+	w.held += n
+	return true
+}
+
+// Release gives n slots back.
+func (w *window) Release(n int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held -= n
+	if w.held < 0 {
+		panic("worker: receive window released more than it held")
+	}
+	w.wakeLocked()
+}
+
+func (w *window) wakeLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// received records one receive: it took rtt and brought got messages,
+// as many as it asked for when full. Once per rateInterval the window is
+// sized again from the interval's rate of messages received and its
+// round trip; an interval without a full receive met no backlog and
+// sizes it back to workers + base.
+func (w *window) received(rtt time.Duration, got int, full bool) {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.epoch.IsZero() {
+		w.epoch = now
+	}
+	w.count += int64(got)
+	if full && got > 0 && (w.rtt == 0 || rtt < w.rtt) {
+		w.rtt = rtt
+	}
+	elapsed := now.Sub(w.epoch)
+	if elapsed < rateInterval {
+		return
+	}
+	rate := float64(w.count) / elapsed.Seconds()
+	extra := w.base + int64(math.Round(rate*w.rtt.Seconds()))
+	w.epoch, w.count, w.rtt = now, 0, 0
+	limit := w.workers + min(extra, w.most)
+	if limit == w.limit {
+		return
+	}
+	grows := limit > w.limit
+	// Shrinking takes effect as slots come back: none held is taken away.
+	w.limit = limit
+	w.show()
+	if grows {
+		w.wakeLocked()
+	}
+}
+
+// size is the window's current limit and the slots held, for tests.
+func (w *window) size() (limit, held int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.limit, w.held
+}

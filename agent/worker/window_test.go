@@ -1,0 +1,187 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/autodiag/autodiag/agent/queue"
+)
+
+// windowRun drives a receiver with the receive window of workers over a
+// backlog of n messages that each answer after rtt, each message then
+// waiting for one of workers and running for run before its slot goes
+// back (as the pipeline gives it back when the run ends). It returns the
+// messages per second from the start to the last run's end, the most
+// slots held at once, and the window's limit at the end.
+func windowRun(t *testing.T, workers int64, n int, rtt, run time.Duration) (rate float64, peak, limit int64) {
+	t.Helper()
+	const batch = 10
+	win := newWindow(workers, time.Now, nil)
+	src := &pollSource{rtt: rtt, left: n}
+	busy := semaphore.NewWeighted(workers)
+	var (
+		tasks sync.WaitGroup
+		mu    sync.Mutex
+		done  int
+		last  time.Time
+	)
+	in := &receiver{src: src, slots: win, observe: win.received, batch: batch,
+		polls: int((workers + batch - 1) / batch), log: slog.New(slog.DiscardHandler),
+		accept: func(*queue.Message) {
+			if _, held := win.size(); held > peak {
+				peak = held
+			}
+			tasks.Go(func() {
+				if err := busy.Acquire(context.Background(), 1); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(run)
+				win.Release(1)
+				busy.Release(1)
+				mu.Lock()
+				done++
+				if done == n {
+					last = time.Now()
+				}
+				mu.Unlock()
+			})
+		}}
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); in.run(ctx) }()
+	for {
+		time.Sleep(time.Second)
+		mu.Lock()
+		finished := done == n
+		mu.Unlock()
+		if finished {
+			break
+		}
+	}
+	cancel()
+	<-stopped
+	tasks.Wait()
+	limit, held := win.size()
+	if held != 0 {
+		t.Errorf("%d slots still held after every run ended", held)
+	}
+	return float64(n) / last.Sub(start).Seconds(), peak, limit
+}
+
+// TestReceiveWindowGrowsForShortTasks: with a 10 ms receive and tasks of
+// 5 ms on 16 workers, a window of workers + max(1, workers/4) = 20 would
+// keep each slot for a round trip and a run, so at most 20 / 15 ms ≈ 1,333
+// messages a second (Little's law) while the workers could take 3,200; the
+// window grows by what arrives during a round trip, at most to 2 ×
+// workers, and the rate passes that bound.
+func TestReceiveWindowGrowsForShortTasks(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			workers = 16
+			rtt     = 10 * time.Millisecond
+			run     = 5 * time.Millisecond
+		)
+		fixed := float64(workers+max(1, workers/4)) / (rtt + run).Seconds()
+		rate, peak, limit := windowRun(t, workers, 3000, rtt, run)
+		t.Logf("%.0f messages/s (fixed window's bound %.0f), window %d, at most %d held", rate, fixed, limit, peak)
+		if rate <= fixed*1.2 {
+			t.Errorf("%.0f messages/s, want above the fixed window's bound %.0f by a fifth", rate, fixed)
+		}
+		if limit != 2*workers {
+			t.Errorf("window %d at the end of a backlog of short tasks, want 2 × workers = %d", limit, 2*workers)
+		}
+		if peak > 2*workers {
+			t.Errorf("%d slots held at once, above 2 × workers = %d", peak, 2*workers)
+		}
+	})
+}
+
+// TestReceiveWindowStaysForLongTasks: tasks that run far longer than a
+// receive's round trip keep the documented window, workers +
+// max(1, workers/4): no more messages are held hidden from other agents.
+func TestReceiveWindowStaysForLongTasks(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			workers = 16
+			base    = workers + workers/4
+		)
+		_, peak, limit := windowRun(t, workers, 200, 10*time.Millisecond, time.Second)
+		if limit != base {
+			t.Errorf("window %d with tasks of a second, want %d", limit, base)
+		}
+		if peak != base {
+			t.Errorf("%d slots held at most, want the whole window %d and no more", peak, base)
+		}
+	})
+}
+
+// TestReceiveWindowShrinksAndBlocks: the window is sized once per
+// rateInterval from the receives in it, and its gauge follows; grown by a
+// fast backlog it holds 2 × workers, shrunk once the rate falls it takes
+// no slot beyond the new limit until enough came back, and a wait for
+// slots ends with its context, holding none.
+func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
+	t.Parallel()
+	const workers = 8
+	now := time.Unix(0, 0)
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "autodiag_tasks_receive_window"})
+	w := newWindow(workers, func() time.Time { return now }, gauge)
+	base := int64(workers + workers/4)
+	if limit, _ := w.size(); limit != base || testutil.ToFloat64(gauge) != float64(base) {
+		t.Fatalf("new window %d, gauge %v, want %d", limit, testutil.ToFloat64(gauge), base)
+	}
+	// 10 full receives of 10 a rateInterval, 20 ms each: 400 a second ×
+	// 20 ms = 8 more, at most workers.
+	for range 10 {
+		w.received(20*time.Millisecond, 10, true)
+		now = now.Add(rateInterval / 10)
+	}
+	w.received(20*time.Millisecond, 0, false)
+	if limit, _ := w.size(); limit != 2*workers || testutil.ToFloat64(gauge) != 2*workers {
+		t.Fatalf("window %d, gauge %v after a fast backlog, want %d", limit, testutil.ToFloat64(gauge), 2*workers)
+	}
+	if !w.TryAcquire(2 * workers) {
+		t.Fatal("the grown window refused its own limit")
+	}
+	// A rateInterval with nothing received: back to the base window.
+	now = now.Add(rateInterval)
+	w.received(20*time.Millisecond, 0, false)
+	if limit, held := w.size(); limit != base || held != 2*workers || testutil.ToFloat64(gauge) != float64(base) {
+		t.Fatalf("window %d holding %d, gauge %v after an empty interval, want %d holding %d", limit, held, testutil.ToFloat64(gauge), base, 2*workers)
+	}
+	w.Release(workers / 2)
+	if w.TryAcquire(1) {
+		t.Fatal("a slot was taken while more than the shrunk window were held")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	acquired := make(chan error, 1)
+	go func() { acquired <- w.Acquire(ctx, 1) }()
+	w.Release(2*workers - workers/2) // down to 0 held: the waiter gets its slot
+	if err := <-acquired; err != nil {
+		t.Fatalf("Acquire after slots came back: %v", err)
+	}
+	if !w.TryAcquire(base - 1) {
+		t.Fatal("the rest of the window was not free")
+	}
+	go func() { acquired <- w.Acquire(ctx, 1) }()
+	cancel()
+	if err := <-acquired; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire on a full window with its context cancelled: %v, want context.Canceled", err)
+	}
+	if _, held := w.size(); held != base {
+		t.Fatalf("%d held after a cancelled Acquire, want %d", held, base)
+	}
+}
