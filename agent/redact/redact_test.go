@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -251,6 +252,8 @@ func FuzzRedact(f *testing.F) {
 		"aws_secret_access_key=abc", "Authorization: Bearer abc", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
 		"sk-abcdefghijklmnopqrstuvwxyz", "x https://u:" + pemKey + "@host", "",
 		"paſſword=x", "\u212a", "a\npassword=1 xoxb-2\nAKIAIOSFODNN7EXAMPLE",
+		"api_key=abcdef0123456789abcdef0123456789 api_key=abcdef0123456789abcdef0123456789 --mount=type=secret,",
+		"password=a password=b\npassword=c token=Zm9vYmFyYmF6cXV4cXV1eDEyMzQ1Njc4OQ",
 	} {
 		f.Add([]byte(s))
 	}
@@ -270,6 +273,10 @@ func FuzzRedact(f *testing.F) {
 		}
 		if len(out) > len(in)+n*maxMarker {
 			t.Fatalf("output %d bytes for %d of input and %d markers", len(out), len(in), n)
+		}
+		// The same as the algorithm before line bounds were remembered.
+		if want, wn := r.legacyRedact(in); !bytes.Equal(out, want) || n != wn {
+			t.Fatalf("redact(%q) = %q (%d), the reference %q (%d)", in, out, n, want, wn)
 		}
 		// No secret is left: scanning the output again finds nothing.
 		if again, m := r.redact(out); m != 0 {
@@ -297,15 +304,48 @@ func BenchmarkRedact(b *testing.B) {
 		}
 		return out
 	}
-	for _, bc := range []struct {
+	cases := []struct {
 		name string
 		in   []byte
-	}{{"clean", gen(64<<10, false)}, {"secrets", gen(64<<10, true)}, {"secrets_1MiB", gen(1<<20, true)}} {
+	}{{"clean", gen(64<<10, false)}, {"secrets", gen(64<<10, true)}, {"secrets_1MiB", gen(1<<20, true)}}
+	// Hostile output, every line (or the whole text) a candidate: what a
+	// diagnostic prints when it dumps attacker-influenced data. The cost
+	// must grow linearly with the size.
+	for _, h := range hostileShapes {
+		for _, size := range []int{64 << 10, 1 << 20} {
+			cases = append(cases, struct {
+				name string
+				in   []byte
+			}{fmt.Sprintf("hostile_%s_%dKiB", h.name, size>>10), repeatTo(h.line, size)})
+		}
+	}
+	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
+			// The rules its keywords open compile outside the timing
+			// (b.Loop starts it): -benchtime=3x measures the search.
+			r.Redact(bc.in[:min(len(bc.in), 64<<10)])
+			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.in)))
 			for b.Loop() {
 				r.Redact(bc.in)
 			}
 		})
 	}
+}
+
+// hostileShapes are lines that, repeated, make every part of a text a
+// candidate of some rule.
+var hostileShapes = []struct{ name, line string }{
+	{"password_run", "password" + strings.Repeat("a", 200) + "="}, // no line end
+	{"words", "key token secret password api auth "},
+	{"api_key", "api_key=abcdef0123456789abcdef0123456789\n"},
+	// The same on one line: a rule's line was read again for every match.
+	{"api_key_one_line", "api_key=abcdef0123456789abcdef0123456789 "},
+	{"token", "token=x "},
+	{"json_secret", `"secret":"`},
+}
+
+// repeatTo is line repeated up to size bytes (the last copy cut).
+func repeatTo(line string, size int) []byte {
+	return []byte(strings.Repeat(line, size/len(line)+1)[:size])
 }
