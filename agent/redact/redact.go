@@ -237,7 +237,11 @@ type Redactor struct {
 	pair     []uint16
 	groups   [][]keyword
 	anyHints bool
-	counts   *prometheus.CounterVec
+	// markers are the markers of the rules, which the keyword scan skips;
+	// maxMarker is the longest one's length.
+	markers   map[string]bool
+	maxMarker int
+	counts    *prometheus.CounterVec
 }
 
 // compiledDefaults are the default rules prepared once: a reload or a
@@ -453,8 +457,11 @@ func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) 
 			r.counts = are.ExistingCollector.(*prometheus.CounterVec)
 		}
 	}
+	r.markers = map[string]bool{}
 	for _, c := range r.rules {
 		r.counts.WithLabelValues(c.name)
+		r.markers[string(c.marker)] = true
+		r.maxMarker = max(r.maxMarker, len(c.marker))
 	}
 	return r, nil
 }
@@ -494,7 +501,18 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 	return src, total
 }
 
-var lowerMarkerStart = []byte("[redacted:")
+// markerAt is the length of the marker of one of r's rules that b starts
+// with, 0 if none.
+func (r *Redactor) markerAt(b []byte) int {
+	if !bytes.HasPrefix(b, markerStart) {
+		return 0
+	}
+	j := bytes.IndexByte(b[:min(len(b), r.maxMarker)], ']')
+	if j < 0 || !r.markers[string(b[:j+1])] {
+		return 0
+	}
+	return j + 1
+}
 
 // scan is one pass's view of the text: where each rule's keywords occur.
 type scan struct {
@@ -543,12 +561,15 @@ func (r *Redactor) scan(src []byte) *scan {
 	}
 	lower := asciiLower(src)
 	for i := 0; i+1 < len(lower); i++ {
-		if lower[i] == '[' && bytes.HasPrefix(lower[i:], lowerMarkerStart) {
+		if src[i] == '[' {
 			// A marker's rule name (secret_assignment, aws_access_token)
 			// holds keywords but no secret: the rescan after a
-			// replacement would search every rule again there.
-			if j := bytes.IndexByte(lower[i:], ']'); j > 0 {
-				i += j
+			// replacement would search every rule again there. Only a
+			// whole marker of these rules is skipped: "[REDACTED:" alone,
+			// which output can hold, would hide the keywords up to the
+			// next ']', lines away.
+			if n := r.markerAt(src[i:]); n > 0 {
+				i += n - 1
 				continue
 			}
 		}

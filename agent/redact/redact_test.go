@@ -165,6 +165,35 @@ func TestRedactReachesFixedPoint(t *testing.T) {
 	}
 }
 
+// The keyword scan skips the markers a pass wrote, and only those: output
+// that holds "[REDACTED:" (a log line an attacker wrote to) must not hide
+// the keywords of what follows up to the next ']'.
+func TestMarkerLookalikeHidesNothing(t *testing.T) {
+	r, err := New(DefaultRules(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ in, want string }{
+		{"[REDACTED:\npassword=hunter2\n]", "[REDACTED:\npassword=[REDACTED:secret_assignment]\n]"},
+		{"x [REDACTED: password=hunter2 ]", "x [REDACTED: password=[REDACTED:secret_assignment] ]"},
+		{"[redacted: AWS_ACCESS_KEY_ID=AKIAQYLPMN5HHHFPZAM2 ]", "[redacted: AWS_ACCESS_KEY_ID=[REDACTED:aws_access_token] ]"},
+		{"[REDACTED:nosuchrule] password=hunter2", "[REDACTED:nosuchrule] password=[REDACTED:secret_assignment]"},
+		// A marker of a rule stays as it is, and its name opens no rule.
+		{"[REDACTED:secret_assignment] password=hunter2", "[REDACTED:secret_assignment] password=[REDACTED:secret_assignment]"},
+	}
+	for _, tt := range tests {
+		if got := r.RedactString(tt.in); got != tt.want {
+			t.Errorf("Redact(%q)\n got %q\nwant %q", tt.in, got, tt.want)
+		}
+	}
+	s := r.scan([]byte("[REDACTED:secret_assignment] [REDACTED:aws_access_token]"))
+	for i, h := range s.hits {
+		if len(h) > 0 {
+			t.Errorf("rule %s opened by a marker's name at %v", r.rules[i].name, h)
+		}
+	}
+}
+
 func TestConfigEffective(t *testing.T) {
 	custom := Rule{Name: "vault_token", Pattern: `\bhvs\.[A-Za-z0-9]{20,}`}
 	override := Rule{Name: "password", Pattern: `pw=\S+`}
@@ -254,6 +283,7 @@ func FuzzRedact(f *testing.F) {
 		"paſſword=x", "\u212a", "a\npassword=1 xoxb-2\nAKIAIOSFODNN7EXAMPLE",
 		"api_key=abcdef0123456789abcdef0123456789 api_key=abcdef0123456789abcdef0123456789 --mount=type=secret,",
 		"password=a password=b\npassword=c token=Zm9vYmFyYmF6cXV4cXV1eDEyMzQ1Njc4OQ",
+		"[REDACTED:\npassword=x\n]", "[redacted:secret_assignment] token=Zm9vYmFyYmF6cXV4cXV1eDEyMzQ1Njc4OQ",
 	} {
 		f.Add([]byte(s))
 	}
