@@ -690,7 +690,12 @@ type span struct {
 func (r *Redactor) candidate(i int, s *scan, from, to, pos int) [2]int {
 	sp := s.spans[i]
 	if sp == nil || sp.to != to || sp.from > from {
-		sp = &span{from: from, to: to}
+		// A rule lists one range at a time: the last one's memory is
+		// reused (a long output of short lines lists one per line).
+		if sp == nil {
+			sp = &span{}
+		}
+		sp.from, sp.to, sp.secrets = from, to, sp.secrets[:0]
 		c := &r.rules[i]
 		cm := c.compiled()
 		// Candidates come in order, so the lines of "line" allowlists are
@@ -735,23 +740,23 @@ func secretSpan(m []int, g int) [2]int {
 // last one and whether each "line" allowlist's regexps match it.
 type lineMemo struct {
 	first, last lineAt
-	// start, end are the line the results are for (start < 0: none).
+	// start, end are the line the results are for (valid: any).
 	start, end int
-	// reOK holds, per allowlist, 0 (not asked yet), 1 (a regexp matches
-	// the line) or 2 (none does).
-	reOK []uint8
+	// reOK holds, per allowlist (the first len(reOK)), 0 (not asked
+	// yet), 1 (a regexp matches the line) or 2 (none does).
+	reOK  [8]uint8
+	valid bool
 }
 
 // lineRegexOK is whether one of a's regexps matches src[start:end], the
 // line of allowlist k, remembered while the line stays the same.
-func (lm *lineMemo) lineRegexOK(a allow, k, n int, src []byte, start, end int) bool {
-	if lm.reOK == nil || lm.start != start || lm.end != end {
-		lm.start, lm.end = start, end
-		if lm.reOK == nil {
-			lm.reOK = make([]uint8, n)
-		} else {
-			clear(lm.reOK)
-		}
+func (lm *lineMemo) lineRegexOK(a allow, k int, src []byte, start, end int) bool {
+	if k >= len(lm.reOK) {
+		return regexOK(a, src[start:end])
+	}
+	if !lm.valid || lm.start != start || lm.end != end {
+		lm.start, lm.end, lm.valid = start, end, true
+		clear(lm.reOK[:])
 	}
 	if lm.reOK[k] == 0 {
 		lm.reOK[k] = 2
@@ -783,7 +788,7 @@ func keep(c *rule, cm *matcher, src []byte, from int, m []int, sec [2]int, lm *l
 			// line to the end of its last.
 			ls, _ := lm.first.at(src, from+m[0])
 			_, le := lm.last.at(src, from+m[1])
-			if allowedBy(a, len(a.res) > 0 && lm.lineRegexOK(a, k, len(cm.allow), src, ls, le), secret) {
+			if allowedBy(a, len(a.res) > 0 && lm.lineRegexOK(a, k, src, ls, le), secret) {
 				return false
 			}
 			continue
