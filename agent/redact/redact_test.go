@@ -349,6 +349,17 @@ func BenchmarkRedact(b *testing.B) {
 			}{fmt.Sprintf("hostile_%s_%dKiB", h.name, size>>10), repeatTo(h.line, size)})
 		}
 	}
+	// The worst found: every rule's keywords on every line, so that every
+	// rule searches all of it (about 30 times the shapes above; 64 KiB
+	// only, to keep the benchmark short).
+	var words []string
+	for _, rl := range DefaultRules() {
+		words = append(words, rl.Keywords...)
+	}
+	cases = append(cases, struct {
+		name string
+		in   []byte
+	}{"hostile_all_keywords_64KiB", repeatTo(strings.Join(words, " ")+"\n", 64<<10)})
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			// The rules its keywords open compile outside the timing
