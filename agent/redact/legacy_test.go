@@ -8,10 +8,13 @@ import (
 	"testing"
 )
 
-// The redaction algorithm as it was at 0734dec, before line bounds were
-// remembered (a long line of many candidates cost a scan of the line per
-// candidate): the reference the equivalence tests hold the current one
-// to. Only the search order changed since; what it finds must not.
+// The redaction search as it was at 0734dec, before line bounds, a line
+// allowlist's answer and candidate lists were remembered (a long line of
+// many candidates cost a read of the line per candidate): the reference
+// the equivalence tests hold the current search to. It shares the keyword
+// scan (scan) and the allowlist checks with the current code; what
+// changed is how lines are found and candidates listed, which must not
+// change what is found.
 
 func (r *Redactor) legacyRedact(src []byte) ([]byte, int) {
 	if r == nil || len(r.rules) == 0 || len(src) == 0 {
