@@ -237,7 +237,11 @@ type Redactor struct {
 	pair     []uint16
 	groups   [][]keyword
 	anyHints bool
-	counts   *prometheus.CounterVec
+	// markers are the markers of the rules, which the keyword scan skips;
+	// maxMarker is the longest one's length.
+	markers   map[string]bool
+	maxMarker int
+	counts    *prometheus.CounterVec
 }
 
 // compiledDefaults are the default rules prepared once: a reload or a
@@ -453,8 +457,11 @@ func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) 
 			r.counts = are.ExistingCollector.(*prometheus.CounterVec)
 		}
 	}
+	r.markers = map[string]bool{}
 	for _, c := range r.rules {
 		r.counts.WithLabelValues(c.name)
+		r.markers[string(c.marker)] = true
+		r.maxMarker = max(r.maxMarker, len(c.marker))
 	}
 	return r, nil
 }
@@ -494,7 +501,18 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 	return src, total
 }
 
-var lowerMarkerStart = []byte("[redacted:")
+// markerAt is the length of the marker of one of r's rules that b starts
+// with, 0 if none.
+func (r *Redactor) markerAt(b []byte) int {
+	if !bytes.HasPrefix(b, markerStart) {
+		return 0
+	}
+	j := bytes.IndexByte(b[:min(len(b), r.maxMarker)], ']')
+	if j < 0 || !r.markers[string(b[:j+1])] {
+		return 0
+	}
+	return j + 1
+}
 
 // scan is one pass's view of the text: where each rule's keywords occur.
 type scan struct {
@@ -506,22 +524,52 @@ type scan struct {
 	everywhere bool
 	// spans are, per rule, the candidates last listed (candidate).
 	spans []*span
+	// lines are, per rule, the line its keyword was last found on
+	// (find): a rule asks about positions that never go back, so each
+	// line's bounds are read once per rule, not once per question (a
+	// long line of many matches was quadratic).
+	lines []lineAt
+}
+
+// lineAt is the line holding the last position asked about: src[start:end]
+// holds no line end, and end is the line end's index or len(src).
+type lineAt struct {
+	start, end int
+	ok         bool
+}
+
+// at is the line holding p: its start, and the index of its line end (or
+// len(src)). Asked about positions that do not go back, it reads each
+// line once.
+func (l *lineAt) at(src []byte, p int) (start, end int) {
+	if !l.ok || p < l.start || p > l.end {
+		l.start = bytes.LastIndexByte(src[:p], '\n') + 1
+		l.end = len(src)
+		if j := bytes.IndexByte(src[p:], '\n'); j >= 0 {
+			l.end = p + j
+		}
+		l.ok = true
+	}
+	return l.start, l.end
 }
 
 func (r *Redactor) scan(src []byte) *scan {
-	s := &scan{src: src, hits: make([][]int, len(r.rules)), spans: make([]*span, len(r.rules))}
+	s := &scan{src: src, hits: make([][]int, len(r.rules)), spans: make([]*span, len(r.rules)), lines: make([]lineAt, len(r.rules))}
 	if !r.anyHints || containsAny(src, foldTraps) {
 		s.everywhere = true
 		return s
 	}
 	lower := asciiLower(src)
 	for i := 0; i+1 < len(lower); i++ {
-		if lower[i] == '[' && bytes.HasPrefix(lower[i:], lowerMarkerStart) {
+		if src[i] == '[' {
 			// A marker's rule name (secret_assignment, aws_access_token)
 			// holds keywords but no secret: the rescan after a
-			// replacement would search every rule again there.
-			if j := bytes.IndexByte(lower[i:], ']'); j > 0 {
-				i += j
+			// replacement would search every rule again there. Only a
+			// whole marker of these rules is skipped: "[REDACTED:" alone,
+			// which output can hold, would hide the keywords up to the
+			// next ']', lines away.
+			if n := r.markerAt(src[i:]); n > 0 {
+				i += n - 1
 				continue
 			}
 		}
@@ -612,13 +660,9 @@ func (r *Redactor) find(i int, s *scan, pos int) [2]int {
 		// behaves the same inside the line as in the whole text. A match
 		// holds its keyword, so it starts on the keyword's line at the
 		// latest; a multi-line rule searches from there to the end.
-		from := bytes.LastIndexByte(src[:h], '\n') + 1
+		from, to := s.lines[i].at(src, h)
 		if !c.oneLine {
 			return r.candidate(i, s, from, len(src), pos)
-		}
-		to := len(src)
-		if j := bytes.IndexByte(src[h:], '\n'); j >= 0 {
-			to = h + j
 		}
 		if m := r.candidate(i, s, from, to, pos); m[0] >= 0 {
 			return m
@@ -646,15 +690,24 @@ type span struct {
 func (r *Redactor) candidate(i int, s *scan, from, to, pos int) [2]int {
 	sp := s.spans[i]
 	if sp == nil || sp.to != to || sp.from > from {
-		sp = &span{from: from, to: to}
+		// A rule lists one range at a time: the last one's memory is
+		// reused (a long output of short lines lists one per line).
+		if sp == nil {
+			sp = &span{}
+		}
+		sp.from, sp.to, sp.secrets = from, to, sp.secrets[:0]
 		c := &r.rules[i]
 		cm := c.compiled()
+		// Candidates come in order, so the lines of "line" allowlists are
+		// read, and their regexps run, once per line rather than once per
+		// candidate.
+		var lines lineMemo
 		for _, m := range cm.re.FindAllSubmatchIndex(s.src[from:to], -1) {
 			if m[1] == m[0] { // an empty match cannot happen (Validate)
 				continue
 			}
 			sec := secretSpan(m, c.group)
-			if sec[0] < sec[1] && keep(c, cm, s.src, from, m, sec) {
+			if sec[0] < sec[1] && keep(c, cm, s.src, from, m, sec, &lines) {
 				sp.secrets = append(sp.secrets, [2]int{from + sec[0], from + sec[1]})
 			}
 		}
@@ -683,9 +736,41 @@ func secretSpan(m []int, g int) [2]int {
 	return [2]int{m[0], m[1]}
 }
 
+// lineMemo remembers, for one listing of candidates, the line around the
+// last one and whether each "line" allowlist's regexps match it.
+type lineMemo struct {
+	first, last lineAt
+	// start, end are the line the results are for (valid: any).
+	start, end int
+	// reOK holds, per allowlist (the first len(reOK)), 0 (not asked
+	// yet), 1 (a regexp matches the line) or 2 (none does).
+	reOK  [8]uint8
+	valid bool
+}
+
+// lineRegexOK is whether one of a's regexps matches src[start:end], the
+// line of allowlist k, remembered while the line stays the same.
+func (lm *lineMemo) lineRegexOK(a allow, k int, src []byte, start, end int) bool {
+	if k >= len(lm.reOK) {
+		return regexOK(a, src[start:end])
+	}
+	if !lm.valid || lm.start != start || lm.end != end {
+		lm.start, lm.end, lm.valid = start, end, true
+		clear(lm.reOK[:])
+	}
+	if lm.reOK[k] == 0 {
+		lm.reOK[k] = 2
+		if regexOK(a, src[start:end]) {
+			lm.reOK[k] = 1
+		}
+	}
+	return lm.reOK[k] == 1
+}
+
 // keep reports whether a candidate is a secret: entropy high enough, and
-// no allowlist allows it.
-func keep(c *rule, cm *matcher, src []byte, from int, m []int, sec [2]int) bool {
+// no allowlist allows it. lm carries what the listing's earlier candidates
+// learnt about their line.
+func keep(c *rule, cm *matcher, src []byte, from int, m []int, sec [2]int, lm *lineMemo) bool {
 	secret := src[from+sec[0] : from+sec[1]]
 	if bytes.HasPrefix(secret, markerStart) {
 		// What an earlier match left.
@@ -694,21 +779,23 @@ func keep(c *rule, cm *matcher, src []byte, from int, m []int, sec [2]int) bool 
 	if c.entropy > 0 && entropy(secret) <= c.entropy {
 		return false
 	}
-	for _, a := range cm.allow {
+	for k, a := range cm.allow {
 		if a.never {
 			continue
 		}
-		target := secret
-		switch a.target {
-		case "match":
-			target = src[from+m[0] : from+m[1]]
-		case "line":
-			ls := bytes.LastIndexByte(src[:from+m[0]], '\n') + 1
-			le := len(src)
-			if j := bytes.IndexByte(src[from+m[1]:], '\n'); j >= 0 {
-				le = from + m[1] + j
+		if a.target == "line" {
+			// The line holding the match: from the start of its first
+			// line to the end of its last.
+			ls, _ := lm.first.at(src, from+m[0])
+			_, le := lm.last.at(src, from+m[1])
+			if allowedBy(a, len(a.res) > 0 && lm.lineRegexOK(a, k, src, ls, le), secret) {
+				return false
 			}
-			target = src[ls:le]
+			continue
+		}
+		target := secret
+		if a.target == "match" {
+			target = src[from+m[0] : from+m[1]]
 		}
 		if allowed(a, target, secret) {
 			return false
@@ -718,16 +805,25 @@ func keep(c *rule, cm *matcher, src []byte, from int, m []int, sec [2]int) bool 
 }
 
 func allowed(a allow, target, secret []byte) bool {
+	return allowedBy(a, regexOK(a, target), secret)
+}
+
+// regexOK is whether one of a's regexps matches target.
+func regexOK(a allow, target []byte) bool {
+	for _, re := range a.res {
+		if re.Match(target) {
+			return true
+		}
+	}
+	return false
+}
+
+// allowedBy is whether a allows secret, given whether one of its regexps
+// matched its target.
+func allowedBy(a allow, reOK bool, secret []byte) bool {
 	regex, stop := len(a.res) > 0, len(a.stopwords) > 0
 	if !regex && !stop {
 		return false
-	}
-	reOK := false
-	for _, re := range a.res {
-		if re.Match(target) {
-			reOK = true
-			break
-		}
 	}
 	stopOK := false
 	if stop {

@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -164,6 +165,35 @@ func TestRedactReachesFixedPoint(t *testing.T) {
 	}
 }
 
+// The keyword scan skips the markers a pass wrote, and only those: output
+// that holds "[REDACTED:" (a log line an attacker wrote to) must not hide
+// the keywords of what follows up to the next ']'.
+func TestMarkerLookalikeHidesNothing(t *testing.T) {
+	r, err := New(DefaultRules(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ in, want string }{
+		{"[REDACTED:\npassword=hunter2\n]", "[REDACTED:\npassword=[REDACTED:secret_assignment]\n]"},
+		{"x [REDACTED: password=hunter2 ]", "x [REDACTED: password=[REDACTED:secret_assignment] ]"},
+		{"[redacted: AWS_ACCESS_KEY_ID=AKIAQYLPMN5HHHFPZAM2 ]", "[redacted: AWS_ACCESS_KEY_ID=[REDACTED:aws_access_token] ]"},
+		{"[REDACTED:nosuchrule] password=hunter2", "[REDACTED:nosuchrule] password=[REDACTED:secret_assignment]"},
+		// A marker of a rule stays as it is, and its name opens no rule.
+		{"[REDACTED:secret_assignment] password=hunter2", "[REDACTED:secret_assignment] password=[REDACTED:secret_assignment]"},
+	}
+	for _, tt := range tests {
+		if got := r.RedactString(tt.in); got != tt.want {
+			t.Errorf("Redact(%q)\n got %q\nwant %q", tt.in, got, tt.want)
+		}
+	}
+	s := r.scan([]byte("[REDACTED:secret_assignment] [REDACTED:aws_access_token]"))
+	for i, h := range s.hits {
+		if len(h) > 0 {
+			t.Errorf("rule %s opened by a marker's name at %v", r.rules[i].name, h)
+		}
+	}
+}
+
 func TestConfigEffective(t *testing.T) {
 	custom := Rule{Name: "vault_token", Pattern: `\bhvs\.[A-Za-z0-9]{20,}`}
 	override := Rule{Name: "password", Pattern: `pw=\S+`}
@@ -251,6 +281,9 @@ func FuzzRedact(f *testing.F) {
 		"aws_secret_access_key=abc", "Authorization: Bearer abc", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
 		"sk-abcdefghijklmnopqrstuvwxyz", "x https://u:" + pemKey + "@host", "",
 		"paſſword=x", "\u212a", "a\npassword=1 xoxb-2\nAKIAIOSFODNN7EXAMPLE",
+		"api_key=abcdef0123456789abcdef0123456789 api_key=abcdef0123456789abcdef0123456789 --mount=type=secret,",
+		"password=a password=b\npassword=c token=Zm9vYmFyYmF6cXV4cXV1eDEyMzQ1Njc4OQ",
+		"[REDACTED:\npassword=x\n]", "[redacted:secret_assignment] token=Zm9vYmFyYmF6cXV4cXV1eDEyMzQ1Njc4OQ",
 	} {
 		f.Add([]byte(s))
 	}
@@ -270,6 +303,10 @@ func FuzzRedact(f *testing.F) {
 		}
 		if len(out) > len(in)+n*maxMarker {
 			t.Fatalf("output %d bytes for %d of input and %d markers", len(out), len(in), n)
+		}
+		// The same as the algorithm before line bounds were remembered.
+		if want, wn := r.legacyRedact(in); !bytes.Equal(out, want) || n != wn {
+			t.Fatalf("redact(%q) = %q (%d), the reference %q (%d)", in, out, n, want, wn)
 		}
 		// No secret is left: scanning the output again finds nothing.
 		if again, m := r.redact(out); m != 0 {
@@ -297,15 +334,59 @@ func BenchmarkRedact(b *testing.B) {
 		}
 		return out
 	}
-	for _, bc := range []struct {
+	cases := []struct {
 		name string
 		in   []byte
-	}{{"clean", gen(64<<10, false)}, {"secrets", gen(64<<10, true)}, {"secrets_1MiB", gen(1<<20, true)}} {
+	}{{"clean", gen(64<<10, false)}, {"secrets", gen(64<<10, true)}, {"secrets_1MiB", gen(1<<20, true)}}
+	// Hostile output, every line (or the whole text) a candidate: what a
+	// diagnostic prints when it dumps attacker-influenced data. The cost
+	// must grow linearly with the size.
+	for _, h := range hostileShapes {
+		for _, size := range []int{64 << 10, 1 << 20} {
+			cases = append(cases, struct {
+				name string
+				in   []byte
+			}{fmt.Sprintf("hostile_%s_%dKiB", h.name, size>>10), repeatTo(h.line, size)})
+		}
+	}
+	// The worst found: every rule's keywords on every line, so that every
+	// rule searches all of it (about 30 times the shapes above; 64 KiB
+	// only, to keep the benchmark short).
+	var words []string
+	for _, rl := range DefaultRules() {
+		words = append(words, rl.Keywords...)
+	}
+	cases = append(cases, struct {
+		name string
+		in   []byte
+	}{"hostile_all_keywords_64KiB", repeatTo(strings.Join(words, " ")+"\n", 64<<10)})
+	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
+			// The rules its keywords open compile outside the timing
+			// (b.Loop starts it): -benchtime=3x measures the search.
+			r.Redact(bc.in[:min(len(bc.in), 64<<10)])
+			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.in)))
 			for b.Loop() {
 				r.Redact(bc.in)
 			}
 		})
 	}
+}
+
+// hostileShapes are lines that, repeated, make every part of a text a
+// candidate of some rule.
+var hostileShapes = []struct{ name, line string }{
+	{"password_run", "password" + strings.Repeat("a", 200) + "="}, // no line end
+	{"words", "key token secret password api auth "},
+	{"api_key", "api_key=abcdef0123456789abcdef0123456789\n"},
+	// The same on one line: a rule's line was read again for every match.
+	{"api_key_one_line", "api_key=abcdef0123456789abcdef0123456789 "},
+	{"token", "token=x "},
+	{"json_secret", `"secret":"`},
+}
+
+// repeatTo is line repeated up to size bytes (the last copy cut).
+func repeatTo(line string, size int) []byte {
+	return []byte(strings.Repeat(line, size/len(line)+1)[:size])
 }
