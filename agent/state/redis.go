@@ -212,32 +212,24 @@ func shardOf(id string, n int) int {
 
 // instances is the instance index that holds the entry of inst.
 func (k keys) instances(inst string) string {
-	if k.instanceShards <= 1 {
-		return k.prefix + "instances"
-	}
-	return k.instancesShard(shardOf(inst, k.instanceShards))
+	return k.instancesShard(shardOf(inst, max(1, k.instanceShards)))
 }
 
-func (k keys) instancesShard(n int) string {
-	if k.instanceShards <= 1 {
-		return k.prefix + "instances"
-	}
-	return k.prefix + "instances:{" + strconv.Itoa(n) + "}"
-}
+func (k keys) instancesShard(n int) string { return k.sharded("instances", n, k.instanceShards) }
 
 // audit is the audit stream an entry of task id goes to.
-func (k keys) audit(id string) string {
-	if k.auditShards <= 1 {
-		return k.prefix + "audit"
-	}
-	return k.auditShard(shardOf(id, k.auditShards))
-}
+func (k keys) audit(id string) string { return k.auditShard(shardOf(id, max(1, k.auditShards))) }
 
-func (k keys) auditShard(n int) string {
-	if k.auditShards <= 1 {
-		return k.prefix + "audit"
+func (k keys) auditShard(n int) string { return k.sharded("audit", n, k.auditShards) }
+
+// sharded is shard n of name among shards: the one key name itself when
+// there is one (the documented key, unchanged), else name:{n}, its own
+// hash tag so that each shard may live on any Cluster node.
+func (k keys) sharded(name string, n, shards int) string {
+	if shards <= 1 {
+		return k.prefix + name
 	}
-	return k.prefix + "audit:{" + strconv.Itoa(n) + "}"
+	return k.prefix + name + ":{" + strconv.Itoa(n) + "}"
 }
 
 // auditCap is the cap of one audit stream.
