@@ -84,7 +84,7 @@ func TestIMDSSourceAgainstMetadataMock(t *testing.T) {
 		cfg.HookName = "drain"
 		cfg.ASGName = "web"
 		cfg.IMDSPollInterval = 100 * time.Millisecond
-		w, err := NewWatcher(cfg, Deps{IMDS: imds.New(imds.Options{Endpoint: url}), InstanceID: mockInstanceID, Logger: testLogger(t)})
+		w, err := NewWatcher(cfg, Deps{IMDS: imds.New(imds.Options{Endpoint: url, ClientEnableState: imds.ClientEnabled}), InstanceID: mockInstanceID, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestDrainEventsAgainstMetadataMock(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			url, _ := testenv.StartMetadataMock(t, append(tt.args, "--imdsv2")...)
-			client := imds.New(imds.Options{Endpoint: url})
+			client := imds.New(imds.Options{Endpoint: url, ClientEnableState: imds.ClientEnabled})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			// The mock serves the event: what the watcher does with it is
@@ -280,7 +280,7 @@ func newMockLab(t *testing.T, url string, o asgfake.Options) mockLab {
 	cfg.HookName = "drain"
 	cfg.IMDSPollInterval = 100 * time.Millisecond
 	reg := prometheus.NewRegistry()
-	d := Deps{IMDS: imds.New(imds.Options{Endpoint: url}), AutoScaling: newASGClient(fake, nil),
+	d := Deps{IMDS: imds.New(imds.Options{Endpoint: url, ClientEnableState: imds.ClientEnabled}), AutoScaling: newASGClient(fake, nil),
 		InstanceID: mockInstanceID, Logger: testLogger(t), Registerer: reg}
 	w, err := NewWatcher(cfg, d)
 	if err != nil {

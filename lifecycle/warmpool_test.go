@@ -77,7 +77,10 @@ func (s *imdsStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // standInClient is the SDK's IMDS client served by s in process, so it runs
 // inside a synctest bubble.
 func standInClient(s *imdsStandIn) *imds.Client {
-	return imds.New(imds.Options{Endpoint: "http://169.254.169.254", HTTPClient: inProcess{s}})
+	return imds.New(imds.Options{Endpoint: "http://169.254.169.254", HTTPClient: inProcess{s},
+		// In process, never on the network: enabled even where the
+		// caller's shell sets AWS_EC2_METADATA_DISABLED=true.
+		ClientEnableState: imds.ClientEnabled})
 }
 
 // TestWarmPool: while the target state is Warmed:Running the agent is
