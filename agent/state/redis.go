@@ -378,17 +378,19 @@ func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease t
 	keys := []string{r.k.task(rec.ID), r.k.lease(rec.ID)}
 	args := []any{owner, now.UnixMilli(), ms(lease), js, r.runningTTL(lease)}
 	var cmd *redis.Cmd
-	switch {
-	case then != nil:
-		keys, args = append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))
-		all := make([]any, 0, 2+len(args)+len(then.Args))
-		all = append(append(append(all, len(keys), len(args)), args...), then.Args...)
-		cmd = claimThenScript(then.Source).Run(ctx, r.c, append(keys, then.Keys...), all...)
-	case r.oneNode:
+	if r.oneNode {
 		// One node holds every key: the script writes the in-flight entry
-		// with the claim, and only for a claim that succeeds.
-		cmd = claimScript.Run(ctx, r.c, append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))...)
-	default:
+		// with the claim, and only for a claim that succeeds; then, when
+		// given, runs in the same script (ClaimThen gives it only here).
+		keys, args = append(keys, ifk), append(args, rec.ID, entry, ms(r.o.RecordTTL))
+		if then == nil {
+			cmd = claimScript.Run(ctx, r.c, keys, args...)
+		} else {
+			all := make([]any, 0, 2+len(args)+len(then.Args))
+			all = append(append(append(all, len(keys), len(args)), args...), then.Args...)
+			cmd = claimThenScript(then.Source).Run(ctx, r.c, append(keys, then.Keys...), all...)
+		}
+	} else {
 		// The in-flight entry goes first, in the same round trip as the
 		// claim script: see the crash-window note on Redis.
 		cmd, err = r.withScript(ctx, func(p redis.Pipeliner) {
