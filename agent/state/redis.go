@@ -881,7 +881,7 @@ func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 			return nil, fmt.Errorf("state: recent audit: %w", err)
 		}
 		out := make([]AuditEntry, 0, len(msgs))
-		return decodeAudit(out, msgs, nil)
+		return decodeAudit(out, msgs)
 	}
 	cmds := make([]*redis.XMessageSliceCmd, r.o.AuditShards)
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -890,37 +890,39 @@ func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 		}
 		return nil
 	})
-	var out []AuditEntry
-	var ids []string
+	type shardEntry struct {
+		e  AuditEntry
+		id string // its stream id
+	}
+	var all []shardEntry
 	for _, c := range cmds {
 		msgs, err := c.Result()
 		if err != nil {
 			return nil, fmt.Errorf("state: recent audit: %w", err)
 		}
-		if out, err = decodeAudit(out, msgs, &ids); err != nil {
-			return out, err
+		es, err := decodeAudit(make([]AuditEntry, 0, len(msgs)), msgs)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range es {
+			all = append(all, shardEntry{e, msgs[i].ID})
 		}
 	}
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		if c := out[b].Time.Compare(out[a].Time); c != 0 {
+	slices.SortFunc(all, func(a, b shardEntry) int {
+		if c := b.e.Time.Compare(a.e.Time); c != 0 {
 			return c
 		}
-		return compareStreamIDs(ids[b], ids[a])
+		return compareStreamIDs(b.id, a.id)
 	})
-	merged := make([]AuditEntry, 0, min(n, len(idx)))
-	for _, i := range idx[:min(n, len(idx))] {
-		merged = append(merged, out[i])
+	merged := make([]AuditEntry, 0, min(n, len(all)))
+	for _, se := range all[:min(n, len(all))] {
+		merged = append(merged, se.e)
 	}
 	return merged, nil
 }
 
-// decodeAudit appends the entries of msgs to out (and their stream ids to
-// ids, when given).
-func decodeAudit(out []AuditEntry, msgs []redis.XMessage, ids *[]string) ([]AuditEntry, error) {
+// decodeAudit appends the entries of msgs to out.
+func decodeAudit(out []AuditEntry, msgs []redis.XMessage) ([]AuditEntry, error) {
 	for _, m := range msgs {
 		s, _ := m.Values["e"].(string)
 		var e AuditEntry
@@ -928,9 +930,6 @@ func decodeAudit(out []AuditEntry, msgs []redis.XMessage, ids *[]string) ([]Audi
 			return out, fmt.Errorf("state: recent audit: entry %s: %w", m.ID, err)
 		}
 		out = append(out, e)
-		if ids != nil {
-			*ids = append(*ids, m.ID)
-		}
 	}
 	return out, nil
 }
