@@ -18,7 +18,7 @@
 --           time (µs), member = time-ARGV[3], PX = per
 --   slots   <prefix>lim:{tag}:c:<rule>[:asg:<group>|:az:<zone>]  (concurrency > 0)
 --           ZSET member = task id, score = its lease expiry (µs); entries at
---           or before now are pruned; PX = the latest expiry
+--           or before now are pruned; PX = the latest expiry (PEXPIRE GT)
 --   agents  <prefix>inservice[:asg:<group>|:az:<zone>]  (max_percent > 0 and
 --           agents < 0, single server only) ZSET member = instance id,
 --           score = its heartbeat expiry (Unix ms), written by the agents;
@@ -81,6 +81,21 @@ local SEC = 1000000
 local ki = 1
 local kdd
 if ddttl > 0 then kdd = KEYS[1] ki = 2 end
+
+-- expire_latest keeps a slots ZSET alive until its latest lease expiry,
+-- after a slot with expiry lease (µs) was added or renewed. fresh: the
+-- ZADD made the key (no holder before it), which has no TTL yet. Otherwise
+-- PEXPIRE GT (Redis 7.0) only raises the TTL, so it stays the latest
+-- expiry; a server that refuses GT (before 7.0) reads the latest score.
+local function expire_latest(kc, lease, fresh)
+  local ttl = math.max(1, math.ceil((lease - now) / 1000))
+  if fresh then
+    redis.call('PEXPIRE', kc, ttl)
+  elseif not pcall(redis.call, 'PEXPIRE', kc, ttl, 'GT') then
+    local latest = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', kc, math.max(1, math.ceil((tonumber(latest[2]) - now) / 1000)))
+  end
+end
 
 -- rule evaluates rule i and, unless dry, writes its part of the decision.
 -- vs is its state when already read (false: absent), nil when not. It
@@ -244,9 +259,9 @@ local function rule(i, vs)
     end
     if kc and take then
       -- ZADD counts 0 for a slot the task holds already.
+      local fresh = holders == 0 -- the prune and ZCARD above: no key
       holders = holders + redis.call('ZADD', kc, string.format('%d', lease), task)
-      local latest = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
-      redis.call('PEXPIRE', kc, math.max(1, math.ceil((tonumber(latest[2]) - now) / 1000)))
+      expire_latest(kc, lease, fresh)
     end
     if probe == 1 then
       redis.call('HSET', kb, 'p', task, 'pu', string.format('%d', lease))

@@ -41,8 +41,12 @@ for i = 1, n do
       if s > now then
         held = held + 1
         redis.call('ZADD', kc, string.format('%d', lease), task)
-        local last = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
-        redis.call('PEXPIRE', kc, ms(tonumber(last[2]) - now))
+        -- The key holds this slot, so it has its TTL: GT (Redis 7.0) only
+        -- raises it to this expiry; before 7.0, the latest score's.
+        if not pcall(redis.call, 'PEXPIRE', kc, ms(lease - now), 'GT') then
+          local last = redis.call('ZRANGE', kc, -1, -1, 'WITHSCORES')
+          redis.call('PEXPIRE', kc, ms(tonumber(last[2]) - now))
+        end
       end
     else
       held = held + redis.call('ZREM', kc, task)
