@@ -11,10 +11,10 @@ import (
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
-// TestRedisInstanceIndexTrim: a heartbeat writes the record, the index
-// entry and the in-flight hash's TTL; the index's trim (expired ids, the
-// MaxInstances cap, its TTL) comes with the writer's first heartbeat and
-// then at most once a minute of the store's clock.
+// TestRedisInstanceIndexTrim: a heartbeat writes the record and the index
+// entry; the index's trim (expired ids, the MaxInstances cap, its TTL) and
+// the in-flight hash's TTL come with the writer's first heartbeat and then
+// at most once a minute of the store's clock.
 func TestRedisInstanceIndexTrim(t *testing.T) {
 	ctx := context.Background()
 	c := redisClients(t)["standalone"]
@@ -35,7 +35,7 @@ func TestRedisInstanceIndexTrim(t *testing.T) {
 		})
 	}
 	trimmed := []string{"set", "zadd", "zremrangebyscore", "zremrangebyrank", "pexpire", "pexpire"}
-	plain := []string{"set", "zadd", "pexpire"}
+	plain := []string{"set", "zadd"} // the in-flight hash's TTL rides with the trim
 	steps := []struct {
 		advance time.Duration
 		id      string

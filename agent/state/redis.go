@@ -92,13 +92,16 @@ type RedisOptions struct {
 //
 //	P task:{ID}       hash: rec (TaskRecord JSON), status, owner, attempts,
 //	                  lease_until (unix ms), finish (FinishExtras.ID of the
-//	                  finish that wrote it), report. TTL: RecordTTL after the task
-//	                  ends; while running max(RecordTTL, 4×lease), refreshed on
-//	                  claim and renew.
+//	                  finish that wrote it), report. TTL: while running
+//	                  RecordTTL + 4×lease, refreshed on claim and renew, so
+//	                  that a finish within the lease leaves it (the record
+//	                  outlives the end by more than RecordTTL); a finish
+//	                  after the lease lapsed sets RecordTTL.
 //	P lease:{ID}      string owner, SET PX lease: the execution lease.
 //	P inflight:INST   hash task id → InflightEntry JSON. TTL RecordTTL,
 //	                  refreshed on every claim and by PutInstance (the agent's
-//	                  heartbeat); entries leave on Finish/Release/Recover.
+//	                  heartbeat) at most once every indexTrimEvery, with the
+//	                  index trim; entries leave on Finish/Release/Recover.
 //	P instance:INST   Instance JSON with the heartbeat TTL.
 //	P instances       sorted set of instance ids scored by their expiry (unix
 //	                  ms), trimmed of expired ids on every read and, with its
@@ -259,7 +262,7 @@ func ms(d time.Duration) int64 {
 }
 
 func (r *Redis) runningTTL(lease time.Duration) int64 {
-	return ms(max(r.o.RecordTTL, 4*lease))
+	return ms(r.o.RecordTTL + 4*lease)
 }
 
 // bound cuts rec.Output to MaxOutput bytes on a rune boundary.
@@ -536,14 +539,14 @@ func parseFinishReply(v []any) (finishReply, error) {
 // finishOne runs finish.lua with every key: the server is one node.
 func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
 	keys := []string{r.k.task(rec.ID), r.k.lease(rec.ID)}
-	args := []any{js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), x.ID, "", "0", "", "", 0}
+	args := []any{js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), r.o.Clock.Now().UnixMilli(), x.ID, "", "0", "", "", 0}
 	if rec.Owner != "" {
 		keys = append(keys, r.k.inflight(rec.Owner))
-		args[5] = rec.ID
+		args[6] = rec.ID
 	}
 	if audit != nil {
 		keys = append(keys, r.k.audit(rec.ID))
-		args[6], args[7], args[8] = "1", r.k.auditCap(), audit
+		args[7], args[8], args[9] = "1", r.k.auditCap(), audit
 	}
 	var stream []Write // the writes the script makes
 	for _, w := range x.Writes {
@@ -568,7 +571,7 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 		}
 		stream = append(stream, w)
 	}
-	args[9] = len(stream)
+	args[10] = len(stream)
 	var v []any
 	var err error
 	if len(x.Calls) == 0 {
@@ -610,7 +613,7 @@ func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byt
 			p.HDel(ctx, r.k.inflight(rec.Owner), rec.ID)
 		}
 	}, finishScript, []string{r.k.task(rec.ID), r.k.lease(rec.ID)},
-		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), x.ID, "", "0", "", "", 0)
+		js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), r.o.Clock.Now().UnixMilli(), x.ID, "", "0", "", "", 0)
 	if err != nil {
 		return finishReply{}, err
 	}
@@ -973,8 +976,10 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 			p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
 			p.ZRemRangeByRank(ctx, idx, 0, -r.k.indexCap()-1)
 			p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
+			// The in-flight hash's TTL, which every claim also refreshes,
+			// rides with the trim: it outlasts the time to the next one.
+			p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl+indexTrimEvery))
 		}
-		p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl))
 		if r.o.InService != nil {
 			for _, k := range r.o.InService(inst) {
 				if inst.State == InstanceInService {

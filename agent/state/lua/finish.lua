@@ -13,11 +13,12 @@
 -- ARGV[2]  owner to record
 -- ARGV[3]  attempts; 0 keeps the stored count
 -- ARGV[4]  record TTL, ms
--- ARGV[5]  finish id, the same on every try of one finish; '' = none
--- ARGV[6]  the task id when KEYS has the in-flight hash: HDEL it there
--- ARGV[7]  1 = KEYS has the audit stream; then ARGV[8] its MAXLEN ~ and
---          ARGV[9] the entry (field e)
--- ARGV[10] number of writes; per write, in order: its MAXLEN mode ('',
+-- ARGV[5]  now, unix ms, from the store's clock
+-- ARGV[6]  finish id, the same on every try of one finish; '' = none
+-- ARGV[7]  the task id when KEYS has the in-flight hash: HDEL it there
+-- ARGV[8]  1 = KEYS has the audit stream; then ARGV[9] its MAXLEN ~ and
+--          ARGV[10] the entry (field e)
+-- ARGV[11] number of writes; per write, in order: its MAXLEN mode ('',
 --          '~' or '='), MAXLEN, number of field-value strings n, then n
 --          strings
 --
@@ -29,22 +30,29 @@
 -- A finish whose id the record already carries landed before (its reply
 -- was lost): nothing is written again.
 --
+-- The record's TTL: a claim or renew set it to the record TTL plus four
+-- leases, so while the finishing owner's lease is live (lease_until not
+-- past) the record outlives now by more than the record TTL and is left
+-- as it is; otherwise (lease lapsed, another owner's record, no record)
+-- it is set to the record TTL. lease_until stays in the done record: it
+-- is read only while the status is running.
+--
 -- Returns {previous owner or '', attempts, superseded (0|1), repeated (0|1),
 -- the writes' stream ids…}; the caller removes the task from a previous
 -- owner's in-flight hash (another key, another call).
-local v = redis.call('HMGET', KEYS[1], 'owner', 'attempts', 'status', 'finish')
+local v = redis.call('HMGET', KEYS[1], 'owner', 'attempts', 'status', 'finish', 'lease_until')
 local prev, stored, status = v[1] or '', tonumber(v[2]) or 0, v[3]
-if ARGV[5] ~= '' and status == 'done' and v[4] == ARGV[5] then
+if ARGV[6] ~= '' and status == 'done' and v[4] == ARGV[6] then
   return {prev, stored, 0, 1}
 end
 
 local k = 3
-if ARGV[6] ~= '' then
-  redis.call('HDEL', KEYS[k], ARGV[6])
+if ARGV[7] ~= '' then
+  redis.call('HDEL', KEYS[k], ARGV[7])
   k = k + 1
 end
-if ARGV[7] == '1' then
-  redis.call('XADD', KEYS[k], 'MAXLEN', '~', ARGV[8], '*', 'e', ARGV[9])
+if ARGV[8] == '1' then
+  redis.call('XADD', KEYS[k], 'MAXLEN', '~', ARGV[9], '*', 'e', ARGV[10])
   k = k + 1
 end
 
@@ -56,15 +64,17 @@ end
 if attempts == 0 then
   attempts = stored
 end
+local live = status == 'running' and prev == ARGV[2] and (tonumber(v[5]) or 0) >= tonumber(ARGV[5])
 redis.call('HSET', KEYS[1], 'status', 'done', 'owner', ARGV[2],
-  'attempts', attempts, 'rec', ARGV[1], 'finish', ARGV[5])
-redis.call('HDEL', KEYS[1], 'lease_until')
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  'attempts', attempts, 'rec', ARGV[1], 'finish', ARGV[6])
+if not live then
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
 redis.call('DEL', KEYS[2])
 
 local out = {prev, attempts, 0, 0}
-local a = 11
-for _ = 1, tonumber(ARGV[10]) or 0 do
+local a = 12
+for _ = 1, tonumber(ARGV[11]) or 0 do
   local mode, maxlen, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local args = {KEYS[k]}
   if mode ~= '' then
