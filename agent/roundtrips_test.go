@@ -21,9 +21,9 @@ import (
 )
 
 // TestTaskScriptCallsOnOneRedis: a task under a concurrency rule costs a
-// standalone Redis three script calls, counted from MONITOR: the claim
-// with the limiter's decision in its script, then the slot's release and
-// the final record (sent in one pipeline, see state.TestRedisFinishCalls);
+// standalone Redis two script calls, counted from MONITOR: the claim
+// with the limiter's decision in its script, then the final record with
+// the slot's release in its script (see state.TestRedisFinishFoldsCalls);
 // no allow.lua or held.lua call of its own. The slot is free once the
 // outcome is counted.
 func TestTaskScriptCallsOnOneRedis(t *testing.T) {
@@ -67,8 +67,8 @@ lifecycle: {drain_timeout: 1m}
 			scripts = append(scripts, c)
 		}
 	}
-	if want := []string{"evalsha", "evalsha", "evalsha"}; fmt.Sprint(scripts) != fmt.Sprint(want) {
-		t.Errorf("the task's calls naming it: %v, want %v (claim+decision, slot release, finish)", scripts, want)
+	if want := []string{"evalsha", "evalsha"}; fmt.Sprint(scripts) != fmt.Sprint(want) {
+		t.Errorf("the task's calls naming it: %v, want %v (claim+decision, finish+slot release)", scripts, want)
 	}
 	if n, err := rc.ZCard(ctx, prefix+"lim:{web-01}:c:cap").Result(); err != nil || n != 0 {
 		t.Errorf("slots held after the task ended: %d (%v), want 0", n, err)

@@ -39,6 +39,9 @@ func (l *Limiter) Renew(ctx context.Context, r Request, lease time.Duration) err
 // or Script.Run.
 type ScriptCall struct {
 	Script *redis.Script
+	// Source is Script's Lua source, for a caller that runs the call
+	// inside a script of its own (the agent's finish on one node).
+	Source string
 	Keys   []string
 	Args   []any
 }

@@ -405,7 +405,7 @@ func (b *Redis) heldCalls(h *heldOp) []ScriptCall {
 			header = binary.LittleEndian.AppendUint64(header, uint64(v))
 		}
 		args[0], args[1] = header, h.task
-		calls = append(calls, ScriptCall{Script: heldScript, Keys: keys, Args: args})
+		calls = append(calls, ScriptCall{Script: heldScript, Source: heldLua, Keys: keys, Args: args})
 	}
 	return calls
 }

@@ -158,3 +158,69 @@ func TestRedisFinishCallsCluster(t *testing.T) {
 		t.Errorf("record after finish: %+v %v %v", got, ok, err)
 	}
 }
+
+// TestRedisFinishFoldsCalls: calls that give their source run inside the
+// finish's script on a standalone server: one EVALSHA in one round trip,
+// the calls' commands first; a failing call is told to its Done and does
+// not fail the finish, and a retry without the calls writes nothing twice.
+func TestRedisFinishFoldsCalls(t *testing.T) {
+	ctx := context.Background()
+	addr := testenv.RedisAddr(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	var rt roundTrips
+	c.AddHook(&rt)
+	prefix := uniquePrefix(t, c)
+	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
+	rec := state.TaskRecord{ID: "t1", Diagnostic: "d", Host: "h"}
+	if cl, err := s.Claim(ctx, rec, "i-1", time.Minute); err != nil || cl.Result != state.Claimed {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	const incrSrc = `return redis.call('INCR', KEYS[1]) + tonumber(ARGV[1])`
+	const badSrc = `return redis.call('HSET', KEYS[1])`
+	counter := prefix + "counter"
+	var dones []error
+	call := func(src string, key string, args ...any) state.Call {
+		return state.Call{Script: redis.NewScript(src), Source: src, Keys: []string{key}, Args: args,
+			Fallback: func(context.Context) { t.Error("fallback of a Redis store") },
+			Done:     func(err error) { dones = append(dones, err) }}
+	}
+	calls := []state.Call{call(incrSrc, counter, 1), call(badSrc, prefix+"bad"), call(incrSrc, counter, 2)}
+	rec.Owner, rec.Attempts, rec.Outcome = "i-1", 1, "succeeded"
+	x := state.FinishExtras{ID: state.NewFinishID(), Calls: calls}
+	end := prefix + "end"
+	before := rt.n.Load()
+	got := testenv.Commands(ctx, t, addr, prefix, end, func() {
+		if err := s.Finish(ctx, rec, x); err != nil {
+			t.Fatalf("finish with a failing call: %v", err)
+		}
+	}, func() {
+		if err := c.Echo(ctx, end).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// A cold script cache costs one EVALSHA refused and an EVAL: count
+	// the round trips of the script's first run apart.
+	if n := rt.n.Load() - before - 1; n < 1 || n > 2 {
+		t.Errorf("finish with folded calls took %d round trips, want 1 (2 with the script not cached)", n)
+	}
+	want := []string{"lua:incr", "lua:incr", "lua:hmget", "lua:hdel", "lua:hset", "lua:del"}
+	if len(got) == 0 || (got[0] != "evalsha" && got[0] != "eval") || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("commands %v, want one script call running %v", got, want)
+	}
+	if len(dones) != 3 || dones[0] != nil || dones[1] == nil || dones[2] != nil {
+		t.Errorf("calls' Done got %v, want nil, the failing call's error, nil", dones)
+	}
+	x.Calls = nil
+	if err := s.Finish(ctx, rec, x); err != nil {
+		t.Fatalf("retried finish: %v", err)
+	}
+	if n, err := c.Get(ctx, counter).Int(); err != nil || n != 2 {
+		t.Errorf("counter %d (%v), want 2: each call ran once", n, err)
+	}
+	got2, ok, err := s.Task(ctx, "t1")
+	if err != nil || !ok || got2.Status != state.StatusDone || got2.Outcome != "succeeded" {
+		t.Errorf("record after finish: %+v %v %v", got2, ok, err)
+	}
+}

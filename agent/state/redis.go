@@ -576,6 +576,8 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 	var err error
 	if len(x.Calls) == 0 {
 		v, err = finishScript.Run(ctx, r.c, keys, args...).Slice()
+	} else if withSources(x.Calls) {
+		v, err = r.finishThen(ctx, x.Calls, keys, args)
 	} else {
 		var cmd *redis.Cmd
 		if cmd, err = r.withCalls(ctx, x.Calls, nil, finishScript, keys, args...); err == nil {
@@ -600,6 +602,120 @@ func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte,
 		}
 	}
 	return res, nil
+}
+
+// withSources reports whether every call gives its Lua source.
+func withSources(calls []Call) bool {
+	for _, c := range calls {
+		if c.Source == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// finishThen runs calls and then finish.lua (with keys and args) as one
+// script: the calls first, each under pcall, as they would have run ahead
+// of it in the pipeline; each call's Done is told its error. It returns
+// finish.lua's reply.
+func (r *Redis) finishThen(ctx context.Context, calls []Call, keys []string, args []any) ([]any, error) {
+	srcs := make([]string, len(calls))
+	nk, na := len(keys), len(args)
+	for i, c := range calls {
+		srcs[i] = c.Source
+		nk, na = nk+len(c.Keys), na+len(c.Args)
+	}
+	ak := make([]string, 0, nk)
+	aa := make([]any, 0, 1+2*len(calls)+na)
+	aa = append(aa, len(calls))
+	for _, c := range calls {
+		aa = append(aa, len(c.Keys), len(c.Args))
+	}
+	for _, c := range calls {
+		ak, aa = append(ak, c.Keys...), append(aa, c.Args...)
+	}
+	ak, aa = append(ak, keys...), append(aa, args...)
+	res, err := finishThenScript(srcs).Run(ctx, r.c, ak, aa...).Slice()
+	var errs []any
+	if err == nil {
+		if len(res) != 2 {
+			err = fmt.Errorf("unexpected script reply %v", res)
+		} else {
+			errs, _ = res[0].([]any)
+		}
+	}
+	for i, c := range calls {
+		cerr := err
+		if cerr == nil && i < len(errs) {
+			if s, _ := errs[i].(string); s != "" {
+				cerr = errors.New(s)
+			}
+		}
+		if c.Done != nil {
+			c.Done(cerr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, _ := res[1].([]any)
+	return v, nil
+}
+
+// finishThenLua runs script calls, then finish.lua, as one script. The
+// calls' sources are functions in calls (a %s per call: "calls[i] =
+// function(KEYS, ARGV) … end"), finish.lua the next %s. ARGV[1] is the
+// number of calls m, ARGV[2…1+2m] each call's count of keys and of
+// arguments; then KEYS and ARGV hold the calls' in order, then finish's.
+// The reply is {each call's error (” when it ran), finish.lua's reply}.
+const finishThenLua = `local calls = {}
+%s
+local function finish(KEYS, ARGV)
+%s
+end
+local m = tonumber(ARGV[1])
+local ki, ai = 0, 1 + 2 * m
+local errs = {}
+for i = 1, m do
+  local nk, na = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+  local ck, ca = {}, {}
+  for j = 1, nk do ck[j] = KEYS[ki + j] end
+  for j = 1, na do ca[j] = ARGV[ai + j] end
+  ki, ai = ki + nk, ai + na
+  local ok, e = pcall(calls[i], ck, ca)
+  if ok then
+    errs[i] = ''
+  elseif type(e) == 'table' and e.err then
+    errs[i] = tostring(e.err)
+  else
+    errs[i] = tostring(e)
+  end
+end
+local fk, fa = {}, {}
+for j = ki + 1, #KEYS do fk[#fk + 1] = KEYS[j] end
+for j = ai + 1, #ARGV do fa[#fa + 1] = ARGV[j] end
+return {errs, finish(fk, fa)}
+`
+
+// finishThenScripts caches the combined script of each list of sources.
+var finishThenScripts sync.Map // sources joined by NUL -> *redis.Script
+
+// FinishThenHash is the SHA-1 by which Redis knows the script a finish
+// runs with calls of the sources srcs folded in: what a tool reading
+// MONITOR names it by.
+func FinishThenHash(srcs ...string) string { return finishThenScript(srcs).Hash() }
+
+func finishThenScript(srcs []string) *redis.Script {
+	key := strings.Join(srcs, "\x00")
+	if s, ok := finishThenScripts.Load(key); ok {
+		return s.(*redis.Script)
+	}
+	var fns strings.Builder
+	for i, src := range srcs {
+		fmt.Fprintf(&fns, "calls[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
+	}
+	s, _ := finishThenScripts.LoadOrStore(key, redis.NewScript(fmt.Sprintf(finishThenLua, fns.String(), finishLua)))
+	return s.(*redis.Script)
 }
 
 // finishSplit is Finish on a cluster: the record's script and the

@@ -114,6 +114,11 @@ type FinishExtras struct {
 // Call is one script call that rides in a finish's round trip.
 type Call struct {
 	Script *redis.Script
+	// Source is Script's Lua source, when the caller gives it: where one
+	// node holds every key (a standalone server) the finish then runs the
+	// call inside its own script, one EVALSHA for both, instead of
+	// sending it ahead as an EVALSHA of its own. Empty = sent ahead.
+	Source string
 	Keys   []string
 	Args   []any
 	// Fallback makes the call on its own: what a store without Redis

@@ -233,7 +233,7 @@ func (cl *claimer) doneCalls(j *job, req limiter.Request, end string) ([]state.C
 	}
 	calls := make([]state.Call, len(sc))
 	for i, c := range sc {
-		calls[i] = state.Call{Script: c.Script, Keys: c.Keys, Args: c.Args,
+		calls[i] = state.Call{Script: c.Script, Source: c.Source, Keys: c.Keys, Args: c.Args,
 			Fallback: func(ctx context.Context) {
 				// Done makes every call itself: the first Fallback does.
 				if i == 0 {

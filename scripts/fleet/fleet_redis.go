@@ -258,6 +258,10 @@ func luaScripts(dirs ...string) map[string]string {
 				// The agent's claim with the decision in its script.
 				out[state.ClaimThenHash(string(b))] = "lua/claim.lua+" + path
 			}
+			if filepath.Base(path) == "held.lua" {
+				// The agent's finish with the slot release in its script.
+				out[state.FinishThenHash(string(b))] = "lua/finish.lua+" + path
+			}
 			return nil
 		})
 	}
