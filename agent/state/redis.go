@@ -667,7 +667,7 @@ func (r *Redis) finishThen(ctx context.Context, calls []Call, keys []string, arg
 // function(KEYS, ARGV) … end"), finish.lua the next %s. ARGV[1] is the
 // number of calls m, ARGV[2…1+2m] each call's count of keys and of
 // arguments; then KEYS and ARGV hold the calls' in order, then finish's.
-// The reply is {each call's error (” when it ran), finish.lua's reply}.
+// The reply is {each call's error (empty when it ran), finish.lua's reply}.
 const finishThenLua = `local calls = {}
 %s
 local function finish(KEYS, ARGV)
