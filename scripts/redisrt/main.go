@@ -138,7 +138,8 @@ func task(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Re
 
 // task2 is task in the agent's two round trips on one server: the claim
 // with the decision in its script (state.ClaimThen, limiter.Fold), then
-// the slot release ahead of the finish in one pipeline (FinishExtras.Calls).
+// the finish with the slot release in its script (FinishExtras.Calls with
+// their source).
 func task2(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Request) error {
 	f, ok := l.Fold(r)
 	if !ok {
@@ -155,7 +156,7 @@ func task2(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.R
 	sc, _ := l.DoneCalls(r, "succeeded")
 	var calls []state.Call
 	for _, c := range sc {
-		calls = append(calls, state.Call{Script: c.Script, Keys: c.Keys, Args: c.Args, Fallback: func(context.Context) {}})
+		calls = append(calls, state.Call{Script: c.Script, Source: c.Source, Keys: c.Keys, Args: c.Args, Fallback: func(context.Context) {}})
 	}
 	rec := cl.Record
 	rec.Status = "succeeded"
