@@ -3,7 +3,7 @@
 // agent's decision, claim, slot release and finish as four calls
 // (`task`) or as the agent makes them on one server, two round trips: the
 // claim with the decision in its script, the release in the finish's
-// pipeline (`task2`), the limiter's two (`allow`), or a bare PING (`ping`, `ping4`: four in a row, `pipe4`:
+// script (`task2`), the limiter's two (`allow`), or a bare PING (`ping`, `ping4`: four in a row, `pipe4`:
 // four in one pipeline). Paced at the fleet's rate, each round trip finds
 // Redis asleep and costs several times what it costs back to back: the
 // round trips per task, not the commands in them, set the fleet's Redis
