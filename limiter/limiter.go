@@ -389,8 +389,8 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 	if dry {
 		res, err = l.backend.eval(ctx, &o, l.timeout)
 		if err != nil {
-			if ctx.Err() != nil {
-				return Decision{}, ctx.Err()
+			if cerr := ended(ctx); cerr != nil {
+				return Decision{}, cerr
 			}
 			return Decision{}, fmt.Errorf("limiter: check %s: %w", o.rules[0].tag, err)
 		}
@@ -404,9 +404,11 @@ func (l *Limiter) decide(ctx context.Context, r *Request, dry bool) (Decision, e
 		}
 		res, err = l.backend.eval(ctx, &o, l.timeout)
 		if err != nil {
-			if ctx.Err() != nil {
+			if cerr := ended(ctx); cerr != nil {
+				// The caller's end (its deadline may have passed unseen
+				// while this process was stopped): not a Redis outage.
 				l.breaker.abort()
-				return Decision{}, ctx.Err()
+				return Decision{}, cerr
 			}
 			l.breaker.failure(l.clock.Now())
 			reason := ReasonDegradedOpen

@@ -218,11 +218,42 @@ func (b *Redis) call(parent context.Context, timeout time.Duration, keys []strin
 
 // bounded runs f under timeout: on the caller's goroutine when the client
 // honours deadlines (direct), else on a goroutine of its own that is
-// abandoned at the timeout.
+// abandoned at the timeout. A call that timed out after more than twice
+// the timeout timed out because this process did not run (stopped, or
+// starved of CPU), not because of Redis: it is made once more before the
+// timeout counts as an outage (the breaker, the fail mode). Had the first
+// call run on the server, the decision is taken twice: what it consumes
+// (quota, window) is counted twice, on the side of caution.
 func bounded[T any](parent context.Context, timeout time.Duration, direct bool, script string, f func(context.Context) (T, error)) (T, error) {
 	if timeout <= 0 {
 		return f(parent)
 	}
+	start := time.Now()
+	res, err := boundedOnce(parent, timeout, direct, script, f)
+	if errors.Is(err, errTimeout) && time.Since(start) > pausedAfter*timeout {
+		res, err = boundedOnce(parent, timeout, direct, script, f)
+	}
+	return res, err
+}
+
+// pausedAfter: a call that ends after pausedAfter times its timeout ended
+// late because its process did not run, not because of Redis.
+const pausedAfter = 2
+
+// ended is ctx's error, or DeadlineExceeded when its deadline has passed
+// and its timer has not yet said so (a process resumed after a stop meets
+// every deadline at once, in any order); nil while ctx lives.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func boundedOnce[T any](parent context.Context, timeout time.Duration, direct bool, script string, f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var res T
@@ -249,8 +280,12 @@ func bounded[T any](parent context.Context, timeout time.Duration, direct bool, 
 			err = ctx.Err()
 		}
 	}
-	if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		var zero T
+		if perr := ended(parent); perr != nil {
+			// The caller's end, not our timeout: not a Redis outage.
+			return zero, fmt.Errorf("redis evalsha %s: %w", script, perr)
+		}
 		return zero, fmt.Errorf("redis evalsha %s: %w after %s: %w", script, errTimeout, timeout, err)
 	}
 	return res, err

@@ -20,10 +20,24 @@ type storeCalls struct {
 	degradedOps *prometheus.CounterVec
 }
 
-// storeCall runs one store call, bounded by redis.timeout.
+// storeCall runs one store call, bounded by redis.timeout. A call that
+// failed after more than twice the timeout did not fail for the store: it
+// cannot take that long while this process runs (the process was stopped,
+// or starved of CPU, and its deadline passed meanwhile). It is made once
+// more before redis.state_fail may decide; a claim made twice counts one
+// attempt more, a finish carries its id.
 func (sc *storeCalls) storeCall(call func(context.Context) error) error {
-	return callWithin(sc.timeout, call)
+	start := time.Now()
+	err := callWithin(sc.timeout, call)
+	if err != nil && sc.timeout > 0 && time.Since(start) > pausedAfter*sc.timeout {
+		err = callWithin(sc.timeout, call)
+	}
+	return err
 }
+
+// pausedAfter: a call that ends after pausedAfter times its timeout ended
+// late because its process did not run, not because of what it called.
+const pausedAfter = 2
 
 // degraded counts a store operation that could not reach the store.
 func (sc *storeCalls) degraded(op string) {
