@@ -25,7 +25,10 @@ const mockInstanceID = "i-1234567890abcdef0"
 
 // strictIMDS is an IMDSv2-only client for url: no fallback to v1 requests.
 func strictIMDS(url string) *imds.Client {
-	return imds.New(imds.Options{Endpoint: url, EnableFallback: aws.FalseTernary})
+	return imds.New(imds.Options{Endpoint: url, EnableFallback: aws.FalseTernary,
+		// Pointed at the loopback mock: on even where the shell sets
+		// AWS_EC2_METADATA_DISABLED=true, as the repo's rules ask.
+		ClientEnableState: imds.ClientEnabled})
 }
 
 // writeFile writes content to a new file under dir and returns its path.
