@@ -130,6 +130,11 @@ type limiterRes struct {
 	ToleranceSecs     float64 `json:"mark_tolerance_seconds"`
 	Violations        int     `json:"violations"`
 	RateLimitedByRule int     `json:"rate_limited"`
+	// The runs behind the closest min-interval gap and the fullest
+	// window: "task instance (role) start → end", seconds from the first
+	// task sent.
+	MinGapRuns []string `json:"min_gap_runs,omitempty"`
+	WindowRuns []string `json:"max_window_runs,omitempty"`
 }
 
 type drainRes struct {
@@ -414,7 +419,10 @@ func (r *fleetRun) checkLimits(runs []markRun) limiterRes {
 			lr.MaxQuotaUsed = max(lr.MaxQuotaUsed, len(ids))
 		case "trace":
 			for i := 1; i < len(rs); i++ {
-				lr.MinGapSecs = min(lr.MinGapSecs, rs[i].start.Sub(rs[i-1].start).Seconds())
+				if gap := rs[i].start.Sub(rs[i-1].start).Seconds(); gap < lr.MinGapSecs {
+					lr.MinGapSecs = gap
+					lr.MinGapRuns = r.describeRuns(rs[i-1 : i+1])
+				}
 			}
 		case "netstat":
 			j := 0
@@ -422,7 +430,10 @@ func (r *fleetRun) checkLimits(runs []markRun) limiterRes {
 				for rs[i].start.Sub(rs[j].start) >= fleetWindow-markTolerance {
 					j++
 				}
-				lr.MaxInWindow = max(lr.MaxInWindow, i-j+1)
+				if i-j+1 > lr.MaxInWindow {
+					lr.MaxInWindow = i - j + 1
+					lr.WindowRuns = r.describeRuns(rs[j : i+1])
+				}
 			}
 		}
 	}
@@ -441,6 +452,25 @@ func (r *fleetRun) checkLimits(runs []markRun) limiterRes {
 		lr.Violations++
 	}
 	return lr
+}
+
+// describeRuns names runs as the report lists them: task, instance and
+// its role in the run, start and end in seconds from the first task sent.
+func (r *fleetRun) describeRuns(rs []markRun) []string {
+	role := map[string]string{}
+	for _, fa := range r.agents {
+		role[fa.inst] = fa.role
+	}
+	out := make([]string, 0, len(rs))
+	for _, rn := range rs {
+		ro := role[rn.inst]
+		if ro == "" {
+			ro = "stays"
+		}
+		out = append(out, fmt.Sprintf("%s %s (%s) %.3f → %.3f", rn.id, rn.inst, ro,
+			rn.start.Sub(r.t0).Seconds(), rn.end.Sub(r.t0).Seconds()))
+	}
+	return out
 }
 
 // checkDrains measures each scaled-in agent's drain: from its trigger (the
@@ -614,6 +644,10 @@ func (res *fleetResult) print(w io.Writer) {
 			r = "FAIL"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", ch.Name, ch.Want, ch.Got, r)
+	}
+	if res.Limiter.Violations > 0 {
+		fmt.Fprintf(w, "\nRuns behind the closest min-interval gap: %s.\n", strings.Join(res.Limiter.MinGapRuns, "; "))
+		fmt.Fprintf(w, "Runs in the fullest window: %s.\n", strings.Join(res.Limiter.WindowRuns, "; "))
 	}
 	if res.Notices != nil {
 		res.Notices.print(w)

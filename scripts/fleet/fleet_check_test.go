@@ -31,9 +31,17 @@ func TestCheckLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &fleetRun{}
-			if got := r.checkLimits(tt.runs).Violations; got != tt.want {
-				t.Errorf("violations = %d, want %d", got, tt.want)
+			r := &fleetRun{t0: t0}
+			lr := r.checkLimits(tt.runs)
+			if lr.Violations != tt.want {
+				t.Errorf("violations = %d, want %d", lr.Violations, tt.want)
+			}
+			// The runs behind a violation are named.
+			if tt.name == "interval too short" && (len(lr.MinGapRuns) != 2 || lr.MinGapRuns[1] != "b i-1 (stays) 4.400 → 5.000") {
+				t.Errorf("min-gap runs %q, want a's and b's", lr.MinGapRuns)
+			}
+			if tt.name == "window exceeded" && len(lr.WindowRuns) != 11 {
+				t.Errorf("window runs %q, want the 11", lr.WindowRuns)
 			}
 		})
 	}
