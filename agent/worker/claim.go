@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -154,29 +153,31 @@ func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
 	}
 }
 
-// stillOurs checks, right before the diagnostic starts, that a lease
-// claimed more than one renewal period ago is still this agent's: an agent
-// stopped between its claim and the start (SIGSTOP, a paused VM, a long
-// stall) may have lost the lease to another agent that runs the task, and
-// starting it here too would run it twice. A fresh lease is not checked, so
-// the common path costs no round trip; a store that cannot answer leaves
-// the run to go ahead, as the keeper's renewals do.
+// stillOurs checks, right before the diagnostic starts, that the run is
+// not starting long after its claim and its decision: an agent stopped
+// between them and the start (SIGSTOP, a paused VM, a long stall) may have
+// lost the lease to another agent that runs the task, and the limiter
+// counted the run at its decision, so limits that hold for decision times
+// (a minimum interval, a window) would not hold for this start. A start
+// one renewal period (a third of the lease) or more after the claim is not
+// made: the run's slots go back, its lease is given back and the message
+// is deferred at once, to be claimed and decided again. A recent claim is
+// not checked, so the common path costs nothing.
 func (cl *claimer) stillOurs(j *job, claimed time.Time) bool {
-	if !j.leased || cl.clock.Now().Sub(claimed) < cl.lease/3 {
-		return true
-	}
-	err := cl.calls.storeCall(func(ctx context.Context) error { return cl.store.Renew(ctx, j.task.ID, cl.instanceID, cl.lease) })
-	if !errors.Is(err, state.ErrLeaseLost) {
-		if stateUnreachable(err) {
-			cl.calls.degraded("renew")
-		}
+	late := cl.clock.Now().Sub(claimed)
+	if late < cl.lease/3 {
 		return true
 	}
 	cl.limiterDone(j, outcome.Released)
-	cl.msgs.handBack(j, back{why: backRunningElsewhere, after: cl.lease + lookAgainMargin,
-		attrs: []any{"detail", "the lease lapsed between the claim and the start; another agent holds it"}})
+	cl.msgs.handBack(j, back{why: backLimited, reason: reasonStaleDecision,
+		attrs: []any{"detail", "the run would start long after its claim and decision (the agent was stopped or stalled); claimed and decided again",
+			"late", late.Seconds()}})
 	return false
 }
+
+// reasonStaleDecision is the deferral of a run that would have started a
+// renewal period or more after its claim and decision (stillOurs).
+const reasonStaleDecision = "stale_decision"
 
 // limiterDone tells the limiter that the allowed run of j ended, once:
 // it gives back the run's slots and probe and counts a failed or timed_out
