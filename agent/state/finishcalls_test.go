@@ -39,6 +39,70 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
+// claimedTask is a standalone store whose client counts its round trips,
+// holding task t1 claimed by i-1.
+type claimedTask struct {
+	addr, prefix string
+	c            *redis.Client
+	rt           roundTrips
+	s            *state.Redis
+	rec          state.TaskRecord
+}
+
+func newClaimedTask(t *testing.T) *claimedTask {
+	t.Helper()
+	f := &claimedTask{addr: testenv.RedisAddr(t)}
+	f.c = redis.NewClient(&redis.Options{Addr: f.addr})
+	t.Cleanup(func() { _ = f.c.Close() })
+	f.c.AddHook(&f.rt)
+	f.prefix = uniquePrefix(t, f.c)
+	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	f.s = state.NewRedis(f.c, state.RedisOptions{Prefix: f.prefix, Clock: clk})
+	f.rec = state.TaskRecord{ID: "t1", Diagnostic: "d", Host: "h"}
+	if cl, err := f.s.Claim(context.Background(), f.rec, "i-1", time.Minute); err != nil || cl.Result != state.Claimed {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	return f
+}
+
+// finishSeen finishes rec with x and returns the commands MONITOR saw
+// and the round trips the finish took.
+func (f *claimedTask) finishSeen(t *testing.T, rec state.TaskRecord, x state.FinishExtras) ([]string, int64) {
+	t.Helper()
+	ctx := context.Background()
+	end := f.prefix + "end"
+	before := f.rt.n.Load()
+	got := testenv.Commands(ctx, t, f.addr, f.prefix, end, func() {
+		if err := f.s.Finish(ctx, rec, x); err != nil {
+			t.Fatalf("finish with a failing call: %v", err)
+		}
+	}, func() {
+		if err := f.c.Echo(ctx, end).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return got, f.rt.n.Load() - before - 1 // the Echo is one
+}
+
+// retryWithoutCalls finishes rec again with x less its calls, as the
+// worker's backlog does, and checks that nothing ran twice (counter holds
+// want) and the record is done.
+func (f *claimedTask) retryWithoutCalls(t *testing.T, rec state.TaskRecord, x state.FinishExtras, counter string, want int) {
+	t.Helper()
+	ctx := context.Background()
+	x.Calls = nil
+	if err := f.s.Finish(ctx, rec, x); err != nil {
+		t.Fatalf("retried finish: %v", err)
+	}
+	if n, err := f.c.Get(ctx, counter).Int(); err != nil || n != want {
+		t.Errorf("counter %d (%v), want %d: each call ran once", n, err, want)
+	}
+	got, ok, err := f.s.Task(ctx, rec.ID)
+	if err != nil || !ok || got.Status != state.StatusDone || got.Outcome != rec.Outcome {
+		t.Errorf("record after finish: %+v %v %v", got, ok, err)
+	}
+}
+
 // TestRedisFinishCalls: FinishExtras.Calls ride ahead of the record in
 // the finish's one round trip (MONITOR shows the call's commands first,
 // then the finish script's), a failing call is told to its Done and does
@@ -46,18 +110,8 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // worker's backlog sends) writes nothing twice and runs no call again.
 func TestRedisFinishCalls(t *testing.T) {
 	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = c.Close() })
-	var rt roundTrips
-	c.AddHook(&rt)
-	prefix := uniquePrefix(t, c)
-	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
-	rec := state.TaskRecord{ID: "t1", Diagnostic: "d", Host: "h"}
-	if cl, err := s.Claim(ctx, rec, "i-1", time.Minute); err != nil || cl.Result != state.Claimed {
-		t.Fatalf("claim: %+v %v", cl, err)
-	}
+	f := newClaimedTask(t)
+	c, prefix, s, rec := f.c, f.prefix, f.s, f.rec
 	incr := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
 	bad := redis.NewScript(`return redis.call('NOSUCHCOMMAND', KEYS[1])`)
 	counter := prefix + "counter"
@@ -79,18 +133,8 @@ func TestRedisFinishCalls(t *testing.T) {
 	if err := s.Finish(ctx, state.TaskRecord{ID: "warm"}, state.FinishExtras{}); err != nil {
 		t.Fatal(err)
 	}
-	end := prefix + "end"
-	before := rt.n.Load()
-	got := testenv.Commands(ctx, t, addr, prefix, end, func() {
-		if err := s.Finish(ctx, rec, x); err != nil {
-			t.Fatalf("finish with a failing call: %v", err)
-		}
-	}, func() {
-		if err := c.Echo(ctx, end).Err(); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if n := rt.n.Load() - before - 1; n != 1 { // the Echo is one
+	got, trips := f.finishSeen(t, rec, x)
+	if n := trips; n != 1 {
 		t.Errorf("finish with calls took %d round trips, want 1", n)
 	}
 	// The record is i-1's, claimed with a live lease: its TTL stands.
@@ -101,17 +145,7 @@ func TestRedisFinishCalls(t *testing.T) {
 	if len(dones) != 2 || dones[0] != nil || dones[1] == nil {
 		t.Errorf("calls' Done got %v, want nil then the failing call's error", dones)
 	}
-	x.Calls = nil
-	if err := s.Finish(ctx, rec, x); err != nil {
-		t.Fatalf("retried finish: %v", err)
-	}
-	if n, err := c.Get(ctx, counter).Int(); err != nil || n != 1 {
-		t.Errorf("call ran %d times (%v), want 1", n, err)
-	}
-	got2, ok, err := s.Task(ctx, "t1")
-	if err != nil || !ok || got2.Status != state.StatusDone {
-		t.Errorf("record after finish: %+v %v %v", got2, ok, err)
-	}
+	f.retryWithoutCalls(t, rec, x, counter, 1)
 }
 
 // TestRedisFinishCallsCluster: on a Cluster the calls go in the finish's
@@ -164,19 +198,8 @@ func TestRedisFinishCallsCluster(t *testing.T) {
 // the calls' commands first; a failing call is told to its Done and does
 // not fail the finish, and a retry without the calls writes nothing twice.
 func TestRedisFinishFoldsCalls(t *testing.T) {
-	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = c.Close() })
-	var rt roundTrips
-	c.AddHook(&rt)
-	prefix := uniquePrefix(t, c)
-	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
-	rec := state.TaskRecord{ID: "t1", Diagnostic: "d", Host: "h"}
-	if cl, err := s.Claim(ctx, rec, "i-1", time.Minute); err != nil || cl.Result != state.Claimed {
-		t.Fatalf("claim: %+v %v", cl, err)
-	}
+	f := newClaimedTask(t)
+	prefix, rec := f.prefix, f.rec
 	const incrSrc = `return redis.call('INCR', KEYS[1]) + tonumber(ARGV[1])`
 	const badSrc = `return redis.call('HSET', KEYS[1])`
 	counter := prefix + "counter"
@@ -189,20 +212,10 @@ func TestRedisFinishFoldsCalls(t *testing.T) {
 	calls := []state.Call{call(incrSrc, counter, 1), call(badSrc, prefix+"bad"), call(incrSrc, counter, 2)}
 	rec.Owner, rec.Attempts, rec.Outcome = "i-1", 1, "succeeded"
 	x := state.FinishExtras{ID: state.NewFinishID(), Calls: calls}
-	end := prefix + "end"
-	before := rt.n.Load()
-	got := testenv.Commands(ctx, t, addr, prefix, end, func() {
-		if err := s.Finish(ctx, rec, x); err != nil {
-			t.Fatalf("finish with a failing call: %v", err)
-		}
-	}, func() {
-		if err := c.Echo(ctx, end).Err(); err != nil {
-			t.Fatal(err)
-		}
-	})
+	got, trips := f.finishSeen(t, rec, x)
 	// A cold script cache costs one EVALSHA refused and an EVAL: count
 	// the round trips of the script's first run apart.
-	if n := rt.n.Load() - before - 1; n < 1 || n > 2 {
+	if n := trips; n < 1 || n > 2 {
 		t.Errorf("finish with folded calls took %d round trips, want 1 (2 with the script not cached)", n)
 	}
 	want := []string{"lua:incr", "lua:incr", "lua:hmget", "lua:hdel", "lua:hset", "lua:del"}
@@ -212,15 +225,5 @@ func TestRedisFinishFoldsCalls(t *testing.T) {
 	if len(dones) != 3 || dones[0] != nil || dones[1] == nil || dones[2] != nil {
 		t.Errorf("calls' Done got %v, want nil, the failing call's error, nil", dones)
 	}
-	x.Calls = nil
-	if err := s.Finish(ctx, rec, x); err != nil {
-		t.Fatalf("retried finish: %v", err)
-	}
-	if n, err := c.Get(ctx, counter).Int(); err != nil || n != 2 {
-		t.Errorf("counter %d (%v), want 2: each call ran once", n, err)
-	}
-	got2, ok, err := s.Task(ctx, "t1")
-	if err != nil || !ok || got2.Status != state.StatusDone || got2.Outcome != "succeeded" {
-		t.Errorf("record after finish: %+v %v %v", got2, ok, err)
-	}
+	f.retryWithoutCalls(t, rec, x, counter, 2)
 }

@@ -57,19 +57,7 @@ func TestHandBack(t *testing.T) {
 		t.Run(tt.b.why.String(), func(t *testing.T) {
 			src := &deferSource{err: errors.New("queue down")} // a failed hand-back is logged, not fatal
 			store := state.NewMemory(state.MemoryOptions{})
-			red, err := redact.New(nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := Metrics{
-				Received:      prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}),
-				Outcomes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"diagnostic", "outcome"}),
-				Duration:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "d"}, []string{"diagnostic"}),
-				Inflight:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "i"}),
-				StateDegraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "s"}, []string{"op"}),
-			}
-			w := New(Options{Source: src, Store: store, Clock: clock.NewManual(time.Unix(0, 0)), Logger: slog.New(slog.DiscardHandler),
-				Metrics: m, Redactor: red, Workers: 1, BatchSize: 1, StoreTimeout: time.Second, Hard: t.Context()})
+			w, m := testWorker(t, Options{Source: src, Store: store, Clock: clock.NewManual(time.Unix(0, 0))})
 			w.outcomes.received()
 			j := &job{msg: &queue.Message{ID: "m1"}, task: task.Task{ID: "t1", Diagnostic: "df"}}
 			for range tt.calls {
@@ -96,4 +84,25 @@ func TestHandBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testWorker is New with o's Source, Store, Clock, Lease and InstanceID,
+// one slot, no redaction rules, logs discarded and metrics of its own,
+// which it returns for the test to read.
+func testWorker(t *testing.T, o Options) (*Worker, Metrics) {
+	t.Helper()
+	red, err := redact.New(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Metrics{
+		Received:      prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}),
+		Outcomes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"diagnostic", "outcome"}),
+		Duration:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "d"}, []string{"diagnostic"}),
+		Inflight:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "i"}),
+		StateDegraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "s"}, []string{"op"}),
+	}
+	o.Logger, o.Metrics, o.Redactor = slog.New(slog.DiscardHandler), m, red
+	o.Workers, o.BatchSize, o.StoreTimeout, o.Hard = 1, 1, time.Second, t.Context()
+	return New(o), m
 }

@@ -1,14 +1,10 @@
 package worker
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -24,19 +20,7 @@ func TestStillOursStaleDecision(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_800_000_000, 0))
 	src := &deferSource{}
 	store := state.NewMemory(state.MemoryOptions{Clock: clk})
-	red, err := redact.New(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := Metrics{
-		Received:      prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}),
-		Outcomes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "o"}, []string{"diagnostic", "outcome"}),
-		Duration:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "d"}, []string{"diagnostic"}),
-		Inflight:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "i"}),
-		StateDegraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "s"}, []string{"op"}),
-	}
-	w := New(Options{Source: src, Store: store, Clock: clk, Logger: slog.New(slog.DiscardHandler), Metrics: m, Redactor: red,
-		Workers: 1, BatchSize: 1, StoreTimeout: time.Second, Lease: lease, InstanceID: "i-1", Hard: t.Context()})
+	w, _ := testWorker(t, Options{Source: src, Store: store, Clock: clk, Lease: lease, InstanceID: "i-1"})
 	w.outcomes.received()
 	j := &job{msg: &queue.Message{ID: "m1"}, task: task.Task{ID: "t1", Host: "h", Diagnostic: "df"}}
 	claimed := clk.Now()
