@@ -218,8 +218,8 @@ func (b *Redis) call(parent context.Context, timeout time.Duration, keys []strin
 
 // bounded runs f under timeout: on the caller's goroutine when the client
 // honours deadlines (direct), else on a goroutine of its own that is
-// abandoned at the timeout. A call that timed out after more than twice
-// the timeout timed out because this process did not run (stopped, or
+// abandoned at the timeout. A call that timed out after more than ten
+// times the timeout timed out because this process did not run (stopped, or
 // starved of CPU), not because of Redis: it is made once more before the
 // timeout counts as an outage (the breaker, the fail mode). Had the first
 // call run on the server, the decision is taken twice: what it consumes
@@ -237,8 +237,10 @@ func bounded[T any](parent context.Context, timeout time.Duration, direct bool, 
 }
 
 // pausedAfter: a call that ends after pausedAfter times its timeout ended
-// late because its process did not run, not because of Redis.
-const pausedAfter = 2
+// late because its process did not run, not because of Redis, whose
+// answer the deadline bounds; ten times the timeout is a stop, not a
+// queue (see the worker's storeCall).
+const pausedAfter = 10
 
 // ended is ctx's error, or DeadlineExceeded when its deadline has passed
 // and its timer has not yet said so (a process resumed after a stop meets
