@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // TestBoundedAfterPause: a decision whose call ended after more than twice
@@ -21,7 +23,7 @@ func TestBoundedAfterPause(t *testing.T) {
 		v, err := bounded(context.Background(), timeout, true, "allow.lua", func(ctx context.Context) (int, error) {
 			n++
 			if n == 1 {
-				time.Sleep(pausedAfter*timeout + time.Millisecond) // stopped mid-call
+				time.Sleep(clock.StoppedAfter*timeout + time.Millisecond) // stopped mid-call
 				return 0, ctx.Err()
 			}
 			return 7, nil

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 //go:embed allow.lua
@@ -230,17 +232,11 @@ func bounded[T any](parent context.Context, timeout time.Duration, direct bool, 
 	}
 	start := time.Now()
 	res, err := boundedOnce(parent, timeout, direct, script, f)
-	if errors.Is(err, errTimeout) && time.Since(start) > pausedAfter*timeout {
+	if errors.Is(err, errTimeout) && clock.Stopped(start, timeout) {
 		res, err = boundedOnce(parent, timeout, direct, script, f)
 	}
 	return res, err
 }
-
-// pausedAfter: a call that ends after pausedAfter times its timeout ended
-// late because its process did not run, not because of Redis, whose
-// answer the deadline bounds; ten times the timeout is a stop, not a
-// queue (see the worker's storeCall).
-const pausedAfter = 10
 
 // ended is ctx's error, or DeadlineExceeded when its deadline has passed
 // and its timer has not yet said so (a process resumed after a stop meets

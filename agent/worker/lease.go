@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // storeCalls bounds each store call by redis.timeout and counts the
@@ -29,19 +30,11 @@ type storeCalls struct {
 func (sc *storeCalls) storeCall(call func(context.Context) error) error {
 	start := time.Now()
 	err := callWithin(sc.timeout, call)
-	if err != nil && sc.timeout > 0 && time.Since(start) > pausedAfter*sc.timeout {
+	if err != nil && clock.Stopped(start, sc.timeout) {
 		err = callWithin(sc.timeout, call)
 	}
 	return err
 }
-
-// pausedAfter: a call that ends after pausedAfter times its timeout ended
-// late because its process did not run, not because of what it called. A
-// deadline bounds the wait on the store, so a slow or overloaded store
-// ends a call at about its timeout; ten times that is a stop, not a queue
-// (a lower factor retried calls against an overloaded Redis and added to
-// its load: a 200-agent fleet on 2 cores reconnected 23,000 times).
-const pausedAfter = 10
 
 // degraded counts a store operation that could not reach the store.
 func (sc *storeCalls) degraded(op string) {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // TestStoreCallAfterPause: a store call that ends after more than twice
@@ -21,7 +23,7 @@ func TestStoreCallAfterPause(t *testing.T) {
 			n++
 			if n == 1 {
 				// Stopped mid-call: the fake clock runs past the deadline.
-				time.Sleep(pausedAfter*sc.timeout + time.Millisecond)
+				time.Sleep(clock.StoppedAfter*sc.timeout + time.Millisecond)
 				return ctx.Err()
 			}
 			return nil

@@ -53,3 +53,18 @@ func (m *Manual) Add(d time.Duration) { m.mu.Lock(); defer m.mu.Unlock(); m.t = 
 
 // Set moves the clock to t.
 func (m *Manual) Set(t time.Time) { m.mu.Lock(); defer m.mu.Unlock(); m.t = t }
+
+// StoppedAfter is how many times its timeout a deadline-bounded call must
+// have taken, wall time, before its lateness is put down to its process
+// not running (stopped, frozen, starved of CPU) rather than to what it
+// called: a deadline bounds the wait on the callee, so a slow or
+// overloaded callee ends a call at about its timeout; ten times that is
+// a stop, not a queue (at twice, calls against an overloaded Redis were
+// retried into it).
+const StoppedAfter = 10
+
+// Stopped reports whether a call bounded by timeout that started at start
+// (wall time) has taken more than StoppedAfter times its timeout.
+func Stopped(start time.Time, timeout time.Duration) bool {
+	return timeout > 0 && time.Since(start) > StoppedAfter*timeout
+}
