@@ -45,7 +45,8 @@
 //     at once (ChangeMessageVisibility 0) and never deleted. Ours is kept
 //     invisible while draining (at the trigger, then by every Heartbeat) and
 //     deleted by Complete only after the completion succeeded. Malformed
-//     messages are logged and left to the queue's redrive policy. A
+//     messages are logged, hidden for malformedVisibility and left to the
+//     queue's redrive policy. A
 //     notification of another instance whose action's heartbeat timeout has
 //     passed since it was sent, and that no agent claims (Deps.Claimed), is
 //     deleted (autodiag_lifecycle_orphaned_notifications_total{transition});
@@ -59,7 +60,10 @@
 //     Actor.Complete forgets them. Give failing, or no live agent for the
 //     instance, leaves the notice to the path above
 //     (autodiag_lifecycle_handoffs_total{result}). A poll in progress when Run stops gets
-//     NotificationReceiveGrace, so an answer already on the wire is taken.
+//     NotificationReceiveGrace, so an answer already on the wire is taken;
+//     a poll hides what it receives for receiveVisibility (1 s), not the
+//     queue's visibility timeout, so a notice in an answer nobody reads
+//     (a poll aborted after the grace, a process killed) is soon back.
 //
 // Run calls fire once, for the first trigger, after every source has been
 // told to stop: no ReceiveMessage starts after a trigger. Polling errors are

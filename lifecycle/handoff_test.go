@@ -277,3 +277,68 @@ func (n *noReceive) ReceiveMessage(ctx context.Context, _ *sqs.ReceiveMessageInp
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
+
+// barrierHandoff holds every Give until n of them are waiting at once (or
+// their ctx ends): it tells a batch handed over concurrently from one
+// handed over notice by notice.
+type barrierHandoff struct {
+	*fakeHandoff
+	n       int
+	mu      sync.Mutex
+	waiting int
+	all     chan struct{}
+}
+
+func (b *barrierHandoff) Give(ctx context.Context, id, notice string, ttl time.Duration) (bool, error) {
+	b.mu.Lock()
+	if b.waiting++; b.waiting == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return b.fakeHandoff.Give(ctx, id, notice, ttl)
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// TestHandoffOfABatchAtOnce: the other instances' notices of one receive are
+// handed over at once, not one after the other: notice by notice, a batch
+// under a slow Redis outlasts receiveVisibility and is received again by
+// other agents. Each Give here returns only once all three are waiting;
+// handed one after the other, each would wait out handoffTimeout and fail.
+func TestHandoffOfABatchAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now().UTC().Format(time.RFC3339)
+		q := newFakeSQS()
+		others := []string{"i-2", "i-3", "i-4"}
+		for _, id := range others {
+			q.send("note-"+id, `{"Origin":"AutoScalingGroup","Destination":"EC2","Time":"`+now+`","LifecycleActionToken":"tok-`+id+
+				`","AutoScalingGroupName":"web","LifecycleHookName":"drain","EC2InstanceId":"`+id+`","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING"}`)
+		}
+		h := &barrierHandoff{fakeHandoff: newFakeHandoff(others...), n: len(others), all: make(chan struct{})}
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceSQS}
+		cfg.QueueURL = *sqsReceive.QueueUrl
+		cfg.HookName = "drain"
+		w, err := NewWatcher(cfg, Deps{SQS: q, Handoff: h, InstanceID: "i-1", Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := sqsReceive
+		out, err := q.ReceiveMessage(t.Context(), &in)
+		if err != nil || len(out.Messages) != len(others) {
+			t.Fatalf("receive = %d messages, %v; want %d", len(out.Messages), err, len(others))
+		}
+		mine, released := w.sqs.handleBatch(t.Context(), out.Messages)
+		if mine != nil || released {
+			t.Fatalf("handleBatch = %+v, released %v; want no trigger, nothing shown again", mine, released)
+		}
+		for _, id := range others {
+			if m := q.msg("note-" + id); !m.deleted {
+				t.Errorf("%s's notice not deleted: not handed over (gives %v)", id, h.givenTo())
+			}
+		}
+	})
+}

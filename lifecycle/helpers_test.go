@@ -132,7 +132,11 @@ func (q *fakeSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInpu
 			}
 			q.receipts++
 			m.receipt = fmt.Sprintf("%s#%d", m.id, q.receipts)
-			m.visibleAt = now.Add(30 * time.Second)
+			vt := 30 * time.Second // the queue's
+			if in.VisibilityTimeout > 0 {
+				vt = time.Duration(in.VisibilityTimeout) * time.Second
+			}
+			m.visibleAt = now.Add(vt)
 			m.receives++
 			out = append(out, types.Message{MessageId: aws.String(m.id), ReceiptHandle: aws.String(m.receipt), Body: aws.String(m.body)})
 		}

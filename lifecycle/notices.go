@@ -50,15 +50,7 @@ func (sq *sqsSource) runSQS(ctx context.Context, found chan<- Trigger) {
 		// which releases it when it comes too late. The calls run detached
 		// from ctx, which may have ended.
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		var mine *Trigger
-		released := false
-		for _, msg := range out.Messages {
-			tr, rel := sq.handleMessage(hctx, msg, mine)
-			if tr != nil {
-				mine = tr
-			}
-			released = released || rel
-		}
+		mine, released := sq.handleBatch(hctx, out.Messages)
 		cancel()
 		if mine != nil {
 			found <- *mine
@@ -71,6 +63,53 @@ func (sq *sqsSource) runSQS(ctx context.Context, found chan<- Trigger) {
 		}
 	}
 }
+
+// handleBatch sorts the messages of one receive. Other instances' notices
+// are sorted at once, each on its own goroutine: a batch of ten handed over
+// one after the other under a slow Redis could outlast receiveVisibility
+// and be received again by other agents. Notices that may be ours are
+// sorted in order, so a second action of this instance in the batch is told
+// from a duplicate of the first.
+func (sq *sqsSource) handleBatch(ctx context.Context, msgs []types.Message) (mine *Trigger, released bool) {
+	var wg sync.WaitGroup
+	var others atomic.Bool
+	for _, msg := range msgs {
+		if n, err := parseNotification(aws.ToString(msg.Body)); err == nil && n.InstanceID != sq.d.InstanceID {
+			wg.Go(func() {
+				if _, rel := sq.handleMessage(ctx, msg, nil); rel {
+					others.Store(true)
+				}
+			})
+			continue
+		}
+		tr, rel := sq.handleMessage(ctx, msg, mine)
+		if tr != nil {
+			mine = tr
+		}
+		released = released || rel
+	}
+	wg.Wait()
+	return mine, released || others.Load()
+}
+
+// receiveVisibility is how long the notices of one poll are hidden when SQS
+// sends them. Each is sorted within milliseconds of the answer (ours hidden
+// for the drain with notificationVisibility, another instance's handed over
+// and deleted or shown again, a malformed one hidden for
+// malformedVisibility), so it only matters for an answer nobody reads: a
+// poll aborted as the watcher stops (its own notice came through the
+// hand-off) or a process killed while SQS answered. With the queue's own
+// visibility timeout (30 s by default) such a notice stayed hidden that long
+// and its instance's drain started that much later. A notice whose sorting
+// outlasts it (a hand-off under a slow Redis) is received again by another
+// agent and handed over twice, which its agent reads once.
+const receiveVisibility = time.Second
+
+// malformedVisibility hides a message that is not a lifecycle notification
+// for SQS's default visibility timeout, as before receiveVisibility, so the
+// queue's redrive policy moves it after its maxReceiveCount at the pace it
+// was set for and the fleet does not log it every second.
+const malformedVisibility = 30 * time.Second
 
 // receive is one long poll of queue_url. No poll starts once ctx is done;
 // a poll in progress when ctx ends is aborted after NotificationReceiveGrace
@@ -123,6 +162,7 @@ func (sq *sqsSource) receive(ctx context.Context) (*sqs.ReceiveMessageOutput, er
 		QueueUrl:            aws.String(sq.cfg.QueueURL),
 		MaxNumberOfMessages: 10,
 		WaitTimeSeconds:     int32(sqsWaitTime / time.Second),
+		VisibilityTimeout:   int32(receiveVisibility / time.Second),
 	})
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -183,6 +223,7 @@ func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, mine 
 	switch {
 	case err != nil:
 		log.Warn("malformed lifecycle notification; left to the queue's redrive policy", "err", err)
+		sq.setVisibility(ctx, receipt, int32(malformedVisibility/time.Second), log)
 		return nil, false
 	case n.Test:
 		log.Info("consumed autoscaling:TEST_NOTIFICATION", "asg", n.ASGName)

@@ -6,10 +6,15 @@ package lifecycle_test
 // does not.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,5 +151,105 @@ func TestSQSSourceAgainstSQSFake(t *testing.T) {
 				t.Fatalf("%d DeleteMessage calls; want 2 (TEST_NOTIFICATION, ours after completion)", n)
 			}
 		})
+	}
+}
+
+// loseAnswer passes requests to the fake but throws away the first
+// ReceiveMessage answer that carries a message, as when the agent that
+// polled stops reading (its poll aborted, its process killed) after SQS
+// has sent it: SQS has hidden the messages all the same.
+type loseAnswer struct {
+	once sync.Once
+	lost chan struct{}
+}
+
+func (l *loseAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".ReceiveMessage") {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	dropped := false
+	if strings.Contains(string(body), "ReceiptHandle") {
+		l.once.Do(func() { dropped = true; close(l.lost) })
+	}
+	if dropped {
+		return nil, errors.New("answer lost")
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+// TestLostAnswerHidesNoticeBriefly: a notice in a ReceiveMessage answer that
+// never reaches its poller is hidden for receiveVisibility (1 s), not for
+// the queue's visibility timeout (30 s here), and its own instance's agent
+// receives it well before the queue's timeout would have shown it.
+func TestLostAnswerHidesNoticeBriefly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	srv, sqsTS := sqsfake.NewTestServer(t)
+	queueURL, err := srv.CreateQueue("lifecycle", map[string]string{"VisibilityTimeout": "30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	notice := `{"Origin":"AutoScalingGroup","Destination":"EC2","Time":"` + sent.UTC().Format(time.RFC3339) +
+		`","LifecycleActionToken":"tok-2","AutoScalingGroupName":"web","LifecycleHookName":"drain","EC2InstanceId":"i-2","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING"}`
+	sqsCfg := sqsfake.SDKConfig(sqsTS.URL)
+	client := sqs.NewFromConfig(sqsCfg)
+	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(notice)}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := lifecycle.DefaultConfig()
+	cfg.Sources = []string{lifecycle.SourceSQS}
+	cfg.QueueURL = queueURL
+	cfg.HookName = "drain"
+
+	// Agent i-1 polls; the answer carrying i-2's notice never reaches it.
+	lose := &loseAnswer{lost: make(chan struct{})}
+	lossy := sqs.NewFromConfig(sqsCfg, func(o *sqs.Options) {
+		o.HTTPClient = &http.Client{Transport: lose}
+		o.RetryMaxAttempts = 1
+	})
+	w1, err := lifecycle.NewWatcher(cfg, lifecycle.Deps{SQS: lossy, InstanceID: "i-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, stop1 := context.WithCancel(ctx)
+	done1 := make(chan error, 1)
+	go func() { done1 <- w1.Run(ctx1, func(tr lifecycle.Trigger) { t.Errorf("i-1 fired %+v", tr) }) }()
+	select {
+	case <-lose.lost:
+	case <-ctx.Done():
+		t.Fatal("no answer with the notice reached the lossy transport")
+	}
+	stop1()
+	if err := <-done1; err != nil {
+		t.Fatal(err)
+	}
+	v, _ := srv.Queue("lifecycle")
+	for _, m := range v.Messages {
+		if hidden := m.VisibleAt.Sub(sent); m.State == "inflight" && hidden > 30*time.Second-time.Second {
+			t.Fatalf("the lost notice is hidden until %s after it was sent; want about a second, not the queue's 30 s", hidden)
+		}
+	}
+
+	// Agent i-2 takes its notice once the brief hiding ends.
+	w2, err := lifecycle.NewWatcher(cfg, lifecycle.Deps{SQS: client, InstanceID: "i-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, stop2 := context.WithTimeout(ctx, 20*time.Second) // less than the queue's 30 s
+	defer stop2()
+	var fired []lifecycle.Trigger
+	if err := w2.Run(ctx2, func(tr lifecycle.Trigger) { fired = append(fired, tr) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(fired) != 1 || fired[0].Action == nil || fired[0].Action.Token != "tok-2" {
+		t.Fatalf("i-2 fired %+v within 20 s; want its notice, hidden only briefly by the lost answer", fired)
 	}
 }

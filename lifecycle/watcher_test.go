@@ -114,8 +114,8 @@ func TestSQSSource(t *testing.T) {
 					q.callsFor("ChangeMessageVisibility", "note2#")[0].visibility != 0 {
 					t.Errorf("other instance's notification = %+v; want made visible again (0) and kept", m)
 				}
-				if m := q.msg("garbage"); m.deleted || len(q.callsFor("ChangeMessageVisibility", "garbage#")) != 0 {
-					t.Errorf("malformed message = %+v; want left untouched for redrive", m)
+				if m, c := q.msg("garbage"), q.callsFor("ChangeMessageVisibility", "garbage#"); m.deleted || len(c) != 1 || c[0].visibility != 30 {
+					t.Errorf("malformed message = %+v (visibility calls %+v); want kept, hidden for 30 s and left to redrive", m, c)
 				}
 				if m := q.msg("note3"); m.deleted || len(q.callsFor("ChangeMessageVisibility", "note3#")) != 1 ||
 					q.callsFor("ChangeMessageVisibility", "note3#")[0].visibility < 60 {
