@@ -384,10 +384,11 @@ func (s *SQS) isClosed() bool {
 // none returned within DeleteBatchWindow, and the last 10 deletes spread
 // over more than DeleteBatchMaxWait) sends a delete at once; a busy one
 // lets deletes gather until 10 are pending, for a window after the first
-// of them, or until no other message received is left (none deleted,
-// dead-lettered or released yet), whichever comes first. The window is DeleteBatchWindow, or
-// DeleteBatchMaxWait when the last 10 deletes arrived within that: at
-// tens of tasks a second a 10 ms window would send batches of a few. So
+// of them, or until no other message received is left (not yet deleted,
+// dead-lettered or released), whichever comes first. The window is
+// DeleteBatchWindow, or DeleteBatchMaxWait when the last 10 deletes
+// arrived within that: at tens of tasks a second a 10 ms window would
+// send batches of a few. So
 // an idle agent adds no latency, the last tasks of a burst (or of a
 // drain) do not wait for a window, and a busy agent sends full batches,
 // also when SQS answers much faster than its tasks end; no delete waits
