@@ -60,9 +60,16 @@ type SQSOptions struct {
 	VisibilityTimeout time.Duration
 	// DeleteBatchWindow bounds how long a delete waits for a
 	// DeleteMessageBatch already in flight, or for other deletes right
-	// after one returned, before it is sent anyway (default 10ms); see
+	// after one returned, before it is sent anyway (default 10ms), unless
+	// the rate of deletes widens the gather (DeleteBatchMaxWait); see
 	// Delete.
 	DeleteBatchWindow time.Duration
+	// DeleteBatchMaxWait is the wider gather of a busy source: when the
+	// last 10 deletes arrived within it, a delete waits up to this long
+	// for its batch to fill, so batches fill at tens of tasks a second
+	// too; no delete waits longer than this, or DeleteBatchWindow if
+	// longer, for its batch to be sent (default 100ms). See Delete.
+	DeleteBatchMaxWait time.Duration
 	// ReceiveGrace is how long a poll in progress may still begin to answer
 	// after Receive's ctx ends (default 20ms); an answer whose first byte
 	// has arrived by then gets up to a second more to be read. See Receive.
@@ -97,6 +104,9 @@ func (o SQSOptions) Validate() error {
 	if o.DeleteBatchWindow < 0 {
 		errs = append(errs, configerr.Errorf("DeleteBatchWindow", "%v is negative", o.DeleteBatchWindow))
 	}
+	if o.DeleteBatchMaxWait < 0 {
+		errs = append(errs, configerr.Errorf("DeleteBatchMaxWait", "%v is negative", o.DeleteBatchMaxWait))
+	}
 	return errors.Join(errs...)
 }
 
@@ -128,6 +138,10 @@ type SQS struct {
 	// returned is when the last DeleteMessageBatch returned: a delete made
 	// within DeleteBatchWindow of it finds the source busy.
 	returned time.Time
+	// arrivals are the times of the last maxSQSBatch deletes, a ring whose
+	// oldest is at arrival: how long a batch's worth took to arrive.
+	arrivals [maxSQSBatch]time.Time
+	arrival  int
 
 	taskAttrs, dlqAttrs attrCache
 	keep                *keeper
@@ -150,6 +164,9 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	o.WaitTime = min(o.WaitTime, maxSQSWait)
 	if o.DeleteBatchWindow <= 0 {
 		o.DeleteBatchWindow = 10 * time.Millisecond
+	}
+	if o.DeleteBatchMaxWait <= 0 {
+		o.DeleteBatchMaxWait = 100 * time.Millisecond
 	}
 	if o.DeleteRetries <= 0 {
 		o.DeleteRetries = 3
@@ -363,29 +380,47 @@ func (s *SQS) isClosed() bool {
 }
 
 // Delete implements Source and waits for its own entry's result. Deletes
-// are group-committed: an idle source (no DeleteMessageBatch in flight, and
-// none returned within DeleteBatchWindow) sends a delete at once; a busy
-// one (a batch in flight, or one returned within DeleteBatchWindow) lets
-// deletes gather until 10 are pending or for DeleteBatchWindow after the
-// first of them, whichever comes first. So an idle agent adds no latency
-// and a busy one sends full batches, also when SQS answers much faster
-// than its tasks end; no delete waits longer than DeleteBatchWindow for
-// its batch to be sent. Entries failing with a server fault are retried
+// are group-committed: an idle source (no DeleteMessageBatch in flight,
+// none returned within DeleteBatchWindow, and the last 10 deletes spread
+// over more than DeleteBatchMaxWait) sends a delete at once; a busy one
+// lets deletes gather until 10 are pending, for a window after the first
+// of them, or until no other message received is left (not yet deleted,
+// dead-lettered or released), whichever comes first. The window is
+// DeleteBatchWindow, or DeleteBatchMaxWait when the last 10 deletes
+// arrived within that: at tens of tasks a second a 10 ms window would
+// send batches of a few. So
+// an idle agent adds no latency, the last tasks of a burst (or of a
+// drain) do not wait for a window, and a busy agent sends full batches,
+// also when SQS answers much faster than its tasks end; no delete waits
+// longer than max(DeleteBatchWindow, DeleteBatchMaxWait) for its batch
+// to be sent. Entries failing with a server fault are retried
 // DeleteRetries times; a sender fault (an invalid handle) is returned at
-// once. If ctx ends first, Delete returns ctx.Err() and the batch still goes
-// out.
+// once. If ctx ends first, Delete returns ctx.Err() and the batch still
+// goes out.
 func (s *SQS) Delete(ctx context.Context, m *Message) error {
 	s.keep.unhold(m)
 	p := &pendingDelete{handle: m.Handle, id: m.ID, done: make(chan error, 1)}
 	s.mu.Lock()
 	delete(s.received, m.Handle)
 	s.pending = append(s.pending, p)
-	idle := s.sending == 0 && s.timer == nil && time.Since(s.returned) >= s.o.DeleteBatchWindow
+	now := time.Now()
+	took := now.Sub(s.arrivals[s.arrival]) // since the 10th delete before this one
+	s.arrivals[s.arrival] = now
+	s.arrival = (s.arrival + 1) % len(s.arrivals)
+	// Deletes arriving fast enough to fill a batch within
+	// DeleteBatchMaxWait make the source busy too.
+	fast := took <= s.o.DeleteBatchMaxWait
+	idle := s.sending == 0 && s.timer == nil && now.Sub(s.returned) >= s.o.DeleteBatchWindow && !fast
 	switch {
-	case s.closed || idle || len(s.pending) >= maxSQSBatch:
+	case s.closed || idle || len(s.pending) >= maxSQSBatch || len(s.received) == 0:
 		s.flushLocked()
 	case s.timer == nil:
-		s.timer = time.AfterFunc(s.o.DeleteBatchWindow, func() {
+		window := s.o.DeleteBatchWindow
+		if fast {
+			// Not took: the next 10 arrive as irregularly as tasks end.
+			window = max(window, s.o.DeleteBatchMaxWait)
+		}
+		s.timer = time.AfterFunc(window, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.timer = nil

@@ -101,6 +101,8 @@ func TestSQSOptionsValidate(t *testing.T) {
 		{"missing url", queue.SQSOptions{}, []string{"url"}},
 		{"all wrong", queue.SQSOptions{WaitTime: 21 * time.Second, VisibilityTimeout: 13 * time.Hour},
 			[]string{"url", "wait_time", "visibility_timeout"}},
+		{"negative windows", queue.SQSOptions{QueueURL: "u", DeleteBatchWindow: -1, DeleteBatchMaxWait: -1},
+			[]string{"DeleteBatchWindow", "DeleteBatchMaxWait"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -380,14 +382,10 @@ func TestSQSDeleteBatches(t *testing.T) {
 	for _, m := range ms[1:] {
 		go func() { errs <- q.Delete(context.Background(), m) }()
 	}
-	// Two full batches go at once, the last 4 wait for their window (an
-	// hour) or Close.
-	waitFor(t, func() bool { return g.calls.Load() == 3 && q.PendingDeletes() == 4 })
+	// Two full batches go at once, the last 4 too, not after their window
+	// (an hour): no other message is left to join them.
+	waitFor(t, func() bool { return g.calls.Load() == 4 && q.PendingDeletes() == 0 })
 	close(g.open)
-	waitFor(t, func() bool { return q.DeletesInFlight() == 0 })
-	if p := q.PendingDeletes(); p != 4 {
-		t.Fatalf("%d deletes pending after the batches returned, want 4 still gathering", p)
-	}
 	closed := make(chan error, 1)
 	go func() { closed <- q.Close(context.Background()) }()
 	for range n {
@@ -407,7 +405,7 @@ func TestSQSDeleteBatches(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	// Group commit: the first delete goes alone, the rest gather while a
-	// batch is in flight.
+	// batch is in flight, the last 4 once nothing else can join them.
 	sizes := batchSizes(calls)
 	slices.Sort(sizes)
 	if sum != n || !slices.Equal(sizes, []int{1, 4, 10, 10}) {
@@ -656,9 +654,10 @@ func TestSQSCloseFlushesDeletes(t *testing.T) {
 	f := newFixture(t)
 	f.send(t, "a", nil)
 	f.send(t, "b", nil)
+	f.send(t, "c", nil) // received, not deleted: the second delete waits for it
 	g := &gatedDeletes{SQSAPI: f.client, open: make(chan struct{})}
 	q := queue.NewSQS(g, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second, DeleteBatchWindow: time.Hour})
-	ms := receiveN(t, q, 2)
+	ms := receiveN(t, q, 3)
 	errs := make(chan error, 2)
 	go func() { errs <- q.Delete(context.Background(), ms[0]) }()
 	waitFor(t, func() bool { return q.PendingDeletes() == 0 && len(errs) == 0 }) // in flight, held
@@ -683,8 +682,45 @@ func TestSQSCloseFlushesDeletes(t *testing.T) {
 			t.Fatalf("Delete: %v", err)
 		}
 	}
-	if v, _ := f.srv.Queue("tasks"); !v.Empty() {
-		t.Errorf("queue not empty after Close: %+v", v)
+	if v, _ := f.srv.Queue("tasks"); v.Stats.Deleted != 2 {
+		t.Errorf("%d deleted after Close, want 2: %+v", v.Stats.Deleted, v)
+	}
+}
+
+// TestSQSDeleteGathersLongerWhenBusy: once the last 10 deletes arrived
+// within DeleteBatchMaxWait, a delete no longer goes alone after its
+// DeleteBatchWindow (here a nanosecond) but waits up to
+// DeleteBatchMaxWait (an hour) for its batch to fill.
+func TestSQSDeleteGathersLongerWhenBusy(t *testing.T) {
+	f := newFixture(t)
+	for i := range 21 {
+		f.send(t, fmt.Sprint(i), nil)
+	}
+	q := queue.NewSQS(f.client, queue.SQSOptions{QueueURL: f.url, WaitTime: time.Second,
+		DeleteBatchWindow: time.Nanosecond, DeleteBatchMaxWait: time.Hour})
+	defer q.Close(context.Background())
+	ms := receiveN(t, q, 21) // the last stays received, so the batch cannot end for lack of others
+	for _, m := range ms[:10] {
+		// One at a time: the source is idle for each (no rate known yet).
+		if err := q.Delete(context.Background(), m); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		waitFor(t, func() bool { return q.DeletesInFlight() == 0 })
+	}
+	errs := make(chan error, 10)
+	go func() { errs <- q.Delete(context.Background(), ms[10]) }()
+	waitFor(t, func() bool { return q.PendingDeletes() == 1 })
+	for _, m := range ms[11:20] {
+		go func() { errs <- q.Delete(context.Background(), m) }()
+	}
+	for range 10 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+	}
+	want := []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 10}
+	if sizes := batchSizes(f.srv.Calls("DeleteMessageBatch")); !slices.Equal(sizes, want) {
+		t.Errorf("batches %v, want %v", sizes, want)
 	}
 }
 

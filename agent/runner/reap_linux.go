@@ -2,10 +2,8 @@ package runner
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -60,8 +58,8 @@ type reaper struct {
 	// a child that is no registered leader may be one about to be.
 	starting atomic.Int32
 
-	// lists reads the agent's children lists for nothingLeft.
-	lists childLists
+	// lists reads the agent's children list for nothingLeft.
+	lists childList
 }
 
 func (rp *reaper) init() {
@@ -157,26 +155,31 @@ func (rp *reaper) sweep(id string) int {
 }
 
 // nothingLeft reports whether run id can have left nothing behind and no
-// dead orphan waits to be reaped, from the agent's own children lists
-// (/proc/self/task/*/children), a few small files, instead of every
-// process on the machine, which the full sweep reads. A run's processes
-// descend from its leader and, once it is gone, are reparented to the
-// agent (the subreaper), so any of them would be a child of the agent, or
-// below one, carrying the run's marker (or, its memory gone, none that
-// can be read). A child that is a registered leader, or alive with
-// another run's marker or none (a leader forked but not yet registered),
-// is no concern of this sweep. A zombie or unreadable child that is no
-// leader yet may be a leader whose start has not registered it: while
-// starts are under way it is looked at again (settled) before giving up.
-// false when it cannot tell (no subreaper, no children lists, a thread
-// gone meanwhile, a child still unplaced): then the full sweep runs.
-// It reaps and kills nothing, so it needs leadersMu only: starts go on.
+// dead orphan waits to be reaped, from one small file, the children list
+// of the agent's main thread (/proc/self/task/PID/children), instead of
+// every process on the machine, which the full sweep reads. A run's
+// processes descend from its leader and, once it is gone, are reparented
+// to the agent (the subreaper), so any of them would be a child of the
+// agent, or below one, carrying the run's marker (or, its memory gone,
+// none that can be read). The kernel hands an orphan to the subreaper's
+// first live thread, its main thread (Go never ends that one), so the
+// other threads' lists hold only leaders they forked, none of them this
+// run's once its leader has been waited for: reading them too cost a
+// directory read and a file per thread at the end of every run. A child
+// that is a registered leader, or alive with another run's marker or
+// none (a leader forked but not yet registered), is no concern of this
+// sweep. A zombie or unreadable child that is no leader yet may be a
+// leader whose start has not registered it: while starts are under way
+// it is looked at again (settled) before giving up. false when it cannot
+// tell (no subreaper, no children list, a child still unplaced): then the
+// full sweep runs. It reaps and kills nothing, so it needs leadersMu
+// only: starts go on.
 func (rp *reaper) nothingLeft(id string) bool {
 	if rp.root != os.Getpid() {
 		return false
 	}
-	var tidBuf, kidBuf [64]int
-	tids, kids, ok := rp.lists.read(tidBuf[:0], kidBuf[:0])
+	var kidBuf [64]int
+	kids, ok := rp.lists.read(rp.root, kidBuf[:0])
 	if !ok {
 		return false
 	}
@@ -198,144 +201,59 @@ func (rp *reaper) nothingLeft(id string) bool {
 			suspects = append(suspects, pid)
 		}
 	}
-	// A thread that exited meanwhile hands its children to another,
-	// which may have been read before: then look again the long way.
-	if !rp.settled(suspects) {
-		return false
-	}
-	var againBuf [64]int
-	again, ok := rp.lists.threads(againBuf[:0])
-	return ok && slices.Equal(tids, again)
+	return rp.settled(suspects)
 }
 
-// childListsFresh is how long childLists keeps its files open unused. A
-// thread id comes back only after the kernel has handed out every other
-// process id (pid_max, 32768 or more), which takes seconds even at
-// thousands of forks a second; a file kept for a thread that exited and
-// whose id went to a new one would read as no children.
-const childListsFresh = 100 * time.Millisecond
-
-// childLists reads the agent's children lists (/proc/self/task/*/children)
-// from files it keeps open and reads again from offset 0 (procfs
-// regenerates them), instead of opening /proc/self/task and every
-// thread's list at the end of every run: the opens were most of the
-// check's cost, itself the largest part of the agent's CPU per task at
-// hundreds of short runs a second (BenchmarkSQSIntake, agent-redis).
-// Files of threads no longer listed are closed; all are, once unused for
-// childListsFresh.
-type childLists struct {
+// childList reads the children list of the agent's main thread from a
+// file it keeps open and reads again from offset 0 (procfs regenerates
+// it): the main thread lives as long as the agent, so its id is never
+// reused while the file is open.
+type childList struct {
 	mu   sync.Mutex
-	dir  int         // /proc/self/task, when fds is not nil
-	fds  map[int]int // thread id → its children list; nil = nothing open
-	used time.Time
-	// opened counts the times the files were opened afresh.
-	opened int
-	now    func() time.Time // nil = time.Now
-	// buf is what the directory and the lists are read into, under mu:
-	// on the stack of the run's goroutine, 4 KiB grew (copied) that stack
-	// at the end of every run.
+	fd   int
+	open bool
+	// buf is what the list is read into, under mu: on the stack of the
+	// run's goroutine, 4 KiB grew (copied) that stack at the end of every
+	// run.
 	buf [4096]byte
 }
 
-// read appends the agent's thread ids (sorted) to tids and the pids in
-// their children lists to kids; false when it cannot tell.
-func (c *childLists) read(tids, kids []int) (_, _ []int, ok bool) {
+// read appends the pids in the children list of thread tid (the main
+// thread) to kids; false when it cannot tell.
+func (c *childList) read(tid int, kids []int) (_ []int, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	tids, ok = c.threadsLocked(tids)
-	if !ok {
-		return nil, nil, false
-	}
-	buf := &c.buf
-	for _, tid := range tids {
-		fd, open := c.fds[tid]
-		if !open {
-			var err error
-			fd, err = syscall.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, nil, false
-			}
-			c.fds[tid] = fd
-		}
-		n, err := syscall.Pread(fd, buf[:], 0)
-		if err != nil || n < 0 || n == len(buf) {
-			c.closeLocked()
-			return nil, nil, false
-		}
-		// Space-separated pids; a loop rather than bytes.FieldsSeq, whose
-		// closure would move buf to the heap.
-		for rest := buf[:n]; ; {
-			rest = bytes.TrimLeft(rest, " \n")
-			if len(rest) == 0 {
-				break
-			}
-			end := bytes.IndexAny(rest, " \n")
-			if end < 0 {
-				end = len(rest)
-			}
-			pid, ok := atoi(rest[:end])
-			if !ok {
-				return nil, nil, false
-			}
-			kids = append(kids, pid)
-			rest = rest[end:]
-		}
-	}
-	// The files of threads gone since the last read.
-	for tid, fd := range c.fds {
-		if _, found := slices.BinarySearch(tids, tid); !found {
-			syscall.Close(fd)
-			delete(c.fds, tid)
-		}
-	}
-	return tids, kids, true
-}
-
-// threads appends the agent's thread ids to dst, sorted.
-func (c *childLists) threads(dst []int) ([]int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.threadsLocked(dst)
-}
-
-func (c *childLists) threadsLocked(dst []int) ([]int, bool) {
-	now := time.Now()
-	if c.now != nil {
-		now = c.now()
-	}
-	if now.Sub(c.used) > childListsFresh {
-		c.closeLocked()
-	}
-	c.used = now
-	if c.fds == nil {
-		fd, err := syscall.Open("/proc/self/task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if !c.open {
+		fd, err := syscall.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, false
 		}
-		c.dir, c.fds = fd, map[int]int{}
-		c.opened++
-	} else if _, err := syscall.Seek(c.dir, 0, io.SeekStart); err != nil {
-		c.closeLocked()
+		c.fd, c.open = fd, true
+	}
+	buf := &c.buf
+	n, err := syscall.Pread(c.fd, buf[:], 0)
+	if err != nil || n < 0 || n == len(buf) {
 		return nil, false
 	}
-	dst = readTids(c.dir, dst, c.buf[:])
-	if len(dst) == 0 {
-		c.closeLocked()
-		return nil, false
+	// Space-separated pids; a loop rather than bytes.FieldsSeq, whose
+	// closure would move buf to the heap.
+	for rest := buf[:n]; ; {
+		rest = bytes.TrimLeft(rest, " \n")
+		if len(rest) == 0 {
+			break
+		}
+		end := bytes.IndexAny(rest, " \n")
+		if end < 0 {
+			end = len(rest)
+		}
+		pid, ok := atoi(rest[:end])
+		if !ok {
+			return nil, false
+		}
+		kids = append(kids, pid)
+		rest = rest[end:]
 	}
-	return dst, true
-}
-
-// closeLocked closes every file; the next read opens them again.
-func (c *childLists) closeLocked() {
-	if c.fds == nil {
-		return
-	}
-	for _, fd := range c.fds {
-		syscall.Close(fd)
-	}
-	syscall.Close(c.dir)
-	c.fds = nil
+	return kids, true
 }
 
 // settled reports whether every suspect has become a registered leader or
@@ -365,53 +283,6 @@ func (rp *reaper) settled(suspects []int) bool {
 func inTable(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// threads appends the agent's thread ids to dst, sorted; nil when
-// unreadable.
-func threads(dst []int) []int {
-	fd, err := syscall.Open("/proc/self/task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil
-	}
-	defer syscall.Close(fd)
-	var buf [4096]byte
-	return readTids(fd, dst, buf[:])
-}
-
-// readTids appends the thread ids listed by the /proc/self/task directory
-// open at fd, from its current offset, to dst, sorted; nil when
-// unreadable. It runs twice at the end of every run, so it reads the
-// directory with raw syscalls into buf, without an *os.File or a string
-// per entry.
-func readTids(fd int, dst []int, buf []byte) []int {
-	for {
-		n, err := syscall.ReadDirent(fd, buf)
-		if err != nil {
-			return nil
-		}
-		if n <= 0 {
-			break
-		}
-		// linux_dirent64: ino (8), off (8), reclen (2), type (1), name
-		// (NUL-terminated).
-		for rec := buf[:n]; len(rec) >= 19; {
-			reclen := int(binary.NativeEndian.Uint16(rec[16:18]))
-			if reclen < 19 || reclen > len(rec) {
-				return nil
-			}
-			name := rec[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if tid, ok := atoi(name); ok {
-				dst = append(dst, tid)
-			}
-			rec = rec[reclen:]
-		}
-	}
-	slices.Sort(dst)
-	return dst
 }
 
 // atoi parses a decimal process id; false for "." and "..".

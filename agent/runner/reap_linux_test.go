@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -226,9 +225,10 @@ func TestFinishingOneRunSparesAnothersDescendants(t *testing.T) {
 
 // TestNothingLeft: the shortcut that skips searching every process holds
 // while no child of the agent but the leaders carries the run's marker or
-// is a zombie to reap; a child with the run's marker (an orphan
-// reparented to the agent looks the same) sends the sweep the long way,
-// one with another run's marker does not.
+// is a zombie to reap; an orphan of the run, reparented to the agent,
+// sends the sweep the long way, one of another run does not. The orphan's
+// leader is forked by a thread other than the main one: the kernel hands
+// the orphan to the main thread, the one list the shortcut reads.
 func TestNothingLeft(t *testing.T) {
 	procs.once.Do(procs.init)
 	if procs.root != os.Getpid() {
@@ -247,29 +247,51 @@ func TestNothingLeft(t *testing.T) {
 	if !procs.nothingLeft("mine") {
 		t.Fatal("nothingLeft = false with only a registered leader as child")
 	}
-	orphan := exec.CommandContext(t.Context(), "/bin/sleep", "30")
-	orphan.Env = []string{RunIDVar + "=mine"}
-	if err := orphan.Start(); err != nil {
-		t.Fatal(err)
+	// A leader that leaves an orphan behind, started and waited for on a
+	// thread of its own.
+	type started struct {
+		orphan int
+		tid    int
+		err    error
 	}
-	defer func() { _ = orphan.Process.Kill(); _ = orphan.Wait() }()
-	// Until exec the child shows the test's environment: wait for the
-	// marker, as a sweep would see it.
-	deadline := time.Now().Add(reapTimeout)
-	for {
-		if run, _ := runMarker(orphan.Process.Pid); run == "mine" {
-			break
+	done := make(chan started)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		parent := exec.CommandContext(t.Context(), "/bin/sh", "-c", "/bin/sleep 30 </dev/null >/dev/null 2>&1 & echo $!")
+		parent.Env = []string{RunIDVar + "=mine"}
+		var out bytes.Buffer
+		parent.Stdout = &out
+		s := started{tid: syscall.Gettid()}
+		if s.err = procs.start(parent); s.err == nil {
+			s.err = parent.Wait()
+			procs.exited(parent.Process.Pid)
+			s.orphan, _ = strconv.Atoi(strings.TrimSpace(out.String()))
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the child never showed its marker")
-		}
-		time.Sleep(reapPoll)
+		done <- s
+	}()
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	if s.orphan <= 0 {
+		t.Fatal("no orphan's pid")
+	}
+	defer func() {
+		_ = syscall.Kill(s.orphan, syscall.SIGKILL)
+		_, _ = unix.Wait4(s.orphan, nil, 0, nil)
+	}()
+	if s.tid == os.Getpid() {
+		t.Log("the leader was forked by the main thread")
+	}
+	if ppid := parentOf(s.orphan); ppid != os.Getpid() {
+		t.Fatalf("orphan %d has parent %d, not the agent %d", s.orphan, ppid, os.Getpid())
 	}
 	if procs.nothingLeft("mine") {
-		t.Fatal("nothingLeft = true with a child carrying the run's marker")
+		t.Fatal("nothingLeft = true with an orphan carrying the run's marker")
 	}
 	if !procs.nothingLeft("another") {
-		t.Fatal("nothingLeft = false for another run, with a child of this one alive")
+		t.Fatal("nothingLeft = false for another run, with an orphan of this one alive")
 	}
 }
 
@@ -314,117 +336,6 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-// TestThreads: the raw directory read lists the same thread ids as
-// os.ReadDir does, sorted. The runtime may start a thread between the two
-// reads, so it takes one agreement in a few tries.
-func TestThreads(t *testing.T) {
-	var got, want []int
-	for range 3 {
-		entries, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = want[:0]
-		for _, e := range entries {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, tid)
-		}
-		slices.Sort(want)
-		var lists childLists
-		cached, ok := lists.threads(nil)
-		if got = threads(nil); ok && slices.Equal(got, want) && slices.Equal(cached, want) {
-			return
-		}
-	}
-	t.Fatalf("threads() = %v, /proc/self/task lists %v", got, want)
-}
-
-// TestChildListsFollowThreads: the children lists kept open are read
-// again with what changed since: a child forked after a file was opened
-// is listed, the file of a thread that exited is closed, and files unused
-// for childListsFresh are opened afresh.
-func TestChildListsFollowThreads(t *testing.T) {
-	now := time.Now()
-	lists := childLists{now: func() time.Time { return now }}
-	defer func() {
-		lists.mu.Lock()
-		lists.closeLocked()
-		lists.mu.Unlock()
-	}()
-	// A thread of its own: a goroutine that exits locked to its thread
-	// ends the thread.
-	tidc, forked, exit := make(chan int), make(chan int), make(chan struct{})
-	var child *exec.Cmd
-	go func() {
-		runtime.LockOSThread()
-		tidc <- syscall.Gettid()
-		<-forked
-		child = exec.CommandContext(t.Context(), "/bin/sleep", "30")
-		if err := child.Start(); err != nil {
-			t.Error(err)
-			close(exit)
-			return
-		}
-		exit <- struct{}{}
-		<-exit
-	}()
-	tid := <-tidc
-	if tid == os.Getpid() {
-		t.Skip("the goroutine runs on the main thread, which never exits")
-	}
-	_, kids, ok := lists.read(nil, nil)
-	if !ok {
-		t.Fatal("read: cannot tell")
-	}
-	if _, open := lists.fds[tid]; !open {
-		t.Fatalf("thread %d's children list not open after a read", tid)
-	}
-	forked <- 0
-	<-exit
-	if child == nil {
-		t.FailNow()
-	}
-	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-	if slices.Contains(kids, child.Process.Pid) {
-		t.Fatalf("child %d listed before it was forked", child.Process.Pid)
-	}
-	if _, kids, ok = lists.read(nil, nil); !ok || !slices.Contains(kids, child.Process.Pid) {
-		t.Fatalf("read = %v, %v: child %d, forked by thread %d after its list was opened, not listed", kids, ok, child.Process.Pid, tid)
-	}
-	exit <- struct{}{}
-	deadline := time.Now().Add(reapTimeout)
-	for {
-		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d still there", tid)
-		}
-		time.Sleep(reapPoll)
-	}
-	if _, _, ok = lists.read(nil, nil); !ok {
-		t.Fatal("read: cannot tell")
-	}
-	if _, open := lists.fds[tid]; open {
-		t.Fatalf("thread %d exited, its children list still open", tid)
-	}
-	opened := lists.opened
-	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened {
-		t.Fatalf("read = %v, files opened %d times then %d: want them kept", ok, opened, lists.opened)
-	}
-	now = now.Add(childListsFresh)
-	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened {
-		t.Fatalf("read = %v, files opened %d times then %d: want them kept within %v", ok, opened, lists.opened, childListsFresh)
-	}
-	now = now.Add(childListsFresh + time.Nanosecond)
-	if _, _, ok = lists.read(nil, nil); !ok || lists.opened != opened+1 {
-		t.Fatalf("read = %v, files opened %d times then %d: want them opened again once unused for %v", ok, opened, lists.opened, childListsFresh)
-	}
-}
-
 // isZombie reads pid's state; ok is false when pid is gone or unreadable.
 func isZombie(pid int) (zombie, ok bool) {
 	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
@@ -443,4 +354,43 @@ func isZombie(pid int) (zombie, ok bool) {
 		return false, false
 	}
 	return b[i+2] == 'Z', true
+}
+
+// BenchmarkNothingLeft is the end-of-run check of a run that left nothing
+// behind, in a process with as many threads as the agent has at 16
+// workers, each blocked in a system call (waiting for a diagnostic), and
+// 16 registered leaders running: the check runs at the end of every run
+// (BenchmarkSQSIntake, agent-redis).
+func BenchmarkNothingLeft(b *testing.B) {
+	procs.once.Do(procs.init)
+	if procs.root != os.Getpid() {
+		b.Skip("no subreaper here: the shortcut is off")
+	}
+	release := make(chan struct{})
+	defer close(release)
+	for range 16 {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			<-release
+		}()
+	}
+	for range 16 {
+		leader := exec.CommandContext(b.Context(), "/bin/sleep", "30")
+		leader.Env = []string{RunIDVar + "=another"}
+		if err := procs.start(leader); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			_ = leader.Process.Kill()
+			_ = leader.Wait()
+			procs.exited(leader.Process.Pid)
+		}()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !procs.nothingLeft("mine") {
+			b.Fatal("nothingLeft = false")
+		}
+	}
 }

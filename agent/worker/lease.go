@@ -11,6 +11,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/limiter"
 )
 
 // storeCalls bounds each store call by redis.timeout and counts the
@@ -91,42 +92,83 @@ func (l *leases) releaseLease(j *job) {
 // keepAlive renews the job's lease, and what its run holds in the
 // limiter (slots, the breaker probe) with it, while its task runs (until
 // ctx, the run's, ends), every third of the visibility timeout, each call
-// bounded by redis.timeout; the returned func stops it and waits for it.
-// The message's visibility is the queue's Hold, taken when the message was
-// accepted. A task run without a lease (redis.state_fail open) renews only
-// the limiter's hold.
+// bounded by redis.timeout; the returned func stops it and waits for a
+// renewal under way. The message's visibility is the queue's Hold, taken
+// when the message was accepted. A task run without a lease
+// (redis.state_fail open) renews only the limiter's hold.
 func (l *leases) keepAlive(ctx context.Context, j *job) func() {
-	req := j.limitReq
-	if !j.leased && req == nil {
+	if !j.leased && j.limitReq == nil {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	every := l.lease / 3
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if j.leased {
-				l.renewLease(ctx, j, every)
-			}
-			if req != nil {
-				cctx, ccancel := context.WithTimeout(ctx, min(l.storeTimeout, every))
-				err := l.limiter.Renew(cctx, *req, l.lease)
-				ccancel()
-				if err != nil && ctx.Err() == nil {
-					l.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
-						"task_id", j.task.ID, "err", err)
-				}
-			}
+	k := &leaseKeeper{l: l, j: j, req: j.limitReq, parent: ctx, every: l.lease / 3}
+	k.mu.Lock()
+	k.t = time.AfterFunc(k.every, k.renew)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// leaseKeeper is one task's keepAlive: a timer, not a goroutine with a
+// ticker, and a context for the renewals made only when one is: nearly
+// every task ends before its first renewal, and a goroutine, a ticker and
+// a context per task showed in the agent's profile at hundreds of tasks a
+// second (BenchmarkSQSIntake, agent-redis; BenchmarkKeepAlive).
+type leaseKeeper struct {
+	l      *leases
+	j      *job
+	req    *limiter.Request // what the run holds in the limiter; nil = none
+	parent context.Context
+	every  time.Duration
+
+	mu       sync.Mutex
+	t        *time.Timer
+	stopped  bool
+	cancel   context.CancelFunc // of the renewal under way, if any
+	renewing sync.WaitGroup
+}
+
+// renew renews once, then sets the timer for the next renewal.
+func (k *leaseKeeper) renew() {
+	k.mu.Lock()
+	if k.stopped || k.parent.Err() != nil {
+		k.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(k.parent)
+	k.cancel = cancel
+	k.renewing.Add(1)
+	k.mu.Unlock()
+	defer k.renewing.Done()
+	defer cancel()
+	l, j := k.l, k.j
+	if j.leased {
+		l.renewLease(ctx, j, k.every)
+	}
+	if req := k.req; req != nil {
+		cctx, ccancel := context.WithTimeout(ctx, min(l.storeTimeout, k.every))
+		err := l.limiter.Renew(cctx, *req, l.lease)
+		ccancel()
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn("renewing the limiter's slots failed; they lapse with the lease unless a later renewal lands",
+				"task_id", j.task.ID, "err", err)
 		}
-	})
-	return func() { cancel(); wg.Wait() }
+	}
+	k.mu.Lock()
+	if !k.stopped {
+		k.t.Reset(k.every)
+	}
+	k.mu.Unlock()
+}
+
+// stop ends the renewals, cancels one under way and waits for it.
+func (k *leaseKeeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	if k.cancel != nil {
+		k.cancel()
+	}
+	k.mu.Unlock()
+	k.renewing.Wait()
 }
 
 // renewLease renews the job's execution lease once, bounded by

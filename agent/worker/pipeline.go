@@ -104,6 +104,8 @@ type pipeline struct {
 	idle    chan struct{}
 
 	handlers sync.WaitGroup
+	// goroutines runs the handlers (counted in handlers).
+	goroutines *handlerGoroutines
 
 	// alerts routes alarms received on the task queue; nil = none.
 	alerts *AlertRouting
@@ -119,14 +121,17 @@ func (p *pipeline) accept(m *queue.Message) {
 	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) })
-	p.handlers.Go(func() {
+	p.goroutines.Go(func() {
 		defer unhold()
 		p.handle(j)
 	})
 }
 
-// wait returns once every handler has.
-func (p *pipeline) wait() { p.handlers.Wait() }
+// wait returns once every handler has; the intake has ended.
+func (p *pipeline) wait() {
+	p.goroutines.close()
+	p.handlers.Wait()
+}
 
 // handle takes one message to its outcome.
 func (p *pipeline) handle(j *job) {

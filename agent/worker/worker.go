@@ -120,6 +120,9 @@ func New(o Options) *Worker {
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing}
+	// As many handlers as the receive window holds, at most, are idle
+	// between bursts.
+	p.goroutines = newHandlerGoroutines(&p.handlers, 2*o.Workers)
 	p.calls = &storeCalls{timeout: o.StoreTimeout, degradedOps: o.Metrics.StateDegraded}
 	p.leases = &leases{store: o.Store, limiter: o.Limiter, calls: p.calls, log: o.Logger, instanceID: o.InstanceID,
 		lease: o.Lease, storeTimeout: o.StoreTimeout, running: map[string]bool{}}

@@ -403,5 +403,14 @@ func benchAgentCmd(b *testing.B, yaml string, env ...string) *exec.Cmd {
 	}
 	cmd := exec.CommandContext(b.Context(), binPath, "run", "--config", path)
 	cmd.Env = append(harness.BaseEnv(b.TempDir()), env...)
+	if dir := os.Getenv(benchProfileDir); dir != "" {
+		name := strings.NewReplacer("/", "_", "=", "").Replace(b.Name())
+		cmd.Env = append(cmd.Env, envCPUProfile+"="+filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", name, time.Now().UnixNano())))
+	}
 	return cmd
 }
+
+// benchProfileDir, when set (scripts/bench-intake PROFILE=dir), is where
+// every `autodiag run` child of a benchmark writes a CPU profile of its
+// run (AUTODIAG_CPU_PROFILE), one file per run named after the benchmark.
+const benchProfileDir = "AUTODIAG_BENCH_PROFILE_DIR"

@@ -218,6 +218,13 @@ func (c *cli) runCmd() *cobra.Command {
 
 func (c *cli) runAgent(cfg config.Config) error {
 	start := time.Now()
+	if path := os.Getenv(envCPUProfile); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		defer stop()
+	}
 	log := newLogger(c.stderr, cfg.LogLevel)
 	// Signals: the first SIGTERM/SIGINT drains, a second one exits fast.
 	sigc := make(chan os.Signal, 2)
