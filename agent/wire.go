@@ -144,27 +144,71 @@ func (l RedisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // NewRedisClient builds the go-redis client for cfg: a URL, or cluster or
-// sentinel seeds. Calls honour context deadlines, so redis.timeout bounds
-// every limiter decision.
-func NewRedisClient(cfg config.RedisConfig) (redis.UniversalClient, error) {
+// sentinel seeds.
+//
+// A call's context bounds its wait for a connection (the pool's turn, a
+// dial, a retry's backoff), not its read: go-redis closes a connection
+// whose read it cuts (the reply could still come), and against a slow
+// Redis each call that ran out of time would cost a connection, and its
+// replacement a dial and a HELLO, which slow Redis further. A read or
+// write waits up to redisIOTimeout instead, so a late reply is read and
+// its connection goes back to the pool. The callers bound by redis.timeout
+// (the limiter, the state store) stop waiting at their deadline and leave
+// the reply to be read (internal/rediswait).
+//
+// conns bounds the connections (per node), so the commands in flight: a
+// call that finds every connection busy waits for one within its deadline
+// and sends nothing when none comes free. Against a slow Redis, the calls
+// given up on keep their connections until their replies come, and the
+// agent adds no more than conns commands to Redis's backlog, instead of a
+// connection more for each call. 0 is go-redis's default (10 per CPU),
+// for a one-shot command. A new connection costs one round trip before
+// its first command: HELLO, without CLIENT SETINFO.
+func NewRedisClient(cfg config.RedisConfig, conns int) (redis.UniversalClient, error) {
+	ioTimeout := redisIOTimeout(cfg.Timeout)
 	if cfg.URL != "" {
 		opt, err := redis.ParseURL(cfg.URL)
 		if err != nil {
 			return nil, fmt.Errorf("redis.url: %w", err)
 		}
-		opt.ContextTimeoutEnabled = true
+		opt.ContextTimeoutEnabled = false
+		opt.ReadTimeout, opt.WriteTimeout = ioTimeout, ioTimeout
 		opt.DialTimeout = 2 * time.Second
+		opt.DisableIdentity = true
+		if opt.PoolSize == 0 { // unless the URL says (pool_size)
+			opt.PoolSize = conns
+		}
 		return redis.NewClient(opt), nil
 	}
 	if len(cfg.Addrs) == 0 {
 		return nil, nil
 	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:                 cfg.Addrs,
-		MasterName:            cfg.MasterName,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           2 * time.Second,
+		Addrs:           cfg.Addrs,
+		MasterName:      cfg.MasterName,
+		ReadTimeout:     ioTimeout,
+		WriteTimeout:    ioTimeout,
+		DialTimeout:     2 * time.Second,
+		DisableIdentity: true,
+		PoolSize:        conns,
 	}), nil
+}
+
+// redisConns is the agent's connections to Redis (per node) for workers
+// workers: one call at a time each, and four for the rest (the heartbeat,
+// the lifecycle hand-off's blocking read and the CLIENT UNBLOCK that ends
+// it, the notification and report loops). A caller finding them busy
+// waits, within its deadline, for one to come free.
+func redisConns(workers int) int { return max(workers, 1) + 4 }
+
+// redisIOTimeout bounds a Redis read or write: ten times redis.timeout
+// (2 s by default), a wait no reply takes from a Redis that is merely
+// slow. Past it the connection is taken for broken and closed.
+func redisIOTimeout(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		timeout = config.DefaultRedisTimeout
+	}
+	return 10 * timeout
 }
 
 // Open builds an Agent and its collaborators from cfg: the SQS queue or the
@@ -246,7 +290,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		redisCfg.URLSecret = ""
 		log.Info("redis URL read from its secret", "url_secret", cfg.Redis.URLSecret)
 	}
-	rc, err := NewRedisClient(redisCfg)
+	rc, err := NewRedisClient(redisCfg, redisConns(cfg.Workers))
 	if err != nil {
 		return nil, nil, err
 	}

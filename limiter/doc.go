@@ -131,14 +131,18 @@
 //
 // Each backend call is bounded by Options.Timeout (redis.timeout) by the
 // limiter itself, whatever the client's options. With a *redis.Client,
-// ClusterClient or Ring built with ContextTimeoutEnabled (the agent's), the
-// call runs on the caller's goroutine with that deadline, which the client
-// applies to dial, read and write and to a wait for a pooled connection.
-// With any other client (go-redis ignores context deadlines without
-// ContextTimeoutEnabled, and an AutoPipeliner queues the call) it runs on a
-// goroutine of its own and the decision stops waiting at the timeout; the
-// abandoned call ends with the client's own timeouts, so set
-// ReadTimeout/WriteTimeout/PoolTimeout near redis.timeout there. On an error
+// ClusterClient or Ring built with ContextTimeoutEnabled, the call runs on
+// the caller's goroutine with that deadline, which the client applies to
+// dial, read and write and to a wait for a pooled connection; a read it
+// cuts costs the connection (go-redis closes it: the reply could still
+// come). With any other client (go-redis applies a context deadline only
+// to the wait for a connection without ContextTimeoutEnabled, and an
+// AutoPipeliner queues the call) it runs on a goroutine of its own and the
+// decision stops waiting at the timeout; the call goes on to read its
+// reply within the client's ReadTimeout and gives its connection back to
+// the pool. The agent's client is of that kind, with ReadTimeout ten times
+// redis.timeout and a small pool, so that a slow Redis is not also made to
+// accept a new connection for every decision that ran out of time. On an error
 // or timeout Allow decides by the rule's fail mode (open: allowed; closed:
 // denied with RetryAfter = the breaker cooldown), marks the decision
 // Degraded, logs the cause and counts autodiag_limiter_degraded_total.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/rediswait"
 )
 
 //go:embed allow.lua
@@ -91,28 +92,15 @@ const defaultWindowLogMax = 64
 // context deadline into its pool-wait, dial, read and write deadlines, so the
 // call runs on the caller's goroutine under a deadline; with any other
 // client (or without that option) the call runs on a goroutine of its own
-// that the decision stops waiting for at the timeout.
+// that the decision stops waiting for at the timeout, and that reads the
+// reply when it comes (see internal/rediswait).
 func NewRedis(client redis.Scripter, prefix string) *Redis {
-	b := &Redis{c: client, prefix: prefix, bounded: honoursDeadlines(client), logMax: defaultWindowLogMax}
+	b := &Redis{c: client, prefix: prefix, bounded: rediswait.HonoursDeadlines(client), logMax: defaultWindowLogMax}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		b.split = true
 	}
 	return b
-}
-
-// honoursDeadlines reports whether c bounds every call by its context's
-// deadline.
-func honoursDeadlines(c redis.Scripter) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
 }
 
 // ErrBadReply means the script's reply could not be understood.
@@ -254,30 +242,7 @@ func ended(ctx context.Context) error {
 func boundedOnce[T any](parent context.Context, timeout time.Duration, direct bool, script string, f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	var res T
-	var err error
-	if direct {
-		res, err = f(ctx)
-	} else {
-		// The client does not stop at ctx's deadline: wait on a goroutine
-		// of its own and abandon it at the timeout. The abandoned call ends
-		// with the client's own timeouts.
-		type answer struct {
-			res T
-			err error
-		}
-		done := make(chan answer, 1)
-		go func() {
-			r, err := f(ctx)
-			done <- answer{r, err}
-		}()
-		select {
-		case a := <-done:
-			res, err = a.res, a.err
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-	}
+	res, err := rediswait.Do(ctx, direct, f)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		var zero T
 		if perr := ended(parent); perr != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/streamq"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/rediswait"
 )
 
 // redisClient is what RedisOutbox uses of go-redis; *redis.Client,
@@ -88,6 +89,10 @@ type RedisOutbox struct {
 	dead   string
 	mu     sync.Mutex
 	queues map[string]*streamq.Queue // by sink
+	// direct: c cuts a call at its context's deadline itself; otherwise
+	// Enqueue waits for its reply at most until its context ends
+	// (rediswait), as its callers on a task's or a drain's path expect.
+	direct bool
 }
 
 var _ Outbox = (*RedisOutbox)(nil)
@@ -108,7 +113,8 @@ func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
 		o.Clock = clock.Wall{}
 	}
 	p := o.Prefix + "{notify}:"
-	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*streamq.Queue{}}
+	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*streamq.Queue{},
+		direct: rediswait.HonoursDeadlines(c)}
 }
 
 // queue is the work queue of sink.
@@ -134,19 +140,25 @@ func (r *RedisOutbox) Enqueue(ctx context.Context, entries []Entry) ([]string, e
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	var cmds []*redis.StringCmd
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmds = r.AddTo(ctx, p, entries)
-		return nil
+	refs, err := rediswait.Do(ctx, r.direct, func(ctx context.Context) ([]string, error) {
+		var cmds []*redis.StringCmd
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmds = r.AddTo(ctx, p, entries)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("notify: enqueue: %w", err)
+		}
+		refs := make([]string, len(cmds))
+		for i, c := range cmds {
+			refs[i] = c.Val()
+		}
+		return refs, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("notify: enqueue: %w", err)
+	if errors.Is(err, rediswait.ErrNoReply) {
+		err = fmt.Errorf("notify: enqueue: %w", err)
 	}
-	refs := make([]string, len(cmds))
-	for i, c := range cmds {
-		refs[i] = c.Val()
-	}
-	return refs, nil
+	return refs, err
 }
 
 // AddTo queues the XADDs of entries on p, for a caller that writes them in

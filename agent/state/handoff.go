@@ -24,35 +24,39 @@ const noticesMaxLen = 16
 // Live reports whether instanceID's agent keeps its record fresh: its
 // heartbeat expiry in the instance index is ahead of now.
 func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
-	score, err := r.c.ZScore(ctx, r.k.instances(instanceID), instanceID).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("state: live %s: %w", instanceID, err)
-	}
-	return score > float64(r.o.Clock.Now().UnixMilli()), nil
+	return wait(ctx, r, "live", instanceID, func(ctx context.Context) (bool, error) {
+		score, err := r.c.ZScore(ctx, r.k.instances(instanceID), instanceID).Result()
+		if errors.Is(err, redis.Nil) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("state: live %s: %w", instanceID, err)
+		}
+		return score > float64(r.o.Clock.Now().UnixMilli()), nil
+	})
 }
 
 // GiveNotice appends notice to the notices handed to instanceID (stream
 // P handoff:INST, at most noticesMaxLen, TTL ttl from this write) when that
-// instance's agent is live; handed is false, and nothing is written, when
-// it is not.
-func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl time.Duration) (handed bool, err error) {
-	live, err := r.Live(ctx, instanceID)
-	if err != nil || !live {
-		return false, err
-	}
-	key := r.k.handoff(instanceID)
-	_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: noticesMaxLen, Values: []any{"notice", notice}})
-		p.PExpire(ctx, key, ttl)
-		return nil
+// instance's agent is live, and reports whether it did: false, and
+// nothing written, when that agent is not live.
+func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl time.Duration) (bool, error) {
+	return wait(ctx, r, "give notice to", instanceID, func(ctx context.Context) (bool, error) {
+		live, err := r.Live(ctx, instanceID) // its own wait, within ctx
+		if err != nil || !live {
+			return false, err
+		}
+		key := r.k.handoff(instanceID)
+		_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: noticesMaxLen, Values: []any{"notice", notice}})
+			p.PExpire(ctx, key, ttl)
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("state: give notice to %s: %w", instanceID, err)
+		}
+		return true, nil
 	})
-	if err != nil {
-		return false, fmt.Errorf("state: give notice to %s: %w", instanceID, err)
-	}
-	return true, nil
 }
 
 // TakeNotices returns the notices handed to instanceID after the entry
@@ -211,8 +215,10 @@ func (h *handoffConn) read(ctx context.Context, node *redis.Client, args *redis.
 
 // ForgetNotices drops the notices handed to instanceID.
 func (r *Redis) ForgetNotices(ctx context.Context, instanceID string) error {
-	if err := r.c.Del(ctx, r.k.handoff(instanceID)).Err(); err != nil {
-		return fmt.Errorf("state: forget notices of %s: %w", instanceID, err)
-	}
-	return nil
+	return wait0(ctx, r, "forget notices of", instanceID, func(ctx context.Context) error {
+		if err := r.c.Del(ctx, r.k.handoff(instanceID)).Err(); err != nil {
+			return fmt.Errorf("state: forget notices of %s: %w", instanceID, err)
+		}
+		return nil
+	})
 }

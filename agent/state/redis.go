@@ -20,6 +20,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/rediswait"
 )
 
 // Lua scripts, one per decision; each file states its KEYS and ARGV.
@@ -142,6 +143,11 @@ type Redis struct {
 	// oneNode: every key is on one server (not a Cluster or a Ring), so
 	// one script may touch keys of different hash tags.
 	oneNode bool
+	// direct: c cuts a call at its context's deadline itself
+	// (ContextTimeoutEnabled), so a call runs on its caller's goroutine;
+	// otherwise each call waits for its reply at most until its context
+	// ends (wait).
+	direct bool
 	// trimDue is when PutInstance next trims the instance index (Unix ms
 	// of the store's clock; 0 = at the next write).
 	trimDue atomic.Int64
@@ -186,7 +192,7 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	_, oneNode := client.(*redis.Client)
 	k := keys{prefix: o.Prefix, auditShards: o.AuditShards, instanceShards: o.InstanceShards,
 		auditMaxLen: o.AuditMaxLen, maxInstances: o.MaxInstances}
-	return &Redis{c: client, o: o, k: k, oneNode: oneNode}
+	return &Redis{c: client, o: o, k: k, oneNode: oneNode, direct: rediswait.HonoursDeadlines(client)}
 }
 
 // keys names the store's Redis keys (docs/redis-keys.md) from its
@@ -290,8 +296,10 @@ func decodeRecord(id, js string, status, owner string, attempts int64) (TaskReco
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
-	c, _, err := r.claim(ctx, rec, owner, lease, nil)
-	return c, err
+	return wait(ctx, r, "claim", rec.ID, func(ctx context.Context) (Claim, error) {
+		c, _, err := r.claim(ctx, rec, owner, lease, nil)
+		return c, err
+	})
 }
 
 // Then is a script of another component on the same Redis that runs in
@@ -314,8 +322,15 @@ func (r *Redis) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lea
 	if !r.oneNode {
 		return Claim{}, nil, false, nil
 	}
-	c, reply, err = r.claim(ctx, rec, owner, lease, &then)
-	return c, reply, true, err
+	type claimed struct {
+		c     Claim
+		reply any
+	}
+	v, err := wait(ctx, r, "claim", rec.ID, func(ctx context.Context) (claimed, error) {
+		c, reply, err := r.claim(ctx, rec, owner, lease, &then)
+		return claimed{c, reply}, err
+	})
+	return v.c, v.reply, true, err
 }
 
 // claimThenLua is claim.lua and the source of a Then as one script: KEYS
@@ -451,15 +466,17 @@ func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease t
 
 // Renew implements Store.
 func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
-	n, err := renewScript.Run(ctx, r.c, []string{r.k.task(taskID), r.k.lease(taskID)},
-		owner, r.o.Clock.Now().UnixMilli(), ms(lease), r.runningTTL(lease)).Int64()
-	if err != nil {
-		return fmt.Errorf("state: renew %s: %w", taskID, err)
-	}
-	if n == 0 {
-		return ErrLeaseLost
-	}
-	return nil
+	return wait0(ctx, r, "renew", taskID, func(ctx context.Context) error {
+		n, err := renewScript.Run(ctx, r.c, []string{r.k.task(taskID), r.k.lease(taskID)},
+			owner, r.o.Clock.Now().UnixMilli(), ms(lease), r.runningTTL(lease)).Int64()
+		if err != nil {
+			return fmt.Errorf("state: renew %s: %w", taskID, err)
+		}
+		if n == 0 {
+			return ErrLeaseLost
+		}
+		return nil
+	})
 }
 
 // Finish implements Store. On a standalone server (one node holds every
@@ -469,48 +486,50 @@ func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Dura
 // entry go in one pipeline (one round trip per node, the nodes in
 // parallel), and x.Writes in a second once the record is known written.
 func (r *Redis) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
-	rec.Status = StatusDone
-	if rec.FinishedAt.IsZero() {
-		rec.FinishedAt = r.o.Clock.Now()
-	}
-	r.bound(&rec)
-	js, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
-	}
-	var audit []byte
-	if x.Audit != nil {
-		e := *x.Audit
-		if e.Time.IsZero() {
-			e.Time = r.o.Clock.Now()
+	return wait0(ctx, r, "finish", rec.ID, func(ctx context.Context) error {
+		rec.Status = StatusDone
+		if rec.FinishedAt.IsZero() {
+			rec.FinishedAt = r.o.Clock.Now()
 		}
-		if audit, err = json.Marshal(e); err != nil {
-			return fmt.Errorf("state: finish %s: audit: %w", rec.ID, err)
+		r.bound(&rec)
+		js, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("state: finish %s: %w", rec.ID, err)
 		}
-	}
-	var res finishReply
-	if r.oneNode {
-		res, err = r.finishOne(ctx, rec, js, audit, x)
-	} else {
-		res, err = r.finishSplit(ctx, rec, js, audit, x)
-	}
-	if err != nil && !errors.Is(err, ErrPartial) {
-		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
-	}
-	if res.superseded {
-		return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
-	}
-	if !res.repeated && res.prev != "" && res.prev != rec.Owner {
-		// The lease changed hands: the previous owner's entry is on its
-		// own key, which a cluster may keep elsewhere.
-		if err := r.c.HDel(ctx, r.k.inflight(res.prev), rec.ID).Err(); err != nil {
-			return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
+		var audit []byte
+		if x.Audit != nil {
+			e := *x.Audit
+			if e.Time.IsZero() {
+				e.Time = r.o.Clock.Now()
+			}
+			if audit, err = json.Marshal(e); err != nil {
+				return fmt.Errorf("state: finish %s: audit: %w", rec.ID, err)
+			}
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("state: finish %s: %w", rec.ID, err)
-	}
-	return nil
+		var res finishReply
+		if r.oneNode {
+			res, err = r.finishOne(ctx, rec, js, audit, x)
+		} else {
+			res, err = r.finishSplit(ctx, rec, js, audit, x)
+		}
+		if err != nil && !errors.Is(err, ErrPartial) {
+			return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+		}
+		if res.superseded {
+			return fmt.Errorf("state: finish %s attempt %d: %w", rec.ID, rec.Attempts, ErrSuperseded)
+		}
+		if !res.repeated && res.prev != "" && res.prev != rec.Owner {
+			// The lease changed hands: the previous owner's entry is on its
+			// own key, which a cluster may keep elsewhere.
+			if err := r.c.HDel(ctx, r.k.inflight(res.prev), rec.ID).Err(); err != nil {
+				return fmt.Errorf("state: finish %s: in-flight: %w", rec.ID, err)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("state: finish %s: %w", rec.ID, err)
+		}
+		return nil
+	})
 }
 
 // finishReply is what finish.lua answers.
@@ -883,14 +902,16 @@ func (r *Redis) release(ctx context.Context, taskID, owner string) (TaskRecord, 
 
 // Release implements Store.
 func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
-	if _, _, err := r.release(ctx, taskID, owner); err != nil {
-		return fmt.Errorf("state: release %s: %w", taskID, err)
-	}
-	// Whether or not the task was still ours, owner no longer runs it.
-	if err := r.c.HDel(ctx, r.k.inflight(owner), taskID).Err(); err != nil {
-		return fmt.Errorf("state: release %s: in-flight: %w", taskID, err)
-	}
-	return nil
+	return wait0(ctx, r, "release", taskID, func(ctx context.Context) error {
+		if _, _, err := r.release(ctx, taskID, owner); err != nil {
+			return fmt.Errorf("state: release %s: %w", taskID, err)
+		}
+		// Whether or not the task was still ours, owner no longer runs it.
+		if err := r.c.HDel(ctx, r.k.inflight(owner), taskID).Err(); err != nil {
+			return fmt.Errorf("state: release %s: in-flight: %w", taskID, err)
+		}
+		return nil
+	})
 }
 
 // InflightIDs lists the task ids in instanceID's in-flight hash as they
@@ -898,12 +919,14 @@ func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
 // instanceID: an agent reconciling what its previous process left needs
 // the entries of tasks that ended too.
 func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, error) {
-	ids, err := r.c.HKeys(ctx, r.k.inflight(instanceID)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return wait(ctx, r, "inflight", instanceID, func(ctx context.Context) ([]string, error) {
+		ids, err := r.c.HKeys(ctx, r.k.inflight(instanceID)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
+		}
+		sort.Strings(ids)
+		return ids, nil
+	})
 }
 
 // Recover implements Store. It walks owner's in-flight hash; entries whose
@@ -911,133 +934,147 @@ func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, e
 // expiry, or left by a crash inside Claim) are dropped without touching the
 // record.
 func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error) {
-	ifk := r.k.inflight(owner)
-	ids, err := r.c.HKeys(ctx, ifk).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: recover %s: %w", owner, err)
-	}
-	var out []TaskRecord
-	for _, id := range ids {
-		rec, ok, err := r.release(ctx, id, owner)
+	return wait(ctx, r, "recover", owner, func(ctx context.Context) ([]TaskRecord, error) {
+		ifk := r.k.inflight(owner)
+		ids, err := r.c.HKeys(ctx, ifk).Result()
 		if err != nil {
-			return out, fmt.Errorf("state: recover %s: task %s: %w", owner, id, err)
+			return nil, fmt.Errorf("state: recover %s: %w", owner, err)
 		}
-		if ok {
-			out = append(out, rec)
+		var out []TaskRecord
+		for _, id := range ids {
+			rec, ok, err := r.release(ctx, id, owner)
+			if err != nil {
+				return out, fmt.Errorf("state: recover %s: task %s: %w", owner, id, err)
+			}
+			if ok {
+				out = append(out, rec)
+			}
+			if err := r.c.HDel(ctx, ifk, id).Err(); err != nil {
+				return out, fmt.Errorf("state: recover %s: in-flight: %w", owner, err)
+			}
 		}
-		if err := r.c.HDel(ctx, ifk, id).Err(); err != nil {
-			return out, fmt.Errorf("state: recover %s: in-flight: %w", owner, err)
-		}
-	}
-	return out, nil
+		return out, nil
+	})
 }
 
 // Task implements Store.
 func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
-	v, err := r.c.HMGet(ctx, r.k.task(id), "rec", "status", "owner", "attempts", "report").Result()
-	if err != nil {
-		return TaskRecord{}, false, fmt.Errorf("state: task %s: %w", id, err)
-	}
-	status, _ := v[1].(string)
-	if status == "" {
-		return TaskRecord{}, false, nil
-	}
-	js, _ := v[0].(string)
-	owner, _ := v[2].(string)
-	as, _ := v[3].(string)
-	attempts, _ := strconv.ParseInt(as, 10, 64)
-	rec, err := decodeRecord(id, js, status, owner, attempts)
-	if err != nil {
+	rec, err := wait(ctx, r, "task", id, func(ctx context.Context) (*TaskRecord, error) {
+		v, err := r.c.HMGet(ctx, r.k.task(id), "rec", "status", "owner", "attempts", "report").Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: task %s: %w", id, err)
+		}
+		status, _ := v[1].(string)
+		if status == "" {
+			return nil, nil
+		}
+		js, _ := v[0].(string)
+		owner, _ := v[2].(string)
+		as, _ := v[3].(string)
+		attempts, _ := strconv.ParseInt(as, 10, 64)
+		rec, err := decodeRecord(id, js, status, owner, attempts)
+		if err != nil {
+			return nil, err
+		}
+		if rep, _ := v[4].(string); rep != "" {
+			rec.Report = json.RawMessage(rep)
+		}
+		return &rec, nil
+	})
+	if rec == nil {
 		return TaskRecord{}, false, err
 	}
-	if rep, _ := v[4].(string); rep != "" {
-		rec.Report = json.RawMessage(rep)
-	}
-	return rec, true, nil
+	return *rec, true, err
 }
 
 // SetReport implements Store: the report is a field of its own in the
 // record's hash, so writing it races with no other write of the record.
 func (r *Redis) SetReport(ctx context.Context, id string, report json.RawMessage) (bool, error) {
-	n, err := setReportScript.Run(ctx, r.c, []string{r.k.task(id)}, string(report)).Int()
-	if err != nil {
-		return false, fmt.Errorf("state: report of %s: %w", id, err)
-	}
-	return n == 1, nil
+	return wait(ctx, r, "report of", id, func(ctx context.Context) (bool, error) {
+		n, err := setReportScript.Run(ctx, r.c, []string{r.k.task(id)}, string(report)).Int()
+		if err != nil {
+			return false, fmt.Errorf("state: report of %s: %w", id, err)
+		}
+		return n == 1, nil
+	})
 }
 
 // Audit implements Store.
 func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
-	if e.Time.IsZero() {
-		e.Time = r.o.Clock.Now()
-	}
-	js, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("state: audit: %w", err)
-	}
-	err = r.c.XAdd(ctx, &redis.XAddArgs{
-		Stream: r.k.audit(e.TaskID),
-		MaxLen: r.k.auditCap(),
-		Approx: true,
-		Values: []any{"e", js},
-	}).Err()
-	if err != nil {
-		return fmt.Errorf("state: audit: %w", err)
-	}
-	return nil
+	return wait0(ctx, r, "audit", e.TaskID, func(ctx context.Context) error {
+		if e.Time.IsZero() {
+			e.Time = r.o.Clock.Now()
+		}
+		js, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("state: audit: %w", err)
+		}
+		err = r.c.XAdd(ctx, &redis.XAddArgs{
+			Stream: r.k.audit(e.TaskID),
+			MaxLen: r.k.auditCap(),
+			Approx: true,
+			Values: []any{"e", js},
+		}).Err()
+		if err != nil {
+			return fmt.Errorf("state: audit: %w", err)
+		}
+		return nil
+	})
 }
 
 // RecentAudit implements Store. With AuditShards > 1 it reads the newest
 // n of every shard in one pipeline and merges them by the entries' time
 // (then stream id), newest first.
 func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
-	if n <= 0 {
-		return nil, nil
-	}
-	if r.o.AuditShards <= 1 {
-		msgs, err := r.c.XRevRangeN(ctx, r.k.auditShard(0), "+", "-", int64(n)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("state: recent audit: %w", err)
+	return wait(ctx, r, "recent audit", "", func(ctx context.Context) ([]AuditEntry, error) {
+		if n <= 0 {
+			return nil, nil
 		}
-		out := make([]AuditEntry, 0, len(msgs))
-		return decodeAudit(out, msgs)
-	}
-	cmds := make([]*redis.XMessageSliceCmd, r.o.AuditShards)
-	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			cmds[i] = p.XRevRangeN(ctx, r.k.auditShard(i), "+", "-", int64(n))
+		if r.o.AuditShards <= 1 {
+			msgs, err := r.c.XRevRangeN(ctx, r.k.auditShard(0), "+", "-", int64(n)).Result()
+			if err != nil {
+				return nil, fmt.Errorf("state: recent audit: %w", err)
+			}
+			out := make([]AuditEntry, 0, len(msgs))
+			return decodeAudit(out, msgs)
 		}
-		return nil
+		cmds := make([]*redis.XMessageSliceCmd, r.o.AuditShards)
+		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cmds {
+				cmds[i] = p.XRevRangeN(ctx, r.k.auditShard(i), "+", "-", int64(n))
+			}
+			return nil
+		})
+		type shardEntry struct {
+			e  AuditEntry
+			id string // its stream id
+		}
+		var all []shardEntry
+		for _, c := range cmds {
+			msgs, err := c.Result()
+			if err != nil {
+				return nil, fmt.Errorf("state: recent audit: %w", err)
+			}
+			es, err := decodeAudit(make([]AuditEntry, 0, len(msgs)), msgs)
+			if err != nil {
+				return nil, err
+			}
+			for i, e := range es {
+				all = append(all, shardEntry{e, msgs[i].ID})
+			}
+		}
+		slices.SortFunc(all, func(a, b shardEntry) int {
+			if c := b.e.Time.Compare(a.e.Time); c != 0 {
+				return c
+			}
+			return compareStreamIDs(b.id, a.id)
+		})
+		merged := make([]AuditEntry, 0, min(n, len(all)))
+		for _, se := range all[:min(n, len(all))] {
+			merged = append(merged, se.e)
+		}
+		return merged, nil
 	})
-	type shardEntry struct {
-		e  AuditEntry
-		id string // its stream id
-	}
-	var all []shardEntry
-	for _, c := range cmds {
-		msgs, err := c.Result()
-		if err != nil {
-			return nil, fmt.Errorf("state: recent audit: %w", err)
-		}
-		es, err := decodeAudit(make([]AuditEntry, 0, len(msgs)), msgs)
-		if err != nil {
-			return nil, err
-		}
-		for i, e := range es {
-			all = append(all, shardEntry{e, msgs[i].ID})
-		}
-	}
-	slices.SortFunc(all, func(a, b shardEntry) int {
-		if c := b.e.Time.Compare(a.e.Time); c != 0 {
-			return c
-		}
-		return compareStreamIDs(b.id, a.id)
-	})
-	merged := make([]AuditEntry, 0, min(n, len(all)))
-	for _, se := range all[:min(n, len(all))] {
-		merged = append(merged, se.e)
-	}
-	return merged, nil
 }
 
 // decodeAudit appends the entries of msgs to out.
@@ -1072,50 +1109,52 @@ func compareStreamIDs(a, b string) int {
 // PutInstance implements Store. It also refreshes the TTL of the instance's
 // in-flight hash, so the heartbeat keeps it alive however long tasks run.
 func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error {
-	now := r.o.Clock.Now()
-	inst.SeenAt = now
-	js, err := json.Marshal(inst)
-	if err != nil {
-		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
-	}
-	idx := r.k.instances(inst.ID)
-	due := r.trimDue.Load()
-	trim := now.UnixMilli() >= due
-	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		// The record outlives the heartbeat by GoneKeep so a vanished
-		// agent is listed as gone; the index score is the heartbeat expiry.
-		p.Set(ctx, r.k.instance(inst.ID), js, time.Duration(ms(ttl+GoneKeep))*time.Millisecond)
-		p.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
-		if trim {
-			// The index always holds the writer's own live entry, so it
-			// is never emptied (and recreated without a TTL) between trims.
-			p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
-			p.ZRemRangeByRank(ctx, idx, 0, -r.k.indexCap()-1)
-			p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
-			// The in-flight hash's TTL, which every claim also refreshes,
-			// rides with the trim: it outlasts the time to the next one.
-			p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl+indexTrimEvery))
+	return wait0(ctx, r, "put instance", inst.ID, func(ctx context.Context) error {
+		now := r.o.Clock.Now()
+		inst.SeenAt = now
+		js, err := json.Marshal(inst)
+		if err != nil {
+			return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
 		}
-		if r.o.InService != nil {
-			for _, k := range r.o.InService(inst) {
-				if inst.State == InstanceInService {
-					p.ZAdd(ctx, k, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
-				} else {
-					p.ZRem(ctx, k, inst.ID)
-				}
-				p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
-				p.PExpire(ctx, k, max(r.o.RecordTTL, ttl))
+		idx := r.k.instances(inst.ID)
+		due := r.trimDue.Load()
+		trim := now.UnixMilli() >= due
+		_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			// The record outlives the heartbeat by GoneKeep so a vanished
+			// agent is listed as gone; the index score is the heartbeat expiry.
+			p.Set(ctx, r.k.instance(inst.ID), js, time.Duration(ms(ttl+GoneKeep))*time.Millisecond)
+			p.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
+			if trim {
+				// The index always holds the writer's own live entry, so it
+				// is never emptied (and recreated without a TTL) between trims.
+				p.ZRemRangeByScore(ctx, idx, "-inf", "("+strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10))
+				p.ZRemRangeByRank(ctx, idx, 0, -r.k.indexCap()-1)
+				p.PExpire(ctx, idx, max(r.o.RecordTTL, ttl+GoneKeep))
+				// The in-flight hash's TTL, which every claim also refreshes,
+				// rides with the trim: it outlasts the time to the next one.
+				p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl+indexTrimEvery))
 			}
+			if r.o.InService != nil {
+				for _, k := range r.o.InService(inst) {
+					if inst.State == InstanceInService {
+						p.ZAdd(ctx, k, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
+					} else {
+						p.ZRem(ctx, k, inst.ID)
+					}
+					p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
+					p.PExpire(ctx, k, max(r.o.RecordTTL, ttl))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
+		}
+		if trim {
+			r.trimDue.CompareAndSwap(due, now.Add(indexTrimEvery).UnixMilli())
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("state: put instance %s: %w", inst.ID, err)
-	}
-	if trim {
-		r.trimDue.CompareAndSwap(due, now.Add(indexTrimEvery).UnixMilli())
-	}
-	return nil
 }
 
 // Instances implements Store: ids from the index (every shard, in one
@@ -1123,154 +1162,166 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 // it listed as gone), then their records (one pipelined GET each, so
 // Cluster works).
 func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
-	now := r.o.Clock.Now()
-	shards := make([]*redis.ZSliceCmd, r.o.InstanceShards)
-	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range shards {
-			shards[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-				Key: r.k.instancesShard(i), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
-			})
+	return wait(ctx, r, "instances", "", func(ctx context.Context) ([]Instance, error) {
+		now := r.o.Clock.Now()
+		shards := make([]*redis.ZSliceCmd, r.o.InstanceShards)
+		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range shards {
+				shards[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+					Key: r.k.instancesShard(i), Start: "(" + strconv.FormatInt(now.Add(-GoneKeep).UnixMilli(), 10), Stop: "+inf", ByScore: true,
+				})
+			}
+			return nil
+		})
+		var zs []redis.Z
+		for _, c := range shards {
+			z, err := c.Result()
+			if err != nil {
+				return nil, fmt.Errorf("state: instances: %w", err)
+			}
+			zs = append(zs, z...)
 		}
-		return nil
-	})
-	var zs []redis.Z
-	for _, c := range shards {
-		z, err := c.Result()
-		if err != nil {
+		if len(zs) == 0 {
+			return nil, nil
+		}
+		ids := make([]string, len(zs))
+		gone := make([]bool, len(zs))
+		for i, z := range zs {
+			ids[i], _ = z.Member.(string)
+			gone[i] = z.Score <= float64(now.UnixMilli())
+		}
+		cmds := make([]*redis.StringCmd, len(ids))
+		if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				cmds[i] = p.Get(ctx, r.k.instance(id))
+			}
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("state: instances: %w", err)
 		}
-		zs = append(zs, z...)
-	}
-	if len(zs) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(zs))
-	gone := make([]bool, len(zs))
-	for i, z := range zs {
-		ids[i], _ = z.Member.(string)
-		gone[i] = z.Score <= float64(now.UnixMilli())
-	}
-	cmds := make([]*redis.StringCmd, len(ids))
-	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Get(ctx, r.k.instance(id))
+		var out []Instance
+		for i, c := range cmds {
+			s, err := c.Result()
+			if errors.Is(err, redis.Nil) {
+				continue // expired in Redis time
+			}
+			if err != nil {
+				return nil, fmt.Errorf("state: instances: %s: %w", ids[i], err)
+			}
+			var inst Instance
+			if err := json.Unmarshal([]byte(s), &inst); err != nil {
+				return nil, fmt.Errorf("state: instances: decode %s: %w", ids[i], err)
+			}
+			if gone[i] {
+				inst.State = StateGone
+			}
+			out = append(out, inst)
 		}
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("state: instances: %w", err)
-	}
-	var out []Instance
-	for i, c := range cmds {
-		s, err := c.Result()
-		if errors.Is(err, redis.Nil) {
-			continue // expired in Redis time
-		}
-		if err != nil {
-			return nil, fmt.Errorf("state: instances: %s: %w", ids[i], err)
-		}
-		var inst Instance
-		if err := json.Unmarshal([]byte(s), &inst); err != nil {
-			return nil, fmt.Errorf("state: instances: decode %s: %w", ids[i], err)
-		}
-		if gone[i] {
-			inst.State = StateGone
-		}
-		out = append(out, inst)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+		return out, nil
+	})
 }
 
 // Inflight implements Store: the in-flight hash, filtered by the task
 // records (running under instanceID), oldest first.
 func (r *Redis) Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error) {
-	m, err := r.c.HGetAll(ctx, r.k.inflight(instanceID)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
-	}
-	if len(m) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	cmds := make([]*redis.SliceCmd, len(ids))
-	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, r.k.task(id), "status", "owner")
+	return wait(ctx, r, "inflight", instanceID, func(ctx context.Context) ([]InflightEntry, error) {
+		m, err := r.c.HGetAll(ctx, r.k.inflight(instanceID)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
 		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
-	}
-	var out []InflightEntry
-	for i, c := range cmds {
-		v := c.Val()
-		if len(v) < 2 || v[0] != StatusRunning || v[1] != instanceID {
-			continue
+		if len(m) == 0 {
+			return nil, nil
 		}
-		var e InflightEntry
-		if err := json.Unmarshal([]byte(m[ids[i]]), &e); err != nil {
-			return nil, fmt.Errorf("state: inflight %s: decode %s: %w", instanceID, ids[i], err)
+		ids := make([]string, 0, len(m))
+		for id := range m {
+			ids = append(ids, id)
 		}
-		out = append(out, e)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
-	return out, nil
+		cmds := make([]*redis.SliceCmd, len(ids))
+		if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				cmds[i] = p.HMGet(ctx, r.k.task(id), "status", "owner")
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("state: inflight %s: %w", instanceID, err)
+		}
+		var out []InflightEntry
+		for i, c := range cmds {
+			v := c.Val()
+			if len(v) < 2 || v[0] != StatusRunning || v[1] != instanceID {
+				continue
+			}
+			var e InflightEntry
+			if err := json.Unmarshal([]byte(m[ids[i]]), &e); err != nil {
+				return nil, fmt.Errorf("state: inflight %s: decode %s: %w", instanceID, ids[i], err)
+			}
+			out = append(out, e)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+		return out, nil
+	})
 }
 
 // SaveDrain implements Store; the record outlives its deadline by RecordTTL.
 func (r *Redis) SaveDrain(ctx context.Context, instanceID string, d DrainRecord) error {
-	js, err := json.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("state: save drain %s: %w", instanceID, err)
-	}
-	ttl := r.o.RecordTTL
-	if left := d.Deadline.Sub(r.o.Clock.Now()); left > 0 {
-		ttl += left
-	}
-	if err := r.c.Set(ctx, r.k.drain(instanceID), js, ttl).Err(); err != nil {
-		return fmt.Errorf("state: save drain %s: %w", instanceID, err)
-	}
-	return nil
+	return wait0(ctx, r, "save drain", instanceID, func(ctx context.Context) error {
+		js, err := json.Marshal(d)
+		if err != nil {
+			return fmt.Errorf("state: save drain %s: %w", instanceID, err)
+		}
+		ttl := r.o.RecordTTL
+		if left := d.Deadline.Sub(r.o.Clock.Now()); left > 0 {
+			ttl += left
+		}
+		if err := r.c.Set(ctx, r.k.drain(instanceID), js, ttl).Err(); err != nil {
+			return fmt.Errorf("state: save drain %s: %w", instanceID, err)
+		}
+		return nil
+	})
 }
 
 // LoadDrain implements Store.
 func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error) {
-	s, err := r.c.Get(ctx, r.k.drain(instanceID)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
-	}
-	var d DrainRecord
-	if err := json.Unmarshal([]byte(s), &d); err != nil {
-		return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
-	}
-	return &d, nil
+	return wait(ctx, r, "load drain", instanceID, func(ctx context.Context) (*DrainRecord, error) {
+		s, err := r.c.Get(ctx, r.k.drain(instanceID)).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
+		}
+		var d DrainRecord
+		if err := json.Unmarshal([]byte(s), &d); err != nil {
+			return nil, fmt.Errorf("state: load drain %s: %w", instanceID, err)
+		}
+		return &d, nil
+	})
 }
 
 // MarkOnce implements Store with SET NX PX: one round trip, atomic on a
 // cluster too (the key's hash tag is the mark's own).
 func (r *Redis) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
-	err := r.c.SetArgs(ctx, r.k.mark(key), "1", redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}).Err()
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, redis.Nil):
-		return false, nil
-	}
-	return false, fmt.Errorf("state: mark %s: %w", key, err)
+	return wait(ctx, r, "mark", key, func(ctx context.Context) (bool, error) {
+		err := r.c.SetArgs(ctx, r.k.mark(key), "1", redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}).Err()
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, redis.Nil):
+			return false, nil
+		}
+		return false, fmt.Errorf("state: mark %s: %w", key, err)
+	})
 }
 
 // Ping implements Store.
 func (r *Redis) Ping(ctx context.Context) error {
-	if err := r.c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("state: ping: %w", err)
-	}
-	return nil
+	return wait0(ctx, r, "ping", "", func(ctx context.Context) error {
+		if err := r.c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("state: ping: %w", err)
+		}
+		return nil
+	})
 }
 
 // Close implements Store: it drops the connection kept for the hand-off

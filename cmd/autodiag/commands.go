@@ -414,7 +414,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 				return usageError{err}
 			}
 			req.Host = host
-			rc, err := agent.NewRedisClient(cfg.Redis)
+			rc, err := agent.NewRedisClient(cfg.Redis, 0)
 			if err != nil {
 				return usageError{err}
 			}

@@ -144,7 +144,7 @@ func (c *cli) doctor(ctx context.Context, cfg config.Config) []doctorCheck {
 		// The FAIL line says what failed; go-redis's own dial log would
 		// repeat it on stderr.
 		redis.SetLogger(agent.RedisLogger{Logger: slog.New(slog.DiscardHandler)})
-		rc, err := agent.NewRedisClient(cfg.Redis)
+		rc, err := agent.NewRedisClient(cfg.Redis, 0)
 		if err != nil {
 			return "", err
 		}

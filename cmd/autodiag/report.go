@@ -86,7 +86,7 @@ func (c *cli) reportCmd() *cobra.Command {
 // the local agent's admin API (then it is only printed: the record and
 // the outbox live in that agent).
 func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string, force bool) (rootcause.Result, error) {
-	rc, err := agent.NewRedisClient(cfg.Redis)
+	rc, err := agent.NewRedisClient(cfg.Redis, 0)
 	if err != nil {
 		return rootcause.Result{}, usageError{err}
 	}

@@ -68,7 +68,7 @@ func (c *cli) showCmd() *cobra.Command {
 // lookupTask reads a task record from Redis when one is configured, else
 // from the local agent's admin API.
 func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (taskview.Task, error) {
-	rc, err := agent.NewRedisClient(cfg.Redis)
+	rc, err := agent.NewRedisClient(cfg.Redis, 0)
 	if err != nil {
 		return taskview.Task{}, usageError{err}
 	}
@@ -201,7 +201,7 @@ func (c *cli) configRedis() (config.Config, redis.UniversalClient, error) {
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	rc, err := agent.NewRedisClient(cfg.Redis)
+	rc, err := agent.NewRedisClient(cfg.Redis, 0)
 	if err != nil {
 		return config.Config{}, nil, usageError{err}
 	}
