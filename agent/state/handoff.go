@@ -24,16 +24,19 @@ const noticesMaxLen = 16
 // Live reports whether instanceID's agent keeps its record fresh: its
 // heartbeat expiry in the instance index is ahead of now.
 func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
-	return wait(ctx, r, "live", instanceID, func(ctx context.Context) (bool, error) {
-		score, err := r.c.ZScore(ctx, r.k.instances(instanceID), instanceID).Result()
-		if errors.Is(err, redis.Nil) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("state: live %s: %w", instanceID, err)
-		}
-		return score > float64(r.o.Clock.Now().UnixMilli()), nil
-	})
+	return wait(ctx, r, "live", instanceID, func(ctx context.Context) (bool, error) { return r.live(ctx, instanceID) })
+}
+
+// live is Live on the caller's goroutine, for a call already inside wait.
+func (r *Redis) live(ctx context.Context, instanceID string) (bool, error) {
+	score, err := r.c.ZScore(ctx, r.k.instances(instanceID), instanceID).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("state: live %s: %w", instanceID, err)
+	}
+	return score > float64(r.o.Clock.Now().UnixMilli()), nil
 }
 
 // GiveNotice appends notice to the notices handed to instanceID (stream
@@ -42,7 +45,7 @@ func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
 // nothing written, when that agent is not live.
 func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl time.Duration) (bool, error) {
 	return wait(ctx, r, "give notice to", instanceID, func(ctx context.Context) (bool, error) {
-		live, err := r.Live(ctx, instanceID) // its own wait, within ctx
+		live, err := r.live(ctx, instanceID)
 		if err != nil || !live {
 			return false, err
 		}
