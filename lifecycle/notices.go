@@ -74,15 +74,16 @@ func (sq *sqsSource) handleBatch(ctx context.Context, msgs []types.Message) (min
 	var wg sync.WaitGroup
 	var others atomic.Bool
 	for _, msg := range msgs {
-		if n, err := parseNotification(aws.ToString(msg.Body)); err == nil && n.InstanceID != sq.d.InstanceID {
+		n, err := parseNotification(aws.ToString(msg.Body))
+		if err == nil && n.InstanceID != sq.d.InstanceID {
 			wg.Go(func() {
-				if _, rel := sq.handleMessage(ctx, msg, nil); rel {
+				if _, rel := sq.handleMessage(ctx, msg, n, nil, nil); rel {
 					others.Store(true)
 				}
 			})
 			continue
 		}
-		tr, rel := sq.handleMessage(ctx, msg, mine)
+		tr, rel := sq.handleMessage(ctx, msg, n, err, mine)
 		if tr != nil {
 			mine = tr
 		}
@@ -214,12 +215,12 @@ func (sq *sqsSource) orphaned(ctx context.Context, n notification, log *slog.Log
 // and deleted, other instances' (or other hooks') notifications otherwise
 // made visible again and never deleted, ours kept invisible and returned as
 // a trigger, malformed ones left to the queue's redrive policy. released
-// says the message was made visible again at once.
-func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, mine *Trigger) (tr *Trigger, released bool) {
+// says the message was made visible again at once. n and err are
+// parseNotification of its body.
+func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, n notification, err error, mine *Trigger) (tr *Trigger, released bool) {
 	id, receipt := aws.ToString(msg.MessageId), aws.ToString(msg.ReceiptHandle)
 	log := sq.log.With("message_id", id, "source", SourceSQS)
 	body := aws.ToString(msg.Body)
-	n, err := parseNotification(body)
 	switch {
 	case err != nil:
 		log.Warn("malformed lifecycle notification; left to the queue's redrive policy", "err", err)
