@@ -27,6 +27,20 @@ import (
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
+// lifecycleQueue starts the SQS fake with a queue "lifecycle" (visibility
+// timeout 30 s, SQS's default) and returns a context bounding the test.
+func lifecycleQueue(t *testing.T) (context.Context, *sqsfake.Server, *httptest.Server, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	srv, ts := sqsfake.NewTestServer(t)
+	url, err := srv.CreateQueue("lifecycle", map[string]string{"VisibilityTimeout": "30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, srv, ts, url
+}
+
 func TestSQSSourceAgainstSQSFake(t *testing.T) {
 	tests := []struct {
 		name string
@@ -46,13 +60,7 @@ func TestSQSSourceAgainstSQSFake(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-			defer cancel()
-			srv, sqsTS := sqsfake.NewTestServer(t)
-			queueURL, err := srv.CreateQueue("lifecycle", map[string]string{"VisibilityTimeout": "30"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx, srv, sqsTS, queueURL := lifecycleQueue(t)
 			sqsClient := sqs.NewFromConfig(sqsfake.SDKConfig(sqsTS.URL))
 
 			// Auto Scaling notifies the queue, as a hook with an SQS target does.
@@ -189,13 +197,7 @@ func (l *loseAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
 // the queue's visibility timeout (30 s here), and its own instance's agent
 // receives it well before the queue's timeout would have shown it.
 func TestLostAnswerHidesNoticeBriefly(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	srv, sqsTS := sqsfake.NewTestServer(t)
-	queueURL, err := srv.CreateQueue("lifecycle", map[string]string{"VisibilityTimeout": "30"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, srv, sqsTS, queueURL := lifecycleQueue(t)
 	sent := time.Now()
 	notice := `{"Origin":"AutoScalingGroup","Destination":"EC2","Time":"` + sent.UTC().Format(time.RFC3339) +
 		`","LifecycleActionToken":"tok-2","AutoScalingGroupName":"web","LifecycleHookName":"drain","EC2InstanceId":"i-2","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING"}`
