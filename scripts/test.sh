@@ -237,18 +237,19 @@ fi
 if [[ -z $(ls -A "$(go env GOCACHE)" 2>/dev/null) ]]; then
 	log "empty Go build cache: the first go vet -race compiles every dependency (minutes on 2 cores)"
 fi
-# go vet with -race: vet compiles each dependency for its export data, and
-# with the same flags as the tests below, go test -race finds them all in
-# the build cache. A plain go vet compiles the module a second time, without
-# the race detector (a seventh of a cold run on 2 cores). vet then sees
-# the race build's files (race_on_test.go); golangci-lint below sees the
-# default build's.
+# go vet and golangci-lint with -race: both compile each dependency for
+# its export data (golangci-lint through go list -export), and with the
+# same flags as the tests below, go test -race finds every one in the build
+# cache. Without -race they compile the module and its dependencies a
+# second time, without the race detector: a fifth of a cold run on 2
+# cores. Both then check the race build's files (race_on_test.go, not
+# race_off_test.go: a constant each).
 phase "go vet -race ${pkgs[*]}"
 go vet -race "${pkgs[@]}"
 # Several worktrees share this machine and its lint cache (safe for
 # concurrent use, like the Go build cache): run beside them, not after.
-phase "golangci-lint run ${pkgs[*]}"
-golangci-lint run --allow-parallel-runners "${pkgs[@]}"
+phase "golangci-lint run (GOFLAGS -race) ${pkgs[*]}"
+GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" golangci-lint run --allow-parallel-runners "${pkgs[@]}"
 # Seconds, whatever packages were asked for: the rules are not Go, so no
 # package pattern selects them.
 phase "promtool check rules, test rules (deploy/prometheus; $(promtool --version 2>&1 | head -1))"
