@@ -195,11 +195,12 @@ func NewRedisClient(cfg config.RedisConfig, conns int) (redis.UniversalClient, e
 }
 
 // redisConns is the agent's connections to Redis (per node) for workers
-// workers: one call at a time each, and four for the rest (the heartbeat,
+// workers: one call at a time each, four for the rest (the heartbeat,
 // the lifecycle hand-off's blocking read and the CLIENT UNBLOCK that ends
-// it, the notification and report loops). A caller finding them busy
-// waits, within its deadline, for one to come free.
-func redisConns(workers int) int { return max(workers, 1) + 4 }
+// it, the notification and report loops) and the admin API's turns
+// (adminRedisCalls). A caller finding them busy waits, within its
+// deadline, for one to come free.
+func redisConns(workers int) int { return max(workers, 1) + 4 + adminRedisCalls }
 
 // redisIOTimeout bounds a Redis read or write: ten times redis.timeout
 // (2 s by default), a wait no reply takes from a Redis that is merely

@@ -18,7 +18,9 @@
 --           time (µs), member = time-ARGV[3], PX = per
 --   slots   <prefix>lim:{tag}:c:<rule>[:asg:<group>|:az:<zone>]  (concurrency > 0)
 --           ZSET member = task id, score = its lease expiry (µs); entries at
---           or before now are pruned; PX = the latest expiry (PEXPIRE GT)
+--           or before now count for nothing and are pruned by the
+--           decisions of one second in eight; PX = the latest expiry
+--           (PEXPIRE GT)
 --   agents  <prefix>inservice[:asg:<group>|:az:<zone>]  (max_percent > 0 and
 --           agents < 0, single server only) ZSET member = instance id,
 --           score = its heartbeat expiry (Unix ms), written by the agents;
@@ -203,12 +205,15 @@ local function rule(i, vs)
   end
   if kc then
     local nows = string.format('%d', now)
-    if dry == 0 then
-      -- Expired slots go first; the members left are the holders.
+    -- The holders are the slots whose lease has not expired. An expired
+    -- one (a run whose agent died holding it) counts for nothing; the
+    -- decisions of one second in eight prune them, and the key's TTL, its
+    -- latest lease, drops them all once the key goes quiet. Pruning at
+    -- every decision cost a command per task for members that decide
+    -- nothing.
+    holders = redis.call('ZCOUNT', kc, '(' .. nows, '+inf')
+    if dry == 0 and math.floor(now / SEC) % 8 == 0 then
       redis.call('ZREMRANGEBYSCORE', kc, '-inf', nows)
-      holders = redis.call('ZCARD', kc)
-    else
-      holders = redis.call('ZCOUNT', kc, '(' .. nows, '+inf')
     end
     -- Below the cap the task may hold its slot already (the same task
     -- again); only at the cap does that decide, and it is asked.
@@ -258,9 +263,18 @@ local function rule(i, vs)
       end
     end
     if kc and take then
-      -- ZADD counts 0 for a slot the task holds already.
-      local fresh = holders == 0 -- the prune and ZCARD above: no key
-      holders = holders + redis.call('ZADD', kc, string.format('%d', lease), task)
+      -- No live slot: the key is new (no TTL yet) or holds expired slots
+      -- only, its TTL no later than theirs; either way this lease is the
+      -- latest.
+      local fresh = holders == 0
+      if redis.call('ZADD', kc, string.format('%d', lease), task) == 1 then
+        holders = holders + 1
+      else
+        -- The task had a slot already: a live one was counted above, an
+        -- expired one not. Rare (a decision made again, a run again after
+        -- its agent died): count again.
+        holders = redis.call('ZCOUNT', kc, '(' .. string.format('%d', now), '+inf')
+      end
       expire_latest(kc, lease, fresh)
     end
     if probe == 1 then

@@ -98,7 +98,9 @@ type RedisOptions struct {
 //	                  that a finish within the lease leaves it (the record
 //	                  outlives the end by more than RecordTTL); a finish
 //	                  after the lease lapsed sets RecordTTL.
-//	P lease:{ID}      string owner, SET PX lease: the execution lease.
+//	P lease:{ID}      string owner, SET PX lease: the execution lease,
+//	                  counted only while the record is running; a finish
+//	                  leaves it to its PX.
 //	P inflight:INST   hash task id → InflightEntry JSON. TTL RecordTTL,
 //	                  refreshed on every claim and by PutInstance (the agent's
 //	                  heartbeat) at most once every indexTrimEvery, with the

@@ -121,6 +121,7 @@ func TestRedisKeys(t *testing.T) {
 		prefix + "task:{evt-1}":  23 * time.Hour,
 		prefix + "task:{evt-2}":  23 * time.Hour,
 		prefix + "lease:{evt-2}": 50 * time.Second,
+		prefix + "lease:{evt-1}": 0, // finished: left to its PX (checked below)
 		prefix + "inflight:i-1":  23 * time.Hour,
 		prefix + "instance:i-1":  20 * time.Second,
 		prefix + "instances":     23 * time.Hour,
@@ -158,8 +159,13 @@ func TestRedisKeys(t *testing.T) {
 			t.Errorf("key %s missing (have %v)", k, keys)
 		}
 	}
-	if n := c.Exists(ctx, prefix+"lease:{evt-1}").Val(); n != 0 {
-		t.Errorf("lease of a finished task still exists")
+	// The finish leaves the lease to its PX (a minute here): bounded,
+	// never kept; a claim of the finished task finds it done.
+	if ttl := c.PTTL(ctx, prefix+"lease:{evt-1}").Val(); ttl > time.Minute || ttl == -1 {
+		t.Errorf("lease of a finished task has TTL %v, want its PX of at most a minute", ttl)
+	}
+	if again, err := s.Claim(ctx, state.TaskRecord{ID: "evt-1"}, "i-2", time.Minute); err != nil || again.Result != state.AlreadyDone {
+		t.Errorf("Claim of the finished task by another agent = %v, %v; want AlreadyDone", again.Result, err)
 	}
 }
 

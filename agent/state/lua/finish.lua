@@ -1,10 +1,14 @@
--- finish.lua: record a task's outcome as done and drop its lease; where
+-- finish.lua: record a task's outcome as done, which ends its lease; where
 -- one node holds every key (a standalone server), also the writes that
 -- belong to the task's end, so that they land with the record or not at
 -- all, in one round trip.
 --
 -- KEYS[1]  task record hash   <prefix>task:{<id>}
--- KEYS[2]  execution lease    <prefix>lease:{<id>}
+-- KEYS[2]  execution lease    <prefix>lease:{<id>}: not written; left to
+--          its PX. A lease counts only while the record's status is
+--          running (claim.lua), which this script ends, so a DEL would be
+--          a command per task for nothing. Kept in KEYS so that every
+--          agent version sends the same call.
 -- KEYS[3…] in order, each only when its ARGV says so:
 --          the owner's in-flight hash <prefix>inflight:<instance>,
 --          the audit stream <prefix>audit,
@@ -70,7 +74,6 @@ redis.call('HSET', KEYS[1], 'status', 'done', 'owner', ARGV[2],
 if not live then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
-redis.call('DEL', KEYS[2])
 
 local out = {prev, attempts, 0, 0}
 local a = 12
