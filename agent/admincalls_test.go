@@ -102,7 +102,7 @@ func TestAdminTurnKeptAfterASlowCall(t *testing.T) {
 		}
 		serve := func(d time.Duration) int {
 			rec := httptest.NewRecorder()
-			h(d)(rec, httptest.NewRequest(http.MethodGet, "/v1/tasks/x", nil))
+			h(d)(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/tasks/x", nil))
 			return rec.Code
 		}
 		for range adminRedisCalls {
