@@ -509,8 +509,17 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 		}
 		d := act.EndedAt.Sub(at).Seconds()
 		durs = append(durs, d)
-		dr.Agents = append(dr.Agents, drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: at.Sub(r.scaleAt).Seconds()})
-		notices = append(notices, at.Sub(r.scaleAt).Seconds())
+		// From its own Terminate, when its notice was sent: not from the
+		// scale-in's start, which would count the sends before it.
+		fa.mu.Lock()
+		from := fa.terminated
+		fa.mu.Unlock()
+		if from.IsZero() {
+			from = r.scaleAt
+		}
+		notice := at.Sub(from).Seconds()
+		dr.Agents = append(dr.Agents, drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice})
+		notices = append(notices, notice)
 		overheads = append(overheads, d-longest)
 		dr.LongestInFlight = max(dr.LongestInFlight, longest)
 	}
