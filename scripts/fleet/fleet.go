@@ -38,13 +38,12 @@ const (
 	fleetGroup     = "asg-fleet"
 	fleetStartJobs = 8 // agents started at once
 	// scaleInSenders is how many Terminates of the scale-in run at once
-	// (each sends its notice to the SQS fake with the SDK). One: with 32,
-	// at 1,000 agents on two cores, the 300 notices went out in 6 s and the
-	// machine reached a load average of 842 within two minutes, the lab's
-	// own sends timing out (cause not found; one after the other, 26 s for
-	// the 300, the same run passes). Each notice's delay counts from its
-	// own Terminate, so the pace of the sends is not counted as the
-	// agents'.
+	// (each sends its notice to the SQS fake with the SDK). One, as in the
+	// runs before: both 1,000-agent runs with 32 on two cores fell into a
+	// Redis reconnect storm (docs/RESULTS.md, 2026-12-02), the second one
+	// before its scale-in had begun, so the senders are not shown to be
+	// the cause. Each notice's delay counts from its own Terminate, so the
+	// pace of the sends is not counted as the agents'.
 	scaleInSenders = 1
 	// fleetStopWait bounds an agent's exit after SIGTERM: its longest run
 	// plus the completion's retries.
