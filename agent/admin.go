@@ -134,17 +134,12 @@ func (a *Agent) Handler() http.Handler {
 	})
 	// The requests that wait on Redis take turns (adminCalls), so that
 	// they never hold the connections the workers need.
-	calls, wait := newAdminCalls(), max(a.cfg.Redis.Timeout, time.Second)
-	slow, hold := a.cfg.Redis.Timeout, redisIOTimeout(a.cfg.Redis.Timeout)
+	calls := newAdminCalls(a.cfg.Redis.Timeout)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		s := a.Status()
 		// The agent's own state is the answer; the recent tasks, from
 		// Redis, are left out when no turn comes.
-		if leave, ok := calls.enter(r.Context(), wait); ok {
-			start := time.Now()
-			s.RecentTasks = a.recentTasks(r.Context(), recentTaskIDs)
-			calls.leaveAfter(leave, time.Since(start), slow, hold)
-		}
+		calls.do(r.Context(), func(ctx context.Context) { s.RecentTasks = a.recentTasks(ctx, recentTaskIDs) })
 		writeJSON(w, http.StatusOK, s)
 	})
 	mux.HandleFunc("POST /v1/drain", func(w http.ResponseWriter, r *http.Request) {
@@ -152,9 +147,9 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, http.StatusAccepted, map[string]any{"state": a.drain.State().String(), "started": started})
 	})
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
-	mux.HandleFunc("GET /v1/tasks/{id}", calls.bound(wait, slow, hold, a.getTask))
-	mux.HandleFunc("GET /v1/limits/check", calls.bound(wait, slow, hold, limitsCheck(a.validator, a.d.Limiter)))
-	mux.HandleFunc("POST /v1/tasks/{id}/report", taskReport(a.cfg, a.d.Store, a.hooks, a.log, calls, wait, hold))
+	mux.HandleFunc("GET /v1/tasks/{id}", calls.bound(a.getTask))
+	mux.HandleFunc("GET /v1/limits/check", calls.bound(limitsCheck(a.validator, a.d.Limiter)))
+	mux.HandleFunc("POST /v1/tasks/{id}/report", taskReport(a.cfg, a.d.Store, a.hooks, a.log, calls))
 	return mux
 }
 

@@ -15,64 +15,72 @@ import (
 // the ones the workers' claims and finishes need.
 const adminRedisCalls = 2
 
-// adminCalls holds the admin requests' turns at Redis.
-type adminCalls chan struct{}
+// adminCalls holds the admin requests' turns at Redis. wait bounds the
+// wait for a turn; a call that took slow or longer may have given up on a
+// Redis call whose connection still waits for the reply (rediswait), so
+// its turn is kept hold longer, the bound on that wait (redisIOTimeout):
+// turns bound the connections, not only the requests.
+type adminCalls struct {
+	turns            chan struct{}
+	wait, slow, hold time.Duration
+}
 
-func newAdminCalls() adminCalls { return make(adminCalls, adminRedisCalls) }
+// newAdminCalls derives the waits from redis.timeout.
+func newAdminCalls(redisTimeout time.Duration) *adminCalls {
+	return &adminCalls{turns: make(chan struct{}, adminRedisCalls),
+		wait: max(redisTimeout, time.Second), slow: redisTimeout, hold: redisIOTimeout(redisTimeout)}
+}
 
-// enter waits for a turn, at most wait or until ctx ends, and returns
-// the function that gives it back; false when none came.
-func (c adminCalls) enter(ctx context.Context, wait time.Duration) (func(), bool) {
+// do runs f with ctx in a turn, waiting for one at most c.wait or until
+// ctx ends; false, and f not run, when none came.
+func (c *adminCalls) do(ctx context.Context, f func(context.Context)) bool {
+	if !c.enter(ctx) {
+		return false
+	}
+	start := time.Now()
+	defer func() {
+		if time.Since(start) < c.slow {
+			<-c.turns
+			return
+		}
+		time.AfterFunc(c.hold, func() { <-c.turns })
+	}()
+	f(ctx)
+	return true
+}
+
+func (c *adminCalls) enter(ctx context.Context) bool {
 	select {
-	case c <- struct{}{}:
-		return func() { <-c }, true
+	case c.turns <- struct{}{}:
+		return true
 	default:
 	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(c.wait)
 	defer t.Stop()
 	select {
-	case c <- struct{}{}:
-		return func() { <-c }, true
+	case c.turns <- struct{}{}:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return nil, false
+	return false
 }
 
-// bound serves h in a turn, waiting for one at most wait; a request that
-// gets none is answered 503 with Retry-After, and calls nothing. A request
-// that took slow or longer may have given up on a Redis call whose
-// connection still waits for the reply (rediswait): its turn is kept that
-// much longer, the bound on that wait (redisIOTimeout), so that turns bound the
-// connections and not only the requests.
-func (c adminCalls) bound(wait, slow, hold time.Duration, h http.HandlerFunc) http.HandlerFunc {
+// bound serves h in a turn; a request that gets none is answered 503 with
+// Retry-After, and calls nothing.
+func (c *adminCalls) bound(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		leave, ok := c.enter(r.Context(), wait)
-		if !ok {
-			adminBusy(w, wait)
-			return
+		if !c.do(r.Context(), func(ctx context.Context) { h(w, r.WithContext(ctx)) }) {
+			c.busy(w)
 		}
-		start := time.Now()
-		defer func() { c.leaveAfter(leave, time.Since(start), slow, hold) }()
-		h(w, r)
 	}
 }
 
-// leaveAfter gives a turn back: at once after a call that took less than
-// slow, hold later otherwise.
-func (adminCalls) leaveAfter(leave func(), took, slow, hold time.Duration) {
-	if took < slow {
-		leave()
-		return
-	}
-	time.AfterFunc(hold, leave)
-}
-
-// adminBusy answers a request that found every admin turn at Redis taken.
-func adminBusy(w http.ResponseWriter, wait time.Duration) {
-	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(wait.Round(time.Second)/time.Second))))
+// busy answers a request that found every admin turn at Redis taken.
+func (c *adminCalls) busy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(c.wait.Round(time.Second)/time.Second))))
 	writeJSON(w, http.StatusServiceUnavailable, map[string]string{
-		"error":  "admin API busy: " + strconv.Itoa(adminRedisCalls) + " requests already wait on Redis (waited " + wait.String() + "); retry",
+		"error":  "admin API busy: " + strconv.Itoa(adminRedisCalls) + " requests already wait on Redis (waited " + c.wait.String() + "); retry",
 		"reason": "admin_busy",
 	})
 }

@@ -93,9 +93,12 @@ func TestAdminRequestsTakeTurnsAtRedis(t *testing.T) {
 func TestAdminTurnKeptAfterASlowCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const slow, hold, wait = 200 * time.Millisecond, 2 * time.Second, time.Second
-		calls := newAdminCalls()
+		calls := newAdminCalls(slow) // redis.timeout: hold is its I/O bound, wait 1 s
+		if calls.slow != slow || calls.hold != hold || calls.wait != wait {
+			t.Fatalf("waits from redis.timeout %v: slow %v, hold %v, wait %v; want %v, %v, %v", slow, calls.slow, calls.hold, calls.wait, slow, hold, wait)
+		}
 		h := func(d time.Duration) http.HandlerFunc {
-			return calls.bound(wait, slow, hold, func(w http.ResponseWriter, _ *http.Request) {
+			return calls.bound(func(w http.ResponseWriter, _ *http.Request) {
 				time.Sleep(d) // the request's Redis call, in fake time
 				w.WriteHeader(http.StatusNoContent)
 			})
@@ -110,7 +113,7 @@ func TestAdminTurnKeptAfterASlowCall(t *testing.T) {
 				t.Fatalf("quick request = %d", code)
 			}
 		}
-		if n := len(calls); n != 0 {
+		if n := len(calls.turns); n != 0 {
 			t.Fatalf("%d turns taken after quick requests, want 0", n)
 		}
 		start := time.Now()

@@ -18,7 +18,7 @@ import (
 // record, sends the `report` event, and answers the result. `autodiag
 // report ID` asks it in embedded mode, where the record, the outbox and
 // the report limiter live in the agent's memory.
-func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *slog.Logger, calls adminCalls, wait, hold time.Duration) http.HandlerFunc {
+func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *slog.Logger, calls *adminCalls) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.ReportsOn() {
 			writeJSON(w, http.StatusConflict, map[string]string{"error": "report.enabled is false on this agent", "reason": "report_disabled"})
@@ -27,16 +27,17 @@ func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *s
 		id := r.PathValue("id")
 		// A turn at Redis for the record's read; the model call below
 		// takes none.
-		leave, turn := calls.enter(r.Context(), wait)
-		if !turn {
-			adminBusy(w, wait)
+		var rec state.TaskRecord
+		var ok bool
+		var err error
+		if !calls.do(r.Context(), func(ctx context.Context) {
+			sctx, cancel := context.WithTimeout(ctx, cfg.Redis.Timeout)
+			defer cancel()
+			rec, ok, err = store.Task(sctx, id)
+		}) {
+			calls.busy(w)
 			return
 		}
-		start := time.Now()
-		sctx, cancel := context.WithTimeout(r.Context(), cfg.Redis.Timeout)
-		rec, ok, err := store.Task(sctx, id)
-		cancel()
-		calls.leaveAfter(leave, time.Since(start), cfg.Redis.Timeout, hold)
 		switch {
 		case err != nil:
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
