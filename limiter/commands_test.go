@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
@@ -19,15 +21,8 @@ import (
 // answer decides. Expired slots are pruned (ZREMRANGEBYSCORE) only by the
 // decisions of one second in eight.
 func TestRedisConcurrencyDecisionCommands(t *testing.T) {
-	c := testRedisDirect(t)
+	l, c, prefix, clk := capOfTwo(t)
 	addr := c.Options().Addr
-	prefix := uniquePrefix(t)
-	clk := clock.NewManual(t0.Add(time.Second)) // t0 is a pruning second, t0+1s not
-	l, err := New(rules(Rule{Name: "cap", Key: KeyHost, Limits: []Limit{{Concurrency: Concurrency{Max: 2}}}}),
-		NewRedis(c, prefix), Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	end := prefix + "end"
 	allow := func(task string, want bool) func() {
@@ -79,14 +74,7 @@ func TestRedisConcurrencyDecisionCommands(t *testing.T) {
 // but counts for nothing: a new run gets it, the dead run's task asking
 // again counts once, and a decision in a pruning second removes it.
 func TestRedisExpiredSlotsBetweenPrunes(t *testing.T) {
-	c := testRedisDirect(t)
-	prefix := uniquePrefix(t)
-	clk := clock.NewManual(t0.Add(time.Second))
-	l, err := New(rules(Rule{Name: "cap", Key: KeyHost, Limits: []Limit{{Concurrency: Concurrency{Max: 2}}}}),
-		NewRedis(c, prefix), Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, c, prefix, clk := capOfTwo(t)
 	ctx := context.Background()
 	key := prefix + "lim:{h1}:c:cap"
 	decide := func(task string, running int) {
@@ -131,4 +119,20 @@ func TestRedisExpiredSlotsBetweenPrunes(t *testing.T) {
 	if n := members(); n != 2 {
 		t.Fatalf("%d slots in the key after a pruning second, want 2 (dead and other)", n)
 	}
+}
+
+// capOfTwo is a limiter on Redis with one rule, a concurrency cap of 2
+// per host, its keys under a prefix of the test's own, on a manual clock
+// at t0+1s (t0 is a pruning second, t0+1s not).
+func capOfTwo(t *testing.T) (*Limiter, *redis.Client, string, *clock.Manual) {
+	t.Helper()
+	c := testRedisDirect(t)
+	prefix := uniquePrefix(t)
+	clk := clock.NewManual(t0.Add(time.Second))
+	l, err := New(rules(Rule{Name: "cap", Key: KeyHost, Limits: []Limit{{Concurrency: Concurrency{Max: 2}}}}),
+		NewRedis(c, prefix), Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, c, prefix, clk
 }
