@@ -295,6 +295,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	if err != nil {
 		return nil, nil, err
 	}
+	watchRedisConns(rc, reg)
 	var store state.Store
 	var backend limiter.Backend
 	var outbox notify.Outbox // nil = in memory

@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/internal/testenv"
+)
+
+// TestRedisConnectionsOpenedCountsRedials: the agent's client counts the
+// connections it opens, on a server and on every node of a Cluster. A
+// connection Redis closes (CLIENT KILL: what a restart or a proxy does)
+// is opened again by the next call, and counted: the count rises only
+// when connections are lost.
+func TestRedisConnectionsOpenedCountsRedials(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		cfg  func() config.RedisConfig
+	}{
+		{"server", func() config.RedisConfig {
+			return config.RedisConfig{URL: "redis://" + testenv.RedisAddr(t)}
+		}},
+		{"cluster", func() config.RedisConfig {
+			return config.RedisConfig{Addrs: testenv.RedisClusterAddrs(t)}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			rc, err := NewRedisClient(tc.cfg(), 1) // one connection per node: the one killed below
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rc.Close() })
+			reg := prometheus.NewRegistry()
+			watchRedisConns(rc, reg)
+			opened := func() float64 { return gatheredValue(t, reg, "autodiag_redis_connections_opened_total", dialOK) }
+			if n := opened(); n != 0 {
+				t.Fatalf("opened before any call: %v, want 0", n)
+			}
+			key := "autodiag-test:conns:" + t.Name()
+			if err := rc.Set(ctx, key, "1", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			first := opened()
+			if first < 1 {
+				t.Fatalf("opened after a call: %v, want ≥ 1", first)
+			}
+			if err := rc.Get(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n := opened(); n != first {
+				t.Fatalf("a second call opened a connection: %v, want %v (the pool keeps it)", n, first)
+			}
+			if g := gatheredValue(t, reg, "autodiag_redis_connections", ""); g < 1 {
+				t.Fatalf("autodiag_redis_connections = %v, want ≥ 1", g)
+			}
+			// The key's node's client shares the pool the calls used, which
+			// holds one connection: the calls went one at a time.
+			node := nodeOf(ctx, t, rc, key)
+			id, err := node.ClientID(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			killer := redis.NewClient(&redis.Options{Addr: node.Options().Addr})
+			defer killer.Close()
+			if err := killer.ClientKillByFilter(ctx, "ID", strconv.FormatInt(id, 10)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// The pool finds the killed connection closed when it hands it
+			// out, and dials another. go-redis may retry a call on a
+			// connection it found broken, so allow a failed call.
+			_ = rc.Get(ctx, key).Err()
+			if err := rc.Get(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n := opened(); n <= first {
+				t.Fatalf("opened after Redis closed the connection: %v, want > %v", n, first)
+			}
+		})
+	}
+}
+
+// gatheredValue is the value of metric name in reg: a counter's or a
+// gauge's, of the series whose one label is label ("" for none).
+func gatheredValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s{%s} not gathered", name, label)
+	return 0
+}
+
+// nodeOf is a plain client of the node holding key.
+func nodeOf(ctx context.Context, t *testing.T, rc redis.UniversalClient, key string) *redis.Client {
+	t.Helper()
+	switch c := rc.(type) {
+	case *redis.Client:
+		return c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	t.Fatalf("client %T", rc)
+	return nil
+}
