@@ -208,6 +208,7 @@ type fleetRun struct {
 	redisBefore, redisAfter                     redisUsage
 	redis                                       *redisRes
 	notices                                     *noticeRes
+	health                                      health
 }
 
 type sentTask struct {
@@ -278,20 +279,25 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	lifecycleYAML := fmt.Sprintf("lifecycle:\n  sources: [signal, sqs]\n  queue_url: '%s'\n  hook_name: %s\n  hook_heartbeat_timeout: %s\n  heartbeat_interval: %s\n  drain_timeout: 2m\n  queued: release\n",
 		notify, fleetHook, fleetHookTTL, fleetBeat)
 	started := time.Now()
+	r.health.start = started
+	healthCtx, stopHealth := context.WithCancel(context.Background())
+	var healthy sync.WaitGroup
+	healthy.Go(func() { r.sampleHealth(healthCtx, prof.nodes) })
+	defer func() { stopHealth(); healthy.Wait() }()
 	if err := r.start(l, func(fa *fleetAgent) string {
 		return rs.config(harness.AgentConfig{Instance: fa.inst, Workers: o.workers, QueueURL: tasks, Visibility: fleetVisibility,
 			WaitTime: 20 * time.Second, Prefix: "fleet:", Rules: fleetRules,
 			Catalog: fleetCatalog(script, fa.inst)}).YAML() + lifecycleYAML
 	}, env); err != nil {
-		return nil, err
+		return r, err
 	}
 	logf("%d agents ready in %s", o.agents, secs(time.Since(started)))
 
 	if err := prof.idle(o.redisIdle); err != nil {
-		return nil, err
+		return r, err
 	}
 	if err := prof.start(time.Duration(0.3*float64(o.duration)), o.redisMonitor); err != nil {
-		return nil, err
+		return r, err
 	}
 	r.redisBefore = prof.runFrom.usage()
 	r.sqsBefore = l.SQS.Counters()
@@ -309,13 +315,13 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	if err := r.chaos(o); err != nil {
 		stopSending()
 		sending.Wait()
-		return nil, err
+		return r, err
 	}
 	stopSending()
 	sending.Wait()
 	r.sendStop = time.Now()
 	if sendErr != nil {
-		return nil, sendErr
+		return r, sendErr
 	}
 	logf("sent %d tasks; waiting up to %s for the queue to empty", len(r.sent), o.settle)
 	harness.Until(o.settle, func() bool {
@@ -334,7 +340,7 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	r.notices = readNotices(l, "fleet-lifecycle")
 	var end redisSnap
 	if r.redis, end, err = prof.end(r.sent); err != nil {
-		return nil, err
+		return r, err
 	}
 	r.redisAfter = end.usage()
 	r.stopSurvivors()

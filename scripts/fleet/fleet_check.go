@@ -69,18 +69,19 @@ func readMarks(path string) ([]markRun, error) {
 
 // fleetResult is what docs/results/fleetsim.json holds.
 type fleetResult struct {
-	Date     string     `json:"date"`
-	Params   fleetParam `json:"params"`
-	Tasks    taskCounts `json:"tasks"`
-	Limiter  limiterRes `json:"limiter"`
-	Drain    drainRes   `json:"drain"`
-	Costs    costs      `json:"costs"`
-	Agents   agentsRes  `json:"agents"`
-	Checks   []check    `json:"checks"`
-	Pass     bool       `json:"pass"`
-	Timeline timeline   `json:"timeline"`
-	Redis    *redisRes  `json:"redis,omitempty"`
-	Notices  *noticeRes `json:"notices,omitempty"`
+	Date     string         `json:"date"`
+	Params   fleetParam     `json:"params"`
+	Health   []healthSample `json:"health"` // every healthEvery from the agents' start
+	Tasks    taskCounts     `json:"tasks"`
+	Limiter  limiterRes     `json:"limiter"`
+	Drain    drainRes       `json:"drain"`
+	Costs    costs          `json:"costs"`
+	Agents   agentsRes      `json:"agents"`
+	Checks   []check        `json:"checks"`
+	Pass     bool           `json:"pass"`
+	Timeline timeline       `json:"timeline"`
+	Redis    *redisRes      `json:"redis,omitempty"`
+	Notices  *noticeRes     `json:"notices,omitempty"`
 }
 
 type fleetParam struct {
@@ -209,12 +210,18 @@ type timeline struct {
 // hand it back, so they are not final.
 var finalOutcomes = map[string]bool{"rate_limited": true, "rejected": true, "stale": true, "duplicate": true}
 
-func (r *fleetRun) check() *fleetResult {
+// params are the run's parameters, as the results give them.
+func (r *fleetRun) params() fleetParam {
 	o := r.o
-	res := &fleetResult{Date: time.Now().UTC().Format(time.RFC3339)}
-	res.Params = fleetParam{Agents: o.agents, DurationSeconds: o.duration.Seconds(), Rate: o.rate, Hosts: o.hosts, Workers: o.workers,
+	return fleetParam{Agents: o.agents, DurationSeconds: o.duration.Seconds(), Rate: o.rate, Hosts: o.hosts, Workers: o.workers,
 		ScaledIn: len(r.role("scaled_in")), Killed: len(r.role("killed")), Frozen: len(r.role("frozen")),
 		FreezeSeconds: o.freeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed}
+}
+
+func (r *fleetRun) check() *fleetResult {
+	res := &fleetResult{Date: time.Now().UTC().Format(time.RFC3339)}
+	res.Params = r.params()
+	res.Health = r.health.all()
 	add := func(name, want, got string, pass bool) {
 		res.Checks = append(res.Checks, check{Name: name, Want: want, Got: got, Pass: pass})
 	}

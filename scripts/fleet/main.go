@@ -44,6 +44,14 @@ func run(args []string) int {
 	r, err := runFleetLab(l, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
+		if r != nil {
+			// Before Stop removes the lab: its agents' logs say what went wrong.
+			f := failure{Date: time.Now().UTC().Format(time.RFC3339), Params: r.params(), Error: err.Error(),
+				Health: r.health.all(), Warnings: agentWarnings(l.Dir)}
+			if werr := writeFailure(o.out, f, os.Stdout); werr != nil {
+				fmt.Fprintln(os.Stderr, "fleet:", werr)
+			}
+		}
 		return 2
 	}
 	res := r.check()
