@@ -50,8 +50,9 @@ func (h *health) all() []healthSample {
 }
 
 // sampleHealth samples every healthEvery until ctx ends, and logs a line
-// every sixth sample (and each sample once the load passes the cores
-// twice over), so that a run going wrong is seen as it does.
+// every sixth sample, and each sample while Redis is slow (INFO took
+// over 100 ms) or the load is past 50 (1,000 agents on two cores run at
+// 10–15), so that a run going wrong is seen as it does.
 func (r *fleetRun) sampleHealth(ctx context.Context, nodes redisNodes) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
@@ -64,7 +65,7 @@ func (r *fleetRun) sampleHealth(ctx context.Context, nodes redisNodes) {
 		}
 		r.health.samples = append(r.health.samples, s)
 		r.health.mu.Unlock()
-		if n%6 == 0 || s.Load1 > 4 {
+		if n%6 == 0 || s.InfoMillis > 100 || s.Load1 > 50 || s.Unreachable {
 			logf("health: load %.1f, Redis %d clients (%d blocked), +%d connections (+%d HELLO) in %s, INFO in %.0f ms",
 				s.Load1, s.Clients, s.Blocked, s.Connections-prev.Connections, s.Hello-prev.Hello,
 				secs(time.Duration((s.Second-prev.Second)*float64(time.Second))), s.InfoMillis)
