@@ -37,14 +37,6 @@ const (
 	fleetHook      = "fleet-drain"
 	fleetGroup     = "asg-fleet"
 	fleetStartJobs = 8 // agents started at once
-	// scaleInSenders is how many Terminates of the scale-in run at once
-	// (each sends its notice to the SQS fake with the SDK). One, as in the
-	// runs before: both 1,000-agent runs with 32 on two cores fell into a
-	// Redis reconnect storm (docs/RESULTS.md, 2026-12-02), the second one
-	// before its scale-in had begun, so the senders are not shown to be
-	// the cause. Each notice's delay counts from its own Terminate, so the
-	// pace of the sends is not counted as the agents'.
-	scaleInSenders = 1
 	// fleetStopWait bounds an agent's exit after SIGTERM: its longest run
 	// plus the completion's retries.
 	fleetStopWait = fleetMaxRun + 40*time.Second
@@ -97,6 +89,14 @@ type fleetOpts struct {
 	memLimit string
 	out      string
 	seed     uint64
+	// senders is how many Terminates of the scale-in run at once (each
+	// sends its notice to the SQS fake with the SDK). One by default, as
+	// in the runs before: both 1,000-agent runs with 32 on two cores fell
+	// into a Redis reconnect storm (docs/RESULTS.md, 2026-12-02), the
+	// second one before its scale-in had begun, so the senders are not
+	// shown to be the cause. Each notice's delay counts from its own
+	// Terminate, so the pace of the sends is not counted as the agents'.
+	senders int
 	redisOpts
 }
 
@@ -124,6 +124,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&o.memLimit, "memlimit", envOr("FLEETSIM_GOMEMLIMIT", "48MiB"), "GOMEMLIMIT of each agent")
 	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
+	fs.IntVar(&o.senders, "scale-in-senders", intEnv("FLEETSIM_SCALE_IN_SENDERS", 1), "Terminates of the scale-in sent at once (FLEETSIM_SCALE_IN_SENDERS)")
 	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
@@ -170,6 +171,9 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	// The freeze must end, and the kills land, while tasks are still sent.
 	if o.duration < 2*o.freeze {
 		errs = append(errs, fmt.Errorf("-duration %s: at least %s (twice the freeze)", o.duration, 2*o.freeze))
+	}
+	if o.senders < 1 {
+		errs = append(errs, fmt.Errorf("-scale-in-senders %d: want at least 1", o.senders))
 	}
 	return o, errors.Join(errs...)
 }
@@ -421,7 +425,7 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 			// as the agents').
 			r.scaleAt = time.Now()
 			var g errgroup.Group
-			g.SetLimit(scaleInSenders)
+			g.SetLimit(o.senders)
 			for _, fa := range r.role("scaled_in") {
 				g.Go(func() error {
 					fa.mu.Lock()
