@@ -45,10 +45,10 @@ func (dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // watchRedisConns registers autodiag_redis_connections_opened_total and
-// autodiag_redis_connections for rc: the connections opened (by
-// result) and those open now, across every node of a Cluster; rc nil
-// (no Redis) registers both, at 0.
-func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) {
+// autodiag_redis_connections for rc, and returns them: the connections
+// opened (by result) and those open now, across every node of a Cluster;
+// rc nil (no Redis) registers both, at 0.
+func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) (opened *prometheus.CounterVec, open prometheus.GaugeFunc) {
 	d := dialCounter{opened: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "autodiag_redis_connections_opened_total",
 		Help: "TCP connections to Redis the agent opened (each costs Redis a HELLO), by result (ok, error). Flat once the pool is full; rising means connections are being closed and opened again.",
@@ -64,7 +64,7 @@ func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) {
 	default:
 		rc.AddHook(d)
 	}
-	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	open = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "autodiag_redis_connections",
 		Help: "Connections to Redis open now (in use and idle), across every node; 0 without Redis.",
 	}, func() float64 {
@@ -76,4 +76,5 @@ func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) {
 	if reg != nil {
 		reg.MustRegister(d.opened, open)
 	}
+	return d.opened, open
 }

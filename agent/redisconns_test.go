@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/config"
@@ -41,9 +42,8 @@ func TestRedisConnectionsOpenedCountsRedials(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = rc.Close() })
-			reg := prometheus.NewRegistry()
-			watchRedisConns(rc, reg)
-			opened := func() float64 { return gatheredValue(t, reg, "autodiag_redis_connections_opened_total", dialOK) }
+			openedVec, open := watchRedisConns(rc, prometheus.NewRegistry())
+			opened := func() float64 { return testutil.ToFloat64(openedVec.WithLabelValues(dialOK)) }
 			if n := opened(); n != 0 {
 				t.Fatalf("opened before any call: %v, want 0", n)
 			}
@@ -61,7 +61,7 @@ func TestRedisConnectionsOpenedCountsRedials(t *testing.T) {
 			if n := opened(); n != first {
 				t.Fatalf("a second call opened a connection: %v, want %v (the pool keeps it)", n, first)
 			}
-			if g := gatheredValue(t, reg, "autodiag_redis_connections", ""); g < 1 {
+			if g := testutil.ToFloat64(open); g < 1 {
 				t.Fatalf("autodiag_redis_connections = %v, want ≥ 1", g)
 			}
 			// The key's node's client shares the pool the calls used, which
@@ -88,32 +88,6 @@ func TestRedisConnectionsOpenedCountsRedials(t *testing.T) {
 			}
 		})
 	}
-}
-
-// gatheredValue is the value of metric name in reg: a counter's or a
-// gauge's, of the series whose one label is label ("" for none).
-func gatheredValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
-				continue
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s{%s} not gathered", name, label)
-	return 0
 }
 
 // nodeOf is a plain client of the node holding key.
