@@ -57,7 +57,7 @@ func (r *fleetRun) sampleHealth(ctx context.Context, nodes redisNodes) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for n := 0; ; n++ {
-		s := r.healthSample(nodes)
+		s := r.healthSample(ctx, nodes)
 		r.health.mu.Lock()
 		prev := s
 		if k := len(r.health.samples); k > 0 {
@@ -78,7 +78,7 @@ func (r *fleetRun) sampleHealth(ctx context.Context, nodes redisNodes) {
 	}
 }
 
-func (r *fleetRun) healthSample(nodes redisNodes) healthSample {
+func (r *fleetRun) healthSample(ctx context.Context, nodes redisNodes) healthSample {
 	s := healthSample{Second: time.Since(r.health.start).Seconds(), Load1: load1()}
 	for _, fa := range r.agents {
 		if fa.Agent != nil && !fa.Alive() {
@@ -87,8 +87,8 @@ func (r *fleetRun) healthSample(nodes redisNodes) healthSample {
 	}
 	began := time.Now()
 	for _, c := range nodes {
-		ctx, cancel := context.WithTimeout(context.Background(), healthEvery)
-		info, err := c.Info(ctx, "clients", "stats", "cpu", "commandstats").Result()
+		ictx, cancel := context.WithTimeout(ctx, healthEvery)
+		info, err := c.Info(ictx, "clients", "stats", "cpu", "commandstats").Result()
 		cancel()
 		if err != nil {
 			s.Unreachable = true
