@@ -118,3 +118,70 @@ func TestRedisCallsPastTheirTimeoutKeepTheirConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisPipelinesKeepToTheConnectionBound: pipelines (the heartbeat,
+// the outbox, the hand-off's Give) take their connections from the same
+// bounded pool as single commands. go-redis gives pipelines a pool of
+// their own by default, 10 connections beside the main pool's, so against
+// a Redis whose replies are held an agent opened up to 10 more
+// connections, each one a HELLO for that Redis, than redisConns allows.
+func TestRedisPipelinesKeepToTheConnectionBound(t *testing.T) {
+	t.Parallel()
+	const (
+		timeout = 100 * time.Millisecond // redis.timeout
+		conns   = 3
+		calls   = 10 // pipelines at once, while Redis's replies are held
+	)
+	p := testenv.NewHoldProxy(t, testenv.RedisAddr(t))
+	rc, err := NewRedisClient(config.RedisConfig{URL: "redis://" + p.Addr(), Timeout: timeout}, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Close() })
+	key := "autodiag-test:pipelines:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	pipe := func(ctx context.Context) error {
+		_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, key)
+			p.Expire(ctx, key, time.Minute)
+			return nil
+		})
+		return err
+	}
+	warm, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := pipe(warm); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Accepted()
+
+	p.Hold()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ended := 0 // pipelines that found no connection within their deadline
+	for range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			err := pipe(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				ended++
+			}
+		})
+	}
+	// Those that got a connection wait for their replies, held: the rest
+	// end at their deadline, without one.
+	waitFor(t, "the pipelines without a connection to end", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ended >= calls-conns
+	})
+	opened := p.Accepted() - before
+	p.Release()
+	wg.Wait()
+	if opened > conns-1 { // one was opened by the warm-up
+		t.Errorf("%d pipelines at once against held replies opened %d connections, want at most %d (redisConns bounds them)",
+			calls, opened, conns-1)
+	}
+}

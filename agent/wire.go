@@ -162,8 +162,11 @@ func (l RedisLogger) Printf(ctx context.Context, format string, v ...any) {
 // given up on keep their connections until their replies come, and the
 // agent adds no more than conns commands to Redis's backlog, instead of a
 // connection more for each call. 0 is go-redis's default (10 per CPU),
-// for a one-shot command. A new connection costs one round trip before
-// its first command: HELLO, without CLIENT SETINFO.
+// for a one-shot command. Pipelines count in the same bound: go-redis
+// (v9.23.0) gives pipelines a pool of their own, 10 connections per
+// node beside PoolSize with 256 KiB of buffers each, which the agent
+// turns off (PipelinePoolSize -1). A new connection costs one round trip
+// before its first command: HELLO, without CLIENT SETINFO.
 func NewRedisClient(cfg config.RedisConfig, conns int) (redis.UniversalClient, error) {
 	ioTimeout := redisIOTimeout(cfg.Timeout)
 	if cfg.URL != "" {
@@ -178,19 +181,23 @@ func NewRedisClient(cfg config.RedisConfig, conns int) (redis.UniversalClient, e
 		if opt.PoolSize == 0 { // unless the URL says (pool_size)
 			opt.PoolSize = conns
 		}
+		if opt.PipelinePoolSize == 0 { // unless the URL says (pipeline_pool_size)
+			opt.PipelinePoolSize = -1
+		}
 		return redis.NewClient(opt), nil
 	}
 	if len(cfg.Addrs) == 0 {
 		return nil, nil
 	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:           cfg.Addrs,
-		MasterName:      cfg.MasterName,
-		ReadTimeout:     ioTimeout,
-		WriteTimeout:    ioTimeout,
-		DialTimeout:     2 * time.Second,
-		DisableIdentity: true,
-		PoolSize:        conns,
+		Addrs:            cfg.Addrs,
+		MasterName:       cfg.MasterName,
+		ReadTimeout:      ioTimeout,
+		WriteTimeout:     ioTimeout,
+		DialTimeout:      2 * time.Second,
+		DisableIdentity:  true,
+		PoolSize:         conns,
+		PipelinePoolSize: -1,
 	}), nil
 }
 
