@@ -82,6 +82,7 @@ type fleetResult struct {
 	Timeline timeline       `json:"timeline"`
 	Redis    *redisRes      `json:"redis,omitempty"`
 	Notices  *noticeRes     `json:"notices,omitempty"`
+	Warnings []logCount     `json:"agent_warnings"` // the agents' warnings and errors, by message
 }
 
 type fleetParam struct {

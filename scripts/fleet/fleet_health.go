@@ -217,10 +217,20 @@ func writeFailure(dir string, f failure, w io.Writer) error {
 	for _, s := range f.Health[max(0, len(f.Health)-12):] {
 		fmt.Fprintf(w, "| %.0f | %.1f | %d | %d | %d | %d | %.0f |\n", s.Second, s.Load1, s.Clients, s.Blocked, s.Connections, s.Hello, s.InfoMillis)
 	}
-	fmt.Fprintf(w, "\n| level | message | lines | agents | first | example err |\n|---|---|---|---|---|---|\n")
-	for _, c := range f.Warnings[:min(15, len(f.Warnings))] {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %s |\n", c.Level, c.Msg, c.Lines, c.Agents, c.First, c.Err)
-	}
+	printWarnings(w, f.Warnings)
 	fmt.Fprintf(w, "\nSamples and warnings: %s\n", filepath.Join(dir, "fleetsim-failed.json"))
 	return nil
+}
+
+// printWarnings prints the 15 most frequent of the agents' warnings and
+// errors.
+func printWarnings(w io.Writer, ws []logCount) {
+	if len(ws) == 0 {
+		fmt.Fprintln(w, "\nThe agents logged no warning or error.")
+		return
+	}
+	fmt.Fprintf(w, "\n| level | message | lines | agents | first | example err |\n|---|---|---|---|---|---|\n")
+	for _, c := range ws[:min(15, len(ws))] {
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %s |\n", c.Level, c.Msg, c.Lines, c.Agents, c.First, c.Err)
+	}
 }

@@ -55,11 +55,13 @@ func run(args []string) int {
 		return 2
 	}
 	res := r.check()
+	res.Warnings = agentWarnings(l.Dir) // before Stop removes the lab
 	if err := res.write(o.out); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		return 2
 	}
 	res.print(os.Stdout)
+	printWarnings(os.Stdout, res.Warnings)
 	if !res.Pass {
 		return 1
 	}
