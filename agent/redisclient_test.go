@@ -185,3 +185,52 @@ func TestRedisPipelinesKeepToTheConnectionBound(t *testing.T) {
 			calls, opened, conns-1)
 	}
 }
+
+// TestRedisClientShapesKeepTheBound: every shape of redis config (a URL,
+// a Cluster's seeds, a Sentinel's master) builds a client whose pool is
+// conns and whose pipelines share it (no separate pipeline pool), with
+// reads bounded by redisIOTimeout; a URL's own pool_size and
+// pipeline_pool_size win. TestRedisPipelinesKeepToTheConnectionBound
+// shows what the pipeline pool does on a server; a Cluster's node clients
+// and a Sentinel's failover client take the same options.
+func TestRedisClientShapesKeepTheBound(t *testing.T) {
+	t.Parallel()
+	const conns, timeout = 7, 300 * time.Millisecond
+	type shape struct{ pool, pipelines int }
+	cases := []struct {
+		name string
+		cfg  config.RedisConfig
+		want shape
+	}{
+		{"url", config.RedisConfig{URL: "redis://127.0.0.1:1"}, shape{conns, -1}},
+		{"url with its own pools", config.RedisConfig{URL: "redis://127.0.0.1:1?pool_size=3&pipeline_pool_size=2"}, shape{3, 2}},
+		{"cluster", config.RedisConfig{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}, shape{conns, -1}},
+		{"sentinel", config.RedisConfig{Addrs: []string{"127.0.0.1:1"}, MasterName: "m"}, shape{conns, -1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Timeout = timeout
+			rc, err := NewRedisClient(tc.cfg, conns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			var got shape
+			var read time.Duration
+			switch c := rc.(type) {
+			case *redis.Client:
+				o := c.Options()
+				got, read = shape{o.PoolSize, o.PipelinePoolSize}, o.ReadTimeout
+			case *redis.ClusterClient:
+				o := c.Options()
+				got, read = shape{o.PoolSize, o.PipelinePoolSize}, o.ReadTimeout
+			default:
+				t.Fatalf("client %T", rc)
+			}
+			if got != tc.want || read != redisIOTimeout(timeout) {
+				t.Errorf("pool %d, pipeline pool %d, read timeout %v; want %d, %d, %v",
+					got.pool, got.pipelines, read, tc.want.pool, tc.want.pipelines, redisIOTimeout(timeout))
+			}
+		})
+	}
+}
