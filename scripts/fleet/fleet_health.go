@@ -86,37 +86,19 @@ func (r *fleetRun) healthSample(ctx context.Context, nodes redisNodes) healthSam
 		}
 	}
 	began := time.Now()
+	snap := newRedisSnap()
 	for _, c := range nodes {
 		ictx, cancel := context.WithTimeout(ctx, healthEvery)
-		info, err := c.Info(ictx, "clients", "stats", "cpu", "commandstats").Result()
+		info, err := c.Info(ictx, snapInfo...).Result()
 		cancel()
 		if err != nil {
 			s.Unreachable = true
 			continue
 		}
-		for _, line := range strings.Split(info, "\n") {
-			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch name {
-			case "connected_clients":
-				s.Clients += n
-			case "blocked_clients":
-				s.Blocked += n
-			case "total_connections_received":
-				s.Connections += n
-			case "used_cpu_sys", "used_cpu_user":
-				f, _ := strconv.ParseFloat(v, 64)
-				s.CPUSeconds += f
-			case "cmdstat_hello":
-				calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-				n, _ = strconv.ParseInt(calls, 10, 64)
-				s.Hello += n
-			}
-		}
+		snap.add(info)
 	}
+	s.Clients, s.Blocked, s.Connections = snap.clients, snap.blocked, snap.connections
+	s.Hello, s.CPUSeconds = snap.cmds["hello"].Calls, snap.cpu
 	s.InfoMillis = float64(time.Since(began).Microseconds()) / 1000
 	return s
 }

@@ -34,11 +34,14 @@ import (
 // each master of a Cluster.
 type redisNodes []*redis.Client
 
-// redisSnap is INFO commandstats and cpu summed over the nodes.
+// redisSnap is INFO commandstats, cpu, clients and stats summed over the
+// nodes.
 type redisSnap struct {
 	at   time.Time
 	cmds map[string]redisCmd
 	cpu  float64 // used_cpu_sys + used_cpu_user, seconds
+	// connected_clients, blocked_clients, total_connections_received
+	clients, blocked, connections int64
 }
 
 type redisCmd struct {
@@ -46,48 +49,63 @@ type redisCmd struct {
 	Usec  int64 `json:"usec"`
 }
 
+// snapInfo is the INFO sections a redisSnap is made of.
+var snapInfo = []string{"commandstats", "cpu", "clients", "stats"}
+
 func (ns redisNodes) snap() (redisSnap, error) {
-	s := redisSnap{at: time.Now(), cmds: map[string]redisCmd{}}
+	s := newRedisSnap()
 	for _, c := range ns {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		info, err := c.Info(ctx, "commandstats", "cpu").Result()
+		info, err := c.Info(ctx, snapInfo...).Result()
 		cancel()
 		if err != nil {
 			return s, fmt.Errorf("redis info: %w", err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok {
-				continue
-			}
-			switch {
-			case strings.HasPrefix(name, "cmdstat_"):
-				cmd := strings.TrimPrefix(name, "cmdstat_")
-				if cmd == "info" || cmd == "monitor" {
-					continue // the simulation's own
-				}
-				var rc redisCmd
-				for _, kv := range strings.Split(rest, ",") {
-					k, v, _ := strings.Cut(kv, "=")
-					n, _ := strconv.ParseInt(v, 10, 64)
-					switch k {
-					case "calls":
-						rc.Calls = n
-					case "usec":
-						rc.Usec = n
-					}
-				}
-				c := s.cmds[cmd]
-				c.Calls += rc.Calls
-				c.Usec += rc.Usec
-				s.cmds[cmd] = c
-			case name == "used_cpu_sys" || name == "used_cpu_user":
-				f, _ := strconv.ParseFloat(rest, 64)
-				s.cpu += f
-			}
-		}
+		s.add(info)
 	}
 	return s, nil
+}
+
+func newRedisSnap() redisSnap { return redisSnap{at: time.Now(), cmds: map[string]redisCmd{}} }
+
+// add sums one node's INFO (snapInfo) into s.
+func (s *redisSnap) add(info string) {
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "cmdstat_"):
+			cmd := strings.TrimPrefix(name, "cmdstat_")
+			if cmd == "info" || cmd == "monitor" {
+				continue // the simulation's own
+			}
+			var rc redisCmd
+			for _, kv := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "calls":
+					rc.Calls = parseInt(v)
+				case "usec":
+					rc.Usec = parseInt(v)
+				}
+			}
+			c := s.cmds[cmd]
+			c.Calls += rc.Calls
+			c.Usec += rc.Usec
+			s.cmds[cmd] = c
+		case name == "used_cpu_sys" || name == "used_cpu_user":
+			f, _ := strconv.ParseFloat(rest, 64)
+			s.cpu += f
+		case name == "connected_clients":
+			s.clients += parseInt(rest)
+		case name == "blocked_clients":
+			s.blocked += parseInt(rest)
+		case name == "total_connections_received":
+			s.connections += parseInt(rest)
+		}
+	}
 }
 
 // redisDelta is the cost between two snaps.
@@ -717,4 +735,9 @@ func (s redisSnap) usage() redisUsage {
 		u.commands += c.Calls
 	}
 	return u
+}
+
+func parseInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }

@@ -56,3 +56,22 @@ func TestRedisDelta(t *testing.T) {
 		t.Errorf("delta %+v", d)
 	}
 }
+
+// TestRedisSnapAddsNodes: one node's INFO after another is summed: the
+// commands (but the simulation's own INFO and MONITOR), the CPU, the
+// clients, the blocked clients and the connections received.
+func TestRedisSnapAddsNodes(t *testing.T) {
+	s := newRedisSnap()
+	for _, info := range []string{
+		"# Clients\r\nconnected_clients:3\r\nblocked_clients:1\r\n# Stats\r\ntotal_connections_received:7\r\n# CPU\r\nused_cpu_sys:0.5\r\nused_cpu_user:0.25\r\n# Commandstats\r\ncmdstat_hello:calls=2,usec=10,usec_per_call=5.00\r\ncmdstat_info:calls=9,usec=90\r\n",
+		"connected_clients:4\r\nblocked_clients:0\r\ntotal_connections_received:5\r\nused_cpu_sys:1\r\ncmdstat_hello:calls=1,usec=4\r\ncmdstat_monitor:calls=1,usec=1\r\n",
+	} {
+		s.add(info)
+	}
+	if s.clients != 7 || s.blocked != 1 || s.connections != 12 || s.cpu != 1.75 {
+		t.Errorf("clients %d, blocked %d, connections %d, cpu %v; want 7, 1, 12, 1.75", s.clients, s.blocked, s.connections, s.cpu)
+	}
+	if got := s.cmds["hello"]; got != (redisCmd{Calls: 3, Usec: 14}) || len(s.cmds) != 1 {
+		t.Errorf("commands %v; want hello 3 calls, 14 µs, and nothing else", s.cmds)
+	}
+}
