@@ -14,7 +14,8 @@ import (
 // what an idle agent costs: one read per handoffBlock.
 const handoffBlock = 30 * time.Second
 
-// handoffTimeout bounds one Give or Forget, and a Take beyond its block.
+// handoffTimeout bounds one Forget, and a Take beyond its block. A Give is
+// bounded by its notice's hide instead (handOff).
 const handoffTimeout = 5 * time.Second
 
 // Results of a hand-off, the {result} label of
@@ -43,22 +44,45 @@ func (sq *sqsSource) ourHook(n notification) bool {
 	return n.Transition == transitionTerminating && (sq.cfg.HookName == "" || n.HookName == sq.cfg.HookName)
 }
 
+// What handOff did with a notice.
+type handOffResult int
+
+const (
+	notHanded     handOffResult = iota // not ours to hand, or the store said no in time: the caller handles it as before
+	handedOver                         // stored for its instance's agent: delete the message
+	handOffLapsed                      // the Give outlasted the notice's hide: it is visible again, leave it
+)
+
 // handOff gives another instance's terminating notice to that instance's
-// agent through Deps.Handoff. It reports whether the notice was stored, so
-// that the message may be deleted; otherwise (no hand-off configured, a
-// notice past its heartbeat timeout, no live agent for the instance, the
-// store failing) the caller handles it as before: orphan or visible again.
-func (sq *sqsSource) handOff(ctx context.Context, n notification, body string, log *slog.Logger) bool {
+// agent through Deps.Handoff. It reports handedOver once the notice is
+// stored, so that the message may be deleted; notHanded when there is
+// nothing to hand (no hand-off configured, a notice past its heartbeat
+// timeout) or the store answered no or failed while the notice was still
+// hidden: the caller handles it as before, orphan or visible again.
+//
+// The Give ends at hidden, when the receive's hide ends. A Give that waited
+// longer, on a slow Redis, let the next agent receive the notice and start
+// a Give of its own every receiveVisibility: a pile of Gives on the Redis
+// that was already slow, and a failed ChangeMessageVisibility for each on a
+// receipt no longer valid. Bounded, one agent at a time tries; a notice
+// whose Give lapses is back on the queue, where the pollers keep passing it
+// round until its own agent receives it or Redis answers in time.
+func (sq *sqsSource) handOff(ctx context.Context, n notification, body string, hidden time.Time, log *slog.Logger) handOffResult {
 	if sq.d.Handoff == nil || n.InstanceID == sq.d.InstanceID || !sq.ourHook(n) {
-		return false
+		return notHanded
 	}
 	if !n.Time.IsZero() && !sq.d.Clock.Now().Before(sq.orphanLimit(n)) {
-		return false
+		return notHanded
 	}
-	hctx, cancel := context.WithTimeout(ctx, handoffTimeout)
+	hctx, cancel := context.WithDeadline(ctx, hidden)
 	defer cancel()
 	handed, err := sq.d.Handoff.Give(hctx, n.InstanceID, body, sq.handoffTTL())
 	switch {
+	case err != nil && !time.Now().Before(hidden):
+		sq.m.handoffs.WithLabelValues(handoffError).Inc()
+		log.Warn("could not hand the lifecycle notice to its instance's agent before its hide ended; it is visible again",
+			"for_instance", n.InstanceID, "hidden_seconds", receiveVisibility.Seconds(), "err", err)
+		return handOffLapsed
 	case err != nil:
 		sq.m.handoffs.WithLabelValues(handoffError).Inc()
 		log.Warn("could not hand the lifecycle notice to its instance's agent; made visible again",
@@ -69,8 +93,9 @@ func (sq *sqsSource) handOff(ctx context.Context, n notification, body string, l
 	default:
 		sq.m.handoffs.WithLabelValues(handoffHanded).Inc()
 		log.Info("lifecycle notice handed to its instance's agent", "for_instance", n.InstanceID, "hook", n.HookName)
+		return handedOver
 	}
-	return err == nil && handed
+	return notHanded
 }
 
 // runHandoff reads the notices other agents handed to this instance, beside

@@ -331,7 +331,7 @@ func TestHandoffOfABatchAtOnce(t *testing.T) {
 		if err != nil || len(out.Messages) != len(others) {
 			t.Fatalf("receive = %d messages, %v; want %d", len(out.Messages), err, len(others))
 		}
-		mine, released := w.sqs.handleBatch(t.Context(), out.Messages)
+		mine, released := w.sqs.handleBatch(t.Context(), out.Messages, time.Now().Add(receiveVisibility))
 		if mine != nil || released {
 			t.Fatalf("handleBatch = %+v, released %v; want no trigger, nothing shown again", mine, released)
 		}
@@ -339,6 +339,110 @@ func TestHandoffOfABatchAtOnce(t *testing.T) {
 			if m := q.msg("note-" + id); !m.deleted {
 				t.Errorf("%s's notice not deleted: not handed over (gives %v)", id, h.givenTo())
 			}
+		}
+	})
+}
+
+// slowHandoff is a store that hangs every Give until its ctx ends while
+// slow is set (a Redis that answers late), and records each Give's span.
+type slowHandoff struct {
+	*fakeHandoff
+	mu    sync.Mutex
+	slow  bool
+	spans [][2]time.Time // start, end of each Give
+	hides []time.Duration
+}
+
+func (s *slowHandoff) Give(ctx context.Context, id, notice string, ttl time.Duration) (bool, error) {
+	start := time.Now()
+	s.mu.Lock()
+	slow := s.slow
+	if d, ok := ctx.Deadline(); ok {
+		s.hides = append(s.hides, d.Sub(start))
+	}
+	s.mu.Unlock()
+	var handed bool
+	var err error
+	if slow {
+		<-ctx.Done()
+		err = ctx.Err()
+	} else {
+		handed, err = s.fakeHandoff.Give(ctx, id, notice, ttl)
+	}
+	s.mu.Lock()
+	s.spans = append(s.spans, [2]time.Time{start, time.Now()})
+	s.mu.Unlock()
+	return handed, err
+}
+
+// TestHandoffEndsWithItsHide: while the store hangs, a Give lasts no longer
+// than the receive's hide (receiveVisibility), so two agents sharing the
+// queue never try to hand one notice at the same time, and a Give that
+// lapsed leaves the message alone (no ChangeMessageVisibility on a receipt
+// that another agent may hold by then). Once the store answers, the next
+// agent that receives the notice hands it over and deletes it.
+func TestHandoffEndsWithItsHide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newFakeSQS()
+		now := time.Now().UTC().Format(time.RFC3339)
+		q.send("note-i-2", `{"Origin":"AutoScalingGroup","Destination":"EC2","Time":"`+now+`","LifecycleActionToken":"tok-2",`+
+			`"AutoScalingGroupName":"web","LifecycleHookName":"drain","EC2InstanceId":"i-2","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING"}`)
+		h := &slowHandoff{fakeHandoff: newFakeHandoff("i-2"), slow: true}
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceSQS}
+		cfg.QueueURL = *sqsReceive.QueueUrl
+		cfg.HookName = "drain"
+		// The store hangs for handoffTimeout's worth of hides (a Give used to
+		// wait that long), then answers.
+		slowFor := 2 * handoffTimeout
+		ctx, cancel := context.WithTimeout(t.Context(), slowFor+10*foreignPause)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, id := range []string{"i-1", "i-3"} {
+			w, err := NewWatcher(cfg, Deps{SQS: q, Handoff: h, InstanceID: id, Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				if err := w.Run(ctx, func(tr Trigger) { t.Errorf("%s fired %+v; want nothing (not its instance)", id, tr) }); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		time.Sleep(slowFor)
+		h.mu.Lock()
+		h.slow = false
+		slowGives := len(h.spans)
+		h.mu.Unlock()
+		wg.Wait()
+
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if slowGives < 2 {
+			t.Fatalf("%d Gives while the store hung; want the notice passed round (at least 2)", slowGives)
+		}
+		for i, d := range h.hides {
+			if d > receiveVisibility {
+				t.Errorf("Give %d may wait %v; want at most the hide, %v", i, d, receiveVisibility)
+			}
+		}
+		for i := range h.spans {
+			for j := range i {
+				a, b := h.spans[j], h.spans[i]
+				if b[0].Before(a[1]) && a[0].Before(b[1]) {
+					t.Errorf("Gives %d (%v–%v) and %d (%v–%v) of one notice at the same time",
+						j, a[0].Sub(h.spans[0][0]), a[1].Sub(h.spans[0][0]), i, b[0].Sub(h.spans[0][0]), b[1].Sub(h.spans[0][0]))
+				}
+			}
+		}
+		if shown := len(q.callsFor("ChangeMessageVisibility", "note-i-2")); shown != 0 {
+			t.Errorf("%d ChangeMessageVisibility calls after lapsed Gives; want none (the hide ends by itself)", shown)
+		}
+		if m := q.msg("note-i-2"); !m.deleted {
+			t.Errorf("notice not deleted once the store answered (%d Gives, %d receives)", len(h.spans), m.receives)
+		}
+		if got := len(h.notices["i-2"]); got != 1 {
+			t.Errorf("handed %d times; want once", got)
 		}
 	})
 }

@@ -50,7 +50,7 @@ func (sq *sqsSource) runSQS(ctx context.Context, found chan<- Trigger) {
 		// which releases it when it comes too late. The calls run detached
 		// from ctx, which may have ended.
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		mine, released := sq.handleBatch(hctx, out.Messages)
+		mine, released := sq.handleBatch(hctx, out.Messages, time.Now().Add(receiveVisibility))
 		cancel()
 		if mine != nil {
 			found <- *mine
@@ -69,21 +69,22 @@ func (sq *sqsSource) runSQS(ctx context.Context, found chan<- Trigger) {
 // one after the other under a slow Redis could outlast receiveVisibility
 // and be received again by other agents. Notices that may be ours are
 // sorted in order, so a second action of this instance in the batch is told
-// from a duplicate of the first.
-func (sq *sqsSource) handleBatch(ctx context.Context, msgs []types.Message) (mine *Trigger, released bool) {
+// from a duplicate of the first. hidden is when the batch is visible again
+// (the receive's answer plus receiveVisibility): a hand-off ends by then.
+func (sq *sqsSource) handleBatch(ctx context.Context, msgs []types.Message, hidden time.Time) (mine *Trigger, released bool) {
 	var wg sync.WaitGroup
 	var others atomic.Bool
 	for _, msg := range msgs {
 		n, err := parseNotification(aws.ToString(msg.Body))
 		if err == nil && n.InstanceID != sq.d.InstanceID {
 			wg.Go(func() {
-				if _, rel := sq.handleMessage(ctx, msg, n, nil, nil); rel {
+				if _, rel := sq.handleMessage(ctx, msg, n, nil, nil, hidden); rel {
 					others.Store(true)
 				}
 			})
 			continue
 		}
-		tr, rel := sq.handleMessage(ctx, msg, n, err, mine)
+		tr, rel := sq.handleMessage(ctx, msg, n, err, mine, hidden)
 		if tr != nil {
 			mine = tr
 		}
@@ -102,8 +103,8 @@ func (sq *sqsSource) handleBatch(ctx context.Context, msgs []types.Message) (min
 // hand-off) or a process killed while SQS answered. With the queue's own
 // visibility timeout (30 s by default) such a notice stayed hidden that long
 // and its instance's drain started that much later. A notice whose sorting
-// outlasts it (a hand-off under a slow Redis) is received again by another
-// agent and handed over twice, which its agent reads once.
+// outlasts it would be received again by another agent while the first
+// still sorts it, so a hand-off gives up when the hide ends (handOff).
 const receiveVisibility = time.Second
 
 // malformedVisibility hides a message that is not a lifecycle notification
@@ -216,8 +217,9 @@ func (sq *sqsSource) orphaned(ctx context.Context, n notification, log *slog.Log
 // made visible again and never deleted, ours kept invisible and returned as
 // a trigger, malformed ones left to the queue's redrive policy. released
 // says the message was made visible again at once. n and err are
-// parseNotification of its body.
-func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, n notification, err error, mine *Trigger) (tr *Trigger, released bool) {
+// parseNotification of its body; hidden is when the message is visible
+// again unless sorted before.
+func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, n notification, err error, mine *Trigger, hidden time.Time) (tr *Trigger, released bool) {
 	id, receipt := aws.ToString(msg.MessageId), aws.ToString(msg.ReceiptHandle)
 	log := sq.log.With("message_id", id, "source", SourceSQS)
 	body := aws.ToString(msg.Body)
@@ -238,9 +240,14 @@ func (sq *sqsSource) handleMessage(ctx context.Context, msg types.Message, n not
 		return nil, false
 	case n.InstanceID != sq.d.InstanceID || n.Transition != transitionTerminating ||
 		(sq.cfg.HookName != "" && n.HookName != sq.cfg.HookName):
-		if sq.handOff(ctx, n, body, log) {
+		switch sq.handOff(ctx, n, body, hidden, log) {
+		case handedOver:
 			sq.deleteMessage(ctx, receipt, log)
 			return nil, false
+		case handOffLapsed:
+			// Visible again by now, or already received by another agent:
+			// a ChangeMessageVisibility would fail on the stale receipt.
+			return nil, true
 		}
 		if n.InstanceID != sq.d.InstanceID && sq.orphaned(ctx, n, log) {
 			log.Warn("lifecycle notification no agent will take: its instance is unclaimed and its action's heartbeat timeout has passed; deleted",
