@@ -97,6 +97,9 @@ type fleetOpts struct {
 	// shown to be the cause. Each notice's delay counts from its own
 	// Terminate, so the pace of the sends is not counted as the agents'.
 	senders int
+	// stall is how long Redis is held busy in chunks from the scale-in's
+	// start (stallRedis); 0 = never.
+	stall time.Duration
 	redisOpts
 }
 
@@ -125,6 +128,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&o.out, "out", envOr("FLEETSIM_OUT", "docs/results"), "directory of fleetsim.json and the SVGs")
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
 	fs.IntVar(&o.senders, "scale-in-senders", intEnv("FLEETSIM_SCALE_IN_SENDERS", 1), "Terminates of the scale-in sent at once (FLEETSIM_SCALE_IN_SENDERS)")
+	fs.DurationVar(&o.stall, "redis-stall", durEnv("FLEETSIM_REDIS_STALL", 0), "from the scale-in on, hold Redis busy this long in chunks of "+fleetStallChunk.String()+" every "+(fleetStallChunk+fleetStallGap).String()+" (a Redis answering late, below the agents' redis.timeout); 0 = never (FLEETSIM_REDIS_STALL)")
 	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
@@ -213,6 +217,8 @@ type fleetRun struct {
 	redis                                       *redisRes
 	notices                                     *noticeRes
 	health                                      health
+	stallNodes                                  redisNodes     // what -redis-stall holds busy
+	stalling                                    sync.WaitGroup // the stall, while it runs
 }
 
 type sentTask struct {
@@ -316,6 +322,8 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	var sendErr error
 	sending.Go(func() { sendErr = r.generate(sendCtx, l, tasks) })
 
+	r.stallNodes = prof.nodes
+	defer r.stalling.Wait()
 	if err := r.chaos(o); err != nil {
 		stopSending()
 		sending.Wait()
@@ -424,6 +432,14 @@ func (r *fleetRun) chaos(o fleetOpts) error {
 			// 300 sends at 1,000 agents took 26 s, which the delay counted
 			// as the agents').
 			r.scaleAt = time.Now()
+			if o.stall > 0 {
+				r.stalling.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), o.stall)
+					defer cancel()
+					n := stallRedis(ctx, r.stallNodes)
+					logf("redis stall over: %d chunks of %s in %s", n, fleetStallChunk, secs(time.Since(r.scaleAt)))
+				})
+			}
 			var g errgroup.Group
 			g.SetLimit(o.senders)
 			for _, fa := range r.role("scaled_in") {
