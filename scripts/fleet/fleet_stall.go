@@ -39,7 +39,7 @@ func stallRedis(ctx context.Context, nodes redisNodes) int {
 			for ctx.Err() == nil {
 				// Bounded by the chunk plus a margin, not by ctx: a script
 				// cut off mid-run would leave the connection's reply unread.
-				sctx, cancel := context.WithTimeout(context.Background(), fleetStallChunk+5*time.Second)
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fleetStallChunk+5*time.Second)
 				err := c.Eval(sctx, stallLua, nil, fleetStallChunk.Microseconds()).Err()
 				cancel()
 				if err != nil {
