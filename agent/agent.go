@@ -33,6 +33,9 @@ type Deps struct {
 	Source  queue.Source
 	Store   state.Store
 	Limiter *limiter.Limiter
+	// RedisServer samples INFO clients of the state store's Redis (the
+	// node nearest its maxclients); nil without Redis.
+	RedisServer func(context.Context) (serverClients, error)
 	// Watcher is nil when only the signal source is configured; Actor
 	// too, unless lifecycle.launch_hook_name is set.
 	Watcher *lifecycle.Watcher
@@ -148,6 +151,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ}
 	a.presence.nudge = make(chan struct{}, 1)
+	a.presence.server = d.RedisServer
 	a.buildGate()
 	if d.Watcher != nil {
 		a.presence.changed = d.Watcher.StateChanged

@@ -45,6 +45,14 @@ type presence struct {
 	nudge chan struct{}
 
 	up atomic.Bool
+
+	// server, when set (Redis), samples INFO clients of the node nearest
+	// its maxclients every serverClientsEvery, after a record write that
+	// succeeded: autodiag_redis_server_clients, and a warning on crossing
+	// nearMaxclients. serverAt and serverNear are the run loop's own.
+	server     func(context.Context) (serverClients, error)
+	serverAt   time.Time
+	serverNear bool
 }
 
 // run refreshes the record until done is closed, then writes it once more.
@@ -85,8 +93,42 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	p.up.Store(up)
 	if up {
 		p.m.redisUp.Set(1)
+		p.sampleServer(ctx)
 	} else {
 		p.m.redisUp.Set(0)
 		p.log.Warn("state store unreachable", "err", err)
 	}
+}
+
+// sampleServer reads the Redis node nearest its maxclients, when a sample
+// is due. An agent's pool holds up to workers + 6 connections per node and
+// keeps what it opened, so a fleet's bound is agents × that (docs/
+// operations.md, "Sizing Redis"); at maxclients the connections the pools
+// still open are closed by Redis at once, which the agents see only as
+// broken pipes.
+func (p *presence) sampleServer(ctx context.Context) {
+	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < serverClientsEvery) {
+		return
+	}
+	p.serverAt = time.Now()
+	var s serverClients
+	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
+		s, err = p.server(ctx)
+		return err
+	})
+	if err != nil {
+		p.log.Debug("could not read Redis's INFO clients", "err", err)
+		return
+	}
+	p.m.redisServer.WithLabelValues(serverConnected).Set(float64(s.connected))
+	p.m.redisServer.WithLabelValues(serverMax).Set(float64(s.max))
+	near := s.share() >= nearMaxclients
+	switch {
+	case near && !p.serverNear:
+		p.log.Warn("Redis is near its maxclients: connections the agents' pools open past it are closed at once (broken pipe); raise maxclients to agents × (workers + 6) or more",
+			"node", s.node, "connected_clients", s.connected, "maxclients", s.max, "doc", "docs/operations.md#sizing-redis")
+	case !near && p.serverNear:
+		p.log.Info("Redis is below its maxclients again", "node", s.node, "connected_clients", s.connected, "maxclients", s.max)
+	}
+	p.serverNear = near
 }

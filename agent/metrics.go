@@ -21,6 +21,9 @@ type metrics struct {
 	drainDuration prometheus.Gauge
 	drainDeadline prometheus.Gauge
 	redisUp       prometheus.Gauge
+	// redisServer is INFO clients of the Redis node nearest its
+	// maxclients, sampled by presence: {kind} connected and max.
+	redisServer   *prometheus.GaugeVec
 	stateDegraded *prometheus.CounterVec
 }
 
@@ -67,6 +70,10 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 			Name: "autodiag_drain_deadline_timestamp_seconds",
 			Help: "Unix time of the drain's deadline (lifecycle.drain_timeout after its start, or earlier when the trigger says so); 0 before a drain.",
 		}),
+		redisServer: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "autodiag_redis_server_clients",
+			Help: "Client connections of the Redis node nearest its maxclients, as its INFO clients says (kind: connected, max), sampled every minute; 0 without Redis.",
+		}, []string{"kind"}),
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "autodiag_redis_up",
 			Help: "1 when the state store answered its last ping (always 1 for in-memory state).",
@@ -79,6 +86,8 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 	for _, op := range stateOps {
 		m.stateDegraded.WithLabelValues(op)
 	}
+	m.redisServer.WithLabelValues(serverConnected)
+	m.redisServer.WithLabelValues(serverMax)
 	for _, d := range append(slices.Clone(diagnostics), worker.UnknownDiagnostic) {
 		for _, o := range outcome.All() {
 			m.outcomes.WithLabelValues(d, o)
@@ -88,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 		m.duration.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer)
 	}
 	return m
 }

@@ -2,10 +2,17 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/rediswait"
 )
 
 // Results of a dial, the {result} label of
@@ -77,4 +84,106 @@ func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) (opene
 		reg.MustRegister(d.opened, open)
 	}
 	return d.opened, open
+}
+
+// The {kind} label of autodiag_redis_server_clients.
+const (
+	serverConnected = "connected"
+	serverMax       = "max"
+)
+
+// serverClientsEvery is how often presence samples INFO clients: a
+// fleet's pools fill over minutes, and 1,000 agents then send Redis 17
+// INFO a second.
+const serverClientsEvery = time.Minute
+
+// nearMaxclients is the share of maxclients at which the agent warns. A
+// Redis at maxclients accepts a connection, answers its first command
+// with an error and closes it: the agent sees only "broken pipe" or
+// "connection reset", and redials.
+const nearMaxclients = 0.9
+
+// serverClients is what INFO clients says of one Redis node.
+type serverClients struct {
+	node           string
+	connected, max int64
+}
+
+// share is connected over maxclients; 0 when maxclients is unknown.
+func (s serverClients) share() float64 {
+	if s.max <= 0 {
+		return 0
+	}
+	return float64(s.connected) / float64(s.max)
+}
+
+// parseInfoClients reads connected_clients and maxclients (Redis 7.0 and
+// later; 0 before) from INFO clients.
+func parseInfoClients(node, info string) (serverClients, error) {
+	s := serverClients{node: node}
+	found := false
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		var p *int64
+		switch k {
+		case "connected_clients":
+			p, found = &s.connected, true
+		case "maxclients":
+			p = &s.max
+		default:
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return s, fmt.Errorf("INFO clients of %s: %s: %w", node, k, err)
+		}
+		*p = n
+	}
+	if !found {
+		return s, fmt.Errorf("INFO clients of %s: no connected_clients", node)
+	}
+	return s, nil
+}
+
+// redisServerClients returns the sampler presence calls: INFO clients of
+// every node (each master of a Cluster), the one nearest its maxclients.
+// It stops waiting when ctx ends (a late reply keeps its connection, as
+// every Redis call of the agent does).
+func redisServerClients(rc redis.UniversalClient) func(context.Context) (serverClients, error) {
+	direct := rediswait.HonoursDeadlines(rc)
+	return func(ctx context.Context) (serverClients, error) {
+		return rediswait.Do(ctx, direct, func(ctx context.Context) (serverClients, error) {
+			var mu sync.Mutex
+			var top serverClients
+			first := true
+			one := func(ctx context.Context, c *redis.Client) error {
+				info, err := c.Info(ctx, "clients").Result()
+				if err != nil {
+					return err
+				}
+				s, err := parseInfoClients(c.Options().Addr, info)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if first || s.share() > top.share() {
+					top, first = s, false
+				}
+				return nil
+			}
+			var err error
+			if cc, ok := rc.(*redis.ClusterClient); ok {
+				err = cc.ForEachMaster(ctx, one)
+			} else if c, ok := rc.(*redis.Client); ok {
+				err = one(ctx, c)
+			} else {
+				err = fmt.Errorf("INFO clients: %T is not a client of one server or a Cluster", rc)
+			}
+			return top, err
+		})
+	}
 }

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/drain"
+	"github.com/autodiag/autodiag/internal/harness"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -106,3 +111,140 @@ func nodeOf(ctx context.Context, t *testing.T, rc redis.UniversalClient, key str
 	t.Fatalf("client %T", rc)
 	return nil
 }
+
+// TestRedisServerClients: the sampler reads INFO clients of a server and of
+// every master of a Cluster, and reports a node, its connections and its
+// maxclients as CONFIG GET says.
+func TestRedisServerClients(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		cfg  func() config.RedisConfig
+	}{
+		{"server", func() config.RedisConfig { return config.RedisConfig{URL: "redis://" + testenv.RedisAddr(t)} }},
+		{"cluster", func() config.RedisConfig { return config.RedisConfig{Addrs: testenv.RedisClusterAddrs(t)} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			rc, err := NewRedisClient(tc.cfg(), 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rc.Close() })
+			s, err := redisServerClients(rc)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := redis.NewClient(&redis.Options{Addr: s.node})
+			defer node.Close()
+			cfg, err := node.ConfigGet(ctx, "maxclients").Result()
+			if err != nil {
+				t.Fatalf("CONFIG GET maxclients of %q: %v", s.node, err)
+			}
+			if want, _ := strconv.ParseInt(cfg["maxclients"], 10, 64); s.max != want || want == 0 {
+				t.Errorf("max = %d; want %s (CONFIG GET of %s)", s.max, cfg["maxclients"], s.node)
+			}
+			if s.connected < 1 || s.connected > s.max {
+				t.Errorf("connected = %d; want 1 to %d", s.connected, s.max)
+			}
+		})
+	}
+}
+
+func TestParseInfoClients(t *testing.T) {
+	s, err := parseInfoClients("n", "# Clients\r\nconnected_clients:9\r\ncluster_connections:0\r\nmaxclients:10\r\nblocked_clients:0\r\n")
+	if err != nil || s.connected != 9 || s.max != 10 || s.share() != 0.9 {
+		t.Errorf("Redis 7 INFO: %+v, %v; want 9 of 10", s, err)
+	}
+	// Before Redis 7.0 INFO clients has no maxclients: no share, no warning.
+	if s, err := parseInfoClients("n", "# Clients\r\nconnected_clients:9\r\n"); err != nil || s.max != 0 || s.share() != 0 {
+		t.Errorf("Redis 6 INFO: %+v, %v; want 9, max unknown", s, err)
+	}
+	for _, bad := range []string{"# Clients\r\n", "connected_clients:x\r\n"} {
+		if _, err := parseInfoClients("n", bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestPresenceWarnsNearMaxclients: the instance heartbeat samples the
+// server's clients into autodiag_redis_server_clients and warns once when
+// they reach nearMaxclients of maxclients (past it Redis closes the pools'
+// new connections at once, which the agent sees only as broken pipes),
+// and says so again when they fall back. A server of the test's own:
+// maxclients is changed.
+func TestPresenceWarnsNearMaxclients(t *testing.T) {
+	t.Parallel()
+	srv, err := harness.StartRedis(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Kill)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const maxclients = 10
+	admin := srv.Client()
+	defer admin.Close()
+	if err := admin.ConfigSet(ctx, "maxclients", strconv.Itoa(maxclients)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := NewRedisClient(config.RedisConfig{URL: "redis://" + srv.Addr}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Close() })
+	var logs testenv.LockedBuffer
+	p := &presence{store: state.NewRedis(rc, state.RedisOptions{Prefix: "autodiag-test:"}), storeTimeout: 2 * time.Second,
+		drain: drain.New(drain.Config{}), outcomes: noneInFlight{}, m: newMetrics(nil, nil),
+		log: slog.New(slog.NewJSONHandler(&logs, nil)), instanceID: "i-1", server: redisServerClients(rc)}
+	gauge := func(kind string) float64 { return testutil.ToFloat64(p.m.redisServer.WithLabelValues(kind)) }
+	beat := func() {
+		p.serverAt = time.Time{} // a sample due at every beat here
+		p.put(ctx, time.Minute)
+		if !p.up.Load() {
+			t.Fatalf("record write failed: %s", logs.String())
+		}
+	}
+	beat()
+	below := gauge(serverConnected)
+	if below < 2 || gauge(serverMax) != maxclients {
+		t.Fatalf("sampled connected %v, max %v; want ≥ 2 (the test's and the agent's), %d", below, gauge(serverMax), maxclients)
+	}
+	if strings.Contains(logs.String(), "near its maxclients") {
+		t.Fatalf("warned at %v of %d: %s", below, maxclients, logs.String())
+	}
+	// Other clients take the server to its maxclients.
+	var held []*redis.Client
+	for range maxclients - int(below) {
+		c := srv.Client()
+		held = append(held, c)
+		_ = c.Ping(ctx).Err() // the last ones may be refused: at maxclients
+	}
+	beat()
+	if got := gauge(serverConnected); got < nearMaxclients*maxclients {
+		t.Fatalf("sampled connected %v with the server full; want ≥ %v", got, nearMaxclients*maxclients)
+	}
+	beat() // still near: no second warning
+	if n := strings.Count(logs.String(), "near its maxclients"); n != 1 {
+		t.Fatalf("%d warnings near maxclients over two samples; want 1: %s", n, logs.String())
+	}
+	for _, c := range held {
+		_ = c.Close()
+	}
+	if !harness.Until(10*time.Second, func() bool {
+		beat()
+		return gauge(serverConnected) < nearMaxclients*maxclients
+	}) {
+		t.Fatalf("connections still sampled at %v after the other clients closed", gauge(serverConnected))
+	}
+	if !strings.Contains(logs.String(), "below its maxclients again") {
+		t.Fatalf("no word when the connections fell back: %s", logs.String())
+	}
+}
+
+type noneInFlight struct{}
+
+func (noneInFlight) InFlight() int { return 0 }

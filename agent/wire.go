@@ -336,7 +336,11 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		return nil, nil, err
 	}
 
-	d := Deps{Source: src, Store: store, Limiter: lim, InstanceID: instanceID, Version: o.Version,
+	var server func(context.Context) (serverClients, error)
+	if rc != nil {
+		server = redisServerClients(rc)
+	}
+	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv}
 	if cfg.NeedsActor() {
