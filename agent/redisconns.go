@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -118,22 +117,16 @@ func (s serverClients) share() float64 {
 }
 
 // parseInfoClients reads connected_clients and maxclients (Redis 7.0 and
-// later; 0 before) from INFO clients.
-func parseInfoClients(node, info string) (serverClients, error) {
+// later; 0 before) from the Clients section of INFO, as go-redis's InfoMap
+// splits it.
+func parseInfoClients(node string, clients map[string]string) (serverClients, error) {
 	s := serverClients{node: node}
-	found := false
-	for line := range strings.Lines(info) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+	if _, ok := clients["connected_clients"]; !ok {
+		return s, fmt.Errorf("INFO clients of %s: no connected_clients", node)
+	}
+	for k, p := range map[string]*int64{"connected_clients": &s.connected, "maxclients": &s.max} {
+		v, ok := clients[k]
 		if !ok {
-			continue
-		}
-		var p *int64
-		switch k {
-		case "connected_clients":
-			p, found = &s.connected, true
-		case "maxclients":
-			p = &s.max
-		default:
 			continue
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -141,9 +134,6 @@ func parseInfoClients(node, info string) (serverClients, error) {
 			return s, fmt.Errorf("INFO clients of %s: %s: %w", node, k, err)
 		}
 		*p = n
-	}
-	if !found {
-		return s, fmt.Errorf("INFO clients of %s: no connected_clients", node)
 	}
 	return s, nil
 }
@@ -160,11 +150,11 @@ func redisServerClients(rc redis.UniversalClient) func(context.Context) (serverC
 			var top serverClients
 			first := true
 			one := func(ctx context.Context, c *redis.Client) error {
-				info, err := c.Info(ctx, "clients").Result()
+				info, err := c.InfoMap(ctx, "clients").Result()
 				if err != nil {
 					return err
 				}
-				s, err := parseInfoClients(c.Options().Addr, info)
+				s, err := parseInfoClients(c.Options().Addr, info["Clients"])
 				if err != nil {
 					return err
 				}

@@ -155,17 +155,17 @@ func TestRedisServerClients(t *testing.T) {
 }
 
 func TestParseInfoClients(t *testing.T) {
-	s, err := parseInfoClients("n", "# Clients\r\nconnected_clients:9\r\ncluster_connections:0\r\nmaxclients:10\r\nblocked_clients:0\r\n")
+	s, err := parseInfoClients("n", map[string]string{"connected_clients": "9", "cluster_connections": "0", "maxclients": "10", "blocked_clients": "0"})
 	if err != nil || s.connected != 9 || s.max != 10 || s.share() != 0.9 {
 		t.Errorf("Redis 7 INFO: %+v, %v; want 9 of 10", s, err)
 	}
 	// Before Redis 7.0 INFO clients has no maxclients: no share, no warning.
-	if s, err := parseInfoClients("n", "# Clients\r\nconnected_clients:9\r\n"); err != nil || s.max != 0 || s.share() != 0 {
+	if s, err := parseInfoClients("n", map[string]string{"connected_clients": "9"}); err != nil || s.max != 0 || s.share() != 0 {
 		t.Errorf("Redis 6 INFO: %+v, %v; want 9, max unknown", s, err)
 	}
-	for _, bad := range []string{"# Clients\r\n", "connected_clients:x\r\n"} {
+	for _, bad := range []map[string]string{nil, {"connected_clients": "x"}, {"connected_clients": "9", "maxclients": "x"}} {
 		if _, err := parseInfoClients("n", bad); err == nil {
-			t.Errorf("%q: no error", bad)
+			t.Errorf("%v: no error", bad)
 		}
 	}
 }
