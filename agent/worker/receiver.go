@@ -40,8 +40,9 @@ type receiver struct {
 	accept   func(*queue.Message)
 	trace    traceOptions
 	// polls is how many receives may be in flight at once while the
-	// queue has a backlog (at least 1): enough batches to fill the
-	// workers, ceil(workers / batch).
+	// queue has a backlog (at least 1): enough batches for a round trip's
+	// worth of the workers' messages and the batch gathered meanwhile (the
+	// window's most beyond base), ceil((workers + batch) / batch).
 	polls int
 	// receiving counts receives in flight: their messages are work on
 	// its way, as much as the buffered ones.

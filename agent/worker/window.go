@@ -27,18 +27,24 @@ const rateInterval = 250 * time.Millisecond
 // workers go on taking messages at the rate they take them; so that a
 // worker that frees up finds a message rather than a receive still on
 // its way (Little's law), the extra grows to base plus the messages taken
-// during one round trip (rate × round trip), at most workers. Where a
-// task runs far longer than a receive's round trip that product is below
-// one and the window stays at workers + base; it grows only for tasks
-// that end within a few round trips, and holds no more than about one
-// round trip's worth of them beyond base.
+// during one round trip (rate × round trip, at most workers). A receive
+// also leaves only once it has gathered a batch of free slots
+// (receiver.gather) while the workers still have work, and the slots it
+// gathers feed no worker meanwhile: where a round trip carries at least
+// one message's worth of work, the extra holds a batch more for them. So
+// the extra is at most base + workers + batch. Where a task runs far
+// longer than a receive's round trip the product is below one and the
+// window stays at workers + base; it grows only for tasks that end within
+// a few round trips, and holds no more than about one round trip's worth
+// of them and a batch beyond base.
 type window struct {
 	now func() time.Time
 	// gauge shows the limit (autodiag_tasks_receive_window); nil = none.
 	gauge prometheus.Gauge
-	// workers, base and most: the window is workers + extra, base ≤
-	// extra ≤ most.
-	workers, base, most int64
+	// workers, base and batch: the window is workers + extra, base ≤
+	// extra ≤ base + workers + batch; batch is the most one receive asks
+	// for.
+	workers, base, batch int64
 
 	mu    sync.Mutex
 	held  int64
@@ -57,11 +63,12 @@ type window struct {
 	rtt time.Duration
 }
 
-// newWindow is the receive window of workers, starting at workers +
-// max(1, workers/4); gauge, when not nil, follows its size.
-func newWindow(workers int64, now func() time.Time, gauge prometheus.Gauge) *window {
+// newWindow is the receive window of workers fed by receives of up to
+// batch messages, starting at workers + max(1, workers/4); gauge, when not
+// nil, follows its size.
+func newWindow(workers, batch int64, now func() time.Time, gauge prometheus.Gauge) *window {
 	base := max(1, workers/4)
-	w := &window{now: now, gauge: gauge, workers: workers, base: base, most: max(base, workers),
+	w := &window{now: now, gauge: gauge, workers: workers, base: base, batch: batch,
 		limit: workers + base, changed: make(chan struct{})}
 	w.show()
 	return w
@@ -142,9 +149,12 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 		return
 	}
 	rate := float64(w.count) / elapsed.Seconds()
-	extra := w.base + int64(math.Round(rate*w.rtt.Seconds()))
+	extra := w.base
+	if trip := int64(math.Round(rate * w.rtt.Seconds())); trip > 0 {
+		extra += min(trip, w.workers) + w.batch
+	}
 	w.epoch, w.count, w.rtt = now, 0, 0
-	limit := w.workers + min(extra, w.most)
+	limit := w.workers + extra
 	if limit == w.limit {
 		return
 	}

@@ -116,7 +116,7 @@ func New(o Options) *Worker {
 	outcomes := &outcomeRecorder{log: o.Logger, m: o.Metrics, store: o.Store, clock: o.Clock, instanceID: o.InstanceID,
 		timeout: o.StoreTimeout, counts: map[string]int64{}, known: known, redactor: o.Redactor}
 	workers := int64(o.Workers)
-	receive := newWindow(workers, o.Clock.Now, o.Metrics.ReceiveWindow)
+	receive := newWindow(workers, int64(max(1, o.BatchSize)), o.Clock.Now, o.Metrics.ReceiveWindow)
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing}
@@ -136,7 +136,7 @@ func New(o Options) *Worker {
 		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
 	r := &receiver{src: o.Source, slots: receive, observe: receive.received, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
-		polls: int((workers + int64(o.BatchSize) - 1) / int64(max(1, o.BatchSize)))}
+		polls: int((workers + 2*int64(max(1, o.BatchSize)) - 1) / int64(max(1, o.BatchSize)))}
 	return &Worker{receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
 		instanceID: o.InstanceID, storeTimeout: o.StoreTimeout}
 }
