@@ -143,9 +143,9 @@ func parseInfoClients(node string, clients map[string]string) (serverClients, er
 // It stops waiting when ctx ends (a late reply keeps its connection, as
 // every Redis call of the agent does).
 func redisServerClients(rc redis.UniversalClient) func(context.Context) (serverClients, error) {
-	direct := rediswait.HonoursDeadlines(rc)
+	w := rediswait.For(rc)
 	return func(ctx context.Context) (serverClients, error) {
-		return rediswait.Do(ctx, direct, func(ctx context.Context) (serverClients, error) {
+		return rediswait.Do(ctx, w, func(ctx context.Context) (serverClients, error) {
 			var mu sync.Mutex
 			var top serverClients
 			first := true

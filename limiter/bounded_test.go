@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/internal/clock"
+	"github.com/autodiag/autodiag/internal/rediswait"
 )
 
 // TestBoundedAfterPause: a decision whose call ended after more than twice
@@ -20,7 +21,7 @@ func TestBoundedAfterPause(t *testing.T) {
 	const timeout = time.Second
 	synctest.Test(t, func(t *testing.T) {
 		n := 0
-		v, err := bounded(context.Background(), timeout, true, "allow.lua", func(ctx context.Context) (int, error) {
+		v, err := bounded(context.Background(), timeout, rediswait.OnCaller(), "allow.lua", func(ctx context.Context) (int, error) {
 			n++
 			if n == 1 {
 				time.Sleep(clock.StoppedAfter*timeout + time.Millisecond) // stopped mid-call
@@ -33,7 +34,7 @@ func TestBoundedAfterPause(t *testing.T) {
 		}
 
 		n = 0
-		_, err = bounded(context.Background(), timeout, true, "allow.lua", func(ctx context.Context) (int, error) {
+		_, err = bounded(context.Background(), timeout, rediswait.OnCaller(), "allow.lua", func(ctx context.Context) (int, error) {
 			n++
 			<-ctx.Done()
 			return 0, ctx.Err()
@@ -45,7 +46,7 @@ func TestBoundedAfterPause(t *testing.T) {
 		parent, cancel := context.WithTimeout(context.Background(), 2*timeout)
 		defer cancel()
 		n = 0
-		_, err = bounded(parent, timeout, true, "allow.lua", func(ctx context.Context) (int, error) {
+		_, err = bounded(parent, timeout, rediswait.OnCaller(), "allow.lua", func(ctx context.Context) (int, error) {
 			n++
 			time.Sleep(5 * timeout) // stopped past the caller's deadline too
 			return 0, ctx.Err()

@@ -235,7 +235,7 @@ func TestTimeoutBoundsCall(t *testing.T) {
 				DialTimeout:           time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, PoolTimeout: time.Hour})
 			t.Cleanup(func() { _ = c.Close() })
 			b := NewRedis(c, "autodiag:")
-			if direct := b.bounded; direct != tc.wantDirect {
+			if direct := b.waiter.Direct(); direct != tc.wantDirect {
 				t.Fatalf("direct call = %v, want %v", direct, tc.wantDirect)
 			}
 			l, err := New(failCfg(), b, Options{Timeout: 100 * time.Millisecond})

@@ -60,9 +60,10 @@ var (
 type Redis struct {
 	c      redis.Scripter
 	prefix string
-	// bounded: c turns a context deadline into its pool-wait, dial, read
-	// and write deadlines, so a call can run on the caller's goroutine.
-	bounded bool
+	// waiter: direct when c turns a context deadline into its pool-wait,
+	// dial, read and write deadlines, so a call can run on the caller's
+	// goroutine; else the goroutines a call's reply is read on.
+	waiter rediswait.Waiter
 	// logMax is the largest window count kept as a log in the rule's state
 	// string; a larger window is a sorted set of its own. The log costs a
 	// copy of every entry per decision (about 10 µs more per 100 entries
@@ -95,7 +96,7 @@ const defaultWindowLogMax = 64
 // that the decision stops waiting for at the timeout, and that reads the
 // reply when it comes (see internal/rediswait).
 func NewRedis(client redis.Scripter, prefix string) *Redis {
-	b := &Redis{c: client, prefix: prefix, bounded: rediswait.HonoursDeadlines(client), logMax: defaultWindowLogMax}
+	b := &Redis{c: client, prefix: prefix, waiter: rediswait.For(client), logMax: defaultWindowLogMax}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		b.split = true
@@ -173,7 +174,7 @@ func (b *Redis) countInService(parent context.Context, o *op, timeout time.Durat
 		if r.concPct == 0 {
 			continue
 		}
-		n, err := bounded(parent, timeout, b.bounded, "zcount", func(ctx context.Context) (int64, error) {
+		n, err := bounded(parent, timeout, b.waiter, "zcount", func(ctx context.Context) (int64, error) {
 			c, ok := b.c.(redis.Cmdable)
 			if !ok {
 				return 0, fmt.Errorf("count agents in service: client %T cannot run plain commands", b.c)
@@ -203,25 +204,25 @@ func (b *Redis) call(parent context.Context, timeout time.Duration, keys []strin
 		}
 		return parseReply(reply, dst)
 	}
-	return bounded(parent, timeout, b.bounded, "allow.lua", run)
+	return bounded(parent, timeout, b.waiter, "allow.lua", run)
 }
 
 // bounded runs f under timeout: on the caller's goroutine when the client
-// honours deadlines (direct), else on a goroutine of its own that is
-// abandoned at the timeout. A call that timed out after more than ten
+// honours deadlines (w is direct), else on another goroutine (one of w's)
+// that is abandoned at the timeout. A call that timed out after more than ten
 // times the timeout timed out because this process did not run (stopped, or
 // starved of CPU), not because of Redis: it is made once more before the
 // timeout counts as an outage (the breaker, the fail mode). Had the first
 // call run on the server, the decision is taken twice: what it consumes
 // (quota, window) is counted twice, on the side of caution.
-func bounded[T any](parent context.Context, timeout time.Duration, direct bool, script string, f func(context.Context) (T, error)) (T, error) {
+func bounded[T any](parent context.Context, timeout time.Duration, w rediswait.Waiter, script string, f func(context.Context) (T, error)) (T, error) {
 	if timeout <= 0 {
 		return f(parent)
 	}
 	start := time.Now()
-	res, err := boundedOnce(parent, timeout, direct, script, f)
+	res, err := boundedOnce(parent, timeout, w, script, f)
 	if errors.Is(err, errTimeout) && clock.Stopped(start, timeout) {
-		res, err = boundedOnce(parent, timeout, direct, script, f)
+		res, err = boundedOnce(parent, timeout, w, script, f)
 	}
 	return res, err
 }
@@ -239,10 +240,10 @@ func ended(ctx context.Context) error {
 	return nil
 }
 
-func boundedOnce[T any](parent context.Context, timeout time.Duration, direct bool, script string, f func(context.Context) (T, error)) (T, error) {
+func boundedOnce[T any](parent context.Context, timeout time.Duration, w rediswait.Waiter, script string, f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	res, err := rediswait.Do(ctx, direct, f)
+	res, err := rediswait.Do(ctx, w, f)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		var zero T
 		if perr := ended(parent); perr != nil {
@@ -342,7 +343,7 @@ func parseReply(s string, dst []ruleResult) (result, error) {
 // held runs held.lua, one call per tag on a Cluster.
 func (b *Redis) held(ctx context.Context, h *heldOp, timeout time.Duration) error {
 	for _, c := range b.heldCalls(h) {
-		_, err := bounded(ctx, timeout, b.bounded, "held.lua", func(ctx context.Context) (int64, error) {
+		_, err := bounded(ctx, timeout, b.waiter, "held.lua", func(ctx context.Context) (int64, error) {
 			n, err := c.Script.Run(ctx, b.c, c.Keys, c.Args...).Int64()
 			if err != nil {
 				return 0, fmt.Errorf("redis evalsha held.lua: %w", err)
@@ -410,7 +411,7 @@ func (b *Redis) heldCalls(h *heldOp) []ScriptCall {
 
 // inspect reads one rule's slots and breaker for tag.
 func (b *Redis) inspect(ctx context.Context, tag string, r *ruleOp, now int64, timeout time.Duration) (ruleState, error) {
-	return bounded(ctx, timeout, b.bounded, "inspect", func(ctx context.Context) (ruleState, error) {
+	return bounded(ctx, timeout, b.waiter, "inspect", func(ctx context.Context) (ruleState, error) {
 		var st ruleState
 		c, ok := b.c.(redis.Cmdable)
 		if !ok {

@@ -89,10 +89,10 @@ type RedisOutbox struct {
 	dead   string
 	mu     sync.Mutex
 	queues map[string]*streamq.Queue // by sink
-	// direct: c cuts a call at its context's deadline itself; otherwise
+	// waiter: c cuts a call at its context's deadline itself; otherwise
 	// Enqueue waits for its reply at most until its context ends
 	// (rediswait), as its callers on a task's or a drain's path expect.
-	direct bool
+	waiter rediswait.Waiter
 }
 
 var _ Outbox = (*RedisOutbox)(nil)
@@ -114,7 +114,7 @@ func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
 	}
 	p := o.Prefix + "{notify}:"
 	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*streamq.Queue{},
-		direct: rediswait.HonoursDeadlines(c)}
+		waiter: rediswait.For(c)}
 }
 
 // queue is the work queue of sink.
@@ -140,7 +140,7 @@ func (r *RedisOutbox) Enqueue(ctx context.Context, entries []Entry) ([]string, e
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	refs, err := rediswait.Do(ctx, r.direct, func(ctx context.Context) ([]string, error) {
+	refs, err := rediswait.Do(ctx, r.waiter, func(ctx context.Context) ([]string, error) {
 		var cmds []*redis.StringCmd
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			cmds = r.AddTo(ctx, p, entries)

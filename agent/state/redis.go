@@ -145,11 +145,11 @@ type Redis struct {
 	// oneNode: every key is on one server (not a Cluster or a Ring), so
 	// one script may touch keys of different hash tags.
 	oneNode bool
-	// direct: c cuts a call at its context's deadline itself
+	// waiter: c cuts a call at its context's deadline itself
 	// (ContextTimeoutEnabled), so a call runs on its caller's goroutine;
 	// otherwise each call waits for its reply at most until its context
-	// ends (wait).
-	direct bool
+	// ends (wait), read on one of waiter's goroutines.
+	waiter rediswait.Waiter
 	// trimDue is when PutInstance next trims the instance index (Unix ms
 	// of the store's clock; 0 = at the next write).
 	trimDue atomic.Int64
@@ -194,7 +194,7 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	_, oneNode := client.(*redis.Client)
 	k := keys{prefix: o.Prefix, auditShards: o.AuditShards, instanceShards: o.InstanceShards,
 		auditMaxLen: o.AuditMaxLen, maxInstances: o.MaxInstances}
-	return &Redis{c: client, o: o, k: k, oneNode: oneNode, direct: rediswait.HonoursDeadlines(client)}
+	return &Redis{c: client, o: o, k: k, oneNode: oneNode, waiter: rediswait.For(client)}
 }
 
 // keys names the store's Redis keys (docs/redis-keys.md) from its

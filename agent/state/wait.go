@@ -17,7 +17,7 @@ import (
 // ended. f must not write anything its caller reads: every exported call
 // of Redis is its parameters in, its results out.
 func wait[T any](ctx context.Context, r *Redis, op, id string, f func(context.Context) (T, error)) (T, error) {
-	v, err := rediswait.Do(ctx, r.direct, f)
+	v, err := rediswait.Do(ctx, r.waiter, f)
 	if errors.Is(err, rediswait.ErrNoReply) {
 		if id != "" {
 			op += " " + id

@@ -3,6 +3,8 @@ package rediswait
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,7 +34,7 @@ func TestDo(t *testing.T) {
 				defer cancel()
 				ended := make(chan error, 1)
 				start := time.Now()
-				got, err := Do(ctx, tc.direct, func(ctx context.Context) (int, error) {
+				got, err := Do(ctx, Waiter{direct: tc.direct}, func(ctx context.Context) (int, error) {
 					// A client that cuts at the deadline (direct) stops there;
 					// one that does not reads its late answer.
 					t := time.NewTimer(tc.answerIn)
@@ -76,7 +78,7 @@ func TestDo(t *testing.T) {
 // caller's goroutine.
 func TestDoWithoutDeadline(t *testing.T) {
 	inCall := make(chan struct{})
-	got, err := Do(context.Background(), false, func(context.Context) (int, error) { close(inCall); return 1, nil })
+	got, err := Do(context.Background(), Waiter{}, func(context.Context) (int, error) { close(inCall); return 1, nil })
 	if got != 1 || err != nil {
 		t.Fatalf("Do = %d, %v", got, err)
 	}
@@ -102,4 +104,78 @@ func TestHonoursDeadlines(t *testing.T) {
 			_ = c.Close()
 		}
 	}
+}
+
+// goroutineID is the id of the calling goroutine, from its stack's first
+// line ("goroutine N [running]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
+}
+
+// TestHelpersReuseGoroutines: For's Waiter runs a call on the goroutine
+// that ran the one before, while it came within HelperIdle; calls at
+// once run on goroutines of their own; a helper idle for HelperIdle ends
+// (and the bubble ends with none left). The zero Waiter starts one per
+// call.
+func TestHelpersReuseGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		on := func(w Waiter) string {
+			id, err := Do(ctx, w, func(context.Context) (string, error) { return goroutineID(), nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		w := For(nil) // a client that does not cut calls at their deadline
+		first := on(w)
+		if first == goroutineID() {
+			t.Fatal("the call ran on its caller's goroutine")
+		}
+		synctest.Wait() // the helper is idle
+		if again := on(w); again != first {
+			t.Errorf("the next call ran on goroutine %s, want the idle helper %s", again, first)
+		}
+
+		// Two calls at once: the second cannot wait for the first.
+		release := make(chan struct{})
+		ids := make(chan string, 2)
+		for range 2 {
+			go func() {
+				id, err := Do(ctx, w, func(context.Context) (string, error) {
+					ids <- goroutineID()
+					<-release
+					return "", nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				_ = id
+			}()
+		}
+		a, b := <-ids, <-ids
+		close(release)
+		if a == b {
+			t.Errorf("two calls at once ran on one goroutine %s", a)
+		}
+		synctest.Wait()
+
+		time.Sleep(HelperIdle + time.Millisecond)
+		synctest.Wait()
+		if later := on(w); later == first || later == a || later == b {
+			t.Errorf("a call after HelperIdle ran on goroutine %s, which should have ended", later)
+		}
+
+		var zero Waiter
+		if x, y := on(zero), on(zero); x == y {
+			t.Errorf("the zero Waiter ran two calls on goroutine %s", x)
+		}
+		// A bubble's clock stops once its function returns: the idle
+		// helper ends within it.
+		time.Sleep(HelperIdle)
+	})
 }
