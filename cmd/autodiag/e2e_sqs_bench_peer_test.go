@@ -68,6 +68,16 @@ func runStatePeer(loops string) int {
 		fmt.Fprintln(os.Stderr, "peer: redis:", err)
 		return 1
 	}
+	if d := os.Getenv(benchProfileDir); d != "" {
+		// A profile beside the agent's (scripts/bench-intake PROFILE=dir),
+		// to compare where each spends its CPU.
+		stopProf, err := startCPUProfile(filepath.Join(d, fmt.Sprintf("peer-state%d-%d.pprof", n, time.Now().UnixNano())))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peer:", err)
+			return 1
+		}
+		defer stopProf()
+	}
 	fmt.Fprintln(os.Stderr, `{"msg":"ready"}`)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -192,6 +202,9 @@ func startStatePeer(b *testing.B, fq *sqsFake, loops int, addr, prefix string) *
 	cmd := exec.CommandContext(b.Context(), os.Args[0])
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(), statePeerEnv + "=" + strconv.Itoa(loops),
 		"PEER_QUEUE_URL=" + fq.url, "PEER_REDIS_ADDR=" + addr, "PEER_PREFIX=" + prefix}, fq.awsEnv()...)
+	if dir := os.Getenv(benchProfileDir); dir != "" {
+		cmd.Env = append(cmd.Env, benchProfileDir+"="+dir)
+	}
 	return startBenchProc(b, cmd)
 }
 
