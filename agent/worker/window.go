@@ -30,13 +30,14 @@ const rateInterval = 250 * time.Millisecond
 // during one round trip (rate × round trip, at most workers). A receive
 // also leaves only once it has gathered a batch of free slots
 // (receiver.gather) while the workers still have work, and the slots it
-// gathers feed no worker meanwhile: where a round trip carries at least
-// one message's worth of work, the extra holds a batch more for them. So
-// the extra is at most base + workers + batch. Where a task runs far
-// longer than a receive's round trip the product is below one and the
-// window stays at workers + base; it grows only for tasks that end within
-// a few round trips, and holds no more than about one round trip's worth
-// of them and a batch beyond base.
+// gathers feed no worker meanwhile: the extra holds that batch too, or a
+// round trip's worth of messages where that is less (a gather stops
+// waiting once the workers have nothing left to take). So the extra is
+// at most base + workers + batch. Where a task runs far longer than a
+// receive's round trip the product is below one and the window stays at
+// workers + base; it grows only for tasks that end within a few round
+// trips, and holds no more than about two round trips' worth of them
+// beyond base.
 type window struct {
 	now func() time.Time
 	// gauge shows the limit (autodiag_tasks_receive_window); nil = none.
@@ -150,9 +151,8 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 	}
 	rate := float64(w.count) / elapsed.Seconds()
 	extra := w.base
-	if trip := int64(math.Round(rate * w.rtt.Seconds())); trip > 0 {
-		extra += min(trip, w.workers) + w.batch
-	}
+	trip := int64(math.Round(rate * w.rtt.Seconds()))
+	extra += min(trip, w.workers) + min(trip, w.batch)
 	w.epoch, w.count, w.rtt = now, 0, 0
 	limit := w.workers + extra
 	if limit == w.limit {
