@@ -189,8 +189,14 @@ func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 	// 10 full receives of 10 a rateInterval, 20 ms each: 400 a second ×
 	// 20 ms = 8 more (at most workers), and as many for the gathered batch
 	// (at most a batch).
-	for range 10 {
+	// It grows before the rateInterval is over, once twice its limit came
+	// in and rateInterval/5 passed: at the third receive (30 messages, 50
+	// ms), not at the second (25 ms).
+	for i := range 10 {
 		w.received(20*time.Millisecond, 10, true)
+		if limit, _ := w.size(); (i < 2 && limit != base) || (i == 2 && limit == base) {
+			t.Fatalf("window %d after receive %d of a fast backlog, want %d only before the third", limit, i+1, base)
+		}
 		now = now.Add(rateInterval / 10)
 	}
 	w.received(20*time.Millisecond, 0, false)
@@ -200,7 +206,10 @@ func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 	if !w.TryAcquire(grown) {
 		t.Fatal("the grown window refused its own limit")
 	}
-	// A rateInterval with nothing received: back to the base window.
+	// A rateInterval with nothing received (after the one that ends the
+	// backlog's last measure): back to the base window.
+	now = now.Add(rateInterval)
+	w.received(20*time.Millisecond, 0, false)
 	now = now.Add(rateInterval)
 	w.received(20*time.Millisecond, 0, false)
 	if limit, held := w.size(); limit != base || held != grown || testutil.ToFloat64(gauge) != float64(base) {
