@@ -67,11 +67,15 @@ func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 	}
 	so, _ := n.d.Outbox().(streamOutbox)
 	out := make([]state.Write, 0, len(entries))
+	// The closures take the id, not rec: a closure holding rec would move
+	// the whole record to the heap on every call, a task whose outcome is
+	// no event included.
+	id := rec.ID
 	for _, e := range entries {
 		w := state.Write{Apply: func(ctx context.Context) {
 			if err := n.d.EnqueueEntries(ctx, []notify.Entry{e}); err != nil {
 				n.log.Warn("notification not written to the outbox; it is lost",
-					"event", string(e.Event), "sink", e.Sink, "task_id", rec.ID, "err", err)
+					"event", string(e.Event), "sink", e.Sink, "task_id", id, "err", err)
 			}
 		}}
 		if so != nil {

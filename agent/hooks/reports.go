@@ -282,9 +282,10 @@ func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runn
 	ev := EvidenceOf(rec, &diag)
 	ev.Duration = report.Seconds(res.Duration)
 	j := rs.r.Prepare(report.Job{ID: rec.ID, Evidence: ev, EnqueuedAt: rs.clock.Now(), TraceID: rec.TraceID, SpanID: rec.SpanID})
+	id := rec.ID // not rec: see notifier.writes
 	w := state.Write{Apply: func(ctx context.Context) {
 		if err := rs.r.Enqueue(ctx, j); err != nil {
-			rs.log.Warn("report job not queued; the task has no report", "task_id", rec.ID, "err", err)
+			rs.log.Warn("report job not queued; the task has no report", "task_id", id, "err", err)
 		}
 	}}
 	if sq, ok := rs.queue.(streamQueue); ok {
