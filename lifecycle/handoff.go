@@ -107,6 +107,7 @@ func (sq *sqsSource) handOff(ctx context.Context, n notification, body string, h
 func (sq *sqsSource) runHandoff(ctx context.Context, found chan<- Trigger) {
 	bo := newBackoff(time.Second, 30*time.Second)
 	after := ""
+	failed := 0 // reads failed in a row
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, handoffBlock+handoffTimeout)
 		ns, err := sq.d.Handoff.Take(rctx, sq.d.InstanceID, after, handoffBlock)
@@ -116,14 +117,24 @@ func (sq *sqsSource) runHandoff(ctx context.Context, found chan<- Trigger) {
 		}
 		if err != nil {
 			sq.m.sourceErrors.WithLabelValues(sourceHandoff).Inc()
+			failed++
 			wait := bo.NextBackOff()
-			sq.log.Warn("read lifecycle notices handed to this instance; retrying (the queue's own poll goes on)",
-				"source", sourceHandoff, "retry_in", wait.Seconds(), "err", err)
+			// One failed read is not yet worth a warning: a read cut by a
+			// stop of this process (a frozen VM, SIGSTOP) fails once on
+			// resume and the next one works. Redis down fails again a
+			// second later, and that warns.
+			level := slog.LevelWarn
+			if failed == 1 {
+				level = slog.LevelInfo
+			}
+			sq.log.Log(ctx, level, "read lifecycle notices handed to this instance; retrying (the queue's own poll goes on)",
+				"source", sourceHandoff, "retry_in", wait.Seconds(), "failed_reads", failed, "err", err)
 			if sleep(ctx, sq.d.Clock, wait) != nil {
 				return
 			}
 			continue
 		}
+		failed = 0
 		bo.Reset()
 		for _, hn := range ns {
 			after = hn.ID

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/internal/fake/asgfake"
 )
@@ -443,6 +446,111 @@ func TestHandoffEndsWithItsHide(t *testing.T) {
 		}
 		if got := len(h.notices["i-2"]); got != 1 {
 			t.Errorf("handed %d times; want once", got)
+		}
+	})
+}
+
+// failingTakes is a Handoff whose next fail reads fail.
+type failingTakes struct {
+	*fakeHandoff
+	mu    sync.Mutex
+	fail  int
+	takes int
+}
+
+func (f *failingTakes) Take(ctx context.Context, id, after string, block time.Duration) ([]HandedNotice, error) {
+	f.mu.Lock()
+	f.takes++
+	failing := f.fail > 0
+	if failing {
+		f.fail--
+	}
+	f.mu.Unlock()
+	if failing {
+		return nil, errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout")
+	}
+	return f.fakeHandoff.Take(ctx, id, after, block)
+}
+
+func (f *failingTakes) failNext(n int) {
+	f.mu.Lock()
+	f.fail = n
+	f.mu.Unlock()
+}
+
+// levels records the level of each log line with message msg.
+type levels struct {
+	msg string
+	mu  sync.Mutex
+	got []slog.Level
+}
+
+func (l *levels) Enabled(context.Context, slog.Level) bool { return true }
+func (l *levels) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == l.msg {
+		l.mu.Lock()
+		l.got = append(l.got, r.Level)
+		l.mu.Unlock()
+	}
+	return nil
+}
+func (l *levels) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *levels) WithGroup(string) slog.Handler      { return l }
+
+func (l *levels) take() []slog.Level {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.got
+	l.got = nil
+	return out
+}
+
+// TestHandoffReadFailsOnceQuietly: one failed read of the handed notices
+// (as a read cut by a stop of the process fails on resume) is logged at
+// INFO and retried; a second failure in a row warns, and a read that
+// works starts the count again. Each failure is counted in the metric.
+func TestHandoffReadFailsOnceQuietly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &failingTakes{fakeHandoff: newFakeHandoff("i-1")}
+		log := &levels{msg: "read lifecycle notices handed to this instance; retrying (the queue's own poll goes on)"}
+		cfg := DefaultConfig()
+		cfg.Sources = []string{SourceSQS}
+		cfg.QueueURL = *sqsReceive.QueueUrl
+		cfg.HookName = "drain"
+		reg := prometheus.NewRegistry()
+		w, err := NewWatcher(cfg, Deps{SQS: &noReceive{newFakeSQS()}, InstanceID: "i-1", Logger: slog.New(log), Handoff: h, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		wg.Go(func() { _ = w.Run(ctx, func(tr Trigger) { t.Errorf("fired %+v", tr) }) })
+		synctest.Wait() // blocked in its first read
+
+		// The retries' waits (newBackoff(time.Second, …)): the first at most
+		// 1 s × (1 + the randomization), the second 1.5 times as long.
+		first := time.Duration(float64(time.Second) * (1 + backoff.DefaultRandomizationFactor))
+		second := time.Duration(float64(first) * backoff.DefaultMultiplier)
+
+		// The read in progress ends empty at its block; the next one fails,
+		// and the one after its wait blocks again.
+		h.failNext(1)
+		time.Sleep(handoffBlock + first)
+		synctest.Wait()
+		if got := log.take(); len(got) != 1 || got[0] != slog.LevelInfo {
+			t.Fatalf("one failed read logged %v; want one INFO line", got)
+		}
+
+		// That read ends empty within handoffBlock; the two after it fail.
+		h.failNext(2)
+		time.Sleep(handoffBlock + first + second)
+		synctest.Wait()
+		if got := log.take(); len(got) != 2 || got[0] != slog.LevelInfo || got[1] != slog.LevelWarn {
+			t.Fatalf("two failed reads in a row logged %v; want INFO, then WARN", got)
+		}
+		if n := testutil.ToFloat64(w.m.sourceErrors.WithLabelValues(sourceHandoff)); n != 3 {
+			t.Errorf("%v handoff source errors counted; want 3", n)
 		}
 	})
 }
