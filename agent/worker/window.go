@@ -20,12 +20,18 @@ type slotPool interface {
 // rateInterval is how often the window measures the rate at which
 // messages are received, from the receives that returned within it; a
 // measure closes sooner, after rateInterval/5, once twice the window's
-// limit was received in it: a backlog that meets a resting window (a
-// burst of alerts after a quiet hour) then grows it within tens of
-// milliseconds instead of a quarter-second per step. Twice the limit
-// takes a whole window's runs beyond the first fill, which tasks that
-// run longer than rateInterval never reach.
+// limit and at least earlyMeasureBatches batches were received in it: a
+// backlog that meets a resting window (a burst of alerts after a quiet
+// hour) then grows it within tens of milliseconds instead of a
+// quarter-second per step. Twice the limit takes a whole window's runs
+// beyond the first fill, which tasks that run longer than rateInterval
+// never reach; the batches keep a small window (a few workers) from
+// sizing itself on a handful of messages that ended at once (denied
+// tasks), whose rate over 50 ms says little.
 const rateInterval = 250 * time.Millisecond
+
+// earlyMeasureBatches is the fewest batches an early measure counts.
+const earlyMeasureBatches = 4
 
 // window is the receive window: the messages received ahead of the end of
 // their run. It holds at most workers plus an extra of at least base
@@ -152,7 +158,7 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 		w.rtt = rtt
 	}
 	elapsed := now.Sub(w.epoch)
-	if elapsed < rateInterval && (elapsed < rateInterval/5 || w.count < 2*w.limit) {
+	if elapsed < rateInterval && (elapsed < rateInterval/5 || w.count < max(2*w.limit, earlyMeasureBatches*w.batch)) {
 		return
 	}
 	rate := float64(w.count) / elapsed.Seconds()

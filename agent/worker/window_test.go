@@ -189,13 +189,13 @@ func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 	// 10 full receives of 10 a rateInterval, 20 ms each: 400 a second ×
 	// 20 ms = 8 more (at most workers), and as many for the gathered batch
 	// (at most a batch).
-	// It grows before the rateInterval is over, once twice its limit came
-	// in and rateInterval/5 passed: at the third receive (30 messages, 50
-	// ms), not at the second (25 ms).
+	// It grows before the rateInterval is over, once twice its limit and
+	// earlyMeasureBatches batches came in and rateInterval/5 passed: at the
+	// fourth receive (40 messages, 75 ms), not at the third (30, 50 ms).
 	for i := range 10 {
 		w.received(20*time.Millisecond, 10, true)
-		if limit, _ := w.size(); (i < 2 && limit != base) || (i == 2 && limit == base) {
-			t.Fatalf("window %d after receive %d of a fast backlog, want %d only before the third", limit, i+1, base)
+		if limit, _ := w.size(); (i < 3 && limit != base) || (i == 3 && limit == base) {
+			t.Fatalf("window %d after receive %d of a fast backlog, want %d only before the fourth", limit, i+1, base)
 		}
 		now = now.Add(rateInterval / 10)
 	}
@@ -236,5 +236,22 @@ func TestReceiveWindowShrinksAndBlocks(t *testing.T) {
 	}
 	if _, held := w.size(); held != base {
 		t.Fatalf("%d held after a cancelled Acquire, want %d", held, base)
+	}
+}
+
+// TestReceiveWindowSmallNotSizedOnAFew: a window of a few workers that
+// received twice its limit within rateInterval/5 (six denied tasks that
+// ended at once) is not sized on so few messages: the measure runs its
+// rateInterval, as it did before measures could close early.
+func TestReceiveWindowSmallNotSizedOnAFew(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(0, 0)
+	w := newWindow(2, 10, func() time.Time { return now }, nil)
+	base, _ := w.size()
+	w.received(20*time.Millisecond, 3, true)
+	now = now.Add(rateInterval / 4)
+	w.received(20*time.Millisecond, 3, true)
+	if limit, _ := w.size(); limit != base {
+		t.Fatalf("window %d after 6 messages in %s, want %d until the measure's rateInterval", limit, rateInterval/4, base)
 	}
 }
