@@ -39,11 +39,11 @@ type receiver struct {
 	log      *slog.Logger
 	accept   func(*queue.Message)
 	trace    traceOptions
-	// polls is how many receives may be in flight at once while the
-	// queue has a backlog (at least 1): enough batches for a round trip's
-	// worth of the workers' messages and the batch gathered meanwhile (the
-	// window's most beyond base), ceil((workers + batch) / batch).
-	polls int
+	// polls is the most receives that may be in flight at once while the
+	// queue has a backlog (at least 1); pollsNow, when set, how many may
+	// now (at most polls): the receive window's (window.receives).
+	polls    int
+	pollsNow func() int
 	// receiving counts receives in flight: their messages are work on
 	// its way, as much as the buffered ones.
 	receiving atomic.Int64
@@ -107,6 +107,14 @@ type received struct {
 	full bool
 }
 
+// allowed is how many receives may be in flight now, at most polls.
+func (in *receiver) allowed(polls int) int {
+	if in.pollsNow == nil {
+		return polls
+	}
+	return max(1, min(polls, in.pollsNow()))
+}
+
 // run receives until ctx ends (a drain or a fast exit) or the source is
 // closed. One receive is in flight while the queue keeps up with the
 // workers; while receives come back full (a backlog) and slots are free,
@@ -139,7 +147,7 @@ func (in *receiver) run(ctx context.Context) {
 				continue
 			default:
 			}
-			if inFlight < polls && full {
+			if full && inFlight < in.allowed(polls) {
 				break collect
 			}
 			select {

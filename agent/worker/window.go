@@ -179,6 +179,26 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 	}
 }
 
+// receives is how many receives may be in flight at once while the queue
+// has a backlog: enough batches to fill the workers, ceil(workers /
+// batch), or, once the window has grown, its extra beyond the workers,
+// ceil(extra / batch), so that the round trip's worth of messages and the
+// batch gathered meanwhile are all on their way. A window at rest keeps
+// the first: a small one (a few workers) then has one receive in flight,
+// and does not take more of a quiet fleet's messages than its share.
+func (w *window) receives() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := max(1, w.batch)
+	return int(max((w.workers+b-1)/b, (w.limit-w.workers+b-1)/b))
+}
+
+// most is the most receives() answers: the window at its largest.
+func (w *window) most() int {
+	b := max(1, w.batch)
+	return int(max((w.workers+b-1)/b, (w.base+w.workers+w.batch+b-1)/b))
+}
+
 // size is the window's current limit and the slots held, for tests.
 func (w *window) size() (limit, held int64) {
 	w.mu.Lock()

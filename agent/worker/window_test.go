@@ -35,7 +35,7 @@ func windowRun(t *testing.T, workers int64, n int, rtt, run time.Duration) (rate
 		last  time.Time
 	)
 	in := &receiver{src: src, slots: win, observe: win.received, batch: batch,
-		polls: int((workers + 2*batch - 1) / batch), log: slog.New(slog.DiscardHandler),
+		polls: win.most(), pollsNow: win.receives, log: slog.New(slog.DiscardHandler),
 		accept: func(*queue.Message) {
 			// Receives in flight at once accept at once.
 			mu.Lock()
@@ -253,5 +253,34 @@ func TestReceiveWindowSmallNotSizedOnAFew(t *testing.T) {
 	w.received(20*time.Millisecond, 3, true)
 	if limit, _ := w.size(); limit != base {
 		t.Fatalf("window %d after 6 messages in %s, want %d until the measure's rateInterval", limit, rateInterval/4, base)
+	}
+}
+
+// TestReceiveWindowReceives: the receives in flight at once follow the
+// window: enough batches for the workers at rest (one for a few
+// workers), for the extra once it has grown.
+func TestReceiveWindowReceives(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(0, 0)
+	small := newWindow(2, 10, func() time.Time { return now }, nil)
+	if n := small.receives(); n != 1 {
+		t.Errorf("a window of 2 workers at rest allows %d receives at once, want 1", n)
+	}
+	w := newWindow(16, 10, func() time.Time { return now }, nil)
+	if n, most := w.receives(), w.most(); n != 2 || most != 3 {
+		t.Errorf("a window of 16 workers at rest allows %d receives at once, at most %d; want 2, at most 3", n, most)
+	}
+	// A backlog of short tasks: 1,600 a second over 10 ms round trips
+	// grows the extra to 4 + 16 + 10 = 30, three batches.
+	for range 40 {
+		w.received(10*time.Millisecond, 10, true)
+		now = now.Add(rateInterval / 40)
+	}
+	w.received(10*time.Millisecond, 0, false)
+	if limit, _ := w.size(); limit != 46 {
+		t.Fatalf("window %d after the backlog, want 46", limit)
+	}
+	if n := w.receives(); n != 3 {
+		t.Errorf("the grown window allows %d receives at once, want 3", n)
 	}
 }

@@ -136,7 +136,7 @@ func New(o Options) *Worker {
 		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
 	r := &receiver{src: o.Source, slots: receive, observe: receive.received, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
-		polls: int((workers + 2*int64(max(1, o.BatchSize)) - 1) / int64(max(1, o.BatchSize)))}
+		polls: receive.most(), pollsNow: receive.receives}
 	return &Worker{receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
 		instanceID: o.InstanceID, storeTimeout: o.StoreTimeout}
 }
