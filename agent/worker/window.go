@@ -81,7 +81,7 @@ type window struct {
 // nil, follows its size.
 func newWindow(workers, batch int64, now func() time.Time, gauge prometheus.Gauge) *window {
 	base := max(1, workers/4)
-	w := &window{now: now, gauge: gauge, workers: workers, base: base, batch: batch,
+	w := &window{now: now, gauge: gauge, workers: workers, base: base, batch: max(1, batch),
 		limit: workers + base, changed: make(chan struct{})}
 	w.show()
 	return w
@@ -162,9 +162,8 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 		return
 	}
 	rate := float64(w.count) / elapsed.Seconds()
-	extra := w.base
 	trip := int64(math.Round(rate * w.rtt.Seconds()))
-	extra += min(trip, w.workers) + min(trip, w.batch)
+	extra := w.base + min(trip, w.workers) + min(trip, w.batch)
 	w.epoch, w.count, w.rtt = now, 0, 0
 	limit := w.workers + extra
 	if limit == w.limit {
@@ -189,15 +188,15 @@ func (w *window) received(rtt time.Duration, got int, full bool) {
 func (w *window) receives() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	b := max(1, w.batch)
-	return int(max((w.workers+b-1)/b, (w.limit-w.workers+b-1)/b))
+	return int(max(w.batches(w.workers), w.batches(w.limit-w.workers)))
 }
 
-// most is the most receives() answers: the window at its largest.
-func (w *window) most() int {
-	b := max(1, w.batch)
-	return int(max((w.workers+b-1)/b, (w.base+w.workers+w.batch+b-1)/b))
-}
+// most is the most receives() answers: the window at its largest, whose
+// extra (base + workers + batch) is more than the workers.
+func (w *window) most() int { return int(w.batches(w.base + w.workers + w.batch)) }
+
+// batches is how many receives n messages take, ceil(n / batch).
+func (w *window) batches(n int64) int64 { return (n + w.batch - 1) / w.batch }
 
 // size is the window's current limit and the slots held, for tests.
 func (w *window) size() (limit, held int64) {

@@ -116,7 +116,7 @@ func New(o Options) *Worker {
 	outcomes := &outcomeRecorder{log: o.Logger, m: o.Metrics, store: o.Store, clock: o.Clock, instanceID: o.InstanceID,
 		timeout: o.StoreTimeout, counts: map[string]int64{}, known: known, redactor: o.Redactor}
 	workers := int64(o.Workers)
-	receive := newWindow(workers, int64(max(1, o.BatchSize)), o.Clock.Now, o.Metrics.ReceiveWindow)
+	receive := newWindow(workers, int64(o.BatchSize), o.Clock.Now, o.Metrics.ReceiveWindow)
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing}
