@@ -88,8 +88,7 @@ func (s *Server) opDeleteQueue(in *queueURLIn) (any, *apiError) {
 		return nil, aerr
 	}
 	q.gone = true
-	close(q.notify)
-	q.notify = make(chan struct{})
+	q.wakeAll()
 	delete(s.queues, q.name)
 	s.deletedAt[q.name] = s.clock.Now()
 	return nil, nil
@@ -425,12 +424,22 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 	}
 	call.Wait = seconds(wait)
 	deadline := s.clock.Now().Add(seconds(wait))
+	var p *poll     // this receive's place in line, once it has waited
+	behind := false // woken by its timer with polls in line before it
 	for {
 		now := s.clock.Now()
-		got, handles, aerr := s.receiveLocked(q, maxN, seconds(vt), now)
-		if aerr != nil {
-			s.queueMu.Unlock()
-			return nil, aerr
+		var got []*message
+		var handles []string
+		if behind {
+			// What becomes visible now is for the polls that waited
+			// longer: settle signals them.
+			q.settle(now)
+		} else {
+			got, handles, aerr = s.receiveLocked(q, maxN, seconds(vt), now)
+			if aerr != nil {
+				s.queueMu.Unlock()
+				return nil, aerr
+			}
 		}
 		if len(got) > 0 || !now.Before(deadline) || s.isClosed() {
 			if rc.duplicate {
@@ -439,6 +448,7 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 				}
 				q.settle(now)
 			}
+			q.passOn()
 			out := receiveMessageOut{}
 			for i, m := range got {
 				out.Messages = append(out.Messages, renderMessage(m, handles[i], sysNames, in.MessageAttributeNames))
@@ -453,13 +463,17 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 		if at, ok := q.nextWake(); ok && at.Before(next) {
 			next = at
 		}
-		ch := q.notify
+		if p == nil {
+			q.polls++
+			p = &poll{place: q.polls, wake: make(chan struct{}, 1)}
+		}
+		q.park(p)
 		q.waiters++
 		s.queueMu.Unlock()
 
 		t := s.clock.NewTimer(next.Sub(now))
 		select {
-		case <-ch:
+		case <-p.wake:
 		case <-t.C():
 		case <-rc.ctx.Done():
 		case <-s.closed:
@@ -468,7 +482,9 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 
 		s.queueMu.Lock()
 		q.waiters--
+		behind = q.unpark(p) > 0
 		if rc.ctx.Err() != nil {
+			q.passOn()
 			s.queueMu.Unlock()
 			return nil, nil
 		}
@@ -479,8 +495,6 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 	}
 }
 
-// receiveLocked takes up to max visible messages, moving to the dead-letter
-// queue those whose receive count already reached maxReceiveCount.
 func (s *Server) receiveLocked(q *queue, max int, vt time.Duration, now time.Time) ([]*message, []string, *apiError) {
 	q.settle(now)
 	var got []*message

@@ -442,6 +442,61 @@ func TestLongPoll(t *testing.T) {
 			t.Fatalf("call log: %+v", calls)
 		}
 	})
+	t.Run("the poll that waited longest gets the message", func(t *testing.T) {
+		// Three polls in line A, B, C; each message goes to the head of
+		// the line, and a poll that got one queues again at the back.
+		ctx := t.Context()
+		e := newEnv(t)
+		url := e.queue(t, "lpo", nil)
+		poll := func() <-chan result[*sqs.ReceiveMessageOutput] {
+			n := e.srv.Pollers("lpo")
+			ch := async(func() (*sqs.ReceiveMessageOutput, error) {
+				return e.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20, MaxNumberOfMessages: 10})
+			})
+			waitFor(t, "the long poll to block", func() bool { return e.srv.Pollers("lpo") == n+1 })
+			return ch
+		}
+		polls := map[string]<-chan result[*sqs.ReceiveMessageOutput]{"A": poll(), "B": poll(), "C": poll()}
+		for i, want := range []string{"A", "B", "C", "A", "B"} {
+			id := e.send(t, url, fmt.Sprint(i))
+			out, err := await(t, polls[want])
+			if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) != id {
+				t.Fatalf("message %d: poll %s got %v %+v", i, want, err, out)
+			}
+			polls[want] = poll()
+		}
+	})
+	t.Run("a message visible again goes to the poll that waited longest", func(t *testing.T) {
+		ctx := t.Context()
+		e := newEnv(t)
+		url := e.queue(t, "lpv2", map[string]string{"VisibilityTimeout": "5"})
+		id := e.send(t, url, "again")
+		if got := e.receive(t, url, 1); len(got) != 1 {
+			t.Fatalf("first receive: %d messages", len(got))
+		}
+		var polls []<-chan result[*sqs.ReceiveMessageOutput]
+		for i := range 3 {
+			polls = append(polls, async(func() (*sqs.ReceiveMessageOutput, error) {
+				return e.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20})
+			}))
+			waitFor(t, "the long poll to block", func() bool { return e.srv.Pollers("lpv2") == i+1 && e.clock.Waiters() == i+1 })
+		}
+		// Every poll's timer fires at the visibility timeout; the first in
+		// line takes the message whichever runs first.
+		e.clock.Advance(5 * time.Second)
+		out, err := await(t, polls[0])
+		if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) != id {
+			t.Fatalf("first poll: %v %+v", err, out)
+		}
+		waitFor(t, "the other polls to wait again", func() bool { return e.srv.Pollers("lpv2") == 2 })
+		for _, ch := range polls[1:] {
+			select {
+			case r := <-ch:
+				t.Fatalf("a later poll returned: %+v", r)
+			default:
+			}
+		}
+	})
 	t.Run("returns empty at the wait time", func(t *testing.T) {
 		ctx := t.Context()
 		e := newEnv(t)
