@@ -113,10 +113,65 @@ type taskCounts struct {
 	Pending         int            `json:"left_on_queue"`
 	Lost            int            `json:"lost"`
 	Outcomes        map[string]int `json:"outcomes"`
+	// Busiest is how the ended tasks spread over the agents: an agent's
+	// own keys (its in-flight hash) are only as hot as its share.
+	Busiest busiest `json:"busiest_agent"`
 	// Reruns lists each task run more than once: its runs, instance (role)
 	// and start → end in seconds since the first task, and for an
 	// unexplained one the agents' log lines about it.
 	Reruns map[string][]string `json:"reruns,omitempty"`
+}
+
+// busyWindow is the span over which the busiest agent's share of the
+// ended tasks is taken: the MONITOR window's default length, since an
+// agent's own keys take commands in proportion to its tasks.
+const busyWindow = 10 * time.Second
+
+// busyMin is the fewest ended tasks a window needs to count (the windows
+// before the first tasks and after the last are left out).
+const busyMin = 100
+
+// busiest is how the ended tasks spread over the agents, window by window:
+// the busiest agent's share of each busyWindow's tasks, median and max
+// over the windows with busyMin tasks or more.
+type busiest struct {
+	WindowSeconds float64 `json:"window_seconds"`
+	Windows       int     `json:"windows"`
+	MedianShare   float64 `json:"median_share"`
+	MaxShare      float64 `json:"max_share"`
+}
+
+// busiestOf computes busiest from each agent's task end times.
+func busiestOf(ends [][]time.Time, t0 time.Time) busiest {
+	per := map[int]map[int]int{} // window → agent → tasks
+	total := map[int]int{}
+	for a, ts := range ends {
+		for _, at := range ts {
+			w := int(at.Sub(t0) / busyWindow)
+			if per[w] == nil {
+				per[w] = map[int]int{}
+			}
+			per[w][a]++
+			total[w]++
+		}
+	}
+	var shares []float64
+	for w, n := range total {
+		if n < busyMin {
+			continue
+		}
+		most := 0
+		for _, c := range per[w] {
+			most = max(most, c)
+		}
+		shares = append(shares, float64(most)/float64(n))
+	}
+	b := busiest{WindowSeconds: busyWindow.Seconds(), Windows: len(shares)}
+	if len(shares) > 0 {
+		b.MedianShare = quantile(shares, 0.5)
+		b.MaxShare = slices.Max(shares)
+	}
+	return b
 }
 
 type limiterRes struct {
@@ -271,10 +326,12 @@ func (r *fleetRun) check() *fleetResult {
 	finalOf := map[string]string{}
 	ended := map[string][]int{}
 	bucket := func(t time.Time) int { return max(0, int(t.Sub(r.t0)/time.Second)) }
+	var ends [][]time.Time
 	for _, fa := range r.agents {
 		if fa.Agent == nil {
 			continue
 		}
+		var own []time.Time
 		for _, line := range fa.Logs("task ended") {
 			oc, _ := line["outcome"].(string)
 			id, _ := line["task_id"].(string)
@@ -283,6 +340,7 @@ func (r *fleetRun) check() *fleetResult {
 				finalOf[id] = oc
 			}
 			at, _ := harness.LogTime(line)
+			own = append(own, at)
 			b := bucket(at)
 			s := ended[oc]
 			for len(s) <= b {
@@ -291,8 +349,9 @@ func (r *fleetRun) check() *fleetResult {
 			s[b]++
 			ended[oc] = s
 		}
+		ends = append(ends, own)
 	}
-	tc := taskCounts{Sent: len(r.sent), NotRun: map[string]int{}, Pending: r.pending, Outcomes: outcomes}
+	tc := taskCounts{Sent: len(r.sent), NotRun: map[string]int{}, Pending: r.pending, Outcomes: outcomes, Busiest: busiestOf(ends, r.t0)}
 	unaccounted := 0
 	for _, st := range r.sent {
 		rs := runsOf[st.id]
@@ -639,6 +698,7 @@ func (res *fleetResult) print(w io.Writer) {
 		{"not run (final outcome)", fmtCounts(t.NotRun)},
 		{"lost / left on the queue", fmt.Sprintf("%d / %d", t.Lost, t.Pending)},
 		{"outcomes logged", fmtCounts(t.Outcomes)},
+		{fmt.Sprintf("busiest agent's share of %.0f s of ended tasks, median / max", t.Busiest.WindowSeconds), fmt.Sprintf("%.1f / %.1f %% (%d windows; an even share %.1f %%)", 100*t.Busiest.MedianShare, 100*t.Busiest.MaxShare, t.Busiest.Windows, 100/float64(max(1, res.Params.Agents)))},
 		{"drain p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s (%d drains)", d.P50, d.P99, d.Max, d.Count)},
 		{"longest task in flight at a trigger", fmt.Sprintf("%.2f s (drain − own longest, p99: %.2f s)", d.LongestInFlight, d.OverheadP99)},
 		{"notice delay (Terminate → agent trigger) p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s", d.NoticeP50, d.NoticeP99, d.NoticeMax)},

@@ -87,3 +87,29 @@ func TestReadMarks(t *testing.T) {
 		t.Errorf("t-2 ran %s, want 250ms", got)
 	}
 }
+
+func TestBusiestOf(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	many := func(n int, s float64) []time.Time {
+		ts := make([]time.Time, n)
+		for i := range ts {
+			ts[i] = at(s)
+		}
+		return ts
+	}
+	// Window 0: agent 0 ends 60 of 100; window 1: agent 1 ends 40 of 100;
+	// window 2 has too few tasks to count.
+	ends := [][]time.Time{
+		append(many(60, 1), many(30, 11)...),
+		append(many(20, 2), append(many(40, 12), many(5, 21)...)...),
+		append(many(20, 3), many(30, 13)...),
+	}
+	got := busiestOf(ends, t0)
+	if got.Windows != 2 || got.MaxShare != 0.6 || got.MedianShare != 0.4 {
+		t.Errorf("busiestOf = %+v, want 2 windows, max 0.6, median 0.4", got)
+	}
+	if got := busiestOf(nil, t0); got.Windows != 0 || got.MaxShare != 0 {
+		t.Errorf("busiestOf(no tasks) = %+v, want no window", got)
+	}
+}
