@@ -495,6 +495,8 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 	}
 }
 
+// receiveLocked takes up to max visible messages, moving to the dead-letter
+// queue those whose receive count already reached maxReceiveCount.
 func (s *Server) receiveLocked(q *queue, max int, vt time.Duration, now time.Time) ([]*message, []string, *apiError) {
 	q.settle(now)
 	var got []*message
