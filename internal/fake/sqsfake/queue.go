@@ -163,14 +163,19 @@ func (q *queue) wakeAll() {
 // park puts p in line at its place: a poll that woke and found nothing
 // keeps the place it had.
 func (q *queue) park(p *poll) {
-	i, _ := slices.BinarySearchFunc(q.line, p.place, func(x *poll, place uint64) int { return cmp.Compare(x.place, place) })
+	i, _ := q.find(p)
 	q.line = slices.Insert(q.line, i, p)
+}
+
+// find is where p stands in line, or would stand, and whether it is there.
+func (q *queue) find(p *poll) (int, bool) {
+	return slices.BinarySearchFunc(q.line, p.place, func(x *poll, place uint64) int { return cmp.Compare(x.place, place) })
 }
 
 // unpark takes p out of line and reports where it stood: -1 when it was
 // not in line any more, i.e. signal woke it.
 func (q *queue) unpark(p *poll) int {
-	i, ok := slices.BinarySearchFunc(q.line, p.place, func(x *poll, place uint64) int { return cmp.Compare(x.place, place) })
+	i, ok := q.find(p)
 	if !ok {
 		select { // signal's word, if the poll woke by something else first
 		case <-p.wake:
