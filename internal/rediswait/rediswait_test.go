@@ -146,7 +146,7 @@ func TestHelpersReuseGoroutines(t *testing.T) {
 		ids := make(chan string, 2)
 		for range 2 {
 			go func() {
-				id, err := Do(ctx, w, func(context.Context) (string, error) {
+				_, err := Do(ctx, w, func(context.Context) (string, error) {
 					ids <- goroutineID()
 					<-release
 					return "", nil
@@ -154,7 +154,6 @@ func TestHelpersReuseGoroutines(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 				}
-				_ = id
 			}()
 		}
 		a, b := <-ids, <-ids
