@@ -88,7 +88,7 @@ func (s *Server) opDeleteQueue(in *queueURLIn) (any, *apiError) {
 		return nil, aerr
 	}
 	q.gone = true
-	q.wakeAll()
+	q.line.wakeAll()
 	delete(s.queues, q.name)
 	s.deletedAt[q.name] = s.clock.Now()
 	return nil, nil
@@ -432,7 +432,7 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 		var handles []string
 		if behind {
 			// What becomes visible now is for the polls that waited
-			// longer: settle signals them.
+			// longer: settle wakes the first.
 			q.settle(now)
 		} else {
 			got, handles, aerr = s.receiveLocked(q, maxN, seconds(vt), now)
@@ -464,10 +464,9 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 			next = at
 		}
 		if p == nil {
-			q.polls++
-			p = &poll{place: q.polls, wake: make(chan struct{}, 1)}
+			p = q.line.newPoll()
 		}
-		q.park(p)
+		q.line.park(p)
 		q.waiters++
 		s.queueMu.Unlock()
 
@@ -482,7 +481,7 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 
 		s.queueMu.Lock()
 		q.waiters--
-		behind = q.unpark(p) > 0
+		behind = q.line.unpark(p) > 0
 		if rc.ctx.Err() != nil {
 			q.passOn()
 			s.queueMu.Unlock()

@@ -1,9 +1,7 @@
 package sqsfake
 
 import (
-	"cmp"
 	"container/heap"
-	"slices"
 	"time"
 )
 
@@ -106,9 +104,8 @@ type queue struct {
 
 	nVisible, nInflight, nDelayed int
 
-	line      []*poll // the blocked long polls, the longest waiting first
-	polls     uint64  // long polls that have waited so far: the next one's place
-	waiters   int     // long polls blocked now (line plus those woken and not yet back)
+	line      pollLine // the blocked long polls, the longest waiting first
+	waiters   int      // long polls blocked now (line plus those woken and not yet back)
 	lastPurge time.Time
 	gone      bool
 	stats     QueueStats
@@ -121,70 +118,12 @@ func newQueue(name, arn string, attrs queueAttrs, now time.Time) *queue {
 	}
 }
 
-// poll is one ReceiveMessage long poll waiting on a queue.
-type poll struct {
-	place uint64        // when it first waited, in the queue's count of polls
-	wake  chan struct{} // 1 buffered: signal's word that it should look again
-}
-
-// signal wakes the long poll that has waited longest, once for each
-// message that becomes visible. SQS documents no order among long polls.
-// Waking every poll at once let Go's scheduler pick, and it runs the
-// goroutine readied last first: the newest poll, so the consumer that came
-// back quickest took the next message again (in scripts/fleetsim the
-// busiest of 200 agents ran 9-14 times an even share of each 10 s).
-func (q *queue) signal() {
-	if len(q.line) == 0 {
-		return
-	}
-	p := q.line[0]
-	q.line = slices.Delete(q.line, 0, 1)
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
 // passOn wakes the next poll in line when a receive leaves with messages
-// still visible: signal's word to it may have been for one of those.
+// still visible: the wake it had may have been for one of those.
 func (q *queue) passOn() {
 	if q.nVisible > 0 {
-		q.signal()
+		q.line.wakeFirst()
 	}
-}
-
-// wakeAll wakes every waiting poll (the queue is gone).
-func (q *queue) wakeAll() {
-	for len(q.line) > 0 {
-		q.signal()
-	}
-}
-
-// park puts p in line at its place: a poll that woke and found nothing
-// keeps the place it had.
-func (q *queue) park(p *poll) {
-	i, _ := q.find(p)
-	q.line = slices.Insert(q.line, i, p)
-}
-
-// find is where p stands in line, or would stand, and whether it is there.
-func (q *queue) find(p *poll) (int, bool) {
-	return slices.BinarySearchFunc(q.line, p.place, func(x *poll, place uint64) int { return cmp.Compare(x.place, place) })
-}
-
-// unpark takes p out of line and reports where it stood: -1 when it was
-// not in line any more, i.e. signal woke it.
-func (q *queue) unpark(p *poll) int {
-	i, ok := q.find(p)
-	if !ok {
-		select { // signal's word, if the poll woke by something else first
-		case <-p.wake:
-		default:
-		}
-		return -1
-	}
-	q.line = slices.Delete(q.line, i, i+1)
-	return i
 }
 
 func (q *queue) pushVisible(m *message) {
@@ -198,7 +137,7 @@ func (q *queue) pushVisible(m *message) {
 		q.head = 0
 	}
 	q.visible = append(q.visible, entry{m: m, gen: m.gen})
-	q.signal()
+	q.line.wakeFirst()
 }
 
 func (q *queue) popVisible() *message {
