@@ -3,11 +3,13 @@
 // agent's decision, claim, slot release and finish as four calls
 // (`task`) or as the agent makes them on one server, two round trips: the
 // claim with the decision in its script, the release in the finish's
-// script (`task2`), the limiter's two (`allow`), or a bare PING (`ping`, `ping4`: four in a row, `pipe4`:
-// four in one pipeline). Paced at the fleet's rate, each round trip finds
-// Redis asleep and costs several times what it costs back to back: the
-// round trips per task, not the commands in them, set the fleet's Redis
-// CPU per task.
+// script (`task2`), the limiter's two (`allow`), a bare PING (`ping`,
+// `ping4`: four in a row, `pipe4`: four in one pipeline), or one task's
+// claim and finish with the record kept as the agent keeps it, a hash
+// (`records-hash`), or as one string (`records-string`, records.go).
+// Paced at the fleet's rate, each round trip finds Redis asleep and costs
+// several times what it costs back to back: the round trips per task, not
+// the commands in them, set the fleet's Redis CPU per task.
 //
 //	go run ./scripts/redisrt -addr 127.0.0.1:6379 -mode task -pause 20ms
 //
@@ -31,7 +33,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "redis-server (a scratch one)")
-	mode := flag.String("mode", "task", "task, task2, allow, claim, decide, finish, script, ping, ping4 or pipe4")
+	mode := flag.String("mode", "task", "task, task2, allow, claim, decide, finish, records-hash, records-string, script, ping, ping4 or pipe4")
 	pause := flag.Duration("pause", 0, "pause before each iteration (0: flat out)")
 	n := flag.Int("n", 0, "iterations (0: 3000 flat out, else 10 s worth)")
 	flag.Parse()
@@ -101,8 +103,10 @@ func run(addr, mode string, pause time.Duration, n int) error {
 				state.FinishExtras{ID: state.NewFinishID(), Audit: &state.AuditEntry{TaskID: r.TaskID, Outcome: "succeeded"}})
 		case "script":
 			err = one.Run(ctx, c, nil).Err()
+		case "records-hash", "records-string":
+			err = records(ctx, c, st, strings.TrimPrefix(mode, "records-"), id, r.Host, r.Lease)
 		default:
-			return fmt.Errorf("-mode %q: want task, task2, allow, claim, decide, finish, script, ping, ping4 or pipe4", mode)
+			return fmt.Errorf("-mode %q: want task, task2, allow, claim, decide, finish, records-hash, records-string, script, ping, ping4 or pipe4", mode)
 		}
 		if err != nil {
 			return err
