@@ -47,7 +47,7 @@ func run(addr, mode string, pause time.Duration, n int) error {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
-	st := state.NewRedis(c, state.RedisOptions{Prefix: "redisrt:"})
+	st := state.NewRedis(c, state.RedisOptions{Prefix: "redisrt:", RecordTTL: recordTTL, AuditMaxLen: auditMaxLen})
 	cfg := limiter.Config{Rules: []limiter.Rule{{Name: "cap", Key: limiter.KeyHost,
 		Limits: []limiter.Limit{{Concurrency: limiter.Concurrency{Max: 3}}}}}}
 	l, err := limiter.New(cfg, limiter.NewRedis(c, "redisrt:"), limiter.Options{})

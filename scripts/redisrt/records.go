@@ -21,6 +21,13 @@ import (
 // PEXPIRE, and read with GET instead of HMGET. Neither the agent nor its
 // rolling upgrades know the string model: it is here to price it.
 
+// The store's record TTL and audit cap, given to it (run) and to the
+// string model alike, so that both write the same TTLs and trims.
+const (
+	recordTTL   = 24 * time.Hour
+	auditMaxLen = 10000
+)
+
 var stringClaim = redis.NewScript(`
 local now = tonumber(ARGV[2])
 local head = redis.call('GET', KEYS[1])
@@ -96,9 +103,9 @@ func records(ctx context.Context, c *redis.Client, st *state.Redis, model, id, h
 		return err
 	}
 	keys := []string{"redisrt:s:task:{" + id + "}", "redisrt:s:lease:{" + id + "}", "redisrt:s:inflight:i-1", "redisrt:s:audit"}
-	ttl := (24*time.Hour + 4*lease).Milliseconds()
+	running := (recordTTL + 4*lease).Milliseconds() // the store's TTL of a running record
 	if err := stringClaim.Run(ctx, c, keys[:3], "i-1", now.UnixMilli(), lease.Milliseconds(), js,
-		ttl, id, entry, (24 * time.Hour).Milliseconds()).Err(); err != nil {
+		running, id, entry, recordTTL.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
 	rec.Status, rec.Attempts, rec.FinishedAt = "succeeded", 1, time.Now()
@@ -109,8 +116,8 @@ func records(ctx context.Context, c *redis.Client, st *state.Redis, model, id, h
 	if err != nil {
 		return err
 	}
-	if err := stringFinish.Run(ctx, c, keys, js, "i-1", 1, (24 * time.Hour).Milliseconds(), time.Now().UnixMilli(),
-		state.NewFinishID(), id, "1", 10000, audit, 0).Err(); err != nil {
+	if err := stringFinish.Run(ctx, c, keys, js, "i-1", 1, recordTTL.Milliseconds(), time.Now().UnixMilli(),
+		state.NewFinishID(), id, "1", auditMaxLen, audit, 0).Err(); err != nil {
 		return fmt.Errorf("finish: %w", err)
 	}
 	return nil
