@@ -47,10 +47,11 @@
 //   - a long poll returns as soon as at least one message is available;
 //   - long polls blocked on one queue are served in the order they began
 //     waiting: each message that becomes visible wakes the poll that has
-//     waited longest, which gets it unless a new receive takes it first.
-//     SQS names no order; waking every poll let the Go scheduler choose,
-//     and it favoured the newest, so one quick consumer took most of the
-//     work while the others waited;
+//     waited longest of those not woken yet, which gets it unless a new
+//     receive takes it first (a poll its timer wakes meanwhile leaves it
+//     to the polls ahead of it). SQS names no order; waking every poll
+//     let the Go scheduler choose, and it favoured the newest, so one
+//     quick consumer took most of the work while the others waited;
 //   - a message moved to the dead-letter queue keeps its MessageId, body,
 //     attributes, SentTimestamp (retention counts from the original send, as
 //     SQS does for standard queues) and its receive count;

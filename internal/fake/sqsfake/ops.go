@@ -481,7 +481,7 @@ func (s *Server) opReceiveMessage(rc reqCtx, in *receiveMessageIn, call *Call) (
 
 		s.queueMu.Lock()
 		q.waiters--
-		behind = q.line.unpark(p) > 0
+		behind = q.line.unpark(p)
 		if rc.ctx.Err() != nil {
 			q.passOn()
 			s.queueMu.Unlock()

@@ -9,10 +9,13 @@ import (
 type poll struct {
 	place uint64        // when it first waited, in the line's count of polls
 	wake  chan struct{} // 1 buffered: wakeFirst's word that it should look again
+	woken bool          // wakeFirst woke it; it stays in line until it unparks
 }
 
 // pollLine is the long polls blocked on one queue, the longest waiting
-// first. Each message that becomes visible wakes the head of the line.
+// first. Each message that becomes visible wakes the first poll in line
+// not woken yet. A woken poll keeps its place until it runs, so that a
+// poll its timer woke meanwhile still finds it ahead.
 // SQS documents no order among long polls. Waking every poll at once let
 // Go's scheduler pick, and it runs the goroutine readied last first: the
 // newest poll, so the consumer that came back quickest took the next
@@ -29,24 +32,28 @@ func (l *pollLine) newPoll() *poll {
 	return &poll{place: l.count, wake: make(chan struct{}, 1)}
 }
 
-// wakeFirst wakes the poll that has waited longest and takes it out of line.
+// wakeFirst wakes the poll that has waited longest of those not woken yet.
 func (l *pollLine) wakeFirst() {
-	if len(l.polls) == 0 {
-		return
-	}
-	p := l.polls[0]
-	l.polls = slices.Delete(l.polls, 0, 1)
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	for _, p := range l.polls {
+		if !p.woken {
+			wake(p)
+			return
+		}
 	}
 }
 
 // wakeAll wakes every waiting poll (the queue is gone).
 func (l *pollLine) wakeAll() {
-	for len(l.polls) > 0 {
-		l.wakeFirst()
+	for _, p := range l.polls {
+		if !p.woken {
+			wake(p)
+		}
 	}
+}
+
+func wake(p *poll) {
+	p.woken = true
+	p.wake <- struct{}{} // buffered, and empty while p is not woken
 }
 
 // park puts p in line at its place: a poll that woke and found nothing
@@ -56,19 +63,21 @@ func (l *pollLine) park(p *poll) {
 	l.polls = slices.Insert(l.polls, i, p)
 }
 
-// unpark takes p out of line and reports where it stood: -1 when it was
-// not in line any more, i.e. wakeFirst woke it.
-func (l *pollLine) unpark(p *poll) int {
-	i, ok := l.find(p)
-	if !ok {
-		select { // wakeFirst's word, if the poll woke by something else first
-		case <-p.wake:
-		default:
-		}
-		return -1
-	}
+// unpark takes p out of line and reports whether it is behind: its timer
+// (not wakeFirst) woke it, and polls that waited longer are still in line,
+// woken or not, so what became visible is theirs.
+func (l *pollLine) unpark(p *poll) (behind bool) {
+	i, _ := l.find(p)
 	l.polls = slices.Delete(l.polls, i, i+1)
-	return i
+	if !p.woken {
+		return i > 0
+	}
+	p.woken = false
+	select { // wakeFirst's word, if the poll woke by something else first
+	case <-p.wake:
+	default:
+	}
+	return false
 }
 
 // find is where p stands in line, or would stand, and whether it is there.
