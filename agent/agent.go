@@ -72,6 +72,9 @@ type Deps struct {
 	// Reports are the report provider, queue and limiter backend; needed
 	// with report.enabled (OpenReportParts).
 	Reports *hooks.ReportParts
+	// Hostname is this machine's hostname, learnt once at start (Open:
+	// os.Hostname); with InstanceID it is every run's ran_on.
+	Hostname string
 }
 
 // Agent is one `autodiag run`: it builds the hooks, the task worker, the

@@ -29,7 +29,7 @@ func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.D
 		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
 		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
 		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard,
-		Tracing: workerTracing(a.cfg.Queue.URL)})
+		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname})
 }
 
 // workerTracing names the task queue in the worker's spans.

@@ -37,7 +37,8 @@ import (
 type OpenOptions struct {
 	Logger  *slog.Logger
 	Version string
-	// Hostname is the instance id of last resort; "" = os.Hostname.
+	// Hostname is the instance id of last resort and the hostname every
+	// run's ran_on names; "" = os.Hostname.
 	Hostname string
 	// CloudInitPath and DMIAssetTagPath are where instance id discovery
 	// reads its fallbacks; "" = where EC2 keeps them (package instance).
@@ -123,6 +124,20 @@ func resolveInstanceID(ctx context.Context, cfg config.Config, awsCfg *aws.Confi
 	}
 	log.Info("no EC2 instance id found; using the hostname", "instance_id", id)
 	return id, nil
+}
+
+// hostname is o.Hostname, else this machine's, learnt once at start; ""
+// (logged) when the system cannot say.
+func hostname(o OpenOptions, log *slog.Logger) string {
+	if o.Hostname != "" {
+		return o.Hostname
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		log.Warn("hostname unknown; records name where they ran by instance id only", "err", err)
+		return ""
+	}
+	return h
 }
 
 func orDiscard(log *slog.Logger) *slog.Logger {
@@ -342,7 +357,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	}
 	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
-		Outbox: outbox, LookupEnv: o.LookupEnv}
+		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log)}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,

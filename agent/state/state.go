@@ -54,6 +54,9 @@ type TaskRecord struct {
 	Truncated  bool      `json:"truncated,omitempty"`
 	Outcome    string    `json:"outcome,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
+	// RanOn is the agent that ran the diagnostic, stamped as it starts
+	// it; nil for a task that never ran.
+	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
 
 	// What the task asked for and why it ended, for GET /v1/tasks/{id}
 	// and notifications; a record written before these existed reads

@@ -25,6 +25,10 @@ func (r TaskRecord) View(link func(traceID string) string) taskview.Task {
 		a := *r.Alert
 		v.Alert = &a
 	}
+	if r.RanOn != nil {
+		ro := *r.RanOn
+		v.RanOn = &ro
+	}
 	if outcome.Ran(r.Outcome) {
 		code := r.ExitCode
 		v.ExitCode = &code

@@ -51,6 +51,29 @@ type Task struct {
 	TraceID  string `json:"trace_id,omitempty"`
 	SpanID   string `json:"span_id,omitempty"`
 	TraceURL string `json:"trace_url,omitempty"`
+
+	// RanOn is the agent that ran the diagnostic; nil for a task that
+	// never ran (rate_limited, rejected, duplicate, stale, or not yet).
+	RanOn *RanOn `json:"ran_on,omitempty"`
+}
+
+// RanOn names the agent that ran a task's diagnostic, as that agent
+// knows itself: the machine a host-local diagnostic's output describes.
+type RanOn struct {
+	InstanceID string `json:"instance_id"`
+	Hostname   string `json:"hostname"`
+}
+
+// String is "i-0abc (ip-10-0-1-5)", or the instance id alone when the
+// hostname is unknown or the same; "" for nil.
+func (r *RanOn) String() string {
+	switch {
+	case r == nil:
+		return ""
+	case r.Hostname == "" || r.Hostname == r.InstanceID:
+		return r.InstanceID
+	}
+	return r.InstanceID + " (" + r.Hostname + ")"
 }
 
 // Alert is the alert a task came from.

@@ -93,6 +93,11 @@ const (
 	KeySink        = attribute.Key("autodiag.sink")
 	KeyEvent       = attribute.Key("autodiag.event")
 	KeyAttempt     = attribute.Key("autodiag.attempt")
+
+	// KeyRanOnInstanceID and KeyRanOnHostname name the agent that ran
+	// the diagnostic (the record's ran_on).
+	KeyRanOnInstanceID = attribute.Key("autodiag.ran_on.instance_id")
+	KeyRanOnHostname   = attribute.Key("autodiag.ran_on.hostname")
 )
 
 // StartServer starts the SERVER span of an HTTP request to route

@@ -19,6 +19,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -109,6 +110,8 @@ type pipeline struct {
 
 	// alerts routes alarms received on the task queue; nil = none.
 	alerts *AlertRouting
+	// ranOn is this agent, as each run's record names where it ran.
+	ranOn taskview.RanOn
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -234,7 +237,13 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	if !p.claims.stillOurs(j, claimed) {
 		return
 	}
+	// The diagnostic runs here: from now on the record says so. A task
+	// that ends before this point never ran and names no machine.
+	ranOn := p.ranOn
+	rec.RanOn = &ranOn
+	traceRanOn(j.span, ranOn)
 	_, rspan := tracing.Start(j.ctx, "run "+t.Diagnostic, trace.SpanKindInternal, tracing.KeyDiagnostic.String(t.Diagnostic))
+	traceRanOn(rspan, ranOn)
 	res := run()
 	traceRun(rspan, res)
 	rspan.End()

@@ -12,6 +12,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
@@ -72,6 +73,14 @@ func traceTask(span trace.Span, t task.Task) {
 	if t.Alert.Source != "" {
 		span.SetAttributes(tracing.KeyAlertSource.String(t.Alert.Source))
 	}
+}
+
+// traceRanOn names the agent that runs the task's diagnostic on span.
+func traceRanOn(span trace.Span, r taskview.RanOn) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(tracing.KeyRanOnInstanceID.String(r.InstanceID), tracing.KeyRanOnHostname.String(r.Hostname))
 }
 
 // traceRun puts a run's result on its span: exit code, outcome,

@@ -12,6 +12,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -89,6 +90,9 @@ type Options struct {
 	Hard context.Context
 	// Tracing names the queue in the worker's spans.
 	Tracing Tracing
+	// Hostname is this machine's hostname, learnt once at start: with
+	// InstanceID it is the ran_on each run's record carries.
+	Hostname string
 }
 
 // Worker takes tasks from the queue to their outcome: the receiver
@@ -119,7 +123,8 @@ func New(o Options) *Worker {
 	receive := newWindow(workers, int64(o.BatchSize), o.Clock.Now, o.Metrics.ReceiveWindow)
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
-		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing}
+		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing,
+		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}}
 	// As many handlers as the receive window holds, at most, are idle
 	// between bursts.
 	p.goroutines = newHandlerGoroutines(&p.handlers, 2*o.Workers)
