@@ -18,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/investigate/eval"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // scriptedModel plays a scenario: its tool calls turn by turn, then the
@@ -98,7 +99,7 @@ func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model str
 	if err != nil {
 		t.Fatal(err)
 	}
-	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: p}})
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Hostname: "eval-host", Reports: &hooks.ReportParts{Provider: p}})
 	defer stop()
 	body := fmt.Sprintf(`{"id":"parent-1","host":%q,"diagnostic":%q,"alert":{"source":"generic","name":%q}}`, s.Host, s.Parent.Name, s.Alert)
 	if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
@@ -107,6 +108,9 @@ func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model str
 	_, r := ma.waitReport(t, "parent-1", wait)
 	return r, ma.store
 }
+
+// evalRanOn is the agent runScenarioWith runs, as records name it.
+var evalRanOn = taskview.RanOn{InstanceID: "i-eval", Hostname: "eval-host"}
 
 // TestInvestigationScenarios runs every scenario's scripted tool calls
 // through the real agent and grades its right answer pass and its wrong
@@ -160,6 +164,11 @@ func TestInvestigationScenarios(t *testing.T) {
 					if err != nil || !ok || tr.Origin != "investigation" || tr.Parent != "parent-1" || tr.Investigation != rec.ID || tr.Step != st.N || tr.Outcome != c.Outcome {
 						t.Errorf("task record of %s: %+v (%v %v), want origin investigation, parent parent-1, investigation %s, step %d",
 							c.TaskID, tr, ok, err, rec.ID, st.N)
+					}
+					// The call, as the tree shows it, and its record name
+					// the agent that ran it.
+					if c.RanOn == nil || *c.RanOn != evalRanOn || tr.RanOn == nil || *tr.RanOn != evalRanOn {
+						t.Errorf("call %s ran_on %v, record ran_on %v; want %v", c.TaskID, c.RanOn, tr.RanOn, evalRanOn)
 					}
 				}
 			}

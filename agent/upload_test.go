@@ -25,6 +25,7 @@ import (
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -143,7 +144,8 @@ results:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, S3: f.client, InstanceID: "i-up", Registry: prometheus.NewRegistry()})
+	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, S3: f.client, InstanceID: "i-up", Hostname: "up-host",
+		Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +244,16 @@ func TestUploadFullOutput(t *testing.T) {
 				if got := puts[0].Get(h); got != want {
 					t.Errorf("PutObject header %s = %q, want %q", h, got, want)
 				}
+			}
+			// The object names the agent that ran the diagnostic, as the
+			// record does.
+			for h, want := range map[string]string{"X-Amz-Meta-Ran-On-Instance-Id": "i-up", "X-Amz-Meta-Ran-On-Hostname": "up-host"} {
+				if got := puts[0].Get(h); got != want {
+					t.Errorf("PutObject header %s = %q, want %q (the agent that ran it)", h, got, want)
+				}
+			}
+			if want := (taskview.RanOn{InstanceID: "i-up", Hostname: "up-host"}); rec.RanOn == nil || *rec.RanOn != want {
+				t.Errorf("record ran_on %v, want %v", rec.RanOn, want)
 			}
 			if v := rec.View(nil); v.OutputURL != rec.OutputURL {
 				t.Errorf("view output_url %q, want %q", v.OutputURL, rec.OutputURL)

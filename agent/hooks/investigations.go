@@ -85,7 +85,8 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		rec, ok, err := o.Store.Task(rctx, s.ID)
 		cancel()
 		if err == nil && ok && rec.Outcome != "" {
-			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated}
+			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated,
+				RanOn: rec.RanOn}
 			switch rec.Outcome {
 			case outcome.Succeeded, outcome.Failed, outcome.TimedOut:
 				code := rec.ExitCode

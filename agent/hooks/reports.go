@@ -184,7 +184,7 @@ func (s addressedSink) Send(context.Context, notify.Delivery) error {
 // record's (redacted) output.
 func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 	ev := report.Evidence{TaskID: rec.ID, Diagnostic: rec.Diagnostic, Host: rec.Host, Outcome: rec.Outcome,
-		Truncated: rec.Truncated, Output: rec.Output}
+		Truncated: rec.Truncated, Output: rec.Output, RanOn: rec.RanOn}
 	ev.Alert.Severity = rec.Severity
 	if rec.Alert != nil {
 		ev.Alert.Source, ev.Alert.Name, ev.Alert.EventID = rec.Alert.Source, rec.Alert.Name, rec.Alert.EventID

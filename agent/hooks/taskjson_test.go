@@ -19,8 +19,9 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files of TestTaskJSON")
 
 // taskRecords are the records TestTaskJSON shapes: every field set, a
-// run that did not start (exit code -1), and a task that never ran
-// (rate limited, from an old record without the newer fields).
+// run that did not start (exit code -1; it was tried on an agent, which
+// ran_on names), and a task that never ran (rate limited, from an old
+// record without the newer fields; no ran_on).
 func taskRecords() map[string]state.TaskRecord {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.FixedZone("BRT", -3*3600))
 	full := state.TaskRecord{ID: "t-1", Status: state.StatusDone, Owner: "i-0abc", Attempts: 2, Host: "web-1",
@@ -31,9 +32,11 @@ func taskRecords() map[string]state.TaskRecord {
 		Alert:      &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
 		ReceivedAt: at.Add(-time.Second), OutputURL: "s3://bucket/t-1.txt", OutputUpload: "failed",
 		Limiter: json.RawMessage(`{"rule":"default","allowed":true}`), Report: json.RawMessage(`{"status":"ok"}`),
-		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"}
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
+		RanOn: &taskview.RanOn{InstanceID: "i-0abc", Hostname: "ip-10-0-1-5"}}
 	notStarted := state.TaskRecord{ID: "t-2", Status: state.StatusDone, Attempts: 1, Host: "web-2", Diagnostic: "df",
-		ExitCode: -1, Outcome: outcome.Failed, Reason: "start /nonexistent: no such file", FinishedAt: at}
+		ExitCode: -1, Outcome: outcome.Failed, Reason: "start /nonexistent: no such file", FinishedAt: at,
+		RanOn: &taskview.RanOn{InstanceID: "i-0def", Hostname: "ip-10-0-2-7"}}
 	limited := state.TaskRecord{ID: "t-3", Status: state.StatusDone, Host: "web-3", Diagnostic: "uptime",
 		Outcome: outcome.RateLimited, Reason: "daily", Limiter: json.RawMessage(`{"rule":"default","limit":"daily"}`)}
 	return map[string]state.TaskRecord{"full": full, "not_started": notStarted, "limited": limited}

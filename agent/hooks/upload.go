@@ -95,7 +95,7 @@ func (u *uploader) keep(rec *state.TaskRecord, res *runner.Result, d runner.Diag
 		return
 	}
 	key := u.key(rec.ID, rec.FinishedAt)
-	if err := u.put(key, res.Output); err != nil {
+	if err := u.put(key, res.Output, ranOnMetadata(rec)); err != nil {
 		u.uploads.WithLabelValues("failed").Inc()
 		rec.OutputUpload = OutputUploadFailed
 		u.log.Warn("uploading the full output failed; the record keeps max_output", "task_id", rec.ID,
@@ -107,9 +107,44 @@ func (u *uploader) keep(rec *state.TaskRecord, res *runner.Result, d runner.Diag
 	res.Output, res.Truncated = capOutput(res.Output, res.Truncated, int(d.WithDefaults().MaxOutput))
 }
 
-// put sends one object, bounded by results.s3.timeout on a context of
-// its own.
-func (u *uploader) put(key string, body []byte) error {
+// S3 user metadata (x-amz-meta-*) of an uploaded output: the agent that
+// ran the diagnostic (the record's ran_on), so that the object says which
+// machine it describes without its record.
+const (
+	MetaRanOnInstanceID = "ran-on-instance-id"
+	MetaRanOnHostname   = "ran-on-hostname"
+)
+
+// ranOnMetadata is the object metadata naming where rec's diagnostic ran;
+// nil when the record names no machine. Metadata travels as HTTP headers:
+// a value that is not printable ASCII is left out rather than failing the
+// upload.
+func ranOnMetadata(rec *state.TaskRecord) map[string]string {
+	if rec.RanOn == nil {
+		return nil
+	}
+	m := map[string]string{}
+	for k, v := range map[string]string{MetaRanOnInstanceID: rec.RanOn.InstanceID, MetaRanOnHostname: rec.RanOn.Hostname} {
+		if v != "" && headerSafe(v) {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// headerSafe reports whether v is printable ASCII.
+func headerSafe(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// put sends one object with its user metadata, bounded by
+// results.s3.timeout on a context of its own.
+func (u *uploader) put(key string, body []byte, meta map[string]string) error {
 	ctx, cancel := context.WithTimeout(u.base, u.cfg.Timeout)
 	defer cancel()
 	in := &s3.PutObjectInput{
@@ -118,6 +153,7 @@ func (u *uploader) put(key string, body []byte) error {
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
 		ContentType:   aws.String("text/plain; charset=utf-8"),
+		Metadata:      meta,
 	}
 	if u.cfg.StorageClass != "" {
 		in.StorageClass = types.StorageClass(u.cfg.StorageClass)

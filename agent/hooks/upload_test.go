@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -15,6 +16,7 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -83,4 +85,29 @@ func TestUploadBoundedByItsTimeout(t *testing.T) {
 			t.Errorf("result output %q, want max_output (10 bytes) and the mark", res.Output)
 		}
 	})
+}
+
+// The object metadata names where the diagnostic ran; a record that
+// names no machine adds none, and a value S3 cannot carry as a header is
+// left out instead of failing the upload.
+func TestRanOnMetadata(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		ranOn *taskview.RanOn
+		want  map[string]string
+	}{
+		{"never ran", nil, nil},
+		{"both", &taskview.RanOn{InstanceID: "i-0abc", Hostname: "ip-10-0-1-5"},
+			map[string]string{MetaRanOnInstanceID: "i-0abc", MetaRanOnHostname: "ip-10-0-1-5"}},
+		{"no hostname", &taskview.RanOn{InstanceID: "i-0abc"}, map[string]string{MetaRanOnInstanceID: "i-0abc"}},
+		{"hostname not ASCII", &taskview.RanOn{InstanceID: "i-0abc", Hostname: "hôte"}, map[string]string{MetaRanOnInstanceID: "i-0abc"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ranOnMetadata(&state.TaskRecord{ID: "t1", RanOn: tc.ranOn})
+			if !maps.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+				t.Errorf("ranOnMetadata = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -54,6 +55,9 @@ type TaskRecord struct {
 	ExitCode  *int
 	Output    string
 	Truncated bool
+	// RanOn is the agent that ran the task: the machine its output
+	// describes; nil when it did not run.
+	RanOn *taskview.RanOn
 }
 
 // Tasks submits a task and waits for its record: the only way an
@@ -356,6 +360,7 @@ func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report
 		return c, ""
 	}
 	c.Result = ResultRan
+	c.RanOn = rec.RanOn
 	return c, toolText(rec, r.iv.o.Report.Input)
 }
 
@@ -398,7 +403,13 @@ func toolText(rec TaskRecord, in report.Input) string {
 	if rec.ExitCode != nil {
 		exit = fmt.Sprint(*rec.ExitCode)
 	}
-	fmt.Fprintf(&b, "task %s: outcome %s, exit code %s\n", rec.ID, rec.Outcome, exit)
+	fmt.Fprintf(&b, "task %s: outcome %s, exit code %s", rec.ID, rec.Outcome, exit)
+	// The model attributes what the output shows to the machine that
+	// produced it, which it is told rather than left to assume.
+	if rec.RanOn != nil {
+		fmt.Fprintf(&b, ", ran on %s", rec.RanOn)
+	}
+	b.WriteString("\n")
 	out := HeadTail(rec.Output, int(in.MaxBytes))
 	if out == "" {
 		b.WriteString("(no output)\n")

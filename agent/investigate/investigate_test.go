@@ -17,6 +17,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // scripted is a model that answers from a script, one turn a request,
@@ -81,6 +82,8 @@ type fakeTasks struct {
 	ran     map[string]int
 	specs   []TaskSpec
 	records map[string]TaskRecord
+	// ranOn is the agent that runs every task that runs; nil: none said.
+	ranOn *taskview.RanOn
 }
 
 func newFakeTasks(tools []Tool, outputs map[string]string) *fakeTasks {
@@ -119,7 +122,7 @@ func (f *fakeTasks) Submit(_ context.Context, s TaskSpec) (TaskRecord, error) {
 	}
 	f.ran[s.Host]++
 	code := 0
-	rec.Outcome, rec.ExitCode, rec.Output = "succeeded", &code, f.outputs[s.Diagnostic]
+	rec.Outcome, rec.ExitCode, rec.Output, rec.RanOn = "succeeded", &code, f.outputs[s.Diagnostic], f.ranOn
 	return rec, nil
 }
 
@@ -509,5 +512,54 @@ func TestRanCallRedacted(t *testing.T) {
 	c := allCalls(res.Investigation)
 	if len(c) != 1 || c[0].Result != ResultRan || c[0].Params["path"] != "/var/[REDACTED:test]" {
 		t.Fatalf("calls %+v", c)
+	}
+}
+
+// TestToolResultsSayWhereTheyRan: the model reads which machine produced
+// each output it is given, the investigation's tree names it per call,
+// and a call that did not run (rate limited) names no machine.
+func TestToolResultsSayWhereTheyRan(t *testing.T) {
+	t.Parallel()
+	model := &scripted{turns: []report.Response{calls("journal -", "deleted_open -"), answer("## Root cause\nx\n")}}
+	tasks := newFakeTasks(testTools, map[string]string{"journal": "kernel: oom\n"})
+	tasks.rate = 1
+	agentID := taskview.RanOn{InstanceID: "i-0abc", Hostname: "ip-10-0-1-5"}
+	tasks.ranOn = &agentID
+	iv, _ := newTest(t, report.InvestigateConfig{}, model, tasks)
+	res := iv.Run(context.Background(), parentEvidence())
+
+	c := allCalls(res.Investigation)
+	if len(c) != 2 || c[0].Result != ResultRan || c[1].Result != "rate_limited" {
+		t.Fatalf("calls %+v, want journal ran and deleted_open rate_limited", c)
+	}
+	if c[0].RanOn == nil || *c[0].RanOn != agentID {
+		t.Errorf("ran call's ran_on %v, want %v", c[0].RanOn, agentID)
+	}
+	if c[1].RanOn != nil {
+		t.Errorf("rate_limited call's ran_on %v, want none", c[1].RanOn)
+	}
+	if len(model.reqs) < 2 {
+		t.Fatalf("%d model requests, want the tool results' turn", len(model.reqs))
+	}
+	msgs := model.reqs[1].Messages
+	results := msgs[len(msgs)-1].ToolResults
+	if len(results) != 2 {
+		t.Fatalf("tool results %+v, want 2", results)
+	}
+	if want := "task inv-1-s1-c1: outcome succeeded, exit code 0, ran on i-0abc (ip-10-0-1-5)\n"; !strings.HasPrefix(results[0].Text, want) {
+		t.Errorf("ran call's result %q, want it to start %q", results[0].Text, want)
+	}
+	if strings.Contains(results[1].Text, "ran on") {
+		t.Errorf("rate_limited call's result %q names a machine", results[1].Text)
+	}
+	if !strings.Contains(model.reqs[0].System, "names the machine that produced it") {
+		t.Error("the system prompt does not tell the model that tool results name their machine")
+	}
+	tree := res.Investigation.Tree()
+	if want := "journal on web-3: ran → task inv-1-s1-c1 (succeeded), ran on i-0abc (ip-10-0-1-5)\n"; !strings.Contains(tree, want) {
+		t.Errorf("tree lacks %q:\n%s", want, tree)
+	}
+	if strings.Count(tree, "ran on") != 1 {
+		t.Errorf("tree names a machine for a call that did not run:\n%s", tree)
 	}
 }

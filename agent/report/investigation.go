@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -172,6 +173,9 @@ type Call struct {
 	Reason  string `json:"reason,omitempty"`
 	TaskID  string `json:"task_id,omitempty"`
 	Outcome string `json:"outcome,omitempty"`
+	// RanOn is the agent that ran the call's task; nil when it did not
+	// run.
+	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
 }
 
 // Gap is something the investigation could not check.
@@ -214,6 +218,9 @@ func (inv *Investigation) Tree() string {
 				fmt.Fprintf(&b, " → task %s", c.TaskID)
 				if c.Outcome != "" {
 					fmt.Fprintf(&b, " (%s)", c.Outcome)
+				}
+				if c.RanOn != nil {
+					fmt.Fprintf(&b, ", ran on %s", c.RanOn)
 				}
 			}
 			if c.Result != "ran" && c.Reason != "" {

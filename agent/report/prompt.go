@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // Evidence is what a report is written from: one finished task.
@@ -23,6 +24,9 @@ type Evidence struct {
 	Truncated bool    `json:"truncated"` // the stored output was cut at runner.max_output
 	// Output is the run's output, already redacted.
 	Output string `json:"output"`
+	// RanOn is the agent that ran the diagnostic, the machine its output
+	// describes; nil for a record that does not say.
+	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
 }
 
 // Alert is the alert a task came from.
@@ -100,6 +104,9 @@ func BuildPrompt(ev Evidence, in Input) Prompt {
 	line("Name", ev.Diagnostic)
 	line("Command", quoteArgv(ev.Argv))
 	line("Host", ev.Host)
+	if ev.RanOn != nil {
+		line("Ran on", ev.RanOn.String())
+	}
 	exit := "none (the process did not exit by itself)"
 	if ev.ExitCode != nil {
 		exit = strconv.Itoa(*ev.ExitCode)
