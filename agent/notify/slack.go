@@ -20,8 +20,8 @@ const (
 )
 
 // Slack posts a Block Kit message to an incoming webhook: a header
-// (outcome, diagnostic, host), fields (duration, attempts, agent, alert),
-// the output excerpt in a code block and how to see the whole.
+// (outcome, diagnostic, host), fields (duration, attempts, agent, ran on,
+// alert), the output excerpt in a code block and how to see the whole.
 type Slack struct {
 	httpSink
 }
@@ -78,6 +78,8 @@ func SlackMessage(ev Event) SlackPayload {
 		}
 		field("Attempts", fmt.Sprint(t.Attempts))
 		field("Agent", firstNonEmpty(t.Owner, ev.InstanceID))
+		// The machine the output describes: the agent that ran it.
+		field("Ran on", t.RanOn.String())
 		if t.Alert != nil {
 			field("Alert", t.Alert.Name)
 		}

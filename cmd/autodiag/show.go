@@ -144,6 +144,8 @@ func printTask(w io.Writer, v taskview.Task) {
 		row("origin", fmt.Sprintf("%s %s of task %s, step %d", v.Origin, v.Investigation, v.Parent, v.Step))
 	}
 	row("agent", v.Owner)
+	// The machine the output describes; none for a task that never ran.
+	row("ran on", v.RanOn.String())
 	row("attempts", fmt.Sprint(v.Attempts))
 	row("received", fmtTime(v.ReceivedAt))
 	row("started", fmtTime(v.StartedAt))
