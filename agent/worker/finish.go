@@ -92,6 +92,10 @@ func (f *finisher) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bo
 	return append(out[:len(out):len(out)], runner.TruncationMark...), true
 }
 
+// AuditRanOn is the audit entry field naming where a task ran, as
+// "<instance id> (<hostname>)".
+const AuditRanOn = "ran_on"
+
 // finish writes a task's final record and ends j with e. The record, the
 // outcome's audit entry, its notification and, for a run whose outcome is
 // in report.on, its report job are one store call (one round trip to a
@@ -99,6 +103,13 @@ func (f *finisher) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bo
 // backlog with all of them and written when the store answers again.
 func (f *finisher) finish(j *job, rec state.TaskRecord, e ended) {
 	entry := f.outcomes.auditEntry(j, e)
+	if rec.RanOn != nil {
+		// The audit names the machine as the record does.
+		if entry.Fields == nil {
+			entry.Fields = map[string]string{}
+		}
+		entry.Fields[AuditRanOn] = rec.RanOn.String()
+	}
 	// What the run gives back to the limiter rides ahead of the record,
 	// once: a finish kept to try again goes without it.
 	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry, Calls: j.limitDone}
