@@ -31,6 +31,9 @@ func endTool(span trace.Span, c report.Call) {
 		if c.TaskID != "" {
 			span.SetAttributes(tracing.KeyTaskID.String(c.TaskID))
 		}
+		if c.RanOn != nil {
+			span.SetAttributes(tracing.KeyRanOnInstanceID.String(c.RanOn.InstanceID), tracing.KeyRanOnHostname.String(c.RanOn.Hostname))
+		}
 		if c.Result != ResultRan {
 			span.SetStatus(codes.Error, c.Result)
 		}

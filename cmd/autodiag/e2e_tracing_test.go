@@ -119,6 +119,11 @@ func TestE2ETracing(t *testing.T) {
 		append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey)...)
 	addr := intakeAddr(t, p)
 	const wait = 30 * time.Second
+	// The agent learns its hostname as the system says it.
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// What Alertmanager 0.25 sent the intake: two firing HighLoad alerts and
 	// one resolved, in one group.
@@ -194,6 +199,13 @@ func TestE2ETracing(t *testing.T) {
 		if run := steps["run "+diag]; run.Attrs["autodiag.outcome"] != outcome || run.Attrs["process.exit.code"] == "" {
 			t.Errorf("run span attributes %v, want the outcome %s and the exit code", run.Attrs, outcome)
 		}
+		// The process and run spans name the agent that ran the task, as
+		// its record does.
+		for _, sp := range []otlpfake.Span{pr, steps["run "+diag]} {
+			if sp.Attrs["autodiag.ran_on.instance_id"] != "trace-a" || sp.Attrs["autodiag.ran_on.hostname"] != hostname {
+				t.Errorf("span %q attributes %v, want autodiag.ran_on.instance_id trace-a and autodiag.ran_on.hostname %q", sp.Name, sp.Attrs, hostname)
+			}
+		}
 		if lim := steps["limiter"]; lim.Attrs["autodiag.limiter.allowed"] != "true" {
 			t.Errorf("limiter span attributes %v, want allowed", lim.Attrs)
 		}
@@ -215,6 +227,9 @@ func TestE2ETracing(t *testing.T) {
 		rec, found := sqsTaskRecord(t, rc, prefix, id)
 		if !found || rec.TraceID != e2eTraceID || rec.SpanID != pr.SpanID {
 			t.Errorf("record of %s: trace %q span %q, want %s/%s", id, rec.TraceID, rec.SpanID, e2eTraceID, pr.SpanID)
+		}
+		if rec.RanOn == nil || rec.RanOn.InstanceID != "trace-a" || rec.RanOn.Hostname != hostname {
+			t.Errorf("record of %s: ran_on %v, want trace-a (%s)", id, rec.RanOn, hostname)
 		}
 		resp, err := p.get("/v1/tasks/" + id)
 		if err != nil {
