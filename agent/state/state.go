@@ -54,8 +54,8 @@ type TaskRecord struct {
 	Truncated  bool      `json:"truncated,omitempty"`
 	Outcome    string    `json:"outcome,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
-	// RanOn is the agent that ran the diagnostic, stamped as it starts
-	// it; nil for a task that never ran.
+	// RanOn is the agent that ran the diagnostic, set as the run starts
+	// and written with its result; nil for a task that never ran.
 	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
 
 	// What the task asked for and why it ended, for GET /v1/tasks/{id}
