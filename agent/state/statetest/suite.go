@@ -779,6 +779,7 @@ func testSetReport(t *testing.T, s state.Store, _ *clock.Manual) {
 	cl := mustClaimed(t, s, "rep", "a", 1)
 	fin := cl.Record
 	fin.Outcome, fin.Output = "failed", "disk full"
+	fin.RanOn = &taskview.RanOn{InstanceID: "a", Hostname: "ip-10-0-1-5"}
 	if err := s.Finish(ctx, fin, state.FinishExtras{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
@@ -787,7 +788,8 @@ func testSetReport(t *testing.T, s state.Store, _ *clock.Manual) {
 		t.Fatalf("SetReport = %v, %v, want true, nil", ok, err)
 	}
 	got := mustTask(t, s, "rep")
-	if string(got.Report) != string(rep) || got.Outcome != "failed" || got.Output != "disk full" || got.Status != state.StatusDone {
-		t.Fatalf("record after SetReport = %+v, want the report and the finished record", got)
+	if string(got.Report) != string(rep) || got.Outcome != "failed" || got.Output != "disk full" || got.Status != state.StatusDone ||
+		got.RanOn == nil || *got.RanOn != *fin.RanOn {
+		t.Fatalf("record after SetReport = %+v, want the report and the finished record (ran_on too)", got)
 	}
 }
