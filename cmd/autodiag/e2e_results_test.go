@@ -201,7 +201,14 @@ func TestResultsRedactedAndDelivered(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("show: exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"task leak-1: failed", "web-1", "leak", "agent-r", "exit code:  3", "report: (none)"} {
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "ran on" names the agent that ran it: its instance id and the
+	// hostname it learnt at start.
+	for _, want := range []string{"task leak-1: failed", "web-1", "leak", "agent-r", "ran on:     agent-r (" + hostname + ")\n",
+		"exit code:  3", "report: (none)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("show output lacks %q:\n%s", want, stdout)
 		}
@@ -259,6 +266,9 @@ func TestResultsEmbedded(t *testing.T) {
 	var v taskview.Task
 	if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.ID != id || v.Outcome != "failed" {
 		t.Fatalf("show --json = %s (%v), want %s failed", stdout, err, id)
+	}
+	if hostname, _ := os.Hostname(); v.RanOn == nil || v.RanOn.InstanceID != v.Owner || v.RanOn.Hostname != hostname {
+		t.Errorf("show --json ran_on %+v, want the agent's instance id %q and hostname %q", v.RanOn, v.Owner, hostname)
 	}
 	assertRedacted(t, "show --json", v.Output)
 	if code, _, _ := runCLI(t, nil, "show", "nope", "--config", cfgPath, "--admin-addr", a.Addr()); code != 1 {
