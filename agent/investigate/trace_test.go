@@ -37,7 +37,7 @@ func TestToolSpanRanOn(t *testing.T) {
 			got := map[string]string{}
 			for _, kv := range ended[0].Attributes() {
 				if k := string(kv.Key); k == "autodiag.ran_on.instance_id" || k == "autodiag.ran_on.hostname" {
-					got[k] = kv.Value.Emit()
+					got[k] = kv.Value.AsString()
 				}
 			}
 			if len(got) != len(tc.want) {
