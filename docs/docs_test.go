@@ -18,6 +18,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/internal/agenttest"
+	"github.com/autodiag/autodiag/limiter"
 )
 
 // opaque are keys documented as one row whose type is described elsewhere:
@@ -375,9 +376,11 @@ func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 	}
 }
 
-// TestQuickstartConfig: the README's quick start config loads, and its
-// only rule lets a host+diagnostic run once a minute, so the quick start's
-// second task is denied with reason min_interval.
+// TestQuickstartConfig: the README's quick start config loads, and holds
+// the embedded default rules unchanged with one rule between them that
+// lets a host run uptime once a minute, so the quick start's second task
+// is denied with reason min_interval. A rules list replaces the defaults,
+// so a file that named only its own rule would drop them.
 func TestQuickstartConfig(t *testing.T) {
 	src, err := os.ReadFile("quickstart.yaml")
 	if err != nil {
@@ -388,8 +391,26 @@ func TestQuickstartConfig(t *testing.T) {
 		t.Fatalf("docs/quickstart.yaml: %v", err)
 	}
 	rules := cfg.Limiter.Rules
-	if len(rules) != 1 || rules[0].Name != "once-a-minute" || rules[0].Key != "host+diagnostic" ||
-		len(rules[0].Limits) != 1 || rules[0].Limits[0].MinInterval != time.Minute {
-		t.Fatalf("docs/quickstart.yaml rules = %+v, want once-a-minute: min_interval 1m per host+diagnostic", rules)
+	defaults := config.DefaultConfig().Limiter.Rules
+	if len(rules) != len(defaults)+1 {
+		t.Fatalf("docs/quickstart.yaml has %d rules, want the %d defaults plus once-a-minute", len(rules), len(defaults))
+	}
+	var own []limiter.Rule
+	for _, r := range rules {
+		if r.Name == "once-a-minute" {
+			own = append(own, r)
+			continue
+		}
+		i := slices.IndexFunc(defaults, func(d limiter.Rule) bool { return d.Name == r.Name })
+		if i < 0 || !reflect.DeepEqual(r, defaults[i]) {
+			t.Errorf("docs/quickstart.yaml rule %+v is not the default rule of that name", r)
+		}
+	}
+	if len(own) != 1 || own[0].Key != "host+diagnostic" || !slices.Equal(own[0].Match.Diagnostic, []string{"uptime"}) ||
+		len(own[0].Limits) != 1 || own[0].Limits[0].MinInterval != time.Minute {
+		t.Fatalf("docs/quickstart.yaml once-a-minute = %+v, want min_interval 1m per host+diagnostic for uptime", own)
+	}
+	if rules[0].Name != "investigation" {
+		t.Errorf("docs/quickstart.yaml's first rule is %q: investigation must come first, or a rule before it takes the tool calls", rules[0].Name)
 	}
 }
