@@ -312,7 +312,7 @@ func Load(data []byte, env func(string) (string, bool)) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, &ConfigError{Key: "config", Err: err}
+		return cfg, syntaxError(data, err)
 	}
 	var p problems
 	var extra yaml.Node
