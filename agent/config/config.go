@@ -401,7 +401,7 @@ func (c Config) Validate() error {
 	p.adopt("redis", c.Redis.Validate())
 	p.adopt("", c.validateDiagnostics())
 	p.adopt("limiter", c.Limiter.Validate())
-	p.adopt("limiter", c.rulesInCatalog())
+	p.adopt("limiter", rulesInCatalog(c.Limiter.Rules, c.Diagnostics))
 	if k := c.Limiter.Dedupe.Key; k != "" {
 		if _, ok := (&task.Task{}).Field(k); !ok || k == "params." {
 			p.addf("limiter.dedupe.key", "%q is not a task field (want id, host, diagnostic, severity, alert.source, alert.name, alert.event_id or params.NAME); "+

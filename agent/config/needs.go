@@ -4,7 +4,9 @@ import (
 	"fmt"
 
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/lifecycle"
+	"github.com/autodiag/autodiag/limiter"
 )
 
 // Embedded reports whether cfg runs without AWS and Redis.
@@ -45,7 +47,7 @@ func (c Config) routesInCatalog() error {
 	for i, r := range c.Routes {
 		for j, t := range r.Tasks {
 			if t.Diagnostic != "" {
-				if err := c.inCatalog(t.Diagnostic); err != nil {
+				if err := inCatalog(c.Diagnostics, t.Diagnostic); err != nil {
 					p.add(fmt.Sprintf("[%d].tasks[%d].diagnostic", i, j), err)
 				}
 			}
@@ -57,11 +59,11 @@ func (c Config) routesInCatalog() error {
 // rulesInCatalog checks that every diagnostic a limiter rule matches is in
 // the catalog: a typo there would make the rule match nothing, silently.
 // Keys are relative to the limiter section.
-func (c Config) rulesInCatalog() error {
+func rulesInCatalog(rules []limiter.Rule, catalog []runner.Diagnostic) error {
 	var p problems
-	for i, r := range c.Limiter.Rules {
+	for i, r := range rules {
 		for j, d := range r.Match.Diagnostic {
-			if err := c.inCatalog(d); err != nil {
+			if err := inCatalog(catalog, d); err != nil {
 				p.add(fmt.Sprintf("rules[%d].match.diagnostic[%d]", i, j), err)
 			}
 		}
@@ -72,9 +74,9 @@ func (c Config) rulesInCatalog() error {
 // inCatalog is nil when the catalog has a diagnostic of that name, else
 // the problem, with the nearest name when one is near enough to be the
 // one meant.
-func (c Config) inCatalog(name string) error {
-	names := make([]string, 0, len(c.Diagnostics))
-	for _, d := range c.Diagnostics {
+func inCatalog(catalog []runner.Diagnostic, name string) error {
+	names := make([]string, 0, len(catalog))
+	for _, d := range catalog {
 		if d.Name == name {
 			return nil
 		}

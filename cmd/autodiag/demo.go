@@ -102,7 +102,7 @@ const (
 	demoStepBound = 8 * time.Second
 )
 
-func (c *cli) demoCmd() *cobra.Command {
+func demoCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "demo",
 		Short: "A result, a denial and a root-cause report in one command: an embedded agent and a scripted model, no network, no account",
@@ -122,12 +122,12 @@ model, see docs/reports.md; for the same steps by hand, the README's
 quick start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.runDemo(cmd.Context())
+			return runDemo(cmd.Context(), c)
 		},
 	}
 }
 
-func (c *cli) runDemo(ctx context.Context) error {
+func runDemo(ctx context.Context, c *cli) error {
 	start := time.Now()
 	w := c.stdout
 	cfg, err := config.Load([]byte(demoConfig), nil)
