@@ -4,6 +4,7 @@
 package docs_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/agenttest"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -412,5 +414,44 @@ func TestQuickstartConfig(t *testing.T) {
 	}
 	if rules[0].Name != "investigation" {
 		t.Errorf("docs/quickstart.yaml's first rule is %q: investigation must come first, or a rule before it takes the tool calls", rules[0].Name)
+	}
+}
+
+// commandProgram is the program of a diagnostic's command in a YAML
+// example: `command: [PROGRAM, ...]` or `command: ["PROGRAM", ...]`.
+var commandProgram = regexp.MustCompile(`command: \[\s*"?([^",\]\s]+)`)
+
+// TestDocExamplesNameAbsolutePrograms: a diagnostic's program must be an
+// absolute path (config validation refuses anything else), so an example
+// that names a bare program fails for whoever copies it.
+func TestDocExamplesNameAbsolutePrograms(t *testing.T) {
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range append([]string{"../README.md"}, pages...) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if m := commandProgram.FindStringSubmatch(line); m != nil && !strings.HasPrefix(m[1], "/") {
+				t.Errorf("%s:%d: example command's program %q is not an absolute path: %s", file, i+1, m[1], strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// TestHTTPAPIPageStatesTheTaskBodyLimit: POST /v1/tasks refuses a body
+// over task.MaxBodySize with a 400, where the intake listener answers
+// 413; the page says so, with the limit the code has.
+func TestHTTPAPIPageStatesTheTaskBodyLimit(t *testing.T) {
+	src, err := os.ReadFile("http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("a body over %d KiB", task.MaxBodySize>>10)
+	if !strings.Contains(string(src), want) || !strings.Contains(string(src), task.ReasonTooLarge) {
+		t.Fatalf("http-api.md does not state POST /v1/tasks's body limit (%q, reason %s)", want, task.ReasonTooLarge)
 	}
 }

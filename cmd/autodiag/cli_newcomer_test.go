@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -81,4 +84,27 @@ func TestRunHelpTellsSignalsDrainAndExitCodes(t *testing.T) {
 			t.Errorf("run --help lacks %q:\n%s", want, stdout.String())
 		}
 	}
+}
+
+// TestCLIPageHasEveryCommand: docs/cli.md says it lists every command;
+// each command of the cobra tree is named there ("`autodiag PATH ...`").
+func TestCLIPageHasEveryCommand(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		for _, sub := range cmd.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			row := regexp.MustCompile("`" + regexp.QuoteMeta(sub.CommandPath()) + "[ `]")
+			if sub.Runnable() && !row.MatchString(string(page)) {
+				t.Errorf("docs/cli.md has no row for %s", sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	walk(newRoot(&bytes.Buffer{}, &bytes.Buffer{}))
 }
