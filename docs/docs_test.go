@@ -332,8 +332,9 @@ func anchors(t *testing.T, path string) map[string]bool {
 }
 
 // TestReadmeLinksEveryPageAndLinksResolve: the README links every page of
-// docs/, and every relative link of the README and the pages names a file
-// that exists and, for a Markdown file, a heading it has.
+// docs/, and every relative link of the README and of every Markdown file
+// under docs/ names a file that exists and, for a Markdown file, a
+// heading it has.
 func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -351,7 +352,19 @@ func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 	if n := strings.Count(string(readme), "\n"); n > 250 {
 		t.Errorf("README.md has %d lines, more than 250", n)
 	}
-	for _, file := range append([]string{"../README.md"}, pages...) {
+	// Every page is checked, the ones out of the reading path
+	// (results/history) too.
+	var all []string
+	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			all = append(all, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range append([]string{"../README.md"}, all...) {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
