@@ -468,3 +468,24 @@ func TestHTTPAPIPageStatesTheTaskBodyLimit(t *testing.T) {
 		t.Fatalf("http-api.md does not state POST /v1/tasks's body limit (%q, reason %s)", want, task.ReasonTooLarge)
 	}
 }
+
+// TestConfigurationCellsAreShort: a configuration table cell says what
+// the key does in a few lines; past about 400 characters the detail
+// belongs on the page of its subject, which the cell links.
+func TestConfigurationCellsAreShort(t *testing.T) {
+	const maxCell = 500
+	src, err := os.ReadFile("configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		for _, c := range regexp.MustCompile(`[^\\]\|`).Split(line, -1) {
+			if n := len([]rune(strings.TrimSpace(c))); n > maxCell {
+				t.Errorf("configuration.md:%d: a cell of %d characters (more than %d): move its detail to the subject's page and link it", i+1, n, maxCell)
+			}
+		}
+	}
+}
