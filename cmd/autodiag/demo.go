@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -145,6 +147,11 @@ func runDemo(ctx context.Context, c *cli) error {
 	http.DefaultTransport = tr
 	defer func() { http.DefaultTransport = prevTransport }()
 
+	// Ctrl-C ends the demo as a second signal ends the agent: running
+	// diagnostics are cancelled (their process groups killed), nothing is
+	// left behind.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a, closeAgent, err := agent.Open(runCtx, cfg, agent.OpenOptions{Logger: log, Version: version, Hostname: "demo",
@@ -162,13 +169,15 @@ func runDemo(ctx context.Context, c *cli) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer admin.Shutdown()
+	defer admin.Shutdown() //nolint:contextcheck // bounded by AdminShutdownTimeout, and runs after ctx may have ended
 	tr.agent = a.Handler()
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(runCtx) }()
 	fail := func(err error) error {
 		cancel()
-		<-runErr
+		if rerr := <-runErr; rerr != nil {
+			log.Info("demo: the agent's run ended", "err", rerr)
+		}
 		fmt.Fprintf(c.stderr, "agent log (tail):\n%s\n", tail(logs.String(), 30))
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -176,7 +185,7 @@ func runDemo(ctx context.Context, c *cli) error {
 	case <-a.Started():
 	case err := <-runErr:
 		runErr <- err
-		return fail(fmt.Errorf("the agent stopped at start: %v", err))
+		return fail(fmt.Errorf("the agent stopped at start: %w", err))
 	}
 
 	fmt.Fprintf(w, "autodiag demo: an embedded agent (in-memory queue, limiter and state; no AWS, no Redis)\n"+

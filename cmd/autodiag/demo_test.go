@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		if _, err := exec.LookPath("unshare"); err != nil {
 			t.Skip("no unshare here")
 		}
-		if err := exec.Command("unshare", "-n", "true").Run(); err != nil {
+		if err := exec.CommandContext(t.Context(), "unshare", "-n", "true").Run(); err != nil {
 			t.Skipf("cannot make a network namespace here: %v", err)
 		}
 		var stdout, stderr bytes.Buffer
@@ -50,8 +51,8 @@ func TestDemoEndToEnd(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		code := 0
 		if err := cmd.Run(); err != nil {
-			ee, ok := err.(*exec.ExitError)
-			if !ok {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
 				t.Fatal(err)
 			}
 			code = ee.ExitCode()

@@ -74,7 +74,7 @@ func TestDoctorLines(t *testing.T) {
 // free.
 func TestDoctorAdminPort(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	held, err := net.Listen("tcp", "127.0.0.1:0")
+	held, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
