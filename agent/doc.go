@@ -14,8 +14,14 @@
 //   - alertintake: the HTTP alert intake and the standalone intake.
 //
 // Here: agent.go (New, Run), wire.go (Open: AWS, Redis, queue, state),
-// parts.go and supervise.go (building the parts), admin.go and tasks.go
-// (the admin API), instance.go (the instance record and redis_up),
-// cloudwatch.go (DrainSeconds, LimiterDegraded), metrics.go. See
-// docs/design.md for the two flows with the file of each step.
+// secrets.go (the secret store at start), tracingwire.go (the tracer
+// provider), redisconns.go (the Redis dial counter), placement.go (the
+// instance's group and zone for max_percent caps), parts.go and
+// supervise.go (building the parts), handoff.go (lifecycle notices between
+// agents), admin.go, admincalls.go (the admin calls' share of Redis),
+// tasks.go, reportnow.go (POST /v1/tasks/{id}/report) and limitscheck.go
+// (GET /v1/limits/check): the admin API; instance.go (the instance record
+// and redis_up), cloudwatch.go (DrainSeconds, LimiterDegraded),
+// metrics.go. See docs/design.md for the two flows with the file of each
+// step.
 package agent

@@ -4,6 +4,7 @@
 package docs_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +18,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/agenttest"
+	"github.com/autodiag/autodiag/limiter"
 )
 
 // opaque are keys documented as one row whose type is described elsewhere:
@@ -329,8 +332,9 @@ func anchors(t *testing.T, path string) map[string]bool {
 }
 
 // TestReadmeLinksEveryPageAndLinksResolve: the README links every page of
-// docs/, and every relative link of the README and the pages names a file
-// that exists and, for a Markdown file, a heading it has.
+// docs/, and every relative link of the README and of every Markdown file
+// under docs/ names a file that exists and, for a Markdown file, a
+// heading it has.
 func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -348,7 +352,19 @@ func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 	if n := strings.Count(string(readme), "\n"); n > 250 {
 		t.Errorf("README.md has %d lines, more than 250", n)
 	}
-	for _, file := range append([]string{"../README.md"}, pages...) {
+	// Every page is checked, the ones out of the reading path
+	// (results/history) too.
+	var all []string
+	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			all = append(all, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range append([]string{"../README.md"}, all...) {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -375,9 +391,11 @@ func TestReadmeLinksEveryPageAndLinksResolve(t *testing.T) {
 	}
 }
 
-// TestQuickstartConfig: the README's quick start config loads, and its
-// only rule lets a host+diagnostic run once a minute, so the quick start's
-// second task is denied with reason min_interval.
+// TestQuickstartConfig: the README's quick start config loads, and holds
+// the embedded default rules unchanged with one rule between them that
+// lets a host run uptime once a minute, so the quick start's second task
+// is denied with reason min_interval. A rules list replaces the defaults,
+// so a file that named only its own rule would drop them.
 func TestQuickstartConfig(t *testing.T) {
 	src, err := os.ReadFile("quickstart.yaml")
 	if err != nil {
@@ -388,8 +406,86 @@ func TestQuickstartConfig(t *testing.T) {
 		t.Fatalf("docs/quickstart.yaml: %v", err)
 	}
 	rules := cfg.Limiter.Rules
-	if len(rules) != 1 || rules[0].Name != "once-a-minute" || rules[0].Key != "host+diagnostic" ||
-		len(rules[0].Limits) != 1 || rules[0].Limits[0].MinInterval != time.Minute {
-		t.Fatalf("docs/quickstart.yaml rules = %+v, want once-a-minute: min_interval 1m per host+diagnostic", rules)
+	defaults := config.DefaultConfig().Limiter.Rules
+	if len(rules) != len(defaults)+1 {
+		t.Fatalf("docs/quickstart.yaml has %d rules, want the %d defaults plus once-a-minute", len(rules), len(defaults))
+	}
+	var own []limiter.Rule
+	for _, r := range rules {
+		if r.Name == "once-a-minute" {
+			own = append(own, r)
+			continue
+		}
+		i := slices.IndexFunc(defaults, func(d limiter.Rule) bool { return d.Name == r.Name })
+		if i < 0 || !reflect.DeepEqual(r, defaults[i]) {
+			t.Errorf("docs/quickstart.yaml rule %+v is not the default rule of that name", r)
+		}
+	}
+	if len(own) != 1 || own[0].Key != "host+diagnostic" || !slices.Equal(own[0].Match.Diagnostic, []string{"uptime"}) ||
+		len(own[0].Limits) != 1 || own[0].Limits[0].MinInterval != time.Minute {
+		t.Fatalf("docs/quickstart.yaml once-a-minute = %+v, want min_interval 1m per host+diagnostic for uptime", own)
+	}
+	if rules[0].Name != "investigation" {
+		t.Errorf("docs/quickstart.yaml's first rule is %q: investigation must come first, or a rule before it takes the tool calls", rules[0].Name)
+	}
+}
+
+// commandProgram is the program of a diagnostic's command in a YAML
+// example: `command: [PROGRAM, ...]` or `command: ["PROGRAM", ...]`.
+var commandProgram = regexp.MustCompile(`command: \[\s*"?([^",\]\s]+)`)
+
+// TestDocExamplesNameAbsolutePrograms: a diagnostic's program must be an
+// absolute path (config validation refuses anything else), so an example
+// that names a bare program fails for whoever copies it.
+func TestDocExamplesNameAbsolutePrograms(t *testing.T) {
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range append([]string{"../README.md"}, pages...) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if m := commandProgram.FindStringSubmatch(line); m != nil && !strings.HasPrefix(m[1], "/") {
+				t.Errorf("%s:%d: example command's program %q is not an absolute path: %s", file, i+1, m[1], strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// TestHTTPAPIPageStatesTheTaskBodyLimit: POST /v1/tasks refuses a body
+// over task.MaxBodySize with a 400, where the intake listener answers
+// 413; the page says so, with the limit the code has.
+func TestHTTPAPIPageStatesTheTaskBodyLimit(t *testing.T) {
+	src, err := os.ReadFile("http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("a body over %d KiB", task.MaxBodySize>>10)
+	if !strings.Contains(string(src), want) || !strings.Contains(string(src), task.ReasonTooLarge) {
+		t.Fatalf("http-api.md does not state POST /v1/tasks's body limit (%q, reason %s)", want, task.ReasonTooLarge)
+	}
+}
+
+// TestConfigurationCellsAreShort: a configuration table cell says what
+// the key does in a few lines; past about 400 characters the detail
+// belongs on the page of its subject, which the cell links.
+func TestConfigurationCellsAreShort(t *testing.T) {
+	const maxCell = 500
+	src, err := os.ReadFile("configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		for _, c := range regexp.MustCompile(`[^\\]\|`).Split(line, -1) {
+			if n := len([]rune(strings.TrimSpace(c))); n > maxCell {
+				t.Errorf("configuration.md:%d: a cell of %d characters (more than %d): move its detail to the subject's page and link it", i+1, n, maxCell)
+			}
+		}
 	}
 }

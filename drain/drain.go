@@ -103,7 +103,7 @@ type Progress struct {
 	Deadline  time.Time
 	Queued    int // received, not started
 	Running   int
-	Released  int // handed back by the drain
+	Released  int // handed back during the drain: unstarted by the drain, started by its worker (Item.HandedBack)
 	Cancelled int // running work cancelled at the deadline
 	TimedOut  bool
 	EndedAt   time.Time // when the last work ended (zero while some remains)
@@ -177,6 +177,9 @@ type Item struct {
 	cancel  context.CancelFunc
 	started bool
 	gone    bool // released by the drain, or done
+	// handedBack: its worker gave it back to the queue (a run cancelled
+	// by a fast exit or the deadline); Done counts it as released.
+	handedBack bool
 }
 
 // Track registers received work. release hands it back to the queue; the
@@ -220,6 +223,18 @@ func (it *Item) Start(cancel context.CancelFunc) bool {
 	return true
 }
 
+// HandedBack marks started work that its worker gave back to the queue
+// instead of finishing it (a run cancelled by a fast exit or the drain
+// deadline): Done then counts it in Progress.Released during a drain, as
+// the work the drain released itself is, so the drain's count agrees
+// with the tasks' released outcomes.
+func (it *Item) HandedBack() {
+	c := it.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it.handedBack = true
+}
+
 // Done removes the item; call it once the work's outcome is recorded.
 func (it *Item) Done() {
 	c := it.c
@@ -227,6 +242,9 @@ func (it *Item) Done() {
 	defer c.mu.Unlock()
 	if _, ok := c.items[it]; !ok {
 		return
+	}
+	if it.handedBack && c.state != Running {
+		c.released++
 	}
 	it.gone = true
 	delete(c.items, it)

@@ -121,6 +121,37 @@ func TestReleasePolicyHandsBackUnstarted(t *testing.T) {
 	})
 }
 
+// TestHandedBackCountsAsReleased: work its worker gives back to the queue
+// during a drain (a running task cancelled by a second signal's fast
+// exit) counts in Progress.Released, as the drain's own releases do, so
+// "drain work ended" agrees with the tasks' released outcomes; the same
+// outside a drain counts nothing, and work the drain released is counted
+// once.
+func TestHandedBackCountsAsReleased(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{Timeout: time.Minute, Queued: QueuedRelease})
+		before := c.Track(nil)
+		before.Start(func() {})
+		before.HandedBack()
+		before.Done()
+		run := c.Track(nil)
+		run.Start(func() {})
+		queued := c.Track(nil)
+		c.Start(Trigger{Source: "signal"})
+		queued.HandedBack() // the drain released it already
+		queued.Done()
+		run.HandedBack()
+		run.Done()
+		if err := c.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		if p := c.Progress(); p.Released != 2 {
+			t.Fatalf("progress.Released = %d, want 2 (the queued item the drain released, the running one its worker gave back)", p.Released)
+		}
+	})
+}
+
 func TestDeadlineReleasesAndCancels(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

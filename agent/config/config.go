@@ -312,7 +312,7 @@ func Load(data []byte, env func(string) (string, bool)) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, &ConfigError{Key: "config", Err: err}
+		return cfg, syntaxError(data, err)
 	}
 	var p problems
 	var extra yaml.Node
@@ -401,6 +401,7 @@ func (c Config) Validate() error {
 	p.adopt("redis", c.Redis.Validate())
 	p.adopt("", c.validateDiagnostics())
 	p.adopt("limiter", c.Limiter.Validate())
+	p.adopt("limiter", rulesInCatalog(c.Limiter.Rules, c.Diagnostics))
 	if k := c.Limiter.Dedupe.Key; k != "" {
 		if _, ok := (&task.Task{}).Field(k); !ok || k == "params." {
 			p.addf("limiter.dedupe.key", "%q is not a task field (want id, host, diagnostic, severity, alert.source, alert.name, alert.event_id or params.NAME); "+

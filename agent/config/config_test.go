@@ -63,7 +63,7 @@ limiter:
   dedupe: {key: alert.event_id, ttl: 10m}
   rules:
     - name: heavy
-      match: {diagnostic: [full-dump], host: '^db-', severity: [high, disaster]}
+      match: {diagnostic: [disk-usage], host: '^db-', severity: [high, disaster]}
       key: host
       limits:
         - daily: 2
@@ -133,6 +133,16 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"duplicate diagnostic", "diagnostics:\n  - {name: x, command: [/bin/true]}\n  - {name: x, command: [/bin/true]}\n", []string{"diagnostics[1].name (line 3): duplicate"}},
 		{"diagnostic longer than drain", "diagnostics:\n  - {name: x, command: [/bin/true], timeout: 20m}\n", []string{"diagnostics[0].timeout (line 2)"}},
 		{"empty allow list", "limiter:\n  hosts:\n    allow: []\n", []string{"limiter.hosts.allow (line 3)"}},
+		{"allow pattern naming localhost", "limiter:\n  hosts:\n    allow: ['^web-[0-9]+$', localhost]\n", []string{`limiter.hosts.allow[1] (line 3): "localhost" names localhost, which can never be a target`}},
+		{"allow pattern naming a loopback", "limiter:\n  hosts:\n    allow: ['^127\\.0\\.0\\.1$']\n  allow_ip_literals: true\n", []string{`limiter.hosts.allow[0] (line 3): "^127\\.0\\.0\\.1$" names 127.0.0.1, which can never be a target`}},
+		{"allow pattern naming an IP literal", "limiter:\n  hosts:\n    allow: ['10\\.0\\.0\\.1']\n", []string{"limiter.hosts.allow[0] (line 3)", "allow_ip_literals is off"}},
+		{"rule matches a diagnostic not in the catalog", "limiter:\n  rules:\n    - name: a\n      match: {diagnostic: [memory, uptme]}\n      limits: [{daily: 1}]\n",
+			[]string{`limiter.rules[0].match.diagnostic[1] (line 4): "uptme" is not in the diagnostics catalog; did you mean "uptime"?`}},
+		{"rule matches a diagnostic far from any", "limiter:\n  rules:\n    - name: a\n      match: {diagnostic: [zzzzzz]}\n      limits: [{daily: 1}]\n",
+			[]string{`limiter.rules[0].match.diagnostic[0] (line 4): "zzzzzz" is not in the diagnostics catalog`}},
+		{"indentation error names the line it is on", "workers: 2\nlimiter:\n  rules:\n    - name: a\n   key: host\n",
+			[]string{"config (line 5): did not find expected key (check the indentation against the block that starts at line 2)"}},
+		{"syntax error on its own line", "workers: 2\nlog_level: [info\n", []string{"config (line 2)"}},
 		{"bad allow pattern", "limiter:\n  hosts:\n    allow: ['^a$', '(']\n", []string{"limiter.hosts.allow[1] (line 3): invalid regexp"}},
 		{"zero drain timeout", "lifecycle:\n  drain_timeout: 0s\n", []string{"lifecycle.drain_timeout (line 2): must be positive"}},
 		{"unknown queued policy", "lifecycle:\n  queued: drop\n", []string{"lifecycle.queued (line 2): must be finish or release"}},

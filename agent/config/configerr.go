@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -221,4 +222,34 @@ func resolve(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// yamlErrLine is how the yaml package words a syntax error's line.
+var yamlErrLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError is the problem of a file the yaml package cannot parse, on
+// the line where the parse fails. The package names the line where the
+// enclosing block starts ("did not find expected key" for a key indented
+// wrong three lines below a "limiter:" points at the "limiter:"); the
+// line that breaks the file is the first whose addition makes its prefix
+// fail with the same complaint.
+func syntaxError(data []byte, err error) error {
+	m := yamlErrLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &ConfigError{Key: "config", Err: err}
+	}
+	line, _ := strconv.Atoi(m[1])
+	msg := m[2]
+	lines := strings.SplitAfter(string(data), "\n")
+	for n := line; n <= len(lines); n++ {
+		var doc yaml.Node
+		perr := yaml.Unmarshal([]byte(strings.Join(lines[:n], "")), &doc)
+		if pm := yamlErrLine.FindStringSubmatch(fmt.Sprint(perr)); pm != nil && pm[2] == msg {
+			if n != line {
+				return &ConfigError{Key: "config", Line: n, Err: fmt.Errorf("%s (check the indentation against the block that starts at line %d)", msg, line)}
+			}
+			break
+		}
+	}
+	return &ConfigError{Key: "config", Line: line, Err: errors.New(msg)}
 }

@@ -4,7 +4,9 @@ import (
 	"fmt"
 
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/lifecycle"
+	"github.com/autodiag/autodiag/limiter"
 )
 
 // Embedded reports whether cfg runs without AWS and Redis.
@@ -42,16 +44,46 @@ func (c Config) NeedsActor() bool {
 // lacks: every alert the route takes would be rejected at run time.
 func (c Config) routesInCatalog() error {
 	var p problems
-	known := map[string]bool{}
-	for _, d := range c.Diagnostics {
-		known[d.Name] = true
-	}
 	for i, r := range c.Routes {
 		for j, t := range r.Tasks {
-			if t.Diagnostic != "" && !known[t.Diagnostic] {
-				p.addf(fmt.Sprintf("[%d].tasks[%d].diagnostic", i, j), "%q is not in the diagnostics catalog", t.Diagnostic)
+			if t.Diagnostic != "" {
+				if err := inCatalog(c.Diagnostics, t.Diagnostic); err != nil {
+					p.add(fmt.Sprintf("[%d].tasks[%d].diagnostic", i, j), err)
+				}
 			}
 		}
 	}
 	return p.err()
+}
+
+// rulesInCatalog checks that every diagnostic a limiter rule matches is in
+// the catalog: a typo there would make the rule match nothing, silently.
+// Keys are relative to the limiter section.
+func rulesInCatalog(rules []limiter.Rule, catalog []runner.Diagnostic) error {
+	var p problems
+	for i, r := range rules {
+		for j, d := range r.Match.Diagnostic {
+			if err := inCatalog(catalog, d); err != nil {
+				p.add(fmt.Sprintf("rules[%d].match.diagnostic[%d]", i, j), err)
+			}
+		}
+	}
+	return p.err()
+}
+
+// inCatalog is nil when the catalog has a diagnostic of that name, else
+// the problem, with the nearest name when one is near enough to be the
+// one meant.
+func inCatalog(catalog []runner.Diagnostic, name string) error {
+	names := make([]string, 0, len(catalog))
+	for _, d := range catalog {
+		if d.Name == name {
+			return nil
+		}
+		names = append(names, d.Name)
+	}
+	if best, ok := nearest(name, names); ok {
+		return fmt.Errorf("%q is not in the diagnostics catalog; did you mean %q?", name, best)
+	}
+	return fmt.Errorf("%q is not in the diagnostics catalog", name)
 }

@@ -262,27 +262,33 @@ func yamlFields(t reflect.Type) map[string][]int {
 // when one is near enough to be the key meant ("wokers": did you mean
 // "workers"?), or the keys there are when there are few.
 func unknownKey(key string, fields map[string][]int) error {
-	best, bestD := "", -1
+	names := make([]string, 0, len(fields))
 	for name := range fields {
-		d := editDistance(strings.ToLower(key), name)
-		if bestD < 0 || d < bestD || d == bestD && name < best {
-			best, bestD = name, d
-		}
+		names = append(names, name)
 	}
-	// A third of the key's length, at least 1, at most 3: a typo or two,
-	// not a different word.
-	if bestD >= 0 && bestD <= min(3, max(1, len(key)/3)) {
+	if best, ok := nearest(key, names); ok {
 		return fmt.Errorf("%w; did you mean %q?", ErrUnknownKey, best)
 	}
 	if len(fields) > 0 && len(fields) <= 8 {
-		names := make([]string, 0, len(fields))
-		for name := range fields {
-			names = append(names, name)
-		}
 		slices.Sort(names)
 		return fmt.Errorf("%w; the keys here are %s", ErrUnknownKey, strings.Join(names, ", "))
 	}
 	return ErrUnknownKey
+}
+
+// nearest is the name of names closest to name, when it is near enough to
+// be the one meant: within a third of name's length, at least 1, at most
+// 3 edits (a typo or two, not a different word). Ties go to the first in
+// sort order, so the suggestion is stable.
+func nearest(name string, names []string) (string, bool) {
+	best, bestD := "", -1
+	for _, n := range names {
+		d := editDistance(strings.ToLower(name), n)
+		if bestD < 0 || d < bestD || d == bestD && n < best {
+			best, bestD = n, d
+		}
+	}
+	return best, bestD >= 0 && bestD <= min(3, max(1, len(name)/3))
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes

@@ -178,6 +178,10 @@ func (c Config) Validate() error {
 	// a link-local address.
 	if c.BaseURL != "" {
 		if err := urlcheck.Check(c.BaseURL, urlcheck.Rules{AllowHTTP: c.AllowHTTP, AllowHTTPLoopback: true}); err != nil {
+			if errors.Is(err, urlcheck.ErrHTTP) {
+				// The way out, for a model server on a private network.
+				err = fmt.Errorf("%w, or set report.allow_http: true for a model server reached over a private network", err)
+			}
 			errs = append(errs, &configerr.Error{Key: "base_url", Err: err})
 		}
 	}

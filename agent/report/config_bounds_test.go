@@ -65,3 +65,18 @@ func TestConfigValidateURLAndBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigHTTPBaseURLNamesAllowHTTP: refusing a plain http base_url
+// names the key that allows it, so the way out is in the message.
+func TestConfigHTTPBaseURLNamesAllowHTTP(t *testing.T) {
+	c := DefaultConfig()
+	c.Enabled, c.Provider, c.BaseURL, c.APIKeyEnv = true, ProviderOpenAI, "http://llm.example.com/v1", "K"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "use https, or set report.allow_http: true") {
+		t.Fatalf("got %v, want the http refusal to name report.allow_http", err)
+	}
+	c.BaseURL = "ftp://llm.example.com/v1"
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "allow_http") {
+		t.Fatalf("got %v, want a refusal that does not offer allow_http (it would not help)", err)
+	}
+}

@@ -126,6 +126,10 @@ func (m *messages) sendBack(j *job, b back) {
 	}
 	switch b.why {
 	case backDrain, backCancelled, backLimiterCancelled, backStateUnavailable:
+		if b.why != backDrain && j.item != nil {
+			// The drain counted the ones it released itself.
+			j.item.HandedBack()
+		}
 		m.outcomes.end(j, ended{outcome: outcome.Released, reason: reason, detail: b.detail})
 	case backRunningHere, backRunningElsewhere, backLimited:
 		t := j.task

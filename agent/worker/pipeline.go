@@ -178,6 +178,8 @@ func (p *pipeline) handle(j *job) {
 		return
 	}
 	if err := p.run.Acquire(p.hard, 1); err != nil {
+		// A fast exit: the worker, not the drain, gives it back.
+		j.item.HandedBack()
 		p.msgs.handBack(j, back{why: backDrain, detail: detailDrain})
 		return
 	}

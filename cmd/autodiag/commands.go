@@ -45,7 +45,14 @@ rules between keys and, with --systemd-unit, the unit's stop timeout. What
 only the environment can answer (an instance id from instance metadata, a
 variable a *_env key names) is a warning; autodiag doctor checks the
 environment itself.`,
-		Args: cobra.NoArgs,
+		// The file is a flag, like every command's config; a file given
+		// as an argument gets the command to type.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("config validate takes the file as a flag: autodiag config validate --config %s", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.configPath == "" {
 				return usageError{errors.New("config validate: --config FILE is required")}
@@ -80,7 +87,7 @@ environment itself.`,
 		},
 	}
 	validate.Flags().StringVar(&unit, "systemd-unit", "", "also check that the unit's TimeoutStopSec exceeds lifecycle.drain_timeout")
-	validate.Flags().BoolVar(&strict, "strict", false, "fail (exit 2) when a variable named by a *_env key is unset, as `run` would")
+	validate.Flags().BoolVar(&strict, "strict", false, "fail (exit 2) when a variable named by a *_env key is unset, as the agent (autodiag run) would")
 	cmd.AddCommand(validate)
 	return cmd
 }

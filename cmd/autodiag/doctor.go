@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -230,7 +231,24 @@ func (c *cli) doctor(ctx context.Context, cfg config.Config) []doctorCheck {
 	check("model endpoint", modelSkip, func(ctx context.Context) (string, error) {
 		return checkModelEndpoint(ctx, cfg.Report)
 	})
+	// The agent's own listeners: one another process holds makes the
+	// agent exit 1 right after it starts.
+	out = append(out, portCheck(ctx, "admin port", "admin_addr", cfg.AdminAddr))
+	if cfg.Intake.Addr != "" {
+		out = append(out, portCheck(ctx, "intake port", "intake.addr", cfg.Intake.Addr))
+	}
 	return out
+}
+
+// portCheck is whether the agent could listen on addr (key names it in
+// the config): it listens there a moment and lets go.
+func portCheck(ctx context.Context, name, key, addr string) doctorCheck {
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return doctorCheck{name: name, err: fmt.Errorf("%s %s: cannot listen (%w): another process holds it, an agent already running here or a second copy; the agent would exit 1 at start", key, addr, err)}
+	}
+	_ = ln.Close()
+	return doctorCheck{name: name, detail: fmt.Sprintf("%s %s is free", key, addr)}
 }
 
 // checkModelEndpoint asks an OpenAI-compatible server for its models (GET

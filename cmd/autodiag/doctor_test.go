@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -64,5 +66,44 @@ func TestDoctorLines(t *testing.T) {
 	}
 	if len(auth) != 2 || auth[0] != "Bearer sk-test" {
 		t.Errorf("model endpoint asked %d times with %q, want twice with the key", len(auth), auth)
+	}
+}
+
+// TestDoctorAdminPort: doctor fails when the admin address is taken (a
+// second agent would exit 1 right after starting) and passes when it is
+// free.
+func TestDoctorAdminPort(t *testing.T) {
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	held, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for _, tc := range []struct {
+		name, addr, want string
+	}{
+		{"held", held.Addr().String(), "FAIL"},
+		{"free", "127.0.0.1:" + testenv.ClosedPort(t), "PASS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.DefaultConfig()
+			cfg.InstanceID = "i-0123456789abcdef0"
+			cfg.AdminAddr = tc.addr
+			c := &cli{stdout: io.Discard, stderr: io.Discard}
+			var got *doctorCheck
+			for _, ch := range c.doctor(t.Context(), cfg) {
+				if ch.name == "admin port" {
+					got = &ch
+				}
+			}
+			switch {
+			case got == nil:
+				t.Fatal("no admin port check")
+			case tc.want == "FAIL" && (got.err == nil || !strings.Contains(got.err.Error(), "admin_addr "+tc.addr)):
+				t.Fatalf("admin port check %+v, want a failure naming admin_addr %s", got, tc.addr)
+			case tc.want == "PASS" && got.err != nil:
+				t.Fatalf("admin port check %+v, want a pass", got)
+			}
+		})
 	}
 }

@@ -32,11 +32,54 @@ func newRunMarks(tb testing.TB) *runMarks {
 	dir := tb.TempDir()
 	m := &runMarks{dir: dir, path: filepath.Join(dir, "marks"), gate: filepath.Join(dir, "gate")}
 	// A diagnostic waiting at the gate must not outlive the test, even when
-	// its agent was killed: the gate opens at cleanup, and the wait also
-	// ends when the directory is gone (TempDir's removal can come before
-	// the next look at the gate).
-	tb.Cleanup(func() { _ = os.WriteFile(m.gate, nil, 0o644) })
+	// its agent was killed (no agent ends its process group then): the gate
+	// opens at cleanup, and the cleanup waits for every held shell to exit
+	// before TempDir removes the directory, since a held shell still
+	// appends its end mark there once the gate opens. The wait also ends
+	// when the directory is gone.
+	tb.Cleanup(func() {
+		_ = os.WriteFile(m.gate, nil, 0o644)
+		m.awaitHeld(tb)
+	})
 	return m
+}
+
+// awaitHeld waits until every shell that held at the gate has exited
+// (each wrote its pid in its held-ID directory), within a bound.
+func (m *runMarks) awaitHeld(tb testing.TB) {
+	tb.Helper()
+	pids, _ := filepath.Glob(filepath.Join(m.dir, "held-*", "pid"))
+	deadline := time.Now().Add(30 * time.Second)
+	for _, f := range pids {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		for processLives(pid) {
+			if time.Now().After(deadline) {
+				tb.Errorf("held diagnostic (pid %d) still runs 30s after the gate opened", pid)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// processLives reports whether pid runs: it exists and is not a zombie
+// (an orphan's zombie waits for a reaper that may never come in a
+// container, and writes nothing).
+func processLives(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's closing parenthesis.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // script is the diagnostic's program, run as [/bin/sh, -c, script, sh,
@@ -46,11 +89,12 @@ func (m *runMarks) script() string {
 	return fmt.Sprintf(`m='%s'
 printf 'start %%s %%s\n' "$1" "$(date +%%s%%N)" >> "$m"
 if [ "$2" = hold ] && mkdir '%s'/held-"$1" 2>/dev/null; then
+  echo $$ > '%s'/held-"$1"/pid
   while [ ! -e '%s' ] && [ -d '%s' ]; do sleep 0.05; done
 fi
 if [ "$2" = brief ]; then sleep 0.01; fi
 printf 'end %%s %%s\n' "$1" "$(date +%%s%%N)" >> "$m"
-`, m.path, m.dir, m.gate, m.dir)
+`, m.path, m.dir, m.dir, m.gate, m.dir)
 }
 
 // runMark is one line of the marks file.

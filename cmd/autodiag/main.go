@@ -107,7 +107,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
 	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd(),
 		c.intakeCmd(), c.routesCmd(), c.showCmd(), c.notifyCmd(), c.reportCmd(), c.healthcheckCmd(), c.lifecycleCmd(),
-		c.doctorCmd())
+		c.doctorCmd(), demoCmd(c))
 	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
@@ -198,10 +198,35 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(tracing.NewLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
+// runHelp is `autodiag run --help`: what an operator needs to stop the
+// agent cleanly, besides what it runs.
+const runHelp = `Run the agent. With no --config (and no $AUTODIAG_CONFIG) it runs on the
+embedded defaults: an in-memory queue fed by POST /v1/tasks on the admin
+address (127.0.0.1:9464), in-memory limiter and state, no AWS, no Redis.
+
+Signals and drain:
+  SIGTERM or SIGINT (Ctrl-C)  drain: intake stops at once, /readyz answers
+                              503, running tasks finish (within
+                              lifecycle.drain_timeout), a lifecycle action
+                              is heartbeaten and completed once; the agent
+                              logs "drained" and exits.
+  a second SIGTERM/SIGINT     fast exit: running work is cancelled and
+                              handed back to the queue (released).
+  POST /v1/drain, autodiag drain, a lifecycle hook, a spot or rebalance
+  notice also start a drain.
+
+Exit codes:
+  0   drained and done (a signal, a termination, a spot notice)
+  1   runtime error, including a fast exit on a second signal
+  2   usage or configuration error (every problem named with its key and line)
+  75  drained but the instance stays (POST /v1/drain, back to a warm pool):
+      the systemd unit restarts the agent on it`
+
 func (c *cli) runCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent (embedded defaults with no config: in-memory queue fed by POST /v1/tasks)",
+		Long:  runHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := c.loadConfig()

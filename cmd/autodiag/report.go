@@ -37,20 +37,16 @@ func (c *cli) reportCmd() *cobra.Command {
 		Use:   "report ID",
 		Short: "(Re)generate one task's root-cause report now, through the report limits, store it with Redis and print it",
 		Long: "(Re)generate one task's root-cause report now, through the report limits, and print it.\n\n" +
-			"With Redis the report is stored in the task record and the `report` notification event is written to the\n" +
-			"outbox for the configured sinks; the running agents deliver it. Without Redis (embedded mode) the local agent\n" +
-			"writes it (POST /v1/tasks/{id}/report): through its own report limits, stored in its record, sent as its event.",
+			"With Redis the report is stored in the task record and the report notification event is written to the\n" +
+			"outbox for the configured sinks; the running agents deliver it: this needs the agents' --config and the\n" +
+			"model's key here. Without Redis (embedded mode) the local agent writes it (POST /v1/tasks/{id}/report) with\n" +
+			"its own report section and key, through its own report limits, stored in its record, sent as its event; then\n" +
+			"no --config is needed beyond the agent's admin_addr and admin_auth (or --admin-addr).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.loadConfig()
 			if err != nil {
 				return err
-			}
-			if !cfg.Report.Enabled {
-				return usageError{errors.New("report: report.enabled is false in the configuration; nothing is sent")}
-			}
-			if err := cfg.Report.CheckEnv(os.LookupEnv); err != nil {
-				return usageError{fmt.Errorf("invalid configuration: report.%w", err)}
 			}
 			// The model's own bound, and the store's on either side.
 			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.Report.Timeout+2*cliTimeout)
@@ -91,12 +87,20 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 		return rootcause.Result{}, usageError{err}
 	}
 	if rc == nil {
-		// Embedded mode: the record, the outbox and the report limiter
-		// live in the running agent; it writes the report through its own
-		// cooldown and cap. A limiter built here would not see them.
+		// Embedded mode: the record, the outbox, the report limiter and
+		// the model's key live in the running agent; it writes the report
+		// through its own configuration, cooldown and cap, and answers
+		// report_disabled when it has no report section. Neither this
+		// command's config nor its environment needs them.
 		return askAgentReport(ctx, cfg, addr, id, force)
 	}
 	defer rc.Close()
+	if !cfg.Report.Enabled {
+		return rootcause.Result{}, usageError{errors.New("report: report.enabled is false in the configuration; nothing is sent")}
+	}
+	if err := cfg.Report.CheckEnv(os.LookupEnv); err != nil {
+		return rootcause.Result{}, usageError{fmt.Errorf("invalid configuration: report.%w", err)}
+	}
 	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
 	sctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	rec, ok, err := store.Task(sctx, id)

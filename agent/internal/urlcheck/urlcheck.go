@@ -12,6 +12,10 @@ import (
 	"strings"
 )
 
+// ErrHTTP is the problem of a plain http URL where the Rules do not allow
+// one; a caller with an opt-in key names it beside this.
+var ErrHTTP = errors.New("http is not allowed: use https")
+
 // Rules say what a caller accepts beyond https to a remote host.
 type Rules struct {
 	// AllowHTTP accepts http:// to any host.
@@ -49,7 +53,7 @@ func Check(raw string, r Rules) error {
 	case u.Scheme == "https":
 	case u.Scheme == "http" && (r.AllowHTTP || (r.AllowHTTPLoopback && loopback)):
 	case u.Scheme == "http":
-		return errors.New("http is not allowed: use https")
+		return ErrHTTP
 	default:
 		return errors.New("must be an https URL")
 	}
