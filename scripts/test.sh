@@ -39,31 +39,58 @@ GOLANGCI_LINT_VERSION=v2.15.0
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 
+# cpu_now: sets cpu to the CPU time (user + system) of every child this
+# shell has waited for, compilers and test binaries included, in whole
+# seconds. Wall time under another job's load says little; CPU time carries
+# over to an idle machine (about CPU / 2 on two cores). `times` must run in
+# this shell (a pipe or $(…) forks, and a fork counts none of this shell's
+# children), so its lines go through a file.
+cpu=0
+cpu_now() {
+	times >"$work/times"
+	cpu=$(awk 'NR == 2 {
+		n = 0
+		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }
+		printf "%d\n", n + 0.5
+	}' "$work/times")
+}
+
 # phase NAME: logs the time the previous phase took and starts NAME; the
-# last line sums them up, so a slow first run says where its minutes went.
-phase_name="" phase_start=$SECONDS phases=""
+# last line sums them up (wall and CPU seconds), so a slow first run says
+# where its minutes went. With AUTODIAG_PHASES_FILE set, the sum is also
+# written there, for .ci/run's closing line.
+phase_name="" phase_start=$SECONDS phase_cpu=0 phases=""
 phase() {
+	cpu_now
 	if [[ -n $phase_name ]]; then
-		phases+="${phases:+, }$phase_name $((SECONDS - phase_start))s"
+		phases+="${phases:+, }$phase_name $((SECONDS - phase_start))s (cpu $((cpu - phase_cpu))s)"
 	fi
-	phase_name=$1 phase_start=$SECONDS
+	phase_name=$1 phase_start=$SECONDS phase_cpu=$cpu
 	[[ -z $1 ]] || log "$1"
 }
 
+declare -A tool_pid=()
 redis_pid=""
 cluster_base=""
 cluster_dir=""
 cleanup() {
-	local rc=$?
+	local rc=$? p
+	# A tool build still running in the background (an early failure):
+	# stopped with its go command, not left behind.
+	for p in "${tool_pid[@]}"; do
+		pkill -TERM -P "$p" 2>/dev/null || true
+		kill "$p" 2>/dev/null || true
+	done
 	if [[ -n $redis_pid ]]; then
 		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
 	fi
 	if [[ -n $cluster_base ]]; then
 		bash scripts/redis-cluster.sh stop "$cluster_base" "$cluster_dir" >/dev/null 2>&1 || true
 	fi
-	rm -rf "$work"
 	phase ""
-	log "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL (exit $rc)") after ${SECONDS}s: $phases"
+	rm -rf "$work"
+	log "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL (exit $rc)") after ${SECONDS}s (cpu ${cpu}s): $phases"
+	[[ -z ${AUTODIAG_PHASES_FILE:-} ]] || printf '%s\n' "$phases" >"$AUTODIAG_PHASES_FILE" 2>/dev/null || true
 	exit $rc
 }
 trap cleanup EXIT INT TERM
@@ -72,6 +99,9 @@ trap cleanup EXIT INT TERM
 # install_deb PACKAGE COMMAND...: installs the Debian package when one of the
 # commands is missing. Prebuilt tools from the distribution, not source
 # builds: promtool alone is the whole of Prometheus to compile.
+# .ci/run runs scripts/release-check beside this script, and it installs
+# rpm the same way: apt-get runs under one lock file (flock), so the two
+# wait for each other instead of failing on dpkg's lock.
 apt_updated=""
 install_deb() {
 	local pkg=$1 c missing=""
@@ -86,12 +116,12 @@ install_deb() {
 	fi
 	log "installing $pkg (Debian package) for$missing"
 	if [[ -z $apt_updated ]]; then
-		apt-get update -qq
+		flock "${TMPDIR:-/tmp}/autodiag-apt.lock" apt-get update -qq
 		apt_updated=1
 	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+	DEBIAN_FRONTEND=noninteractive flock "${TMPDIR:-/tmp}/autodiag-apt.lock" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
 }
-phase "tools"
+phase "apt (redis-server, prometheus)"
 install_deb redis-server redis-server redis-cli
 install_deb prometheus promtool
 
@@ -141,8 +171,34 @@ install_tool() {
 	ln "$dir/$name" "$bin/$name" 2>/dev/null || cp -p "$dir/$name" "$bin/$name"
 	echo "$key" >"$bin/.$name.version"
 }
-install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
-install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+# start_tool NAME VERSION PACKAGE: install_tool in the background. A tool
+# built from source on a fresh machine is minutes of compile that does not
+# depend on the module: it runs beside the module's download, services and
+# vet, filling the cores their serial stretches (downloads, links, the
+# largest packages) leave idle, and is waited for just before its first use
+# (wait_tool), in a phase named after it. The build says its own wall and
+# CPU seconds.
+start_tool() {
+	local name=$1
+	(
+		t0=$SECONDS
+		install_tool "$@"
+		times >"$work/$name.times"
+		log "$name ready after $((SECONDS - t0))s (cpu $(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/$name.times")s), beside the other phases"
+	) &
+	tool_pid[$name]=$!
+}
+wait_tool() {
+	phase "wait for $1"
+	wait "${tool_pid[$1]}" || { log "installing $1 failed"; exit 1; }
+}
+start_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+start_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
+
+# The module's own dependencies, in a phase of their own: on a fresh
+# machine the download is network time, not build time.
+phase "go mod download"
+go mod download
 
 # free_port: a loopback port nothing listens on (and, for a cluster base,
 # the next two and their +10000 bus ports as well), all below the kernel's
@@ -248,15 +304,25 @@ phase "go vet -race ${pkgs[*]}"
 go vet -race "${pkgs[@]}"
 # Several worktrees share this machine and its lint cache (safe for
 # concurrent use, like the Go build cache): run beside them, not after.
+wait_tool golangci-lint
 phase "golangci-lint run (GOFLAGS -race) ${pkgs[*]}"
 GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" golangci-lint run --allow-parallel-runners "${pkgs[@]}"
 # Seconds, whatever packages were asked for: the rules are not Go, so no
 # package pattern selects them.
-phase "promtool check rules, test rules (deploy/prometheus; $(promtool --version 2>&1 | head -1))"
+log "promtool: $(promtool --version 2>&1 | head -1)"
+phase "promtool check rules, test rules"
 promtool check rules deploy/prometheus/autodiag-rules.yml
 promtool test rules deploy/prometheus/autodiag-rules_test.yml
+wait_tool ec2-metadata-mock
 phase "go test -race ${pkgs[*]}"
 # Two cores: at most two test binaries at once.
 run=()
 [[ -z ${AUTODIAG_TEST_RUN:-} ]] || run=(-run "$AUTODIAG_TEST_RUN")
-go test -race -p 2 -timeout 20m "${run[@]}" "${pkgs[@]}"
+# scripts/testexec times each package's run, so the closing line can set
+# the tests' own run against the compile and link of their binaries.
+export AUTODIAG_TEST_RUNS=$work/test-runs
+: >"$AUTODIAG_TEST_RUNS"
+go test -race -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}"
+if [[ -s $AUTODIAG_TEST_RUNS ]]; then
+	log "test binaries ran $(awk '{ s += $1 } END { printf "%d", s + 0.5 }' "$AUTODIAG_TEST_RUNS")s in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $2); printf "%s%s %ds", (NR > 1 ? ", " : ""), $2, $1 + 0.5 }')"
+fi
