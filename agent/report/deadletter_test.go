@@ -168,7 +168,7 @@ func TestReporterDeadLettersAfterMaxAttempts(t *testing.T) {
 					die(c)
 				}
 			}
-			r.handle(c)
+			r.handle(c) //nolint:contextcheck // handle runs on the reporter's own work context, as a worker does
 			res := sink.next(t, time.Second)
 			if res.Status != StatusFailed || !strings.HasPrefix(res.Reason, DeadMaxAttempts+": ") {
 				t.Fatalf("result %s %q, want failed, %s", res.Status, res.Reason, DeadMaxAttempts)
