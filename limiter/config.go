@@ -395,7 +395,7 @@ func (c Config) Validate() error {
 					add(lp+".concurrency", "must be positive, got %d", c.Max)
 				case c.MaxPercent != 0 && c.Max != 0:
 					add(lp+".concurrency", "a number of runs or max_percent, not both")
-				case c.MaxPercent != 0 && (c.MaxPercent < 0.01 || c.MaxPercent > 100):
+				case c.MaxPercent != 0 && !(c.MaxPercent >= 0.01 && c.MaxPercent <= 100): // NaN fails too
 					add(lp+".concurrency.max_percent", "must be within 0.01-100, got %g", c.MaxPercent)
 				case c.MaxPercent == 0 && c.Per != "":
 					add(lp+".concurrency.per", "applies to max_percent only")

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/task"
@@ -23,8 +25,9 @@ func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnosti
 	for _, diag := range cfg.Diagnostics {
 		diag = diag.WithDefaults()
 		catalog[diag.Name] = diag
-		spec := task.Spec{Params: map[string]*regexp.Regexp{}, Required: diag.Placeholders()}
+		spec := task.Spec{Params: map[string]*regexp.Regexp{}, Required: diag.Placeholders(), AnyCharset: map[string]bool{}}
 		for name, pat := range diag.Params {
+			spec.AnyCharset[name] = diag.AnyCharset(name)
 			re, err := task.FullMatch(pat)
 			if err != nil {
 				return nil, nil, fmt.Errorf("agent: diagnostics %s params.%s: %w", diag.Name, name, err)
@@ -41,4 +44,25 @@ func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnosti
 func (cfg Config) Validator() (*task.Validator, error) {
 	v, _, err := cfg.CompileCatalog()
 	return v, err
+}
+
+// Warnings are what config validate prints without failing: each
+// parameter whose catalog entry lifts the default character set, since
+// its values then reach the program with whatever the pattern lets
+// through (spaces, quotes, shell and option syntax).
+func (c Config) Warnings() []string {
+	var out []string
+	for i, d := range c.Diagnostics {
+		prog := "the program"
+		if len(d.Command) > 0 {
+			prog = d.Command[0]
+		}
+		for _, name := range slices.Sorted(maps.Keys(d.Charset)) {
+			if d.AnyCharset(name) {
+				out = append(out, fmt.Sprintf("diagnostics[%d].charset.%s: any: values of {param.%s} of %s may hold any character its pattern allows, not only %s; "+
+					"make sure %s reads them as data", i, name, name, d.Name, task.ParamCharset, prog))
+			}
+		}
+	}
+	return out
 }

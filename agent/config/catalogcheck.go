@@ -54,25 +54,44 @@ type interpreter struct {
 	firstOperand bool
 	// noInline are the short options that name a program file instead.
 	noInline string
+	// scriptFile: without an inline program, the first operand is the
+	// script file the interpreter runs (sh FILE, python FILE): a program
+	// position.
+	scriptFile bool
+	// progArg are the short options whose value names a script, module or
+	// library the interpreter loads and runs (awk -f, python -m, node -r,
+	// ruby -r, php -f, lua -l): program positions.
+	progArg string
+	// codeArg are the short options whose value becomes program text
+	// (perl -M and -m turn their value into a `use` statement).
+	codeArg string
 }
 
 var (
-	shellFamily  = interpreter{flags: "c", withArg: "oO", shell: true, readArg: `"$1"`, argv0: "sh"}
+	shellFamily = interpreter{flags: "c", withArg: "oO", shell: true, scriptFile: true, readArg: `"$1"`, argv0: "sh"}
+	// fish takes its program as the value of -c (and -C, run first).
+	fishShell    = interpreter{flags: "cC", long: []string{"--command", "--init-command"}, withArg: "dDo", attached: true, scriptFile: true, readArg: "$argv[1]"}
 	interpreters = map[string]interpreter{
 		"sh": shellFamily, "bash": shellFamily, "dash": shellFamily, "zsh": shellFamily,
-		"ksh": shellFamily, "mksh": shellFamily, "ash": shellFamily,
-		"python": {flags: "c", withArg: "WXQ", stop: "m", attached: true, once: true, readArg: "sys.argv[1]"},
-		"perl":   {flags: "eE", withArg: "MmIxidDC", attached: true, readArg: "$ARGV[0]"},
-		"ruby":   {flags: "e", withArg: "IrCEFxTWKi", attached: true, readArg: "ARGV[0]"},
+		"ksh": shellFamily, "mksh": shellFamily, "ash": shellFamily, "yash": shellFamily, "posh": shellFamily,
+		"csh": shellFamily, "tcsh": shellFamily, "fish": fishShell,
+		"python": {flags: "c", withArg: "WXQ", stop: "m", attached: true, once: true, scriptFile: true, readArg: "sys.argv[1]"},
+		"perl":   {flags: "eE", withArg: "MmIxidDC", codeArg: "Mm", attached: true, scriptFile: true, readArg: "$ARGV[0]"},
+		"ruby":   {flags: "e", withArg: "IrCEFxTWKi", progArg: "r", attached: true, scriptFile: true, readArg: "ARGV[0]"},
 		"ssh":    {withArg: "BbcDEeFIiJLlmOopQRSWw", remote: true},
-		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", once: true, readArg: "process.argv[1]"},
+		"node":   {flags: "ep", long: []string{"--eval", "--print"}, withArg: "r", progArg: "r", once: true, scriptFile: true, readArg: "process.argv[1]"},
 		"awk":    awkFamily, "gawk": awkFamily, "mawk": awkFamily, "nawk": awkFamily, "busybox-awk": awkFamily,
-		"sed": {flags: "e", long: []string{"--expression"}, withArg: "fl", noInline: "f", firstOperand: true, readArg: "a value in the input, not the script"},
-		"php": {flags: "rBRE", withArg: "cdz", attached: true, readArg: "$argv[1]"},
-		"lua": {flags: "e", withArg: "l", attached: true, readArg: "arg[1]"},
+		"sed": {flags: "e", long: []string{"--expression"}, withArg: "fl", noInline: "f", progArg: "f", firstOperand: true, readArg: "a value in the input, not the script"},
+		"php": {flags: "rBRE", withArg: "cdzf", progArg: "f", attached: true, scriptFile: true, readArg: "$argv[1]"},
+		"lua": luaFamily, "luajit": luaFamily,
+		"tclsh": {scriptFile: true, readArg: "[lindex $argv 0]"}, "wish": {scriptFile: true, readArg: "[lindex $argv 0]"},
+		"Rscript": {flags: "e", attached: true, scriptFile: true, readArg: "commandArgs(TRUE)[1]"},
+		"pwsh":    {flags: "cCeE", once: true, scriptFile: true, readArg: "$args[0]"},
 	}
-	awkFamily  = interpreter{flags: "e", long: []string{"--source"}, withArg: "fvF", noInline: "f", firstOperand: true, readArg: "ARGV[1] (or -v name=value)"}
+	luaFamily  = interpreter{flags: "e", withArg: "l", progArg: "l", attached: true, scriptFile: true, readArg: "arg[1]"}
+	awkFamily  = interpreter{flags: "e", long: []string{"--source"}, withArg: "fvF", noInline: "f", progArg: "f", firstOperand: true, readArg: "ARGV[1] (or -v name=value)"}
 	pythonName = regexp.MustCompile(`^python[0-9.]*$`)
+	versioned  = regexp.MustCompile(`^(perl|ruby|lua|luajit|php|tclsh|wish|node)[0-9.]+$`)
 )
 
 // lookupInterpreter knows an interpreter by its program's base name.
@@ -80,6 +99,9 @@ func lookupInterpreter(name string) (interpreter, bool) {
 	base := path.Base(name)
 	if pythonName.MatchString(base) {
 		base = "python"
+	}
+	if m := versioned.FindStringSubmatch(base); m != nil {
+		base = m[1] // perl5.36, ruby3.2, lua5.4, php8.2, tclsh8.6
 	}
 	if base == "nodejs" {
 		base = "node"
@@ -136,15 +158,16 @@ func (w wrapper) command(argv []string, i int) int {
 }
 
 // scriptArgs returns the indexes of argv that an interpreter runs as code,
-// and the interpreter; env, busybox and the common wrappers (timeout,
-// nice, nohup, setsid, stdbuf) in front of one are looked through.
-func scriptArgs(argv []string) ([]int, interpreter) {
+// those that name the script or module it runs, and the interpreter; env,
+// busybox and the common wrappers (timeout, nice, nohup, setsid, stdbuf)
+// in front of one are looked through.
+func scriptArgs(argv []string) (code, files []int, in interpreter) {
 	for start := 0; start < len(argv); {
 		base := path.Base(argv[start])
 		if base == "env" {
-			next, split := envCommand(argv, start+1)
+			next, split, _ := envCommand(argv, start+1)
 			if split >= 0 {
-				return []int{split}, interpreter{split: true}
+				return []int{split}, nil, interpreter{split: true}
 			}
 			start = next
 			continue
@@ -155,42 +178,51 @@ func scriptArgs(argv []string) ([]int, interpreter) {
 		}
 		in, ok := lookupInterpreter(argv[start])
 		if !ok {
-			return nil, interpreter{}
+			return nil, nil, interpreter{}
 		}
-		return in.programs(argv, start), in
+		code, files := in.programs(argv, start)
+		return code, files, in
 	}
-	return nil, interpreter{}
+	return nil, nil, interpreter{}
 }
 
 // envCommand skips env's options and NAME=VALUE assignments from i and
 // returns where the command starts; split is the index of a -S string
-// (which env splits into a command line of its own), else -1.
-func envCommand(argv []string, i int) (next, split int) {
+// (which env splits into a command line of its own), else -1; argv0 the
+// index of an -a/--argv0 value (the name the command runs under, which
+// picks the program of a multi-call binary such as busybox), else -1.
+func envCommand(argv []string, i int) (next, split, argv0 int) {
+	argv0 = -1
 	for ; i < len(argv); i++ {
 		a := argv[i]
 		switch {
 		case a == "--":
-			return i + 1, -1
+			return i + 1, -1, argv0
 		case a == "-S" || a == "--split-string":
-			return len(argv), i + 1
+			return len(argv), i + 1, argv0
 		case strings.HasPrefix(a, "--split-string=") || (strings.HasPrefix(a, "-S") && !strings.HasPrefix(a, "--")):
-			return len(argv), i
-		case a == "-u" || a == "-C" || a == "--unset" || a == "--chdir":
+			return len(argv), i, argv0
+		case a == "-a" || a == "--argv0":
+			argv0 = i + 1
+			i++
+		case strings.HasPrefix(a, "--argv0=") || strings.HasPrefix(a, "-a") && !strings.HasPrefix(a, "--"):
+			argv0 = i
+		case a == "-u" || a == "-C" || a == "-P" || a == "--unset" || a == "--chdir":
 			i++
 		case strings.HasPrefix(a, "-"):
 		case strings.Contains(a, "="):
 		default:
-			return i, -1
+			return i, -1, argv0
 		}
 	}
-	return i, -1
+	return i, -1, argv0
 }
 
 // programs returns the indexes of the program arguments of the
-// interpreter invoked at argv[start].
-func (in interpreter) programs(argv []string, start int) []int {
-	var out []int
-	inline := false
+// interpreter invoked at argv[start] (code: program text), and of the
+// arguments that name a script, module or library it runs (files).
+func (in interpreter) programs(argv []string, start int) (code, files []int) {
+	inline, stdin := false, false
 	i := start + 1
 options:
 	for ; i < len(argv); i++ {
@@ -205,17 +237,17 @@ options:
 		if strings.HasPrefix(a, "--") {
 			for _, l := range in.long {
 				if a == l {
-					out = append(out, i+1)
+					code = append(code, i+1)
 					i++
 					if in.once {
-						return out
+						return code, files
 					}
 					continue options
 				}
 				if strings.HasPrefix(a, l+"=") {
-					out = append(out, i)
+					code = append(code, i)
 					if in.once {
-						return out
+						return code, files
 					}
 					continue options
 				}
@@ -226,29 +258,45 @@ options:
 	cluster:
 		for j := 1; j < len(a); j++ {
 			c := a[j]
+			// The value of an option: the rest of this argument, or the
+			// next one.
+			value := i
+			if j+1 == len(a) {
+				value = i + 1
+			}
 			switch {
 			case strings.IndexByte(in.flags, c) >= 0 && in.shell:
 				inline = true
 			case strings.IndexByte(in.flags, c) >= 0 && in.attached && j+1 < len(a):
-				out = append(out, i) // -cCODE
+				code = append(code, i) // -cCODE
 				if in.once {
-					return out
+					return code, files
 				}
 				continue options
 			case strings.IndexByte(in.flags, c) >= 0:
 				program = true
+			case strings.IndexByte(in.stop, c) >= 0:
+				// python -m MODULE: the module is the program, and what
+				// follows is its arguments.
+				return code, append(files, value)
 			case strings.IndexByte(in.withArg, c) >= 0:
+				if strings.IndexByte(in.progArg, c) >= 0 {
+					files = append(files, value)
+				}
+				if strings.IndexByte(in.codeArg, c) >= 0 {
+					code = append(code, value)
+				}
 				skip = j+1 == len(a)
 				break cluster
-			case strings.IndexByte(in.stop, c) >= 0:
-				return out
+			case in.shell && c == 's':
+				stdin = true // sh -s: the program is read from stdin
 			}
 		}
 		if program && i+1 < len(argv) {
 			i++
-			out = append(out, i)
+			code = append(code, i)
 			if in.once {
-				return out
+				return code, files
 			}
 		}
 		if skip {
@@ -256,17 +304,20 @@ options:
 		}
 	}
 	if in.shell && inline && i < len(argv) {
-		out = append(out, i)
+		code = append(code, i)
 	}
-	if in.firstOperand && len(out) == 0 && !noInline(argv[start+1:min(i, len(argv))], in.noInline) && i < len(argv) {
-		out = append(out, i)
+	if in.firstOperand && len(code) == 0 && !noInline(argv[start+1:min(i, len(argv))], in.noInline) && i < len(argv) {
+		code = append(code, i)
+	}
+	if in.scriptFile && len(code) == 0 && !inline && !stdin && i < len(argv) {
+		files = append(files, i) // sh FILE, python FILE
 	}
 	if in.remote {
 		for j := i + 1; j < len(argv); j++ {
-			out = append(out, j)
+			code = append(code, j)
 		}
 	}
-	return out
+	return code, files
 }
 
 // noInline reports whether options name a program file (awk -f, sed -f).
@@ -313,7 +364,14 @@ func checkPrograms(p *problems, key string, argv []string, offset int) {
 		}
 		base := path.Base(argv[start])
 		if base == "env" {
-			next, split := envCommand(argv, start+1)
+			next, split, argv0 := envCommand(argv, start+1)
+			if argv0 >= 0 && argv0 < len(argv) {
+				if ph := valuePlaceholder.FindString(argv[argv0]); ph != "" {
+					p.addf(fmt.Sprintf("%s.command[%d]", key, offset+argv0),
+						"%s is the name env -a gives the command, which picks the program of a multi-call binary (busybox): a task would choose the program; name it in the catalog", ph)
+					return
+				}
+			}
 			if split >= 0 {
 				return
 			}
@@ -321,9 +379,19 @@ func checkPrograms(p *problems, key string, argv []string, offset int) {
 			continue
 		}
 		if w, ok := wrappers[base]; ok {
-			start = w.command(argv, start+1)
+			next := w.command(argv, start+1)
+			if checkCommandOptions(p, key, argv[:next], start, offset) {
+				return
+			}
+			start = next
+			if base == "flock" && start < len(argv) && (argv[start] == "-c" || argv[start] == "--command") {
+				// flock FILE -c COMMAND: the shell runs COMMAND.
+				checkShellLine(p, key, argv, start+1, offset, "flock -c")
+				return
+			}
 			continue
 		}
+		checkCommandOptions(p, key, argv, start, offset)
 		if base == "find" {
 			if from, to := findExec(argv, start); from >= 0 {
 				checkPrograms(p, key, argv[from:to], offset+from)
@@ -349,7 +417,17 @@ func checkScripts(p *problems, key string, argv []string) {
 }
 
 func checkScriptsAt(p *problems, key string, argv []string, offset int) {
-	idx, in := scriptArgs(argv)
+	idx, files, in := scriptArgs(argv)
+	for _, i := range files {
+		if i >= len(argv) {
+			continue
+		}
+		if ph := valuePlaceholder.FindString(argv[i]); ph != "" {
+			p.addf(fmt.Sprintf("%s.command[%d]", key, offset+i),
+				"%s names the script, module or library that %s runs: a task would choose the program; "+
+					"name the script in the catalog and pass the value as an argument of its own after it, read as %s", ph, argv[0], in.readArg)
+		}
+	}
 	for _, i := range idx {
 		if i >= len(argv) {
 			continue
@@ -417,7 +495,8 @@ func checkStrict(p *problems, key string, argv []string) {
 	base := path.Base(argv[0])
 	_, wraps := wrappers[base]
 	_, interprets := lookupInterpreter(argv[0])
-	if !wraps && !interprets && base != "env" && base != "find" {
+	_, runs := commandOptions[base]
+	if !wraps && !interprets && !runs && base != "env" && base != "find" {
 		return
 	}
 	for i, a := range argv {

@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -196,6 +197,14 @@ func (d decoder) leaf(n *yaml.Node, v reflect.Value, key string) {
 		}
 		d.fail(key, n, err)
 		return
+	}
+	// YAML reads .nan and .inf as numbers, and no comparison refuses NaN:
+	// a range check passes it and every use of it fails at run time.
+	if k := v.Kind(); k == reflect.Float32 || k == reflect.Float64 {
+		if f := p.Elem().Float(); math.IsNaN(f) || math.IsInf(f, 0) {
+			d.fail(key, n, fmt.Errorf("must be a finite number, not %q", n.Value))
+			return
+		}
 	}
 	v.Set(p.Elem())
 }

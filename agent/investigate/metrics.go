@@ -1,6 +1,8 @@
 package investigate
 
 import (
+	"math"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/report"
@@ -58,9 +60,14 @@ func (m *Metrics) turn(provider, model string, in, out int, cost float64) {
 	if m == nil {
 		return
 	}
-	m.tokens.WithLabelValues(provider, model, "input").Add(float64(in))
-	m.tokens.WithLabelValues(provider, model, "output").Add(float64(out))
-	m.cost.WithLabelValues(provider, model).Add(cost)
+	// A counter panics on a negative Add and keeps a NaN for ever: the
+	// providers refuse such counts and Price.Cost is finite, and a
+	// Provider of another kind is not trusted either.
+	m.tokens.WithLabelValues(provider, model, "input").Add(float64(max(in, 0)))
+	m.tokens.WithLabelValues(provider, model, "output").Add(float64(max(out, 0)))
+	if cost > 0 && !math.IsInf(cost, 0) {
+		m.cost.WithLabelValues(provider, model).Add(cost)
+	}
 }
 
 func (m *Metrics) call(result string) {

@@ -205,16 +205,27 @@ func classify(resp *http.Response) error {
 	return e
 }
 
-// retryAfter parses Retry-After (seconds or an HTTP date); 0 if absent or bad.
+// retryAfterCap bounds a receiver's Retry-After as read; the dispatcher
+// waits at most its BackoffMax anyway.
+const retryAfterCap = 24 * time.Hour
+
+// retryAfter parses Retry-After (seconds or an HTTP date), at most
+// retryAfterCap; 0 if absent or bad.
 func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
+	s, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err == nil && s >= 0:
+		// Capped before the multiplication: a large number must not
+		// overflow into a short or negative wait.
+		return time.Duration(min(s, int64(retryAfterCap/time.Second))) * time.Second
+	case errors.Is(err, strconv.ErrRange) && v[0] != '-':
+		return retryAfterCap
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), retryAfterCap)
 	}
 	return 0
 }

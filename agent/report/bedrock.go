@@ -94,10 +94,19 @@ func (b *Bedrock) Complete(ctx context.Context, req Request) (Response, error) {
 		}
 		return Response{}, e
 	}
+	return converseResponse(out)
+}
+
+// converseResponse is the Response of a Converse answer: its text and
+// tool calls, its usage checked (checkUsage).
+func converseResponse(out *bedrockruntime.ConverseOutput) (Response, error) {
 	r := Response{FinishReason: string(out.StopReason), Truncated: out.StopReason == types.StopReasonMaxTokens}
 	if u := out.Usage; u != nil {
-		r.InputTokens = int(aws.ToInt32(u.InputTokens))
-		r.OutputTokens = int(aws.ToInt32(u.OutputTokens))
+		in, outT := aws.ToInt32(u.InputTokens), aws.ToInt32(u.OutputTokens)
+		if err := checkUsage("inputTokens", int64(in), "outputTokens", int64(outT)); err != nil {
+			return Response{}, &Error{Provider: ProviderBedrock, Err: err}
+		}
+		r.InputTokens, r.OutputTokens = int(in), int(outT)
 	}
 	if m, ok := out.Output.(*types.ConverseOutputMemberMessage); ok {
 		var sb strings.Builder
@@ -219,10 +228,15 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 
 func (b *cappedBody) Close() error { return b.rc.Close() }
 
-// retryAfter reads a Retry-After header in seconds; 0 when absent or a date.
+// retryAfter reads a Retry-After header in seconds, at most
+// maxRetryAfter; 0 when absent, negative or a date.
 func retryAfter(h string) time.Duration {
-	if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
+	n, err := strconv.ParseInt(strings.TrimSpace(h), 10, 64)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(h), "-") {
+		return maxRetryAfter
 	}
-	return 0
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
 }

@@ -231,7 +231,7 @@ func (c Config) Validate() error {
 			add(fmt.Sprintf("on[%d]", i), "must be one of %v, got %q", outcomes, o)
 		}
 	}
-	if c.Temperature < 0 || c.Temperature > 2 {
+	if !(c.Temperature >= 0 && c.Temperature <= 2) { // NaN fails too
 		add("temperature", "must be within [0, 2], got %g", c.Temperature)
 	}
 	if c.MaxTokens <= 0 {

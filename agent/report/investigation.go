@@ -47,9 +47,28 @@ type Price struct {
 	OutputPerMTok float64 `yaml:"output_per_mtok"`
 }
 
-// Cost is the USD cost of in and out tokens at p.
+// Cost is the USD cost of in and out tokens at p. Counts below zero and a
+// price that is not a finite, non-negative number count as 0, so that a
+// cost is always a finite, non-negative number: it is added to counters
+// that cannot decrease and stored as JSON, which has no NaN.
 func (p Price) Cost(in, out int) float64 {
-	return (float64(in)*p.InputPerMTok + float64(out)*p.OutputPerMTok) / 1e6
+	return (float64(max(in, 0))*usd(p.InputPerMTok) + float64(max(out, 0))*usd(p.OutputPerMTok)) / 1e6
+}
+
+// maxUSD bounds every amount of money the configuration may hold; past it
+// a value is a typo, and products of it stay finite.
+const maxUSD = 1e12
+
+// validUSD reports whether f is an amount of money: finite, within
+// [0, maxUSD].
+func validUSD(f float64) bool { return f >= 0 && f <= maxUSD }
+
+// usd is f when validUSD, else 0.
+func usd(f float64) float64 {
+	if !validUSD(f) {
+		return 0
+	}
+	return f
 }
 
 // MaxInvestigateSteps is the largest max_steps.
@@ -120,12 +139,15 @@ func (c InvestigateConfig) Validate() error {
 	if c.DailyTokens < 0 {
 		add("daily_tokens", "must not be negative, got %d", c.DailyTokens)
 	}
-	if c.DailyCostUSD < 0 {
-		add("daily_cost_usd", "must not be negative, got %g", c.DailyCostUSD)
+	if !validUSD(c.DailyCostUSD) {
+		add("daily_cost_usd", "must be a finite number, not negative, got %g", c.DailyCostUSD)
 	}
 	for m, p := range c.Prices {
-		if p.InputPerMTok < 0 || p.OutputPerMTok < 0 {
-			add(fmt.Sprintf("prices.%s", m), "prices must not be negative")
+		if !validUSD(p.InputPerMTok) {
+			add(fmt.Sprintf("prices.%s.input_per_mtok", m), "must be a finite number, not negative, got %g", p.InputPerMTok)
+		}
+		if !validUSD(p.OutputPerMTok) {
+			add(fmt.Sprintf("prices.%s.output_per_mtok", m), "must be a finite number, not negative, got %g", p.OutputPerMTok)
 		}
 	}
 	return errors.Join(errs...)

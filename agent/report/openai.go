@@ -76,8 +76,8 @@ type (
 			Message      chatMessage `json:"message"`
 		} `json:"choices"`
 		Usage struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
 		} `json:"usage"`
 	}
 	chatError struct {
@@ -176,11 +176,23 @@ func (o *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
 	if int64(len(b)) > limit {
 		return fail(0, fmt.Errorf("%w: the body passed %d bytes", ErrAnswerTooLarge, limit))
 	}
+	return decodeChat(b)
+}
+
+// decodeChat is the Response of a Chat Completions answer body: its text
+// and tool calls, its usage checked (checkUsage).
+func decodeChat(b []byte) (Response, error) {
+	fail := func(err error) (Response, error) {
+		return Response{}, &Error{Provider: ProviderOpenAI, Err: err}
+	}
 	var out chatResponse
 	if err := json.Unmarshal(b, &out); err != nil {
-		return fail(0, fmt.Errorf("decode answer: %w", err))
+		return fail(fmt.Errorf("decode answer: %w", err))
 	}
-	r := Response{InputTokens: out.Usage.PromptTokens, OutputTokens: out.Usage.CompletionTokens}
+	if err := checkUsage("prompt_tokens", out.Usage.PromptTokens, "completion_tokens", out.Usage.CompletionTokens); err != nil {
+		return fail(err)
+	}
+	r := Response{InputTokens: int(out.Usage.PromptTokens), OutputTokens: int(out.Usage.CompletionTokens)}
 	if len(out.Choices) == 0 {
 		return r, &Error{Provider: ProviderOpenAI, Err: fmt.Errorf("%w (no choices)", ErrEmpty)}
 	}

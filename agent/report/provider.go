@@ -136,6 +136,36 @@ func (e *Error) Retryable() bool {
 // ErrEmpty is an answer without text.
 var ErrEmpty = errors.New("empty answer")
 
+// ErrInvalidAnswer is an answer whose numbers cannot be true: a token
+// count below zero or past MaxUsageTokens. Nothing of it is used, and its
+// counts are never added anywhere: a counter that cannot decrease would
+// panic, a budget would grow back.
+var ErrInvalidAnswer = errors.New("invalid_answer")
+
+// MaxUsageTokens bounds each token count one answer may report: far past
+// any model's context window, and small enough that sums of many stay
+// exact in float64 counters and int fields.
+const MaxUsageTokens = 100_000_000
+
+// checkUsage refuses token counts that cannot be true; names are the
+// provider's own field names, for the message.
+func checkUsage(inName string, in int64, outName string, out int64) error {
+	for _, u := range []struct {
+		name string
+		n    int64
+	}{{inName, in}, {outName, out}} {
+		if u.n < 0 || u.n > MaxUsageTokens {
+			return fmt.Errorf("%w: usage %s is %d, not within [0, %d]", ErrInvalidAnswer, u.name, u.n, MaxUsageTokens)
+		}
+	}
+	return nil
+}
+
+// maxRetryAfter caps a provider's Retry-After: a longer wait cannot fit in
+// any report's timeout anyway, and the cap keeps the seconds far from
+// overflowing a time.Duration.
+const maxRetryAfter = time.Hour
+
 // ErrAnswerTooLarge is an answer whose body passed the bytes allowed for
 // Request.MaxAnswerBytes: the reader stopped there.
 var ErrAnswerTooLarge = errors.New("answer_too_large")

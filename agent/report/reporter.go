@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,7 @@ func New(o Options) (*Reporter, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.init(o.Provider.Name())
 	work, cancel := context.WithCancel(context.Background())
 	var gen Writer = NewGenerator(o.Config, o.Provider, o.Redactor, o.Clock)
 	if o.Writer != nil {
@@ -251,46 +253,118 @@ func (r *Reporter) Stop(ctx context.Context) error {
 	}
 }
 
-// handle runs one claimed job to its end.
+// MaxJobAttempts is how many times a report job may be claimed. A job
+// claimed again was left by an agent that stopped (a drain deadline) or
+// died while writing it; one that keeps taking agents down with it must
+// not be retaken for ever, so past this it ends failed, dead-lettered.
+const MaxJobAttempts = 3
+
+// Reasons a report job is dead-lettered: ended failed, its reason written
+// to the task's record, counted in autodiag_report_jobs_dead_lettered_total
+// and logged at error, and never claimed again.
+const (
+	// DeadPanic: writing the report panicked; the agent recovers, and
+	// the same job would panic again on whichever agent took it.
+	DeadPanic = "panic"
+	// DeadMaxAttempts: claimed MaxJobAttempts times without finishing.
+	DeadMaxAttempts = "max_attempts"
+	// DeadNotStored: the report was written but its result could not be
+	// stored in the task's record.
+	DeadNotStored = "not_stored"
+)
+
+// DeadReasons lists every dead-letter reason, for metrics at 0.
+var DeadReasons = []string{DeadPanic, DeadMaxAttempts, DeadNotStored}
+
+// handle runs one claimed job to its end: written, or dead-lettered. A
+// panic in the job is recovered here, so that one hostile answer cannot
+// take the agent down, and then every agent that takes the job over.
 func (r *Reporter) handle(c Claimed) {
 	start := r.o.Clock.Now()
 	tctx, span := tracing.Start(tracing.ContextWithRemote(r.work, c.TraceID, c.SpanID), "report", trace.SpanKindInternal,
 		tracing.KeyTaskID.String(c.ID))
 	defer span.End()
-	res := r.Process(tctx, c.Job)
-	traceReport(span, res)
 	log := r.log.With("task_id", c.ID, "host", c.Evidence.Host, "diagnostic", c.Evidence.Diagnostic)
-	if r.work.Err() != nil && res.Status == StatusFailed {
-		// Stopped at the drain deadline: another agent writes it.
-		log.Info("report: stopped at the drain deadline; left queued", "duration_s", r.o.Clock.Now().Sub(start).Seconds())
-		return
+	var res Result
+	dead := ""
+	if c.Attempt > MaxJobAttempts {
+		res = r.base()
+		res.Status = StatusFailed
+		res.Reason = fmt.Sprintf("%s: the report job was claimed %d times and never finished (the agents writing it stopped or crashed), so it is not tried again",
+			DeadMaxAttempts, c.Attempt)
+		dead = DeadMaxAttempts
+	} else {
+		res, dead = r.processRecovered(tctx, c.Job, log)
+		traceReport(span, res)
+		if dead == "" && r.work.Err() != nil && res.Status == StatusFailed {
+			// Stopped at the drain deadline: another agent writes it.
+			log.Info("report: stopped at the drain deadline; left queued", "duration_s", r.o.Clock.Now().Sub(start).Seconds())
+			return
+		}
 	}
-	r.record(r.work, log, c.Job, res)
+	stored := r.record(r.work, log, c.Job, res)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(r.work), r.o.SinkTimeout)
 	err := r.o.Queue.Ack(actx, c)
 	cancel()
 	if err != nil && !errors.Is(err, ErrGone) {
 		log.Warn("report: ack failed; another agent may write it again", "err", err)
 	}
+	if !stored && dead == "" {
+		dead = DeadNotStored
+	}
 	attrs := []any{"status", res.Status, "attempt", c.Attempt, "latency_s", res.LatencyS,
 		"input_tokens", res.InputTokens, "output_tokens", res.OutputTokens}
-	if res.Status == StatusOK {
+	switch {
+	case dead != "":
+		r.m.dead.WithLabelValues(r.o.Provider.Name(), dead).Inc()
+		log.ErrorContext(tctx, "report: dead-lettered", append(attrs, "dead_reason", dead, "reason", res.Reason)...)
+	case res.Status == StatusOK:
 		log.InfoContext(tctx, "report: written", append(attrs, "confidence", res.Confidence)...)
-	} else {
+	default:
 		log.WarnContext(tctx, "report: not written", append(attrs, "reason", res.Reason)...)
 	}
 }
 
+// base is a Result of this reporter's provider and model, created now.
+func (r *Reporter) base() Result {
+	return Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: r.o.Clock.Now().UTC()}
+}
+
+// processRecovered is Process, with a panic turned into a failed Result
+// whose reason names it, and dead DeadPanic.
+func (r *Reporter) processRecovered(ctx context.Context, j Job, log *slog.Logger) (res Result, dead string) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("report: panicked writing the report", "err", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res = r.base()
+			res.Status = StatusFailed
+			res.Reason = fmt.Sprintf("%s: writing the report panicked: %v", DeadPanic, v)
+			dead = DeadPanic
+		}
+	}()
+	return r.Process(ctx, j), ""
+}
+
 // record counts res and hands it to the Sink, within SinkTimeout even
-// when ctx has ended.
-func (r *Reporter) record(ctx context.Context, log *slog.Logger, j Job, res Result) {
+// when ctx has ended; stored says whether the Sink took it. A panic in
+// either is recovered: the job still ends.
+func (r *Reporter) record(ctx context.Context, log *slog.Logger, j Job, res Result) (stored bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("report: panicked recording the result", "err", fmt.Sprint(v), "stack", string(debug.Stack()))
+			stored = false
+		}
+	}()
+	res.finite()
 	r.m.observe(r.o.Provider.Name(), res)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.SinkTimeout)
 	err := r.o.Sink.Report(sctx, j, res)
 	cancel()
 	if err != nil {
 		log.Error("report: writing the result failed", "err", err)
+		return false
 	}
+	return true
 }
 
 // shedBatch bounds the jobs one shed ends.
@@ -312,10 +386,10 @@ func (r *Reporter) shed(ctx context.Context) {
 		r.log.Error("report: shedding past the queue's cap", "err", err)
 	}
 	for _, j := range jobs {
-		res := Result{Provider: r.o.Provider.Name(), Model: r.o.Config.Model, CreatedAt: r.o.Clock.Now().UTC(),
-			Status: StatusSkipped, Reason: ReasonQueueFull}
+		res := r.base()
+		res.Status, res.Reason = StatusSkipped, ReasonQueueFull
 		log := r.log.With("task_id", j.ID, "host", j.Evidence.Host, "diagnostic", j.Evidence.Diagnostic)
-		r.record(ctx, log, j, res)
+		_ = r.record(ctx, log, j, res)
 		log.Warn("report: not written", "status", res.Status, "reason", res.Reason)
 	}
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -58,4 +59,29 @@ func ParseConfidence(md string) string {
 		return ""
 	}
 	return strings.ToLower(m[len(m)-1][1])
+}
+
+// finite makes every number of r one that JSON can hold and a counter
+// can take: a NaN or infinite float is 0, a count below zero is 0. The
+// numbers come from a model endpoint and the configuration; a record that
+// cannot be stored would lose the report.
+func (r *Result) finite() {
+	r.LatencyS = finiteOrZero(r.LatencyS)
+	r.InputTokens, r.OutputTokens = max(r.InputTokens, 0), max(r.OutputTokens, 0)
+	if inv := r.Investigation; inv != nil {
+		inv.CostUSD = finiteOrZero(inv.CostUSD)
+		inv.InputTokens, inv.OutputTokens = max(inv.InputTokens, 0), max(inv.OutputTokens, 0)
+		for i := range inv.Steps {
+			st := &inv.Steps[i]
+			st.LatencyS = finiteOrZero(st.LatencyS)
+			st.InputTokens, st.OutputTokens = max(st.InputTokens, 0), max(st.OutputTokens, 0)
+		}
+	}
+}
+
+func finiteOrZero(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
 }

@@ -83,7 +83,11 @@ type Diagnostic struct {
 	Command []string `yaml:"command"`
 	// Params maps each accepted parameter to the pattern its value must
 	// match in full.
-	Params    map[string]string `yaml:"params"`
+	Params map[string]string `yaml:"params"`
+	// Charset lifts, for the parameters it names (NAME: any), the default
+	// character set of a value (task.ParamCharset), which the pattern
+	// otherwise only narrows. config validate warns for each.
+	Charset   map[string]string `yaml:"charset"`
 	Timeout   time.Duration     `yaml:"timeout"`    // default 2m
 	MaxOutput Size              `yaml:"max_output"` // default 64KiB
 	// Investigate offers the diagnostic to root-cause investigations as a
@@ -91,6 +95,14 @@ type Diagnostic struct {
 	Investigate bool   `yaml:"investigate"`
 	Description string `yaml:"description"`
 }
+
+// CharsetAny is the one value of Diagnostic.Charset: the parameter's
+// value may hold any character its pattern allows.
+const CharsetAny = "any"
+
+// AnyCharset reports whether the parameter name's values may hold more
+// than the default character set.
+func (d Diagnostic) AnyCharset(name string) bool { return d.Charset[name] == CharsetAny }
 
 // Defaults of a Diagnostic's optional fields.
 const (
@@ -151,6 +163,14 @@ func (d Diagnostic) Validate() error {
 		}
 		if _, err := regexp.Compile(pat); err != nil {
 			errs = append(errs, configerr.Errorf("params."+name, "invalid pattern: %w", err))
+		}
+	}
+	for name, cs := range d.Charset {
+		if _, ok := d.Params[name]; !ok {
+			errs = append(errs, configerr.Errorf("charset."+name, "names no parameter under params"))
+		}
+		if cs != CharsetAny {
+			errs = append(errs, configerr.Errorf("charset."+name, "must be %q (leave the parameter out for the default character set), got %q", CharsetAny, cs))
 		}
 	}
 	if d.Timeout < 0 {

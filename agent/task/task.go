@@ -377,7 +377,20 @@ type Spec struct {
 	Params map[string]*regexp.Regexp
 	// Required lists the parameters the command references.
 	Required []string
+	// AnyCharset names the parameters whose catalog entry says
+	// `charset: any`: their values may hold more than ParamCharset.
+	AnyCharset map[string]bool
 }
+
+// ParamCharset is what a parameter's value may hold unless its catalog
+// entry says `charset: any`: letters, digits and . _ : @ / % + = , -.
+// Enough for paths, units, hosts, addresses, sizes and lists; nothing a
+// shell, a program text or an option string gives meaning to (space,
+// quotes, ; | & $ ` ( ) < > { } [ ] * ? ! ~ # \ and newlines). The
+// catalog pattern narrows it further.
+const ParamCharset = `[A-Za-z0-9._:@/%+=,-]`
+
+var paramCharset = regexp.MustCompile(`^` + ParamCharset + `*$`)
 
 // Validator checks tasks against the allow-list and the catalog.
 type Validator struct {
@@ -429,7 +442,7 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 		if !ok {
 			return reject(ReasonUnknownParam, "params."+truncate(name, 64), "not accepted by %s", t.Diagnostic)
 		}
-		if err := checkParam(name, val, re); err != nil {
+		if err := checkParam(name, val, re, spec.AnyCharset[name]); err != nil {
 			return err
 		}
 	}
@@ -468,7 +481,7 @@ func isControl(r rune) bool { return r < ' ' || r == 0x7f }
 // it, values are bounded, free of control characters and never start with
 // '-', so no value can be taken for an option by the program it is passed
 // to, whatever the pattern says.
-func checkParam(name, val string, re *regexp.Regexp) error {
+func checkParam(name, val string, re *regexp.Regexp, anyCharset bool) error {
 	field := "params." + name
 	switch {
 	case len(val) > maxParamLen:
@@ -477,6 +490,8 @@ func checkParam(name, val string, re *regexp.Regexp) error {
 		return reject(ReasonInvalidParam, field, "holds control characters")
 	case strings.HasPrefix(val, "-"):
 		return reject(ReasonInvalidParam, field, "must not start with '-'")
+	case !anyCharset && !paramCharset.MatchString(val):
+		return reject(ReasonInvalidParam, field, "holds a character outside %s (the catalog entry can lift this with charset: {%s: any})", ParamCharset, name)
 	}
 	if !re.MatchString(val) {
 		return reject(ReasonInvalidParam, field, "does not match %s", re)

@@ -69,7 +69,7 @@ func (c Config) Validate() error {
 			errs = append(errs, &configerr.Error{Key: "endpoint", Err: err})
 		}
 	}
-	if c.SamplerRatio < 0 || c.SamplerRatio > 1 {
+	if !(c.SamplerRatio >= 0 && c.SamplerRatio <= 1) { // NaN fails too
 		add("sampler_ratio", "must be between 0 and 1, got %g", c.SamplerRatio)
 	}
 	if c.Timeout < 0 || c.Timeout > maxTimeout {
@@ -196,7 +196,7 @@ func Resolve(c Config, getenv func(string) (string, bool), lookup func(string) (
 		s.SamplerRatio = 1
 		if a := env(EnvSamplerArg); a != "" {
 			r, err := strconv.ParseFloat(a, 64)
-			if err != nil || r < 0 || r > 1 {
+			if err != nil || !(r >= 0 && r <= 1) { // NaN fails too
 				bad(EnvSamplerArg, "must be a ratio between 0 and 1, got %q", a)
 			} else {
 				s.SamplerRatio = r
@@ -214,7 +214,7 @@ func Resolve(c Config, getenv func(string) (string, bool), lookup func(string) (
 	}
 	if v := env(EnvTracesTimeout); v != "" {
 		ms, err := strconv.Atoi(v)
-		if err != nil || ms <= 0 || time.Duration(ms)*time.Millisecond > maxTimeout {
+		if err != nil || ms <= 0 || int64(ms) > maxTimeout.Milliseconds() { // compared before it could overflow
 			bad(EnvTracesTimeout, "must be milliseconds between 1 and %d, got %q", maxTimeout.Milliseconds(), v)
 		} else {
 			s.Timeout = time.Duration(ms) * time.Millisecond

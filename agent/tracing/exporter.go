@@ -194,17 +194,28 @@ func (e *Exporter) post(ctx context.Context, body []byte) (time.Duration, error)
 	return 0, fmt.Errorf("%w: collector answered %d", ErrExport, resp.StatusCode)
 }
 
-// retryAfter reads a Retry-After header: seconds or an HTTP date; 0 when
-// absent or unreadable.
+// retryAfterCap bounds a collector's Retry-After as read: anything past
+// maxRetryAfter fails the export, and the cap keeps the seconds from
+// overflowing a time.Duration into a short or negative wait.
+const retryAfterCap = 24 * time.Hour
+
+// retryAfter reads a Retry-After header: seconds or an HTTP date, at most
+// retryAfterCap; 0 when absent or unreadable.
 func retryAfter(v string) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
+	s, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err == nil && s >= 0:
+		// Capped before the multiplication: a large number must not
+		// overflow into a short or negative wait.
+		return time.Duration(min(s, int64(retryAfterCap/time.Second))) * time.Second
+	case errors.Is(err, strconv.ErrRange) && v[0] != '-':
+		return retryAfterCap
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
+		return min(max(time.Until(t), 0), retryAfterCap)
 	}
 	return 0
 }

@@ -97,7 +97,7 @@ environment itself.`,
 // hold (the agent asks instance metadata at start). Unset *_env variables
 // are unsetEnv's (envcheck.go), which --strict turns into an error.
 func (c *cli) offlineWarnings(ctx context.Context, cfg config.Config) []string {
-	var out []string
+	out := cfg.Warnings()
 	if cfg.InstanceID == "" && cfg.NeedsEC2InstanceID() {
 		o := c.openOptions(nil)
 		// IMDS nil: files only, never the instance-metadata address.
