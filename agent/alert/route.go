@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -318,7 +319,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			Host:       strings.TrimSpace(host),
 			Diagnostic: ct.diagnostic,
 			Severity:   normSeverity(sev),
-			Alert:      task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID},
+			Alert:      task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a)},
 			CreatedAt:  now.UTC(),
 		}
 		if len(ct.params) > 0 {
@@ -399,3 +400,18 @@ func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 }
 
 func byIndex(a, b Outcome) int { return a.Index - b.Index }
+
+// refsOf reads the alert's write-back references from its annotations
+// and labels of the names taskview.RefNames lists, an annotation winning
+// over a label of the same name.
+func refsOf(a *Alert) taskview.AlertRefs {
+	var r taskview.AlertRefs
+	for _, name := range taskview.RefNames {
+		v := a.Annotations[name]
+		if v == "" {
+			v = a.Labels[name]
+		}
+		r.Set(name, strings.TrimSpace(v))
+	}
+	return r
+}

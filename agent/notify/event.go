@@ -32,6 +32,11 @@ const (
 var EventTypes = []EventType{EventSucceeded, EventFailed, EventTimedOut, EventRateLimited,
 	EventReport, EventDrainStarted, EventDrainCompleted, EventDrainFailed}
 
+// drain says whether t is one of the drain's events, which carry no task.
+func (t EventType) drain() bool {
+	return t == EventDrainStarted || t == EventDrainCompleted || t == EventDrainFailed
+}
+
 func (t EventType) valid() bool {
 	for _, e := range EventTypes {
 		if t == e {
