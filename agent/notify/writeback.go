@@ -147,7 +147,9 @@ func (s *httpSink) apiCall(ctx context.Context, method, url string, header http.
 	if in != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
 	req.Header.Set("User-Agent", "autodiag")
 	resp, err := s.client.Do(req)
 	if err != nil {
