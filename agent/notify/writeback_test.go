@@ -19,6 +19,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/internal/fake/writebackfake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
@@ -106,7 +107,7 @@ func TestZabbixAcknowledgesOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			z := newZabbixStandIn(t, tt.server, wbToken, "4242")
+			z := writebackfake.NewZabbix(t, tt.server, wbToken, "4242")
 			s := wbSink(t, SinkConfig{Name: "zbx", Type: TypeZabbix, URL: z.URL + "/api_jsonrpc.php", TokenEnv: "ZBX_TOKEN",
 				Version: tt.configured, Severity: tt.severity}, nil)
 			// A resolved alert is written on the event that fired.
@@ -117,7 +118,7 @@ func TestZabbixAcknowledgesOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			acks := z.acksOf("4242")
+			acks := z.Acks("4242")
 			if len(acks) != 1 {
 				t.Fatalf("%d acknowledgements, want 1: %+v", len(acks), acks)
 			}
@@ -130,13 +131,13 @@ func TestZabbixAcknowledgesOnce(t *testing.T) {
 				t.Errorf("action %d severity %d, want action %d", acks[0].Action, acks[0].Severity, wantAction)
 			}
 			versionAsks := 0
-			for _, c := range z.calls {
-				if strings.Contains(string(c.body), "apiinfo.version") {
+			for _, c := range z.Calls() {
+				if strings.Contains(string(c.Body), "apiinfo.version") {
 					versionAsks++
 					continue
 				}
-				hasBearer := c.header.Get("Authorization") == "Bearer "+wbToken
-				hasAuth := strings.Contains(string(c.body), `"auth":"`+wbToken+`"`)
+				hasBearer := c.Header.Get("Authorization") == "Bearer "+wbToken
+				hasAuth := strings.Contains(string(c.Body), `"auth":"`+wbToken+`"`)
 				if hasBearer != tt.wantBearer || hasAuth == tt.wantBearer {
 					t.Errorf("token placement: bearer %v, auth in body %v; want bearer %v", hasBearer, hasAuth, tt.wantBearer)
 				}
@@ -152,8 +153,8 @@ func TestZabbixAcknowledgesOnce(t *testing.T) {
 // its delivery mark on the retry, not written twice; a token Zabbix
 // refuses is given up at once.
 func TestZabbixRetryAndRefusal(t *testing.T) {
-	z := newZabbixStandIn(t, "7.0.5", wbToken, "77")
-	z.lose = 1
+	z := writebackfake.NewZabbix(t, "7.0.5", wbToken, "77")
+	z.Lose(1)
 	s := wbSink(t, SinkConfig{Name: "zbx", Type: TypeZabbix, URL: z.URL + "/api_jsonrpc.php", TokenEnv: "ZBX_TOKEN", Version: "7.0"}, nil)
 	ev := wbReport("t-2", &taskview.Alert{Source: "zabbix", EventID: "77"}, 100)
 	d := deliveryOf(t, ev)
@@ -163,11 +164,11 @@ func TestZabbixRetryAndRefusal(t *testing.T) {
 	if err := s.Send(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(z.acksOf("77")); n != 1 {
+	if n := len(z.Acks("77")); n != 1 {
 		t.Fatalf("%d acknowledgements after a lost answer and a retry, want 1", n)
 	}
 
-	bad := newZabbixStandIn(t, "7.0.5", "other-token", "77")
+	bad := writebackfake.NewZabbix(t, "7.0.5", "other-token", "77")
 	s = wbSink(t, SinkConfig{Name: "zbx", Type: TypeZabbix, URL: bad.URL + "/api_jsonrpc.php", TokenEnv: "ZBX_TOKEN", Version: "7.0"}, nil)
 	err := s.Send(context.Background(), d)
 	var se *SendError
@@ -186,8 +187,8 @@ func TestPagerDutyNoteOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pd := newPagerDutyStandIn(t, wbToken, wbFrom, map[string]string{"PT4KHLK": "srv01/HTTP", "POTHER1": "other"})
-			pd.lose = 1
+			pd := writebackfake.NewPagerDuty(t, wbToken, wbFrom, map[string]string{"PT4KHLK": "srv01/HTTP", "POTHER1": "other"})
+			pd.Lose(1)
 			s := wbSink(t, SinkConfig{Name: "pd", Type: TypePagerDuty, URL: pd.URL, TokenEnv: "PD_TOKEN", From: wbFrom}, nil)
 			ev := wbReport("t-3", &taskview.Alert{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Refs: tt.refs}, 20000)
 			d := deliveryOf(t, ev)
@@ -197,31 +198,29 @@ func TestPagerDutyNoteOnce(t *testing.T) {
 			if err := s.Send(context.Background(), d); err != nil {
 				t.Fatal(err)
 			}
-			notes := pd.notesOf("PT4KHLK")
-			if len(notes) != 1 || len(pd.notesOf("POTHER1")) != 0 {
+			notes := pd.Notes("PT4KHLK")
+			if len(notes) != 1 || len(pd.Notes("POTHER1")) != 0 {
 				t.Fatalf("notes %q, want one on PT4KHLK", notes)
 			}
 			checkNote(t, notes[0], ev, NoteMax)
 		})
 	}
 	// A key no incident has yet is retried, not given up.
-	pd := newPagerDutyStandIn(t, wbToken, wbFrom, map[string]string{})
+	pd := writebackfake.NewPagerDuty(t, wbToken, wbFrom, map[string]string{})
 	s := wbSink(t, SinkConfig{Name: "pd", Type: TypePagerDuty, URL: pd.URL, TokenEnv: "PD_TOKEN", From: wbFrom}, nil)
 	ev := wbReport("t-4", &taskview.Alert{Source: "generic", EventID: "later-key"}, 100)
 	if err := s.Send(context.Background(), deliveryOf(t, ev)); err == nil || isPermanent(err) {
 		t.Fatalf("unknown incident key: %v, want a retryable error", err)
 	}
-	pd.mu.Lock()
-	pd.keys["PNEW"] = "later-key"
-	pd.mu.Unlock()
-	if err := s.Send(context.Background(), deliveryOf(t, ev)); err != nil || len(pd.notesOf("PNEW")) != 1 {
-		t.Fatalf("after the incident appeared: %v, notes %q", err, pd.notesOf("PNEW"))
+	pd.AddIncident("PNEW", "later-key")
+	if err := s.Send(context.Background(), deliveryOf(t, ev)); err != nil || len(pd.Notes("PNEW")) != 1 {
+		t.Fatalf("after the incident appeared: %v, notes %q", err, pd.Notes("PNEW"))
 	}
 }
 
 func TestOpsgenieNoteOnce(t *testing.T) {
-	og := newOpsgenieStandIn(t, wbToken, "web-05-highload")
-	og.lose = 1
+	og := writebackfake.NewOpsgenie(t, wbToken, "web-05-highload")
+	og.Lose(1)
 	s := wbSink(t, SinkConfig{Name: "og", Type: TypeOpsgenie, URL: og.URL, TokenEnv: "OG_KEY"}, nil)
 	ev := wbReport("t-5", &taskview.Alert{Source: "alertmanager", EventID: "fp@t", Refs: taskview.AlertRefs{OpsgenieAlias: "web-05-highload"}}, 30000)
 	d := deliveryOf(t, ev)
@@ -231,7 +230,7 @@ func TestOpsgenieNoteOnce(t *testing.T) {
 	if err := s.Send(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	notes := og.notesOf("web-05-highload")
+	notes := og.Notes("web-05-highload")
 	if len(notes) != 1 {
 		t.Fatalf("%d notes, want 1", len(notes))
 	}
@@ -310,13 +309,13 @@ func settled(ob *MemoryOutbox, try int) bool {
 // MaxAttempts times, with backoff, then dead-lettered (counted), nothing
 // written; requeued once the APIs are back, each note arrives once.
 func TestWriteBackStormIsRetriedThenDeadLettered(t *testing.T) {
-	z := newZabbixStandIn(t, "7.0.5", wbToken, "4242")
-	pd := newPagerDutyStandIn(t, wbToken, wbFrom, map[string]string{"PT4KHLK": "k"})
-	og := newOpsgenieStandIn(t, wbToken, "alias-1")
-	sl := newSlackStandIn(t, "xoxb-"+wbToken, "C0123")
-	stands := []*standIn{&z.standIn, &pd.standIn, &og.standIn, &sl.standIn}
+	z := writebackfake.NewZabbix(t, "7.0.5", wbToken, "4242")
+	pd := writebackfake.NewPagerDuty(t, wbToken, wbFrom, map[string]string{"PT4KHLK": "k"})
+	og := writebackfake.NewOpsgenie(t, wbToken, "alias-1")
+	sl := writebackfake.NewSlack(t, "xoxb-"+wbToken, "C0123")
+	stands := []*writebackfake.Base{&z.Base, &pd.Base, &og.Base, &sl.Base}
 	for _, s := range stands {
-		s.setStorm(http.StatusServiceUnavailable)
+		s.SetStorm(http.StatusServiceUnavailable)
 	}
 	clock := newFakeClock()
 	ob := NewMemoryOutbox(MemoryOptions{ClaimIdle: testIdle, Clock: clock})
@@ -358,7 +357,7 @@ func TestWriteBackStormIsRetriedThenDeadLettered(t *testing.T) {
 		clock.Add(time.Second)
 	}
 	for i, s := range stands {
-		if n := s.callCount(); n != 3 {
+		if n := s.CallCount(); n != 3 {
 			t.Errorf("stand-in %d saw %d requests, want 3 (one per attempt)", i, n)
 		}
 	}
@@ -366,12 +365,12 @@ func TestWriteBackStormIsRetriedThenDeadLettered(t *testing.T) {
 	if len(list) != 4 || slices.ContainsFunc(list, func(e DeadEntry) bool { return e.Reason != "max_attempts" || e.Attempts != 3 }) {
 		t.Fatalf("dead list %+v, want the 4 sinks' entries after 3 attempts", list)
 	}
-	if len(z.acksOf("4242"))+len(pd.notesOf("PT4KHLK"))+len(og.notesOf("alias-1"))+len(sl.messages()) != 0 {
+	if len(z.Acks("4242"))+len(pd.Notes("PT4KHLK"))+len(og.Notes("alias-1"))+len(sl.Messages()) != 0 {
 		t.Fatal("something was written during the storm")
 	}
 
 	for _, s := range stands {
-		s.setStorm(0)
+		s.SetStorm(0)
 	}
 	var refs []string
 	for _, e := range list {
@@ -388,7 +387,7 @@ func TestWriteBackStormIsRetriedThenDeadLettered(t *testing.T) {
 		}
 		return n == 4
 	})
-	if len(z.acksOf("4242")) != 1 || len(pd.notesOf("PT4KHLK")) != 1 || len(og.notesOf("alias-1")) != 1 || len(sl.messages()) != 1 {
+	if len(z.Acks("4242")) != 1 || len(pd.Notes("PT4KHLK")) != 1 || len(og.Notes("alias-1")) != 1 || len(sl.Messages()) != 1 {
 		t.Fatal("want exactly one note on each system after the storm")
 	}
 }
@@ -416,7 +415,7 @@ func TestSlackBotThreadsAnAlert(t *testing.T) {
 	}
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
-			sl := newSlackStandIn(t, "xoxb-"+wbToken, "C0123")
+			sl := writebackfake.NewSlack(t, "xoxb-"+wbToken, "C0123")
 			s := wbSink(t, SinkConfig{Name: "slack", Type: TypeSlack, URL: sl.URL, BotTokenEnv: "SLACK_BOT", Channel: "C0123"}, store(t))
 			reg := prometheus.NewPedanticRegistry()
 			d, err := NewDispatcher(NewMemoryOutbox(MemoryOptions{}), []Sink{s}, Options{InstanceID: "i-a", Registerer: reg,
@@ -440,10 +439,10 @@ func TestSlackBotThreadsAnAlert(t *testing.T) {
 				// Delivered is acknowledged: the sink has kept the thread.
 				waitFor(t, 5*time.Second, "delivered", func() bool {
 					n, _ := d.Outbox().Pending(context.Background(), "slack")
-					return len(sl.messages()) == i+1 && n == 0
+					return len(sl.Messages()) == i+1 && n == 0
 				})
 			}
-			m := sl.messages()
+			m := sl.Messages()
 			if m[0].ThreadTS != "" || m[2].ThreadTS != "" {
 				t.Fatalf("the alerts' first messages are in a thread: %+v", m)
 			}
@@ -461,9 +460,8 @@ func TestSlackBotThreadsAnAlert(t *testing.T) {
 // the other is retried until its ts is known, so the thread has one root.
 // A delivery already posted is not posted again.
 func TestSlackBotOneRootUnderRace(t *testing.T) {
-	sl := newSlackStandIn(t, "xoxb-"+wbToken, "C0123")
-	hold := make(chan struct{})
-	sl.hold = hold
+	sl := writebackfake.NewSlack(t, "xoxb-"+wbToken, "C0123")
+	release := sl.Hold()
 	s := wbSink(t, SinkConfig{Name: "slack", Type: TypeSlack, URL: sl.URL, BotTokenEnv: "SLACK_BOT", Channel: "C0123"}, NewMemoryThreads(nil))
 	a := &taskview.Alert{Source: "zabbix", EventID: "4242"}
 	first := deliveryOf(t, alertEvent(EventSucceeded, "t-1", "", a))
@@ -472,11 +470,11 @@ func TestSlackBotOneRootUnderRace(t *testing.T) {
 	var firstErr error
 	wg.Add(1)
 	go func() { defer wg.Done(); firstErr = s.Send(context.Background(), first) }()
-	waitFor(t, 5*time.Second, "the first post reaches Slack", func() bool { return sl.callCount() == 1 })
+	waitFor(t, 5*time.Second, "the first post reaches Slack", func() bool { return sl.CallCount() == 1 })
 	if err := s.Send(context.Background(), second); !errors.Is(err, errThreadStarting) {
 		t.Fatalf("second while the first posts: %v, want errThreadStarting", err)
 	}
-	close(hold)
+	release()
 	wg.Wait()
 	if firstErr != nil {
 		t.Fatal(firstErr)
@@ -486,7 +484,7 @@ func TestSlackBotOneRootUnderRace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := sl.messages()
+	m := sl.Messages()
 	if len(m) != 2 || m[0].ThreadTS != "" || m[1].ThreadTS != m[0].TS {
 		t.Fatalf("messages %+v, want a root and one reply", m)
 	}

@@ -1,4 +1,4 @@
-package notify
+package writebackfake
 
 import (
 	"encoding/json"
@@ -12,56 +12,56 @@ import (
 	"unicode/utf8"
 )
 
-// The stand-ins below speak the documented JSON of each API (Zabbix
-// JSON-RPC 6.0 and 7.0, PagerDuty REST v2, Opsgenie Alert API v2, Slack
-// Web API chat.postMessage), check what the real one checks that a sink
-// could get wrong (where the token goes, required headers, size limits),
-// and record every call.
+// ZabbixMessageMax is the longest acknowledgement message Zabbix takes,
+// in characters.
+const ZabbixMessageMax = 2048
 
-// apiCall is one request a stand-in saw.
-type apiCall struct {
-	method, path, query string
-	header              http.Header
-	body                []byte
+// OpsgenieNoteMax is the longest note Opsgenie takes, in characters.
+const OpsgenieNoteMax = 25000
+
+// Call is one request a stand-in saw.
+type Call struct {
+	Method, Path, Query string
+	Header              http.Header
+	Body                []byte
 }
 
-// standIn is what every stand-in shares: its server, the calls, and a
-// storm: while storm is set, every request is answered with it.
-type standIn struct {
+// Base is what every stand-in shares: its server, the calls, and a
+// storm: while set (SetStorm), every request is answered with its status.
+type Base struct {
 	*httptest.Server
 	mu    sync.Mutex
-	calls []apiCall
+	calls []Call
 	storm int
-	// lose, when > 0, applies that many writes and answers them 502 (an
-	// answer lost on the way back).
-	lose int
-	// hold, when set, holds every write until it is closed.
-	hold chan struct{}
+	lose  int
+	hold  chan struct{}
 }
 
-func (s *standIn) record(r *http.Request) (apiCall, int) {
+func (s *Base) record(r *http.Request) (Call, int) {
 	body, _ := io.ReadAll(r.Body)
-	c := apiCall{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, header: r.Header.Clone(), body: body}
+	c := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, c)
 	return c, s.storm
 }
 
-func (s *standIn) setStorm(code int) {
+// SetStorm answers every request with code from now on (0: stop).
+func (s *Base) SetStorm(code int) {
 	s.mu.Lock()
 	s.storm = code
 	s.mu.Unlock()
 }
 
-func (s *standIn) callCount() int {
+// CallCount is how many requests the stand-in saw.
+func (s *Base) CallCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.calls)
 }
 
 // lost says whether this write's answer is to be lost, counting it.
-func (s *standIn) lost() bool {
+func (s *Base) lost() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lose > 0 {
@@ -71,7 +71,7 @@ func (s *standIn) lost() bool {
 	return false
 }
 
-func (s *standIn) waitHold(r *http.Request) {
+func (s *Base) waitHold(r *http.Request) {
 	s.mu.Lock()
 	h := s.hold
 	s.mu.Unlock()
@@ -89,23 +89,25 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// zabbixStandIn is a Zabbix server of version (6.0: the token in the
+// Zabbix is a Zabbix server of version (6.0: the token in the
 // body's auth; 7.0: only the Authorization: Bearer header, as 7.2 refuses
 // auth in the body), holding problem events and their acknowledgements.
-type zabbixStandIn struct {
-	standIn
+type Zabbix struct {
+	Base
 	version, token string
-	acks           map[string][]zabbixAck // event id → acknowledgements
+	acks           map[string][]ZabbixAck // event id → acknowledgements
 }
 
-type zabbixAck struct {
+type ZabbixAck struct {
 	Message  string `json:"message"`
 	Action   int    `json:"action"`
 	Severity int    `json:"severity"`
 }
 
-func newZabbixStandIn(t *testing.T, version, token string, events ...string) *zabbixStandIn {
-	z := &zabbixStandIn{version: version, token: token, acks: map[string][]zabbixAck{}}
+// NewZabbix starts a Zabbix API of version holding the problem events
+// events (no acknowledgement yet), for token.
+func NewZabbix(t testing.TB, version, token string, events ...string) *Zabbix {
+	z := &Zabbix{version: version, token: token, acks: map[string][]ZabbixAck{}}
 	for _, e := range events {
 		z.acks[e] = nil
 	}
@@ -114,7 +116,7 @@ func newZabbixStandIn(t *testing.T, version, token string, events ...string) *za
 	return z
 }
 
-func (z *zabbixStandIn) serve(w http.ResponseWriter, r *http.Request) {
+func (z *Zabbix) serve(w http.ResponseWriter, r *http.Request) {
 	c, storm := z.record(r)
 	if storm != 0 {
 		w.WriteHeader(storm)
@@ -128,7 +130,7 @@ func (z *zabbixStandIn) serve(w http.ResponseWriter, r *http.Request) {
 		ID      int             `json:"id"`
 	}
 	if r.URL.Path != "/api_jsonrpc.php" || r.Method != http.MethodPost ||
-		!strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || json.Unmarshal(c.body, &req) != nil || req.JSONRPC != "2.0" {
+		!strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || json.Unmarshal(c.Body, &req) != nil || req.JSONRPC != "2.0" {
 		writeJSON(w, 200, map[string]any{"jsonrpc": "2.0", "error": map[string]any{"code": -32600, "message": "Invalid request."}, "id": nil})
 		return
 	}
@@ -169,13 +171,13 @@ func (z *zabbixStandIn) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal(req.Params, &p)
 		type event struct {
 			EventID      string      `json:"eventid"`
-			Acknowledges []zabbixAck `json:"acknowledges"`
+			Acknowledges []ZabbixAck `json:"acknowledges"`
 		}
 		out := []event{}
 		z.mu.Lock()
 		for _, id := range p.EventIDs {
 			if acks, found := z.acks[id]; found {
-				out = append(out, event{EventID: id, Acknowledges: append([]zabbixAck{}, acks...)})
+				out = append(out, event{EventID: id, Acknowledges: append([]ZabbixAck{}, acks...)})
 			}
 		}
 		z.mu.Unlock()
@@ -208,7 +210,7 @@ func (z *zabbixStandIn) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		ack := zabbixAck{Message: p.Message, Action: p.Action}
+		ack := ZabbixAck{Message: p.Message, Action: p.Action}
 		if p.Severity != nil {
 			ack.Severity = *p.Severity
 		}
@@ -226,29 +228,32 @@ func (z *zabbixStandIn) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (z *zabbixStandIn) acksOf(id string) []zabbixAck {
+// Acks are the acknowledgements of event id, in order.
+func (z *Zabbix) Acks(id string) []ZabbixAck {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	return append([]zabbixAck(nil), z.acks[id]...)
+	return append([]ZabbixAck(nil), z.acks[id]...)
 }
 
-// pagerDutyStandIn holds incidents (id → incident key) and their notes,
+// PagerDuty is the REST API v2: it holds incidents (id → incident key) and their notes,
 // and wants a REST API key, the From header and the v2 Accept header.
-type pagerDutyStandIn struct {
-	standIn
+type PagerDuty struct {
+	Base
 	token, from string
 	keys        map[string]string   // incident id → incident key
 	notes       map[string][]string // incident id → note contents
 }
 
-func newPagerDutyStandIn(t *testing.T, token, from string, incidents map[string]string) *pagerDutyStandIn {
-	p := &pagerDutyStandIn{token: token, from: from, keys: incidents, notes: map[string][]string{}}
+// NewPagerDuty starts a PagerDuty API holding incidents (id → incident
+// key), for token and the user from.
+func NewPagerDuty(t testing.TB, token, from string, incidents map[string]string) *PagerDuty {
+	p := &PagerDuty{token: token, from: from, keys: incidents, notes: map[string][]string{}}
 	p.Server = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.Close)
 	return p
 }
 
-func (p *pagerDutyStandIn) serve(w http.ResponseWriter, r *http.Request) {
+func (p *PagerDuty) serve(w http.ResponseWriter, r *http.Request) {
 	c, storm := p.record(r)
 	if storm != 0 {
 		w.WriteHeader(storm)
@@ -308,7 +313,7 @@ func (p *pagerDutyStandIn) serve(w http.ResponseWriter, r *http.Request) {
 				Content string `json:"content"`
 			} `json:"note"`
 		}
-		if json.Unmarshal(c.body, &in) != nil || in.Note.Content == "" {
+		if json.Unmarshal(c.Body, &in) != nil || in.Note.Content == "" {
 			pdErr(400, "Invalid Input Provided", 2001)
 			return
 		}
@@ -325,22 +330,25 @@ func (p *pagerDutyStandIn) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *pagerDutyStandIn) notesOf(id string) []string {
+// Notes are the contents of incident id's notes, in order.
+func (p *PagerDuty) Notes(id string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.notes[id]...)
 }
 
-// opsgenieStandIn holds alerts by alias and their notes, and wants a
+// Opsgenie is the Alert API v2: it holds alerts by alias and their notes, and wants a
 // GenieKey and identifierType=alias.
-type opsgenieStandIn struct {
-	standIn
+type Opsgenie struct {
+	Base
 	token string
 	notes map[string][]string // alias → notes
 }
 
-func newOpsgenieStandIn(t *testing.T, token string, aliases ...string) *opsgenieStandIn {
-	o := &opsgenieStandIn{token: token, notes: map[string][]string{}}
+// NewOpsgenie starts an Opsgenie API holding alerts of aliases, for
+// token.
+func NewOpsgenie(t testing.TB, token string, aliases ...string) *Opsgenie {
+	o := &Opsgenie{token: token, notes: map[string][]string{}}
 	for _, a := range aliases {
 		o.notes[a] = nil
 	}
@@ -349,7 +357,7 @@ func newOpsgenieStandIn(t *testing.T, token string, aliases ...string) *opsgenie
 	return o
 }
 
-func (o *opsgenieStandIn) serve(w http.ResponseWriter, r *http.Request) {
+func (o *Opsgenie) serve(w http.ResponseWriter, r *http.Request) {
 	c, storm := o.record(r)
 	if storm != 0 {
 		w.WriteHeader(storm)
@@ -389,7 +397,7 @@ func (o *opsgenieStandIn) serve(w http.ResponseWriter, r *http.Request) {
 			User   string `json:"user"`
 			Source string `json:"source"`
 		}
-		if json.Unmarshal(c.body, &in) != nil || in.Note == "" || utf8.RuneCountInString(in.Note) > 25000 {
+		if json.Unmarshal(c.Body, &in) != nil || in.Note == "" || utf8.RuneCountInString(in.Note) > OpsgenieNoteMax {
 			ogErr(422, "Note should be at most 25000 characters")
 			return
 		}
@@ -410,33 +418,35 @@ func (o *opsgenieStandIn) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (o *opsgenieStandIn) notesOf(alias string) []string {
+// Notes are the notes of the alert with alias, in order.
+func (o *Opsgenie) Notes(alias string) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]string(nil), o.notes[alias]...)
 }
 
-// slackStandIn is the Web API's chat.postMessage for a bot token: it
+// Slack is the Web API's chat.postMessage for a bot token: it
 // gives each message a ts and records channel, text and thread_ts.
-type slackStandIn struct {
-	standIn
+type Slack struct {
+	Base
 	token, channel string
-	msgs           []slackMsg
+	msgs           []SlackMessage
 }
 
-type slackMsg struct {
-	TS, ThreadTS, Text string
-	Blocks             []SlackBlock
+type SlackMessage struct {
+	Channel, TS, ThreadTS, Text string
+	Blocks                      json.RawMessage
 }
 
-func newSlackStandIn(t *testing.T, token, channel string) *slackStandIn {
-	s := &slackStandIn{token: token, channel: channel}
+// NewSlack starts a Slack Web API for the bot token and one channel.
+func NewSlack(t testing.TB, token, channel string) *Slack {
+	s := &Slack{token: token, channel: channel}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
 	return s
 }
 
-func (s *slackStandIn) serve(w http.ResponseWriter, r *http.Request) {
+func (s *Slack) serve(w http.ResponseWriter, r *http.Request) {
 	c, storm := s.record(r)
 	if storm != 0 {
 		w.WriteHeader(storm)
@@ -450,8 +460,13 @@ func (s *slackStandIn) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"ok": false, "error": "invalid_auth"})
 		return
 	}
-	var p slackPost
-	if json.Unmarshal(c.body, &p) != nil || p.Text == "" {
+	var p struct {
+		Channel  string          `json:"channel"`
+		Text     string          `json:"text"`
+		Blocks   json.RawMessage `json:"blocks"`
+		ThreadTS string          `json:"thread_ts"`
+	}
+	if json.Unmarshal(c.Body, &p) != nil || p.Text == "" {
 		writeJSON(w, 200, map[string]any{"ok": false, "error": "invalid_arguments"})
 		return
 	}
@@ -467,12 +482,12 @@ func (s *slackStandIn) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ts := fmt.Sprintf("1764600000.%06d", len(s.msgs)+1)
-	s.msgs = append(s.msgs, slackMsg{TS: ts, ThreadTS: p.ThreadTS, Text: p.Text, Blocks: p.Blocks})
+	s.msgs = append(s.msgs, SlackMessage{Channel: p.Channel, TS: ts, ThreadTS: p.ThreadTS, Text: p.Text, Blocks: p.Blocks})
 	s.mu.Unlock()
 	writeJSON(w, 200, map[string]any{"ok": true, "channel": p.Channel, "ts": ts, "message": map[string]any{"text": p.Text, "ts": ts}})
 }
 
-func (s *slackStandIn) hasTS(ts string) bool {
+func (s *Slack) hasTS(ts string) bool {
 	for _, m := range s.msgs {
 		if m.TS == ts {
 			return true
@@ -481,8 +496,41 @@ func (s *slackStandIn) hasTS(ts string) bool {
 	return false
 }
 
-func (s *slackStandIn) messages() []slackMsg {
+// Messages are the messages posted, in order.
+func (s *Slack) Messages() []SlackMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]slackMsg(nil), s.msgs...)
+	return append([]SlackMessage(nil), s.msgs...)
+}
+
+// Lose makes the next n writes apply and then answer 502, as an answer
+// lost on its way back.
+func (s *Base) Lose(n int) {
+	s.mu.Lock()
+	s.lose = n
+	s.mu.Unlock()
+}
+
+// Hold holds every write until the returned func is called.
+func (s *Base) Hold() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.hold = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// Calls are the requests the stand-in saw, in order.
+func (s *Base) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// AddIncident adds an incident (id, incident key) to the stand-in.
+func (p *PagerDuty) AddIncident(id, key string) {
+	p.mu.Lock()
+	p.keys[id] = key
+	p.mu.Unlock()
 }
