@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/internal/fake/writebackfake"
+)
+
+// writeBackYAML is an agent on the fake queue with the intake on loopback,
+// the golden fixtures' routes, a catalog whose diagnostics print a secret
+// among their output, and two sinks: a Slack bot on the stand-in's
+// channel and Zabbix 7.0 (version asked with apiinfo.version).
+func writeBackYAML(tb testing.TB, queueURL, redisAddr, prefix, script, slackURL, zabbixURL string) string {
+	tb.Helper()
+	routes, err := os.ReadFile(filepath.Join("..", "..", "agent", "alert", "testdata", "routes.yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "instance_id: writeback-a\nadmin_addr: 127.0.0.1:0\nworkers: 4\n")
+	fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: 1s\n  visibility_timeout: 5s\n", queueURL)
+	fmt.Fprintf(&b, "redis:\n  url: 'redis://%s/0'\n  prefix: '%s'\n  timeout: 2s\n", redisAddr, prefix)
+	fmt.Fprintf(&b, "intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: %s}\n", intakeTokenEnv)
+	b.WriteString("diagnostics:\n")
+	for _, d := range []string{"uptime", "memory"} {
+		fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', %s, '{host}']\n    timeout: 60s\n", d, script, d)
+	}
+	fmt.Fprintf(&b, "  - name: disk-usage\n    command: [/bin/sh, '%s', disk-usage, '{host}', '{param.mount}']\n"+
+		"    params: {mount: '/[A-Za-z0-9/_.-]*'}\n    timeout: 60s\n", script)
+	b.WriteString("limiter:\n  hosts:\n    allow: ['^[a-z0-9-]+(\\.[a-z0-9-]+)*$']\n  rules: []\n")
+	fmt.Fprintf(&b, `notify:
+  - name: oncall
+    type: slack
+    url: '%s'
+    allow_http: true
+    bot_token_env: SLACK_BOT_TOKEN
+    channel: C0AUTODIAG
+    on: [succeeded, failed]
+  - name: zabbix
+    type: zabbix
+    url: '%s/api_jsonrpc.php'
+    allow_http: true
+    token_env: ZABBIX_API_TOKEN
+    on: [succeeded, failed]
+`, slackURL, zabbixURL)
+	b.WriteString("routes:\n")
+	for _, line := range strings.Split(string(routes), "\n") {
+		fmt.Fprintf(&b, "  %s\n", line)
+	}
+	return b.String()
+}
+
+// TestE2EWriteBack: a real Alertmanager 0.25 payload (two firing HighLoad
+// alerts, one resolved) and a Zabbix media-type problem go through the
+// intake, their tasks run, and the results are written back: to Slack,
+// one thread per alert with the alert's later results under its first
+// message; to Zabbix, one acknowledgement on the problem's event carrying
+// the task id and delivery mark, within Zabbix's limit. The secret the
+// diagnostics print reaches neither.
+func TestE2EWriteBack(t *testing.T) {
+	const (
+		secret     = "hunter2hunter2hunter2"
+		slackToken = "xoxb-1111-2222-e2etoken"
+		zbxToken   = "zbx-e2e-token-0123456789abcdef"
+		token      = "s3cret-intake-token"
+	)
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "writeback")
+	l := newLedger(t, "diag.sh", `#!/bin/sh
+printf '%%s %%s\n' "$1" "$2" >> '%[1]s'
+echo "$1 on $2: load average: 9.12, 8.40, 7.95"
+echo "DB_PASSWORD=`+secret+`"
+# gate (unused): %[2]s
+`)
+	slack := writebackfake.NewSlack(t, slackToken, "C0AUTODIAG")
+	zbx := writebackfake.NewZabbix(t, "7.0.5", zbxToken, "81237")
+	p := startProc(t, writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, slack.URL, zbx.URL),
+		append(fq.env, intakeTokenEnv+"="+token, "SLACK_BOT_TOKEN="+slackToken, "ZABBIX_API_TOKEN="+zbxToken)...)
+	addr := intakeAddr(t, p)
+	const wait = 30 * time.Second
+
+	am, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, string(am)); code != http.StatusOK {
+		t.Fatalf("alertmanager payload: %d %s", code, body)
+	}
+	if code, body := postAlert(t, addr, "/v1/alerts/zabbix", token, fixture(t, "zabbix6_problem.json")); code != http.StatusOK {
+		t.Fatalf("zabbix payload: %d %s", code, body)
+	}
+	// Two alerts × (uptime, memory), and the Zabbix problem's disk-usage.
+	eventually(t, wait, "the five tasks to run", func() bool { return sqsOutcomes(p)["succeeded"] == 5 })
+	eventually(t, wait, "five Slack messages", func() bool { return len(slack.Messages()) == 5 })
+	eventually(t, wait, "the Zabbix acknowledgement", func() bool { return len(zbx.Acks("81237")) == 1 })
+
+	t.Run("slack: one thread per alert", func(t *testing.T) {
+		roots := map[string]string{} // ts → host
+		for _, m := range slack.Messages() {
+			if m.ThreadTS == "" {
+				roots[m.TS] = hostOf(m.Text)
+			}
+		}
+		if len(roots) != 3 {
+			t.Fatalf("%d first messages, want 3 (two HighLoad alerts, one Zabbix problem): %+v", len(roots), slack.Messages())
+		}
+		for _, m := range slack.Messages() {
+			if m.ThreadTS == "" {
+				continue
+			}
+			if host, ok := roots[m.ThreadTS]; !ok || host != hostOf(m.Text) {
+				t.Errorf("reply %q under %s, the thread of %q", m.Text, m.ThreadTS, host)
+			}
+		}
+	})
+
+	t.Run("zabbix: one acknowledgement, on the problem's event", func(t *testing.T) {
+		ack := zbx.Acks("81237")[0]
+		if ack.Action != 4 || len([]rune(ack.Message)) > writebackfake.ZabbixMessageMax ||
+			!strings.Contains(ack.Message, "disk-usage on db-01.prod.example.com") ||
+			!strings.Contains(ack.Message, "autodiag delivery ") || !strings.Contains(ack.Message, "[REDACTED:") {
+			t.Fatalf("acknowledgement %+v", ack)
+		}
+		bearer := 0
+		for _, c := range zbx.Calls() {
+			if c.Header.Get("Authorization") == "Bearer "+zbxToken {
+				bearer++
+			}
+		}
+		if bearer == 0 {
+			t.Fatal("no call carried the token as a bearer (Zabbix 7.0)")
+		}
+	})
+
+	t.Run("the secret reaches neither", func(t *testing.T) {
+		for _, calls := range [][]writebackfake.Call{slack.Calls(), zbx.Calls()} {
+			for _, c := range calls {
+				if strings.Contains(string(c.Body), secret) {
+					t.Fatalf("%s %s carried the secret: %s", c.Method, c.Path, c.Body)
+				}
+			}
+		}
+	})
+}
+
+// hostOf is the host in a Slack message's text ("✅ succeeded: uptime on HOST").
+func hostOf(text string) string {
+	_, host, _ := strings.Cut(text, " on ")
+	return host
+}
