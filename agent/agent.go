@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/notify"
@@ -72,6 +74,8 @@ type Deps struct {
 	// Reports are the report provider, queue and limiter backend; needed
 	// with report.enabled (OpenReportParts).
 	Reports *hooks.ReportParts
+	// Feedback keeps responders' verdicts on reports; nil = in memory.
+	Feedback feedback.Store
 }
 
 // Agent is one `autodiag run`: it builds the hooks, the task worker, the
@@ -92,6 +96,7 @@ type Agent struct {
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
+	feedback  *feedbackAPI
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -146,6 +151,9 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		Base: a.hard, Source: d.Source, Validator: validator,
 		Rejecter: lateRejecter{a}}); err != nil {
 		return nil, err
+	}
+	if a.feedback, err = newFeedbackAPI(d.Feedback, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
+		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,

@@ -23,6 +23,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
@@ -343,6 +344,9 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv}
+	if rc != nil {
+		d.Feedback = feedback.NewRedis(rc, cfg.Redis.Prefix, 0)
+	}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,
