@@ -28,6 +28,7 @@ import (
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -346,6 +347,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		Outbox: outbox, LookupEnv: o.LookupEnv}
 	if rc != nil {
 		d.Feedback = feedback.NewRedis(rc, cfg.Redis.Prefix, 0)
+		d.Resolutions = resolution.NewRedis(rc, cfg.Redis.Prefix)
 	}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{

@@ -216,6 +216,8 @@ type Router struct {
 	validator *task.Validator
 	newID     func() string
 	regexps   *regexCache
+	// onResolved sees every resolved alert (WatchResolved); nil = none.
+	onResolved func(Alert)
 }
 
 // NewRouter compiles routes (the same errors as Validate). v checks every
@@ -375,6 +377,11 @@ type Answer struct {
 // RoutePayload routes every alert of a decoded payload; the decoder's own
 // ignored and rejected items are carried over. One alert's failure never
 // affects another's.
+// WatchResolved calls f with every resolved alert RoutePayload sees,
+// whether a route takes it or not: a resolution is recorded (its
+// reports stamped), never a task started by it. f must be bounded.
+func (r *Router) WatchResolved(f func(Alert)) { r.onResolved = f }
+
 func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 	ans := Answer{
 		Ignored:   append([]Outcome{}, p.Ignored...),
@@ -382,6 +389,9 @@ func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 		Decisions: map[int]Decision{},
 	}
 	for _, it := range p.Items {
+		if it.Alert.Status == StatusResolved && r.onResolved != nil {
+			r.onResolved(it.Alert)
+		}
 		d := r.Route(it.Alert, now)
 		ans.Decisions[it.Index] = d
 		switch d.Result {

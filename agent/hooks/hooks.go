@@ -48,6 +48,9 @@ type Options struct {
 	// Base is what uploads derive their bounds from; it ends on a fast
 	// exit.
 	Base context.Context
+	// TaskEnded is told of every task record the store wrote as ended,
+	// after it (the alert task index of resolutions); nil = nobody.
+	TaskEnded func(ctx context.Context, rec state.TaskRecord)
 }
 
 // Rejecter ends a task that never reached the queue as rejected, its
@@ -68,11 +71,12 @@ type Hooks struct {
 	reports  *reports
 	// lifecycle gives the completion result a drain_* event carries.
 	lifecycle lifecycle.Config
+	taskEnded func(ctx context.Context, rec state.TaskRecord)
 }
 
 // New builds the hooks cfg configures.
 func New(o Options) (*Hooks, error) {
-	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle}
+	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle, taskEnded: o.TaskEnded}
 	b := builder{h: h}
 	if err := b.wireResults(o); err != nil {
 		return nil, err
@@ -127,6 +131,12 @@ func (h *Hooks) Keep(rec *state.TaskRecord, res *runner.Result, d runner.Diagnos
 // record (worker.Hooks).
 func (h *Hooks) Writes(rec state.TaskRecord, d runner.Diagnostic, res *runner.Result) []state.Write {
 	w := h.notifier.writes(rec)
+	if h.taskEnded != nil && rec.Alert != nil {
+		// A copy of its own: a closure over rec would move every record,
+		// alert or not, to the heap.
+		ended := rec
+		w = append(w, state.Write{Apply: func(ctx context.Context) { h.taskEnded(ctx, ended) }})
+	}
 	if res != nil {
 		w = append(w, h.reports.writes(rec, d, *res)...)
 	}
