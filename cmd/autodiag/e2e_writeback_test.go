@@ -1,15 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/internal/fake/writebackfake"
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // writeBackYAML is an agent on the fake queue with the intake on loopback,
@@ -153,4 +157,115 @@ echo "DB_PASSWORD=`+secret+`"
 func hostOf(text string) string {
 	_, host, _ := strings.Cut(text, " on ")
 	return host
+}
+
+// TestE2EResolution: a HighLoad alert fires (the firing form of the
+// resolved alert in the real Alertmanager 0.25 payload: same fingerprint
+// and startsAt), its tasks run and get reports; then the real payload,
+// with that alert resolved, stamps resolved_at on both reports and the
+// resolution metrics show them; sent again, it changes nothing. The
+// resolution starts no task.
+func TestE2EResolution(t *testing.T) {
+	const token = "s3cret-intake-token"
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "resolution")
+	l := newLedger(t, "diag.sh", `#!/bin/sh
+printf '%%s %%s\n' "$1" "$2" >> '%[1]s'
+echo "$1 on $2: load average: 9.12, 8.40, 7.95"
+# gate (unused): %[2]s
+`)
+	fake := openaifake.New()
+	t.Cleanup(fake.Close)
+	yaml := writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, "", "")
+	yaml = yaml[:strings.Index(yaml, "notify:\n")] + yaml[strings.Index(yaml, "routes:\n"):]
+	yaml += fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
+		"  on: [succeeded]\n  workers: 2\n", fake.BaseURL(), reportKeyEnv)
+	p := startProc(t, yaml, append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey)...)
+	addr := intakeAddr(t, p)
+	const wait = 30 * time.Second
+
+	real, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal(real, &payload); err != nil {
+		t.Fatal(err)
+	}
+	var resolvedAlert map[string]any
+	for _, a := range payload["alerts"].([]any) {
+		if a.(map[string]any)["status"] == "resolved" {
+			resolvedAlert = a.(map[string]any)
+		}
+	}
+	firing := map[string]any{}
+	for k, v := range payload {
+		firing[k] = v
+	}
+	fa := map[string]any{}
+	for k, v := range resolvedAlert {
+		fa[k] = v
+	}
+	fa["status"], fa["endsAt"] = "firing", "0001-01-01T00:00:00Z"
+	firing["status"], firing["alerts"] = "firing", []any{fa}
+	fb, _ := json.Marshal(firing)
+	if code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, string(fb)); code != http.StatusOK {
+		t.Fatalf("firing: %d %s", code, body)
+	}
+	const host = "web-07.example.com"
+	var ids []string
+	eventually(t, wait, "web-07's two tasks to end", func() bool {
+		ids = ids[:0]
+		for _, line := range p.logsWhere("msg", "task ended", "host", host) {
+			if id, _ := line["task_id"].(string); id != "" {
+				ids = append(ids, id)
+			}
+		}
+		return len(ids) == 2
+	})
+	eventually(t, wait, "both reports", func() bool {
+		for _, id := range ids {
+			if _, ok := recordReport(t, rc, prefix, id); !ok {
+				return false
+			}
+		}
+		return true
+	})
+
+	for range 2 { // Alertmanager repeats a resolved notification
+		if code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, string(real)); code != http.StatusOK {
+			t.Fatalf("resolved: %d %s", code, body)
+		}
+	}
+	var stamped []time.Time
+	eventually(t, wait, "resolved_at on both reports", func() bool {
+		stamped = stamped[:0]
+		for _, id := range ids {
+			r, _ := recordReport(t, rc, prefix, id)
+			if r.ResolvedAt == nil {
+				return false
+			}
+			stamped = append(stamped, *r.ResolvedAt)
+		}
+		return true
+	})
+	if got := sqsMetric(p, "autodiag_report_resolution_seconds_count"); got != 2 {
+		t.Errorf("resolution_seconds count = %v, want 2 (one per report, the repeat not counted)", got)
+	}
+	for _, cat := range []string{"uptime", "memory"} {
+		if got := harness.Series(p.metrics(), "autodiag_report_resolutions_total",
+			fmt.Sprintf(`category=%q,confidence="likely",within_1h="true"`, cat)); got != 1 {
+			t.Errorf("resolutions{%s,likely,true} = %v, want 1", cat, got)
+		}
+	}
+	// The resolved alert makes no task on its host (the payload's two
+	// firing alerts make theirs on web-05 and web-06).
+	for _, line := range p.logsWhere("msg", "task ended", "host", host) {
+		if id, _ := line["task_id"].(string); !slices.Contains(ids, id) {
+			t.Fatalf("the resolution started task %s on %s", id, host)
+		}
+	}
+	if !stamped[0].Equal(stamped[1]) {
+		t.Errorf("the two reports' resolved_at differ: %v", stamped)
+	}
 }
