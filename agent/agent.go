@@ -165,6 +165,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		Rejecter: lateRejecter{a}}); err != nil {
 		return nil, err
 	}
+	a.resolutions.Notify(a.hooks.Resolved)
 	if a.feedback, err = newFeedbackAPI(d.Feedback, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}

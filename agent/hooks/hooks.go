@@ -13,6 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -141,6 +142,16 @@ func (h *Hooks) Writes(rec state.TaskRecord, d runner.Diagnostic, res *runner.Re
 		w = append(w, h.reports.writes(rec, d, *res)...)
 	}
 	return w
+}
+
+// Resolved writes the `resolved` event of a task whose alert resolved
+// (resolution.Recorder's Notify).
+func (h *Hooks) Resolved(rec state.TaskRecord) {
+	if h.notifier == nil {
+		return
+	}
+	v := rec.View(tracing.Link)
+	h.notifier.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
 }
 
 // DrainStarted tells the notifier and the reports (supervisor.Hooks).

@@ -218,7 +218,9 @@ func noteText(ev Event, limit int) string {
 	head := fmt.Sprintf("autodiag: %s: %s on %s", headline(ev.Type, t.Outcome), t.Diagnostic, t.Host)
 	b.WriteString(head + "\n")
 	var r report.Result
-	if ev.Type == EventReport && len(t.Report) > 0 && json.Unmarshal(t.Report, &r) == nil && r.Status != "" {
+	if ev.Type == EventResolved {
+		b.WriteString(resolvedLine(t.Report) + "\n")
+	} else if ev.Type == EventReport && len(t.Report) > 0 && json.Unmarshal(t.Report, &r) == nil && r.Status != "" {
 		if r.Confidence != "" {
 			b.WriteString("Confidence: " + r.Confidence + "\n")
 		}

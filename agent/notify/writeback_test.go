@@ -55,7 +55,7 @@ func wbSink(t *testing.T, c SinkConfig, threads ThreadStore) Sink {
 	t.Helper()
 	c.AllowHTTP = true
 	if c.On == nil {
-		c.On = EventTypes[:5]
+		c.On = append(EventTypes[:5:5], EventResolved)
 	}
 	sinks, err := NewSinksWith([]SinkConfig{c}, SinkDeps{Getenv: wbEnv, Threads: threads})
 	if err != nil {
@@ -402,8 +402,8 @@ func alertEvent(typ EventType, id, parent string, a *taskview.Alert) Event {
 
 // The alert's events, delivered one after another by the dispatcher,
 // end in one thread in order: the task's result, an investigation's tool
-// call (which names the task as its parent), the report; another alert
-// starts its own thread. Embedded (memory) and fleet (Redis) stores.
+// call (which names the task as its parent), the report, the resolution;
+// another alert starts its own thread. Embedded (memory) and fleet (Redis) stores.
 func TestSlackBotThreadsAnAlert(t *testing.T) {
 	stores := map[string]func(t *testing.T) ThreadStore{
 		"memory": func(*testing.T) ThreadStore { return NewMemoryThreads(nil) },
@@ -431,6 +431,7 @@ func TestSlackBotThreadsAnAlert(t *testing.T) {
 				alertEvent(EventSucceeded, "t-call-1", "t-a", nil),
 				alertEvent(EventSucceeded, "t-b", "", alertB),
 				wbReport("t-a", alertA, 200),
+				alertEvent(EventResolved, "t-a", "", alertA),
 			}
 			for i, ev := range events {
 				if _, err := d.Enqueue(context.Background(), ev); err != nil {
@@ -446,7 +447,7 @@ func TestSlackBotThreadsAnAlert(t *testing.T) {
 			if m[0].ThreadTS != "" || m[2].ThreadTS != "" {
 				t.Fatalf("the alerts' first messages are in a thread: %+v", m)
 			}
-			if m[1].ThreadTS != m[0].TS || m[3].ThreadTS != m[0].TS {
+			if m[1].ThreadTS != m[0].TS || m[3].ThreadTS != m[0].TS || m[4].ThreadTS != m[0].TS || !strings.Contains(m[4].Text, "alert resolved") {
 				t.Fatalf("alert A's later events are not under its first message %s: %+v", m[0].TS, m)
 			}
 			if !strings.Contains(m[3].Text, "report ready") || !strings.Contains(m[1].Text, "t-call-1") && !strings.Contains(m[1].Text, "uptime") {

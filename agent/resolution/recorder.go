@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,7 +44,14 @@ type Recorder struct {
 
 	seconds  prometheus.Histogram
 	resolved *prometheus.CounterVec
+	// notify is told once per resolved alert, with one of its tasks (one
+	// with a report when there is one, resolved_at in it); nil = nobody.
+	notify func(rec state.TaskRecord)
 }
+
+// Notify sets who is told of each resolved alert (the `resolved` event
+// of the notification sinks).
+func (r *Recorder) Notify(f func(rec state.TaskRecord)) { r.notify = f }
 
 // NewRecorder returns a recorder over store and the task store, its
 // metrics on reg with every category (the catalog's diagnostics) ×
@@ -108,39 +116,53 @@ func (r *Recorder) Resolved(ctx context.Context, source, eventID string) {
 	if !first {
 		return // a repeat of the resolved notification
 	}
+	slices.Sort(ids)
 	stamped := 0
+	// The event carries the first task whose report was stamped, else the
+	// first task found.
+	var tell *state.TaskRecord
+	tellStamped := false
 	for _, id := range ids {
-		if r.stamp(ctx, id, now) {
+		rec, found, ok := r.stamp(ctx, id, now)
+		if ok {
 			stamped++
+		}
+		if found && (tell == nil || ok && !tellStamped) {
+			tell, tellStamped = &rec, ok
 		}
 	}
 	r.log.Info("alert resolved", "alert", key, "tasks", len(ids), "reports_stamped", stamped)
+	if tell != nil && r.notify != nil {
+		r.notify(*tell)
+	}
 }
 
-// stamp writes resolved_at into task id's report and measures it; false
-// when the task has no report (yet, or at all).
-func (r *Recorder) stamp(ctx context.Context, id string, now time.Time) bool {
+// stamp writes resolved_at into task id's report and measures it. It
+// returns the record (with the stamped report), whether there is one, and
+// whether its report was stamped (false: no report, yet or at all).
+func (r *Recorder) stamp(ctx context.Context, id string, now time.Time) (state.TaskRecord, bool, bool) {
 	c, cancel := context.WithTimeout(ctx, 2*r.timeout)
 	defer cancel()
-	rec, ok, err := r.tasks.Task(c, id)
-	if err != nil || !ok || len(rec.Report) == 0 {
-		return false
+	rec, found, err := r.tasks.Task(c, id)
+	if err != nil || !found {
+		return rec, false, false
 	}
 	var rep report.Result
-	if json.Unmarshal(rec.Report, &rep) != nil || rep.Status == "" || rep.ResolvedAt != nil {
-		return false
+	if len(rec.Report) == 0 || json.Unmarshal(rec.Report, &rep) != nil || rep.Status == "" || rep.ResolvedAt != nil {
+		return rec, true, false
 	}
 	rep.ResolvedAt = &now
 	body, err := json.Marshal(rep)
 	if err != nil {
-		return false
+		return rec, true, false
 	}
 	if ok, err := r.tasks.SetReport(c, id, body); err != nil || !ok {
 		r.log.Warn("resolved_at not written to the report", "task_id", id, "err", err)
-		return false
+		return rec, true, false
 	}
+	rec.Report = body
 	if rep.Status != report.StatusOK || rep.CreatedAt.IsZero() {
-		return true
+		return rec, true, true
 	}
 	took := max(now.Sub(rep.CreatedAt), 0)
 	r.seconds.Observe(took.Seconds())
@@ -153,5 +175,5 @@ func (r *Recorder) stamp(ctx context.Context, id string, now time.Time) bool {
 		within = "true"
 	}
 	r.resolved.WithLabelValues(rec.Diagnostic, conf, within).Inc()
-	return true
+	return rec, true, true
 }

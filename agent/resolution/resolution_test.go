@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,8 @@ func TestResolvedStampsReports(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var told []string
+			r.Notify(func(rec state.TaskRecord) { told = append(told, rec.ID+" "+string(rec.Report)) })
 			for _, rec := range recs {
 				if _, err := ts.Claim(ctx, rec, "i", time.Minute); err != nil {
 					t.Fatal(err)
@@ -83,6 +86,9 @@ func TestResolvedStampsReports(t *testing.T) {
 			}
 			if at := resolvedAt("t-report"); at == nil || !at.Equal(now) {
 				t.Fatalf("t-report resolved_at = %v, want %v (the first resolution)", at, now)
+			}
+			if len(told) != 1 || !strings.HasPrefix(told[0], "t-report ") || !strings.Contains(told[0], `"resolved_at"`) {
+				t.Fatalf("told %q, want once, the task whose report was stamped, with resolved_at", told)
 			}
 			if resolvedAt("t-other") != nil {
 				t.Fatal("another alert's report was stamped")

@@ -20,7 +20,7 @@ import (
 // the golden fixtures' routes, a catalog whose diagnostics print a secret
 // among their output, and two sinks: a Slack bot on the stand-in's
 // channel and Zabbix 7.0 (version asked with apiinfo.version).
-func writeBackYAML(tb testing.TB, queueURL, redisAddr, prefix, script, slackURL, zabbixURL string) string {
+func writeBackYAML(tb testing.TB, queueURL, redisAddr, prefix, script, slackURL, zabbixURL, on string) string {
 	tb.Helper()
 	routes, err := os.ReadFile(filepath.Join("..", "..", "agent", "alert", "testdata", "routes.yaml"))
 	if err != nil {
@@ -41,18 +41,18 @@ func writeBackYAML(tb testing.TB, queueURL, redisAddr, prefix, script, slackURL,
 	fmt.Fprintf(&b, `notify:
   - name: oncall
     type: slack
-    url: '%s'
+    url: '%[1]s'
     allow_http: true
     bot_token_env: SLACK_BOT_TOKEN
     channel: C0AUTODIAG
-    on: [succeeded, failed]
+    on: [%[3]s]
   - name: zabbix
     type: zabbix
-    url: '%s/api_jsonrpc.php'
+    url: '%[2]s/api_jsonrpc.php'
     allow_http: true
     token_env: ZABBIX_API_TOKEN
-    on: [succeeded, failed]
-`, slackURL, zabbixURL)
+    on: [%[3]s]
+`, slackURL, zabbixURL, on)
 	b.WriteString("routes:\n")
 	for _, line := range strings.Split(string(routes), "\n") {
 		fmt.Fprintf(&b, "  %s\n", line)
@@ -84,7 +84,7 @@ echo "DB_PASSWORD=`+secret+`"
 `)
 	slack := writebackfake.NewSlack(t, slackToken, "C0AUTODIAG")
 	zbx := writebackfake.NewZabbix(t, "7.0.5", zbxToken, "81237")
-	p := startProc(t, writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, slack.URL, zbx.URL),
+	p := startProc(t, writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, slack.URL, zbx.URL, "succeeded, failed"),
 		append(fq.env, intakeTokenEnv+"="+token, "SLACK_BOT_TOKEN="+slackToken, "ZABBIX_API_TOKEN="+zbxToken)...)
 	addr := intakeAddr(t, p)
 	const wait = 30 * time.Second
@@ -176,11 +176,13 @@ echo "$1 on $2: load average: 9.12, 8.40, 7.95"
 `)
 	fake := openaifake.New()
 	t.Cleanup(fake.Close)
-	yaml := writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, "", "")
-	yaml = yaml[:strings.Index(yaml, "notify:\n")] + yaml[strings.Index(yaml, "routes:\n"):]
+	slack := writebackfake.NewSlack(t, "xoxb-e2e", "C0AUTODIAG")
+	zbx := writebackfake.NewZabbix(t, "7.0.5", "zbx-e2e")
+	yaml := writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, slack.URL, zbx.URL, "succeeded, report, resolved")
 	yaml += fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
 		"  on: [succeeded]\n  workers: 2\n", fake.BaseURL(), reportKeyEnv)
-	p := startProc(t, yaml, append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey)...)
+	p := startProc(t, yaml, append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey,
+		"SLACK_BOT_TOKEN=xoxb-e2e", "ZABBIX_API_TOKEN=zbx-e2e")...)
 	addr := intakeAddr(t, p)
 	const wait = 30 * time.Second
 
@@ -267,5 +269,38 @@ echo "$1 on $2: load average: 9.12, 8.40, 7.95"
 	}
 	if !stamped[0].Equal(stamped[1]) {
 		t.Errorf("the two reports' resolved_at differ: %v", stamped)
+	}
+	// Slack: web-07's thread ends with one "resolved" reply under its
+	// first message; no Zabbix call (the alert names no Zabbix event).
+	eventually(t, wait, "the resolved reply", func() bool {
+		for _, m := range slack.Messages() {
+			if strings.Contains(m.Text, "alert resolved") {
+				return true
+			}
+		}
+		return false
+	})
+	root, resolvedN := "", 0
+	for _, m := range slack.Messages() {
+		if hostOf(m.Text) != host {
+			continue
+		}
+		if m.ThreadTS == "" {
+			if root != "" {
+				t.Fatalf("two threads for web-07: %+v", slack.Messages())
+			}
+			root = m.TS
+		} else if m.ThreadTS != root {
+			t.Fatalf("a web-07 reply outside its thread: %+v", m)
+		}
+		if strings.Contains(m.Text, "alert resolved") {
+			resolvedN++
+		}
+	}
+	if root == "" || resolvedN != 1 {
+		t.Fatalf("web-07: thread %q, %d resolved replies; want one thread, one reply: %+v", root, resolvedN, slack.Messages())
+	}
+	if n := zbx.CallCount(); n != 0 {
+		t.Fatalf("%d Zabbix calls for Alertmanager alerts without a zabbix_event_id", n)
 	}
 }
