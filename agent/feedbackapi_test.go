@@ -43,7 +43,9 @@ func TestFeedbackAPI(t *testing.T) {
 	defer srv.Close()
 	post := func(id, body string) (int, string) {
 		t.Helper()
-		resp, err := http.Post(srv.URL+"/v1/tasks/"+id+"/feedback", "application/json", strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/tasks/"+id+"/feedback", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +81,8 @@ func TestFeedbackAPI(t *testing.T) {
 			t.Errorf("autodiag_report_feedback_total{verdict=%q} = %v, want %v", v, got, want)
 		}
 	}
-	resp, err := http.Get(srv.URL + "/v1/reports/stats")
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/reports/stats", nil)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
