@@ -166,7 +166,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		return nil, err
 	}
 	a.resolutions.Notify(a.hooks.Resolved)
-	if a.feedback, err = newFeedbackAPI(d.Feedback, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
+	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
 	a.worker = a.newWorker(validator, catalog)

@@ -13,6 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
 )
@@ -20,7 +21,12 @@ import (
 // feedbackAPI serves the responders' verdicts on reports:
 // POST /v1/tasks/{id}/feedback and GET /v1/reports/stats.
 type feedbackAPI struct {
-	store   feedback.Store
+	store feedback.Store
+	// resolutions is the log of reports whose alert resolved (the
+	// table's resolution columns); nil = none.
+	resolutions interface {
+		Log(ctx context.Context) ([]resolution.Entry, error)
+	}
 	tasks   state.TaskStore
 	red     *redact.Redactor
 	clock   clock.Clock
@@ -31,7 +37,7 @@ type feedbackAPI struct {
 // maxFeedbackBody bounds a verdict's request body.
 const maxFeedbackBody = 8 << 10
 
-func newFeedbackAPI(store feedback.Store, tasks state.TaskStore, red *redact.Redactor, clk clock.Clock, timeout time.Duration,
+func newFeedbackAPI(store feedback.Store, resolutions *resolution.Recorder, tasks state.TaskStore, red *redact.Redactor, clk clock.Clock, timeout time.Duration,
 	reg prometheus.Registerer) (*feedbackAPI, error) {
 	if store == nil {
 		store = feedback.NewMemory()
@@ -44,7 +50,7 @@ func newFeedbackAPI(store feedback.Store, tasks state.TaskStore, red *redact.Red
 	if err := reg.Register(total); err != nil {
 		return nil, err
 	}
-	return &feedbackAPI{store: store, tasks: tasks, red: red, clock: clk, timeout: max(timeout, time.Second), total: total}, nil
+	return &feedbackAPI{store: store, resolutions: resolutions, tasks: tasks, red: red, clock: clk, timeout: max(timeout, time.Second), total: total}, nil
 }
 
 // post records one person's verdict on a task's report: 201, or 409 with
@@ -111,12 +117,21 @@ func (f *feedbackAPI) post(calls *adminCalls) http.HandlerFunc {
 func (f *feedbackAPI) stats(calls *adminCalls) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var log []feedback.Verdict
+		var res []feedback.Resolution
 		var err error
 		if !calls.do(r.Context(), func(ctx context.Context) {
-			// The log is up to feedback.LogMax entries.
+			// Each log is up to 100,000 entries.
 			sctx, cancel := context.WithTimeout(ctx, max(f.timeout, 5*time.Second))
 			defer cancel()
-			log, err = f.store.Log(sctx)
+			if log, err = f.store.Log(sctx); err != nil || f.resolutions == nil {
+				return
+			}
+			var es []resolution.Entry
+			es, err = f.resolutions.Log(sctx)
+			for _, e := range es {
+				res = append(res, feedback.Resolution{Diagnostic: e.Diagnostic, Confidence: e.Confidence,
+					Within1h: e.ResolvedAt.Sub(e.ReportAt) <= resolution.Within})
+			}
 		}) {
 			calls.busy(w)
 			return
@@ -125,6 +140,6 @@ func (f *feedbackAPI) stats(calls *adminCalls) http.HandlerFunc {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"verdicts": len(log), "rows": feedback.Table(log)})
+		writeJSON(w, http.StatusOK, map[string]any{"verdicts": len(log), "resolutions": len(res), "rows": feedback.Table(log, res)})
 	}
 }

@@ -72,35 +72,62 @@ type Row struct {
 	Confidence string `json:"confidence"`
 	Good       int    `json:"good"`
 	Wrong      int    `json:"wrong"`
-	// Precision is good / (good + wrong).
+	// Precision is good / (good + wrong); 0 without verdicts.
 	Precision float64 `json:"precision"`
+	// Resolved counts the reports whose alert resolved, Within1h those
+	// that resolved within 1 h of the report; WithinShare is their ratio
+	// (0 when none resolved).
+	Resolved    int     `json:"resolved"`
+	Within1h    int     `json:"resolved_within_1h"`
+	WithinShare float64 `json:"resolved_within_1h_share"`
 }
 
-// Table counts verdicts by diagnostic and confidence ("" shown as
-// "none"), sorted by diagnostic, then confidence.
-func Table(vs []Verdict) []Row {
+// Resolution is a report whose alert resolved, as the table counts it.
+type Resolution struct {
+	Diagnostic, Confidence string
+	Within1h               bool
+}
+
+// Table counts verdicts and resolutions by diagnostic and confidence
+// ("" shown as "none"), sorted by diagnostic, then confidence.
+func Table(vs []Verdict, rs []Resolution) []Row {
 	type key struct{ d, c string }
 	m := map[key]*Row{}
-	for _, v := range vs {
-		c := v.Confidence
+	row := func(d, c string) *Row {
 		if c == "" {
 			c = "none"
 		}
-		k := key{v.Diagnostic, c}
+		k := key{d, c}
 		r := m[k]
 		if r == nil {
-			r = &Row{Diagnostic: v.Diagnostic, Confidence: c}
+			r = &Row{Diagnostic: d, Confidence: c}
 			m[k] = r
 		}
+		return r
+	}
+	for _, v := range vs {
+		r := row(v.Diagnostic, v.Confidence)
 		if v.Verdict == Good {
 			r.Good++
 		} else {
 			r.Wrong++
 		}
 	}
+	for _, x := range rs {
+		r := row(x.Diagnostic, x.Confidence)
+		r.Resolved++
+		if x.Within1h {
+			r.Within1h++
+		}
+	}
 	rows := make([]Row, 0, len(m))
 	for _, r := range m {
-		r.Precision = float64(r.Good) / float64(r.Good+r.Wrong)
+		if n := r.Good + r.Wrong; n > 0 {
+			r.Precision = float64(r.Good) / float64(n)
+		}
+		if r.Resolved > 0 {
+			r.WithinShare = float64(r.Within1h) / float64(r.Resolved)
+		}
 		rows = append(rows, *r)
 	}
 	sort.Slice(rows, func(i, j int) bool {

@@ -68,12 +68,18 @@ func TestTable(t *testing.T) {
 		{Diagnostic: "disk-usage", Confidence: "confirmed", Verdict: Good},
 		{Diagnostic: "uptime", Verdict: Wrong},
 	}
+	rs := []Resolution{
+		{Diagnostic: "uptime", Confidence: "likely", Within1h: true},
+		{Diagnostic: "uptime", Confidence: "likely", Within1h: false},
+		{Diagnostic: "memory", Confidence: "", Within1h: true},
+	}
 	want := []Row{
 		{Diagnostic: "disk-usage", Confidence: "confirmed", Good: 1, Precision: 1},
-		{Diagnostic: "uptime", Confidence: "likely", Good: 2, Wrong: 1, Precision: 2.0 / 3},
+		{Diagnostic: "memory", Confidence: "none", Resolved: 1, Within1h: 1, WithinShare: 1},
+		{Diagnostic: "uptime", Confidence: "likely", Good: 2, Wrong: 1, Precision: 2.0 / 3, Resolved: 2, Within1h: 1, WithinShare: 0.5},
 		{Diagnostic: "uptime", Confidence: "none", Wrong: 1, Precision: 0},
 	}
-	if got := Table(vs); !slices.Equal(got, want) {
+	if got := Table(vs, rs); !slices.Equal(got, want) {
 		t.Fatalf("table %+v, want %+v", got, want)
 	}
 }

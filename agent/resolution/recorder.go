@@ -83,6 +83,9 @@ func NewRecorder(store Store, ts tasks, diagnostics []string, clk clock.Clock, t
 	return r, nil
 }
 
+// Log is the log of stamped reports (what report-stats counts).
+func (r *Recorder) Log(ctx context.Context) ([]Entry, error) { return r.store.Log(ctx) }
+
 // TaskEnded indexes a finished task under its alert; a task from no
 // alert is not indexed.
 func (r *Recorder) TaskEnded(ctx context.Context, rec state.TaskRecord) {
@@ -169,6 +172,9 @@ func (r *Recorder) stamp(ctx context.Context, id string, now time.Time) (state.T
 	conf := rep.Confidence
 	if conf == "" {
 		conf = "none"
+	}
+	if err := r.store.Append(c, Entry{TaskID: id, Diagnostic: rec.Diagnostic, Confidence: conf, ReportAt: rep.CreatedAt, ResolvedAt: now}); err != nil {
+		r.log.Warn("resolution not logged for report-stats", "task_id", id, "err", err)
 	}
 	within := "false"
 	if took <= Within {

@@ -96,6 +96,10 @@ func TestResolvedStampsReports(t *testing.T) {
 			if rec, _, _ := ts.Task(ctx, "t-noreport"); len(rec.Report) != 0 {
 				t.Fatalf("a task without a report got one: %s", rec.Report)
 			}
+			if log, err := r.Log(ctx); err != nil || len(log) != 1 || log[0].TaskID != "t-report" || log[0].Confidence != "likely" ||
+				!log[0].ResolvedAt.Equal(now) || log[0].ResolvedAt.Sub(log[0].ReportAt) != 20*time.Minute {
+				t.Fatalf("log %+v %v, want t-report's resolution 20 min after its report", log, err)
+			}
 			if n := testutil.ToFloat64(r.resolved.WithLabelValues("uptime", "likely", "true")); n != 1 {
 				t.Fatalf("resolutions{uptime,likely,true} = %v, want 1", n)
 			}

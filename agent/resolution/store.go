@@ -2,6 +2,7 @@ package resolution
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -19,7 +20,23 @@ type Store interface {
 	// recorded; it returns the alert's task ids and whether this call
 	// recorded it.
 	Resolve(ctx context.Context, key string, at time.Time) (tasks []string, first bool, err error)
+	// Append adds a stamped report to the capped log report-stats reads.
+	Append(ctx context.Context, e Entry) error
+	// Log returns the log, oldest first (at most LogMax).
+	Log(ctx context.Context) ([]Entry, error)
 }
+
+// Entry is one report whose alert resolved.
+type Entry struct {
+	TaskID     string    `json:"task_id"`
+	Diagnostic string    `json:"diagnostic"`
+	Confidence string    `json:"confidence"`
+	ReportAt   time.Time `json:"report_at"`
+	ResolvedAt time.Time `json:"resolved_at"`
+}
+
+// LogMax caps the log of stamped reports.
+const LogMax = 100000
 
 // KeepFor is how long an alert's tasks and resolution are remembered:
 // the task records' TTL.
@@ -28,12 +45,15 @@ const KeepFor = 24 * time.Hour
 // redisClient is what Redis uses of go-redis.
 type redisClient interface {
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
+	XRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 }
 
 // Redis is the Store of fleet mode. Keys (an alert's two share a slot):
 //
 //	<prefix>resolve:{<source>:<event id>}:tasks  set of task ids
 //	<prefix>resolve:{<source>:<event id>}:at     RFC 3339 time of the resolution
+//	<prefix>resolve:log                          stream of stamped reports (Entry JSON), MAXLEN ~ LogMax
 type Redis struct {
 	c      redisClient
 	prefix string
@@ -77,8 +97,38 @@ func (r *Redis) Resolve(ctx context.Context, key string, at time.Time) ([]string
 	return members.Val(), set.Val(), nil
 }
 
+// Append implements Store.
+func (r *Redis) Append(ctx context.Context, e Entry) error {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("resolution: log: %w", err)
+	}
+	if err := r.c.XAdd(ctx, &redis.XAddArgs{Stream: r.prefix + "log", MaxLen: LogMax, Approx: true, Values: []any{"e", body}}).Err(); err != nil {
+		return fmt.Errorf("resolution: log: %w", err)
+	}
+	return nil
+}
+
+// Log implements Store.
+func (r *Redis) Log(ctx context.Context) ([]Entry, error) {
+	msgs, err := r.c.XRangeN(ctx, r.prefix+"log", "-", "+", LogMax+LogMax/10).Result()
+	if err != nil {
+		return nil, fmt.Errorf("resolution: read the log: %w", err)
+	}
+	out := make([]Entry, 0, len(msgs))
+	for _, m := range msgs {
+		s, _ := m.Values["e"].(string)
+		var e Entry
+		if json.Unmarshal([]byte(s), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 // Memory is the Store of embedded mode.
 type Memory struct {
+	log   []Entry
 	clk   clock.Clock
 	mu    sync.Mutex
 	tasks map[string]map[string]time.Time // key → task id → when indexed
@@ -141,6 +191,24 @@ func (m *Memory) Resolve(_ context.Context, key string, at time.Time) ([]string,
 		ids = append(ids, id)
 	}
 	return ids, !seen, nil
+}
+
+// Append implements Store.
+func (m *Memory) Append(_ context.Context, e Entry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.log = append(m.log, e)
+	if len(m.log) > LogMax {
+		m.log = m.log[len(m.log)-LogMax:]
+	}
+	return nil
+}
+
+// Log implements Store.
+func (m *Memory) Log(context.Context) ([]Entry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Entry(nil), m.log...), nil
 }
 
 var (

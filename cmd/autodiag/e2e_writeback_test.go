@@ -270,6 +270,30 @@ echo "$1 on $2: load average: 9.12, 8.40, 7.95"
 	if !stamped[0].Equal(stamped[1]) {
 		t.Errorf("the two reports' resolved_at differ: %v", stamped)
 	}
+	// report-stats counts both reports as resolved within 1 h.
+	resp, err := p.get("/v1/reports/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Resolutions int `json:"resolutions"`
+		Rows        []struct {
+			Diagnostic string `json:"diagnostic"`
+			Confidence string `json:"confidence"`
+			Resolved   int    `json:"resolved"`
+			Within1h   int    `json:"resolved_within_1h"`
+		} `json:"rows"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Resolutions != 2 || len(st.Rows) != 2 {
+		t.Fatalf("stats %+v %v, want two resolved reports", st, err)
+	}
+	for _, r := range st.Rows {
+		if r.Confidence != "likely" || r.Resolved != 1 || r.Within1h != 1 {
+			t.Errorf("stats row %+v, want 1 resolved within 1 h at likely", r)
+		}
+	}
 	// Slack: web-07's thread ends with one "resolved" reply under its
 	// first message; no Zabbix call (the alert names no Zabbix event).
 	eventually(t, wait, "the resolved reply", func() bool {

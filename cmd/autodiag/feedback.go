@@ -83,15 +83,16 @@ func (c *cli) reportStatsCmd() *cobra.Command {
 				return nil
 			}
 			var st struct {
-				Verdicts int            `json:"verdicts"`
-				Rows     []feedback.Row `json:"rows"`
+				Verdicts    int            `json:"verdicts"`
+				Resolutions int            `json:"resolutions"`
+				Rows        []feedback.Row `json:"rows"`
 			}
 			if err := json.Unmarshal(out, &st); err != nil {
 				return errors.New("report-stats: the agent's answer is not the stats JSON")
 			}
 			// Diagnostic names come from the config, confidences from a
 			// model: shown with control characters escaped.
-			return printReportStats(terminalOut(c.stdout, false), st.Verdicts, st.Rows)
+			return printReportStats(terminalOut(c.stdout, false), st.Verdicts, st.Resolutions, st.Rows)
 		},
 	}
 	cmd.Flags().StringVar(&addr, "admin-addr", "", "agent admin address (default: admin_addr of the config)")
@@ -99,16 +100,23 @@ func (c *cli) reportStatsCmd() *cobra.Command {
 	return cmd
 }
 
-func printReportStats(w io.Writer, verdicts int, rows []feedback.Row) error {
+func printReportStats(w io.Writer, verdicts, resolutions int, rows []feedback.Row) error {
 	if len(rows) == 0 {
-		_, err := fmt.Fprintln(w, "no verdicts yet: autodiag feedback TASK_ID good|wrong")
+		_, err := fmt.Fprintln(w, "no verdicts or resolutions yet: autodiag feedback TASK_ID good|wrong; Alertmanager send_resolved: true")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIAGNOSTIC\tCONFIDENCE\tGOOD\tWRONG\tPRECISION")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f%%\n", r.Diagnostic, r.Confidence, r.Good, r.Wrong, 100*r.Precision)
+	pct := func(n int, share float64) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%%", 100*share)
 	}
-	fmt.Fprintf(tw, "\n%d verdicts\n", verdicts)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DIAGNOSTIC\tCONFIDENCE\tGOOD\tWRONG\tPRECISION\tRESOLVED\tWITHIN 1H")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", r.Diagnostic, r.Confidence, r.Good, r.Wrong,
+			pct(r.Good+r.Wrong, r.Precision), r.Resolved, pct(r.Resolved, r.WithinShare))
+	}
+	fmt.Fprintf(tw, "\n%d verdicts, %d resolved reports\n", verdicts, resolutions)
 	return tw.Flush()
 }

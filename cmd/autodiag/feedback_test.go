@@ -22,8 +22,9 @@ func TestFeedbackCommands(t *testing.T) {
 		got = append(got, r.Method+" "+r.URL.Path+" "+string(b))
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/v1/reports/stats" {
-			_ = json.NewEncoder(w).Encode(map[string]any{"verdicts": 3, "rows": []map[string]any{
-				{"diagnostic": "uptime", "confidence": "likely", "good": 2, "wrong": 1, "precision": 2.0 / 3}}})
+			_ = json.NewEncoder(w).Encode(map[string]any{"verdicts": 3, "resolutions": 4, "rows": []map[string]any{
+				{"diagnostic": "uptime", "confidence": "likely", "good": 2, "wrong": 1, "precision": 2.0 / 3,
+					"resolved": 4, "resolved_within_1h": 1, "resolved_within_1h_share": 0.25}}})
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -52,7 +53,8 @@ func TestFeedbackCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "DIAGNOSTIC") || !strings.Contains(out, "uptime") || !strings.Contains(out, "67%") || !strings.Contains(out, "3 verdicts") {
+	if !strings.Contains(out, "DIAGNOSTIC") || !strings.Contains(out, "uptime") || !strings.Contains(out, "67%") || !strings.Contains(out, "25%") ||
+		!strings.Contains(out, "3 verdicts, 4 resolved reports") {
 		t.Fatalf("report-stats printed:\n%s", out)
 	}
 }
