@@ -150,6 +150,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tasks/{id}", calls.bound(a.getTask))
 	mux.HandleFunc("GET /v1/limits/check", calls.bound(limitsCheck(a.validator, a.d.Limiter)))
 	mux.HandleFunc("POST /v1/tasks/{id}/report", taskReport(a.cfg, a.d.Store, a.hooks, a.log, calls))
+	mux.HandleFunc("POST /v1/tasks/{id}/feedback", a.feedback.post(calls))
+	mux.HandleFunc("GET /v1/reports/stats", a.feedback.stats(calls))
 	return mux
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -12,10 +13,12 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
@@ -75,6 +78,10 @@ type Deps struct {
 	// Hostname is this machine's hostname, learnt once at start (Open:
 	// os.Hostname); with InstanceID it is every run's ran_on.
 	Hostname string
+	// Feedback keeps responders' verdicts on reports; nil = in memory.
+	Feedback feedback.Store
+	// Resolutions keeps alerts' tasks and resolutions; nil = in memory.
+	Resolutions resolution.Store
 }
 
 // Agent is one `autodiag run`: it builds the hooks, the task worker, the
@@ -95,6 +102,9 @@ type Agent struct {
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
+	feedback  *feedbackAPI
+	// resolutions indexes alert tasks and records their alerts' resolution.
+	resolutions *resolution.Recorder
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -144,11 +154,23 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	a.intakeCtx, a.stopIntake = context.WithCancel(a.hard)
 
-	if a.hooks, err = hooks.New(hooks.Options{Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
+	rstore := d.Resolutions
+	if rstore == nil {
+		rstore = resolution.NewMemory(d.Clock)
+	}
+	if a.resolutions, err = resolution.NewRecorder(rstore, d.Store, diagnostics, d.Clock, cfg.Redis.Timeout,
+		log.With("component", "resolution"), d.Registry); err != nil {
+		return nil, fmt.Errorf("agent: resolution: %w", err)
+	}
+	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
 		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
 		Base: a.hard, Source: d.Source, Validator: validator,
 		Rejecter: lateRejecter{a}}); err != nil {
 		return nil, err
+	}
+	a.resolutions.Notify(a.hooks.Resolved)
+	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
+		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,

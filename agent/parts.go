@@ -53,7 +53,8 @@ func callDetached(parent context.Context, d time.Duration, call func(context.Con
 func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
 	return alertintake.NewHandler(a.cfg, alertintake.Options{Getenv: getenv, Sender: a.alerts.Sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
-		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock})
+		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
+		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) }})
 }
 
 // newAlertRouting is the alert stage on the task queue (worker.AlertRouting).

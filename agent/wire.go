@@ -23,10 +23,12 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -358,6 +360,10 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log)}
+	if rc != nil {
+		d.Feedback = feedback.NewRedis(rc, cfg.Redis.Prefix, 0)
+		d.Resolutions = resolution.NewRedis(rc, cfg.Redis.Prefix)
+	}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,

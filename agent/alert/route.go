@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -215,6 +216,8 @@ type Router struct {
 	validator *task.Validator
 	newID     func() string
 	regexps   *regexCache
+	// onResolved sees every resolved alert (WatchResolved); nil = none.
+	onResolved func(Alert)
 }
 
 // NewRouter compiles routes (the same errors as Validate). v checks every
@@ -318,7 +321,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			Host:       strings.TrimSpace(host),
 			Diagnostic: ct.diagnostic,
 			Severity:   normSeverity(sev),
-			Alert:      task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID},
+			Alert:      task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a)},
 			CreatedAt:  now.UTC(),
 		}
 		if len(ct.params) > 0 {
@@ -374,6 +377,11 @@ type Answer struct {
 // RoutePayload routes every alert of a decoded payload; the decoder's own
 // ignored and rejected items are carried over. One alert's failure never
 // affects another's.
+// WatchResolved calls f with every resolved alert RoutePayload sees,
+// whether a route takes it or not: a resolution is recorded (its
+// reports stamped), never a task started by it. f must be bounded.
+func (r *Router) WatchResolved(f func(Alert)) { r.onResolved = f }
+
 func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 	ans := Answer{
 		Ignored:   append([]Outcome{}, p.Ignored...),
@@ -381,6 +389,9 @@ func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 		Decisions: map[int]Decision{},
 	}
 	for _, it := range p.Items {
+		if it.Alert.Status == StatusResolved && r.onResolved != nil {
+			r.onResolved(it.Alert)
+		}
 		d := r.Route(it.Alert, now)
 		ans.Decisions[it.Index] = d
 		switch d.Result {
@@ -399,3 +410,18 @@ func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 }
 
 func byIndex(a, b Outcome) int { return a.Index - b.Index }
+
+// refsOf reads the alert's write-back references from its annotations
+// and labels of the names taskview.RefNames lists, an annotation winning
+// over a label of the same name.
+func refsOf(a *Alert) taskview.AlertRefs {
+	var r taskview.AlertRefs
+	for _, name := range taskview.RefNames {
+		v := a.Annotations[name]
+		if v == "" {
+			v = a.Labels[name]
+		}
+		r.Set(name, strings.TrimSpace(v))
+	}
+	return r
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -112,6 +113,31 @@ func TestRoute(t *testing.T) {
 	if got.Host != "web-01.example.com" || got.Severity != "warning" || got.Params["mount"] != "/" ||
 		got.Alert != (task.Alert{Source: "alertmanager", Name: "funcs", EventID: "e-1"}) || !got.CreatedAt.Equal(now) || got.ID == "" {
 		t.Fatalf("task %+v", got)
+	}
+}
+
+// TestRouteWriteBackRefs: a task carries its alert's write-back
+// references, an annotation winning over a label of the same name, and a
+// task message with an over-long reference is refused.
+func TestRouteWriteBackRefs(t *testing.T) {
+	r, err := NewRouter(Routes{{Name: "any", Host: "h1", Tasks: []RouteTask{{Diagnostic: "uptime"}}}}, testValidator(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Route(Alert{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Status: StatusFiring,
+		Labels:      map[string]string{"opsgenie_alias": "from-label", "pagerduty_incident_key": "key-1", "zabbix_event_id": " 81237 "},
+		Annotations: map[string]string{"opsgenie_alias": "from-annotation", "pagerduty_incident_id": "PT4KHLK"}}, time.Now())
+	if d.Result != ResultAccepted || len(d.Tasks) != 1 {
+		t.Fatalf("%+v", d)
+	}
+	want := taskview.AlertRefs{PagerDutyIncidentID: "PT4KHLK", PagerDutyIncidentKey: "key-1", OpsgenieAlias: "from-annotation", ZabbixEventID: "81237"}
+	if got := d.Tasks[0].Alert.Refs; got != want {
+		t.Fatalf("refs %+v, want %+v", got, want)
+	}
+	d = r.Route(Alert{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Status: StatusFiring,
+		Annotations: map[string]string{"opsgenie_alias": strings.Repeat("a", 600)}}, time.Now())
+	if d.Result != ResultRejected || d.Reason != task.ReasonInvalidAlert {
+		t.Fatalf("over-long reference: %+v, want rejected %s", d, task.ReasonInvalidAlert)
 	}
 }
 

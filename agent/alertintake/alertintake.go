@@ -51,6 +51,10 @@ type Options struct {
 	Redactor *redact.Redactor
 	// Clock stamps the tasks' created_at; nil = the wall clock.
 	Clock clock.Clock
+	// OnResolved is told of every resolved alert (source, event id),
+	// whether a route takes it or not; nil = nobody. It must be bounded:
+	// it runs in the request.
+	OnResolved func(source, eventID string)
 }
 
 // NewHandler builds the intake listener's handler for cfg: routes
@@ -76,6 +80,9 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	router, err := alert.NewRouter(cfg.Routes, v)
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
+	}
+	if o.OnResolved != nil {
+		router.WatchResolved(func(a alert.Alert) { o.OnResolved(a.Source, a.EventID) })
 	}
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),

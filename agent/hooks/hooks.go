@@ -13,6 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -48,6 +49,9 @@ type Options struct {
 	// Base is what uploads derive their bounds from; it ends on a fast
 	// exit.
 	Base context.Context
+	// TaskEnded is told of every task record the store wrote as ended,
+	// after it (the alert task index of resolutions); nil = nobody.
+	TaskEnded func(ctx context.Context, rec state.TaskRecord)
 }
 
 // Rejecter ends a task that never reached the queue as rejected, its
@@ -68,11 +72,12 @@ type Hooks struct {
 	reports  *reports
 	// lifecycle gives the completion result a drain_* event carries.
 	lifecycle lifecycle.Config
+	taskEnded func(ctx context.Context, rec state.TaskRecord)
 }
 
 // New builds the hooks cfg configures.
 func New(o Options) (*Hooks, error) {
-	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle}
+	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle, taskEnded: o.TaskEnded}
 	b := builder{h: h}
 	if err := b.wireResults(o); err != nil {
 		return nil, err
@@ -127,10 +132,26 @@ func (h *Hooks) Keep(rec *state.TaskRecord, res *runner.Result, d runner.Diagnos
 // record (worker.Hooks).
 func (h *Hooks) Writes(rec state.TaskRecord, d runner.Diagnostic, res *runner.Result) []state.Write {
 	w := h.notifier.writes(rec)
+	if h.taskEnded != nil && rec.Alert != nil {
+		// A copy of its own: a closure over rec would move every record,
+		// alert or not, to the heap.
+		ended := rec
+		w = append(w, state.Write{Apply: func(ctx context.Context) { h.taskEnded(ctx, ended) }})
+	}
 	if res != nil {
 		w = append(w, h.reports.writes(rec, d, *res)...)
 	}
 	return w
+}
+
+// Resolved writes the `resolved` event of a task whose alert resolved
+// (resolution.Recorder's Notify).
+func (h *Hooks) Resolved(rec state.TaskRecord) {
+	if h.notifier == nil {
+		return
+	}
+	v := rec.View(tracing.Link)
+	h.notifier.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
 }
 
 // DrainStarted tells the notifier and the reports (supervisor.Hooks).

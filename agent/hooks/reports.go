@@ -175,6 +175,10 @@ type addressedSink struct{ c notify.SinkConfig }
 func (s addressedSink) Name() string                  { return s.c.Name }
 func (s addressedSink) Wants(t notify.EventType) bool { return slices.Contains(s.c.On, t) }
 func (s addressedSink) Timeout() time.Duration        { return s.c.EffectiveTimeout() }
+
+// HasTarget writes an event for a write-back sink only when it names
+// something the sink can write on, as the agent's own sink decides.
+func (s addressedSink) HasTarget(ev notify.Event) bool { return notify.SinkApplies(s.c, ev) }
 func (s addressedSink) Send(context.Context, notify.Delivery) error {
 	return errors.New("notify: sink " + s.c.Name + " is delivered by the agents, not by this process")
 }

@@ -24,13 +24,15 @@ func (b builder) wireResults(o Options) error {
 	if len(o.Config.Notify) == 0 {
 		return nil
 	}
-	sinks, err := notify.NewSinks(o.Config.Notify, o.LookupEnv, nil)
-	if err != nil {
-		return fmt.Errorf("agent: notify: %w", err)
-	}
 	ob := o.Outbox
 	if ob == nil {
 		ob = notify.NewMemoryOutbox(notify.MemoryOptions{ClaimIdle: o.Config.NotifyClaimIdle, MaxLen: o.Config.NotifyOutboxMax})
+	}
+	// Slack threads live beside the outbox: in Redis when it is there, so
+	// any agent replies under an alert's first message.
+	sinks, err := notify.NewSinksWith(o.Config.Notify, notify.SinkDeps{Getenv: o.LookupEnv, Threads: notify.ThreadsFor(ob, o.Clock)})
+	if err != nil {
+		return fmt.Errorf("agent: notify: %w", err)
 	}
 	disp, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: o.InstanceID, MaxAge: o.Config.NotifyMaxAge,
 		StoreTimeout: o.Config.Redis.Timeout, Clock: o.Clock, Logger: o.Logger, Registerer: o.Registry})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/urlcheck"
@@ -16,6 +18,19 @@ import (
 const (
 	TypeSlack   = "slack"
 	TypeWebhook = "webhook"
+	// The write-back sinks: a note on the alert in the system it came
+	// from (see docs/writeback.md).
+	TypeZabbix    = "zabbix"
+	TypePagerDuty = "pagerduty"
+	TypeOpsgenie  = "opsgenie"
+)
+
+// Default API endpoints of the write-back sinks whose vendor has one; a
+// zabbix sink names its own (url).
+const (
+	DefaultPagerDutyURL = "https://api.pagerduty.com"
+	DefaultOpsgenieURL  = "https://api.opsgenie.com"
+	DefaultSlackAPIURL  = "https://slack.com/api"
 )
 
 // Defaults and bounds of the notify keys.
@@ -56,7 +71,48 @@ type SinkConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// AllowHTTP accepts an http:// URL; without it only https is sent to.
 	AllowHTTP bool `yaml:"allow_http"`
+
+	// TokenEnv names the environment variable holding the API token of a
+	// zabbix, pagerduty or opsgenie sink; TokenSecret is its secret
+	// reference instead. Exactly one for those types.
+	TokenEnv    string `yaml:"token_env"`
+	TokenSecret string `yaml:"token_secret"`
+	// BotTokenEnv / BotTokenSecret hold a Slack bot token (xoxb-…): with
+	// one, a slack sink posts with chat.postMessage to Channel and threads
+	// an alert's events under its first message, instead of posting to an
+	// incoming webhook.
+	BotTokenEnv    string `yaml:"bot_token_env"`
+	BotTokenSecret string `yaml:"bot_token_secret"`
+	// Channel is the Slack channel id (C…) or name a bot-token sink posts to.
+	Channel string `yaml:"channel"`
+	// From is the email of the PagerDuty user notes are written as (the
+	// From header the REST API requires).
+	From string `yaml:"from"`
+	// Version is the Zabbix server's version ("6.0", "7.0", …): before
+	// 6.4 the token goes in the request body (auth), from 6.4 in an
+	// Authorization: Bearer header. Empty: asked once with apiinfo.version.
+	Version string `yaml:"version"`
+	// Severity, for a zabbix sink, is the severity the acknowledgement
+	// also sets (not_classified, information, warning, average, high,
+	// disaster); empty: the severity is left alone.
+	Severity string `yaml:"severity"`
 }
+
+// writeBack says whether c is a write-back sink: one that writes into the
+// alert's own system and so needs an alert on the event.
+func (c SinkConfig) writeBack() bool {
+	return c.Type == TypeZabbix || c.Type == TypePagerDuty || c.Type == TypeOpsgenie
+}
+
+// slackBot says whether c is a slack sink with a bot token.
+func (c SinkConfig) slackBot() bool {
+	return c.Type == TypeSlack && (c.BotTokenEnv != "" || c.BotTokenSecret != "")
+}
+
+// zabbixSeverities are the names of Zabbix's severities, by their number.
+var zabbixSeverities = []string{"not_classified", "information", "warning", "average", "high", "disaster"}
+
+var zabbixVersion = regexp.MustCompile(`^[1-9][0-9]?\.[0-9]{1,2}(\.[0-9]{1,3})?$`)
 
 // EffectiveTimeout is Timeout with its default applied.
 func (c SinkConfig) EffectiveTimeout() time.Duration {
@@ -92,10 +148,15 @@ func ValidateSinks(list []SinkConfig) error {
 			add(k+".name", "%q is used twice", c.Name)
 		}
 		seen[c.Name] = true
-		if c.Type != TypeSlack && c.Type != TypeWebhook {
-			add(k+".type", "%q: must be %s or %s", c.Type, TypeSlack, TypeWebhook)
+		switch c.Type {
+		case TypeSlack, TypeWebhook, TypeZabbix, TypePagerDuty, TypeOpsgenie:
+		default:
+			add(k+".type", "%q: must be one of %s, %s, %s, %s, %s", c.Type, TypeSlack, TypeWebhook, TypeZabbix, TypePagerDuty, TypeOpsgenie)
 		}
+		errs = append(errs, validateWriteBack(k, c)...)
 		switch n := countSet(c.URL, c.URLEnv, c.URLSecret); {
+		case n == 0 && (c.slackBot() || c.Type == TypePagerDuty || c.Type == TypeOpsgenie):
+			// The vendor's API endpoint.
 		case n == 0:
 			add(k+".url", "one of url and url_env (or url_secret) must be set")
 		case n > 1 && c.URLSecret != "":
@@ -140,6 +201,8 @@ func ValidateSinks(list []SinkConfig) error {
 		for j, e := range c.On {
 			if !e.valid() {
 				add(fmt.Sprintf("%s.on[%d]", k, j), "%q: not one of %v", e, EventTypes)
+			} else if c.writeBack() && e.drain() {
+				add(fmt.Sprintf("%s.on[%d]", k, j), "%q: a %s sink writes on an alert; a drain has none", e, c.Type)
 			}
 		}
 		if c.Timeout < 0 || c.Timeout > MaxTimeout {
@@ -147,6 +210,72 @@ func ValidateSinks(list []SinkConfig) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateWriteBack checks the keys of the write-back sinks and of a
+// slack sink with a bot token, and that other sinks do not set them.
+func validateWriteBack(k string, c SinkConfig) []error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, configerr.Errorf(k+key, format, args...))
+	}
+	for _, kv := range [][2]string{{".token_env", c.TokenEnv}, {".bot_token_env", c.BotTokenEnv}} {
+		if kv[1] != "" && !validEnvName.MatchString(kv[1]) {
+			add(kv[0], "%q is not an environment variable name", kv[1])
+		}
+	}
+	for _, kv := range [][2]string{{".token_secret", c.TokenSecret}, {".bot_token_secret", c.BotTokenSecret}} {
+		if kv[1] != "" {
+			if _, err := secret.ParseRef(kv[1]); err != nil {
+				errs = append(errs, &configerr.Error{Key: k + kv[0], Err: err})
+			}
+		}
+	}
+	only := func(key, val string, types ...string) {
+		if val != "" && !slices.Contains(types, c.Type) {
+			add(key, "applies to a sink of type %s only", strings.Join(types, " or "))
+		}
+	}
+	only(".token_env", c.TokenEnv, TypeZabbix, TypePagerDuty, TypeOpsgenie)
+	only(".token_secret", c.TokenSecret, TypeZabbix, TypePagerDuty, TypeOpsgenie)
+	only(".bot_token_env", c.BotTokenEnv, TypeSlack)
+	only(".bot_token_secret", c.BotTokenSecret, TypeSlack)
+	only(".channel", c.Channel, TypeSlack)
+	only(".from", c.From, TypePagerDuty)
+	only(".version", c.Version, TypeZabbix)
+	only(".severity", c.Severity, TypeZabbix)
+	switch {
+	case c.writeBack():
+		switch countSet(c.TokenEnv, c.TokenSecret) {
+		case 0:
+			add(".token_env", "a %s sink needs its API token: token_env (or token_secret)", c.Type)
+		case 2:
+			add(".token_secret", "token_env and token_secret are exclusive")
+		}
+		if c.SecretEnv != "" || c.SecretSecret != "" {
+			add(".secret_env", "a %s sink authenticates with its API token; it signs nothing", c.Type)
+		}
+	case c.Type == TypeSlack:
+		if countSet(c.BotTokenEnv, c.BotTokenSecret) == 2 {
+			add(".bot_token_secret", "bot_token_env and bot_token_secret are exclusive")
+		}
+		if c.slackBot() && c.Channel == "" {
+			add(".channel", "a slack sink with a bot token needs the channel to post to")
+		}
+		if !c.slackBot() && c.Channel != "" {
+			add(".channel", "an incoming webhook posts to its own channel: set bot_token_env to choose one")
+		}
+	}
+	if c.Type == TypePagerDuty && (c.From == "" || !strings.Contains(c.From, "@")) {
+		add(".from", "%q: a pagerduty sink needs the email of the user its notes are written as", c.From)
+	}
+	if c.Version != "" && !zabbixVersion.MatchString(c.Version) {
+		add(".version", "%q: a Zabbix version such as 6.0 or 7.0", c.Version)
+	}
+	if c.Severity != "" && !slices.Contains(zabbixSeverities, c.Severity) {
+		add(".severity", "%q: not one of %v", c.Severity, zabbixSeverities)
+	}
+	return errs
 }
 
 func countSet(vals ...string) int {
@@ -163,7 +292,7 @@ func countSet(vals ...string) int {
 func SecretRefs(list []SinkConfig) []string {
 	var refs []string
 	for _, c := range list {
-		for _, r := range []string{c.URLSecret, c.SecretSecret} {
+		for _, r := range []string{c.URLSecret, c.SecretSecret, c.TokenSecret, c.BotTokenSecret} {
 			if r != "" {
 				refs = append(refs, r)
 			}

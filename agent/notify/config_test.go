@@ -27,7 +27,7 @@ func TestValidateSinks(t *testing.T) {
 	}{
 		{"no name", mod(func(c *SinkConfig) { c.Name = "" }), "[0].name", "must be set"},
 		{"bad name", mod(func(c *SinkConfig) { c.Name = "Oncall Slack" }), "[0].name", "lower case"},
-		{"bad type", mod(func(c *SinkConfig) { c.Type = "email" }), "[0].type", "slack or webhook"},
+		{"bad type", mod(func(c *SinkConfig) { c.Type = "email" }), "[0].type", "must be one of slack, webhook, zabbix, pagerduty, opsgenie"},
 		{"no url", mod(func(c *SinkConfig) { c.URL = "" }), "[0].url", "one of url and url_env"},
 		{"both urls", mod(func(c *SinkConfig) { c.URLEnv = "X" }), "[0].url", "exclusive"},
 		{"http", mod(func(c *SinkConfig) { c.URL = "http://hooks.example.com/" }), "[0].url", "allow_http"},

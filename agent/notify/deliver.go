@@ -56,7 +56,7 @@ func (dv *deliverer) deliver(ctx context.Context, dl Delivery, direct bool) {
 	}
 	var se *SendError
 	if errors.As(err, &se) && se.Permanent {
-		dv.giveUp(ctx, log.With("err", err), dl, fmt.Sprintf("status_%d", se.Status))
+		dv.giveUp(ctx, log.With("err", err), dl, se.reason())
 		return
 	}
 	if dl.Attempt >= dv.o.MaxAttempts {

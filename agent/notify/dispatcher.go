@@ -183,6 +183,9 @@ func (d *Dispatcher) Entries(ev Event) ([]Entry, error) {
 		if !s.Wants(ev.Type) {
 			continue
 		}
+		if t, ok := s.(Targeter); ok && !t.HasTarget(ev) {
+			continue
+		}
 		if body == nil {
 			var err error
 			if body, err = json.Marshal(ev); err != nil {

@@ -18,11 +18,14 @@ type EventType string
 // The events a sink can subscribe to: the task outcomes worth telling a
 // person about, a finished root-cause report, and the drain's milestones.
 const (
-	EventSucceeded      EventType = outcome.Succeeded
-	EventFailed         EventType = outcome.Failed
-	EventTimedOut       EventType = outcome.TimedOut
-	EventRateLimited    EventType = outcome.RateLimited
-	EventReport         EventType = "report"
+	EventSucceeded   EventType = outcome.Succeeded
+	EventFailed      EventType = outcome.Failed
+	EventTimedOut    EventType = outcome.TimedOut
+	EventRateLimited EventType = outcome.RateLimited
+	EventReport      EventType = "report"
+	// EventResolved: the alert a task came from resolved (its source said
+	// so); one per alert, carrying its task with the report.
+	EventResolved       EventType = "resolved"
 	EventDrainStarted   EventType = "drain_started"
 	EventDrainCompleted EventType = "drain_completed"
 	EventDrainFailed    EventType = "drain_failed"
@@ -30,7 +33,12 @@ const (
 
 // EventTypes are all event types, in the order the README lists them.
 var EventTypes = []EventType{EventSucceeded, EventFailed, EventTimedOut, EventRateLimited,
-	EventReport, EventDrainStarted, EventDrainCompleted, EventDrainFailed}
+	EventReport, EventDrainStarted, EventDrainCompleted, EventDrainFailed, EventResolved}
+
+// drain says whether t is one of the drain's events, which carry no task.
+func (t EventType) drain() bool {
+	return t == EventDrainStarted || t == EventDrainCompleted || t == EventDrainFailed
+}
 
 func (t EventType) valid() bool {
 	for _, e := range EventTypes {

@@ -39,9 +39,31 @@ type SendError struct {
 	Permanent bool
 	// RetryAfter is the receiver's Retry-After on 429 and 503; 0 if none.
 	RetryAfter time.Duration
+	// Reason is the dead-letter reason when it is not status_<Status>
+	// (ReasonAPIError, ReasonNoTarget); Detail says more, for the log line
+	// (an API's error code, never a credential).
+	Reason, Detail string
+}
+
+// reason is the dead-letter reason of e.
+func (e *SendError) reason() string {
+	if e.Reason != "" {
+		return e.Reason
+	}
+	return "status_" + strconv.Itoa(e.Status)
 }
 
 func (e *SendError) Error() string {
+	if e.Reason != "" {
+		msg := "notify: " + strings.ReplaceAll(e.Reason, "_", " ")
+		if e.Detail != "" {
+			msg += ": " + e.Detail
+		}
+		return msg
+	}
+	if e.Detail != "" {
+		return fmt.Sprintf("notify: receiver answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Detail)
+	}
 	if e.Status == 0 {
 		return "notify: cannot build the request"
 	}
@@ -75,21 +97,52 @@ func NewHTTPClient() *http.Client {
 // secret_env through getenv. A missing or empty variable, or a URL in one
 // that is not https (http with allow_http), is an error naming the variable,
 // never its value. getenv nil means an empty environment; client nil means
-// NewHTTPClient().
+// NewHTTPClient(). A slack sink with a bot token keeps its threads in
+// memory: use NewSinksWith to share them through Redis.
 func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *http.Client) ([]Sink, error) {
+	return NewSinksWith(list, SinkDeps{Getenv: getenv, Client: client})
+}
+
+// SinkDeps are what sinks are built with; zero values mean the defaults.
+type SinkDeps struct {
+	// Getenv reads url_env, secret_env, token_env and the secrets'
+	// values (nil: an empty environment).
+	Getenv func(string) (string, bool)
+	Client *http.Client // nil: NewHTTPClient()
+	// Threads keeps the Slack threads of bot-token sinks (nil: memory;
+	// ThreadsFor gives the one of an outbox).
+	Threads ThreadStore
+}
+
+// NewSinksWith is NewSinks with the thread store of bot-token slack sinks.
+func NewSinksWith(list []SinkConfig, deps SinkDeps) ([]Sink, error) {
 	if err := ValidateSinks(list); err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
 	}
+	getenv, client := deps.Getenv, deps.Client
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
 	if client == nil {
 		client = NewHTTPClient()
 	}
+	if deps.Threads == nil {
+		deps.Threads = NewMemoryThreads(nil)
+	}
 	var errs []error
 	var sinks []Sink
 	for _, c := range list {
 		u := c.URL
+		if u == "" {
+			switch {
+			case c.slackBot():
+				u = DefaultSlackAPIURL
+			case c.Type == TypePagerDuty:
+				u = DefaultPagerDutyURL
+			case c.Type == TypeOpsgenie:
+				u = DefaultOpsgenieURL
+			}
+		}
 		if name, what := cmp.Or(c.URLSecret, c.URLEnv), kind(c.URLSecret); name != "" {
 			v, ok := getenv(name)
 			if !ok || v == "" {
@@ -102,6 +155,14 @@ func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *htt
 			}
 			u = v
 		}
+		if c.writeBack() || c.slackBot() {
+			// An endpoint from the environment passes the rules of every
+			// configured outbound URL too.
+			if err := outboundURL(u, c.AllowHTTP); err != nil {
+				errs = append(errs, fmt.Errorf("notify: sink %s: url: %w", c.Name, err))
+				continue
+			}
+		}
 		var secret []byte
 		if name, what := cmp.Or(c.SecretSecret, c.SecretEnv), kind(c.SecretSecret); name != "" {
 			v, ok := getenv(name)
@@ -113,11 +174,31 @@ func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *htt
 		}
 		base := httpSink{name: c.Name, on: slices.Clone(c.On), timeout: c.EffectiveTimeout(), url: u, client: client,
 			urlRef: c.URLSecret, allowHTTP: c.AllowHTTP, getenv: getenv}
-		switch c.Type {
-		case TypeWebhook:
+		var tok credential
+		if c.writeBack() || c.slackBot() {
+			key, ref, env := "token_env", c.TokenSecret, c.TokenEnv
+			if c.slackBot() {
+				key, ref, env = "bot_token_env", c.BotTokenSecret, c.BotTokenEnv
+			}
+			var err error
+			if tok, err = readCredential(c.Name, key, ref, env, getenv); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		switch {
+		case c.Type == TypeWebhook:
 			sinks = append(sinks, &Webhook{httpSink: base, secret: secret, secretRef: c.SecretSecret})
-		case TypeSlack:
+		case c.slackBot():
+			sinks = append(sinks, &SlackBot{httpSink: base, token: tok, channel: c.Channel, threads: deps.Threads})
+		case c.Type == TypeSlack:
 			sinks = append(sinks, &Slack{httpSink: base})
+		case c.Type == TypeZabbix:
+			sinks = append(sinks, &Zabbix{httpSink: base, token: tok, severity: zabbixSeverity(c.Severity), version: c.Version})
+		case c.Type == TypePagerDuty:
+			sinks = append(sinks, &PagerDuty{httpSink: base, token: tok, from: c.From})
+		case c.Type == TypeOpsgenie:
+			sinks = append(sinks, &Opsgenie{httpSink: base, token: tok})
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

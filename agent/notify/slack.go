@@ -95,7 +95,9 @@ func SlackMessage(ev Event) SlackPayload {
 		if t.OutputURL != "" {
 			show = t.OutputURL
 		}
-		if ev.Type == EventReport {
+		if ev.Type == EventResolved {
+			blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: escapeMrkdwn(resolvedLine(t.Report))}})
+		} else if ev.Type == EventReport {
 			blocks = append(blocks, reportBlocks(t.Report, show)...)
 		} else if t.Output != "" {
 			blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: codeBlock(t.Output, show)}})
@@ -239,15 +241,18 @@ func escapeMrkdwn(s string) string {
 }
 
 func headline(t EventType, outcome string) string {
-	if t == EventReport {
+	switch t {
+	case EventReport:
 		return "report ready for " + outcome
+	case EventResolved:
+		return "alert resolved, task " + outcome
 	}
 	return strings.ReplaceAll(outcome, "_", " ")
 }
 
 func icon(t EventType) string {
 	switch t {
-	case EventSucceeded, EventDrainCompleted:
+	case EventSucceeded, EventDrainCompleted, EventResolved:
 		return "✅"
 	case EventReport:
 		return "📝"
@@ -269,4 +274,17 @@ func firstNonEmpty(s ...string) string {
 // slackURL escapes what would end a Slack <url|text> link early.
 func slackURL(u string) string {
 	return strings.NewReplacer("<", "%3C", ">", "%3E", "|", "%7C").Replace(u)
+}
+
+// resolvedLine says when the alert resolved and how long after the report.
+func resolvedLine(raw json.RawMessage) string {
+	var r report.Result
+	if len(raw) == 0 || json.Unmarshal(raw, &r) != nil || r.ResolvedAt == nil {
+		return "The alert resolved."
+	}
+	line := "The alert resolved at " + r.ResolvedAt.UTC().Format(time.RFC3339)
+	if !r.CreatedAt.IsZero() {
+		line += fmt.Sprintf(", %s after the report (confidence %s)", r.ResolvedAt.Sub(r.CreatedAt).Round(time.Second), firstNonEmpty(r.Confidence, "none"))
+	}
+	return line + "."
 }

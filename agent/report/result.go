@@ -47,6 +47,9 @@ type Result struct {
 	// Investigation is the record of the tool loop when
 	// report.investigate is set: steps, tool calls, gaps, evidence.
 	Investigation *Investigation `json:"investigation,omitempty"`
+	// ResolvedAt is when the alert the report is on resolved (its
+	// source said so); nil while it has not.
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 }
 
 var confidenceRE = regexp.MustCompile(`(?is)confidence\W*?(?:[:\-–]|\n)\W*(confirmed|likely|inconclusive)\b`)

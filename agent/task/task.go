@@ -23,6 +23,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // MaxBodySize is the largest task message accepted (SQS's own limit).
@@ -33,6 +34,9 @@ type Alert struct {
 	Source  string `json:"source,omitempty"`
 	Name    string `json:"name,omitempty"`
 	EventID string `json:"event_id,omitempty"`
+	// Refs name the alert in the systems write-back sinks write to
+	// (PagerDuty, Opsgenie, Zabbix); routes fill them from the alert.
+	Refs taskview.AlertRefs `json:"refs,omitzero"`
 }
 
 // Task is one diagnostic request (the SQS message body).
@@ -460,6 +464,11 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 	for _, f := range [...]struct{ field, val string }{{"alert.source", t.Alert.Source}, {"alert.name", t.Alert.Name}, {"alert.event_id", t.Alert.EventID}} {
 		if len(f.val) > maxAlertLen || strings.ContainsFunc(f.val, isControl) {
 			return reject(ReasonInvalidAlert, f.field, "longer than %d or holds control characters", maxAlertLen)
+		}
+	}
+	for i, v := range t.Alert.Refs.Values() {
+		if len(v) > maxAlertLen || strings.ContainsFunc(v, isControl) {
+			return reject(ReasonInvalidAlert, "alert.refs."+taskview.RefNames[i], "longer than %d or holds control characters", maxAlertLen)
 		}
 	}
 	if t.Origin != "" && t.Origin != OriginInvestigation || t.Step < 0 || t.Step > 20 ||

@@ -81,4 +81,50 @@ type Alert struct {
 	Source  string `json:"source,omitempty"`
 	Name    string `json:"name,omitempty"`
 	EventID string `json:"event_id,omitempty"`
+	// Refs name the alert in the systems a write-back sink writes to.
+	Refs AlertRefs `json:"refs,omitzero"`
+}
+
+// AlertRefs name an alert in the systems autodiag writes back to, read
+// at routing from the alert's annotations or labels of the same names
+// (an annotation wins): what a write-back sink needs beyond the source's
+// own event id. Empty fields are unknown.
+type AlertRefs struct {
+	// PagerDutyIncidentID is the incident's id (P…): notes go to it.
+	PagerDutyIncidentID string `json:"pagerduty_incident_id,omitempty"`
+	// PagerDutyIncidentKey is the incident key (the Events API dedup_key)
+	// the incident is looked up by when its id is not known.
+	PagerDutyIncidentKey string `json:"pagerduty_incident_key,omitempty"`
+	// OpsgenieAlias is the Opsgenie alert's alias.
+	OpsgenieAlias string `json:"opsgenie_alias,omitempty"`
+	// ZabbixEventID is the Zabbix problem event of an alert that did not
+	// come from Zabbix (one from Zabbix names it in event_id).
+	ZabbixEventID string `json:"zabbix_event_id,omitempty"`
+}
+
+// RefNames are the annotation and label names AlertRefs are read from,
+// in the order of its fields.
+var RefNames = []string{"pagerduty_incident_id", "pagerduty_incident_key", "opsgenie_alias", "zabbix_event_id"}
+
+// Set sets the field named name (one of RefNames) to v; it reports
+// whether name is one.
+func (r *AlertRefs) Set(name, v string) bool {
+	switch name {
+	case "pagerduty_incident_id":
+		r.PagerDutyIncidentID = v
+	case "pagerduty_incident_key":
+		r.PagerDutyIncidentKey = v
+	case "opsgenie_alias":
+		r.OpsgenieAlias = v
+	case "zabbix_event_id":
+		r.ZabbixEventID = v
+	default:
+		return false
+	}
+	return true
+}
+
+// Values are the fields in the order of RefNames.
+func (r AlertRefs) Values() []string {
+	return []string{r.PagerDutyIncidentID, r.PagerDutyIncidentKey, r.OpsgenieAlias, r.ZabbixEventID}
 }

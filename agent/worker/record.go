@@ -29,7 +29,7 @@ func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	rec.TraceID, rec.SpanID = traceIDs(j)
 	if t.Alert != (task.Alert{}) {
-		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID}
+		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID, Refs: t.Alert.Refs}
 	}
 	return rec
 }

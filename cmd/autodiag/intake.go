@@ -84,7 +84,9 @@ func startAgentIntake(ctx context.Context, cfg config.Config, a *agent.Agent, lo
 	if !cfg.Intake.Enabled() {
 		return nil, nil
 	}
-	h, err := a.IntakeHandler(lookup)
+	// The handler records resolutions detached from the request (each
+	// store call bounded by redis.timeout), so it takes no context.
+	h, err := a.IntakeHandler(lookup) //nolint:contextcheck // see above
 	if err != nil {
 		return nil, intakeStartError(err)
 	}
