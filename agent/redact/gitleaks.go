@@ -63,7 +63,7 @@ var gitleaksRules = sync.OnceValue(func() []Rule {
 		}
 		rule := Rule{
 			Name:        strings.ReplaceAll(r.ID, "-", "_"),
-			Pattern:     strings.ReplaceAll(r.Regex, glSecretEnd, secretEnd),
+			Pattern:     widen.Replace(r.Regex),
 			SecretGroup: r.SecretGroup,
 			Entropy:     r.Entropy,
 			Keywords:    r.Keywords,
@@ -78,13 +78,24 @@ var gitleaksRules = sync.OnceValue(func() []Rule {
 })
 
 // glSecretEnd is how most gitleaks patterns end a secret: a quote, a
-// space, ';', an escaped line end or the end of text. Output also wraps
-// tokens in brackets and lists ("failed (TOKEN)", "[TOKEN, …]", "<TOKEN>"),
-// so secretEnd adds those closing bytes; it widens what is found and never
-// lets a secret run longer.
+// space, ';', an escaped line end or the end of text. Output puts tokens
+// in prose, paths, URLs, escaped JSON and brackets ("… sk_live_….",
+// "SG.…!", `\"npm_…\"`, "(TOKEN)", "TOKEN/", "TOKEN%26"), so secretEnd is
+// any byte that no token body holds (a letter, a digit, '_' or '-'): it
+// widens what is found and never lets a secret run longer, since every
+// pattern's body stops at such a byte or reaches past it by itself.
 const (
 	glSecretEnd = `(?:[\x60'"\s;]|\\[nr]|$)`
-	secretEnd   = `(?:[\x60'"\s;),\]}>|&]|\\[nr]|$)`
+	secretEnd   = `(?:[^0-9A-Za-z_-]|$)`
+)
+
+// widen rewrites gitleaks' bounds of a secret into ones any non-token
+// byte satisfies (secretEnd). Azure AD client secrets hold '.' and '~', so
+// their bounds exclude only those and the letters and digits.
+var widen = strings.NewReplacer(
+	glSecretEnd, secretEnd,
+	`(?:^|[\\'"\x60\s>=:(,)])`, `(?:^|[^a-zA-Z0-9_~])`,
+	`(?:$|[\\'"\x60\s<),])`, `(?:$|[^a-zA-Z0-9_~-])`,
 )
 
 func (a glAllowlist) allow() Allow {

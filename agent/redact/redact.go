@@ -604,16 +604,11 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 	var buf bytes.Buffer
 	n, last := 0, 0
 	for {
-		ri := -1
-		for i, m := range next {
-			if m[0] >= 0 && (ri < 0 || m[0] < next[ri][0]) {
-				ri = i
-			}
-		}
+		ri, end := pick(next)
 		if ri < 0 {
 			break
 		}
-		start, end := next[ri][0], next[ri][1]
+		start := next[ri][0]
 		if n == 0 {
 			buf.Grow(len(src) + len(r.rules[ri].marker))
 		}
@@ -636,6 +631,37 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 }
 
 var none = [2]int{-1, -1}
+
+// pick is the rule whose secret is replaced next and where the
+// replacement ends: the leftmost secret (the longest of those starting
+// there, then the first rule), run on through every secret that overlaps
+// it. A shorter rule's match inside a longer token (glrt-… of a routable
+// runner token, FLWSECK_TEST-… of a secret key) would otherwise leave the
+// token's rest in the text, which no rule finds alone. ri < 0: none left.
+func pick(next [][2]int) (ri, end int) {
+	ri = -1
+	for i, m := range next {
+		if m[0] < 0 {
+			continue
+		}
+		if ri < 0 || m[0] < next[ri][0] || m[0] == next[ri][0] && m[1] > next[ri][1] {
+			ri = i
+		}
+	}
+	if ri < 0 {
+		return -1, 0
+	}
+	end = next[ri][1]
+	for grown := true; grown; {
+		grown = false
+		for _, m := range next {
+			if m[0] >= 0 && m[0] < end && m[1] > end {
+				end, grown = m[1], true
+			}
+		}
+	}
+	return ri, end
+}
 
 // find is the secret of the first match of rule i in the text at or after
 // pos, none if there is none. The search starts at pos as if the text
