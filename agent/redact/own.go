@@ -31,9 +31,15 @@ func ownRules() []Rule {
 		{Name: "aws_access_key_id", Pattern: `((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?:[^A-Za-z0-9\n]|$)`,
 			Keywords: []string{"a3t", "akia", "asia", "abia", "acca"}},
 		// userinfo of any URL; the scheme, user and host stay.
-		{Name: "url_password", Pattern: `[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@`,
+		// The password may hold '/' (unescaped in real URLs); what follows
+		// the ':' is a port and a path instead when it is digits up to the
+		// first '/'.
+		{Name: "url_password", Pattern: `[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^\s@/]*[^\s@/0-9][^\s@]*|[0-9]+)@`,
 			Keywords: []string{"://"}},
-		{Name: "authorization", Pattern: `(?i)(?:proxy-)?authorization["']?[ \t]*[=:][ \t]*["']?(?:bearer|basic|token|digest|negotiate|apikey|sso-key)[ \t]+([A-Za-z0-9._~+/=:-]+)`,
+		// Sentry DSNs: the key (and, in old DSNs, key:secret) is the userinfo.
+		{Name: "sentry_dsn_key", Pattern: `[A-Za-z][A-Za-z0-9+.-]*://([0-9a-f]{32}(?::[0-9a-f]{32})?)@`,
+			Keywords: []string{"://"}},
+		{Name: "authorization", Pattern: `(?i)(?:proxy-)?authorization["']?[ \t]*[=:][ \t]*["']?(?:bearer|basic|token|digest|negotiate|apikey|sso-key|ssws)[ \t]+([A-Za-z0-9._~+/=:-]+)`,
 			Keywords: []string{"authorization"}},
 		{Name: "secret_header", Pattern: `(?i)(?:set-cookie|cookie|x-api-key|x-auth-token|x-vault-token|x-amz-security-token|x-access-token|private-token|api-key)["']?[ \t]*:[ \t]*["']?([^\s"'][^\r\n"']*)`,
 			Keywords: []string{"cookie", "x-api-key", "x-auth-token", "x-vault-token", "x-amz-security-token", "x-access-token", "private-token", "api-key"},
@@ -41,9 +47,10 @@ func ownRules() []Rule {
 		// KEY=value, key: value, "Key": "value" (also JSON-escaped) where
 		// the key, with any prefix and in any case, ends in a word that
 		// names a secret: DB_PASSWORD, PGPASSWORD, MYSQL_PWD, client_secret.
-		{Name: "secret_assignment", Pattern: `(?i)(?:^|[^A-Za-z0-9_.:/-])[A-Za-z0-9_.-]*(?:password|passwd|_pwd|passphrase|secret|credentials?)` + assignValue(1),
-			Keywords: []string{"password", "passwd", "_pwd", "passphrase", "secret", "credential"},
-			Allow:    []Allow{placeholders}},
+		{Name: "secret_assignment", Pattern: `(?i)(?:^|[^A-Za-z0-9_.:/-])[A-Za-z0-9_.-]*(?:password|passwd|[_.-]pwd|passphrase|secret|credentials?|[_.-]pass|[_.-]auth|[_.-]dsn)` + assignValue(1),
+			Keywords: []string{"password", "passwd", "_pwd", ".pwd", "-pwd", "passphrase", "secret", "credential",
+				"_pass", ".pass", "-pass", "_auth", ".auth", "-auth", "_dsn", ".dsn", "-dsn"},
+			Allow: []Allow{placeholders}},
 		// The same for keys whose word is also an ordinary one (token,
 		// *_key): the value must be 8 bytes or longer. AWS_SESSION_TOKEN,
 		// the SecretAccessKey and Token of instance metadata and STS JSON.
@@ -54,6 +61,36 @@ func ownRules() []Rule {
 		{Name: "secret_flag", Pattern: `(?i)(?:^|[ \t])--?(?:password|passwd|pass|token|secret|api-key|apikey|access-key|secret-key|auth-token|client-secret)[ \t]+(?:\\?"([^"\\\n]+)\\?"|'([^'\n]+)'|([^\s"'\\-][^\s"'\\]*))`,
 			Keywords: []string{"-pass", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-secret-key", "-auth-token", "-client-secret"},
 			Allow:    []Allow{placeholders}},
+		// The keys pass, pwd and dsn on their own (an INI or YAML key, a
+		// connection string's Pwd=).
+		{Name: "short_secret_key", Pattern: `(?i)(?:^|[^A-Za-z0-9_.:/-])(?:pass|pwd|dsn)` + assignValue(1),
+			Keywords: []string{"pass", "pwd", "dsn"},
+			Allow:    []Allow{placeholders}},
+		// <password>x</password>, <db.secret attr="…">x</db.secret>.
+		{Name: "xml_secret", Pattern: `(?i)<[A-Za-z0-9_.:-]*(?:password|passwd|pwd|passphrase|secret|token|api_?key|credentials?)[A-Za-z0-9_.:-]*(?:[ \t][^>\n]*)?>([^<\n]+)</`,
+			Keywords: []string{"password", "passwd", "pwd", "passphrase", "secret", "token", "apikey", "api_key", "credential"},
+			Allow:    []Allow{placeholders}},
+		// curl -u user:pass, curl --user=user:pass: the password.
+		{Name: "curl_user", Pattern: `curl[ \t][^\n]*?(?:[ \t]-u|--user)(?:[ \t]*|=)["']?[^\s:"']*:([^\s"']+)`,
+			Keywords: []string{"curl"}},
+		// redis-cli -a PASS (also --pass), sshpass -p PASS (also -pPASS).
+		{Name: "cli_password", Pattern: `(?:redis-cli[ \t][^\n]*?[ \t](?:-a|--pass)|sshpass[ \t](?:[^\n]*?[ \t])?-p)[ \t]*["']?([^\s"'-][^\s"']*)`,
+			Keywords: []string{"redis-cli", "sshpass"}},
+		// A ~/.pgpass line, hostname:port:database:username:password.
+		// Five fields exactly: a MAC address has six, an IPv6 address a
+		// port that is not decimal.
+		{Name: "pgpass_line", Pattern: `(?:^|[^A-Za-z0-9_.*:/-])[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s"'()]+:[^:\s"'()]+:([^:\s"'()]+)(?:[\s"'()]|$)`},
+		// A row of the credentials.csv the AWS console gives: the secret
+		// access key after its key id.
+		{Name: "aws_credentials_csv", Pattern: `(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}[ \t]*,[ \t]*"?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)`,
+			Keywords: []string{"a3t", "akia", "asia", "abia", "acca"}},
+		// Okta API tokens: Authorization: SSWS 00….
+		{Name: "okta_ssws", Pattern: `SSWS[ \t]+([A-Za-z0-9_-]{20,})`,
+			Keywords: []string{"ssws"}},
+		// The signature of an Azure shared access signature (SAS) URL or
+		// connection string.
+		{Name: "azure_sas_sig", Pattern: `[?&;]sig=([A-Za-z0-9%+/=._-]{16,})`,
+			Keywords: []string{"sig="}},
 		{Name: "discord_webhook", Pattern: `discord(?:app)?\.com/api/webhooks/[0-9]+/([A-Za-z0-9_-]{60,})`,
 			Keywords: []string{"discord"}},
 		// mysql -pSECRET: the password glued to -p (-P is the port).
@@ -74,5 +111,5 @@ func ownRules() []Rule {
 // bracket.
 func assignValue(min int) string {
 	n := fmt.Sprintf("{%d,}", min)
-	return `\\?["']?[ \t]*(?:=|:=|=>|:)[ \t]*(?:\\"([^"\\\n]` + n + `)\\"|"([^"\n]` + n + `)"|'([^'\n]` + n + `)'|([^\s"'\\,;&)\]}]` + n + `))`
+	return `\\?["']?(?:[ \t]+(?:=|:=|=>)[ \t]*|(?:=|:=|=>)|[ \t]*:[ \t]*)(?:\\"([^"\\\n]` + n + `)\\"|"([^"\n]` + n + `)"|'([^'\n]` + n + `)'|([^\s"'\\,;&)\]}]` + n + `))`
 }

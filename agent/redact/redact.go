@@ -498,6 +498,11 @@ func (r *Redactor) redact(src []byte) ([]byte, int) {
 		}
 		src, total = out, total+n
 	}
+	// What an encoding hides (%3DAIza…, \u003cpassword\u003e…) is found
+	// in the decoded text and replaced in the original.
+	if out, n := r.redactDecoded(src); n > 0 {
+		src, total = out, total+n
+	}
 	return src, total
 }
 
@@ -596,19 +601,9 @@ func (r *Redactor) scan(src []byte) *scan {
 // faster than one alternation of all rules, whose NFA is as large as all
 // of them together. Memory is the output plus one match per rule.
 func (r *Redactor) pass(src []byte) ([]byte, int) {
-	s := r.scan(src)
-	next := make([][2]int, len(r.rules)) // next match of each rule at or after the last one; -1: none
-	for i := range r.rules {
-		next[i] = r.find(i, s, 0)
-	}
 	var buf bytes.Buffer
 	n, last := 0, 0
-	for {
-		ri, end := pick(next)
-		if ri < 0 {
-			break
-		}
-		start := next[ri][0]
+	r.each(src, func(ri, start, end int) {
 		if n == 0 {
 			buf.Grow(len(src) + len(r.rules[ri].marker))
 		}
@@ -617,17 +612,34 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 		r.counts.WithLabelValues(r.rules[ri].name).Inc()
 		n++
 		last = end
+	})
+	if n == 0 {
+		return src, 0
+	}
+	buf.Write(src[last:])
+	return buf.Bytes(), n
+}
+
+// each calls fn with every secret of one scan of src, in order: the rule
+// whose marker replaces it and its bounds.
+func (r *Redactor) each(src []byte, fn func(ri, start, end int)) {
+	s := r.scan(src)
+	next := make([][2]int, len(r.rules)) // next match of each rule at or after the last one; -1: none
+	for i := range r.rules {
+		next[i] = r.find(i, s, 0)
+	}
+	for {
+		ri, end := pick(next)
+		if ri < 0 {
+			return
+		}
+		fn(ri, next[ri][0], end)
 		for i, m := range next {
 			if m[0] >= 0 && m[0] < end {
 				next[i] = r.find(i, s, end)
 			}
 		}
 	}
-	if n == 0 {
-		return src, 0
-	}
-	buf.Write(src[last:])
-	return buf.Bytes(), n
 }
 
 var none = [2]int{-1, -1}
