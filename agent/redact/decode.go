@@ -159,7 +159,7 @@ func decodeOnce(b []byte) ([]byte, layer) {
 // keep their encoding, and the secret its marker. Text without escapes
 // costs one byte search.
 func (r *Redactor) redactDecoded(src []byte) ([]byte, int) {
-	if r == nil || len(r.rules) == 0 || !hasEscape(src) {
+	if r == nil || !hasEscape(src) {
 		return src, 0
 	}
 	text := src
@@ -174,31 +174,40 @@ func (r *Redactor) redactDecoded(src []byte) ([]byte, int) {
 	if layers == nil {
 		return src, 0
 	}
-	type span struct{ start, end, ri int }
+	type span struct{ start, end, ri int } // ri < 0: a known value
 	var spans []span
-	r.each(text, func(ri, start, end int) {
-		for k := len(layers) - 1; k >= 0; k-- {
-			start, end = layers[k].start(start), layers[k].end(end)
-		}
-		if n := len(spans); n > 0 && start < spans[n-1].end {
-			// Two decoded secrets from one escape's bytes: one marker.
-			spans[n-1].end = max(spans[n-1].end, end)
-			return
-		}
-		spans = append(spans, span{start, end, ri})
-	})
+	r.each(text, func(ri, start, end int) { spans = append(spans, span{start, end, ri}) })
+	for _, k := range knownSpans(text, r.knownForms()) {
+		spans = append(spans, span{k[0], k[1], -1})
+	}
 	if spans == nil {
 		return src, 0
 	}
+	for i := range spans {
+		for k := len(layers) - 1; k >= 0; k-- {
+			spans[i].start, spans[i].end = layers[k].start(spans[i].start), layers[k].end(spans[i].end)
+		}
+	}
+	sort.SliceStable(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
 	var buf bytes.Buffer
 	buf.Grow(len(src))
-	last := 0
-	for _, s := range spans {
+	n, last := 0, 0
+	for i := 0; i < len(spans); {
+		s := spans[i]
+		// Secrets sharing an escape's bytes, or overlapping: one marker.
+		for i++; i < len(spans) && spans[i].start < s.end; i++ {
+			s.end = max(s.end, spans[i].end)
+		}
+		name, marker := KnownRule, []byte(Marker(KnownRule))
+		if s.ri >= 0 {
+			name, marker = r.rules[s.ri].name, r.rules[s.ri].marker
+		}
 		buf.Write(src[last:s.start])
-		buf.Write(r.rules[s.ri].marker)
-		r.counts.WithLabelValues(r.rules[s.ri].name).Inc()
+		buf.Write(marker)
+		r.counts.WithLabelValues(name).Inc()
+		n++
 		last = s.end
 	}
 	buf.Write(src[last:])
-	return buf.Bytes(), len(spans)
+	return buf.Bytes(), n
 }

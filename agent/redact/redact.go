@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -125,7 +126,7 @@ func (c Config) Effective() []Rule {
 func (c Config) Validate() error {
 	var errs []error
 	seen := map[string]bool{}
-	var markers []string
+	markers := []string{Marker(KnownRule)}
 	for _, r := range c.Effective() {
 		markers = append(markers, Marker(r.Name))
 	}
@@ -138,6 +139,8 @@ func (c Config) Validate() error {
 			errs = append(errs, configerr.Errorf(key+".name", "%q: use lower case letters, digits and _ (it labels a metric)", r.Name))
 		case seen[r.Name]:
 			errs = append(errs, configerr.Errorf(key+".name", "%q is used twice", r.Name))
+		case r.Name == KnownRule:
+			errs = append(errs, configerr.Errorf(key+".name", "%q is reserved for the values of redact.values_env and the agent's credentials", r.Name))
 		}
 		seen[r.Name] = true
 		if _, err := compile(r, markers); err != nil {
@@ -242,6 +245,10 @@ type Redactor struct {
 	markers   map[string]bool
 	maxMarker int
 	counts    *prometheus.CounterVec
+	// knownSrc gives the credential values redacted by value (SetKnown);
+	// known caches their forms while the values stay the same.
+	knownSrc func() []string
+	known    atomic.Pointer[knownSet]
 }
 
 // compiledDefaults are the default rules prepared once: a reload or a
@@ -400,7 +407,7 @@ func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) 
 		Name: "autodiag_redactions_total",
 		Help: "Secrets replaced in diagnostic output, by redaction rule.",
 	}, []string{"name"})}
-	var markers []string
+	markers := []string{Marker(KnownRule)}
 	for _, rl := range rules {
 		markers = append(markers, Marker(rl.Name))
 	}
@@ -457,7 +464,9 @@ func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) 
 			r.counts = are.ExistingCollector.(*prometheus.CounterVec)
 		}
 	}
-	r.markers = map[string]bool{}
+	r.markers = map[string]bool{Marker(KnownRule): true}
+	r.maxMarker = len(Marker(KnownRule))
+	r.counts.WithLabelValues(KnownRule)
 	for _, c := range r.rules {
 		r.counts.WithLabelValues(c.name)
 		r.markers[string(c.marker)] = true
@@ -487,10 +496,14 @@ func (r *Redactor) RedactString(s string) string {
 func (r *Redactor) redact(src []byte) ([]byte, int) {
 	// Empty text (a run's empty output, a success's reason and detail)
 	// holds no secret: it skips the scan and what the scan allocates.
-	if r == nil || len(r.rules) == 0 || len(src) == 0 {
+	if r == nil || len(src) == 0 {
 		return src, 0
 	}
-	total := 0
+	// The agent's own credentials first, whatever the rules.
+	src, total := r.redactKnown(src)
+	if len(r.rules) == 0 && r.knownSrc == nil {
+		return src, total
+	}
 	for range maxPasses {
 		out, n := r.pass(src)
 		if n == 0 {
