@@ -63,15 +63,21 @@ var gitleaksRules = sync.OnceValue(func() []Rule {
 		}
 		rule := Rule{
 			Name:        strings.ReplaceAll(r.ID, "-", "_"),
-			Pattern:     widen.Replace(r.Regex),
+			Pattern:     r.Regex,
 			SecretGroup: r.SecretGroup,
 			Entropy:     r.Entropy,
 			Keywords:    r.Keywords,
 			Allow:       []Allow{global},
 		}
+		if r.ID != "generic-api-key" {
+			// generic-api-key finds a value by its key, not a token by
+			// its shape: its own end keeps "key: a.b.c…" prose out.
+			rule.Pattern = widen.Replace(r.Regex)
+		}
 		for _, a := range r.Allowlists {
 			rule.Allow = append(rule.Allow, a.allow())
 		}
+		rule.Allow = append(rule.Allow, extraAllow[r.ID]...)
 		out = append(out, rule)
 	}
 	return out
@@ -97,6 +103,15 @@ var widen = strings.NewReplacer(
 	`(?:^|[\\'"\x60\s>=:(,)])`, `(?:^|[^a-zA-Z0-9_~])`,
 	`(?:$|[\\'"\x60\s<),])`, `(?:$|[^a-zA-Z0-9_~-])`,
 )
+
+// extraAllow are allowlists a widened end needs: a token rule that now
+// ends at '(' or '.' would take a C function name (GLC_Upload…(…)) or a
+// file name (video_box.ico-<hash>.png) for a token.
+var extraAllow = map[string][]Allow{
+	// A glc_ token is base64 of JSON: it holds digits.
+	"grafana-cloud-api-token": {{Regexes: []string{`^[^0-9]+$`}}},
+	"infracost-api-token":     {{Target: "line", Regexes: []string{`[/.]ico-[a-zA-Z0-9]{32}\.`}}},
+}
 
 func (a glAllowlist) allow() Allow {
 	return Allow{
