@@ -104,13 +104,18 @@ var widen = strings.NewReplacer(
 	`(?:$|[\\'"\x60\s<),])`, `(?:$|[^a-zA-Z0-9_~-])`,
 )
 
-// extraAllow are allowlists a widened end needs: a token rule that now
-// ends at '(' or '.' would take a C function name (GLC_Upload…(…)) or a
-// file name (video_box.ico-<hash>.png) for a token.
+// extraAllow are allowlists output needs beside gitleaks' own: a token
+// rule whose end is widened would take a C function name
+// (GLC_Upload…(…)) or a file name (video_box.ico-<hash>.png) for a token,
+// and a private-key match may join two blocks of one output.
 var extraAllow = map[string][]Allow{
 	// A glc_ token is base64 of JSON: it holds digits.
 	"grafana-cloud-api-token": {{Regexes: []string{`^[^0-9]+$`}}},
 	"infracost-api-token":     {{Target: "line", Regexes: []string{`[/.]ico-[a-zA-Z0-9]{32}\.`}}},
+	// A match that runs past its own END line joined a short block
+	// ("-----BEGIN PRIVATE KEY-----\n...\n-----END…") to the next one;
+	// private_key_block finds each real block on its own.
+	"private-key": {{Target: "match", Regexes: []string{`-----END[ A-Z0-9_-]*PRIVATE KEY(?: BLOCK)?-----[\s\S]`}}},
 }
 
 func (a glAllowlist) allow() Allow {
