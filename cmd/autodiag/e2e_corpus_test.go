@@ -20,6 +20,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
@@ -164,29 +165,61 @@ func TestCorpusThroughEverySink(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	cfg := sqsAgentConfig{instance: "agent-corpus", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: corpus\n    command: [/bin/sh, '%s']\n    timeout: 10s\n"+
-		"    max_output: 1MiB\nlimiter:\n", script), 1) +
+		"    max_output: 1MiB\n    investigate: true\n    description: prints the corpus\nlimiter:\n", script), 1) +
 		fmt.Sprintf("results:\n  s3:\n    bucket: %s\n    path_style: true\n", bucket) +
 		fmt.Sprintf("notify:\n  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    on: [failed]\n"+
 			"  - name: slack\n    type: slack\n    url_env: E2E_SLACK_URL\n    allow_http: true\n    on: [failed]\n", hook.srv.URL) +
 		fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
-			"  limits:\n    - daily: 100\n", model.BaseURL(), reportKeyEnv)
+			"  limits:\n    - daily: 100\n  investigate: {max_steps: 2, daily_tokens: 1000000}\n", model.BaseURL(), reportKeyEnv)
+	// The model asks for the corpus diagnostic as a tool: its result (the
+	// investigation task's record and the tool message of the second
+	// request) is a sink too.
+	model.Queue(openaifake.Reply{ToolCalls: []openaifake.ToolCall{{ID: "call_corpus", Name: "corpus", Arguments: `{}`}}})
 	env := append([]string{reportKeyEnv + "=" + reportKey, "AWS_ENDPOINT_URL_S3=" + s3srv.URL,
 		"E2E_SLACK_URL=" + slack.srv.URL + "/services/T000/B000/e2e"}, fq.env...)
 	a := startProc(t, yaml, env...)
 
 	fq.send(t, `{"id":"corpus-1","host":"web-1","diagnostic":"corpus","alert":{"source":"generic","name":"leak ghp_Zq8Lr2Wm5Xn7Pk3Vt9Hs4Jd6Fb1Gc0Ny2Ma8"}}`)
-	eventually(t, 60*time.Second, "the webhook, Slack and the model reached", func() bool {
-		return len(hook.of("failed")) == 1 && len(slack.all()) == 1 && len(model.Requests()) == 1
+	var report rootcause.Result
+	eventually(t, 60*time.Second, "the webhook, Slack, the model and the investigation's report reached", func() bool {
+		var ok bool
+		report, ok = recordReport(t, rc, prefix, "corpus-1")
+		return ok && len(hook.of("failed")) >= 1 && len(slack.all()) >= 1 && len(model.Requests()) == 2
 	})
 	rec, ok := sqsTaskRecord(t, rc, prefix, "corpus-1")
 	if !ok || rec.Outcome != "failed" {
 		t.Fatalf("record %+v, want failed", rec)
 	}
+	inv := report.Investigation
+	if inv == nil || len(inv.Steps) == 0 || len(inv.Steps[0].Calls) != 1 || inv.Steps[0].Calls[0].Result != "ran" {
+		t.Fatalf("investigation %+v, want the corpus diagnostic run as a tool", inv)
+	}
+	toolTask := inv.Steps[0].Calls[0].TaskID
 
+	var hooks, slacks strings.Builder
+	for _, h := range hook.of("failed") {
+		hooks.Write(h.body)
+	}
+	for _, h := range slack.all() {
+		slacks.Write(h.body)
+	}
 	sinks := map[string]string{
-		"webhook": string(hook.of("failed")[0].body),
-		"slack":   string(slack.all()[0].body),
-		"prompt":  string(model.Requests()[0].Body),
+		"webhook":                      hooks.String(),
+		"slack":                        slacks.String(),
+		"prompt":                       string(model.Requests()[0].Body),
+		"investigation tool result":    string(model.Requests()[1].Body),
+		"report in the record (Redis)": fmt.Sprintf("%+v", report),
+	}
+	if tr, ok := sqsTaskRecord(t, rc, prefix, toolTask); !ok || !strings.Contains(string(model.Requests()[1].Body), `"role":"tool"`) {
+		t.Fatalf("the tool call's record %+v (found %v), or no tool message", tr, ok)
+	} else {
+		sinks["investigation task record"] = tr.Output
+	}
+	// The tool's sinks carry the corpus (redacted), not just its name.
+	for _, name := range []string{"investigation tool result", "investigation task record"} {
+		if !strings.Contains(sinks[name], "[REDACTED:") {
+			t.Errorf("%s holds no redacted output: %.300q", name, sinks[name])
+		}
 	}
 	resp, err := a.get("/v1/tasks/corpus-1")
 	if err != nil {
