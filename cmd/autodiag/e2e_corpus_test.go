@@ -100,13 +100,15 @@ func corpusLeak(s, secret, background string) string {
 	return ""
 }
 
-// The whole secret corpus, printed by a failing diagnostic on stdout and
-// stderr at the start, middle and end of lines and inside JSON, with the
-// look-alikes and terminal escape sequences, reaches no sink of a real
-// agent: GET /v1/tasks/{id}, `autodiag show`, the JSON log, the webhook,
-// the Slack sink, the S3 object and the prompt the model got. The
-// look-alikes reach the record unchanged, and show prints the escapes
-// visibly.
+// Both secret corpora (the project's and gitleaks' own samples), printed
+// by a failing diagnostic on stdout and stderr at the start, middle and
+// end of lines and inside JSON, with the look-alikes and terminal escape
+// sequences, reach no sink of a real agent: GET /v1/tasks/{id}, `autodiag
+// show`, the JSON log, the webhook, the Slack sink, the S3 object, the
+// prompt the model got, and the investigation's tool result (its task's
+// record, the tool message, the stored report). The look-alikes reach the
+// S3 object (and the first corpus's the record) unchanged, and show prints
+// the escapes visibly.
 func TestCorpusThroughEverySink(t *testing.T) {
 	secrets, look, firstLook := loadCorpus(t)
 	dir := t.TempDir()
