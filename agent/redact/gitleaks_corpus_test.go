@@ -42,16 +42,16 @@ func loadGitleaksSamples(t testing.TB) []glSample {
 	// gitleaks' own rule set, as it ships (patterns not widened, no rules
 	// of ours): an fp it flags under another rule is a secret's shape.
 	var shipped []Rule
-	for _, r := range gitleaksRules() {
-		shipped = append(shipped, r)
-	}
-	for i, gr := range gitleaksConfig.Rules {
-		_ = i
-		for j := range shipped {
-			if shipped[j].Name == strings.ReplaceAll(gr.ID, "-", "_") {
-				shipped[j].Pattern = gr.Regex
-			}
+	for _, gr := range gitleaksConfig.Rules {
+		if gr.Regex == "" {
+			continue
 		}
+		rl := Rule{Name: strings.ReplaceAll(gr.ID, "-", "_"), Pattern: gr.Regex, SecretGroup: gr.SecretGroup,
+			Entropy: gr.Entropy, Keywords: gr.Keywords, Allow: []Allow{gitleaksConfig.Allowlist.allow()}}
+		for _, a := range gr.Allowlists {
+			rl.Allow = append(rl.Allow, a.allow())
+		}
+		shipped = append(shipped, rl)
 	}
 	gl, err := New(shipped, nil)
 	if err != nil {
