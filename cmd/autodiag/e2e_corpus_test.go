@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +25,10 @@ import (
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
+
+// extraSecret is a value of redact.values_env: nothing in its shape says
+// secret.
+const extraSecret = "plain-Zk3/Qw9+Lp2Rt7Vx"
 
 // corpusSample is one secret of agent/redact/testdata/secrets.tsv.
 type corpusSample struct{ kind, secret, text string }
@@ -142,6 +147,10 @@ func TestCorpusThroughEverySink(t *testing.T) {
 	for _, l := range look[firstLook:] {
 		fmt.Fprintf(&stdout, "%s\n", l)
 	}
+	// Values with no secret's shape, known to the agent: its own model key
+	// and a variable of redact.values_env, raw and in base64.
+	fmt.Fprintf(&stdout, "model key in use: %s\nextra %s and %s\n", reportKey, extraSecret,
+		base64.StdEncoding.EncodeToString([]byte("user:"+extraSecret)))
 	outPath, errPath := filepath.Join(dir, "out.txt"), filepath.Join(dir, "err.txt")
 	script := filepath.Join(dir, "corpus.sh")
 	for p, c := range map[string]string{outPath: stdout.String(), errPath: stderr.String(),
@@ -172,12 +181,13 @@ func TestCorpusThroughEverySink(t *testing.T) {
 		fmt.Sprintf("notify:\n  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    on: [failed]\n"+
 			"  - name: slack\n    type: slack\n    url_env: E2E_SLACK_URL\n    allow_http: true\n    on: [failed]\n", hook.srv.URL) +
 		fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
-			"  limits:\n    - daily: 100\n  investigate: {max_steps: 2, daily_tokens: 1000000}\n", model.BaseURL(), reportKeyEnv)
+			"  limits:\n    - daily: 100\n  investigate: {max_steps: 2, daily_tokens: 1000000}\n", model.BaseURL(), reportKeyEnv) +
+		"redact:\n  values_env: [E2E_EXTRA_SECRET]\n"
 	// The model asks for the corpus diagnostic as a tool: its result (the
 	// investigation task's record and the tool message of the second
 	// request) is a sink too.
 	model.Queue(openaifake.Reply{ToolCalls: []openaifake.ToolCall{{ID: "call_corpus", Name: "corpus", Arguments: `{}`}}})
-	env := append([]string{reportKeyEnv + "=" + reportKey, "AWS_ENDPOINT_URL_S3=" + s3srv.URL,
+	env := append([]string{reportKeyEnv + "=" + reportKey, "E2E_EXTRA_SECRET=" + extraSecret, "AWS_ENDPOINT_URL_S3=" + s3srv.URL,
 		"E2E_SLACK_URL=" + slack.srv.URL + "/services/T000/B000/e2e"}, fq.env...)
 	a := startProc(t, yaml, env...)
 
@@ -285,6 +295,9 @@ func TestCorpusThroughEverySink(t *testing.T) {
 		}
 		if strings.Contains(all, "ghp_Zq8Lr2Wm5Xn7") {
 			t.Errorf("%s leaks the alert name's token", name)
+		}
+		if strings.Contains(all, reportKey) || strings.Contains(all, "Qw9+Lp2R") {
+			t.Errorf("%s leaks a known value (the model key or redact.values_env)", name)
 		}
 	}
 	if dump := os.Getenv("AUTODIAG_CORPUS_DUMP"); dump != "" {
