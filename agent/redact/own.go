@@ -117,7 +117,10 @@ func ownRules() []Rule {
 		// A ~/.pgpass line, hostname:port:database:username:password.
 		// Five fields exactly: a MAC address has six, an IPv6 address a
 		// port that is not decimal.
-		{Name: "pgpass_line", Pattern: `(?:^|[^A-Za-z0-9_.*:/-])[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s"'()]+:[^:\s"'()]+:([^:\s"'()]+)(?:[\s"'()]|$)`},
+		// Its keywords are the port field's start, so that lines without
+		// one (most output) are not searched.
+		{Name: "pgpass_line", Pattern: `(?:^|[^A-Za-z0-9_.*:/-])[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s"'()]+:[^:\s"'()]+:([^:\s"'()]+)(?:[\s"'()]|$)`,
+			Keywords: []string{":0", ":1", ":2", ":3", ":4", ":5", ":6", ":7", ":8", ":9", ":*"}},
 		// A row of the credentials.csv the AWS console gives: the secret
 		// access key after its key id.
 		{Name: "aws_credentials_csv", Pattern: `(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}[ \t]*,[ \t]*"?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)`,
