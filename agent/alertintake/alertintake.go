@@ -263,6 +263,7 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("alertintake: results.redact: %w", err)
 	}
+	red.SetKnown(cfg.KnownValues(getenv))
 	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red,
 		Draining: func() bool {
 			select {

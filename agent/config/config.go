@@ -68,6 +68,9 @@ type Config struct {
 	// (redaction, the upload to S3); each diagnostic's max_output bounds
 	// what the record keeps.
 	Results ResultsConfig `yaml:"results"`
+	// Redact adds values to redact beside results.redact's rules
+	// (redact.values_env).
+	Redact RedactSection `yaml:"redact"`
 	// Notify lists the sinks told about task outcomes and drains; empty
 	// = no notifications.
 	Notify []notify.SinkConfig `yaml:"notify"`
@@ -417,6 +420,7 @@ func (c Config) Validate() error {
 	p.adopt("routes", c.Routes.Validate())
 	p.adopt("routes", c.routesInCatalog())
 	p.adopt("results", c.Results.Redact.Validate())
+	p.adopt("redact", c.Redact.Validate())
 	p.adopt("results.s3", c.Results.S3.Validate())
 	if c.Results.S3.Enabled() && c.Drain.Timeout > 0 && c.Results.S3.Timeout >= c.Drain.Timeout {
 		p.addf("results.s3.timeout", "%s must be below lifecycle.drain_timeout %s: an upload runs inside the drain", c.Results.S3.Timeout, c.Drain.Timeout)

@@ -17,6 +17,10 @@ func (b builder) wireResults(o Options) error {
 	if err != nil {
 		return fmt.Errorf("agent: results.redact: %w", err)
 	}
+	// The agent's own credentials (and redact.values_env) are redacted by
+	// value, read through the same lookup as the sinks, so a refreshed
+	// secret counts from its refresh on.
+	red.SetKnown(o.Config.KnownValues(o.LookupEnv))
 	h.redactor = red
 	if err := b.wireUpload(o); err != nil {
 		return err

@@ -14,8 +14,16 @@
 // not hold ~220 compiled patterns).
 // Config says how a list in the configuration file combines with them.
 //
+// Text holding URL or JSON string escapes is also searched decoded, and
+// what is found there is replaced where its encoded bytes are. The
+// credentials the agent holds are redacted by value (SetKnown), in their
+// encoded forms too.
+//
 // Output is redacted before it is cut (RedactCut, Head, CutSlack): a cap
-// never leaves half a secret that no rule recognises. The corpus in
-// testdata/ (secrets in the real formats and look-alikes) proves the
-// rules: TestCorpus allows no miss and no false positive.
+// never leaves half a secret that no rule recognises. Two corpora in
+// testdata/ prove the rules: the project's (secrets in the real formats
+// and look-alikes, TestCorpus) and gitleaks' own true and false positives
+// (TestGitleaksCorpus); each allows no miss and no false positive, and
+// TestTokenBoundaryMatrix puts every token rule's sample beside the
+// punctuation that output puts around tokens.
 package redact

@@ -172,8 +172,8 @@ func TestDefaultRulesCompileConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE password=" + Marker("secret_assignment") + "\n"
-	want := "AWS_ACCESS_KEY_ID=" + Marker("aws_access_key_id") + " password=" + Marker("secret_assignment") + "\n"
+	in := "AWS_ACCESS_KEY_ID=AKIAQYLPMN5HHHFPZAM2 password=" + Marker("secret_assignment") + "\n"
+	want := "AWS_ACCESS_KEY_ID=" + Marker("aws_access_token") + " password=" + Marker("secret_assignment") + "\n"
 	var wg sync.WaitGroup
 	outs := make([]string, 8)
 	for i := range outs {

@@ -40,16 +40,11 @@ func (r *Redactor) legacyPass(src []byte) ([]byte, int) {
 	var buf bytes.Buffer
 	n, last := 0, 0
 	for {
-		ri := -1
-		for i, m := range next {
-			if m[0] >= 0 && (ri < 0 || m[0] < next[ri][0]) {
-				ri = i
-			}
-		}
+		ri, end := pick(next)
 		if ri < 0 {
 			break
 		}
-		start, end := next[ri][0], next[ri][1]
+		start := next[ri][0]
 		if n == 0 {
 			buf.Grow(len(src) + len(r.rules[ri].marker))
 		}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -125,7 +126,7 @@ func (c Config) Effective() []Rule {
 func (c Config) Validate() error {
 	var errs []error
 	seen := map[string]bool{}
-	var markers []string
+	markers := []string{Marker(KnownRule)}
 	for _, r := range c.Effective() {
 		markers = append(markers, Marker(r.Name))
 	}
@@ -138,6 +139,8 @@ func (c Config) Validate() error {
 			errs = append(errs, configerr.Errorf(key+".name", "%q: use lower case letters, digits and _ (it labels a metric)", r.Name))
 		case seen[r.Name]:
 			errs = append(errs, configerr.Errorf(key+".name", "%q is used twice", r.Name))
+		case r.Name == KnownRule:
+			errs = append(errs, configerr.Errorf(key+".name", "%q is reserved for the values of redact.values_env and the agent's credentials", r.Name))
 		}
 		seen[r.Name] = true
 		if _, err := compile(r, markers); err != nil {
@@ -242,6 +245,10 @@ type Redactor struct {
 	markers   map[string]bool
 	maxMarker int
 	counts    *prometheus.CounterVec
+	// knownSrc gives the credential values redacted by value (SetKnown);
+	// known caches their forms while the values stay the same.
+	knownSrc func() []string
+	known    atomic.Pointer[knownSet]
 }
 
 // compiledDefaults are the default rules prepared once: a reload or a
@@ -400,7 +407,7 @@ func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) 
 		Name: "autodiag_redactions_total",
 		Help: "Secrets replaced in diagnostic output, by redaction rule.",
 	}, []string{"name"})}
-	var markers []string
+	markers := []string{Marker(KnownRule)}
 	for _, rl := range rules {
 		markers = append(markers, Marker(rl.Name))
 	}
@@ -457,7 +464,9 @@ func newWith(rules []Rule, reg prometheus.Registerer, defaults map[string]rule) 
 			r.counts = are.ExistingCollector.(*prometheus.CounterVec)
 		}
 	}
-	r.markers = map[string]bool{}
+	r.markers = map[string]bool{Marker(KnownRule): true}
+	r.maxMarker = len(Marker(KnownRule))
+	r.counts.WithLabelValues(KnownRule)
 	for _, c := range r.rules {
 		r.counts.WithLabelValues(c.name)
 		r.markers[string(c.marker)] = true
@@ -487,15 +496,24 @@ func (r *Redactor) RedactString(s string) string {
 func (r *Redactor) redact(src []byte) ([]byte, int) {
 	// Empty text (a run's empty output, a success's reason and detail)
 	// holds no secret: it skips the scan and what the scan allocates.
-	if r == nil || len(r.rules) == 0 || len(src) == 0 {
+	if r == nil || len(src) == 0 {
 		return src, 0
 	}
-	total := 0
+	// The agent's own credentials first, whatever the rules.
+	src, total := r.redactKnown(src)
+	if len(r.rules) == 0 && r.knownSrc == nil {
+		return src, total
+	}
 	for range maxPasses {
 		out, n := r.pass(src)
 		if n == 0 {
 			break
 		}
+		src, total = out, total+n
+	}
+	// What an encoding hides (%3DAIza…, \u003cpassword\u003e…) is found
+	// in the decoded text and replaced in the original.
+	if out, n := r.redactDecoded(src); n > 0 {
 		src, total = out, total+n
 	}
 	return src, total
@@ -596,24 +614,9 @@ func (r *Redactor) scan(src []byte) *scan {
 // faster than one alternation of all rules, whose NFA is as large as all
 // of them together. Memory is the output plus one match per rule.
 func (r *Redactor) pass(src []byte) ([]byte, int) {
-	s := r.scan(src)
-	next := make([][2]int, len(r.rules)) // next match of each rule at or after the last one; -1: none
-	for i := range r.rules {
-		next[i] = r.find(i, s, 0)
-	}
 	var buf bytes.Buffer
 	n, last := 0, 0
-	for {
-		ri := -1
-		for i, m := range next {
-			if m[0] >= 0 && (ri < 0 || m[0] < next[ri][0]) {
-				ri = i
-			}
-		}
-		if ri < 0 {
-			break
-		}
-		start, end := next[ri][0], next[ri][1]
+	r.each(src, func(ri, start, end int) {
 		if n == 0 {
 			buf.Grow(len(src) + len(r.rules[ri].marker))
 		}
@@ -622,12 +625,7 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 		r.counts.WithLabelValues(r.rules[ri].name).Inc()
 		n++
 		last = end
-		for i, m := range next {
-			if m[0] >= 0 && m[0] < end {
-				next[i] = r.find(i, s, end)
-			}
-		}
-	}
+	})
 	if n == 0 {
 		return src, 0
 	}
@@ -635,7 +633,60 @@ func (r *Redactor) pass(src []byte) ([]byte, int) {
 	return buf.Bytes(), n
 }
 
+// each calls fn with every secret of one scan of src, in order: the rule
+// whose marker replaces it and its bounds.
+func (r *Redactor) each(src []byte, fn func(ri, start, end int)) {
+	s := r.scan(src)
+	next := make([][2]int, len(r.rules)) // next match of each rule at or after the last one; -1: none
+	for i := range r.rules {
+		next[i] = r.find(i, s, 0)
+	}
+	for {
+		ri, end := pick(next)
+		if ri < 0 {
+			return
+		}
+		fn(ri, next[ri][0], end)
+		for i, m := range next {
+			if m[0] >= 0 && m[0] < end {
+				next[i] = r.find(i, s, end)
+			}
+		}
+	}
+}
+
 var none = [2]int{-1, -1}
+
+// pick is the rule whose secret is replaced next and where the
+// replacement ends: the leftmost secret (the longest of those starting
+// there, then the first rule), run on through every secret that overlaps
+// it. A shorter rule's match inside a longer token (glrt-… of a routable
+// runner token, FLWSECK_TEST-… of a secret key) would otherwise leave the
+// token's rest in the text, which no rule finds alone. ri < 0: none left.
+func pick(next [][2]int) (ri, end int) {
+	ri = -1
+	for i, m := range next {
+		if m[0] < 0 {
+			continue
+		}
+		if ri < 0 || m[0] < next[ri][0] || m[0] == next[ri][0] && m[1] > next[ri][1] {
+			ri = i
+		}
+	}
+	if ri < 0 {
+		return -1, 0
+	}
+	end = next[ri][1]
+	for grown := true; grown; {
+		grown = false
+		for _, m := range next {
+			if m[0] >= 0 && m[0] < end && m[1] > end {
+				end, grown = m[1], true
+			}
+		}
+	}
+	return ri, end
+}
 
 // find is the secret of the first match of rule i in the text at or after
 // pos, none if there is none. The search starts at pos as if the text

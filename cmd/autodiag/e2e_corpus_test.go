@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,14 +21,21 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/internal/testenv"
 )
 
+// extraSecret is a value of redact.values_env: nothing in its shape says
+// secret.
+const extraSecret = "plain-Zk3/Qw9+Lp2Rt7Vx"
+
 // corpusSample is one secret of agent/redact/testdata/secrets.tsv.
 type corpusSample struct{ kind, secret, text string }
 
-func loadCorpus(t *testing.T) ([]corpusSample, []string) {
+// loadCorpus returns both corpora's secrets and look-alikes, and how many
+// of the look-alikes are the first corpus's (they come first).
+func loadCorpus(t *testing.T) ([]corpusSample, []string, int) {
 	t.Helper()
 	f, err := os.Open("../../agent/redact/testdata/secrets.tsv")
 	if err != nil {
@@ -55,17 +63,41 @@ func loadCorpus(t *testing.T) ([]corpusSample, []string) {
 			look = append(look, l)
 		}
 	}
-	return secrets, look
+	first := len(look)
+	// The second corpus: gitleaks' own samples, judged by the redact
+	// package's TestGitleaksCorpus (each tp with its secret, each fp that
+	// must come out unchanged).
+	g, err := os.ReadFile("../../agent/redact/testdata/gitleaks_judged.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(g), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 4 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var secret, text string
+		if json.Unmarshal([]byte(f[2]), &secret) != nil || json.Unmarshal([]byte(f[3]), &text) != nil {
+			t.Fatalf("gitleaks_judged.tsv: bad line %q", line)
+		}
+		if f[0] == "tp" {
+			secrets = append(secrets, corpusSample{"gitleaks:" + f[1], secret, text})
+		} else {
+			look = append(look, text)
+		}
+	}
+	return secrets, look, first
 }
 
 var markerRE = regexp.MustCompile(`\[REDACTED:[a-z0-9_]+\]`)
 
-// corpusLeak is the first 10-byte piece of secret (per line) found in s.
-func corpusLeak(s, secret string) string {
+// corpusLeak is the first 10-byte piece of secret (per line) found in s
+// that background does not hold.
+func corpusLeak(s, secret, background string) string {
 	for _, line := range strings.Split(secret, "\n") {
 		w := min(10, len(line))
 		for i := 0; w > 0 && i+w <= len(line); i++ {
-			if strings.Contains(s, line[i:i+w]) {
+			if strings.Contains(s, line[i:i+w]) && !strings.Contains(background, line[i:i+w]) {
 				return line[i : i+w]
 			}
 		}
@@ -73,17 +105,26 @@ func corpusLeak(s, secret string) string {
 	return ""
 }
 
-// The whole secret corpus, printed by a failing diagnostic on stdout and
-// stderr at the start, middle and end of lines and inside JSON, with the
-// look-alikes and terminal escape sequences, reaches no sink of a real
-// agent: GET /v1/tasks/{id}, `autodiag show`, the JSON log, the webhook,
-// the Slack sink, the S3 object and the prompt the model got. The
-// look-alikes reach the record unchanged, and show prints the escapes
-// visibly.
+// Both secret corpora (the project's and gitleaks' own samples), printed
+// by a failing diagnostic on stdout and stderr at the start, middle and
+// end of lines and inside JSON, with the look-alikes and terminal escape
+// sequences, reach no sink of a real agent: GET /v1/tasks/{id}, `autodiag
+// show`, the JSON log, the webhook, the Slack sink, the S3 object, the
+// prompt the model got, and the investigation's tool result (its task's
+// record, the tool message, the stored report). The look-alikes reach the
+// S3 object (and the first corpus's the record) unchanged, and show prints
+// the escapes visibly.
 func TestCorpusThroughEverySink(t *testing.T) {
-	secrets, look := loadCorpus(t)
+	secrets, look, firstLook := loadCorpus(t)
 	dir := t.TempDir()
 	var stdout, stderr strings.Builder
+	// The first corpus's look-alikes and the escapes come first, within
+	// the record's cap (its head); gitleaks' look-alikes last, in the S3
+	// object (the whole output).
+	for _, l := range look[:firstLook] {
+		fmt.Fprintf(&stdout, "%s\n", l)
+	}
+	stdout.WriteString("title \x1b]0;pwned\x07 clear \x1b[2J done\n")
 	for i, s := range secrets {
 		w := &stdout
 		if i%2 == 1 {
@@ -103,10 +144,13 @@ func TestCorpusThroughEverySink(t *testing.T) {
 			fmt.Fprintf(w, "error: connect failed (%s)\n", s.text)
 		}
 	}
-	for _, l := range look {
+	for _, l := range look[firstLook:] {
 		fmt.Fprintf(&stdout, "%s\n", l)
 	}
-	stdout.WriteString("title \x1b]0;pwned\x07 clear \x1b[2J done\n")
+	// Values with no secret's shape, known to the agent: its own model key
+	// and a variable of redact.values_env, raw and in base64.
+	fmt.Fprintf(&stdout, "model key in use: %s\nextra %s and %s\n", reportKey, extraSecret,
+		base64.StdEncoding.EncodeToString([]byte("user:"+extraSecret)))
 	outPath, errPath := filepath.Join(dir, "out.txt"), filepath.Join(dir, "err.txt")
 	script := filepath.Join(dir, "corpus.sh")
 	for p, c := range map[string]string{outPath: stdout.String(), errPath: stderr.String(),
@@ -132,29 +176,62 @@ func TestCorpusThroughEverySink(t *testing.T) {
 	fq := newSQSFake(t, "tasks")
 	cfg := sqsAgentConfig{instance: "agent-corpus", workers: 1, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: corpus\n    command: [/bin/sh, '%s']\n    timeout: 10s\n"+
-		"    max_output: 1MiB\nlimiter:\n", script), 1) +
+		"    max_output: 1MiB\n    investigate: true\n    description: prints the corpus\nlimiter:\n", script), 1) +
 		fmt.Sprintf("results:\n  s3:\n    bucket: %s\n    path_style: true\n", bucket) +
 		fmt.Sprintf("notify:\n  - name: hook\n    type: webhook\n    url: '%s/hook'\n    allow_http: true\n    on: [failed]\n"+
 			"  - name: slack\n    type: slack\n    url_env: E2E_SLACK_URL\n    allow_http: true\n    on: [failed]\n", hook.srv.URL) +
 		fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: e2e-model\n  base_url: '%s'\n  api_key_env: %s\n"+
-			"  limits:\n    - daily: 100\n", model.BaseURL(), reportKeyEnv)
-	env := append([]string{reportKeyEnv + "=" + reportKey, "AWS_ENDPOINT_URL_S3=" + s3srv.URL,
+			"  limits:\n    - daily: 100\n  investigate: {max_steps: 2, daily_tokens: 1000000}\n", model.BaseURL(), reportKeyEnv) +
+		"redact:\n  values_env: [E2E_EXTRA_SECRET]\n"
+	// The model asks for the corpus diagnostic as a tool: its result (the
+	// investigation task's record and the tool message of the second
+	// request) is a sink too.
+	model.Queue(openaifake.Reply{ToolCalls: []openaifake.ToolCall{{ID: "call_corpus", Name: "corpus", Arguments: `{}`}}})
+	env := append([]string{reportKeyEnv + "=" + reportKey, "E2E_EXTRA_SECRET=" + extraSecret, "AWS_ENDPOINT_URL_S3=" + s3srv.URL,
 		"E2E_SLACK_URL=" + slack.srv.URL + "/services/T000/B000/e2e"}, fq.env...)
 	a := startProc(t, yaml, env...)
 
 	fq.send(t, `{"id":"corpus-1","host":"web-1","diagnostic":"corpus","alert":{"source":"generic","name":"leak ghp_Zq8Lr2Wm5Xn7Pk3Vt9Hs4Jd6Fb1Gc0Ny2Ma8"}}`)
-	eventually(t, 60*time.Second, "the webhook, Slack and the model reached", func() bool {
-		return len(hook.of("failed")) == 1 && len(slack.all()) == 1 && len(model.Requests()) == 1
+	var report rootcause.Result
+	eventually(t, 60*time.Second, "the webhook, Slack, the model and the investigation's report reached", func() bool {
+		var ok bool
+		report, ok = recordReport(t, rc, prefix, "corpus-1")
+		return ok && len(hook.of("failed")) >= 1 && len(slack.all()) >= 1 && len(model.Requests()) == 2
 	})
 	rec, ok := sqsTaskRecord(t, rc, prefix, "corpus-1")
 	if !ok || rec.Outcome != "failed" {
 		t.Fatalf("record %+v, want failed", rec)
 	}
+	inv := report.Investigation
+	if inv == nil || len(inv.Steps) == 0 || len(inv.Steps[0].Calls) != 1 || inv.Steps[0].Calls[0].Result != "ran" {
+		t.Fatalf("investigation %+v, want the corpus diagnostic run as a tool", inv)
+	}
+	toolTask := inv.Steps[0].Calls[0].TaskID
 
+	var hooks, slacks strings.Builder
+	for _, h := range hook.of("failed") {
+		hooks.Write(h.body)
+	}
+	for _, h := range slack.all() {
+		slacks.Write(h.body)
+	}
 	sinks := map[string]string{
-		"webhook": string(hook.of("failed")[0].body),
-		"slack":   string(slack.all()[0].body),
-		"prompt":  string(model.Requests()[0].Body),
+		"webhook":                      hooks.String(),
+		"slack":                        slacks.String(),
+		"prompt":                       string(model.Requests()[0].Body),
+		"investigation tool result":    string(model.Requests()[1].Body),
+		"report in the record (Redis)": fmt.Sprintf("%+v", report),
+	}
+	if tr, ok := sqsTaskRecord(t, rc, prefix, toolTask); !ok || !strings.Contains(string(model.Requests()[1].Body), `"role":"tool"`) {
+		t.Fatalf("the tool call's record %+v (found %v), or no tool message", tr, ok)
+	} else {
+		sinks["investigation task record"] = tr.Output
+	}
+	// The tool's sinks carry the corpus (redacted), not just its name.
+	for _, name := range []string{"investigation tool result", "investigation task record"} {
+		if !strings.Contains(sinks[name], "[REDACTED:") {
+			t.Errorf("%s holds no redacted output: %.300q", name, sinks[name])
+		}
 	}
 	resp, err := a.get("/v1/tasks/corpus-1")
 	if err != nil {
@@ -193,17 +270,24 @@ func TestCorpusThroughEverySink(t *testing.T) {
 	sinks["JSON log"] = a.Output()
 
 	unescape := strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&", `\/`, "/", `\"`, `"`, `\\`, `\`)
+	// A secret leaks when a piece of it that nothing else printed (no
+	// look-alike, no other sample's context: gitleaks' samples share
+	// prefixes such as "postgres://app:" and "-----BEGIN") reaches a sink.
+	var bg strings.Builder
+	for _, l := range look {
+		bg.WriteString(l + "\x00")
+	}
+	for _, sm := range secrets {
+		bg.WriteString(strings.ReplaceAll(sm.text, sm.secret, "\x00") + "\x00")
+	}
+	background := bg.String()
 	misses := 0
 	for name, s := range sinks {
 		all := s + "\n" + unescape.Replace(s)
-		// Markers name rules (github_pat) and look-alikes hold prefixes of
-		// secrets (-----BEGIN): neither is a leak.
+		// Markers name rules (github_pat): not a leak.
 		all = markerRE.ReplaceAllString(all, "")
-		for _, l := range look {
-			all = strings.ReplaceAll(all, l, "")
-		}
 		for _, sm := range secrets {
-			if l := corpusLeak(all, sm.secret); l != "" {
+			if l := corpusLeak(all, sm.secret, background); l != "" {
 				misses++
 				i := strings.Index(all, l)
 				t.Errorf("%s leaks %s: %q in %q", name, sm.kind, l, all[max(0, i-80):min(len(all), i+80)])
@@ -212,13 +296,24 @@ func TestCorpusThroughEverySink(t *testing.T) {
 		if strings.Contains(all, "ghp_Zq8Lr2Wm5Xn7") {
 			t.Errorf("%s leaks the alert name's token", name)
 		}
+		if strings.Contains(all, reportKey) || strings.Contains(all, "Qw9+Lp2R") {
+			t.Errorf("%s leaks a known value (the model key or redact.values_env)", name)
+		}
 	}
-	// Look-alikes reach the record unchanged.
+	if dump := os.Getenv("AUTODIAG_CORPUS_DUMP"); dump != "" {
+		_ = os.WriteFile(dump, []byte(view.Output), 0o600)
+	}
+	// Look-alikes reach the record (those within its cap) and the S3
+	// object unchanged.
 	fps := 0
-	for _, l := range look {
-		if !strings.Contains(view.Output, l+"\n") {
+	for i, l := range look {
+		if i < firstLook && !strings.Contains(view.Output, l+"\n") {
 			fps++
 			t.Errorf("look-alike changed in the record: %q", l)
+		}
+		if !strings.Contains(string(object), l+"\n") {
+			fps++
+			t.Errorf("look-alike changed in the S3 object: %q", l)
 		}
 	}
 	if strings.Contains(shown, "\x1b") || !strings.Contains(shown, `\x1b]0;pwned\x07`) {

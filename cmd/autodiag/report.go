@@ -136,6 +136,7 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 	if err != nil {
 		return rootcause.Result{}, usageError{fmt.Errorf("results.redact: %w", err)}
 	}
+	red.SetKnown(cfg.KnownValues(lookup))
 	log := newLogger(c.stderr, cfg.LogLevel)
 	host, _ := os.Hostname()
 	consumer := "cli-" + host
