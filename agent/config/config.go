@@ -421,11 +421,17 @@ func (c Config) Validate() error {
 		p.addf("results.s3.timeout", "%s must be below lifecycle.drain_timeout %s: an upload runs inside the drain", c.Results.S3.Timeout, c.Drain.Timeout)
 	}
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
+	// No outbound URL may drive this agent's own admin API (/v1/drain);
+	// the sections report their other URL problems themselves.
+	own := [][2]string{{"report.base_url", c.Report.BaseURL}, {"tracing.endpoint", c.Tracing.Endpoint}}
 	for i, n := range c.Notify {
-		// A sink must not drive this agent's own admin API (/v1/drain).
-		if n.URL != "" && urlcheck.Check(n.URL, urlcheck.Rules{AllowHTTP: true}) == nil {
-			if err := urlcheck.Check(n.URL, urlcheck.Rules{AllowHTTP: true, Self: c.AdminAddr}); err != nil {
-				p.add(fmt.Sprintf("notify[%d].url", i), err)
+		own = append(own, [2]string{fmt.Sprintf("notify[%d].url", i), n.URL})
+	}
+	for _, ku := range own {
+		key, u := ku[0], ku[1]
+		if u != "" && urlcheck.Check(u, urlcheck.Rules{AllowHTTP: true, AllowUserinfo: true}) == nil {
+			if err := urlcheck.Check(u, urlcheck.Rules{AllowHTTP: true, AllowUserinfo: true, Self: c.AdminAddr}); err != nil {
+				p.add(key, err)
 			}
 		}
 	}

@@ -24,7 +24,7 @@ func (b builder) wireResults(o Options) error {
 	if len(o.Config.Notify) == 0 {
 		return nil
 	}
-	sinks, err := notify.NewSinks(o.Config.Notify, o.LookupEnv, nil)
+	sinks, err := notify.NewSinksWith(o.Config.Notify, o.LookupEnv, nil, notify.SinkOptions{Self: o.Config.AdminAddr})
 	if err != nil {
 		return fmt.Errorf("agent: notify: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/autodiag/autodiag/internal/clock"
@@ -73,10 +74,22 @@ func NewHTTPClient() *http.Client {
 
 // NewSinks builds the sinks of a validated notify list, reading url_env and
 // secret_env through getenv. A missing or empty variable, or a URL in one
-// that is not https (http with allow_http), is an error naming the variable,
-// never its value. getenv nil means an empty environment; client nil means
-// NewHTTPClient().
+// that breaks the outbound URL rules (CheckURL), is an error naming the
+// variable, never its value. getenv nil means an empty environment; client
+// nil means NewHTTPClient().
 func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *http.Client) ([]Sink, error) {
+	return NewSinksWith(list, getenv, client, SinkOptions{})
+}
+
+// SinkOptions are what the sinks know of the agent around them.
+type SinkOptions struct {
+	// Self is the agent's admin address (admin_addr); a sink URL that
+	// reaches it is refused at start and at every secrets refresh.
+	Self string
+}
+
+// NewSinksWith is NewSinks with the agent's options.
+func NewSinksWith(list []SinkConfig, getenv func(string) (string, bool), client *http.Client, o SinkOptions) ([]Sink, error) {
 	if err := ValidateSinks(list); err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
 	}
@@ -96,11 +109,14 @@ func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *htt
 				errs = append(errs, fmt.Errorf("notify: sink %s: %s %s is not set", c.Name, what, name))
 				continue
 			}
-			if err := checkURL(v, c.AllowHTTP); err != nil {
+			if err := CheckURL(v, c.AllowHTTP, true, o.Self); err != nil {
 				errs = append(errs, fmt.Errorf("notify: sink %s: the URL in %s: %w", c.Name, name, err))
 				continue
 			}
 			u = v
+		} else if err := CheckURL(u, c.AllowHTTP, false, o.Self); err != nil {
+			errs = append(errs, fmt.Errorf("notify: sink %s: url: %w", c.Name, err))
+			continue
 		}
 		var secret []byte
 		if name, what := cmp.Or(c.SecretSecret, c.SecretEnv), kind(c.SecretSecret); name != "" {
@@ -112,7 +128,7 @@ func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *htt
 			secret = []byte(v)
 		}
 		base := httpSink{name: c.Name, on: slices.Clone(c.On), timeout: c.EffectiveTimeout(), url: u, client: client,
-			urlRef: c.URLSecret, allowHTTP: c.AllowHTTP, getenv: getenv}
+			urlRef: c.URLSecret, allowHTTP: c.AllowHTTP, self: o.Self, getenv: getenv, dest: &urlTarget{good: u}}
 		switch c.Type {
 		case TypeWebhook:
 			sinks = append(sinks, &Webhook{httpSink: base, secret: secret, secretRef: c.SecretSecret})
@@ -139,24 +155,62 @@ type httpSink struct {
 	name    string
 	on      []EventType
 	timeout time.Duration
-	url     string // may be a secret: never logged, never in an error
+	url     string // the URL read at start; may be a secret: never logged, never in an error
 	client  *http.Client
 	// urlRef, when set, is read again through getenv at each send, so a
-	// rotated url_secret applies without a restart; url is the fallback.
+	// rotated url_secret applies without a restart; dest holds the URL in
+	// force.
 	urlRef    string
 	allowHTTP bool
+	self      string
 	getenv    func(string) (string, bool)
+	dest      *urlTarget
 }
 
-// target is the URL in force: urlRef's current value when it is a valid
-// URL, else the one read at start.
+// urlTarget is a sink's URL in force and the rotated value last refused.
+// Both may be secrets: never logged, never in an error.
+type urlTarget struct {
+	mu      sync.Mutex
+	good    string
+	refused string
+	// onRefused hears each new rotated value the URL rules refuse (the
+	// dispatcher logs and counts it); nil: nobody listens.
+	onRefused func(error)
+}
+
+// target is the URL in force: urlRef's current value when it passes the
+// outbound URL rules, else the last one that did. A refused value is
+// never sent to, and is reported once however many sends it meets.
 func (s *httpSink) target() string {
-	if s.urlRef != "" {
-		if v, ok := s.getenv(s.urlRef); ok && checkURL(v, s.allowHTTP) == nil {
-			return v
-		}
+	t := s.dest
+	if s.urlRef == "" || t == nil {
+		return s.url
 	}
-	return s.url
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := s.getenv(s.urlRef)
+	if !ok || v == "" || v == t.good || v == t.refused {
+		return t.good
+	}
+	if err := CheckURL(v, s.allowHTTP, true, s.self); err != nil {
+		t.refused = v
+		if t.onRefused != nil {
+			t.onRefused(err)
+		}
+		return t.good
+	}
+	t.good, t.refused = v, ""
+	return v
+}
+
+// setURLRefused installs the listener of refused rotated URLs.
+func (s *httpSink) setURLRefused(f func(error)) {
+	if s.dest == nil {
+		return
+	}
+	s.dest.mu.Lock()
+	s.dest.onRefused = f
+	s.dest.mu.Unlock()
 }
 
 func (s *httpSink) Name() string           { return s.name }

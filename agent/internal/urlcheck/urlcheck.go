@@ -21,6 +21,9 @@ type Rules struct {
 	AllowHTTPLoopback bool
 	// DenyLoopback refuses loopback hosts whatever the scheme.
 	DenyLoopback bool
+	// AllowUserinfo accepts user:password@ in a URL read from the
+	// environment or a secret store, where it is as secret as the rest.
+	AllowUserinfo bool
 	// Self is the agent's own admin address (host:port); a URL to it is
 	// refused ("" = none).
 	Self string
@@ -41,7 +44,7 @@ func Check(raw string, r Rules) error {
 	if host == "" {
 		return errors.New("has no host")
 	}
-	if u.User != nil {
+	if u.User != nil && !r.AllowUserinfo {
 		return errors.New("holds credentials (user:password@): put them in the environment")
 	}
 	loopback := isLoopback(host)
@@ -64,18 +67,56 @@ func Check(raw string, r Rules) error {
 			return errors.New("points at a link-local, unspecified or multicast address")
 		}
 	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "instance-data") || strings.EqualFold(host, "instance-data.ec2.internal") {
+	if MetadataHost(host) {
 		return errors.New("points at the instance metadata service")
 	}
 	if loopback && r.DenyLoopback {
 		return errors.New("points at this instance (loopback)")
 	}
-	if r.Self != "" && loopback {
-		if _, selfPort, err := net.SplitHostPort(r.Self); err == nil && port(u) == selfPort {
-			return errors.New("points at the agent's own admin address")
-		}
+	if r.Self != "" && isSelf(host, port(u), r.Self) {
+		return errors.New("points at the agent's own admin address")
 	}
 	return nil
+}
+
+// metadataNames are the DNS names of the instance metadata services the
+// agent can run beside: EC2's (instance-data, with and without its
+// domain), GCE's (metadata.google.internal, and the bare "metadata" its
+// resolver completes). Each resolves to a link-local address only through
+// the platform's resolver, so an address check alone misses them.
+var metadataNames = []string{"instance-data", "instance-data.ec2.internal", "metadata", "metadata.google.internal"}
+
+// MetadataHost reports whether host (a DNS name, any case, with or
+// without its final dot) names an instance metadata service.
+func MetadataHost(host string) bool {
+	h := strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	for _, m := range metadataNames {
+		if strings.EqualFold(h, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// isSelf reports whether host:port reaches the admin listener at self: the
+// same port on a loopback host, or on self's own host when it listens on
+// one address.
+func isSelf(host, port, self string) bool {
+	selfHost, selfPort, err := net.SplitHostPort(self)
+	if err != nil || port != selfPort {
+		return false
+	}
+	if isLoopback(host) {
+		return true
+	}
+	h := strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	sh := strings.ToLower(strings.TrimSuffix(selfHost, "."))
+	if h == sh {
+		return true
+	}
+	a, aerr := netip.ParseAddr(h)
+	b, berr := netip.ParseAddr(sh)
+	return aerr == nil && berr == nil && a.Unmap() == b.Unmap()
 }
 
 func port(u *url.URL) string {
