@@ -22,6 +22,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
@@ -356,6 +357,12 @@ func (v *Validator) checkHost(h string) error {
 func (v *Validator) checkTarget(h string) error {
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		return reject(ReasonHostForbidden, "host", "%q names this host", h)
+	}
+	if urlcheck.MetadataHost(h) {
+		// The platform's resolver answers these with the metadata
+		// service's link-local address, which the address check below
+		// never sees.
+		return reject(ReasonHostForbidden, "host", "%q names the instance metadata service", h)
 	}
 	a, err := netip.ParseAddr(h)
 	if err != nil {
