@@ -268,7 +268,7 @@ func (c *cli) statusCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(c.stdout)
+				enc := json.NewEncoder(jsonOut(c.stdout, false))
 				enc.SetIndent("", "  ")
 				return enc.Encode(fv)
 			}
@@ -446,7 +446,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 			}
 			view := decisionView(dec)
 			view["state"] = ruleStatesView(rules, time.Now())
-			enc := json.NewEncoder(c.stdout)
+			enc := json.NewEncoder(jsonOut(c.stdout, false))
 			enc.SetIndent("", "  ")
 			return enc.Encode(view)
 		},

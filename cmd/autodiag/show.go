@@ -53,7 +53,7 @@ func (c *cli) showCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(c.stdout)
+				enc := json.NewEncoder(jsonOut(c.stdout, raw))
 				enc.SetIndent("", "  ")
 				return enc.Encode(v)
 			}
