@@ -12,16 +12,27 @@ import (
 const MaxQuoted = 200
 
 // QuoteID is id as a log line, an audit entry or an error shows it: as it
-// is when it is a valid task id, else quoted ("bad id/../x") with every
+// is when it is a valid task id (or none), else quoted ("bad id/../x") with every
 // character outside printable ASCII escaped and cut to at most MaxQuoted
 // bytes, its full length given after the cut. A caller-chosen id can then
 // neither forge a terminal escape nor grow a line to its own size, and
 // the quotes say it is no id GET /v1/tasks knows.
 func QuoteID(id string) string {
-	if id != "" && idPattern.MatchString(id) {
+	if id == "" || idPattern.MatchString(id) {
 		return id
 	}
 	return QuoteCut(id, MaxQuoted)
+}
+
+// QuoteText is a caller-chosen field of a task that may have failed
+// validation (its host, its diagnostic) as QuoteID shows an id: as it is
+// when it is at most MaxQuoted bytes of printable ASCII without a quote,
+// else quoted, escaped and cut.
+func QuoteText(s string) string {
+	if len(s) <= MaxQuoted && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e || r == '"' }) {
+		return s
+	}
+	return QuoteCut(s, MaxQuoted)
 }
 
 // QuoteCut is s quoted, escaped to printable ASCII and cut to at most max

@@ -15,7 +15,7 @@ func TestQuoteID(t *testing.T) {
 	}{
 		{"demo-1", "demo-1"},
 		{"i-0abc:step:2", "i-0abc:step:2"},
-		{"", `""`},
+		{"", ""},
 		{"bad;host", `"bad;host"`},
 		{"bad id/../x", `"bad id/../x"`},
 		{"a\x1b]0;owned\x07", `"a\x1b]0;owned\a"`},
