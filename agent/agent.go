@@ -72,6 +72,10 @@ type Deps struct {
 	// Reports are the report provider, queue and limiter backend; needed
 	// with report.enabled (OpenReportParts).
 	Reports *hooks.ReportParts
+	// OriginKey signs and verifies the origin of investigation tool calls
+	// (task.SignOrigin); every agent of a fleet must hold the same. Nil =
+	// a random key of this agent's own (embedded mode).
+	OriginKey []byte
 }
 
 // Agent is one `autodiag run`: it builds the hooks, the task worker, the
@@ -127,6 +131,11 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	validator, catalog, err := cfg.CompileCatalog()
 	if err != nil {
 		return nil, err
+	}
+	validator.OriginKey = d.OriginKey
+	if validator.OriginKey == nil {
+		validator.OriginKey = make([]byte, 32)
+		_, _ = rand.Read(validator.OriginKey) // crypto/rand.Read never fails
 	}
 	log := d.Logger.With("instance_id", d.InstanceID)
 	diagnostics := make([]string, 0, len(cfg.Diagnostics))

@@ -52,6 +52,11 @@ type Task struct {
 	Parent        string `json:"parent,omitempty"`
 	Investigation string `json:"investigation,omitempty"`
 	Step          int    `json:"step,omitempty"`
+	// OriginToken proves that the agent's own investigator sent a task of
+	// origin "investigation" (SignOrigin): that origin picks the
+	// investigation's limiter rule and skips the report, so no other
+	// sender may claim it.
+	OriginToken string `json:"origin_token,omitempty"`
 }
 
 // Field returns the value of a dotted field name, for limiter.dedupe.key
@@ -395,6 +400,10 @@ type Validator struct {
 	Catalog map[string]Spec
 	// MaxAge: tasks created longer ago end as stale (0 = no limit).
 	MaxAge time.Duration
+	// OriginKey verifies the origin token of a task of origin
+	// "investigation"; such a task without a token that verifies under it
+	// is rejected (invalid_origin). Nil rejects every such task.
+	OriginKey []byte
 	// AllowIPLiterals accepts a host that is an IPv4 address in dotted-quad
 	// form (it still has to match Allow). The zero value rejects every IP
 	// literal. Loopback, link-local (which holds the instance metadata
@@ -459,6 +468,13 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 	if t.Origin != "" && t.Origin != OriginInvestigation || t.Step < 0 || t.Step > 20 ||
 		!validOptionalID(t.Parent) || !validOptionalID(t.Investigation) {
 		return reject(ReasonInvalidOrigin, "origin", "origin must be empty or %q, parent and investigation ids, step 0..20", OriginInvestigation)
+	}
+	if t.Origin == OriginInvestigation && !verifyOrigin(v.OriginKey, t) {
+		return reject(ReasonInvalidOrigin, "origin_token", "origin %q is the agent's own investigator's: the task carries no origin token that verifies", OriginInvestigation)
+	}
+	if t.Origin == "" {
+		// A token proves nothing without the origin it signs.
+		t.OriginToken = ""
 	}
 	if t.CreatedAt.Sub(now) > MaxFutureSkew {
 		return reject(ReasonInvalidCreatedAt, "created_at", "%s is more than %s in the future", t.CreatedAt.Format(time.RFC3339), MaxFutureSkew)
