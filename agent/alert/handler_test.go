@@ -283,7 +283,7 @@ func TestBearerSchemeCaseInsensitive(t *testing.T) {
 		{"", false},
 	}
 	for _, tt := range tests {
-		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", nil)
 		if tt.header != "" {
 			r.Header.Set("Authorization", tt.header)
 		}
