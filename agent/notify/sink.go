@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -68,8 +70,19 @@ const (
 // NewHTTPClient is the client sinks use: it never follows a redirect (a
 // 3xx is a permanent failure, so a receiver cannot bounce the event, and
 // its signature, to another host).
-func NewHTTPClient() *http.Client {
-	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+//
+// Its connections also meet the outbound URL rules after DNS
+// (urlcheck.DialControl): a host name that resolves to the metadata
+// service or a link-local address is refused when it is dialled.
+func NewHTTPClient() *http.Client { return newHTTPClient("") }
+
+// newHTTPClient is NewHTTPClient that also refuses to dial the agent's
+// admin listener at self ("" for none).
+func newHTTPClient(self string) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: urlcheck.DialControl(self)}
+	tr.DialContext = d.DialContext
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // NewSinks builds the sinks of a validated notify list, reading url_env and
@@ -97,7 +110,7 @@ func NewSinksWith(list []SinkConfig, getenv func(string) (string, bool), client 
 		getenv = func(string) (string, bool) { return "", false }
 	}
 	if client == nil {
-		client = NewHTTPClient()
+		client = newHTTPClient(o.Self)
 	}
 	var errs []error
 	var sinks []Sink

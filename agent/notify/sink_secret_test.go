@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 )
 
 // TestSinkSecretsReadAtEachSend: a webhook whose URL and HMAC key come
@@ -172,3 +175,32 @@ func TestSinkURLRulesHoldForEverySource(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestSinkClientRefusesForbiddenAddressesAfterDNS: the sinks' client
+// checks the address it dials, so a name that resolves to the metadata
+// service, a link-local address or the agent's admin listener (which the
+// URL as written does not show) is refused; other loopback ports are not.
+func TestSinkClientRefusesForbiddenAddressesAfterDNS(t *testing.T) {
+	admin := newReceiver(t)
+	other := newReceiver(t)
+	c := newHTTPClient(strings.TrimPrefix(admin.URL, "http://"))
+	for _, u := range []string{admin.URL + "/v1/drain", "http://169.254.169.254/latest/", "http://[fe80::1]/"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, u, nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, urlcheck.ErrDialRefused) {
+			t.Errorf("POST %s: %v; want the dial refused", u, err)
+		}
+	}
+	if n := len(admin.requests()); n != 0 {
+		t.Errorf("the admin listener got %d requests", n)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, other.URL, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST to another loopback port: %v", err)
+	}
+	resp.Body.Close()
+}

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 )
 
 // Rules say what a caller accepts beyond https to a remote host.
@@ -136,4 +137,40 @@ func isLoopback(host string) bool {
 	}
 	ip, err := netip.ParseAddr(strings.Trim(h, "[]"))
 	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// ErrDialRefused is the error of a connection DialControl refuses.
+var ErrDialRefused = errors.New("urlcheck: the address is the metadata service, link-local, unspecified, multicast or the agent's own admin listener")
+
+// DialControl is a net.Dialer Control that applies Check's address rules
+// to the address a connection is about to reach, after DNS: a name of
+// anyone's choosing that resolves to the metadata service, a link-local
+// address or the admin listener at self (host:port; "" for none) is
+// refused there, which no check of the URL as written can do. Behind a
+// proxy it sees the proxy's address only.
+func DialControl(self string) func(network, address string, c syscall.RawConn) error {
+	_, selfPort, _ := net.SplitHostPort(self)
+	return func(_, address string, _ syscall.RawConn) error {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return nil
+		}
+		ip = ip.Unmap()
+		for _, m := range metadata {
+			if ip == m {
+				return ErrDialRefused
+			}
+		}
+		if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
+			return ErrDialRefused
+		}
+		if selfPort != "" && isSelf(ip.String(), port, self) {
+			return ErrDialRefused
+		}
+		return nil
+	}
 }
