@@ -68,6 +68,13 @@ func TestRequireAdminAuth(t *testing.T) {
 			if w := serve(http.MethodGet, "/metrics", "", auth.right); w.Code != http.StatusOK {
 				t.Errorf("GET /metrics with the credentials = %d; want 200", w.Code)
 			}
+			if auth.creds.BearerToken != "" {
+				// RFC 7235: the scheme is case-insensitive.
+				lower := func(r *http.Request) { r.Header.Set("Authorization", "bearer s3cret") }
+				if w := serve(http.MethodGet, "/v1/status", "", lower); w.Code != http.StatusOK {
+					t.Errorf("GET /v1/status with 'bearer' in lower case = %d; want 200", w.Code)
+				}
+			}
 			if w := serve(http.MethodPost, "/v1/tasks", task, auth.right); w.Code != http.StatusAccepted {
 				t.Errorf("POST /v1/tasks with the credentials = %d; want 202: %s", w.Code, w.Body)
 			}

@@ -82,6 +82,10 @@ type Deps struct {
 	Feedback feedback.Store
 	// Resolutions keeps alerts' tasks and resolutions; nil = in memory.
 	Resolutions resolution.Store
+	// OriginKey signs and verifies the origin of investigation tool calls
+	// (task.SignOrigin); every agent of a fleet must hold the same. Nil =
+	// a random key of this agent's own (embedded mode).
+	OriginKey []byte
 }
 
 // Agent is one `autodiag run`: it builds the hooks, the task worker, the
@@ -140,6 +144,11 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	validator, catalog, err := cfg.CompileCatalog()
 	if err != nil {
 		return nil, err
+	}
+	validator.OriginKey = d.OriginKey
+	if validator.OriginKey == nil {
+		validator.OriginKey = make([]byte, 32)
+		_, _ = rand.Read(validator.OriginKey) // crypto/rand.Read never fails
 	}
 	log := d.Logger.With("instance_id", d.InstanceID)
 	diagnostics := make([]string, 0, len(cfg.Diagnostics))

@@ -57,13 +57,23 @@ lifecycle:
 
 func startAgent(t *testing.T, yaml string) *testAgent {
 	t.Helper()
+	return startAgentWith(t, yaml, nil)
+}
+
+// startAgentWith is startAgent with the options edited by opt (nil: none).
+func startAgentWith(t *testing.T, yaml string, opt func(*OpenOptions)) *testAgent {
+	t.Helper()
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "test-host",
+	o := OpenOptions{Hostname: "test-host",
 		// Discovery must not find the id of the machine the tests run on.
-		CloudInitPath: filepath.Join(t.TempDir(), "none"), DMIAssetTagPath: filepath.Join(t.TempDir(), "none")})
+		CloudInitPath: filepath.Join(t.TempDir(), "none"), DMIAssetTagPath: filepath.Join(t.TempDir(), "none")}
+	if opt != nil {
+		opt(&o)
+	}
+	a, closeFn, err := Open(context.Background(), cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
+	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // getTask serves GET /v1/tasks/{id}: the record from the state store
@@ -25,25 +27,43 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// recentTasks lists the ids of the newest task outcomes (the audit
-// stream), newest first, for `autodiag status` without Redis.
+// recentTasks lists the ids of the newest task outcomes that have a
+// record (the audit stream), newest first, at most n, for `autodiag show`
+// without Redis. A task that ended rejected or stale never had a record:
+// its id is the sender's, perhaps not an id at all, and GET /v1/tasks/{id}
+// answers 404 for it, so it is left out (the log, the metric and the
+// audit stream keep it).
 func (a *Agent) recentTasks(ctx context.Context, n int) []string {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Redis.Timeout)
 	defer cancel()
-	entries, err := a.d.Store.RecentAudit(ctx, n)
+	// Read past the rejected ones, within a bound.
+	entries, err := a.d.Store.RecentAudit(ctx, recentAuditRead*n)
 	if err != nil {
 		return nil
 	}
 	ids := []string{}
 	seen := map[string]bool{}
 	for _, e := range entries {
-		if e.TaskID != "" && !seen[e.TaskID] {
-			seen[e.TaskID] = true
-			ids = append(ids, e.TaskID)
+		if len(ids) == n {
+			break
 		}
+		if e.TaskID == "" || seen[e.TaskID] || !hasRecord(e.Outcome) || task.QuoteID(e.TaskID) != e.TaskID {
+			continue
+		}
+		seen[e.TaskID] = true
+		ids = append(ids, e.TaskID)
 	}
 	return ids
 }
+
+// recentAuditRead is how many audit entries recentTasks reads per id it
+// lists, so a burst of rejected tasks does not empty the list.
+const recentAuditRead = 5
+
+// hasRecord reports whether a task that ended with this outcome has a
+// record GET /v1/tasks/{id} answers: all but rejected and stale, which end
+// before one is written.
+func hasRecord(o string) bool { return o != outcome.Rejected && o != outcome.Stale }
 
 // recentTaskIDs is how many recent task ids GET /v1/status lists.
 const recentTaskIDs = 20

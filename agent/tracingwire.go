@@ -31,6 +31,9 @@ func openTracing(ctx context.Context, cfg config.Config, lookup func(string) (st
 	if err != nil {
 		return nil, err
 	}
+	if err := s.CheckSelf(cfg.AdminAddr); err != nil {
+		return nil, err
+	}
 	res := []attribute.KeyValue{attribute.String("service.version", version)}
 	if instanceID != "" {
 		res = append(res, attribute.String("service.instance.id", instanceID), attribute.String("host.id", instanceID))

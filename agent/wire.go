@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/lifecycle"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -359,7 +361,8 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	}
 	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
-		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log)}
+		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log),
+		OriginKey: originKey(o.LookupEnv, redisCfg, log)}
 	if rc != nil {
 		d.Feedback = feedback.NewRedis(rc, cfg.Redis.Prefix, 0)
 		d.Resolutions = resolution.NewRedis(rc, cfg.Redis.Prefix)
@@ -416,6 +419,37 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 // retries included: long enough for a slow regional endpoint, short
 // enough that a missing grant fails the start instead of hanging it.
 const secretTimeout = 15 * time.Second
+
+// originKey is the key the fleet's agents sign and verify investigation
+// origins with (task.SignOrigin): from AUTODIAG_ORIGIN_KEY when set, else
+// from the Redis settings every agent of the fleet shares, the URL's
+// password included (whoever knows it can write task records directly,
+// so it grants nothing more); nil without either, and New makes a key of
+// its own (embedded mode: one agent signs and verifies).
+func originKey(lookup func(string) (string, bool), rc config.RedisConfig, log *slog.Logger) []byte {
+	if lookup != nil {
+		if v, ok := lookup(task.OriginKeyEnv); ok && v != "" {
+			return task.DeriveOriginKey(v)
+		}
+	}
+	if rc.URL == "" && len(rc.Addrs) == 0 {
+		return nil
+	}
+	if !hasPassword(rc.URL) {
+		log.Warn("the key of investigation origins comes from Redis settings without a password: set " + task.OriginKeyEnv +
+			" on every agent so that no task sender can guess it")
+	}
+	return task.DeriveOriginKey(strings.Join(append([]string{rc.URL, rc.MasterName, rc.Prefix}, rc.Addrs...), "\n"))
+}
+
+func hasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return false
+	}
+	p, ok := u.User.Password()
+	return ok && p != ""
+}
 
 // redisURLFromSecret reads the Redis URL that ref names with the instance
 // role. Its errors never contain the value: it holds the password.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -55,6 +56,10 @@ func (c AlertmanagerConfig) problems(section string) []error {
 		p, err := url.Parse(u)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.User != nil || p.RawQuery != "" {
 			add(fmt.Sprintf("allowed_urls[%d]", i), "%q: must be an http(s) URL without credentials or query", u)
+		} else if err := urlcheck.Check(u, urlcheck.Rules{AllowHTTP: true}); err != nil {
+			// The outbound URL rules: never the metadata service or a
+			// link-local address.
+			errs = append(errs, &configerr.Error{Key: configerr.JoinKey(section, fmt.Sprintf("allowed_urls[%d]", i)), Err: err})
 		}
 	}
 	if c.FetchTimeout < 0 || c.FetchTimeout > MaxFetchTimeout {

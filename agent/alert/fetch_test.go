@@ -154,10 +154,11 @@ func TestAlertmanagerConfigValidate(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "alertmanager.allowed_urls") {
 		t.Errorf("fetch_truncated without allowed_urls: %v", err)
 	}
-	c.Alertmanager.AllowedURLs = []string{"http://am:9093", "ftp://x", "http://u:p@am:9093"}
+	c.Alertmanager.AllowedURLs = []string{"http://am:9093", "ftp://x", "http://u:p@am:9093", "http://169.254.169.254/", "http://instance-data"}
 	c.Alertmanager.FetchTimeout = time.Hour
 	err := c.Validate()
-	for _, key := range []string{"alertmanager.allowed_urls[1]", "alertmanager.allowed_urls[2]", "alertmanager.fetch_timeout"} {
+	for _, key := range []string{"alertmanager.allowed_urls[1]", "alertmanager.allowed_urls[2]", "alertmanager.allowed_urls[3]",
+		"alertmanager.allowed_urls[4]", "alertmanager.fetch_timeout"} {
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("error %v does not name %s", err, key)
 		}

@@ -194,7 +194,7 @@ func (c Credentials) Required() bool { return c.BearerToken != "" || c.BasicUser
 func (c Credentials) Authorized(r *http.Request) bool {
 	switch {
 	case c.BearerToken != "":
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		tok, ok := bearerToken(r.Header.Get("Authorization"))
 		return ok && equal(tok, c.BearerToken)
 	case c.BasicUser != "":
 		u, p, ok := r.BasicAuth()
@@ -203,6 +203,18 @@ func (c Credentials) Authorized(r *http.Request) bool {
 		return ok && uok && pok
 	}
 	return true
+}
+
+// bearerToken is the token of an Authorization value in the Bearer
+// scheme. The scheme is matched case-insensitively, as RFC 7235 (2.1)
+// says of every auth-scheme: "bearer x" and "BEARER x" are "Bearer x".
+// One or more spaces separate it from the token.
+func bearerToken(v string) (string, bool) {
+	scheme, tok, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(tok, " "), true
 }
 
 // Challenge is the WWW-Authenticate value of a 401 for realm.

@@ -259,3 +259,36 @@ func TestReadyz(t *testing.T) {
 		}
 	}
 }
+
+// TestBearerSchemeCaseInsensitive: the auth-scheme is matched without
+// regard to case (RFC 7235 2.1), on the intake listener and the admin API
+// alike (both call Authorized); the token is compared exactly.
+func TestBearerSchemeCaseInsensitive(t *testing.T) {
+	c := Credentials{BearerToken: "s3cret"}
+	tests := []struct {
+		header string
+		want   bool
+	}{
+		{"Bearer s3cret", true},
+		{"bearer s3cret", true},
+		{"BEARER s3cret", true},
+		{"bEaReR  s3cret", true},
+		{"Bearer S3CRET", false},
+		{"Bearer", false},
+		{"Bearer ", false},
+		{"Bearers3cret", false},
+		{"Basic s3cret", false},
+		{"Token s3cret", false},
+		{"Bearer wrong", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", nil)
+		if tt.header != "" {
+			r.Header.Set("Authorization", tt.header)
+		}
+		if got := c.Authorized(r); got != tt.want {
+			t.Errorf("Authorization %q: authorized %v, want %v", tt.header, got, tt.want)
+		}
+	}
+}

@@ -326,6 +326,9 @@ func Load(data []byte, env func(string) (string, bool)) (Config, error) {
 	case err != nil && !errors.Is(err, io.EOF):
 		p.list = append(p.list, &ConfigError{Key: "config", Err: fmt.Errorf("after the first document: %w", err)})
 	}
+	// A catalog past its cap is refused before it is decoded: 200,000
+	// entries took 468 MB to decode and check.
+	tooMany := capDiagnostics(&root, &p)
 	decodeErr := decodeYAML(&root, &cfg)
 	p.list = append(p.list, flatten(decodeErr)...)
 	var fromEnv map[string]string
@@ -340,6 +343,7 @@ func Load(data []byte, env func(string) (string, bool)) (Config, error) {
 	for _, ce := range Problems(decodeErr) {
 		bad[ce.Key] = true
 	}
+	bad["diagnostics"] = bad["diagnostics"] || tooMany
 	for _, ce := range Problems(cfg.Validate()) {
 		if bad[ce.Key] {
 			continue
@@ -352,6 +356,35 @@ func Load(data []byte, env func(string) (string, bool)) (Config, error) {
 		p.list = append(p.list, ce)
 	}
 	return cfg, withLines(&root, p.err())
+}
+
+// MaxDiagnostics is the most entries the catalog may hold: far more than
+// any fleet's programs, few enough that loading and checking them stays
+// cheap.
+const MaxDiagnostics = 1000
+
+func tooManyDiagnostics(n int) error {
+	return fmt.Errorf("holds %d entries; at most %d", n, MaxDiagnostics)
+}
+
+// capDiagnostics reports, as a problem of the key diagnostics, a catalog
+// of more than MaxDiagnostics entries in the file under root, and keeps
+// only its first MaxDiagnostics+1 to decode (the file is refused anyway).
+func capDiagnostics(root *yaml.Node, p *problems) bool {
+	doc := docContent(root)
+	if doc == nil || doc.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		k, v := doc.Content[i], resolve(doc.Content[i+1])
+		if k.Value != "diagnostics" || v == nil || v.Kind != yaml.SequenceNode || len(v.Content) <= MaxDiagnostics {
+			continue
+		}
+		p.list = append(p.list, &ConfigError{Key: "diagnostics", Line: k.Line, Err: tooManyDiagnostics(len(v.Content))})
+		v.Content = v.Content[:MaxDiagnostics+1]
+		return true
+	}
+	return false
 }
 
 // emptyDocument reports whether doc holds no settings ("---" alone, "~").
@@ -426,11 +459,17 @@ func (c Config) Validate() error {
 		p.addf("results.s3.timeout", "%s must be below lifecycle.drain_timeout %s: an upload runs inside the drain", c.Results.S3.Timeout, c.Drain.Timeout)
 	}
 	p.adopt("notify", notify.ValidateSinks(c.Notify))
+	// No outbound URL may drive this agent's own admin API (/v1/drain);
+	// the sections report their other URL problems themselves.
+	own := [][2]string{{"report.base_url", c.Report.BaseURL}, {"tracing.endpoint", c.Tracing.Endpoint}}
 	for i, n := range c.Notify {
-		// A sink must not drive this agent's own admin API (/v1/drain).
-		if n.URL != "" && urlcheck.Check(n.URL, urlcheck.Rules{AllowHTTP: true}) == nil {
-			if err := urlcheck.Check(n.URL, urlcheck.Rules{AllowHTTP: true, Self: c.AdminAddr}); err != nil {
-				p.add(fmt.Sprintf("notify[%d].url", i), err)
+		own = append(own, [2]string{fmt.Sprintf("notify[%d].url", i), n.URL})
+	}
+	for _, ku := range own {
+		key, u := ku[0], ku[1]
+		if u != "" && urlcheck.Check(u, urlcheck.Rules{AllowHTTP: true, AllowUserinfo: true}) == nil {
+			if err := urlcheck.Check(u, urlcheck.Rules{AllowHTTP: true, AllowUserinfo: true, Self: c.AdminAddr}); err != nil {
+				p.add(key, err)
 			}
 		}
 	}
@@ -580,6 +619,10 @@ func (c Config) validateDiagnostics() error {
 	var p problems
 	if len(c.Diagnostics) == 0 {
 		p.addf("diagnostics", "the catalog is empty")
+	}
+	if n := len(c.Diagnostics); n > MaxDiagnostics {
+		p.add("diagnostics", tooManyDiagnostics(n))
+		return p.err()
 	}
 	drainTimeout := c.Drain.Timeout
 	seen := map[string]int{}

@@ -65,6 +65,9 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 	now := o.Clock.Now()
 	t := task.Task{ID: s.ID, Host: s.Host, Diagnostic: s.Diagnostic, Params: s.Params, Origin: s.Origin,
 		Parent: s.Parent, Investigation: s.Investigation, Step: s.Step, CreatedAt: now.UTC()}
+	// The agent's own investigator is the one sender that may claim this
+	// origin: it signs the call with the fleet's origin key.
+	t.OriginToken = task.SignOrigin(o.Validator.OriginKey, &t)
 	if err := o.Validator.Validate(&t, now); err != nil {
 		// The outcome's audit write is detached by design, as for POST
 		// /v1/tasks: it lands even when the investigation has ended.

@@ -34,7 +34,7 @@ func (b builder) wireResults(o Options) error {
 	}
 	// Slack threads live beside the outbox: in Redis when it is there, so
 	// any agent replies under an alert's first message.
-	sinks, err := notify.NewSinksWith(o.Config.Notify, notify.SinkDeps{Getenv: o.LookupEnv, Threads: notify.ThreadsFor(ob, o.Clock)})
+	sinks, err := notify.NewSinksWith(o.Config.Notify, notify.SinkDeps{Getenv: o.LookupEnv, Threads: notify.ThreadsFor(ob, o.Clock), Self: o.Config.AdminAddr})
 	if err != nil {
 		return fmt.Errorf("agent: notify: %w", err)
 	}

@@ -335,6 +335,20 @@ func ValidateClaimIdle(d time.Duration, list []SinkConfig) error {
 	return errors.Join(errs...)
 }
 
+// CheckURL applies the outbound URL rules to a sink's URL however it is
+// given (url, url_env, url_secret): https (http with allowHTTP), never the
+// instance metadata service, a link-local address, or the agent's own
+// admin listener (self, host:port; "" for none), which a sink could
+// otherwise drive (POST /v1/drain). fromSecret says the URL is not from the
+// file, so user:password@ in it is as secret as the rest and allowed. Its
+// error never contains the URL.
+func CheckURL(raw string, allowHTTP, fromSecret bool, self string) error {
+	if err := checkURL(raw, allowHTTP); err != nil {
+		return err
+	}
+	return urlcheck.Check(raw, urlcheck.Rules{AllowHTTP: true, AllowUserinfo: fromSecret, Self: self})
+}
+
 // checkURL accepts an absolute https URL (http with allowHTTP). Its error
 // never contains the URL: it may come from a secret.
 func checkURL(raw string, allowHTTP bool) error {

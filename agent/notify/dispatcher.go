@@ -149,6 +149,16 @@ func NewDispatcher(ob Outbox, sinks []Sink, o Options) (*Dispatcher, error) {
 	}
 	m.maxLen.Set(float64(ob.MaxLen()))
 	d.m = m
+	for _, s := range sinks {
+		if g, ok := s.(interface{ setURLRefused(func(error)) }); ok {
+			name := s.Name()
+			g.setURLRefused(func(err error) {
+				m.urlRefused.WithLabelValues(name).Inc()
+				d.log.Warn("notify: the sink's rotated URL breaks the outbound URL rules and is not used; the last good URL stays in force",
+					"sink", name, "err", err)
+			})
+		}
+	}
 	d.delivery = &deliverer{ob: ob, sinks: d.sinks, o: o, log: d.log, m: m}
 	d.upkeep = &upkeep{ob: ob, order: d.order, o: o, log: d.log, m: m}
 	return d, nil
@@ -457,6 +467,8 @@ type metrics struct {
 	maxLen  prometheus.Gauge
 	delay   prometheus.Histogram
 	resets  prometheus.Counter
+	// urlRefused counts rotated sink URLs the outbound URL rules refused.
+	urlRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, sinks []Sink) (*metrics, error) {
@@ -490,9 +502,13 @@ func newMetrics(reg prometheus.Registerer, sinks []Sink) (*metrics, error) {
 			Name: "autodiag_outbox_resets_total",
 			Help: "Times the notification outbox was found gone (Redis restarted empty) and created again.",
 		}),
+		urlRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_notify_url_refusals_total",
+			Help: "Rotated sink URLs (url_secret) refused by the outbound URL rules, by sink; the sink keeps its last good URL.",
+		}, []string{"sink"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.total, m.dropped, m.pending, m.entries, m.maxLen, m.delay, m.resets} {
+		for _, c := range []prometheus.Collector{m.total, m.dropped, m.pending, m.entries, m.maxLen, m.delay, m.resets, m.urlRefused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("notify: register metrics: %w", err)
 			}
@@ -501,6 +517,7 @@ func newMetrics(reg prometheus.Registerer, sinks []Sink) (*metrics, error) {
 	for _, s := range sinks {
 		m.dropped.WithLabelValues(s.Name(), ReasonOutboxFull)
 		m.entries.WithLabelValues(s.Name())
+		m.urlRefused.WithLabelValues(s.Name())
 		for _, r := range []string{ResultDelivered, ResultRetry, ResultDead} {
 			for _, e := range EventTypes {
 				if s.Wants(e) {

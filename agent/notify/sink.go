@@ -10,12 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -89,21 +92,33 @@ const (
 // NewHTTPClient is the client sinks use: it never follows a redirect (a
 // 3xx is a permanent failure, so a receiver cannot bounce the event, and
 // its signature, to another host).
-func NewHTTPClient() *http.Client {
-	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+//
+// Its connections also meet the outbound URL rules after DNS
+// (urlcheck.DialControl): a host name that resolves to the metadata
+// service or a link-local address is refused when it is dialled.
+func NewHTTPClient() *http.Client { return newHTTPClient("") }
+
+// newHTTPClient is NewHTTPClient that also refuses to dial the agent's
+// admin listener at self ("" for none).
+func newHTTPClient(self string) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: urlcheck.DialControl(self)}
+	tr.DialContext = d.DialContext
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // NewSinks builds the sinks of a validated notify list, reading url_env and
 // secret_env through getenv. A missing or empty variable, or a URL in one
-// that is not https (http with allow_http), is an error naming the variable,
-// never its value. getenv nil means an empty environment; client nil means
-// NewHTTPClient(). A slack sink with a bot token keeps its threads in
-// memory: use NewSinksWith to share them through Redis.
+// that breaks the outbound URL rules (CheckURL), is an error naming the
+// variable, never its value. getenv nil means an empty environment; client
+// nil means NewHTTPClient(). A slack sink with a bot token keeps its
+// threads in memory: use NewSinksWith to share them through Redis.
 func NewSinks(list []SinkConfig, getenv func(string) (string, bool), client *http.Client) ([]Sink, error) {
 	return NewSinksWith(list, SinkDeps{Getenv: getenv, Client: client})
 }
 
-// SinkDeps are what sinks are built with; zero values mean the defaults.
+// SinkDeps are what sinks are built with and what they know of the agent
+// around them; zero values mean the defaults.
 type SinkDeps struct {
 	// Getenv reads url_env, secret_env, token_env and the secrets'
 	// values (nil: an empty environment).
@@ -112,9 +127,13 @@ type SinkDeps struct {
 	// Threads keeps the Slack threads of bot-token sinks (nil: memory;
 	// ThreadsFor gives the one of an outbox).
 	Threads ThreadStore
+	// Self is the agent's admin address (admin_addr); a sink URL that
+	// reaches it is refused at start and at every secrets refresh.
+	Self string
 }
 
-// NewSinksWith is NewSinks with the thread store of bot-token slack sinks.
+// NewSinksWith is NewSinks with the thread store of bot-token slack sinks
+// and the agent's own address.
 func NewSinksWith(list []SinkConfig, deps SinkDeps) ([]Sink, error) {
 	if err := ValidateSinks(list); err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
@@ -124,7 +143,7 @@ func NewSinksWith(list []SinkConfig, deps SinkDeps) ([]Sink, error) {
 		getenv = func(string) (string, bool) { return "", false }
 	}
 	if client == nil {
-		client = NewHTTPClient()
+		client = newHTTPClient(deps.Self)
 	}
 	if deps.Threads == nil {
 		deps.Threads = NewMemoryThreads(nil)
@@ -149,11 +168,14 @@ func NewSinksWith(list []SinkConfig, deps SinkDeps) ([]Sink, error) {
 				errs = append(errs, fmt.Errorf("notify: sink %s: %s %s is not set", c.Name, what, name))
 				continue
 			}
-			if err := checkURL(v, c.AllowHTTP); err != nil {
+			if err := CheckURL(v, c.AllowHTTP, true, deps.Self); err != nil {
 				errs = append(errs, fmt.Errorf("notify: sink %s: the URL in %s: %w", c.Name, name, err))
 				continue
 			}
 			u = v
+		} else if err := CheckURL(u, c.AllowHTTP, false, deps.Self); err != nil {
+			errs = append(errs, fmt.Errorf("notify: sink %s: url: %w", c.Name, err))
+			continue
 		}
 		if c.writeBack() || c.slackBot() {
 			// An endpoint from the environment passes the rules of every
@@ -173,7 +195,7 @@ func NewSinksWith(list []SinkConfig, deps SinkDeps) ([]Sink, error) {
 			secret = []byte(v)
 		}
 		base := httpSink{name: c.Name, on: slices.Clone(c.On), timeout: c.EffectiveTimeout(), url: u, client: client,
-			urlRef: c.URLSecret, allowHTTP: c.AllowHTTP, getenv: getenv}
+			urlRef: c.URLSecret, allowHTTP: c.AllowHTTP, self: deps.Self, getenv: getenv, dest: &urlTarget{good: u}}
 		var tok credential
 		if c.writeBack() || c.slackBot() {
 			key, ref, env := "token_env", c.TokenSecret, c.TokenEnv
@@ -220,24 +242,62 @@ type httpSink struct {
 	name    string
 	on      []EventType
 	timeout time.Duration
-	url     string // may be a secret: never logged, never in an error
+	url     string // the URL read at start; may be a secret: never logged, never in an error
 	client  *http.Client
 	// urlRef, when set, is read again through getenv at each send, so a
-	// rotated url_secret applies without a restart; url is the fallback.
+	// rotated url_secret applies without a restart; dest holds the URL in
+	// force.
 	urlRef    string
 	allowHTTP bool
+	self      string
 	getenv    func(string) (string, bool)
+	dest      *urlTarget
 }
 
-// target is the URL in force: urlRef's current value when it is a valid
-// URL, else the one read at start.
+// urlTarget is a sink's URL in force and the rotated value last refused.
+// Both may be secrets: never logged, never in an error.
+type urlTarget struct {
+	mu      sync.Mutex
+	good    string
+	refused string
+	// onRefused hears each new rotated value the URL rules refuse (the
+	// dispatcher logs and counts it); nil: nobody listens.
+	onRefused func(error)
+}
+
+// target is the URL in force: urlRef's current value when it passes the
+// outbound URL rules, else the last one that did. A refused value is
+// never sent to, and is reported once however many sends it meets.
 func (s *httpSink) target() string {
-	if s.urlRef != "" {
-		if v, ok := s.getenv(s.urlRef); ok && checkURL(v, s.allowHTTP) == nil {
-			return v
-		}
+	t := s.dest
+	if s.urlRef == "" || t == nil {
+		return s.url
 	}
-	return s.url
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := s.getenv(s.urlRef)
+	if !ok || v == "" || v == t.good || v == t.refused {
+		return t.good
+	}
+	if err := CheckURL(v, s.allowHTTP, true, s.self); err != nil {
+		t.refused = v
+		if t.onRefused != nil {
+			t.onRefused(err)
+		}
+		return t.good
+	}
+	t.good, t.refused = v, ""
+	return v
+}
+
+// setURLRefused installs the listener of refused rotated URLs.
+func (s *httpSink) setURLRefused(f func(error)) {
+	if s.dest == nil {
+		return
+	}
+	s.dest.mu.Lock()
+	s.dest.onRefused = f
+	s.dest.mu.Unlock()
 }
 
 func (s *httpSink) Name() string           { return s.name }

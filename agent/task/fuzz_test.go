@@ -159,6 +159,10 @@ func targetOracle(host string, allowIPLiterals bool) string {
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") || strings.Contains(host, ":") {
 		return "names this host or is an IPv6 literal"
 	}
+	switch host {
+	case "instance-data", "instance-data.ec2.internal", "metadata", "metadata.google.internal":
+		return "names the metadata service"
+	}
 	a, ok := inetAton(host)
 	if !ok {
 		return ""

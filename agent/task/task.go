@@ -22,6 +22,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/autodiag/autodiag/agent/internal/urlcheck"
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/taskview"
 )
@@ -55,6 +56,11 @@ type Task struct {
 	Parent        string `json:"parent,omitempty"`
 	Investigation string `json:"investigation,omitempty"`
 	Step          int    `json:"step,omitempty"`
+	// OriginToken proves that the agent's own investigator sent a task of
+	// origin "investigation" (SignOrigin): that origin picks the
+	// investigation's limiter rule and skips the report, so no other
+	// sender may claim it.
+	OriginToken string `json:"origin_token,omitempty"`
 }
 
 // Field returns the value of a dotted field name, for limiter.dedupe.key
@@ -361,6 +367,12 @@ func (v *Validator) checkTarget(h string) error {
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		return reject(ReasonHostForbidden, "host", "%q names this host", h)
 	}
+	if urlcheck.MetadataHost(h) {
+		// The platform's resolver answers these with the metadata
+		// service's link-local address, which the address check below
+		// never sees.
+		return reject(ReasonHostForbidden, "host", "%q names the instance metadata service", h)
+	}
 	a, err := netip.ParseAddr(h)
 	if err != nil {
 		return nil
@@ -405,6 +417,10 @@ type Validator struct {
 	Catalog map[string]Spec
 	// MaxAge: tasks created longer ago end as stale (0 = no limit).
 	MaxAge time.Duration
+	// OriginKey verifies the origin token of a task of origin
+	// "investigation"; such a task without a token that verifies under it
+	// is rejected (invalid_origin). Nil rejects every such task.
+	OriginKey []byte
 	// AllowIPLiterals accepts a host that is an IPv4 address in dotted-quad
 	// form (it still has to match Allow). The zero value rejects every IP
 	// literal. Loopback, link-local (which holds the instance metadata
@@ -474,6 +490,13 @@ func (v *Validator) Validate(t *Task, now time.Time) error {
 	if t.Origin != "" && t.Origin != OriginInvestigation || t.Step < 0 || t.Step > 20 ||
 		!validOptionalID(t.Parent) || !validOptionalID(t.Investigation) {
 		return reject(ReasonInvalidOrigin, "origin", "origin must be empty or %q, parent and investigation ids, step 0..20", OriginInvestigation)
+	}
+	if t.Origin == OriginInvestigation && !verifyOrigin(v.OriginKey, t) {
+		return reject(ReasonInvalidOrigin, "origin_token", "origin %q is the agent's own investigator's: the task carries no origin token that verifies", OriginInvestigation)
+	}
+	if t.Origin == "" {
+		// A token proves nothing without the origin it signs.
+		t.OriginToken = ""
 	}
 	if t.CreatedAt.Sub(now) > MaxFutureSkew {
 		return reject(ReasonInvalidCreatedAt, "created_at", "%s is more than %s in the future", t.CreatedAt.Format(time.RFC3339), MaxFutureSkew)

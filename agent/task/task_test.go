@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -179,6 +180,13 @@ func TestValidateHostTarget(t *testing.T) {
 		{"localhost", ReasonHostForbidden, ReasonHostForbidden},
 		{"LOCALHOST.", ReasonHostForbidden, ReasonHostForbidden},
 		{"web.localhost", ReasonHostForbidden, ReasonHostForbidden},
+		{"instance-data", ReasonHostForbidden, ReasonHostForbidden},
+		{"Instance-Data.", ReasonHostForbidden, ReasonHostForbidden},
+		{"instance-data.ec2.internal", ReasonHostForbidden, ReasonHostForbidden},
+		{"metadata.google.internal", ReasonHostForbidden, ReasonHostForbidden},
+		{"metadata", ReasonHostForbidden, ReasonHostForbidden},
+		{"metadata.example.com", "", ""},
+		{"instance-data.example.com", "", ""},
 		{"2852039166", ReasonInvalidHost, ReasonInvalidHost},
 		{"0xa9fea9fe", ReasonInvalidHost, ReasonInvalidHost},
 		{"0", ReasonInvalidHost, ReasonInvalidHost},
@@ -394,5 +402,88 @@ func TestErrorsThatTeach(t *testing.T) {
 	}
 	if got := catalogNames(nil); got != "the catalog is empty" {
 		t.Errorf("catalogNames(nil) = %q", got)
+	}
+}
+
+// TestInvestigationOriginNeedsToken: origin "investigation" (the
+// investigation's limiter rule, no report) is accepted only with the
+// token the agent's own investigator signs under the fleet's key; any
+// other sender's claim of it is rejected invalid_origin, naming
+// origin_token.
+func TestInvestigationOriginNeedsToken(t *testing.T) {
+	now := time.Date(2026, 8, 11, 10, 30, 0, 0, time.UTC)
+	key, other := DeriveOriginKey("fleet"), DeriveOriginKey("attacker")
+	v := func(k []byte) *Validator {
+		return &Validator{Allow: []*regexp.Regexp{regexp.MustCompile(`.`)}, Catalog: map[string]Spec{"uptime": {}, "df": {}}, OriginKey: k}
+	}
+	call := func() Task {
+		return Task{ID: "inv-1-s2-c0", Host: "Web-01.example.com.", Diagnostic: "uptime", Origin: OriginInvestigation,
+			Parent: "t-1", Investigation: "inv-1", Step: 2, CreatedAt: now}
+	}
+	signed := func(k []byte, edit func(*Task)) Task {
+		tk := call()
+		tk.OriginToken = SignOrigin(k, &tk)
+		if edit != nil {
+			edit(&tk)
+		}
+		return tk
+	}
+	tests := []struct {
+		name  string
+		v     *Validator
+		tk    Task
+		valid bool
+	}{
+		{"signed by the investigator", v(key), signed(key, nil), true},
+		{"no token", v(key), call(), false},
+		{"made-up token", v(key), signed(key, func(tk *Task) { tk.OriginToken = "v1.AAAA" }), false},
+		{"signed with another key", v(key), signed(other, nil), false},
+		{"token moved to another host", v(key), signed(key, func(tk *Task) { tk.Host = "db-01.example.com" }), false},
+		{"token moved to another diagnostic", v(key), signed(key, func(tk *Task) { tk.Diagnostic = "df" }), false},
+		{"token moved to another id", v(key), signed(key, func(tk *Task) { tk.ID = "inv-1-s2-c1" }), false},
+		{"token moved to another parent", v(key), signed(key, func(tk *Task) { tk.Parent = "t-2" }), false},
+		{"token moved to another step", v(key), signed(key, func(tk *Task) { tk.Step = 3 }), false},
+		{"validator without a key", v(nil), signed(key, nil), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tk := tt.tk
+			err := tt.v.Validate(&tk, now)
+			if tt.valid && err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			var e *Error
+			if !tt.valid && (Reason(err) != ReasonInvalidOrigin || !errors.As(err, &e) || e.Field != "origin_token") {
+				t.Fatalf("Validate = %v; want invalid_origin at origin_token", err)
+			}
+		})
+	}
+	// A token without the origin it signs proves nothing and is dropped.
+	tk := Task{Host: "web-01.example.com", Diagnostic: "uptime", OriginToken: "v1.x"}
+	if err := v(key).Validate(&tk, now); err != nil || tk.OriginToken != "" {
+		t.Fatalf("plain task with a token: %v, token %q; want accepted without it", err, tk.OriginToken)
+	}
+}
+
+// TestOriginTokenSurvivesTheQueue: a signed call still verifies after the
+// trip through a message body (an empty params map is dropped, the time
+// is written as text).
+func TestOriginTokenSurvivesTheQueue(t *testing.T) {
+	key := DeriveOriginKey("fleet")
+	now := time.Date(2026, 8, 11, 10, 30, 0, 123456789, time.FixedZone("x", 3600))
+	tk := Task{ID: "inv-1-s0-c0", Host: "web-01.example.com", Diagnostic: "uptime", Params: map[string]string{},
+		Origin: OriginInvestigation, Parent: "t-1", Investigation: "inv-1", CreatedAt: now}
+	tk.OriginToken = SignOrigin(key, &tk)
+	body, err := json.Marshal(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &Validator{Allow: []*regexp.Regexp{regexp.MustCompile(`.`)}, Catalog: map[string]Spec{"uptime": {}}, OriginKey: key}
+	if err := v.Validate(&back, now); err != nil {
+		t.Fatalf("the signed call after the queue: %v (body %s)", err, body)
 	}
 }

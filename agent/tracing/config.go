@@ -112,6 +112,9 @@ type Settings struct {
 	On bool
 	// TracesURL is where spans are posted.
 	TracesURL string
+	// TracesURLFrom names where TracesURL came from (tracing.endpoint or
+	// the OTEL_* variable), for an error about it.
+	TracesURLFrom string
 	// Headers are sent with every export; from OTEL_EXPORTER_OTLP_HEADERS
 	// and HeadersSecret (never logged).
 	Headers map[string]string
@@ -167,12 +170,14 @@ func Resolve(c Config, getenv func(string) (string, bool), lookup func(string) (
 		if err := checkEndpoint(traces, s.AllowHTTP); err != nil {
 			errs = append(errs, &configerr.Error{Key: EnvTracesEndpoint, Err: err})
 		}
-		s.TracesURL = traces
+		s.TracesURL, s.TracesURLFrom = traces, EnvTracesEndpoint
 	case base != "":
+		s.TracesURLFrom = "tracing.endpoint"
 		if base != s.Endpoint {
 			if err := checkEndpoint(base, s.AllowHTTP); err != nil {
 				errs = append(errs, &configerr.Error{Key: EnvEndpoint, Err: err})
 			}
+			s.TracesURLFrom = EnvEndpoint
 		}
 		s.TracesURL = strings.TrimSuffix(base, "/") + "/v1/traces"
 	}
@@ -257,6 +262,19 @@ func Resolve(c Config, getenv func(string) (string, bool), lookup func(string) (
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// CheckSelf refuses a collector URL that reaches the agent's own admin
+// listener (self, host:port): the exporter would post to the agent's API.
+// The error names the key or variable the URL came from, never the URL.
+func (s Settings) CheckSelf(self string) error {
+	if !s.On || self == "" {
+		return nil
+	}
+	if err := urlcheck.Check(s.TracesURL, urlcheck.Rules{AllowHTTP: true, AllowUserinfo: true, Self: self}); err != nil {
+		return &configerr.Error{Key: s.TracesURLFrom, Err: err}
+	}
+	return nil
 }
 
 // parsePairs reads the W3C Baggage-like list OTEL_* variables use:

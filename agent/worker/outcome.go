@@ -158,8 +158,8 @@ func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
 	if e.decision != nil {
 		_, fields = decisionSummary(e.decision, nil)
 	}
-	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: t.ID, Host: t.Host,
-		Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}
+	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: task.QuoteID(t.ID), Host: task.QuoteText(t.Host),
+		Diagnostic: task.QuoteText(t.Diagnostic), Outcome: e.outcome, Reason: e.reason, Fields: fields}
 }
 
 // close is end without the audit write: it counts and logs j's outcome
@@ -195,7 +195,11 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	if ran, ok := j.ranFor(); ok {
 		took = ran
 	}
-	attrs := []any{"task_id", t.ID, "host", t.Host, "diagnostic", t.Diagnostic, "outcome", e.outcome, "reason", e.reason,
+	// A rejected task's id, host and diagnostic are the sender's, unchecked
+	// or refused: an invalid one is quoted, escaped and cut (QuoteID), in
+	// the log line and the audit entry alike.
+	id, host, diag := task.QuoteID(t.ID), task.QuoteText(t.Host), task.QuoteText(t.Diagnostic)
+	attrs := []any{"task_id", id, "host", host, "diagnostic", diag, "outcome", e.outcome, "reason", e.reason,
 		"duration", took.Seconds()}
 	var fields map[string]string
 	if e.detail != "" {
@@ -217,7 +221,7 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	}
 	traceOutcome(j.span, e.outcome, e.reason, level)
 	r.log.Log(j.context(), level, "task ended", attrs...)
-	return state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: e.outcome, Reason: e.reason, Fields: fields}, true
+	return state.AuditEntry{TaskID: id, Host: host, Diagnostic: diag, Outcome: e.outcome, Reason: e.reason, Fields: fields}, true
 }
 
 // decisionSummary appends the limiter decision's summary to a task's log

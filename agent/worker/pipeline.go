@@ -271,7 +271,7 @@ func (p *pipeline) reject(j *job, err error) {
 		return
 	}
 	if j.msg.ReceiveCount >= 5 {
-		p.log.WarnContext(j.context(), "poison message suspect: received many times", "task_id", j.task.ID, "receive_count", j.msg.ReceiveCount)
+		p.log.WarnContext(j.context(), "poison message suspect: received many times", "task_id", task.QuoteID(j.task.ID), "receive_count", j.msg.ReceiveCount)
 	}
 	first := true
 	if p.marks != nil {
@@ -283,14 +283,14 @@ func (p *pipeline) reject(j *job, err error) {
 			// Counting a reject twice beats losing it.
 			p.calls.degraded("mark")
 			p.log.WarnContext(j.context(), "state store unavailable; the rejected message is counted without knowing whether it was before",
-				"task_id", j.task.ID, "message_id", j.msg.ID, "err", merr)
+				"task_id", task.QuoteID(j.task.ID), "message_id", j.msg.ID, "err", merr)
 			first = true
 		}
 	}
 	if first {
 		p.outcomes.end(j, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
 	} else {
-		p.log.DebugContext(j.context(), "rejected message delivered again; its outcome is already written", "task_id", j.task.ID,
+		p.log.DebugContext(j.context(), "rejected message delivered again; its outcome is already written", "task_id", task.QuoteID(j.task.ID),
 			"message_id", j.msg.ID, "receive_count", j.msg.ReceiveCount)
 		p.outcomes.drop(j)
 	}
@@ -302,7 +302,7 @@ func (p *pipeline) reject(j *job, err error) {
 		// Left to the queue's redrive policy.
 	default:
 		delay := retryDelay(j.msg.ReceiveCount)
-		p.log.WarnContext(j.context(), "dead-letter failed; the message comes back to try again", "task_id", j.task.ID, "message_id", j.msg.ID,
+		p.log.WarnContext(j.context(), "dead-letter failed; the message comes back to try again", "task_id", task.QuoteID(j.task.ID), "message_id", j.msg.ID,
 			"retry_after", delay.Seconds(), "err", dlErr)
 		p.msgs.handBack(j, back{why: backRetry, after: delay})
 	}

@@ -59,3 +59,28 @@ func TestRecordRedactsParamsAndAlert(t *testing.T) {
 		t.Error("the task's own params were changed")
 	}
 }
+
+// TestCutFallsAtMarkerBoundaries: the record's output cap never ends
+// inside a [REDACTED:…] marker, wherever the cap falls in it: the marker
+// is kept whole or left out whole, and the cut is marked.
+func TestCutFallsAtMarkerBoundaries(t *testing.T) {
+	red, err := redact.New(redact.DefaultRules(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &finisher{redactor: red}
+	out := "token ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8 and more text after it\n"
+	redacted := string(red.Redact([]byte(out)))
+	start := strings.Index(redacted, "[REDACTED:")
+	end := start + strings.IndexByte(redacted[start:], ']') + 1
+	if start < 0 || end <= start {
+		t.Fatalf("no marker in %q", redacted)
+	}
+	for limit := start + 1; limit < end; limit++ {
+		got, truncated := f.redactCut(runner.Result{Output: []byte(out)}, runner.Diagnostic{MaxOutput: runner.Size(limit)})
+		body := strings.TrimSuffix(string(got), runner.TruncationMark)
+		if !truncated || body != redacted[:start] {
+			t.Errorf("cap %d (marker at %d..%d): got %q, want %q and the mark", limit, start, end, got, redacted[:start])
+		}
+	}
+}

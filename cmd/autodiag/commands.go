@@ -275,7 +275,7 @@ func (c *cli) statusCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(c.stdout)
+				enc := json.NewEncoder(jsonOut(c.stdout, false))
 				enc.SetIndent("", "  ")
 				return enc.Encode(fv)
 			}
@@ -453,7 +453,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 			}
 			view := decisionView(dec)
 			view["state"] = ruleStatesView(rules, time.Now())
-			enc := json.NewEncoder(c.stdout)
+			enc := json.NewEncoder(jsonOut(c.stdout, false))
 			enc.SetIndent("", "  ")
 			return enc.Encode(view)
 		},

@@ -56,7 +56,7 @@ func (c *cli) reportCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(c.stdout)
+				enc := json.NewEncoder(jsonOut(c.stdout, false))
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(res); err != nil {
 					return err

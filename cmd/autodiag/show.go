@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
 )
@@ -51,7 +53,7 @@ func (c *cli) showCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(c.stdout)
+				enc := json.NewEncoder(jsonOut(c.stdout, raw))
 				enc.SetIndent("", "  ")
 				return enc.Encode(v)
 			}
@@ -79,16 +81,23 @@ func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (taskvi
 			return taskview.Task{}, fmt.Errorf("show: %w", err)
 		}
 		if !ok {
-			return taskview.Task{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+			return taskview.Task{}, fmt.Errorf("show: task %s: %w", task.QuoteID(id), errNotFound)
 		}
 		return rec.View(tracing.Link), nil
+	}
+	if id == "" || id == "." || id == ".." {
+		// No task has such an id, and as a path segment it would name
+		// another endpoint.
+		return taskview.Task{}, fmt.Errorf("show: task %s: %w", task.QuoteID(id), errNotFound)
 	}
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
 		return taskview.Task{}, err
 	}
 	addr = target.addr
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks/"+id, nil)
+	// The id is one path segment, escaped: "../../metrics" must ask for
+	// that task, not fetch another endpoint.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks/"+url.PathEscape(id), nil)
 	if err != nil {
 		return taskview.Task{}, usageError{err}
 	}
@@ -102,7 +111,7 @@ func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (taskvi
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return taskview.Task{}, fmt.Errorf("show: task %s: %w", id, errNotFound)
+		return taskview.Task{}, fmt.Errorf("show: task %s: %w", task.QuoteID(id), errNotFound)
 	default:
 		return taskview.Task{}, fmt.Errorf("show: agent at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
 	}

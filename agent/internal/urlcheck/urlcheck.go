@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 )
 
 // ErrHTTP is the problem of a plain http URL where the Rules do not allow
@@ -25,6 +26,9 @@ type Rules struct {
 	AllowHTTPLoopback bool
 	// DenyLoopback refuses loopback hosts whatever the scheme.
 	DenyLoopback bool
+	// AllowUserinfo accepts user:password@ in a URL read from the
+	// environment or a secret store, where it is as secret as the rest.
+	AllowUserinfo bool
 	// Self is the agent's own admin address (host:port); a URL to it is
 	// refused ("" = none).
 	Self string
@@ -45,7 +49,7 @@ func Check(raw string, r Rules) error {
 	if host == "" {
 		return errors.New("has no host")
 	}
-	if u.User != nil {
+	if u.User != nil && !r.AllowUserinfo {
 		return errors.New("holds credentials (user:password@): put them in the environment")
 	}
 	loopback := isLoopback(host)
@@ -68,18 +72,56 @@ func Check(raw string, r Rules) error {
 			return errors.New("points at a link-local, unspecified or multicast address")
 		}
 	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "instance-data") || strings.EqualFold(host, "instance-data.ec2.internal") {
+	if MetadataHost(host) {
 		return errors.New("points at the instance metadata service")
 	}
 	if loopback && r.DenyLoopback {
 		return errors.New("points at this instance (loopback)")
 	}
-	if r.Self != "" && loopback {
-		if _, selfPort, err := net.SplitHostPort(r.Self); err == nil && port(u) == selfPort {
-			return errors.New("points at the agent's own admin address")
-		}
+	if r.Self != "" && isSelf(host, port(u), r.Self) {
+		return errors.New("points at the agent's own admin address")
 	}
 	return nil
+}
+
+// metadataNames are the DNS names of the instance metadata services the
+// agent can run beside: EC2's (instance-data, with and without its
+// domain), GCE's (metadata.google.internal, and the bare "metadata" its
+// resolver completes). Each resolves to a link-local address only through
+// the platform's resolver, so an address check alone misses them.
+var metadataNames = []string{"instance-data", "instance-data.ec2.internal", "metadata", "metadata.google.internal"}
+
+// MetadataHost reports whether host (a DNS name, any case, with or
+// without its final dot) names an instance metadata service.
+func MetadataHost(host string) bool {
+	h := strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	for _, m := range metadataNames {
+		if strings.EqualFold(h, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// isSelf reports whether host:port reaches the admin listener at self: the
+// same port on a loopback host, or on self's own host when it listens on
+// one address.
+func isSelf(host, port, self string) bool {
+	selfHost, selfPort, err := net.SplitHostPort(self)
+	if err != nil || port != selfPort {
+		return false
+	}
+	if isLoopback(host) {
+		return true
+	}
+	h := strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	sh := strings.ToLower(strings.TrimSuffix(selfHost, "."))
+	if h == sh {
+		return true
+	}
+	a, aerr := netip.ParseAddr(h)
+	b, berr := netip.ParseAddr(sh)
+	return aerr == nil && berr == nil && a.Unmap() == b.Unmap()
 }
 
 func port(u *url.URL) string {
@@ -99,4 +141,40 @@ func isLoopback(host string) bool {
 	}
 	ip, err := netip.ParseAddr(strings.Trim(h, "[]"))
 	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// ErrDialRefused is the error of a connection DialControl refuses.
+var ErrDialRefused = errors.New("urlcheck: the address is the metadata service, link-local, unspecified, multicast or the agent's own admin listener")
+
+// DialControl is a net.Dialer Control that applies Check's address rules
+// to the address a connection is about to reach, after DNS: a name of
+// anyone's choosing that resolves to the metadata service, a link-local
+// address or the admin listener at self (host:port; "" for none) is
+// refused there, which no check of the URL as written can do. Behind a
+// proxy it sees the proxy's address only.
+func DialControl(self string) func(network, address string, c syscall.RawConn) error {
+	_, selfPort, _ := net.SplitHostPort(self)
+	return func(_, address string, _ syscall.RawConn) error {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return nil
+		}
+		ip = ip.Unmap()
+		for _, m := range metadata {
+			if ip == m {
+				return ErrDialRefused
+			}
+		}
+		if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
+			return ErrDialRefused
+		}
+		if selfPort != "" && isSelf(ip.String(), port, self) {
+			return ErrDialRefused
+		}
+		return nil
+	}
 }

@@ -30,6 +30,16 @@ func TestCheck(t *testing.T) {
 		{"http://localhost:9464/v1/drain", Rules{AllowHTTP: true, Self: "0.0.0.0:9464"}, "admin"},
 		{"http://127.0.0.1:8080/hook", Rules{AllowHTTP: true, Self: "127.0.0.1:9464"}, ""},
 		{"https:///nohost", Rules{}, "no host"},
+		{"https://INSTANCE-DATA./latest", Rules{}, "metadata"},
+		{"https://instance-data.ec2.internal./", Rules{}, "metadata"},
+		{"http://metadata.google.internal/computeMetadata/v1/", Rules{AllowHTTP: true}, "metadata"},
+		{"http://metadata/computeMetadata/v1/", Rules{AllowHTTP: true}, "metadata"},
+		{"https://metadata.example.com/", Rules{}, ""},
+		{"http://[::1]:9464/v1/drain", Rules{AllowHTTP: true, Self: "127.0.0.1:9464"}, "admin"},
+		{"http://10.0.0.5:9464/v1/drain", Rules{AllowHTTP: true, Self: "10.0.0.5:9464"}, "admin"},
+		{"https://agent.internal:9464/v1/drain", Rules{Self: "agent.internal:9464"}, "admin"},
+		{"http://10.0.0.6:9464/v1/drain", Rules{AllowHTTP: true, Self: "10.0.0.5:9464"}, ""},
+		{"http://[fe80::1]/", Rules{AllowHTTP: true}, "link-local"},
 	}
 	for _, tt := range tests {
 		err := Check(tt.url, tt.rules)

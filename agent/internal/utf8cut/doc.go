@@ -14,4 +14,8 @@
 // such as binary output) stays where the budget puts it, so a diagnostic
 // that prints bytes rather than text never loses its whole output to the
 // cut.
+//
+// Neither cut splits a redaction marker ([REDACTED:<rule>]): most text
+// cut here is redacted first, and half a marker would read as text and
+// lose its rule's name. A marker the budget would split is left out whole.
 package utf8cut

@@ -232,3 +232,46 @@ func FuzzTail(f *testing.F) {
 		}
 	})
 }
+
+// TestCutNeverSplitsAMarker: at every budget, Head ends and Tail starts
+// outside each redaction marker: a marker is kept whole or left out whole.
+func TestCutNeverSplitsAMarker(t *testing.T) {
+	const m1, m2 = "[REDACTED:github_pat]", "[REDACTED:aws_secret_access_key]"
+	s := "token " + m1 + " and é" + m2 + "[x] [REDACTED without colon] tail"
+	var spans [][2]int // the markers' offsets in s
+	for _, m := range []string{m1, m2} {
+		i := strings.Index(s, m)
+		spans = append(spans, [2]int{i, i + len(m)})
+	}
+	outside := func(at int) bool {
+		for _, sp := range spans {
+			if sp[0] < at && at < sp[1] {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 0; n <= len(s); n++ {
+		h, tl := utf8cut.Head(s, n), utf8cut.Tail(s, n)
+		if !outside(len(h)) || !utf8.ValidString(h) || !strings.HasPrefix(s, h) || len(h) > n {
+			t.Errorf("Head(s, %d) = %q: splits a marker or breaks the budget", n, h)
+		}
+		if !outside(len(s)-len(tl)) || !utf8.ValidString(tl) || !strings.HasSuffix(s, tl) || len(tl) > n {
+			t.Errorf("Tail(s, %d) = %q: splits a marker or breaks the budget", n, tl)
+		}
+		if hb := utf8cut.Head([]byte(s), n); string(hb) != h {
+			t.Errorf("Head of bytes (%d) = %q, of string %q", n, hb, h)
+		}
+	}
+	// A budget inside the marker's first bytes leaves it out, no more.
+	if got := utf8cut.Head("ab "+m1, 3+4); got != "ab " {
+		t.Errorf("Head inside [REDA = %q, want %q", got, "ab ")
+	}
+	if got := utf8cut.Tail(m1+" yz", 5); got != " yz" {
+		t.Errorf("Tail inside the marker = %q, want %q", got, " yz")
+	}
+	// Text that only looks like a marker's start is cut like any text.
+	if got := utf8cut.Head("a [REDACTED: never closed", 8); got != "a [REDAC" {
+		t.Errorf("Head of an unclosed look-alike = %q", got)
+	}
+}
