@@ -78,3 +78,45 @@ func TestCatalogStrict(t *testing.T) {
 		}
 	}
 }
+
+// runs_on: the default follows {host} in the command; runs_on any on an
+// entry without {host} is an error naming the entry and its line, as is
+// a value other than target or any.
+func TestCatalogRunsOn(t *testing.T) {
+	tests := []struct {
+		name     string
+		entry    string
+		targeted bool
+		bad      string // "" = accepted; else a word the error must hold
+	}{
+		{"default without host is target", "command: [/usr/bin/uptime]", true, ""},
+		{"default with host is any", "command: [/usr/bin/ping, '{host}']", false, ""},
+		{"target with host", "command: [/usr/bin/ping, '{host}']\n    runs_on: target", true, ""},
+		{"any with host", "command: [/usr/bin/ping, '{host}']\n    runs_on: any", false, ""},
+		{"any without host", "command: [/usr/bin/uptime]\n    runs_on: any", false, "needs {host}"},
+		{"unknown value", "command: [/usr/bin/uptime]\n    runs_on: anywhere", false, "must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yml := "diagnostics:\n  - name: probe\n    " + tt.entry + "\n"
+			cfg, err := Load([]byte(yml), nil)
+			if tt.bad == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if got := cfg.Diagnostics[0].Targeted(); got != tt.targeted {
+					t.Errorf("Targeted() = %v, want %v", got, tt.targeted)
+				}
+				return
+			}
+			ps := Problems(err)
+			if len(ps) != 1 {
+				t.Fatalf("got %v, want one problem", err)
+			}
+			p := ps[0]
+			if p.Key != "diagnostics[0].runs_on" || p.Line != 4 || !strings.Contains(p.Error(), `"probe"`) || !strings.Contains(p.Error(), tt.bad) {
+				t.Errorf("got %q (key %s, line %d), want diagnostics[0].runs_on at line 4 naming \"probe\" and saying %q", p.Error(), p.Key, p.Line, tt.bad)
+			}
+		})
+	}
+}
