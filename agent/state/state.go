@@ -207,6 +207,11 @@ type Instance struct {
 	// RedisOptions.InService they decide which in-service indexes it is in.
 	ASG string `json:"asg,omitempty"`
 	AZ  string `json:"az,omitempty"`
+	// Names are the host names the agent answers for (instance id,
+	// hostname, private DNS name and addresses, host_names), normalised
+	// as task hosts are, the canonical one first; a host-local diagnostic
+	// of one of them runs on this agent.
+	Names []string `json:"names,omitempty"`
 }
 
 // InstanceInService is the Instance.State of an agent taking work: the
