@@ -109,6 +109,9 @@ type pipeline struct {
 
 	// alerts routes alarms received on the task queue; nil = none.
 	alerts *AlertRouting
+	// placer sends a target task to its host's agent (place.go); nil =
+	// every task runs where it is received.
+	placer *placer
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -172,6 +175,9 @@ func (p *pipeline) handle(j *job) {
 	vspan.End()
 	if err != nil {
 		p.reject(j, err)
+		return
+	}
+	if p.place(j) {
 		return
 	}
 	if err := p.run.Acquire(p.hard, 1); err != nil {
