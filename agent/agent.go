@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -55,7 +57,12 @@ type Deps struct {
 	ResolveASG func(ctx context.Context) (string, error)
 
 	InstanceID string
-	Version    string
+	// HostNames are the names this agent answers for (learnt and
+	// host_names), in order, the canonical one first: a target
+	// diagnostic of a task naming another runs on that name's agent, never
+	// here. Empty = no placement, every task runs where it is received.
+	HostNames []string
+	Version   string
 	Logger     *slog.Logger
 	Registry   *prometheus.Registry
 	Clock      clock.Clock
@@ -89,6 +96,9 @@ type Agent struct {
 	sup       *supervisor.Supervisor
 	gate      *launch.Gate
 	presence  *presence
+	// hostNames are the names this agent answers for, normalised, the
+	// canonical one first; nil = no placement.
+	hostNames []string
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
@@ -147,9 +157,14 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		Rejecter: lateRejecter{a}}); err != nil {
 		return nil, err
 	}
+	if len(d.HostNames) > 0 {
+		a.hostNames = ownHostNames(d.HostNames...)
+		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
+	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
-		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ}
+		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
+		names: a.hostNames}
 	a.presence.nudge = make(chan struct{}, 1)
 	a.presence.server = d.RedisServer
 	a.buildGate()
@@ -246,7 +261,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error {
 		defer letGo()
 		if a.gate.Await(a.intakeCtx) {
+			var handed sync.WaitGroup
+			handed.Go(func() { a.worker.TakeHanded(a.intakeCtx) })
 			a.worker.Receive(a.intakeCtx)
+			handed.Wait()
 		}
 		return nil
 	})

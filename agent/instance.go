@@ -32,6 +32,8 @@ type presence struct {
 	version      string
 	started      time.Time
 	asg, az      string // the instance's place, for the in-service indexes
+	// names are the host names the agent answers for (state.Instance.Names).
+	names []string
 	// launchState is the agent's state before a drain when intake does
 	// not run (starting, warmed, abandoned; see launch.go), "" when it
 	// does; nil = never.
@@ -87,7 +89,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		}
 	}
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
-		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az}
+		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az, Names: p.names}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	up := err == nil
 	p.up.Store(up)

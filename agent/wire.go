@@ -336,13 +336,14 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		return nil, nil, err
 	}
 
+	hostNames := append(learnHostNames(ctx, discoverWith, instanceID, o.Hostname, log), cfg.HostNames...)
 	var server func(context.Context) (serverClients, error)
 	if rc != nil {
 		server = redisServerClients(rc)
 	}
 	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
-		Outbox: outbox, LookupEnv: o.LookupEnv}
+		Outbox: outbox, LookupEnv: o.LookupEnv, HostNames: hostNames}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{
 			// One attempt per call: the Actor retries with its own backoff,

@@ -83,16 +83,16 @@ func (c AgentConfig) YAML() string {
 			fmt.Fprintf(&b, "  instance_shards: %d\n", c.InstShards)
 		}
 	}
-	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n    timeout: 60s\n")
+	// The catalog probes the task's host from wherever it runs (runs_on
+	// any, {host} as a last argument the programs ignore), so that
+	// any agent of a test's fleet takes any task, as the tests expect.
+	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true, '{host}']\n    runs_on: any\n    timeout: 60s\n")
 	if c.Ledger != nil {
 		for _, d := range ledgerDiagnostics {
-			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', '{id}'", d.name, c.Ledger.Script)
-			if d.arg != "" {
-				fmt.Fprintf(&b, ", '%s'", d.arg)
-			}
+			fmt.Fprintf(&b, "  - name: %s\n    runs_on: any\n    command: [/bin/sh, '%s', '{id}', '%s', '{host}'", d.name, c.Ledger.Script, d.arg)
 			b.WriteString("]\n    timeout: 60s\n")
 		}
-		fmt.Fprintf(&b, "  - name: param\n    command: [/bin/sh, '%s', '{id}', '{param.secs}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.Ledger.Script)
+		fmt.Fprintf(&b, "  - name: param\n    runs_on: any\n    command: [/bin/sh, '%s', '{id}', '{param.secs}', '{host}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.Ledger.Script)
 	}
 	b.WriteString(c.Catalog)
 	b.WriteString("limiter:\n")
