@@ -32,6 +32,8 @@ type AgentConfig struct {
 	Rules        string // limiter rules, YAML list items indented four spaces
 	LimiterFail  string // limiter.fail; "" = the default
 	LogLevel     string // "" = info
+	// TargetWait is queue.target_wait; 0 = the default.
+	TargetWait time.Duration
 }
 
 // ledgerDiagnostics are the catalog entries over the ledger's script: name
@@ -60,6 +62,9 @@ func (c AgentConfig) YAML() string {
 		fmt.Fprintf(&b, "queue:\n  url: '%s'\n  wait_time: %s\n  batch_size: 10\n  visibility_timeout: %s\n", c.QueueURL, wait, vis)
 		if c.DLQURL != "" {
 			fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.DLQURL)
+		}
+		if c.TargetWait > 0 {
+			fmt.Fprintf(&b, "  target_wait: %s\n", c.TargetWait)
 		}
 	}
 	if c.RedisAddr != "" || len(c.RedisAddrs) > 0 {

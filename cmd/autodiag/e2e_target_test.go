@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/autodiag/autodiag/internal/harness"
+	"github.com/autodiag/autodiag/internal/testenv"
+)
+
+// targetFleet starts n agents on one queue and one Redis, agent-i
+// answering for host-i.example (AUTODIAG_HOST_NAMES), each with the
+// catalog entry whoami (no {host}: runs_on target by default) printing
+// its own instance id, so an output says which agent ran it.
+func targetFleet(t *testing.T, n int, targetWait time.Duration) (*redis.Client, string, *sqsFake, []*proc) {
+	t.Helper()
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	var agents []*proc
+	for i := range n {
+		inst := fmt.Sprintf("agent-%d", i)
+		cfg := harness.AgentConfig{Instance: inst, Workers: 4, QueueURL: fq.url, Visibility: 5 * time.Second,
+			RedisAddr: testenv.RedisAddr(t), Prefix: prefix, TargetWait: targetWait,
+			Catalog: fmt.Sprintf("  - name: whoami\n    command: [/bin/echo, '%s']\n    timeout: 10s\n", inst)}
+		agents = append(agents, startProc(t, cfg.YAML(), append(fq.env, fmt.Sprintf("AUTODIAG_HOST_NAMES=host-%d.example", i))...))
+	}
+	// Each agent's names are in Redis once it has written its record.
+	eventually(t, 20*time.Second, "every agent's host name published", func() bool {
+		for i := range n {
+			if rc.Exists(t.Context(), fmt.Sprintf("%shostname:host-%d.example", prefix, i)).Val() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return rc, prefix, fq, agents
+}
+
+func whoamiBody(id, host string) string {
+	return fmt.Sprintf(`{"id":%q,"host":%q,"diagnostic":"whoami"}`, id, host)
+}
+
+// TestTargetTasksRunOnTheirHost: 60 host-local tasks for the three agents'
+// hosts, in mixed order on one queue, each run by the agent of its host,
+// whichever agent received it: every output (the running agent's own id)
+// equals the target, every record's owner is the target's agent, the
+// lease was taken once (attempt 1), and tasks were handed between agents.
+func TestTargetTasksRunOnTheirHost(t *testing.T) {
+	rc, prefix, fq, agents := targetFleet(t, 3, 0)
+	const tasks = 60
+	var bodies []string
+	want := map[string]string{}
+	for i := range tasks {
+		id := fmt.Sprintf("w-%02d", i)
+		k := (i * 7) % 3
+		want[id] = fmt.Sprintf("agent-%d", k)
+		bodies = append(bodies, whoamiBody(id, fmt.Sprintf("host-%d.example", k)))
+	}
+	fq.send(t, bodies...)
+	eventually(t, 60*time.Second, "every task recorded and every message deleted", func() bool {
+		for id := range want {
+			if rec, ok := sqsTaskRecord(t, rc, prefix, id); !ok || rec.Outcome == "" {
+				return false
+			}
+		}
+		return fq.drained(t)
+	})
+	for id, agent := range want {
+		rec, _ := sqsTaskRecord(t, rc, prefix, id)
+		if rec.Outcome != "succeeded" || strings.TrimSpace(rec.Output) != agent || rec.Owner != agent || rec.Attempts != 1 {
+			t.Errorf("task %s for %s's host: outcome %s, output %q, owner %s, attempts %d; want succeeded, run once by %s",
+				id, agent, rec.Outcome, strings.TrimSpace(rec.Output), rec.Owner, rec.Attempts, agent)
+		}
+	}
+	handed, succeeded := 0.0, 0
+	for _, a := range agents {
+		handed += harness.Series(a.metrics(), "autodiag_task_routing_total", `result="handed"`)
+		succeeded += sqsOutcomes(a)["succeeded"]
+	}
+	if handed == 0 {
+		t.Error("no task was handed between agents; the test shows nothing about routing")
+	}
+	if succeeded != tasks {
+		t.Errorf("%d succeeded outcomes across the fleet, want %d (one per task)", succeeded, tasks)
+	}
+	_, _, _, st := fq.stats(t)
+	if st.Deleted != tasks {
+		t.Errorf("queue stats %+v: want %d deleted", st, tasks)
+	}
+}
+
+// TestTargetTaskWithoutItsAgent: a host-local task for a host no agent
+// answers for waits queue.target_wait and ends rejected no_agent_for_host,
+// unrun; one for a drained agent's host ends rejected target_draining.
+func TestTargetTaskWithoutItsAgent(t *testing.T) {
+	const wait = 2 * time.Second
+	rc, prefix, fq, agents := targetFleet(t, 2, wait)
+	sent := time.Now()
+	fq.send(t, whoamiBody("ghost-1", "ghost.example"))
+	eventually(t, 30*time.Second, "the task for an unknown host ended", func() bool {
+		rec, ok := sqsTaskRecord(t, rc, prefix, "ghost-1")
+		return ok && rec.Outcome != ""
+	})
+	rec, _ := sqsTaskRecord(t, rc, prefix, "ghost-1")
+	if rec.Outcome != "rejected" || rec.Reason != "no_agent_for_host" || rec.Output != "" || rec.ExitCode != -1 {
+		t.Errorf("task for an unknown host: %+v; want rejected no_agent_for_host, unrun", rec)
+	}
+	if !rec.FinishedAt.After(sent.Add(wait)) {
+		t.Errorf("ended at %s, before queue.target_wait %s after it was sent at %s", rec.FinishedAt, wait, sent)
+	}
+
+	// agent-1 drains and exits; its record says drained while it lasts.
+	sqsDrainAll(t, agents[1])
+	fq.send(t, whoamiBody("drained-1", "host-1.example"))
+	eventually(t, 30*time.Second, "the task for the drained agent's host ended", func() bool {
+		rec, ok := sqsTaskRecord(t, rc, prefix, "drained-1")
+		return ok && rec.Outcome != ""
+	})
+	rec, _ = sqsTaskRecord(t, rc, prefix, "drained-1")
+	if rec.Outcome != "rejected" || rec.Reason != "target_draining" || rec.Output != "" || rec.Owner != "agent-0" {
+		t.Errorf("task for a drained agent's host: %+v; want rejected target_draining by agent-0, unrun", rec)
+	}
+	if n := harness.Series(agents[0].metrics(), "autodiag_task_routing_total", `result="target_draining"`); n != 1 {
+		t.Errorf("agent-0 counted %v target_draining, want 1", n)
+	}
+}
