@@ -63,9 +63,9 @@ type Deps struct {
 	// here. Empty = no placement, every task runs where it is received.
 	HostNames []string
 	Version   string
-	Logger     *slog.Logger
-	Registry   *prometheus.Registry
-	Clock      clock.Clock
+	Logger    *slog.Logger
+	Registry  *prometheus.Registry
+	Clock     clock.Clock
 	// Runner executes diagnostics; nil = a default *runner.Runner.
 	Runner worker.Runner
 	// AlertSender puts the tasks alerts become onto the task queue; nil =
