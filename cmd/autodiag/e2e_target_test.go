@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +20,25 @@ import (
 // its own instance id, so an output says which agent ran it.
 func targetFleet(t *testing.T, n int, targetWait time.Duration) (*redis.Client, string, *sqsFake, []*proc) {
 	t.Helper()
+	return targetFleetLedger(t, n, targetWait, "")
+}
+
+// targetFleetLedger is targetFleet whose whoami also appends the task id
+// to the file ledger (when set), a line per execution.
+func targetFleetLedger(t *testing.T, n int, targetWait time.Duration, ledger string) (*redis.Client, string, *sqsFake, []*proc) {
+	t.Helper()
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	var agents []*proc
 	for i := range n {
 		inst := fmt.Sprintf("agent-%d", i)
-		cfg := harness.AgentConfig{Instance: inst, Workers: 4, QueueURL: fq.url, Visibility: 5 * time.Second,
-			RedisAddr: testenv.RedisAddr(t), Prefix: prefix, TargetWait: targetWait,
-			Catalog: fmt.Sprintf("  - name: whoami\n    command: [/bin/echo, '%s']\n    timeout: 10s\n", inst)}
+		whoami := fmt.Sprintf("  - name: whoami\n    command: [/bin/echo, '%s']\n    timeout: 10s\n", inst)
+		if ledger != "" {
+			whoami = fmt.Sprintf("  - name: whoami\n    command: [/bin/sh, -c, 'echo \"$1\" >> %s; /bin/sleep 0.1; echo %s', sh, '{id}']\n    timeout: 10s\n",
+				ledger, inst)
+		}
+		cfg := harness.AgentConfig{Instance: inst, Workers: 4, QueueURL: fq.url, Visibility: 3 * time.Second,
+			RedisAddr: testenv.RedisAddr(t), Prefix: prefix, TargetWait: targetWait, Catalog: whoami}
 		agents = append(agents, startProc(t, cfg.YAML(), append(fq.env, fmt.Sprintf("AUTODIAG_HOST_NAMES=host-%d.example", i))...))
 	}
 	// Each agent's names are in Redis once it has written its record.
@@ -126,5 +139,66 @@ func TestTargetTaskWithoutItsAgent(t *testing.T) {
 	}
 	if n := harness.Series(agents[0].metrics(), "autodiag_task_routing_total", `result="target_draining"`); n != 1 {
 		t.Errorf("agent-0 counted %v target_draining, want 1", n)
+	}
+}
+
+// TestTargetHandoffSurvivesKill9: agent-0 receives its share of 60 tasks
+// for agent-1's and agent-2's hosts and hands them over; it is killed
+// with SIGKILL mid-stream. Every task still runs exactly once (a line per
+// execution in the ledger), on its target's agent, attempt 1: a message
+// agent-0 held unhanded comes back through the queue once its visibility
+// lapses, and one it handed is held by the owner.
+func TestTargetHandoffSurvivesKill9(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	rc, prefix, fq, agents := targetFleetLedger(t, 3, time.Minute, ledger)
+	const tasks = 60
+	want := map[string]string{}
+	var bodies []string
+	for i := range tasks {
+		id := fmt.Sprintf("k-%02d", i)
+		k := 1 + (i*7)%2
+		want[id] = fmt.Sprintf("agent-%d", k)
+		bodies = append(bodies, whoamiBody(id, fmt.Sprintf("host-%d.example", k)))
+	}
+	fq.send(t, bodies...)
+	eventually(t, 30*time.Second, "agent-0 handed a task", func() bool {
+		return harness.Series(agents[0].metrics(), "autodiag_task_routing_total", `result="handed"`) > 0
+	})
+	sqsKill9(agents[0])
+	done := 0
+	for id := range want {
+		if rec, ok := sqsTaskRecord(t, rc, prefix, id); ok && rec.Outcome != "" {
+			done++
+		}
+	}
+	if done == tasks {
+		t.Fatal("every task had ended before agent-0 was killed; the test shows nothing about a kill mid-stream")
+	}
+	t.Logf("%d of %d tasks had ended when agent-0 was killed", done, tasks)
+	eventually(t, 90*time.Second, "every task recorded and every message deleted", func() bool {
+		for id := range want {
+			if rec, ok := sqsTaskRecord(t, rc, prefix, id); !ok || rec.Outcome == "" {
+				return false
+			}
+		}
+		return fq.drained(t)
+	})
+	runs := map[string]int{}
+	b, err := os.ReadFile(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Fields(string(b)) {
+		runs[line]++
+	}
+	for id, agent := range want {
+		rec, _ := sqsTaskRecord(t, rc, prefix, id)
+		if runs[id] != 1 || rec.Outcome != "succeeded" || strings.TrimSpace(rec.Output) != agent || rec.Owner != agent || rec.Attempts != 1 {
+			t.Errorf("task %s for %s's host: ran %d times, outcome %s, output %q, owner %s, attempts %d; want run once by %s",
+				id, agent, runs[id], rec.Outcome, strings.TrimSpace(rec.Output), rec.Owner, rec.Attempts, agent)
+		}
+	}
+	if len(runs) != tasks {
+		t.Errorf("the ledger holds %d task ids, want %d", len(runs), tasks)
 	}
 }
