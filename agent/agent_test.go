@@ -55,12 +55,17 @@ lifecycle:
   drain_timeout: 2m
 `
 
+// agentTestHosts are the hosts the tests' tasks name: an agent alone
+// answers for them, so that its host-local diagnostics run.
+var agentTestHosts = []string{"web-01", "web-01.example.com", "web-1", "web-02.example.com", "web-3", "a.example.com", "h", "a"}
+
 func startAgent(t *testing.T, yaml string) *testAgent {
 	t.Helper()
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "test-host",
 		// Discovery must not find the id of the machine the tests run on.
 		CloudInitPath: filepath.Join(t.TempDir(), "none"), DMIAssetTagPath: filepath.Join(t.TempDir(), "none")})
