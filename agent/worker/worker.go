@@ -166,7 +166,13 @@ func (w *Worker) Backlogged() int { return w.backlog.backlogged() }
 // for when no other agent can take it (embedded mode): a *task.Error with
 // reason not_this_host naming the agent's names; nil when the task may be
 // queued.
-func (w *Worker) NotThisHost(t task.Task) error { return w.pipeline.placer.NotThisHost(t) }
+func (w *Worker) NotThisHost(t task.Task) error {
+	err := w.pipeline.placer.NotThisHost(t)
+	if err != nil {
+		w.pipeline.placer.count(ReasonNotThisHost)
+	}
+	return err
+}
 
 // Rejected ends a task that never reached the queue (POST /v1/tasks
 // answered 400) as rejected, or stale when it is older than

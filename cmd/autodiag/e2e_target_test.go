@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +202,31 @@ func TestTargetHandoffSurvivesKill9(t *testing.T) {
 	}
 	if len(runs) != tasks {
 		t.Errorf("the ledger holds %d task ids, want %d", len(runs), tasks)
+	}
+}
+
+// TestEmbeddedNotThisHost: one agent alone (no Redis) answering for no
+// web-01.example.com refuses a host-local task for it at POST /v1/tasks
+// with 400 not_this_host, naming the names it answers for, and counts it;
+// a probe of {host} (runs_on any) and a task for one of its names are
+// taken.
+func TestEmbeddedNotThisHost(t *testing.T) {
+	p := startProc(t, "instance_id: vm-1\nadmin_addr: 127.0.0.1:0\n", "AUTODIAG_HOST_NAMES=box.example")
+	code, out := p.post("/v1/tasks", `{"id":"nt-1","host":"web-01.example.com","diagnostic":"uptime"}`)
+	names, _ := out["host_names"].([]any)
+	if code != http.StatusBadRequest || out["reason"] != "not_this_host" || !slices.Contains(names, any("box.example")) || !slices.Contains(names, any("vm-1")) {
+		t.Fatalf("uptime for another host: %d %v; want 400 not_this_host naming box.example and vm-1", code, out)
+	}
+	if !strings.Contains(out["error"].(string), "box.example") {
+		t.Errorf("the error %q does not name the agent's names", out["error"])
+	}
+	if code, out := p.post("/v1/tasks", `{"id":"nt-2","host":"web-01.example.com","diagnostic":"dns-lookup"}`); code != http.StatusAccepted {
+		t.Errorf("a probe of {host} (runs_on any): %d %v; want 202", code, out)
+	}
+	if code, out := p.post("/v1/tasks", `{"id":"nt-3","host":"Box.Example.","diagnostic":"uptime"}`); code != http.StatusAccepted {
+		t.Errorf("uptime for one of its own names, written otherwise: %d %v; want 202", code, out)
+	}
+	if n := harness.Series(p.metrics(), "autodiag_task_routing_total", `result="not_this_host"`); n != 1 {
+		t.Errorf("autodiag_task_routing_total{result=not_this_host} = %v, want 1", n)
 	}
 }
