@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // A placeholder in a program position, or in the program text of awk,
@@ -118,5 +119,26 @@ func TestCatalogRunsOn(t *testing.T) {
 				t.Errorf("got %q (key %s, line %d), want diagnostics[0].runs_on at line 4 naming \"probe\" and saying %q", p.Error(), p.Key, p.Line, tt.bad)
 			}
 		})
+	}
+}
+
+// host_names: each entry must be a host a task could name (the error
+// names host_names[i] and its line); AUTODIAG_HOST_NAMES replaces the
+// list, comma-separated; queue.target_wait defaults to 2m and may not be
+// negative.
+func TestHostNamesAndTargetWait(t *testing.T) {
+	cfg, err := Load([]byte("host_names: [web-1.example, 'bad host']\nqueue:\n  target_wait: -1s\n"), nil)
+	ps := Problems(err)
+	keys := map[string]int{}
+	for _, p := range ps {
+		keys[p.Key] = p.Line
+	}
+	if len(ps) != 2 || keys["host_names[1]"] != 1 || keys["queue.target_wait"] != 3 {
+		t.Errorf("problems %v; want host_names[1] at line 1 and queue.target_wait at line 3", err)
+	}
+	env := map[string]string{"AUTODIAG_HOST_NAMES": " a.example, b.example ,,"}
+	cfg, err = Load([]byte("host_names: [web-1.example]\n"), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil || strings.Join(cfg.HostNames, ",") != "a.example,b.example" || cfg.Queue.TargetWait != DefaultTargetWait || DefaultTargetWait != 2*time.Minute {
+		t.Errorf("with AUTODIAG_HOST_NAMES: host_names %v, target_wait %s, %v; want a.example,b.example and 2m", cfg.HostNames, cfg.Queue.TargetWait, err)
 	}
 }
