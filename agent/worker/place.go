@@ -218,7 +218,8 @@ func (p *pipeline) hand(j *job, owner state.HostOwner) bool {
 
 // waitForOwner defers a target task whose host no live agent owns, until
 // queue.target_wait after the task began; then it ends rejected
-// (no_agent_for_host), never run elsewhere.
+// (no_agent_for_host), never run elsewhere. An investigation's tool call
+// does not wait.
 func (p *pipeline) waitForOwner(j *job) bool {
 	t := j.task
 	began := t.CreatedAt
@@ -229,6 +230,12 @@ func (p *pipeline) waitForOwner(j *job) bool {
 		began = j.received
 	}
 	left := p.placer.TargetWait - p.clock.Now().Sub(began)
+	if t.Origin == task.OriginInvestigation {
+		// A tool call waits within the investigation's wall time: a host
+		// without an agent is a gap in its evidence at once, not minutes
+		// of it spent waiting.
+		left = 0
+	}
 	if left <= 0 {
 		p.placer.count(ReasonNoAgent)
 		p.endUnplaced(j, &task.Error{Reason: ReasonNoAgent, Field: "host",

@@ -100,6 +100,7 @@ func TestPlace(t *testing.T) {
 		{"no owner, just sent", "df", "ghost", 0, false, "", targetWaitRecheck, "", RoutingWaiting},
 		{"no owner, 1ms left", "df", "ghost", wait - time.Millisecond, false, "", time.Millisecond, "", RoutingWaiting},
 		{"no owner at target_wait", "df", "ghost", wait, false, "", -1, ReasonNoAgent, ReasonNoAgent},
+		{"no owner, a tool call does not wait", "df", "ghost-tool", 0, false, "", -1, ReasonNoAgent, ReasonNoAgent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +117,9 @@ func TestPlace(t *testing.T) {
 			w.outcomes.received()
 			msg := &queue.Message{ID: "m1", Handle: "rh-1", ReceiveCount: 1, Body: []byte(`{"id":"t1"}`)}
 			j := &job{msg: msg, received: clk.Now(), task: task.Task{ID: "t1", Host: tt.host, Diagnostic: tt.diag, CreatedAt: created}}
+			if tt.host == "ghost-tool" {
+				j.task.Origin = task.OriginInvestigation
+			}
 			if here := !w.pipeline.place(j); here != tt.runsHere {
 				t.Fatalf("runs here = %v, want %v", here, tt.runsHere)
 			}
