@@ -160,6 +160,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if len(d.HostNames) > 0 {
 		a.hostNames = ownHostNames(d.HostNames...)
 		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
+		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
 	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,

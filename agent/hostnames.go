@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -69,4 +70,23 @@ func ownHostNames(names ...string) []string {
 		out = append(out, h)
 	}
 	return out
+}
+
+// ownedAddr reports whether an IP literal is one of this agent's names or,
+// with a shared store, a live agent's (one lookup bounded by
+// redis.timeout; an unanswered one is not owned).
+func ownedAddr(own []string, store any, timeout time.Duration) func(string) bool {
+	names, _ := store.(state.HostNames)
+	return func(h string) bool {
+		if slices.Contains(own, h) {
+			return true
+		}
+		if names == nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, ok, err := names.HostOwner(ctx, h)
+		return ok && err == nil
+	}
 }

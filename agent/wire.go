@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -336,7 +337,8 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		return nil, nil, err
 	}
 
-	hostNames := append(learnHostNames(ctx, discoverWith, instanceID, o.Hostname, log), cfg.HostNames...)
+	// The operator's names first: the first name is the canonical one.
+	hostNames := append(slices.Clone(cfg.HostNames), learnHostNames(ctx, discoverWith, instanceID, o.Hostname, log)...)
 	var server func(context.Context) (serverClients, error)
 	if rc != nil {
 		server = redisServerClients(rc)

@@ -41,11 +41,15 @@ const (
 
 // TaskRecord is the durable record of one task id (autodiag:task:<id>).
 type TaskRecord struct {
-	ID         string    `json:"id"`
-	Status     string    `json:"status"`
-	Owner      string    `json:"owner,omitempty"`
-	Attempts   int       `json:"attempts"`
-	Host       string    `json:"host,omitempty"`
+	ID       string `json:"id"`
+	Status   string `json:"status"`
+	Owner    string `json:"owner,omitempty"`
+	Attempts int    `json:"attempts"`
+	Host     string `json:"host,omitempty"`
+	// HostAsSent is the host as the task named it when that was another
+	// name of the machine (an address, a DNS name, the instance id) and
+	// Host is the machine's canonical name; empty when they are the same.
+	HostAsSent string    `json:"host_as_sent,omitempty"`
 	Diagnostic string    `json:"diagnostic,omitempty"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`

@@ -135,6 +135,7 @@ func (p *pipeline) place(j *job) bool {
 	t := j.task
 	if pl.own[t.Host] {
 		pl.count(RoutingHere)
+		p.canonical(j)
 		return false
 	}
 	if pl.Hosts == nil {
@@ -166,6 +167,7 @@ func (p *pipeline) place(j *job) bool {
 	case found && owner.ID == pl.self:
 		// This agent's record names it (a name learnt since start).
 		pl.count(RoutingHere)
+		p.canonical(j)
 		return false
 	}
 	st := owner.State
@@ -185,6 +187,19 @@ func (p *pipeline) place(j *job) bool {
 		return true
 	}
 	return p.hand(j, owner)
+}
+
+// canonical names a target task running here by this machine's canonical
+// name (its first), keeping the name it came with beside it: the record and
+// the limiter's host key are then one per machine, so a host named by its
+// address, its DNS name and its instance id shares one quota.
+func (p *pipeline) canonical(j *job) {
+	name := p.placer.Names[0]
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.task.Host != name {
+		j.hostAsSent, j.task.Host = j.task.Host, name
+	}
 }
 
 // Instance states placement tells apart (state.Instance.State).

@@ -230,3 +230,64 @@ func TestEmbeddedNotThisHost(t *testing.T) {
 		t.Errorf("autodiag_task_routing_total{result=not_this_host} = %v, want 1", n)
 	}
 }
+
+// TestTargetOneQuotaPerMachine: tasks naming one instance by its address
+// (an IP literal, accepted with allow_ip_literals off because an agent
+// answers for it), its DNS name and its instance id, received by either
+// of two agents, all run on that instance's agent under its canonical
+// name (its first), the name each came with kept beside it, and share one
+// daily quota of 3 per host: 3 succeed, 3 are rate_limited. An address no
+// agent answers for stays refused.
+func TestTargetOneQuotaPerMachine(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	rules := "    - name: per-machine\n      match: {diagnostic: [whoami]}\n      key: host\n      limits: [{daily: 3}]\n"
+	var agents []*proc
+	for i, names := range []string{"box-0.example,10.0.1.5", "box-1.example"} {
+		inst := fmt.Sprintf("agent-%d", i)
+		cfg := harness.AgentConfig{Instance: inst, Workers: 2, QueueURL: fq.url, Visibility: 3 * time.Second,
+			RedisAddr: testenv.RedisAddr(t), Prefix: prefix, Rules: rules,
+			Catalog: fmt.Sprintf("  - name: whoami\n    command: [/bin/echo, '%s']\n    timeout: 10s\n", inst)}
+		agents = append(agents, startProc(t, cfg.YAML(), append(fq.env, "AUTODIAG_HOST_NAMES="+names)...))
+	}
+	eventually(t, 20*time.Second, "both agents' names published", func() bool {
+		return rc.Exists(t.Context(), prefix+"hostname:10.0.1.5", prefix+"hostname:box-1.example").Val() == 2
+	})
+	sent := map[string]string{"q-1": "10.0.1.5", "q-2": "box-0.example", "q-3": "agent-0", "q-4": "10.0.1.5", "q-5": "box-0.example", "q-6": "agent-0"}
+	var bodies []string
+	for id, host := range sent {
+		bodies = append(bodies, whoamiBody(id, host))
+	}
+	fq.send(t, bodies...)
+	eventually(t, 30*time.Second, "every task recorded", func() bool {
+		for id := range sent {
+			if rec, ok := sqsTaskRecord(t, rc, prefix, id); !ok || rec.Outcome == "" {
+				return false
+			}
+		}
+		return true
+	})
+	outcomes := map[string]int{}
+	for id, host := range sent {
+		rec, _ := sqsTaskRecord(t, rc, prefix, id)
+		outcomes[rec.Outcome]++
+		wantAsSent := host
+		if host == "box-0.example" {
+			wantAsSent = ""
+		}
+		if rec.Host != "box-0.example" || rec.HostAsSent != wantAsSent || rec.Owner != "agent-0" {
+			t.Errorf("task %s sent for %s: host %q as sent %q, owner %s; want box-0.example as sent %q, on agent-0",
+				id, host, rec.Host, rec.HostAsSent, rec.Owner, wantAsSent)
+		}
+		if rec.Outcome == "succeeded" && strings.TrimSpace(rec.Output) != "agent-0" {
+			t.Errorf("task %s ran on %q, want agent-0", id, strings.TrimSpace(rec.Output))
+		}
+	}
+	if outcomes["succeeded"] != 3 || outcomes["rate_limited"] != 3 {
+		t.Errorf("outcomes %v; want 3 succeeded and 3 rate_limited: one daily quota of 3 for the machine", outcomes)
+	}
+	code, out := agents[1].post("/v1/tasks", whoamiBody("q-7", "10.9.9.9"))
+	if code != http.StatusBadRequest || out["reason"] != "ip_literal_not_allowed" {
+		t.Errorf("an address no agent answers for: %d %v; want 400 ip_literal_not_allowed", code, out)
+	}
+}
