@@ -387,7 +387,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 			return nil, nil, err
 		}
 	}
-	a, err = New(cfg, d)
+	a, err = New(cfg, d) //nolint:contextcheck // the validator's owned-address lookup has no caller context: bounded by redis.timeout
 	if err != nil {
 		return nil, nil, err
 	}

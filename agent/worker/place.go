@@ -373,10 +373,14 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 				w.log.Warn("a handed task could not be read; its message comes back through the queue", "entry", e.ID, "err", jerr)
 				continue
 			}
-			p.accept(h.message())
+			// Like a received message, the handler outlives the intake.
+			p.accept(h.message()) //nolint:contextcheck // see above
 		}
 		if len(ids) > 0 {
-			if err := w.pipeline.calls.storeCall(func(cctx context.Context) error { return pl.Hosts.ForgetTasks(cctx, w.instanceID, ids...) }); err != nil {
+			// Bounded by redis.timeout on a context of its own, as every store call.
+			if err := w.pipeline.calls.storeCall(func(cctx context.Context) error { //nolint:contextcheck // see above
+				return pl.Hosts.ForgetTasks(cctx, w.instanceID, ids...)
+			}); err != nil {
 				w.log.Debug("forgetting taken hand-offs failed; they lapse with their TTL", "err", err)
 			}
 		}
