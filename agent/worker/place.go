@@ -335,12 +335,16 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 	}
 	after := ""
 	retry := time.Duration(0)
+	more := false // the last read brought tasks: more are likely waiting
 	for ctx.Err() == nil {
+		// A read that waits for a hand-off holds one slot of the receive
+		// window, so that the queue's receives keep the rest; once
+		// hand-offs come in, a read takes as many as there are free slots.
 		if err := p.receive.Acquire(ctx, 1); err != nil {
 			return
 		}
 		n := int64(1)
-		for n < maxHandedRead && p.receive.TryAcquire(1) {
+		for more && n < maxHandedRead && p.receive.TryAcquire(1) {
 			n++
 		}
 		// The read blocks up to handedBlock and is cut short when ctx ends.
@@ -363,6 +367,7 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 			continue
 		}
 		retry = 0
+		more = len(got) > 0
 		ids := make([]string, 0, len(got))
 		for _, e := range got {
 			ids = append(ids, e.ID)
