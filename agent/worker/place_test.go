@@ -153,3 +153,38 @@ func TestPlace(t *testing.T) {
 		})
 	}
 }
+
+// blockingHosts is a Hosts whose TakeTasks waits, as XREAD BLOCK does
+// with nothing handed, and says how many tasks it was asked for.
+type blockingHosts struct {
+	fakeHosts
+	asked chan int
+}
+
+func (h *blockingHosts) TakeTasks(ctx context.Context, _, _ string, count int, _ time.Duration) ([]state.HandedNotice, error) {
+	h.asked <- count
+	<-ctx.Done()
+	return nil, nil
+}
+
+// TestTakeHandedHoldsOneSlot: while no task is handed, the read waiting
+// for one holds one slot of the receive window and leaves the others to
+// the queue's receives.
+func TestTakeHandedHoldsOneSlot(t *testing.T) {
+	hosts := &blockingHosts{asked: make(chan int, 1)}
+	w, _ := testWorker(t, Options{Source: &placeSource{}, Store: state.NewMemory(state.MemoryOptions{}), Clock: clock.Wall{},
+		Lease: 30 * time.Second, InstanceID: "i-me", Hooks: noHooks{}, Placement: Placement{Names: []string{"me"}, Hosts: hosts}})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); w.TakeHanded(ctx) }()
+	if n := <-hosts.asked; n != 1 {
+		t.Errorf("the waiting read asked for %d tasks, want 1", n)
+	}
+	if !w.pipeline.receive.TryAcquire(1) {
+		t.Error("the waiting read holds every slot of the receive window; the queue's receives get none")
+	} else {
+		w.pipeline.receive.Release(1)
+	}
+	cancel()
+	<-done
+}
