@@ -167,6 +167,11 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
 		names: a.hostNames}
 	a.presence.nudge = make(chan struct{}, 1)
+	if c, ok := d.Store.(interface {
+		HostClaims(ctx context.Context, names []string) (map[string][]string, error)
+	}); ok {
+		a.presence.claims = c.HostClaims
+	}
 	a.presence.server = d.RedisServer
 	a.buildGate()
 	if d.Watcher != nil {

@@ -27,6 +27,9 @@ type metrics struct {
 	stateDegraded *prometheus.CounterVec
 	// routing counts where target tasks went (worker.RoutingResults).
 	routing *prometheus.CounterVec
+	// ambiguousNames is how many of the agent's names another live agent
+	// claims too.
+	ambiguousNames prometheus.Gauge
 }
 
 // Operations counted by autodiag_state_degraded_total.
@@ -88,6 +91,10 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 			Name: "autodiag_task_routing_total",
 			Help: "Target tasks (runs_on target) placed, by result: here (run by this agent), handed (to the agent of the task's host), waiting (no agent owns the host yet; deferred), or the reason it ended rejected unrun (no_agent_for_host, target_draining, target_standby, ambiguous_host, not_this_host).",
 		}, []string{"result"}),
+		ambiguousNames: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_host_names_ambiguous",
+			Help: "Host names of this agent that another live agent claims too, as of its last heartbeat: their host-local tasks end rejected (ambiguous_host) on every agent.",
+		}),
 	}
 	for _, r := range worker.RoutingResults() {
 		m.routing.WithLabelValues(r)
@@ -106,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 		m.duration.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer, m.routing)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer, m.routing, m.ambiguousNames)
 	}
 	return m
 }

@@ -39,7 +39,14 @@ func (a *Agent) placement() worker.Placement {
 	if len(a.hostNames) == 0 {
 		return worker.Placement{}
 	}
-	pl := worker.Placement{Names: a.hostNames, TargetWait: a.cfg.Queue.TargetWait, Routing: a.m.routing}
+	// The presence is built after the worker: it is looked up at each task.
+	pl := worker.Placement{Names: a.hostNames, TargetWait: a.cfg.Queue.TargetWait, Routing: a.m.routing,
+		Ambiguous: func(name string) []string {
+			if a.presence == nil {
+				return nil
+			}
+			return a.presence.ambiguousClaims(name)
+		}}
 	if h, ok := a.d.Store.(worker.Hosts); ok {
 		pl.Hosts = h
 	}

@@ -177,3 +177,48 @@ func (r *Redis) ForgetTasks(ctx context.Context, instanceID string, ids ...strin
 		return nil
 	})
 }
+
+// HostClaims returns, for each of names, the live agents that claim it
+// (at most 3 each, sorted): one pipelined read per name, for an agent to
+// learn which of its own names another live agent claims too.
+func (r *Redis) HostClaims(ctx context.Context, names []string) (map[string][]string, error) {
+	return wait(ctx, r, "host claims", "", func(ctx context.Context) (map[string][]string, error) {
+		now := strconv.FormatInt(r.o.Clock.Now().UnixMilli(), 10)
+		cmds := make([]*redis.StringSliceCmd, len(names))
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, n := range names {
+				cmds[i] = p.ZRangeArgs(ctx, redis.ZRangeArgs{Key: r.k.hostName(n), Start: "(" + now, Stop: "+inf", ByScore: true, Count: 3})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("state: host claims: %w", err)
+		}
+		out := make(map[string][]string, len(names))
+		for i, n := range names {
+			ids := cmds[i].Val()
+			slices.Sort(ids)
+			out[n] = ids
+		}
+		return out, nil
+	})
+}
+
+// HostClaims implements the same over the instances this store holds.
+func (m *Memory) HostClaims(_ context.Context, names []string) (map[string][]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.o.Clock.Now()
+	out := make(map[string][]string, len(names))
+	for _, n := range names {
+		var ids []string
+		for id, i := range m.instances {
+			if now.Before(i.expires) && slices.Contains(i.inst.Names, n) {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		out[n] = ids
+	}
+	return out, nil
+}

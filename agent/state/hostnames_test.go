@@ -15,6 +15,7 @@ import (
 type hostNamesStore interface {
 	state.HostNames
 	PutInstance(ctx context.Context, inst state.Instance, ttl time.Duration) error
+	HostClaims(ctx context.Context, names []string) (map[string][]string, error)
 }
 
 // TestHostOwner: a name is owned by the one live agent that claims it,
@@ -55,6 +56,10 @@ func TestHostOwner(t *testing.T) {
 			var amb *state.AmbiguousHostError
 			if _, ok, err := s.HostOwner(ctx, "10.0.1.5"); ok || !errors.As(err, &amb) || !slices.Equal(amb.IDs, []string{"i-a", "i-b"}) {
 				t.Fatalf("owner of a name two live agents claim = %v, %v; want ambiguous naming i-a and i-b", ok, err)
+			}
+			claims, err := s.HostClaims(ctx, []string{"10.0.1.5", "i-a", "web-9"})
+			if err != nil || !slices.Equal(claims["10.0.1.5"], []string{"i-a", "i-b"}) || !slices.Equal(claims["i-a"], []string{"i-a"}) || len(claims["web-9"]) != 0 {
+				t.Fatalf("claims = %v, %v; want the shared name claimed by i-a and i-b, i-a's own by i-a, web-9 by none", claims, err)
 			}
 			if o, ok, err := s.HostOwner(ctx, "i-b"); err != nil || !ok || o.State != "draining" {
 				t.Fatalf("owner of i-b = %+v, %v, %v; want i-b draining", o, ok, err)

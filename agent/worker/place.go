@@ -56,6 +56,10 @@ type Placement struct {
 	// Routing counts each placement by result (RoutingResults), every
 	// label initialised by the caller; nil = not counted.
 	Routing *prometheus.CounterVec
+	// Ambiguous, when set, names the live agents that claim one of
+	// this agent's own names when another claims it too (nil when this
+	// agent alone does): a target task for it runs nowhere.
+	Ambiguous func(name string) []string
 }
 
 // Results of autodiag_task_routing_total, and the reasons a target task
@@ -134,6 +138,10 @@ func (p *pipeline) place(j *job) bool {
 	}
 	t := j.task
 	if pl.own[t.Host] {
+		if ids := pl.ambiguous(t.Host); len(ids) > 1 {
+			p.endAmbiguous(j, &state.AmbiguousHostError{Name: t.Host, IDs: ids})
+			return true
+		}
 		pl.count(RoutingHere)
 		p.canonical(j)
 		return false
@@ -152,11 +160,7 @@ func (p *pipeline) place(j *job) bool {
 	var amb *state.AmbiguousHostError
 	switch {
 	case errors.As(err, &amb):
-		pl.count(ReasonAmbiguous)
-		p.log.WarnContext(j.context(), "host name claimed by more than one live agent; its target tasks do not run until one lets it go",
-			"task_id", t.ID, "host", t.Host, "instances", strings.Join(amb.IDs, ","))
-		p.endUnplaced(j, &task.Error{Reason: ReasonAmbiguous, Field: "host",
-			Detail: fmt.Sprintf("%s is claimed by more than one live agent (%s)", t.Host, strings.Join(amb.IDs, ", "))})
+		p.endAmbiguous(j, amb)
 		return true
 	case err != nil:
 		delay := retryDelay(j.msg.ReceiveCount)
@@ -200,6 +204,24 @@ func (p *pipeline) canonical(j *job) {
 	if j.task.Host != name {
 		j.hostAsSent, j.task.Host = j.task.Host, name
 	}
+}
+
+// endAmbiguous ends a target task whose host more than one live agent
+// claims: run on neither, rejected ambiguous_host.
+func (p *pipeline) endAmbiguous(j *job, amb *state.AmbiguousHostError) {
+	t := j.task
+	p.placer.count(ReasonAmbiguous)
+	p.log.WarnContext(j.context(), "host name claimed by more than one live agent; its target tasks do not run until one lets it go",
+		"task_id", t.ID, "host", t.Host, "instances", strings.Join(amb.IDs, ","))
+	p.endUnplaced(j, &task.Error{Reason: ReasonAmbiguous, Field: "host",
+		Detail: fmt.Sprintf("%s is claimed by more than one live agent (%s)", t.Host, strings.Join(amb.IDs, ", "))})
+}
+
+func (pl *placer) ambiguous(name string) []string {
+	if pl.Ambiguous == nil {
+		return nil
+	}
+	return pl.Ambiguous(name)
 }
 
 // Instance states placement tells apart (state.Instance.State).

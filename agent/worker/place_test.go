@@ -101,6 +101,7 @@ func TestPlace(t *testing.T) {
 		{"no owner, 1ms left", "df", "ghost", wait - time.Millisecond, false, "", time.Millisecond, "", RoutingWaiting},
 		{"no owner at target_wait", "df", "ghost", wait, false, "", -1, ReasonNoAgent, ReasonNoAgent},
 		{"no owner, a tool call does not wait", "df", "ghost-tool", 0, false, "", -1, ReasonNoAgent, ReasonNoAgent},
+		{"own name another live agent claims too", "df", "shared.example", 0, false, "", -1, ReasonAmbiguous, ReasonAmbiguous},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,7 +114,13 @@ func TestPlace(t *testing.T) {
 			}, amb: map[string][]string{"web-5": {"i-a", "i-b"}}}
 			routing := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routing"}, []string{"result"})
 			w, _ := testWorker(t, Options{Source: src, Store: store, Clock: clk, Lease: 30 * time.Second, InstanceID: "i-me",
-				Catalog: catalog, Hooks: noHooks{}, Placement: Placement{Names: []string{"me.example", "i-me"}, Hosts: hosts, TargetWait: wait, Routing: routing}})
+				Catalog: catalog, Hooks: noHooks{}, Placement: Placement{Names: []string{"me.example", "i-me", "shared.example"}, Hosts: hosts, TargetWait: wait, Routing: routing,
+					Ambiguous: func(name string) []string {
+						if name == "shared.example" {
+							return []string{"i-me", "i-other"}
+						}
+						return nil
+					}}})
 			w.outcomes.received()
 			msg := &queue.Message{ID: "m1", Handle: "rh-1", ReceiveCount: 1, Body: []byte(`{"id":"t1"}`)}
 			j := &job{msg: msg, received: clk.Now(), task: task.Task{ID: "t1", Host: tt.host, Diagnostic: tt.diag, CreatedAt: created}}
