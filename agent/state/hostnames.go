@@ -91,14 +91,18 @@ func (r *Redis) HostOwner(ctx context.Context, name string) (HostOwner, bool, er
 }
 
 // putNames is PutInstance's part for the names: each name's index gets
-// the instance with its heartbeat expiry, loses its lapsed members and
-// lives as long as the record.
-func (r *Redis) putNames(ctx context.Context, p redis.Pipeliner, inst Instance, now time.Time, ttl time.Duration) {
+// the instance with its heartbeat expiry (one ZADD per name per
+// heartbeat); its lapsed members are removed and its TTL set with the
+// instance index's trim (trim: once a minute per writer, and at its first
+// write), as readers only count live members.
+func (r *Redis) putNames(ctx context.Context, p redis.Pipeliner, inst Instance, now time.Time, ttl time.Duration, trim bool) {
 	for _, n := range inst.Names {
 		key := r.k.hostName(n)
 		p.ZAdd(ctx, key, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
-		p.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
-		p.PExpire(ctx, key, ttl+GoneKeep)
+		if trim {
+			p.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
+			p.PExpire(ctx, key, ttl+GoneKeep)
+		}
 	}
 }
 

@@ -1142,7 +1142,7 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 				// rides with the trim: it outlasts the time to the next one.
 				p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl+indexTrimEvery))
 			}
-			r.putNames(ctx, p, inst, now, ttl)
+			r.putNames(ctx, p, inst, now, ttl, trim)
 			if r.o.InService != nil {
 				for _, k := range r.o.InService(inst) {
 					if inst.State == InstanceInService {
