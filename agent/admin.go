@@ -218,6 +218,13 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 		rejectPosted(w, a.worker, t, err) //nolint:contextcheck // see above
 		return
 	}
+	if err := a.worker.NotThisHost(t); err != nil {
+		// One agent alone cannot run a host-local diagnostic of another
+		// machine: said at once, with the names it answers for.
+		a.worker.Rejected(t, err) //nolint:contextcheck // see above
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "reason": task.Reason(err), "host_names": a.hostNames})
+		return
+	}
 	if t.ID == "" {
 		t.ID = "api-" + randomID()
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -58,10 +60,15 @@ type Deps struct {
 	ResolveASG func(ctx context.Context) (string, error)
 
 	InstanceID string
-	Version    string
-	Logger     *slog.Logger
-	Registry   *prometheus.Registry
-	Clock      clock.Clock
+	// HostNames are the names this agent answers for (learnt and
+	// host_names), in order, the canonical one first: a target
+	// diagnostic of a task naming another runs on that name's agent, never
+	// here. Empty = no placement, every task runs where it is received.
+	HostNames []string
+	Version   string
+	Logger    *slog.Logger
+	Registry  *prometheus.Registry
+	Clock     clock.Clock
 	// Runner executes diagnostics; nil = a default *runner.Runner.
 	Runner worker.Runner
 	// AlertSender puts the tasks alerts become onto the task queue; nil =
@@ -103,6 +110,9 @@ type Agent struct {
 	sup       *supervisor.Supervisor
 	gate      *launch.Gate
 	presence  *presence
+	// hostNames are the names this agent answers for, normalised, the
+	// canonical one first; nil = no placement.
+	hostNames []string
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
@@ -181,10 +191,21 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
+	if len(d.HostNames) > 0 {
+		a.hostNames = ownHostNames(d.HostNames...)
+		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
+		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
+	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
-		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ}
+		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
+		names: a.hostNames}
 	a.presence.nudge = make(chan struct{}, 1)
+	if c, ok := d.Store.(interface {
+		HostClaims(ctx context.Context, names []string) (map[string][]string, error)
+	}); ok {
+		a.presence.claims = c.HostClaims
+	}
 	a.presence.server = d.RedisServer
 	a.buildGate()
 	if d.Watcher != nil {
@@ -280,7 +301,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error {
 		defer letGo()
 		if a.gate.Await(a.intakeCtx) {
+			var handed sync.WaitGroup
+			handed.Go(func() { a.worker.TakeHanded(a.intakeCtx) })
 			a.worker.Receive(a.intakeCtx)
+			handed.Wait()
 		}
 		return nil
 	})

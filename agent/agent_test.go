@@ -55,6 +55,10 @@ lifecycle:
   drain_timeout: 2m
 `
 
+// agentTestHosts are the hosts the tests' tasks name: an agent alone
+// answers for them, so that its host-local diagnostics run.
+var agentTestHosts = []string{"web-01", "web-01.example.com", "web-1", "web-02.example.com", "web-3", "a.example.com", "h", "a"}
+
 func startAgent(t *testing.T, yaml string) *testAgent {
 	t.Helper()
 	return startAgentWith(t, yaml, nil)
@@ -67,6 +71,7 @@ func startAgentWith(t *testing.T, yaml string, opt func(*OpenOptions)) *testAgen
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	o := OpenOptions{Hostname: "test-host",
 		// Discovery must not find the id of the machine the tests run on.
 		CloudInitPath: filepath.Join(t.TempDir(), "none"), DMIAssetTagPath: filepath.Join(t.TempDir(), "none")}

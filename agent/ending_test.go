@@ -126,6 +126,7 @@ func runEndingCase(t *testing.T, tc endingCase) (supervisor.Ending, error) {
 	cfg.Lifecycle.HookName = endingHook
 	cfg.Lifecycle.ASGName = endingASG
 	cfg.Lifecycle.HeartbeatInterval = time.Minute
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,14 @@ type presence struct {
 	version      string
 	started      time.Time
 	asg, az      string // the instance's place, for the in-service indexes
+	// names are the host names the agent answers for (state.Instance.Names).
+	names []string
+	// claims, when set, reads which live agents claim each name; after
+	// each record write the names another live agent claims too are kept
+	// in ambiguous (read by the placement: their target tasks do not run),
+	// logged when they change and counted in autodiag_host_names_ambiguous.
+	claims    func(ctx context.Context, names []string) (map[string][]string, error)
+	ambiguous atomic.Pointer[map[string][]string]
 	// launchState is the agent's state before a drain when intake does
 	// not run (starting, warmed, abandoned; see launch.go), "" when it
 	// does; nil = never.
@@ -87,12 +96,13 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		}
 	}
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
-		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az}
+		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az, Names: p.names}
 	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	up := err == nil
 	p.up.Store(up)
 	if up {
 		p.m.redisUp.Set(1)
+		p.checkClaims(ctx)
 		p.sampleServer(ctx)
 	} else {
 		p.m.redisUp.Set(0)
@@ -131,4 +141,53 @@ func (p *presence) sampleServer(ctx context.Context) {
 		p.log.Info("Redis is below its maxclients again", "node", s.node, "connected_clients", s.connected, "maxclients", s.max)
 	}
 	p.serverNear = near
+}
+
+// checkClaims learns which of the agent's names another live agent claims
+// too (two agents answering for one name: neither may run its host-local
+// tasks), logging each change.
+func (p *presence) checkClaims(ctx context.Context) {
+	if p.claims == nil || len(p.names) == 0 {
+		return
+	}
+	var claims map[string][]string
+	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
+		claims, err = p.claims(ctx, p.names)
+		return err
+	})
+	if err != nil {
+		p.log.Debug("could not read who claims this agent's host names", "err", err)
+		return
+	}
+	amb := map[string][]string{}
+	for n, ids := range claims {
+		if len(ids) > 1 {
+			amb[n] = ids
+		}
+	}
+	old := p.ambiguous.Swap(&amb)
+	for n, ids := range amb {
+		if old == nil || len((*old)[n]) < 2 {
+			p.log.Warn("host name claimed by more than one live agent: its host-local tasks end rejected (ambiguous_host) until one lets it go",
+				"host", n, "instances", strings.Join(ids, ","))
+		}
+	}
+	if old != nil {
+		for n := range *old {
+			if _, still := amb[n]; !still {
+				p.log.Info("host name claimed by this agent alone again", "host", n)
+			}
+		}
+	}
+	p.m.ambiguousNames.Set(float64(len(amb)))
+}
+
+// ambiguousClaims is who claims name when another live agent claims it
+// too; nil when only this agent does.
+func (p *presence) ambiguousClaims(name string) []string {
+	amb := p.ambiguous.Load()
+	if amb == nil {
+		return nil
+	}
+	return (*amb)[name]
 }

@@ -47,6 +47,7 @@ func launchAgent(t *testing.T, timeout time.Duration, extra ...runner.Diagnostic
 		t.Fatal(err)
 	}
 	cfg.Diagnostics = append(cfg.Diagnostics, extra...)
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,11 @@ type metrics struct {
 	// maxclients, sampled by presence: {kind} connected and max.
 	redisServer   *prometheus.GaugeVec
 	stateDegraded *prometheus.CounterVec
+	// routing counts where target tasks went (worker.RoutingResults).
+	routing *prometheus.CounterVec
+	// ambiguousNames is how many of the agent's names another live agent
+	// claims too.
+	ambiguousNames prometheus.Gauge
 }
 
 // Operations counted by autodiag_state_degraded_total.
@@ -82,6 +87,17 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 			Name: "autodiag_state_degraded_total",
 			Help: "Task state operations that could not reach the state store within redis.timeout, by operation; redis.state_fail decides what the task does.",
 		}, []string{"op"}),
+		routing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "autodiag_task_routing_total",
+			Help: "Target tasks (runs_on target) placed, by result: here (run by this agent), handed (to the agent of the task's host), waiting (no agent owns the host yet; deferred), or the reason it ended rejected unrun (no_agent_for_host, target_draining, target_standby, ambiguous_host, not_this_host).",
+		}, []string{"result"}),
+		ambiguousNames: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "autodiag_host_names_ambiguous",
+			Help: "Host names of this agent that another live agent claims too, as of its last heartbeat: their host-local tasks end rejected (ambiguous_host) on every agent.",
+		}),
+	}
+	for _, r := range worker.RoutingResults() {
+		m.routing.WithLabelValues(r)
 	}
 	for _, op := range stateOps {
 		m.stateDegraded.WithLabelValues(op)
@@ -97,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 		m.duration.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer, m.routing, m.ambiguousNames)
 	}
 	return m
 }

@@ -20,6 +20,7 @@ func TestMetricNamesLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "lint"})
 	if err != nil {
 		t.Fatal(err)

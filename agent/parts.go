@@ -29,7 +29,28 @@ func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.D
 		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
 		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
 		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard,
-		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname})
+		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname, Placement: a.placement()})
+}
+
+// placement is where the worker sends target tasks: nowhere without host
+// names; with them, to the owner of the task's host through the state
+// store when it is shared (Redis), else only this agent's own names.
+func (a *Agent) placement() worker.Placement {
+	if len(a.hostNames) == 0 {
+		return worker.Placement{}
+	}
+	// The presence is built after the worker: it is looked up at each task.
+	pl := worker.Placement{Names: a.hostNames, TargetWait: a.cfg.Queue.TargetWait, Routing: a.m.routing,
+		Ambiguous: func(name string) []string {
+			if a.presence == nil {
+				return nil
+			}
+			return a.presence.ambiguousClaims(name)
+		}}
+	if h, ok := a.d.Store.(worker.Hosts); ok {
+		pl.Hosts = h
+	}
+	return pl
 }
 
 // workerTracing names the task queue in the worker's spans.

@@ -159,6 +159,7 @@ func TestPersistedDrainDiscardedWhenInService(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +230,7 @@ func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: endingInstance})
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,7 @@ lifecycle: {drain_timeout: 1m}
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(ctx, cfg, OpenOptions{Hostname: me, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

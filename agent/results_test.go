@@ -150,6 +150,7 @@ notify:
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.HostNames = append(cfg.HostNames, agentTestHosts...)
 	a, closeFn, err := Open(context.Background(), cfg, OpenOptions{Hostname: "test-host"})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -355,13 +356,15 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		return nil, nil, err
 	}
 
+	// The operator's names first: the first name is the canonical one.
+	hostNames := append(slices.Clone(cfg.HostNames), learnHostNames(ctx, discoverWith, instanceID, o.Hostname, log)...)
 	var server func(context.Context) (serverClients, error)
 	if rc != nil {
 		server = redisServerClients(rc)
 	}
 	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
-		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log),
+		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log), HostNames: hostNames,
 		OriginKey: originKey(o.LookupEnv, redisCfg, log)}
 	if rc != nil {
 		d.Feedback = feedback.NewRedis(rc, cfg.Redis.Prefix, 0)
@@ -408,7 +411,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 			return nil, nil, err
 		}
 	}
-	a, err = New(cfg, d)
+	a, err = New(cfg, d) //nolint:contextcheck // the validator's owned-address lookup has no caller context: bounded by redis.timeout
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // A placeholder in a program position, or in the program text of awk,
@@ -76,5 +77,68 @@ func TestCatalogStrict(t *testing.T) {
 		} else if err != nil && !strings.Contains(err.Error(), "diagnostics[0].command[") {
 			t.Errorf("%v: %v does not name the position", tt.argv, err)
 		}
+	}
+}
+
+// runs_on: the default follows {host} in the command; runs_on any on an
+// entry without {host} is an error naming the entry and its line, as is
+// a value other than target or any.
+func TestCatalogRunsOn(t *testing.T) {
+	tests := []struct {
+		name     string
+		entry    string
+		targeted bool
+		bad      string // "" = accepted; else a word the error must hold
+	}{
+		{"default without host is target", "command: [/usr/bin/uptime]", true, ""},
+		{"default with host is any", "command: [/usr/bin/ping, '{host}']", false, ""},
+		{"target with host", "command: [/usr/bin/ping, '{host}']\n    runs_on: target", true, ""},
+		{"any with host", "command: [/usr/bin/ping, '{host}']\n    runs_on: any", false, ""},
+		{"any without host", "command: [/usr/bin/uptime]\n    runs_on: any", false, "needs {host}"},
+		{"unknown value", "command: [/usr/bin/uptime]\n    runs_on: anywhere", false, "must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yml := "diagnostics:\n  - name: probe\n    " + tt.entry + "\n"
+			cfg, err := Load([]byte(yml), nil)
+			if tt.bad == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if got := cfg.Diagnostics[0].Targeted(); got != tt.targeted {
+					t.Errorf("Targeted() = %v, want %v", got, tt.targeted)
+				}
+				return
+			}
+			ps := Problems(err)
+			if len(ps) != 1 {
+				t.Fatalf("got %v, want one problem", err)
+			}
+			p := ps[0]
+			if p.Key != "diagnostics[0].runs_on" || p.Line != 4 || !strings.Contains(p.Error(), `"probe"`) || !strings.Contains(p.Error(), tt.bad) {
+				t.Errorf("got %q (key %s, line %d), want diagnostics[0].runs_on at line 4 naming \"probe\" and saying %q", p.Error(), p.Key, p.Line, tt.bad)
+			}
+		})
+	}
+}
+
+// host_names: each entry must be a host a task could name (the error
+// names host_names[i] and its line); AUTODIAG_HOST_NAMES replaces the
+// list, comma-separated; queue.target_wait defaults to 2m and may not be
+// negative.
+func TestHostNamesAndTargetWait(t *testing.T) {
+	cfg, err := Load([]byte("host_names: [web-1.example, 'bad host']\nqueue:\n  target_wait: -1s\n"), nil)
+	ps := Problems(err)
+	keys := map[string]int{}
+	for _, p := range ps {
+		keys[p.Key] = p.Line
+	}
+	if len(ps) != 2 || keys["host_names[1]"] != 1 || keys["queue.target_wait"] != 3 {
+		t.Errorf("problems %v; want host_names[1] at line 1 and queue.target_wait at line 3", err)
+	}
+	env := map[string]string{"AUTODIAG_HOST_NAMES": " a.example, b.example ,,"}
+	cfg, err = Load([]byte("host_names: [web-1.example]\n"), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil || strings.Join(cfg.HostNames, ",") != "a.example,b.example" || cfg.Queue.TargetWait != DefaultTargetWait || DefaultTargetWait != 2*time.Minute {
+		t.Errorf("with AUTODIAG_HOST_NAMES: host_names %v, target_wait %s, %v; want a.example,b.example and 2m", cfg.HostNames, cfg.Queue.TargetWait, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -87,6 +88,11 @@ type Config struct {
 	// Tracing exports OpenTelemetry spans over OTLP/HTTP; off by default
 	// (see docs/tracing.md).
 	Tracing tracing.Config `yaml:"tracing"`
+	// HostNames are names this agent answers for besides those it learns
+	// (instance id, hostname, EC2 private DNS name and addresses): a
+	// target diagnostic of a task naming one runs here. AUTODIAG_HOST_NAMES
+	// (comma-separated) replaces them.
+	HostNames []string `yaml:"host_names"`
 	// SecretsRefresh is how often the credentials named by *_secret keys
 	// are read again (0: secret.DefaultRefresh); SIGHUP reads them at once.
 	SecretsRefresh time.Duration `yaml:"secrets_refresh"`
@@ -159,6 +165,10 @@ type QueueConfig struct {
 	DLQURL string `yaml:"dlq_url"`
 	// MaxAge: tasks created longer ago end as stale (default 1h).
 	MaxAge time.Duration `yaml:"max_age"`
+	// TargetWait is how long a target task whose host no live agent owns
+	// waits for one (an instance may be booting) before it ends rejected
+	// with reason no_agent_for_host (default 2m; 0 = at once).
+	TargetWait time.Duration `yaml:"target_wait"`
 }
 
 // RedisConfig is the shared state store.
@@ -229,6 +239,7 @@ const (
 	DefaultBatchSize         = 10
 	DefaultVisibilityTimeout = 60 * time.Second
 	DefaultMaxAge            = time.Hour
+	DefaultTargetWait        = 2 * time.Minute
 	DefaultRedisPrefix       = "autodiag:"
 	DefaultRedisTimeout      = 200 * time.Millisecond
 	DefaultStateFail         = StateFailOpen
@@ -277,6 +288,7 @@ func DefaultConfig() Config {
 			BatchSize:         DefaultBatchSize,
 			VisibilityTimeout: DefaultVisibilityTimeout,
 			MaxAge:            DefaultMaxAge,
+			TargetWait:        DefaultTargetWait,
 		},
 		Redis:            RedisConfig{Prefix: DefaultRedisPrefix, Timeout: DefaultRedisTimeout, StateFail: DefaultStateFail, AuditShards: 1, InstanceShards: 1},
 		Diagnostics:      BuiltinCatalog(),
@@ -436,6 +448,11 @@ func (c Config) Validate() error {
 	}
 	p.adopt("redis", c.Redis.Validate())
 	p.adopt("", c.validateDiagnostics())
+	for i, n := range c.HostNames {
+		if _, err := task.NormalizeHost(n); err != nil {
+			p.addf(fmt.Sprintf("host_names[%d]", i), "%q is not a host name a task could name: %w", n, err)
+		}
+	}
 	p.adopt("limiter", c.Limiter.Validate())
 	p.adopt("limiter", rulesInCatalog(c.Limiter.Rules, c.Diagnostics))
 	if k := c.Limiter.Dedupe.Key; k != "" {
@@ -544,6 +561,9 @@ func (q QueueConfig) Validate() error {
 	}
 	if q.MaxAge < 0 {
 		p.addf("max_age", "must not be negative")
+	}
+	if q.TargetWait < 0 {
+		p.addf("target_wait", "must not be negative")
 	}
 	return p.err()
 }
@@ -658,11 +678,12 @@ const (
 	envAdminAddr         = "AUTODIAG_ADMIN_ADDR"
 	envLogLevel          = "AUTODIAG_LOG_LEVEL"
 	envWorkers           = "AUTODIAG_WORKERS"
+	envHostNames         = "AUTODIAG_HOST_NAMES"
 )
 
 // Env names the AUTODIAG_* variables that override the file.
 func Env() []string {
-	return []string{envInstanceID, envRedisURL, envQueueURL, envLifecycleQueueURL, envAdminAddr, envLogLevel, envWorkers}
+	return []string{envInstanceID, envRedisURL, envQueueURL, envLifecycleQueueURL, envAdminAddr, envLogLevel, envWorkers, envHostNames}
 }
 
 // applyEnv overrides the common keys from AUTODIAG_* variables; set maps
@@ -686,6 +707,15 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) (set map[string]st
 		// seeds or secret rather than conflicting with them.
 		c.Redis.Addrs = nil
 		c.Redis.URLSecret = ""
+	}
+	if v, ok := lookup(envHostNames); ok {
+		c.HostNames = nil
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.HostNames = append(c.HostNames, n)
+			}
+		}
+		set["host_names"] = envHostNames
 	}
 	if v, ok := lookup(envWorkers); ok {
 		n, err := strconv.Atoi(v)

@@ -94,6 +94,41 @@ type Diagnostic struct {
 	// tool described by Description (default false: never offered).
 	Investigate bool   `yaml:"investigate"`
 	Description string `yaml:"description"`
+	// RunsOn says where the diagnostic may run: RunsOnTarget (it looks at
+	// the machine itself: df, free, journalctl) runs only on the agent of
+	// the task's host; RunsOnAny (it probes {host} from wherever it runs:
+	// dig, curl) runs on whichever agent receives it. Empty = target when
+	// the command does not use {host}, any when it does (see Targeted).
+	RunsOn string `yaml:"runs_on"`
+}
+
+// Values of a Diagnostic's RunsOn.
+const (
+	RunsOnTarget = "target"
+	RunsOnAny    = "any"
+)
+
+// UsesHost reports whether the command references {host}.
+func (d Diagnostic) UsesHost() bool {
+	for _, arg := range d.Command {
+		if strings.Contains(arg, "{host}") {
+			return true
+		}
+	}
+	return false
+}
+
+// Targeted reports whether the diagnostic describes the machine that runs
+// it, so that it must run on the agent of the task's host: runs_on target,
+// or no runs_on and no {host} in the command.
+func (d Diagnostic) Targeted() bool {
+	switch d.RunsOn {
+	case RunsOnTarget:
+		return true
+	case RunsOnAny:
+		return false
+	}
+	return !d.UsesHost()
 }
 
 // CharsetAny is the one value of Diagnostic.Charset: the parameter's
@@ -172,6 +207,18 @@ func (d Diagnostic) Validate() error {
 		if cs != CharsetAny {
 			errs = append(errs, configerr.Errorf("charset."+name, "must be %q (leave the parameter out for the default character set), got %q", CharsetAny, cs))
 		}
+	}
+	switch d.RunsOn {
+	case "", RunsOnTarget:
+	case RunsOnAny:
+		if !d.UsesHost() {
+			// Such an entry describes the agent that runs it, not the
+			// task's host: run anywhere, it would label one machine's
+			// output as another's.
+			errs = append(errs, configerr.Errorf("runs_on", "diagnostic %q: runs_on any needs {host} in the command; without it the output describes whichever agent runs it, not the task's host (use runs_on target)", d.Name))
+		}
+	default:
+		errs = append(errs, configerr.Errorf("runs_on", "diagnostic %q: must be %q or %q, not %q", d.Name, RunsOnTarget, RunsOnAny, d.RunsOn))
 	}
 	if d.Timeout < 0 {
 		errs = append(errs, configerr.Errorf("timeout", "must be positive"))

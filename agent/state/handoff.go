@@ -69,18 +69,29 @@ func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl t
 // of its own, which CLIENT UNBLOCK frees (the client itself would wait for
 // the block to end).
 func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error) {
+	out, err := r.takeStream(ctx, &r.hand, r.k.handoff(instanceID), "notice", after, noticesMaxLen, block)
+	if err != nil {
+		return nil, fmt.Errorf("state: take notices of %s: %w", instanceID, err)
+	}
+	return out, nil
+}
+
+// takeStream reads the entries of the stream key after the entry after
+// ("" = from the first), at most count, waiting up to block for one on
+// the connection conn keeps; field is the entry's value. A wait cut short
+// by ctx returns nothing and no error.
+func (r *Redis) takeStream(ctx context.Context, conn *handoffConn, key, field, after string, count int64, block time.Duration) ([]HandedNotice, error) {
 	if after == "" {
 		after = "0"
 	}
 	if block <= 0 {
 		block = -1 // XREAD without BLOCK: BLOCK 0 would wait for ever
 	}
-	key := r.k.handoff(instanceID)
-	args := &redis.XReadArgs{Streams: []string{key, after}, Count: noticesMaxLen, Block: block}
+	args := &redis.XReadArgs{Streams: []string{key, after}, Count: count, Block: block}
 	var streams []redis.XStream
 	var err error
 	if node := r.nodeFor(ctx, key); node != nil && block > 0 {
-		streams, err = r.hand.read(ctx, node, args)
+		streams, err = conn.read(ctx, node, args)
 	} else {
 		streams, err = r.c.XRead(ctx, args).Result()
 	}
@@ -88,12 +99,12 @@ func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("state: take notices of %s: %w", instanceID, err)
+		return nil, err
 	}
 	var out []HandedNotice
 	for _, s := range streams {
 		for _, m := range s.Messages {
-			body, _ := m.Values["notice"].(string)
+			body, _ := m.Values[field].(string)
 			out = append(out, HandedNotice{ID: m.ID, Body: body})
 		}
 	}

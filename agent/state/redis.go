@@ -155,6 +155,10 @@ type Redis struct {
 	trimDue atomic.Int64
 	// hand is the connection of the blocking hand-off reads.
 	hand handoffConn
+	// handTasks is the connection of the blocking reads of the tasks
+	// handed to this agent (TakeTasks), apart from hand so that neither
+	// reader finds the other's connection busy.
+	handTasks handoffConn
 }
 
 // indexTrimEvery spaces one writer's trims of the instance index: every
@@ -206,13 +210,15 @@ type keys struct {
 	auditMaxLen, maxInstances   int64
 }
 
-func (k keys) task(id string) string       { return k.prefix + "task:{" + id + "}" }
-func (k keys) lease(id string) string      { return k.prefix + "lease:{" + id + "}" }
-func (k keys) inflight(inst string) string { return k.prefix + "inflight:" + inst }
-func (k keys) instance(inst string) string { return k.prefix + "instance:" + inst }
-func (k keys) drain(inst string) string    { return k.prefix + "drain:" + inst }
-func (k keys) handoff(inst string) string  { return k.prefix + "handoff:" + inst }
-func (k keys) mark(key string) string      { return k.prefix + "mark:{" + key + "}" }
+func (k keys) task(id string) string        { return k.prefix + "task:{" + id + "}" }
+func (k keys) lease(id string) string       { return k.prefix + "lease:{" + id + "}" }
+func (k keys) inflight(inst string) string  { return k.prefix + "inflight:" + inst }
+func (k keys) instance(inst string) string  { return k.prefix + "instance:" + inst }
+func (k keys) drain(inst string) string     { return k.prefix + "drain:" + inst }
+func (k keys) handoff(inst string) string   { return k.prefix + "handoff:" + inst }
+func (k keys) handTasks(inst string) string { return k.prefix + "handtasks:" + inst }
+func (k keys) hostName(name string) string  { return k.prefix + "hostname:" + name }
+func (k keys) mark(key string) string       { return k.prefix + "mark:{" + key + "}" }
 
 // shardOf is the shard of id among n: FNV-1a (32 bit) of id mod n.
 func shardOf(id string, n int) int {
@@ -1136,6 +1142,7 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 				// rides with the trim: it outlasts the time to the next one.
 				p.PExpire(ctx, r.k.inflight(inst.ID), max(r.o.RecordTTL, ttl+indexTrimEvery))
 			}
+			r.putNames(ctx, p, inst, now, ttl, trim)
 			if r.o.InService != nil {
 				for _, k := range r.o.InService(inst) {
 					if inst.State == InstanceInService {
@@ -1330,5 +1337,6 @@ func (r *Redis) Ping(ctx context.Context) error {
 // reads. The client is the caller's and stays open.
 func (r *Redis) Close() error {
 	r.hand.close()
+	r.handTasks.close()
 	return nil
 }

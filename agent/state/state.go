@@ -41,11 +41,15 @@ const (
 
 // TaskRecord is the durable record of one task id (autodiag:task:<id>).
 type TaskRecord struct {
-	ID         string    `json:"id"`
-	Status     string    `json:"status"`
-	Owner      string    `json:"owner,omitempty"`
-	Attempts   int       `json:"attempts"`
-	Host       string    `json:"host,omitempty"`
+	ID       string `json:"id"`
+	Status   string `json:"status"`
+	Owner    string `json:"owner,omitempty"`
+	Attempts int    `json:"attempts"`
+	Host     string `json:"host,omitempty"`
+	// HostAsSent is the host as the task named it when that was another
+	// name of the machine (an address, a DNS name, the instance id) and
+	// Host is the machine's canonical name; empty when they are the same.
+	HostAsSent string    `json:"host_as_sent,omitempty"`
 	Diagnostic string    `json:"diagnostic,omitempty"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -210,6 +214,11 @@ type Instance struct {
 	// RedisOptions.InService they decide which in-service indexes it is in.
 	ASG string `json:"asg,omitempty"`
 	AZ  string `json:"az,omitempty"`
+	// Names are the host names the agent answers for (instance id,
+	// hostname, private DNS name and addresses, host_names), normalised
+	// as task hosts are, the canonical one first; a host-local diagnostic
+	// of one of them runs on this agent.
+	Names []string `json:"names,omitempty"`
 }
 
 // InstanceInService is the Instance.State of an agent taking work: the

@@ -12,7 +12,7 @@ import (
 // unset, the exit code only when the diagnostic ran, and the trace's link
 // made by link (tracing.Link; nil: none).
 func (r TaskRecord) View(link func(traceID string) string) taskview.Task {
-	v := taskview.Task{ID: r.ID, Host: r.Host, Diagnostic: r.Diagnostic, Params: r.Params, Severity: r.Severity,
+	v := taskview.Task{ID: r.ID, Host: r.Host, HostAsSent: r.HostAsSent, Diagnostic: r.Diagnostic, Params: r.Params, Severity: r.Severity,
 		Status: r.Status, Outcome: r.Outcome, Reason: r.Reason, Attempts: r.Attempts, Owner: r.Owner,
 		ReceivedAt: timePtr(r.ReceivedAt), StartedAt: timePtr(r.StartedAt), FinishedAt: timePtr(r.FinishedAt),
 		Output: r.Output, Truncated: r.Truncated, OutputURL: r.OutputURL, OutputUpload: r.OutputUpload, Limiter: r.Limiter, Report: r.Report,

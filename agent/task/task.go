@@ -380,7 +380,7 @@ func (v *Validator) checkTarget(h string) error {
 	if why := forbiddenAddr(a); why != "" {
 		return reject(ReasonHostForbidden, "host", "%s is %s", h, why)
 	}
-	if !v.AllowIPLiterals {
+	if !v.AllowIPLiterals && (v.OwnedAddr == nil || !v.OwnedAddr(h)) {
 		return reject(ReasonIPLiteral, "host", "%s is an IP literal and limiter.hosts.allow_ip_literals is off", h)
 	}
 	return nil
@@ -428,6 +428,12 @@ type Validator struct {
 	// way: a catalog entry that connects to its host must not reach this
 	// instance's credentials.
 	AllowIPLiterals bool
+	// OwnedAddr, when set, reports whether an agent of the fleet answers
+	// for an IP literal (one of its private addresses): such a host is
+	// accepted whatever AllowIPLiterals says, since a host-local
+	// diagnostic of it runs on that agent, never against the address.
+	// The forbidden addresses stay forbidden.
+	OwnedAddr func(h string) bool
 }
 
 // MaxFutureSkew is how far in the future a task's created_at may lie, for

@@ -18,8 +18,11 @@ import (
 // (notify.Excerpt), a report's event with the report. state.TaskRecord.View
 // makes one from a stored record.
 type Task struct {
-	ID         string            `json:"id"`
-	Host       string            `json:"host"`
+	ID   string `json:"id"`
+	Host string `json:"host"`
+	// HostAsSent is the host as the task named it when Host is the
+	// machine's canonical name for another of its names; "" otherwise.
+	HostAsSent string            `json:"host_as_sent,omitempty"`
 	Diagnostic string            `json:"diagnostic"`
 	Params     map[string]string `json:"params,omitempty"`
 	Severity   string            `json:"severity,omitempty"`

@@ -50,6 +50,9 @@ const (
 	// backRetry: a step after the task's end failed (the dead-letter
 	// copy, sending an alarm's tasks); the message comes back to try again.
 	backRetry
+	// backTargetWait: a target task whose host no live agent owns yet
+	// waits for one (queue.target_wait); deferred.
+	backTargetWait
 )
 
 // String is the reason as the log line, the outcome and the audit entry
@@ -70,6 +73,8 @@ func (r backReason) String() string {
 		return "running_elsewhere"
 	case backLimited:
 		return "limited"
+	case backTargetWait:
+		return "target_wait"
 	default:
 		return "retry"
 	}
@@ -131,7 +136,7 @@ func (m *messages) sendBack(j *job, b back) {
 			j.item.HandedBack()
 		}
 		m.outcomes.end(j, ended{outcome: outcome.Released, reason: reason, detail: b.detail})
-	case backRunningHere, backRunningElsewhere, backLimited:
+	case backRunningHere, backRunningElsewhere, backLimited, backTargetWait:
 		t := j.task
 		m.log.InfoContext(j.context(), "task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", b.after.Seconds()}, b.attrs...)...)
 		m.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: b.fields})

@@ -33,11 +33,14 @@ type job struct {
 	ctx  context.Context
 	span trace.Span
 
-	mu       sync.Mutex
-	task     task.Task
-	received time.Time
-	ran      time.Duration
-	ended    bool
+	mu   sync.Mutex
+	task task.Task
+	// hostAsSent is the task's host as the task named it when placement
+	// replaced it with its owner's canonical name; "" when not.
+	hostAsSent string
+	received   time.Time
+	ran        time.Duration
+	ended      bool
 
 	// release hands the unstarted message back once, whoever asks first
 	// (the drain, or the handler on a fast exit).

@@ -112,6 +112,9 @@ type pipeline struct {
 	alerts *AlertRouting
 	// ranOn is this agent, as each run's record names where it ran.
 	ranOn taskview.RanOn
+	// placer sends a target task to its host's agent (place.go); nil =
+	// every task runs where it is received.
+	placer *placer
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -175,6 +178,9 @@ func (p *pipeline) handle(j *job) {
 	vspan.End()
 	if err != nil {
 		p.reject(j, err)
+		return
+	}
+	if p.place(j) {
 		return
 	}
 	if err := p.run.Acquire(p.hard, 1); err != nil {

@@ -27,6 +27,7 @@ func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 	t := j.task
 	rec := state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Params: redactParams(red, t.Params), Severity: t.Severity,
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
+	rec.HostAsSent = j.hostAsSent
 	rec.TraceID, rec.SpanID = traceIDs(j)
 	if t.Alert != (task.Alert{}) {
 		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID, Refs: t.Alert.Refs}

@@ -93,6 +93,9 @@ type Options struct {
 	// Hostname is this machine's hostname, learnt once at start: with
 	// InstanceID it is the ran_on each run's record carries.
 	Hostname string
+	// Placement sends each target task to the agent of its host; zero =
+	// every task runs where it is received.
+	Placement Placement
 }
 
 // Worker takes tasks from the queue to their outcome: the receiver
@@ -139,6 +142,7 @@ func New(o Options) *Worker {
 	p.claims = &claimer{store: o.Store, limiter: o.Limiter, catalog: o.Catalog, redactor: o.Redactor, outcomes: outcomes,
 		clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs, fin: p.fin, instanceID: o.InstanceID,
 		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
+	p.placer = newPlacer(o.Placement, o.InstanceID, o.Catalog, o.Logger)
 	r := &receiver{src: o.Source, slots: receive, observe: receive.received, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: receive.most(), pollsNow: receive.receives}
@@ -162,6 +166,18 @@ func (w *Worker) InFlight() int { return w.outcomes.inFlight() }
 // Backlogged is the number of finished records waiting for the state
 // store to answer again.
 func (w *Worker) Backlogged() int { return w.backlog.backlogged() }
+
+// NotThisHost refuses a target task for a host this agent does not answer
+// for when no other agent can take it (embedded mode): a *task.Error with
+// reason not_this_host naming the agent's names; nil when the task may be
+// queued.
+func (w *Worker) NotThisHost(t task.Task) error {
+	err := w.pipeline.placer.NotThisHost(t)
+	if err != nil {
+		w.pipeline.placer.count(ReasonNotThisHost)
+	}
+	return err
+}
 
 // Rejected ends a task that never reached the queue (POST /v1/tasks
 // answered 400) as rejected, or stale when it is older than

@@ -51,8 +51,10 @@ const demoModelKeyEnv = "AUTODIAG_DEMO_MODEL_KEY"
 // demoConfig is the agent's configuration: the embedded defaults, a free
 // loopback admin port, the quick start's once-a-minute rule, a catalog of
 // the built-in diagnostics offered to investigations, and reports of
-// failed tasks by the scripted model, investigating.
+// failed tasks by the scripted model, investigating. The agent answers
+// for the sample host: its diagnostics describe the machine that runs them.
 var demoConfig = `instance_id: demo
+host_names: [web-01.example.com]
 admin_addr: 127.0.0.1:0
 log_level: warn
 diagnostics:

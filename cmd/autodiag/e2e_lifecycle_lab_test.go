@@ -288,7 +288,8 @@ redis:
   prefix: %q
 diagnostics:
   - name: sleep
-    command: [/bin/sleep, "{param.secs}"]
+    command: [/bin/sh, -c, 'exec /bin/sleep "$1"', sh, "{param.secs}", "{host}"]
+    runs_on: any
     params: {secs: '[0-9]+(\.[0-9]+)?'}
     timeout: 1m
 limiter:

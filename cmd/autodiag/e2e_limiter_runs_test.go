@@ -141,11 +141,12 @@ type limitRunsConfig struct {
 
 func (c limitRunsConfig) yaml() string {
 	var b strings.Builder
-	b.WriteString("  - name: fail\n    command: [/bin/false]\n    timeout: 10s\n")
+	// The catalog probes {host} (runs_on any): any agent takes any task.
+	b.WriteString("  - name: fail\n    command: [/bin/false, '{host}']\n    runs_on: any\n    timeout: 10s\n")
 	if c.marks != nil {
 		script, _ := json.Marshal(c.marks.script()) // a JSON string is a YAML flow scalar
 		for _, d := range []struct{ name, mode string }{{"mark", "brief"}, {"heavy", ""}, {"heavy-hold", "hold"}} {
-			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, -c, %s, sh, '{id}', '%s']\n    timeout: 60s\n", d.name, script, d.mode)
+			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, -c, %s, sh, '{id}', '%s', '{host}']\n    runs_on: any\n    timeout: 60s\n", d.name, script, d.mode)
 		}
 	}
 	return harness.AgentConfig{Instance: c.instance, Workers: c.workers, QueueURL: c.queueURL, Visibility: c.visibility,

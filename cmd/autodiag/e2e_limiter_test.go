@@ -35,7 +35,8 @@ redis:
   timeout: 2s
 diagnostics:
   - name: noop
-    command: [/bin/true]
+    command: [/bin/true, '{host}']
+    runs_on: any
     timeout: 10s
 limiter:
   timezone: America/Sao_Paulo

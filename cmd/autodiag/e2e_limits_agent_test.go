@@ -14,7 +14,8 @@ import (
 func TestLimitsCheckAsksTheRunningAgent(t *testing.T) {
 	yaml := strings.Replace(embeddedConfig, "  rules: []\n",
 		"  rules:\n    - name: spacing\n      key: host\n      limits: [{min_interval: 1h}]\n", 1)
-	p := startProc(t, yaml)
+	// The agent answers for web-01 alone: its runs are limited under it.
+	p := startProc(t, yaml, "AUTODIAG_HOST_NAMES=web-01")
 	cfgPath := sqsWriteConfig(t, yaml)
 	check := func() map[string]any {
 		t.Helper()

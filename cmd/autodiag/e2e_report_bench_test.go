@@ -143,7 +143,7 @@ func reportBenchYAML(fq *sqsFake, redisAddr, prefix string, reports bool, baseUR
 		redisAddr: redisAddr, prefix: prefix}
 	// Every diagnostic's timeout within lifecycle.drain_timeout, as
 	// config validation wants.
-	yaml := strings.Replace(cfg.yaml(), "command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n", 1) +
+	yaml := strings.Replace(cfg.yaml(), "command: [/bin/true, '{host}']\n    runs_on: any\n    timeout: 60s\n", "command: [/bin/true, '{host}']\n    runs_on: any\n    timeout: 2s\n", 1) +
 		"lifecycle:\n  drain_timeout: 3s\n"
 	if reports {
 		yaml += fmt.Sprintf("report:\n  enabled: true\n  provider: openai\n  model: bench-model\n  base_url: '%s'\n"+

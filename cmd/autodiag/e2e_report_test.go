@@ -33,8 +33,9 @@ const (
 // workers): a 3m cooldown per host+diagnostic.
 func reportYAML(t *testing.T, fq *sqsFake, prefix, instance, baseURL string, timeout time.Duration) string {
 	cfg := sqsAgentConfig{instance: instance, workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
-	yaml := strings.NewReplacer("command: [/bin/true]\n    timeout: 60s\n", "command: [/bin/true]\n    timeout: 2s\n").Replace(cfg.yaml())
-	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 2s\nlimiter:\n",
+	yaml := strings.NewReplacer("command: [/bin/true, '{host}']\n    runs_on: any\n    timeout: 60s\n", "command: [/bin/true, '{host}']\n    runs_on: any\n    timeout: 2s\n").Replace(cfg.yaml())
+	// leak probes {host} (runs_on any): any agent of a test's fleet runs it.
+	yaml = strings.Replace(yaml, "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s', '{host}']\n    runs_on: any\n    timeout: 2s\nlimiter:\n",
 		leakScript(t)), 1)
 	return yaml + fmt.Sprintf("lifecycle:\n  drain_timeout: %s\nreport:\n  enabled: true\n  provider: openai\n  model: e2e-model\n"+
 		"  base_url: '%s'\n  api_key_env: %s\n  timeout: %s\n  workers: 2\n  limits:\n    - min_interval: 3m\n    - daily: 100\n",
@@ -380,7 +381,8 @@ func TestReportInvestigationE2E(t *testing.T) {
 	yaml = strings.Replace(yaml, "limiter:\n", "  - name: probe\n    command: [/bin/echo, probe-output-1234]\n    timeout: 2s\n"+
 		"    investigate: true\n    description: prints a probe line\nlimiter:\n", 1)
 	yaml += "  investigate: {max_steps: 2, daily_tokens: 1000000}\n"
-	startProc(t, yaml, append([]string{reportKeyEnv + "=" + reportKey}, fq.env...)...)
+	// probe looks at the machine itself: this agent answers for web-1.
+	startProc(t, yaml, append([]string{reportKeyEnv + "=" + reportKey, "AUTODIAG_HOST_NAMES=web-1"}, fq.env...)...)
 	fq.send(t, `{"id":"inv-parent","host":"web-1","diagnostic":"leak","severity":"high","alert":{"source":"generic","name":"Leak"}}`)
 	var r rootcause.Result
 	eventually(t, 60*time.Second, "the investigation's report in the record", func() bool {
@@ -411,5 +413,48 @@ func TestReportInvestigationE2E(t *testing.T) {
 	used, err := rc.Get(t.Context(), prefix+"{investigate}:daily:"+time.Now().UTC().Format(time.DateOnly)+":tokens").Int64()
 	if err != nil || used != int64(inv.InputTokens+inv.OutputTokens) {
 		t.Fatalf("daily budget counter %d (%v), want %d", used, err, inv.InputTokens+inv.OutputTokens)
+	}
+}
+
+// TestInvestigationRunsOnAlertHost: two agents on one queue and one
+// Redis, each answering for its own host and offering probe, which prints
+// the running agent's id. An alert for web-a's host is investigated with
+// three probe calls: whichever agent receives each, all run on web-a's
+// agent (their outputs and owners say agent-a). A call for a host no
+// agent answers for is a gap with its reason.
+func TestInvestigationRunsOnAlertHost(t *testing.T) {
+	rc, prefix := sqsRedis(t)
+	fq := newSQSFake(t, "tasks")
+	fake := openaifake.New()
+	t.Cleanup(fake.Close)
+	fake.Queue(openaifake.Reply{ToolCalls: []openaifake.ToolCall{
+		{ID: "c1", Name: "probe", Arguments: `{}`}, {ID: "c2", Name: "probe", Arguments: `{}`}, {ID: "c3", Name: "probe", Arguments: `{}`}}})
+	for _, inst := range []string{"agent-a", "agent-b"} {
+		yaml := reportYAML(t, fq, prefix, inst, fake.BaseURL(), reportTimeout)
+		yaml = strings.Replace(yaml, "limiter:\n", "  - name: probe\n    command: [/bin/echo, "+inst+"]\n    timeout: 2s\n"+
+			"    investigate: true\n    description: prints the machine it runs on\nlimiter:\n", 1)
+		yaml += "  investigate: {max_steps: 2, daily_tokens: 1000000, calls_per_step: 3}\n"
+		host := strings.Replace(inst, "agent-", "web-", 1) + ".example"
+		startProc(t, yaml, append([]string{reportKeyEnv + "=" + reportKey, "AUTODIAG_HOST_NAMES=" + host}, fq.env...)...)
+	}
+	eventually(t, 20*time.Second, "both agents' names published", func() bool {
+		return rc.Exists(t.Context(), prefix+"hostname:web-a.example", prefix+"hostname:web-b.example").Val() == 2
+	})
+	fq.send(t, `{"id":"inv-a","host":"web-a.example","diagnostic":"leak","severity":"high","alert":{"source":"generic","name":"Leak"}}`)
+	var r rootcause.Result
+	eventually(t, 60*time.Second, "the investigation's report in the record", func() bool {
+		var ok bool
+		r, ok = recordReport(t, rc, prefix, "inv-a")
+		return ok
+	})
+	inv := r.Investigation
+	if inv == nil || len(inv.Steps) == 0 || len(inv.Steps[0].Calls) != 3 {
+		t.Fatalf("report %+v investigation %+v", r, inv)
+	}
+	for _, c := range inv.Steps[0].Calls {
+		tr, ok := sqsTaskRecord(t, rc, prefix, c.TaskID)
+		if c.Result != "ran" || !ok || strings.TrimSpace(tr.Output) != "agent-a" || tr.Owner != "agent-a" {
+			t.Errorf("tool call %+v: record %+v; want run on agent-a, the alert host's agent", c, tr)
+		}
 	}
 }

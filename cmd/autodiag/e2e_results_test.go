@@ -130,7 +130,7 @@ func TestResultsRedactedAndDelivered(t *testing.T) {
 	cfg := sqsAgentConfig{instance: "agent-r", workers: 2, queueURL: fq.url, redisAddr: testenv.RedisAddr(t), prefix: prefix}
 	// cfg.yaml ends with the limiter section; the leak diagnostic goes in
 	// the catalog, before it.
-	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s']\n    timeout: 10s\nlimiter:\n",
+	yaml := strings.Replace(cfg.yaml(), "limiter:\n", fmt.Sprintf("  - name: leak\n    command: [/bin/sh, '%s', '{host}']\n    runs_on: any\n    timeout: 10s\nlimiter:\n",
 		leakScript(t)), 1) + notifyYAML(hook.srv.URL, "failed", "drain_started", "drain_completed", "drain_failed")
 	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret}, fq.env...)
 	a := startProc(t, yaml, env...)

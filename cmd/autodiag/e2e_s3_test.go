@@ -61,7 +61,8 @@ func TestResultsFullOutputToS3(t *testing.T) {
 		fmt.Sprintf("  - name: dump\n    command: [/bin/cat, '%s']\n    timeout: 10s\n    max_output: 4KiB\nlimiter:\n", outPath), 1) +
 		fmt.Sprintf("results:\n  s3:\n    bucket: %s\n    prefix: %s\n    sse: AES256\n    path_style: true\n", bucket, prefix) +
 		notifyYAML(hook.srv.URL, "succeeded")
-	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret, "AWS_ENDPOINT_URL_S3=" + fake.URL}, fq.env...)
+	// dump reads this machine's file: the agent answers for web-1.
+	env := append([]string{"E2E_WEBHOOK_SECRET=" + webhookSecret, "AWS_ENDPOINT_URL_S3=" + fake.URL, "AUTODIAG_HOST_NAMES=web-1"}, fq.env...)
 	a := startProc(t, yaml, env...)
 
 	fq.send(t, `{"id":"big-1","host":"web-1","diagnostic":"dump"}`)

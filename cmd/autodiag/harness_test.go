@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -43,12 +45,21 @@ type proc struct {
 	t *testing.T
 }
 
+// testHostNames are the hosts the tests' tasks name, which an agent
+// alone (embedded state) answers for unless a test says otherwise.
+const testHostNames = "web-1,web-01,web-01.example.com,web-2,web-8,web-9"
+
 // startProc runs `autodiag run --config <yaml>` with extra environment
 // entries and waits for its "ready" line. The agent and its diagnostics
 // are killed when the test ends, if it has not exited; its log's tail is
 // logged when the test failed.
 func startProc(t *testing.T, yaml string, env ...string) *proc {
 	t.Helper()
+	if !strings.Contains(yaml, "redis:") && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "AUTODIAG_HOST_NAMES=") }) {
+		// An agent alone runs host-local diagnostics of its own names
+		// only: it answers for the hosts the tests' tasks name.
+		env = append(env, "AUTODIAG_HOST_NAMES="+testHostNames)
+	}
 	a, err := harness.SpawnAgent(harness.AgentSpec{Bin: binPath, Dir: t.TempDir(), Config: yaml, Env: env})
 	if err != nil {
 		t.Fatal(err)

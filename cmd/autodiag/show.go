@@ -140,6 +140,7 @@ func printTask(w io.Writer, v taskview.Task) {
 		}
 	}
 	row("host", v.Host)
+	row("as sent", v.HostAsSent)
 	row("diagnostic", v.Diagnostic)
 	if len(v.Params) > 0 {
 		b, _ := json.Marshal(v.Params)

@@ -32,6 +32,8 @@ type AgentConfig struct {
 	Rules        string // limiter rules, YAML list items indented four spaces
 	LimiterFail  string // limiter.fail; "" = the default
 	LogLevel     string // "" = info
+	// TargetWait is queue.target_wait; 0 = the default.
+	TargetWait time.Duration
 }
 
 // ledgerDiagnostics are the catalog entries over the ledger's script: name
@@ -61,6 +63,9 @@ func (c AgentConfig) YAML() string {
 		if c.DLQURL != "" {
 			fmt.Fprintf(&b, "  dlq_url: '%s'\n", c.DLQURL)
 		}
+		if c.TargetWait > 0 {
+			fmt.Fprintf(&b, "  target_wait: %s\n", c.TargetWait)
+		}
 	}
 	if c.RedisAddr != "" || len(c.RedisAddrs) > 0 {
 		timeout := c.RedisTimeout
@@ -83,16 +88,16 @@ func (c AgentConfig) YAML() string {
 			fmt.Fprintf(&b, "  instance_shards: %d\n", c.InstShards)
 		}
 	}
-	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true]\n    timeout: 60s\n")
+	// The catalog probes the task's host from wherever it runs (runs_on
+	// any, {host} as a last argument the programs ignore), so that
+	// any agent of a test's fleet takes any task, as the tests expect.
+	b.WriteString("diagnostics:\n  - name: noop\n    command: [/bin/true, '{host}']\n    runs_on: any\n    timeout: 60s\n")
 	if c.Ledger != nil {
 		for _, d := range ledgerDiagnostics {
-			fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/sh, '%s', '{id}'", d.name, c.Ledger.Script)
-			if d.arg != "" {
-				fmt.Fprintf(&b, ", '%s'", d.arg)
-			}
+			fmt.Fprintf(&b, "  - name: %s\n    runs_on: any\n    command: [/bin/sh, '%s', '{id}', '%s', '{host}'", d.name, c.Ledger.Script, d.arg)
 			b.WriteString("]\n    timeout: 60s\n")
 		}
-		fmt.Fprintf(&b, "  - name: param\n    command: [/bin/sh, '%s', '{id}', '{param.secs}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.Ledger.Script)
+		fmt.Fprintf(&b, "  - name: param\n    runs_on: any\n    command: [/bin/sh, '%s', '{id}', '{param.secs}', '{host}']\n    params: {secs: '[0-9]'}\n    timeout: 60s\n", c.Ledger.Script)
 	}
 	b.WriteString(c.Catalog)
 	b.WriteString("limiter:\n")

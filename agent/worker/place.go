@@ -1,0 +1,419 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/internal/outcome"
+)
+
+// A host-local diagnostic (runs_on target) runs only on the agent that
+// owns the task's host. Before a target task takes a worker, place finds
+// where it belongs: here (it runs), another live agent (the message is
+// handed to it through the state store and this agent lets it go), or
+// nowhere (it waits up to queue.target_wait, then ends rejected). The
+// queue's message stays the task's one durable copy: the agent it is
+// handed to holds it, runs it under the same lease, limiter decision and
+// record as any received message, and deletes it.
+
+// Hosts is the state the placement uses: who owns a host name, and the
+// per-instance hand-off of task messages (*state.Redis).
+type Hosts interface {
+	state.HostNames
+	GiveTask(ctx context.Context, instanceID, body string, ttl time.Duration) error
+	TakeTasks(ctx context.Context, instanceID, after string, count int, block time.Duration) ([]state.HandedNotice, error)
+	ForgetTasks(ctx context.Context, instanceID string, ids ...string) error
+}
+
+var _ Hosts = (*state.Redis)(nil)
+
+// Placement is where target tasks run: this agent's names and, with a
+// shared store, how to find and reach the owner of another.
+type Placement struct {
+	// Names are the host names this agent answers for, normalised, its
+	// canonical one first. None = no placement: every task runs where it
+	// is received.
+	Names []string
+	// Hosts finds owners and hands tasks over; nil = one agent alone
+	// (embedded mode): a target task for another host is refused
+	// (not_this_host).
+	Hosts Hosts
+	// TargetWait is how long a target task whose host no live agent owns
+	// waits for one (queue.target_wait), from the task's creation (else
+	// its message's first send, else its first receive here).
+	TargetWait time.Duration
+	// Routing counts each placement by result (RoutingResults), every
+	// label initialised by the caller; nil = not counted.
+	Routing *prometheus.CounterVec
+	// Ambiguous, when set, names the live agents that claim one of
+	// this agent's own names when another claims it too (nil when this
+	// agent alone does): a target task for it runs nowhere.
+	Ambiguous func(name string) []string
+}
+
+// Results of autodiag_task_routing_total, and the reasons a target task
+// that cannot run on its target ends rejected with.
+const (
+	RoutingHere        = "here"
+	RoutingHanded      = "handed"
+	RoutingWaiting     = "waiting"
+	ReasonNoAgent      = "no_agent_for_host"
+	ReasonDraining     = "target_draining"
+	ReasonStandby      = "target_standby"
+	ReasonAmbiguous    = "ambiguous_host"
+	ReasonNotThisHost  = "not_this_host"
+	handedTTL          = 10 * time.Minute
+	targetWaitRecheck  = 10 * time.Second
+	handedBlock        = 10 * time.Second
+	handedReadRetryMax = 5 * time.Second
+)
+
+// RoutingResults are every value of autodiag_task_routing_total's result.
+func RoutingResults() []string {
+	return []string{RoutingHere, RoutingHanded, RoutingWaiting, ReasonNoAgent, ReasonDraining, ReasonStandby, ReasonAmbiguous, ReasonNotThisHost}
+}
+
+// placer decides where each target task runs.
+type placer struct {
+	Placement
+	self    string
+	own     map[string]bool
+	catalog map[string]runner.Diagnostic
+	log     *slog.Logger
+}
+
+func newPlacer(pl Placement, self string, catalog map[string]runner.Diagnostic, log *slog.Logger) *placer {
+	if len(pl.Names) == 0 {
+		return nil
+	}
+	own := make(map[string]bool, len(pl.Names))
+	for _, n := range pl.Names {
+		own[n] = true
+	}
+	return &placer{Placement: pl, self: self, own: own, catalog: catalog, log: log}
+}
+
+func (pl *placer) count(result string) {
+	if pl.Routing != nil {
+		pl.Routing.WithLabelValues(result).Inc()
+	}
+}
+
+// targeted reports whether t's diagnostic must run on its host's agent.
+func (pl *placer) targeted(t task.Task) bool {
+	d, ok := pl.catalog[t.Diagnostic]
+	return ok && d.Targeted()
+}
+
+// NotThisHost is the refusal of a target task for a host this agent does
+// not answer for when no other agent can take it (embedded mode), naming
+// the names it answers for; nil when the task may be taken.
+func (pl *placer) NotThisHost(t task.Task) error {
+	if pl == nil || pl.Hosts != nil || !pl.targeted(t) || pl.own[t.Host] {
+		return nil
+	}
+	return &task.Error{Reason: ReasonNotThisHost, Field: "host",
+		Detail: fmt.Sprintf("%s runs on the machine it describes, and this agent answers only for %s (add the name to host_names, or AUTODIAG_HOST_NAMES)",
+			t.Diagnostic, strings.Join(pl.Names, ", "))}
+}
+
+// place runs before a valid task takes a worker: true when the task is
+// dealt with here (handed, deferred to wait for its host's agent, or
+// ended), false when it runs on this agent.
+func (p *pipeline) place(j *job) bool {
+	pl := p.placer
+	if pl == nil || !pl.targeted(j.task) {
+		return false
+	}
+	t := j.task
+	if pl.own[t.Host] {
+		if ids := pl.ambiguous(t.Host); len(ids) > 1 {
+			p.endAmbiguous(j, &state.AmbiguousHostError{Name: t.Host, IDs: ids})
+			return true
+		}
+		pl.count(RoutingHere)
+		p.canonical(j)
+		return false
+	}
+	if pl.Hosts == nil {
+		pl.count(ReasonNotThisHost)
+		p.endUnplaced(j, pl.NotThisHost(t))
+		return true
+	}
+	var owner state.HostOwner
+	var found bool
+	err := p.calls.storeCall(func(ctx context.Context) (err error) {
+		owner, found, err = pl.Hosts.HostOwner(ctx, t.Host)
+		return err
+	})
+	var amb *state.AmbiguousHostError
+	switch {
+	case errors.As(err, &amb):
+		p.endAmbiguous(j, amb)
+		return true
+	case err != nil:
+		delay := retryDelay(j.msg.ReceiveCount)
+		p.log.WarnContext(j.context(), "state store unavailable; cannot find the agent of the task's host, task handed back", "task_id", t.ID,
+			"host", t.Host, "retry_after", delay.Seconds(), "err", err)
+		p.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
+		return true
+	case found && owner.ID == pl.self:
+		// This agent's record names it (a name learnt since start).
+		pl.count(RoutingHere)
+		p.canonical(j)
+		return false
+	}
+	st := owner.State
+	switch {
+	case !found || st == "starting":
+		// No agent owns it yet (an instance may be booting).
+		return p.waitForOwner(j)
+	case st == stateWarmed:
+		pl.count(ReasonStandby)
+		p.endUnplaced(j, &task.Error{Reason: ReasonStandby, Field: "host",
+			Detail: fmt.Sprintf("the agent of %s (%s) is in a warm pool and runs no tasks", t.Host, owner.ID)})
+		return true
+	case st != stateRunning:
+		pl.count(ReasonDraining)
+		p.endUnplaced(j, &task.Error{Reason: ReasonDraining, Field: "host",
+			Detail: fmt.Sprintf("the agent of %s (%s) is %s and takes no new tasks", t.Host, owner.ID, st)})
+		return true
+	}
+	return p.hand(j, owner)
+}
+
+// canonical names a target task running here by this machine's canonical
+// name (its first), keeping the name it came with beside it: the record and
+// the limiter's host key are then one per machine, so a host named by its
+// address, its DNS name and its instance id shares one quota.
+func (p *pipeline) canonical(j *job) {
+	name := p.placer.Names[0]
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.task.Host != name {
+		j.hostAsSent, j.task.Host = j.task.Host, name
+	}
+}
+
+// endAmbiguous ends a target task whose host more than one live agent
+// claims: run on neither, rejected ambiguous_host.
+func (p *pipeline) endAmbiguous(j *job, amb *state.AmbiguousHostError) {
+	t := j.task
+	p.placer.count(ReasonAmbiguous)
+	p.log.WarnContext(j.context(), "host name claimed by more than one live agent; its target tasks do not run until one lets it go",
+		"task_id", t.ID, "host", t.Host, "instances", strings.Join(amb.IDs, ","))
+	p.endUnplaced(j, &task.Error{Reason: ReasonAmbiguous, Field: "host",
+		Detail: fmt.Sprintf("%s is claimed by more than one live agent (%s)", t.Host, strings.Join(amb.IDs, ", "))})
+}
+
+func (pl *placer) ambiguous(name string) []string {
+	if pl.Ambiguous == nil {
+		return nil
+	}
+	return pl.Ambiguous(name)
+}
+
+// Instance states placement tells apart (state.Instance.State).
+const (
+	stateRunning = state.InstanceInService
+	stateWarmed  = "warmed"
+)
+
+// hand gives j's message to owner's agent and lets the job go: the owner
+// now holds the message and ends the task. A hand-off the store does not
+// take sends the message back to be placed again.
+func (p *pipeline) hand(j *job, owner state.HostOwner) bool {
+	body, err := json.Marshal(handedOf(j.msg, p.placer.self))
+	if err == nil {
+		err = p.calls.storeCall(func(ctx context.Context) error {
+			return p.placer.Hosts.GiveTask(ctx, owner.ID, string(body), handedTTL)
+		})
+	}
+	if err != nil {
+		delay := retryDelay(j.msg.ReceiveCount)
+		p.log.WarnContext(j.context(), "handing the task to its host's agent failed; the message comes back to try again", "task_id", j.task.ID,
+			"host", j.task.Host, "owner", owner.ID, "retry_after", delay.Seconds(), "err", err)
+		p.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
+		return true
+	}
+	p.placer.count(RoutingHanded)
+	p.log.DebugContext(j.context(), "task handed to its host's agent", "task_id", j.task.ID, "host", j.task.Host, "owner", owner.ID)
+	p.outcomes.drop(j)
+	return true
+}
+
+// waitForOwner defers a target task whose host no live agent owns, until
+// queue.target_wait after the task began; then it ends rejected
+// (no_agent_for_host), never run elsewhere. An investigation's tool call
+// does not wait.
+func (p *pipeline) waitForOwner(j *job) bool {
+	t := j.task
+	began := t.CreatedAt
+	if began.IsZero() {
+		began = j.msg.SentAt
+	}
+	if began.IsZero() {
+		began = j.received
+	}
+	left := p.placer.TargetWait - p.clock.Now().Sub(began)
+	if t.Origin == task.OriginInvestigation {
+		// A tool call waits within the investigation's wall time: a host
+		// without an agent is a gap in its evidence at once, not minutes
+		// of it spent waiting.
+		left = 0
+	}
+	if left <= 0 {
+		p.placer.count(ReasonNoAgent)
+		p.endUnplaced(j, &task.Error{Reason: ReasonNoAgent, Field: "host",
+			Detail: fmt.Sprintf("no live agent answers for %s after queue.target_wait %s", t.Host, p.placer.TargetWait)})
+		return true
+	}
+	p.placer.count(RoutingWaiting)
+	p.msgs.handBack(j, back{why: backTargetWait, after: min(left, targetWaitRecheck),
+		attrs: []any{"detail", "no live agent answers for the task's host yet", "host", t.Host, "wait_left", left.Seconds()}})
+	return true
+}
+
+// endUnplaced ends a target task that cannot run on its target: rejected
+// with the reason, never run. It takes the task's lease without a limiter
+// decision, so that the end is written once, as a record like any other
+// (show, the API, notifications) with its audit entry, and the message is
+// deleted. When the store cannot give the lease the task is rejected as an
+// invalid one is (audit entry, dead-letter).
+func (p *pipeline) endUnplaced(j *job, err error) {
+	reason := task.Reason(err)
+	var c state.Claim
+	cerr := p.calls.storeCall(func(ctx context.Context) (err error) {
+		c, err = p.claims.store.Claim(ctx, newRecord(j, p.redactor), p.claims.instanceID, p.claims.lease)
+		return err
+	})
+	if cerr != nil {
+		p.calls.degraded("claim")
+		p.reject(j, err)
+		return
+	}
+	switch c.Result {
+	case state.AlreadyDone:
+		p.outcomes.end(j, ended{outcome: outcome.Duplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
+		p.msgs.ack(j)
+		return
+	case state.HeldElsewhere:
+		p.msgs.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
+			attrs: []any{"detail", "running on another agent", "owner", c.Record.Owner}})
+		return
+	}
+	j.leased = true
+	rec := c.Record
+	rec.Outcome, rec.Reason = outcome.Rejected, reason
+	rec.ExitCode = -1 // not started
+	p.fin.finish(j, rec, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
+	p.msgs.ack(j)
+}
+
+// handed is a task message as one agent hands it to another: what the
+// owner needs to hold, run and delete it as if it had received it.
+type handed struct {
+	ID           string            `json:"id"`
+	Body         string            `json:"body"`
+	ReceiveCount int               `json:"receive_count"`
+	SentAt       time.Time         `json:"sent_at,omitzero"`
+	Attributes   map[string]string `json:"attributes,omitempty"`
+	TraceHeader  string            `json:"trace_header,omitempty"`
+	Handle       string            `json:"handle"`
+	From         string            `json:"from"`
+}
+
+func handedOf(m *queue.Message, from string) handed {
+	return handed{ID: m.ID, Body: string(m.Body), ReceiveCount: m.ReceiveCount, SentAt: m.SentAt, Attributes: m.Attributes,
+		TraceHeader: m.TraceHeader, Handle: m.Handle, From: from}
+}
+
+func (h handed) message() *queue.Message {
+	return &queue.Message{ID: h.ID, Body: []byte(h.Body), ReceiveCount: h.ReceiveCount, SentAt: h.SentAt, Attributes: h.Attributes,
+		TraceHeader: h.TraceHeader, Handle: h.Handle}
+}
+
+// TakeHanded accepts the task messages other agents hand to this one,
+// while there are free slots in the receive window, until ctx ends (the
+// drain's first instant, or a fast exit). What is left when it ends comes
+// back through the queue once the message's visibility lapses, and is
+// placed again.
+func (w *Worker) TakeHanded(ctx context.Context) {
+	p := w.pipeline
+	pl := p.placer
+	if pl == nil || pl.Hosts == nil {
+		return
+	}
+	after := ""
+	retry := time.Duration(0)
+	more := false // the last read brought tasks: more are likely waiting
+	for ctx.Err() == nil {
+		// A read that waits for a hand-off holds one slot of the receive
+		// window, so that the queue's receives keep the rest; once
+		// hand-offs come in, a read takes as many as there are free slots.
+		if err := p.receive.Acquire(ctx, 1); err != nil {
+			return
+		}
+		n := int64(1)
+		for more && n < maxHandedRead && p.receive.TryAcquire(1) {
+			n++
+		}
+		// The read blocks up to handedBlock and is cut short when ctx ends.
+		rctx, cancel := context.WithTimeout(ctx, handedBlock+w.storeTimeout+time.Second)
+		got, err := pl.Hosts.TakeTasks(rctx, w.instanceID, after, int(n), handedBlock)
+		cancel()
+		if extra := n - int64(len(got)); extra > 0 {
+			p.receive.Release(extra)
+		}
+		if err != nil {
+			retry = min(max(2*retry, 100*time.Millisecond), handedReadRetryMax)
+			w.log.Warn("reading the tasks handed to this agent failed", "retry_in", retry.Seconds(), "err", err)
+			t := time.NewTimer(retry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		retry = 0
+		more = len(got) > 0
+		ids := make([]string, 0, len(got))
+		for _, e := range got {
+			ids = append(ids, e.ID)
+			after = e.ID
+			var h handed
+			if jerr := json.Unmarshal([]byte(e.Body), &h); jerr != nil || h.Handle == "" {
+				p.receive.Release(1)
+				w.log.Warn("a handed task could not be read; its message comes back through the queue", "entry", e.ID, "err", jerr)
+				continue
+			}
+			// Like a received message, the handler outlives the intake.
+			p.accept(h.message()) //nolint:contextcheck // see above
+		}
+		if len(ids) > 0 {
+			// Bounded by redis.timeout on a context of its own, as every store call.
+			if err := w.pipeline.calls.storeCall(func(cctx context.Context) error { //nolint:contextcheck // see above
+				return pl.Hosts.ForgetTasks(cctx, w.instanceID, ids...)
+			}); err != nil {
+				w.log.Debug("forgetting taken hand-offs failed; they lapse with their TTL", "err", err)
+			}
+		}
+	}
+}
+
+// maxHandedRead is the most handed tasks one read takes: a receive's
+// batch.
+const maxHandedRead = 10
