@@ -38,6 +38,32 @@ type InvestigateConfig struct {
 	DailyCostUSD float64 `yaml:"daily_cost_usd"`
 	// Prices are USD per million tokens by model id.
 	Prices map[string]Price `yaml:"prices"`
+	// DailyTokensHard makes DailyTokens a hard cap: an estimate of each
+	// model call is reserved before it is sent, and a call that would pass
+	// the cap is not made.
+	DailyTokensHard bool `yaml:"daily_tokens_hard"`
+	// Answer is how the model gives its structured answer: json_schema
+	// (OpenAI's response_format) or submit_report (a tool it calls).
+	// Empty: json_schema for openai, submit_report for bedrock.
+	Answer string `yaml:"answer"`
+}
+
+// How a model gives its structured answer (report.investigate.answer).
+const (
+	AnswerJSONSchema   = "json_schema"
+	AnswerSubmitReport = "submit_report"
+)
+
+// AnswerMode is the answer mode of provider: Answer, or the provider's
+// default.
+func (c InvestigateConfig) AnswerMode(provider string) string {
+	if c.Answer != "" {
+		return c.Answer
+	}
+	if provider == ProviderOpenAI {
+		return AnswerJSONSchema
+	}
+	return AnswerSubmitReport
 }
 
 // Price is the cost of a model, USD per million tokens.
@@ -122,6 +148,14 @@ func (c InvestigateConfig) Validate() error {
 	if c.DailyCostUSD < 0 {
 		add("daily_cost_usd", "must not be negative, got %g", c.DailyCostUSD)
 	}
+	switch c.Answer {
+	case "", AnswerJSONSchema, AnswerSubmitReport:
+	default:
+		add("answer", "must be %q or %q, got %q", AnswerJSONSchema, AnswerSubmitReport, c.Answer)
+	}
+	if c.DailyTokensHard && c.DailyTokens == 0 {
+		add("daily_tokens_hard", "is set but daily_tokens is 0 (no cap to hold)")
+	}
 	for m, p := range c.Prices {
 		if p.InputPerMTok < 0 || p.OutputPerMTok < 0 {
 			add(fmt.Sprintf("prices.%s", m), "prices must not be negative")
@@ -148,6 +182,8 @@ type Investigation struct {
 	// Evidence are the task ids the answer cites that are tool calls of
 	// this investigation or its parent.
 	Evidence []string `json:"evidence,omitempty"`
+	// DroppedCalls counts the calls refused and not recorded.
+	DroppedCalls int `json:"dropped_calls,omitempty"`
 }
 
 // Step is one model turn and the tool calls it asked for.
@@ -157,6 +193,11 @@ type Step struct {
 	OutputTokens int     `json:"output_tokens"`
 	Calls        []Call  `json:"calls,omitempty"`
 	LatencyS     float64 `json:"latency_s"`
+	// Attempts is how many requests the turn sent (429/5xx retried).
+	Attempts int `json:"attempts,omitempty"`
+	// Dropped is how many calls of the turn were refused without being
+	// recorded (past the calls a step or an investigation keeps).
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // Call is one tool call: ran (a task with TaskID and its Outcome) or

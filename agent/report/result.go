@@ -46,6 +46,16 @@ type Result struct {
 	// Investigation is the record of the tool loop when
 	// report.investigate is set: steps, tool calls, gaps, evidence.
 	Investigation *Investigation `json:"investigation,omitempty"`
+	// Answer is the model's structured answer (its evidence only the
+	// verified citations); Markdown is rendered from it. Nil for a
+	// single-shot report and an unstructured one.
+	Answer *Answer `json:"answer,omitempty"`
+	// Grounding is what the agent checked of the answer's citations.
+	Grounding *Grounding `json:"grounding,omitempty"`
+	// Unstructured: the model gave no valid structured answer after one
+	// corrective turn; Markdown is its free text, and nothing in it was
+	// checked.
+	Unstructured bool `json:"unstructured,omitempty"`
 }
 
 var confidenceRE = regexp.MustCompile(`(?is)confidence\W*?(?:[:\-–]|\n)\W*(confirmed|likely|inconclusive)\b`)
