@@ -913,4 +913,3 @@ func boundParams(p map[string]string, red report.Redactor) map[string]string {
 	}
 	return out
 }
-
