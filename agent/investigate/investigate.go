@@ -194,8 +194,6 @@ type run struct {
 	rec   *report.Investigation
 	msgs  []report.Message
 	price report.Price
-	// summarised marks tool results already cut to their first lines.
-	summarised map[[2]int]bool
 	// sources are the tasks the answer may cite: the parent and each
 	// call that reached a task, with its redacted output.
 	sources map[string]report.Source
@@ -218,7 +216,7 @@ func (iv *Investigator) Generate(ctx context.Context, ev report.Evidence) report
 func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Result {
 	start := iv.o.Clock.Now()
 	rc := iv.o.Report
-	r := &run{iv: iv, ev: ev, price: iv.cfg.Prices[rc.Model], summarised: map[[2]int]bool{},
+	r := &run{iv: iv, ev: ev, price: iv.cfg.Prices[rc.Model],
 		rec:     &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID},
 		sources: map[string]report.Source{ev.TaskID: {Output: ev.Output, Ran: outcome.Ran(ev.Outcome)}}}
 	r.msgs = []report.Message{{Role: report.RoleUser, Text: BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode)}}
@@ -663,14 +661,13 @@ func (r *run) fitContext(req report.Request) {
 			if size <= limit {
 				return
 			}
-			if r.summarised[[2]int{i, j}] {
+			if strings.HasSuffix(r.msgs[i].ToolResults[j].Text, summarisedMark) {
 				continue
 			}
-			r.summarised[[2]int{i, j}] = true
 			r.msgs[i].ToolResults = slices.Clone(r.msgs[i].ToolResults)
 			t := &r.msgs[i].ToolResults[j]
 			old := jsonLen(t.Text)
-			t.Text = firstLines(t.Text, 3) + "[summarised: the rest of this result was left out to stay within the context budget]\n"
+			t.Text = firstLines(t.Text, 3) + summarisedMark
 			size += jsonLen(t.Text) - old
 		}
 	}
@@ -698,6 +695,20 @@ func (r *run) fitContext(req report.Request) {
 		m.Text = HeadTail(m.Text, keep)
 		size += jsonLen(m.Text) - old
 	}
+	// Then the oldest turns go whole (a turn of calls with the turn of
+	// their results, so every result still answers a call), and the first
+	// message says how many.
+	dropped := 0
+	for size > limit && len(r.msgs) > 3 && r.msgs[1].Role == report.RoleAssistant && r.msgs[2].Role == report.RoleUser {
+		size -= msgSize(r.msgs[1]) + msgSize(r.msgs[2])
+		r.msgs = append(r.msgs[:1], r.msgs[3:]...)
+		dropped++
+	}
+	if dropped > 0 {
+		old := jsonLen(r.msgs[0].Text)
+		r.msgs[0].Text += fmt.Sprintf("\n[%d earlier turns of tool calls were left out to stay within the context budget]\n", dropped)
+		size += jsonLen(r.msgs[0].Text) - old
+	}
 	// Left: the last turns' texts and results, each bounded; cut the
 	// newest results too rather than send past the budget.
 	for i := len(r.msgs) - 1; i >= 1 && size > limit; i-- {
@@ -720,16 +731,26 @@ func requestSize(req report.Request) int {
 		n += jsonLen(t.Name) + jsonLen(t.Description) + len(t.Schema) + overhead
 	}
 	for _, m := range req.Messages {
-		n += jsonLen(m.Text) + overhead
-		for _, c := range m.ToolCalls {
-			n += jsonLen(c.ID) + jsonLen(c.Name) + jsonLen(string(c.Input)) + overhead
-		}
-		for _, t := range m.ToolResults {
-			n += jsonLen(t.CallID) + jsonLen(t.Text) + overhead
-		}
+		n += msgSize(m)
 	}
 	return n
 }
+
+// msgSize is the bytes m takes in requestSize.
+func msgSize(m report.Message) int {
+	const overhead = 48
+	n := jsonLen(m.Text) + overhead
+	for _, c := range m.ToolCalls {
+		n += jsonLen(c.ID) + jsonLen(c.Name) + jsonLen(string(c.Input)) + overhead
+	}
+	for _, t := range m.ToolResults {
+		n += jsonLen(t.CallID) + jsonLen(t.Text) + overhead
+	}
+	return n
+}
+
+// summarisedMark ends a tool result cut to its first lines.
+const summarisedMark = "[summarised: the rest of this result was left out to stay within the context budget]\n"
 
 // jsonLen is the length of s as a JSON string's content: control
 // characters, quotes and backslashes escaped, as well as <, > and &,
