@@ -1,10 +1,12 @@
 package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -236,7 +238,14 @@ func (inv *Investigation) Tree() string {
 		if last {
 			branch, indent = "└─", "   "
 		}
-		fmt.Fprintf(&b, "%s step %d: %d+%d tokens, %.1fs\n", branch, s.N, s.InputTokens, s.OutputTokens, s.LatencyS)
+		fmt.Fprintf(&b, "%s step %d: %d+%d tokens, %.1fs", branch, s.N, s.InputTokens, s.OutputTokens, s.LatencyS)
+		if s.Attempts > 1 {
+			fmt.Fprintf(&b, ", %d attempts", s.Attempts)
+		}
+		if s.Dropped > 0 {
+			fmt.Fprintf(&b, ", %d more calls refused and not recorded", s.Dropped)
+		}
+		b.WriteString("\n")
 		for j, c := range s.Calls {
 			cb := "├─"
 			if j == len(s.Calls)-1 {
@@ -246,9 +255,8 @@ func (inv *Investigation) Tree() string {
 			if c.Host != "" {
 				fmt.Fprintf(&b, " on %s", c.Host)
 			}
-			if len(c.Params) > 0 {
-				p, _ := json.Marshal(c.Params)
-				fmt.Fprintf(&b, " %s", p)
+			for _, k := range slices.Sorted(maps.Keys(c.Params)) {
+				fmt.Fprintf(&b, " %s=%s", k, strconv.Quote(c.Params[k]))
 			}
 			fmt.Fprintf(&b, ": %s", c.Result)
 			if c.TaskID != "" {
@@ -258,7 +266,7 @@ func (inv *Investigation) Tree() string {
 				}
 			}
 			if c.Result != "ran" && c.Reason != "" {
-				fmt.Fprintf(&b, " — %s", c.Reason)
+				fmt.Fprintf(&b, " — %s", strings.Join(strings.Fields(c.Reason), " "))
 			}
 			b.WriteString("\n")
 		}
