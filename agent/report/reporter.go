@@ -274,8 +274,14 @@ func (r *Reporter) handle(c Claimed) {
 	}
 	attrs := []any{"status", res.Status, "attempt", c.Attempt, "latency_s", res.LatencyS,
 		"input_tokens", res.InputTokens, "output_tokens", res.OutputTokens}
+	if g := res.Grounding; g != nil {
+		attrs = append(attrs, "citations_cited", g.Cited, "citations_verified", g.Verified)
+	}
+	if res.Answer != nil {
+		attrs = append(attrs, "category", res.Answer.Category)
+	}
 	if res.Status == StatusOK {
-		log.InfoContext(tctx, "report: written", append(attrs, "confidence", res.Confidence)...)
+		log.InfoContext(tctx, "report: written", append(attrs, "confidence", res.Confidence, "unstructured", res.Unstructured)...)
 	} else {
 		log.WarnContext(tctx, "report: not written", append(attrs, "reason", res.Reason)...)
 	}
