@@ -325,3 +325,42 @@ func TestNoInvestigateIsSingleShot(t *testing.T) {
 		t.Fatalf("request %+v", req)
 	}
 }
+
+// A task whose route says `investigate: always` is investigated although
+// its diagnostic succeeded and report.on is [failed]; the model's first
+// message carries the alert's context (labels, annotations with the
+// runbook URL, its start, the route, the time now), redacted.
+func TestInvestigateAlwaysSucceeded(t *testing.T) {
+	s := eval.Scenarios()[1] // inode-exhaustion: its first diagnostic succeeds
+	yaml := strings.Replace(scenarioYAML(t, s, "m", 0, 0), "on: [failed, succeeded]", "on: [failed]", 1)
+	cfg, err := config.Load([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := &recordingModel{}
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model}})
+	defer stop()
+	body := `{"id":"p1","host":"web-3","diagnostic":"disk_free","alert":{"source":"alertmanager","name":"DiskWriteErrors",` +
+		`"route":"disk","investigate":"always","starts_at":"2026-03-03T10:00:00Z",` +
+		`"labels":{"instance":"web-3:9100","team":"storage"},` +
+		`"annotations":{"runbook_url":"https://wiki.example.com/runbooks/disk","summary":"writes fail with password=hunter2hunter2"}}}`
+	if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	rec, r := ma.waitReport(t, "p1", 30*time.Second)
+	if rec.Outcome != "succeeded" || r.Investigation == nil {
+		t.Fatalf("outcome %s, report %+v", rec.Outcome, r)
+	}
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	first := model.reqs[0].Messages[0].Text
+	for _, want := range []string{"# Alert context\nNow: ", "Started: 2026-03-03T10:00:00Z", "Route: disk", "- team: storage",
+		"- runbook_url: https://wiki.example.com/runbooks/disk", "Categories: disk_full"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the prompt lacks %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(first, "hunter2hunter2") {
+		t.Errorf("a secret in an annotation reached the prompt:\n%s", first)
+	}
+}

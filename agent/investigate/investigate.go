@@ -219,7 +219,7 @@ func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Resu
 	r := &run{iv: iv, ev: ev, price: iv.cfg.Prices[rc.Model],
 		rec:     &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID},
 		sources: map[string]report.Source{ev.TaskID: {Output: ev.Output, Ran: outcome.Ran(ev.Outcome)}}}
-	r.msgs = []report.Message{{Role: report.RoleUser, Text: BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode)}}
+	r.msgs = []report.Message{{Role: report.RoleUser, Text: BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode, start)}}
 	res := report.Result{Model: rc.Model, Provider: iv.o.Provider.Name(), Investigation: r.rec}
 	loopCtx, cancel := context.WithTimeout(ctx, iv.cfg.WallTime)
 	defer cancel()

@@ -2,8 +2,12 @@ package investigate
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
 )
 
@@ -31,12 +35,14 @@ The agent checks every citation against the task's output before the report is s
 // BuildPrompt is the first user message: the single-shot report's
 // evidence with the parent's task id, the tools offered, the categories
 // and how to answer.
-func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.InvestigateConfig, categories []string, mode string) string {
+func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.InvestigateConfig, categories []string, mode string,
+	now time.Time) string {
 	p := report.BuildPrompt(ev, in).User
 	p = strings.TrimSuffix(p, "\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n")
 	var b strings.Builder
 	b.WriteString(p)
 	fmt.Fprintf(&b, "\nThe output above is task %s.\n", ev.TaskID)
+	b.WriteString(alertContext(ev.Alert, now))
 	// Where the task ran (its ran_on: instance id and hostname) is added
 	// here once the record carries it, so that the model never reads one
 	// machine's output as another's.
@@ -48,6 +54,42 @@ func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.I
 		strings.Join(names, ", "), cfg.MaxSteps, cfg.CallsPerStep, ev.Host)
 	fmt.Fprintf(&b, "Categories: %s.\n", strings.Join(categories, ", "))
 	b.WriteString("Investigate, then " + howToAnswer(mode) + "\n")
+	return b.String()
+}
+
+// maxContextBytes bounds the alert's context in the prompt.
+const maxContextBytes = 4 << 10
+
+// alertContext is the alert's context as the model reads it: when it
+// started and the time now, the route that made the task, its labels and
+// annotations (summary, description, runbook_url, ...), sorted, each
+// line folded, the whole within maxContextBytes. The values come from the
+// task's record, bounded and redacted.
+func alertContext(a report.Alert, now time.Time) string {
+	var b strings.Builder
+	b.WriteString("\n# Alert context\n")
+	fmt.Fprintf(&b, "Now: %s\n", now.UTC().Format(time.RFC3339))
+	if !a.StartsAt.IsZero() {
+		fmt.Fprintf(&b, "Started: %s (%s ago)\n", a.StartsAt.UTC().Format(time.RFC3339), now.Sub(a.StartsAt).Round(time.Second))
+	}
+	if a.Route != "" {
+		fmt.Fprintf(&b, "Route: %s\n", a.Route)
+	}
+	for _, kv := range []struct {
+		name string
+		m    map[string]string
+	}{{"Labels", a.Labels}, {"Annotations", a.Annotations}} {
+		if len(kv.m) == 0 {
+			continue
+		}
+		b.WriteString(kv.name + ":\n")
+		for _, k := range slices.Sorted(maps.Keys(kv.m)) {
+			fmt.Fprintf(&b, "- %s: %s\n", strings.Join(strings.Fields(k), " "), strings.Join(strings.Fields(kv.m[k]), " "))
+		}
+	}
+	if b.Len() > maxContextBytes {
+		return utf8cut.Head(b.String(), maxContextBytes) + "\n[the alert's context was cut here]\n"
+	}
 	return b.String()
 }
 
