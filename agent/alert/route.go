@@ -82,12 +82,12 @@ func (rs Routes) Validate() error {
 
 // compiled is a route ready to apply.
 type compiled struct {
-	name     string
-	sources  []string
-	nameRE   *regexp.Regexp
-	labels   map[string]*regexp.Regexp
-	host     *tmpl
-	severity *tmpl
+	name        string
+	sources     []string
+	nameRE      *regexp.Regexp
+	labels      map[string]*regexp.Regexp
+	host        *tmpl
+	severity    *tmpl
 	tasks       []compiledTask
 	resolved    bool
 	investigate string
@@ -332,7 +332,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			Alert: task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID,
 				Labels: task.BoundContext(a.Labels), Annotations: task.BoundContext(a.Annotations), StartsAt: a.StartsAt.UTC(),
 				Route: c.name, Investigate: c.investigate},
-			CreatedAt:  now.UTC(),
+			CreatedAt: now.UTC(),
 		}
 		if len(ct.params) > 0 {
 			t.Params = make(map[string]string, len(ct.params))

@@ -7,7 +7,6 @@
 package task
 
 import (
-	"sort"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,6 +15,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
