@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -40,6 +41,9 @@ type ReportParts struct {
 	Provider report.Provider
 	Queue    report.Queue
 	Backend  limiter.Backend
+	// Runbooks are report.runbooks with their files read (OpenReportParts
+	// reads them); nil: none.
+	Runbooks *report.Runbooks
 }
 
 // OpenReportParts builds the report provider (Bedrock with awsCfg, or an
@@ -65,6 +69,11 @@ func OpenReportParts(cfg config.Config, awsCfg aws.Config, rc redis.UniversalCli
 	default:
 		return nil, fmt.Errorf("agent: report.provider %q: unknown", rcfg.Provider)
 	}
+	rbs, err := report.LoadRunbooks(rcfg.Runbooks, os.ReadFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	parts.Runbooks = rbs
 	if rc != nil {
 		parts.Queue = report.NewRedisQueue(rc, cfg.Redis.Prefix, rcfg.JobLease())
 		parts.Backend = limiter.NewRedis(rc, cfg.Redis.Prefix+"report:")

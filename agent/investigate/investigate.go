@@ -91,6 +91,8 @@ type Options struct {
 	// NewID returns an investigation id; nil: random.
 	NewID   func() string
 	Metrics *Metrics
+	// Runbooks are report.runbooks with their text; nil: none.
+	Runbooks *report.Runbooks
 	// Backoff is the first wait before a model call is retried; 0 is
 	// the single-shot report's (report.DefaultInitialBackoff).
 	Backoff time.Duration
@@ -219,7 +221,11 @@ func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Resu
 	r := &run{iv: iv, ev: ev, price: iv.cfg.Prices[rc.Model],
 		rec:     &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID},
 		sources: map[string]report.Source{ev.TaskID: {Output: ev.Output, Ran: outcome.Ran(ev.Outcome)}}}
-	r.msgs = []report.Message{{Role: report.RoleUser, Text: BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode, start)}}
+	prompt := BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode, start)
+	if file, text, ok := iv.o.Runbooks.For(ev.Alert); ok {
+		prompt += runbookSection(file, text, iv.o.Redactor)
+	}
+	r.msgs = []report.Message{{Role: report.RoleUser, Text: prompt}}
 	res := report.Result{Model: rc.Model, Provider: iv.o.Provider.Name(), Investigation: r.rec}
 	loopCtx, cancel := context.WithTimeout(ctx, iv.cfg.WallTime)
 	defer cancel()

@@ -120,3 +120,14 @@ func correctionText(err error, mode string) string {
 	}
 	return "Your answer is not a valid report: " + strings.ReplaceAll(msg, "\n", "; ") + ". Answer again: " + howToAnswer(mode)
 }
+
+// runbookSection is the alert's runbook as the model reads it: redacted,
+// fenced, named by its file; guidance, not evidence.
+func runbookSection(file, text string, red report.Redactor) string {
+	if red != nil {
+		text = red.RedactString(text)
+	}
+	fence := report.Fence(text)
+	return fmt.Sprintf("\n# Runbook (%s)\nThe operators' runbook for this alert: guidance on what to check, not evidence of what happened.\n%s\n%s\n%s\n",
+		file, fence, strings.TrimRight(text, "\n"), fence)
+}

@@ -73,6 +73,9 @@ type Config struct {
 	// Categories are added to DefaultCategories: the taxonomy an
 	// investigation's answer takes its category from.
 	Categories []string `yaml:"categories"`
+	// Runbooks map an alert (name or label patterns) to a local Markdown
+	// file given to an investigation's model.
+	Runbooks []Runbook `yaml:"runbooks"`
 }
 
 // AllCategories is the taxonomy of this config: DefaultCategories and
@@ -269,6 +272,7 @@ func (c Config) Validate() error {
 			add("investigate.answer", "%q is for provider %q; bedrock answers through the %s tool", AnswerJSONSchema, ProviderOpenAI, AnswerToolName)
 		}
 	}
+	errs = append(errs, validateRunbooks(c.Runbooks))
 	if len(c.Categories) > 64 {
 		add("categories", "must hold at most 64 categories, got %d", len(c.Categories))
 	}

@@ -98,3 +98,22 @@ func TestRender(t *testing.T) {
 		t.Errorf("confidence of the rendered report %q", ParseConfidence(md))
 	}
 }
+
+// TestRunbooksValidate: report.runbooks entries need a pattern, regexps
+// that compile and an absolute file; each problem names its key.
+func TestRunbooksValidate(t *testing.T) {
+	err := validateRunbooks([]Runbook{
+		{Alert: "^Disk", File: "/etc/autodiag/runbooks/disk.md"},
+		{File: "/x.md"},
+		{Alert: "(", File: "x.md"},
+		{Labels: map[string]string{"team": "["}, File: "/y.md"},
+	})
+	for _, key := range []string{"runbooks[1]", "runbooks[2].alert", "runbooks[2].file", "runbooks[3].labels.team"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("error %v does not name %s", err, key)
+		}
+	}
+	if strings.Contains(err.Error(), "runbooks[0]") {
+		t.Errorf("a valid entry refused: %v", err)
+	}
+}
