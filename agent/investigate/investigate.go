@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
@@ -111,6 +112,7 @@ type Investigator struct {
 	mode         string
 	answerSchema json.RawMessage
 	answerTool   report.Tool
+	recent       recentResults
 }
 
 // New returns an Investigator of o.
@@ -566,6 +568,15 @@ func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report
 		c.Result, c.Reason = ResultBudgetSpent, fmt.Sprintf("wall time %gs spent (report.investigate.wall_time)", r.iv.cfg.WallTime.Seconds())
 		return c, ""
 	}
+	key := reuseKey(c.Host, tool.Name, args)
+	if rec, age, ok := r.iv.recent.get(key, r.iv.o.Clock.Now(), r.iv.cfg.ReuseWithin); ok {
+		// A fresh result of the same diagnostic on the same host: cited
+		// as it is, with its age, instead of running it again.
+		c.TaskID, c.Outcome, c.Result, c.ReusedAgeS = rec.ID, rec.Outcome, ResultRan, age.Seconds()
+		r.sources[rec.ID] = report.Source{Output: rec.Output, Ran: true}
+		return c, fmt.Sprintf("(reused: the result of task %s, %.0fs old, within report.investigate.reuse_within)\n", rec.ID, age.Seconds()) +
+			toolText(rec, r.iv.o.Report.Input)
+	}
 	spec := TaskSpec{ID: fmt.Sprintf("%s-s%d-c%d", r.rec.ID, step, i+1), Host: c.Host, Diagnostic: tool.Name,
 		Params: args, Origin: Origin, Parent: r.ev.TaskID, Investigation: r.rec.ID, Step: step}
 	c.TaskID = spec.ID
@@ -581,7 +592,64 @@ func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report
 		return c, ""
 	}
 	c.Result = ResultRan
+	r.iv.recent.put(key, rec, r.iv.o.Clock.Now(), r.iv.cfg.ReuseWithin)
 	return c, toolText(rec, r.iv.o.Report.Input)
+}
+
+// reuseKey names a diagnostic's run: host, diagnostic and params.
+func reuseKey(host, diag string, params map[string]string) string {
+	var b strings.Builder
+	b.WriteString(host + "\x00" + diag)
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		b.WriteString("\x00" + k + "=" + params[k])
+	}
+	return b.String()
+}
+
+// maxRecent bounds the results kept for reuse.
+const maxRecent = 256
+
+// recentResults are this agent's fresh tool results, for
+// report.investigate.reuse_within: repeated alerts cite them instead of
+// running the diagnostic again.
+type recentResults struct {
+	mu sync.Mutex
+	m  map[string]recentResult
+}
+
+type recentResult struct {
+	rec TaskRecord
+	at  time.Time
+}
+
+func (rr *recentResults) get(key string, now time.Time, within time.Duration) (TaskRecord, time.Duration, bool) {
+	if within <= 0 {
+		return TaskRecord{}, 0, false
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	e, ok := rr.m[key]
+	if !ok || now.Sub(e.at) > within {
+		return TaskRecord{}, 0, false
+	}
+	return e.rec, now.Sub(e.at), true
+}
+
+func (rr *recentResults) put(key string, rec TaskRecord, now time.Time, within time.Duration) {
+	if within <= 0 {
+		return
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.m == nil {
+		rr.m = map[string]recentResult{}
+	}
+	for k, e := range rr.m {
+		if now.Sub(e.at) > within || len(rr.m) >= maxRecent {
+			delete(rr.m, k)
+		}
+	}
+	rr.m[key] = recentResult{rec: rec, at: now}
 }
 
 // inScope: the alert's host, or one matching investigate.hosts that the
@@ -826,6 +894,19 @@ func (r *run) finish(res report.Result, start time.Time, a *report.Answer, err e
 	}
 	a.Redact(r.iv.o.Redactor)
 	g, results := report.Ground(a, r.sources)
+	reused := map[string]float64{}
+	for _, st := range r.rec.Steps {
+		for _, c := range st.Calls {
+			if c.ReusedAgeS > 0 {
+				reused[c.TaskID] = c.ReusedAgeS
+			}
+		}
+	}
+	for i, c := range a.Evidence {
+		if age, ok := reused[c.TaskID]; ok {
+			a.Evidence[i].Claim = fmt.Sprintf("%s (a reused result, %.0fs old)", c.Claim, age)
+		}
+	}
 	r.iv.o.Metrics.citations(results)
 	for _, c := range a.Evidence {
 		if !slices.Contains(r.rec.Evidence, c.TaskID) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // flaky answers 429 (with a Retry-After of 0) at the requests listed, and
@@ -163,5 +164,38 @@ func TestHostileModelBounded(t *testing.T) {
 		if len(b) > ctxBytes {
 			t.Fatalf("request %d is %d bytes of JSON, context_bytes %d", i+1, len(b), ctxBytes)
 		}
+	}
+}
+
+// TestReuseFreshResult: a repeated alert's investigation cites the fresh
+// result of the same diagnostic on the same host instead of running it
+// again, with its age; past reuse_within it runs again.
+func TestReuseFreshResult(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 3, 3, 10, 0, 0, 0, time.UTC))
+	tasks := newFakeTasks(testTools, map[string]string{"journal": "Mar 3 10:00 app: disk full\n"})
+	iv, _ := newTest(t, report.InvestigateConfig{ReuseWithin: 5 * time.Minute}, nil, tasks)
+	iv.o.Clock = clk
+	n := 0
+	iv.o.NewID = func() string { n++; return fmt.Sprintf("inv-%d", n) }
+	run := func(cite string) report.Result {
+		iv.o.Provider = &scripted{turns: []report.Response{calls("journal -"), answerJSON(`{"root_cause":"disk","category":"disk_full",` +
+			`"confidence":"confirmed","impact":"","gaps":[],"next_steps":[],"evidence":[{"task_id":"` + cite + `","quote":"app: disk full","claim":"full"}]}`)}}
+		return iv.Run(context.Background(), parentEvidence())
+	}
+	first := run("inv-1-s1-c1")
+	clk.Add(2 * time.Minute)
+	second := run("inv-1-s1-c1")
+	c := allCalls(second.Investigation)
+	if len(tasks.specs) != 1 || len(c) != 1 || c[0].TaskID != "inv-1-s1-c1" || c[0].ReusedAgeS != 120 {
+		t.Fatalf("%d tasks run; second call %+v", len(tasks.specs), c)
+	}
+	if first.Grounding.Verified != 1 || second.Grounding.Verified != 1 || second.Confidence != "confirmed" ||
+		!strings.Contains(second.Markdown, "a reused result, 120s old") {
+		t.Fatalf("second report:\n%s", second.Markdown)
+	}
+	clk.Add(4 * time.Minute)
+	run("inv-3-s1-c1")
+	if len(tasks.specs) != 2 {
+		t.Fatalf("%d tasks run, want the diagnostic run again past reuse_within", len(tasks.specs))
 	}
 }

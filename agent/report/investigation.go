@@ -44,6 +44,10 @@ type InvestigateConfig struct {
 	// model call is reserved before it is sent, and a call that would pass
 	// the cap is not made.
 	DailyTokensHard bool `yaml:"daily_tokens_hard"`
+	// ReuseWithin lets a tool call cite a result of the same diagnostic,
+	// host and params this agent got at most this long ago instead of
+	// running it again; 0: never.
+	ReuseWithin time.Duration `yaml:"reuse_within"`
 	// Answer is how the model gives its structured answer: json_schema
 	// (OpenAI's response_format) or submit_report (a tool it calls).
 	// Empty: json_schema for openai, submit_report for bedrock.
@@ -155,6 +159,9 @@ func (c InvestigateConfig) Validate() error {
 	default:
 		add("answer", "must be %q or %q, got %q", AnswerJSONSchema, AnswerSubmitReport, c.Answer)
 	}
+	if c.ReuseWithin < 0 || c.ReuseWithin > time.Hour {
+		add("reuse_within", "must be within [0, 1h], got %s", c.ReuseWithin)
+	}
 	if c.DailyTokensHard && c.DailyTokens == 0 {
 		add("daily_tokens_hard", "is set but daily_tokens is 0 (no cap to hold)")
 	}
@@ -215,6 +222,10 @@ type Call struct {
 	Reason  string `json:"reason,omitempty"`
 	TaskID  string `json:"task_id,omitempty"`
 	Outcome string `json:"outcome,omitempty"`
+	// ReusedAgeS is set when the call did not run: TaskID is a fresh
+	// result of the same diagnostic on the same host, this many seconds
+	// old (report.investigate.reuse_within).
+	ReusedAgeS float64 `json:"reused_age_s,omitempty"`
 }
 
 // Gap is something the investigation could not check.
@@ -261,6 +272,9 @@ func (inv *Investigation) Tree() string {
 			fmt.Fprintf(&b, ": %s", c.Result)
 			if c.TaskID != "" {
 				fmt.Fprintf(&b, " → task %s", c.TaskID)
+				if c.ReusedAgeS > 0 {
+					fmt.Fprintf(&b, " reused, %.0fs old", c.ReusedAgeS)
+				}
 				if c.Outcome != "" {
 					fmt.Fprintf(&b, " (%s)", c.Outcome)
 				}
