@@ -16,6 +16,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/investigate/eval"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
@@ -362,5 +363,77 @@ func TestInvestigateAlwaysSucceeded(t *testing.T) {
 	}
 	if strings.Contains(first, "hunter2hunter2") {
 		t.Errorf("a secret in an annotation reached the prompt:\n%s", first)
+	}
+}
+
+// flakyModel answers 429 to the requests whose numbers are in failAt,
+// and passes the rest to the scripted model.
+type flakyModel struct {
+	*scriptedModel
+	mu      sync.Mutex
+	n       int
+	failAt  map[int]bool
+	refused int
+}
+
+func (f *flakyModel) Complete(ctx context.Context, req report.Request) (report.Response, error) {
+	f.mu.Lock()
+	f.n++
+	fail := f.failAt[f.n]
+	if fail {
+		f.refused++
+	}
+	f.mu.Unlock()
+	if fail {
+		return report.Response{}, &report.Error{Provider: "scripted", StatusCode: 429, Err: fmt.Errorf("rate limited")}
+	}
+	return f.scriptedModel.Complete(ctx, req)
+}
+
+// Through the real agent: a 429 in the middle of an investigation is
+// retried and the investigation completes; with daily_tokens_hard the
+// fleet's daily tokens never pass the cap across five alerts, and the
+// investigations past it end daily_budget.
+func TestInvestigationRobustThroughAgent(t *testing.T) {
+	s := eval.Scenarios()[0]
+	const capTokens = 8000
+	yaml := strings.Replace(scenarioYAML(t, s, "m", 0, 0), "investigate: {max_steps: 4,",
+		fmt.Sprintf("investigate: {max_steps: 4, daily_tokens: %d, daily_tokens_hard: true,", capTokens), 1)
+	cfg, err := config.Load([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"parent-1", "parent-2", "parent-3", "parent-4", "parent-5"}
+	sm := &scriptedModel{s: s, answers: map[string]string{}}
+	for _, id := range ids {
+		sm.answers[id] = s.Right.JSON()
+	}
+	model := &flakyModel{scriptedModel: sm, failAt: map[int]bool{2: true}}
+	budget := investigate.NewMemoryBudget(capTokens, 0, nil)
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model, Budget: budget}})
+	defer stop()
+	ended := map[string]int{}
+	for i, id := range ids {
+		body := fmt.Sprintf(`{"id":%q,"host":"web-%d","diagnostic":%q,"alert":{"source":"generic","name":%q}}`, id, i+1, s.Parent.Name, s.Alert)
+		if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		_, r := ma.waitReport(t, id, 60*time.Second) // one at a time: the cap is checked after each
+		ended[r.Investigation.EndedBy]++
+		if used, _, _ := budget.Used(context.Background()); used > capTokens {
+			t.Fatalf("after %s: %d tokens spent, cap %d", id, used, capTokens)
+		}
+		if i == 0 {
+			st := r.Investigation.Steps
+			if r.Status != report.StatusOK || len(st) != 2 || st[1].Attempts != 2 || model.refused != 1 {
+				t.Fatalf("the first investigation: %s (%s), steps %+v, %d refused", r.Status, r.Reason, st, model.refused)
+			}
+			if pass, why := eval.Grade(s, r); !pass {
+				t.Fatalf("graded fail after the retry: %s", why)
+			}
+		}
+	}
+	if ended["daily_budget"] == 0 {
+		t.Fatalf("ended by %v: the cap never stopped an investigation", ended)
 	}
 }
