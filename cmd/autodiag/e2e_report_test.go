@@ -195,7 +195,7 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 		t.Errorf("run without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
 	}
 	code, stdout, _ = runCLI(t, nil, "show", "rep-1", "--config", cfgPath)
-	if code != 0 || !strings.Contains(stdout, `"status": "ok"`) {
+	if code != 0 || !strings.Contains(stdout, "report: ok") || strings.Contains(stdout, `"status"`) {
 		t.Errorf("show rep-1: exit %d, want the ok report:\n%s", code, stdout)
 	}
 
