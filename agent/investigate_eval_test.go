@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,31 +16,41 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/investigate/eval"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/taskview"
 )
 
-// scriptedModel plays a scenario: its tool calls turn by turn, then the
-// answer with {task:NAME} filled from the conversation.
+// scriptedModel plays a scenario for every investigation it is asked
+// for: its tool calls turn by turn, then the answer of that
+// investigation's parent task (by id), with {task:NAME} filled from the
+// conversation.
 type scriptedModel struct {
-	mu     sync.Mutex
-	s      eval.Scenario
-	answer string
-	turn   int
-	reqs   int
+	mu      sync.Mutex
+	s       eval.Scenario
+	answers map[string]string // parent task id → answer JSON
+	reqs    int
 }
 
 func (*scriptedModel) Name() string { return "scripted" }
+
+var parentIDRE = regexp.MustCompile(`The output above is task (\S+)\.`)
 
 func (m *scriptedModel) Complete(_ context.Context, req report.Request) (report.Response, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reqs++
 	r := report.Response{InputTokens: 1000, OutputTokens: 100, FinishReason: "end_turn"}
-	if len(req.Tools) > 0 && m.turn < len(m.s.Script) {
-		for i, c := range m.s.Script[m.turn] {
+	turn := 0
+	for _, msg := range req.Messages {
+		if msg.Role == report.RoleAssistant && len(msg.ToolCalls) > 0 {
+			turn++
+		}
+	}
+	if len(req.Tools) > 0 && turn < len(m.s.Script) {
+		for i, c := range m.s.Script[turn] {
 			in := map[string]string{}
 			for k, v := range c.Params {
 				in[k] = v
@@ -48,13 +59,17 @@ func (m *scriptedModel) Complete(_ context.Context, req report.Request) (report.
 				in["host"] = c.Host
 			}
 			b, _ := json.Marshal(in)
-			r.ToolCalls = append(r.ToolCalls, report.ToolCall{ID: fmt.Sprintf("t%d-%d", m.turn, i), Name: c.Tool, Input: b})
+			r.ToolCalls = append(r.ToolCalls, report.ToolCall{ID: fmt.Sprintf("t%d-%d", turn, i), Name: c.Tool, Input: b})
 		}
-		m.turn++
 		r.FinishReason = "tool_use"
 		return r, nil
 	}
-	r.Text = eval.Fill(m.answer, eval.Transcript(req.System, req.Messages))
+	conv := eval.Transcript(req.System, req.Messages)
+	parent := ""
+	if p := parentIDRE.FindStringSubmatch(conv); p != nil {
+		parent = p[1]
+	}
+	r.Text = eval.Fill(m.answers[parent], conv)
 	return r, nil
 }
 
@@ -77,23 +92,32 @@ func scenarioYAML(t *testing.T, s eval.Scenario, model string, priceIn, priceOut
 	}
 	b.WriteString("limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}\n")
 	fmt.Fprintf(&b, "report: {enabled: true, provider: openai, base_url: 'http://127.0.0.1:1/v1', api_key_env: SCENARIO_KEY, model: '%s', "+
-		"timeout: 120s, on: [failed, succeeded], investigate: {max_steps: 4, prices: {'%s': {input_per_mtok: %g, output_per_mtok: %g}}}}\n",
+		"timeout: 120s, on: [failed, succeeded], workers: 4, investigate: {max_steps: 4, prices: {'%s': {input_per_mtok: %g, output_per_mtok: %g}}}}\n",
 		model, model, priceIn, priceOut)
 	b.WriteString("lifecycle: {drain_timeout: 1m}\n")
 	return b.String()
 }
 
-// runScenario runs s through a real agent (memory queue and state, the
-// real runner, limiter and records) with the scripted model answering
-// answer, and returns the parent's report and the store.
-func runScenario(t *testing.T, s eval.Scenario, answer string) (report.Result, *state.Memory) {
+// runScenario runs s once for each answer through one real agent (memory
+// queue and state, the real runner, limiter and records) with the
+// scripted model: parent task i on host s.Host+"-i" (its own limiter
+// keys) answered answers[i]. It returns each parent's report and the
+// store.
+func runScenario(t *testing.T, s eval.Scenario, answers ...string) ([]report.Result, *state.Memory) {
 	t.Helper()
-	return runScenarioWith(t, s, &scriptedModel{s: s, answer: answer}, "m", 3, 15, 60*time.Second)
+	m := &scriptedModel{s: s, answers: map[string]string{}}
+	ids := make([]string, len(answers))
+	for i, a := range answers {
+		ids[i] = fmt.Sprintf("parent-%d", i+1)
+		m.answers[ids[i]] = a
+	}
+	return runScenarioWith(t, s, m, "m", 3, 15, 60*time.Second, ids...)
 }
 
 // runScenarioWith runs s with provider p as model, priced per million
-// tokens, waiting at most wait for the report.
-func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model string, priceIn, priceOut float64, wait time.Duration) (report.Result, *state.Memory) {
+// tokens, one parent task per id, waiting at most wait for the reports.
+func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model string, priceIn, priceOut float64, wait time.Duration,
+	ids ...string) ([]report.Result, *state.Memory) {
 	t.Helper()
 	cfg, err := config.Load([]byte(scenarioYAML(t, s, model, priceIn, priceOut)), nil)
 	if err != nil {
@@ -101,31 +125,42 @@ func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model str
 	}
 	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Hostname: "eval-host", Reports: &hooks.ReportParts{Provider: p}})
 	defer stop()
-	body := fmt.Sprintf(`{"id":"parent-1","host":%q,"diagnostic":%q,"alert":{"source":"generic","name":%q}}`, s.Host, s.Parent.Name, s.Alert)
-	if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
-		t.Fatal(err)
+	for i, id := range ids {
+		host := s.Host
+		if i > 0 {
+			host = fmt.Sprintf("%s-%d", s.Host, i)
+		}
+		body := fmt.Sprintf(`{"id":%q,"host":%q,"diagnostic":%q,"alert":{"source":"generic","name":%q}}`, id, host, s.Parent.Name, s.Alert)
+		if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	_, r := ma.waitReport(t, "parent-1", wait)
-	return r, ma.store
+	out := make([]report.Result, len(ids))
+	for i, id := range ids {
+		_, out[i] = ma.waitReport(t, id, wait)
+	}
+	return out, ma.store
 }
 
 // evalRanOn is the agent runScenarioWith runs, as records name it.
 var evalRanOn = taskview.RanOn{InstanceID: "i-eval", Hostname: "eval-host"}
 
-// TestInvestigationScenarios runs every scenario's scripted tool calls
-// through the real agent and grades its right answer pass and its wrong
-// answer fail; every tool call has its own task record with parent,
-// investigation and step; the out-of-scope ask of an injected output is
-// refused and listed under Gaps.
+// TestInvestigationScenarios runs every scenario through the real agent
+// with the scripted model, once for each of its answers: the two right
+// answers (in different words) pass the grader; every adversarial answer
+// that applies (keyword stuffing, negation, fabricated or misattributed
+// quotes, "inconclusive" listing every cause, the injected cause, a
+// plausible wrong cause) fails it. Every tool call has its own task
+// record with parent, investigation and step; refusals are under Gaps.
 func TestInvestigationScenarios(t *testing.T) {
 	scenarios := eval.Scenarios()
-	if len(scenarios) < 8 {
-		t.Fatalf("%d scenarios, want at least 8", len(scenarios))
+	if len(scenarios) < 20 {
+		t.Fatalf("%d scenarios, want at least 20", len(scenarios))
 	}
 	var rows []eval.Row
 	t.Cleanup(func() {
 		// The table scripts/investigate-eval prints, here for the scripted
-		// model: every right answer passes.
+		// model's right answers: every one passes.
 		t.Logf("\n%s", eval.TableHeader)
 		for _, r := range rows {
 			t.Log(r)
@@ -136,18 +171,31 @@ func TestInvestigationScenarios(t *testing.T) {
 	})
 	for _, s := range scenarios {
 		t.Run(s.Name, func(t *testing.T) {
-			res, store := runScenario(t, s, s.Right)
-			rows = append(rows, eval.RowOf(s, res))
+			adv := eval.Adversarial(s)
+			answers := []string{s.Right.JSON(), s.Alt.JSON()}
+			for _, a := range adv {
+				answers = append(answers, a.Ans.JSON())
+			}
+			results, store := runScenario(t, s, answers...)
+			rows = append(rows, eval.RowOf(s, results[0]))
+			for i, res := range results[:2] {
+				if pass, why := eval.Grade(s, res); !pass {
+					t.Errorf("right answer %d graded fail: %s\n%s", i+1, why, res.Markdown)
+				}
+			}
+			for i, a := range adv {
+				res := results[2+i]
+				if pass, _ := eval.Grade(s, res); pass {
+					t.Errorf("%s graded pass:\n%s", a.Name, res.Markdown)
+				}
+				if a.Name == "fabricated quotes" && (res.Grounding == nil || len(res.Grounding.Unverified) == 0 || res.Confidence == report.ConfidenceConfirmed) {
+					t.Errorf("fabricated quotes: grounding %+v confidence %s, want them unverified and not confirmed", res.Grounding, res.Confidence)
+				}
+			}
+			res := results[0]
 			rec := res.Investigation
-			if res.Status != report.StatusOK || rec == nil || rec.EndedBy != "answer" {
+			if res.Status != report.StatusOK || rec == nil || (rec.EndedBy != "answer" && rec.EndedBy != "max_steps") || res.Answer == nil {
 				t.Fatalf("report %+v", res)
-			}
-			if pass, why := eval.Grade(s, res.Markdown, rec); !pass {
-				t.Errorf("right answer graded fail: %s\n%s", why, res.Markdown)
-			}
-			wrong := eval.Fill(s.Wrong, "")
-			if pass, _ := eval.Grade(s, wrong, rec); pass {
-				t.Errorf("wrong answer graded pass:\n%s", wrong)
 			}
 			refused, ran := 0, 0
 			for _, st := range rec.Steps {
@@ -175,7 +223,7 @@ func TestInvestigationScenarios(t *testing.T) {
 			if refused != s.WantRefused || ran == 0 {
 				t.Errorf("%d calls refused, %d ran; want %d refused", refused, ran, s.WantRefused)
 			}
-			if rec.CostUSD <= 0 || len(rec.Evidence) == 0 {
+			if rec.CostUSD <= 0 || (s.Truth.Category != report.CategoryUnknown && len(rec.Evidence) == 0) {
 				t.Errorf("cost %g evidence %v", rec.CostUSD, rec.Evidence)
 			}
 		})
@@ -226,12 +274,12 @@ func TestInvestigationEvalReal(t *testing.T) {
 	fmt.Println(eval.TableHeader)
 	var rows []eval.Row
 	for _, s := range eval.Scenarios() {
-		res, _ := runScenarioWith(t, s, p, model, in, out, 10*time.Minute)
-		row := eval.RowOf(s, res)
+		res, _ := runScenarioWith(t, s, p, model, in, out, 10*time.Minute, "parent-1")
+		row := eval.RowOf(s, res[0])
 		rows = append(rows, row)
 		fmt.Println(row)
 		if os.Getenv("AUTODIAG_INVESTIGATE_EVAL_VERBOSE") != "" {
-			fmt.Printf("\n%s\n\n", res.Markdown)
+			fmt.Printf("\n%s\n\n", res[0].Markdown)
 		}
 	}
 	fmt.Println(eval.Summary(rows))
@@ -285,5 +333,116 @@ func TestNoInvestigateIsSingleShot(t *testing.T) {
 	if len(req.Tools) != 0 || req.Messages != nil || req.System != report.SystemPrompt || !strings.HasPrefix(req.User, "# Alert\n") ||
 		!strings.HasSuffix(req.User, "Write the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n") {
 		t.Fatalf("request %+v", req)
+	}
+}
+
+// A task whose route says `investigate: always` is investigated although
+// its diagnostic succeeded and report.on is [failed]; the model's first
+// message carries the alert's context (labels, annotations with the
+// runbook URL, its start, the route, the time now), redacted.
+func TestInvestigateAlwaysSucceeded(t *testing.T) {
+	s := eval.Scenarios()[1] // inode-exhaustion: its first diagnostic succeeds
+	yaml := strings.Replace(scenarioYAML(t, s, "m", 0, 0), "on: [failed, succeeded]", "on: [failed]", 1)
+	cfg, err := config.Load([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := &recordingModel{}
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model}})
+	defer stop()
+	body := `{"id":"p1","host":"web-3","diagnostic":"disk_free","alert":{"source":"alertmanager","name":"DiskWriteErrors",` +
+		`"route":"disk","investigate":"always","starts_at":"2026-03-03T10:00:00Z",` +
+		`"labels":{"instance":"web-3:9100","team":"storage"},` +
+		`"annotations":{"runbook_url":"https://wiki.example.com/runbooks/disk","summary":"writes fail with password=hunter2hunter2"}}}`
+	if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	rec, r := ma.waitReport(t, "p1", 30*time.Second)
+	if rec.Outcome != "succeeded" || r.Investigation == nil {
+		t.Fatalf("outcome %s, report %+v", rec.Outcome, r)
+	}
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	first := model.reqs[0].Messages[0].Text
+	for _, want := range []string{"# Alert context\nNow: ", "Started: 2026-03-03T10:00:00Z", "Route: disk", "- team: storage",
+		"- runbook_url: https://wiki.example.com/runbooks/disk", "Categories: disk_full"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the prompt lacks %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(first, "hunter2hunter2") {
+		t.Errorf("a secret in an annotation reached the prompt:\n%s", first)
+	}
+}
+
+// flakyModel answers 429 to the requests whose numbers are in failAt,
+// and passes the rest to the scripted model.
+type flakyModel struct {
+	*scriptedModel
+	mu      sync.Mutex
+	n       int
+	failAt  map[int]bool
+	refused int
+}
+
+func (f *flakyModel) Complete(ctx context.Context, req report.Request) (report.Response, error) {
+	f.mu.Lock()
+	f.n++
+	fail := f.failAt[f.n]
+	if fail {
+		f.refused++
+	}
+	f.mu.Unlock()
+	if fail {
+		return report.Response{}, &report.Error{Provider: "scripted", StatusCode: 429, Err: fmt.Errorf("rate limited")}
+	}
+	return f.scriptedModel.Complete(ctx, req)
+}
+
+// Through the real agent: a 429 in the middle of an investigation is
+// retried and the investigation completes; with daily_tokens_hard the
+// fleet's daily tokens never pass the cap across five alerts, and the
+// investigations past it end daily_budget.
+func TestInvestigationRobustThroughAgent(t *testing.T) {
+	s := eval.Scenarios()[0]
+	const capTokens = 8000
+	yaml := strings.Replace(scenarioYAML(t, s, "m", 0, 0), "investigate: {max_steps: 4,",
+		fmt.Sprintf("investigate: {max_steps: 4, daily_tokens: %d, daily_tokens_hard: true,", capTokens), 1)
+	cfg, err := config.Load([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"parent-1", "parent-2", "parent-3", "parent-4", "parent-5"}
+	sm := &scriptedModel{s: s, answers: map[string]string{}}
+	for _, id := range ids {
+		sm.answers[id] = s.Right.JSON()
+	}
+	model := &flakyModel{scriptedModel: sm, failAt: map[int]bool{2: true}}
+	budget := investigate.NewMemoryBudget(capTokens, 0, nil)
+	ma, stop := runMemAgent(t, cfg, Deps{InstanceID: "i-eval", Reports: &hooks.ReportParts{Provider: model, Budget: budget}})
+	defer stop()
+	ended := map[string]int{}
+	for i, id := range ids {
+		body := fmt.Sprintf(`{"id":%q,"host":"web-%d","diagnostic":%q,"alert":{"source":"generic","name":%q}}`, id, i+1, s.Parent.Name, s.Alert)
+		if _, err := ma.src.Send(context.Background(), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		_, r := ma.waitReport(t, id, 60*time.Second) // one at a time: the cap is checked after each
+		ended[r.Investigation.EndedBy]++
+		if used, _, _ := budget.Used(context.Background()); used > capTokens {
+			t.Fatalf("after %s: %d tokens spent, cap %d", id, used, capTokens)
+		}
+		if i == 0 {
+			st := r.Investigation.Steps
+			if r.Status != report.StatusOK || len(st) != 2 || st[1].Attempts != 2 || model.refused != 1 {
+				t.Fatalf("the first investigation: %s (%s), steps %+v, %d refused", r.Status, r.Reason, st, model.refused)
+			}
+			if pass, why := eval.Grade(s, r); !pass {
+				t.Fatalf("graded fail after the retry: %s", why)
+			}
+		}
+	}
+	if ended["daily_budget"] == 0 {
+		t.Fatalf("ended by %v: the cap never stopped an investigation", ended)
 	}
 }

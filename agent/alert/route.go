@@ -38,7 +38,14 @@ type Route struct {
 	// Resolved makes the route take resolved alerts too; without it a
 	// route only sees firing ones.
 	Resolved bool `yaml:"resolved"`
+	// Investigate "always" asks for a root-cause report of its tasks
+	// whatever their outcome (a diagnostic that passes while the alert
+	// fires is the case that most needs a look); empty: report.on decides.
+	Investigate string `yaml:"investigate"`
 }
+
+// InvestigateAlways is Route.Investigate's one value.
+const InvestigateAlways = "always"
 
 // Match is what an alert must be for its route to take it. Every part set
 // must match; an empty Match takes every alert.
@@ -76,14 +83,15 @@ func (rs Routes) Validate() error {
 
 // compiled is a route ready to apply.
 type compiled struct {
-	name     string
-	sources  []string
-	nameRE   *regexp.Regexp
-	labels   map[string]*regexp.Regexp
-	host     *tmpl
-	severity *tmpl
-	tasks    []compiledTask
-	resolved bool
+	name        string
+	sources     []string
+	nameRE      *regexp.Regexp
+	labels      map[string]*regexp.Regexp
+	host        *tmpl
+	severity    *tmpl
+	tasks       []compiledTask
+	resolved    bool
+	investigate string
 }
 
 type compiledTask struct {
@@ -105,7 +113,10 @@ func compile(rs Routes) ([]compiled, error) {
 	names := map[string]int{}
 	for i, r := range rs {
 		p := fmt.Sprintf("[%d]", i)
-		c := compiled{name: r.Name, sources: r.Match.Source, resolved: r.Resolved, labels: map[string]*regexp.Regexp{}}
+		c := compiled{name: r.Name, sources: r.Match.Source, resolved: r.Resolved, labels: map[string]*regexp.Regexp{}, investigate: r.Investigate}
+		if r.Investigate != "" && r.Investigate != InvestigateAlways {
+			add(p+".investigate", "must be %q or left out, got %q", InvestigateAlways, r.Investigate)
+		}
 		if !routeNameRE.MatchString(r.Name) {
 			add(p+".name", "must match %s, got %q", routeNameRE, r.Name)
 		} else if j, dup := names[r.Name]; dup {
@@ -321,8 +332,10 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			Host:       strings.TrimSpace(host),
 			Diagnostic: ct.diagnostic,
 			Severity:   normSeverity(sev),
-			Alert:      task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a)},
-			CreatedAt:  now.UTC(),
+			Alert: task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a),
+				Labels: task.BoundContext(a.Labels), Annotations: task.BoundContext(a.Annotations), StartsAt: a.StartsAt.UTC(),
+				Route: c.name, Investigate: c.investigate},
+			CreatedAt: now.UTC(),
 		}
 		if len(ct.params) > 0 {
 			t.Params = make(map[string]string, len(ct.params))

@@ -111,7 +111,8 @@ func TestRoute(t *testing.T) {
 	}
 	got := d.Tasks[0]
 	if got.Host != "web-01.example.com" || got.Severity != "warning" || got.Params["mount"] != "/" ||
-		got.Alert != (task.Alert{Source: "alertmanager", Name: "funcs", EventID: "e-1"}) || !got.CreatedAt.Equal(now) || got.ID == "" {
+		got.Alert.Source != "alertmanager" || got.Alert.Name != "funcs" || got.Alert.EventID != "e-1" || got.Alert.Route != d.Route ||
+		got.Alert.Labels["instance"] != "WEB-01.Example.com:9100" || !got.CreatedAt.Equal(now) || got.ID == "" {
 		t.Fatalf("task %+v", got)
 	}
 }

@@ -37,7 +37,8 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 		Tasks: &agentTasks{o: o, poll: investigationPoll}, Budget: budget, Redactor: h.redactor,
 		AllowHost: func(host string) bool { _, err := o.Validator.ValidateHost(host); return err == nil },
 		Clock:     o.Clock,
-		Metrics:   metrics})
+		Metrics:   metrics,
+		Runbooks:  parts.Runbooks})
 	if err != nil {
 		return fmt.Errorf("agent: report.investigate: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -40,6 +41,9 @@ type ReportParts struct {
 	Provider report.Provider
 	Queue    report.Queue
 	Backend  limiter.Backend
+	// Runbooks are report.runbooks with their files read (OpenReportParts
+	// reads them); nil: none.
+	Runbooks *report.Runbooks
 }
 
 // OpenReportParts builds the report provider (Bedrock with awsCfg, or an
@@ -65,6 +69,11 @@ func OpenReportParts(cfg config.Config, awsCfg aws.Config, rc redis.UniversalCli
 	default:
 		return nil, fmt.Errorf("agent: report.provider %q: unknown", rcfg.Provider)
 	}
+	rbs, err := report.LoadRunbooks(rcfg.Runbooks, os.ReadFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	parts.Runbooks = rbs
 	if rc != nil {
 		parts.Queue = report.NewRedisQueue(rc, cfg.Redis.Prefix, rcfg.JobLease())
 		parts.Backend = limiter.NewRedis(rc, cfg.Redis.Prefix+"report:")
@@ -192,6 +201,8 @@ func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 	ev.Alert.Severity = rec.Severity
 	if rec.Alert != nil {
 		ev.Alert.Source, ev.Alert.Name, ev.Alert.EventID = rec.Alert.Source, rec.Alert.Name, rec.Alert.EventID
+		ev.Alert.Labels, ev.Alert.Annotations = rec.Alert.Labels, rec.Alert.Annotations
+		ev.Alert.StartsAt, ev.Alert.Route = rec.Alert.StartsAt, rec.Alert.Route
 	}
 	if diag != nil {
 		ev.Argv = diag.WithDefaults().Args(rec.Host, rec.ID, rec.Params)
@@ -278,7 +289,7 @@ type streamQueue interface {
 // outcome by a round trip of its own. A failure is logged; the task is
 // not affected.
 func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runner.Result) []state.Write {
-	if rs == nil || !rs.cfg.Wants(rec.Outcome) || rec.Origin != "" {
+	if rs == nil || !rs.wants(rec) || rec.Origin != "" {
 		// An investigation's tool call is evidence of its parent's
 		// report, never the start of a report of its own.
 		return nil
@@ -298,6 +309,16 @@ func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runn
 		}
 	}
 	return []state.Write{w}
+}
+
+// wants: the outcome is in report.on, or the task ran and its route asks
+// for a report always (`investigate: always`).
+func (rs *reports) wants(rec state.TaskRecord) bool {
+	if rs.cfg.Wants(rec.Outcome) {
+		return true
+	}
+	always := rec.Alert != nil && rec.Alert.Investigate == "always"
+	return always && rs.cfg.Enabled && outcome.Ran(rec.Outcome)
 }
 
 // drainStarted takes no new report job; queued ones stay for other agents.

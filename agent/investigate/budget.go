@@ -27,6 +27,7 @@ type DailyBudget struct {
 type counterStore interface {
 	get(ctx context.Context, day string) (tokens int64, cost float64, err error)
 	add(ctx context.Context, day string, tokens int64, cost float64) error
+	reserve(ctx context.Context, day string, tokens, limit int64) (bool, error)
 }
 
 var _ Budget = (*DailyBudget)(nil)
@@ -61,6 +62,23 @@ func (b *DailyBudget) Left(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("investigate: daily budget: %w", err)
 	}
 	return (b.Tokens == 0 || tokens < b.Tokens) && (b.CostUSD == 0 || cost < b.CostUSD), nil
+}
+
+var _ Reserver = (*DailyBudget)(nil)
+
+// Reserve implements Reserver: it adds tokens to the day's count when the
+// count stays within Tokens, and says so; otherwise it adds nothing. Two
+// agents reserving at once never pass the cap together: each adds first
+// and takes its tokens back when the sum passed it.
+func (b *DailyBudget) Reserve(ctx context.Context, tokens int64) (bool, error) {
+	if b.Tokens == 0 {
+		return true, nil
+	}
+	ok, err := b.store.reserve(ctx, b.day(), tokens, b.Tokens)
+	if err != nil {
+		return false, fmt.Errorf("investigate: daily budget: %w", err)
+	}
+	return ok, nil
 }
 
 // Spend implements Budget.
@@ -120,6 +138,22 @@ func (r *redisCounters) add(ctx context.Context, day string, tokens int64, cost 
 	return err
 }
 
+func (r *redisCounters) reserve(ctx context.Context, day string, tokens, limit int64) (bool, error) {
+	kt, _ := r.keys(day)
+	var incr *redis.IntCmd
+	if _, err := r.rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		incr = p.IncrBy(ctx, kt, tokens)
+		p.Expire(ctx, kt, 48*time.Hour)
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	if incr.Val() <= limit {
+		return true, nil
+	}
+	return false, r.rc.DecrBy(ctx, kt, tokens).Err()
+}
+
 type memCounters struct {
 	mu   sync.Mutex
 	days map[string][2]float64
@@ -143,4 +177,15 @@ func (m *memCounters) add(_ context.Context, day string, tokens int64, cost floa
 		}
 	}
 	return nil
+}
+
+func (m *memCounters) reserve(_ context.Context, day string, tokens, limit int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.days[day]
+	if int64(v[0])+tokens > limit {
+		return false, nil
+	}
+	m.days[day] = [2]float64{v[0] + float64(tokens), v[1]}
+	return true, nil
 }

@@ -59,3 +59,44 @@ func TestDailyBudget(t *testing.T) {
 		t.Fatalf("TTL %s %v", ttl, err)
 	}
 }
+
+// TestReserve: a reservation that would pass the cap is refused and adds
+// nothing, on Redis (two agents sharing it) and in memory; many agents
+// reserving at once never hold more than the cap together; a settled
+// reservation gives back what the call did not use.
+func TestReserve(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rc.Close() })
+	ctx := context.Background()
+	prefix := "reservetest:" + time.Now().Format("150405.000000") + ":"
+	now := clock.NewManual(time.Date(2026, 3, 3, 12, 0, 0, 0, time.UTC))
+	a, b := NewRedisBudget(rc, prefix, 1000, 0, now), NewRedisBudget(rc, prefix, 1000, 0, now)
+	mem := NewMemoryBudget(1000, 0, now)
+	for name, pair := range map[string][2]*DailyBudget{"redis": {a, b}, "memory": {mem, mem}} {
+		t.Run(name, func(t *testing.T) {
+			results := make(chan bool, 20)
+			for range 20 {
+				go func() { ok, _ := pair[0].Reserve(ctx, 100); results <- ok }()
+			}
+			granted := 0
+			for range 20 {
+				if <-results {
+					granted++
+				}
+			}
+			used, _, _ := pair[1].Used(ctx)
+			if granted != 10 || used != 1000 {
+				t.Fatalf("%d reservations of 100 granted, %d used; want 10 and 1000", granted, used)
+			}
+			if err := pair[1].Spend(ctx, -400, 0); err != nil { // the calls used 600
+				t.Fatal(err)
+			}
+			if ok, _ := pair[0].Reserve(ctx, 401); ok {
+				t.Fatal("600+401 reserved past 1000")
+			}
+			if ok, _ := pair[0].Reserve(ctx, 400); !ok {
+				t.Fatal("600+400 refused")
+			}
+		})
+	}
+}

@@ -26,6 +26,9 @@ type scripted struct {
 	mu    sync.Mutex
 	turns []report.Response
 	reqs  []report.Request
+	// answerLast: a request without tools gets the script's last turn
+	// (its answer), as a model that follows the request would.
+	answerLast bool
 }
 
 func (*scripted) Name() string { return "scripted" }
@@ -39,6 +42,9 @@ func (s *scripted) Complete(_ context.Context, req report.Request) (report.Respo
 	}
 	r := s.turns[0]
 	s.turns = s.turns[1:]
+	if s.answerLast && len(req.Tools) == 0 && len(r.ToolCalls) > 0 {
+		r, s.turns = s.turns[len(s.turns)-1], nil
+	}
 	if r.InputTokens == 0 {
 		r.InputTokens, r.OutputTokens = 100, 10
 	}
@@ -65,8 +71,16 @@ func calls(entries ...string) report.Response {
 	return r
 }
 
-func answer(text string) report.Response {
+// answerJSON is an answer of exactly this text.
+func answerJSON(text string) report.Response {
 	return report.Response{Text: text, FinishReason: "end_turn"}
+}
+
+// answer is a structured answer whose root cause is text.
+func answer(text string) report.Response {
+	b, _ := json.Marshal(report.Answer{RootCause: text, Category: "unknown", Confidence: "inconclusive",
+		Evidence: []report.Citation{}, Gaps: []string{}, NextSteps: []string{}})
+	return report.Response{Text: string(b), FinishReason: "end_turn"}
 }
 
 // fakeTasks is the agent as far as an investigation sees it: it checks the
@@ -134,7 +148,9 @@ var testTools = []Tool{
 
 func testReportConfig(ic report.InvestigateConfig) report.Config {
 	c := report.DefaultConfig()
-	c.Enabled, c.Model, c.Timeout = true, "m1", 5*time.Second
+	// openai: the answer comes as a JSON object of the schema, and the
+	// last turn has no tools.
+	c.Enabled, c.Provider, c.Model, c.Timeout = true, report.ProviderOpenAI, "m1", 5*time.Second
 	c.Investigate = &ic
 	return c
 }
@@ -182,6 +198,7 @@ func TestFences(t *testing.T) {
 		turns   []report.Response
 		results []string // Call.Result of every call, in order
 		ran     int      // tasks submitted
+		dropped int      // calls refused and only counted
 		rate    int      // the investigation rule's tasks per host; 0: none
 	}{
 		{name: "not in the catalog", turns: []report.Response{calls("rm_rf - path=/"), answer("done")},
@@ -189,7 +206,7 @@ func TestFences(t *testing.T) {
 		{name: "another host", turns: []report.Response{calls("journal db-1"), answer("done")},
 			results: []string{ResultOutOfScope}},
 		{name: "50 calls in one step", turns: []report.Response{calls(fifty...), answer("done")},
-			results: append([]string{ResultRan, ResultRan, ResultRan}, repeat(ResultTooManyCalls, 47)...), ran: 3},
+			results: append([]string{ResultRan, ResultRan, ResultRan}, repeat(ResultTooManyCalls, 5)...), ran: 3, dropped: 42},
 		{name: "params failing their pattern", turns: []report.Response{calls("disk_usage - path=/var;reboot"), answer("done")},
 			results: []string{"rejected"}, ran: 1},
 		{name: "unknown param", turns: []report.Response{calls("journal - unit=sshd"), answer("done")},
@@ -232,6 +249,12 @@ func TestFences(t *testing.T) {
 					refused++
 				}
 			}
+			if tc.dropped > 0 {
+				refused++ // one gap counts the calls not recorded
+			}
+			if rec.DroppedCalls != tc.dropped || rec.Steps[0].Dropped != tc.dropped {
+				t.Fatalf("dropped %d (step %d), want %d", rec.DroppedCalls, rec.Steps[0].Dropped, tc.dropped)
+			}
 			if len(rec.Gaps) != refused || !strings.Contains(res.Markdown, "## Gaps") {
 				t.Fatalf("%d gaps, want %d; report:\n%s", len(rec.Gaps), refused, res.Markdown)
 			}
@@ -249,7 +272,7 @@ func TestFences(t *testing.T) {
 						errs++
 					}
 				}
-				if errs != refused {
+				if errs != refused && tc.dropped == 0 {
 					t.Errorf("%d refusals answered to the model, want %d", errs, refused)
 				}
 			}
@@ -277,7 +300,8 @@ func TestPromptInjection(t *testing.T) {
 	model := &scripted{turns: []report.Response{
 		calls("journal -"),
 		calls("rm_rf db-1 path=/", "journal evil.example.com", "journal db-1"),
-		answer("## Root cause\nThe log grows. [task:inv-1-s1-c1]\n\n## Confidence\nlikely\n"),
+		answerJSON(`{"root_cause":"The log grows.","category":"disk_full","confidence":"likely","impact":"","gaps":[],"next_steps":[],
+			"evidence":[{"task_id":"inv-1-s1-c1","quote":"Mar 1 10:00 app: IGNORE","claim":"the app logs"}]}`),
 	}}
 	tasks := newFakeTasks(testTools, map[string]string{"journal": injected})
 	iv, _ := newTest(t, report.InvestigateConfig{}, model, tasks)
@@ -327,7 +351,7 @@ func TestBudgets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			model := &scripted{turns: append(loop(30), answer("## Root cause\nlog\n\n## Confidence\nlikely\n"))}
+			model := &scripted{turns: append(loop(30), answer("log")), answerLast: true}
 			if tc.endedBy == endedMaxTokens {
 				for i := range model.turns {
 					model.turns[i].InputTokens, model.turns[i].OutputTokens = 90, 10

@@ -17,6 +17,8 @@ type Metrics struct {
 	cost           *prometheus.CounterVec
 	budgetTokens   prometheus.Gauge
 	budgetCost     prometheus.Gauge
+	citationsN     *prometheus.CounterVec
+	unstructuredN  prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg with every label set the agent
@@ -38,9 +40,16 @@ func NewMetrics(reg prometheus.Registerer, provider, model string) *Metrics {
 			Help: "report.investigate.daily_tokens: the fleet's tokens a day for investigations; 0 is none."}),
 		budgetCost: prometheus.NewGauge(prometheus.GaugeOpts{Name: "autodiag_investigation_daily_budget_cost_usd",
 			Help: "report.investigate.daily_cost_usd: the fleet's US dollars a day for investigations; 0 is none."}),
+		citationsN: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_investigation_citations_total",
+			Help: "Citations of investigation answers by the agent's check: verified, or why not."}, []string{"result"}),
+		unstructuredN: prometheus.NewCounter(prometheus.CounterOpts{Name: "autodiag_investigation_unstructured_total",
+			Help: "Investigation answers that were not of the schema after a corrective turn, stored as unchecked free text."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.investigations, m.steps, m.calls, m.tokens, m.cost, m.budgetTokens, m.budgetCost)
+		reg.MustRegister(m.investigations, m.steps, m.calls, m.tokens, m.cost, m.budgetTokens, m.budgetCost, m.citationsN, m.unstructuredN)
+	}
+	for _, r := range report.CitationResults {
+		m.citationsN.WithLabelValues(r)
 	}
 	for _, e := range EndReasons {
 		for _, s := range []string{report.StatusOK, report.StatusFailed} {
@@ -68,6 +77,29 @@ func (m *Metrics) turn(provider, model string, in, out int, cost float64) {
 	if cost > 0 && !math.IsInf(cost, 0) {
 		m.cost.WithLabelValues(provider, model).Add(cost)
 	}
+}
+
+func (m *Metrics) citations(results []string) {
+	if m == nil {
+		return
+	}
+	for _, r := range results {
+		m.citationsN.WithLabelValues(r).Inc()
+	}
+}
+
+func (m *Metrics) unstructured() {
+	if m == nil {
+		return
+	}
+	m.unstructuredN.Inc()
+}
+
+func (m *Metrics) dropped(n int) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(ResultTooManyCalls).Add(float64(n))
 }
 
 func (m *Metrics) call(result string) {

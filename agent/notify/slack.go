@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -154,7 +155,16 @@ func reportBlocks(raw json.RawMessage, show string) []SlackBlock {
 		}
 	}
 	field("Report", r.Status)
-	field("Confidence", r.Confidence)
+	field("Confidence", confidenceWord(r.Confidence))
+	if r.Answer != nil {
+		field("Category", r.Answer.Category)
+	}
+	if g := r.Grounding; g != nil && r.Answer != nil {
+		field("Grounding", fmt.Sprintf("%d of %d citations verified", g.Verified, g.Cited))
+	}
+	if r.Unstructured {
+		field("Answer", "unstructured: not checked")
+	}
 	field("Model", strings.Trim(r.Provider+" "+r.Model, " "))
 	inv := r.Investigation
 	in, out := r.InputTokens, r.OutputTokens
@@ -175,7 +185,7 @@ func reportBlocks(raw json.RawMessage, show string) []SlackBlock {
 	field("Reason", r.Reason)
 	blocks := []SlackBlock{{Type: "section", Fields: fields}}
 	if r.Markdown != "" {
-		blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: textBlock(r.Markdown, show)}})
+		blocks = append(blocks, SlackBlock{Type: "section", Text: &SlackText{Type: "mrkdwn", Text: textBlock(Mrkdwn(r.Markdown), show)}})
 	}
 	if inv == nil {
 		return blocks
@@ -206,6 +216,35 @@ func reportBlocks(raw json.RawMessage, show string) []SlackBlock {
 			Text: textBlock("*Evidence* (task ids): "+strings.Join(inv.Evidence, ", "), show)}})
 	}
 	return blocks
+}
+
+// confidenceWord is a report's confidence as a word and an emoji, so
+// that it reads at a glance.
+func confidenceWord(c string) string {
+	switch c {
+	case report.ConfidenceConfirmed:
+		return "🟢 confirmed"
+	case report.ConfidenceLikely:
+		return "🟡 likely"
+	case report.ConfidenceInconclusive:
+		return "⚪ inconclusive"
+	}
+	return c
+}
+
+var (
+	mdHeading = regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*$`)
+	mdBullet  = regexp.MustCompile(`(?m)^(\s*)[-*]\s+`)
+	mdBold    = regexp.MustCompile(`\*\*([^*\n]+)\*\*`)
+)
+
+// Mrkdwn is a report's Markdown in Slack's mrkdwn: headings in bold,
+// bullets as •, **bold** as *bold*; code spans stay as they are (mrkdwn
+// has them). The result is escaped later, with the rest of the text.
+func Mrkdwn(md string) string {
+	md = mdBold.ReplaceAllString(md, "*$1*")
+	md = mdHeading.ReplaceAllString(md, "*$1*")
+	return mdBullet.ReplaceAllString(md, "$1• ")
 }
 
 // textBlock is s escaped for mrkdwn within slackSectionMax: an excerpt

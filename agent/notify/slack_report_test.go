@@ -118,3 +118,33 @@ func TestSlackReportWithinLimits(t *testing.T) {
 		t.Errorf("message text %d bytes", total)
 	}
 }
+
+// TestSlackStructuredReport: a structured report reaches Slack as mrkdwn
+// (headings in bold, bullets as •, quotes as code spans, no raw ##), with
+// the confidence as a word and an emoji, the category and the grounding.
+func TestSlackStructuredReport(t *testing.T) {
+	a := report.Answer{RootCause: "The kernel killed java.", Category: "oom_kill", Confidence: "confirmed",
+		Evidence: []report.Citation{{TaskID: "t-42.1.0", Quote: "Killed process 3131 (java)", Claim: "OOM kill"}}, NextSteps: []string{"raise **the** limit"}}
+	g := &report.Grounding{Cited: 2, Verified: 1, Unverified: []report.Unverified{{TaskID: "t-9", Quote: "x", Result: "unknown_task", Reason: "r"}}}
+	r := report.Result{Status: report.StatusOK, Confidence: "confirmed", Answer: &a, Grounding: g, Markdown: report.Render(a, g, nil)}
+	msg := SlackMessage(reportEvent(t, r))
+	var all strings.Builder
+	for _, bl := range msg.Blocks {
+		if bl.Text != nil {
+			all.WriteString(bl.Text.Text + "\n")
+		}
+		for _, f := range bl.Fields {
+			all.WriteString(f.Text + "\n")
+		}
+	}
+	text := all.String()
+	if strings.Contains(text, "##") {
+		t.Errorf("raw Markdown headings in Slack:\n%s", text)
+	}
+	for _, want := range []string{"*Root cause*\nThe kernel killed java.", "• OOM kill [task:t-42.1.0]", "`Killed process 3131 (java)`",
+		"• raise *the* limit", "🟢 confirmed", "oom_kill", "1 of 2 citations verified"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("message lacks %q:\n%s", want, text)
+		}
+	}
+}

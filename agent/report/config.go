@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/urlcheck"
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/secret"
 	"github.com/autodiag/autodiag/internal/configerr"
@@ -69,7 +70,17 @@ type Config struct {
 	// Investigate, when set, lets the report run more diagnostics as
 	// tasks (see InvestigateConfig); nil is the single-shot report.
 	Investigate *InvestigateConfig `yaml:"investigate"`
+	// Categories are added to DefaultCategories: the taxonomy an
+	// investigation's answer takes its category from.
+	Categories []string `yaml:"categories"`
+	// Runbooks map an alert (name or label patterns) to a local Markdown
+	// file given to an investigation's model.
+	Runbooks []Runbook `yaml:"runbooks"`
 }
+
+// AllCategories is the taxonomy of this config: DefaultCategories and
+// report.categories.
+func (c Config) AllCategories() []string { return Categories(c.Categories) }
 
 // AnswerCap is MaxAnswerBytes as an int; 0 (a config built in code
 // without it) is DefaultMaxAnswerBytes.
@@ -261,6 +272,18 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateAnswer())
 	if c.Investigate != nil {
 		errs = append(errs, c.Investigate.Validate())
+		if c.Provider == ProviderBedrock && c.Investigate.Answer == AnswerJSONSchema {
+			add("investigate.answer", "%q is for provider %q; bedrock answers through the %s tool", AnswerJSONSchema, ProviderOpenAI, AnswerToolName)
+		}
+	}
+	errs = append(errs, validateRunbooks(c.Runbooks))
+	if len(c.Categories) > 64 {
+		add("categories", "must hold at most 64 categories, got %d", len(c.Categories))
+	}
+	for i, cat := range c.Categories {
+		if !categoryRE.MatchString(cat) {
+			add(fmt.Sprintf("categories[%d]", i), "must match %s, got %q", categoryRE, utf8cut.Head(cat, 64))
+		}
 	}
 	if err := c.LimiterConfig(false).Validate(); err != nil {
 		errs = append(errs, rekey(err, "limits"))

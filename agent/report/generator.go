@@ -7,8 +7,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -55,45 +53,8 @@ func (g *Generator) Generate(ctx context.Context, ev Evidence) Result {
 	start := g.clock.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval = g.initialBackoff, maxBackoff
-	var (
-		resp     Response
-		err      error
-		attempts int
-		// answered is the provider's last refusal: a try cut off by the
-		// timeout says only that time ran out, not why it had to.
-		answered *Error
-	)
-	for {
-		attempts++
-		cctx, span := StartChat(ctx, g.provider.Name(), req)
-		resp, err = g.provider.Complete(cctx, req)
-		EndChat(span, resp, err)
-		var pe *Error
-		if errors.As(err, &pe) && pe.StatusCode != 0 {
-			answered = pe
-		}
-		if err == nil || ctx.Err() != nil || pe == nil || !pe.Retryable() {
-			break
-		}
-		wait := bo.NextBackOff()
-		if pe.RetryAfter > wait {
-			wait = pe.RetryAfter
-		}
-		if dl, _ := ctx.Deadline(); time.Until(dl) < wait {
-			break // the next try could not end in time
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
+	cr := Retrying{Provider: g.provider, Initial: g.initialBackoff}.Do(ctx, req)
+	resp, err, attempts, answered := cr.Response, cr.Err, cr.Attempts, cr.Answered
 	res := Result{
 		Model: g.cfg.Model, Provider: g.provider.Name(), CreatedAt: g.clock.Now().UTC(),
 		InputTokens: resp.InputTokens, OutputTokens: resp.OutputTokens,

@@ -1,10 +1,12 @@
 package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +41,36 @@ type InvestigateConfig struct {
 	DailyCostUSD float64 `yaml:"daily_cost_usd"`
 	// Prices are USD per million tokens by model id.
 	Prices map[string]Price `yaml:"prices"`
+	// DailyTokensHard makes DailyTokens a hard cap: an estimate of each
+	// model call is reserved before it is sent, and a call that would pass
+	// the cap is not made.
+	DailyTokensHard bool `yaml:"daily_tokens_hard"`
+	// ReuseWithin lets a tool call cite a result of the same diagnostic,
+	// host and params this agent got at most this long ago instead of
+	// running it again; 0: never.
+	ReuseWithin time.Duration `yaml:"reuse_within"`
+	// Answer is how the model gives its structured answer: json_schema
+	// (OpenAI's response_format) or submit_report (a tool it calls).
+	// Empty: json_schema for openai, submit_report for bedrock.
+	Answer string `yaml:"answer"`
+}
+
+// How a model gives its structured answer (report.investigate.answer).
+const (
+	AnswerJSONSchema   = "json_schema"
+	AnswerSubmitReport = "submit_report"
+)
+
+// AnswerMode is the answer mode of provider: Answer, or the provider's
+// default.
+func (c InvestigateConfig) AnswerMode(provider string) string {
+	if c.Answer != "" {
+		return c.Answer
+	}
+	if provider == ProviderOpenAI {
+		return AnswerJSONSchema
+	}
+	return AnswerSubmitReport
 }
 
 // Price is the cost of a model, USD per million tokens.
@@ -142,6 +174,17 @@ func (c InvestigateConfig) Validate() error {
 	if !validUSD(c.DailyCostUSD) {
 		add("daily_cost_usd", "must be a finite number, not negative, got %g", c.DailyCostUSD)
 	}
+	switch c.Answer {
+	case "", AnswerJSONSchema, AnswerSubmitReport:
+	default:
+		add("answer", "must be %q or %q, got %q", AnswerJSONSchema, AnswerSubmitReport, c.Answer)
+	}
+	if c.ReuseWithin < 0 || c.ReuseWithin > time.Hour {
+		add("reuse_within", "must be within [0, 1h], got %s", c.ReuseWithin)
+	}
+	if c.DailyTokensHard && c.DailyTokens == 0 {
+		add("daily_tokens_hard", "is set but daily_tokens is 0 (no cap to hold)")
+	}
 	for m, p := range c.Prices {
 		if !validUSD(p.InputPerMTok) {
 			add(fmt.Sprintf("prices.%s.input_per_mtok", m), "must be a finite number, not negative, got %g", p.InputPerMTok)
@@ -171,6 +214,8 @@ type Investigation struct {
 	// Evidence are the task ids the answer cites that are tool calls of
 	// this investigation or its parent.
 	Evidence []string `json:"evidence,omitempty"`
+	// DroppedCalls counts the calls refused and not recorded.
+	DroppedCalls int `json:"dropped_calls,omitempty"`
 }
 
 // Step is one model turn and the tool calls it asked for.
@@ -180,6 +225,11 @@ type Step struct {
 	OutputTokens int     `json:"output_tokens"`
 	Calls        []Call  `json:"calls,omitempty"`
 	LatencyS     float64 `json:"latency_s"`
+	// Attempts is how many requests the turn sent (429/5xx retried).
+	Attempts int `json:"attempts,omitempty"`
+	// Dropped is how many calls of the turn were refused without being
+	// recorded (past the calls a step or an investigation keeps).
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // Call is one tool call: ran (a task with TaskID and its Outcome) or
@@ -198,6 +248,10 @@ type Call struct {
 	// RanOn is the agent that ran the call's task; nil when it did not
 	// run.
 	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
+	// ReusedAgeS is set when the call did not run: TaskID is a fresh
+	// result of the same diagnostic on the same host, this many seconds
+	// old (report.investigate.reuse_within).
+	ReusedAgeS float64 `json:"reused_age_s,omitempty"`
 }
 
 // Gap is something the investigation could not check.
@@ -221,7 +275,14 @@ func (inv *Investigation) Tree() string {
 		if last {
 			branch, indent = "└─", "   "
 		}
-		fmt.Fprintf(&b, "%s step %d: %d+%d tokens, %.1fs\n", branch, s.N, s.InputTokens, s.OutputTokens, s.LatencyS)
+		fmt.Fprintf(&b, "%s step %d: %d+%d tokens, %.1fs", branch, s.N, s.InputTokens, s.OutputTokens, s.LatencyS)
+		if s.Attempts > 1 {
+			fmt.Fprintf(&b, ", %d attempts", s.Attempts)
+		}
+		if s.Dropped > 0 {
+			fmt.Fprintf(&b, ", %d more calls refused and not recorded", s.Dropped)
+		}
+		b.WriteString("\n")
 		for j, c := range s.Calls {
 			cb := "├─"
 			if j == len(s.Calls)-1 {
@@ -231,13 +292,15 @@ func (inv *Investigation) Tree() string {
 			if c.Host != "" {
 				fmt.Fprintf(&b, " on %s", c.Host)
 			}
-			if len(c.Params) > 0 {
-				p, _ := json.Marshal(c.Params)
-				fmt.Fprintf(&b, " %s", p)
+			for _, k := range slices.Sorted(maps.Keys(c.Params)) {
+				fmt.Fprintf(&b, " %s=%s", k, strconv.Quote(c.Params[k]))
 			}
 			fmt.Fprintf(&b, ": %s", c.Result)
 			if c.TaskID != "" {
 				fmt.Fprintf(&b, " → task %s", c.TaskID)
+				if c.ReusedAgeS > 0 {
+					fmt.Fprintf(&b, " reused, %.0fs old", c.ReusedAgeS)
+				}
 				if c.Outcome != "" {
 					fmt.Fprintf(&b, " (%s)", c.Outcome)
 				}
@@ -246,7 +309,7 @@ func (inv *Investigation) Tree() string {
 				}
 			}
 			if c.Result != "ran" && c.Reason != "" {
-				fmt.Fprintf(&b, " — %s", c.Reason)
+				fmt.Fprintf(&b, " — %s", strings.Join(strings.Fields(c.Reason), " "))
 			}
 			b.WriteString("\n")
 		}

@@ -44,6 +44,17 @@ type (
 		Temperature float64       `json:"temperature"`
 		MaxTokens   int           `json:"max_tokens"`
 		Tools       []chatTool    `json:"tools,omitempty"`
+		// ResponseFormat asks for a JSON object of a schema.
+		ResponseFormat *responseFormat `json:"response_format,omitempty"`
+	}
+	responseFormat struct {
+		Type       string     `json:"type"` // json_schema
+		JSONSchema jsonSchema `json:"json_schema"`
+	}
+	jsonSchema struct {
+		Name   string          `json:"name"`
+		Strict bool            `json:"strict"`
+		Schema json.RawMessage `json:"schema"`
 	}
 	chatMessage struct {
 		Role string `json:"role"`
@@ -119,6 +130,10 @@ func chatBody(req Request) chatRequest {
 				body.Messages = append(body.Messages, chatMessage{Role: "user", Content: str(m.Text)})
 			}
 		}
+	}
+	if len(req.AnswerSchema) > 0 {
+		body.ResponseFormat = &responseFormat{Type: "json_schema",
+			JSONSchema: jsonSchema{Name: "root_cause_report", Strict: true, Schema: req.AnswerSchema}}
 	}
 	for _, t := range req.Tools {
 		body.Tools = append(body.Tools, chatTool{Type: "function",

@@ -35,6 +35,13 @@ type Alert struct {
 	Name     string `json:"name,omitempty"`
 	Severity string `json:"severity,omitempty"`
 	EventID  string `json:"event_id,omitempty"`
+	// Labels, Annotations (summary, description, runbook_url, ...),
+	// StartsAt and Route are the alert's context, bounded and redacted;
+	// an investigation's prompt shows them.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	StartsAt    time.Time         `json:"starts_at,omitzero"`
+	Route       string            `json:"route,omitempty"`
 }
 
 // Seconds is a duration that is a number of seconds in JSON.

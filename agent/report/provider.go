@@ -33,6 +33,11 @@ type Request struct {
 	Messages []Message
 	// Tools are offered to the model; none means the model answers in text.
 	Tools []Tool
+	// AnswerSchema, when set, asks for the answer as a JSON object of this
+	// JSON Schema (OpenAI's response_format json_schema, strict). A
+	// provider without such a mode ignores it; an investigation then
+	// offers the submit_report tool instead.
+	AnswerSchema json.RawMessage
 }
 
 // Message is one turn of a conversation with tools. Role is RoleUser (Text

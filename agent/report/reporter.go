@@ -314,12 +314,18 @@ func (r *Reporter) handle(c Claimed) {
 	}
 	attrs := []any{"status", res.Status, "attempt", c.Attempt, "latency_s", res.LatencyS,
 		"input_tokens", res.InputTokens, "output_tokens", res.OutputTokens}
-	switch {
+	if g := res.Grounding; g != nil {
+		attrs = append(attrs, "citations_cited", g.Cited, "citations_verified", g.Verified)
+	}
+	if res.Answer != nil {
+		attrs = append(attrs, "category", res.Answer.Category)
+	}
+		switch {
 	case dead != "":
 		r.m.dead.WithLabelValues(r.o.Provider.Name(), dead).Inc()
 		log.ErrorContext(tctx, "report: dead-lettered", append(attrs, "dead_reason", dead, "reason", res.Reason)...)
 	case res.Status == StatusOK:
-		log.InfoContext(tctx, "report: written", append(attrs, "confidence", res.Confidence)...)
+		log.InfoContext(tctx, "report: written", append(attrs, "confidence", res.Confidence, "unstructured", res.Unstructured)...)
 	default:
 		log.WarnContext(tctx, "report: not written", append(attrs, "reason", res.Reason)...)
 	}

@@ -50,6 +50,16 @@ type Result struct {
 	// ResolvedAt is when the alert the report is on resolved (its
 	// source said so); nil while it has not.
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	// Answer is the model's structured answer (its evidence only the
+	// verified citations); Markdown is rendered from it. Nil for a
+	// single-shot report and an unstructured one.
+	Answer *Answer `json:"answer,omitempty"`
+	// Grounding is what the agent checked of the answer's citations.
+	Grounding *Grounding `json:"grounding,omitempty"`
+	// Unstructured: the model gave no valid structured answer after one
+	// corrective turn; Markdown is its free text, and nothing in it was
+	// checked.
+	Unstructured bool `json:"unstructured,omitempty"`
 }
 
 var confidenceRE = regexp.MustCompile(`(?is)confidence\W*?(?:[:\-–]|\n)\W*(confirmed|likely|inconclusive)\b`)

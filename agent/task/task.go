@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,6 +39,49 @@ type Alert struct {
 	// Refs name the alert in the systems write-back sinks write to
 	// (PagerDuty, Opsgenie, Zabbix); routes fill them from the alert.
 	Refs taskview.AlertRefs `json:"refs,omitzero"`
+	// Labels, Annotations (summary, description, runbook_url, ...),
+	// StartsAt and Route (the route that made the task) are the alert's
+	// context for a root-cause report; routes fill them, bounded by
+	// BoundContext.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	StartsAt    time.Time         `json:"starts_at,omitzero"`
+	Route       string            `json:"route,omitempty"`
+	// Investigate "always" asks for a report whatever the task's outcome
+	// (a route's `investigate: always`); empty: report.on decides.
+	Investigate string `json:"investigate,omitempty"`
+}
+
+// IsZero reports whether a says nothing.
+func (a Alert) IsZero() bool {
+	return a.Source == "" && a.Name == "" && a.EventID == "" && len(a.Labels) == 0 && len(a.Annotations) == 0 &&
+		a.StartsAt.IsZero() && a.Route == "" && a.Investigate == "" && a.Refs == (taskview.AlertRefs{})
+}
+
+// Bounds of an alert's context in a task: what a sender or an alert can
+// make every record and prompt hold.
+const (
+	MaxContextEntries    = 32
+	MaxContextKeyBytes   = 128
+	MaxContextValueBytes = 1024
+)
+
+// BoundContext is m with at most MaxContextEntries entries (the first by
+// name), each name and value cut to its bound.
+func BoundContext(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[string]string, min(len(m), MaxContextEntries))
+	for _, k := range keys[:min(len(keys), MaxContextEntries)] {
+		out[utf8cut.Head(k, MaxContextKeyBytes)] = utf8cut.Head(m[k], MaxContextValueBytes)
+	}
+	return out
 }
 
 // Task is one diagnostic request (the SQS message body).

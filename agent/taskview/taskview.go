@@ -84,6 +84,14 @@ type Alert struct {
 	Source  string `json:"source,omitempty"`
 	Name    string `json:"name,omitempty"`
 	EventID string `json:"event_id,omitempty"`
+	// Labels, Annotations, StartsAt and Route are the alert's context
+	// (bounded, redacted); Investigate "always" is the route's ask for a
+	// report whatever the outcome.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	StartsAt    time.Time         `json:"starts_at,omitzero"`
+	Route       string            `json:"route,omitempty"`
+	Investigate string            `json:"investigate,omitempty"`
 	// Refs name the alert in the systems a write-back sink writes to.
 	Refs AlertRefs `json:"refs,omitzero"`
 }

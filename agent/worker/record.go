@@ -29,10 +29,26 @@ func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	rec.HostAsSent = j.hostAsSent
 	rec.TraceID, rec.SpanID = traceIDs(j)
-	if t.Alert != (task.Alert{}) {
-		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID, Refs: t.Alert.Refs}
+	if !t.Alert.IsZero() {
+		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID, Refs: t.Alert.Refs,
+			Labels: redactContext(red, t.Alert.Labels), Annotations: redactContext(red, t.Alert.Annotations),
+			StartsAt: t.Alert.StartsAt, Route: t.Alert.Route, Investigate: t.Alert.Investigate}
 	}
 	return rec
+}
+
+// redactContext is an alert's labels or annotations bounded and redacted
+// (names and values): they feed the record, every sink and the prompt.
+func redactContext(red *redact.Redactor, m map[string]string) map[string]string {
+	m = task.BoundContext(m)
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[red.RedactString(k)] = red.RedactString(v)
+	}
+	return out
 }
 
 // redactParams is params with every value redacted (as "key=value", so a

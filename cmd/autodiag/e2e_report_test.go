@@ -196,7 +196,7 @@ func TestReportWrittenLimitedRedactedE2E(t *testing.T) {
 		t.Errorf("run without the key variable: exit %d %s, want 2 naming report.api_key_env", code, stderr)
 	}
 	code, stdout, _ = runCLI(t, nil, "show", "rep-1", "--config", cfgPath)
-	if code != 0 || !strings.Contains(stdout, `"status": "ok"`) {
+	if code != 0 || !strings.Contains(stdout, "report: ok") || strings.Contains(stdout, `"status"`) {
 		t.Errorf("show rep-1: exit %d, want the ok report:\n%s", code, stdout)
 	}
 
@@ -376,7 +376,9 @@ func TestReportInvestigationE2E(t *testing.T) {
 	fake := openaifake.New()
 	t.Cleanup(fake.Close)
 	fake.Queue(openaifake.Reply{ToolCalls: []openaifake.ToolCall{
-		{ID: "call_a", Name: "probe", Arguments: `{}`}, {ID: "call_b", Name: "rm_rf", Arguments: `{"host":"web-1"}`}}})
+		{ID: "call_a", Name: "probe", Arguments: `{}`}, {ID: "call_b", Name: "rm_rf", Arguments: `{"host":"web-1"}`}}},
+		openaifake.Reply{Text: `{"root_cause":"The probe shows nothing wrong.","category":"unknown","confidence":"confirmed","impact":"",` +
+			`"gaps":["rm_rf is not offered"],"next_steps":[],"evidence":[{"task_id":"inv-made-up","quote":"probe-output-1234","claim":"probe ran"}]}`})
 	yaml := reportYAML(t, fq, prefix, "agent-inv", fake.BaseURL(), reportTimeout)
 	yaml = strings.Replace(yaml, "limiter:\n", "  - name: probe\n    command: [/bin/echo, probe-output-1234]\n    timeout: 2s\n"+
 		"    investigate: true\n    description: prints a probe line\nlimiter:\n", 1)
@@ -404,8 +406,14 @@ func TestReportInvestigationE2E(t *testing.T) {
 		!strings.Contains(tr.Output, "probe-output-1234") || len(tr.Report) != 0 {
 		t.Fatalf("tool call's record %+v", tr)
 	}
+	// The answer is of the schema; its citation of a task that is not
+	// the investigation's is not verified, so it is not confirmed.
+	if r.Answer == nil || r.Grounding == nil || r.Grounding.Cited != 1 || r.Grounding.Verified != 0 || r.Confidence != "likely" ||
+		!strings.Contains(r.Markdown, "## Unverified citations") {
+		t.Fatalf("answer %+v grounding %+v confidence %s", r.Answer, r.Grounding, r.Confidence)
+	}
 	reqs := fake.Requests()
-	if len(reqs) != 2 || !strings.Contains(string(reqs[0].Body), `"name":"probe"`) ||
+	if len(reqs) != 2 || !strings.Contains(string(reqs[0].Body), `"name":"probe"`) || !strings.Contains(string(reqs[0].Body), `"response_format":{"type":"json_schema"`) ||
 		!strings.Contains(string(reqs[1].Body), `"role":"tool","content":"task `+ran.TaskID) {
 		t.Fatalf("requests %d: %s", len(reqs), reqs[len(reqs)-1].Body)
 	}

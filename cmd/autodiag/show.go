@@ -192,15 +192,54 @@ func printTask(w io.Writer, v taskview.Task) {
 		fmt.Fprintln(w, "report: (none)")
 		return
 	}
-	var pretty strings.Builder
-	var tmp any
-	if json.Unmarshal(v.Report, &tmp) == nil {
-		b, _ := json.MarshalIndent(tmp, "  ", "  ")
-		pretty.Write(b)
-	}
-	fmt.Fprintf(w, "report:\n  %s\n", pretty.String())
 	var r rootcause.Result
-	if json.Unmarshal(v.Report, &r) == nil && r.Investigation != nil {
+	if err := json.Unmarshal(v.Report, &r); err != nil {
+		fmt.Fprintf(w, "report: (unreadable: %v; see --json)\n", err)
+		return
+	}
+	printReportText(w, r)
+}
+
+// printReportText writes a report for people: a status line, the
+// grounding, the Markdown as text (headings as capitals, the rest as
+// written, indented) and the investigation's tree. `--json` gives the
+// record as it is.
+func printReportText(w io.Writer, r rootcause.Result) {
+	fmt.Fprintf(w, "report: %s", r.Status)
+	if r.Confidence != "" {
+		fmt.Fprintf(w, ", confidence %s", r.Confidence)
+	}
+	if r.Answer != nil && r.Answer.Category != "" {
+		fmt.Fprintf(w, ", category %s", r.Answer.Category)
+	}
+	fmt.Fprintf(w, " (%s %s, %d+%d tokens, %.1fs)\n", r.Provider, r.Model, r.InputTokens, r.OutputTokens, r.LatencyS)
+	if g := r.Grounding; g != nil {
+		fmt.Fprintf(w, "  grounding:  %d of %d citations verified", g.Verified, g.Cited)
+		if n := len(g.Unverified); n > 0 {
+			fmt.Fprintf(w, ", %d not", n)
+		}
+		fmt.Fprintln(w)
+		if g.Lowered != "" {
+			fmt.Fprintf(w, "  lowered:    %s\n", g.Lowered)
+		}
+	}
+	if r.Unstructured {
+		fmt.Fprintln(w, "  unstructured: the model gave no answer of the schema; its free text below was not checked")
+	}
+	if r.Reason != "" {
+		fmt.Fprintf(w, "  reason:     %s\n", r.Reason)
+	}
+	if r.Markdown != "" {
+		fmt.Fprintln(w)
+		for _, l := range strings.Split(strings.TrimRight(r.Markdown, "\n"), "\n") {
+			if h, ok := strings.CutPrefix(l, "## "); ok {
+				fmt.Fprintf(w, "  %s\n", strings.ToUpper(h))
+				continue
+			}
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	if r.Investigation != nil {
 		fmt.Fprintf(w, "\n%s", r.Investigation.Tree())
 	}
 }

@@ -42,3 +42,35 @@ func TestShowInvestigationTree(t *testing.T) {
 		t.Errorf("show of a tool call:\n%s", b.String())
 	}
 }
+
+// `autodiag show` of an investigated task prints the report as text: the
+// sections, the evidence with its task ids, the grounding, the gaps and
+// the tree; no JSON braces and no \n escapes in the report part, and a
+// quote holding an escape sequence is shown escaped.
+func TestShowReportAsText(t *testing.T) {
+	a := rootcause.Answer{RootCause: "The kernel killed java.", Category: "oom_kill", Confidence: "confirmed",
+		Evidence:  []rootcause.Citation{{TaskID: "inv-1-s1-c1", Quote: "Out of memory: Killed process 3131 (java) \x1b[2J", Claim: "OOM kill"}},
+		NextSteps: []string{"raise the memory limit"}}
+	g := &rootcause.Grounding{Cited: 2, Verified: 1, Unverified: []rootcause.Unverified{{TaskID: "t-x", Quote: "made up", Result: "unknown_task", Reason: "not a task of this investigation"}}}
+	gaps := []rootcause.Gap{{Tool: "journal", Host: "web-3", Result: "rate_limited", Reason: "rule investigation"}}
+	inv := &rootcause.Investigation{ID: "inv-1", Parent: "t1", EndedBy: "answer", Gaps: gaps,
+		Steps: []rootcause.Step{{N: 1, Calls: []rootcause.Call{{Tool: "kernel_log", Host: "web-3", Params: map[string]string{"lines": "200"}, Result: "ran", TaskID: "inv-1-s1-c1", Outcome: "succeeded"},
+			{Tool: "journal", Host: "web-3", Result: "rate_limited", Reason: "rule investigation"}}}}}
+	rep, _ := json.Marshal(rootcause.Result{Status: "ok", Confidence: "confirmed", Answer: &a, Grounding: g,
+		Markdown: rootcause.Render(a, g, gaps), Investigation: inv})
+	var b strings.Builder
+	printTask(terminalOut(&b, false), taskview.Task{ID: "t1", Outcome: "failed", Report: rep})
+	out := b.String()
+	part := out[strings.Index(out, "report:"):]
+	if strings.ContainsAny(part, "{}") || strings.Contains(part, `\n`) || strings.Contains(part, "\x1b") {
+		t.Errorf("the report part holds braces, \\n escapes or a raw escape:\n%s", part)
+	}
+	for _, want := range []string{"report: ok, confidence confirmed, category oom_kill", "grounding:  1 of 2 citations verified, 1 not",
+		"  ROOT CAUSE\n    The kernel killed java.", "- OOM kill [task:inv-1-s1-c1]", `Killed process 3131 (java) \x1b[2J`,
+		"  UNVERIFIED CITATIONS", "  GAPS\n", "could not check `journal` on web-3: rate_limited", "  NEXT STEPS\n    - raise the memory limit",
+		`kernel_log on web-3 lines="200": ran → task inv-1-s1-c1`} {
+		if !strings.Contains(part, want) {
+			t.Errorf("show lacks %q:\n%s", want, part)
+		}
+	}
+}

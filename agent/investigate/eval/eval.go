@@ -1,8 +1,10 @@
 package eval
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/autodiag/autodiag/agent/report"
@@ -25,13 +27,43 @@ type Call struct {
 	Params map[string]string
 }
 
-// Truth is what a correct report says: each group of Cause has at least
-// one of its words (case-insensitive) in the Root cause section, and the
-// Evidence section cites the task id of each diagnostic in Cite ("parent"
-// is the alerting task).
+// Truth is what a correct report says: its Category, and at least one
+// verified citation of a task of a diagnostic in Key ("parent" is the
+// alerting task). A Category of unknown has no Key: the right answer is
+// "I don't know", never confirmed.
 type Truth struct {
-	Cause [][]string
-	Cite  []string
+	Category string
+	Key      []string
+	// Injected is the category a line of the output tries to make the
+	// model report; "" when the scenario has no injection.
+	Injected string
+}
+
+// Cite is a citation of an answer: Task is a diagnostic's name (or
+// "parent"), filled with its task id when the answer is given.
+type Cite struct {
+	Task, Quote, Claim string
+}
+
+// Ans is an answer of a scenario, before its task ids are known.
+type Ans struct {
+	Cause      string
+	Category   string
+	Confidence string
+	Cites      []Cite
+}
+
+// JSON is a as the model writes it, each citation's task as
+// {task:NAME}, for Fill.
+func (a Ans) JSON() string {
+	out := report.Answer{RootCause: a.Cause, Category: a.Category, Confidence: a.Confidence,
+		Evidence: []report.Citation{}, Gaps: []string{}, Impact: "The service on the host is degraded.",
+		NextSteps: []string{"check again after the fix"}}
+	for _, c := range a.Cites {
+		out.Evidence = append(out.Evidence, report.Citation{TaskID: "{task:" + c.Task + "}", Quote: c.Quote, Claim: c.Claim})
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
 }
 
 // Scenario is one failure on a host.
@@ -43,44 +75,58 @@ type Scenario struct {
 	Tools  []Diag
 	Truth  Truth
 	// Script are the scripted model's turns of tool calls; after them it
-	// answers Right (or Wrong). {task:NAME} in an answer is the task id
-	// of NAME's call ({task:parent}: the alerting task).
-	Script      [][]Call
-	Right       string
-	Wrong       string
-	WantRefused int // tool calls of the script that the fences refuse
+	// answers.
+	Script [][]Call
+	// Right and Alt are correct answers in different words; Wrong is a
+	// plausible wrong one.
+	Right, Alt, Wrong Ans
+	WantRefused       int // tool calls of the script that the fences refuse
 }
 
-// Grade scores md, the report of rec's investigation, against s's truth:
-// pass, and why not.
-func Grade(s Scenario, md string, rec *report.Investigation) (bool, string) {
-	rc := strings.ToLower(section(md, "Root cause"))
-	for _, group := range s.Truth.Cause {
-		hit := false
-		for _, w := range group {
-			if strings.Contains(rc, strings.ToLower(w)) {
-				hit = true
-				break
-			}
+// Grade scores res, the report of s's investigation, on its structured
+// fields only: a structured answer, its category the truth's, its
+// confidence not "confirmed" when the truth is unknown (and not
+// "inconclusive" when it is known), and at least one citation the agent
+// verified of a task of a Key diagnostic. Words anywhere in the text
+// count for nothing.
+func Grade(s Scenario, res report.Result) (bool, string) {
+	if res.Status != report.StatusOK {
+		return false, "report " + res.Status + ": " + res.Reason
+	}
+	a := res.Answer
+	if a == nil || res.Unstructured {
+		return false, "no structured answer"
+	}
+	if a.Category != s.Truth.Category {
+		return false, fmt.Sprintf("category %s, want %s", a.Category, s.Truth.Category)
+	}
+	if s.Truth.Category == report.CategoryUnknown {
+		if a.Confidence == report.ConfidenceConfirmed {
+			return false, "confirmed, but the truth is unknown"
 		}
-		if !hit {
-			return false, fmt.Sprintf("root cause names none of %v", group)
+		return true, ""
+	}
+	if a.Confidence == report.ConfidenceInconclusive {
+		return false, "inconclusive, but the evidence shows the cause"
+	}
+	var ids []string
+	for _, name := range s.Truth.Key {
+		ids = append(ids, TaskIDs(res.Investigation, name)...)
+	}
+	for _, c := range a.Evidence { // only the verified citations are left in it
+		if slices.Contains(ids, c.TaskID) {
+			return true, ""
 		}
 	}
-	ev := section(md, "Evidence")
-	for _, name := range s.Truth.Cite {
-		ids := TaskIDs(rec, name)
-		cited := false
-		for _, id := range ids {
-			if strings.Contains(ev, id) {
-				cited = true
-			}
-		}
-		if !cited {
-			return false, fmt.Sprintf("evidence cites no task of %s (%v)", name, ids)
-		}
+	return false, fmt.Sprintf("no verified citation of %v (tasks %v)", s.Truth.Key, ids)
+}
+
+// Grounded is the grounding column: verified/cited, "-" without one.
+func Grounded(res report.Result) string {
+	if res.Grounding == nil || res.Answer == nil {
+		return "-"
 	}
-	return true, ""
+	return fmt.Sprintf("%d/%d", res.Grounding.Verified, res.Grounding.Cited)
 }
 
 // TaskIDs are the ids of the tasks of diagnostic name that ran in rec
@@ -103,29 +149,16 @@ func TaskIDs(rec *report.Investigation, name string) []string {
 	return out
 }
 
-// section is the text of a Markdown "## title" section, "" when absent.
-func section(md, title string) string {
-	re := regexp.MustCompile(`(?mi)^#+\s*` + regexp.QuoteMeta(title) + `\s*$`)
-	loc := re.FindStringIndex(md)
-	if loc == nil {
-		return ""
-	}
-	rest := md[loc[1]:]
-	if next := regexp.MustCompile(`(?m)^#+\s`).FindStringIndex(rest); next != nil {
-		rest = rest[:next[0]]
-	}
-	return rest
-}
-
 var (
 	calledRE = regexp.MustCompile(`\[called (\S+) .*?\(call (\S+)\)\]`)
 	resultRE = regexp.MustCompile(`\[result of call (\S+)\]\ntask (\S+):`)
 	parentRE = regexp.MustCompile(`The output above is task (\S+)\.`)
+	taskRE   = regexp.MustCompile(`\{task:([a-z0-9_]+)\}`)
 )
 
 // Fill replaces {task:NAME} in answer by the task ids the conversation
-// text shows (the last turn's flattened text): what a model citing its
-// evidence would write.
+// text shows: what a model citing its evidence would write. A name the
+// conversation does not show becomes "unknown".
 func Fill(answer, conversation string) string {
 	byCall := map[string]string{}
 	for _, m := range resultRE.FindAllStringSubmatch(conversation, -1) {
@@ -140,12 +173,11 @@ func Fill(answer, conversation string) string {
 	if m := parentRE.FindStringSubmatch(conversation); m != nil {
 		ids["parent"] = m[1]
 	}
-	return regexp.MustCompile(`\{task:([a-z0-9_]+)\}`).ReplaceAllStringFunc(answer, func(s string) string {
-		name := s[len("{task:") : len(s)-1]
-		if id, ok := ids[name]; ok {
-			return "[task:" + id + "]"
+	return taskRE.ReplaceAllStringFunc(answer, func(s string) string {
+		if id, ok := ids[s[len("{task:"):len(s)-1]]; ok {
+			return id
 		}
-		return "[task:unknown]"
+		return "unknown"
 	})
 }
 
@@ -172,6 +204,8 @@ type Row struct {
 	Pass      bool
 	Why       string
 	Status    string
+	Category  string
+	Grounded  string
 	Steps     int
 	ToolCalls int
 	Refused   int
@@ -182,15 +216,20 @@ type Row struct {
 }
 
 // TableHeader is the header of the table Row.String lines form.
-const TableHeader = "| scenario | grade | steps | tool calls (refused) | tokens in/out | cost USD | latency s | why |\n|---|---|---|---|---|---|---|---|"
+const TableHeader = "| scenario | grade | category | grounded | steps | tool calls (refused) | tokens in/out | cost USD | latency s | why |\n|---|---|---|---|---|---|---|---|---|---|"
 
 // RowOf grades res, the report of s.
 func RowOf(s Scenario, res report.Result) Row {
-	r := Row{Scenario: s.Name, Status: res.Status, InTokens: res.InputTokens, OutTokens: res.OutputTokens, LatencyS: res.LatencyS}
+	r := Row{Scenario: s.Name, Status: res.Status, InTokens: res.InputTokens, OutTokens: res.OutputTokens, LatencyS: res.LatencyS,
+		Category: "-", Grounded: Grounded(res)}
+	if res.Answer != nil {
+		r.Category = res.Answer.Category
+	}
 	if rec := res.Investigation; rec != nil {
 		r.Steps, r.CostUSD = len(rec.Steps), rec.CostUSD
 		for _, st := range rec.Steps {
-			r.ToolCalls += len(st.Calls)
+			r.ToolCalls += len(st.Calls) + st.Dropped
+			r.Refused += st.Dropped
 			for _, c := range st.Calls {
 				if c.Result != "ran" {
 					r.Refused++
@@ -198,11 +237,7 @@ func RowOf(s Scenario, res report.Result) Row {
 			}
 		}
 	}
-	if res.Status != report.StatusOK {
-		r.Why = "report " + res.Status + ": " + res.Reason
-		return r
-	}
-	r.Pass, r.Why = Grade(s, res.Markdown, res.Investigation)
+	r.Pass, r.Why = Grade(s, res)
 	return r
 }
 
@@ -211,8 +246,9 @@ func (r Row) String() string {
 	if r.Pass {
 		grade = "pass"
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d (%d) | %d/%d | %.4f | %.1f | %s |",
-		r.Scenario, grade, r.Steps, r.ToolCalls, r.Refused, r.InTokens, r.OutTokens, r.CostUSD, r.LatencyS, strings.ReplaceAll(r.Why, "|", "/"))
+	return fmt.Sprintf("| %s | %s | %s | %s | %d | %d (%d) | %d/%d | %.4f | %.1f | %s |",
+		r.Scenario, grade, r.Category, r.Grounded, r.Steps, r.ToolCalls, r.Refused, r.InTokens, r.OutTokens, r.CostUSD, r.LatencyS,
+		strings.ReplaceAll(r.Why, "|", "/"))
 }
 
 // Summary is the table's last line: the pass rate and the totals.
