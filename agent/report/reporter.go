@@ -320,7 +320,7 @@ func (r *Reporter) handle(c Claimed) {
 	if res.Answer != nil {
 		attrs = append(attrs, "category", res.Answer.Category)
 	}
-		switch {
+	switch {
 	case dead != "":
 		r.m.dead.WithLabelValues(r.o.Provider.Name(), dead).Inc()
 		log.ErrorContext(tctx, "report: dead-lettered", append(attrs, "dead_reason", dead, "reason", res.Reason)...)
