@@ -26,37 +26,92 @@ const demoModelName = "autodiag-demo-scripted-model"
 // The script. First turn: the tool calls (the investigation runs them as
 // tasks on the alert's host: two offered diagnostics, and one the catalog
 // does not offer, which the agent refuses and lists under Gaps). Second
-// turn: the answer, in the sections the investigation's system prompt asks
-// for; {parent}, {memory} and {disk} become the task ids the agent gave
-// the model, so the Evidence section cites real records.
+// turn: the structured answer the investigation's schema asks for. Its
+// evidence cites the task ids the agent gave the model, each with a line
+// copied from that task's output (the failed check's own line, then the
+// Mem: line of free and the root filesystem's line of df, whatever this
+// machine printed), so the agent's grounding
+// check verifies every citation against the records.
 var (
 	demoToolCalls = []demoToolCall{
 		{ID: "call_memory", Name: "memory", Arguments: `{}`},
 		{ID: "call_disk", Name: "disk-usage", Arguments: `{"mount":"/"}`},
 		{ID: "call_cleanup", Name: "delete-old-logs", Arguments: `{}`},
 	}
-	demoAnswer = `## Root cause
-The volume the alert names, /srv/demo-data, is not mounted on the host: df cannot find it.
-
-## Analysis
-The failed check says "/srv/demo-data: No such file or directory", while the root filesystem answers normally and memory shows no pressure, so this is a missing mount rather than a full disk or a memory shortage.
-
-## Evidence
-- The data volume is missing: [task:{parent}]
-- Memory is not the cause: [task:{memory}]
-- The root filesystem answers: [task:{disk}]
-
-## Impact
-Anything writing under /srv/demo-data writes to the root filesystem instead, or fails.
-
-## Next steps
-- ` + "`findmnt /srv/demo-data`" + `
-- ` + "`journalctl -u srv-demo\\x2ddata.mount -n 50`" + `
-- Check the volume's attachment in the EC2 console.
-
-## Confidence
-likely`
+	demoAnswer = demoStructuredAnswer{
+		RootCause:  "The volume the alert names, /srv/demo-data, is not mounted on the host: df cannot find it.",
+		Category:   "config_error",
+		Confidence: "likely",
+		Evidence: []demoCitation{
+			{TaskID: "{parent}", Quote: "/srv/demo-data: No such file or directory", Claim: "The data volume is missing"},
+			{TaskID: "{memory}", Quote: "{memory_quote}", Claim: "Memory is not the cause"},
+			{TaskID: "{disk}", Quote: "{disk_quote}", Claim: "The root filesystem answers"},
+		},
+		Gaps:   []string{"delete-old-logs was refused: it is not a diagnostic offered to investigations"},
+		Impact: "Anything writing under /srv/demo-data writes to the root filesystem instead, or fails.",
+		NextSteps: []string{"findmnt /srv/demo-data", `journalctl -u srv-demo\x2ddata.mount -n 50`,
+			"Check the volume's attachment in the EC2 console."},
+	}
 )
+
+// demoStructuredAnswer and demoCitation are the investigation's answer
+// schema (report.Answer) as the model writes it.
+type demoStructuredAnswer struct {
+	RootCause  string         `json:"root_cause"`
+	Category   string         `json:"category"`
+	Confidence string         `json:"confidence"`
+	Evidence   []demoCitation `json:"evidence"`
+	Gaps       []string       `json:"gaps"`
+	Impact     string         `json:"impact"`
+	NextSteps  []string       `json:"next_steps"`
+}
+
+type demoCitation struct {
+	TaskID string `json:"task_id"`
+	Quote  string `json:"quote"`
+	Claim  string `json:"claim"`
+}
+
+// answer is the script's answer with the ids and quotes of this run.
+func (a demoStructuredAnswer) answer(vars map[string]string) string {
+	ev := make([]demoCitation, len(a.Evidence))
+	for i, c := range a.Evidence {
+		c.TaskID = demoFill(c.TaskID, vars)
+		c.Quote = demoFill(c.Quote, vars)
+		ev[i] = c
+	}
+	a.Evidence = ev
+	b, _ := json.Marshal(a)
+	return string(b)
+}
+
+// demoFill is s with each {name} of vars replaced by its value.
+func demoFill(s string, vars map[string]string) string {
+	for k, v := range vars {
+		s = strings.ReplaceAll(s, "{"+k+"}", v)
+	}
+	return s
+}
+
+// demoLine is the output line of a tool result (the lines after its
+// "task ID: outcome ..." header) that want picks, spaces folded; the first
+// line of at least 6 characters when none does.
+func demoLine(result string, want func(string) bool) string {
+	first := ""
+	for _, l := range strings.Split(result, "\n")[1:] {
+		l = strings.Join(strings.Fields(l), " ")
+		if len(l) < 6 || strings.HasPrefix(l, "```") || strings.HasPrefix(l, "~~~") {
+			continue
+		}
+		if want(l) {
+			return l
+		}
+		if first == "" {
+			first = l
+		}
+	}
+	return first
+}
 
 // demoToolCall is one tool call of the script, as on the wire.
 type demoToolCall struct {
@@ -117,8 +172,10 @@ func (m *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			switch msg.ToolCallID {
 			case "call_memory":
 				ids["memory"] = t[1]
+				ids["memory_quote"] = demoLine(*msg.Content, func(l string) bool { return strings.HasPrefix(l, "Mem:") })
 			case "call_disk":
 				ids["disk"] = t[1]
+				ids["disk_quote"] = demoLine(*msg.Content, func(l string) bool { return strings.HasSuffix(l, " /") })
 			}
 		}
 	}
@@ -133,11 +190,7 @@ func (m *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		message["content"], message["tool_calls"] = nil, calls
 	} else {
-		answer := demoAnswer
-		for k, v := range ids {
-			answer = strings.ReplaceAll(answer, "{"+k+"}", v)
-		}
-		message["content"] = answer
+		message["content"] = demoAnswer.answer(ids)
 	}
 	in, out := len(body)/4, 200
 	w.Header().Set("Content-Type", "application/json")
