@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	rootcause "github.com/autodiag/autodiag/agent/report"
 )
 
 // The scripted model of `autodiag demo`: a stand-in for an LLM that
@@ -38,11 +40,11 @@ var (
 		{ID: "call_disk", Name: "disk-usage", Arguments: `{"mount":"/"}`},
 		{ID: "call_cleanup", Name: "delete-old-logs", Arguments: `{}`},
 	}
-	demoAnswer = demoStructuredAnswer{
+	demoAnswer = demoStructuredAnswer{Answer: rootcause.Answer{
 		RootCause:  "The volume the alert names, /srv/demo-data, is not mounted on the host: df cannot find it.",
 		Category:   "config_error",
 		Confidence: "likely",
-		Evidence: []demoCitation{
+		Evidence: []rootcause.Citation{
 			{TaskID: "{parent}", Quote: "/srv/demo-data: No such file or directory", Claim: "The data volume is missing"},
 			{TaskID: "{memory}", Quote: "{memory_quote}", Claim: "Memory is not the cause"},
 			{TaskID: "{disk}", Quote: "{disk_quote}", Claim: "The root filesystem answers"},
@@ -51,37 +53,23 @@ var (
 		Impact: "Anything writing under /srv/demo-data writes to the root filesystem instead, or fails.",
 		NextSteps: []string{"findmnt /srv/demo-data", `journalctl -u srv-demo\x2ddata.mount -n 50`,
 			"Check the volume's attachment in the EC2 console."},
-	}
+	}}
 )
 
-// demoStructuredAnswer and demoCitation are the investigation's answer
-// schema (report.Answer) as the model writes it.
-type demoStructuredAnswer struct {
-	RootCause  string         `json:"root_cause"`
-	Category   string         `json:"category"`
-	Confidence string         `json:"confidence"`
-	Evidence   []demoCitation `json:"evidence"`
-	Gaps       []string       `json:"gaps"`
-	Impact     string         `json:"impact"`
-	NextSteps  []string       `json:"next_steps"`
-}
-
-type demoCitation struct {
-	TaskID string `json:"task_id"`
-	Quote  string `json:"quote"`
-	Claim  string `json:"claim"`
-}
+// demoStructuredAnswer is the investigation's answer schema as the model
+// writes it, with {name} placeholders for what only the run knows.
+type demoStructuredAnswer struct{ rootcause.Answer }
 
 // answer is the script's answer with the ids and quotes of this run.
 func (a demoStructuredAnswer) answer(vars map[string]string) string {
-	ev := make([]demoCitation, len(a.Evidence))
+	ev := make([]rootcause.Citation, len(a.Evidence))
 	for i, c := range a.Evidence {
 		c.TaskID = demoFill(c.TaskID, vars)
 		c.Quote = demoFill(c.Quote, vars)
 		ev[i] = c
 	}
 	a.Evidence = ev
-	b, _ := json.Marshal(a)
+	b, _ := json.Marshal(a.Answer)
 	return string(b)
 }
 
