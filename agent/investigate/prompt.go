@@ -44,8 +44,8 @@ func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.I
 	b.WriteString(p)
 	fmt.Fprintf(&b, "\nThe output above is task %s.\n", ev.TaskID)
 	b.WriteString(alertContext(ev.Alert, now))
-	// Where the task ran (its ran_on: instance id and hostname) is added
-	// here once the record carries it, so that the model never reads one
+	// Where the task ran (its ran_on) is the evidence's "Ran on" line,
+	// in the single-shot prompt above, so that the model never reads one
 	// machine's output as another's.
 	names := make([]string, 0, len(tools))
 	for _, t := range tools {
