@@ -39,6 +39,7 @@ func TestRecordSaysWhereItRan(t *testing.T) {
 	defer hook.Close()
 	cfg, err := config.Load([]byte(fmt.Sprintf(`
 instance_id: i-0ranon
+host_names: [web-1]
 diagnostics:
   - {name: echo, command: [/bin/echo, "{host}"], timeout: 10s}
   - {name: fail, command: [/bin/false], timeout: 10s}
