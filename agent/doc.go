@@ -19,8 +19,10 @@
 // instance's group and zone for max_percent caps), parts.go and
 // supervise.go (building the parts), handoff.go (lifecycle notices between
 // agents), admin.go, admincalls.go (the admin calls' share of Redis),
-// tasks.go, reportnow.go (POST /v1/tasks/{id}/report) and limitscheck.go
-// (GET /v1/limits/check): the admin API; instance.go (the instance record
+// tasks.go, reportnow.go (POST /v1/tasks/{id}/report), feedbackapi.go
+// (report verdicts and resolutions) and limitscheck.go (GET
+// /v1/limits/check): the admin API; hostnames.go (the names this agent
+// answers for); instance.go (the instance record
 // and redis_up), cloudwatch.go (DrainSeconds, LimiterDegraded),
 // metrics.go. See docs/design.md for the two flows with the file of each
 // step.
