@@ -322,7 +322,9 @@ run=()
 # the tests' own run against the compile and link of their binaries.
 export AUTODIAG_TEST_RUNS=$work/test-runs
 : >"$AUTODIAG_TEST_RUNS"
-go test -race -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}"
+test_rc=0
+go test -race -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
 	log "test binaries ran $(awk '{ s += $1 } END { printf "%d", s + 0.5 }' "$AUTODIAG_TEST_RUNS")s in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $2); printf "%s%s %ds", (NR > 1 ? ", " : ""), $2, $1 + 0.5 }')"
 fi
+exit "$test_rc"
