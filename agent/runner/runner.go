@@ -100,7 +100,22 @@ type Diagnostic struct {
 	// dig, curl) runs on whichever agent receives it. Empty = target when
 	// the command does not use {host}, any when it does (see Targeted).
 	RunsOn string `yaml:"runs_on"`
+	// Approval is ApprovalRequired when a person must approve each task
+	// of the diagnostic before it runs (docs/approvals.md); empty = none.
+	Approval string `yaml:"approval"`
+	// ApprovalTimeout is how long a task waits for that approval before
+	// it ends denied (default 15m; at most 12h).
+	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
 }
+
+// ApprovalRequired is the one value of Diagnostic.Approval.
+const ApprovalRequired = "required"
+
+// Bounds of Diagnostic.ApprovalTimeout.
+const (
+	DefaultApprovalTimeout = 15 * time.Minute
+	maxApprovalTimeout     = 12 * time.Hour
+)
 
 // Values of a Diagnostic's RunsOn.
 const (
@@ -220,6 +235,16 @@ func (d Diagnostic) Validate() error {
 	default:
 		errs = append(errs, configerr.Errorf("runs_on", "diagnostic %q: must be %q or %q, not %q", d.Name, RunsOnTarget, RunsOnAny, d.RunsOn))
 	}
+	switch d.Approval {
+	case "", ApprovalRequired:
+	default:
+		errs = append(errs, configerr.Errorf("approval", "must be %q (leave it out when no approval is needed), not %q", ApprovalRequired, d.Approval))
+	}
+	if d.ApprovalTimeout < 0 || d.ApprovalTimeout > maxApprovalTimeout {
+		errs = append(errs, configerr.Errorf("approval_timeout", "must be between 1s and %s, not %s", maxApprovalTimeout, d.ApprovalTimeout))
+	} else if d.ApprovalTimeout > 0 && d.Approval != ApprovalRequired {
+		errs = append(errs, configerr.Errorf("approval_timeout", "is set but approval is not %q: nothing waits for it", ApprovalRequired))
+	}
 	if d.Timeout < 0 {
 		errs = append(errs, configerr.Errorf("timeout", "must be positive"))
 	}
@@ -236,6 +261,9 @@ func (d Diagnostic) WithDefaults() Diagnostic {
 	}
 	if d.MaxOutput == 0 {
 		d.MaxOutput = DefaultMaxOutput
+	}
+	if d.Approval == ApprovalRequired && d.ApprovalTimeout == 0 {
+		d.ApprovalTimeout = DefaultApprovalTimeout
 	}
 	return d
 }

@@ -15,11 +15,15 @@ const (
 	Duplicate   = "duplicate"
 	Stale       = "stale"
 	Released    = "released"
+	// Denied: the diagnostic needs a person's approval (catalog
+	// `approval: required`) and it was refused or not given within its
+	// approval_timeout (reasons approval_denied, approval_timeout).
+	Denied = "denied"
 )
 
 // All lists the outcomes in a stable order (the order of the README).
 func All() []string {
-	return []string{Succeeded, Failed, TimedOut, RateLimited, Rejected, Duplicate, Stale, Released}
+	return []string{Succeeded, Failed, TimedOut, RateLimited, Rejected, Duplicate, Stale, Released, Denied}
 }
 
 // Ran reports whether a task with this outcome ran its diagnostic.
