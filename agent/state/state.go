@@ -90,6 +90,9 @@ type TaskRecord struct {
 	// the notification and report spans.
 	TraceID string `json:"trace_id,omitempty"`
 	SpanID  string `json:"span_id,omitempty"`
+	// Approval is who approved or denied the task, when, why and via
+	// what, for a diagnostic with approval: required; nil otherwise.
+	Approval *taskview.Approval `json:"approval,omitempty"`
 }
 
 // FinishExtras are the writes that belong to a task's end besides its

@@ -25,6 +25,10 @@ func (r TaskRecord) View(link func(traceID string) string) taskview.Task {
 		a := *r.Alert
 		v.Alert = &a
 	}
+	if r.Approval != nil {
+		ap := *r.Approval
+		v.Approval = &ap
+	}
 	if r.RanOn != nil {
 		ro := *r.RanOn
 		v.RanOn = &ro

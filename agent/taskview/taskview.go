@@ -58,7 +58,39 @@ type Task struct {
 	// RanOn is the agent that ran the diagnostic; nil for a task that
 	// never ran (rate_limited, rejected, duplicate, stale, or not yet).
 	RanOn *RanOn `json:"ran_on,omitempty"`
+
+	// Approval is the person's decision on a task whose diagnostic needs
+	// one (catalog `approval: required`); nil for other tasks.
+	Approval *Approval `json:"approval,omitempty"`
 }
+
+// StatusAwaitingApproval is the status of a task parked for a person's
+// approval: recorded, holding no worker and no concurrency slot.
+const StatusAwaitingApproval = "awaiting_approval"
+
+// The decisions of an Approval.
+const (
+	ApprovalApproved = "approved"
+	ApprovalDenied   = "denied"
+	ApprovalTimeout  = "timeout"
+)
+
+// Approval is what was asked and decided for a task whose diagnostic
+// needs a person's approval: when it was asked, by when it must be
+// answered, and who decided what, when, why and via what (api, cli or
+// slack); Decision is empty while it waits.
+type Approval struct {
+	RequestedAt time.Time  `json:"requested_at"`
+	Deadline    time.Time  `json:"deadline"`
+	Decision    string     `json:"decision,omitempty"`
+	By          string     `json:"by,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Via         string     `json:"via,omitempty"`
+	DecidedAt   *time.Time `json:"decided_at,omitempty"`
+}
+
+// Approved reports whether a person approved the task.
+func (a *Approval) Approved() bool { return a != nil && a.Decision == ApprovalApproved }
 
 // RanOn names the agent that ran a task's diagnostic, as that agent
 // knows itself: the machine a host-local diagnostic's output describes.

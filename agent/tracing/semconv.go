@@ -98,6 +98,14 @@ const (
 	// the diagnostic (the record's ran_on).
 	KeyRanOnInstanceID = attribute.Key("autodiag.ran_on.instance_id")
 	KeyRanOnHostname   = attribute.Key("autodiag.ran_on.hostname")
+
+	// The approval of a task whose diagnostic needs one: the decision
+	// (approved, denied, timeout), who made it, why and via what (api,
+	// cli, slack).
+	KeyApproval       = attribute.Key("autodiag.approval.decision")
+	KeyApprovalBy     = attribute.Key("autodiag.approval.by")
+	KeyApprovalReason = attribute.Key("autodiag.approval.reason")
+	KeyApprovalVia    = attribute.Key("autodiag.approval.via")
 )
 
 // StartServer starts the SERVER span of an HTTP request to route
