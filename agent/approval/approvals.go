@@ -304,7 +304,10 @@ const sendTimeout = 30 * time.Second
 func (a *Approvals) Sweep(ctx context.Context) error {
 	now := a.o.Clock.Now().UTC()
 	var ids []string
-	if err := a.call(ctx, func(ctx context.Context) (err error) { ids, err = a.o.Store.Due(ctx, now, SendLease, sweepBatch); return err }); err != nil {
+	if err := a.call(ctx, func(ctx context.Context) (err error) {
+		ids, err = a.o.Store.Due(ctx, now, SendLease, sweepBatch)
+		return err
+	}); err != nil {
 		return err
 	}
 	for _, id := range ids {
