@@ -152,6 +152,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/report", taskReport(a.cfg, a.d.Store, a.hooks, a.log, calls))
 	mux.HandleFunc("POST /v1/tasks/{id}/feedback", a.feedback.post(calls))
 	mux.HandleFunc("GET /v1/reports/stats", a.feedback.stats(calls))
+	mux.HandleFunc("POST /v1/approvals/{task_id}", calls.bound(a.approvals.DecideHandler()))
+	mux.HandleFunc("GET /v1/approvals", calls.bound(a.approvals.WaitingHandler()))
 	return mux
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
@@ -89,6 +90,9 @@ type Deps struct {
 	Feedback feedback.Store
 	// Resolutions keeps alerts' tasks and resolutions; nil = in memory.
 	Resolutions resolution.Store
+	// Approvals keeps the tasks parked for a person's approval; nil =
+	// in memory.
+	Approvals approval.Store
 	// OriginKey signs and verifies the origin of investigation tool calls
 	// (task.SignOrigin); every agent of a fleet must hold the same. Nil =
 	// a random key of this agent's own (embedded mode).
@@ -117,6 +121,8 @@ type Agent struct {
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
 	feedback  *feedbackAPI
+	// approvals parks the tasks of diagnostics with approval: required.
+	approvals *approval.Approvals
 	// resolutions indexes alert tasks and records their alerts' resolution.
 	resolutions *resolution.Recorder
 
@@ -190,6 +196,9 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.resolutions.Notify(a.hooks.Resolved)
 	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
+	}
+	if a.approvals, err = newApprovals(cfg, d, a.hooks, log); err != nil {
+		return nil, fmt.Errorf("agent: approvals: %w", err)
 	}
 	if len(d.HostNames) > 0 {
 		a.hostNames = ownHostNames(d.HostNames...)
@@ -331,6 +340,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			})
 		})
 	}
+	// The approvals' sweep ends with intake: a draining agent parks and
+	// sends on nothing more (the other agents' sweeps do).
+	g.Go(func() error { a.approvals.Run(a.intakeCtx); return nil })
 	// Both stopped by the supervisor before the lifecycle completion.
 	g.Go(func() error { return a.hooks.RunNotify(gctx) })
 	g.Go(func() error { return a.hooks.RunReports(gctx, a.hard) })

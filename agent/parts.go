@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -29,7 +32,8 @@ func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.D
 		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
 		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
 		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard,
-		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname, Placement: a.placement()})
+		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname, Placement: a.placement(),
+		Approvals: a.approvals})
 }
 
 // placement is where the worker sends target tasks: nowhere without host
@@ -111,4 +115,19 @@ func (a *Agent) buildGate() {
 	a.gate = launch.New(launch.Options{Config: a.cfg, Watcher: a.d.Watcher, Actor: a.d.Actor, Store: a.d.Store,
 		Source: a.d.Source, Logger: a.log, Nudge: a.presence.nudge})
 	a.presence.launchState = a.gate.State
+}
+
+// newApprovals builds the approval gate: parked tasks in d.Approvals (in
+// memory when nil), decided ones sent on through the task queue, each
+// newly parked one an approval_requested event.
+func newApprovals(cfg config.Config, d Deps, h *hooks.Hooks, log *slog.Logger) (*approval.Approvals, error) {
+	store := d.Approvals
+	if store == nil {
+		store = approval.NewMemory()
+	}
+	src := d.Source
+	return approval.New(approval.Options{Store: store,
+		Send:      func(ctx context.Context, body []byte) error { _, err := src.Send(ctx, body); return err },
+		Requested: h.ApprovalRequested, Redact: h.Redactor().RedactString, Clock: d.Clock,
+		Log: log.With("component", "approval"), Timeout: cfg.Redis.Timeout, Registry: d.Registry})
 }

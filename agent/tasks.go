@@ -21,6 +21,12 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "state store: " + err.Error(), "reason": "state_unavailable"})
 	case !ok:
+		// A task parked for approval has no record until it runs or is
+		// denied: the approval store shows it.
+		if v, parked, perr := a.approvals.Lookup(ctx, id); perr == nil && parked {
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
 	default:
 		writeJSON(w, http.StatusOK, rec.View(tracing.Link))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
@@ -369,6 +370,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	if rc != nil {
 		d.Feedback = feedback.NewRedis(rc, cfg.Redis.Prefix, 0)
 		d.Resolutions = resolution.NewRedis(rc, cfg.Redis.Prefix)
+		d.Approvals = approval.NewRedis(rc, cfg.Redis.Prefix)
 	}
 	if cfg.NeedsActor() {
 		ld := lifecycle.Deps{

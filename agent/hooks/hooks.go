@@ -13,6 +13,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
@@ -152,6 +153,15 @@ func (h *Hooks) Resolved(rec state.TaskRecord) {
 	}
 	v := rec.View(tracing.Link)
 	h.notifier.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
+}
+
+// ApprovalRequested writes the approval_requested event of a task parked
+// for a person's approval (approval.Options.Requested).
+func (h *Hooks) ApprovalRequested(v taskview.Task) {
+	if h.notifier == nil {
+		return
+	}
+	h.notifier.enqueue(notify.Event{Type: notify.EventApprovalRequested, Task: &v}, "task_id", v.ID)
 }
 
 // DrainStarted tells the notifier and the reports (supervisor.Hooks).

@@ -51,7 +51,7 @@ func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 	}
 	typ := notify.EventType(rec.Outcome)
 	switch typ {
-	case notify.EventSucceeded, notify.EventFailed, notify.EventTimedOut, notify.EventRateLimited:
+	case notify.EventSucceeded, notify.EventFailed, notify.EventTimedOut, notify.EventRateLimited, notify.EventDenied:
 	default:
 		return nil
 	}

@@ -29,11 +29,18 @@ const (
 	EventDrainStarted   EventType = "drain_started"
 	EventDrainCompleted EventType = "drain_completed"
 	EventDrainFailed    EventType = "drain_failed"
+	// EventApprovalRequested: a task of a diagnostic with approval:
+	// required was parked; its task (status awaiting_approval) carries
+	// the approval's deadline. Slack renders approve/deny buttons for it.
+	EventApprovalRequested EventType = "approval_requested"
+	// EventDenied: such a task ended denied (reason approval_denied or
+	// approval_timeout); its task names who decided.
+	EventDenied EventType = outcome.Denied
 )
 
 // EventTypes are all event types, in the order the README lists them.
 var EventTypes = []EventType{EventSucceeded, EventFailed, EventTimedOut, EventRateLimited,
-	EventReport, EventDrainStarted, EventDrainCompleted, EventDrainFailed, EventResolved}
+	EventReport, EventDrainStarted, EventDrainCompleted, EventDrainFailed, EventResolved, EventApprovalRequested, EventDenied}
 
 // drain says whether t is one of the drain's events, which carry no task.
 func (t EventType) drain() bool {

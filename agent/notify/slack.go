@@ -285,6 +285,8 @@ func headline(t EventType, outcome string) string {
 		return "report ready for " + outcome
 	case EventResolved:
 		return "alert resolved, task " + outcome
+	case EventApprovalRequested:
+		return "approval requested"
 	}
 	return strings.ReplaceAll(outcome, "_", " ")
 }
@@ -295,7 +297,7 @@ func icon(t EventType) string {
 		return "✅"
 	case EventReport:
 		return "📝"
-	case EventRateLimited, EventDrainStarted:
+	case EventRateLimited, EventDrainStarted, EventApprovalRequested:
 		return "⏳"
 	}
 	return "❌"

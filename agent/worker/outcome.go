@@ -17,6 +17,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -68,6 +69,9 @@ type job struct {
 	// decision is the limiter's allowing decision, summarised in the
 	// run's outcome. Guarded by mu.
 	decision *limiter.Decision
+	// approval is the person's decision on a task whose diagnostic needs
+	// one (approve.go); nil otherwise. Guarded by mu.
+	approval *taskview.Approval
 
 	// freeSlots gives back the job's receive slot and, once it has one,
 	// its worker slot; ack calls it before waiting for the delete, and
@@ -156,11 +160,13 @@ func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
 	if e.decision == nil {
 		e.decision = j.decision
 	}
+	ap := j.approval
 	j.mu.Unlock()
 	var fields map[string]string
 	if e.decision != nil {
 		_, fields = decisionSummary(e.decision, nil)
 	}
+	fields = approvalFields(ap, fields)
 	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: task.QuoteID(t.ID), Host: task.QuoteText(t.Host),
 		Diagnostic: task.QuoteText(t.Diagnostic), Outcome: e.outcome, Reason: e.reason, Fields: fields}
 }
@@ -182,6 +188,7 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 		e.decision = j.decision
 	}
 	t := j.task
+	ap := j.approval
 	j.mu.Unlock()
 	r.m.Inflight.Set(float64(r.inflight.Add(-1)))
 
@@ -210,6 +217,10 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	}
 	if dec := e.decision; dec != nil {
 		attrs, fields = decisionSummary(dec, attrs)
+	}
+	if ap != nil {
+		attrs = append(attrs, "approval", ap.Decision, "approval_by", ap.By, "approval_via", ap.Via)
+		fields = approvalFields(ap, fields)
 	}
 	if res := e.result; res != nil {
 		attrs = append(attrs, "exit_code", res.ExitCode, "truncated", res.Truncated)

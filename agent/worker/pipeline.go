@@ -115,6 +115,9 @@ type pipeline struct {
 	// placer sends a target task to its host's agent (place.go); nil =
 	// every task runs where it is received.
 	placer *placer
+	// approvals gates the diagnostics with approval: required; nil =
+	// none gated.
+	approvals Approvals
 }
 
 // accept tracks a received message and starts its handler. The queue
@@ -180,6 +183,9 @@ func (p *pipeline) handle(j *job) {
 		p.reject(j, err)
 		return
 	}
+	if p.approve(j) {
+		return
+	}
 	if p.place(j) {
 		return
 	}
@@ -239,6 +245,9 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 		return
 	}
 
+	if p.denied(j, rec) {
+		return
+	}
 	if !p.claims.decide(j, rec) {
 		return
 	}

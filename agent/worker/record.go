@@ -28,6 +28,9 @@ func newRecord(j *job, red *redact.Redactor) state.TaskRecord {
 	rec := state.TaskRecord{ID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Params: redactParams(red, t.Params), Severity: t.Severity,
 		ReceivedAt: j.received.UTC(), Origin: t.Origin, Parent: t.Parent, Investigation: t.Investigation, Step: t.Step}
 	rec.HostAsSent = j.hostAsSent
+	j.mu.Lock()
+	rec.Approval = j.approval
+	j.mu.Unlock()
 	rec.TraceID, rec.SpanID = traceIDs(j)
 	if !t.Alert.IsZero() {
 		rec.Alert = &taskview.Alert{Source: t.Alert.Source, Name: red.RedactString(t.Alert.Name), EventID: t.Alert.EventID, Refs: t.Alert.Refs,

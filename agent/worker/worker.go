@@ -96,6 +96,10 @@ type Options struct {
 	// Placement sends each target task to the agent of its host; zero =
 	// every task runs where it is received.
 	Placement Placement
+	// Approvals parks the tasks of diagnostics with approval: required
+	// until a person decides (approve.go); nil = such tasks run
+	// ungated.
+	Approvals Approvals
 }
 
 // Worker takes tasks from the queue to their outcome: the receiver
@@ -127,7 +131,7 @@ func New(o Options) *Worker {
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing,
-		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}}
+		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals}
 	// As many handlers as the receive window holds, at most, are idle
 	// between bursts.
 	p.goroutines = newHandlerGoroutines(&p.handlers, 2*o.Workers)
