@@ -26,6 +26,7 @@ func TestCatalogApproval(t *testing.T) {
 		{"negative timeout", "approval: required\n    approval_timeout: -1s", "diagnostics[0].approval_timeout", "between"},
 		{"too long", "approval: required\n    approval_timeout: 13h", "diagnostics[0].approval_timeout", "between"},
 		{"timeout without approval", "approval_timeout: 5m", "diagnostics[0].approval_timeout", "nothing waits"},
+		{"not shorter than max_age", "approval: required\n    approval_timeout: 1h", "diagnostics[0].approval_timeout", "queue.max_age"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

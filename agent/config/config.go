@@ -665,6 +665,11 @@ func (c Config) validateDiagnostics() error {
 			}
 			p.addf(key+".timeout", "%s exceeds lifecycle.drain_timeout %s: a drain would always cut it short", how, drainTimeout)
 		}
+		if eff := d.WithDefaults().ApprovalTimeout; eff > 0 && eff <= runner.MaxApprovalTimeout && c.Queue.MaxAge > 0 && eff >= c.Queue.MaxAge {
+			// The wait counts against the task's age: approved at the
+			// deadline, it would end stale.
+			p.addf(key+".approval_timeout", "%s is not shorter than queue.max_age %s: a task approved late would end stale", eff, c.Queue.MaxAge)
+		}
 	}
 	return p.err()
 }

@@ -114,7 +114,7 @@ const ApprovalRequired = "required"
 // Bounds of Diagnostic.ApprovalTimeout.
 const (
 	DefaultApprovalTimeout = 15 * time.Minute
-	maxApprovalTimeout     = 12 * time.Hour
+	MaxApprovalTimeout     = 12 * time.Hour
 )
 
 // Values of a Diagnostic's RunsOn.
@@ -240,8 +240,8 @@ func (d Diagnostic) Validate() error {
 	default:
 		errs = append(errs, configerr.Errorf("approval", "must be %q (leave it out when no approval is needed), not %q", ApprovalRequired, d.Approval))
 	}
-	if d.ApprovalTimeout < 0 || d.ApprovalTimeout > maxApprovalTimeout {
-		errs = append(errs, configerr.Errorf("approval_timeout", "must be between 1s and %s, not %s", maxApprovalTimeout, d.ApprovalTimeout))
+	if d.ApprovalTimeout < 0 || d.ApprovalTimeout > MaxApprovalTimeout {
+		errs = append(errs, configerr.Errorf("approval_timeout", "must be between 1s and %s, not %s", MaxApprovalTimeout, d.ApprovalTimeout))
 	} else if d.ApprovalTimeout > 0 && d.Approval != ApprovalRequired {
 		errs = append(errs, configerr.Errorf("approval_timeout", "is set but approval is not %q: nothing waits for it", ApprovalRequired))
 	}
