@@ -107,7 +107,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $AUTODIAG_CONFIG; none = embedded defaults)")
 	root.AddCommand(c.runCmd(), c.enqueueCmd(), c.statusCmd(), c.limitsCmd(), c.configCmd(), c.drainCmd(),
 		c.intakeCmd(), c.routesCmd(), c.showCmd(), c.notifyCmd(), c.reportCmd(), c.healthcheckCmd(), c.lifecycleCmd(),
-		c.doctorCmd(), demoCmd(c), c.feedbackCmd(), c.reportStatsCmd())
+		c.doctorCmd(), demoCmd(c), c.feedbackCmd(), c.reportStatsCmd(), approvalCmd(c, true), approvalCmd(c, false))
 	addVersion(root)
 	// The root runs only to name an unknown command (cobra's own check
 	// returns an untyped error) or to print help.
