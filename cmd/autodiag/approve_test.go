@@ -8,6 +8,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // TestApprovalCommands: `approve` and `deny` post the decision, via cli,
@@ -53,5 +56,22 @@ func TestApprovalCommands(t *testing.T) {
 	}
 	if err := run("approve", "t-done", "--by", "ana", "--admin-addr", addr); err == nil || !strings.Contains(err.Error(), "already decided") {
 		t.Fatalf("decided task: %v, want the agent's 409", err)
+	}
+}
+
+// TestShowApproval: `autodiag show` names who decided a task's approval,
+// via what and why, and the deadline of one that waits.
+func TestShowApproval(t *testing.T) {
+	at := time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC)
+	var b bytes.Buffer
+	printTask(&b, taskview.Task{ID: "t-1", Status: taskview.StatusAwaitingApproval, Approval: &taskview.Approval{Deadline: at}})
+	printTask(&b, taskview.Task{ID: "t-2", Outcome: "denied", Reason: "approval_denied",
+		Approval: &taskview.Approval{Decision: taskview.ApprovalDenied, By: "bo", Via: "cli", Reason: "peak hours", DecidedAt: &at}})
+	out := b.String()
+	for _, want := range []string{"task t-1: awaiting_approval", "awaiting, until 2026-12-05T06:00:00Z",
+		"task t-2: denied (approval_denied)", "denied by bo via cli at 2026-12-05T06:00:00Z: peak hours"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show printed:\n%s\nwant %q", out, want)
+		}
 	}
 }

@@ -167,6 +167,7 @@ func printTask(w io.Writer, v taskview.Task) {
 		row("exit code", fmt.Sprint(*v.ExitCode))
 	}
 	row("trace", strings.TrimSpace(v.TraceID+" "+v.TraceURL))
+	row("approval", approvalLine(v.Approval))
 	if len(v.Limiter) > 0 {
 		row("limiter", string(v.Limiter))
 	}
@@ -316,4 +317,26 @@ func (c *cli) notifyCmd() *cobra.Command {
 	dead.Flags().IntVar(&limit, "limit", 100, "most entries to list (and requeue)")
 	cmd.AddCommand(dead)
 	return cmd
+}
+
+// approvalLine is who decided a task's approval, when, why and via what,
+// or by when it must be decided; "" for a task that needs none.
+func approvalLine(a *taskview.Approval) string {
+	switch {
+	case a == nil:
+		return ""
+	case a.Decision == "":
+		return "awaiting, until " + a.Deadline.UTC().Format(time.RFC3339) + " (autodiag approve|deny)"
+	}
+	line := a.Decision + " by " + a.By
+	if a.Via != "" {
+		line += " via " + a.Via
+	}
+	if a.DecidedAt != nil {
+		line += " at " + a.DecidedAt.UTC().Format(time.RFC3339)
+	}
+	if a.Reason != "" {
+		line += ": " + a.Reason
+	}
+	return line
 }
