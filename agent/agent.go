@@ -22,6 +22,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/slackact"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/task"
@@ -119,6 +120,9 @@ type Agent struct {
 	feedback  *feedbackAPI
 	// resolutions indexes alert tasks and records their alerts' resolution.
 	resolutions *resolution.Recorder
+	// slack counts the intake's Slack interactions (registered at start,
+	// so the series exist before the intake serves).
+	slack *slackact.Metrics
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -188,6 +192,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		return nil, err
 	}
 	a.resolutions.Notify(a.hooks.Resolved)
+	a.slack = slackact.NewMetrics(d.Registry)
 	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}

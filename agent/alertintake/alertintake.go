@@ -22,6 +22,7 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/slackact"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -55,6 +56,11 @@ type Options struct {
 	// whether a route takes it or not; nil = nobody. It must be bounded:
 	// it runs in the request.
 	OnResolved func(source, eventID string)
+	// Slack serves POST /slack/interactions when intake.slack names a
+	// signing secret: its Approver, Feedback, Tasks, Replies and Metrics
+	// (the rest NewHandler fills in from cfg); zero = approvals and
+	// feedback answered "not configured".
+	Slack slackact.Options
 }
 
 // NewHandler builds the intake listener's handler for cfg: routes
@@ -84,11 +90,30 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	if o.OnResolved != nil {
 		router.WatchResolved(func(a alert.Alert) { o.OnResolved(a.Source, a.EventID) })
 	}
-	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
+	if cfg.Intake.Slack.Enabled() {
+		if _, err := cfg.Intake.Slack.SigningSecret(getenv); err != nil {
+			return nil, &Error{Err: err}
+		}
+	}
+	h, err := alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),
 		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics,
 		Logger: redact.Logger(o.Logger, o.Redactor), Clock: o.Clock,
 		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
+	if err != nil || !cfg.Intake.Slack.Enabled() {
+		return h, err
+	}
+	so := o.Slack
+	so.Config, so.Getenv, so.MaxBody, so.Clock = cfg.Intake.Slack, getenv, cfg.Intake.MaxBodyBytes(), o.Clock
+	so.Logger = redact.Logger(o.Logger, o.Redactor)
+	if so.Logger != nil {
+		so.Logger = so.Logger.With("component", "slack")
+	}
+	if so.Replies == nil {
+		so.Replies = slackact.NewReplier(nil, nil, so.Logger)
+	}
+	h.Handle("POST "+slackact.Path, slackact.New(so))
+	return h, nil
 }
 
 // SourceSender sends alert tasks one message each through a queue.Source:
@@ -273,7 +298,8 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 				return false
 			}
 		},
-		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake")})
+		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake"),
+		Slack: slackact.Options{Metrics: slackact.NewMetrics(reg)}})
 	if err != nil {
 		return nil, err
 	}
