@@ -21,6 +21,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/feedback"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -34,13 +35,13 @@ const Path = "/slack/interactions"
 // now: Slack's recommendation against replays.
 const Window = 5 * time.Minute
 
-// The action ids of the buttons (agent/notify's Slack bot posts them);
-// each button's value is the task id.
+// The action ids of the buttons agent/notify's Slack bot posts; each
+// button's value is the task id.
 const (
-	ActionApprove       = "approve"
-	ActionDeny          = "deny"
-	ActionFeedbackGood  = "feedback_good"
-	ActionFeedbackWrong = "feedback_wrong"
+	ActionApprove       = notify.SlackActionApprove
+	ActionDeny          = notify.SlackActionDeny
+	ActionFeedbackGood  = notify.SlackActionFeedbackGood
+	ActionFeedbackWrong = notify.SlackActionFeedbackWrong
 	// actionNone labels a request refused before its action was read, or
 	// whose action is none of the above.
 	actionNone = "none"
