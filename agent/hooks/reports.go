@@ -129,7 +129,11 @@ func NewReporter(cfg config.Config, parts *ReportParts, sink report.Sink, red re
 
 // ReportSink writes each result into its task's record (SetReport) and
 // then, with a notifier, enqueues the `report` event of that record.
-func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
+func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc { return reportSink(store, n, nil) }
+
+// reportSink is ReportSink, each record whose report was written handed
+// to written (nil: none) before its event.
+func reportSink(store state.TaskStore, n *notifier, written func(ctx context.Context, rec state.TaskRecord) state.TaskRecord) report.SinkFunc {
 	return func(ctx context.Context, j report.Job, r report.Result) error {
 		js, err := json.Marshal(r)
 		if err != nil {
@@ -139,12 +143,18 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 		if err != nil {
 			return fmt.Errorf("report of %s: %w", j.ID, err)
 		}
-		if !ok || n == nil {
+		if !ok || n == nil && written == nil {
 			return nil
 		}
 		rec, found, err := store.Task(ctx, j.ID)
 		if err != nil || !found {
 			return nil //nolint:nilerr // the report is stored; only its event is lost
+		}
+		if written != nil {
+			rec = written(ctx, rec)
+		}
+		if n == nil {
+			return nil
 		}
 		v := rec.View(tracing.Link)
 		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
@@ -249,7 +259,7 @@ func (b builder) wireReports(o Options) error {
 	if err := b.wireInvestigations(o, parts); err != nil {
 		return err
 	}
-	sink := ReportSink(o.Store, h.notifier)
+	sink := reportSink(o.Store, h.notifier, o.ReportWritten)
 	r, err := NewReporter(o.Config, parts, sink, h.redactor, o.InstanceID,
 		o.Registry, o.Logger)
 	if err != nil {

@@ -3,6 +3,7 @@ package resolution
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,6 +21,9 @@ type Store interface {
 	// recorded; it returns the alert's task ids and whether this call
 	// recorded it.
 	Resolve(ctx context.Context, key string, at time.Time) (tasks []string, first bool, err error)
+	// ResolvedAt is when the alert resolved, if it did (within KeepFor):
+	// a report written after it is stamped too.
+	ResolvedAt(ctx context.Context, key string) (at time.Time, resolved bool, err error)
 	// Append adds a stamped report to the capped log report-stats reads.
 	Append(ctx context.Context, e Entry) error
 	// Log returns the log, oldest first (at most LogMax).
@@ -44,6 +48,7 @@ const KeepFor = 24 * time.Hour
 
 // redisClient is what Redis uses of go-redis.
 type redisClient interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 	XRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
@@ -95,6 +100,23 @@ func (r *Redis) Resolve(ctx context.Context, key string, at time.Time) ([]string
 		return nil, false, fmt.Errorf("resolution: resolve %s: %w", key, err)
 	}
 	return members.Val(), set.Val(), nil
+}
+
+// ResolvedAt implements Store: one round trip.
+func (r *Redis) ResolvedAt(ctx context.Context, key string) (time.Time, bool, error) {
+	_, atKey := r.keys(key)
+	v, err := r.c.Get(ctx, atKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("resolution: read %s: %w", key, err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("resolution: %s: a resolution time %.40q: %w", key, v, err)
+	}
+	return at, true, nil
 }
 
 // Append implements Store.
@@ -191,6 +213,14 @@ func (m *Memory) Resolve(_ context.Context, key string, at time.Time) ([]string,
 		ids = append(ids, id)
 	}
 	return ids, !seen, nil
+}
+
+// ResolvedAt implements Store.
+func (m *Memory) ResolvedAt(_ context.Context, key string) (time.Time, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.at[key]
+	return at, ok, nil
 }
 
 // Append implements Store.
