@@ -185,6 +185,9 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		log.With("component", "resolution"), d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: resolution: %w", err)
 	}
+	// A CloudWatch alarm's OK names the alarm: the recorder remembers which
+	// firing it is in.
+	a.alerts.Alarms = a.resolutions
 	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, ReportWritten: a.resolutions.ReportWritten, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
 		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
 		Base: a.hard, Source: d.Source, Validator: validator,

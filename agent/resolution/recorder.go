@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -96,6 +97,40 @@ func (r *Recorder) TaskEnded(ctx context.Context, rec state.TaskRecord) {
 	defer cancel()
 	if err := r.store.Index(c, Key(rec.Alert.Source, rec.Alert.EventID), rec.ID); err != nil {
 		r.log.Warn("alert task not indexed; its alert's resolution will not stamp it", "task_id", rec.ID, "err", err)
+	}
+}
+
+// AlarmFiring remembers that a CloudWatch alarm went into ALARM with
+// eventID (alarm@time), so that its OK, which names the alarm and not the
+// firing, resolves this firing's tasks (worker.AlarmWatcher). One store
+// call.
+func (r *Recorder) AlarmFiring(ctx context.Context, source, eventID string) {
+	if r == nil || eventID == "" {
+		return
+	}
+	c, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := r.store.SetFiring(c, source+":"+alert.AlarmOf(eventID), eventID); err != nil {
+		r.log.Warn("alarm firing not remembered; its OK will not stamp its reports", "alarm", alert.AlarmOf(eventID), "err", err)
+	}
+}
+
+// AlarmCleared records that a CloudWatch alarm went back to OK: the
+// resolution of its last firing (Resolved), if one is known.
+func (r *Recorder) AlarmCleared(ctx context.Context, source, alarm string) {
+	if r == nil || alarm == "" {
+		return
+	}
+	c, cancel := context.WithTimeout(ctx, r.timeout)
+	eventID, err := r.store.Firing(c, source+":"+alarm)
+	cancel()
+	switch {
+	case err != nil:
+		r.log.Warn("alarm OK not recorded", "alarm", alarm, "err", err)
+	case eventID == "":
+		r.log.Debug("alarm OK without a known firing", "alarm", alarm)
+	default:
+		r.Resolved(ctx, source, eventID)
 	}
 }
 

@@ -203,3 +203,60 @@ func TestLateReportGetsResolvedAt(t *testing.T) {
 		})
 	}
 }
+
+// A CloudWatch OK names the alarm, not the firing: it resolves the
+// alarm's last firing, whose tasks' reports get resolved_at; the next
+// firing of the same alarm is resolved by its own OK, and an OK with no
+// known firing does nothing.
+func TestAlarmClearedResolvesItsLastFiring(t *testing.T) {
+	now := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	for name, store := range stores(t, clock.NewManual(now)) {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewManual(now)
+			ctx := context.Background()
+			ts := state.NewMemory(state.MemoryOptions{})
+			r, err := NewRecorder(store, ts, []string{"uptime"}, clk, time.Second, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			arn := "arn:aws:cloudwatch:eu-west-1:1:alarm:StatusCheckFailed-" + name
+			first, second := arn+"@2026-12-01T14:00:05.123Z", arn+"@2026-12-01T16:00:00Z"
+			task := func(id, eventID string) {
+				rec := state.TaskRecord{ID: id, Diagnostic: "uptime", Alert: &taskview.Alert{Source: "cloudwatch", EventID: eventID}}
+				if _, err := ts.Claim(ctx, rec, "i", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				r.TaskEnded(ctx, rec)
+				rep, _ := json.Marshal(report.Result{Status: report.StatusOK, Confidence: "likely", CreatedAt: clk.Now().Add(-time.Minute)})
+				if _, err := ts.SetReport(ctx, id, rep); err != nil {
+					t.Fatal(err)
+				}
+			}
+			resolvedAt := func(id string) *time.Time {
+				rec, _, _ := ts.Task(ctx, id)
+				var rep report.Result
+				_ = json.Unmarshal(rec.Report, &rep)
+				return rep.ResolvedAt
+			}
+			r.AlarmCleared(ctx, "cloudwatch", arn) // no firing known: nothing
+			r.AlarmFiring(ctx, "cloudwatch", first)
+			task("t-1", first)
+			clk.Add(10 * time.Minute)
+			r.AlarmCleared(ctx, "cloudwatch", arn)
+			if at := resolvedAt("t-1"); at == nil || !at.Equal(now.Add(10*time.Minute)) {
+				t.Fatalf("t-1 resolved_at %v, want the OK's time", at)
+			}
+			clk.Add(2 * time.Hour)
+			r.AlarmFiring(ctx, "cloudwatch", second)
+			task("t-2", second)
+			if resolvedAt("t-2") != nil {
+				t.Fatal("the second firing was stamped by the first OK")
+			}
+			clk.Add(5 * time.Minute)
+			r.AlarmCleared(ctx, "cloudwatch", arn)
+			if at := resolvedAt("t-2"); at == nil || !at.Equal(clk.Now()) {
+				t.Fatalf("t-2 resolved_at %v, want its own OK's time %v", at, clk.Now())
+			}
+		})
+	}
+}
