@@ -3,18 +3,23 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/slackact"
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
@@ -107,7 +112,53 @@ func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv fu
 		}
 		return sqs.NewFromConfig(awsCfg), nil
 	}
-	return alertintake.Open(cfg, connect, orDiscard(o.Logger), getenv)
+	log := orDiscard(o.Logger)
+	return alertintake.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (alertintake.Stores, error) {
+		return intakeStores(ctx, cfg, reg, log)
+	})
+}
+
+// intakeConns are the standalone intake's connections to Redis: a
+// resolution's calls and a Slack button's, a few at a time.
+const intakeConns = 8
+
+// intakeStores are the fleet's stores a standalone intake records into
+// when Redis is configured: the resolutions of alerts (resolved_at on
+// their reports, the metrics on reg) and the Slack buttons' verdicts.
+func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (alertintake.Stores, error) {
+	rcfg := cfg.Redis
+	if rcfg.URL == "" && rcfg.URLSecret == "" && len(rcfg.Addrs) == 0 {
+		return alertintake.Stores{}, nil
+	}
+	if rcfg.URLSecret != "" {
+		awsCfg, err := loadAWS(ctx, cfg)
+		if err != nil {
+			return alertintake.Stores{}, err
+		}
+		if rcfg.URL, err = redisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
+			return alertintake.Stores{}, err
+		}
+		rcfg.URLSecret = ""
+	}
+	rc, err := NewRedisClient(rcfg, intakeConns)
+	if err != nil || rc == nil {
+		return alertintake.Stores{}, err
+	}
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
+	diagnostics := make([]string, 0, len(cfg.Diagnostics))
+	for _, d := range cfg.Diagnostics {
+		diagnostics = append(diagnostics, d.Name)
+	}
+	rec, err := resolution.NewRecorder(resolution.NewRedis(rc, cfg.Redis.Prefix), store, diagnostics, nil, cfg.Redis.Timeout,
+		log.With("component", "resolution"), reg)
+	if err != nil {
+		_ = rc.Close()
+		return alertintake.Stores{}, fmt.Errorf("intake: resolution: %w", err)
+	}
+	return alertintake.Stores{
+		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
+		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
+		Close: func() { _ = rc.Close() }}, nil
 }
 
 // buildGate builds the launch gate over this agent's parts; the instance

@@ -20,6 +20,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/slackact"
@@ -233,6 +234,27 @@ type Intake struct {
 	Handler  http.Handler
 	Registry *prometheus.Registry
 	draining chan struct{}
+	close    func()
+}
+
+// Stores are the fleet's stores a standalone intake records into when
+// Redis is configured: alerts' resolutions and the Slack buttons'
+// verdicts. The zero value records neither.
+type Stores struct {
+	// Resolved records an alert's resolution (resolution.Recorder); nil
+	// = not recorded. Bounded: it runs in the request.
+	Resolved func(source, eventID string)
+	Feedback feedback.Store
+	Tasks    slackact.TaskReader
+	// Close releases them (the Redis client); nil = nothing to release.
+	Close func()
+}
+
+// Close releases the stores the intake opened.
+func (in *Intake) Close() {
+	if in.close != nil {
+		in.close()
+	}
 }
 
 // AdminHandler is the standalone intake's admin API, served on
@@ -265,10 +287,11 @@ func (in *Intake) StartDrain() {
 }
 
 // Open builds a standalone intake for cfg, its credentials read
-// through getenv; it fails with an
-// *Error when cfg has no intake listener, no task queue, or the
-// credentials are missing.
-func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool)) (*Intake, error) {
+// through getenv, recording into the stores opens (nil: none) with its
+// metrics on the intake's registry; it fails with an *Error when cfg has
+// no intake listener, no task queue, or the credentials are missing.
+func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool),
+	stores func(reg prometheus.Registerer) (Stores, error)) (*Intake, error) {
 	switch {
 	case !cfg.Intake.Enabled():
 		return nil, &Error{Err: errors.New("intake.addr must be set")}
@@ -289,7 +312,14 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 		return nil, fmt.Errorf("alertintake: results.redact: %w", err)
 	}
 	red.SetKnown(cfg.KnownValues(getenv))
-	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red,
+	var st Stores
+	if stores != nil {
+		if st, err = stores(reg); err != nil {
+			return nil, err
+		}
+	}
+	in.close = st.Close
+	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red, OnResolved: st.Resolved,
 		Draining: func() bool {
 			select {
 			case <-in.draining:
@@ -299,8 +329,9 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 			}
 		},
 		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake"),
-		Slack: slackact.Options{Metrics: slackact.NewMetrics(reg)}})
+		Slack: slackact.Options{Metrics: slackact.NewMetrics(reg), Feedback: st.Feedback, Tasks: st.Tasks, Timeout: cfg.Redis.Timeout}})
 	if err != nil {
+		in.Close()
 		return nil, err
 	}
 	in.Handler = h

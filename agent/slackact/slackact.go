@@ -77,9 +77,9 @@ var (
 	ErrAlreadyDecided = errors.New("slackact: the task was already decided")
 )
 
-// tasks is what the handler reads of the task store: a verdict is placed
-// by the report's diagnostic and confidence.
-type tasks interface {
+// TaskReader is what the handler reads of the task store: a verdict is
+// placed by the report's diagnostic and confidence.
+type TaskReader interface {
 	Task(ctx context.Context, id string) (state.TaskRecord, bool, error)
 }
 
@@ -94,7 +94,7 @@ type Options struct {
 	// Feedback and Tasks record verdicts; nil = "feedback is not recorded
 	// here".
 	Feedback feedback.Store
-	Tasks    tasks
+	Tasks    TaskReader
 	// MaxBody bounds a request's body (intake.max_body).
 	MaxBody int64
 	// Timeout bounds each store call; 0 = 2 s.
