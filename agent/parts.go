@@ -85,7 +85,7 @@ func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler,
 		// Approver: the approvals store, once there is one (nil answers
 		// "approvals are not configured").
 		Slack: slackact.Options{Feedback: a.feedback.store, Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
-			Metrics: a.slack}})
+			Recorded: func(v string) { a.feedback.total.WithLabelValues(v).Inc() }, Metrics: a.slack}})
 }
 
 // newAlertRouting is the alert stage on the task queue (worker.AlertRouting).

@@ -95,6 +95,9 @@ type Options struct {
 	// here".
 	Feedback feedback.Store
 	Tasks    TaskReader
+	// Recorded is told of each verdict recorded (the agent's
+	// autodiag_report_feedback_total); nil = nobody.
+	Recorded func(verdict string)
 	// MaxBody bounds a request's body (intake.max_body).
 	MaxBody int64
 	// Timeout bounds each store call; 0 = 2 s.
@@ -358,6 +361,9 @@ func (h *Handler) feedback(ctx context.Context, user, action, id string) answer 
 		a.code, a.result, a.text = http.StatusServiceUnavailable, ResultError, "the verdict was not recorded; press again"
 	default:
 		a.code, a.result, a.text = http.StatusOK, ResultRecorded, "recorded your verdict on task "+id+": "+verdict
+		if h.o.Recorded != nil {
+			h.o.Recorded(verdict)
+		}
 	}
 	return a
 }

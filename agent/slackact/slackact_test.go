@@ -238,7 +238,9 @@ func TestFeedbackButtonsOncePerPerson(t *testing.T) {
 	if _, err := ts.SetReport(ctx, "task-7", rep); err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, Options{Config: alert.SlackConfig{FeedbackUsers: []string{"U0ALICE", "U0BOB"}}, Feedback: store, Tasks: ts})
+	var recorded []string
+	f := newFixture(t, Options{Config: alert.SlackConfig{FeedbackUsers: []string{"U0ALICE", "U0BOB"}}, Feedback: store, Tasks: ts,
+		Recorded: func(v string) { recorded = append(recorded, v) }})
 	steps := []struct {
 		user, action, task string
 		code               int
@@ -264,6 +266,9 @@ func TestFeedbackButtonsOncePerPerson(t *testing.T) {
 	if len(log) != 2 || log[0].By != "slack:U0ALICE" || log[0].Verdict != feedback.Good || log[1].By != "slack:U0BOB" ||
 		log[1].Verdict != feedback.Wrong || log[0].Diagnostic != "memory" || log[0].Confidence != "likely" {
 		t.Fatalf("verdicts %+v, want Alice's good and Bob's wrong, placed by diagnostic and confidence", log)
+	}
+	if len(recorded) != 2 || recorded[0] != feedback.Good || recorded[1] != feedback.Wrong {
+		t.Fatalf("told of %v, want the two recorded verdicts", recorded)
 	}
 	if f.count(ActionFeedbackGood, ResultRecorded) != 1 || f.count(ActionFeedbackWrong, ResultDuplicate) != 1 {
 		t.Fatal("verdicts not counted")
