@@ -167,10 +167,14 @@ func reportSink(store state.TaskStore, n *notifier, written func(ctx context.Con
 // to ob for each sink of cfg.Notify that wants it, and the fleet's agents
 // deliver it, as they do every entry of the outbox. It reads no sink URL
 // or secret: an entry names its sink, and the agent that claims it holds
-// the rest. No sinks configured, or no ob: the record only.
-func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger) (report.SinkFunc, error) {
+// the rest. No sinks configured, or no ob: the record only. written (nil:
+// none) is handed each record whose report was written, before its event
+// (resolution.Recorder.ReportWritten: a report written after its alert
+// resolved gets resolved_at).
+func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger,
+	written func(ctx context.Context, rec state.TaskRecord) state.TaskRecord) (report.SinkFunc, error) {
 	if len(cfg.Notify) == 0 || ob == nil {
-		return ReportSink(store, nil), nil
+		return reportSink(store, nil, written), nil
 	}
 	sinks := make([]notify.Sink, len(cfg.Notify))
 	for i, c := range cfg.Notify {
@@ -183,7 +187,7 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	}
 	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
 		log: log.With("component", "notify")}
-	return ReportSink(store, n), nil
+	return reportSink(store, n, written), nil
 }
 
 // addressedSink is a configured sink as the writer of an outbox entry
