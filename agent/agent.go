@@ -23,6 +23,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/slackact"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/task"
@@ -125,6 +126,9 @@ type Agent struct {
 	approvals *approval.Approvals
 	// resolutions indexes alert tasks and records their alerts' resolution.
 	resolutions *resolution.Recorder
+	// slack counts the intake's Slack interactions (registered at start,
+	// so the series exist before the intake serves).
+	slack *slackact.Metrics
 
 	// hard ends on a fast exit; intakeCtx at the first instant of a drain.
 	hard       context.Context
@@ -187,13 +191,17 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		log.With("component", "resolution"), d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: resolution: %w", err)
 	}
-	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
+	// A CloudWatch alarm's OK names the alarm: the recorder remembers which
+	// firing it is in.
+	a.alerts.Alarms = a.resolutions
+	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, ReportWritten: a.resolutions.ReportWritten, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
 		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
 		Base: a.hard, Source: d.Source, Validator: validator,
 		Rejecter: lateRejecter{a}}); err != nil {
 		return nil, err
 	}
 	a.resolutions.Notify(a.hooks.Resolved)
+	a.slack = slackact.NewMetrics(d.Registry)
 	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}

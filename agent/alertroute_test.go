@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"encoding/json"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -80,4 +83,45 @@ func alertsTotal(t *testing.T, a *Agent, source, result string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestCloudWatchOKStampsResolvedAt: an alarm's OK, which names the alarm
+// and not the firing, stamps resolved_at on the report of the task the
+// ALARM made, as Alertmanager's resolved does, and starts nothing.
+func TestCloudWatchOKStampsResolvedAt(t *testing.T) {
+	ta := startAgent(t, alarmConfig)
+	alarm, err := os.ReadFile("alert/testdata/sns_cloudwatch_alarm.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := os.ReadFile("alert/testdata/sns_cloudwatch_ok.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.d.Source.Send(t.Context(), alarm); err != nil {
+		t.Fatal(err)
+	}
+	// Counted once the record, and with it the alert's task index, is written.
+	waitFor(t, "the alarm's task to run", func() bool { return ta.outcome(outcome.Succeeded) == 1 })
+	entries, err := ta.d.Store.RecentAudit(t.Context(), 10)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("audit %+v %v", entries, err)
+	}
+	id := entries[0].TaskID
+	created := time.Now().UTC().Add(-time.Minute)
+	rep, _ := json.Marshal(report.Result{Status: report.StatusOK, Confidence: "likely", CreatedAt: created})
+	if _, err := ta.d.Store.SetReport(t.Context(), id, rep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.d.Source.Send(t.Context(), ok); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the OK to stamp the report", func() bool {
+		rec, _, _ := ta.d.Store.Task(t.Context(), id)
+		var r report.Result
+		return json.Unmarshal(rec.Report, &r) == nil && r.ResolvedAt != nil && !r.ResolvedAt.Before(created)
+	})
+	if n := ta.outcome(outcome.Succeeded); n != 1 {
+		t.Fatalf("%d tasks succeeded: the OK started one", n)
+	}
 }

@@ -24,6 +24,7 @@
 // /v1/limits/check): the admin API; hostnames.go (the names this agent
 // answers for); instance.go (the instance record
 // and redis_up), cloudwatch.go (DrainSeconds, LimiterDegraded),
-// metrics.go. See docs/design.md for the two flows with the file of each
+// metrics.go, slackwire.go (Slack's Approve and Deny buttons deciding
+// through the approvals store). See docs/design.md for the two flows with the file of each
 // step.
 package agent

@@ -8,15 +8,20 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
+	"github.com/autodiag/autodiag/agent/slackact"
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
@@ -79,7 +84,9 @@ func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler,
 	return alertintake.NewHandler(a.cfg, alertintake.Options{Getenv: getenv, Sender: a.alerts.Sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
 		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
-		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) }})
+		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) },
+		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.store, Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
+			Recorded: func(v string) { a.feedback.total.WithLabelValues(v).Inc() }, Metrics: a.slack}})
 }
 
 // newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
@@ -106,7 +113,53 @@ func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv fu
 		}
 		return sqs.NewFromConfig(awsCfg), nil
 	}
-	return alertintake.Open(cfg, connect, orDiscard(o.Logger), getenv)
+	log := orDiscard(o.Logger)
+	return alertintake.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (alertintake.Stores, error) {
+		return intakeStores(ctx, cfg, reg, log)
+	})
+}
+
+// intakeConns are the standalone intake's connections to Redis: a
+// resolution's calls and a Slack button's, a few at a time.
+const intakeConns = 8
+
+// intakeStores are the fleet's stores a standalone intake records into
+// when Redis is configured: the resolutions of alerts (resolved_at on
+// their reports, the metrics on reg) and the Slack buttons' verdicts.
+func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (alertintake.Stores, error) {
+	rcfg := cfg.Redis
+	if rcfg.URL == "" && rcfg.URLSecret == "" && len(rcfg.Addrs) == 0 {
+		return alertintake.Stores{}, nil
+	}
+	if rcfg.URLSecret != "" {
+		awsCfg, err := loadAWS(ctx, cfg)
+		if err != nil {
+			return alertintake.Stores{}, err
+		}
+		if rcfg.URL, err = redisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
+			return alertintake.Stores{}, err
+		}
+		rcfg.URLSecret = ""
+	}
+	rc, err := NewRedisClient(rcfg, intakeConns)
+	if err != nil || rc == nil {
+		return alertintake.Stores{}, err
+	}
+	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
+	diagnostics := make([]string, 0, len(cfg.Diagnostics))
+	for _, d := range cfg.Diagnostics {
+		diagnostics = append(diagnostics, d.Name)
+	}
+	rec, err := resolution.NewRecorder(resolution.NewRedis(rc, cfg.Redis.Prefix), store, diagnostics, nil, cfg.Redis.Timeout,
+		log.With("component", "resolution"), reg)
+	if err != nil {
+		_ = rc.Close()
+		return alertintake.Stores{}, fmt.Errorf("intake: resolution: %w", err)
+	}
+	return alertintake.Stores{
+		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
+		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
+		Close: func() { _ = rc.Close() }}, nil
 }
 
 // buildGate builds the launch gate over this agent's parts; the instance

@@ -8,11 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -48,7 +52,7 @@ func TestOutboxReportSink(t *testing.T) {
 			ob := notify.NewMemoryOutbox(notify.MemoryOptions{})
 			cfg := config.Config{Notify: tc.sinks}
 			cfg.Redis.Timeout = time.Second
-			write, err := hooks.OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			write, err := hooks.OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,5 +102,47 @@ func TestOutboxReportSink(t *testing.T) {
 				t.Errorf("entries for sinks %v, want %v", sinks, tc.want)
 			}
 		})
+	}
+}
+
+// A report written after its alert resolved (`autodiag report`, or an
+// agent's report worker) gets resolved_at before its `report` event is
+// written: the record and the event carry it.
+func TestLateReportEventCarriesResolvedAt(t *testing.T) {
+	ctx := t.Context()
+	store := state.NewMemory(state.MemoryOptions{})
+	rec := state.TaskRecord{ID: "t-late", Host: "web-1", Diagnostic: "disk", Outcome: outcome.Succeeded,
+		Alert: &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "fp@2026-12-05T05:00:00Z"}}
+	if _, err := store.Claim(ctx, rec, "i-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r, err := resolution.NewRecorder(resolution.NewMemory(nil), store, nil, nil, time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.TaskEnded(ctx, rec)
+	r.Resolved(ctx, "alertmanager", rec.Alert.EventID+"/resolved") // before the report
+	ob := notify.NewMemoryOutbox(notify.MemoryOptions{})
+	cfg := config.Config{Notify: []notify.SinkConfig{{Name: "oncall", Type: notify.TypeWebhook, URLEnv: "UNSET", On: []notify.EventType{notify.EventReport}}}}
+	cfg.Redis.Timeout = time.Second
+	write, err := hooks.OutboxReportSink(cfg, store, ob, "cli-test", slog.New(slog.DiscardHandler), r.ReportWritten)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ctx, report.Job{ID: "t-late"}, report.Result{Status: report.StatusOK, CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := store.Task(ctx, "t-late")
+	var stored report.Result
+	if json.Unmarshal(got.Report, &stored) != nil || stored.ResolvedAt == nil {
+		t.Fatalf("record's report %s, want resolved_at", got.Report)
+	}
+	entries, err := ob.Claim(ctx, "i-2", "oncall", 10, true)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("entries %v %v", entries, err)
+	}
+	var ev notify.Event
+	if err := json.Unmarshal(entries[0].Body, &ev); err != nil || ev.Task == nil || !strings.Contains(string(ev.Task.Report), `"resolved_at"`) {
+		t.Fatalf("report event %s (%v), want resolved_at in its report", entries[0].Body, err)
 	}
 }

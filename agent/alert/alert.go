@@ -88,6 +88,9 @@ type Payload struct {
 	// alerts it left out.
 	ExternalURL string
 	GroupLabels map[string]string
+	// Cleared are the CloudWatch alarms (ARN, else name: what AlarmOf
+	// gives of the firing's event id) this payload says went back to OK.
+	Cleared []string
 }
 
 // Machine-readable reasons an alert is ignored or rejected. Reasons of

@@ -3,6 +3,7 @@ package alert
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/task"
@@ -241,6 +242,9 @@ func alarmState(p Payload, al Alert, state, alarm, changed string) (Payload, err
 	case "ALARM":
 	case "OK":
 		p.Ignored = append(p.Ignored, Outcome{Reason: ReasonStateOK, Detail: al.Name})
+		if alarm != "" {
+			p.Cleared = append(p.Cleared, alarm)
+		}
 		return p, nil
 	case "INSUFFICIENT_DATA":
 		p.Ignored = append(p.Ignored, Outcome{Reason: ReasonInsufficientData, Detail: al.Name})
@@ -255,6 +259,15 @@ func alarmState(p Payload, al Alert, state, alarm, changed string) (Payload, err
 	}
 	p.add(0, al)
 	return p, nil
+}
+
+// AlarmOf is the alarm (ARN, else name) of a CloudWatch alert's event
+// id, alarm@state-change-time: what an OK transition names it by.
+func AlarmOf(eventID string) string {
+	if i := strings.LastIndexByte(eventID, '@'); i > 0 {
+		return eventID[:i]
+	}
+	return eventID
 }
 
 func setIf(m map[string]string, k, v string) {

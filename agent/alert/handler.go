@@ -119,6 +119,10 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 	return h, nil
 }
 
+// Handle serves pattern with hd beside the alert endpoints, under hd's
+// own authentication (Slack's interactivity, which signs its requests).
+func (h *Handler) Handle(pattern string, hd http.Handler) { h.mux.Handle(pattern, hd) }
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -3,6 +3,7 @@ package alert
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -27,6 +28,83 @@ type IntakeConfig struct {
 	// Alertmanager is what the intake does about alerts an Alertmanager
 	// left out of a notification.
 	Alertmanager AlertmanagerConfig `yaml:"alertmanager"`
+	// Slack is Slack's interactivity (POST /slack/interactions: the
+	// Approve/Deny and 👍/👎 buttons); off without a signing secret.
+	Slack SlackConfig `yaml:"slack"`
+}
+
+// SlackConfig is the intake.slack section: where Slack's signing secret
+// is, and which Slack users may press which buttons. The endpoint is
+// authenticated by the signature, not by intake.auth (Slack sends no
+// other credential).
+type SlackConfig struct {
+	// SigningSecretEnv names the variable holding the Slack app's signing
+	// secret.
+	SigningSecretEnv string `yaml:"signing_secret_env"`
+	// SigningSecretSecret is the signing secret's Secrets Manager secret
+	// ARN or SSM SecureString name or ARN, instead of SigningSecretEnv.
+	SigningSecretSecret string `yaml:"signing_secret_secret"`
+	// Approvers are the Slack user ids (U…, W…) allowed to approve or deny
+	// a task; empty = nobody.
+	Approvers []string `yaml:"approvers"`
+	// FeedbackUsers are the Slack user ids allowed to give a verdict
+	// (👍/👎); empty = anyone whose request Slack signed, that is anyone in
+	// a workspace the app is installed in.
+	FeedbackUsers []string `yaml:"feedback_users"`
+}
+
+// Enabled reports whether the section names a signing secret.
+func (s SlackConfig) Enabled() bool { return s.SigningSecretEnv != "" || s.SigningSecretSecret != "" }
+
+// slackUserRE is a Slack user id.
+var slackUserRE = regexp.MustCompile(`^[UW][A-Z0-9]{2,20}$`)
+
+// problems are the section's problems, keys under section.
+func (s SlackConfig) problems(section string) []error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, configerr.Errorf(configerr.JoinKey(section, key), format, args...))
+	}
+	if s.SigningSecretEnv != "" && !envNameRE.MatchString(s.SigningSecretEnv) {
+		add("signing_secret_env", "must name an environment variable, got %q", s.SigningSecretEnv)
+	}
+	if s.SigningSecretEnv != "" && s.SigningSecretSecret != "" {
+		add("signing_secret_secret", "set signing_secret_env or signing_secret_secret, not both")
+	}
+	if s.SigningSecretSecret != "" {
+		if _, err := secret.ParseRef(s.SigningSecretSecret); err != nil {
+			errs = append(errs, &configerr.Error{Key: configerr.JoinKey(section, "signing_secret_secret"), Err: err})
+		}
+	}
+	if !s.Enabled() && (len(s.Approvers) > 0 || len(s.FeedbackUsers) > 0) {
+		add("", "approvers and feedback_users need signing_secret_env or signing_secret_secret")
+	}
+	for _, l := range []struct {
+		key string
+		ids []string
+	}{{"approvers", s.Approvers}, {"feedback_users", s.FeedbackUsers}} {
+		for i, id := range l.ids {
+			if !slackUserRE.MatchString(id) {
+				add(fmt.Sprintf("%s[%d]", l.key, i), "must be a Slack user id (U… or W…, as in the user's profile), got %.40q", id)
+			}
+		}
+	}
+	return errs
+}
+
+// SigningSecret reads the signing secret through getenv (a secret.Store
+// answers *_secret references), again at each call so that a rotated
+// secret applies without a restart.
+func (s SlackConfig) SigningSecret(getenv func(string) (string, bool)) (string, error) {
+	key, name, what := "signing_secret_env", s.SigningSecretEnv, "environment variable"
+	if s.SigningSecretSecret != "" {
+		key, name, what = "signing_secret_secret", s.SigningSecretSecret, "secret"
+	}
+	v, ok := getenv(name)
+	if !ok || v == "" {
+		return "", configerr.Errorf(configerr.JoinKey("slack", key), "%s %s is unset or empty", what, name)
+	}
+	return v, nil
 }
 
 // AuthConfig names where the credentials are: environment variables or a
@@ -212,6 +290,7 @@ func (c IntakeConfig) Validate() error {
 	}
 	errs = append(errs, c.Auth.problems("auth")...)
 	errs = append(errs, c.Alertmanager.problems("alertmanager")...)
+	errs = append(errs, c.Slack.problems("slack")...)
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		add("tls", "cert_file and key_file go together")
 	}

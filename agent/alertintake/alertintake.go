@@ -20,8 +20,10 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/slackact"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -55,6 +57,11 @@ type Options struct {
 	// whether a route takes it or not; nil = nobody. It must be bounded:
 	// it runs in the request.
 	OnResolved func(source, eventID string)
+	// Slack serves POST /slack/interactions when intake.slack names a
+	// signing secret: its Approver, Feedback, Tasks, Replies and Metrics
+	// (the rest NewHandler fills in from cfg); zero = approvals and
+	// feedback answered "not configured".
+	Slack slackact.Options
 }
 
 // NewHandler builds the intake listener's handler for cfg: routes
@@ -84,11 +91,30 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	if o.OnResolved != nil {
 		router.WatchResolved(func(a alert.Alert) { o.OnResolved(a.Source, a.EventID) })
 	}
-	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
+	if cfg.Intake.Slack.Enabled() {
+		if _, err := cfg.Intake.Slack.SigningSecret(getenv); err != nil {
+			return nil, &Error{Err: err}
+		}
+	}
+	h, err := alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),
 		MaxBody:         cfg.Intake.MaxBodyBytes(), Draining: o.Draining, Metrics: o.Metrics,
 		Logger: redact.Logger(o.Logger, o.Redactor), Clock: o.Clock,
 		Fetcher: alert.NewTruncatedFetcher(cfg.Intake.Alertmanager, nil)})
+	if err != nil || !cfg.Intake.Slack.Enabled() {
+		return h, err
+	}
+	so := o.Slack
+	so.Config, so.Getenv, so.MaxBody, so.Clock = cfg.Intake.Slack, getenv, cfg.Intake.MaxBodyBytes(), o.Clock
+	so.Logger = redact.Logger(o.Logger, o.Redactor)
+	if so.Logger != nil {
+		so.Logger = so.Logger.With("component", "slack")
+	}
+	if so.Replies == nil {
+		so.Replies = slackact.NewReplier(nil, nil, so.Logger)
+	}
+	h.Handle("POST "+slackact.Path, slackact.New(so))
+	return h, nil
 }
 
 // SourceSender sends alert tasks one message each through a queue.Source:
@@ -208,6 +234,27 @@ type Intake struct {
 	Handler  http.Handler
 	Registry *prometheus.Registry
 	draining chan struct{}
+	close    func()
+}
+
+// Stores are the fleet's stores a standalone intake records into when
+// Redis is configured: alerts' resolutions and the Slack buttons'
+// verdicts. The zero value records neither.
+type Stores struct {
+	// Resolved records an alert's resolution (resolution.Recorder); nil
+	// = not recorded. Bounded: it runs in the request.
+	Resolved func(source, eventID string)
+	Feedback feedback.Store
+	Tasks    slackact.TaskReader
+	// Close releases them (the Redis client); nil = nothing to release.
+	Close func()
+}
+
+// Close releases the stores the intake opened.
+func (in *Intake) Close() {
+	if in.close != nil {
+		in.close()
+	}
 }
 
 // AdminHandler is the standalone intake's admin API, served on
@@ -240,10 +287,11 @@ func (in *Intake) StartDrain() {
 }
 
 // Open builds a standalone intake for cfg, its credentials read
-// through getenv; it fails with an
-// *Error when cfg has no intake listener, no task queue, or the
-// credentials are missing.
-func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool)) (*Intake, error) {
+// through getenv, recording into the stores opens (nil: none) with its
+// metrics on the intake's registry; it fails with an *Error when cfg has
+// no intake listener, no task queue, or the credentials are missing.
+func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool),
+	stores func(reg prometheus.Registerer) (Stores, error)) (*Intake, error) {
 	switch {
 	case !cfg.Intake.Enabled():
 		return nil, &Error{Err: errors.New("intake.addr must be set")}
@@ -264,7 +312,14 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 		return nil, fmt.Errorf("alertintake: results.redact: %w", err)
 	}
 	red.SetKnown(cfg.KnownValues(getenv))
-	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red,
+	var st Stores
+	if stores != nil {
+		if st, err = stores(reg); err != nil {
+			return nil, err
+		}
+	}
+	in.close = st.Close
+	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red, OnResolved: st.Resolved,
 		Draining: func() bool {
 			select {
 			case <-in.draining:
@@ -273,8 +328,10 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 				return false
 			}
 		},
-		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake")})
+		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake"),
+		Slack: slackact.Options{Metrics: slackact.NewMetrics(reg), Feedback: st.Feedback, Tasks: st.Tasks, Timeout: cfg.Redis.Timeout}})
 	if err != nil {
+		in.Close()
 		return nil, err
 	}
 	in.Handler = h

@@ -2,17 +2,25 @@ package alertintake
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/slackact"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -117,5 +125,60 @@ func TestIntakeHandlerNeedsItsCredentials(t *testing.T) {
 	}
 	if _, err := NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: func(string) (string, bool) { return "t", true }}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The intake serves Slack's interactivity when intake.slack names a
+// signing secret: signed by Slack and not intake.auth, refused unsigned;
+// a missing secret is an *Error at start; a bad approver id names its key.
+func TestIntakeServesSlackInteractions(t *testing.T) {
+	const yaml = "intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n  slack:\n    signing_secret_env: SLACK_SECRET\n    approvers: [U0APPROVER]\n"
+	cfg, err := config.Load([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) (string, bool) {
+		return map[string]string{"TOKEN": "t", "SLACK_SECRET": "s3cret"}[k], k != ""
+	}
+	if _, err := NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: func(k string) (string, bool) {
+		if k == "SLACK_SECRET" {
+			return "", false
+		}
+		return getenv(k)
+	}}); err == nil || !strings.Contains(err.Error(), "intake.slack.signing_secret_env") && !strings.Contains(err.Error(), "slack.signing_secret_env") {
+		t.Fatalf("err = %v, want the missing signing secret named", err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	h, err := NewHandler(cfg, Options{Sender: SourceSender{}, Getenv: getenv, Slack: slackact.Options{Metrics: slackact.NewMetrics(reg)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := `{"type":"block_actions","user":{"id":"U0APPROVER"},"actions":[{"action_id":"approve","value":"task-1"}]}`
+	body := url.Values{"payload": {js}}.Encode()
+	send := func(sign bool) int {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, slackact.Path, strings.NewReader(body))
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		r.Header.Set("X-Slack-Request-Timestamp", ts)
+		if sign {
+			r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(slackact.Sign("s3cret", ts, []byte(body))))
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	// Signed, without intake.auth's token: the approval reaches the
+	// handler, which has no Approver here.
+	if code := send(true); code != http.StatusNotImplemented {
+		t.Fatalf("signed: %d, want 501 (approvals not configured)", code)
+	}
+	if code := send(false); code != http.StatusUnauthorized {
+		t.Fatalf("unsigned: %d, want 401", code)
+	}
+	bad, err := config.Load([]byte(strings.Replace(yaml, "U0APPROVER", "alice", 1)), nil)
+	if err == nil {
+		err = bad.Intake.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "approvers[0]") {
+		t.Fatalf("bad approver: %v, want approvers[0] named", err)
 	}
 }

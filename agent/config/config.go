@@ -104,6 +104,9 @@ type Config struct {
 func (c Config) SecretRefs() []string {
 	refs := c.AdminAuth.SecretRefs()
 	refs = append(refs, c.Intake.Auth.SecretRefs()...)
+	if c.Intake.Slack.SigningSecretSecret != "" {
+		refs = append(refs, c.Intake.Slack.SigningSecretSecret)
+	}
 	refs = append(refs, notify.SecretRefs(c.Notify)...)
 	if c.Report.Enabled && c.Report.APIKeySecret != "" {
 		refs = append(refs, c.Report.APIKeySecret)

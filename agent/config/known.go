@@ -48,7 +48,7 @@ func envName(n string) bool {
 // variables of redact.values_env.
 func (c Config) credentialNames() []string {
 	names := []string{c.AdminAuth.BearerTokenEnv, c.AdminAuth.Basic.PasswordEnv,
-		c.Intake.Auth.BearerTokenEnv, c.Intake.Auth.Basic.PasswordEnv}
+		c.Intake.Auth.BearerTokenEnv, c.Intake.Auth.Basic.PasswordEnv, c.Intake.Slack.SigningSecretEnv}
 	for _, n := range c.Notify {
 		names = append(names, n.URLEnv, n.SecretEnv)
 	}

@@ -53,6 +53,11 @@ type Options struct {
 	// TaskEnded is told of every task record the store wrote as ended,
 	// after it (the alert task index of resolutions); nil = nobody.
 	TaskEnded func(ctx context.Context, rec state.TaskRecord)
+	// ReportWritten is told of every record whose report was just
+	// written, before its `report` event, and returns it as it is then (a
+	// report written after its alert resolved gets resolved_at); nil =
+	// nobody.
+	ReportWritten func(ctx context.Context, rec state.TaskRecord) state.TaskRecord
 }
 
 // Rejecter ends a task that never reached the queue as rejected, its

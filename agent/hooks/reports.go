@@ -129,7 +129,11 @@ func NewReporter(cfg config.Config, parts *ReportParts, sink report.Sink, red re
 
 // ReportSink writes each result into its task's record (SetReport) and
 // then, with a notifier, enqueues the `report` event of that record.
-func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
+func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc { return reportSink(store, n, nil) }
+
+// reportSink is ReportSink, each record whose report was written handed
+// to written (nil: none) before its event.
+func reportSink(store state.TaskStore, n *notifier, written func(ctx context.Context, rec state.TaskRecord) state.TaskRecord) report.SinkFunc {
 	return func(ctx context.Context, j report.Job, r report.Result) error {
 		js, err := json.Marshal(r)
 		if err != nil {
@@ -139,12 +143,18 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 		if err != nil {
 			return fmt.Errorf("report of %s: %w", j.ID, err)
 		}
-		if !ok || n == nil {
+		if !ok || n == nil && written == nil {
 			return nil
 		}
 		rec, found, err := store.Task(ctx, j.ID)
 		if err != nil || !found {
 			return nil //nolint:nilerr // the report is stored; only its event is lost
+		}
+		if written != nil {
+			rec = written(ctx, rec)
+		}
+		if n == nil {
+			return nil
 		}
 		v := rec.View(tracing.Link)
 		n.enqueue(notify.Event{Type: notify.EventReport, Task: &v}, "task_id", j.ID)
@@ -157,10 +167,14 @@ func ReportSink(store state.TaskStore, n *notifier) report.SinkFunc {
 // to ob for each sink of cfg.Notify that wants it, and the fleet's agents
 // deliver it, as they do every entry of the outbox. It reads no sink URL
 // or secret: an entry names its sink, and the agent that claims it holds
-// the rest. No sinks configured, or no ob: the record only.
-func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger) (report.SinkFunc, error) {
+// the rest. No sinks configured, or no ob: the record only. written (nil:
+// none) is handed each record whose report was written, before its event
+// (resolution.Recorder.ReportWritten: a report written after its alert
+// resolved gets resolved_at).
+func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox, instanceID string, log *slog.Logger,
+	written func(ctx context.Context, rec state.TaskRecord) state.TaskRecord) (report.SinkFunc, error) {
 	if len(cfg.Notify) == 0 || ob == nil {
-		return ReportSink(store, nil), nil
+		return reportSink(store, nil, written), nil
 	}
 	sinks := make([]notify.Sink, len(cfg.Notify))
 	for i, c := range cfg.Notify {
@@ -173,7 +187,7 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	}
 	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
 		log: log.With("component", "notify")}
-	return ReportSink(store, n), nil
+	return reportSink(store, n, written), nil
 }
 
 // addressedSink is a configured sink as the writer of an outbox entry
@@ -249,7 +263,7 @@ func (b builder) wireReports(o Options) error {
 	if err := b.wireInvestigations(o, parts); err != nil {
 		return err
 	}
-	sink := ReportSink(o.Store, h.notifier)
+	sink := reportSink(o.Store, h.notifier, o.ReportWritten)
 	r, err := NewReporter(o.Config, parts, sink, h.redactor, o.InstanceID,
 		o.Registry, o.Logger)
 	if err != nil {

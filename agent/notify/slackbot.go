@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 )
 
 // SlackBot posts with a bot token (Web API chat.postMessage) to one
@@ -33,11 +37,11 @@ var slackRetryable = map[string]bool{"internal_error": true, "fatal_error": true
 
 // slackPost is chat.postMessage's request.
 type slackPost struct {
-	Channel     string       `json:"channel"`
-	Text        string       `json:"text"`
-	Blocks      []SlackBlock `json:"blocks,omitempty"`
-	ThreadTS    string       `json:"thread_ts,omitempty"`
-	UnfurlLinks bool         `json:"unfurl_links"`
+	Channel     string `json:"channel"`
+	Text        string `json:"text"`
+	Blocks      []any  `json:"blocks,omitempty"`
+	ThreadTS    string `json:"thread_ts,omitempty"`
+	UnfurlLinks bool   `json:"unfurl_links"`
 }
 
 // threadKeys are the key of ev's thread and the key the event's own task
@@ -91,8 +95,8 @@ func (s *SlackBot) Send(ctx context.Context, d Delivery) error {
 			return errThreadStarting
 		}
 	}
-	msg := SlackMessage(ev)
-	posted, err := s.post(ctx, slackPost{Channel: s.channel, Text: msg.Text, Blocks: msg.Blocks, ThreadTS: ts})
+	text, blocks := botMessage(ev, d.Body)
+	posted, err := s.post(ctx, slackPost{Channel: s.channel, Text: text, Blocks: blocks, ThreadTS: ts})
 	if err != nil {
 		return err
 	}
@@ -134,4 +138,112 @@ func safeRune(r rune) rune {
 		return -1
 	}
 	return r
+}
+
+// The action ids of the bot's buttons, each button's value the task id:
+// Slack posts a press to the intake's /slack/interactions (agent/slackact).
+const (
+	SlackActionApprove       = "approve"
+	SlackActionDeny          = "deny"
+	SlackActionFeedbackGood  = "feedback_good"
+	SlackActionFeedbackWrong = "feedback_wrong"
+)
+
+// eventApprovalRequested is the event of a task waiting for a person's
+// approval.
+const eventApprovalRequested = EventApprovalRequested
+
+// slackActions is a Block Kit actions block.
+type slackActions struct {
+	Type     string        `json:"type"` // actions
+	BlockID  string        `json:"block_id"`
+	Elements []slackButton `json:"elements"`
+}
+
+// slackButton is a Block Kit button element.
+type slackButton struct {
+	Type     string        `json:"type"` // button
+	ActionID string        `json:"action_id"`
+	Text     SlackText     `json:"text"`
+	Value    string        `json:"value"`
+	Style    string        `json:"style,omitempty"` // primary, danger
+	Confirm  *slackConfirm `json:"confirm,omitempty"`
+}
+
+// slackConfirm is a Block Kit confirmation dialog.
+type slackConfirm struct {
+	Title   SlackText `json:"title"`
+	Text    SlackText `json:"text"`
+	Confirm SlackText `json:"confirm"`
+	Deny    SlackText `json:"deny"`
+}
+
+func plain(s string) SlackText { return SlackText{Type: "plain_text", Text: s} }
+
+// approvalBody is what an approval_requested event tells beyond the
+// task view main knows: the task's approval deadline.
+type approvalBody struct {
+	Task struct {
+		Approval *struct {
+			Deadline time.Time `json:"deadline"`
+		} `json:"approval"`
+	} `json:"task"`
+}
+
+// botMessage is ev's message with the buttons a bot can carry: 👍/👎 under
+// a report, Approve/Deny on an approval request. body is the event as
+// delivered (what an approval request adds to the task view).
+func botMessage(ev Event, body []byte) (string, []any) {
+	t := ev.Task
+	if ev.Type == eventApprovalRequested && t != nil {
+		return approvalMessage(ev, body)
+	}
+	msg := SlackMessage(ev)
+	blocks := make([]any, 0, len(msg.Blocks)+1)
+	for _, b := range msg.Blocks {
+		blocks = append(blocks, b)
+	}
+	if ev.Type == EventReport && t != nil && len(t.Report) > 0 && string(t.Report) != "null" {
+		blocks = append(blocks, slackActions{Type: "actions", BlockID: "autodiag_feedback", Elements: []slackButton{
+			{Type: "button", ActionID: SlackActionFeedbackGood, Text: plain("👍 Helpful"), Value: t.ID},
+			{Type: "button", ActionID: SlackActionFeedbackWrong, Text: plain("👎 Wrong"), Value: t.ID},
+		}})
+	}
+	return msg.Text, blocks
+}
+
+// approvalMessage asks for a decision on ev's task: what would run where,
+// by when, and the Approve/Deny buttons.
+func approvalMessage(ev Event, body []byte) (string, []any) {
+	t := ev.Task
+	title := utf8cut.Head(fmt.Sprintf("✋ approval requested: %s on %s", t.Diagnostic, t.Host), slackHeaderMax)
+	fields := []*SlackText{
+		{Type: "mrkdwn", Text: utf8cut.Head("*Task*\n"+escapeMrkdwn(t.ID), slackFieldMax)},
+		{Type: "mrkdwn", Text: utf8cut.Head("*Diagnostic*\n"+escapeMrkdwn(t.Diagnostic), slackFieldMax)},
+		{Type: "mrkdwn", Text: utf8cut.Head("*Host*\n"+escapeMrkdwn(t.Host), slackFieldMax)},
+	}
+	var ab approvalBody
+	if json.Unmarshal(body, &ab) == nil && ab.Task.Approval != nil && !ab.Task.Approval.Deadline.IsZero() {
+		dl := ab.Task.Approval.Deadline.UTC()
+		// Slack shows the date in the reader's zone; the fallback is UTC.
+		fields = append(fields, &SlackText{Type: "mrkdwn",
+			Text: fmt.Sprintf("*Deadline*\n<!date^%d^{date_short_pretty} {time}|%s>", dl.Unix(), dl.Format(time.RFC3339))})
+	}
+	if t.Alert != nil && t.Alert.Name != "" {
+		fields = append(fields, &SlackText{Type: "mrkdwn", Text: utf8cut.Head("*Alert*\n"+escapeMrkdwn(t.Alert.Name), slackFieldMax)})
+	}
+	blocks := []any{
+		SlackBlock{Type: "header", Text: &SlackText{Type: "plain_text", Text: title}},
+		SlackBlock{Type: "section", Fields: fields},
+		slackActions{Type: "actions", BlockID: "autodiag_approval", Elements: []slackButton{
+			{Type: "button", ActionID: SlackActionApprove, Text: plain("Approve"), Value: t.ID, Style: "primary",
+				Confirm: &slackConfirm{Title: plain("Run it?"),
+					Text:    plain(utf8cut.Head("Run "+t.Diagnostic+" on "+t.Host+" (task "+t.ID+")?", slackFieldMax)),
+					Confirm: plain("Approve"), Deny: plain("Cancel")}},
+			{Type: "button", ActionID: SlackActionDeny, Text: plain("Deny"), Value: t.ID, Style: "danger"},
+		}},
+		SlackBlock{Type: "context", Elements: []*SlackText{{Type: "mrkdwn",
+			Text: utf8cut.Head(escapeMrkdwn("`autodiag approve "+t.ID+"`  ·  `autodiag deny "+t.ID+"`  ·  delivery "+ev.ID), slackSectionMax)}}},
+	}
+	return utf8cut.Head(title, slackFallback), blocks
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
@@ -99,6 +100,65 @@ func (r *Recorder) TaskEnded(ctx context.Context, rec state.TaskRecord) {
 	}
 }
 
+// AlarmFiring remembers that a CloudWatch alarm went into ALARM with
+// eventID (alarm@time), so that its OK, which names the alarm and not the
+// firing, resolves this firing's tasks (worker.AlarmWatcher). One store
+// call.
+func (r *Recorder) AlarmFiring(ctx context.Context, source, eventID string) {
+	if r == nil || eventID == "" {
+		return
+	}
+	c, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := r.store.SetFiring(c, source+":"+alert.AlarmOf(eventID), eventID); err != nil {
+		r.log.Warn("alarm firing not remembered; its OK will not stamp its reports", "alarm", alert.AlarmOf(eventID), "err", err)
+	}
+}
+
+// AlarmCleared records that a CloudWatch alarm went back to OK: the
+// resolution of its last firing (Resolved), if one is known.
+func (r *Recorder) AlarmCleared(ctx context.Context, source, alarm string) {
+	if r == nil || alarm == "" {
+		return
+	}
+	c, cancel := context.WithTimeout(ctx, r.timeout)
+	eventID, err := r.store.Firing(c, source+":"+alarm)
+	cancel()
+	switch {
+	case err != nil:
+		r.log.Warn("alarm OK not recorded", "alarm", alarm, "err", err)
+	case eventID == "":
+		r.log.Debug("alarm OK without a known firing", "alarm", alarm)
+	default:
+		r.Resolved(ctx, source, eventID)
+	}
+}
+
+// ReportWritten stamps resolved_at on rec's report when its alert
+// resolved before the report was written (a report takes minutes; the
+// alert may clear meanwhile), and returns the record as it is then. One
+// store call for a task from an alert, none for another.
+func (r *Recorder) ReportWritten(ctx context.Context, rec state.TaskRecord) state.TaskRecord {
+	if r == nil || rec.Alert == nil || rec.Alert.EventID == "" {
+		return rec
+	}
+	c, cancel := context.WithTimeout(ctx, r.timeout)
+	at, resolved, err := r.store.ResolvedAt(c, Key(rec.Alert.Source, rec.Alert.EventID))
+	cancel()
+	if err != nil {
+		r.log.Warn("alert resolution not read; a late report is not stamped", "task_id", rec.ID, "err", err)
+		return rec
+	}
+	if !resolved {
+		return rec
+	}
+	if got, found, ok := r.stamp(ctx, rec.ID, at); found && ok {
+		r.log.Info("report written after its alert resolved: stamped", "task_id", rec.ID)
+		return got
+	}
+	return rec
+}
+
 // Resolved records that the alert (source, event id) resolved now: the
 // first time, each of its tasks' reports gets resolved_at, and the time
 // from the report to now is measured. It starts nothing, and is bounded:
@@ -140,9 +200,11 @@ func (r *Recorder) Resolved(ctx context.Context, source, eventID string) {
 	}
 }
 
-// stamp writes resolved_at into task id's report and measures it. It
-// returns the record (with the stamped report), whether there is one, and
-// whether its report was stamped (false: no report, yet or at all).
+// stamp writes resolved_at into task id's report and measures it: the
+// time from the report to the resolution, unless the report came after
+// it (it cannot have helped: stamped, not counted). It returns the record
+// (with the stamped report), whether there is one, and whether its report
+// was stamped (false: no report, yet or at all).
 func (r *Recorder) stamp(ctx context.Context, id string, now time.Time) (state.TaskRecord, bool, bool) {
 	c, cancel := context.WithTimeout(ctx, 2*r.timeout)
 	defer cancel()
@@ -164,7 +226,7 @@ func (r *Recorder) stamp(ctx context.Context, id string, now time.Time) (state.T
 		return rec, true, false
 	}
 	rec.Report = body
-	if rep.Status != report.StatusOK || rep.CreatedAt.IsZero() {
+	if rep.Status != report.StatusOK || rep.CreatedAt.IsZero() || rep.CreatedAt.After(now) {
 		return rec, true, true
 	}
 	took := max(now.Sub(rep.CreatedAt), 0)

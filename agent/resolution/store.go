@@ -3,6 +3,7 @@ package resolution
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,6 +21,14 @@ type Store interface {
 	// recorded; it returns the alert's task ids and whether this call
 	// recorded it.
 	Resolve(ctx context.Context, key string, at time.Time) (tasks []string, first bool, err error)
+	// ResolvedAt is when the alert resolved, if it did (within KeepFor):
+	// a report written after it is stamped too.
+	ResolvedAt(ctx context.Context, key string) (at time.Time, resolved bool, err error)
+	// SetFiring remembers that the alarm (a source whose resolution names
+	// the alarm, not the firing: CloudWatch) is in the firing eventID.
+	SetFiring(ctx context.Context, alarm, eventID string) error
+	// Firing is the event id of the alarm's last firing; "" = none known.
+	Firing(ctx context.Context, alarm string) (string, error)
 	// Append adds a stamped report to the capped log report-stats reads.
 	Append(ctx context.Context, e Entry) error
 	// Log returns the log, oldest first (at most LogMax).
@@ -44,6 +53,8 @@ const KeepFor = 24 * time.Hour
 
 // redisClient is what Redis uses of go-redis.
 type redisClient interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 	XRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
@@ -53,6 +64,7 @@ type redisClient interface {
 //
 //	<prefix>resolve:{<source>:<event id>}:tasks  set of task ids
 //	<prefix>resolve:{<source>:<event id>}:at     RFC 3339 time of the resolution
+//	<prefix>resolve:{cloudwatch:<alarm>}:firing  event id of the alarm's last firing
 //	<prefix>resolve:log                          stream of stamped reports (Entry JSON), MAXLEN ~ LogMax
 type Redis struct {
 	c      redisClient
@@ -97,6 +109,43 @@ func (r *Redis) Resolve(ctx context.Context, key string, at time.Time) ([]string
 	return members.Val(), set.Val(), nil
 }
 
+// ResolvedAt implements Store: one round trip.
+func (r *Redis) ResolvedAt(ctx context.Context, key string) (time.Time, bool, error) {
+	_, atKey := r.keys(key)
+	v, err := r.c.Get(ctx, atKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("resolution: read %s: %w", key, err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("resolution: %s: a resolution time %.40q: %w", key, v, err)
+	}
+	return at, true, nil
+}
+
+// SetFiring implements Store: one round trip.
+func (r *Redis) SetFiring(ctx context.Context, alarm, eventID string) error {
+	if err := r.c.Set(ctx, r.prefix+"{"+alarm+"}:firing", eventID, KeepFor).Err(); err != nil {
+		return fmt.Errorf("resolution: firing of %s: %w", alarm, err)
+	}
+	return nil
+}
+
+// Firing implements Store: one round trip.
+func (r *Redis) Firing(ctx context.Context, alarm string) (string, error) {
+	v, err := r.c.Get(ctx, r.prefix+"{"+alarm+"}:firing").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolution: firing of %s: %w", alarm, err)
+	}
+	return v, nil
+}
+
 // Append implements Store.
 func (r *Redis) Append(ctx context.Context, e Entry) error {
 	body, err := json.Marshal(e)
@@ -133,6 +182,13 @@ type Memory struct {
 	mu    sync.Mutex
 	tasks map[string]map[string]time.Time // key → task id → when indexed
 	at    map[string]time.Time
+	// firing is alarm → its last firing's event id and when it was set.
+	firing map[string]firing
+}
+
+type firing struct {
+	eventID string
+	at      time.Time
 }
 
 // NewMemory returns an empty store; clk nil is the wall clock.
@@ -140,7 +196,7 @@ func NewMemory(clk clock.Clock) *Memory {
 	if clk == nil {
 		clk = clock.Wall{}
 	}
-	return &Memory{clk: clk, tasks: map[string]map[string]time.Time{}, at: map[string]time.Time{}}
+	return &Memory{clk: clk, tasks: map[string]map[string]time.Time{}, at: map[string]time.Time{}, firing: map[string]firing{}}
 }
 
 // Index implements Store.
@@ -158,8 +214,13 @@ func (m *Memory) Index(_ context.Context, key, taskID string) error {
 
 // sweep drops what is older than KeepFor, when the maps grow.
 func (m *Memory) sweep(now time.Time) {
-	if len(m.tasks)+len(m.at) < 4096 {
+	if len(m.tasks)+len(m.at)+len(m.firing) < 4096 {
 		return
+	}
+	for k, f := range m.firing {
+		if now.Sub(f.at) > KeepFor {
+			delete(m.firing, k)
+		}
 	}
 	for k, ids := range m.tasks {
 		for id, t := range ids {
@@ -191,6 +252,35 @@ func (m *Memory) Resolve(_ context.Context, key string, at time.Time) ([]string,
 		ids = append(ids, id)
 	}
 	return ids, !seen, nil
+}
+
+// ResolvedAt implements Store.
+func (m *Memory) ResolvedAt(_ context.Context, key string) (time.Time, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.at[key]
+	return at, ok, nil
+}
+
+// SetFiring implements Store.
+func (m *Memory) SetFiring(_ context.Context, alarm, eventID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clk.Now()
+	m.sweep(now)
+	m.firing[alarm] = firing{eventID: eventID, at: now}
+	return nil
+}
+
+// Firing implements Store.
+func (m *Memory) Firing(_ context.Context, alarm string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.firing[alarm]
+	if !ok || m.clk.Now().Sub(f.at) > KeepFor {
+		return "", nil
+	}
+	return f.eventID, nil
 }
 
 // Append implements Store.

@@ -17,6 +17,17 @@ type AlertRouting struct {
 	Router  *alert.Router
 	Sender  alert.Sender
 	Metrics *alert.Metrics
+	// Alarms is told of each alarm that went into ALARM and of each that
+	// went back to OK (resolution.Recorder); nil = nobody.
+	Alarms AlarmWatcher
+}
+
+// AlarmWatcher follows CloudWatch alarms: which firing an alarm is in,
+// so that its OK resolves that firing's tasks. Both are bounded: they
+// run in the routing of one message.
+type AlarmWatcher interface {
+	AlarmFiring(ctx context.Context, source, eventID string)
+	AlarmCleared(ctx context.Context, source, alarm string)
 }
 
 // routeAlert handles a received message that is an alarm rather than a
@@ -65,6 +76,16 @@ func (p *pipeline) routeAlert(j *job) bool {
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
 			p.msgs.handBack(j, back{why: backRetry, after: delay})
 			return true
+		}
+	}
+	if w := p.alerts.Alarms; w != nil {
+		for _, it := range pl.Items {
+			if it.Alert.Status == alert.StatusFiring && it.Alert.EventID != "" {
+				w.AlarmFiring(rctx, alert.SourceCloudWatch, it.Alert.EventID)
+			}
+		}
+		for _, alarm := range pl.Cleared {
+			w.AlarmCleared(rctx, alert.SourceCloudWatch, alarm)
 		}
 	}
 	p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)

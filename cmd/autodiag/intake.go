@@ -138,6 +138,7 @@ func (c *cli) runIntake(cfg config.Config) error {
 	if err != nil {
 		return intakeStartError(err)
 	}
+	defer in.Close()
 	stopTracing, err := agent.OpenIntakeTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
 	if err != nil {
 		return usageError{fmt.Errorf("start: %w", err)}

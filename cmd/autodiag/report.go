@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
@@ -19,6 +20,7 @@ import (
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 	rootcause "github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -141,7 +143,14 @@ func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string,
 	host, _ := os.Hostname()
 	consumer := "cli-" + host
 	ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix})
-	sink, err := hooks.OutboxReportSink(cfg, store, ob, consumer, log)
+	// A report of a task whose alert resolved gets resolved_at, as the
+	// agents' do; its metrics are the agents' to count.
+	resolutions, err := resolution.NewRecorder(resolution.NewRedis(rc, cfg.Redis.Prefix), store, nil, nil, cfg.Redis.Timeout,
+		log.With("component", "resolution"), prometheus.NewRegistry())
+	if err != nil {
+		return rootcause.Result{}, err
+	}
+	sink, err := hooks.OutboxReportSink(cfg, store, ob, consumer, log, resolutions.ReportWritten)
 	if err != nil {
 		return rootcause.Result{}, err
 	}
