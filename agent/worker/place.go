@@ -234,7 +234,7 @@ const (
 // now holds the message and ends the task. A hand-off the store does not
 // take sends the message back to be placed again.
 func (p *pipeline) hand(j *job, owner state.HostOwner) bool {
-	body, err := json.Marshal(handedOf(j.msg, p.placer.self))
+	body, err := json.Marshal(handedOf(j.msg, p.placer.self, j.received))
 	if err == nil {
 		err = p.calls.storeCall(func(ctx context.Context) error {
 			return p.placer.Hosts.GiveTask(ctx, owner.ID, string(body), handedTTL)
@@ -332,11 +332,14 @@ type handed struct {
 	TraceHeader  string            `json:"trace_header,omitempty"`
 	Handle       string            `json:"handle"`
 	From         string            `json:"from"`
+	// ReceivedAt is when From received the message: the hand-off delay
+	// counts from it (zero from an agent that predates it: not counted).
+	ReceivedAt time.Time `json:"received_at,omitzero"`
 }
 
-func handedOf(m *queue.Message, from string) handed {
+func handedOf(m *queue.Message, from string, received time.Time) handed {
 	return handed{ID: m.ID, Body: string(m.Body), ReceiveCount: m.ReceiveCount, SentAt: m.SentAt, Attributes: m.Attributes,
-		TraceHeader: m.TraceHeader, Handle: m.Handle, From: from}
+		TraceHeader: m.TraceHeader, Handle: m.Handle, From: from, ReceivedAt: received}
 }
 
 func (h handed) message() *queue.Message {
@@ -401,7 +404,7 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 				continue
 			}
 			// Like a received message, the handler outlives the intake.
-			p.accept(h.message()) //nolint:contextcheck // see above
+			p.take(h.message(), &h) //nolint:contextcheck // see above
 		}
 		if len(ids) > 0 {
 			// Bounded by redis.timeout on a context of its own, as every store call.
