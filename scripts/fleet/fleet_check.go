@@ -83,7 +83,7 @@ type fleetResult struct {
 	Redis    *redisRes      `json:"redis,omitempty"`
 	Notices  *noticeRes     `json:"notices,omitempty"`
 	Target   *targetRes     `json:"target,omitempty"` // -runs-on any or target
-	Warnings []logCount     `json:"agent_warnings"` // the agents' warnings and errors, by message
+	Warnings []logCount     `json:"agent_warnings"`   // the agents' warnings and errors, by message
 }
 
 type fleetParam struct {
@@ -341,7 +341,7 @@ func (r *fleetRun) check() *fleetResult {
 			id, _ := line["task_id"].(string)
 			reason, _ := line["reason"].(string)
 			handoff, _ := line["handoff_seconds"].(float64)
-			lines = append(lines, endedLine{id: id, outcome: oc, reason: reason, handoff: handoff})
+			lines = append(lines, endedLine{id: id, outcome: oc, reason: reason, handoff: handoff, role: fa.role})
 			outcomes[oc]++
 			if finalOutcomes[oc] && finalOf[id] == "" {
 				finalOf[id] = oc
@@ -433,7 +433,7 @@ func (r *fleetRun) check() *fleetResult {
 		res.Target = &tr
 		if r.o.runsOn == runsOnTarget {
 			add("runs on a machine other than the task's target", "0", strconv.Itoa(tr.WrongMachine), tr.WrongMachine == 0)
-			add("hand-off delay p99 (receipt by another agent → start on the host's agent)", "≤ 1 s",
+			add("hand-off delay p99 (receipt by another agent → start on the host's agent; the frozen agent's left out)", "≤ 1 s",
 				fmt.Sprintf("p99 %.3f s (p50 %.3f s, max %.3f s, %d handed)", tr.HandoffP99, tr.HandoffP50, tr.HandoffMax, tr.Handed),
 				tr.Handed > 0 && tr.HandoffP99 <= 1)
 			add("unrun tasks of scaled-in or killed hosts end rejected target_draining / no_agent_for_host (or rate_limited)", "0 other ends",
@@ -733,8 +733,9 @@ func (res *fleetResult) print(w io.Writer) {
 	if tr := res.Target; tr != nil {
 		rows = append(rows,
 			[2]string{"runs on a machine other than the target", strconv.Itoa(tr.WrongMachine)},
-			[2]string{"handed and run on the host's agent", strconv.Itoa(tr.Handed)},
-			[2]string{"hand-off delay p50 / p99 / max", fmt.Sprintf("%.3f / %.3f / %.3f s", tr.HandoffP50, tr.HandoffP99, tr.HandoffMax)},
+			[2]string{"handed and run on the host's agent (to the frozen agent)", fmt.Sprintf("%d (%d)", tr.Handed, tr.FrozenHanded)},
+			[2]string{"hand-offs (task stream XADDs; a task comes back to another agent after a deferral or a lapsed visibility)", strconv.FormatInt(tr.HandOffs, 10)},
+			[2]string{"hand-off delay p50 / p99 / max (to the frozen agent: max)", fmt.Sprintf("%.3f / %.3f / %.3f s (%.3f s)", tr.HandoffP50, tr.HandoffP99, tr.HandoffMax, tr.FrozenMax)},
 			[2]string{"tasks of scaled-in or killed hosts", fmtCounts(tr.Departed)},
 			[2]string{"stream commands per handed task", fmtFloats(tr.StreamPerHanded)})
 	}

@@ -35,11 +35,21 @@ type targetRes struct {
 	// the task's host: must be 0 with runs_on target.
 	WrongMachine int `json:"runs_on_another_machine"`
 	// Handed counts the task-ended lines with a hand-off delay: tasks run
-	// on their host's agent after another agent received them.
-	Handed     int     `json:"handed_and_run"`
-	HandoffP50 float64 `json:"handoff_p50_seconds"`
-	HandoffP99 float64 `json:"handoff_p99_seconds"`
-	HandoffMax float64 `json:"handoff_max_seconds"`
+	// on their host's agent after another agent received them. The
+	// delays are those of every owner but the frozen one: a task handed to
+	// it while it is stopped (SIGSTOP) starts once it resumes, which
+	// measures the freeze (FrozenHanded, FrozenMax).
+	Handed       int     `json:"handed_and_run"`
+	HandoffP50   float64 `json:"handoff_p50_seconds"`
+	HandoffP99   float64 `json:"handoff_p99_seconds"`
+	HandoffMax   float64 `json:"handoff_max_seconds"`
+	FrozenHanded int     `json:"handed_to_the_frozen_agent"`
+	FrozenMax    float64 `json:"handoff_to_the_frozen_agent_max_seconds"`
+	// HandOffs are the task hand-offs (XADDs to a task stream, the
+	// lifecycle notices' left out): a task is handed again each time it
+	// comes back through the queue to an agent other than its host's
+	// (a limiter deferral, a lapsed visibility).
+	HandOffs int64 `json:"hand_offs"`
 	// Departed is how the tasks for the hosts of scaled-in and killed
 	// agents ended: "run", an outcome, or "rejected REASON".
 	Departed map[string]int `json:"departed_hosts_tasks"`
@@ -55,6 +65,7 @@ type targetRes struct {
 type endedLine struct {
 	id, outcome, reason string
 	handoff             float64 // 0: not handed
+	role                string  // of the agent that logged it
 }
 
 // checkTarget computes targetRes from the marks, the task-ended lines and
@@ -75,7 +86,11 @@ func (r *fleetRun) checkTarget(runs []markRun, lines []endedLine) targetRes {
 	var delays []float64
 	final := map[string]endedLine{}
 	for _, l := range lines {
-		if l.handoff > 0 {
+		switch {
+		case l.handoff > 0 && l.role == "frozen":
+			tr.FrozenHanded++
+			tr.FrozenMax = max(tr.FrozenMax, l.handoff)
+		case l.handoff > 0:
 			delays = append(delays, l.handoff)
 		}
 		if finalOutcomes[l.outcome] {
@@ -113,8 +128,12 @@ func (r *fleetRun) checkTarget(runs []markRun, lines []endedLine) targetRes {
 		tr.StreamPerHanded = map[string]float64{}
 		for cmd, c := range r.redis.Run.ByCommand {
 			if strings.HasPrefix(cmd, "x") {
-				tr.StreamPerHanded[cmd] = float64(c.Calls) / float64(tr.Handed)
+				tr.StreamPerHanded[cmd] = float64(c.Calls) / float64(tr.Handed+tr.FrozenHanded)
 			}
+		}
+		tr.HandOffs = r.redis.Run.ByCommand["xadd"].Calls
+		if r.notices != nil {
+			tr.HandOffs -= int64(r.notices.Notices)
 		}
 	}
 	return tr

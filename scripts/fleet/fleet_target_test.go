@@ -29,6 +29,7 @@ func TestCheckTarget(t *testing.T) {
 		{id: "a", outcome: "succeeded", handoff: 0.2},
 		{id: "b", outcome: "succeeded"},
 		{id: "c", outcome: "succeeded", handoff: 0.6},
+		{id: "x", outcome: "succeeded", handoff: 40, role: "frozen"},
 		{id: "d", outcome: "released", reason: "drain"},
 		{id: "d", outcome: "rejected", reason: "target_draining"},
 		{id: "e", outcome: "rejected", reason: "ambiguous_host"},
@@ -39,8 +40,9 @@ func TestCheckTarget(t *testing.T) {
 	if tr.WrongMachine != 1 {
 		t.Errorf("runs on another machine %d, want 1 (b on i-1)", tr.WrongMachine)
 	}
-	if tr.Handed != 2 || tr.HandoffP50 != 0.2 || tr.HandoffP99 != 0.6 {
-		t.Errorf("handed %d, p50 %v, p99 %v; want 2, 0.2, 0.6", tr.Handed, tr.HandoffP50, tr.HandoffP99)
+	if tr.Handed != 2 || tr.HandoffP50 != 0.2 || tr.HandoffP99 != 0.6 || tr.FrozenHanded != 1 || tr.FrozenMax != 40 {
+		t.Errorf("handed %d, p50 %v, p99 %v, to the frozen agent %d (max %v); want 2, 0.2, 0.6, and 1 (40) apart",
+			tr.Handed, tr.HandoffP50, tr.HandoffP99, tr.FrozenHanded, tr.FrozenMax)
 	}
 	want := map[string]int{"run": 1, "rejected target_draining": 1, "rejected ambiguous_host": 1, "rejected no_agent_for_host": 1, "rate_limited": 1}
 	for k, n := range want {
