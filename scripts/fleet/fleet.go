@@ -103,6 +103,9 @@ type fleetOpts struct {
 	// runsOn is the -runs-on mode (fleet_target.go): "" the hosts no agent
 	// owns, "any" or "target" the agents' own host names.
 	runsOn string
+	// even spreads every task evenly over the hosts (the agents' in the
+	// -runs-on modes): no hot host, no Zipf skew.
+	even bool
 	redisOpts
 }
 
@@ -133,6 +136,7 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.IntVar(&o.senders, "scale-in-senders", intEnv("FLEETSIM_SCALE_IN_SENDERS", 1), "Terminates of the scale-in sent at once (FLEETSIM_SCALE_IN_SENDERS)")
 	fs.DurationVar(&o.stall, "redis-stall", durEnv("FLEETSIM_REDIS_STALL", 0), "from the scale-in on, hold Redis busy this long in chunks of "+fleetStallChunk.String()+" every "+(fleetStallChunk+fleetStallGap).String()+" (a Redis answering late, below the agents' redis.timeout); 0 = never (FLEETSIM_REDIS_STALL)")
 	fs.StringVar(&o.runsOn, "runs-on", envOr("FLEETSIM_RUNS_ON", runsOnDefault), "\"\" (tasks for hosts no agent owns), \"any\" (tasks for the agents' own hosts node-NNN, diagnostics that probe {host} wherever received) or \"target\" (the same tasks, runs_on target: each runs on its host's agent, handed to it by the agent that received it) (FLEETSIM_RUNS_ON)")
+	fs.BoolVar(&o.even, "even", os.Getenv("FLEETSIM_EVEN") == "1", "spread every task evenly over the hosts: no hot host and no Zipf skew (with -runs-on target a hot host is one agent's work; FLEETSIM_EVEN=1)")
 	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
@@ -606,12 +610,18 @@ func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string
 					// Every agent's machine.
 					st.host = r.hostName(rng.IntN(r.o.agents))
 				}
-				if rng.Float64() < hotShare {
+				if rng.Float64() < hotShare && !r.o.even {
 					st.host = r.hostName(0)
 				}
 			default:
 				st.diag, st.secs = fleetDiagnostics[1+int((x-0.7)/0.1)%3], 0.05+0.25*rng.Float64()
 				st.host = r.hostName(int(zipf.Uint64()))
+				if r.o.even {
+					st.host = r.hostName(rng.IntN(r.o.hosts))
+					if r.o.runsOn != runsOnDefault {
+						st.host = r.hostName(rng.IntN(r.o.agents))
+					}
+				}
 			}
 			st.at = time.Now()
 			r.sent = append(r.sent, st)

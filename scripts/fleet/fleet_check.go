@@ -100,6 +100,7 @@ type fleetParam struct {
 	GoMemLimit      string  `json:"gomemlimit"`
 	Seed            uint64  `json:"seed"`
 	RunsOn          string  `json:"runs_on,omitempty"`
+	Even            bool    `json:"even,omitempty"`
 }
 
 type taskCounts struct {
@@ -274,7 +275,7 @@ func (r *fleetRun) params() fleetParam {
 	return fleetParam{Agents: o.agents, DurationSeconds: o.duration.Seconds(), Rate: o.rate, Hosts: o.hosts, Workers: o.workers,
 		ScaledIn: len(r.role("scaled_in")), Killed: len(r.role("killed")), Frozen: len(r.role("frozen")),
 		FreezeSeconds: o.freeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed,
-		RunsOn: o.runsOn}
+		RunsOn: o.runsOn, Even: o.even}
 }
 
 func (r *fleetRun) check() *fleetResult {
@@ -725,7 +726,7 @@ func (res *fleetResult) print(w io.Writer) {
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
-		{"runs_on mode", res.Params.RunsOn},
+		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},
 		{"peak RSS per agent (VmHWM) max / p50 / mean", fmt.Sprintf("%.1f / %.1f / %.1f MiB", a.PeakRSSMaxMiB, a.PeakRSSP50MiB, a.PeakRSSMeanMiB)},
 		{"of which the agent's own (RssAnon, sampled every 2 s) max / p50", fmt.Sprintf("%.1f / %.1f MiB", a.PeakAnonMaxMiB, a.PeakAnonP50MiB)},
