@@ -254,3 +254,61 @@ func histSum(t *testing.T, h prometheus.Histogram) float64 {
 	}
 	return out.GetHistogram().GetSampleSum()
 }
+
+// emptyThenBlockHosts is a Hosts whose TakeTasks finds nothing, at once,
+// empties times (a block that ran out), then waits as blockingHosts does.
+type emptyThenBlockHosts struct {
+	fakeHosts
+	empties int
+	calls   int
+	waiting chan struct{}
+}
+
+func (h *emptyThenBlockHosts) TakeTasks(ctx context.Context, _, _ string, _ int, _ time.Duration) ([]state.HandedNotice, error) {
+	h.calls++
+	if h.calls <= h.empties {
+		return nil, nil
+	}
+	close(h.waiting)
+	<-ctx.Done()
+	return nil, nil
+}
+
+// TestTakeHandedKeepsItsSlot: the read waiting for hand-offs keeps its one
+// slot of the receive window from one empty read to the next. Given back
+// between them, the queue's receive would take it for its long poll and a
+// task handed meanwhile would wait for that poll (the 200-agent fleetsim
+// measured a hand-off delay p50 of 10 s so); once the reads end, it goes
+// back.
+func TestTakeHandedKeepsItsSlot(t *testing.T) {
+	hosts := &emptyThenBlockHosts{empties: 3, waiting: make(chan struct{})}
+	w, _ := testWorker(t, Options{Source: &placeSource{}, Store: state.NewMemory(state.MemoryOptions{}), Clock: clock.Wall{},
+		Lease: 30 * time.Second, InstanceID: "i-me", Hooks: noHooks{}, Placement: Placement{Names: []string{"me"}, Hosts: hosts}})
+	win := w.pipeline.receive
+	// Every slot given back closes the window's changed channel.
+	win.mu.Lock()
+	changed := win.changed
+	win.mu.Unlock()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); w.TakeHanded(ctx) }()
+	<-hosts.waiting
+	win.mu.Lock()
+	held := win.held
+	win.mu.Unlock()
+	select {
+	case <-changed:
+		t.Errorf("a slot was given back between %d empty reads; want the waiting read's one kept", hosts.empties)
+	default:
+	}
+	if held != 1 {
+		t.Errorf("%d slots held while waiting for a hand-off, want 1", held)
+	}
+	cancel()
+	<-done
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if win.held != 0 {
+		t.Errorf("%d slots still held after the reads ended, want 0", win.held)
+	}
+}
