@@ -735,7 +735,7 @@ func (res *fleetResult) print(w io.Writer) {
 		rows = append(rows,
 			[2]string{"runs on a machine other than the target", strconv.Itoa(tr.WrongMachine)},
 			[2]string{"handed and run on the host's agent (to the frozen agent)", fmt.Sprintf("%d (%d)", tr.Handed, tr.FrozenHanded)},
-			[2]string{"hand-offs (task stream XADDs; a task comes back to another agent after a deferral or a lapsed visibility)", strconv.FormatInt(tr.HandOffs, 10)},
+			[2]string{"hand-offs (EXECs of GiveTask; a task comes back to another agent after a deferral or a lapsed visibility)", strconv.FormatInt(tr.HandOffs, 10)},
 			[2]string{"hand-off delay p50 / p99 / max (to the frozen agent: max)", fmt.Sprintf("%.3f / %.3f / %.3f s (%.3f s)", tr.HandoffP50, tr.HandoffP99, tr.HandoffMax, tr.FrozenMax)},
 			[2]string{"tasks of scaled-in or killed hosts", fmtCounts(tr.Departed)},
 			[2]string{"stream commands per handed task", fmtFloats(tr.StreamPerHanded)})

@@ -45,8 +45,8 @@ type targetRes struct {
 	HandoffMax   float64 `json:"handoff_max_seconds"`
 	FrozenHanded int     `json:"handed_to_the_frozen_agent"`
 	FrozenMax    float64 `json:"handoff_to_the_frozen_agent_max_seconds"`
-	// HandOffs are the task hand-offs (XADDs to a task stream, the
-	// lifecycle notices' left out): a task is handed again each time it
+	// HandOffs are the task hand-offs (GiveTask's MULTI/EXEC, the
+	// lifecycle notices' ones included): a task is handed again each time it
 	// comes back through the queue to an agent other than its host's
 	// (a limiter deferral, a lapsed visibility).
 	HandOffs int64 `json:"hand_offs"`
@@ -131,10 +131,9 @@ func (r *fleetRun) checkTarget(runs []markRun, lines []endedLine) targetRes {
 				tr.StreamPerHanded[cmd] = float64(c.Calls) / float64(tr.Handed+tr.FrozenHanded)
 			}
 		}
-		tr.HandOffs = r.redis.Run.ByCommand["xadd"].Calls
-		if r.notices != nil {
-			tr.HandOffs -= int64(r.notices.Notices)
-		}
+		// Each hand-off is one MULTI/EXEC (GiveTask: XADD and PEXPIRE);
+		// the XADDs also count the audit stream's, one per finish.
+		tr.HandOffs = r.redis.Run.ByCommand["exec"].Calls
 	}
 	return tr
 }
