@@ -381,7 +381,7 @@ func (r *fleetRun) start(l *harness.Lab, yaml func(*fleetAgent) string, env []st
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a, err := l.StartAgent(yaml(fa), append(slices.Clone(env), r.agentEnv(fa)...)...)
+			a, err := l.StartAgent(yaml(fa), append(slices.Clone(env), agentEnv(r, fa)...)...)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -410,7 +410,7 @@ func (r *fleetRun) start(l *harness.Lab, yaml func(*fleetAgent) string, env []st
 // agentEnv is what one agent's environment adds to the fleet's: in the
 // -runs-on modes its own host name, its canonical one (the agents of one
 // machine share its hostname, which no task names).
-func (r *fleetRun) agentEnv(fa *fleetAgent) []string {
+func agentEnv(r *fleetRun, fa *fleetAgent) []string {
 	if r.o.runsOn == runsOnDefault {
 		return nil
 	}
@@ -605,21 +605,21 @@ func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string
 			case x < 0.7:
 				// Spread over every host, and about 1.2 a second on one hot
 				// host: near its cap, below what the cap lets through.
-				st.diag, st.secs, st.host = "quick", longTail(rng), r.hostName(rng.IntN(r.o.hosts))
+				st.diag, st.secs, st.host = "quick", longTail(rng), r.o.hostName(rng.IntN(r.o.hosts))
 				if r.o.runsOn != runsOnDefault {
 					// Every agent's machine.
-					st.host = r.hostName(rng.IntN(r.o.agents))
+					st.host = r.o.hostName(rng.IntN(r.o.agents))
 				}
 				if rng.Float64() < hotShare && !r.o.even {
-					st.host = r.hostName(0)
+					st.host = r.o.hostName(0)
 				}
 			default:
 				st.diag, st.secs = fleetDiagnostics[1+int((x-0.7)/0.1)%3], 0.05+0.25*rng.Float64()
-				st.host = r.hostName(int(zipf.Uint64()))
+				st.host = r.o.hostName(int(zipf.Uint64()))
 				if r.o.even {
-					st.host = r.hostName(rng.IntN(r.o.hosts))
+					st.host = r.o.hostName(rng.IntN(r.o.hosts))
 					if r.o.runsOn != runsOnDefault {
-						st.host = r.hostName(rng.IntN(r.o.agents))
+						st.host = r.o.hostName(rng.IntN(r.o.agents))
 					}
 				}
 			}
@@ -644,11 +644,11 @@ func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string
 
 // hostName is the workload's i-th host: host-NN, or in the -runs-on modes
 // agent i's machine.
-func (r *fleetRun) hostName(i int) string {
-	if r.o.runsOn == runsOnDefault {
+func (o fleetOpts) hostName(i int) string {
+	if o.runsOn == runsOnDefault {
 		return fmt.Sprintf("host-%02d", i)
 	}
-	return nodeName(i % r.o.agents)
+	return nodeName(i % o.agents)
 }
 
 // longTail draws a run time: most under 1 s, a few up to fleetMaxRun.

@@ -430,7 +430,7 @@ func (r *fleetRun) check() *fleetResult {
 	add("scaled-in agents exit 0", "0 other exits", strconv.Itoa(d.NonZeroExitScaledIn), d.NonZeroExitScaledIn == 0)
 
 	if r.o.runsOn != runsOnDefault {
-		tr := r.checkTarget(runs, lines)
+		tr := checkTarget(r, runs, lines)
 		res.Target = &tr
 		if r.o.runsOn == runsOnTarget {
 			add("runs on a machine other than the task's target", "0", strconv.Itoa(tr.WrongMachine), tr.WrongMachine == 0)

@@ -70,7 +70,7 @@ type endedLine struct {
 
 // checkTarget computes targetRes from the marks, the task-ended lines and
 // the sent tasks.
-func (r *fleetRun) checkTarget(runs []markRun, lines []endedLine) targetRes {
+func checkTarget(r *fleetRun, runs []markRun, lines []endedLine) targetRes {
 	tr := targetRes{RunsOn: r.o.runsOn, Departed: map[string]int{}}
 	owner := map[string]*fleetAgent{}
 	for i, fa := range r.agents {

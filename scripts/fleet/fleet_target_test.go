@@ -36,7 +36,7 @@ func TestCheckTarget(t *testing.T) {
 		{id: "f", outcome: "rejected", reason: "no_agent_for_host"},
 		{id: "g", outcome: "rate_limited", reason: "daily_exceeded"},
 	}
-	tr := r.checkTarget(runs, lines)
+	tr := checkTarget(r, runs, lines)
 	if tr.WrongMachine != 1 {
 		t.Errorf("runs on another machine %d, want 1 (b on i-1)", tr.WrongMachine)
 	}
