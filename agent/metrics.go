@@ -27,6 +27,9 @@ type metrics struct {
 	stateDegraded *prometheus.CounterVec
 	// routing counts where target tasks went (worker.RoutingResults).
 	routing *prometheus.CounterVec
+	// handoff is each handed task's delay from its receipt by the agent
+	// that handed it to its start on this one (its host's agent).
+	handoff prometheus.Histogram
 	// ambiguousNames is how many of the agent's names another live agent
 	// claims too.
 	ambiguousNames prometheus.Gauge
@@ -44,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "autodiag_tasks_received_total",
-			Help: "Task messages received from the queue (or POST /v1/tasks).",
+			Help: "Task messages received from the queue (or POST /v1/tasks). A target task handed to its host's agent is counted once, by the agent that received it from the queue.",
 		}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "autodiag_task_outcomes_total",
@@ -91,6 +94,11 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 			Name: "autodiag_task_routing_total",
 			Help: "Target tasks (runs_on target) placed, by result: here (run by this agent), handed (to the agent of the task's host), waiting (no agent owns the host yet; deferred), or the reason it ended rejected unrun (no_agent_for_host, target_draining, target_standby, ambiguous_host, not_this_host).",
 		}, []string{"result"}),
+		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "autodiag_task_handoff_seconds",
+			Help:    "Target tasks handed to this agent (the agent of their host): seconds from their receipt by the agent that handed them to the start of their diagnostic here.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
 		ambiguousNames: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "autodiag_host_names_ambiguous",
 			Help: "Host names of this agent that another live agent claims too, as of its last heartbeat: their host-local tasks end rejected (ambiguous_host) on every agent.",
@@ -113,7 +121,7 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 		m.duration.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer, m.routing, m.ambiguousNames)
+		reg.MustRegister(m.received, m.outcomes, m.duration, m.inflight, m.receiveWindow, m.drainState, m.drainDuration, m.drainDeadline, m.redisUp, m.stateDegraded, m.redisServer, m.routing, m.handoff, m.ambiguousNames)
 	}
 	return m
 }

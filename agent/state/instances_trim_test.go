@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/testenv"
@@ -59,5 +61,46 @@ func TestRedisInstanceIndexTrim(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, prefix+"instances").Val(); ttl <= 0 {
 		t.Fatalf("index TTL %v, want one", ttl)
+	}
+}
+
+// TestRedisHeartbeatNamesOneRoundTrip: an agent's heartbeat writes its
+// record, its index entry and one ZADD per host name, all in one round
+// trip however many names it has (the closing note of issue 45 asked).
+func TestRedisHeartbeatNamesOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	addr := testenv.RedisAddr(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	var rt roundTrips
+	c.AddHook(&rt)
+	prefix := uniquePrefix(t, c)
+	clk := clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
+	inst := state.Instance{ID: "i-1", State: "running", Names: []string{"node-1.example", "10.0.0.1", "ip-10-0-0-1", "i-1"}}
+	if err := s.PutInstance(ctx, inst, 30*time.Second); err != nil { // the first one trims
+		t.Fatal(err)
+	}
+	clk.Add(10 * time.Second)
+	end := prefix + "end"
+	before := rt.n.Load()
+	got := testenv.Commands(ctx, t, addr, prefix, end, func() {
+		if err := s.PutInstance(ctx, inst, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}, func() {
+		if err := c.Echo(ctx, end).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n := rt.n.Load() - before - 1; n != 1 { // less the closing ECHO
+		t.Errorf("a heartbeat with %d names took %d round trips, want 1", len(inst.Names), n)
+	}
+	want := []string{"set", "zadd"}
+	for range inst.Names {
+		want = append(want, "zadd")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("a heartbeat's commands %v, want %v (one ZADD per name)", got, want)
 	}
 }

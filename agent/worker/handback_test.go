@@ -58,7 +58,7 @@ func TestHandBack(t *testing.T) {
 			src := &deferSource{err: errors.New("queue down")} // a failed hand-back is logged, not fatal
 			store := state.NewMemory(state.MemoryOptions{})
 			w, m := testWorker(t, Options{Source: src, Store: store, Clock: clock.NewManual(time.Unix(0, 0))})
-			w.outcomes.received()
+			w.outcomes.received(true)
 			j := &job{msg: &queue.Message{ID: "m1"}, task: task.Task{ID: "t1", Diagnostic: "df"}}
 			for range tt.calls {
 				w.pipeline.msgs.handBack(j, tt.b)

@@ -40,8 +40,13 @@ type job struct {
 	// replaced it with its owner's canonical name; "" when not.
 	hostAsSent string
 	received   time.Time
-	ran        time.Duration
-	ended      bool
+	// handedAt is when the agent that handed this task here received it
+	// (zero for a task received here); handoff is from then to its start
+	// here, once started.
+	handedAt time.Time
+	handoff  time.Duration
+	ran      time.Duration
+	ended    bool
 
 	// release hands the unstarted message back once, whoever asks first
 	// (the drain, or the handler on a fast exit).
@@ -117,10 +122,32 @@ type outcomeRecorder struct {
 	counts   map[string]int64
 }
 
-// received counts a job that now waits for its outcome.
-func (r *outcomeRecorder) received() {
-	r.m.Received.Inc()
+// received counts a job that now waits for its outcome; fromQueue is false
+// for a task another agent handed here, which that agent counted as
+// received already (a task is received once across the fleet).
+func (r *outcomeRecorder) received(fromQueue bool) {
+	if fromQueue {
+		r.m.Received.Inc()
+	}
 	r.m.Inflight.Set(float64(r.inflight.Add(1)))
+}
+
+// handedStart observes a handed task's hand-off delay as its diagnostic
+// starts here: from its receipt by the agent that handed it to now
+// (autodiag_task_handoff_seconds, and the handoff_seconds of its "task
+// ended" line). The two agents' clocks both count: on machines whose
+// clocks disagree, by their skew.
+func (r *outcomeRecorder) handedStart(j *job) {
+	if j.handedAt.IsZero() {
+		return
+	}
+	d := max(0, r.clock.Now().Sub(j.handedAt))
+	j.mu.Lock()
+	j.handoff = d
+	j.mu.Unlock()
+	if r.m.Handoff != nil {
+		r.m.Handoff.Observe(d.Seconds())
+	}
 }
 
 // inFlight is the number of received jobs without an outcome yet.
@@ -187,7 +214,7 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	if e.decision == nil {
 		e.decision = j.decision
 	}
-	t := j.task
+	t, handoff := j.task, j.handoff
 	ap := j.approval
 	j.mu.Unlock()
 	r.m.Inflight.Set(float64(r.inflight.Add(-1)))
@@ -214,6 +241,9 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	var fields map[string]string
 	if e.detail != "" {
 		attrs = append(attrs, "detail", e.detail)
+	}
+	if handoff > 0 {
+		attrs = append(attrs, "handoff_seconds", handoff.Seconds())
 	}
 	if dec := e.decision; dec != nil {
 		attrs, fields = decisionSummary(dec, attrs)

@@ -17,4 +17,7 @@ type Metrics struct {
 	// ReceiveWindow is the receive window's current size (window.go);
 	// nil = not exported.
 	ReceiveWindow prometheus.Gauge
+	// Handoff observes each handed task's delay from its receipt by the
+	// agent that handed it to its start here; nil = not observed.
+	Handoff prometheus.Observer
 }

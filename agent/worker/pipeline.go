@@ -123,10 +123,19 @@ type pipeline struct {
 // accept tracks a received message and starts its handler. The queue
 // keeps the message hidden from the moment it is accepted until its
 // handler ends, whether it waits for a worker or runs.
-func (p *pipeline) accept(m *queue.Message) {
-	p.outcomes.received()
+func (p *pipeline) accept(m *queue.Message) { p.take(m, nil) }
+
+// take is accept for a message received from the queue (h nil) or handed
+// here by the agent that received it (h): a handed task was counted in
+// autodiag_tasks_received_total there, so it is not counted again, and its
+// hand-off delay is observed when it starts.
+func (p *pipeline) take(m *queue.Message, h *handed) {
+	p.outcomes.received(h == nil)
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now()}
+	if h != nil {
+		j.handedAt = h.ReceivedAt
+	}
 	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
 	j.item = p.drain.Track(func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) })
@@ -259,6 +268,7 @@ func (p *pipeline) execute(j *job, run func() runner.Result) {
 	ranOn := p.ranOn
 	rec.RanOn = &ranOn
 	traceRanOn(j.span, ranOn)
+	p.outcomes.handedStart(j)
 	_, rspan := tracing.Start(j.ctx, "run "+t.Diagnostic, trace.SpanKindInternal, tracing.KeyDiagnostic.String(t.Diagnostic))
 	traceRanOn(rspan, ranOn)
 	res := run()

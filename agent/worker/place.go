@@ -234,7 +234,7 @@ const (
 // now holds the message and ends the task. A hand-off the store does not
 // take sends the message back to be placed again.
 func (p *pipeline) hand(j *job, owner state.HostOwner) bool {
-	body, err := json.Marshal(handedOf(j.msg, p.placer.self))
+	body, err := json.Marshal(handedOf(j.msg, p.placer.self, j.received))
 	if err == nil {
 		err = p.calls.storeCall(func(ctx context.Context) error {
 			return p.placer.Hosts.GiveTask(ctx, owner.ID, string(body), handedTTL)
@@ -332,11 +332,14 @@ type handed struct {
 	TraceHeader  string            `json:"trace_header,omitempty"`
 	Handle       string            `json:"handle"`
 	From         string            `json:"from"`
+	// ReceivedAt is when From received the message: the hand-off delay
+	// counts from it (zero from an agent that predates it: not counted).
+	ReceivedAt time.Time `json:"received_at,omitzero"`
 }
 
-func handedOf(m *queue.Message, from string) handed {
+func handedOf(m *queue.Message, from string, received time.Time) handed {
 	return handed{ID: m.ID, Body: string(m.Body), ReceiveCount: m.ReceiveCount, SentAt: m.SentAt, Attributes: m.Attributes,
-		TraceHeader: m.TraceHeader, Handle: m.Handle, From: from}
+		TraceHeader: m.TraceHeader, Handle: m.Handle, From: from, ReceivedAt: received}
 }
 
 func (h handed) message() *queue.Message {
@@ -358,25 +361,40 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 	after := ""
 	retry := time.Duration(0)
 	more := false // the last read brought tasks: more are likely waiting
+	// held is the slots of the receive window this loop holds. A read that
+	// waits for a hand-off holds one, and keeps it from one empty read to
+	// the next: given back between them, the queue's receive takes it for
+	// its long poll (queue.wait_time), and a task handed meanwhile would
+	// wait for that poll to end before it is read.
+	held := int64(0)
+	defer func() { p.receive.Release(held) }()
 	for ctx.Err() == nil {
-		// A read that waits for a hand-off holds one slot of the receive
-		// window, so that the queue's receives keep the rest; once
-		// hand-offs come in, a read takes as many as there are free slots.
-		if err := p.receive.Acquire(ctx, 1); err != nil {
-			return
+		// The queue's receives keep the rest of the window; once hand-offs
+		// come in, a read takes as many as there are free slots.
+		if held == 0 {
+			if err := p.receive.Acquire(ctx, 1); err != nil {
+				return
+			}
+			held = 1
 		}
-		n := int64(1)
-		for more && n < maxHandedRead && p.receive.TryAcquire(1) {
-			n++
+		for more && held < maxHandedRead && p.receive.TryAcquire(1) {
+			held++
 		}
 		// The read blocks up to handedBlock and is cut short when ctx ends.
 		rctx, cancel := context.WithTimeout(ctx, handedBlock+w.storeTimeout+time.Second)
-		got, err := pl.Hosts.TakeTasks(rctx, w.instanceID, after, int(n), handedBlock)
+		got, err := pl.Hosts.TakeTasks(rctx, w.instanceID, after, int(held), handedBlock)
 		cancel()
-		if extra := n - int64(len(got)); extra > 0 {
-			p.receive.Release(extra)
+		// Each task read takes one held slot to its job; one more stays
+		// held for the next wait, the rest go back.
+		held -= int64(len(got))
+		if held > 1 {
+			p.receive.Release(held - 1)
+			held = 1
 		}
 		if err != nil {
+			// The queue's receives may use the slot while this waits.
+			p.receive.Release(held)
+			held = 0
 			retry = min(max(2*retry, 100*time.Millisecond), handedReadRetryMax)
 			w.log.Warn("reading the tasks handed to this agent failed", "retry_in", retry.Seconds(), "err", err)
 			t := time.NewTimer(retry)
@@ -401,7 +419,7 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 				continue
 			}
 			// Like a received message, the handler outlives the intake.
-			p.accept(h.message()) //nolint:contextcheck // see above
+			p.take(h.message(), &h) //nolint:contextcheck // see above
 		}
 		if len(ids) > 0 {
 			// Bounded by redis.timeout on a context of its own, as every store call.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -121,7 +122,7 @@ func TestPlace(t *testing.T) {
 						}
 						return nil
 					}}})
-			w.outcomes.received()
+			w.outcomes.received(true)
 			msg := &queue.Message{ID: "m1", Handle: "rh-1", ReceiveCount: 1, Body: []byte(`{"id":"t1"}`)}
 			j := &job{msg: msg, received: clk.Now(), task: task.Task{ID: "t1", Host: tt.host, Diagnostic: tt.diag, CreatedAt: created}}
 			if tt.host == "ghost-tool" {
@@ -194,4 +195,120 @@ func TestTakeHandedHoldsOneSlot(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestHandedCountedOnceAndTimed: a task handed by the agent that received
+// it carries that receipt's time; here it is not counted as received again
+// (the sender counted it), yet waits for its outcome like any job, and its
+// start observes the hand-off delay from the sender's receipt. A task from
+// the queue is counted and observes none.
+func TestHandedCountedOnceAndTimed(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1_800_000_000, 0))
+	w, m := testWorker(t, Options{Source: &placeSource{}, Store: state.NewMemory(state.MemoryOptions{Clock: clk}), Clock: clk})
+	hist := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h"})
+	w.outcomes.m.Handoff = hist
+
+	msg := &queue.Message{ID: "m1", Handle: "rh-1", Body: []byte(`{"id":"t1"}`)}
+	body, err := json.Marshal(handedOf(msg, "i-from", clk.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h handed
+	if err := json.Unmarshal(body, &h); err != nil || !h.ReceivedAt.Equal(clk.Now()) {
+		t.Fatalf("handed %s: received_at %v (err %v), want the sender's receipt %v", body, h.ReceivedAt, err, clk.Now())
+	}
+
+	w.outcomes.received(false)
+	if got := testutil.ToFloat64(m.Received); got != 0 {
+		t.Errorf("a handed task counted as received here %v times, want 0 (its sender counted it)", got)
+	}
+	if got := testutil.ToFloat64(m.Inflight); got != 1 {
+		t.Errorf("in flight %v, want 1: the handed task waits for its outcome here", got)
+	}
+	const delay = 350 * time.Millisecond
+	clk.Add(delay)
+	j := &job{msg: h.message(), handedAt: h.ReceivedAt, task: task.Task{ID: "t1"}}
+	w.outcomes.handedStart(j)
+	if n := testutil.CollectAndCount(hist); n != 1 || j.handoff != delay {
+		t.Errorf("hand-off observed %d series, delay %s; want one observation of %s", n, j.handoff, delay)
+	}
+	if s := histSum(t, hist); s != delay.Seconds() {
+		t.Errorf("hand-off sum %v s, want %v s", s, delay.Seconds())
+	}
+
+	w.outcomes.received(true)
+	w.outcomes.handedStart(&job{task: task.Task{ID: "t2"}})
+	if got := testutil.ToFloat64(m.Received); got != 1 {
+		t.Errorf("a task from the queue counted %v times, want 1", got)
+	}
+	if s := histSum(t, hist); s != delay.Seconds() {
+		t.Errorf("a task from the queue observed a hand-off (sum %v s)", s)
+	}
+}
+
+func histSum(t *testing.T, h prometheus.Histogram) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := h.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetHistogram().GetSampleSum()
+}
+
+// emptyThenBlockHosts is a Hosts whose TakeTasks finds nothing, at once,
+// empties times (a block that ran out), then waits as blockingHosts does.
+type emptyThenBlockHosts struct {
+	fakeHosts
+	empties int
+	calls   int
+	waiting chan struct{}
+}
+
+func (h *emptyThenBlockHosts) TakeTasks(ctx context.Context, _, _ string, _ int, _ time.Duration) ([]state.HandedNotice, error) {
+	h.calls++
+	if h.calls <= h.empties {
+		return nil, nil
+	}
+	close(h.waiting)
+	<-ctx.Done()
+	return nil, nil
+}
+
+// TestTakeHandedKeepsItsSlot: the read waiting for hand-offs keeps its one
+// slot of the receive window from one empty read to the next. Given back
+// between them, the queue's receive would take it for its long poll and a
+// task handed meanwhile would wait for that poll (the 200-agent fleetsim
+// measured a hand-off delay p50 of 10 s so); once the reads end, it goes
+// back.
+func TestTakeHandedKeepsItsSlot(t *testing.T) {
+	hosts := &emptyThenBlockHosts{empties: 3, waiting: make(chan struct{})}
+	w, _ := testWorker(t, Options{Source: &placeSource{}, Store: state.NewMemory(state.MemoryOptions{}), Clock: clock.Wall{},
+		Lease: 30 * time.Second, InstanceID: "i-me", Hooks: noHooks{}, Placement: Placement{Names: []string{"me"}, Hosts: hosts}})
+	win := w.pipeline.receive
+	// Every slot given back closes the window's changed channel.
+	win.mu.Lock()
+	changed := win.changed
+	win.mu.Unlock()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); w.TakeHanded(ctx) }()
+	<-hosts.waiting
+	win.mu.Lock()
+	held := win.held
+	win.mu.Unlock()
+	select {
+	case <-changed:
+		t.Errorf("a slot was given back between %d empty reads; want the waiting read's one kept", hosts.empties)
+	default:
+	}
+	if held != 1 {
+		t.Errorf("%d slots held while waiting for a hand-off, want 1", held)
+	}
+	cancel()
+	<-done
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if win.held != 0 {
+		t.Errorf("%d slots still held after the reads ended, want 0", win.held)
+	}
 }

@@ -21,7 +21,7 @@ func TestStillOursStaleDecision(t *testing.T) {
 	src := &deferSource{}
 	store := state.NewMemory(state.MemoryOptions{Clock: clk})
 	w, _ := testWorker(t, Options{Source: src, Store: store, Clock: clk, Lease: lease, InstanceID: "i-1"})
-	w.outcomes.received()
+	w.outcomes.received(true)
 	j := &job{msg: &queue.Message{ID: "m1"}, task: task.Task{ID: "t1", Host: "h", Diagnostic: "df"}}
 	claimed := clk.Now()
 	if _, ok := w.pipeline.claims.claim(j); !ok || !j.leased {

@@ -187,7 +187,7 @@ func (w *Worker) NotThisHost(t task.Task) error {
 // answered 400) as rejected, or stale when it is older than
 // queue.max_age, like a message the pipeline rejects.
 func (w *Worker) Rejected(t task.Task, err error) {
-	w.outcomes.received()
+	w.outcomes.received(true)
 	j := &job{task: t, received: w.clock.Now()}
 	end := outcome.Rejected
 	if task.Reason(err) == task.ReasonStale {

@@ -91,13 +91,21 @@ func TestTargetTasksRunOnTheirHost(t *testing.T) {
 				id, agent, rec.Outcome, strings.TrimSpace(rec.Output), rec.Owner, rec.Attempts, agent)
 		}
 	}
-	handed, succeeded := 0.0, 0
+	handed, succeeded, received, handoffs := 0.0, 0, 0.0, 0.0
 	for _, a := range agents {
-		handed += harness.Series(a.metrics(), "autodiag_task_routing_total", `result="handed"`)
+		m := a.metrics()
+		handed += harness.Series(m, "autodiag_task_routing_total", `result="handed"`)
+		received += harness.Series(m, "autodiag_tasks_received_total", "")
+		handoffs += harness.Series(m, "autodiag_task_handoff_seconds_count", "")
 		succeeded += sqsOutcomes(a)["succeeded"]
 	}
 	if handed == 0 {
 		t.Error("no task was handed between agents; the test shows nothing about routing")
+	}
+	// Each handed task that ran started once on its owner, which observed
+	// its hand-off delay; a task handed twice (a redelivery) runs once.
+	if handoffs < 1 || handoffs > handed {
+		t.Errorf("%v hand-off delays observed for %v hand-offs; want between 1 and %v", handoffs, handed, handed)
 	}
 	if succeeded != tasks {
 		t.Errorf("%d succeeded outcomes across the fleet, want %d (one per task)", succeeded, tasks)
@@ -105,6 +113,11 @@ func TestTargetTasksRunOnTheirHost(t *testing.T) {
 	_, _, _, st := fq.stats(t)
 	if st.Deleted != tasks {
 		t.Errorf("queue stats %+v: want %d deleted", st, tasks)
+	}
+	// A handed task counts as received at the agent that received it from
+	// the queue, not again at its owner.
+	if int(received) != st.Received {
+		t.Errorf("autodiag_tasks_received_total sums to %v over the fleet, want the queue's %d deliveries (%v hand-offs)", received, st.Received, handed)
 	}
 }
 

@@ -100,6 +100,12 @@ type fleetOpts struct {
 	// stall is how long Redis is held busy in chunks from the scale-in's
 	// start (stallRedis); 0 = never.
 	stall time.Duration
+	// runsOn is the -runs-on mode (fleet_target.go): "" the hosts no agent
+	// owns, "any" or "target" the agents' own host names.
+	runsOn string
+	// even spreads every task evenly over the hosts (the agents' in the
+	// -runs-on modes): no hot host, no Zipf skew.
+	even bool
 	redisOpts
 }
 
@@ -129,6 +135,8 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	fs.StringVar(&seed, "seed", envOr("FLEETSIM_SEED", "1"), "seed of the workload and of the choice of agents")
 	fs.IntVar(&o.senders, "scale-in-senders", intEnv("FLEETSIM_SCALE_IN_SENDERS", 1), "Terminates of the scale-in sent at once (FLEETSIM_SCALE_IN_SENDERS)")
 	fs.DurationVar(&o.stall, "redis-stall", durEnv("FLEETSIM_REDIS_STALL", 0), "from the scale-in on, hold Redis busy this long in chunks of "+fleetStallChunk.String()+" every "+(fleetStallChunk+fleetStallGap).String()+" (a Redis answering late, below the agents' redis.timeout); 0 = never (FLEETSIM_REDIS_STALL)")
+	fs.StringVar(&o.runsOn, "runs-on", envOr("FLEETSIM_RUNS_ON", runsOnDefault), "\"\" (tasks for hosts no agent owns), \"any\" (tasks for the agents' own hosts node-NNN, diagnostics that probe {host} wherever received) or \"target\" (the same tasks, runs_on target: each runs on its host's agent, handed to it by the agent that received it) (FLEETSIM_RUNS_ON)")
+	fs.BoolVar(&o.even, "even", os.Getenv("FLEETSIM_EVEN") == "1", "spread every task evenly over the hosts: no hot host and no Zipf skew (with -runs-on target a hot host is one agent's work; FLEETSIM_EVEN=1)")
 	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("flags: %w", err)
@@ -175,6 +183,9 @@ func parseFleetOpts(args []string) (fleetOpts, error) {
 	// The freeze must end, and the kills land, while tasks are still sent.
 	if o.duration < 2*o.freeze {
 		errs = append(errs, fmt.Errorf("-duration %s: at least %s (twice the freeze)", o.duration, 2*o.freeze))
+	}
+	if !slices.Contains([]string{runsOnDefault, runsOnAny, runsOnTarget}, o.runsOn) {
+		errs = append(errs, fmt.Errorf("-runs-on %q: want \"\", %q or %q", o.runsOn, runsOnAny, runsOnTarget))
 	}
 	if o.senders < 1 {
 		errs = append(errs, fmt.Errorf("-scale-in-senders %d: want at least 1", o.senders))
@@ -297,7 +308,7 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	if err := r.start(l, func(fa *fleetAgent) string {
 		return rs.config(harness.AgentConfig{Instance: fa.inst, Workers: o.workers, QueueURL: tasks, Visibility: fleetVisibility,
 			WaitTime: 20 * time.Second, Prefix: "fleet:", Rules: fleetRules,
-			Catalog: fleetCatalog(script, fa.inst)}).YAML() + lifecycleYAML
+			Catalog: fleetCatalog(script, fa.inst, o.runsOn)}).YAML() + lifecycleYAML
 	}, env); err != nil {
 		return r, err
 	}
@@ -370,7 +381,7 @@ func (r *fleetRun) start(l *harness.Lab, yaml func(*fleetAgent) string, env []st
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a, err := l.StartAgent(yaml(fa), env...)
+			a, err := l.StartAgent(yaml(fa), append(slices.Clone(env), agentEnv(r, fa)...)...)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -394,6 +405,16 @@ func (r *fleetRun) start(l *harness.Lab, yaml func(*fleetAgent) string, env []st
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// agentEnv is what one agent's environment adds to the fleet's: in the
+// -runs-on modes its own host name, its canonical one (the agents of one
+// machine share its hostname, which no task names).
+func agentEnv(r *fleetRun, fa *fleetAgent) []string {
+	if r.o.runsOn == runsOnDefault {
+		return nil
+	}
+	return []string{"AUTODIAG_HOST_NAMES=" + nodeName(slices.Index(r.agents, fa))}
 }
 
 // fleetEvent is one step of the timeline.
@@ -584,13 +605,23 @@ func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string
 			case x < 0.7:
 				// Spread over every host, and about 1.2 a second on one hot
 				// host: near its cap, below what the cap lets through.
-				st.diag, st.secs, st.host = "quick", longTail(rng), fmt.Sprintf("host-%02d", rng.IntN(r.o.hosts))
-				if rng.Float64() < hotShare {
-					st.host = "host-00"
+				st.diag, st.secs, st.host = "quick", longTail(rng), r.o.hostName(rng.IntN(r.o.hosts))
+				if r.o.runsOn != runsOnDefault {
+					// Every agent's machine.
+					st.host = r.o.hostName(rng.IntN(r.o.agents))
+				}
+				if rng.Float64() < hotShare && !r.o.even {
+					st.host = r.o.hostName(0)
 				}
 			default:
 				st.diag, st.secs = fleetDiagnostics[1+int((x-0.7)/0.1)%3], 0.05+0.25*rng.Float64()
-				st.host = fmt.Sprintf("host-%02d", zipf.Uint64())
+				st.host = r.o.hostName(int(zipf.Uint64()))
+				if r.o.even {
+					st.host = r.o.hostName(rng.IntN(r.o.hosts))
+					if r.o.runsOn != runsOnDefault {
+						st.host = r.o.hostName(rng.IntN(r.o.agents))
+					}
+				}
 			}
 			st.at = time.Now()
 			r.sent = append(r.sent, st)
@@ -609,6 +640,15 @@ func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string
 			return err
 		}
 	}
+}
+
+// hostName is the workload's i-th host: host-NN, or in the -runs-on modes
+// agent i's machine.
+func (o fleetOpts) hostName(i int) string {
+	if o.runsOn == runsOnDefault {
+		return fmt.Sprintf("host-%02d", i)
+	}
+	return nodeName(i % o.agents)
 }
 
 // longTail draws a run time: most under 1 s, a few up to fleetMaxRun.
@@ -640,12 +680,17 @@ printf 'E %%s %%s %%s %%s %%s\n' "$1" "$2" "$5" "$4" "$EPOCHREALTIME" >> '%[1]s'
 
 // fleetCatalog is the agent's diagnostics: each runs the mark script with
 // the task's run time; the instance id is written in since the catalog has
-// no placeholder for it.
-func fleetCatalog(script, inst string) string {
+// no placeholder for it, so each mark says which agent ran it. With
+// -runs-on target each is host-local (runs_on target): the mark's instance
+// must be the one whose host the task names.
+func fleetCatalog(script, inst, runsOn string) string {
 	var b strings.Builder
 	for _, d := range fleetDiagnostics {
 		fmt.Fprintf(&b, "  - name: %s\n    command: [/bin/bash, '%s', '{id}', '{host}', '{param.secs}', '%s', %s]\n    params: {secs: '[0-9]{1,2}\\.[0-9]{3}'}\n    timeout: 60s\n",
 			d, script, inst, d)
+		if runsOn == runsOnTarget {
+			b.WriteString("    runs_on: target\n")
+		}
 	}
 	return b.String()
 }

@@ -82,7 +82,8 @@ type fleetResult struct {
 	Timeline timeline       `json:"timeline"`
 	Redis    *redisRes      `json:"redis,omitempty"`
 	Notices  *noticeRes     `json:"notices,omitempty"`
-	Warnings []logCount     `json:"agent_warnings"` // the agents' warnings and errors, by message
+	Target   *targetRes     `json:"target,omitempty"` // -runs-on any or target
+	Warnings []logCount     `json:"agent_warnings"`   // the agents' warnings and errors, by message
 }
 
 type fleetParam struct {
@@ -98,6 +99,8 @@ type fleetParam struct {
 	VisibilitySecs  float64 `json:"visibility_timeout_seconds"`
 	GoMemLimit      string  `json:"gomemlimit"`
 	Seed            uint64  `json:"seed"`
+	RunsOn          string  `json:"runs_on,omitempty"`
+	Even            bool    `json:"even,omitempty"`
 }
 
 type taskCounts struct {
@@ -271,7 +274,8 @@ func (r *fleetRun) params() fleetParam {
 	o := r.o
 	return fleetParam{Agents: o.agents, DurationSeconds: o.duration.Seconds(), Rate: o.rate, Hosts: o.hosts, Workers: o.workers,
 		ScaledIn: len(r.role("scaled_in")), Killed: len(r.role("killed")), Frozen: len(r.role("frozen")),
-		FreezeSeconds: o.freeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed}
+		FreezeSeconds: o.freeze.Seconds(), VisibilitySecs: fleetVisibility.Seconds(), GoMemLimit: o.memLimit, Seed: o.seed,
+		RunsOn: o.runsOn, Even: o.even}
 }
 
 func (r *fleetRun) check() *fleetResult {
@@ -327,6 +331,7 @@ func (r *fleetRun) check() *fleetResult {
 	ended := map[string][]int{}
 	bucket := func(t time.Time) int { return max(0, int(t.Sub(r.t0)/time.Second)) }
 	var ends [][]time.Time
+	var lines []endedLine
 	for _, fa := range r.agents {
 		if fa.Agent == nil {
 			continue
@@ -335,6 +340,9 @@ func (r *fleetRun) check() *fleetResult {
 		for _, line := range fa.Logs("task ended") {
 			oc, _ := line["outcome"].(string)
 			id, _ := line["task_id"].(string)
+			reason, _ := line["reason"].(string)
+			handoff, _ := line["handoff_seconds"].(float64)
+			lines = append(lines, endedLine{id: id, outcome: oc, reason: reason, handoff: handoff, role: fa.role})
 			outcomes[oc]++
 			if finalOutcomes[oc] && finalOf[id] == "" {
 				finalOf[id] = oc
@@ -420,6 +428,19 @@ func (r *fleetRun) check() *fleetResult {
 	add("lifecycle actions completed exactly once, none expired", fmt.Sprintf("%d completed once, 0 expired", res.Params.ScaledIn),
 		fmt.Sprintf("%d completed once, %d expired", d.Completed, d.Expired), d.Completed == res.Params.ScaledIn && d.Expired == 0)
 	add("scaled-in agents exit 0", "0 other exits", strconv.Itoa(d.NonZeroExitScaledIn), d.NonZeroExitScaledIn == 0)
+
+	if r.o.runsOn != runsOnDefault {
+		tr := checkTarget(r, runs, lines)
+		res.Target = &tr
+		if r.o.runsOn == runsOnTarget {
+			add("runs on a machine other than the task's target", "0", strconv.Itoa(tr.WrongMachine), tr.WrongMachine == 0)
+			add("hand-off delay p99 (receipt by another agent → start on the host's agent; the frozen agent's left out)", "≤ 1 s",
+				fmt.Sprintf("p99 %.3f s (p50 %.3f s, max %.3f s, %d handed)", tr.HandoffP99, tr.HandoffP50, tr.HandoffMax, tr.Handed),
+				tr.Handed > 0 && tr.HandoffP99 <= 1)
+			add("unrun tasks of scaled-in or killed hosts end rejected target_draining / no_agent_for_host (or rate_limited)", "0 other ends",
+				fmt.Sprintf("%d (%s)", tr.DepartedBad, fmtCounts(tr.Departed)), tr.DepartedBad == 0)
+		}
+	}
 
 	res.Costs = r.costs(res.Params.ScaledIn)
 	res.Agents = r.agentStats()
@@ -705,9 +726,19 @@ func (res *fleetResult) print(w io.Writer) {
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
+		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},
 		{"peak RSS per agent (VmHWM) max / p50 / mean", fmt.Sprintf("%.1f / %.1f / %.1f MiB", a.PeakRSSMaxMiB, a.PeakRSSP50MiB, a.PeakRSSMeanMiB)},
 		{"of which the agent's own (RssAnon, sampled every 2 s) max / p50", fmt.Sprintf("%.1f / %.1f MiB", a.PeakAnonMaxMiB, a.PeakAnonP50MiB)},
+	}
+	if tr := res.Target; tr != nil {
+		rows = append(rows,
+			[2]string{"runs on a machine other than the target", strconv.Itoa(tr.WrongMachine)},
+			[2]string{"handed and run on the host's agent (to the frozen agent)", fmt.Sprintf("%d (%d)", tr.Handed, tr.FrozenHanded)},
+			[2]string{"hand-offs (EXECs of GiveTask; a task comes back to another agent after a deferral or a lapsed visibility)", strconv.FormatInt(tr.HandOffs, 10)},
+			[2]string{"hand-off delay p50 / p99 / max (to the frozen agent: max)", fmt.Sprintf("%.3f / %.3f / %.3f s (%.3f s)", tr.HandoffP50, tr.HandoffP99, tr.HandoffMax, tr.FrozenMax)},
+			[2]string{"tasks of scaled-in or killed hosts", fmtCounts(tr.Departed)},
+			[2]string{"stream commands per handed task", fmtFloats(tr.StreamPerHanded)})
 	}
 	for _, row := range rows {
 		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
@@ -732,6 +763,22 @@ func (res *fleetResult) print(w io.Writer) {
 	if res.Redis != nil {
 		res.Redis.print(w)
 	}
+}
+
+func fmtFloats(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fmtCounts(m map[string]int) string {
