@@ -182,9 +182,10 @@ start_tool() {
 	local name=$1
 	(
 		t0=$SECONDS
+		[[ $name != golangci-lint || -z $agent_build ]] || build_agent
 		install_tool "$@"
 		times >"$work/$name.times"
-		log "$name ready after $((SECONDS - t0))s (cpu $(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/$name.times")s), beside the other phases"
+		log "$name ready after $((SECONDS - t0))s (cpu $(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/$name.times")s)$([[ $name != golangci-lint || -z $agent_build ]] || echo ", the e2e agent's build first"), beside the other phases"
 	) &
 	tool_pid[$name]=$!
 }
@@ -192,8 +193,27 @@ wait_tool() {
 	phase "wait for $1"
 	wait "${tool_pid[$1]}" || { log "installing $1 failed"; exit 1; }
 }
+# The end-to-end tests' agent (cmd/autodiag's TestMain, internal/harness
+# Build) is compiled here, first in the golangci-lint build's job, with
+# harness.Build's settings (the release's; TestHarnessBuildIsReleaseBuild
+# keeps the line below in step): the agent and its dependencies, ~210 CPU s
+# cold, compile beside vet instead of inside go test, and the release check
+# that runs beside this script finds them built. One job, not two at once:
+# two go commands compiling the same packages at the same time both compile
+# them (the build cache shares only what is finished), so the standard
+# library is compiled once, by the agent's build, and golangci-lint and
+# ec2-metadata-mock (started after vet) take it from the cache.
+agent_build=""
+for p in "${@:-./...}"; do
+	[[ $p != ./... && $p != ./cmd* ]] || agent_build=1
+done
+build_agent() {
+	log "building the e2e tests' agent (release settings) beside vet"
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/autodiag-e2e" ./cmd/autodiag ||
+		{ log "building the e2e tests' agent failed"; exit 1; }
+	rm -f "$work/autodiag-e2e"
+}
 start_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-start_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 
 # The module's own dependencies, in a phase of their own: on a fresh
 # machine the download is network time, not build time.
@@ -302,6 +322,7 @@ fi
 # race_off_test.go: a constant each).
 phase "go vet -race ${pkgs[*]}"
 go vet -race "${pkgs[@]}"
+start_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 # Several worktrees share this machine and its lint cache (safe for
 # concurrent use, like the Go build cache): run beside them, not after.
 wait_tool golangci-lint
