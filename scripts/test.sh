@@ -136,6 +136,12 @@ install_deb prometheus promtool
 # cache the tool is built into $bin.
 tools_cache=${AUTODIAG_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/autodiag-tools}
 go_version=$(go env GOVERSION)
+# Tools are built with the release's settings (.goreleaser.yaml: CGO_ENABLED=0,
+# -trimpath), as are the e2e tests' agent (internal/harness Build) and
+# scripts/release-check's builds: the Go build cache keys a compile on
+# them, so the standard library and any module at the same version are
+# compiled once for all of them on a fresh machine, not once per setting.
+release_go() { CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath" go "$@"; }
 install_tool() {
 	local name=$1 version=$2 pkg=$3
 	local key="$version $go_version"
@@ -145,7 +151,7 @@ install_tool() {
 	local dir=$tools_cache/$name-$version-$go_version
 	if ! mkdir -p "$tools_cache" 2>/dev/null || [[ ! -w $tools_cache ]]; then
 		log "installing $name $version into $bin (no tools cache at $tools_cache)"
-		GOBIN=$bin go install "$pkg@$version"
+		GOBIN=$bin release_go install "$pkg@$version"
 		echo "$key" >"$bin/.$name.version"
 		return 0
 	fi
@@ -160,7 +166,7 @@ install_tool() {
 			# no binary that a later run would take for a complete one.
 			local partial
 			partial=$(mktemp -d "$tools_cache/.partial.XXXXXX")
-			GOBIN=$partial go install "$pkg@$version" || { rm -rf "$partial"; exit 1; }
+			GOBIN=$partial release_go install "$pkg@$version" || { rm -rf "$partial"; exit 1; }
 			mkdir -p "$dir"
 			mv -f "$partial/$name" "$dir/$name"
 			rmdir "$partial"
@@ -182,9 +188,10 @@ start_tool() {
 	local name=$1
 	(
 		t0=$SECONDS
+		[[ $name != golangci-lint || -z $agent_build ]] || build_agent
 		install_tool "$@"
 		times >"$work/$name.times"
-		log "$name ready after $((SECONDS - t0))s (cpu $(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/$name.times")s), beside the other phases"
+		log "$name ready after $((SECONDS - t0))s (cpu $(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/$name.times")s)$([[ $name != golangci-lint || -z $agent_build ]] || echo ", the e2e agent's build first"), beside the other phases"
 	) &
 	tool_pid[$name]=$!
 }
@@ -192,8 +199,27 @@ wait_tool() {
 	phase "wait for $1"
 	wait "${tool_pid[$1]}" || { log "installing $1 failed"; exit 1; }
 }
+# The end-to-end tests' agent (cmd/autodiag's TestMain, internal/harness
+# Build) is compiled here, first in the golangci-lint build's job, with
+# harness.Build's settings (the release's; TestHarnessBuildIsReleaseBuild
+# keeps the line below in step): the agent and its dependencies, ~210 CPU s
+# cold, compile beside vet instead of inside go test, and the release check
+# that runs beside this script finds them built. One job, not two at once:
+# two go commands compiling the same packages at the same time both compile
+# them (the build cache shares only what is finished), so the standard
+# library is compiled once, by the agent's build, and golangci-lint and
+# ec2-metadata-mock (started after vet) take it from the cache.
+agent_build=""
+for p in "${@:-./...}"; do
+	[[ $p != ./... && $p != ./cmd* ]] || agent_build=1
+done
+build_agent() {
+	log "building the e2e tests' agent (release settings) beside vet"
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/autodiag-e2e" ./cmd/autodiag ||
+		{ log "building the e2e tests' agent failed"; exit 1; }
+	rm -f "$work/autodiag-e2e"
+}
 start_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-start_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 
 # The module's own dependencies, in a phase of their own: on a fresh
 # machine the download is network time, not build time.
@@ -279,7 +305,11 @@ fi
 
 # --- checks --------------------------------------------------------------------
 pkgs=("$@")
-[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./...)
+# The whole module: ./cmd/autodiag named first (go lists each package
+# once), so go test compiles and starts its binary first: its run is the
+# longest (the end-to-end tests, ~450 s), and started last it would run
+# alone at the end with a core idle.
+[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./cmd/autodiag ./...)
 
 phase "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tmp/*'))
@@ -302,6 +332,7 @@ fi
 # race_off_test.go: a constant each).
 phase "go vet -race ${pkgs[*]}"
 go vet -race "${pkgs[@]}"
+start_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 # Several worktrees share this machine and its lint cache (safe for
 # concurrent use, like the Go build cache): run beside them, not after.
 wait_tool golangci-lint
@@ -323,7 +354,10 @@ run=()
 export AUTODIAG_TEST_RUNS=$work/test-runs
 : >"$AUTODIAG_TEST_RUNS"
 test_rc=0
-go test -race -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
+# -vet=off: go vet -race above ran every analyzer go test's own vet step
+# would (a subset of vet's defaults) on the same packages and files; run
+# again here they are tens of CPU seconds on a fresh machine for nothing.
+go test -race -vet=off -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
 	log "test binaries ran $(awk '{ s += $1 } END { printf "%d", s + 0.5 }' "$AUTODIAG_TEST_RUNS")s in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $2); printf "%s%s %ds", (NR > 1 ? ", " : ""), $2, $1 + 0.5 }')"
 fi

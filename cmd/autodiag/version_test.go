@@ -7,10 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/autodiag/autodiag/internal/harness"
 )
 
 // releaseBuild is the part of .goreleaser.yaml's build that stamps the
@@ -84,6 +87,60 @@ func TestReleaseBuildStampsVersion(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("version --json = %+v, want %+v", got, want)
+	}
+}
+
+// TestHarnessBuildIsReleaseBuild: the binary the end-to-end tests run
+// (harness.Build) is compiled with .goreleaser.yaml's env and flags and
+// linked with its ldflags less the version stamp. The tests then run what
+// the release ships, and a fresh machine compiles the agent once for both
+// (the Go build cache keys a compile on these settings): a release setting
+// changed without harness.Build would compile everything twice again.
+func TestHarnessBuildIsReleaseBuild(t *testing.T) {
+	raw, err := os.ReadFile("../../.goreleaser.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Builds []releaseBuild `yaml:"builds"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf(".goreleaser.yaml: %v", err)
+	}
+	if len(cfg.Builds) != 1 {
+		t.Fatalf(".goreleaser.yaml: want one build, got %d", len(cfg.Builds))
+	}
+	b := cfg.Builds[0]
+	if !slices.Equal(b.Env, harness.ReleaseEnv) {
+		t.Errorf("harness.ReleaseEnv = %q, .goreleaser.yaml's env = %q", harness.ReleaseEnv, b.Env)
+	}
+	if !slices.Equal(b.Flags, harness.ReleaseFlags) {
+		t.Errorf("harness.ReleaseFlags = %q, .goreleaser.yaml's flags = %q", harness.ReleaseFlags, b.Flags)
+	}
+	var unstamped []string
+	for _, l := range b.Ldflags {
+		f := strings.Fields(l)
+		for i := 0; i < len(f); i++ {
+			if f[i] == "-X" {
+				i++ // and its name=value
+				continue
+			}
+			unstamped = append(unstamped, f[i])
+		}
+	}
+	if got := strings.Join(unstamped, " "); got != harness.ReleaseLdflags {
+		t.Errorf("harness.ReleaseLdflags = %q, .goreleaser.yaml's ldflags less -X = %q", harness.ReleaseLdflags, got)
+	}
+	// scripts/test.sh compiles this agent beside vet, for the tests to
+	// find in the build cache: with other settings it compiles for nothing.
+	script, err := os.ReadFile("../../scripts/test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Join(harness.ReleaseEnv, " ") + " go build " + strings.Join(harness.ReleaseFlags, " ") +
+		" -ldflags='" + harness.ReleaseLdflags + "' "
+	if !strings.Contains(string(script), line) {
+		t.Errorf("scripts/test.sh does not build the e2e agent with harness.Build's settings: no %q", line)
 	}
 }
 

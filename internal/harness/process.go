@@ -185,11 +185,31 @@ func Until(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// Build compiles ./cmd/autodiag of this module into dir and returns the
-// binary's path.
+// ReleaseEnv and ReleaseFlags are the settings of .goreleaser.yaml's build
+// (its env and flags) that decide what the compiler produces, and
+// ReleaseLdflags the part of its ldflags that is not a version stamp.
+// Build uses them, so the binary the end-to-end tests run is the one the
+// release ships, and its compile is the release's: the Go build cache
+// holds one compile of the agent and its dependencies for both (and for
+// scripts/release-check's builds), not a second one with cgo and full
+// paths, which cost ~230 CPU seconds on a fresh machine (docs/RESULTS.md,
+// Cold CI). cmd/autodiag's TestHarnessBuildIsReleaseBuild checks them
+// against .goreleaser.yaml.
+var (
+	ReleaseEnv     = []string{"CGO_ENABLED=0"}
+	ReleaseFlags   = []string{"-trimpath"}
+	ReleaseLdflags = "-s -w"
+)
+
+// Build compiles ./cmd/autodiag of this module into dir, with the
+// release's settings (ReleaseEnv, ReleaseFlags, ReleaseLdflags, no
+// version stamp), and returns the binary's path.
 func Build(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "autodiag")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/autodiag/autodiag/cmd/autodiag")
+	args := append([]string{"build"}, ReleaseFlags...)
+	args = append(args, "-ldflags="+ReleaseLdflags, "-o", bin, "github.com/autodiag/autodiag/cmd/autodiag")
+	build := exec.CommandContext(ctx, "go", args...)
+	build.Env = append(os.Environ(), ReleaseEnv...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building autodiag: %w", err)

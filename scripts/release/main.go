@@ -4,7 +4,8 @@
 // than the rest of the release check together (docs/RESULTS.md, Cold CI).
 // Tagged releases are still made by GoReleaser from the same file.
 //
-//	release snapshot [-dist DIR] [-skip-sign]  # in the repository's root
+//	release snapshot [-dist DIR] [-skip-sign] [-goarch LIST]  # in the repository's root
+//	release build -dist DIR [-goarch LIST]  # the binaries only, no packages
 //	release sbom -o DOC [-artifact NAME] [-version V] BINARY # its CycloneDX SBOM
 //
 // The snapshot: `go build` per platform with the build's flags, env and
@@ -13,6 +14,8 @@
 // library GoReleaser itself uses, from the nfpms section; a CycloneDX SBOM
 // per tarball and package from the binary's embedded build info;
 // checksums.txt; its signature by packaging/release/sign.sh; metadata.json.
+// -goarch limits both to some of the build's architectures: CI builds and
+// packages the host's and only builds the others (scripts/release-check).
 // It is tooling: a module of its own, never linked into the agent.
 package main
 
@@ -39,8 +42,19 @@ func main() {
 		dist := fs.String("dist", "", "output directory (default: .goreleaser.yaml's dist)")
 		skipSign := fs.Bool("skip-sign", false, "do not sign checksums.txt")
 		config := fs.String("config", ".goreleaser.yaml", "GoReleaser configuration")
+		goarch := fs.String("goarch", "", "comma-separated architectures to build and package (default: builds.goarch, all)")
 		_ = fs.Parse(os.Args[2:])
-		err = snapshot(ctx, *config, *dist, *skipSign)
+		err = snapshot(ctx, *config, *dist, *skipSign, *goarch)
+	case "build":
+		fs := flag.NewFlagSet("build", flag.ExitOnError)
+		dist := fs.String("dist", "", "output directory (required)")
+		config := fs.String("config", ".goreleaser.yaml", "GoReleaser configuration")
+		goarch := fs.String("goarch", "", "comma-separated architectures to build (default: builds.goarch, all)")
+		_ = fs.Parse(os.Args[2:])
+		if *dist == "" || fs.NArg() != 0 {
+			usage()
+		}
+		err = buildOnly(ctx, *config, *dist, *goarch)
 	case "sbom":
 		fs := flag.NewFlagSet("sbom", flag.ExitOnError)
 		out := fs.String("o", "", "output file")
@@ -63,6 +77,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: release snapshot [-dist DIR] [-skip-sign] [-config FILE]\n       release sbom -o DOC [-artifact NAME] [-version V] [-date RFC3339] BINARY")
+	fmt.Fprintln(os.Stderr, "usage: release snapshot [-dist DIR] [-skip-sign] [-goarch LIST] [-config FILE]\n       release build -dist DIR [-goarch LIST] [-config FILE]\n       release sbom -o DOC [-artifact NAME] [-version V] [-date RFC3339] BINARY")
 	os.Exit(2)
 }

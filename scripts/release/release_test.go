@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,38 @@ func TestExpandUnknownVariable(t *testing.T) {
 	}
 	if _, err := expand("{{ .Summary }}", v); err == nil {
 		t.Error("an unknown template variable expanded without an error")
+	}
+}
+
+// TestSelectGoarch: -goarch keeps the build's order and only its
+// architectures; empty means all of them; an unknown or empty name is an
+// error naming it.
+func TestSelectGoarch(t *testing.T) {
+	build := []string{"amd64", "arm64"}
+	for _, tc := range []struct {
+		list string
+		want []string
+	}{
+		{"", []string{"amd64", "arm64"}},
+		{"amd64", []string{"amd64"}},
+		{"arm64", []string{"arm64"}},
+		{"arm64,amd64", []string{"amd64", "arm64"}},
+		{" arm64 , arm64", []string{"arm64"}},
+	} {
+		got, err := selectGoarch(build, tc.list)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("selectGoarch(%q) = %q, %v; want %q", tc.list, got, err, tc.want)
+		}
+	}
+	for _, list := range []string{"riscv64", "amd64,", "amd64,386"} {
+		got, err := selectGoarch(build, list)
+		if err == nil {
+			t.Errorf("selectGoarch(%q) = %q, want an error", list, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), "builds.goarch") {
+			t.Errorf("selectGoarch(%q): %v; want the error to name builds.goarch", list, err)
+		}
 	}
 }
 

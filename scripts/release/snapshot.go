@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,9 +79,58 @@ type artifact struct {
 	binary built
 }
 
-func snapshot(ctx context.Context, configPath, dist string, skipSign bool) error {
+// selectGoarch returns the architectures of list (comma-separated), each
+// one of the build's goarch, in the build's order; all of them when list
+// is empty. A name the build does not have is an error that names it.
+func selectGoarch(build []string, list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		return build, nil
+	}
+	want := map[string]bool{}
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if !slices.Contains(build, a) {
+			return nil, fmt.Errorf("-goarch %q: %q is not one of builds.goarch %v", list, a, build)
+		}
+		want[a] = true
+	}
+	var out []string
+	for _, a := range build {
+		if want[a] {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// buildOnly builds the binaries of the listed architectures (all when
+// goarch is empty) exactly as snapshot does, into dist/<id>_<os>_<arch>/,
+// and packages nothing: an architecture whose packaging CI leaves to the
+// tagged release is still proven to compile and link, and its size
+// checked.
+func buildOnly(ctx context.Context, configPath, dist, goarch string) error {
 	c, err := loadConfig(configPath)
 	if err != nil {
+		return err
+	}
+	b := c.Builds[0]
+	if b.Goarch, err = selectGoarch(b.Goarch, goarch); err != nil {
+		return err
+	}
+	v, err := snapshotVars(ctx, c.ProjectName)
+	if err != nil {
+		return err
+	}
+	_, err = buildAll(ctx, b, v, dist)
+	return err
+}
+
+func snapshot(ctx context.Context, configPath, dist string, skipSign bool, goarch string) error {
+	c, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	if c.Builds[0].Goarch, err = selectGoarch(c.Builds[0].Goarch, goarch); err != nil {
 		return err
 	}
 	if dist == "" {
