@@ -61,7 +61,13 @@ type approvalHarness struct {
 
 func startApprovalAgent(t *testing.T, d Deps) *approvalHarness {
 	t.Helper()
-	cfg, err := config.Load([]byte(approvalConfig), nil)
+	return startApprovalAgentWith(t, d, "")
+}
+
+// startApprovalAgentWith is startApprovalAgent with more config appended.
+func startApprovalAgentWith(t *testing.T, d Deps, extra string) *approvalHarness {
+	t.Helper()
+	cfg, err := config.Load([]byte(approvalConfig+extra), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

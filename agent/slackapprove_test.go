@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autodiag/autodiag/agent/approval"
+	"github.com/autodiag/autodiag/agent/slackact"
+	"github.com/autodiag/autodiag/agent/taskview"
+	"github.com/autodiag/autodiag/internal/outcome"
+)
+
+// TestSlackApproveRunsAParkedTask: Slack's Approve button, pressed by a
+// user on intake.slack.approvers and signed with the signing secret,
+// decides a parked task through the agent's approvals store (via slack),
+// and the task runs with the Slack user named as its approver; a user not
+// on the list is refused and decides nothing.
+func TestSlackApproveRunsAParkedTask(t *testing.T) {
+	h := startApprovalAgentWith(t, Deps{}, `
+intake:
+  addr: 127.0.0.1:0
+  slack:
+    signing_secret_env: SLACK_SIGNING_SECRET
+    approvers: [U0ANA]
+`)
+	getenv := func(k string) (string, bool) { return "s3cret", k == "SLACK_SIGNING_SECRET" }
+	ih, err := h.ma.IntakeHandler(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	press := func(user, action, id string) (int, string) {
+		js := `{"type":"block_actions","user":{"id":"` + user + `"},"actions":[{"action_id":"` + action + `","value":"` + id + `"}]}`
+		body := url.Values{"payload": {js}}.Encode()
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, slackact.Path, strings.NewReader(body))
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		r.Header.Set("X-Slack-Request-Timestamp", ts)
+		r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(slackact.Sign("s3cret", ts, []byte(body))))
+		w := httptest.NewRecorder()
+		ih.ServeHTTP(w, r)
+		var ans map[string]string
+		_ = json.Unmarshal(w.Body.Bytes(), &ans)
+		return w.Code, ans["result"]
+	}
+	h.post(t, "h1", "heapdump", "")
+	h.waitFor(t, "h1", "parked", parked)
+	if code, res := press("U0EVE", slackact.ActionApprove, "h1"); code != http.StatusForbidden {
+		t.Fatalf("press by a user not on approvers: %d %s, want 403", code, res)
+	}
+	if v, _ := h.view(t, "h1"); !parked(v) {
+		t.Fatalf("h1 is %s/%s after a refused press, want still awaiting_approval", v.Status, v.Outcome)
+	}
+	if code, res := press("U0ANA", slackact.ActionApprove, "h1"); code != http.StatusOK {
+		t.Fatalf("approver's press: %d %s, want 200", code, res)
+	}
+	v := h.waitFor(t, "h1", "ended", ended)
+	if v.Outcome != outcome.Succeeded {
+		t.Fatalf("h1 ended %s (%s), want succeeded", v.Outcome, v.Reason)
+	}
+	if a := v.Approval; a == nil || a.Decision != taskview.ApprovalApproved || a.By != "slack:U0ANA" || a.Via != approval.ViaSlack {
+		t.Fatalf("record's approval %+v, want approved by slack:U0ANA via slack", a)
+	}
+	if code, _ := press("U0ANA", slackact.ActionDeny, "h1"); code != http.StatusConflict {
+		t.Fatalf("second press on a decided task: %d, want 409", code)
+	}
+}
