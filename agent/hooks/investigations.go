@@ -40,7 +40,7 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 		Metrics:   metrics,
 		Runbooks:  parts.Runbooks})
 	if err != nil {
-		return fmt.Errorf("agent: report.investigate: %w", err)
+		return fmt.Errorf("hooks: report.investigate: %w", err)
 	}
 	parts.Writer = iv
 	return nil
