@@ -332,7 +332,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			Host:       strings.TrimSpace(host),
 			Diagnostic: ct.diagnostic,
 			Severity:   normSeverity(sev),
-			Alert: task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a),
+			Alert: taskview.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a),
 				Labels: task.BoundContext(a.Labels), Annotations: task.BoundContext(a.Annotations), StartsAt: a.StartsAt.UTC(),
 				Route: c.name, Investigate: c.investigate},
 			CreatedAt: now.UTC(),

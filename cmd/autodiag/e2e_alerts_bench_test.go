@@ -21,6 +21,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // BenchmarkAlertIntake measures alerts accepted into the SQS fake per
@@ -121,7 +122,7 @@ func benchTasks(n int) []task.Task {
 	now := time.Now().UTC()
 	for i := range ts {
 		ts[i] = task.Task{ID: fmt.Sprintf("alert-%d", i), Host: fmt.Sprintf("web-%d", i%50), Diagnostic: "uptime",
-			Alert: task.Alert{Source: "generic", Name: "HighLoad", EventID: fmt.Sprintf("ev-%d", i)}, CreatedAt: now}
+			Alert: taskview.Alert{Source: "generic", Name: "HighLoad", EventID: fmt.Sprintf("ev-%d", i)}, CreatedAt: now}
 	}
 	return ts
 }
