@@ -228,7 +228,7 @@ func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Resu
 		rec:     &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID},
 		sources: map[string]report.Source{ev.TaskID: {Output: ev.Output, Ran: outcome.Ran(ev.Outcome)}}}
 	prompt := BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode, start)
-	if file, text, ok := iv.o.Runbooks.For(ev.Alert); ok {
+	if file, text, ok := iv.o.Runbooks.For(ev.Alert.Alert); ok {
 		prompt += runbookSection(file, text, iv.o.Redactor)
 	}
 	r.msgs = []report.Message{{Role: report.RoleUser, Text: prompt}}

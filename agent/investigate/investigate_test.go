@@ -172,7 +172,7 @@ func newTest(t *testing.T, ic report.InvestigateConfig, model *scripted, tasks *
 
 func parentEvidence() report.Evidence {
 	code := 1
-	return report.Evidence{TaskID: "t-parent", Alert: report.Alert{Source: "alertmanager", Name: "DiskFull"},
+	return report.Evidence{TaskID: "t-parent", Alert: report.EvidenceAlert{Alert: taskview.Alert{Source: "alertmanager", Name: "DiskFull"}},
 		Diagnostic: "df", Argv: []string{"df", "-h"}, Host: "web-3", ExitCode: &code, Outcome: "failed",
 		Output: "/dev/xvda1 8G 8G 0 100% /\n"}
 }

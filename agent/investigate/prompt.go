@@ -9,6 +9,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // SystemPrompt is the system message of every investigation: the
@@ -43,7 +44,7 @@ func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.I
 	var b strings.Builder
 	b.WriteString(p)
 	fmt.Fprintf(&b, "\nThe output above is task %s.\n", ev.TaskID)
-	b.WriteString(alertContext(ev.Alert, now))
+	b.WriteString(alertContext(ev.Alert.Alert, now))
 	// Where the task ran (its ran_on) is the evidence's "Ran on" line,
 	// in the single-shot prompt above, so that the model never reads one
 	// machine's output as another's.
@@ -66,7 +67,7 @@ const maxContextBytes = 4 << 10
 // annotations (summary, description, runbook_url, ...), sorted, each
 // line folded, the whole within maxContextBytes. The values come from the
 // task's record, bounded and redacted.
-func alertContext(a report.Alert, now time.Time) string {
+func alertContext(a taskview.Alert, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("\n# Alert context\n")
 	fmt.Fprintf(&b, "Now: %s\n", now.UTC().Format(time.RFC3339))
