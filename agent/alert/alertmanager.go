@@ -83,7 +83,7 @@ func DecodeAlertmanager(body []byte) (Payload, error) {
 		if !a.StartsAt.IsZero() {
 			id = fp + "@" + a.StartsAt.UTC().Format(time.RFC3339Nano)
 		}
-		p.add(i, Alert{
+		p.add(i, Received{
 			Source:      SourceAlertmanager,
 			Name:        a.Labels["alertname"],
 			Severity:    normSeverity(a.Labels["severity"]),

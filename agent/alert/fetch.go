@@ -133,7 +133,7 @@ type gettableAlert struct {
 // Fetch returns the active alerts of the group (its groupLabels as
 // filters) from externalURL's API v2, at most the configured number, in
 // one request bounded by the fetch timeout and maxFetchBody.
-func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group map[string]string) ([]Alert, error) {
+func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group map[string]string) ([]Received, error) {
 	base := normURL(externalURL)
 	if !f.allowed[base] {
 		return nil, ErrNotAllowed
@@ -173,7 +173,7 @@ func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group 
 	if err := json.Unmarshal(body, &got); err != nil {
 		return nil, fmt.Errorf("alert: fetch truncated alerts: %w", err)
 	}
-	out := make([]Alert, 0, min(len(got), f.max))
+	out := make([]Received, 0, min(len(got), f.max))
 	for _, a := range got {
 		if len(out) == f.max {
 			break
@@ -189,7 +189,7 @@ func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group 
 		if !a.StartsAt.IsZero() {
 			id = fp + "@" + a.StartsAt.UTC().Format(time.RFC3339Nano)
 		}
-		out = append(out, Alert{Source: SourceAlertmanager, Name: a.Labels["alertname"], Severity: normSeverity(a.Labels["severity"]),
+		out = append(out, Received{Source: SourceAlertmanager, Name: a.Labels["alertname"], Severity: normSeverity(a.Labels["severity"]),
 			EventID: id, Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.StartsAt.UTC(), Status: StatusFiring})
 	}
 	return out, nil

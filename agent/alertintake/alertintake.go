@@ -82,7 +82,7 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	if o.OnResolved != nil {
-		router.WatchResolved(func(a alert.Alert) { o.OnResolved(a.Source, a.EventID) })
+		router.WatchResolved(func(a alert.Received) { o.OnResolved(a.Source, a.EventID) })
 	}
 	return alert.NewHandler(alert.HandlerConfig{Router: router, Sender: o.Sender, Credentials: creds,
 		LiveCredentials: cfg.Intake.Auth.Live(getenv, creds),

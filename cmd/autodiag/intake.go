@@ -246,7 +246,7 @@ func (c *cli) routesTest(cfg config.Config, source string, body []byte) error {
 		order = append(order, i)
 	}
 	sort.Ints(order)
-	alerts := map[int]alert.Alert{}
+	alerts := map[int]alert.Received{}
 	for _, it := range p.Items {
 		alerts[it.Index] = it.Alert
 	}
