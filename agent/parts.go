@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/queue"
@@ -72,7 +72,7 @@ func callDetached(parent context.Context, d time.Duration, call func(context.Con
 // IntakeHandler is this agent's intake handler: tasks go to its task
 // queue, and it answers 503 from the first instant of a drain.
 func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
-	return alertintake.NewHandler(a.cfg, alertintake.Options{Getenv: getenv, Sender: a.alerts.Sender,
+	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
 		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
 		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) }})
@@ -86,23 +86,23 @@ func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.Aler
 	}
 	sender := d.AlertSender
 	if sender == nil {
-		sender = alertintake.SourceSender{Source: d.Source}
+		sender = listener.SourceSender{Source: d.Source}
 	}
 	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
 }
 
 // OpenIntake builds the standalone intake (`autodiag intake`) for cfg:
 // the alert handler with no workers, sending tasks onto the fleet's SQS
-// queue; see alertintake.Open.
-func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*alertintake.Intake, error) {
-	connect := func() (alertintake.SQSBatchAPI, error) {
+// queue; see listener.Open.
+func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Intake, error) {
+	connect := func() (listener.SQSBatchAPI, error) {
 		awsCfg, err := loadAWS(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
 		return sqs.NewFromConfig(awsCfg), nil
 	}
-	return alertintake.Open(cfg, connect, orDiscard(o.Logger), getenv)
+	return listener.Open(cfg, connect, orDiscard(o.Logger), getenv)
 }
 
 // buildGate builds the launch gate over this agent's parts; the instance

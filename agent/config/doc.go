@@ -9,5 +9,5 @@
 //
 // It may import the leaf packages whose sections it holds, never the
 // agent root or its parts (worker, supervisor, hooks, launch,
-// alertintake), and no AWS SDK package.
+// alert/listener), and no AWS SDK package.
 package config

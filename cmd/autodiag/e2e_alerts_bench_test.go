@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/taskview"
@@ -108,7 +108,7 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := alertintake.NewHandler(cfg, alertintake.Options{Sender: alertintake.NewSQSSender(fq.client, fq.url)})
+	h, err := listener.NewHandler(cfg, listener.Options{Sender: listener.NewSQSSender(fq.client, fq.url)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 )
 
@@ -93,9 +93,9 @@ func startAgentIntake(ctx context.Context, cfg config.Config, a *agent.Agent, lo
 	return serveIntake(ctx, cfg.Intake, h, log.With("component", "intake"))
 }
 
-// intakeStartError makes an *alertintake.Error a usage error (exit 2).
+// intakeStartError makes an *listener.Error a usage error (exit 2).
 func intakeStartError(err error) error {
-	if errors.As(err, new(*alertintake.Error)) {
+	if errors.As(err, new(*listener.Error)) {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}
 	return fmt.Errorf("start: %w", err)

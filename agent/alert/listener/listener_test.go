@@ -1,4 +1,4 @@
-package alertintake
+package listener
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package alertintake builds the HTTP alert intake: the handler over
+// Package listener builds the HTTP alert intake: the handler over
 // agent/alert's decoders and router with its credentials (NewHandler), the
 // senders that put the tasks onto the task queue (SourceSender,
 // SQSSender), and the standalone intake of `autodiag intake` (Intake,
@@ -8,4 +8,4 @@
 //
 // It may not import the agent root, the worker or the supervisor; the
 // caller opens the SQS client.
-package alertintake
+package listener

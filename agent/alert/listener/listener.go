@@ -1,4 +1,4 @@
-package alertintake
+package listener
 
 import (
 	"context"
@@ -261,7 +261,7 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	// its values.
 	red, err := redact.New(cfg.Results.Redact.Effective(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("alertintake: results.redact: %w", err)
+		return nil, fmt.Errorf("listener: results.redact: %w", err)
 	}
 	red.SetKnown(cfg.KnownValues(getenv))
 	h, err := NewHandler(cfg, Options{Getenv: getenv, Sender: NewSQSSender(api, cfg.Queue.URL), Redactor: red,
