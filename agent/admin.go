@@ -159,7 +159,7 @@ func (a *Agent) Handler() http.Handler {
 const adminRealm = "autodiag admin"
 
 // RequireAdminAuth guards an admin handler (the agent's Handler, the
-// standalone intake's AdminHandler) with admin_auth's credentials (read by
+// standalone alert listener's AdminHandler) with admin_auth's credentials (read by
 // Config.AdminCredentials): every request without them is answered 401
 // with a WWW-Authenticate challenge, except GET /healthz and GET /readyz,
 // which probes call and which reveal nothing. With no credentials it

@@ -69,12 +69,12 @@ func callDetached(parent context.Context, d time.Duration, call func(context.Con
 	return call(ctx)
 }
 
-// IntakeHandler is this agent's intake handler: tasks go to its task
+// AlertHandler is this agent's alert listener's handler: tasks go to its task
 // queue, and it answers 503 from the first instant of a drain.
-func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
+func (a *Agent) AlertHandler(getenv func(string) (string, bool)) (http.Handler, error) {
 	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
-		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
+		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "alert_listener"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
 		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) }})
 }
 
@@ -91,10 +91,10 @@ func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.Aler
 	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
 }
 
-// OpenIntake builds the standalone intake (`autodiag intake`) for cfg:
+// OpenStandaloneListener builds the standalone alert listener (`autodiag intake`) for cfg:
 // the alert handler with no workers, sending tasks onto the fleet's SQS
 // queue; see listener.Open.
-func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Intake, error) {
+func OpenStandaloneListener(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Standalone, error) {
 	connect := func() (listener.SQSBatchAPI, error) {
 		awsCfg, err := loadAWS(ctx, cfg)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
-// AlertmanagerConfig is intake.alertmanager: what the intake does about
+// AlertmanagerConfig is intake.alertmanager: what the alert listener does about
 // the alerts an Alertmanager left out of a notification (truncatedAlerts,
 // past its max_alerts).
 type AlertmanagerConfig struct {

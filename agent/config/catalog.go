@@ -40,7 +40,7 @@ func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnosti
 }
 
 // Validator is the task validator of CompileCatalog, so that a dry run and the
-// standalone intake judge a host exactly as the agent does.
+// standalone alert listener judge a host exactly as the agent does.
 func (cfg Config) Validator() (*task.Validator, error) {
 	v, _, err := cfg.CompileCatalog()
 	return v, err

@@ -42,7 +42,7 @@ type Config struct {
 	// loopback it needs AdminAuth.
 	AdminAddr string `yaml:"admin_addr"`
 	// AdminAuth names the credentials every admin request but GET
-	// /healthz and GET /readyz must carry (the intake's auth shape); unset
+	// /healthz and GET /readyz must carry (the alert listener's auth shape); unset
 	// = none, which only a loopback admin_addr may have.
 	AdminAuth alert.AuthConfig `yaml:"admin_auth"`
 	// LogLevel is debug, info (default), warn or error.
@@ -59,9 +59,10 @@ type Config struct {
 	// name the two packages' settings the section holds.
 	LifecycleSection `yaml:"lifecycle"`
 	CloudWatch       CloudWatchConfig `yaml:"cloudwatch"`
-	// Intake is the listener alerting systems post to; off by default.
-	Intake alert.IntakeConfig `yaml:"intake"`
-	// Routes decide which alerts become which tasks, on the intake
+	// Intake is the intake: section: the alert listener, which alerting
+	// systems post to; off by default.
+	Intake alert.ListenerConfig `yaml:"intake"`
+	// Routes decide which alerts become which tasks, on the alert
 	// listener and on the task queue (CloudWatch alarms); none = every
 	// alert is ignored (no_route).
 	Routes alert.Routes `yaml:"routes"`

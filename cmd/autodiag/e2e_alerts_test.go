@@ -59,13 +59,13 @@ func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLed
 	return b.String()
 }
 
-// intakeAddr is the address of the agent's intake listener, from its
-// "intake listening" line (logged before "ready").
-func intakeAddr(t *testing.T, p *proc) string {
+// listenerAddr is the address of the agent's intake listener, from its
+// "alert listener listening" line (logged before "ready").
+func listenerAddr(t *testing.T, p *proc) string {
 	t.Helper()
-	ls := p.logs("intake listening")
+	ls := p.logs("alert listener listening")
 	if len(ls) == 0 {
-		t.Fatal("no intake listening line")
+		t.Fatal("no alert listener listening line")
 	}
 	return ls[0]["addr"].(string)
 }
@@ -118,7 +118,7 @@ func TestE2EAlerts(t *testing.T) {
 	redisAddr := rc.Options().Addr
 	p := startProc(t, alertAgentYAML(t, fq.url, redisAddr, prefix, l),
 		append(fq.env, intakeTokenEnv+"="+token)...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 
 	am := fixture(t, "alertmanager_v4.json")
@@ -218,10 +218,10 @@ func mapsEqual(a, b map[string]int) bool {
 	return true
 }
 
-// TestE2EIntakeRefusesOpenListener: an intake reachable from other hosts
+// TestE2EListenerRefusesOpen: an intake reachable from other hosts
 // without auth, or whose token variable is unset, does not start (exit 2,
 // saying why).
-func TestE2EIntakeRefusesOpenListener(t *testing.T) {
+func TestE2EListenerRefusesOpen(t *testing.T) {
 	for _, tc := range []struct{ name, intake, want string }{
 		{"off loopback without auth", "intake: {addr: '0.0.0.0:0'}\n", "reachable from other hosts"},
 		{"token variable unset", "intake: {addr: '127.0.0.1:0', auth: {bearer_token_env: AUTODIAG_TEST_UNSET_TOKEN}}\n", "AUTODIAG_TEST_UNSET_TOKEN is unset"},
@@ -263,14 +263,14 @@ func TestE2ERoutesTest(t *testing.T) {
 	}
 }
 
-// TestE2EStandaloneIntake: `autodiag intake` routes a payload onto the
+// TestE2EStandaloneListener: `autodiag intake` routes a payload onto the
 // fleet's queue with no workers of its own, answers 503 after a signal and
 // exits 0.
-func TestE2EStandaloneIntake(t *testing.T) {
+func TestE2EStandaloneListener(t *testing.T) {
 	fq := newSQSFake(t, "central")
 	const token = "central-token"
-	in := startStandaloneIntake(t, fq, token)
-	addr := in.addrs["intake listening"]
+	in := startStandaloneListener(t, fq, token)
+	addr := in.addrs["alert listener listening"]
 	code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json"))
 	if code != http.StatusOK || !strings.Contains(body, `"accepted":2`) {
 		t.Fatalf("answer %d %s", code, body)
@@ -281,7 +281,7 @@ func TestE2EStandaloneIntake(t *testing.T) {
 	if err := in.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
+	eventually(t, standaloneDrainGrace, "the intake to answer 503", func() bool {
 		c, _ := postAlert(t, addr, "/v1/alerts/alertmanager", token, "{}")
 		return c == http.StatusServiceUnavailable
 	})
@@ -291,16 +291,16 @@ func TestE2EStandaloneIntake(t *testing.T) {
 	}
 }
 
-// standaloneIntake is an `autodiag intake` process and the addresses of its
-// listeners, by log message ("admin listening", "intake listening").
-type standaloneIntake struct {
+// standaloneListener is an `autodiag intake` process and the addresses of its
+// listeners, by log message ("admin listening", "alert listener listening").
+type standaloneListener struct {
 	*harness.Agent
 	addrs map[string]string
 }
 
-// startStandaloneIntake starts `autodiag intake` on fq with bearer token
+// startStandaloneListener starts `autodiag intake` on fq with bearer token
 // and returns once both its listeners are up.
-func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIntake {
+func startStandaloneListener(t *testing.T, fq *sqsFake, token string) standaloneListener {
 	t.Helper()
 	l := newAlertLedger(t)
 	a, err := harness.SpawnAgent(harness.AgentSpec{Bin: binPath, Command: "intake", Dir: t.TempDir(),
@@ -309,9 +309,9 @@ func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIn
 		t.Fatal(err)
 	}
 	t.Cleanup(a.KillTree)
-	in := standaloneIntake{Agent: a, addrs: map[string]string{}}
+	in := standaloneListener{Agent: a, addrs: map[string]string{}}
 	listening := func() bool {
-		for _, msg := range []string{"admin listening", "intake listening"} {
+		for _, msg := range []string{"admin listening", "alert listener listening"} {
 			if l := a.Logs(msg); len(l) > 0 {
 				in.addrs[msg], _ = l[0]["addr"].(string)
 			}

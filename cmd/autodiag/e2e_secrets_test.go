@@ -62,7 +62,7 @@ report:
   limits: [{daily: 100}]
 `, tokenARN, hook.srv.URL, model.BaseURL(), keyARN)
 	a := startProc(t, yaml, env...)
-	intake := intakeAddr(t, a)
+	intake := listenerAddr(t, a)
 
 	// runFailed runs the broken diagnostic on host and waits for its
 	// webhook and its model request; it returns both.

@@ -117,7 +117,7 @@ func TestE2ETracing(t *testing.T) {
 	const token = "s3cret-intake-token"
 	p := startProc(t, tracingYAML(t, fq, prefix, rc.Options().Addr, hook.srv.URL, model.BaseURL(), rcv.Endpoint()),
 		append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey)...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 	// The agent learns its hostname as the system says it.
 	hostname, err := os.Hostname()
@@ -489,15 +489,15 @@ func sendWithAttrs(t *testing.T, f *sqsFake, body string, attrs map[string]strin
 	}
 }
 
-// TestE2EStandaloneIntakePassesTrace: `autodiag intake` without tracing
+// TestE2EStandaloneListenerPassesTrace: `autodiag intake` without tracing
 // still passes the caller's traceparent on to every task it queues, so the
 // agents continue the caller's trace.
-func TestE2EStandaloneIntakePassesTrace(t *testing.T) {
+func TestE2EStandaloneListenerPassesTrace(t *testing.T) {
 	fq := newSQSFake(t, "central")
 	const token = "central-token"
-	in := startStandaloneIntake(t, fq, token)
+	in := startStandaloneListener(t, fq, token)
 	tp := "00-" + e2eTraceID + "-" + e2eParentID + "-01"
-	code, body := postTraced(t, in.addrs["intake listening"], token, fixture(t, "alertmanager_v4.json"), tp)
+	code, body := postTraced(t, in.addrs["alert listener listening"], token, fixture(t, "alertmanager_v4.json"), tp)
 	if code != http.StatusOK {
 		t.Fatalf("answer %d %s", code, body)
 	}
@@ -519,8 +519,8 @@ func TestE2EStandaloneIntakePassesTrace(t *testing.T) {
 	if err := in.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
-		c, _ := postAlert(t, in.addrs["intake listening"], "/v1/alerts/alertmanager", token, "{}")
+	eventually(t, standaloneDrainGrace, "the intake to answer 503", func() bool {
+		c, _ := postAlert(t, in.addrs["alert listener listening"], "/v1/alerts/alertmanager", token, "{}")
 		return c == http.StatusServiceUnavailable
 	})
 	if err := in.Signal(syscall.SIGTERM); err != nil {

@@ -86,7 +86,7 @@ echo "DB_PASSWORD=`+secret+`"
 	zbx := writebackfake.NewZabbix(t, "7.0.5", zbxToken, "81237")
 	p := startProc(t, writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, slack.URL, zbx.URL, "succeeded, failed"),
 		append(fq.env, intakeTokenEnv+"="+token, "SLACK_BOT_TOKEN="+slackToken, "ZABBIX_API_TOKEN="+zbxToken)...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 
 	am, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))
@@ -183,7 +183,7 @@ echo "$1 on $2: load average: 9.12, 8.40, 7.95"
 		"  on: [succeeded]\n  workers: 2\n", fake.BaseURL(), reportKeyEnv)
 	p := startProc(t, yaml, append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey,
 		"SLACK_BOT_TOKEN=xoxb-e2e", "ZABBIX_API_TOKEN=zbx-e2e")...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 
 	real, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))

@@ -27,16 +27,17 @@ import (
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
-// Error is why the intake listener cannot start: its credentials
+// Error is why the alert listener cannot start: its credentials
 // are missing from the environment, or it would be reachable from other
 // hosts without them. It is a configuration problem (exit 2).
 type Error struct{ Err error }
 
+// The prefix names the listener's config section, intake:.
 func (e *Error) Error() string { return "intake: " + e.Err.Error() }
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Options are what an intake handler needs besides the config.
+// Options are what an alert listener's handler needs besides the config.
 type Options struct {
 	// Getenv reads the credentials the intake.auth section names
 	// (os.LookupEnv in cmd).
@@ -57,7 +58,7 @@ type Options struct {
 	OnResolved func(source, eventID string)
 }
 
-// NewHandler builds the intake listener's handler for cfg: routes
+// NewHandler builds the alert listener's handler for cfg: routes
 // compiled against the catalog and host allow-list cfg describes,
 // credentials read from the environment. It fails with an *Error
 // when a credential is missing or the listener would be open.
@@ -198,22 +199,22 @@ var (
 	_ alert.Sender = (*SQSSender)(nil)
 )
 
-// errNoQueue: a standalone intake has nowhere to put tasks without the
+// errNoQueue: a standalone alert listener has nowhere to put tasks without the
 // SQS task queue.
-var errNoQueue = errors.New("queue.url must be set: a standalone intake sends tasks to the fleet's SQS queue")
+var errNoQueue = errors.New("queue.url must be set: a standalone alert listener sends tasks to the fleet's SQS queue")
 
-// Intake is `autodiag intake`: the intake listener's handler with no
+// Standalone is `autodiag intake`: the alert listener's handler with no
 // workers, sending tasks onto the fleet's SQS queue.
-type Intake struct {
+type Standalone struct {
 	Handler  http.Handler
 	Registry *prometheus.Registry
 	draining chan struct{}
 }
 
-// AdminHandler is the standalone intake's admin API, served on
+// AdminHandler is the standalone listener's admin API, served on
 // admin_addr like the agent's: GET /metrics (the alert counters, Go and
 // process metrics), GET /healthz, and GET /readyz (503 once draining).
-func (in *Intake) AdminHandler() http.Handler {
+func (in *Standalone) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(in.Registry, promhttp.HandlerOpts{Registry: in.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -230,8 +231,8 @@ func (in *Intake) AdminHandler() http.Handler {
 	return mux
 }
 
-// StartDrain makes the intake answer 503 from now on.
-func (in *Intake) StartDrain() {
+// StartDrain makes the listener answer 503 from now on.
+func (in *Standalone) StartDrain() {
 	select {
 	case <-in.draining:
 	default:
@@ -239,11 +240,11 @@ func (in *Intake) StartDrain() {
 	}
 }
 
-// Open builds a standalone intake for cfg, its credentials read
+// Open builds a standalone alert listener for cfg, its credentials read
 // through getenv; it fails with an
-// *Error when cfg has no intake listener, no task queue, or the
+// *Error when cfg has no alert listener (intake.addr), no task queue, or the
 // credentials are missing.
-func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool)) (*Intake, error) {
+func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool)) (*Standalone, error) {
 	switch {
 	case !cfg.Intake.Enabled():
 		return nil, &Error{Err: errors.New("intake.addr must be set")}
@@ -256,8 +257,8 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	in := &Intake{Registry: reg, draining: make(chan struct{})}
-	// Redacted like the agent's intake: a rejected alert's detail quotes
+	in := &Standalone{Registry: reg, draining: make(chan struct{})}
+	// Redacted like the agent's alert listener: a rejected alert's detail quotes
 	// its values.
 	red, err := redact.New(cfg.Results.Redact.Effective(), nil)
 	if err != nil {
@@ -273,7 +274,7 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 				return false
 			}
 		},
-		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake")})
+		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "alert_listener")})
 	if err != nil {
 		return nil, err
 	}
