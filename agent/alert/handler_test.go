@@ -261,7 +261,7 @@ func TestReadyz(t *testing.T) {
 }
 
 // TestBearerSchemeCaseInsensitive: the auth-scheme is matched without
-// regard to case (RFC 7235 2.1), on the intake listener and the admin API
+// regard to case (RFC 7235 2.1), on the alert listener and the admin API
 // alike (both call Authorized); the token is compared exactly.
 func TestBearerSchemeCaseInsensitive(t *testing.T) {
 	c := Credentials{BearerToken: "s3cret"}

@@ -14,7 +14,7 @@ import (
 	"github.com/autodiag/autodiag/internal/harness"
 )
 
-// The alert end-to-end tests: the real binary with its intake listener on
+// The alert end-to-end tests: the real binary with its alert listener on
 // loopback, the SQS fake as the task queue and the test Redis for state
 // and the limiter (dedupe on alert.event_id, the default).
 
@@ -59,7 +59,7 @@ func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLed
 	return b.String()
 }
 
-// listenerAddr is the address of the agent's intake listener, from its
+// listenerAddr is the address of the agent's alert listener, from its
 // "alert listener listening" line (logged before "ready").
 func listenerAddr(t *testing.T, p *proc) string {
 	t.Helper()
