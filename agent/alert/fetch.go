@@ -181,16 +181,7 @@ func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group 
 		if a.Status.State != "" && a.Status.State != "active" {
 			continue
 		}
-		fp := a.Fingerprint
-		if fp == "" {
-			fp = hashID(labelParts(a.Labels)...)
-		}
-		var id string
-		if !a.StartsAt.IsZero() {
-			id = fp + "@" + a.StartsAt.UTC().Format(time.RFC3339Nano)
-		}
-		out = append(out, Received{Source: SourceAlertmanager, Name: a.Labels["alertname"], Severity: normSeverity(a.Labels["severity"]),
-			EventID: id, Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.StartsAt.UTC(), Status: StatusFiring})
+		out = append(out, amReceived(a.Fingerprint, a.Labels, a.Annotations, a.StartsAt, StatusFiring))
 	}
 	return out, nil
 }
