@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -59,14 +58,6 @@ func workerTracing(queueURL string) worker.Tracing {
 		return worker.Tracing{System: tracing.SystemMemory, Queue: queue.MemoryQueueName}
 	}
 	return worker.Tracing{System: tracing.SystemSQS, Queue: queue.QueueName(queueURL)}
-}
-
-// callDetached runs one call on a fresh context bounded by d, keeping
-// parent's values but not its end: bookkeeping happens mid-drain too.
-func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
-	defer cancel()
-	return call(ctx)
 }
 
 // AlertHandler is this agent's alert listener's handler: tasks go to its task
