@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -19,11 +20,11 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 	rec, ok, err := a.d.Store.Task(ctx, id)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "state store: " + err.Error(), "reason": "state_unavailable"})
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "state store: " + err.Error(), "reason": "state_unavailable"})
 	case !ok:
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
+		httpjson.Write(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
 	default:
-		writeJSON(w, http.StatusOK, rec.View(tracing.Link))
+		httpjson.Write(w, http.StatusOK, rec.View(tracing.Link))
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/task"
@@ -218,14 +219,14 @@ func (in *Standalone) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(in.Registry, promhttp.HandlerOpts{Registry: in.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-in.draining:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
 		default:
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
+			httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
 		}
 	})
 	return mux
@@ -280,13 +281,4 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	}
 	in.Handler = h
 	return in, nil
-}
-
-// writeJSON answers with v as JSON.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
