@@ -39,10 +39,8 @@ The agent checks every citation against the task's output before the report is s
 // and how to answer.
 func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.InvestigateConfig, categories []string, mode string,
 	now time.Time) string {
-	p := report.BuildPrompt(ev, in).User
-	p = strings.TrimSuffix(p, "\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n")
 	var b strings.Builder
-	b.WriteString(p)
+	b.WriteString(report.EvidenceText(ev, in))
 	fmt.Fprintf(&b, "\nThe output above is task %s.\n", ev.TaskID)
 	b.WriteString(alertContext(ev.Alert.Alert, now))
 	// Where the task ran (its ran_on) is the evidence's "Ran on" line,

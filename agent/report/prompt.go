@@ -89,6 +89,17 @@ One word: confirmed, likely or inconclusive.`
 // BuildPrompt is the one place a prompt is made: the same evidence and
 // input bounds always give the same text.
 func BuildPrompt(ev Evidence, in Input) Prompt {
+	return Prompt{System: SystemPrompt, User: EvidenceText(ev, in) + writeNow}
+}
+
+// writeNow closes the single-shot report's user message.
+const writeNow = "\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n"
+
+// EvidenceText is the evidence as the model reads it (the alert, the
+// diagnostic and the tail of its output within in's bounds): the user
+// message of a report before its closing request, and the start of an
+// investigation's first message.
+func EvidenceText(ev Evidence, in Input) string {
 	var b strings.Builder
 	line := func(k, v string) {
 		if v == "" {
@@ -131,8 +142,7 @@ func BuildPrompt(ev Evidence, in Input) Prompt {
 		b.WriteString(tail)
 		b.WriteString(fence + "\n")
 	}
-	b.WriteString("\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n")
-	return Prompt{System: SystemPrompt, User: b.String()}
+	return b.String()
 }
 
 // quoteArgv shows an argv the way a shell would take it back.
