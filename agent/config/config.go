@@ -85,7 +85,7 @@ type Config struct {
 	// (default 100000); the oldest past it are dead-lettered (outbox_full).
 	NotifyOutboxMax int `yaml:"notify_outbox_max"`
 	// Report is the root-cause report of finished tasks; off by default.
-	Report report.Config `yaml:"report"`
+	Report ReportSection `yaml:"report"`
 	// Tracing exports OpenTelemetry spans over OTLP/HTTP; off by default
 	// (see docs/tracing.md).
 	Tracing tracing.Config `yaml:"tracing"`
@@ -300,7 +300,7 @@ func DefaultConfig() Config {
 		NotifyMaxAge:     notify.DefaultMaxAge,
 		NotifyClaimIdle:  notify.DefaultClaimIdle,
 		NotifyOutboxMax:  notify.DefaultMaxLen,
-		Report:           report.DefaultConfig(),
+		Report:           ReportSection{Config: report.DefaultConfig()},
 		Tracing:          tracing.DefaultConfig(),
 	}
 }

@@ -5,7 +5,7 @@
 // report every problem at once naming its key and line (configerr.go),
 // the check that no value placeholder lands inside an interpreter's
 // program (catalogcheck.go), and the compile of the catalog into the task
-// validator (catalog.go).
+// validator (catalog.go). The report: section is report.go.
 //
 // It may import the leaf packages whose sections it holds, never the
 // agent root or its parts (worker, supervisor, hooks, launch,

@@ -33,7 +33,7 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 	}
 	metrics := investigate.NewMetrics(o.Registry, parts.Provider.Name(), o.Config.Report.Model)
 	metrics.SetBudget(eff.DailyTokens, eff.DailyCostUSD)
-	iv, err := investigate.New(investigate.Options{Report: o.Config.Report, Provider: parts.Provider, Tools: tools,
+	iv, err := investigate.New(investigate.Options{Report: o.Config.Report.Config, Config: *ic, Provider: parts.Provider, Tools: tools,
 		Tasks: &agentTasks{o: o, poll: investigationPoll}, Budget: budget, Redactor: h.redactor,
 		AllowHost: func(host string) bool { _, err := o.Validator.ValidateHost(host); return err == nil },
 		Clock:     o.Clock,

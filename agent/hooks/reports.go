@@ -118,7 +118,7 @@ func NewReporter(cfg config.Config, parts *ReportParts, sink report.Sink, red re
 	if err != nil {
 		return nil, fmt.Errorf("hooks: report.limits: %w", err)
 	}
-	r, err := report.New(report.Options{Config: cfg.Report, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
+	r, err := report.New(report.Options{Config: cfg.Report.Config, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
 		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log,
 		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second), Writer: parts.Writer})
 	if err != nil {
@@ -255,7 +255,7 @@ func (b builder) wireReports(o Options) error {
 	if err != nil {
 		return err
 	}
-	h.reports = &reports{r: r, queue: parts.Queue, sink: sink, cfg: o.Config.Report,
+	h.reports = &reports{r: r, queue: parts.Queue, sink: sink, cfg: o.Config.Report.Config,
 		clock: o.Clock, log: o.Logger.With("component", "report")}
 	return nil
 }

@@ -37,7 +37,7 @@ The agent checks every citation against the task's output before the report is s
 // BuildPrompt is the first user message: the single-shot report's
 // evidence with the parent's task id, the tools offered, the categories
 // and how to answer.
-func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.InvestigateConfig, categories []string, mode string,
+func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg Config, categories []string, mode string,
 	now time.Time) string {
 	var b strings.Builder
 	b.WriteString(report.EvidenceText(ev, in))
@@ -95,7 +95,7 @@ func alertContext(a taskview.Alert, now time.Time) string {
 
 // howToAnswer says how the model gives its answer in mode.
 func howToAnswer(mode string) string {
-	if mode == report.AnswerSubmitReport {
+	if mode == AnswerSubmitReport {
 		return "answer by calling " + report.AnswerToolName + " with the report."
 	}
 	return "answer with the report as one JSON object of the schema, and nothing else."

@@ -32,7 +32,7 @@ func TestRunbookInPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := &scripted{turns: []report.Response{answer("x")}}
-	iv, _ := newTest(t, report.InvestigateConfig{}, model, nil)
+	iv, _ := newTest(t, Config{}, model, nil)
 	iv.o.Runbooks = rbs
 	red, err := redact.New(redact.DefaultRules(), nil)
 	if err != nil {

@@ -29,7 +29,7 @@ func Example() {
 	r, err := report.New(report.Options{
 		Config:   cfg,
 		Provider: report.NewOpenAI(cfg.BaseURL, "the key from $REPORT_API_KEY", &http.Client{}),
-		Queue:    report.NewMemoryQueue(cfg.JobLease(), nil),
+		Queue:    report.NewMemoryQueue(cfg.JobLease(0), nil),
 		Limiter:  lim,
 		Sink: report.SinkFunc(func(_ context.Context, j report.Job, res report.Result) error {
 			done <- res
