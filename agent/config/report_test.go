@@ -21,21 +21,7 @@ func TestReportSectionValidatesInvestigate(t *testing.T) {
 		{"bedrock json_schema", "report:\n  provider: bedrock\n  investigate:\n    answer: json_schema\n", "report.investigate.answer", 4},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Load([]byte(tt.yaml), nil)
-			var found bool
-			for _, ce := range Problems(err) {
-				if ce.Key == tt.key {
-					found = true
-					if ce.Line != tt.line {
-						t.Errorf("%s: line %d, want %d", ce.Key, ce.Line, tt.line)
-					}
-				}
-			}
-			if !found {
-				t.Fatalf("no problem on %s in %v", tt.key, err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantProblemAt(t, tt.yaml, tt.key, tt.line) })
 	}
 }
 
