@@ -24,7 +24,7 @@ func (s leakySender) SendBatch(context.Context, []task.Task) error {
 }
 
 // TestQueueAlarmLogRedacted: a CloudWatch alarm routed from the task
-// queue is logged redacted, like the intake's alerts: here the error of a
+// queue is logged redacted, like the alert listener's alerts: here the error of a
 // send that failed quotes a secret.
 func TestQueueAlarmLogRedacted(t *testing.T) {
 	const secret = "hunter22hunter22"
@@ -58,7 +58,7 @@ func TestQueueAlarmLogRedacted(t *testing.T) {
 }
 
 // TestStandaloneListenerLogRedacted: `autodiag intake` (OpenStandaloneListener) logs
-// like the agent's intake, redacted: a refused payload's error quotes
+// like the agent's alert listener, redacted: a refused payload's error quotes
 // the value it refused, which the sender chose.
 func TestStandaloneListenerLogRedacted(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -105,7 +105,7 @@ func (ti *testListener) sentHosts() map[string]bool {
 	return out
 }
 
-// Alertmanager sends 3 of 4 firing alerts (max_alerts: 3): the intake
+// Alertmanager sends 3 of 4 firing alerts (max_alerts: 3): the alert listener
 // fetches the group's alerts from the allowed sender's API v2 and
 // diagnoses the 4th host too, once each; a sender not allowed is never
 // asked.

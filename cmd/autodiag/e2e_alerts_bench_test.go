@@ -79,7 +79,7 @@ func BenchmarkAlertListener(b *testing.B) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				b.Error("intake answered", resp.Status)
+				b.Error("alert listener answered", resp.Status)
 			}
 		})
 		report(b, fq, lat)

@@ -31,7 +31,7 @@ if [ "$1" = gate ]; then while [ ! -e '%[2]s' ]; do /bin/sleep 0.02; done; fi
 `)
 }
 
-// alertAgentYAML is an agent on the fake queue with the intake on loopback
+// alertAgentYAML is an agent on the fake queue with the alert listener on loopback
 // (bearer token required), the routes the golden fixtures use, and a
 // catalog of the routes' diagnostics that write to the ledger.
 func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLedger) string {
@@ -70,7 +70,7 @@ func listenerAddr(t *testing.T, p *proc) string {
 	return ls[0]["addr"].(string)
 }
 
-// postAlert posts body to the intake; token "" sends no Authorization.
+// postAlert posts body to the alert listener; token "" sends no Authorization.
 func postAlert(t *testing.T, addr, path, token, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+path, strings.NewReader(body))
@@ -105,7 +105,7 @@ func alertsTotal(p *proc, source, result string) float64 {
 	return sqsMetric(p, fmt.Sprintf(`autodiag_alerts_total{result=%q,source=%q}`, result, source))
 }
 
-// TestE2EAlerts: an Alertmanager payload posted to the intake runs the
+// TestE2EAlerts: an Alertmanager payload posted to the alert listener runs the
 // tasks its routes make and not the resolved alert's; the same payload
 // again inside the dedupe ttl runs nothing more; a CloudWatch alarm in an
 // SNS envelope on the task queue runs its route and an OK one is ignored;
@@ -201,7 +201,7 @@ func TestE2EAlerts(t *testing.T) {
 			t.Fatalf("exit %d, want %d", code, exitDrained)
 		}
 		if _, err := httpDo(t, http.MethodGet, "http://"+addr+"/readyz", ""); err == nil {
-			t.Fatal("intake still listening after exit")
+			t.Fatal("alert listener still listening after exit")
 		}
 	})
 }
@@ -218,7 +218,7 @@ func mapsEqual(a, b map[string]int) bool {
 	return true
 }
 
-// TestE2EListenerRefusesOpen: an intake reachable from other hosts
+// TestE2EListenerRefusesOpen: an alert listener reachable from other hosts
 // without auth, or whose token variable is unset, does not start (exit 2,
 // saying why).
 func TestE2EListenerRefusesOpen(t *testing.T) {
@@ -281,13 +281,13 @@ func TestE2EStandaloneListener(t *testing.T) {
 	if err := in.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, standaloneDrainGrace, "the intake to answer 503", func() bool {
+	eventually(t, standaloneDrainGrace, "the alert listener to answer 503", func() bool {
 		c, _ := postAlert(t, addr, "/v1/alerts/alertmanager", token, "{}")
 		return c == http.StatusServiceUnavailable
 	})
 	<-in.Done()
 	if err := in.Err(); err != nil {
-		t.Fatalf("intake exit: %v", err)
+		t.Fatalf("standalone listener exit: %v", err)
 	}
 }
 
@@ -319,10 +319,10 @@ func startStandaloneListener(t *testing.T, fq *sqsFake, token string) standalone
 		return len(in.addrs) == 2 || !a.Alive()
 	}
 	if !harness.Until(30*time.Second, listening) {
-		t.Fatal("intake not listening after 30s")
+		t.Fatal("alert listener not listening after 30s")
 	}
 	if len(in.addrs) < 2 {
-		t.Fatalf("intake exited before listening:\n%s", a.Output())
+		t.Fatalf("standalone listener exited before listening:\n%s", a.Output())
 	}
 	return in
 }

@@ -16,7 +16,7 @@ func TestE2EStandaloneListenerMetrics(t *testing.T) {
 	const token = "central-token"
 	in := startStandaloneListener(t, fq, token)
 	got := in.addrs
-	// The admin listener is up before the intake listens.
+	// The admin listener is up before the alert listener listens.
 	admin := got["admin listening"]
 	if host, _, err := net.SplitHostPort(admin); err != nil || !net.ParseIP(host).IsLoopback() {
 		t.Fatalf("admin address %q (%v): want loopback, as admin_addr says", admin, err)
@@ -56,6 +56,6 @@ func TestE2EStandaloneListenerMetrics(t *testing.T) {
 	}
 	<-in.Done()
 	if err := in.Err(); err != nil {
-		t.Fatalf("intake exit: %v", err)
+		t.Fatalf("standalone listener exit: %v", err)
 	}
 }

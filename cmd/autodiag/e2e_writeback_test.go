@@ -16,7 +16,7 @@ import (
 	"github.com/autodiag/autodiag/internal/harness"
 )
 
-// writeBackYAML is an agent on the fake queue with the intake on loopback,
+// writeBackYAML is an agent on the fake queue with the alert listener on loopback,
 // the golden fixtures' routes, a catalog whose diagnostics print a secret
 // among their output, and two sinks: a Slack bot on the stand-in's
 // channel and Zabbix 7.0 (version asked with apiinfo.version).
@@ -62,7 +62,7 @@ func writeBackYAML(tb testing.TB, queueURL, redisAddr, prefix, script, slackURL,
 
 // TestE2EWriteBack: a real Alertmanager 0.25 payload (two firing HighLoad
 // alerts, one resolved) and a Zabbix media-type problem go through the
-// intake, their tasks run, and the results are written back: to Slack,
+// alert listener, their tasks run, and the results are written back: to Slack,
 // one thread per alert with the alert's later results under its first
 // message; to Zabbix, one acknowledgement on the problem's event carrying
 // the task id and delivery mark, within Zabbix's limit. The secret the
