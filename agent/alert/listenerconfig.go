@@ -14,8 +14,8 @@ import (
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
-// ListenerConfig is the intake: section: the alert listener, which alerting systems post
-// to, separate from the admin listener.
+// ListenerConfig is the intake: section: the alert listener, which
+// alerting systems post to, separate from the admin listener.
 type ListenerConfig struct {
 	// Addr is host:port to listen on; empty (the default) = no alert listener.
 	Addr string     `yaml:"addr"`

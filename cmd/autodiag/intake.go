@@ -116,9 +116,9 @@ func (c *cli) intakeCmd() *cobra.Command {
 	}
 }
 
-// runIntake serves the standalone alert listener until a signal: the first answers 503 from
-// then on and stops after standaloneDrainGrace, so a load balancer sees the
-// listener go unready before its connections close; a second stops at once.
+// runIntake serves the standalone alert listener until a signal: the
+// first answers 503 from then on and stops after standaloneDrainGrace, so
+// a load balancer sees the listener go unready before its connections close; a second stops at once.
 func (c *cli) runIntake(cfg config.Config) error {
 	log := newLogger(c.stderr, cfg.LogLevel)
 	sigc := make(chan os.Signal, 2)
