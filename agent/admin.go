@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
@@ -119,18 +120,18 @@ func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.d.Registry, promhttp.HandlerOpts{Registry: a.d.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if st := a.drain.State(); st != drain.Running {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st.String(), "state": st.String()})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": st.String(), "state": st.String()})
 			return
 		}
 		if st := a.gate.State(); st != "" {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": st, "state": st})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": st, "state": st})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
 	})
 	// The requests that wait on Redis take turns (adminCalls), so that
 	// they never hold the connections the workers need.
@@ -140,11 +141,11 @@ func (a *Agent) Handler() http.Handler {
 		// The agent's own state is the answer; the recent tasks, from
 		// Redis, are left out when no turn comes.
 		calls.do(r.Context(), func(ctx context.Context) { s.RecentTasks = a.recentTasks(ctx, recentTaskIDs) })
-		writeJSON(w, http.StatusOK, s)
+		httpjson.Write(w, http.StatusOK, s)
 	})
 	mux.HandleFunc("POST /v1/drain", func(w http.ResponseWriter, r *http.Request) {
 		started := a.Drain("admin", "POST /v1/drain from "+r.RemoteAddr)
-		writeJSON(w, http.StatusAccepted, map[string]any{"state": a.drain.State().String(), "started": started})
+		httpjson.Write(w, http.StatusAccepted, map[string]any{"state": a.drain.State().String(), "started": started})
 	})
 	mux.HandleFunc("POST /v1/tasks", a.postTask)
 	mux.HandleFunc("GET /v1/tasks/{id}", calls.bound(a.getTask))
@@ -161,7 +162,7 @@ func (a *Agent) Handler() http.Handler {
 const adminRealm = "autodiag admin"
 
 // RequireAdminAuth guards an admin handler (the agent's Handler, the
-// standalone intake's AdminHandler) with admin_auth's credentials (read by
+// standalone alert listener's AdminHandler) with admin_auth's credentials (read by
 // Config.AdminCredentials): every request without them is answered 401
 // with a WWW-Authenticate challenge, except GET /healthz and GET /readyz,
 // which probes call and which reveal nothing. With no credentials it
@@ -197,7 +198,7 @@ func RequireLiveAdminAuth(creds alert.Credentials, live func() alert.Credentials
 // full embedded queue is answered 503.
 func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if a.drain.State() != drain.Running {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "draining: not accepting tasks", "reason": "draining"})
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "draining: not accepting tasks", "reason": "draining"})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, task.MaxBodySize+1))
@@ -207,7 +208,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 			rejectPosted(w, a.worker, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	t, err := task.Decode(body)
@@ -224,7 +225,7 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 		// One agent alone cannot run a host-local diagnostic of another
 		// machine: said at once, with the names it answers for.
 		a.worker.Rejected(t, err) //nolint:contextcheck // see above
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "reason": task.Reason(err), "host_names": a.hostNames})
+		httpjson.Write(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "reason": task.Reason(err), "host_names": a.hostNames})
 		return
 	}
 	if t.ID == "" {
@@ -237,25 +238,17 @@ func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	tctx, span := tracing.StartServer(r, "/v1/tasks")
 	defer span.End()
 	if _, err := a.d.Source.Send(tctx, body); err != nil { //nolint:contextcheck // tctx is r.Context() with the request's span
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error(), "reason": "queue_unavailable"})
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error(), "reason": "queue_unavailable"})
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]string{"id": t.ID})
+	httpjson.Write(w, http.StatusAccepted, map[string]string{"id": t.ID})
 }
 
 // rejectPosted answers 400 for a posted task that is invalid or stale,
 // which the worker records as rejected or stale.
 func rejectPosted(w http.ResponseWriter, wk *worker.Worker, t task.Task, err error) {
 	wk.Rejected(t, err)
-	writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 
 // Bounds of the admin HTTP server. Any local process can connect, so a

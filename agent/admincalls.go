@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 )
 
 // adminRedisCalls is how many admin requests may wait on Redis at once
@@ -79,7 +81,7 @@ func (c *adminCalls) bound(h http.HandlerFunc) http.HandlerFunc {
 // busy answers a request that found every admin turn at Redis taken.
 func (c *adminCalls) busy(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(c.wait.Round(time.Second)/time.Second))))
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+	httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{
 		"error":  "admin API busy: " + strconv.Itoa(adminRedisCalls) + " requests already wait on Redis (waited " + c.wait.String() + "); retry",
 		"reason": "admin_busy",
 	})

@@ -24,7 +24,7 @@ func (s leakySender) SendBatch(context.Context, []task.Task) error {
 }
 
 // TestQueueAlarmLogRedacted: a CloudWatch alarm routed from the task
-// queue is logged redacted, like the intake's alerts: here the error of a
+// queue is logged redacted, like the alert listener's alerts: here the error of a
 // send that failed quotes a secret.
 func TestQueueAlarmLogRedacted(t *testing.T) {
 	const secret = "hunter22hunter22"
@@ -57,10 +57,10 @@ func TestQueueAlarmLogRedacted(t *testing.T) {
 	}
 }
 
-// TestStandaloneIntakeLogRedacted: `autodiag intake` (OpenIntake) logs
-// like the agent's intake, redacted: a refused payload's error quotes
+// TestStandaloneListenerLogRedacted: `autodiag intake` (OpenStandaloneListener) logs
+// like the agent's alert listener, redacted: a refused payload's error quotes
 // the value it refused, which the sender chose.
-func TestStandaloneIntakeLogRedacted(t *testing.T) {
+func TestStandaloneListenerLogRedacted(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	t.Setenv("AWS_REGION", "eu-west-1")
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
@@ -80,7 +80,7 @@ limiter: {hosts: {allow: ['^[a-z0-9-]+$']}}
 	}
 	var logs syncBuffer
 	getenv := func(k string) (string, bool) { return "tok", k == "TOKEN" }
-	in, err := OpenIntake(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, getenv)
+	in, err := OpenStandaloneListener(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@
 //     record → finish → ack, and each task's outcome;
 //   - launch: the launch gate before intake;
 //   - supervisor: the drain, from trigger to Ending;
-//   - alertintake: the HTTP alert intake and the standalone intake.
+//   - alert/listener: the alert listener (the HTTP one alerting systems
+//     post to, `intake:`) and its standalone form, `autodiag intake`.
 //
 // Here: agent.go (New, Run), wire.go (Open: AWS, Redis, queue, state),
 // secrets.go (the secret store at start), tracingwire.go (the tracer

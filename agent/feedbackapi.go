@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/feedback"
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/resolution"
@@ -69,12 +70,12 @@ func (f *feedbackAPI) post(calls *adminCalls) http.HandlerFunc {
 			err = json.Unmarshal(body, &in)
 		}
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want JSON {verdict, by, note}", "reason": "malformed_json"})
+			httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": "want JSON {verdict, by, note}", "reason": "malformed_json"})
 			return
 		}
 		v := feedback.Verdict{TaskID: id, Verdict: in.Verdict, By: in.By, Note: in.Note, At: f.clock.Now().UTC()}
 		if err := v.Validate(); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_feedback"})
+			httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_feedback"})
 			return
 		}
 		// A note is what a person typed: it may quote a secret.
@@ -98,17 +99,17 @@ func (f *feedbackAPI) post(calls *adminCalls) http.HandlerFunc {
 		}
 		switch {
 		case errors.Is(err, feedback.ErrAlreadyRecorded):
-			writeJSON(w, http.StatusConflict, map[string]any{"error": "a verdict of " + v.By + " on task " + id + " is already recorded",
+			httpjson.Write(w, http.StatusConflict, map[string]any{"error": "a verdict of " + v.By + " on task " + id + " is already recorded",
 				"reason": "already_recorded", "feedback": got})
 		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
 		case !ok:
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
+			httpjson.Write(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
 		case got.TaskID == "":
-			writeJSON(w, http.StatusConflict, map[string]string{"error": "task " + id + " has no report", "reason": "no_report"})
+			httpjson.Write(w, http.StatusConflict, map[string]string{"error": "task " + id + " has no report", "reason": "no_report"})
 		default:
 			f.total.WithLabelValues(got.Verdict).Inc()
-			writeJSON(w, http.StatusCreated, map[string]any{"feedback": got})
+			httpjson.Write(w, http.StatusCreated, map[string]any{"feedback": got})
 		}
 	}
 }
@@ -137,9 +138,9 @@ func (f *feedbackAPI) stats(calls *adminCalls) http.HandlerFunc {
 			return
 		}
 		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"verdicts": len(log), "resolutions": len(res), "rows": feedback.Table(log, res)})
+		httpjson.Write(w, http.StatusOK, map[string]any{"verdicts": len(log), "resolutions": len(res), "rows": feedback.Table(log, res)})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/detached"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
 )
@@ -97,7 +98,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	}
 	inst := state.Instance{ID: p.instanceID, State: st, StartedAt: p.started,
 		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az, Names: p.names}
-	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
+	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	up := err == nil
 	p.up.Store(up)
 	if up {
@@ -122,7 +123,7 @@ func (p *presence) sampleServer(ctx context.Context) {
 	}
 	p.serverAt = time.Now()
 	var s serverClients
-	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
+	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
 		s, err = p.server(ctx)
 		return err
 	})
@@ -151,7 +152,7 @@ func (p *presence) checkClaims(ctx context.Context) {
 		return
 	}
 	var claims map[string][]string
-	err := callDetached(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
+	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
 		claims, err = p.claims(ctx, p.names)
 		return err
 	})

@@ -71,7 +71,7 @@ limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
 		t.Fatal(err)
 	}
 
-	in, err := OpenIntake(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler)},
+	in, err := OpenStandaloneListener(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler)},
 		func(k string) (string, bool) { return "tok", k == "TOKEN" })
 	if err != nil {
 		t.Fatal(err)

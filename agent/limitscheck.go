@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -27,16 +28,16 @@ func limitsCheck(v *task.Validator, lim *limiter.Limiter) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Get("diagnostic") == "" || q.Get("host") == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "host and diagnostic are required", "reason": "missing_parameter"})
+			httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": "host and diagnostic are required", "reason": "missing_parameter"})
 			return
 		}
 		host, err := v.ValidateHost(q.Get("host"))
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_host"})
+			httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": "invalid_host"})
 			return
 		}
 		if lim == nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "this agent has no limiter", "reason": "no_limiter"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "this agent has no limiter", "reason": "no_limiter"})
 			return
 		}
 		req := limiter.Request{Host: host, Diagnostic: q.Get("diagnostic"), Severity: q.Get("severity")}
@@ -44,14 +45,14 @@ func limitsCheck(v *task.Validator, lim *limiter.Limiter) http.HandlerFunc {
 		defer cancel()
 		dec, err := lim.Check(ctx, req)
 		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
 			return
 		}
 		rules, err := lim.Inspect(ctx, req)
 		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "limiter_unavailable"})
 			return
 		}
-		writeJSON(w, http.StatusOK, LimitsCheck{Decision: dec, State: rules})
+		httpjson.Write(w, http.StatusOK, LimitsCheck{Decision: dec, State: rules})
 	}
 }

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/approval"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
@@ -70,20 +69,12 @@ func workerTracing(queueURL string) worker.Tracing {
 	return worker.Tracing{System: tracing.SystemSQS, Queue: queue.QueueName(queueURL)}
 }
 
-// callDetached runs one call on a fresh context bounded by d, keeping
-// parent's values but not its end: bookkeeping happens mid-drain too.
-func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
-	defer cancel()
-	return call(ctx)
-}
-
-// IntakeHandler is this agent's intake handler: tasks go to its task
+// AlertHandler is this agent's alert listener's handler: tasks go to its task
 // queue, and it answers 503 from the first instant of a drain.
-func (a *Agent) IntakeHandler(getenv func(string) (string, bool)) (http.Handler, error) {
-	return alertintake.NewHandler(a.cfg, alertintake.Options{Getenv: getenv, Sender: a.alerts.Sender,
+func (a *Agent) AlertHandler(getenv func(string) (string, bool)) (http.Handler, error) {
+	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender,
 		Draining: func() bool { return a.drain.State() != drain.Running },
-		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "intake"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
+		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "alert_listener"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
 		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) },
 		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.store, Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
 			Recorded: func(v string) { a.feedback.total.WithLabelValues(v).Inc() }, Metrics: a.slack}})
@@ -97,16 +88,16 @@ func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.Aler
 	}
 	sender := d.AlertSender
 	if sender == nil {
-		sender = alertintake.SourceSender{Source: d.Source}
+		sender = listener.SourceSender{Source: d.Source}
 	}
 	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
 }
 
-// OpenIntake builds the standalone intake (`autodiag intake`) for cfg:
+// OpenStandaloneListener builds the standalone alert listener (`autodiag intake`) for cfg:
 // the alert handler with no workers, sending tasks onto the fleet's SQS
-// queue; see alertintake.Open.
-func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*alertintake.Intake, error) {
-	connect := func() (alertintake.SQSBatchAPI, error) {
+// queue; see listener.Open.
+func OpenStandaloneListener(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Standalone, error) {
+	connect := func() (listener.SQSBatchAPI, error) {
 		awsCfg, err := loadAWS(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -114,7 +105,7 @@ func OpenIntake(ctx context.Context, cfg config.Config, o OpenOptions, getenv fu
 		return sqs.NewFromConfig(awsCfg), nil
 	}
 	log := orDiscard(o.Logger)
-	return alertintake.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (alertintake.Stores, error) {
+	return listener.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (listener.Stores, error) {
 		return intakeStores(ctx, cfg, reg, log)
 	})
 }
@@ -126,24 +117,24 @@ const intakeConns = 8
 // intakeStores are the fleet's stores a standalone intake records into
 // when Redis is configured: the resolutions of alerts (resolved_at on
 // their reports, the metrics on reg) and the Slack buttons' verdicts.
-func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (alertintake.Stores, error) {
+func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (listener.Stores, error) {
 	rcfg := cfg.Redis
 	if rcfg.URL == "" && rcfg.URLSecret == "" && len(rcfg.Addrs) == 0 {
-		return alertintake.Stores{}, nil
+		return listener.Stores{}, nil
 	}
 	if rcfg.URLSecret != "" {
 		awsCfg, err := loadAWS(ctx, cfg)
 		if err != nil {
-			return alertintake.Stores{}, err
+			return listener.Stores{}, err
 		}
 		if rcfg.URL, err = redisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
-			return alertintake.Stores{}, err
+			return listener.Stores{}, err
 		}
 		rcfg.URLSecret = ""
 	}
 	rc, err := NewRedisClient(rcfg, intakeConns)
 	if err != nil || rc == nil {
-		return alertintake.Stores{}, err
+		return listener.Stores{}, err
 	}
 	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
 	diagnostics := make([]string, 0, len(cfg.Diagnostics))
@@ -154,9 +145,9 @@ func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registe
 		log.With("component", "resolution"), reg)
 	if err != nil {
 		_ = rc.Close()
-		return alertintake.Stores{}, fmt.Errorf("intake: resolution: %w", err)
+		return listener.Stores{}, fmt.Errorf("intake: resolution: %w", err)
 	}
-	return alertintake.Stores{
+	return listener.Stores{
 		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
 		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
 		Close: func() { _ = rc.Close() }}, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -21,7 +22,7 @@ import (
 func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *slog.Logger, calls *adminCalls) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.ReportsOn() {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": "report.enabled is false on this agent", "reason": "report_disabled"})
+			httpjson.Write(w, http.StatusConflict, map[string]string{"error": "report.enabled is false on this agent", "reason": "report_disabled"})
 			return
 		}
 		id := r.PathValue("id")
@@ -40,13 +41,13 @@ func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *s
 		}
 		switch {
 		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "state_unavailable"})
 			return
 		case !ok:
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
+			httpjson.Write(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
 			return
 		case rec.Status != state.StatusDone || rec.Outcome == "":
-			writeJSON(w, http.StatusConflict, map[string]string{"error": "task " + id + " has not ended (status " + rec.Status + ")", "reason": "not_ended"})
+			httpjson.Write(w, http.StatusConflict, map[string]string{"error": "task " + id + " has not ended (status " + rec.Status + ")", "reason": "not_ended"})
 			return
 		}
 		var diag *runner.Diagnostic
@@ -64,6 +65,6 @@ func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *s
 		if err != nil {
 			log.Warn("report written but not stored", "task_id", id, "err", err)
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpjson.Write(w, http.StatusOK, res)
 	}
 }

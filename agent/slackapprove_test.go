@@ -31,7 +31,7 @@ intake:
     approvers: [U0ANA]
 `)
 	getenv := func(k string) (string, bool) { return "s3cret", k == "SLACK_SIGNING_SECRET" }
-	ih, err := h.ma.IntakeHandler(getenv)
+	ih, err := h.ma.AlertHandler(getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ intake:
     signing_secret_env: SLACK_SIGNING_SECRET
 `)
 	getenv := func(k string) (string, bool) { return "s3cret", k == "SLACK_SIGNING_SECRET" }
-	h, err := ta.IntakeHandler(getenv)
+	h, err := ta.AlertHandler(getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -19,17 +20,17 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 	rec, ok, err := a.d.Store.Task(ctx, id)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "state store: " + err.Error(), "reason": "state_unavailable"})
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "state store: " + err.Error(), "reason": "state_unavailable"})
 	case !ok:
 		// A task parked for approval has no record until it runs or is
 		// denied: the approval store shows it.
 		if v, parked, perr := a.approvals.Lookup(ctx, id); perr == nil && parked {
-			writeJSON(w, http.StatusOK, v)
+			httpjson.Write(w, http.StatusOK, v)
 			return
 		}
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
+		httpjson.Write(w, http.StatusNotFound, map[string]string{"error": "task " + id + " not found", "reason": "not_found"})
 	default:
-		writeJSON(w, http.StatusOK, rec.View(tracing.Link))
+		httpjson.Write(w, http.StatusOK, rec.View(tracing.Link))
 	}
 }
 

@@ -64,11 +64,11 @@ func (e *TracingError) Error() string { return "tracing: " + e.Err.Error() }
 
 func (e *TracingError) Unwrap() error { return e.Err }
 
-// OpenIntakeTracing installs tracing for the standalone intake (`autodiag
-// intake`), its metrics on reg (the intake's registry); the returned func
-// flushes and stops it. The intake's spans (the request, a send per task)
+// OpenListenerTracing installs tracing for the standalone alert listener
+// (`autodiag intake`), its metrics on reg (the listener's registry); the returned func
+// flushes and stops it. The listener's spans (the request, a send per task)
 // carry service.version and instance_id when the config sets it.
-func OpenIntakeTracing(ctx context.Context, cfg config.Config, o OpenOptions, lookup func(string) (string, bool),
+func OpenListenerTracing(ctx context.Context, cfg config.Config, o OpenOptions, lookup func(string) (string, bool),
 	reg prometheus.Registerer) (func(), error) {
 	stop, err := openTracing(ctx, cfg, lookup, reg, orDiscard(o.Logger), o.Version, cfg.InstanceID, "", "")
 	if err != nil {

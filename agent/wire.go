@@ -23,8 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/alertintake"
 	"github.com/autodiag/autodiag/agent/approval"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
@@ -302,7 +302,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 			},
 		})
 		src = sqsSrc
-		alertSender = alertintake.NewSQSSender(sqsClient, cfg.Queue.URL)
+		alertSender = listener.NewSQSSender(sqsClient, cfg.Queue.URL)
 	}
 	closers = append(closers, func() {
 		// Closing runs after ctx may have ended; it keeps ctx's values only.

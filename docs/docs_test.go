@@ -456,7 +456,7 @@ func TestDocExamplesNameAbsolutePrograms(t *testing.T) {
 }
 
 // TestHTTPAPIPageStatesTheTaskBodyLimit: POST /v1/tasks refuses a body
-// over task.MaxBodySize with a 400, where the intake listener answers
+// over task.MaxBodySize with a 400, where the alert listener answers
 // 413; the page says so, with the limit the code has.
 func TestHTTPAPIPageStatesTheTaskBodyLimit(t *testing.T) {
 	src, err := os.ReadFile("http-api.md")

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Sources: the endpoint or queue shape an alert came through. Alert.Source
+// Sources: the endpoint or queue shape an alert came through. Received.Source
 // holds one of these, except for the generic endpoint, whose sender may
 // name its own source.
 const (
@@ -21,15 +21,16 @@ func Sources() []string {
 	return []string{SourceAlertmanager, SourceZabbix, SourceCloudWatch, SourceGeneric}
 }
 
-// Values of Alert.Status.
+// Values of Received.Status.
 const (
 	StatusFiring   = "firing"
 	StatusResolved = "resolved"
 )
 
-// Alert is one alert, normalised from whichever source sent it. It is the
-// data route templates see.
-type Alert struct {
+// Received is one alert as its source sent it, normalised: the data
+// route templates see. It is not the task's alert (taskview.Alert), which
+// a route makes from it.
+type Received struct {
 	// Source is the alerting system: alertmanager, zabbix, cloudwatch, or
 	// what a generic sender calls itself.
 	Source string
@@ -63,7 +64,7 @@ type Alert struct {
 // can say which alert of a batch ended how.
 type Item struct {
 	Index int
-	Alert Alert
+	Alert Received
 }
 
 // Outcome is how one alert of a payload ended short of becoming tasks.

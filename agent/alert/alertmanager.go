@@ -75,24 +75,32 @@ func DecodeAlertmanager(body []byte) (Payload, error) {
 			p.Rejected = append(p.Rejected, Outcome{Index: i, Reason: ReasonMalformedAlert, Detail: fmt.Sprintf("status %.16q is neither firing nor resolved", a.Status)})
 			continue
 		}
-		fp := a.Fingerprint
-		if fp == "" {
-			fp = hashID(labelParts(a.Labels)...)
-		}
-		var id string
-		if !a.StartsAt.IsZero() {
-			id = fp + "@" + a.StartsAt.UTC().Format(time.RFC3339Nano)
-		}
-		p.add(i, Alert{
-			Source:      SourceAlertmanager,
-			Name:        a.Labels["alertname"],
-			Severity:    normSeverity(a.Labels["severity"]),
-			EventID:     id,
-			Labels:      a.Labels,
-			Annotations: a.Annotations,
-			StartsAt:    a.StartsAt.UTC(),
-			Status:      status,
-		})
+		p.add(i, amReceived(a.Fingerprint, a.Labels, a.Annotations, a.StartsAt, status))
 	}
 	return p, nil
+}
+
+// amReceived is one Alertmanager alert, from the webhook or from API v2
+// (TruncatedFetcher), as a Received. Its event id is the fingerprint (a
+// hash of the labels when there is none) and startsAt; none without
+// startsAt.
+func amReceived(fingerprint string, labels, annotations map[string]string, startsAt time.Time, status string) Received {
+	fp := fingerprint
+	if fp == "" {
+		fp = hashID(labelParts(labels)...)
+	}
+	var id string
+	if !startsAt.IsZero() {
+		id = fp + "@" + startsAt.UTC().Format(time.RFC3339Nano)
+	}
+	return Received{
+		Source:      SourceAlertmanager,
+		Name:        labels["alertname"],
+		Severity:    normSeverity(labels["severity"]),
+		EventID:     id,
+		Labels:      labels,
+		Annotations: annotations,
+		StartsAt:    startsAt.UTC(),
+		Status:      status,
+	}
 }

@@ -157,7 +157,7 @@ func decodeAlarm(p Payload, msg []byte) (Payload, error) {
 	if a.AlarmName == "" || a.NewStateValue == "" {
 		return p, &task.Error{Reason: ReasonNotAnAlarm, Field: "Message", Detail: "no AlarmName or NewStateValue"}
 	}
-	al := Alert{
+	al := Received{
 		Source:      SourceCloudWatch,
 		Name:        a.AlarmName,
 		Labels:      map[string]string{},
@@ -205,7 +205,7 @@ func decodeEventBridge(p Payload, body []byte) (Payload, error) {
 	if d.AlarmName == "" || d.State.Value == "" {
 		return p, &task.Error{Reason: ReasonNotAnAlarm, Field: "detail", Detail: "no alarmName or state.value"}
 	}
-	al := Alert{
+	al := Received{
 		Source:      SourceCloudWatch,
 		Name:        d.AlarmName,
 		Labels:      map[string]string{},
@@ -237,7 +237,7 @@ func decodeEventBridge(p Payload, body []byte) (Payload, error) {
 
 // alarmState ends the decode of one alarm: an alert for ALARM, an ignored
 // item for the other states.
-func alarmState(p Payload, al Alert, state, alarm, changed string) (Payload, error) {
+func alarmState(p Payload, al Received, state, alarm, changed string) (Payload, error) {
 	switch state {
 	case "ALARM":
 	case "OK":

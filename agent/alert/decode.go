@@ -107,7 +107,7 @@ func (s *flexString) UnmarshalJSON(b []byte) error {
 
 // checkAlert applies the per-alert limits; the answer is a reason and a
 // detail, "" when the alert is within them.
-func checkAlert(a *Alert) (string, string) {
+func checkAlert(a *Received) (string, string) {
 	for _, f := range [...]struct{ name, val string }{{"name", a.Name}, {"host", a.Host}, {"severity", a.Severity}, {"event_id", a.EventID}} {
 		if len(f.val) > maxFieldLen || strings.ContainsFunc(f.val, isControl) {
 			return ReasonMalformedAlert, f.name + " is longer than " + strconv.Itoa(maxFieldLen) + " bytes or holds control characters"
@@ -141,7 +141,7 @@ func isControl(r rune) bool { return r < ' ' || r == 0x7f }
 const resolvedSuffix = "/resolved"
 
 // add appends a to p, or its rejection if it breaks a limit.
-func (p *Payload) add(i int, a Alert) {
+func (p *Payload) add(i int, a Received) {
 	if a.Status == StatusResolved && a.EventID != "" {
 		a.EventID += resolvedSuffix
 	}

@@ -7,7 +7,7 @@
 // DecodeZabbix, DecodeCloudWatch, DecodeGeneric, and Recognize for bodies
 // received on the task queue); a Router applies the configured routes
 // (first match wins) and makes task.Task values, validated before they go
-// anywhere; Handler is the intake listener's HTTP interface, which answers
+// anywhere; Handler is the alert listener's HTTP interface, which answers
 // every alert of a payload with accepted, ignored or rejected and hands
 // the accepted tasks to a Sender.
 //

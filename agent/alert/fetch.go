@@ -16,7 +16,7 @@ import (
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
-// AlertmanagerConfig is intake.alertmanager: what the intake does about
+// AlertmanagerConfig is intake.alertmanager: what the alert listener does about
 // the alerts an Alertmanager left out of a notification (truncatedAlerts,
 // past its max_alerts).
 type AlertmanagerConfig struct {
@@ -133,7 +133,7 @@ type gettableAlert struct {
 // Fetch returns the active alerts of the group (its groupLabels as
 // filters) from externalURL's API v2, at most the configured number, in
 // one request bounded by the fetch timeout and maxFetchBody.
-func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group map[string]string) ([]Alert, error) {
+func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group map[string]string) ([]Received, error) {
 	base := normURL(externalURL)
 	if !f.allowed[base] {
 		return nil, ErrNotAllowed
@@ -173,7 +173,7 @@ func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group 
 	if err := json.Unmarshal(body, &got); err != nil {
 		return nil, fmt.Errorf("alert: fetch truncated alerts: %w", err)
 	}
-	out := make([]Alert, 0, min(len(got), f.max))
+	out := make([]Received, 0, min(len(got), f.max))
 	for _, a := range got {
 		if len(out) == f.max {
 			break
@@ -181,16 +181,7 @@ func (f *TruncatedFetcher) Fetch(ctx context.Context, externalURL string, group 
 		if a.Status.State != "" && a.Status.State != "active" {
 			continue
 		}
-		fp := a.Fingerprint
-		if fp == "" {
-			fp = hashID(labelParts(a.Labels)...)
-		}
-		var id string
-		if !a.StartsAt.IsZero() {
-			id = fp + "@" + a.StartsAt.UTC().Format(time.RFC3339Nano)
-		}
-		out = append(out, Alert{Source: SourceAlertmanager, Name: a.Labels["alertname"], Severity: normSeverity(a.Labels["severity"]),
-			EventID: id, Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.StartsAt.UTC(), Status: StatusFiring})
+		out = append(out, amReceived(a.Fingerprint, a.Labels, a.Annotations, a.StartsAt, StatusFiring))
 	}
 	return out, nil
 }

@@ -79,9 +79,9 @@ func truncatedPayload(externalURL string, truncated int, hosts ...string) string
 		`"externalURL":%q,"alerts":[%s]}`, truncated, externalURL, strings.Join(alerts, ","))
 }
 
-func newFetchingIntake(t *testing.T, c AlertmanagerConfig) (*testIntake, *Metrics) {
+func newFetchingListener(t *testing.T, c AlertmanagerConfig) (*testListener, *Metrics) {
 	t.Helper()
-	ti := &testIntake{sender: &fakeSender{}, reg: prometheus.NewRegistry()}
+	ti := &testListener{sender: &fakeSender{}, reg: prometheus.NewRegistry()}
 	m := NewMetrics(ti.reg)
 	h, err := NewHandler(HandlerConfig{Router: testRouter(t), Sender: ti.sender, Metrics: m,
 		Clock: clock.NewManual(goldenNow), Fetcher: NewTruncatedFetcher(c, nil)})
@@ -93,7 +93,7 @@ func newFetchingIntake(t *testing.T, c AlertmanagerConfig) (*testIntake, *Metric
 	return ti, m
 }
 
-func (ti *testIntake) sentHosts() map[string]bool {
+func (ti *testListener) sentHosts() map[string]bool {
 	ti.sender.mu.Lock()
 	defer ti.sender.mu.Unlock()
 	out := map[string]bool{}
@@ -105,7 +105,7 @@ func (ti *testIntake) sentHosts() map[string]bool {
 	return out
 }
 
-// Alertmanager sends 3 of 4 firing alerts (max_alerts: 3): the intake
+// Alertmanager sends 3 of 4 firing alerts (max_alerts: 3): the alert listener
 // fetches the group's alerts from the allowed sender's API v2 and
 // diagnoses the 4th host too, once each; a sender not allowed is never
 // asked.
@@ -113,7 +113,7 @@ func TestTruncatedAlertsFetched(t *testing.T) {
 	hosts := []string{"web-01", "web-02", "web-03", "web-04"}
 	am := newAMStandIn(t, hosts...)
 	t.Run("allowed", func(t *testing.T) {
-		ti, m := newFetchingIntake(t, AlertmanagerConfig{FetchTruncated: true, AllowedURLs: []string{am.URL + "/"}})
+		ti, m := newFetchingListener(t, AlertmanagerConfig{FetchTruncated: true, AllowedURLs: []string{am.URL + "/"}})
 		code, ans := ti.post(t, "/v1/alerts/alertmanager", truncatedPayload(am.URL, 1, hosts[:3]...), nil)
 		if code != http.StatusOK || ans["accepted"] != float64(4) {
 			t.Fatalf("answer %d %v, want 4 accepted (3 sent, 1 fetched)", code, ans)
@@ -134,7 +134,7 @@ func TestTruncatedAlertsFetched(t *testing.T) {
 	})
 	t.Run("not allowed", func(t *testing.T) {
 		before := len(am.asked())
-		ti, m := newFetchingIntake(t, AlertmanagerConfig{FetchTruncated: true, AllowedURLs: []string{"http://am.example.com:9093"}})
+		ti, m := newFetchingListener(t, AlertmanagerConfig{FetchTruncated: true, AllowedURLs: []string{"http://am.example.com:9093"}})
 		code, ans := ti.post(t, "/v1/alerts/alertmanager", truncatedPayload(am.URL, 1, hosts[:3]...), nil)
 		if code != http.StatusOK || ans["accepted"] != float64(3) {
 			t.Fatalf("answer %d %v, want the 3 sent accepted", code, ans)
@@ -150,7 +150,7 @@ func TestTruncatedAlertsFetched(t *testing.T) {
 
 // fetch_truncated needs an allow-list; each bad entry is named by its key.
 func TestAlertmanagerConfigValidate(t *testing.T) {
-	c := IntakeConfig{Alertmanager: AlertmanagerConfig{FetchTruncated: true}}
+	c := ListenerConfig{Alertmanager: AlertmanagerConfig{FetchTruncated: true}}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "alertmanager.allowed_urls") {
 		t.Errorf("fetch_truncated without allowed_urls: %v", err)
 	}

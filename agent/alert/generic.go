@@ -80,7 +80,7 @@ func DecodeGeneric(body []byte) (Payload, error) {
 		if g.EventID == "" {
 			g.EventID = hashID(append([]string{g.Source, g.Name, g.Host}, labelParts(g.Labels)...)...)
 		}
-		p.add(i, Alert{
+		p.add(i, Received{
 			Source:      g.Source,
 			Name:        g.Name,
 			Host:        g.Host,

@@ -26,8 +26,9 @@ type Sender interface {
 	SendBatch(ctx context.Context, tasks []task.Task) error
 }
 
-// Credentials are the secrets intake requests must carry, read from the
-// environment by whoever starts the listener (IntakeConfig.Credentials).
+// Credentials are the secrets requests to the alert listener must carry,
+// read from the environment by whoever starts the listener
+// (ListenerConfig.Credentials).
 // The zero value requires nothing: only a loopback listener may have it.
 type Credentials struct {
 	BearerToken   string
@@ -67,7 +68,7 @@ type HandlerConfig struct {
 	Fetcher *TruncatedFetcher
 }
 
-// Handler is the intake listener's HTTP interface:
+// Handler is the alert listener's HTTP interface:
 //
 //	POST /v1/alerts/alertmanager   Alertmanager webhook, version 4
 //	POST /v1/alerts/zabbix         the autodiag Zabbix media type
@@ -90,7 +91,7 @@ var decoders = map[string]func([]byte) (Payload, error){
 	SourceGeneric:      DecodeGeneric,
 }
 
-// NewHandler returns the intake handler.
+// NewHandler returns the alert listener's handler.
 func NewHandler(c HandlerConfig) (*Handler, error) {
 	if c.Router == nil || c.Sender == nil {
 		return nil, errors.New("alert: handler needs a router and a sender")
@@ -143,7 +144,7 @@ func (h *Handler) post(source string) http.HandlerFunc {
 			creds = h.c.LiveCredentials()
 		}
 		if !creds.Authorized(r) {
-			Unauthorized(w, creds, intakeRealm)
+			Unauthorized(w, creds, listenerRealm)
 			return
 		}
 		if h.c.Draining() {
@@ -186,8 +187,9 @@ func (h *Handler) post(source string) http.HandlerFunc {
 	}
 }
 
-// intakeRealm names the intake listener in its challenges.
-const intakeRealm = "autodiag intake"
+// listenerRealm names the alert listener in its challenges (after its
+// command, `autodiag intake`).
+const listenerRealm = "autodiag intake"
 
 // Required reports whether c requires anything of a request.
 func (c Credentials) Required() bool { return c.BearerToken != "" || c.BasicUser != "" }

@@ -53,16 +53,16 @@ func (s *fakeSender) sent() int {
 	return n
 }
 
-type testIntake struct {
+type testListener struct {
 	srv      *httptest.Server
 	sender   *fakeSender
 	reg      *prometheus.Registry
 	draining atomic.Bool
 }
 
-func newTestIntake(t *testing.T, cr Credentials, maxBody int64) *testIntake {
+func newTestListener(t *testing.T, cr Credentials, maxBody int64) *testListener {
 	t.Helper()
-	ti := &testIntake{sender: &fakeSender{}, reg: prometheus.NewRegistry()}
+	ti := &testListener{sender: &fakeSender{}, reg: prometheus.NewRegistry()}
 	h, err := NewHandler(HandlerConfig{
 		Router:      testRouter(t),
 		Sender:      ti.sender,
@@ -80,7 +80,7 @@ func newTestIntake(t *testing.T, cr Credentials, maxBody int64) *testIntake {
 	return ti
 }
 
-func (ti *testIntake) post(t *testing.T, path, body string, auth func(*http.Request)) (int, map[string]any) {
+func (ti *testListener) post(t *testing.T, path, body string, auth func(*http.Request)) (int, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ti.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -108,7 +108,7 @@ func bearer(tok string) func(*http.Request) {
 }
 
 func TestHandlerAlertmanager(t *testing.T) {
-	ti := newTestIntake(t, Credentials{BearerToken: "s3cret"}, 0)
+	ti := newTestListener(t, Credentials{BearerToken: "s3cret"}, 0)
 	code, ans := ti.post(t, "/v1/alerts/alertmanager", mustRead(t, "alertmanager_v4.json"), bearer("s3cret"))
 	if code != http.StatusOK {
 		t.Fatalf("status %d: %v", code, ans)
@@ -137,8 +137,8 @@ func TestHandlerAlertmanager(t *testing.T) {
 	}
 }
 
-// metrics is the Metrics the test intake's handler counts into.
-func (ti *testIntake) metrics(t *testing.T) *Metrics {
+// metrics is the Metrics the test listener's handler counts into.
+func (ti *testListener) metrics(t *testing.T) *Metrics {
 	t.Helper()
 	h := ti.srv.Config.Handler.(*Handler)
 	return h.c.Metrics
@@ -173,7 +173,7 @@ func TestHandlerRefusals(t *testing.T) {
 		{"too large", "/v1/alerts/generic", `{"name":"` + strings.Repeat("a", 2048) + `"}`, ok, false, http.StatusRequestEntityTooLarge, ReasonTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ti := newTestIntake(t, Credentials{BearerToken: "s3cret"}, 1024)
+			ti := newTestListener(t, Credentials{BearerToken: "s3cret"}, 1024)
 			ti.draining.Store(tc.draining)
 			code, ans := ti.post(t, tc.path, tc.body, tc.auth)
 			if code != tc.code || ans["error"] != tc.reason {
@@ -187,7 +187,7 @@ func TestHandlerRefusals(t *testing.T) {
 }
 
 func TestHandlerBasicAuth(t *testing.T) {
-	ti := newTestIntake(t, Credentials{BasicUser: "zabbix", BasicPassword: "pw"}, 0)
+	ti := newTestListener(t, Credentials{BasicUser: "zabbix", BasicPassword: "pw"}, 0)
 	for _, tc := range []struct {
 		user, pass string
 		code       int
@@ -203,7 +203,7 @@ func TestHandlerBasicAuth(t *testing.T) {
 // the alerting system retries the whole payload, and nothing is counted
 // as accepted.
 func TestHandlerSenderFails(t *testing.T) {
-	ti := newTestIntake(t, Credentials{}, 0)
+	ti := newTestListener(t, Credentials{}, 0)
 	ti.sender.fail = errors.New("sqs: throttled")
 	code, ans := ti.post(t, "/v1/alerts/alertmanager", mustRead(t, "alertmanager_v4.json"), nil)
 	if code != http.StatusServiceUnavailable || ans["error"] != "queue_unavailable" {
@@ -238,7 +238,7 @@ func TestHandlerMixedGeneric(t *testing.T) {
 }
 
 func TestReadyz(t *testing.T) {
-	ti := newTestIntake(t, Credentials{BearerToken: "x"}, 0)
+	ti := newTestListener(t, Credentials{BearerToken: "x"}, 0)
 	for _, draining := range []bool{false, true} {
 		ti.draining.Store(draining)
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ti.srv.URL+"/readyz", nil)
@@ -261,7 +261,7 @@ func TestReadyz(t *testing.T) {
 }
 
 // TestBearerSchemeCaseInsensitive: the auth-scheme is matched without
-// regard to case (RFC 7235 2.1), on the intake listener and the admin API
+// regard to case (RFC 7235 2.1), on the alert listener and the admin API
 // alike (both call Authorized); the token is compared exactly.
 func TestBearerSchemeCaseInsensitive(t *testing.T) {
 	c := Credentials{BearerToken: "s3cret"}

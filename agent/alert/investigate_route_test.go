@@ -19,7 +19,7 @@ func TestRouteInvestigateAlways(t *testing.T) {
 	for i := range 50 {
 		labels[strings.Repeat("k", i+1)] = "v"
 	}
-	d := r.Route(Alert{Source: "alertmanager", Name: "DiskFull", Host: "web-1", Status: StatusFiring, StartsAt: now.Add(-time.Hour),
+	d := r.Route(Received{Source: "alertmanager", Name: "DiskFull", Host: "web-1", Status: StatusFiring, StartsAt: now.Add(-time.Hour),
 		Labels: labels, Annotations: map[string]string{"runbook_url": "https://wiki.example.com/disk"}}, now)
 	if len(d.Tasks) != 1 {
 		t.Fatalf("%+v", d)

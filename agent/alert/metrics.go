@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics counts alerts by how they ended. One value serves the intake
+// Metrics counts alerts by how they ended. One value serves the alert listener
 // listener and the queue's receive path, so both count into the same
 // series.
 type Metrics struct {

@@ -228,7 +228,7 @@ type Router struct {
 	newID     func() string
 	regexps   *regexCache
 	// onResolved sees every resolved alert (WatchResolved); nil = none.
-	onResolved func(Alert)
+	onResolved func(Received)
 }
 
 // NewRouter compiles routes (the same errors as Validate). v checks every
@@ -282,7 +282,7 @@ type templateData struct {
 // no route takes). A template that fails is rejected (template_error); a
 // task that fails validation rejects the alert with the validation
 // reason, and none of its tasks are made. now stamps created_at.
-func (r *Router) Route(a Alert, now time.Time) Decision {
+func (r *Router) Route(a Received, now time.Time) Decision {
 	for i := range r.routes {
 		c := &r.routes[i]
 		if !c.matches(&a) {
@@ -296,7 +296,7 @@ func (r *Router) Route(a Alert, now time.Time) Decision {
 	return Decision{Result: ResultIgnored, Reason: ReasonNoRoute}
 }
 
-func (c *compiled) matches(a *Alert) bool {
+func (c *compiled) matches(a *Received) bool {
 	if a.Status == StatusResolved && !c.resolved {
 		return false
 	}
@@ -314,7 +314,7 @@ func (c *compiled) matches(a *Alert) bool {
 	return true
 }
 
-func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
+func (r *Router) apply(c *compiled, a *Received, now time.Time) Decision {
 	d := Decision{Route: c.name}
 	data := templateData{Source: a.Source, Name: a.Name, Host: a.Host, Severity: a.Severity, EventID: a.EventID,
 		Labels: orEmpty(a.Labels), Annotations: orEmpty(a.Annotations), Dimensions: orEmpty(a.Dimensions), StartsAt: a.StartsAt}
@@ -332,7 +332,7 @@ func (r *Router) apply(c *compiled, a *Alert, now time.Time) Decision {
 			Host:       strings.TrimSpace(host),
 			Diagnostic: ct.diagnostic,
 			Severity:   normSeverity(sev),
-			Alert: task.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a),
+			Alert: taskview.Alert{Source: a.Source, Name: a.Name, EventID: a.EventID, Refs: refsOf(a),
 				Labels: task.BoundContext(a.Labels), Annotations: task.BoundContext(a.Annotations), StartsAt: a.StartsAt.UTC(),
 				Route: c.name, Investigate: c.investigate},
 			CreatedAt: now.UTC(),
@@ -393,7 +393,7 @@ type Answer struct {
 // WatchResolved calls f with every resolved alert RoutePayload sees,
 // whether a route takes it or not: a resolution is recorded (its
 // reports stamped), never a task started by it. f must be bounded.
-func (r *Router) WatchResolved(f func(Alert)) { r.onResolved = f }
+func (r *Router) WatchResolved(f func(Received)) { r.onResolved = f }
 
 func (r *Router) RoutePayload(p Payload, now time.Time) Answer {
 	ans := Answer{
@@ -427,7 +427,7 @@ func byIndex(a, b Outcome) int { return a.Index - b.Index }
 // refsOf reads the alert's write-back references from its annotations
 // and labels of the names taskview.RefNames lists, an annotation winning
 // over a label of the same name.
-func refsOf(a *Alert) taskview.AlertRefs {
+func refsOf(a *Received) taskview.AlertRefs {
 	var r taskview.AlertRefs
 	for _, name := range taskview.RefNames {
 		v := a.Annotations[name]

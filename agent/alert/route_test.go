@@ -80,21 +80,21 @@ func TestRoute(t *testing.T) {
 	now := time.Date(2026, 11, 30, 14, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name   string
-		alert  Alert
+		alert  Received
 		route  string
 		result string
 		reason string
 		tasks  int
 	}{
-		{"resolved taken by a resolved route", Alert{Source: "generic", Name: "both", Host: "h", EventID: "1", Status: StatusResolved}, "resolved-too", ResultAccepted, "", 1},
-		{"resolved skips the others", Alert{Source: "zabbix", Name: "x", Host: "h", EventID: "1", Status: StatusResolved}, "", ResultIgnored, ReasonResolved, 0},
-		{"missing label is empty", Alert{Name: "nolabel", EventID: "1", Status: StatusFiring}, "label", ResultAccepted, "", 1},
-		{"label present fails ^$", Alert{Name: "nolabel", Host: "h2", EventID: "1", Labels: map[string]string{"team": "a"}, Status: StatusFiring}, "catch-all", ResultAccepted, "", 1},
-		{"runtime template error", Alert{Name: "tmpl", Host: "h", EventID: "1", Labels: map[string]string{"re": "("}, Status: StatusFiring}, "bad-regex-at-runtime", ResultRejected, ReasonTemplateError, 0},
-		{"template output bound", Alert{Name: "huge", EventID: "1", Labels: map[string]string{"a": strings.Repeat("a", 3000), "b": strings.Repeat("b", 3000)}, Status: StatusFiring}, "huge", ResultRejected, ReasonTemplateError, 0},
-		{"one bad task rejects the alert", Alert{Name: "twotasks", EventID: "1", Labels: map[string]string{"m": "/var; reboot"}, Status: StatusFiring}, "two-tasks-one-bad", ResultRejected, task.ReasonInvalidParam, 0},
-		{"host validated", Alert{Name: "imds", EventID: "1", Status: StatusFiring}, "forbidden-host", ResultRejected, task.ReasonHostForbidden, 0},
-		{"empty host", Alert{Name: "x", EventID: "1", Status: StatusFiring}, "catch-all", ResultRejected, task.ReasonMissingHost, 0},
+		{"resolved taken by a resolved route", Received{Source: "generic", Name: "both", Host: "h", EventID: "1", Status: StatusResolved}, "resolved-too", ResultAccepted, "", 1},
+		{"resolved skips the others", Received{Source: "zabbix", Name: "x", Host: "h", EventID: "1", Status: StatusResolved}, "", ResultIgnored, ReasonResolved, 0},
+		{"missing label is empty", Received{Name: "nolabel", EventID: "1", Status: StatusFiring}, "label", ResultAccepted, "", 1},
+		{"label present fails ^$", Received{Name: "nolabel", Host: "h2", EventID: "1", Labels: map[string]string{"team": "a"}, Status: StatusFiring}, "catch-all", ResultAccepted, "", 1},
+		{"runtime template error", Received{Name: "tmpl", Host: "h", EventID: "1", Labels: map[string]string{"re": "("}, Status: StatusFiring}, "bad-regex-at-runtime", ResultRejected, ReasonTemplateError, 0},
+		{"template output bound", Received{Name: "huge", EventID: "1", Labels: map[string]string{"a": strings.Repeat("a", 3000), "b": strings.Repeat("b", 3000)}, Status: StatusFiring}, "huge", ResultRejected, ReasonTemplateError, 0},
+		{"one bad task rejects the alert", Received{Name: "twotasks", EventID: "1", Labels: map[string]string{"m": "/var; reboot"}, Status: StatusFiring}, "two-tasks-one-bad", ResultRejected, task.ReasonInvalidParam, 0},
+		{"host validated", Received{Name: "imds", EventID: "1", Status: StatusFiring}, "forbidden-host", ResultRejected, task.ReasonHostForbidden, 0},
+		{"empty host", Received{Name: "x", EventID: "1", Status: StatusFiring}, "catch-all", ResultRejected, task.ReasonMissingHost, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := r.Route(tc.alert, now)
@@ -104,7 +104,7 @@ func TestRoute(t *testing.T) {
 		})
 	}
 
-	d := r.Route(Alert{Source: "alertmanager", Name: "funcs", EventID: "e-1", Status: StatusFiring,
+	d := r.Route(Received{Source: "alertmanager", Name: "funcs", EventID: "e-1", Status: StatusFiring,
 		Labels: map[string]string{"instance": "WEB-01.Example.com:9100"}}, now)
 	if d.Result != ResultAccepted || len(d.Tasks) != 1 {
 		t.Fatalf("%+v", d)
@@ -125,7 +125,7 @@ func TestRouteWriteBackRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := r.Route(Alert{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Status: StatusFiring,
+	d := r.Route(Received{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Status: StatusFiring,
 		Labels:      map[string]string{"opsgenie_alias": "from-label", "pagerduty_incident_key": "key-1", "zabbix_event_id": " 81237 "},
 		Annotations: map[string]string{"opsgenie_alias": "from-annotation", "pagerduty_incident_id": "PT4KHLK"}}, time.Now())
 	if d.Result != ResultAccepted || len(d.Tasks) != 1 {
@@ -135,7 +135,7 @@ func TestRouteWriteBackRefs(t *testing.T) {
 	if got := d.Tasks[0].Alert.Refs; got != want {
 		t.Fatalf("refs %+v, want %+v", got, want)
 	}
-	d = r.Route(Alert{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Status: StatusFiring,
+	d = r.Route(Received{Source: "alertmanager", Name: "HighLoad", EventID: "fp@t", Status: StatusFiring,
 		Annotations: map[string]string{"opsgenie_alias": strings.Repeat("a", 600)}}, time.Now())
 	if d.Result != ResultRejected || d.Reason != task.ReasonInvalidAlert {
 		t.Fatalf("over-long reference: %+v, want rejected %s", d, task.ReasonInvalidAlert)
@@ -166,7 +166,7 @@ func TestNoRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := r.Route(Alert{Source: "alertmanager", Name: "x", EventID: "1", Status: StatusFiring}, time.Now()); d.Result != ResultIgnored || d.Reason != ReasonNoRoute {
+	if d := r.Route(Received{Source: "alertmanager", Name: "x", EventID: "1", Status: StatusFiring}, time.Now()); d.Result != ResultIgnored || d.Reason != ReasonNoRoute {
 		t.Fatalf("%+v", d)
 	}
 }

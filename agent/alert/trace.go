@@ -6,7 +6,7 @@ import (
 	"github.com/autodiag/autodiag/agent/tracing"
 )
 
-// traceAnswer puts what the intake made of a payload on its span: the
+// traceAnswer puts what the alert listener made of a payload on its span: the
 // source and the counts, never an alert's text.
 func traceAnswer(span trace.Span, source string, ans Answer) {
 	if !span.IsRecording() {

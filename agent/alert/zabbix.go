@@ -62,7 +62,7 @@ func DecodeZabbix(body []byte) (Payload, error) {
 	if err != nil {
 		return p, &task.Error{Reason: ReasonMalformed, Field: "tags", Detail: jsonDetail(err)}
 	}
-	a := Alert{
+	a := Received{
 		Source:      SourceZabbix,
 		Name:        unmacro(z.EventName),
 		Host:        unmacro(z.Host),

@@ -17,7 +17,7 @@ func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnosti
 	for _, p := range cfg.Limiter.Hosts.Allow {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("agent: limiter.hosts.allow: %w", err)
+			return nil, nil, fmt.Errorf("config: limiter.hosts.allow: %w", err)
 		}
 		v.Allow = append(v.Allow, re)
 	}
@@ -30,7 +30,7 @@ func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnosti
 			spec.AnyCharset[name] = diag.AnyCharset(name)
 			re, err := task.FullMatch(pat)
 			if err != nil {
-				return nil, nil, fmt.Errorf("agent: diagnostics %s params.%s: %w", diag.Name, name, err)
+				return nil, nil, fmt.Errorf("config: diagnostics %s params.%s: %w", diag.Name, name, err)
 			}
 			spec.Params[name] = re
 		}
@@ -40,7 +40,7 @@ func (cfg Config) CompileCatalog() (*task.Validator, map[string]runner.Diagnosti
 }
 
 // Validator is the task validator of CompileCatalog, so that a dry run and the
-// standalone intake judge a host exactly as the agent does.
+// standalone alert listener judge a host exactly as the agent does.
 func (cfg Config) Validator() (*task.Validator, error) {
 	v, _, err := cfg.CompileCatalog()
 	return v, err

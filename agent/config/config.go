@@ -42,7 +42,7 @@ type Config struct {
 	// loopback it needs AdminAuth.
 	AdminAddr string `yaml:"admin_addr"`
 	// AdminAuth names the credentials every admin request but GET
-	// /healthz and GET /readyz must carry (the intake's auth shape); unset
+	// /healthz and GET /readyz must carry (the alert listener's auth shape); unset
 	// = none, which only a loopback admin_addr may have.
 	AdminAuth alert.AuthConfig `yaml:"admin_auth"`
 	// LogLevel is debug, info (default), warn or error.
@@ -59,9 +59,10 @@ type Config struct {
 	// name the two packages' settings the section holds.
 	LifecycleSection `yaml:"lifecycle"`
 	CloudWatch       CloudWatchConfig `yaml:"cloudwatch"`
-	// Intake is the listener alerting systems post to; off by default.
-	Intake alert.IntakeConfig `yaml:"intake"`
-	// Routes decide which alerts become which tasks, on the intake
+	// Intake is the intake: section: the alert listener, which alerting
+	// systems post to; off by default.
+	Intake alert.ListenerConfig `yaml:"intake"`
+	// Routes decide which alerts become which tasks, on the alert
 	// listener and on the task queue (CloudWatch alarms); none = every
 	// alert is ignored (no_route).
 	Routes alert.Routes `yaml:"routes"`
@@ -84,7 +85,7 @@ type Config struct {
 	// (default 100000); the oldest past it are dead-lettered (outbox_full).
 	NotifyOutboxMax int `yaml:"notify_outbox_max"`
 	// Report is the root-cause report of finished tasks; off by default.
-	Report report.Config `yaml:"report"`
+	Report ReportSection `yaml:"report"`
 	// Tracing exports OpenTelemetry spans over OTLP/HTTP; off by default
 	// (see docs/tracing.md).
 	Tracing tracing.Config `yaml:"tracing"`
@@ -302,7 +303,7 @@ func DefaultConfig() Config {
 		NotifyMaxAge:     notify.DefaultMaxAge,
 		NotifyClaimIdle:  notify.DefaultClaimIdle,
 		NotifyOutboxMax:  notify.DefaultMaxLen,
-		Report:           report.DefaultConfig(),
+		Report:           ReportSection{Config: report.DefaultConfig()},
 		Tracing:          tracing.DefaultConfig(),
 	}
 }

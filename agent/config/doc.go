@@ -5,9 +5,9 @@
 // report every problem at once naming its key and line (configerr.go),
 // the check that no value placeholder lands inside an interpreter's
 // program (catalogcheck.go), and the compile of the catalog into the task
-// validator (catalog.go).
+// validator (catalog.go). The report: section is report.go.
 //
 // It may import the leaf packages whose sections it holds, never the
 // agent root or its parts (worker, supervisor, hooks, launch,
-// alertintake), and no AWS SDK package.
+// alert/listener), and no AWS SDK package.
 package config

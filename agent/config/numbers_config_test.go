@@ -27,26 +27,31 @@ func TestConfigRefusesNonFiniteNumbers(t *testing.T) {
 			"limiter.rules[0].limits[0].concurrency.max_percent", 5},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Load([]byte(tt.yaml), nil)
-			if err == nil {
-				t.Fatal("accepted")
+		t.Run(tt.name, func(t *testing.T) { wantProblemAt(t, tt.yaml, tt.key, tt.line) })
+	}
+}
+
+// wantProblemAt fails t unless loading yaml reports one problem on key,
+// at line.
+func wantProblemAt(t *testing.T, yaml, key string, line int) {
+	t.Helper()
+	_, err := Load([]byte(yaml), nil)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	var found bool
+	for _, ce := range Problems(err) {
+		if ce.Key == key {
+			found = true
+			if ce.Line != line {
+				t.Errorf("%s: line %d, want %d", ce.Key, ce.Line, line)
 			}
-			var found bool
-			for _, ce := range Problems(err) {
-				if ce.Key == tt.key {
-					found = true
-					if ce.Line != tt.line {
-						t.Errorf("%s: line %d, want %d", ce.Key, ce.Line, tt.line)
-					}
-				}
-			}
-			if !found {
-				t.Errorf("no problem names %s: %v", tt.key, err)
-			}
-			if strings.Count(err.Error(), tt.key+" ") > 1 {
-				t.Errorf("%s reported twice: %v", tt.key, err)
-			}
-		})
+		}
+	}
+	if !found {
+		t.Errorf("no problem names %s: %v", key, err)
+	}
+	if strings.Count(err.Error(), key+" ") > 1 {
+		t.Errorf("%s reported twice: %v", key, err)
 	}
 }

@@ -33,14 +33,14 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 	}
 	metrics := investigate.NewMetrics(o.Registry, parts.Provider.Name(), o.Config.Report.Model)
 	metrics.SetBudget(eff.DailyTokens, eff.DailyCostUSD)
-	iv, err := investigate.New(investigate.Options{Report: o.Config.Report, Provider: parts.Provider, Tools: tools,
+	iv, err := investigate.New(investigate.Options{Report: o.Config.Report.Config, Config: *ic, Provider: parts.Provider, Tools: tools,
 		Tasks: &agentTasks{o: o, poll: investigationPoll}, Budget: budget, Redactor: h.redactor,
 		AllowHost: func(host string) bool { _, err := o.Validator.ValidateHost(host); return err == nil },
 		Clock:     o.Clock,
 		Metrics:   metrics,
 		Runbooks:  parts.Runbooks})
 	if err != nil {
-		return fmt.Errorf("agent: report.investigate: %w", err)
+		return fmt.Errorf("hooks: report.investigate: %w", err)
 	}
 	parts.Writer = iv
 	return nil

@@ -67,11 +67,11 @@ func OpenReportParts(cfg config.Config, awsCfg aws.Config, rc redis.UniversalCli
 		}
 		parts.Provider = report.NewOpenAI(rcfg.BaseURL, key, hc)
 	default:
-		return nil, fmt.Errorf("agent: report.provider %q: unknown", rcfg.Provider)
+		return nil, fmt.Errorf("hooks: report.provider %q: unknown", rcfg.Provider)
 	}
 	rbs, err := report.LoadRunbooks(rcfg.Runbooks, os.ReadFile)
 	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+		return nil, fmt.Errorf("hooks: %w", err)
 	}
 	parts.Runbooks = rbs
 	if rc != nil {
@@ -112,17 +112,17 @@ func NewReporter(cfg config.Config, parts *ReportParts, sink report.Sink, red re
 	lopts := limiter.Options{Timeout: cfg.Redis.Timeout, Logger: log.With("component", "report")}
 	lim, err := limiter.New(cfg.Report.LimiterConfig(false), parts.Backend, lopts)
 	if err != nil {
-		return nil, fmt.Errorf("agent: report.limits: %w", err)
+		return nil, fmt.Errorf("hooks: report.limits: %w", err)
 	}
 	force, err := limiter.New(cfg.Report.LimiterConfig(true), parts.Backend, lopts)
 	if err != nil {
-		return nil, fmt.Errorf("agent: report.limits: %w", err)
+		return nil, fmt.Errorf("hooks: report.limits: %w", err)
 	}
-	r, err := report.New(report.Options{Config: cfg.Report, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
+	r, err := report.New(report.Options{Config: cfg.Report.Config, Provider: parts.Provider, Queue: parts.Queue, Sink: sink,
 		Limiter: lim, ForceLimiter: force, Redactor: red, Consumer: consumer, Logger: log,
 		Registerer: reg, SinkTimeout: max(cfg.Redis.Timeout, time.Second), Writer: parts.Writer})
 	if err != nil {
-		return nil, fmt.Errorf("agent: report: %w", err)
+		return nil, fmt.Errorf("hooks: report: %w", err)
 	}
 	return r, nil
 }
@@ -183,7 +183,7 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	d, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: instanceID, StoreTimeout: cfg.Redis.Timeout,
 		Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("agent: notify: %w", err)
+		return nil, fmt.Errorf("hooks: notify: %w", err)
 	}
 	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
 		log: log.With("component", "notify")}
@@ -252,7 +252,7 @@ func (b builder) wireReports(o Options) error {
 	}
 	parts := o.Reports
 	if parts == nil || parts.Provider == nil {
-		return fmt.Errorf("agent: report: enabled without a provider")
+		return fmt.Errorf("hooks: report: enabled without a provider")
 	}
 	if parts.Queue == nil {
 		parts.Queue = report.NewMemoryQueue(o.Config.Report.JobLease(), nil)
@@ -269,7 +269,7 @@ func (b builder) wireReports(o Options) error {
 	if err != nil {
 		return err
 	}
-	h.reports = &reports{r: r, queue: parts.Queue, sink: sink, cfg: o.Config.Report,
+	h.reports = &reports{r: r, queue: parts.Queue, sink: sink, cfg: o.Config.Report.Config,
 		clock: o.Clock, log: o.Logger.With("component", "report")}
 	return nil
 }

@@ -15,7 +15,7 @@ func (b builder) wireResults(o Options) error {
 	h := b.h
 	red, err := redact.New(o.Config.Results.Redact.Effective(), o.Registry)
 	if err != nil {
-		return fmt.Errorf("agent: results.redact: %w", err)
+		return fmt.Errorf("hooks: results.redact: %w", err)
 	}
 	// The agent's own credentials (and redact.values_env) are redacted by
 	// value, read through the same lookup as the sinks, so a refreshed
@@ -36,12 +36,12 @@ func (b builder) wireResults(o Options) error {
 	// any agent replies under an alert's first message.
 	sinks, err := notify.NewSinksWith(o.Config.Notify, notify.SinkDeps{Getenv: o.LookupEnv, Threads: notify.ThreadsFor(ob, o.Clock), Self: o.Config.AdminAddr})
 	if err != nil {
-		return fmt.Errorf("agent: notify: %w", err)
+		return fmt.Errorf("hooks: notify: %w", err)
 	}
 	disp, err := notify.NewDispatcher(ob, sinks, notify.Options{InstanceID: o.InstanceID, MaxAge: o.Config.NotifyMaxAge,
 		StoreTimeout: o.Config.Redis.Timeout, Clock: o.Clock, Logger: o.Logger, Registerer: o.Registry})
 	if err != nil {
-		return fmt.Errorf("agent: notify: %w", err)
+		return fmt.Errorf("hooks: notify: %w", err)
 	}
 	h.notifier = &notifier{d: disp, base: context.WithoutCancel(o.Base), timeout: o.Config.Redis.Timeout, clock: o.Clock, log: o.Logger.With("component", "notify")}
 	return nil

@@ -197,7 +197,7 @@ func (b builder) wireUpload(o Options) error {
 		return nil
 	}
 	if o.S3 == nil {
-		return errors.New("agent: results.s3.bucket is set but Deps.S3 is nil")
+		return errors.New("hooks: results.s3.bucket is set but Deps.S3 is nil")
 	}
 	h.uploader = newUploader(o.S3, c, o.Base, o.Logger, o.Registry)
 	h.runner = fullOutputRunner{Runner: h.runner, maxSize: c.MaxSize}

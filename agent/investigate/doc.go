@@ -8,5 +8,6 @@
 // listed under Gaps; budgets (steps, tokens, wall time, a fleet-wide daily
 // budget) end the loop with one last turn without tools. The agent passes
 // in narrow interfaces: Tasks (submit and wait for the record), Budget,
-// the report Provider, the tools.
+// the report Provider, the tools. Config is the `report.investigate:`
+// section (config.go).
 package investigate

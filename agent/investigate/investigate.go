@@ -79,8 +79,10 @@ type Budget interface {
 // are the agent's.
 type Options struct {
 	// Report is the report section (model, temperature, max_tokens,
-	// timeout, input bounds); Report.Investigate must be set.
-	Report   report.Config
+	// timeout, input bounds).
+	Report report.Config
+	// Config is report.investigate (keys left out take their defaults).
+	Config   Config
 	Provider report.Provider
 	// Tools are the diagnostics offered to the model.
 	Tools []Tool
@@ -108,7 +110,7 @@ type Options struct {
 // one last turn without tools.
 type Investigator struct {
 	o     Options
-	cfg   report.InvestigateConfig
+	cfg   Config
 	hosts *regexp.Regexp
 	tools map[string]Tool
 	specs []report.Tool
@@ -121,10 +123,7 @@ type Investigator struct {
 
 // New returns an Investigator of o.
 func New(o Options) (*Investigator, error) {
-	if o.Report.Investigate == nil {
-		return nil, errors.New("investigate: report.investigate is not set")
-	}
-	cfg := o.Report.Investigate.WithDefaults()
+	cfg := o.Config.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("investigate: %w", err)
 	}
@@ -201,7 +200,7 @@ type run struct {
 	ev    report.Evidence
 	rec   *report.Investigation
 	msgs  []report.Message
-	price report.Price
+	price Price
 	// sources are the tasks the answer may cite: the parent and each
 	// call that reached a task, with its redacted output.
 	sources map[string]report.Source
@@ -228,7 +227,7 @@ func (iv *Investigator) Run(ctx context.Context, ev report.Evidence) report.Resu
 		rec:     &report.Investigation{ID: iv.o.NewID(), Parent: ev.TaskID},
 		sources: map[string]report.Source{ev.TaskID: {Output: ev.Output, Ran: outcome.Ran(ev.Outcome)}}}
 	prompt := BuildPrompt(ev, rc.Input, iv.o.Tools, iv.cfg, rc.AllCategories(), iv.mode, start)
-	if file, text, ok := iv.o.Runbooks.For(ev.Alert); ok {
+	if file, text, ok := iv.o.Runbooks.For(ev.Alert.Alert); ok {
 		prompt += runbookSection(file, text, iv.o.Redactor)
 	}
 	r.msgs = []report.Message{{Role: report.RoleUser, Text: prompt}}
@@ -318,7 +317,7 @@ func (r *run) conclude(ctx context.Context, res report.Result, start time.Time, 
 // loopTools are the tools of a turn of the loop: the catalog's, and the
 // answer's when the model answers through a tool.
 func (r *run) loopTools() []report.Tool {
-	if r.iv.mode == report.AnswerSubmitReport {
+	if r.iv.mode == AnswerSubmitReport {
 		return append(slices.Clip(r.iv.specs), r.iv.answerTool)
 	}
 	return r.iv.specs
@@ -326,7 +325,7 @@ func (r *run) loopTools() []report.Tool {
 
 // answerTools are the tools of a turn after the loop: the answer's only.
 func (r *run) answerTools() []report.Tool {
-	if r.iv.mode == report.AnswerSubmitReport {
+	if r.iv.mode == AnswerSubmitReport {
 		return []report.Tool{r.iv.answerTool}
 	}
 	return nil
@@ -334,7 +333,7 @@ func (r *run) answerTools() []report.Tool {
 
 // schema is the answer's JSON Schema when the provider takes one.
 func (r *run) schema() json.RawMessage {
-	if r.iv.mode == report.AnswerJSONSchema {
+	if r.iv.mode == AnswerJSONSchema {
 		return r.iv.answerSchema
 	}
 	return nil

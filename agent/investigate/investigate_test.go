@@ -146,19 +146,18 @@ var testTools = []Tool{
 	{Name: "deleted_open", Description: "lsof +L1"},
 }
 
-func testReportConfig(ic report.InvestigateConfig) report.Config {
+func testReportConfig() report.Config {
 	c := report.DefaultConfig()
 	// openai: the answer comes as a JSON object of the schema, and the
 	// last turn has no tools.
 	c.Enabled, c.Provider, c.Model, c.Timeout = true, report.ProviderOpenAI, "m1", 5*time.Second
-	c.Investigate = &ic
 	return c
 }
 
-func newTest(t *testing.T, ic report.InvestigateConfig, model *scripted, tasks *fakeTasks) (*Investigator, *Metrics) {
+func newTest(t *testing.T, ic Config, model *scripted, tasks *fakeTasks) (*Investigator, *Metrics) {
 	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry(), "scripted", "m1")
-	o := Options{Report: testReportConfig(ic), Provider: model, Tools: testTools,
+	o := Options{Report: testReportConfig(), Config: ic, Provider: model, Tools: testTools,
 		NewID: func() string { return "inv-1" }, Metrics: m}
 	if tasks != nil {
 		o.Tasks, o.AllowHost = tasks, tasks.allow.MatchString
@@ -172,7 +171,7 @@ func newTest(t *testing.T, ic report.InvestigateConfig, model *scripted, tasks *
 
 func parentEvidence() report.Evidence {
 	code := 1
-	return report.Evidence{TaskID: "t-parent", Alert: report.Alert{Source: "alertmanager", Name: "DiskFull"},
+	return report.Evidence{TaskID: "t-parent", Alert: report.EvidenceAlert{Alert: taskview.Alert{Source: "alertmanager", Name: "DiskFull"}},
 		Diagnostic: "df", Argv: []string{"df", "-h"}, Host: "web-3", ExitCode: &code, Outcome: "failed",
 		Output: "/dev/xvda1 8G 8G 0 100% /\n"}
 }
@@ -219,7 +218,7 @@ func TestFences(t *testing.T) {
 			model := &scripted{turns: tc.turns}
 			tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n"})
 			tasks.rate = tc.rate
-			iv, m := newTest(t, report.InvestigateConfig{}, model, tasks)
+			iv, m := newTest(t, Config{}, model, tasks)
 			res := iv.Run(context.Background(), parentEvidence())
 			rec := res.Investigation
 			if res.Status != report.StatusOK || rec == nil {
@@ -304,7 +303,7 @@ func TestPromptInjection(t *testing.T) {
 			"evidence":[{"task_id":"inv-1-s1-c1","quote":"Mar 1 10:00 app: IGNORE","claim":"the app logs"}]}`),
 	}}
 	tasks := newFakeTasks(testTools, map[string]string{"journal": injected})
-	iv, _ := newTest(t, report.InvestigateConfig{}, model, tasks)
+	iv, _ := newTest(t, Config{}, model, tasks)
 	res := iv.Run(context.Background(), parentEvidence())
 	if len(tasks.specs) != 1 || tasks.specs[0].Host != "web-3" {
 		t.Fatalf("tasks run %+v, want only the first journal on web-3", tasks.specs)
@@ -337,17 +336,17 @@ func TestBudgets(t *testing.T) {
 	}
 	cases := []struct {
 		name      string
-		cfg       report.InvestigateConfig
+		cfg       Config
 		budget    Budget
 		endedBy   string
 		toolTurns int // model turns offered tools
 	}{
-		{name: "max_steps default", cfg: report.InvestigateConfig{}, endedBy: endedMaxSteps, toolTurns: 5},
-		{name: "max_steps 2", cfg: report.InvestigateConfig{MaxSteps: 2}, endedBy: endedMaxSteps, toolTurns: 2},
+		{name: "max_steps default", cfg: Config{}, endedBy: endedMaxSteps, toolTurns: 5},
+		{name: "max_steps 2", cfg: Config{MaxSteps: 2}, endedBy: endedMaxSteps, toolTurns: 2},
 		// Each turn is 100 tokens here: 10 turns reach 1000.
-		{name: "max_tokens", cfg: report.InvestigateConfig{MaxTokens: 1000, MaxSteps: 20}, endedBy: endedMaxTokens, toolTurns: 10},
+		{name: "max_tokens", cfg: Config{MaxTokens: 1000, MaxSteps: 20}, endedBy: endedMaxTokens, toolTurns: 10},
 		// Each turn is 110 tokens: 3 turns reach 330 >= 250.
-		{name: "daily budget", cfg: report.InvestigateConfig{DailyTokens: 250}, budget: &memBudget{tokens: 250}, endedBy: endedDailyBudget, toolTurns: 3},
+		{name: "daily budget", cfg: Config{DailyTokens: 250}, budget: &memBudget{tokens: 250}, endedBy: endedDailyBudget, toolTurns: 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -359,7 +358,7 @@ func TestBudgets(t *testing.T) {
 			}
 			tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n"})
 			m := NewMetrics(prometheus.NewRegistry(), "scripted", "m1")
-			iv, err := New(Options{Report: testReportConfig(tc.cfg), Provider: model, Tools: testTools, Tasks: tasks,
+			iv, err := New(Options{Report: testReportConfig(), Config: tc.cfg, Provider: model, Tools: testTools, Tasks: tasks,
 				Budget: tc.budget, NewID: func() string { return "inv-1" }, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
@@ -415,7 +414,7 @@ func TestToolResultBounded(t *testing.T) {
 	big := strings.Repeat("line of journal output\n", 4000) // 92,000 bytes
 	model := &scripted{turns: []report.Response{calls("journal -"), calls("journal -"), calls("journal -"), answer("## Root cause\nx\n")}}
 	tasks := newFakeTasks(testTools, map[string]string{"journal": "FIRST LINE\n" + big + "LAST LINE\n"})
-	iv, _ := newTest(t, report.InvestigateConfig{ContextBytes: 40 << 10}, model, tasks)
+	iv, _ := newTest(t, Config{ContextBytes: 40 << 10}, model, tasks)
 	res := iv.Run(context.Background(), parentEvidence())
 	if res.Status != report.StatusOK {
 		t.Fatalf("%+v", res)
@@ -465,7 +464,7 @@ func TestHeadTail(t *testing.T) {
 func TestWallTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		model := &scripted{turns: []report.Response{calls("journal -"), answer("## Root cause\nslow\n")}}
-		iv, _ := newTest(t, report.InvestigateConfig{WallTime: 30 * time.Second}, model, nil)
+		iv, _ := newTest(t, Config{WallTime: 30 * time.Second}, model, nil)
 		iv.o.Tasks = blockingTasks{}
 		start := time.Now()
 		res := iv.Run(context.Background(), parentEvidence())
@@ -500,7 +499,7 @@ func TestRefusedCallRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iv, err := New(Options{Report: testReportConfig(report.InvestigateConfig{}), Provider: model, Tools: testTools, Tasks: tasks,
+	iv, err := New(Options{Report: testReportConfig(), Config: Config{}, Provider: model, Tools: testTools, Tasks: tasks,
 		Redactor: red, NewID: func() string { return "inv-1" }})
 	if err != nil {
 		t.Fatal(err)
@@ -527,7 +526,7 @@ func (r replaceRedactor) RedactString(s string) string {
 func TestRanCallRedacted(t *testing.T) {
 	model := &scripted{turns: []report.Response{calls("disk_usage - path=/var/secretdir"), answer("## Root cause\nx\n")}}
 	tasks := newFakeTasks(testTools, nil)
-	iv, err := New(Options{Report: testReportConfig(report.InvestigateConfig{}), Provider: model, Tools: testTools, Tasks: tasks,
+	iv, err := New(Options{Report: testReportConfig(), Config: Config{}, Provider: model, Tools: testTools, Tasks: tasks,
 		AllowHost: tasks.allow.MatchString, Redactor: replaceRedactor{"secretdir"}, NewID: func() string { return "inv-1" }})
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +548,7 @@ func TestToolResultsSayWhereTheyRan(t *testing.T) {
 	tasks.rate = 1
 	agentID := taskview.RanOn{InstanceID: "i-0abc", Hostname: "ip-10-0-1-5"}
 	tasks.ranOn = &agentID
-	iv, _ := newTest(t, report.InvestigateConfig{}, model, tasks)
+	iv, _ := newTest(t, Config{}, model, tasks)
 	res := iv.Run(context.Background(), parentEvidence())
 
 	c := allCalls(res.Investigation)

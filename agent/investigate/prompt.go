@@ -9,6 +9,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/internal/utf8cut"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // SystemPrompt is the system message of every investigation: the
@@ -36,14 +37,12 @@ The agent checks every citation against the task's output before the report is s
 // BuildPrompt is the first user message: the single-shot report's
 // evidence with the parent's task id, the tools offered, the categories
 // and how to answer.
-func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg report.InvestigateConfig, categories []string, mode string,
+func BuildPrompt(ev report.Evidence, in report.Input, tools []Tool, cfg Config, categories []string, mode string,
 	now time.Time) string {
-	p := report.BuildPrompt(ev, in).User
-	p = strings.TrimSuffix(p, "\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n")
 	var b strings.Builder
-	b.WriteString(p)
+	b.WriteString(report.EvidenceText(ev, in))
 	fmt.Fprintf(&b, "\nThe output above is task %s.\n", ev.TaskID)
-	b.WriteString(alertContext(ev.Alert, now))
+	b.WriteString(alertContext(ev.Alert.Alert, now))
 	// Where the task ran (its ran_on) is the evidence's "Ran on" line,
 	// in the single-shot prompt above, so that the model never reads one
 	// machine's output as another's.
@@ -66,7 +65,7 @@ const maxContextBytes = 4 << 10
 // annotations (summary, description, runbook_url, ...), sorted, each
 // line folded, the whole within maxContextBytes. The values come from the
 // task's record, bounded and redacted.
-func alertContext(a report.Alert, now time.Time) string {
+func alertContext(a taskview.Alert, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("\n# Alert context\n")
 	fmt.Fprintf(&b, "Now: %s\n", now.UTC().Format(time.RFC3339))
@@ -96,7 +95,7 @@ func alertContext(a report.Alert, now time.Time) string {
 
 // howToAnswer says how the model gives its answer in mode.
 func howToAnswer(mode string) string {
-	if mode == report.AnswerSubmitReport {
+	if mode == AnswerSubmitReport {
 		return "answer by calling " + report.AnswerToolName + " with the report."
 	}
 	return "answer with the report as one JSON object of the schema, and nothing else."

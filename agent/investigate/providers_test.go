@@ -21,7 +21,7 @@ import (
 // results answer the calls of the turn before, roles alternate, the last
 // turn carries no tool blocks.
 func TestThroughBothProviders(t *testing.T) {
-	ic := report.InvestigateConfig{MaxSteps: 2}
+	ic := Config{MaxSteps: 2}
 	ev := parentEvidence()
 	t.Run("openai", func(t *testing.T) {
 		f := openaifake.New()
@@ -30,7 +30,7 @@ func TestThroughBothProviders(t *testing.T) {
 			openaifake.Reply{ToolCalls: []openaifake.ToolCall{{ID: "c3", Name: "disk_usage", Arguments: `{"path":"/var/log"}`}}},
 			openaifake.Reply{Text: providerAnswer})
 		tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n", "disk_usage": "7.9G /var/log\n"})
-		iv, err := New(Options{Report: testReportConfig(ic), Provider: report.NewOpenAI(f.BaseURL(), "k", &http.Client{}),
+		iv, err := New(Options{Report: testReportConfig(), Config: ic, Provider: report.NewOpenAI(f.BaseURL(), "k", &http.Client{}),
 			Tools: testTools, Tasks: tasks, NewID: func() string { return "inv-1" }})
 		if err != nil {
 			t.Fatal(err)
@@ -46,9 +46,9 @@ func TestThroughBothProviders(t *testing.T) {
 		tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n", "disk_usage": "7.9G /var/log\n"})
 		awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDFAKE", "s", "")}
 		p := report.NewBedrock(awsCfg, report.Guardrail{}, func(o *bedrockruntime.Options) { o.BaseEndpoint = aws.String(f.URL) })
-		rc := testReportConfig(ic)
+		rc := testReportConfig()
 		rc.Provider = report.ProviderBedrock
-		iv, err := New(Options{Report: rc, Provider: p, Tools: testTools, Tasks: tasks, NewID: func() string { return "inv-1" }})
+		iv, err := New(Options{Report: rc, Config: ic, Provider: p, Tools: testTools, Tasks: tasks, NewID: func() string { return "inv-1" }})
 		if err != nil {
 			t.Fatal(err)
 		}

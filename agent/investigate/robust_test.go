@@ -44,7 +44,7 @@ func TestLoopRetries429(t *testing.T) {
 	model := &flaky{scripted: &scripted{turns: []report.Response{calls("journal -"), calls("journal -"), answer("log")}},
 		failAt: map[int]bool{2: true, 3: true}}
 	tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n"})
-	iv, _ := newTest(t, report.InvestigateConfig{}, nil, tasks)
+	iv, _ := newTest(t, Config{}, nil, tasks)
 	iv.o.Provider, iv.o.Backoff = model, time.Millisecond
 	res := iv.Run(context.Background(), parentEvidence())
 	if res.Status != report.StatusOK || res.Investigation.EndedBy != endedAnswer || model.refused != 2 {
@@ -70,7 +70,7 @@ func TestHardDailyCap(t *testing.T) {
 		}
 		model := &scripted{turns: turns}
 		tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n"})
-		iv, _ := newTest(t, report.InvestigateConfig{DailyTokens: capTokens, DailyTokensHard: true}, model, tasks)
+		iv, _ := newTest(t, Config{DailyTokens: capTokens, DailyTokensHard: true}, model, tasks)
 		iv.o.Budget = budget
 		iv.o.NewID = func() string { return fmt.Sprintf("inv-%d", i) }
 		res := iv.Run(context.Background(), parentEvidence())
@@ -102,7 +102,7 @@ func TestToolCallOnlyLastTurn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			model := &scripted{turns: tc.turns}
 			tasks := newFakeTasks(testTools, map[string]string{"journal": "ok\n"})
-			iv, _ := newTest(t, report.InvestigateConfig{MaxSteps: 1}, model, tasks)
+			iv, _ := newTest(t, Config{MaxSteps: 1}, model, tasks)
 			res := iv.Run(context.Background(), parentEvidence())
 			if res.Status != tc.status || len(model.reqs) != 3 {
 				t.Fatalf("status %s (%s) after %d requests", res.Status, res.Reason, len(model.reqs))
@@ -135,7 +135,7 @@ func TestHostileModelBounded(t *testing.T) {
 	model := &scripted{turns: append(turns, answer(huge))}
 	tasks := newFakeTasks(testTools, map[string]string{"journal": strings.Repeat("log line\n", 3000)})
 	const ctxBytes = 16 << 10
-	iv, _ := newTest(t, report.InvestigateConfig{MaxSteps: 10, ContextBytes: ctxBytes}, model, tasks)
+	iv, _ := newTest(t, Config{MaxSteps: 10, ContextBytes: ctxBytes}, model, tasks)
 	res := iv.Run(context.Background(), parentEvidence())
 	if res.Status != report.StatusOK {
 		t.Fatalf("status %s: %s", res.Status, res.Reason)
@@ -173,7 +173,7 @@ func TestHostileModelBounded(t *testing.T) {
 func TestReuseFreshResult(t *testing.T) {
 	clk := clock.NewManual(time.Date(2026, 3, 3, 10, 0, 0, 0, time.UTC))
 	tasks := newFakeTasks(testTools, map[string]string{"journal": "Mar 3 10:00 app: disk full\n"})
-	iv, _ := newTest(t, report.InvestigateConfig{ReuseWithin: 5 * time.Minute}, nil, tasks)
+	iv, _ := newTest(t, Config{ReuseWithin: 5 * time.Minute}, nil, tasks)
 	iv.o.Clock = clk
 	n := 0
 	iv.o.NewID = func() string { n++; return fmt.Sprintf("inv-%d", n) }

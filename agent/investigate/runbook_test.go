@@ -8,6 +8,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // TestRunbookInPrompt: the runbook whose alert pattern and labels match is
@@ -31,7 +32,7 @@ func TestRunbookInPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := &scripted{turns: []report.Response{answer("x")}}
-	iv, _ := newTest(t, report.InvestigateConfig{}, model, nil)
+	iv, _ := newTest(t, Config{}, model, nil)
 	iv.o.Runbooks = rbs
 	red, err := redact.New(redact.DefaultRules(), nil)
 	if err != nil {
@@ -46,7 +47,7 @@ func TestRunbookInPrompt(t *testing.T) {
 		strings.Contains(first, "hunter2hunter2") || strings.Count(first, "more text") > report.MaxRunbookBytes/10 {
 		t.Fatalf("prompt:\n%s", first[:min(len(first), 3000)])
 	}
-	if _, _, ok := rbs.For(report.Alert{Name: "DiskFull", Labels: map[string]string{"team": "web"}}); ok {
+	if _, _, ok := rbs.For(taskview.Alert{Name: "DiskFull", Labels: map[string]string{"team": "web"}}); ok {
 		t.Fatal("a runbook for another team's alert")
 	}
 	if _, err := report.LoadRunbooks([]report.Runbook{{Alert: "x", File: "/nope.md"}}, read); err == nil || !strings.Contains(err.Error(), "report.runbooks[0].file") {

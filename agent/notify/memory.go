@@ -41,18 +41,7 @@ var _ Outbox = (*MemoryOutbox)(nil)
 
 // NewMemoryOutbox returns an empty MemoryOutbox.
 func NewMemoryOutbox(o MemoryOptions) *MemoryOutbox {
-	if o.ClaimIdle <= 0 {
-		o.ClaimIdle = DefaultClaimIdle
-	}
-	if o.DeadMax <= 0 {
-		o.DeadMax = DefaultDeadMax
-	}
-	if o.MaxLen <= 0 {
-		o.MaxLen = DefaultMaxLen
-	}
-	if o.Clock == nil {
-		o.Clock = clock.Wall{}
-	}
+	withOutboxDefaults(&o.ClaimIdle, &o.DeadMax, &o.MaxLen, &o.Clock)
 	return &MemoryOutbox{o: o}
 }
 

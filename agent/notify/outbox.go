@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/clock"
 )
 
 // Entry is one event for one sink, as the outbox holds it.
@@ -97,3 +99,21 @@ const (
 	DefaultDeadMax   = 10000
 	DefaultMaxLen    = 100000
 )
+
+// withOutboxDefaults applies the defaults to the options both outboxes
+// take (MemoryOptions, RedisOptions): a value not above zero, or no clock,
+// takes its default.
+func withOutboxDefaults[N int | int64](claimIdle *time.Duration, deadMax, maxLen *N, c *clock.Clock) {
+	if *claimIdle <= 0 {
+		*claimIdle = DefaultClaimIdle
+	}
+	if *deadMax <= 0 {
+		*deadMax = DefaultDeadMax
+	}
+	if *maxLen <= 0 {
+		*maxLen = DefaultMaxLen
+	}
+	if *c == nil {
+		*c = clock.Wall{}
+	}
+}

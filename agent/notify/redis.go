@@ -100,18 +100,7 @@ var _ Outbox = (*RedisOutbox)(nil)
 // NewRedisOutbox returns an outbox on c; it creates the consumer group of
 // a sink's stream on first use.
 func NewRedisOutbox(c redisClient, o RedisOptions) *RedisOutbox {
-	if o.ClaimIdle <= 0 {
-		o.ClaimIdle = DefaultClaimIdle
-	}
-	if o.DeadMax <= 0 {
-		o.DeadMax = DefaultDeadMax
-	}
-	if o.MaxLen <= 0 {
-		o.MaxLen = DefaultMaxLen
-	}
-	if o.Clock == nil {
-		o.Clock = clock.Wall{}
-	}
+	withOutboxDefaults(&o.ClaimIdle, &o.DeadMax, &o.MaxLen, &o.Clock)
 	p := o.Prefix + "{notify}:"
 	return &RedisOutbox{c: c, o: o, prefix: p, dead: p + "dead", queues: map[string]*streamq.Queue{},
 		waiter: rediswait.For(c)}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/report"
 )
 
@@ -75,7 +76,7 @@ func TestSlackReportWithinLimits(t *testing.T) {
 	inv := r.Investigation
 	inv.Steps = nil
 	inv.Gaps = nil
-	for s := 1; s <= report.MaxInvestigateSteps; s++ {
+	for s := 1; s <= investigate.MaxSteps; s++ {
 		st := report.Step{N: s}
 		for c := 0; c < 10; c++ {
 			st.Calls = append(st.Calls, report.Call{Tool: strings.Repeat("t", 64), Host: strings.Repeat("h", 255),

@@ -67,9 +67,6 @@ type Config struct {
 	// MaxAnswerBytes bounds the model's answer: longer text is cut and
 	// marked, a body far past it is not read (answer_too_large).
 	MaxAnswerBytes runner.Size `yaml:"max_answer_bytes"`
-	// Investigate, when set, lets the report run more diagnostics as
-	// tasks (see InvestigateConfig); nil is the single-shot report.
-	Investigate *InvestigateConfig `yaml:"investigate"`
 	// Categories are added to DefaultCategories: the taxonomy an
 	// investigation's answer takes its category from.
 	Categories []string `yaml:"categories"`
@@ -270,12 +267,6 @@ func (c Config) Validate() error {
 		add("guardrail.version", "must be set with guardrail.id (a number or DRAFT)")
 	}
 	errs = append(errs, c.validateAnswer())
-	if c.Investigate != nil {
-		errs = append(errs, c.Investigate.Validate())
-		if c.Provider == ProviderBedrock && c.Investigate.Answer == AnswerJSONSchema {
-			add("investigate.answer", "%q is for provider %q; bedrock answers through the %s tool", AnswerJSONSchema, ProviderOpenAI, AnswerToolName)
-		}
-	}
 	errs = append(errs, validateRunbooks(c.Runbooks))
 	if len(c.Categories) > 64 {
 		add("categories", "must hold at most 64 categories, got %d", len(c.Categories))
@@ -365,12 +356,9 @@ func (c Config) LimiterConfig(force bool) limiter.Config {
 }
 
 // JobLease is the queue lease for report jobs: a job is taken over only
-// when its holder cannot still be writing it (twice the timeout, plus
-// the investigation's wall time, at least DefaultLease).
-func (c Config) JobLease() time.Duration {
-	if c.Investigate != nil {
-		// An investigation runs its tool loop, then a last turn.
-		return max(DefaultLease, 2*(c.Timeout+c.Investigate.WithDefaults().WallTime))
-	}
-	return max(DefaultLease, 2*c.Timeout)
+// when its holder cannot still be writing it (twice the timeout plus
+// extra, at least DefaultLease). extra is an investigation's wall time
+// (its tool loop runs before the last turn), 0 without one.
+func (c Config) JobLease(extra time.Duration) time.Duration {
+	return max(DefaultLease, 2*(c.Timeout+extra))
 }

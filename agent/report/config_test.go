@@ -111,35 +111,3 @@ func TestCheckEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// TestInvestigateConfigValidate: keys left out take their defaults; each
-// bound names its key under investigate.
-func TestInvestigateConfigValidate(t *testing.T) {
-	if err := (InvestigateConfig{}).Validate(); err != nil {
-		t.Fatalf("defaults: %v", err)
-	}
-	cases := []struct {
-		c   InvestigateConfig
-		key string
-	}{
-		{InvestigateConfig{MaxSteps: 21}, "investigate.max_steps"},
-		{InvestigateConfig{CallsPerStep: 50}, "investigate.calls_per_step"},
-		{InvestigateConfig{WallTime: 2 * time.Hour}, "investigate.wall_time"},
-		{InvestigateConfig{MaxTokens: 10}, "investigate.max_tokens"},
-		{InvestigateConfig{Hosts: "("}, "investigate.hosts"},
-		{InvestigateConfig{ContextBytes: 10}, "investigate.context_bytes"},
-		{InvestigateConfig{DailyCostUSD: -1}, "investigate.daily_cost_usd"},
-	}
-	for _, tc := range cases {
-		err := tc.c.Validate()
-		var ce *configerr.Error
-		if !errors.As(err, &ce) || ce.Key != tc.key {
-			t.Errorf("%+v: %v, want an error on %s", tc.c, err, tc.key)
-		}
-	}
-	c := testConfig()
-	c.Investigate = &InvestigateConfig{MaxSteps: 99}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "investigate.max_steps") {
-		t.Fatalf("report.Validate: %v", err)
-	}
-}

@@ -5,7 +5,9 @@
 //
 // The pieces, each usable alone:
 //
-//   - Config is the `report:` section of the configuration file.
+//   - Config is the `report:` section of the configuration file but for
+//     its `investigate:` key, which is investigate.Config (the two meet
+//     in config.ReportSection).
 //   - BuildPrompt turns Evidence into the one prompt every provider gets;
 //     the golden files in testdata are its reviewed text.
 //   - Provider is one model endpoint: NewBedrock (Bedrock Converse) and

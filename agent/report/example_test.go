@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/report"
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/fake/openaifake"
 	"github.com/autodiag/autodiag/limiter"
 )
@@ -28,7 +29,7 @@ func Example() {
 	r, err := report.New(report.Options{
 		Config:   cfg,
 		Provider: report.NewOpenAI(cfg.BaseURL, "the key from $REPORT_API_KEY", &http.Client{}),
-		Queue:    report.NewMemoryQueue(cfg.JobLease(), nil),
+		Queue:    report.NewMemoryQueue(cfg.JobLease(0), nil),
 		Limiter:  lim,
 		Sink: report.SinkFunc(func(_ context.Context, j report.Job, res report.Result) error {
 			done <- res
@@ -45,7 +46,7 @@ func Example() {
 	code := 1
 	if cfg.Wants("failed") {
 		_ = r.Enqueue(context.Background(), report.Job{ID: "task-1", Evidence: report.Evidence{
-			Alert:      report.Alert{Source: "alertmanager", Name: "DiskFull", Severity: "critical"},
+			Alert:      report.EvidenceAlert{Alert: taskview.Alert{Source: "alertmanager", Name: "DiskFull"}, Severity: "critical"},
 			Diagnostic: "disk", Argv: []string{"df", "-h"}, Host: "10.0.0.1",
 			ExitCode: &code, Outcome: "failed", Output: "/dev/xvda1 8G 8G 0 100% /\n",
 		}})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 func testConfig() Config {
@@ -28,7 +29,7 @@ func testRedactor(t *testing.T) *redact.Redactor {
 
 func evidence() Evidence {
 	code := 1
-	return Evidence{TaskID: "t1", Alert: Alert{Source: "alertmanager", Name: "DiskFull", Severity: "critical", EventID: "e1"},
+	return Evidence{TaskID: "t1", Alert: EvidenceAlert{Alert: taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "e1"}, Severity: "critical"},
 		Diagnostic: "disk", Argv: []string{"df", "-h"}, Host: "10.0.0.1", ExitCode: &code, Outcome: "failed",
 		Duration: Seconds(1500 * time.Millisecond), Output: "Filesystem Size Used Avail Use% Mounted on\n/dev/xvda1 8G 8G 0 100% /\n"}
 }

@@ -12,13 +12,13 @@ import (
 
 // Evidence is what a report is written from: one finished task.
 type Evidence struct {
-	TaskID     string   `json:"task_id"`
-	Alert      Alert    `json:"alert"`
-	Diagnostic string   `json:"diagnostic"`
-	Argv       []string `json:"argv"` // after substitution
-	Host       string   `json:"host"`
-	ExitCode   *int     `json:"exit_code,omitempty"` // nil: the process did not exit (timed out, not started)
-	Outcome    string   `json:"outcome"`
+	TaskID     string        `json:"task_id"`
+	Alert      EvidenceAlert `json:"alert"`
+	Diagnostic string        `json:"diagnostic"`
+	Argv       []string      `json:"argv"` // after substitution
+	Host       string        `json:"host"`
+	ExitCode   *int          `json:"exit_code,omitempty"` // nil: the process did not exit (timed out, not started)
+	Outcome    string        `json:"outcome"`
 	// Duration is the run's, in seconds in JSON.
 	Duration  Seconds `json:"duration_s"`
 	Truncated bool    `json:"truncated"` // the stored output was cut at runner.max_output
@@ -29,19 +29,13 @@ type Evidence struct {
 	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
 }
 
-// Alert is the alert a task came from.
-type Alert struct {
-	Source   string `json:"source,omitempty"`
-	Name     string `json:"name,omitempty"`
+// EvidenceAlert is the alert a task came from (the one taskview.Alert,
+// its context bounded and redacted; an investigation's prompt shows it)
+// with the task's severity, which evidence has always carried under
+// "alert". Embedding keeps the JSON of queued jobs as it was.
+type EvidenceAlert struct {
+	taskview.Alert
 	Severity string `json:"severity,omitempty"`
-	EventID  string `json:"event_id,omitempty"`
-	// Labels, Annotations (summary, description, runbook_url, ...),
-	// StartsAt and Route are the alert's context, bounded and redacted;
-	// an investigation's prompt shows them.
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	StartsAt    time.Time         `json:"starts_at,omitzero"`
-	Route       string            `json:"route,omitempty"`
 }
 
 // Seconds is a duration that is a number of seconds in JSON.
@@ -95,6 +89,17 @@ One word: confirmed, likely or inconclusive.`
 // BuildPrompt is the one place a prompt is made: the same evidence and
 // input bounds always give the same text.
 func BuildPrompt(ev Evidence, in Input) Prompt {
+	return Prompt{System: SystemPrompt, User: EvidenceText(ev, in) + writeNow}
+}
+
+// writeNow closes the single-shot report's user message.
+const writeNow = "\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n"
+
+// EvidenceText is the evidence as the model reads it (the alert, the
+// diagnostic and the tail of its output within in's bounds): the user
+// message of a report before its closing request, and the start of an
+// investigation's first message.
+func EvidenceText(ev Evidence, in Input) string {
 	var b strings.Builder
 	line := func(k, v string) {
 		if v == "" {
@@ -137,8 +142,7 @@ func BuildPrompt(ev Evidence, in Input) Prompt {
 		b.WriteString(tail)
 		b.WriteString(fence + "\n")
 	}
-	b.WriteString("\nWrite the report now, with the sections Root cause, Analysis, Impact, Next steps and Confidence.\n")
-	return Prompt{System: SystemPrompt, User: b.String()}
+	return b.String()
 }
 
 // quoteArgv shows an argv the way a shell would take it back.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
@@ -89,7 +90,7 @@ func LoadRunbooks(rbs []Runbook, read func(string) ([]byte, error)) (*Runbooks, 
 
 // For is the runbook of alert a: its file and text; ok false when none
 // matches.
-func (r *Runbooks) For(a Alert) (file, text string, ok bool) {
+func (r *Runbooks) For(a taskview.Alert) (file, text string, ok bool) {
 	if r == nil {
 		return "", "", false
 	}

@@ -25,7 +25,7 @@ const (
 const DefaultFetchTimeout = 15 * time.Second
 
 // Store holds the values of the credential references a configuration
-// names (admin and intake tokens, webhook URLs and keys, the model's key),
+// names (admin and alert listener tokens, webhook URLs and keys, the model's key),
 // fetched with the instance role at start and again on Refresh, so a
 // rotated secret applies without a restart. A failed refresh keeps the
 // last value read: a credential never disappears while the agent runs.

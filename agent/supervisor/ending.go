@@ -4,13 +4,13 @@ import "errors"
 
 // ErrFastExit is returned by Run when the root context ended before the
 // drain did (a second signal): running work was released, not finished.
-var ErrFastExit = errors.New("agent: stopped before the drain completed")
+var ErrFastExit = errors.New("supervisor: stopped before the drain completed")
 
 // ErrCompletionFailed is returned by Run when the drain ended but
 // CompleteLifecycleAction did not succeed within its retries: the hook
 // times out with its default result unless a restarted agent, which
 // resumes the persisted drain, completes it first.
-var ErrCompletionFailed = errors.New("agent: lifecycle action not completed")
+var ErrCompletionFailed = errors.New("supervisor: lifecycle action not completed")
 
 // Ending says how a drain that finished ended, so the process can tell
 // its supervisor whether to start it again.

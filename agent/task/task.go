@@ -31,33 +31,6 @@ import (
 // MaxBodySize is the largest task message accepted (SQS's own limit).
 const MaxBodySize = 256 << 10
 
-// Alert is the alert a task came from.
-type Alert struct {
-	Source  string `json:"source,omitempty"`
-	Name    string `json:"name,omitempty"`
-	EventID string `json:"event_id,omitempty"`
-	// Refs name the alert in the systems write-back sinks write to
-	// (PagerDuty, Opsgenie, Zabbix); routes fill them from the alert.
-	Refs taskview.AlertRefs `json:"refs,omitzero"`
-	// Labels, Annotations (summary, description, runbook_url, ...),
-	// StartsAt and Route (the route that made the task) are the alert's
-	// context for a root-cause report; routes fill them, bounded by
-	// BoundContext.
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	StartsAt    time.Time         `json:"starts_at,omitzero"`
-	Route       string            `json:"route,omitempty"`
-	// Investigate "always" asks for a report whatever the task's outcome
-	// (a route's `investigate: always`); empty: report.on decides.
-	Investigate string `json:"investigate,omitempty"`
-}
-
-// IsZero reports whether a says nothing.
-func (a Alert) IsZero() bool {
-	return a.Source == "" && a.Name == "" && a.EventID == "" && len(a.Labels) == 0 && len(a.Annotations) == 0 &&
-		a.StartsAt.IsZero() && a.Route == "" && a.Investigate == "" && a.Refs == (taskview.AlertRefs{})
-}
-
 // Bounds of an alert's context in a task: what a sender or an alert can
 // make every record and prompt hold.
 const (
@@ -91,7 +64,7 @@ type Task struct {
 	Diagnostic string            `json:"diagnostic"`
 	Params     map[string]string `json:"params,omitempty"`
 	Severity   string            `json:"severity,omitempty"`
-	Alert      Alert             `json:"alert,omitzero"`
+	Alert      taskview.Alert    `json:"alert,omitzero"`
 	CreatedAt  time.Time         `json:"created_at,omitzero"`
 	// Origin is "investigation" for a root-cause investigation's tool
 	// call, whose Parent task, Investigation id and Step it names; empty

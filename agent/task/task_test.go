@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 func TestNormalizeHost(t *testing.T) {
@@ -104,7 +106,7 @@ func TestValidate(t *testing.T) {
 	base := func() Task {
 		return Task{ID: "evt-8812", Host: "Web-01.Prod.Example.com.", Diagnostic: "disk-usage",
 			Params: map[string]string{"mount": "/var"}, Severity: "High",
-			Alert: Alert{Source: "zabbix", Name: "Disk /var 95%", EventID: "8812"}, CreatedAt: now.Add(-time.Minute)}
+			Alert: taskview.Alert{Source: "zabbix", Name: "Disk /var 95%", EventID: "8812"}, CreatedAt: now.Add(-time.Minute)}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -330,7 +332,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestField(t *testing.T) {
-	tk := Task{ID: "1", Alert: Alert{EventID: "e"}, Params: map[string]string{"mount": "/"}}
+	tk := Task{ID: "1", Alert: taskview.Alert{EventID: "e"}, Params: map[string]string{"mount": "/"}}
 	for name, want := range map[string]string{"alert.event_id": "e", "id": "1", "params.mount": "/"} {
 		if got, ok := tk.Field(name); !ok || got != want {
 			t.Errorf("Field(%q) = %q, %v", name, got, ok)

@@ -128,6 +128,12 @@ type Alert struct {
 	Refs AlertRefs `json:"refs,omitzero"`
 }
 
+// IsZero reports whether a says nothing.
+func (a Alert) IsZero() bool {
+	return a.Source == "" && a.Name == "" && a.EventID == "" && len(a.Labels) == 0 && len(a.Annotations) == 0 &&
+		a.StartsAt.IsZero() && a.Route == "" && a.Investigate == "" && a.Refs == (AlertRefs{})
+}
+
 // AlertRefs name an alert in the systems autodiag writes back to, read
 // at routing from the alert's annotations or labels of the same names
 // (an annotation wins): what a write-back sink needs beyond the source's

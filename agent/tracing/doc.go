@@ -1,5 +1,5 @@
 // Package tracing carries one OpenTelemetry trace per alert from the
-// intake through the task queue to the run, its record, its notifications
+// alert listener through the task queue to the run, its record, its notifications
 // and its report. It owns the tracer provider (off by default), the
 // configuration (the `tracing:` section and the standard OTEL_*
 // environment variables), an OTLP/HTTP protobuf exporter written on the

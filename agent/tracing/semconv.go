@@ -128,7 +128,7 @@ func StartServer(r *http.Request, route string) (context.Context, trace.Span) {
 	}
 	if p.SC.IsValid() {
 		// Off, the caller's context still rides on to the messages sent
-		// under ctx: an intake without tracing passes the trace on.
+		// under ctx: an alert listener without tracing passes the trace on.
 		ctx = trace.ContextWithRemoteSpanContext(ctx, p.SC)
 	}
 	if !on.Load() {
@@ -137,7 +137,7 @@ func StartServer(r *http.Request, route string) (context.Context, trace.Span) {
 	return Start(ctx, name, trace.SpanKindServer, attribute.String("http.request.method", r.Method), attribute.String("http.route", route))
 }
 
-// The intake's attributes.
+// The alert listener's attributes.
 const (
 	KeyTasks          = attribute.Key("autodiag.tasks")
 	KeyAlertsIgnored  = attribute.Key("autodiag.alerts.ignored")

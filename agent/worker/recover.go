@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/internal/detached"
 	"github.com/autodiag/autodiag/agent/state"
 )
 
@@ -22,7 +23,7 @@ type inflightLister interface {
 // Every entry is removed and audited, and the log says what happens next.
 func (w *Worker) Recover(ctx context.Context) {
 	var entries []state.InflightEntry
-	err := callDetached(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
+	err := detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
 		entries, err = w.store.Inflight(ctx, w.instanceID)
 		return err
 	})
@@ -34,7 +35,7 @@ func (w *Worker) Recover(ctx context.Context) {
 		ids = append(ids, e.TaskID)
 	}
 	if l, ok := w.store.(inflightLister); ok {
-		err := callDetached(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
+		err := detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
 			ids, err = l.InflightIDs(ctx, w.instanceID)
 			return err
 		})
@@ -43,7 +44,7 @@ func (w *Worker) Recover(ctx context.Context) {
 		}
 	}
 	var recs []state.TaskRecord
-	err = callDetached(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
+	err = detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
 		recs, err = w.store.Recover(ctx, w.instanceID)
 		return err
 	})
@@ -78,7 +79,7 @@ const RecoveredOutcome = "reconciled"
 func (w *Worker) reconcileEntry(ctx context.Context, id string) {
 	var rec state.TaskRecord
 	var found bool
-	err := callDetached(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
+	err := detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
 		rec, found, err = w.store.Task(ctx, id)
 		return err
 	})
@@ -109,7 +110,7 @@ func (w *Worker) reconcileEntry(ctx context.Context, id string) {
 // ctx like the recovery's other store calls.
 func (w *Worker) auditRecovery(ctx context.Context, e state.AuditEntry) {
 	e.InstanceID, e.Time = w.instanceID, w.clock.Now()
-	if err := callDetached(ctx, w.storeTimeout, func(ctx context.Context) error { return w.store.Audit(ctx, e) }); err != nil {
+	if err := detached.Call(ctx, w.storeTimeout, func(ctx context.Context) error { return w.store.Audit(ctx, e) }); err != nil {
 		logStoreErr(w.log, err)
 	}
 }
@@ -118,13 +119,5 @@ func (w *Worker) auditRecovery(ctx context.Context, e state.AuditEntry) {
 // before the call and detached from shutdown: bookkeeping happens
 // mid-drain and after a long run too.
 func callWithin(d time.Duration, call func(context.Context) error) error {
-	return callDetached(context.Background(), d, call)
-}
-
-// callDetached is callWithin for a caller holding a context: the call
-// keeps parent's values but not its end.
-func callDetached(parent context.Context, d time.Duration, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
-	defer cancel()
-	return call(ctx)
+	return detached.Call(context.Background(), d, call)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
 // A URL password the cap cuts after the password and before '@' is
@@ -42,7 +43,7 @@ func TestRecordRedactsParamsAndAlert(t *testing.T) {
 	}
 	j := &job{task: task.Task{ID: "t1", Host: "h", Diagnostic: "d",
 		Params: map[string]string{"url": "redis://:Hunter2Hunter2@cache:6379", "n": "5", "db_password": "s3cr3tpw"},
-		Alert:  task.Alert{Source: "am", Name: "leak ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8"}}}
+		Alert:  taskview.Alert{Source: "am", Name: "leak ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8"}}}
 	rec := newRecord(j, red)
 	for k, v := range rec.Params {
 		if strings.Contains(v, "Hunter2") || strings.Contains(v, "s3cr3tpw") {

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/autodiag/autodiag/agent/alert"
+	"github.com/autodiag/autodiag/agent/internal/detached"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/tracing"
 )
@@ -68,7 +69,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 	span.SetAttributes(tracing.KeyTasks.Int(len(ans.Tasks)))
 	if len(ans.Tasks) > 0 {
 		// The tasks' sends are spans under the alarm's: one trace.
-		if err := callDetached(rctx, alert.DefaultSendTimeout, func(ctx context.Context) error {
+		if err := detached.Call(rctx, alert.DefaultSendTimeout, func(ctx context.Context) error {
 			return p.alerts.Sender.SendBatch(ctx, ans.Tasks)
 		}); err != nil {
 			delay := retryDelay(j.msg.ReceiveCount)

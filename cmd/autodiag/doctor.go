@@ -229,7 +229,7 @@ func (c *cli) doctor(ctx context.Context, cfg config.Config) []doctorCheck {
 		modelSkip = "bedrock: the first report calls it (a model call costs tokens)"
 	}
 	check("model endpoint", modelSkip, func(ctx context.Context) (string, error) {
-		return checkModelEndpoint(ctx, cfg.Report)
+		return checkModelEndpoint(ctx, cfg.Report.Config)
 	})
 	// The agent's own listeners: one another process holds makes the
 	// agent exit 1 right after it starts.

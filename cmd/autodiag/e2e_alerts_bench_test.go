@@ -18,26 +18,27 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/agent/taskview"
 )
 
-// BenchmarkAlertIntake measures alerts accepted into the SQS fake per
+// BenchmarkAlertListener measures alerts accepted into the SQS fake per
 // second, b.N alerts per run, in payloads of benchAlertsPerPayload (one
 // SendMessageBatch each) from benchSenders concurrent senders:
 //
 //   - plain-batch: the tasks those alerts become, already built, sent with
 //     a plain SendMessageBatch loop: the floor of any router;
-//   - intake: the same alerts posted as generic payloads to the intake
-//     handler (decode, route, validate, SendMessageBatch) over HTTP;
-//   - intake-paced: the intake at benchPacedRate alerts/s, for the accept
+//   - listener: the same alerts posted as generic payloads to the alert
+//     listener's handler (decode, route, validate, SendMessageBatch) over HTTP;
+//   - listener-paced: the listener at benchPacedRate alerts/s, for the accept
 //     latency a sender sees at that load (p99_ms).
 //
 // Run with a fixed count, e.g.
 //
-//	go test -run '^$' -bench AlertIntake -benchtime 20000x ./cmd/autodiag
-func BenchmarkAlertIntake(b *testing.B) {
+//	go test -run '^$' -bench AlertListener -benchtime 20000x ./cmd/autodiag
+func BenchmarkAlertListener(b *testing.B) {
 	b.Run("plain-batch", func(b *testing.B) {
 		fq := newSQSFake(b, "tasks")
 		tasks := benchTasks(b.N)
@@ -57,7 +58,7 @@ func BenchmarkAlertIntake(b *testing.B) {
 	})
 	post := func(b *testing.B, rate float64) {
 		fq := newSQSFake(b, "tasks")
-		srv := benchIntakeServer(b, fq)
+		srv := benchListenerServer(b, fq)
 		payloads := benchPayloads(b.N)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchSenders}}
 		b.ResetTimer()
@@ -78,13 +79,13 @@ func BenchmarkAlertIntake(b *testing.B) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				b.Error("intake answered", resp.Status)
+				b.Error("alert listener answered", resp.Status)
 			}
 		})
 		report(b, fq, lat)
 	}
-	b.Run("intake", func(b *testing.B) { post(b, 0) })
-	b.Run("intake-paced", func(b *testing.B) { post(b, benchPacedRate) })
+	b.Run("listener", func(b *testing.B) { post(b, 0) })
+	b.Run("listener-paced", func(b *testing.B) { post(b, benchPacedRate) })
 }
 
 const (
@@ -93,9 +94,9 @@ const (
 	benchPacedRate        = 1000 // alerts/s
 )
 
-// benchIntakeServer serves the intake handler of an agent config routing
+// benchListenerServer serves the alert listener's handler of an agent config routing
 // every generic alert to one uptime task, onto fq.
-func benchIntakeServer(b *testing.B, fq *sqsFake) *httptest.Server {
+func benchListenerServer(b *testing.B, fq *sqsFake) *httptest.Server {
 	b.Helper()
 	cfg, err := config.Load([]byte(`
 intake: {addr: '127.0.0.1:0'}
@@ -107,7 +108,7 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := alertintake.NewHandler(cfg, alertintake.Options{Sender: alertintake.NewSQSSender(fq.client, fq.url)})
+	h, err := listener.NewHandler(cfg, listener.Options{Sender: listener.NewSQSSender(fq.client, fq.url)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func benchTasks(n int) []task.Task {
 	now := time.Now().UTC()
 	for i := range ts {
 		ts[i] = task.Task{ID: fmt.Sprintf("alert-%d", i), Host: fmt.Sprintf("web-%d", i%50), Diagnostic: "uptime",
-			Alert: task.Alert{Source: "generic", Name: "HighLoad", EventID: fmt.Sprintf("ev-%d", i)}, CreatedAt: now}
+			Alert: taskview.Alert{Source: "generic", Name: "HighLoad", EventID: fmt.Sprintf("ev-%d", i)}, CreatedAt: now}
 	}
 	return ts
 }

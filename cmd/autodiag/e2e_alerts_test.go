@@ -14,7 +14,7 @@ import (
 	"github.com/autodiag/autodiag/internal/harness"
 )
 
-// The alert end-to-end tests: the real binary with its intake listener on
+// The alert end-to-end tests: the real binary with its alert listener on
 // loopback, the SQS fake as the task queue and the test Redis for state
 // and the limiter (dedupe on alert.event_id, the default).
 
@@ -31,7 +31,7 @@ if [ "$1" = gate ]; then while [ ! -e '%[2]s' ]; do /bin/sleep 0.02; done; fi
 `)
 }
 
-// alertAgentYAML is an agent on the fake queue with the intake on loopback
+// alertAgentYAML is an agent on the fake queue with the alert listener on loopback
 // (bearer token required), the routes the golden fixtures use, and a
 // catalog of the routes' diagnostics that write to the ledger.
 func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLedger) string {
@@ -59,18 +59,18 @@ func alertAgentYAML(tb testing.TB, queueURL, redisAddr, prefix string, l *sqsLed
 	return b.String()
 }
 
-// intakeAddr is the address of the agent's intake listener, from its
-// "intake listening" line (logged before "ready").
-func intakeAddr(t *testing.T, p *proc) string {
+// listenerAddr is the address of the agent's alert listener, from its
+// "alert listener listening" line (logged before "ready").
+func listenerAddr(t *testing.T, p *proc) string {
 	t.Helper()
-	ls := p.logs("intake listening")
+	ls := p.logs("alert listener listening")
 	if len(ls) == 0 {
-		t.Fatal("no intake listening line")
+		t.Fatal("no alert listener listening line")
 	}
 	return ls[0]["addr"].(string)
 }
 
-// postAlert posts body to the intake; token "" sends no Authorization.
+// postAlert posts body to the alert listener; token "" sends no Authorization.
 func postAlert(t *testing.T, addr, path, token, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+path, strings.NewReader(body))
@@ -105,7 +105,7 @@ func alertsTotal(p *proc, source, result string) float64 {
 	return sqsMetric(p, fmt.Sprintf(`autodiag_alerts_total{result=%q,source=%q}`, result, source))
 }
 
-// TestE2EAlerts: an Alertmanager payload posted to the intake runs the
+// TestE2EAlerts: an Alertmanager payload posted to the alert listener runs the
 // tasks its routes make and not the resolved alert's; the same payload
 // again inside the dedupe ttl runs nothing more; a CloudWatch alarm in an
 // SNS envelope on the task queue runs its route and an OK one is ignored;
@@ -118,7 +118,7 @@ func TestE2EAlerts(t *testing.T) {
 	redisAddr := rc.Options().Addr
 	p := startProc(t, alertAgentYAML(t, fq.url, redisAddr, prefix, l),
 		append(fq.env, intakeTokenEnv+"="+token)...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 
 	am := fixture(t, "alertmanager_v4.json")
@@ -201,7 +201,7 @@ func TestE2EAlerts(t *testing.T) {
 			t.Fatalf("exit %d, want %d", code, exitDrained)
 		}
 		if _, err := httpDo(t, http.MethodGet, "http://"+addr+"/readyz", ""); err == nil {
-			t.Fatal("intake still listening after exit")
+			t.Fatal("alert listener still listening after exit")
 		}
 	})
 }
@@ -218,10 +218,10 @@ func mapsEqual(a, b map[string]int) bool {
 	return true
 }
 
-// TestE2EIntakeRefusesOpenListener: an intake reachable from other hosts
+// TestE2EListenerRefusesOpen: an alert listener reachable from other hosts
 // without auth, or whose token variable is unset, does not start (exit 2,
 // saying why).
-func TestE2EIntakeRefusesOpenListener(t *testing.T) {
+func TestE2EListenerRefusesOpen(t *testing.T) {
 	for _, tc := range []struct{ name, intake, want string }{
 		{"off loopback without auth", "intake: {addr: '0.0.0.0:0'}\n", "reachable from other hosts"},
 		{"token variable unset", "intake: {addr: '127.0.0.1:0', auth: {bearer_token_env: AUTODIAG_TEST_UNSET_TOKEN}}\n", "AUTODIAG_TEST_UNSET_TOKEN is unset"},
@@ -263,14 +263,14 @@ func TestE2ERoutesTest(t *testing.T) {
 	}
 }
 
-// TestE2EStandaloneIntake: `autodiag intake` routes a payload onto the
+// TestE2EStandaloneListener: `autodiag intake` routes a payload onto the
 // fleet's queue with no workers of its own, answers 503 after a signal and
 // exits 0.
-func TestE2EStandaloneIntake(t *testing.T) {
+func TestE2EStandaloneListener(t *testing.T) {
 	fq := newSQSFake(t, "central")
 	const token = "central-token"
-	in := startStandaloneIntake(t, fq, token)
-	addr := in.addrs["intake listening"]
+	in := startStandaloneListener(t, fq, token)
+	addr := in.addrs["alert listener listening"]
 	code, body := postAlert(t, addr, "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json"))
 	if code != http.StatusOK || !strings.Contains(body, `"accepted":2`) {
 		t.Fatalf("answer %d %s", code, body)
@@ -281,26 +281,26 @@ func TestE2EStandaloneIntake(t *testing.T) {
 	if err := in.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
+	eventually(t, standaloneDrainGrace, "the alert listener to answer 503", func() bool {
 		c, _ := postAlert(t, addr, "/v1/alerts/alertmanager", token, "{}")
 		return c == http.StatusServiceUnavailable
 	})
 	<-in.Done()
 	if err := in.Err(); err != nil {
-		t.Fatalf("intake exit: %v", err)
+		t.Fatalf("standalone listener exit: %v", err)
 	}
 }
 
-// standaloneIntake is an `autodiag intake` process and the addresses of its
-// listeners, by log message ("admin listening", "intake listening").
-type standaloneIntake struct {
+// standaloneListener is an `autodiag intake` process and the addresses of its
+// listeners, by log message ("admin listening", "alert listener listening").
+type standaloneListener struct {
 	*harness.Agent
 	addrs map[string]string
 }
 
-// startStandaloneIntake starts `autodiag intake` on fq with bearer token
+// startStandaloneListener starts `autodiag intake` on fq with bearer token
 // and returns once both its listeners are up.
-func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIntake {
+func startStandaloneListener(t *testing.T, fq *sqsFake, token string) standaloneListener {
 	t.Helper()
 	l := newAlertLedger(t)
 	a, err := harness.SpawnAgent(harness.AgentSpec{Bin: binPath, Command: "intake", Dir: t.TempDir(),
@@ -309,9 +309,9 @@ func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIn
 		t.Fatal(err)
 	}
 	t.Cleanup(a.KillTree)
-	in := standaloneIntake{Agent: a, addrs: map[string]string{}}
+	in := standaloneListener{Agent: a, addrs: map[string]string{}}
 	listening := func() bool {
-		for _, msg := range []string{"admin listening", "intake listening"} {
+		for _, msg := range []string{"admin listening", "alert listener listening"} {
 			if l := a.Logs(msg); len(l) > 0 {
 				in.addrs[msg], _ = l[0]["addr"].(string)
 			}
@@ -319,10 +319,10 @@ func startStandaloneIntake(t *testing.T, fq *sqsFake, token string) standaloneIn
 		return len(in.addrs) == 2 || !a.Alive()
 	}
 	if !harness.Until(30*time.Second, listening) {
-		t.Fatal("intake not listening after 30s")
+		t.Fatal("alert listener not listening after 30s")
 	}
 	if len(in.addrs) < 2 {
-		t.Fatalf("intake exited before listening:\n%s", a.Output())
+		t.Fatalf("standalone listener exited before listening:\n%s", a.Output())
 	}
 	return in
 }

@@ -9,14 +9,14 @@ import (
 	"testing"
 )
 
-// TestE2EStandaloneIntakeMetrics: `autodiag intake` serves /metrics on
+// TestE2EStandaloneListenerMetrics: `autodiag intake` serves /metrics on
 // admin_addr (loopback), and an alert it routed is counted there.
-func TestE2EStandaloneIntakeMetrics(t *testing.T) {
+func TestE2EStandaloneListenerMetrics(t *testing.T) {
 	fq := newSQSFake(t, "central-metrics")
 	const token = "central-token"
-	in := startStandaloneIntake(t, fq, token)
+	in := startStandaloneListener(t, fq, token)
 	got := in.addrs
-	// The admin listener is up before the intake listens.
+	// The admin listener is up before the alert listener listens.
 	admin := got["admin listening"]
 	if host, _, err := net.SplitHostPort(admin); err != nil || !net.ParseIP(host).IsLoopback() {
 		t.Fatalf("admin address %q (%v): want loopback, as admin_addr says", admin, err)
@@ -42,7 +42,7 @@ func TestE2EStandaloneIntakeMetrics(t *testing.T) {
 	if m := metrics(); strings.Contains(m, accepted) || !strings.Contains(m, "go_goroutines ") {
 		t.Fatalf("/metrics before any alert:\n%s", m)
 	}
-	if code, body := postAlert(t, got["intake listening"], "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json")); code != http.StatusOK {
+	if code, body := postAlert(t, got["alert listener listening"], "/v1/alerts/alertmanager", token, fixture(t, "alertmanager_v4.json")); code != http.StatusOK {
 		t.Fatalf("answer %d %s", code, body)
 	}
 	if m := metrics(); !strings.Contains(m, accepted) {
@@ -56,6 +56,6 @@ func TestE2EStandaloneIntakeMetrics(t *testing.T) {
 	}
 	<-in.Done()
 	if err := in.Err(); err != nil {
-		t.Fatalf("intake exit: %v", err)
+		t.Fatalf("standalone listener exit: %v", err)
 	}
 }

@@ -15,9 +15,9 @@ import (
 )
 
 // TestSecretsFromStoreRotatedWithoutRestart: an embedded agent reads its
-// intake token (Secrets Manager), its webhook's HMAC key (SSM SecureString)
+// alert listener token (Secrets Manager), its webhook's HMAC key (SSM SecureString)
 // and the model's key (Secrets Manager) from the secrets fake at start, and
-// after the three are rotated and the agent gets SIGHUP, the intake wants
+// after the three are rotated and the agent gets SIGHUP, the alert listener wants
 // the new token, the next webhook is signed with the new key and the next
 // model request carries the new key — with no restart. No value reaches
 // the log.
@@ -62,7 +62,7 @@ report:
   limits: [{daily: 100}]
 `, tokenARN, hook.srv.URL, model.BaseURL(), keyARN)
 	a := startProc(t, yaml, env...)
-	intake := intakeAddr(t, a)
+	intake := listenerAddr(t, a)
 
 	// runFailed runs the broken diagnostic on host and waits for its
 	// webhook and its model request; it returns both.
@@ -77,7 +77,7 @@ report:
 	}
 
 	if code, body := postAlert(t, intake, "/v1/alerts/alertmanager", tok1, fixture(t, "alertmanager_v4.json")); code == http.StatusUnauthorized {
-		t.Fatalf("intake with the token from the store: %d %s", code, body)
+		t.Fatalf("alert listener with the token from the store: %d %s", code, body)
 	}
 	h, m := runFailed("web-1", 1)
 	if !notify.Verify([]byte(hmac1), h.body, h.signature) {
@@ -97,10 +97,10 @@ report:
 	}
 
 	if code, _ := postAlert(t, intake, "/v1/alerts/alertmanager", tok1, fixture(t, "alertmanager_v4.json")); code != http.StatusUnauthorized {
-		t.Errorf("intake with the rotated-out token: %d; want 401", code)
+		t.Errorf("alert listener with the rotated-out token: %d; want 401", code)
 	}
 	if code, body := postAlert(t, intake, "/v1/alerts/alertmanager", tok2, fixture(t, "alertmanager_v4.json")); code == http.StatusUnauthorized {
-		t.Errorf("intake with the rotated token: %d %s", code, body)
+		t.Errorf("alert listener with the rotated token: %d %s", code, body)
 	}
 	h, m = runFailed("web-2", 2)
 	if !notify.Verify([]byte(hmac2), h.body, h.signature) {

@@ -33,7 +33,7 @@ const (
 	loadOutput = "load average 97.3 on every core"
 )
 
-// tracingYAML is an agent on the fake queue with the intake, the
+// tracingYAML is an agent on the fake queue with the alert listener, the
 // high-load route of the golden routes, uptime failing and memory
 // succeeding, a webhook on every task event and reports, reports to the
 // OpenAI fake, and tracing to the in-process OTLP receiver.
@@ -104,7 +104,7 @@ func (s spanIndex) childrenOf(id string) map[string]otlpfake.Span {
 // delivery span per webhook event and, for the failed run, a report span
 // with the model call's "chat e2e-model" CLIENT span. The same trace id is
 // in each task's record, API view, log lines and webhook body. A
-// malformed traceparent on the queue or the intake is counted and
+// malformed traceparent on the queue or the alert listener is counted and
 // ignored; an X-Ray AWSTraceHeader is continued.
 func TestE2ETracing(t *testing.T) {
 	rc, prefix := sqsRedis(t)
@@ -117,7 +117,7 @@ func TestE2ETracing(t *testing.T) {
 	const token = "s3cret-intake-token"
 	p := startProc(t, tracingYAML(t, fq, prefix, rc.Options().Addr, hook.srv.URL, model.BaseURL(), rcv.Endpoint()),
 		append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey)...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 	// The agent learns its hostname as the system says it.
 	hostname, err := os.Hostname()
@@ -125,7 +125,7 @@ func TestE2ETracing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// What Alertmanager 0.25 sent the intake: two firing HighLoad alerts and
+	// What Alertmanager 0.25 sent the alert listener: two firing HighLoad alerts and
 	// one resolved, in one group.
 	payload, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))
 	if err != nil {
@@ -133,7 +133,7 @@ func TestE2ETracing(t *testing.T) {
 	}
 	code, body := postTraced(t, addr, token, string(payload), "00-"+e2eTraceID+"-"+e2eParentID+"-01")
 	if code != http.StatusOK || !strings.Contains(body, `"accepted":2`) {
-		t.Fatalf("intake answered %d %s, want 2 alerts accepted", code, body)
+		t.Fatalf("alert listener answered %d %s, want 2 alerts accepted", code, body)
 	}
 	eventually(t, wait, "the four tasks to end", func() bool {
 		o := sqsOutcomes(p)
@@ -152,14 +152,14 @@ func TestE2ETracing(t *testing.T) {
 
 	server := ix.named("POST /v1/alerts/alertmanager")
 	if len(server) != 1 {
-		t.Fatalf("%d intake spans, want 1", len(server))
+		t.Fatalf("%d alert listener spans, want 1", len(server))
 	}
 	srv := server[0]
 	if srv.TraceID != e2eTraceID || srv.ParentSpanID != e2eParentID || srv.Kind != tracepb.Span_SPAN_KIND_SERVER {
-		t.Errorf("intake span %s/%s kind %v, want a SERVER child of the caller's %s/%s", srv.TraceID, srv.ParentSpanID, srv.Kind, e2eTraceID, e2eParentID)
+		t.Errorf("alert listener span %s/%s kind %v, want a SERVER child of the caller's %s/%s", srv.TraceID, srv.ParentSpanID, srv.Kind, e2eTraceID, e2eParentID)
 	}
 	if srv.Attrs["autodiag.tasks"] != "4" {
-		t.Errorf("intake span attributes %v, want autodiag.tasks 4", srv.Attrs)
+		t.Errorf("alert listener span attributes %v, want autodiag.tasks 4", srv.Attrs)
 	}
 	sends := ix.named("send alerts")
 	if len(sends) != 4 {
@@ -168,7 +168,7 @@ func TestE2ETracing(t *testing.T) {
 	for _, s := range sends {
 		if s.ParentSpanID != srv.SpanID || s.Kind != tracepb.Span_SPAN_KIND_PRODUCER || s.Attrs["messaging.system"] != "aws_sqs" ||
 			s.Attrs["messaging.destination.name"] != "alerts" || s.Attrs["messaging.message.id"] == "" {
-			t.Errorf("send span %+v, want a PRODUCER under the intake's with the SQS attributes", s)
+			t.Errorf("send span %+v, want a PRODUCER under the alert listener's with the SQS attributes", s)
 		}
 	}
 	procs := ix.named("process alerts")
@@ -372,10 +372,10 @@ func TestE2ETracing(t *testing.T) {
 		}
 	})
 
-	t.Run("a malformed traceparent on the intake is counted and ignored", func(t *testing.T) {
+	t.Run("a malformed traceparent on the alert listener is counted and ignored", func(t *testing.T) {
 		code, body := postTraced(t, addr, token, string(payload), "garbage")
 		if code != http.StatusOK {
-			t.Fatalf("intake answered %d %s", code, body)
+			t.Fatalf("alert listener answered %d %s", code, body)
 		}
 		if n := sqsMetric(p, `autodiag_trace_parent_invalid_total{source="http"}`); n != 1 {
 			t.Errorf("parent_invalid{http} = %v, want 1", n)
@@ -489,15 +489,15 @@ func sendWithAttrs(t *testing.T, f *sqsFake, body string, attrs map[string]strin
 	}
 }
 
-// TestE2EStandaloneIntakePassesTrace: `autodiag intake` without tracing
+// TestE2EStandaloneListenerPassesTrace: `autodiag intake` without tracing
 // still passes the caller's traceparent on to every task it queues, so the
 // agents continue the caller's trace.
-func TestE2EStandaloneIntakePassesTrace(t *testing.T) {
+func TestE2EStandaloneListenerPassesTrace(t *testing.T) {
 	fq := newSQSFake(t, "central")
 	const token = "central-token"
-	in := startStandaloneIntake(t, fq, token)
+	in := startStandaloneListener(t, fq, token)
 	tp := "00-" + e2eTraceID + "-" + e2eParentID + "-01"
-	code, body := postTraced(t, in.addrs["intake listening"], token, fixture(t, "alertmanager_v4.json"), tp)
+	code, body := postTraced(t, in.addrs["alert listener listening"], token, fixture(t, "alertmanager_v4.json"), tp)
 	if code != http.StatusOK {
 		t.Fatalf("answer %d %s", code, body)
 	}
@@ -514,13 +514,13 @@ func TestE2EStandaloneIntakePassesTrace(t *testing.T) {
 			t.Errorf("message traceparent %q, want the caller's %q", got, tp)
 		}
 	}
-	// A second signal, once the first was taken (the intake answers 503),
-	// ends the intake's drain grace at once.
+	// A second signal, once the first was taken (the alert listener answers 503),
+	// ends the alert listener's drain grace at once.
 	if err := in.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, intakeDrainGrace, "the intake to answer 503", func() bool {
-		c, _ := postAlert(t, in.addrs["intake listening"], "/v1/alerts/alertmanager", token, "{}")
+	eventually(t, standaloneDrainGrace, "the alert listener to answer 503", func() bool {
+		c, _ := postAlert(t, in.addrs["alert listener listening"], "/v1/alerts/alertmanager", token, "{}")
 		return c == http.StatusServiceUnavailable
 	})
 	if err := in.Signal(syscall.SIGTERM); err != nil {
@@ -528,6 +528,6 @@ func TestE2EStandaloneIntakePassesTrace(t *testing.T) {
 	}
 	<-in.Done()
 	if err := in.Err(); err != nil {
-		t.Errorf("intake exit: %v", err)
+		t.Errorf("standalone listener exit: %v", err)
 	}
 }

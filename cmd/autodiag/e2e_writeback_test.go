@@ -16,7 +16,7 @@ import (
 	"github.com/autodiag/autodiag/internal/harness"
 )
 
-// writeBackYAML is an agent on the fake queue with the intake on loopback,
+// writeBackYAML is an agent on the fake queue with the alert listener on loopback,
 // the golden fixtures' routes, a catalog whose diagnostics print a secret
 // among their output, and two sinks: a Slack bot on the stand-in's
 // channel and Zabbix 7.0 (version asked with apiinfo.version).
@@ -62,7 +62,7 @@ func writeBackYAML(tb testing.TB, queueURL, redisAddr, prefix, script, slackURL,
 
 // TestE2EWriteBack: a real Alertmanager 0.25 payload (two firing HighLoad
 // alerts, one resolved) and a Zabbix media-type problem go through the
-// intake, their tasks run, and the results are written back: to Slack,
+// alert listener, their tasks run, and the results are written back: to Slack,
 // one thread per alert with the alert's later results under its first
 // message; to Zabbix, one acknowledgement on the problem's event carrying
 // the task id and delivery mark, within Zabbix's limit. The secret the
@@ -86,7 +86,7 @@ echo "DB_PASSWORD=`+secret+`"
 	zbx := writebackfake.NewZabbix(t, "7.0.5", zbxToken, "81237")
 	p := startProc(t, writeBackYAML(t, fq.url, rc.Options().Addr, prefix, l.Script, slack.URL, zbx.URL, "succeeded, failed"),
 		append(fq.env, intakeTokenEnv+"="+token, "SLACK_BOT_TOKEN="+slackToken, "ZABBIX_API_TOKEN="+zbxToken)...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 
 	am, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))
@@ -183,7 +183,7 @@ echo "$1 on $2: load average: 9.12, 8.40, 7.95"
 		"  on: [succeeded]\n  workers: 2\n", fake.BaseURL(), reportKeyEnv)
 	p := startProc(t, yaml, append(fq.env, intakeTokenEnv+"="+token, reportKeyEnv+"="+reportKey,
 		"SLACK_BOT_TOKEN=xoxb-e2e", "ZABBIX_API_TOKEN=zbx-e2e")...)
-	addr := intakeAddr(t, p)
+	addr := listenerAddr(t, p)
 	const wait = 30 * time.Second
 
 	real, err := os.ReadFile(filepath.Join("testdata", "alertmanager-0.25-highload.json"))

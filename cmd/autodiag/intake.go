@@ -19,34 +19,34 @@ import (
 
 	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/alert"
-	"github.com/autodiag/autodiag/agent/alertintake"
+	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 )
 
-// intakeShutdownTimeout bounds the wait for intake requests in progress at
+// listenerShutdownTimeout bounds the wait for alert listener requests in progress at
 // exit. Requests begun before the drain had the whole drain to finish;
 // those since are answered 503 at once, so little is left to wait for.
-const intakeShutdownTimeout = time.Second
+const listenerShutdownTimeout = time.Second
 
-// intakeServer serves the intake listener until shutdown.
-type intakeServer struct {
+// listenerServer serves the alert listener until shutdown.
+type listenerServer struct {
 	srv  *http.Server
 	addr string
 	done chan struct{}
 }
 
-// serveIntake listens on intake.addr and serves h there, with TLS when
+// serveListener listens on intake.addr and serves h there, with TLS when
 // intake.tls names the files. A listener beyond loopback without
 // credentials never gets here: config validation and the handler's
 // construction refuse it.
-func serveIntake(ctx context.Context, cfg alert.IntakeConfig, h http.Handler, log *slog.Logger) (*intakeServer, error) {
+func serveListener(ctx context.Context, cfg alert.ListenerConfig, h http.Handler, log *slog.Logger) (*listenerServer, error) {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("intake listener: %w", err)
+		return nil, fmt.Errorf("alert listener: %w", err)
 	}
 	srv := alert.NewServer(cfg, h)
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	s := &intakeServer{srv: srv, addr: ln.Addr().String(), done: make(chan struct{})}
+	s := &listenerServer{srv: srv, addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		var err error
@@ -56,21 +56,21 @@ func serveIntake(ctx context.Context, cfg alert.IntakeConfig, h http.Handler, lo
 			err = srv.Serve(ln)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("intake server stopped", "err", err)
+			log.Error("alert listener stopped", "err", err)
 		}
 	}()
-	log.Info("intake listening", "addr", s.addr, "tls", cfg.TLS.Enabled())
+	log.Info("alert listener listening", "addr", s.addr, "tls", cfg.TLS.Enabled())
 	return s, nil
 }
 
 // shutdown stops accepting, lets requests in progress finish for at most
-// intakeShutdownTimeout, then closes what is left and waits for the
-// server's goroutine. nil is a no-op (no intake configured).
-func (s *intakeServer) shutdown() {
+// listenerShutdownTimeout, then closes what is left and waits for the
+// server's goroutine. nil is a no-op (no alert listener configured).
+func (s *listenerServer) shutdown() {
 	if s == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), intakeShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), listenerShutdownTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(ctx); err != nil {
 		_ = s.srv.Close()
@@ -78,24 +78,24 @@ func (s *intakeServer) shutdown() {
 	<-s.done
 }
 
-// startAgentIntake serves a's intake when intake.addr is set; nil
+// startAlertListener serves a's alert listener when intake.addr is set; nil
 // otherwise. Missing credentials are a configuration error (exit 2).
-func startAgentIntake(ctx context.Context, cfg config.Config, a *agent.Agent, lookup func(string) (string, bool), log *slog.Logger) (*intakeServer, error) {
+func startAlertListener(ctx context.Context, cfg config.Config, a *agent.Agent, lookup func(string) (string, bool), log *slog.Logger) (*listenerServer, error) {
 	if !cfg.Intake.Enabled() {
 		return nil, nil
 	}
 	// The handler records resolutions detached from the request (each
 	// store call bounded by redis.timeout), so it takes no context.
-	h, err := a.IntakeHandler(lookup) //nolint:contextcheck // see above
+	h, err := a.AlertHandler(lookup) //nolint:contextcheck // see above
 	if err != nil {
-		return nil, intakeStartError(err)
+		return nil, listenerStartError(err)
 	}
-	return serveIntake(ctx, cfg.Intake, h, log.With("component", "intake"))
+	return serveListener(ctx, cfg.Intake, h, log.With("component", "alert_listener"))
 }
 
-// intakeStartError makes an *alertintake.Error a usage error (exit 2).
-func intakeStartError(err error) error {
-	if errors.As(err, new(*alertintake.Error)) {
+// listenerStartError makes an *listener.Error a usage error (exit 2).
+func listenerStartError(err error) error {
+	if errors.As(err, new(*listener.Error)) {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}
 	return fmt.Errorf("start: %w", err)
@@ -104,7 +104,7 @@ func intakeStartError(err error) error {
 func (c *cli) intakeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "intake",
-		Short: "Run only the alert intake listener (no workers), sending tasks to the fleet's SQS queue",
+		Short: "Run only the alert listener (no workers), sending tasks to the fleet's SQS queue",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := c.loadConfig()
@@ -116,9 +116,9 @@ func (c *cli) intakeCmd() *cobra.Command {
 	}
 }
 
-// runIntake serves the intake until a signal: the first answers 503 from
-// then on and stops after intakeDrainGrace, so a load balancer sees the
-// intake go unready before its connections close; a second stops at once.
+// runIntake serves the standalone alert listener until a signal: the
+// first answers 503 from then on and stops after standaloneDrainGrace, so
+// a load balancer sees the listener go unready before its connections close; a second stops at once.
 func (c *cli) runIntake(cfg config.Config) error {
 	log := newLogger(c.stderr, cfg.LogLevel)
 	sigc := make(chan os.Signal, 2)
@@ -134,12 +134,12 @@ func (c *cli) runIntake(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	in, err := agent.OpenIntake(ctx, cfg, c.openOptions(log), creds.lookup)
+	in, err := agent.OpenStandaloneListener(ctx, cfg, c.openOptions(log), creds.lookup)
 	if err != nil {
-		return intakeStartError(err)
+		return listenerStartError(err)
 	}
 	defer in.Close()
-	stopTracing, err := agent.OpenIntakeTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
+	stopTracing, err := agent.OpenListenerTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
 	if err != nil {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}
@@ -150,15 +150,15 @@ func (c *cli) runIntake(cfg config.Config) error {
 		return err
 	}
 	defer admin.Shutdown()
-	srv, err := serveIntake(ctx, cfg.Intake, in.Handler, log.With("component", "intake"))
+	srv, err := serveListener(ctx, cfg.Intake, in.Handler, log.With("component", "alert_listener"))
 	if err != nil {
 		return err
 	}
 	defer srv.shutdown()
 	s := <-sigc
-	log.Info("signal received: intake answers 503 and stops", "signal", s.String(), "grace", intakeDrainGrace.Seconds())
+	log.Info("signal received: the alert listener answers 503 and stops", "signal", s.String(), "grace", standaloneDrainGrace.Seconds())
 	in.StartDrain()
-	t := time.NewTimer(intakeDrainGrace)
+	t := time.NewTimer(standaloneDrainGrace)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -170,7 +170,7 @@ func (c *cli) runIntake(cfg config.Config) error {
 // serveAdmin serves h on admin_addr (loopback by default, else behind
 // admin_auth, which h carries) and logs the address it listens on: the
 // agent's admin API for `autodiag run`, /metrics, /healthz and /readyz for
-// the standalone intake.
+// the standalone alert listener.
 func serveAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*agent.AdminServer, error) {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -181,9 +181,9 @@ func serveAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logg
 	return s, nil
 }
 
-// intakeDrainGrace is how long a stopping standalone intake answers 503
+// standaloneDrainGrace is how long a stopping standalone alert listener answers 503
 // before it closes: a few health checks of a load balancer.
-const intakeDrainGrace = 5 * time.Second
+const standaloneDrainGrace = 5 * time.Second
 
 func (c *cli) routesCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "routes", Short: "Alert routing tools"}
@@ -247,7 +247,7 @@ func (c *cli) routesTest(cfg config.Config, source string, body []byte) error {
 		order = append(order, i)
 	}
 	sort.Ints(order)
-	alerts := map[int]alert.Alert{}
+	alerts := map[int]alert.Received{}
 	for _, it := range p.Items {
 		alerts[it.Index] = it.Alert
 	}

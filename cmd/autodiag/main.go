@@ -286,12 +286,12 @@ func (c *cli) runAgent(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	intake, err := startAgentIntake(ctx, cfg, a, creds.lookup, log)
+	alerts, err := startAlertListener(ctx, cfg, a, creds.lookup, log)
 	if err != nil {
 		admin.Shutdown()
 		return err
 	}
-	defer intake.shutdown()
+	defer alerts.shutdown()
 	mode := "fleet"
 	if cfg.Embedded() {
 		mode = "embedded"

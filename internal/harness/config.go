@@ -14,7 +14,7 @@ import (
 type AgentConfig struct {
 	Instance   string
 	Workers    int
-	QueueURL   string // "" = embedded (admin intake only)
+	QueueURL   string // "" = embedded (tasks through the admin API only)
 	DLQURL     string
 	Visibility time.Duration // queue.visibility_timeout; 0 = 2s
 	WaitTime   time.Duration // queue.wait_time; 0 = 2s

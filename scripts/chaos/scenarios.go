@@ -362,7 +362,7 @@ func r5(l *lab) (string, bool, error) {
 }
 
 // R6: 8 agents on one Redis, 32 workers each, each take 1,000 tasks
-// through the admin intake, under a daily quota of 2 for the host. Each
+// through the admin API (POST /v1/tasks), under a daily quota of 2 for the host. Each
 // agent gets half its admin connection cap in requests at once: beyond
 // the cap, requests wait on kept-alive connections and starve.
 func r6(l *lab) (string, bool, error) {
@@ -420,11 +420,11 @@ func r6(l *lab) (string, bool, error) {
 	}
 	settled := harness.Until(120*time.Second, func() bool { return total("succeeded")+total("rate_limited") == accepted })
 	ok, limited := total("succeeded"), total("rate_limited")
-	m := fmt.Sprintf("%d decisions (%d refused at intake, %d requests in flight): %d allowed, %d rate_limited", accepted, refused, cap(sem), ok, limited)
+	m := fmt.Sprintf("%d decisions (%d refused by POST /v1/tasks, %d requests in flight): %d allowed, %d rate_limited", accepted, refused, cap(sem), ok, limited)
 	return m, settled && ok == 2 && limited == accepted-2 && accepted > 0, nil
 }
 
-// R7: injection through the admin intake is refused with a reason and
+// R7: injection through the admin API (POST /v1/tasks) is refused with a reason and
 // never runs; without admin_addr the agent binds loopback.
 func r7(l *lab) (string, bool, error) {
 	led, err := l.NewLedger("r7")

@@ -1,4 +1,4 @@
-package alertintake
+package listener
 
 import (
 	"context"
@@ -111,9 +111,9 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
-// TestIntakeHandlerNeedsItsCredentials: a named variable that is unset is
+// TestHandlerNeedsItsCredentials: a named variable that is unset is
 // an *Error, which cmd maps to exit 2.
-func TestIntakeHandlerNeedsItsCredentials(t *testing.T) {
+func TestHandlerNeedsItsCredentials(t *testing.T) {
 	cfg, err := config.Load([]byte("intake:\n  addr: 127.0.0.1:0\n  auth: {bearer_token_env: TOKEN}\n"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package alertintake
+package listener
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
+	"github.com/autodiag/autodiag/agent/internal/httpjson"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/slackact"
@@ -29,16 +30,17 @@ import (
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
-// Error is why the intake listener cannot start: its credentials
+// Error is why the alert listener cannot start: its credentials
 // are missing from the environment, or it would be reachable from other
 // hosts without them. It is a configuration problem (exit 2).
 type Error struct{ Err error }
 
+// The prefix names the listener's config section, intake:.
 func (e *Error) Error() string { return "intake: " + e.Err.Error() }
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Options are what an intake handler needs besides the config.
+// Options are what an alert listener's handler needs besides the config.
 type Options struct {
 	// Getenv reads the credentials the intake.auth section names
 	// (os.LookupEnv in cmd).
@@ -64,7 +66,7 @@ type Options struct {
 	Slack slackact.Options
 }
 
-// NewHandler builds the intake listener's handler for cfg: routes
+// NewHandler builds the alert listener's handler for cfg: routes
 // compiled against the catalog and host allow-list cfg describes,
 // credentials read from the environment. It fails with an *Error
 // when a credential is missing or the listener would be open.
@@ -89,7 +91,7 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	if o.OnResolved != nil {
-		router.WatchResolved(func(a alert.Alert) { o.OnResolved(a.Source, a.EventID) })
+		router.WatchResolved(func(a alert.Received) { o.OnResolved(a.Source, a.EventID) })
 	}
 	if cfg.Intake.Slack.Enabled() {
 		if _, err := cfg.Intake.Slack.SigningSecret(getenv); err != nil {
@@ -224,13 +226,13 @@ var (
 	_ alert.Sender = (*SQSSender)(nil)
 )
 
-// errNoQueue: a standalone intake has nowhere to put tasks without the
+// errNoQueue: a standalone alert listener has nowhere to put tasks without the
 // SQS task queue.
-var errNoQueue = errors.New("queue.url must be set: a standalone intake sends tasks to the fleet's SQS queue")
+var errNoQueue = errors.New("queue.url must be set: a standalone alert listener sends tasks to the fleet's SQS queue")
 
-// Intake is `autodiag intake`: the intake listener's handler with no
+// Standalone is `autodiag intake`: the alert listener's handler with no
 // workers, sending tasks onto the fleet's SQS queue.
-type Intake struct {
+type Standalone struct {
 	Handler  http.Handler
 	Registry *prometheus.Registry
 	draining chan struct{}
@@ -251,34 +253,34 @@ type Stores struct {
 }
 
 // Close releases the stores the intake opened.
-func (in *Intake) Close() {
+func (in *Standalone) Close() {
 	if in.close != nil {
 		in.close()
 	}
 }
 
-// AdminHandler is the standalone intake's admin API, served on
+// AdminHandler is the standalone listener's admin API, served on
 // admin_addr like the agent's: GET /metrics (the alert counters, Go and
 // process metrics), GET /healthz, and GET /readyz (503 once draining).
-func (in *Intake) AdminHandler() http.Handler {
+func (in *Standalone) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(in.Registry, promhttp.HandlerOpts{Registry: in.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-in.draining:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "state": "draining"})
 		default:
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
+			httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready", "state": "ready"})
 		}
 	})
 	return mux
 }
 
-// StartDrain makes the intake answer 503 from now on.
-func (in *Intake) StartDrain() {
+// StartDrain makes the listener answer 503 from now on.
+func (in *Standalone) StartDrain() {
 	select {
 	case <-in.draining:
 	default:
@@ -291,7 +293,7 @@ func (in *Intake) StartDrain() {
 // metrics on the intake's registry; it fails with an *Error when cfg has
 // no intake listener, no task queue, or the credentials are missing.
 func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logger, getenv func(string) (string, bool),
-	stores func(reg prometheus.Registerer) (Stores, error)) (*Intake, error) {
+	stores func(reg prometheus.Registerer) (Stores, error)) (*Standalone, error) {
 	switch {
 	case !cfg.Intake.Enabled():
 		return nil, &Error{Err: errors.New("intake.addr must be set")}
@@ -304,12 +306,12 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	in := &Intake{Registry: reg, draining: make(chan struct{})}
-	// Redacted like the agent's intake: a rejected alert's detail quotes
+	in := &Standalone{Registry: reg, draining: make(chan struct{})}
+	// Redacted like the agent's alert listener: a rejected alert's detail quotes
 	// its values.
 	red, err := redact.New(cfg.Results.Redact.Effective(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("alertintake: results.redact: %w", err)
+		return nil, fmt.Errorf("listener: results.redact: %w", err)
 	}
 	red.SetKnown(cfg.KnownValues(getenv))
 	var st Stores
@@ -328,7 +330,7 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 				return false
 			}
 		},
-		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "intake"),
+		Metrics: alert.NewMetrics(reg), Logger: log.With("component", "alert_listener"),
 		Slack: slackact.Options{Metrics: slackact.NewMetrics(reg), Feedback: st.Feedback, Tasks: st.Tasks, Timeout: cfg.Redis.Timeout}})
 	if err != nil {
 		in.Close()
@@ -336,13 +338,4 @@ func Open(cfg config.Config, connect func() (SQSBatchAPI, error), log *slog.Logg
 	}
 	in.Handler = h
 	return in, nil
-}
-
-// writeJSON answers with v as JSON.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }

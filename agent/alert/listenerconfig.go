@@ -15,17 +15,17 @@ import (
 	"github.com/autodiag/autodiag/internal/configerr"
 )
 
-// IntakeConfig is the intake: section: the listener alerting systems post
-// to, separate from the admin listener.
-type IntakeConfig struct {
-	// Addr is host:port to listen on; empty (the default) = no intake.
+// ListenerConfig is the intake: section: the alert listener, which
+// alerting systems post to, separate from the admin listener.
+type ListenerConfig struct {
+	// Addr is host:port to listen on; empty (the default) = no alert listener.
 	Addr string     `yaml:"addr"`
 	Auth AuthConfig `yaml:"auth"`
 	TLS  TLSConfig  `yaml:"tls"`
 	// MaxBody is the largest payload read (default 1MiB, at most 32MiB);
 	// past it the answer is 413.
 	MaxBody runner.Size `yaml:"max_body"`
-	// Alertmanager is what the intake does about alerts an Alertmanager
+	// Alertmanager is what the listener does about alerts an Alertmanager
 	// left out of a notification.
 	Alertmanager AlertmanagerConfig `yaml:"alertmanager"`
 	// Slack is Slack's interactivity (POST /slack/interactions: the
@@ -258,7 +258,7 @@ type TLSConfig struct {
 // Enabled reports whether both files are set.
 func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
 
-// Defaults and bounds of the intake section.
+// Defaults and bounds of the intake: section.
 const (
 	DefaultMaxBody = 1 << 20
 	minMaxBody     = 1 << 10
@@ -276,13 +276,13 @@ const (
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Enabled reports whether an intake listener is configured.
-func (c IntakeConfig) Enabled() bool { return c.Addr != "" }
+// Enabled reports whether an alert listener is configured.
+func (c ListenerConfig) Enabled() bool { return c.Addr != "" }
 
 // Validate reports every problem of the section, each naming its key
 // relative to it. A listener reachable from other hosts without auth is
 // an error: anyone who reaches it could start diagnostics on the fleet.
-func (c IntakeConfig) Validate() error {
+func (c ListenerConfig) Validate() error {
 	var errs []error
 	add := func(key, format string, a ...any) { errs = append(errs, configerr.Errorf(key, format, a...)) }
 	if c.MaxBody != 0 && (c.MaxBody < minMaxBody || c.MaxBody > MaxBody) {
@@ -325,15 +325,15 @@ func Loopback(host string) bool {
 // Credentials reads the secrets the auth section names through getenv
 // (os.LookupEnv in cmd). A named variable that is unset or empty is an
 // error: the listener must not start open because a secret is missing.
-func (c IntakeConfig) Credentials(getenv func(string) (string, bool)) (Credentials, error) {
+func (c ListenerConfig) Credentials(getenv func(string) (string, bool)) (Credentials, error) {
 	return c.Auth.credentials("auth", getenv)
 }
 
-// NewServer returns the intake server for h, with timeouts that bound
+// NewServer returns the alert listener's server for h, with timeouts that bound
 // every phase of a request. The caller serves it with ListenAndServeTLS
 // (c.TLS.CertFile, c.TLS.KeyFile) when c.TLS.Enabled(), ListenAndServe
 // otherwise, and stops it with Shutdown when the agent drains.
-func NewServer(c IntakeConfig, h http.Handler) *http.Server {
+func NewServer(c ListenerConfig, h http.Handler) *http.Server {
 	return &http.Server{
 		Addr:              c.Addr,
 		Handler:           h,
@@ -346,7 +346,7 @@ func NewServer(c IntakeConfig, h http.Handler) *http.Server {
 }
 
 // MaxBodyBytes is max_body with its default applied.
-func (c IntakeConfig) MaxBodyBytes() int64 {
+func (c ListenerConfig) MaxBodyBytes() int64 {
 	if c.MaxBody == 0 {
 		return DefaultMaxBody
 	}
