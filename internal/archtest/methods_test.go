@@ -23,7 +23,10 @@ const maxMethods = 15
 // investigation's run (one turn of the loop: the structured answer, its
 // retries and the hard token cap read top to bottom in it), the agent's
 // root and Config (host names, feedback and resolutions wired in), the
-// protocol fakes and the harness's handle on an agent process.
+// protocol fakes and the harness's handle on an agent process; and the
+// worker's pipeline, whose methods are the task's life read top to bottom
+// (issue 40: one place, not split by count), now with the approval gate
+// and the hand-off delay.
 var ceilings = map[string]int{
 	"agent/state.Redis":            42,
 	"agent/state.Memory":           22,
@@ -31,6 +34,7 @@ var ceilings = map[string]int{
 	"agent/queue.SQS":              19,
 	"agent/investigate.run":        19,
 	"agent.Agent":                  16,
+	"agent/worker.pipeline":        16,
 	"agent/config.Config":          17,
 	"limiter.Limiter":              18,
 	"cmd/autodiag.cli":             26,
