@@ -1,15 +1,8 @@
 package agent
 
 import (
-	"encoding/hex"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/slackact"
@@ -35,19 +28,7 @@ intake:
 	if err != nil {
 		t.Fatal(err)
 	}
-	press := func(user, action, id string) (int, string) {
-		js := `{"type":"block_actions","user":{"id":"` + user + `"},"actions":[{"action_id":"` + action + `","value":"` + id + `"}]}`
-		body := url.Values{"payload": {js}}.Encode()
-		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, slackact.Path, strings.NewReader(body))
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		r.Header.Set("X-Slack-Request-Timestamp", ts)
-		r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(slackact.Sign("s3cret", ts, []byte(body))))
-		w := httptest.NewRecorder()
-		ih.ServeHTTP(w, r)
-		var ans map[string]string
-		_ = json.Unmarshal(w.Body.Bytes(), &ans)
-		return w.Code, ans["result"]
-	}
+	press := func(user, action, id string) (int, string) { return slackPress(t, ih, user, action, id) }
 	h.post(t, "h1", "heapdump", "")
 	h.waitFor(t, "h1", "parked", parked)
 	if code, res := press("U0EVE", slackact.ActionApprove, "h1"); code != http.StatusForbidden {

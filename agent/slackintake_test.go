@@ -40,19 +40,7 @@ intake:
 	if _, err := ta.d.Store.SetReport(t.Context(), "t-slack", rep); err != nil {
 		t.Fatal(err)
 	}
-	press := func() (int, string) {
-		js := `{"type":"block_actions","user":{"id":"U0ALICE"},"actions":[{"action_id":"feedback_good","value":"t-slack"}]}`
-		body := url.Values{"payload": {js}}.Encode()
-		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, slackact.Path, strings.NewReader(body))
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		r.Header.Set("X-Slack-Request-Timestamp", ts)
-		r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(slackact.Sign("s3cret", ts, []byte(body))))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		var ans map[string]string
-		_ = json.Unmarshal(w.Body.Bytes(), &ans)
-		return w.Code, ans["result"]
-	}
+	press := func() (int, string) { return slackPress(t, h, "U0ALICE", slackact.ActionFeedbackGood, "t-slack") }
 	if code, res := press(); code != http.StatusOK || res != slackact.ResultRecorded {
 		t.Fatalf("first press: %d %s", code, res)
 	}
@@ -69,6 +57,24 @@ intake:
 	if n := labelled(t, ta.Agent, "autodiag_slack_interactions_total", map[string]string{"action": "feedback_good", "result": "duplicate"}); n != 1 {
 		t.Fatalf("autodiag_slack_interactions_total{feedback_good,duplicate} = %v, want 1", n)
 	}
+}
+
+// slackPress is a block_actions press of action on task id by user, signed
+// with the tests' signing secret "s3cret" and served by h: the status and
+// the answer's result.
+func slackPress(t *testing.T, h http.Handler, user, action, id string) (int, string) {
+	t.Helper()
+	js := `{"type":"block_actions","user":{"id":"` + user + `"},"actions":[{"action_id":"` + action + `","value":"` + id + `"}]}`
+	body := url.Values{"payload": {js}}.Encode()
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, slackact.Path, strings.NewReader(body))
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	r.Header.Set("X-Slack-Request-Timestamp", ts)
+	r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(slackact.Sign("s3cret", ts, []byte(body))))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var ans map[string]string
+	_ = json.Unmarshal(w.Body.Bytes(), &ans)
+	return w.Code, ans["result"]
 }
 
 // labelled is the value of the counter name{want} in a's registry.
