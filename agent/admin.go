@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -192,63 +191,37 @@ func RequireLiveAdminAuth(creds alert.Credentials, live func() alert.Credentials
 	})
 }
 
-// postTask validates a task and puts it on the queue. Invalid input is
-// answered 400 with the reason and recorded as rejected, or as stale when
-// it is older than queue.max_age (as a stale message from the queue is). A
-// full embedded queue is answered 503.
+// postTask submits a task through the one way in (Worker.SubmitBody).
+// Invalid input is answered 400 with the reason and recorded as rejected,
+// or as stale when it is older than queue.max_age (as a stale message
+// from the queue is). A full embedded queue is answered 503.
 func (a *Agent) postTask(w http.ResponseWriter, r *http.Request) {
 	if a.drain.State() != drain.Running {
 		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "draining: not accepting tasks", "reason": "draining"})
 		return
 	}
+	// A body past the cap is read up to one byte more: the decoder says
+	// it is too large.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, task.MaxBodySize+1))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			rejectPosted(w, a.worker, task.Task{}, &task.Error{Reason: task.ReasonTooLarge, Detail: "body exceeds 256 KiB"}) //nolint:contextcheck // the outcome's audit write is detached from the request by design
-			return
-		}
+	if mb := (*http.MaxBytesError)(nil); err != nil && !errors.As(err, &mb) {
 		httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	t, err := task.Decode(body)
-	if err == nil {
-		err = a.validator.Validate(&t, a.d.Clock.Now())
-	}
-	if err != nil {
-		// The outcome's audit write is detached from the request by design:
-		// it lands even when the client has gone.
-		rejectPosted(w, a.worker, t, err) //nolint:contextcheck // see above
-		return
-	}
-	if err := a.worker.NotThisHost(t); err != nil {
-		// One agent alone cannot run a host-local diagnostic of another
-		// machine: said at once, with the names it answers for.
-		a.worker.Rejected(t, err) //nolint:contextcheck // see above
-		httpjson.Write(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "reason": task.Reason(err), "host_names": a.hostNames})
-		return
-	}
-	if t.ID == "" {
-		t.ID = "api-" + randomID()
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = a.d.Clock.Now().UTC()
-	}
-	body, _ = json.Marshal(t)
 	tctx, span := tracing.StartServer(r, "/v1/tasks")
 	defer span.End()
-	if _, err := a.d.Source.Send(tctx, body); err != nil { //nolint:contextcheck // tctx is r.Context() with the request's span
-		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "queue: " + err.Error(), "reason": "queue_unavailable"})
-		return
+	// A rejection's audit write is detached from the request by design:
+	// it lands even when the client has gone.
+	t, err := a.worker.SubmitBody(tctx, body) //nolint:contextcheck // tctx is r.Context() with the request's span
+	switch reason := task.Reason(err); {
+	case err == nil:
+		httpjson.Write(w, http.StatusAccepted, map[string]string{"id": t.ID})
+	case reason == worker.ReasonNotThisHost:
+		httpjson.Write(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "reason": reason, "host_names": a.hostNames})
+	case reason != "":
+		httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": reason})
+	default:
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error(), "reason": "queue_unavailable"})
 	}
-	httpjson.Write(w, http.StatusAccepted, map[string]string{"id": t.ID})
-}
-
-// rejectPosted answers 400 for a posted task that is invalid or stale,
-// which the worker records as rejected or stale.
-func rejectPosted(w http.ResponseWriter, wk *worker.Worker, t task.Task, err error) {
-	wk.Rejected(t, err)
-	httpjson.Write(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "reason": task.Reason(err)})
 }
 
 // Bounds of the admin HTTP server. Any local process can connect, so a

@@ -176,12 +176,26 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		diagnostics = append(diagnostics, diag.Name)
 	}
 	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry, diagnostics), validator: validator, started: make(chan struct{})}
-	if a.alerts, err = newAlertRouting(cfg, validator, d); err != nil {
-		return nil, err
-	}
 	a.drain = drain.New(cfg.Drain)
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	a.intakeCtx, a.stopIntake = context.WithCancel(a.hard)
+	if len(d.HostNames) > 0 {
+		a.hostNames = ownHostNames(d.HostNames...)
+		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
+		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
+	}
+	red, err := hooks.NewRedactor(cfg, d.LookupEnv, d.Registry)
+	if err != nil {
+		return nil, err
+	}
+	// The one way in (worker.Submitter) comes first: the alert stage, the
+	// hooks' investigations and the admin API submit through it, and the
+	// worker ends its tasks through its outcome recorder.
+	wo := a.workerOptions(validator, catalog, red)
+	wo.Submitter = worker.NewSubmitter(wo)
+	if a.alerts, err = newAlertRouting(cfg, validator, wo.Submitter, d.Registry); err != nil {
+		return nil, err
+	}
 
 	rstore := d.Resolutions
 	if rstore == nil {
@@ -196,24 +210,19 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.alerts.Alarms = a.resolutions
 	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, ReportWritten: a.resolutions.ReportWritten, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
 		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
-		Base: a.hard, Source: d.Source, Validator: validator,
-		Rejecter: lateRejecter{a}}); err != nil {
+		Base: a.hard, Redactor: red, Tasks: wo.Submitter, Validator: validator}); err != nil {
 		return nil, err
 	}
 	a.resolutions.Notify(a.hooks.Resolved)
 	a.slack = slackact.NewMetrics(d.Registry)
-	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
+	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, red, d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
 	if a.approvals, err = newApprovals(cfg, d, a.hooks, log); err != nil {
 		return nil, fmt.Errorf("agent: approvals: %w", err)
 	}
-	if len(d.HostNames) > 0 {
-		a.hostNames = ownHostNames(d.HostNames...)
-		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
-		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
-	}
-	a.worker = a.newWorker(validator, catalog)
+	wo.Runner, wo.Hooks, wo.UploadMax, wo.Alerts, wo.Approvals = a.hooks.Runner(), a.hooks, a.hooks.UploadMax(), a.alerts, a.approvals
+	a.worker = worker.New(wo)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
 		names: a.hostNames}
@@ -242,13 +251,6 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.m.redisUp.Set(1)
 	return a, nil
 }
-
-// lateRejecter ends an investigation's rejected tool call as the worker
-// ends a rejected task (hooks.Rejecter); the worker is built after the
-// hooks.
-type lateRejecter struct{ a *Agent }
-
-func (r lateRejecter) Rejected(t task.Task, err error) { r.a.worker.Rejected(t, err) }
 
 // actorResolver learns the instance's group through the Actor
 // (DescribeAutoScalingInstances, or lifecycle.asg_name); nil without one.

@@ -17,6 +17,7 @@ import (
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/slackact"
@@ -27,17 +28,19 @@ import (
 	"github.com/autodiag/autodiag/drain"
 )
 
-// newWorker builds the task worker over this agent's parts.
-func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.Diagnostic) *worker.Worker {
-	return worker.New(worker.Options{Source: a.d.Source, Store: a.d.Store, Limiter: a.d.Limiter, Runner: a.hooks.Runner(),
+// workerOptions are the task worker's options over this agent's parts
+// built before the hooks: New completes them with the hooks' (Runner,
+// Hooks, UploadMax) and the alert stage and approvals.
+func (a *Agent) workerOptions(validator *task.Validator, catalog map[string]runner.Diagnostic, red *redact.Redactor) worker.Options {
+	return worker.Options{Source: a.d.Source, Store: a.d.Store, Limiter: a.d.Limiter,
 		Validator: validator, Catalog: catalog, Drain: a.drain, Clock: a.d.Clock, Logger: a.log,
 		Metrics: worker.Metrics{Received: a.m.received, Outcomes: a.m.outcomes, Duration: a.m.duration,
 			Inflight: a.m.inflight, StateDegraded: a.m.stateDegraded, ReceiveWindow: a.m.receiveWindow, Handoff: a.m.handoff},
-		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
+		Redactor: red, InstanceID: a.d.InstanceID,
 		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
 		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard,
 		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname, Placement: a.placement(),
-		Approvals: a.approvals})
+		AlertBatch: a.d.AlertSender}
 }
 
 // placement is where the worker sends target tasks: nowhere without host
@@ -80,17 +83,14 @@ func (a *Agent) AlertHandler(getenv func(string) (string, bool)) (http.Handler, 
 			Recorded: func(v string) { a.feedback.total.WithLabelValues(v).Inc() }, Metrics: a.slack}})
 }
 
-// newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
-func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.AlertRouting, error) {
+// newAlertRouting is the alert stage on the task queue
+// (worker.AlertRouting): its tasks go in through the one way in.
+func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, reg prometheus.Registerer) (*worker.AlertRouting, error) {
 	router, err := alert.NewRouter(cfg.Routes, v)
 	if err != nil {
 		return nil, fmt.Errorf("agent: routes: %w", err)
 	}
-	sender := d.AlertSender
-	if sender == nil {
-		sender = listener.SourceSender{Source: d.Source}
-	}
-	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
+	return &worker.AlertRouting{Router: router, Sender: submit, Metrics: alert.NewMetrics(reg)}, nil
 }
 
 // OpenStandaloneListener builds the standalone alert listener (`autodiag intake`) for cfg:

@@ -2,7 +2,6 @@ package hooks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -50,8 +49,9 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 // runs.
 const investigationPoll = 200 * time.Millisecond
 
-// agentTasks submits an investigation's tool call as POST /v1/tasks does
-// (the same validation first, a rejection recorded and audited) and
+// agentTasks submits an investigation's tool call through the one way in
+// POST /v1/tasks takes (the same validation first, a rejection recorded
+// and audited) and
 // waits for the record the pipeline writes: the limiter, caps, breaker,
 // runner and redaction are the pipeline's.
 type agentTasks struct {
@@ -69,18 +69,11 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 	// The agent's own investigator is the one sender that may claim this
 	// origin: it signs the call with the fleet's origin key.
 	t.OriginToken = task.SignOrigin(o.Validator.OriginKey, &t)
-	if err := o.Validator.Validate(&t, now); err != nil {
-		// The outcome's audit write is detached by design, as for POST
-		// /v1/tasks: it lands even when the investigation has ended.
-		o.Rejecter.Rejected(t, err) //nolint:contextcheck // see above
-		return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
-	}
-	body, err := json.Marshal(t)
-	if err != nil {
+	if _, err := o.Tasks.Submit(ctx, t); err != nil {
+		if task.Reason(err) != "" {
+			return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
+		}
 		return investigate.TaskRecord{}, fmt.Errorf("task %s: %w", s.ID, err)
-	}
-	if _, err := o.Source.Send(ctx, body); err != nil {
-		return investigate.TaskRecord{}, fmt.Errorf("task %s: queue: %w", s.ID, err)
 	}
 	tick := time.NewTicker(at.poll)
 	defer tick.Stop()

@@ -119,24 +119,6 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	return h, nil
 }
 
-// SourceSender sends alert tasks one message each through a queue.Source:
-// the embedded queue, or SQS when no batch sender is set.
-type SourceSender struct{ Source queue.Source }
-
-// SendBatch sends every task; the first failure ends it.
-func (s SourceSender) SendBatch(ctx context.Context, tasks []task.Task) error {
-	for i := range tasks {
-		body, err := json.Marshal(&tasks[i])
-		if err != nil {
-			return fmt.Errorf("alert task %s: %w", tasks[i].ID, err)
-		}
-		if _, err := s.Source.Send(ctx, body); err != nil {
-			return fmt.Errorf("alert task %s: %w", tasks[i].ID, err)
-		}
-	}
-	return nil
-}
-
 // SQSBatchAPI is the SQS call SQSSender makes; *sqs.Client is the real one.
 type SQSBatchAPI interface {
 	SendMessageBatch(ctx context.Context, params *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
@@ -222,7 +204,6 @@ func endSpans(spans []trace.Span, out *sqs.SendMessageBatchOutput, err error) {
 }
 
 var (
-	_ alert.Sender = SourceSender{}
 	_ alert.Sender = (*SQSSender)(nil)
 )
 
