@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
@@ -121,7 +123,8 @@ type Agent struct {
 	publisher *publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
-	feedback  *feedbackAPI
+	feedback  *admin.Feedback
+	admin     *admin.API
 	// approvals parks the tasks of diagnostics with approval: required.
 	approvals *approval.Approvals
 	// resolutions indexes alert tasks and records their alerts' resolution.
@@ -215,7 +218,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	}
 	a.resolutions.Notify(a.hooks.Resolved)
 	a.slack = slackact.NewMetrics(d.Registry)
-	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, red, d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
+	if a.feedback, err = admin.NewFeedback(d.Feedback, a.resolutions, d.Store, red, d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
 	if a.approvals, err = newApprovals(cfg, d, a.hooks, log); err != nil {
@@ -248,6 +251,10 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 			limiter: d.Limiter, clock: d.Clock, log: log}
 	}
 	a.sup = a.newSupervisor(d.Watcher, d.Actor)
+	a.admin = admin.New(admin.Options{Config: cfg, Registry: d.Registry, Drain: a.drain, StartDrain: a.Drain, Gate: a.gate,
+		Actor: d.Actor, Worker: a.worker, RedisUp: a.presence.up.Load, Store: d.Store, Approvals: a.approvals,
+		Validator: validator, Limiter: d.Limiter, Hooks: a.hooks, Feedback: a.feedback, HostNames: a.hostNames,
+		InstanceID: d.InstanceID, Version: d.Version, Clock: d.Clock, Logger: log, RedisIOTimeout: redisIOTimeout(cfg.Redis.Timeout)})
 	a.m.redisUp.Set(1)
 	return a, nil
 }
@@ -272,6 +279,12 @@ func cmpResolver(first func(context.Context) (string, error), second groupResolv
 	}
 	return second
 }
+
+// Status is the agent's current status (GET /v1/status).
+func (a *Agent) Status() admin.Status { return a.admin.Status() }
+
+// Handler serves the admin API (README "Admin HTTP").
+func (a *Agent) Handler() http.Handler { return a.admin.Handler() }
 
 // Registry is where the agent's and its components' metrics live.
 func (a *Agent) Registry() *prometheus.Registry { return a.d.Registry }

@@ -11,6 +11,7 @@
 //     record → finish → ack, and each task's outcome;
 //   - launch: the launch gate before intake;
 //   - supervisor: the drain, from trigger to Ending;
+//   - admin: the admin API (Handler);
 //   - alert/listener: the alert listener (the HTTP one alerting systems
 //     post to, `intake:`) and its standalone form, `autodiag intake`.
 //
@@ -19,10 +20,7 @@
 // provider), redisconns.go (the Redis dial counter), placement.go (the
 // instance's group and zone for max_percent caps), parts.go and
 // supervise.go (building the parts), handoff.go (lifecycle notices between
-// agents), admin.go, admincalls.go (the admin calls' share of Redis),
-// tasks.go, reportnow.go (POST /v1/tasks/{id}/report), feedbackapi.go
-// (report verdicts and resolutions) and limitscheck.go (GET
-// /v1/limits/check): the admin API; hostnames.go (the names this agent
+// agents); the admin API is agent/admin; hostnames.go (the names this agent
 // answers for); instance.go (the instance record
 // and redis_up), cloudwatch.go (DrainSeconds, LimiterDegraded),
 // metrics.go, slackwire.go (Slack's Approve and Deny buttons deciding

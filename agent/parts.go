@@ -79,8 +79,8 @@ func (a *Agent) AlertHandler(getenv func(string) (string, bool)) (http.Handler, 
 		Draining: func() bool { return a.drain.State() != drain.Running },
 		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "alert_listener"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
 		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) },
-		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.store, Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
-			Recorded: func(v string) { a.feedback.total.WithLabelValues(v).Inc() }, Metrics: a.slack}})
+		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.Store(), Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
+			Recorded: a.feedback.Count, Metrics: a.slack}})
 }
 
 // newAlertRouting is the alert stage on the task queue

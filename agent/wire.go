@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/approval"
@@ -226,9 +227,9 @@ func NewRedisClient(cfg config.RedisConfig, conns int) (redis.UniversalClient, e
 // workers: one call at a time each, four for the rest (the heartbeat,
 // the lifecycle hand-off's blocking read and the CLIENT UNBLOCK that ends
 // it, the notification and report loops) and the admin API's turns
-// (adminRedisCalls). A caller finding them busy waits, within its
+// (admin.RedisCalls). A caller finding them busy waits, within its
 // deadline, for one to come free.
-func redisConns(workers int) int { return max(workers, 1) + 4 + adminRedisCalls }
+func redisConns(workers int) int { return max(workers, 1) + 4 + admin.RedisCalls }
 
 // redisIOTimeout bounds a Redis read or write: ten times redis.timeout
 // (2 s by default), a wait no reply takes from a Redis that is merely

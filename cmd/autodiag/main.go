@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/supervisor"
@@ -281,7 +282,7 @@ func (c *cli) runAgent(cfg config.Config) error {
 
 	// Config validation refuses admin_addr beyond loopback without
 	// admin_auth, so an open listener here is a loopback one.
-	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireLiveAdminAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), a.Handler()),
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, admin.RequireLiveAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), a.Handler()),
 		log.With("component", "admin"))
 	if err != nil {
 		return err
