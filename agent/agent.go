@@ -18,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/cwpublish"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
@@ -50,7 +51,7 @@ type Deps struct {
 	Watcher *lifecycle.Watcher
 	Actor   *lifecycle.Actor
 	// CloudWatch publishes DrainSeconds and LimiterDegraded; nil = off.
-	CloudWatch cloudWatchAPI
+	CloudWatch cwpublish.API
 	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
 	// results.s3.bucket is set.
 	S3 hooks.S3API
@@ -120,7 +121,7 @@ type Agent struct {
 	// hostNames are the names this agent answers for, normalised, the
 	// canonical one first; nil = no placement.
 	hostNames []string
-	publisher *publisher // nil = CloudWatch off
+	publisher *cwpublish.Publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
 	feedback  *admin.Feedback
@@ -246,9 +247,9 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		if asg == "" {
 			asg = cfg.Lifecycle.ASGName
 		}
-		a.publisher = &publisher{api: d.CloudWatch, namespace: cfg.CloudWatch.Namespace, asg: asg,
-			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), instanceID: d.InstanceID,
-			limiter: d.Limiter, clock: d.Clock, log: log}
+		a.publisher = cwpublish.New(cwpublish.Options{API: d.CloudWatch, Namespace: cfg.CloudWatch.Namespace, ASG: asg,
+			Every: cfg.CloudWatch.Interval, Resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), InstanceID: d.InstanceID,
+			Limiter: d.Limiter, Clock: d.Clock, Logger: log})
 	}
 	a.sup = a.newSupervisor(d.Watcher, d.Actor)
 	a.admin = admin.New(admin.Options{Config: cfg, Registry: d.Registry, Drain: a.drain, StartDrain: a.Drain, Gate: a.gate,
@@ -261,7 +262,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 
 // actorResolver learns the instance's group through the Actor
 // (DescribeAutoScalingInstances, or lifecycle.asg_name); nil without one.
-func actorResolver(actor *lifecycle.Actor, instanceID string) groupResolver {
+func actorResolver(actor *lifecycle.Actor, instanceID string) cwpublish.GroupResolver {
 	if actor == nil {
 		return nil
 	}
@@ -273,7 +274,7 @@ func actorResolver(actor *lifecycle.Actor, instanceID string) groupResolver {
 }
 
 // cmpResolver is the first resolver that is set.
-func cmpResolver(first func(context.Context) (string, error), second groupResolver) groupResolver {
+func cmpResolver(first func(context.Context) (string, error), second cwpublish.GroupResolver) cwpublish.GroupResolver {
 	if first != nil {
 		return first
 	}
@@ -347,7 +348,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer cancel()
 			stopOnDone := afterClose(done, cancel)
 			defer stopOnDone()
-			a.publisher.limiterDegraded(pctx)
+			a.publisher.LimiterDegraded(pctx)
 			return nil
 		})
 	}

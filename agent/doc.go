@@ -12,6 +12,7 @@
 //   - launch: the launch gate before intake;
 //   - supervisor: the drain, from trigger to Ending;
 //   - admin: the admin API (Handler);
+//   - cwpublish: the CloudWatch metrics (DrainSeconds, LimiterDegraded);
 //   - alert/listener: the alert listener (the HTTP one alerting systems
 //     post to, `intake:`) and its standalone form, `autodiag intake`.
 //
@@ -22,8 +23,7 @@
 // supervise.go (building the parts), handoff.go (lifecycle notices between
 // agents); the admin API is agent/admin; hostnames.go (the names this agent
 // answers for); instance.go (the instance record
-// and redis_up), cloudwatch.go (DrainSeconds, LimiterDegraded),
-// metrics.go, slackwire.go (Slack's Approve and Deny buttons deciding
+// and redis_up), metrics.go, slackwire.go (Slack's Approve and Deny buttons deciding
 // through the approvals store). See docs/design.md for the two flows with the file of each
 // step.
 package agent
