@@ -23,6 +23,7 @@ import (
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -45,7 +46,7 @@ type Deps struct {
 	Limiter *limiter.Limiter
 	// RedisServer samples INFO clients of the state store's Redis (the
 	// node nearest its maxclients); nil without Redis.
-	RedisServer func(context.Context) (serverClients, error)
+	RedisServer func(context.Context) (open.ServerClients, error)
 	// Watcher is nil when only the signal source is configured; Actor
 	// too, unless lifecycle.launch_hook_name is set.
 	Watcher *lifecycle.Watcher
@@ -255,7 +256,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.admin = admin.New(admin.Options{Config: cfg, Registry: d.Registry, Drain: a.drain, StartDrain: a.Drain, Gate: a.gate,
 		Actor: d.Actor, Worker: a.worker, RedisUp: a.presence.up.Load, Store: d.Store, Approvals: a.approvals,
 		Validator: validator, Limiter: d.Limiter, Hooks: a.hooks, Feedback: a.feedback, HostNames: a.hostNames,
-		InstanceID: d.InstanceID, Version: d.Version, Clock: d.Clock, Logger: log, RedisIOTimeout: redisIOTimeout(cfg.Redis.Timeout)})
+		InstanceID: d.InstanceID, Version: d.Version, Clock: d.Clock, Logger: log, RedisIOTimeout: open.IOTimeout(cfg.Redis.Timeout)})
 	a.m.redisUp.Set(1)
 	return a, nil
 }

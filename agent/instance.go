@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/detached"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
 )
@@ -57,10 +58,10 @@ type presence struct {
 	up atomic.Bool
 
 	// server, when set (Redis), samples INFO clients of the node nearest
-	// its maxclients every serverClientsEvery, after a record write that
+	// its maxclients every open.ServerClientsEvery, after a record write that
 	// succeeded: autodiag_redis_server_clients, and a warning on crossing
-	// nearMaxclients. serverAt and serverNear are the run loop's own.
-	server     func(context.Context) (serverClients, error)
+	// open.NearMaxclients. serverAt and serverNear are the run loop's own.
+	server     func(context.Context) (open.ServerClients, error)
 	serverAt   time.Time
 	serverNear bool
 }
@@ -118,11 +119,11 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 // still open are closed by Redis at once, which the agents see only as
 // broken pipes.
 func (p *presence) sampleServer(ctx context.Context) {
-	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < serverClientsEvery) {
+	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < open.ServerClientsEvery) {
 		return
 	}
 	p.serverAt = time.Now()
-	var s serverClients
+	var s open.ServerClients
 	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
 		s, err = p.server(ctx)
 		return err
@@ -131,15 +132,15 @@ func (p *presence) sampleServer(ctx context.Context) {
 		p.log.Debug("could not read Redis's INFO clients", "err", err)
 		return
 	}
-	p.m.redisServer.WithLabelValues(serverConnected).Set(float64(s.connected))
-	p.m.redisServer.WithLabelValues(serverMax).Set(float64(s.max))
-	near := s.share() >= nearMaxclients
+	p.m.redisServer.WithLabelValues(open.KindConnected).Set(float64(s.Connected))
+	p.m.redisServer.WithLabelValues(open.KindMax).Set(float64(s.Max))
+	near := s.Share() >= open.NearMaxclients
 	switch {
 	case near && !p.serverNear:
 		p.log.Warn("Redis is near its maxclients: connections the agents' pools open past it are closed at once (broken pipe); raise maxclients to agents × (workers + 6) or more",
-			"node", s.node, "connected_clients", s.connected, "maxclients", s.max, "doc", "docs/operations.md#sizing-redis")
+			"node", s.Node, "connected_clients", s.Connected, "maxclients", s.Max, "doc", "docs/operations.md#sizing-redis")
 	case !near && p.serverNear:
-		p.log.Info("Redis is below its maxclients again", "node", s.node, "connected_clients", s.connected, "maxclients", s.max)
+		p.log.Info("Redis is below its maxclients again", "node", s.Node, "connected_clients", s.Connected, "maxclients", s.Max)
 	}
 	p.serverNear = near
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/resolution"
@@ -98,13 +99,16 @@ func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, 
 // queue; see listener.Open.
 func OpenStandaloneListener(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Standalone, error) {
 	connect := func() (listener.SQSBatchAPI, error) {
-		awsCfg, err := loadAWS(ctx, cfg)
+		awsCfg, err := open.AWS(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
 		return sqs.NewFromConfig(awsCfg), nil
 	}
-	log := orDiscard(o.Logger)
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return listener.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (listener.Stores, error) {
 		return intakeStores(ctx, cfg, reg, log)
 	})
@@ -123,16 +127,16 @@ func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registe
 		return listener.Stores{}, nil
 	}
 	if rcfg.URLSecret != "" {
-		awsCfg, err := loadAWS(ctx, cfg)
+		awsCfg, err := open.AWS(ctx, cfg)
 		if err != nil {
 			return listener.Stores{}, err
 		}
-		if rcfg.URL, err = redisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
+		if rcfg.URL, err = open.RedisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
 			return listener.Stores{}, err
 		}
 		rcfg.URLSecret = ""
 	}
-	rc, err := NewRedisClient(rcfg, intakeConns)
+	rc, err := open.RedisClient(rcfg, intakeConns)
 	if err != nil || rc == nil {
 		return listener.Stores{}, err
 	}

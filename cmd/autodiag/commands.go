@@ -26,6 +26,7 @@ import (
 	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
@@ -422,7 +423,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 				return usageError{err}
 			}
 			req.Host = host
-			rc, err := agent.NewRedisClient(cfg.Redis, 0)
+			rc, err := open.RedisClient(cfg.Redis, 0)
 			if err != nil {
 				return usageError{err}
 			}

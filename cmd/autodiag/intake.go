@@ -22,6 +22,7 @@ import (
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 )
 
 // listenerShutdownTimeout bounds the wait for alert listener requests in progress at
@@ -140,7 +141,7 @@ func (c *cli) runIntake(cfg config.Config) error {
 		return listenerStartError(err)
 	}
 	defer in.Close()
-	stopTracing, err := agent.OpenListenerTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
+	stopTracing, err := open.ListenerTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
 	if err != nil {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/tracing"
 )
@@ -268,12 +269,12 @@ func (c *cli) runAgent(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	redis.SetLogger(agent.RedisLogger{Logger: log.With("component", "redis")})
+	redis.SetLogger(open.RedisLogger{Logger: log.With("component", "redis")})
 	opts := c.openOptions(log)
 	opts.LookupEnv = creds.lookup
 	a, closeAgent, err := agent.Open(ctx, cfg, opts)
 	if err != nil {
-		if errors.As(err, new(*agent.InstanceIDError)) || errors.As(err, new(*agent.TracingError)) {
+		if errors.As(err, new(*open.InstanceIDError)) || errors.As(err, new(*open.TracingError)) {
 			return usageError{fmt.Errorf("start: %w", err)}
 		}
 		return fmt.Errorf("start: %w", err)
