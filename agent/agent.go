@@ -228,21 +228,24 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	}
 	wo.Runner, wo.Hooks, wo.UploadMax, wo.Alerts, wo.Approvals = a.hooks.Runner(), a.hooks, a.hooks.UploadMax(), a.alerts, a.approvals
 	a.worker = worker.New(wo)
-	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
-		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
-		names: a.hostNames}
-	a.presence.nudge = make(chan struct{}, 1)
+	// The launch gate nudges the instance record when intake opens or is
+	// refused; the record tells the gate's phase.
+	nudge := make(chan struct{}, 1)
+	a.gate = launch.New(launch.Options{Config: cfg, Watcher: d.Watcher, Actor: d.Actor, Store: d.Store,
+		Source: d.Source, Logger: log, Nudge: nudge})
+	var changed func() <-chan struct{}
+	if d.Watcher != nil {
+		changed = d.Watcher.StateChanged
+	}
+	var claims func(ctx context.Context, names []string) (map[string][]string, error)
 	if c, ok := d.Store.(interface {
 		HostClaims(ctx context.Context, names []string) (map[string][]string, error)
 	}); ok {
-		a.presence.claims = c.HostClaims
+		claims = c.HostClaims
 	}
-	a.presence.server = d.RedisServer
-	a.buildGate()
-	if d.Watcher != nil {
-		a.presence.changed = d.Watcher.StateChanged
-	}
-	a.presence.up.Store(true)
+	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
+		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
+		names: a.hostNames, nudge: nudge, claims: claims, server: d.RedisServer, launchState: a.gate.State, changed: changed}
 	if d.CloudWatch != nil {
 		asg := d.ASGName
 		if asg == "" {
@@ -254,7 +257,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	}
 	a.sup = a.newSupervisor(d.Watcher, d.Actor)
 	a.admin = admin.New(admin.Options{Config: cfg, Registry: d.Registry, Drain: a.drain, StartDrain: a.Drain, Gate: a.gate,
-		Actor: d.Actor, Worker: a.worker, RedisUp: a.presence.up.Load, Store: d.Store, Approvals: a.approvals,
+		Actor: d.Actor, Worker: a.worker, RedisUp: a.presence.redisUp, Store: d.Store, Approvals: a.approvals,
 		Validator: validator, Limiter: d.Limiter, Hooks: a.hooks, Feedback: a.feedback, HostNames: a.hostNames,
 		InstanceID: d.InstanceID, Version: d.Version, Clock: d.Clock, Logger: log, RedisIOTimeout: open.IOTimeout(cfg.Redis.Timeout)})
 	a.m.redisUp.Set(1)

@@ -55,7 +55,9 @@ type presence struct {
 	// nudge is sent to (without blocking) when intake opens or is refused.
 	nudge chan struct{}
 
-	up atomic.Bool
+	// down is whether the last record write failed (autodiag_redis_up
+	// 0); false until one does.
+	down atomic.Bool
 
 	// server, when set (Redis), samples INFO clients of the node nearest
 	// its maxclients every open.ServerClientsEvery, after a record write that
@@ -101,7 +103,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az, Names: p.names}
 	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	up := err == nil
-	p.up.Store(up)
+	p.down.Store(!up)
 	if up {
 		p.m.redisUp.Set(1)
 		p.checkClaims(ctx)
@@ -111,6 +113,10 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		p.log.Warn("state store unreachable", "err", err)
 	}
 }
+
+// redisUp is whether the state store took the last record write (true
+// before the first).
+func (p *presence) redisUp() bool { return !p.down.Load() }
 
 // sampleServer reads the Redis node nearest its maxclients, when a sample
 // is due. An agent's pool holds up to workers + 6 connections per node and

@@ -15,7 +15,6 @@ import (
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
-	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
@@ -155,14 +154,6 @@ func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registe
 		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
 		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
 		Close: func() { _ = rc.Close() }}, nil
-}
-
-// buildGate builds the launch gate over this agent's parts; the instance
-// record tells its phase.
-func (a *Agent) buildGate() {
-	a.gate = launch.New(launch.Options{Config: a.cfg, Watcher: a.d.Watcher, Actor: a.d.Actor, Store: a.d.Store,
-		Source: a.d.Source, Logger: a.log, Nudge: a.presence.nudge})
-	a.presence.launchState = a.gate.State
 }
 
 // newApprovals builds the approval gate: parked tasks in d.Approvals (in

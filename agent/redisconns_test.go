@@ -53,7 +53,7 @@ func TestPresenceWarnsNearMaxclients(t *testing.T) {
 	beat := func() {
 		p.serverAt = time.Time{} // a sample due at every beat here
 		p.put(ctx, time.Minute)
-		if !p.up.Load() {
+		if !p.redisUp() {
 			t.Fatalf("record write failed: %s", logs.String())
 		}
 	}
