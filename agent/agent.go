@@ -198,9 +198,6 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	// worker ends its tasks through its outcome recorder.
 	wo := a.workerOptions(validator, catalog, red)
 	wo.Submitter = worker.NewSubmitter(wo)
-	if a.alerts, err = newAlertRouting(cfg, validator, wo.Submitter, d.Registry); err != nil {
-		return nil, err
-	}
 
 	rstore := d.Resolutions
 	if rstore == nil {
@@ -210,9 +207,11 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		log.With("component", "resolution"), d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: resolution: %w", err)
 	}
-	// A CloudWatch alarm's OK names the alarm: the recorder remembers which
-	// firing it is in.
-	a.alerts.Alarms = a.resolutions
+	// The alert router and its validator are built once: the alarms on
+	// the task queue and the alert listener share them.
+	if a.alerts, err = newAlertRouting(cfg, validator, wo.Submitter, a.resolutions, a.hard, d.Registry); err != nil {
+		return nil, err
+	}
 	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, ReportWritten: a.resolutions.ReportWritten, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
 		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
 		Base: a.hard, Redactor: red, Tasks: wo.Submitter, Validator: validator}); err != nil {

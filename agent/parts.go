@@ -75,22 +75,27 @@ func workerTracing(queueURL string) worker.Tracing {
 // AlertHandler is this agent's alert listener's handler: tasks go to its task
 // queue, and it answers 503 from the first instant of a drain.
 func (a *Agent) AlertHandler(getenv func(string) (string, bool)) (http.Handler, error) {
-	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender,
+	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender, Router: a.alerts.Router,
 		Draining: func() bool { return a.drain.State() != drain.Running },
 		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "alert_listener"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
-		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) },
 		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.Store(), Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
 			Recorded: a.feedback.Count, Metrics: a.slack}})
 }
 
-// newAlertRouting is the alert stage on the task queue
-// (worker.AlertRouting): its tasks go in through the one way in.
-func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, reg prometheus.Registerer) (*worker.AlertRouting, error) {
+// newAlertRouting is the alert stage, on the task queue
+// (worker.AlertRouting) and behind the alert listener (AlertHandler): its
+// tasks go in through the one way in, every resolved alert is recorded
+// (on a call detached from the request, within base), and a CloudWatch
+// alarm's OK, which names the alarm, resolves the firing the recorder
+// remembers.
+func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, rec *resolution.Recorder, base context.Context,
+	reg prometheus.Registerer) (*worker.AlertRouting, error) {
 	router, err := alert.NewRouter(cfg.Routes, v)
 	if err != nil {
 		return nil, fmt.Errorf("agent: routes: %w", err)
 	}
-	return &worker.AlertRouting{Router: router, Sender: submit, Metrics: alert.NewMetrics(reg)}, nil
+	router.WatchResolved(func(al alert.Received) { rec.Resolved(context.WithoutCancel(base), al.Source, al.EventID) })
+	return &worker.AlertRouting{Router: router, Sender: submit, Metrics: alert.NewMetrics(reg), Alarms: rec}, nil
 }
 
 // OpenStandaloneListener builds the standalone alert listener (`autodiag intake`) for cfg:

@@ -112,3 +112,36 @@ func serve(t *testing.T, h http.Handler, path, body string) int {
 	h.ServeHTTP(rec, req)
 	return rec.Code
 }
+
+// TestAlertListenerJudgesHostsAsTheAgent: the alert listener routes with
+// the agent's own router and validator, built once: an alert naming an IP
+// address this agent answers for is accepted and its task queued, as a
+// task naming it is. With a second validator of its own (the config's,
+// which knows no agent's addresses) the listener refused it
+// (ip_literal).
+func TestAlertListenerJudgesHostsAsTheAgent(t *testing.T) {
+	cfg, err := config.Load([]byte(strings.Replace(oneWayInConfig, `'^web-[0-9]+$'`, `'^[a-z0-9.-]+$'`, 1)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := queue.NewMemory(queue.MemoryOptions{})
+	lim, err := limiter.New(cfg.Limiter.Config, limiter.NewMemory(), limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, Deps{Source: src, Store: state.NewMemory(state.MemoryOptions{}), Limiter: lim, InstanceID: "i-1",
+		HostNames: []string{"web-1", "10.1.2.3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := a.AlertHandler(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/alerts/generic",
+		strings.NewReader(`{"name":"DiskFull","host":"10.1.2.3"}`)))
+	if ready, _ := src.Len(); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"accepted":1`) || ready != 1 {
+		t.Fatalf("alert on this agent's address = %d %s, %d queued; want accepted and its task queued", rec.Code, rec.Body, ready)
+	}
+}
