@@ -213,7 +213,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		return nil, err
 	}
 	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, ReportWritten: a.resolutions.ReportWritten, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
-		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
+		Reports: d.Reports, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
 		Base: a.hard, Redactor: red, Tasks: wo.Submitter, Validator: validator}); err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if a.approvals, err = newApprovals(cfg, d, a.hooks, log); err != nil {
 		return nil, fmt.Errorf("agent: approvals: %w", err)
 	}
-	wo.Runner, wo.Hooks, wo.UploadMax, wo.Alerts, wo.Approvals = a.hooks.Runner(), a.hooks, a.hooks.UploadMax(), a.alerts, a.approvals
+	wo.Runner, wo.Hooks, wo.UploadMax, wo.Alerts, wo.Approvals = hooks.FullOutput(d.Runner, cfg.Results.S3), a.hooks, a.hooks.UploadMax(), a.alerts, a.approvals
 	a.worker = worker.New(wo)
 	// The launch gate nudges the instance record when intake opens or is
 	// refused; the record tells the gate's phase.

@@ -14,7 +14,6 @@ import (
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
-	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -38,7 +37,6 @@ type Options struct {
 	// Reports are the report provider, queue and limiter backend; needed
 	// with report.enabled (OpenReportParts).
 	Reports *ReportParts
-	Runner  worker.Runner
 	// Tasks is how an investigation's tool call becomes a task on the
 	// agent's own queue: the one way in POST /v1/tasks takes too
 	// (worker.Submitter). Validator signs the call's origin and answers
@@ -74,7 +72,6 @@ type Submitter interface {
 // nil when off, and its methods then do nothing.
 type Hooks struct {
 	redactor *redact.Redactor
-	runner   worker.Runner
 	uploader *uploader
 	notifier *notifier
 	reports  *reports
@@ -85,7 +82,7 @@ type Hooks struct {
 
 // New builds the hooks cfg configures.
 func New(o Options) (*Hooks, error) {
-	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle, taskEnded: o.TaskEnded}
+	h := &Hooks{lifecycle: o.Config.Lifecycle, taskEnded: o.TaskEnded}
 	b := builder{h: h}
 	if err := b.wireResults(o); err != nil {
 		return nil, err
@@ -112,10 +109,6 @@ func (h *Hooks) UploadMax() runner.Size {
 	}
 	return h.uploader.cfg.MaxSize
 }
-
-// Runner is Options.Runner, with its output cap raised to
-// results.s3.max_size when outputs are uploaded.
-func (h *Hooks) Runner() worker.Runner { return h.runner }
 
 // RunNotify runs the notification dispatcher until the drain stops it
 // (DrainEnded); nil at once without sinks.

@@ -10,14 +10,14 @@ import (
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
-// wireInvestigations makes parts' Writer an investigation when
-// report.investigate is set: the tools are the catalog's entries marked
-// investigate, each call a task submitted to the agent's own queue.
-func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
+// investigator is the report writer when report.investigate is set (nil
+// when not): the tools are the catalog's entries marked investigate, each
+// call a task submitted through the agent's one way in (Options.Tasks).
+func (b builder) investigator(o Options, parts ReportParts) (*investigate.Investigator, error) {
 	h := b.h
 	ic := o.Config.Report.Investigate
-	if ic == nil || parts.Writer != nil {
-		return nil
+	if ic == nil {
+		return nil, nil
 	}
 	var tools []investigate.Tool
 	for _, d := range o.Config.Diagnostics {
@@ -39,10 +39,9 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 		Metrics:   metrics,
 		Runbooks:  parts.Runbooks})
 	if err != nil {
-		return fmt.Errorf("hooks: report.investigate: %w", err)
+		return nil, fmt.Errorf("hooks: report.investigate: %w", err)
 	}
-	parts.Writer = iv
-	return nil
+	return iv, nil
 }
 
 // investigationPoll is how often a tool call's record is read while it

@@ -14,6 +14,7 @@ import (
 	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
+	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/worker"
@@ -98,5 +99,41 @@ limiter: {hosts: {allow: ['^web-[0-9]+$']}}
 	}
 	if err := v.Validate(&sent, clk.Now()); err != nil {
 		t.Fatalf("the queued call does not verify: %v", err)
+	}
+}
+
+// silentModel is a provider never asked anything here.
+type silentModel struct{}
+
+func (silentModel) Name() string { return "silent" }
+
+func (silentModel) Complete(context.Context, report.Request) (report.Response, error) {
+	return report.Response{}, nil
+}
+
+// TestNewLeavesReportPartsAlone: the hooks build their report queue,
+// limiter backend and investigation on their own copy of the parts; the
+// caller's stay as given (they were filled in by New before).
+func TestNewLeavesReportPartsAlone(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+diagnostics:
+  - {name: df, command: [/bin/df], timeout: 10s, investigate: true}
+limiter: {hosts: {allow: ['^web-[0-9]+$']}}
+report: {enabled: true, provider: openai, base_url: 'http://127.0.0.1:1/v1', api_key_env: K, model: m, investigate: {max_steps: 2}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := cfg.CompileCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := &ReportParts{Provider: silentModel{}}
+	if _, err := New(Options{Config: cfg, Store: state.NewMemory(state.MemoryOptions{}), Reports: parts, Validator: v,
+		Clock: clock.Wall{}, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), Base: t.Context()}); err != nil {
+		t.Fatal(err)
+	}
+	if parts.Writer != nil || parts.Queue != nil || parts.Backend != nil || parts.Budget != nil {
+		t.Fatalf("New wrote into the caller's parts: %+v", *parts)
 	}
 }
