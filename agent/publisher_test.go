@@ -45,20 +45,6 @@ func (f *flakyCloudWatch) PutMetricData(_ context.Context, in *cloudwatch.PutMet
 	return &cloudwatch.PutMetricDataOutput{}, nil
 }
 
-func (f *flakyCloudWatch) set(failing bool) { f.mu.Lock(); f.failing = failing; f.mu.Unlock() }
-
-func (f *flakyCloudWatch) count(name string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, m := range f.names {
-		if m == name {
-			n++
-		}
-	}
-	return n
-}
-
 // TestPersistedDrainDiscardedWhenInService: a drain the previous process
 // persisted is not resumed when instance metadata says InService: the
 // agent logs it, marks the record done and keeps taking work.

@@ -52,7 +52,7 @@ func NewSubmitter(o Options) *Submitter {
 // span is a child of ctx's), and returned as sent. A send that fails
 // records nothing: its error is not a *task.Error.
 func (s *Submitter) Submit(ctx context.Context, t task.Task) (task.Task, error) {
-	t, err := s.accept(t)
+	t, err := s.accept(t) //nolint:contextcheck // a rejection's audit write is detached from the caller by design (reject)
 	if err != nil {
 		return t, err
 	}
@@ -72,7 +72,7 @@ func (s *Submitter) Submit(ctx context.Context, t task.Task) (task.Task, error) 
 func (s *Submitter) SubmitBody(ctx context.Context, body []byte) (task.Task, error) {
 	t, err := task.Decode(body)
 	if err != nil {
-		s.reject(t, err)
+		s.reject(t, err) //nolint:contextcheck // see reject
 		return t, err
 	}
 	return s.Submit(ctx, t)
@@ -85,7 +85,7 @@ func (s *Submitter) SubmitBody(ctx context.Context, body []byte) (task.Task, err
 func (s *Submitter) SendBatch(ctx context.Context, tasks []task.Task) error {
 	ok := make([]task.Task, 0, len(tasks))
 	for _, t := range tasks {
-		if t, err := s.accept(t); err == nil {
+		if t, err := s.accept(t); err == nil { //nolint:contextcheck // see reject
 			ok = append(ok, t)
 		}
 	}
