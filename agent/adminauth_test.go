@@ -98,6 +98,6 @@ func TestRequireAdminAuthWithoutCredentials(t *testing.T) {
 	t.Parallel()
 	h := http.NewServeMux()
 	if got := admin.RequireAuth(alert.Credentials{}, h); got != http.Handler(h) {
-		t.Fatalf("RequireAdminAuth with no credentials wrapped the handler")
+		t.Fatalf("admin.RequireAuth with no credentials wrapped the handler")
 	}
 }

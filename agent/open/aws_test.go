@@ -92,7 +92,7 @@ func TestResolveInstanceID(t *testing.T) {
 			id, err := InstanceID(t.Context(), tc.cfg, awsCfg, o, orDiscard(nil))
 			var ie *InstanceIDError
 			if tc.wantErr != errors.As(err, &ie) || id != tc.want {
-				t.Fatalf("resolveInstanceID = %q, %v; want %q (error: %v)", id, err, tc.want, tc.wantErr)
+				t.Fatalf("InstanceID = %q, %v; want %q (error: %v)", id, err, tc.want, tc.wantErr)
 			}
 			if tc.wantErr && !errors.Is(err, instance.ErrNotFound) {
 				t.Errorf("err = %v; want it to wrap instance.ErrNotFound", err)

@@ -189,7 +189,7 @@ func TestRedisPipelinesKeepToTheConnectionBound(t *testing.T) {
 // TestRedisClientShapesKeepTheBound: every shape of redis config (a URL,
 // a Cluster's seeds, a Sentinel's master) builds a client whose pool is
 // conns and whose pipelines share it (no separate pipeline pool), with
-// reads bounded by redisIOTimeout; a URL's own pool_size and
+// reads bounded by IOTimeout; a URL's own pool_size and
 // pipeline_pool_size win. TestRedisPipelinesKeepToTheConnectionBound
 // shows what the pipeline pool does on a server; a Cluster's node clients
 // and a Sentinel's failover client take the same options.
