@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -403,10 +402,4 @@ func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-ended }
-}
-
-func randomID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -144,4 +146,11 @@ func TestAlertListenerJudgesHostsAsTheAgent(t *testing.T) {
 	if ready, _ := src.Len(); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"accepted":1`) || ready != 1 {
 		t.Fatalf("alert on this agent's address = %d %s, %d queued; want accepted and its task queued", rec.Code, rec.Body, ready)
 	}
+}
+
+// randomID makes the tests' Redis prefixes their own.
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
