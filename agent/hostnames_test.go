@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
 )
 
@@ -61,5 +64,57 @@ func TestSharedHostnameWarnedOnce(t *testing.T) {
 	web := byHost["web.example"]
 	if m, _ := web["msg"].(string); web["other_instances"] != "i-9" || strings.Contains(m, "hostname") || web["answers_for"] != "i-1" {
 		t.Errorf("web.example's warning %v; want other_instances i-9, no hostname cause, answers_for i-1", web)
+	}
+}
+
+// ttlStore records the TTL of each instance record write.
+type ttlStore struct {
+	state.InstanceStore
+	mu   sync.Mutex
+	ttls []time.Duration
+	put  chan struct{} // sent to (without blocking) after each write
+}
+
+func (s *ttlStore) PutInstance(_ context.Context, _ state.Instance, ttl time.Duration) error {
+	s.mu.Lock()
+	s.ttls = append(s.ttls, ttl)
+	s.mu.Unlock()
+	select {
+	case s.put <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// TestDrainedRecordOutlivesTargetWait: a running agent's record lives
+// instanceTTL; once drained, its record (and the names in it) lives
+// queue.target_wait, the last write at exit included, so a host-local task
+// for the departed machine ends target_draining at once rather than
+// waiting queue.target_wait for an agent that is not coming back.
+func TestDrainedRecordOutlivesTargetWait(t *testing.T) {
+	const targetWait = 5 * time.Minute
+	store := &ttlStore{put: make(chan struct{}, 1)}
+	d := drain.New(drain.Config{})
+	p := &presence{store: store, storeTimeout: time.Second, drain: d, outcomes: noneInFlight{}, m: newMetrics(nil, nil),
+		log: slog.New(slog.DiscardHandler), instanceID: "i-1", drainedTTL: max(drainedInstanceTTL, targetWait)}
+	done := make(chan struct{})
+	ran := make(chan struct{})
+	go func() { defer close(ran); p.run(t.Context(), done) }()
+	<-store.put // the running agent's first write
+	d.Start(drain.Trigger{Source: "test"})
+	d.Finish()
+	drainedPresence{p}.Drained(t.Context())
+	close(done)
+	<-ran
+	if n := len(store.ttls); n < 3 {
+		t.Fatalf("%d record writes, want the first, the drained one and the last", n)
+	}
+	if store.ttls[0] != instanceTTL {
+		t.Errorf("a running agent's record lives %s, want %s", store.ttls[0], instanceTTL)
+	}
+	for i, ttl := range store.ttls[len(store.ttls)-2:] {
+		if ttl != targetWait {
+			t.Errorf("drained write %d lives %s, want queue.target_wait %s", i, ttl, targetWait)
+		}
 	}
 }

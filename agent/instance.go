@@ -15,7 +15,10 @@ import (
 
 // The instance record is refreshed every instanceEvery and lives three
 // periods, so one missed write does not show the agent as gone; a drained
-// agent's record stays a little while for `autodiag status`.
+// agent's record stays a little while for `autodiag status`, and at least
+// queue.target_wait (presence.drainedTTL): while it stays, a host-local
+// task for the departed machine ends target_draining at once instead of
+// waiting queue.target_wait for an agent that is not coming back.
 const (
 	instanceEvery      = 10 * time.Second
 	instanceTTL        = 3 * instanceEvery
@@ -37,6 +40,9 @@ type presence struct {
 	asg, az      string // the instance's place, for the in-service indexes
 	// names are the host names the agent answers for (state.Instance.Names).
 	names []string
+	// drainedTTL is how long the record of the drained agent lives: the
+	// larger of drainedInstanceTTL and queue.target_wait.
+	drainedTTL time.Duration
 	// claims, when set, reads which live agents claim each name; after
 	// each record write the names another live agent claims too are kept
 	// in ambiguous (read by the placement: their target tasks do not run),
@@ -85,13 +91,24 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 		p.put(ctx, instanceTTL)
 		select {
 		case <-done:
-			p.put(ctx, instanceTTL)
+			// Once drained, the last write keeps the drained record's
+			// life rather than cutting it to a live one's.
+			p.put(ctx, p.ttl())
 			return
 		case <-t.C:
 		case <-changed:
 		case <-p.nudge:
 		}
 	}
+}
+
+// ttl is how long the record written now lives: drainedTTL once the
+// agent has drained, else instanceTTL.
+func (p *presence) ttl() time.Duration {
+	if p.drain.State() == drain.Drained {
+		return max(p.drainedTTL, drainedInstanceTTL)
+	}
+	return instanceTTL
 }
 
 // put writes the record with ttl, on a call detached from ctx: a drained
