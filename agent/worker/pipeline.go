@@ -125,9 +125,7 @@ type pipeline struct {
 // accept tracks a received message and starts its handler. The queue
 // keeps the message hidden from the moment it is accepted until its
 // handler ends, whether it waits for a worker or runs.
-func (p *pipeline) accept(m *queue.Message) { p.take(m, nil, p.freeReceive) }
-
-func (p *pipeline) freeReceive() { p.receive.Release(1) }
+func (p *pipeline) accept(m *queue.Message) { p.take(m, nil, func() { p.receive.Release(1) }) }
 
 // take is accept for a message received from the queue (h nil) or handed
 // here by the agent that received it (h): a handed task was counted in
