@@ -243,7 +243,8 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
-		names: a.hostNames, nudge: nudge, claims: claims, server: d.RedisServer, launchState: a.gate.State, changed: changed}
+		names: a.hostNames, hostname: firstOwn(d.Hostname), drainedTTL: max(drainedInstanceTTL, cfg.Queue.TargetWait),
+		nudge: nudge, claims: claims, server: d.RedisServer, launchState: a.gate.State, changed: changed}
 	if d.CloudWatch != nil {
 		asg := d.ASGName
 		if asg == "" {
