@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/state"
@@ -71,7 +72,7 @@ limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
 		t.Fatal(err)
 	}
 
-	in, err := OpenStandaloneListener(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler)},
+	in, err := open.StandaloneListener(t.Context(), cfg, open.Options{Logger: slog.New(slog.DiscardHandler)},
 		func(k string) (string, bool) { return "tok", k == "TOKEN" })
 	if err != nil {
 		t.Fatal(err)

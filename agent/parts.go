@@ -6,22 +6,18 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
-	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/slackact"
-	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
@@ -96,69 +92,6 @@ func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, 
 	}
 	router.WatchResolved(func(al alert.Received) { rec.Resolved(context.WithoutCancel(base), al.Source, al.EventID) })
 	return &worker.AlertRouting{Router: router, Sender: submit, Metrics: alert.NewMetrics(reg), Alarms: rec}, nil
-}
-
-// OpenStandaloneListener builds the standalone alert listener (`autodiag intake`) for cfg:
-// the alert handler with no workers, sending tasks onto the fleet's SQS
-// queue; see listener.Open.
-func OpenStandaloneListener(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Standalone, error) {
-	connect := func() (listener.SQSBatchAPI, error) {
-		awsCfg, err := open.AWS(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return sqs.NewFromConfig(awsCfg), nil
-	}
-	log := o.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return listener.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (listener.Stores, error) {
-		return intakeStores(ctx, cfg, reg, log)
-	})
-}
-
-// intakeConns are the standalone intake's connections to Redis: a
-// resolution's calls and a Slack button's, a few at a time.
-const intakeConns = 8
-
-// intakeStores are the fleet's stores a standalone intake records into
-// when Redis is configured: the resolutions of alerts (resolved_at on
-// their reports, the metrics on reg) and the Slack buttons' verdicts.
-func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (listener.Stores, error) {
-	rcfg := cfg.Redis
-	if rcfg.URL == "" && rcfg.URLSecret == "" && len(rcfg.Addrs) == 0 {
-		return listener.Stores{}, nil
-	}
-	if rcfg.URLSecret != "" {
-		awsCfg, err := open.AWS(ctx, cfg)
-		if err != nil {
-			return listener.Stores{}, err
-		}
-		if rcfg.URL, err = open.RedisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
-			return listener.Stores{}, err
-		}
-		rcfg.URLSecret = ""
-	}
-	rc, err := open.RedisClient(rcfg, intakeConns)
-	if err != nil || rc == nil {
-		return listener.Stores{}, err
-	}
-	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
-	diagnostics := make([]string, 0, len(cfg.Diagnostics))
-	for _, d := range cfg.Diagnostics {
-		diagnostics = append(diagnostics, d.Name)
-	}
-	rec, err := resolution.NewRecorder(resolution.NewRedis(rc, cfg.Redis.Prefix), store, diagnostics, nil, cfg.Redis.Timeout,
-		log.With("component", "resolution"), reg)
-	if err != nil {
-		_ = rc.Close()
-		return listener.Stores{}, fmt.Errorf("intake: resolution: %w", err)
-	}
-	return listener.Stores{
-		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
-		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
-		Close: func() { _ = rc.Close() }}, nil
 }
 
 // newApprovals builds the approval gate: parked tasks in d.Approvals (in

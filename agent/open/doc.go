@@ -9,6 +9,7 @@
 // Here: aws.go (the SDK configuration, the instance id and hostname),
 // redis.go (the client, its logger and I/O bound, the URL secret, the
 // fleet's origin key), redisconns.go (the dial counter and INFO clients),
-// secrets.go (the secret store at start) and tracing.go (the tracer
-// provider).
+// secrets.go (the secret store at start), tracing.go (the tracer
+// provider) and listener.go (the standalone alert listener of `autodiag
+// intake`, with the fleet's stores it records into).
 package open

@@ -136,7 +136,7 @@ func (c *cli) runIntake(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	in, err := agent.OpenStandaloneListener(ctx, cfg, c.openOptions(log), creds.lookup)
+	in, err := open.StandaloneListener(ctx, cfg, c.openOptions(log), creds.lookup)
 	if err != nil {
 		return listenerStartError(err)
 	}
