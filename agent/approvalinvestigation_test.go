@@ -19,6 +19,7 @@ import (
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/investigate"
 	"github.com/autodiag/autodiag/agent/investigate/eval"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/slackact"
@@ -164,19 +165,8 @@ func (h *approvalHarness) waitParked(t *testing.T, parent string) taskview.Task 
 //     approval.SweepEvery on its ticker, ends it denied/approval_timeout
 //     (waited for within 3 sweeps), a Gap of the report.
 func TestApprovalInvestigationE2E(t *testing.T) {
-	cfg, err := config.Load([]byte(approvalInvestigationConfig), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	clk := clock.NewManual(time.Now())
-	model := &heapdumpModel{}
-	h := &approvalHarness{reg: prometheus.NewRegistry()}
-	d := Deps{InstanceID: "i-appr", Registry: h.reg, Clock: clk, Reports: &hooks.ReportParts{Provider: model},
-		Approvals: approval.NewRedis(testRedisApprovals(t), "t:"+randomID()+":")}
-	var stop func()
-	h.ma, stop = runMemAgent(t, cfg, d)
-	h.srv = httptest.NewServer(h.ma.Handler())
-	t.Cleanup(func() { h.srv.Close(); stop() })
+	h := startInvestigationApprovals(t, approvalInvestigationConfig, clk)
 	const secret = "s3cret"
 	getenv := func(k string) (string, bool) { return secret, k == "SLACK_SIGNING_SECRET" }
 	ih, err := h.ma.AlertHandler(getenv)
@@ -273,6 +263,54 @@ func TestApprovalInvestigationE2E(t *testing.T) {
 	}
 	if got := approvalsTotal(t, h.reg, taskview.ApprovalTimeout); got != 1 {
 		t.Errorf("autodiag_approvals_total{result=timeout} = %v, want 1", got)
+	}
+}
+
+// startInvestigationApprovals runs an agent of yaml with the scripted
+// heapdumpModel, its parked tasks in the test Redis, its admin API served.
+func startInvestigationApprovals(t *testing.T, yaml string, clk clock.Clock) *approvalHarness {
+	t.Helper()
+	cfg, err := config.Load([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &approvalHarness{reg: prometheus.NewRegistry()}
+	d := Deps{InstanceID: "i-appr", Registry: h.reg, Clock: clk, Reports: &hooks.ReportParts{Provider: &heapdumpModel{}},
+		Approvals: approval.NewRedis(testRedisApprovals(t), "t:"+randomID()+":")}
+	var stop func()
+	h.ma, stop = runMemAgent(t, cfg, d)
+	h.srv = httptest.NewServer(h.ma.Handler())
+	t.Cleanup(func() { h.srv.Close(); stop() })
+	return h
+}
+
+// TestApprovalPendingAtWallTime: an investigation whose wall_time ends
+// while its tool call still awaits approval (approval_timeout 2m, wall
+// time 1s) records the call as a Gap awaiting_approval with reason
+// approval_pending, not a generic error; the task stays parked and,
+// approved later, still runs.
+func TestApprovalPendingAtWallTime(t *testing.T) {
+	yaml := strings.Replace(approvalInvestigationConfig, "wall_time: 10m", "wall_time: 1s", 1)
+	h := startInvestigationApprovals(t, yaml, nil)
+	h.post(t, "p3", "check", "")
+	tool := h.waitParked(t, "p3")
+	_, res := h.ma.waitReport(t, "p3", 20*time.Second)
+	gaps := res.Investigation.Gaps
+	if len(gaps) != 1 || gaps[0].Tool != "heapdump" || gaps[0].Result != investigate.ResultAwaitingApproval ||
+		!strings.HasPrefix(gaps[0].Reason, investigate.ReasonApprovalPending+":") || !strings.Contains(gaps[0].Reason, tool.ID) {
+		t.Fatalf("p3's gaps %+v, want heapdump awaiting_approval, reason approval_pending naming %s", gaps, tool.ID)
+	}
+	if res.Investigation.EndedBy != "wall_time" {
+		t.Errorf("ended by %q, want wall_time", res.Investigation.EndedBy)
+	}
+	if v, _ := h.view(t, tool.ID); !parked(v) {
+		t.Fatalf("%s is %s/%s after the investigation ended, want still awaiting_approval", tool.ID, v.Status, v.Outcome)
+	}
+	if code, out := h.decide(t, tool.ID, `{"decision":"approve","by":"ana"}`); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, out)
+	}
+	if v := h.waitFor(t, tool.ID, "ended", ended); v.Outcome != outcome.Succeeded {
+		t.Fatalf("%s approved after its investigation ended: %s (%s), want succeeded", tool.ID, v.Outcome, v.Reason)
 	}
 }
 
