@@ -181,3 +181,10 @@ func (m *Memory) Waiting(_ context.Context, n int) ([]string, error) {
 	ids := m.sortedLocked()
 	return ids[:min(n, len(ids))], nil
 }
+
+// Pending implements Store.
+func (m *Memory) Pending(_ context.Context, _ time.Time) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.parked) - len(m.decisions)), nil
+}
