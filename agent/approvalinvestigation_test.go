@@ -286,11 +286,11 @@ func startInvestigationApprovals(t *testing.T, yaml string, clk clock.Clock) *ap
 
 // TestApprovalPendingAtWallTime: an investigation whose wall_time ends
 // while its tool call still awaits approval (approval_timeout 2m, wall
-// time 1s) records the call as a Gap awaiting_approval with reason
+// time 3s) records the call as a Gap awaiting_approval with reason
 // approval_pending, not a generic error; the task stays parked and,
 // approved later, still runs.
 func TestApprovalPendingAtWallTime(t *testing.T) {
-	yaml := strings.Replace(approvalInvestigationConfig, "wall_time: 10m", "wall_time: 1s", 1)
+	yaml := strings.Replace(approvalInvestigationConfig, "wall_time: 10m", "wall_time: 3s", 1)
 	h := startInvestigationApprovals(t, yaml, nil)
 	h.post(t, "p3", "check", "")
 	tool := h.waitParked(t, "p3")
