@@ -100,7 +100,7 @@ func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, 
 func newApprovals(cfg config.Config, d Deps, h *hooks.Hooks, log *slog.Logger) (*approval.Approvals, error) {
 	store := d.Approvals
 	if store == nil {
-		store = approval.NewMemory()
+		store = approval.NewMemoryWith(approval.MemoryOptions{Keep: cfg.Queue.MaxAge})
 	}
 	src := d.Source
 	return approval.New(approval.Options{Store: store,

@@ -11,6 +11,8 @@ import (
 	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
+	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/state"
 )
@@ -71,6 +73,17 @@ func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registe
 	if err != nil {
 		_ = rc.Close()
 		return listener.Stores{}, fmt.Errorf("intake: resolution: %w", err)
+	}
+	// The resolved event goes to the fleet's outbox, as the agent's intake
+	// sends it; the agents deliver it.
+	ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle, MaxLen: int64(cfg.NotifyOutboxMax)})
+	resolved, err := hooks.OutboxResolved(cfg, ob, "intake", log)
+	if err != nil {
+		_ = rc.Close()
+		return listener.Stores{}, fmt.Errorf("intake: %w", err)
+	}
+	if resolved != nil {
+		rec.Notify(resolved)
 	}
 	return listener.Stores{
 		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
