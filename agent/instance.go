@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/detached"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
 )
@@ -68,13 +69,15 @@ type presence struct {
 	// nudge is sent to (without blocking) when intake opens or is refused.
 	nudge chan struct{}
 
-	up atomic.Bool
+	// down is whether the last record write failed (autodiag_redis_up
+	// 0); false until one does.
+	down atomic.Bool
 
 	// server, when set (Redis), samples INFO clients of the node nearest
-	// its maxclients every serverClientsEvery, after a record write that
+	// its maxclients every open.ServerClientsEvery, after a record write that
 	// succeeded: autodiag_redis_server_clients, and a warning on crossing
-	// nearMaxclients. serverAt and serverNear are the run loop's own.
-	server     func(context.Context) (serverClients, error)
+	// open.NearMaxclients. serverAt and serverNear are the run loop's own.
+	server     func(context.Context) (open.ServerClients, error)
 	serverAt   time.Time
 	serverNear bool
 }
@@ -125,7 +128,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az, Names: p.names}
 	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	up := err == nil
-	p.up.Store(up)
+	p.down.Store(!up)
 	if up {
 		p.m.redisUp.Set(1)
 		p.checkClaims(ctx)
@@ -136,6 +139,10 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	}
 }
 
+// redisUp is whether the state store took the last record write (true
+// before the first).
+func (p *presence) redisUp() bool { return !p.down.Load() }
+
 // sampleServer reads the Redis node nearest its maxclients, when a sample
 // is due. An agent's pool holds up to workers + 6 connections per node and
 // keeps what it opened, so a fleet's bound is agents × that (docs/
@@ -143,11 +150,11 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 // still open are closed by Redis at once, which the agents see only as
 // broken pipes.
 func (p *presence) sampleServer(ctx context.Context) {
-	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < serverClientsEvery) {
+	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < open.ServerClientsEvery) {
 		return
 	}
 	p.serverAt = time.Now()
-	var s serverClients
+	var s open.ServerClients
 	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
 		s, err = p.server(ctx)
 		return err
@@ -156,15 +163,15 @@ func (p *presence) sampleServer(ctx context.Context) {
 		p.log.Debug("could not read Redis's INFO clients", "err", err)
 		return
 	}
-	p.m.redisServer.WithLabelValues(serverConnected).Set(float64(s.connected))
-	p.m.redisServer.WithLabelValues(serverMax).Set(float64(s.max))
-	near := s.share() >= nearMaxclients
+	p.m.redisServer.WithLabelValues(open.KindConnected).Set(float64(s.Connected))
+	p.m.redisServer.WithLabelValues(open.KindMax).Set(float64(s.Max))
+	near := s.Share() >= open.NearMaxclients
 	switch {
 	case near && !p.serverNear:
 		p.log.Warn("Redis is near its maxclients: connections the agents' pools open past it are closed at once (broken pipe); raise maxclients to agents × (workers + 6) or more",
-			"node", s.node, "connected_clients", s.connected, "maxclients", s.max, "doc", "docs/operations.md#sizing-redis")
+			"node", s.Node, "connected_clients", s.Connected, "maxclients", s.Max, "doc", "docs/operations.md#sizing-redis")
 	case !near && p.serverNear:
-		p.log.Info("Redis is below its maxclients again", "node", s.node, "connected_clients", s.connected, "maxclients", s.max)
+		p.log.Info("Redis is below its maxclients again", "node", s.Node, "connected_clients", s.Connected, "maxclients", s.Max)
 	}
 	p.serverNear = near
 }

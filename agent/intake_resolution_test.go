@@ -15,6 +15,7 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/state"
@@ -77,7 +78,7 @@ notify:
 		t.Fatal(err)
 	}
 
-	in, err := OpenStandaloneListener(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler)},
+	in, err := open.StandaloneListener(t.Context(), cfg, open.Options{Logger: slog.New(slog.DiscardHandler)},
 		func(k string) (string, bool) { return "tok", k == "TOKEN" })
 	if err != nil {
 		t.Fatal(err)

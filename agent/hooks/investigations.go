@@ -2,7 +2,6 @@ package hooks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,14 +11,14 @@ import (
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
-// wireInvestigations makes parts' Writer an investigation when
-// report.investigate is set: the tools are the catalog's entries marked
-// investigate, each call a task submitted to the agent's own queue.
-func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
+// investigator is the report writer when report.investigate is set (nil
+// when not): the tools are the catalog's entries marked investigate, each
+// call a task submitted through the agent's one way in (Options.Tasks).
+func (b builder) investigator(o Options, parts ReportParts) (*investigate.Investigator, error) {
 	h := b.h
 	ic := o.Config.Report.Investigate
-	if ic == nil || parts.Writer != nil {
-		return nil
+	if ic == nil {
+		return nil, nil
 	}
 	var tools []investigate.Tool
 	for _, d := range o.Config.Diagnostics {
@@ -41,18 +40,18 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 		Metrics:   metrics,
 		Runbooks:  parts.Runbooks})
 	if err != nil {
-		return fmt.Errorf("hooks: report.investigate: %w", err)
+		return nil, fmt.Errorf("hooks: report.investigate: %w", err)
 	}
-	parts.Writer = iv
-	return nil
+	return iv, nil
 }
 
 // investigationPoll is how often a tool call's record is read while it
 // runs.
 const investigationPoll = 200 * time.Millisecond
 
-// agentTasks submits an investigation's tool call as POST /v1/tasks does
-// (the same validation first, a rejection recorded and audited) and
+// agentTasks submits an investigation's tool call through the one way in
+// POST /v1/tasks takes (the same validation first, a rejection recorded
+// and audited) and
 // waits for the record the pipeline writes: the limiter, caps, breaker,
 // runner and redaction are the pipeline's.
 type agentTasks struct {
@@ -70,18 +69,11 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 	// The agent's own investigator is the one sender that may claim this
 	// origin: it signs the call with the fleet's origin key.
 	t.OriginToken = task.SignOrigin(o.Validator.OriginKey, &t)
-	if err := o.Validator.Validate(&t, now); err != nil {
-		// The outcome's audit write is detached by design, as for POST
-		// /v1/tasks: it lands even when the investigation has ended.
-		o.Rejecter.Rejected(t, err) //nolint:contextcheck // see above
-		return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
-	}
-	body, err := json.Marshal(t)
-	if err != nil {
+	if _, err := o.Tasks.Submit(ctx, t); err != nil {
+		if task.Reason(err) != "" {
+			return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
+		}
 		return investigate.TaskRecord{}, fmt.Errorf("task %s: %w", s.ID, err)
-	}
-	if _, err := o.Source.Send(ctx, body); err != nil {
-		return investigate.TaskRecord{}, fmt.Errorf("task %s: queue: %w", s.ID, err)
 	}
 	tick := time.NewTicker(at.poll)
 	defer tick.Stop()

@@ -32,8 +32,8 @@ import (
 // the model endpoint, the job queue and the limiter backend of the report
 // rule. OpenReportParts builds them from the config.
 type ReportParts struct {
-	// Writer writes each report; nil: the single-shot report. The agent
-	// sets an investigation when report.investigate is set.
+	// Writer writes each report; nil: the single-shot report, or the
+	// investigation the hooks build when report.investigate is set.
 	Writer report.Writer
 	// Budget is the investigations' daily budget, in Redis when
 	// configured; nil: in memory.
@@ -274,21 +274,29 @@ func (b builder) wireReports(o Options) error {
 	if !o.Config.Report.Enabled {
 		return nil
 	}
-	parts := o.Reports
-	if parts == nil || parts.Provider == nil {
+	if o.Reports == nil || o.Reports.Provider == nil {
 		return fmt.Errorf("hooks: report: enabled without a provider")
 	}
+	// A copy: the defaults and the investigation are the hooks' own,
+	// never written into the caller's parts.
+	parts := *o.Reports
 	if parts.Queue == nil {
 		parts.Queue = report.NewMemoryQueue(o.Config.Report.JobLease(), nil)
 	}
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
-	if err := b.wireInvestigations(o, parts); err != nil {
-		return err
+	if parts.Writer == nil {
+		iv, err := b.investigator(o, parts)
+		if err != nil {
+			return err
+		}
+		if iv != nil {
+			parts.Writer = iv
+		}
 	}
 	sink := reportSink(o.Store, h.notifier, o.ReportWritten)
-	r, err := NewReporter(o.Config, parts, sink, h.redactor, o.InstanceID,
+	r, err := NewReporter(o.Config, &parts, sink, h.redactor, o.InstanceID,
 		o.Registry, o.Logger)
 	if err != nil {
 		return err

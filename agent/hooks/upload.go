@@ -37,9 +37,17 @@ func NewS3Client(awsCfg aws.Config, c config.S3Config) *s3.Client {
 	return s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.UsePathStyle = c.PathStyle })
 }
 
-// fullOutputRunner runs every diagnostic with its output cap raised to
-// results.s3.max_size, so the upload gets the whole output; the uploader
-// cuts what the record keeps back to the diagnostic's max_output.
+// FullOutput is r with, when results.s3 uploads each run's whole output,
+// every diagnostic's output cap raised to results.s3.max_size, so the
+// upload gets the whole output; the uploader cuts what the record keeps
+// back to the diagnostic's max_output. r itself when the upload is off.
+func FullOutput(r worker.Runner, c config.S3Config) worker.Runner {
+	if !c.Enabled() {
+		return r
+	}
+	return fullOutputRunner{Runner: r, maxSize: c.MaxSize}
+}
+
 type fullOutputRunner struct {
 	worker.Runner
 	maxSize runner.Size
@@ -200,6 +208,5 @@ func (b builder) wireUpload(o Options) error {
 		return errors.New("hooks: results.s3.bucket is set but Deps.S3 is nil")
 	}
 	h.uploader = newUploader(o.S3, c, o.Base, o.Logger, o.Registry)
-	h.runner = fullOutputRunner{Runner: h.runner, maxSize: c.MaxSize}
 	return nil
 }
