@@ -146,7 +146,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Source == nil || d.Store == nil || d.Limiter == nil {
+	if d.Source == nil || d.Store.TaskStore == nil || d.Limiter == nil {
 		return nil, errors.New("agent: Source, Store and Limiter are required")
 	}
 	if d.Logger == nil {
@@ -211,18 +211,14 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if len(d.HostNames) > 0 {
 		a.hostNames = ownHostNames(d.HostNames...)
 		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
-		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
+		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store.Presence, cfg.Redis.Timeout)
 	}
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
 		names: a.hostNames}
 	a.presence.nudge = make(chan struct{}, 1)
-	if c, ok := d.Store.(interface {
-		HostClaims(ctx context.Context, names []string) (map[string][]string, error)
-	}); ok {
-		a.presence.claims = c.HostClaims
-	}
+	a.presence.claims = d.Store.HostClaims
 	a.presence.server = d.RedisServer
 	a.buildGate()
 	if d.Watcher != nil {

@@ -389,8 +389,8 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			ld.SQS = sqs.NewFromConfig(awsCfg)
-			if rs, ok := store.(*state.Redis); ok {
-				ld.Handoff = noticeHandoff{rs}
+			if store.Handoff != nil {
+				ld.Handoff = noticeHandoff{store.Handoff}
 			}
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {

@@ -86,7 +86,7 @@ type RedisOptions struct {
 	InService func(inst Instance) []string
 }
 
-// Redis is the Store of a fleet: every agent shares one Redis (standalone,
+// client is what the stores of a fleet share: one Redis (standalone,
 // Sentinel or Cluster through go-redis UniversalClient).
 //
 // Keys, with P the prefix:
@@ -138,7 +138,13 @@ type RedisOptions struct {
 // The converse (a running record with no in-flight entry, possible on a
 // cluster) is harmless too: the lease simply expires and the next delivery
 // is claimed by whoever receives it, with the attempt counted.
-type Redis struct {
+//
+// Each concern is its own type over the one client: RedisLeases (claim,
+// renew, release, recover), RedisRecords (the records' ends and reads, the
+// marks), RedisAudit (the audit stream), RedisPresence (instance records,
+// their indexes and host names, drains) and RedisHandoff (what one agent
+// hands another: lifecycle notices and task messages).
+type client struct {
 	c redis.UniversalClient
 	o RedisOptions
 	k keys
@@ -150,9 +156,33 @@ type Redis struct {
 	// otherwise each call waits for its reply at most until its context
 	// ends (wait), read on one of waiter's goroutines.
 	waiter rediswait.Waiter
+}
+
+// RedisLeases takes, renews and gives back the execution leases of tasks,
+// writing the running record with the lease in one script.
+type RedisLeases struct{ *client }
+
+// RedisRecords ends task records (Finish, with its extras in the same
+// round trip), reads them and keeps the marks of rejected messages.
+type RedisRecords struct{ *client }
+
+// RedisAudit is the capped audit stream (P audit or its shards).
+type RedisAudit struct{ *client }
+
+// RedisPresence keeps each agent's instance record, the instance and
+// in-service indexes, the host-name index and the persisted drains.
+type RedisPresence struct {
+	*client
 	// trimDue is when PutInstance next trims the instance index (Unix ms
 	// of the store's clock; 0 = at the next write).
 	trimDue atomic.Int64
+}
+
+// RedisHandoff carries what one agent hands another: lifecycle notices
+// (GiveNotice) and task messages (GiveTask), each read by a blocking read
+// on a connection of its own.
+type RedisHandoff struct {
+	*client
 	// hand is the connection of the blocking hand-off reads.
 	hand handoffConn
 	// handTasks is the connection of the blocking reads of the tasks
@@ -166,11 +196,17 @@ type Redis struct {
 // and the TTL) is housekeeping that any writer's pass does for all.
 const indexTrimEvery = time.Minute
 
-var _ Store = (*Redis)(nil)
+var (
+	_ LeaseStore = (*RedisLeases)(nil)
+	_ TaskStore  = (*RedisRecords)(nil)
+	_ Marks      = (*RedisRecords)(nil)
+	_ AuditLog   = (*RedisAudit)(nil)
+	_ Presence   = (*RedisPresence)(nil)
+)
 
-// NewRedis returns a Store on client. The client belongs to the caller:
-// Close does not close it.
-func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
+// NewRedis returns the stores of a fleet on one client. The client
+// belongs to the caller: Close does not close it.
+func NewRedis(rc redis.UniversalClient, o RedisOptions) Store {
 	if o.Prefix == "" {
 		o.Prefix = "autodiag:"
 	}
@@ -195,10 +231,13 @@ func NewRedis(client redis.UniversalClient, o RedisOptions) *Redis {
 	if o.MaxInstances <= 0 {
 		o.MaxInstances = 10000
 	}
-	_, oneNode := client.(*redis.Client)
+	_, oneNode := rc.(*redis.Client)
 	k := keys{prefix: o.Prefix, auditShards: o.AuditShards, instanceShards: o.InstanceShards,
 		auditMaxLen: o.AuditMaxLen, maxInstances: o.MaxInstances}
-	return &Redis{c: client, o: o, k: k, oneNode: oneNode, waiter: rediswait.For(client)}
+	c := &client{c: rc, o: o, k: k, oneNode: oneNode, waiter: rediswait.For(rc)}
+	records, hand := &RedisRecords{c}, &RedisHandoff{client: c}
+	return Store{LeaseStore: &RedisLeases{c}, TaskStore: records, AuditLog: &RedisAudit{c}, Presence: &RedisPresence{client: c},
+		Marks: records, Handoff: hand, close: hand.Close}
 }
 
 // keys names the store's Redis keys (docs/redis-keys.md) from its
@@ -262,7 +301,7 @@ func (k keys) indexCap() int64 {
 }
 
 // TaskKey is the key of a task record, for tools that read it directly.
-func (r *Redis) TaskKey(id string) string { return r.k.task(id) }
+func (r *RedisRecords) TaskKey(id string) string { return r.k.task(id) }
 
 func ms(d time.Duration) int64 {
 	if d <= 0 {
@@ -275,12 +314,12 @@ func ms(d time.Duration) int64 {
 	return m
 }
 
-func (r *Redis) runningTTL(lease time.Duration) int64 {
+func (r *RedisLeases) runningTTL(lease time.Duration) int64 {
 	return ms(r.o.RecordTTL + 4*lease)
 }
 
 // bound cuts rec.Output to MaxOutput bytes on a rune boundary.
-func (r *Redis) bound(rec *TaskRecord) {
+func (r *client) bound(rec *TaskRecord) {
 	if len(rec.Output) <= r.o.MaxOutput {
 		return
 	}
@@ -302,8 +341,8 @@ func decodeRecord(id, js string, status, owner string, attempts int64) (TaskReco
 	return rec, nil
 }
 
-// Claim implements Store.
-func (r *Redis) Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
+// Claim implements LeaseStore.
+func (r *RedisLeases) Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
 	return wait(ctx, r, "claim", rec.ID, func(ctx context.Context) (Claim, error) {
 		c, _, err := r.claim(ctx, rec, owner, lease, nil)
 		return c, err
@@ -326,7 +365,7 @@ type Then struct {
 // Cluster or Ring): make the two calls then. reply is then's reply, when
 // the claim succeeded; nil when then failed with an error (make its call
 // on its own then, which meets the error again and handles it).
-func (r *Redis) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then Then) (c Claim, reply any, folded bool, err error) {
+func (r *RedisLeases) ClaimThen(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then Then) (c Claim, reply any, folded bool, err error) {
 	if !r.oneNode {
 		return Claim{}, nil, false, nil
 	}
@@ -383,7 +422,7 @@ func claimThenScript(src string) *redis.Script {
 	return s.(*redis.Script)
 }
 
-func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then *Then) (Claim, any, error) {
+func (r *RedisLeases) claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then *Then) (Claim, any, error) {
 	now := r.o.Clock.Now()
 	rec.Status = StatusRunning
 	rec.Owner = owner
@@ -472,8 +511,8 @@ func (r *Redis) claim(ctx context.Context, rec TaskRecord, owner string, lease t
 	return Claim{}, nil, fmt.Errorf("state: claim %s: unexpected script reply %v", rec.ID, res)
 }
 
-// Renew implements Store.
-func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
+// Renew implements LeaseStore.
+func (r *RedisLeases) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
 	return wait0(ctx, r, "renew", taskID, func(ctx context.Context) error {
 		n, err := renewScript.Run(ctx, r.c, []string{r.k.task(taskID), r.k.lease(taskID)},
 			owner, r.o.Clock.Now().UnixMilli(), ms(lease), r.runningTTL(lease)).Int64()
@@ -487,13 +526,13 @@ func (r *Redis) Renew(ctx context.Context, taskID, owner string, lease time.Dura
 	})
 }
 
-// Finish implements Store. On a standalone server (one node holds every
+// Finish implements TaskStore. On a standalone server (one node holds every
 // key) the record, the in-flight entry, the audit entry and x.Writes are
 // one script: one round trip, all or nothing. On a cluster they live on
 // different slots: the in-flight entry, the record's script and the audit
 // entry go in one pipeline (one round trip per node, the nodes in
 // parallel), and x.Writes in a second once the record is known written.
-func (r *Redis) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
+func (r *RedisRecords) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
 	return wait0(ctx, r, "finish", rec.ID, func(ctx context.Context) error {
 		rec.Status = StatusDone
 		if rec.FinishedAt.IsZero() {
@@ -564,7 +603,7 @@ func parseFinishReply(v []any) (finishReply, error) {
 }
 
 // finishOne runs finish.lua with every key: the server is one node.
-func (r *Redis) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
+func (r *RedisRecords) finishOne(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
 	keys := []string{r.k.task(rec.ID), r.k.lease(rec.ID)}
 	args := []any{js, rec.Owner, rec.Attempts, ms(r.o.RecordTTL), r.o.Clock.Now().UnixMilli(), x.ID, "", "0", "", "", 0}
 	if rec.Owner != "" {
@@ -645,7 +684,7 @@ func withSources(calls []Call) bool {
 // script: the calls first, each under pcall, as they would have run ahead
 // of it in the pipeline; each call's Done is told its error. It returns
 // finish.lua's reply.
-func (r *Redis) finishThen(ctx context.Context, calls []Call, keys []string, args []any) ([]any, error) {
+func (r *RedisRecords) finishThen(ctx context.Context, calls []Call, keys []string, args []any) ([]any, error) {
 	srcs := make([]string, len(calls))
 	nk, na := len(keys), len(args)
 	for i, c := range calls {
@@ -750,7 +789,7 @@ func finishThenScript(srcs []string) *redis.Script {
 // record was written, the writes in another (both skipped for a retry of
 // a finish that landed). A write that fails there is made by its Apply;
 // an audit entry that fails is reported as ErrPartial.
-func (r *Redis) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
+func (r *RedisRecords) finishSplit(ctx context.Context, rec TaskRecord, js, audit []byte, x FinishExtras) (finishReply, error) {
 	cmd, err := r.withCalls(ctx, x.Calls, func(p redis.Pipeliner) {
 		if rec.Owner != "" {
 			p.HDel(ctx, r.k.inflight(rec.Owner), rec.ID)
@@ -846,14 +885,14 @@ func xaddFields(a *redis.XAddArgs) ([]string, error) {
 // pipeline: one round trip where a standalone server or a cluster node
 // holds them all (a cluster client splits the pipeline per node). A server
 // without the script cached gets it by EVAL in a second call.
-func (r *Redis) withScript(ctx context.Context, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+func (r *client) withScript(ctx context.Context, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	return r.withCalls(ctx, nil, before, s, keys, args...)
 }
 
 // withCalls is withScript with calls sent first in the same pipeline.
 // Each call's outcome goes to its Done, not into the error returned: that
 // is of before's commands and s.
-func (r *Redis) withCalls(ctx context.Context, calls []Call, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+func (r *client) withCalls(ctx context.Context, calls []Call, before func(redis.Pipeliner), s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	var cmd *redis.Cmd
 	ccmds := make([]*redis.Cmd, len(calls))
 	cmds, _ := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -893,7 +932,7 @@ func (r *Redis) withCalls(ctx context.Context, calls []Call, before func(redis.P
 
 // release runs release.lua; ok reports whether the task was running under
 // owner and is now interrupted.
-func (r *Redis) release(ctx context.Context, taskID, owner string) (TaskRecord, bool, error) {
+func (r *RedisLeases) release(ctx context.Context, taskID, owner string) (TaskRecord, bool, error) {
 	res, err := releaseScript.Run(ctx, r.c, []string{r.k.task(taskID), r.k.lease(taskID)},
 		owner, ms(r.o.RecordTTL)).Slice()
 	if err != nil {
@@ -908,8 +947,8 @@ func (r *Redis) release(ctx context.Context, taskID, owner string) (TaskRecord, 
 	return rec, err == nil, err
 }
 
-// Release implements Store.
-func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
+// Release implements LeaseStore.
+func (r *RedisLeases) Release(ctx context.Context, taskID, owner string) error {
 	return wait0(ctx, r, "release", taskID, func(ctx context.Context) error {
 		if _, _, err := r.release(ctx, taskID, owner); err != nil {
 			return fmt.Errorf("state: release %s: %w", taskID, err)
@@ -926,7 +965,7 @@ func (r *Redis) Release(ctx context.Context, taskID, owner string) error {
 // are, unlike Inflight, which keeps only those still running under
 // instanceID: an agent reconciling what its previous process left needs
 // the entries of tasks that ended too.
-func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, error) {
+func (r *RedisLeases) InflightIDs(ctx context.Context, instanceID string) ([]string, error) {
 	return wait(ctx, r, "inflight", instanceID, func(ctx context.Context) ([]string, error) {
 		ids, err := r.c.HKeys(ctx, r.k.inflight(instanceID)).Result()
 		if err != nil {
@@ -937,11 +976,11 @@ func (r *Redis) InflightIDs(ctx context.Context, instanceID string) ([]string, e
 	})
 }
 
-// Recover implements Store. It walks owner's in-flight hash; entries whose
+// Recover implements LeaseStore. It walks owner's in-flight hash; entries whose
 // record is no longer running under owner (finished, taken over after lease
 // expiry, or left by a crash inside Claim) are dropped without touching the
 // record.
-func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error) {
+func (r *RedisLeases) Recover(ctx context.Context, owner string) ([]TaskRecord, error) {
 	return wait(ctx, r, "recover", owner, func(ctx context.Context) ([]TaskRecord, error) {
 		ifk := r.k.inflight(owner)
 		ids, err := r.c.HKeys(ctx, ifk).Result()
@@ -965,8 +1004,8 @@ func (r *Redis) Recover(ctx context.Context, owner string) ([]TaskRecord, error)
 	})
 }
 
-// Task implements Store.
-func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
+// Task implements TaskStore.
+func (r *RedisRecords) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
 	rec, err := wait(ctx, r, "task", id, func(ctx context.Context) (*TaskRecord, error) {
 		v, err := r.c.HMGet(ctx, r.k.task(id), "rec", "status", "owner", "attempts", "report").Result()
 		if err != nil {
@@ -995,9 +1034,9 @@ func (r *Redis) Task(ctx context.Context, id string) (TaskRecord, bool, error) {
 	return *rec, true, err
 }
 
-// SetReport implements Store: the report is a field of its own in the
+// SetReport implements TaskStore: the report is a field of its own in the
 // record's hash, so writing it races with no other write of the record.
-func (r *Redis) SetReport(ctx context.Context, id string, report json.RawMessage) (bool, error) {
+func (r *RedisRecords) SetReport(ctx context.Context, id string, report json.RawMessage) (bool, error) {
 	return wait(ctx, r, "report of", id, func(ctx context.Context) (bool, error) {
 		n, err := setReportScript.Run(ctx, r.c, []string{r.k.task(id)}, string(report)).Int()
 		if err != nil {
@@ -1007,8 +1046,8 @@ func (r *Redis) SetReport(ctx context.Context, id string, report json.RawMessage
 	})
 }
 
-// Audit implements Store.
-func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
+// Audit implements AuditLog.
+func (r *RedisAudit) Audit(ctx context.Context, e AuditEntry) error {
 	return wait0(ctx, r, "audit", e.TaskID, func(ctx context.Context) error {
 		if e.Time.IsZero() {
 			e.Time = r.o.Clock.Now()
@@ -1030,10 +1069,10 @@ func (r *Redis) Audit(ctx context.Context, e AuditEntry) error {
 	})
 }
 
-// RecentAudit implements Store. With AuditShards > 1 it reads the newest
+// RecentAudit implements AuditLog. With AuditShards > 1 it reads the newest
 // n of every shard in one pipeline and merges them by the entries' time
 // (then stream id), newest first.
-func (r *Redis) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
+func (r *RedisAudit) RecentAudit(ctx context.Context, n int) ([]AuditEntry, error) {
 	return wait(ctx, r, "recent audit", "", func(ctx context.Context) ([]AuditEntry, error) {
 		if n <= 0 {
 			return nil, nil
@@ -1114,9 +1153,9 @@ func compareStreamIDs(a, b string) int {
 	return cmp.Compare(aq, bq)
 }
 
-// PutInstance implements Store. It also refreshes the TTL of the instance's
+// PutInstance implements InstanceStore. It also refreshes the TTL of the instance's
 // in-flight hash, so the heartbeat keeps it alive however long tasks run.
-func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error {
+func (r *RedisPresence) PutInstance(ctx context.Context, inst Instance, ttl time.Duration) error {
 	return wait0(ctx, r, "put instance", inst.ID, func(ctx context.Context) error {
 		now := r.o.Clock.Now()
 		inst.SeenAt = now
@@ -1166,11 +1205,11 @@ func (r *Redis) PutInstance(ctx context.Context, inst Instance, ttl time.Duratio
 	})
 }
 
-// Instances implements Store: ids from the index (every shard, in one
+// Instances implements InstanceStore: ids from the index (every shard, in one
 // pipeline) whose heartbeat expiry is within GoneKeep of now (those past
 // it listed as gone), then their records (one pipelined GET each, so
 // Cluster works).
-func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
+func (r *RedisPresence) Instances(ctx context.Context) ([]Instance, error) {
 	return wait(ctx, r, "instances", "", func(ctx context.Context) ([]Instance, error) {
 		now := r.o.Clock.Now()
 		shards := make([]*redis.ZSliceCmd, r.o.InstanceShards)
@@ -1231,9 +1270,9 @@ func (r *Redis) Instances(ctx context.Context) ([]Instance, error) {
 	})
 }
 
-// Inflight implements Store: the in-flight hash, filtered by the task
+// Inflight implements InstanceStore: the in-flight hash, filtered by the task
 // records (running under instanceID), oldest first.
-func (r *Redis) Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error) {
+func (r *RedisPresence) Inflight(ctx context.Context, instanceID string) ([]InflightEntry, error) {
 	return wait(ctx, r, "inflight", instanceID, func(ctx context.Context) ([]InflightEntry, error) {
 		m, err := r.c.HGetAll(ctx, r.k.inflight(instanceID)).Result()
 		if err != nil {
@@ -1272,8 +1311,8 @@ func (r *Redis) Inflight(ctx context.Context, instanceID string) ([]InflightEntr
 	})
 }
 
-// SaveDrain implements Store; the record outlives its deadline by RecordTTL.
-func (r *Redis) SaveDrain(ctx context.Context, instanceID string, d DrainRecord) error {
+// SaveDrain implements DrainStore; the record outlives its deadline by RecordTTL.
+func (r *RedisPresence) SaveDrain(ctx context.Context, instanceID string, d DrainRecord) error {
 	return wait0(ctx, r, "save drain", instanceID, func(ctx context.Context) error {
 		js, err := json.Marshal(d)
 		if err != nil {
@@ -1290,8 +1329,8 @@ func (r *Redis) SaveDrain(ctx context.Context, instanceID string, d DrainRecord)
 	})
 }
 
-// LoadDrain implements Store.
-func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error) {
+// LoadDrain implements DrainStore.
+func (r *RedisPresence) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord, error) {
 	return wait(ctx, r, "load drain", instanceID, func(ctx context.Context) (*DrainRecord, error) {
 		s, err := r.c.Get(ctx, r.k.drain(instanceID)).Result()
 		if errors.Is(err, redis.Nil) {
@@ -1308,9 +1347,9 @@ func (r *Redis) LoadDrain(ctx context.Context, instanceID string) (*DrainRecord,
 	})
 }
 
-// MarkOnce implements Store with SET NX PX: one round trip, atomic on a
+// MarkOnce implements Marks with SET NX PX: one round trip, atomic on a
 // cluster too (the key's hash tag is the mark's own).
-func (r *Redis) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+func (r *RedisRecords) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
 	return wait(ctx, r, "mark", key, func(ctx context.Context) (bool, error) {
 		err := r.c.SetArgs(ctx, r.k.mark(key), "1", redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}).Err()
 		switch {
@@ -1323,8 +1362,8 @@ func (r *Redis) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bo
 	})
 }
 
-// Ping implements Store.
-func (r *Redis) Ping(ctx context.Context) error {
+// Ping implements InstanceStore.
+func (r *RedisPresence) Ping(ctx context.Context) error {
 	return wait0(ctx, r, "ping", "", func(ctx context.Context) error {
 		if err := r.c.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("state: ping: %w", err)
@@ -1333,9 +1372,9 @@ func (r *Redis) Ping(ctx context.Context) error {
 	})
 }
 
-// Close implements Store: it drops the connection kept for the hand-off
-// reads. The client is the caller's and stays open.
-func (r *Redis) Close() error {
+// Close drops the connections kept for the hand-off reads. The client is
+// the caller's and stays open.
+func (r *RedisHandoff) Close() error {
 	r.hand.close()
 	r.handTasks.close()
 	return nil
