@@ -215,6 +215,9 @@ func (cl *claimer) limiterDone(j *job, end string) {
 // send falls back to Done; a failed one is logged, and what it could not
 // give back lapses with the lease.
 func (cl *claimer) doneCalls(j *job, req limiter.Request, end string) ([]state.Call, bool) {
+	if cl.limiter == nil {
+		return nil, false
+	}
 	sc, ok := cl.limiter.DoneCalls(req, end)
 	if !ok {
 		return nil, false
@@ -259,6 +262,10 @@ func (cl *claimer) request(j *job) limiter.Request {
 // script (the limiter on Redis); nil when not, and the claim and Allow
 // are two calls. The store's ClaimThen says whether it could fold it.
 func (cl *claimer) foldable(j *job) *limiter.Folded {
+	// No limiter (a worker that only claims): nothing to fold.
+	if cl.limiter == nil {
+		return nil
+	}
 	f, ok := cl.limiter.Fold(cl.request(j))
 	if !ok {
 		return nil
