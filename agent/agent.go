@@ -37,7 +37,10 @@ import (
 
 // Deps are the agent's collaborators; Open builds them from a Config.
 type Deps struct {
-	Source  queue.Source
+	Source queue.Source
+	// Queue is Source's readiness check at launch when it has one (SQS);
+	// nil = none.
+	Queue   launch.Reachable
 	Store   state.Store
 	Limiter *limiter.Limiter
 	// RedisServer samples INFO clients of the state store's Redis (the

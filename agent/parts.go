@@ -160,7 +160,7 @@ func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registe
 // record tells its phase.
 func (a *Agent) buildGate() {
 	a.gate = launch.New(launch.Options{Config: a.cfg, Watcher: a.d.Watcher, Actor: a.d.Actor, Store: a.d.Store,
-		Source: a.d.Source, Logger: a.log, Nudge: a.presence.nudge})
+		Queue: a.d.Queue, Logger: a.log, Nudge: a.presence.nudge})
 	a.presence.launchState = a.gate.State
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/resolution"
@@ -283,6 +284,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	}
 
 	var src queue.Source
+	var reach launch.Reachable // the SQS queue's, for the launch check
 	var alertSender alert.Sender
 	if cfg.Queue.URL == "" {
 		src = queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout, Wait: cfg.Queue.WaitTime})
@@ -301,7 +303,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 				}
 			},
 		})
-		src = sqsSrc
+		src, reach = sqsSrc, sqsSrc
 		alertSender = listener.NewSQSSender(sqsClient, cfg.Queue.URL)
 	}
 	closers = append(closers, func() {
@@ -363,7 +365,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	if rc != nil {
 		server = redisServerClients(rc)
 	}
-	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
+	d := Deps{Source: src, Queue: reach, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: hostname(o, log), HostNames: hostNames,
 		OriginKey: originKey(o.LookupEnv, redisCfg, log)}
