@@ -1,8 +1,10 @@
 // Package state keeps what the fleet must remember about tasks so that a
 // crash, a restart or a duplicate delivery never loses or doubles work:
 // execution leases, task records, per-instance in-flight sets, instance
-// records, persisted drain state and a capped audit stream. Memory serves
-// embedded mode (one agent); Redis serves a fleet.
+// records, persisted drain state and a capped audit stream. Each concern
+// is a store of its own over one backend (leases.go, records.go, audit.go,
+// presence.go, handoff.go): NewMemory builds them for embedded mode (one
+// agent), NewRedis over one client for a fleet.
 package state
 
 import (
