@@ -85,7 +85,7 @@ return r
 `
 
 // thenScripts caches the combined script of each Then source.
-var thenScripts sync.Map
+var thenScripts sync.Map // source -> *redis.Script
 
 // ClaimThenHash is the SHA-1 by which Redis knows the script ClaimThen
 // runs for a Then of source src: what a tool reading MONITOR or

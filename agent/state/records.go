@@ -259,7 +259,7 @@ return {errs, finish(fk, fa)}
 `
 
 // finishThenScripts caches the combined script of each list of sources.
-var finishThenScripts sync.Map
+var finishThenScripts sync.Map // sources joined by NUL -> *redis.Script
 
 // FinishThenHash is the SHA-1 by which Redis knows the script a finish
 // runs with calls of the sources srcs folded in: what a tool reading

@@ -303,10 +303,6 @@ func decodeRecord(id, js string, status, owner string, attempts int64) (TaskReco
 	return rec, nil
 }
 
-// source -> *redis.Script
-
-// sources joined by NUL -> *redis.Script
-
 // withScript sends the commands of before and then s (by EVALSHA) in one
 // pipeline: one round trip where a standalone server or a cluster node
 // holds them all (a cluster client splits the pipeline per node). A server
