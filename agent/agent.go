@@ -219,7 +219,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	a.worker = a.newWorker(validator, catalog)
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
-		names: a.hostNames}
+		names: a.hostNames, hostname: firstOwn(d.Hostname), drainedTTL: max(drainedInstanceTTL, cfg.Queue.TargetWait)}
 	a.presence.nudge = make(chan struct{}, 1)
 	a.presence.claims = d.Store.HostClaims
 	a.presence.server = d.RedisServer

@@ -16,6 +16,7 @@ import (
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
+	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -150,6 +151,17 @@ func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registe
 		_ = rc.Close()
 		return listener.Stores{}, fmt.Errorf("intake: resolution: %w", err)
 	}
+	// The resolved event goes to the fleet's outbox, as the agent's intake
+	// sends it; the agents deliver it.
+	ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: cfg.Redis.Prefix, ClaimIdle: cfg.NotifyClaimIdle, MaxLen: int64(cfg.NotifyOutboxMax)})
+	resolved, err := hooks.OutboxResolved(cfg, ob, "intake", log)
+	if err != nil {
+		_ = rc.Close()
+		return listener.Stores{}, fmt.Errorf("intake: %w", err)
+	}
+	if resolved != nil {
+		rec.Notify(resolved)
+	}
 	return listener.Stores{
 		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
 		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
@@ -170,7 +182,7 @@ func (a *Agent) buildGate() {
 func newApprovals(cfg config.Config, d Deps, h *hooks.Hooks, log *slog.Logger) (*approval.Approvals, error) {
 	store := d.Approvals
 	if store == nil {
-		store = approval.NewMemory()
+		store = approval.NewMemoryWith(approval.MemoryOptions{Keep: cfg.Queue.MaxAge})
 	}
 	src := d.Source
 	return approval.New(approval.Options{Store: store,

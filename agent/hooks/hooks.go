@@ -156,8 +156,13 @@ func (h *Hooks) Resolved(rec state.TaskRecord) {
 	if h.notifier == nil {
 		return
 	}
+	h.notifier.resolved(rec)
+}
+
+// resolved writes the resolved event of rec's alert.
+func (n *notifier) resolved(rec state.TaskRecord) {
 	v := rec.View(tracing.Link)
-	h.notifier.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
+	n.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
 }
 
 // ApprovalRequested writes the approval_requested event of a task parked

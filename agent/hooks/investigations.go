@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/autodiag/autodiag/agent/investigate"
+	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -84,10 +85,12 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 	}
 	tick := time.NewTicker(at.poll)
 	defer tick.Stop()
+	claimed := false
 	for {
 		rctx, cancel := context.WithTimeout(ctx, max(o.Config.Redis.Timeout, time.Second))
 		rec, ok, err := o.Store.Task(rctx, s.ID)
 		cancel()
+		claimed = claimed || err == nil && ok
 		if err == nil && ok && rec.Outcome != "" {
 			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated,
 				RanOn: rec.RanOn}
@@ -103,8 +106,23 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		}
 		select {
 		case <-ctx.Done():
+			if !claimed && at.needsApproval(s.Diagnostic) {
+				// Parked tasks have no record until they are decided and
+				// claimed: this one still awaits a person.
+				return investigate.TaskRecord{}, fmt.Errorf("task %s: %w when the investigation's time ran out", s.ID, investigate.ErrAwaitingApproval)
+			}
 			return investigate.TaskRecord{}, fmt.Errorf("task %s: no record before the investigation's time ran out: %w", s.ID, ctx.Err())
 		case <-tick.C:
 		}
 	}
+}
+
+// needsApproval: the catalog entry of diag says approval: required.
+func (at *agentTasks) needsApproval(diag string) bool {
+	for _, d := range at.o.Config.Diagnostics {
+		if d.Name == diag {
+			return d.Approval == runner.ApprovalRequired
+		}
+	}
+	return false
 }

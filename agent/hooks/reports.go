@@ -176,6 +176,16 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	if len(cfg.Notify) == 0 || ob == nil {
 		return reportSink(store, nil, written), nil
 	}
+	n, err := outboxNotifier(cfg, ob, instanceID, log)
+	if err != nil {
+		return nil, err
+	}
+	return reportSink(store, n, written), nil
+}
+
+// outboxNotifier writes the events of cfg's sinks to ob for the agents to
+// deliver; it never sends.
+func outboxNotifier(cfg config.Config, ob notify.Outbox, instanceID string, log *slog.Logger) (*notifier, error) {
 	sinks := make([]notify.Sink, len(cfg.Notify))
 	for i, c := range cfg.Notify {
 		sinks[i] = addressedSink{c}
@@ -185,9 +195,23 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	if err != nil {
 		return nil, fmt.Errorf("hooks: notify: %w", err)
 	}
-	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
-		log: log.With("component", "notify")}
-	return reportSink(store, n, written), nil
+	return &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
+		log: log.With("component", "notify")}, nil
+}
+
+// OutboxResolved is the `resolved` event of a process that delivers no
+// notifications itself (the standalone alert listener): each resolved
+// alert's event, the same as Hooks.Resolved writes, goes to ob for the
+// agents to deliver. nil when no sink is configured or there is no ob.
+func OutboxResolved(cfg config.Config, ob notify.Outbox, instanceID string, log *slog.Logger) (func(rec state.TaskRecord), error) {
+	if len(cfg.Notify) == 0 || ob == nil {
+		return nil, nil
+	}
+	n, err := outboxNotifier(cfg, ob, instanceID, log)
+	if err != nil {
+		return nil, err
+	}
+	return n.resolved, nil
 }
 
 // addressedSink is a configured sink as the writer of an outbox entry

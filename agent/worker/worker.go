@@ -130,7 +130,7 @@ func New(o Options) *Worker {
 	workers := int64(o.Workers)
 	receive := newWindow(workers, int64(o.BatchSize), o.Clock.Now, o.Metrics.ReceiveWindow)
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
-		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
+		log: o.Logger, redactor: o.Redactor, receive: receive, handed: semaphore.NewWeighted(handedHeldMax), run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing,
 		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals}
 	// As many handlers as the receive window holds, at most, are idle
