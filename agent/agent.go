@@ -40,7 +40,10 @@ import (
 
 // Deps are the agent's collaborators; Open builds them from a Config.
 type Deps struct {
-	Source  queue.Source
+	Source queue.Source
+	// Queue is Source's readiness check at launch when it has one (SQS);
+	// nil = none.
+	Queue   launch.Reachable
 	Store   state.Store
 	Limiter *limiter.Limiter
 	// RedisServer samples INFO clients of the state store's Redis (the
@@ -150,7 +153,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Source == nil || d.Store == nil || d.Limiter == nil {
+	if d.Source == nil || d.Store.TaskStore == nil || d.Limiter == nil {
 		return nil, errors.New("agent: Source, Store and Limiter are required")
 	}
 	if d.Logger == nil {
@@ -186,7 +189,7 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	if len(d.HostNames) > 0 {
 		a.hostNames = ownHostNames(d.HostNames...)
 		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
-		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
+		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store.Presence, cfg.Redis.Timeout)
 	}
 	red, err := hooks.NewRedactor(cfg, d.LookupEnv, d.Registry)
 	if err != nil {
@@ -230,21 +233,15 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	// refused; the record tells the gate's phase.
 	nudge := make(chan struct{}, 1)
 	a.gate = launch.New(launch.Options{Config: cfg, Watcher: d.Watcher, Actor: d.Actor, Store: d.Store,
-		Source: d.Source, Logger: log, Nudge: nudge})
+		Queue: d.Queue, Logger: log, Nudge: nudge})
 	var changed func() <-chan struct{}
 	if d.Watcher != nil {
 		changed = d.Watcher.StateChanged
 	}
-	var claims func(ctx context.Context, names []string) (map[string][]string, error)
-	if c, ok := d.Store.(interface {
-		HostClaims(ctx context.Context, names []string) (map[string][]string, error)
-	}); ok {
-		claims = c.HostClaims
-	}
 	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
 		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
 		names: a.hostNames, hostname: firstOwn(d.Hostname), drainedTTL: max(drainedInstanceTTL, cfg.Queue.TargetWait),
-		nudge: nudge, claims: claims, server: d.RedisServer, launchState: a.gate.State, changed: changed}
+		nudge: nudge, claims: d.Store.HostClaims, server: d.RedisServer, launchState: a.gate.State, changed: changed}
 	if d.CloudWatch != nil {
 		asg := d.ASGName
 		if asg == "" {

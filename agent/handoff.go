@@ -11,7 +11,7 @@ import (
 // noticeHandoff carries lifecycle notices between the agents sharing a
 // notification queue through the Redis state store, for lifecycle's sqs
 // source: a notice reaches its instance's agent in one receive.
-type noticeHandoff struct{ s *state.Redis }
+type noticeHandoff struct{ s *state.RedisHandoff }
 
 var _ lifecycle.Handoff = noticeHandoff{}
 

@@ -84,8 +84,7 @@ func firstOwn(name string) string {
 // ownedAddr reports whether an IP literal is one of this agent's names or,
 // with a shared store, a live agent's (one lookup bounded by
 // redis.timeout; an unanswered one is not owned).
-func ownedAddr(own []string, store any, timeout time.Duration) func(string) bool {
-	names, _ := store.(state.HostNames)
+func ownedAddr(own []string, names state.HostNames, timeout time.Duration) func(string) bool {
 	return func(h string) bool {
 		if slices.Contains(own, h) {
 			return true

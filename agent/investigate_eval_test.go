@@ -103,7 +103,7 @@ func scenarioYAML(t *testing.T, s eval.Scenario, model string, priceIn, priceOut
 // scripted model: parent task i on host s.Host+"-i" (its own limiter
 // keys) answered answers[i]. It returns each parent's report and the
 // store.
-func runScenario(t *testing.T, s eval.Scenario, answers ...string) ([]report.Result, *state.Memory) {
+func runScenario(t *testing.T, s eval.Scenario, answers ...string) ([]report.Result, state.Store) {
 	t.Helper()
 	m := &scriptedModel{s: s, answers: map[string]string{}}
 	ids := make([]string, len(answers))
@@ -117,7 +117,7 @@ func runScenario(t *testing.T, s eval.Scenario, answers ...string) ([]report.Res
 // runScenarioWith runs s with provider p as model, priced per million
 // tokens, one parent task per id, waiting at most wait for the reports.
 func runScenarioWith(t *testing.T, s eval.Scenario, p report.Provider, model string, priceIn, priceOut float64, wait time.Duration,
-	ids ...string) ([]report.Result, *state.Memory) {
+	ids ...string) ([]report.Result, state.Store) {
 	t.Helper()
 	cfg, err := config.Load([]byte(scenarioYAML(t, s, model, priceIn, priceOut)), nil)
 	if err != nil {

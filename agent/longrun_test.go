@@ -26,41 +26,41 @@ func (f runnerFunc) Run(ctx context.Context, d runner.Diagnostic, argv []string)
 
 // deadlineStore is a memory store that honours context deadlines the way
 // a network store does: a call on an ended context fails.
-type deadlineStore struct{ *state.Memory }
+type deadlineStore struct{ state.Store }
 
 func (s deadlineStore) Claim(ctx context.Context, rec state.TaskRecord, owner string, lease time.Duration) (state.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return state.Claim{}, err
 	}
-	return s.Memory.Claim(ctx, rec, owner, lease)
+	return s.Store.Claim(ctx, rec, owner, lease)
 }
 
 func (s deadlineStore) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.Memory.Renew(ctx, taskID, owner, lease)
+	return s.Store.Renew(ctx, taskID, owner, lease)
 }
 
 func (s deadlineStore) Finish(ctx context.Context, rec state.TaskRecord, x state.FinishExtras) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.Memory.Finish(ctx, rec, x)
+	return s.Store.Finish(ctx, rec, x)
 }
 
 func (s deadlineStore) Release(ctx context.Context, taskID, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.Memory.Release(ctx, taskID, owner)
+	return s.Store.Release(ctx, taskID, owner)
 }
 
 func (s deadlineStore) Audit(ctx context.Context, e state.AuditEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.Memory.Audit(ctx, e)
+	return s.Store.Audit(ctx, e)
 }
 
 // TestRunLongerThanCallBoundsRecordsItsResult: a diagnostic that runs
@@ -98,7 +98,7 @@ lifecycle: {drain_timeout: 5m}
 			}
 			return runner.Result{Outcome: outcome.Succeeded, Duration: runFor}
 		})
-		a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: slow, InstanceID: "i-long"})
+		a, err := New(cfg, Deps{Source: src, Store: storeOf(store), Limiter: lim, Runner: slow, InstanceID: "i-long"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ lifecycle: {drain_timeout: 5m}
 			returned = true
 			return runner.Result{Outcome: runner.Cancelled, ExitCode: -1}
 		})
-		a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: stubborn, InstanceID: "i-stubborn"})
+		a, err := New(cfg, Deps{Source: src, Store: storeOf(store), Limiter: lim, Runner: stubborn, InstanceID: "i-stubborn"})
 		if err != nil {
 			t.Fatal(err)
 		}

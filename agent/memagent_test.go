@@ -17,7 +17,7 @@ import (
 type memAgent struct {
 	*Agent
 	src   *queue.Memory
-	store *state.Memory
+	store state.Store
 	done  chan error
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/state"
 	"log/slog"
 	"net/http"
 
@@ -54,8 +55,11 @@ func (a *Agent) placement() worker.Placement {
 			}
 			return a.presence.ambiguousClaims(name)
 		}}
-	if h, ok := a.d.Store.(worker.Hosts); ok {
-		pl.Hosts = h
+	if a.d.Store.Handoff != nil {
+		pl.Hosts = struct {
+			state.HostNames
+			*state.RedisHandoff
+		}{a.d.Store.Presence, a.d.Store.Handoff}
 	}
 	return pl
 }

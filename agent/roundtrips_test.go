@@ -78,14 +78,14 @@ lifecycle: {drain_timeout: 1m}
 // lostReplyStore is a Memory store whose first Finish lands, with its
 // calls, and then reports an error, as a finish whose reply was lost.
 type lostReplyStore struct {
-	*state.Memory
+	state.Store
 	finishes atomic.Int64
 	calls    atomic.Int64 // FinishExtras.Calls received over every Finish
 }
 
 func (s *lostReplyStore) Finish(ctx context.Context, rec state.TaskRecord, x state.FinishExtras) error {
 	s.calls.Add(int64(len(x.Calls)))
-	err := s.Memory.Finish(ctx, rec, x)
+	err := s.Store.Finish(ctx, rec, x)
 	if s.finishes.Add(1) == 1 && err == nil {
 		return errors.New("reply lost")
 	}
@@ -125,9 +125,9 @@ lifecycle: {drain_timeout: 1m}
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &lostReplyStore{Memory: state.NewMemory(state.MemoryOptions{})}
+	store := &lostReplyStore{Store: state.NewMemory(state.MemoryOptions{})}
 	src := queue.NewMemory(queue.MemoryOptions{})
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: runnerFunc(failRun), InstanceID: "i-retry"})
+	a, err := New(cfg, Deps{Source: src, Store: storeOf(store), Limiter: lim, Runner: runnerFunc(failRun), InstanceID: "i-retry"})
 	if err != nil {
 		t.Fatal(err)
 	}

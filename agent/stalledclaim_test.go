@@ -27,7 +27,7 @@ func (s stallingStore) Claim(ctx context.Context, rec state.TaskRecord, owner st
 		return c, err
 	}
 	time.Sleep(s.stall)
-	if other, err := s.Memory.Claim(ctx, rec, "i-other", lease); err != nil || other.Result != state.Claimed {
+	if other, err := s.Store.Claim(ctx, rec, "i-other", lease); err != nil || other.Result != state.Claimed {
 		panic("the other agent could not claim the lapsed lease")
 	}
 	return c, nil
@@ -63,7 +63,7 @@ lifecycle: {drain_timeout: 1m}
 			ran++
 			return runner.Result{Outcome: outcome.Succeeded}
 		})
-		a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: count, InstanceID: "i-stopped"})
+		a, err := New(cfg, Deps{Source: src, Store: storeOf(store), Limiter: lim, Runner: count, InstanceID: "i-stopped"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/state/statetest"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/outcome"
 	"github.com/autodiag/autodiag/limiter"
@@ -26,8 +27,17 @@ var errStoreDown = errors.New("state store down (test)")
 // flakyStore is a memory store whose task, audit and mark calls fail
 // while down is set, as Redis does when it is unreachable.
 type flakyStore struct {
-	*state.Memory
+	state.Store
 	down atomic.Bool
+}
+
+// storeOf is the Store a lab's agent gets: s itself when it is one (a
+// fleet's keeps its hand-off), else a Store whose every role is s.
+func storeOf(s statetest.Roles) state.Store {
+	if st, ok := s.(state.Store); ok {
+		return st
+	}
+	return statetest.Store(s)
 }
 
 func (s *flakyStore) fail() error {
@@ -41,42 +51,42 @@ func (s *flakyStore) Claim(ctx context.Context, rec state.TaskRecord, owner stri
 	if err := s.fail(); err != nil {
 		return state.Claim{}, err
 	}
-	return s.Memory.Claim(ctx, rec, owner, lease)
+	return s.Store.Claim(ctx, rec, owner, lease)
 }
 
 func (s *flakyStore) Renew(ctx context.Context, taskID, owner string, lease time.Duration) error {
 	if err := s.fail(); err != nil {
 		return err
 	}
-	return s.Memory.Renew(ctx, taskID, owner, lease)
+	return s.Store.Renew(ctx, taskID, owner, lease)
 }
 
 func (s *flakyStore) Finish(ctx context.Context, rec state.TaskRecord, x state.FinishExtras) error {
 	if err := s.fail(); err != nil {
 		return err
 	}
-	return s.Memory.Finish(ctx, rec, x)
+	return s.Store.Finish(ctx, rec, x)
 }
 
 func (s *flakyStore) Release(ctx context.Context, taskID, owner string) error {
 	if err := s.fail(); err != nil {
 		return err
 	}
-	return s.Memory.Release(ctx, taskID, owner)
+	return s.Store.Release(ctx, taskID, owner)
 }
 
 func (s *flakyStore) Audit(ctx context.Context, e state.AuditEntry) error {
 	if err := s.fail(); err != nil {
 		return err
 	}
-	return s.Memory.Audit(ctx, e)
+	return s.Store.Audit(ctx, e)
 }
 
 func (s *flakyStore) MarkOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
 	if err := s.fail(); err != nil {
 		return false, err
 	}
-	return s.Memory.MarkOnce(ctx, key, ttl)
+	return s.Store.MarkOnce(ctx, key, ttl)
 }
 
 // faultyDLQ is a memory queue whose first failDLQ dead-letter sends fail.
@@ -104,7 +114,7 @@ type pipelineLab struct {
 	stopped bool
 }
 
-func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *pipelineLab {
+func startLab(t *testing.T, yaml string, src queue.Source, store statetest.Roles) *pipelineLab {
 	t.Helper()
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
@@ -122,7 +132,7 @@ func startLab(t *testing.T, yaml string, src queue.Source, store state.Store) *p
 		mu.Unlock()
 		return runner.Result{Outcome: outcome.Succeeded, Duration: time.Millisecond}
 	})
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: count, InstanceID: "i-lab"})
+	a, err := New(cfg, Deps{Source: src, Store: storeOf(store), Limiter: lim, Runner: count, InstanceID: "i-lab"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +181,7 @@ func TestStateFailOpenRunsAndWritesLater(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
-		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
+		store := &flakyStore{Store: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
 		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"open-1","host":"web-01","diagnostic":"echo"}`)); err != nil {
@@ -216,7 +226,7 @@ func TestStateFailClosedHandsBack(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
-		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
+		store := &flakyStore{Store: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
 		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailClosed, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"closed-1","host":"web-01","diagnostic":"echo"}`)); err != nil {
@@ -284,7 +294,7 @@ func TestRejectedMessageStoreDown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := queue.NewMemory(queue.MemoryOptions{})
-		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
+		store := &flakyStore{Store: state.NewMemory(state.MemoryOptions{})}
 		store.down.Store(true)
 		l := startLab(t, strings.Replace(labConfig, "%s", config.StateFailOpen, 1), src, store)
 		if _, err := src.Send(context.Background(), []byte(`{"id":"bad-2","host":"no such host","diagnostic":"echo"}`)); err != nil {

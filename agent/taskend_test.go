@@ -22,6 +22,7 @@ import (
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
+	"github.com/autodiag/autodiag/agent/state/statetest"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -79,13 +80,13 @@ func (q *countingQueue) Enqueue(ctx context.Context, j report.Job) error {
 }
 
 // endLab is an agent of endLabConfig whose diagnostic is run.
-func endLab(t *testing.T, store state.Store, ob notify.Outbox, q report.Queue, run runnerFunc) (*Agent, *queue.Memory, func()) {
+func endLab(t *testing.T, store statetest.Roles, ob notify.Outbox, q report.Queue, run runnerFunc) (*Agent, *queue.Memory, func()) {
 	t.Helper()
 	return endLabWith(t, endLabConfig, store, ob, q, run)
 }
 
 // endLabWith is endLab with the config yaml.
-func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, q report.Queue, run runnerFunc) (*Agent, *queue.Memory, func()) {
+func endLabWith(t *testing.T, yaml string, store statetest.Roles, ob notify.Outbox, q report.Queue, run runnerFunc) (*Agent, *queue.Memory, func()) {
 	t.Helper()
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
@@ -97,7 +98,7 @@ func endLabWith(t *testing.T, yaml string, store state.Store, ob notify.Outbox, 
 	}
 	hold := make(chan struct{})
 	src := queue.NewMemory(queue.MemoryOptions{})
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, Runner: run, InstanceID: "i-end", Outbox: ob,
+	a, err := New(cfg, Deps{Source: src, Store: storeOf(store), Limiter: lim, Runner: run, InstanceID: "i-end", Outbox: ob,
 		Reports: &hooks.ReportParts{Provider: heldProvider{release: hold}, Queue: q, Backend: limiter.NewMemory()}})
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +293,7 @@ func TestSupersededEndWritesNoEventOrReport(t *testing.T) {
 func TestBacklogReplayWritesExtrasOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		store := &flakyStore{Memory: state.NewMemory(state.MemoryOptions{})}
+		store := &flakyStore{Store: state.NewMemory(state.MemoryOptions{})}
 		ob := &countingOutbox{Outbox: notify.NewMemoryOutbox(notify.MemoryOptions{})}
 		q := &countingQueue{Queue: report.NewMemoryQueue(0, nil)}
 		cfg := strings.Replace(endLabConfig, "queue: {visibility_timeout: 1m}", "queue: {visibility_timeout: 1m}\nredis: {state_fail: open}", 1)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"github.com/autodiag/autodiag/agent/launch"
 	"log/slog"
 	"slices"
 	"time"
@@ -85,6 +86,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	}
 
 	var src queue.Source
+	var reach launch.Reachable // the SQS queue's, for the launch check
 	var alertSender alert.Sender
 	if cfg.Queue.URL == "" {
 		src = queue.NewMemory(queue.MemoryOptions{Visibility: cfg.Queue.VisibilityTimeout, Wait: cfg.Queue.WaitTime})
@@ -103,7 +105,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 				}
 			},
 		})
-		src = sqsSrc
+		src, reach = sqsSrc, sqsSrc
 		alertSender = listener.NewSQSSender(sqsClient, cfg.Queue.URL)
 	}
 	closers = append(closers, func() {
@@ -151,7 +153,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 	if rc != nil {
 		server = open.RedisServerClients(rc)
 	}
-	d := Deps{Source: src, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
+	d := Deps{Source: src, Queue: reach, Store: store, Limiter: lim, RedisServer: server, InstanceID: instanceID, Version: o.Version,
 		Logger: log, Registry: reg, ASGName: place.asg, AZ: place.az, AlertSender: alertSender,
 		Outbox: outbox, LookupEnv: o.LookupEnv, Hostname: open.Hostname(o, log), HostNames: hostNames,
 		OriginKey: open.OriginKey(o.LookupEnv, redisCfg, log)}
@@ -177,8 +179,8 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceSQS) {
 			ld.SQS = sqs.NewFromConfig(awsCfg)
-			if rs, ok := store.(*state.Redis); ok {
-				ld.Handoff = noticeHandoff{rs}
+			if store.Handoff != nil {
+				ld.Handoff = noticeHandoff{store.Handoff}
 			}
 		}
 		if cfg.Lifecycle.Has(lifecycle.SourceIMDS) || cfg.Lifecycle.Has(lifecycle.SourceSQS) {

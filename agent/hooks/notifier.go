@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/tracing"
@@ -36,12 +34,6 @@ const (
 	drainResultCompletionFailed = "completion_failed"
 )
 
-// streamOutbox is an outbox whose writes the state store can make in the
-// round trip of a task's final record (*notify.RedisOutbox).
-type streamOutbox interface {
-	AddArgs(e notify.Entry) *redis.XAddArgs
-}
-
 // writes are the outbox writes of a task's final record, when its outcome
 // is an event type, for the store to make with the record (and only when
 // it writes the record); the record's output is already redacted.
@@ -65,7 +57,7 @@ func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 		n.log.Warn("notification not written to the outbox; it is lost", "event", string(typ), "task_id", rec.ID, "err", err)
 		return nil
 	}
-	so, _ := n.d.Outbox().(streamOutbox)
+	ob := n.d.Outbox()
 	out := make([]state.Write, 0, len(entries))
 	// The closures take the id, not rec: a closure holding rec would move
 	// the whole record to the heap on every call, a task whose outcome is
@@ -78,9 +70,11 @@ func (n *notifier) writes(rec state.TaskRecord) []state.Write {
 					"event", string(e.Event), "sink", e.Sink, "task_id", id, "err", err)
 			}
 		}}
-		if so != nil {
-			w.Stream = so.AddArgs(e)
-			w.Done = func(id string) { n.d.Enqueued([]notify.Entry{e}, []string{id}) }
+		if ob != nil {
+			if a := ob.AddArgs(e); a != nil {
+				w.Stream = a
+				w.Done = func(id string) { n.d.Enqueued([]notify.Entry{e}, []string{id}) }
+			}
 		}
 		out = append(out, w)
 	}

@@ -323,12 +323,6 @@ func (rs *reports) run(ctx, hard context.Context) error {
 	return rs.r.Run(ctx)
 }
 
-// streamQueue is a report queue whose write the state store can make in
-// the round trip of a task's final record (*report.RedisQueue).
-type streamQueue interface {
-	AddArgs(j report.Job) (*redis.XAddArgs, error)
-}
-
 // writes is the report job of a task that ran, when its outcome is in
 // report.on, for the store to make with the task's final record (and
 // only when it writes the record): a report never delays the task's
@@ -349,8 +343,8 @@ func (rs *reports) writes(rec state.TaskRecord, diag runner.Diagnostic, res runn
 			rs.log.Warn("report job not queued; the task has no report", "task_id", id, "err", err)
 		}
 	}}
-	if sq, ok := rs.queue.(streamQueue); ok {
-		if a, err := sq.AddArgs(j); err == nil {
+	if rs.queue != nil {
+		if a, err := rs.queue.AddArgs(j); err == nil && a != nil {
 			w.Stream, w.Done = a, func(string) { rs.r.Kick() }
 		}
 	}

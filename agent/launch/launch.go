@@ -50,7 +50,7 @@ type Gate struct {
 	store   interface {
 		Ping(ctx context.Context) error
 	}
-	source   any // a queueReachable answers the queue check
+	queue    Reachable // nil: no queue check
 	log      *slog.Logger
 	nudge    chan<- struct{} // the instance record is written again
 	phase    atomic.Int32    // launchStarting, launchOpen or launchAbandoned
@@ -65,7 +65,9 @@ type Options struct {
 	Store   interface {
 		Ping(ctx context.Context) error
 	}
-	Source any
+	// Queue answers the readiness check of the task queue; nil = no
+	// such check (the memory queue always answers).
+	Queue  Reachable
 	Logger *slog.Logger
 	// Nudge is sent to (without blocking) when the phase changes.
 	Nudge chan<- struct{}
@@ -73,7 +75,7 @@ type Options struct {
 
 // New builds the gate; Open or Await opens it.
 func New(o Options) *Gate {
-	return &Gate{cfg: o.Config, watcher: o.Watcher, actor: o.Actor, store: o.Store, source: o.Source, log: o.Logger, nudge: o.Nudge}
+	return &Gate{cfg: o.Config, watcher: o.Watcher, actor: o.Actor, store: o.Store, queue: o.Queue, log: o.Logger, nudge: o.Nudge}
 }
 
 // Open lets intake start at once (no launch sequence: see Gated).
@@ -82,9 +84,9 @@ func (g *Gate) Open() { g.phase.Store(launchOpen) }
 // Watching records that the lifecycle watcher runs (a readiness check).
 func (g *Gate) Watching() { g.watching.Store(true) }
 
-// queueReachable is a task queue that can say whether it answers
-// (queue.SQS: GetQueueAttributes); the memory queue always does.
-type queueReachable interface {
+// Reachable is a task queue that can say whether it answers
+// (queue.SQS: GetQueueAttributes).
+type Reachable interface {
 	Reachable(ctx context.Context) error
 }
 
@@ -159,8 +161,8 @@ func (g *Gate) readiness(ctx context.Context) []lifecycle.Check {
 	if g.cfg.HasRedis() {
 		checks = append(checks, check("redis", g.store.Ping(ctx)))
 	}
-	if q, ok := g.source.(queueReachable); ok {
-		checks = append(checks, check("queue", q.Reachable(ctx)))
+	if g.queue != nil {
+		checks = append(checks, check("queue", g.queue.Reachable(ctx)))
 	}
 	if g.watcher != nil {
 		checks = append(checks, check("lifecycle", g.sourcesStarted()))

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -38,6 +40,9 @@ type memEntry struct {
 }
 
 var _ Outbox = (*MemoryOutbox)(nil)
+
+// AddArgs implements Outbox: nil, memory has no stream to write.
+func (m *MemoryOutbox) AddArgs(Entry) *redis.XAddArgs { return nil }
 
 // NewMemoryOutbox returns an empty MemoryOutbox.
 func NewMemoryOutbox(o MemoryOptions) *MemoryOutbox {

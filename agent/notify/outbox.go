@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -83,6 +85,10 @@ type Outbox interface {
 	// ClaimIdle is how long a claimed entry stays its holder's: a
 	// delivery must end well within it.
 	ClaimIdle() time.Duration
+	// AddArgs is the XADD that writes e, for the state store to make in
+	// the round trip of a task's final record (Dispatcher.Enqueued once
+	// it landed); nil when the outbox is not on Redis: Enqueue then.
+	AddArgs(e Entry) *redis.XAddArgs
 }
 
 // ReasonOutboxFull is the dead-letter reason of an entry shed because its

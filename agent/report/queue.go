@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
@@ -45,6 +47,10 @@ type Queue interface {
 	Ack(ctx context.Context, c Claimed) error
 	// Len is how many jobs wait or are in progress.
 	Len(ctx context.Context) (int64, error)
+	// AddArgs is the XADD that queues j, for the state store to make in
+	// the round trip of a task's final record (Reporter.Kick once it
+	// landed); nil when the queue is not on Redis: Enqueue then.
+	AddArgs(j Job) (*redis.XAddArgs, error)
 }
 
 // Shedder is a Queue with a cap: Shed takes the oldest jobs past it, at
@@ -75,6 +81,9 @@ type memJob struct {
 }
 
 var _ Queue = (*MemoryQueue)(nil)
+
+// AddArgs implements Queue: nil, memory has no stream to write.
+func (q *MemoryQueue) AddArgs(Job) (*redis.XAddArgs, error) { return nil, nil }
 
 // NewMemoryQueue returns an empty queue; lease 0 is DefaultLease, clk nil
 // is the wall clock.

@@ -45,7 +45,7 @@ type claimedTask struct {
 	addr, prefix string
 	c            *redis.Client
 	rt           roundTrips
-	s            *state.Redis
+	s            state.Store
 	rec          state.TaskRecord
 }
 

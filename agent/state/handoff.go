@@ -23,12 +23,12 @@ const noticesMaxLen = 16
 
 // Live reports whether instanceID's agent keeps its record fresh: its
 // heartbeat expiry in the instance index is ahead of now.
-func (r *Redis) Live(ctx context.Context, instanceID string) (bool, error) {
+func (r *RedisHandoff) Live(ctx context.Context, instanceID string) (bool, error) {
 	return wait(ctx, r, "live", instanceID, func(ctx context.Context) (bool, error) { return r.live(ctx, instanceID) })
 }
 
 // live is Live on the caller's goroutine, for a call already inside wait.
-func (r *Redis) live(ctx context.Context, instanceID string) (bool, error) {
+func (r *RedisHandoff) live(ctx context.Context, instanceID string) (bool, error) {
 	score, err := r.c.ZScore(ctx, r.k.instances(instanceID), instanceID).Result()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
@@ -43,7 +43,7 @@ func (r *Redis) live(ctx context.Context, instanceID string) (bool, error) {
 // P handoff:INST, at most noticesMaxLen, TTL ttl from this write) when that
 // instance's agent is live, and reports whether it did: false, and
 // nothing written, when that agent is not live.
-func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl time.Duration) (bool, error) {
+func (r *RedisHandoff) GiveNotice(ctx context.Context, instanceID, notice string, ttl time.Duration) (bool, error) {
 	return wait(ctx, r, "give notice to", instanceID, func(ctx context.Context) (bool, error) {
 		live, err := r.live(ctx, instanceID)
 		if err != nil || !live {
@@ -68,7 +68,7 @@ func (r *Redis) GiveNotice(ctx context.Context, instanceID, notice string, ttl t
 // A wait is cut short when ctx is cancelled: the read runs on a connection
 // of its own, which CLIENT UNBLOCK frees (the client itself would wait for
 // the block to end).
-func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error) {
+func (r *RedisHandoff) TakeNotices(ctx context.Context, instanceID, after string, block time.Duration) ([]HandedNotice, error) {
 	out, err := r.takeStream(ctx, &r.hand, r.k.handoff(instanceID), "notice", after, noticesMaxLen, block)
 	if err != nil {
 		return nil, fmt.Errorf("state: take notices of %s: %w", instanceID, err)
@@ -80,7 +80,7 @@ func (r *Redis) TakeNotices(ctx context.Context, instanceID, after string, block
 // ("" = from the first), at most count, waiting up to block for one on
 // the connection conn keeps; field is the entry's value. A wait cut short
 // by ctx returns nothing and no error.
-func (r *Redis) takeStream(ctx context.Context, conn *handoffConn, key, field, after string, count int64, block time.Duration) ([]HandedNotice, error) {
+func (r *RedisHandoff) takeStream(ctx context.Context, conn *handoffConn, key, field, after string, count int64, block time.Duration) ([]HandedNotice, error) {
 	if after == "" {
 		after = "0"
 	}
@@ -113,7 +113,7 @@ func (r *Redis) takeStream(ctx context.Context, conn *handoffConn, key, field, a
 
 // nodeFor returns the client of the server holding key, or nil when the
 // client cannot say (a Ring).
-func (r *Redis) nodeFor(ctx context.Context, key string) *redis.Client {
+func (r *RedisHandoff) nodeFor(ctx context.Context, key string) *redis.Client {
 	switch c := r.c.(type) {
 	case *redis.Client:
 		return c
@@ -228,7 +228,7 @@ func (h *handoffConn) read(ctx context.Context, node *redis.Client, args *redis.
 }
 
 // ForgetNotices drops the notices handed to instanceID.
-func (r *Redis) ForgetNotices(ctx context.Context, instanceID string) error {
+func (r *RedisHandoff) ForgetNotices(ctx context.Context, instanceID string) error {
 	return wait0(ctx, r, "forget notices of", instanceID, func(ctx context.Context) error {
 		if err := r.c.Del(ctx, r.k.handoff(instanceID)).Err(); err != nil {
 			return fmt.Errorf("state: forget notices of %s: %w", instanceID, err)

@@ -35,14 +35,14 @@ func TestRedisTakeNoticesNeverMissesOne(t *testing.T) {
 	}
 	give := func(body string) {
 		t.Helper()
-		if handed, err := s.GiveNotice(ctx, "i-2", body, time.Minute); err != nil || !handed {
+		if handed, err := s.Handoff.GiveNotice(ctx, "i-2", body, time.Minute); err != nil || !handed {
 			t.Fatalf("give %s = %v, %v; want handed", body, handed, err)
 		}
 	}
 	take := func(after, want string) string {
 		t.Helper()
 		start := time.Now()
-		got, err := s.TakeNotices(ctx, "i-2", after, block)
+		got, err := s.Handoff.TakeNotices(ctx, "i-2", after, block)
 		if err != nil || len(got) != 1 || got[0].Body != want {
 			t.Fatalf("take after %q = %+v, %v; want %s", after, got, err, want)
 		}
@@ -64,7 +64,7 @@ func TestRedisTakeNoticesNeverMissesOne(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		got, err := s.TakeNotices(ctx, "i-2", id, block)
+		got, err := s.Handoff.TakeNotices(ctx, "i-2", id, block)
 		done <- result{got, err}
 	}()
 	deadline := time.Now().Add(block / 3)

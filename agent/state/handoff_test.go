@@ -21,7 +21,7 @@ func TestRedisNoticeHandoff(t *testing.T) {
 			prefix := uniquePrefix(t, c)
 			s := state.NewRedis(c, state.RedisOptions{Prefix: prefix, Clock: clk})
 			const hbTTL = 30 * time.Second
-			if handed, err := s.GiveNotice(ctx, "i-2", "n0", time.Minute); err != nil || handed {
+			if handed, err := s.Handoff.GiveNotice(ctx, "i-2", "n0", time.Minute); err != nil || handed {
 				t.Fatalf("give to an unknown instance = %v, %v; want not handed", handed, err)
 			}
 			if n, _ := c.Exists(ctx, prefix+"handoff:i-2").Result(); n != 0 {
@@ -31,19 +31,19 @@ func TestRedisNoticeHandoff(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, body := range []string{"n1", "n2"} {
-				if handed, err := s.GiveNotice(ctx, "i-2", body, time.Minute); err != nil || !handed {
+				if handed, err := s.Handoff.GiveNotice(ctx, "i-2", body, time.Minute); err != nil || !handed {
 					t.Fatalf("give %s = %v, %v; want handed", body, handed, err)
 				}
 			}
 			if ttl, _ := c.PTTL(ctx, prefix+"handoff:i-2").Result(); ttl <= 0 || ttl > time.Minute {
 				t.Fatalf("handed notices' TTL %s; want within the 1m given", ttl)
 			}
-			got, err := s.TakeNotices(ctx, "i-2", "", 0)
+			got, err := s.Handoff.TakeNotices(ctx, "i-2", "", 0)
 			if err != nil || len(got) != 2 || got[0].Body != "n1" || got[1].Body != "n2" {
 				t.Fatalf("take = %+v, %v; want n1, n2", got, err)
 			}
 			start := time.Now()
-			rest, err := s.TakeNotices(ctx, "i-2", got[1].ID, 50*time.Millisecond)
+			rest, err := s.Handoff.TakeNotices(ctx, "i-2", got[1].ID, 50*time.Millisecond)
 			if err != nil || len(rest) != 0 {
 				t.Fatalf("take after the last = %+v, %v; want none", rest, err)
 			}
@@ -52,13 +52,13 @@ func TestRedisNoticeHandoff(t *testing.T) {
 			}
 			// Past its heartbeat expiry the agent is not live any more.
 			clk.Add(hbTTL)
-			if handed, err := s.GiveNotice(ctx, "i-2", "n3", time.Minute); err != nil || handed {
+			if handed, err := s.Handoff.GiveNotice(ctx, "i-2", "n3", time.Minute); err != nil || handed {
 				t.Fatalf("give to a lapsed agent = %v, %v; want not handed", handed, err)
 			}
-			if err := s.ForgetNotices(ctx, "i-2"); err != nil {
+			if err := s.Handoff.ForgetNotices(ctx, "i-2"); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := s.TakeNotices(ctx, "i-2", "", 0); err != nil || len(got) != 0 {
+			if got, err := s.Handoff.TakeNotices(ctx, "i-2", "", 0); err != nil || len(got) != 0 {
 				t.Fatalf("take after forget = %+v, %v; want none", got, err)
 			}
 		})
@@ -77,7 +77,7 @@ func TestRedisTakeNoticesCancelled(t *testing.T) {
 				start := time.Now()
 				stop := context.AfterFunc(t.Context(), cancel)
 				timer := time.AfterFunc(cancelAfter, cancel)
-				got, err := s.TakeNotices(ctx, "i-2", "", block)
+				got, err := s.Handoff.TakeNotices(ctx, "i-2", "", block)
 				timer.Stop()
 				stop()
 				cancel()

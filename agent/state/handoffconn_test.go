@@ -42,13 +42,13 @@ func TestRedisTakeNoticesKeepsItsConnection(t *testing.T) {
 	s := state.NewRedis(c, state.RedisOptions{Prefix: prefix})
 	t.Cleanup(func() { _ = s.Close() })
 	for range 3 {
-		if got, err := s.TakeNotices(t.Context(), "i-1", "", 10*time.Millisecond); err != nil || len(got) != 0 {
+		if got, err := s.Handoff.TakeNotices(t.Context(), "i-1", "", 10*time.Millisecond); err != nil || len(got) != 0 {
 			t.Fatalf("take = %+v, %v; want none", got, err)
 		}
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	timer := time.AfterFunc(50*time.Millisecond, cancel)
-	if got, err := s.TakeNotices(ctx, "i-1", "", 30*time.Second); err != nil || len(got) != 0 {
+	if got, err := s.Handoff.TakeNotices(ctx, "i-1", "", 30*time.Second); err != nil || len(got) != 0 {
 		t.Fatalf("cancelled take = %+v, %v; want none", got, err)
 	}
 	timer.Stop()
@@ -56,10 +56,10 @@ func TestRedisTakeNoticesKeepsItsConnection(t *testing.T) {
 	if err := s.PutInstance(t.Context(), state.Instance{ID: "i-1", State: "running"}, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if handed, err := s.GiveNotice(t.Context(), "i-1", "n1", time.Minute); err != nil || !handed {
+	if handed, err := s.Handoff.GiveNotice(t.Context(), "i-1", "n1", time.Minute); err != nil || !handed {
 		t.Fatalf("give = %v, %v", handed, err)
 	}
-	if got, err := s.TakeNotices(t.Context(), "i-1", "", 30*time.Second); err != nil || len(got) != 1 || got[0].Body != "n1" {
+	if got, err := s.Handoff.TakeNotices(t.Context(), "i-1", "", 30*time.Second); err != nil || len(got) != 1 || got[0].Body != "n1" {
 		t.Fatalf("take = %+v, %v; want n1", got, err)
 	}
 	if n := ids.n.Load(); n != 1 {

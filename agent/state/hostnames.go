@@ -45,16 +45,11 @@ type HostNames interface {
 	HostOwner(ctx context.Context, name string) (owner HostOwner, ok bool, err error)
 }
 
-var (
-	_ HostNames = (*Redis)(nil)
-	_ HostNames = (*Memory)(nil)
-)
-
 // HostOwner implements HostNames: the live members of the name's index
 // (<prefix>hostname:NAME, scored by their heartbeat expiry like the
 // instance index), then the one owner's record for its state: two
 // commands, whatever the size of the fleet.
-func (r *Redis) HostOwner(ctx context.Context, name string) (HostOwner, bool, error) {
+func (r *RedisPresence) HostOwner(ctx context.Context, name string) (HostOwner, bool, error) {
 	type answer struct {
 		o  HostOwner
 		ok bool
@@ -95,7 +90,7 @@ func (r *Redis) HostOwner(ctx context.Context, name string) (HostOwner, bool, er
 // heartbeat); its lapsed members are removed and its TTL set with the
 // instance index's trim (trim: once a minute per writer, and at its first
 // write), as readers only count live members.
-func (r *Redis) putNames(ctx context.Context, p redis.Pipeliner, inst Instance, now time.Time, ttl time.Duration, trim bool) {
+func (r *RedisPresence) putNames(ctx context.Context, p redis.Pipeliner, inst Instance, now time.Time, ttl time.Duration, trim bool) {
 	for _, n := range inst.Names {
 		key := r.k.hostName(n)
 		p.ZAdd(ctx, key, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: inst.ID})
@@ -108,7 +103,7 @@ func (r *Redis) putNames(ctx context.Context, p redis.Pipeliner, inst Instance, 
 
 // HostOwner implements HostNames over the instances this store holds
 // (embedded mode: the agent itself).
-func (m *Memory) HostOwner(_ context.Context, name string) (HostOwner, bool, error) {
+func (m *MemoryPresence) HostOwner(_ context.Context, name string) (HostOwner, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
@@ -142,7 +137,7 @@ const handTasksMaxLen = 10000
 // <prefix>handtasks:INST, TTL ttl from this write): the agent that owns the
 // task's host takes it from there (TakeTasks) and runs it as if it had
 // received it. The queue's message stays the task's durable copy.
-func (r *Redis) GiveTask(ctx context.Context, instanceID, body string, ttl time.Duration) error {
+func (r *RedisHandoff) GiveTask(ctx context.Context, instanceID, body string, ttl time.Duration) error {
 	return wait0(ctx, r, "give task to", instanceID, func(ctx context.Context) error {
 		key := r.k.handTasks(instanceID)
 		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -161,7 +156,7 @@ func (r *Redis) GiveTask(ctx context.Context, instanceID, body string, ttl time.
 // after ("" = from the first), oldest first, waiting up to block for one.
 // They stay stored until ForgetTasks; a wait cut short by ctx returns
 // nothing.
-func (r *Redis) TakeTasks(ctx context.Context, instanceID, after string, count int, block time.Duration) ([]HandedNotice, error) {
+func (r *RedisHandoff) TakeTasks(ctx context.Context, instanceID, after string, count int, block time.Duration) ([]HandedNotice, error) {
 	out, err := r.takeStream(ctx, &r.handTasks, r.k.handTasks(instanceID), "task", after, int64(count), block)
 	if err != nil {
 		return nil, fmt.Errorf("state: take tasks of %s: %w", instanceID, err)
@@ -170,7 +165,7 @@ func (r *Redis) TakeTasks(ctx context.Context, instanceID, after string, count i
 }
 
 // ForgetTasks drops the handed tasks ids of instanceID, once taken.
-func (r *Redis) ForgetTasks(ctx context.Context, instanceID string, ids ...string) error {
+func (r *RedisHandoff) ForgetTasks(ctx context.Context, instanceID string, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -185,7 +180,7 @@ func (r *Redis) ForgetTasks(ctx context.Context, instanceID string, ids ...strin
 // HostClaims returns, for each of names, the live agents that claim it
 // (at most 3 each, sorted): one pipelined read per name, for an agent to
 // learn which of its own names another live agent claims too.
-func (r *Redis) HostClaims(ctx context.Context, names []string) (map[string][]string, error) {
+func (r *RedisPresence) HostClaims(ctx context.Context, names []string) (map[string][]string, error) {
 	return wait(ctx, r, "host claims", "", func(ctx context.Context) (map[string][]string, error) {
 		now := strconv.FormatInt(r.o.Clock.Now().UnixMilli(), 10)
 		cmds := make([]*redis.StringSliceCmd, len(names))
@@ -209,7 +204,7 @@ func (r *Redis) HostClaims(ctx context.Context, names []string) (map[string][]st
 }
 
 // HostClaims implements the same over the instances this store holds.
-func (m *Memory) HostClaims(_ context.Context, names []string) (map[string][]string, error) {
+func (m *MemoryPresence) HostClaims(_ context.Context, names []string) (map[string][]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()

@@ -89,28 +89,28 @@ func TestRedisTaskHandoff(t *testing.T) {
 			prefix := uniquePrefix(t, c)
 			s := state.NewRedis(c, state.RedisOptions{Prefix: prefix})
 			for _, body := range []string{"t1", "t2", "t3"} {
-				if err := s.GiveTask(ctx, "i-2", body, time.Minute); err != nil {
+				if err := s.Handoff.GiveTask(ctx, "i-2", body, time.Minute); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if ttl, _ := c.PTTL(ctx, prefix+"handtasks:i-2").Result(); ttl <= 0 || ttl > time.Minute {
 				t.Fatalf("handed tasks' TTL %s; want within the 1m given", ttl)
 			}
-			got, err := s.TakeTasks(ctx, "i-2", "", 2, time.Second)
+			got, err := s.Handoff.TakeTasks(ctx, "i-2", "", 2, time.Second)
 			if err != nil || len(got) != 2 || got[0].Body != "t1" || got[1].Body != "t2" {
 				t.Fatalf("take 2 = %+v, %v; want t1, t2", got, err)
 			}
-			if err := s.ForgetTasks(ctx, "i-2", got[0].ID, got[1].ID); err != nil {
+			if err := s.Handoff.ForgetTasks(ctx, "i-2", got[0].ID, got[1].ID); err != nil {
 				t.Fatal(err)
 			}
-			rest, err := s.TakeTasks(ctx, "i-2", "", 10, 0)
+			rest, err := s.Handoff.TakeTasks(ctx, "i-2", "", 10, 0)
 			if err != nil || len(rest) != 1 || rest[0].Body != "t3" {
 				t.Fatalf("take after forgetting two = %+v, %v; want t3 alone", rest, err)
 			}
 			// A wait cut short by its context returns nothing.
 			cctx, cancel := context.WithCancel(ctx)
 			cancel()
-			if none, err := s.TakeTasks(cctx, "i-2", rest[0].ID, 10, time.Minute); err != nil || len(none) != 0 {
+			if none, err := s.Handoff.TakeTasks(cctx, "i-2", rest[0].ID, 10, time.Minute); err != nil || len(none) != 0 {
 				t.Fatalf("a cancelled take = %+v, %v; want nothing", none, err)
 			}
 		})

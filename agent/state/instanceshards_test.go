@@ -70,7 +70,7 @@ func TestRedisInstanceShards(t *testing.T) {
 				live bool
 			}{{ttl - time.Millisecond, "i-01", true}, {ttl, "i-01", false}, {ttl, "i-00", true}, {ttl, "i-99", false}} {
 				clk.Set(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).Add(tc.at))
-				if live, err := s.Live(ctx, tc.id); err != nil || live != tc.live {
+				if live, err := s.Handoff.Live(ctx, tc.id); err != nil || live != tc.live {
 					t.Errorf("Live(%s) at +%s = %v, %v; want %v", tc.id, tc.at, live, err, tc.live)
 				}
 			}

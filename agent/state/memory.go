@@ -20,9 +20,10 @@ type MemoryOptions struct {
 	MaxTasks  int           // task records (and marks) kept at most, oldest finished dropped first (default 100000)
 }
 
-// Memory is the Store of embedded mode: one agent, nothing survives a
-// restart. Its semantics match Redis so the agent code is the same.
-type Memory struct {
+// memory is what the stores of embedded mode share: one agent, nothing
+// survives a restart. Their semantics match the Redis stores' so the agent
+// code is the same; each concern is its own type over it, as with Redis.
+type memory struct {
 	o MemoryOptions
 
 	mu        sync.Mutex
@@ -45,10 +46,28 @@ type memInstance struct {
 	expires time.Time
 }
 
-var _ Store = (*Memory)(nil)
+// MemoryLeases is RedisLeases in memory.
+type MemoryLeases struct{ *memory }
 
-// NewMemory returns an empty Memory store.
-func NewMemory(o MemoryOptions) *Memory {
+// MemoryRecords is RedisRecords in memory.
+type MemoryRecords struct{ *memory }
+
+// MemoryAudit is RedisAudit in memory: a ring of AuditMax entries.
+type MemoryAudit struct{ *memory }
+
+// MemoryPresence is RedisPresence in memory.
+type MemoryPresence struct{ *memory }
+
+var (
+	_ LeaseStore = (*MemoryLeases)(nil)
+	_ TaskStore  = (*MemoryRecords)(nil)
+	_ Marks      = (*MemoryRecords)(nil)
+	_ AuditLog   = (*MemoryAudit)(nil)
+	_ Presence   = (*MemoryPresence)(nil)
+)
+
+// NewMemory returns empty stores of embedded mode over one memory.
+func NewMemory(o MemoryOptions) Store {
 	if o.Clock == nil {
 		o.Clock = clock.Wall{}
 	}
@@ -61,18 +80,20 @@ func NewMemory(o MemoryOptions) *Memory {
 	if o.MaxTasks <= 0 {
 		o.MaxTasks = 100000
 	}
-	return &Memory{
+	m := &memory{
 		o:         o,
 		tasks:     map[string]*memTask{},
 		instances: map[string]memInstance{},
 		drains:    map[string]DrainRecord{},
 		marks:     map[string]time.Time{},
 	}
+	records := &MemoryRecords{m}
+	return Store{LeaseStore: &MemoryLeases{m}, TaskStore: records, AuditLog: &MemoryAudit{m}, Presence: &MemoryPresence{m}, Marks: records}
 }
 
 // gc drops expired finished records and, past MaxTasks, the oldest finished
 // ones; called with mu held.
-func (m *Memory) gc(now time.Time) {
+func (m *memory) gc(now time.Time) {
 	for id, t := range m.tasks {
 		if !t.expires.IsZero() && !now.Before(t.expires) {
 			delete(m.tasks, id)
@@ -96,8 +117,8 @@ func (m *Memory) gc(now time.Time) {
 	}
 }
 
-// Claim implements Store.
-func (m *Memory) Claim(_ context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
+// Claim implements LeaseStore.
+func (m *MemoryLeases) Claim(_ context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
@@ -128,8 +149,8 @@ func (m *Memory) Claim(_ context.Context, rec TaskRecord, owner string, lease ti
 	return Claim{Result: Claimed, Record: rec}, nil
 }
 
-// Renew implements Store.
-func (m *Memory) Renew(_ context.Context, taskID, owner string, lease time.Duration) error {
+// Renew implements LeaseStore.
+func (m *MemoryLeases) Renew(_ context.Context, taskID, owner string, lease time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.tasks[taskID]
@@ -140,8 +161,8 @@ func (m *Memory) Renew(_ context.Context, taskID, owner string, lease time.Durat
 	return nil
 }
 
-// Finish implements Store.
-func (m *Memory) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
+// Finish implements TaskStore.
+func (m *MemoryRecords) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error {
 	for _, c := range x.Calls {
 		c.Fallback(ctx)
 	}
@@ -158,7 +179,7 @@ func (m *Memory) Finish(ctx context.Context, rec TaskRecord, x FinishExtras) err
 // finish writes rec and x.Audit under one lock, the audit entry even
 // when rec is superseded; repeated reports a finish with x.ID that
 // already landed, which writes nothing.
-func (m *Memory) finish(rec TaskRecord, x FinishExtras) (repeated bool, err error) {
+func (m *MemoryRecords) finish(rec TaskRecord, x FinishExtras) (repeated bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
@@ -190,8 +211,8 @@ func (m *Memory) finish(rec TaskRecord, x FinishExtras) (repeated bool, err erro
 	return false, nil
 }
 
-// Release implements Store.
-func (m *Memory) Release(_ context.Context, taskID, owner string) error {
+// Release implements LeaseStore.
+func (m *MemoryLeases) Release(_ context.Context, taskID, owner string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.tasks[taskID]
@@ -204,8 +225,8 @@ func (m *Memory) Release(_ context.Context, taskID, owner string) error {
 	return nil
 }
 
-// Recover implements Store.
-func (m *Memory) Recover(_ context.Context, owner string) ([]TaskRecord, error) {
+// Recover implements LeaseStore.
+func (m *MemoryLeases) Recover(_ context.Context, owner string) ([]TaskRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []TaskRecord
@@ -220,8 +241,25 @@ func (m *Memory) Recover(_ context.Context, owner string) ([]TaskRecord, error) 
 	return out, nil
 }
 
-// Task implements Store.
-func (m *Memory) Task(_ context.Context, id string) (TaskRecord, bool, error) {
+// ClaimThen implements LeaseStore: memory has no script to run then in,
+// so it does nothing and answers folded false.
+func (m *MemoryLeases) ClaimThen(context.Context, TaskRecord, string, time.Duration, Then) (Claim, any, bool, error) {
+	return Claim{}, nil, false, nil
+}
+
+// InflightIDs implements LeaseStore: memory derives its in-flight entries
+// from the records, so it has no leftovers to list besides them.
+func (m *MemoryLeases) InflightIDs(_ context.Context, instanceID string) ([]string, error) {
+	entries := (&MemoryPresence{m.memory}).inflight(instanceID)
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.TaskID
+	}
+	return ids, nil
+}
+
+// Task implements TaskStore.
+func (m *MemoryRecords) Task(_ context.Context, id string) (TaskRecord, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.tasks[id]
@@ -231,8 +269,8 @@ func (m *Memory) Task(_ context.Context, id string) (TaskRecord, bool, error) {
 	return t.rec, true, nil
 }
 
-// SetReport implements Store.
-func (m *Memory) SetReport(_ context.Context, id string, report json.RawMessage) (bool, error) {
+// SetReport implements TaskStore.
+func (m *MemoryRecords) SetReport(_ context.Context, id string, report json.RawMessage) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.tasks[id]
@@ -243,15 +281,15 @@ func (m *Memory) SetReport(_ context.Context, id string, report json.RawMessage)
 	return true, nil
 }
 
-// Audit implements Store.
-func (m *Memory) Audit(_ context.Context, e AuditEntry) error {
+// Audit implements AuditLog.
+func (m *MemoryAudit) Audit(_ context.Context, e AuditEntry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.auditLocked(e)
 	return nil
 }
 
-func (m *Memory) auditLocked(e AuditEntry) {
+func (m *memory) auditLocked(e AuditEntry) {
 	if e.Time.IsZero() {
 		e.Time = m.o.Clock.Now()
 	}
@@ -261,8 +299,8 @@ func (m *Memory) auditLocked(e AuditEntry) {
 	}
 }
 
-// RecentAudit implements Store.
-func (m *Memory) RecentAudit(_ context.Context, n int) ([]AuditEntry, error) {
+// RecentAudit implements AuditLog.
+func (m *MemoryAudit) RecentAudit(_ context.Context, n int) ([]AuditEntry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []AuditEntry
@@ -272,8 +310,8 @@ func (m *Memory) RecentAudit(_ context.Context, n int) ([]AuditEntry, error) {
 	return out, nil
 }
 
-// PutInstance implements Store.
-func (m *Memory) PutInstance(_ context.Context, inst Instance, ttl time.Duration) error {
+// PutInstance implements InstanceStore.
+func (m *MemoryPresence) PutInstance(_ context.Context, inst Instance, ttl time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
@@ -282,8 +320,8 @@ func (m *Memory) PutInstance(_ context.Context, inst Instance, ttl time.Duration
 	return nil
 }
 
-// Instances implements Store.
-func (m *Memory) Instances(context.Context) ([]Instance, error) {
+// Instances implements InstanceStore.
+func (m *MemoryPresence) Instances(context.Context) ([]Instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
@@ -303,8 +341,12 @@ func (m *Memory) Instances(context.Context) ([]Instance, error) {
 	return out, nil
 }
 
-// Inflight implements Store.
-func (m *Memory) Inflight(_ context.Context, instanceID string) ([]InflightEntry, error) {
+// Inflight implements InstanceStore.
+func (m *MemoryPresence) Inflight(_ context.Context, instanceID string) ([]InflightEntry, error) {
+	return m.inflight(instanceID), nil
+}
+
+func (m *MemoryPresence) inflight(instanceID string) []InflightEntry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []InflightEntry
@@ -314,19 +356,19 @@ func (m *Memory) Inflight(_ context.Context, instanceID string) ([]InflightEntry
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
-	return out, nil
+	return out
 }
 
-// SaveDrain implements Store.
-func (m *Memory) SaveDrain(_ context.Context, instanceID string, d DrainRecord) error {
+// SaveDrain implements DrainStore.
+func (m *MemoryPresence) SaveDrain(_ context.Context, instanceID string, d DrainRecord) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.drains[instanceID] = d
 	return nil
 }
 
-// LoadDrain implements Store.
-func (m *Memory) LoadDrain(_ context.Context, instanceID string) (*DrainRecord, error) {
+// LoadDrain implements DrainStore.
+func (m *MemoryPresence) LoadDrain(_ context.Context, instanceID string) (*DrainRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, ok := m.drains[instanceID]
@@ -336,9 +378,9 @@ func (m *Memory) LoadDrain(_ context.Context, instanceID string) (*DrainRecord, 
 	return &d, nil
 }
 
-// MarkOnce implements Store. Past MaxTasks marks, expired ones go first,
+// MarkOnce implements Marks. Past MaxTasks marks, expired ones go first,
 // then those nearest their expiry.
-func (m *Memory) MarkOnce(_ context.Context, key string, ttl time.Duration) (bool, error) {
+func (m *MemoryRecords) MarkOnce(_ context.Context, key string, ttl time.Duration) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Clock.Now()
@@ -365,8 +407,5 @@ func (m *Memory) MarkOnce(_ context.Context, key string, ttl time.Duration) (boo
 	return true, nil
 }
 
-// Ping implements Store; memory always answers.
-func (m *Memory) Ping(context.Context) error { return nil }
-
-// Close implements Store.
-func (m *Memory) Close() error { return nil }
+// Ping implements InstanceStore; memory always answers.
+func (m *MemoryPresence) Ping(context.Context) error { return nil }

@@ -68,7 +68,7 @@ func TestRedisSQSExactlyOnce(t *testing.T) {
 	type agent struct {
 		id      string
 		src     *queue.SQS
-		store   *state.Redis
+		store   state.Store
 		mu      sync.Mutex
 		running map[string]bool
 	}

@@ -317,7 +317,7 @@ func TestRedisScriptsReloadAfterFlush(t *testing.T) {
 			if err != nil || !ok || rec.Status != state.StatusDone {
 				t.Fatalf("record = %+v %v %v", rec, ok, err)
 			}
-			c.Del(ctx, s.TaskKey("flush-1"))
+			c.Del(ctx, s.TaskStore.(*state.RedisRecords).TaskKey("flush-1"))
 		})
 	}
 }

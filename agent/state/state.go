@@ -1,8 +1,10 @@
 // Package state keeps what the fleet must remember about tasks so that a
 // crash, a restart or a duplicate delivery never loses or doubles work:
 // execution leases, task records, per-instance in-flight sets, instance
-// records, persisted drain state and a capped audit stream. Memory serves
-// embedded mode (one agent); Redis serves a fleet.
+// records, persisted drain state and a capped audit stream. Each concern
+// is a store of its own over one backend (leases.go, records.go, audit.go,
+// presence.go, handoff.go): NewMemory builds them for embedded mode (one
+// agent), NewRedis over one client for a fleet.
 package state
 
 import (
@@ -256,16 +258,38 @@ type DrainRecord struct {
 	Completed bool      `json:"completed"`
 }
 
-// TaskStore keeps task records and their execution leases: what makes a
-// redelivered or duplicate message run at most once.
-type TaskStore interface {
+// LeaseStore takes and gives back the execution leases of tasks: what
+// makes a redelivered or duplicate message run at most once. A claim
+// writes the task's record as running with its lease.
+type LeaseStore interface {
 	// Claim takes the execution lease of rec.ID for owner (for lease), or
 	// reports that another owner holds it or that the task already ended.
 	// On Claimed the record is written as running with Attempts+1 and the
 	// task enters owner's in-flight set.
 	Claim(ctx context.Context, rec TaskRecord, owner string, lease time.Duration) (Claim, error)
+	// ClaimThen is Claim with then's script run in the claim's, right
+	// after the lease is taken: one round trip for both. folded is false,
+	// and nothing is done, where one script cannot reach every key (a
+	// Cluster, a Ring, memory): make the two calls then.
+	ClaimThen(ctx context.Context, rec TaskRecord, owner string, lease time.Duration, then Then) (c Claim, reply any, folded bool, err error)
 	// Renew extends owner's lease; ErrLeaseLost when it is not owner's.
 	Renew(ctx context.Context, taskID, owner string, lease time.Duration) error
+	// Release gives the lease back without ending the task (released,
+	// deferred): the next delivery runs it.
+	Release(ctx context.Context, taskID, owner string) error
+	// Recover marks owner's in-flight tasks interrupted and drops their
+	// leases, for an agent restarting on the same instance; it returns them.
+	Recover(ctx context.Context, owner string) ([]TaskRecord, error)
+	// InflightIDs lists the task ids of instanceID's in-flight entries as
+	// they are, including those of tasks that ended (a crash between a
+	// claim and its entry on a cluster leaves such); a store that derives
+	// its entries from the records lists those.
+	InflightIDs(ctx context.Context, instanceID string) ([]string, error)
+}
+
+// TaskStore keeps task records: their end, written once, and their
+// reads.
+type TaskStore interface {
 	// Finish records the task's outcome as done (kept for the record TTL),
 	// drops the lease and the in-flight entry, and makes x's writes with
 	// it (see FinishExtras). It never overwrites a later attempt: when the
@@ -273,12 +297,6 @@ type TaskStore interface {
 	// rec.Attempts 0, runs under another owner), it drops only rec.Owner's
 	// in-flight entry, writes only x.Audit and returns ErrSuperseded.
 	Finish(ctx context.Context, rec TaskRecord, x FinishExtras) error
-	// Release gives the lease back without ending the task (released,
-	// deferred): the next delivery runs it.
-	Release(ctx context.Context, taskID, owner string) error
-	// Recover marks owner's in-flight tasks interrupted and drops their
-	// leases, for an agent restarting on the same instance; it returns them.
-	Recover(ctx context.Context, owner string) ([]TaskRecord, error)
 	// Task returns a task record, ok=false when none.
 	Task(ctx context.Context, id string) (TaskRecord, bool, error)
 	// SetReport writes a root-cause report (JSON) into the record of id,
@@ -327,14 +345,39 @@ type Marks interface {
 	MarkOnce(ctx context.Context, key string, ttl time.Duration) (first bool, err error)
 }
 
-// Store is the agent's state, every role in one backend. Every key it
-// writes has a TTL or a bound. Implementations are safe for concurrent
-// use. Consumers take the role they use, not the Store.
-type Store interface {
-	TaskStore
-	AuditLog
+// Presence is what the fleet knows of each agent: its record and what it
+// runs, its host names and its persisted drain.
+type Presence interface {
 	InstanceStore
 	DrainStore
+	HostNames
+	// HostClaims returns, for each of names, the live agents that claim
+	// it (at most 3 each, sorted).
+	HostClaims(ctx context.Context, names []string) (map[string][]string, error)
+}
+
+// Store is the agent's state: one store per concern, all over one backend
+// (a Redis client shared by them, or memory in embedded mode), built by
+// NewRedis or NewMemory. Every key they write has a TTL or a bound; each
+// is safe for concurrent use. Consumers take the role they use, not the
+// Store.
+type Store struct {
+	LeaseStore
+	TaskStore
+	AuditLog
+	Presence
 	Marks
-	Close() error
+	// Handoff carries lifecycle notices and task messages from one agent
+	// to another; nil without Redis (one agent alone).
+	Handoff *RedisHandoff
+
+	close func() error
+}
+
+// Close releases what the stores hold of their own (not the client).
+func (s Store) Close() error {
+	if s.close == nil {
+		return nil
+	}
+	return s.close()
 }

@@ -21,7 +21,7 @@ import (
 // the limiter's decision; a task that must not run now ends or goes back
 // here.
 type claimer struct {
-	store      state.TaskStore
+	store      state.LeaseStore
 	limiter    Decider
 	catalog    map[string]runner.Diagnostic
 	redactor   *redact.Redactor
@@ -45,14 +45,14 @@ type claimer struct {
 func (cl *claimer) claim(j *job) (state.TaskRecord, bool) {
 	t := j.task
 	var c state.Claim
-	ct, fold := cl.foldable(j)
+	fold := cl.foldable(j)
 	err := cl.calls.storeCall(func(ctx context.Context) (err error) {
 		if fold != nil {
 			// The limiter's decision runs in the claim's script, right
 			// after the lease is taken: one round trip for both.
 			var reply any
 			var folded bool
-			c, reply, folded, err = ct.ClaimThen(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease,
+			c, reply, folded, err = cl.store.ClaimThen(ctx, newRecord(j, cl.redactor), cl.instanceID, cl.lease,
 				state.Then{Source: fold.Source, Keys: fold.Keys, Args: fold.Args})
 			if folded {
 				// No reply: the decision failed in the script; decide
@@ -209,22 +209,16 @@ func (cl *claimer) limiterDone(j *job, end string) {
 	}
 }
 
-// doneCaller is the limiter's Done as script calls on the store's Redis.
-type doneCaller interface {
-	DoneCalls(r limiter.Request, outcome string) ([]limiter.ScriptCall, bool)
-}
-
 // doneCalls is limiterDone as calls for the finish to send in its round
 // trip (one fewer round trip per task on Redis); ok is false when the
 // limiter cannot make them (no Redis backend). A call the store cannot
 // send falls back to Done; a failed one is logged, and what it could not
 // give back lapses with the lease.
 func (cl *claimer) doneCalls(j *job, req limiter.Request, end string) ([]state.Call, bool) {
-	dc, ok := cl.limiter.(doneCaller)
-	if !ok {
+	if cl.limiter == nil {
 		return nil, false
 	}
-	sc, ok := dc.DoneCalls(req, end)
+	sc, ok := cl.limiter.DoneCalls(req, end)
 	if !ok {
 		return nil, false
 	}
@@ -264,32 +258,17 @@ func (cl *claimer) request(j *job) limiter.Request {
 	return req
 }
 
-// claimThener claims with another script run in the claim's (a Redis
-// store on one server).
-type claimThener interface {
-	ClaimThen(ctx context.Context, rec state.TaskRecord, owner string, lease time.Duration, then state.Then) (state.Claim, any, bool, error)
-}
-
-// folder prepares a limiter decision to run in another script call.
-type folder interface {
-	Fold(r limiter.Request) (*limiter.Folded, bool)
-}
-
-// foldable is the store and the prepared decision when the decision can
-// ride in the claim's script (the store and the limiter on one Redis
-// server); nil when not, and the claim and Allow are two calls.
-func (cl *claimer) foldable(j *job) (claimThener, *limiter.Folded) {
-	ct, ok := cl.store.(claimThener)
-	if !ok {
-		return nil, nil
+// foldable is the prepared decision when it can ride in the claim's
+// script (the limiter on Redis); nil when not, and the claim and Allow
+// are two calls. The store's ClaimThen says whether it could fold it.
+func (cl *claimer) foldable(j *job) *limiter.Folded {
+	// No limiter (a worker that only claims): nothing to fold.
+	if cl.limiter == nil {
+		return nil
 	}
-	lf, ok := cl.limiter.(folder)
+	f, ok := cl.limiter.Fold(cl.request(j))
 	if !ok {
-		return nil, nil
+		return nil
 	}
-	f, ok := lf.Fold(cl.request(j))
-	if !ok {
-		return nil, nil
-	}
-	return ct, f
+	return f
 }

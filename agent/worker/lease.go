@@ -45,7 +45,7 @@ func (sc *storeCalls) degraded(op string) {
 // leases holds a task's execution lease in the store (claimed by the
 // claimer) while it runs, and the set of tasks running in this process.
 type leases struct {
-	store        state.TaskStore
+	store        state.LeaseStore
 	limiter      Decider
 	calls        *storeCalls
 	log          *slog.Logger

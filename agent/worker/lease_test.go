@@ -14,9 +14,9 @@ import (
 
 // renewals records the renewals of a task's lease and of its limiter hold.
 type renewals struct {
-	state.TaskStore // only Renew is called
-	mu              sync.Mutex
-	lease, limits   []time.Time
+	state.LeaseStore // only Renew is called
+	mu               sync.Mutex
+	lease, limits    []time.Time
 }
 
 func (r *renewals) Renew(context.Context, string, string, time.Duration) error {
@@ -31,6 +31,10 @@ func (r *renewals) Allow(context.Context, limiter.Request) (limiter.Decision, er
 }
 
 func (r *renewals) Done(context.Context, limiter.Request, string) error { return nil }
+
+func (r *renewals) Fold(limiter.Request) (*limiter.Folded, bool) { return nil, false }
+
+func (r *renewals) DoneCalls(limiter.Request, string) ([]limiter.ScriptCall, bool) { return nil, false }
 
 // limiterRenewals is the Decider side of renewals.
 type limiterRenewals struct{ *renewals }

@@ -40,7 +40,15 @@ type Decider interface {
 	Allow(ctx context.Context, r limiter.Request) (limiter.Decision, error)
 	Renew(ctx context.Context, r limiter.Request, lease time.Duration) error
 	Done(ctx context.Context, r limiter.Request, outcome string) error
+	// Fold prepares the decision of r to run in the claim's script (one
+	// round trip for both); ok is false when it cannot (no Redis backend).
+	Fold(r limiter.Request) (f *limiter.Folded, ok bool)
+	// DoneCalls is Done as script calls for the finish's round trip; ok
+	// is false when the limiter cannot make them (no Redis backend).
+	DoneCalls(r limiter.Request, outcome string) (calls []limiter.ScriptCall, ok bool)
 }
+
+var _ Decider = (*limiter.Limiter)(nil)
 
 // Bounds of the pipeline's calls. Each call gets a context of its own,
 // created right before it, so that a diagnostic running for minutes never

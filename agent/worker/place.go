@@ -28,7 +28,8 @@ import (
 // record as any received message, and deletes it.
 
 // Hosts is the state the placement uses: who owns a host name, and the
-// per-instance hand-off of task messages (*state.Redis).
+// per-instance hand-off of task messages (state.RedisPresence's names,
+// state.RedisHandoff's tasks).
 type Hosts interface {
 	state.HostNames
 	GiveTask(ctx context.Context, instanceID, body string, ttl time.Duration) error
@@ -36,7 +37,10 @@ type Hosts interface {
 	ForgetTasks(ctx context.Context, instanceID string, ids ...string) error
 }
 
-var _ Hosts = (*state.Redis)(nil)
+var _ Hosts = struct {
+	state.HostNames
+	*state.RedisHandoff
+}{}
 
 // Placement is where target tasks run: this agent's names and, with a
 // shared store, how to find and reach the owner of another.

@@ -9,13 +9,6 @@ import (
 	"github.com/autodiag/autodiag/agent/state"
 )
 
-// inflightLister lists a store's in-flight entries as they are, including
-// those of tasks that ended (state.Redis); a store without it derives its
-// entries from the records, so it has no such leftovers.
-type inflightLister interface {
-	InflightIDs(ctx context.Context, instanceID string) ([]string, error)
-}
-
 // Recover reconciles the in-flight entries this instance left
 // in a previous life: a task still running under this instance has its
 // record marked interrupted (the next delivery of its message runs it
@@ -34,14 +27,14 @@ func (w *Worker) Recover(ctx context.Context) {
 	for _, e := range entries {
 		ids = append(ids, e.TaskID)
 	}
-	if l, ok := w.store.(inflightLister); ok {
-		err := detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
-			ids, err = l.InflightIDs(ctx, w.instanceID)
-			return err
-		})
-		if err != nil {
-			w.log.Warn("list in-flight entries of the previous process", "err", err)
-		}
+	// The entries as they are, including those of tasks that ended (a
+	// store that derives them from the records lists the same ids).
+	err = detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {
+		ids, err = w.store.InflightIDs(ctx, w.instanceID)
+		return err
+	})
+	if err != nil {
+		w.log.Warn("list in-flight entries of the previous process", "err", err)
 	}
 	var recs []state.TaskRecord
 	err = detached.Call(ctx, w.storeTimeout, func(ctx context.Context) (err error) {

@@ -27,10 +27,11 @@ type Hooks interface {
 	Writes(rec state.TaskRecord, d runner.Diagnostic, res *runner.Result) []state.Write
 }
 
-// Store is the state the worker uses: task records and leases, the audit
+// Store is the state the worker uses: task leases and records, the audit
 // stream, the rejected-message marks and, at start, this instance's
 // in-flight entries.
 type Store interface {
+	state.LeaseStore
 	state.TaskStore
 	state.AuditLog
 	state.Marks

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -37,21 +33,8 @@ func approvalCmd(c *cli, approve bool) *cobra.Command {
 			if err := d.Validate(); err != nil {
 				return usageError{err}
 			}
-			cfg, err := c.loadConfig()
-			if err != nil {
-				return err
-			}
-			target, err := newAdminTarget(cmd.Context(), cfg, addr)
-			if err != nil {
-				return err
-			}
-			body, _ := json.Marshal(map[string]string{"decision": decision, "by": d.By, "reason": d.Reason, "via": d.Via})
-			out, err := adminCall(cmd.Context(), http.MethodPost, target, "/v1/approvals/"+url.PathEscape(args[0]), bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			fmt.Fprint(c.stdout, string(out))
-			return nil
+			return postAdmin(cmd.Context(), c, addr, "/v1/approvals/"+url.PathEscape(args[0]),
+				map[string]string{"decision": decision, "by": d.By, "reason": d.Reason, "via": d.Via})
 		},
 	}
 	f := cmd.Flags()

@@ -328,7 +328,7 @@ func (s *lnIMDS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 const lnStatePath = "autoscaling/target-lifecycle-state"
 
 // lnRecordState is lnInstance's state in the fleet's instance records.
-func lnRecordState(t *testing.T, fleet *state.Redis) string {
+func lnRecordState(t *testing.T, fleet state.Store) string {
 	t.Helper()
 	ins, err := fleet.Instances(t.Context())
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,21 +31,8 @@ func (c *cli) feedbackCmd() *cobra.Command {
 			if err := v.Validate(); err != nil {
 				return usageError{err}
 			}
-			cfg, err := c.loadConfig()
-			if err != nil {
-				return err
-			}
-			target, err := newAdminTarget(cmd.Context(), cfg, addr)
-			if err != nil {
-				return err
-			}
-			body, _ := json.Marshal(map[string]string{"verdict": v.Verdict, "by": v.By, "note": v.Note})
-			out, err := adminCall(cmd.Context(), http.MethodPost, target, "/v1/tasks/"+url.PathEscape(v.TaskID)+"/feedback", bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			fmt.Fprint(c.stdout, string(out))
-			return nil
+			return postAdmin(cmd.Context(), c, addr, "/v1/tasks/"+url.PathEscape(v.TaskID)+"/feedback",
+				map[string]string{"verdict": v.Verdict, "by": v.By, "note": v.Note})
 		},
 	}
 	f := cmd.Flags()

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -436,6 +437,30 @@ func newAdminTarget(ctx context.Context, cfg config.Config, addr string) (adminT
 		return adminTarget{}, err
 	}
 	return adminTarget{addr: addr, creds: creds}, nil
+}
+
+// postAdmin posts fields as a JSON object to path of the local agent's
+// admin API (addr, else admin_addr of c's config) and prints its answer:
+// what `autodiag approve`, `deny` and `feedback` send.
+func postAdmin(ctx context.Context, c *cli, addr, path string, fields map[string]string) error {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err
+	}
+	target, err := newAdminTarget(ctx, cfg, addr)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	out, err := adminCall(ctx, http.MethodPost, target, path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(c.stdout, string(out))
+	return nil
 }
 
 // adminCall talks to a local agent's admin HTTP.

@@ -447,7 +447,7 @@ func (r *fleetRun) check() *fleetResult {
 				fmt.Sprintf("p99 %.3f s (p50 %.3f s, max %.3f s, %d handed)", tr.HandoffP99, tr.HandoffP50, tr.HandoffMax, tr.Handed),
 				tr.Handed > 0 && tr.HandoffP99 <= 1)
 			add("unrun tasks of scaled-in or killed hosts end rejected target_draining / no_agent_for_host (or rate_limited)", "0 other ends",
-				fmt.Sprintf("%d (%s)", tr.DepartedBad, fmtCounts(tr.Departed)), tr.DepartedBad == 0)
+				fmt.Sprintf("%d (%s)", tr.DepartedBad, fmtMap(tr.Departed, "%d")), tr.DepartedBad == 0)
 		}
 	}
 
@@ -728,15 +728,15 @@ func (res *fleetResult) print(w io.Writer) {
 		{"tasks sent", strconv.Itoa(t.Sent)},
 		{"run once", strconv.Itoa(t.RunOnce)},
 		{"run twice (after a kill or the freeze / other)", fmt.Sprintf("%d (%d / %d)", t.RunTwice, t.RerunAfterFault, t.Unexplained)},
-		{"not run (final outcome)", fmtCounts(t.NotRun)},
+		{"not run (final outcome)", fmtMap(t.NotRun, "%d")},
 		{"lost / left on the queue", fmt.Sprintf("%d / %d", t.Lost, t.Pending)},
-		{"outcomes logged", fmtCounts(t.Outcomes)},
+		{"outcomes logged", fmtMap(t.Outcomes, "%d")},
 		{fmt.Sprintf("busiest agent's share of %.0f s of ended tasks, median / max", t.Busiest.WindowSeconds), fmt.Sprintf("%.1f / %.1f %% (%d windows; an even share %.1f %%)", 100*t.Busiest.MedianShare, 100*t.Busiest.MaxShare, t.Busiest.Windows, 100/float64(max(1, res.Params.Agents)))},
 		{"drain p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s (%d drains)", d.P50, d.P99, d.Max, d.Count)},
 		{"longest task in flight at a trigger", fmt.Sprintf("%.2f s (drain − own longest, p99: %.2f s)", d.LongestInFlight, d.OverheadP99)},
 		{"notice delay (Terminate → agent trigger) p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s", d.NoticeP50, d.NoticeP99, d.NoticeMax)},
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
-		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
+		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtMap(c.SQSCalls, "%d"), fmtMap(c.SQSCallsByQueue, "%d"))},
 		{"SQS calls per task without the empty long polls", fmt.Sprintf("%.2f (%d empty polls over %.0f s)", c.SQSCallsPerTaskBusy, c.SQSEmptyPolls, c.RunSeconds)},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},
@@ -750,8 +750,8 @@ func (res *fleetResult) print(w io.Writer) {
 			[2]string{"handed and run on the host's agent (to the frozen agent)", fmt.Sprintf("%d (%d)", tr.Handed, tr.FrozenHanded)},
 			[2]string{"hand-offs (EXECs of GiveTask; a task comes back to another agent after a deferral or a lapsed visibility)", strconv.FormatInt(tr.HandOffs, 10)},
 			[2]string{"hand-off delay p50 / p99 / max (to the frozen agent: max)", fmt.Sprintf("%.3f / %.3f / %.3f s (%.3f s)", tr.HandoffP50, tr.HandoffP99, tr.HandoffMax, tr.FrozenMax)},
-			[2]string{"tasks of scaled-in or killed hosts", fmtCounts(tr.Departed)},
-			[2]string{"stream commands per handed task", fmtFloats(tr.StreamPerHanded)})
+			[2]string{"tasks of scaled-in or killed hosts", fmtMap(tr.Departed, "%d")},
+			[2]string{"stream commands per handed task", fmtMap(tr.StreamPerHanded, "%.2f")})
 	}
 	for _, row := range rows {
 		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
@@ -778,7 +778,9 @@ func (res *fleetResult) print(w io.Writer) {
 	}
 }
 
-func fmtFloats(m map[string]float64) string {
+// fmtMap is m as "key value, …" in key order, each value by verb (%d,
+// %.2f); "none" when empty.
+func fmtMap[V any](m map[string]V, verb string) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -786,23 +788,7 @@ func fmtFloats(m map[string]float64) string {
 	sort.Strings(keys)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-func fmtCounts(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		parts = append(parts, fmt.Sprintf("%s "+verb, k, m[k]))
 	}
 	if len(parts) == 0 {
 		return "none"

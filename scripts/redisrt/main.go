@@ -123,7 +123,7 @@ func run(addr, mode string, pause time.Duration, n int) error {
 
 // task is the agent's four calls for a task that runs: decision, claim,
 // slot release, finish with its audit entry.
-func task(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Request) error {
+func task(ctx context.Context, l *limiter.Limiter, st state.Store, r limiter.Request) error {
 	if _, err := l.Allow(ctx, r); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func task(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Re
 // with the decision in its script (state.ClaimThen, limiter.Fold), then
 // the finish with the slot release in its script (FinishExtras.Calls with
 // their source).
-func task2(ctx context.Context, l *limiter.Limiter, st *state.Redis, r limiter.Request) error {
+func task2(ctx context.Context, l *limiter.Limiter, st state.Store, r limiter.Request) error {
 	f, ok := l.Fold(r)
 	if !ok {
 		return fmt.Errorf("the decision does not fold")

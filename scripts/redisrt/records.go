@@ -14,7 +14,7 @@ import (
 // The record models compared by -mode records-hash and records-string:
 // one task's claim and finish, server side only, with the same record
 // JSON, in-flight entry and audit entry, on one server. records-hash is
-// the agent's own scripts (state.Redis.Claim, Finish); records-string
+// the agent's own scripts (state.RedisLeases.Claim, RedisRecords.Finish); records-string
 // keeps the record as one string whose head carries the fields the
 // scripts read ("status owner attempts lease_until finish\n" then the
 // JSON), so that its TTL is set with the write (SET PX) instead of a
@@ -79,7 +79,7 @@ return {prev, attempts, 0, 0}
 `)
 
 // records runs one task's claim and finish in the model given.
-func records(ctx context.Context, c *redis.Client, st *state.Redis, model, id, host string, lease time.Duration) error {
+func records(ctx context.Context, c *redis.Client, st state.Store, model, id, host string, lease time.Duration) error {
 	rec := state.TaskRecord{ID: id, Host: host, Diagnostic: "quick"}
 	if model == "hash" {
 		cl, err := st.Claim(ctx, rec, "i-1", lease)
@@ -91,7 +91,7 @@ func records(ctx context.Context, c *redis.Client, st *state.Redis, model, id, h
 		return st.Finish(ctx, done, state.FinishExtras{ID: state.NewFinishID(),
 			Audit: &state.AuditEntry{TaskID: id, Outcome: "succeeded"}})
 	}
-	// The same payloads as the store sends (state.Redis.claim, Finish).
+	// The same payloads as the store sends (state.RedisLeases.claim, RedisRecords.Finish).
 	now := time.Now()
 	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, "i-1", now
 	js, err := json.Marshal(rec)

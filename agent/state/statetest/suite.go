@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"MarkOnceConcurrent", testMarkOnceConcurrent},
 		{"RecordKeepsRequestAndResult", testRecordKeepsRequestAndResult},
 		{"SetReport", testSetReport},
+		{"InflightIDs", testInflightIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -791,5 +793,30 @@ func testSetReport(t *testing.T, s state.Store, _ *clock.Manual) {
 	if string(got.Report) != string(rep) || got.Outcome != "failed" || got.Output != "disk full" || got.Status != state.StatusDone ||
 		got.RanOn == nil || *got.RanOn != *fin.RanOn {
 		t.Fatalf("record after SetReport = %+v, want the report and the finished record (ran_on too)", got)
+	}
+}
+
+// testInflightIDs: the in-flight entries as the lease store lists them
+// are the claimed, unfinished tasks of the owner, as Inflight lists them.
+func testInflightIDs(t *testing.T, s state.Store, _ *clock.Manual) {
+	ctx := context.Background()
+	mustClaimed(t, s, "ids-1", "i-a", 1)
+	mustClaimed(t, s, "ids-2", "i-a", 1)
+	mustClaimed(t, s, "ids-3", "i-b", 1)
+	rec := mustTask(t, s, "ids-2")
+	rec.Outcome = "succeeded"
+	if err := s.Finish(ctx, rec, state.FinishExtras{}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	ids, err := s.InflightIDs(ctx, "i-a")
+	if err != nil {
+		t.Fatalf("InflightIDs: %v", err)
+	}
+	slices.Sort(ids)
+	if want := []string{"ids-1"}; !equalIDs(ids, want) {
+		t.Fatalf("InflightIDs(i-a) = %v, want %v", ids, want)
+	}
+	if entries := inflightIDs(t, s, "i-a"); !equalIDs(entries, ids) {
+		t.Fatalf("Inflight(i-a) = %v, InflightIDs %v", entries, ids)
 	}
 }
