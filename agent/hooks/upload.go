@@ -131,13 +131,9 @@ func (u *uploader) put(key string, body []byte, meta map[string]string) error {
 	ctx, cancel := context.WithTimeout(u.base, u.cfg.Timeout)
 	defer cancel()
 	in := PutObjectInput{Bucket: u.cfg.Bucket, Key: key, Body: body, ContentType: "text/plain; charset=utf-8",
-		Metadata: meta, StorageClass: u.cfg.StorageClass}
-	switch u.cfg.SSE {
-	case config.SSEAES256, config.SSEKMS:
-		in.SSE = u.cfg.SSE
-		if u.cfg.SSE == config.SSEKMS {
-			in.SSEKMSKeyID = u.cfg.KMSKeyID
-		}
+		Metadata: meta, StorageClass: u.cfg.StorageClass, SSE: u.cfg.SSE} // SSE: "", AES256 or aws:kms (S3Config.Validate)
+	if u.cfg.SSE == config.SSEKMS {
+		in.SSEKMSKeyID = u.cfg.KMSKeyID
 	}
 	if err := u.api.PutObject(ctx, in); err != nil {
 		return fmt.Errorf("upload: put s3://%s/%s: %w", u.cfg.Bucket, key, err)
