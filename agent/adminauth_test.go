@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 )
 
@@ -31,7 +32,7 @@ func TestRequireAdminAuth(t *testing.T) {
 			func(r *http.Request) { r.SetBasicAuth("ops", "pwx") }},
 	} {
 		t.Run(auth.name, func(t *testing.T) {
-			h := RequireAdminAuth(auth.creds, ta.Handler())
+			h := admin.RequireAuth(auth.creds, ta.Handler())
 			serve := func(method, path, body string, with func(*http.Request)) *httptest.ResponseRecorder {
 				r := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
 				if with != nil {
@@ -81,7 +82,7 @@ func TestRequireAdminAuth(t *testing.T) {
 		})
 	}
 	// The drain is last: it ends the agent's intake for the cases above.
-	h := RequireAdminAuth(alert.Credentials{BearerToken: "s3cret"}, ta.Handler())
+	h := admin.RequireAuth(alert.Credentials{BearerToken: "s3cret"}, ta.Handler())
 	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/drain", nil)
 	r.Header.Set("Authorization", "Bearer s3cret")
 	w := httptest.NewRecorder()
@@ -96,7 +97,7 @@ func TestRequireAdminAuth(t *testing.T) {
 func TestRequireAdminAuthWithoutCredentials(t *testing.T) {
 	t.Parallel()
 	h := http.NewServeMux()
-	if got := RequireAdminAuth(alert.Credentials{}, h); got != http.Handler(h) {
-		t.Fatalf("RequireAdminAuth with no credentials wrapped the handler")
+	if got := admin.RequireAuth(alert.Credentials{}, h); got != http.Handler(h) {
+		t.Fatalf("admin.RequireAuth with no credentials wrapped the handler")
 	}
 }

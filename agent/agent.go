@@ -3,23 +3,26 @@ package agent
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/cwpublish"
 	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -42,13 +45,13 @@ type Deps struct {
 	Limiter *limiter.Limiter
 	// RedisServer samples INFO clients of the state store's Redis (the
 	// node nearest its maxclients); nil without Redis.
-	RedisServer func(context.Context) (serverClients, error)
+	RedisServer func(context.Context) (open.ServerClients, error)
 	// Watcher is nil when only the signal source is configured; Actor
 	// too, unless lifecycle.launch_hook_name is set.
 	Watcher *lifecycle.Watcher
 	Actor   *lifecycle.Actor
 	// CloudWatch publishes DrainSeconds and LimiterDegraded; nil = off.
-	CloudWatch cloudWatchAPI
+	CloudWatch cwpublish.API
 	// S3 takes the full outputs of results.s3 (NewS3Client); needed when
 	// results.s3.bucket is set.
 	S3 hooks.S3API
@@ -118,10 +121,11 @@ type Agent struct {
 	// hostNames are the names this agent answers for, normalised, the
 	// canonical one first; nil = no placement.
 	hostNames []string
-	publisher *publisher // nil = CloudWatch off
+	publisher *cwpublish.Publisher // nil = CloudWatch off
 	alerts    *worker.AlertRouting
 	hooks     *hooks.Hooks
-	feedback  *feedbackAPI
+	feedback  *admin.Feedback
+	admin     *admin.API
 	// approvals parks the tasks of diagnostics with approval: required.
 	approvals *approval.Approvals
 	// resolutions indexes alert tasks and records their alerts' resolution.
@@ -176,12 +180,23 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		diagnostics = append(diagnostics, diag.Name)
 	}
 	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry, diagnostics), validator: validator, started: make(chan struct{})}
-	if a.alerts, err = newAlertRouting(cfg, validator, d); err != nil {
-		return nil, err
-	}
 	a.drain = drain.New(cfg.Drain)
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	a.intakeCtx, a.stopIntake = context.WithCancel(a.hard)
+	if len(d.HostNames) > 0 {
+		a.hostNames = ownHostNames(d.HostNames...)
+		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
+		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
+	}
+	red, err := hooks.NewRedactor(cfg, d.LookupEnv, d.Registry)
+	if err != nil {
+		return nil, err
+	}
+	// The one way in (worker.Submitter) comes first: the alert stage, the
+	// hooks' investigations and the admin API submit through it, and the
+	// worker ends its tasks through its outcome recorder.
+	wo := a.workerOptions(validator, catalog, red)
+	wo.Submitter = worker.NewSubmitter(wo)
 
 	rstore := d.Resolutions
 	if rstore == nil {
@@ -191,68 +206,66 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 		log.With("component", "resolution"), d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: resolution: %w", err)
 	}
-	// A CloudWatch alarm's OK names the alarm: the recorder remembers which
-	// firing it is in.
-	a.alerts.Alarms = a.resolutions
+	// The alert router and its validator are built once: the alarms on
+	// the task queue and the alert listener share them.
+	if a.alerts, err = newAlertRouting(cfg, validator, wo.Submitter, a.resolutions, a.hard, d.Registry); err != nil {
+		return nil, err
+	}
 	if a.hooks, err = hooks.New(hooks.Options{TaskEnded: a.resolutions.TaskEnded, ReportWritten: a.resolutions.ReportWritten, Config: cfg, Store: d.Store, Outbox: d.Outbox, LookupEnv: d.LookupEnv, S3: d.S3,
-		Reports: d.Reports, Runner: d.Runner, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
-		Base: a.hard, Source: d.Source, Validator: validator,
-		Rejecter: lateRejecter{a}}); err != nil {
+		Reports: d.Reports, InstanceID: d.InstanceID, Clock: d.Clock, Logger: log, Registry: d.Registry,
+		Base: a.hard, Redactor: red, Tasks: wo.Submitter, Validator: validator}); err != nil {
 		return nil, err
 	}
 	a.resolutions.Notify(a.hooks.Resolved)
 	a.slack = slackact.NewMetrics(d.Registry)
-	if a.feedback, err = newFeedbackAPI(d.Feedback, a.resolutions, d.Store, a.hooks.Redactor(), d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
+	if a.feedback, err = admin.NewFeedback(d.Feedback, a.resolutions, d.Store, red, d.Clock, cfg.Redis.Timeout, d.Registry); err != nil {
 		return nil, fmt.Errorf("agent: feedback: %w", err)
 	}
 	if a.approvals, err = newApprovals(cfg, d, a.hooks, log); err != nil {
 		return nil, fmt.Errorf("agent: approvals: %w", err)
 	}
-	if len(d.HostNames) > 0 {
-		a.hostNames = ownHostNames(d.HostNames...)
-		log.Info("host names this agent answers for", "host_names", strings.Join(a.hostNames, ","))
-		validator.OwnedAddr = ownedAddr(a.hostNames, d.Store, cfg.Redis.Timeout)
+	wo.Runner, wo.Hooks, wo.UploadMax, wo.Alerts, wo.Approvals = hooks.FullOutput(d.Runner, cfg.Results.S3), a.hooks, a.hooks.UploadMax(), a.alerts, a.approvals
+	a.worker = worker.New(wo)
+	// The launch gate nudges the instance record when intake opens or is
+	// refused; the record tells the gate's phase.
+	nudge := make(chan struct{}, 1)
+	a.gate = launch.New(launch.Options{Config: cfg, Watcher: d.Watcher, Actor: d.Actor, Store: d.Store,
+		Source: d.Source, Logger: log, Nudge: nudge})
+	var changed func() <-chan struct{}
+	if d.Watcher != nil {
+		changed = d.Watcher.StateChanged
 	}
-	a.worker = a.newWorker(validator, catalog)
-	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
-		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
-		names: a.hostNames}
-	a.presence.nudge = make(chan struct{}, 1)
+	var claims func(ctx context.Context, names []string) (map[string][]string, error)
 	if c, ok := d.Store.(interface {
 		HostClaims(ctx context.Context, names []string) (map[string][]string, error)
 	}); ok {
-		a.presence.claims = c.HostClaims
+		claims = c.HostClaims
 	}
-	a.presence.server = d.RedisServer
-	a.buildGate()
-	if d.Watcher != nil {
-		a.presence.changed = d.Watcher.StateChanged
-	}
-	a.presence.up.Store(true)
+	a.presence = &presence{store: d.Store, storeTimeout: cfg.Redis.Timeout, drain: a.drain, outcomes: a.worker,
+		m: a.m, log: log, instanceID: d.InstanceID, version: d.Version, started: d.Clock.Now(), asg: d.ASGName, az: d.AZ,
+		names: a.hostNames, hostname: firstOwn(d.Hostname), drainedTTL: max(drainedInstanceTTL, cfg.Queue.TargetWait),
+		nudge: nudge, claims: claims, server: d.RedisServer, launchState: a.gate.State, changed: changed}
 	if d.CloudWatch != nil {
 		asg := d.ASGName
 		if asg == "" {
 			asg = cfg.Lifecycle.ASGName
 		}
-		a.publisher = &publisher{api: d.CloudWatch, namespace: cfg.CloudWatch.Namespace, asg: asg,
-			every: cfg.CloudWatch.Interval, resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), instanceID: d.InstanceID,
-			limiter: d.Limiter, clock: d.Clock, log: log}
+		a.publisher = cwpublish.New(cwpublish.Options{API: d.CloudWatch, Namespace: cfg.CloudWatch.Namespace, ASG: asg,
+			Every: cfg.CloudWatch.Interval, Resolve: cmpResolver(d.ResolveASG, actorResolver(d.Actor, d.InstanceID)), InstanceID: d.InstanceID,
+			Limiter: d.Limiter, Clock: d.Clock, Logger: log})
 	}
 	a.sup = a.newSupervisor(d.Watcher, d.Actor)
+	a.admin = admin.New(admin.Options{Config: cfg, Registry: d.Registry, Drain: a.drain, StartDrain: a.Drain, Gate: a.gate,
+		Actor: d.Actor, Worker: a.worker, RedisUp: a.presence.redisUp, Store: d.Store, Approvals: a.approvals,
+		Validator: validator, Limiter: d.Limiter, Hooks: a.hooks, Feedback: a.feedback, HostNames: a.hostNames,
+		InstanceID: d.InstanceID, Version: d.Version, Clock: d.Clock, Logger: log, RedisIOTimeout: open.IOTimeout(cfg.Redis.Timeout)})
 	a.m.redisUp.Set(1)
 	return a, nil
 }
 
-// lateRejecter ends an investigation's rejected tool call as the worker
-// ends a rejected task (hooks.Rejecter); the worker is built after the
-// hooks.
-type lateRejecter struct{ a *Agent }
-
-func (r lateRejecter) Rejected(t task.Task, err error) { r.a.worker.Rejected(t, err) }
-
 // actorResolver learns the instance's group through the Actor
 // (DescribeAutoScalingInstances, or lifecycle.asg_name); nil without one.
-func actorResolver(actor *lifecycle.Actor, instanceID string) groupResolver {
+func actorResolver(actor *lifecycle.Actor, instanceID string) cwpublish.GroupResolver {
 	if actor == nil {
 		return nil
 	}
@@ -264,12 +277,18 @@ func actorResolver(actor *lifecycle.Actor, instanceID string) groupResolver {
 }
 
 // cmpResolver is the first resolver that is set.
-func cmpResolver(first func(context.Context) (string, error), second groupResolver) groupResolver {
+func cmpResolver(first func(context.Context) (string, error), second cwpublish.GroupResolver) cwpublish.GroupResolver {
 	if first != nil {
 		return first
 	}
 	return second
 }
+
+// Status is the agent's current status (GET /v1/status).
+func (a *Agent) Status() admin.Status { return a.admin.Status() }
+
+// Handler serves the admin API (README "Admin HTTP").
+func (a *Agent) Handler() http.Handler { return a.admin.Handler() }
 
 // Registry is where the agent's and its components' metrics live.
 func (a *Agent) Registry() *prometheus.Registry { return a.d.Registry }
@@ -332,7 +351,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer cancel()
 			stopOnDone := afterClose(done, cancel)
 			defer stopOnDone()
-			a.publisher.limiterDegraded(pctx)
+			a.publisher.LimiterDegraded(pctx)
 			return nil
 		})
 	}
@@ -384,10 +403,4 @@ func afterClose(ch <-chan struct{}, f func()) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-ended }
-}
-
-func randomID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/task"
 )
 
@@ -57,7 +58,7 @@ func TestQueueAlarmLogRedacted(t *testing.T) {
 	}
 }
 
-// TestStandaloneListenerLogRedacted: `autodiag intake` (OpenStandaloneListener) logs
+// TestStandaloneListenerLogRedacted: `autodiag intake` (open.StandaloneListener) logs
 // like the agent's alert listener, redacted: a refused payload's error quotes
 // the value it refused, which the sender chose.
 func TestStandaloneListenerLogRedacted(t *testing.T) {
@@ -80,7 +81,7 @@ limiter: {hosts: {allow: ['^[a-z0-9-]+$']}}
 	}
 	var logs syncBuffer
 	getenv := func(k string) (string, bool) { return "tok", k == "TOKEN" }
-	in, err := OpenStandaloneListener(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, getenv)
+	in, err := open.StandaloneListener(t.Context(), cfg, open.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -237,6 +237,12 @@ func TestApprovalDenied(t *testing.T) {
 	if e.Reason != approval.ReasonDenied || e.Fields["approval_by"] != "bo" || e.Fields["approval_reason"] != "not during peak" {
 		t.Errorf("audit %+v, want approval_denied by bo with the reason", e)
 	}
+	// The outcome is counted just after the record is written: wait for
+	// it, then check it is counted once.
+	deadline := time.Now().Add(10 * time.Second)
+	for h.ma.worker.Outcomes()[outcome.Denied] == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polls an observable condition, bounded by the deadline above
+	}
 	if got := h.ma.worker.Outcomes()[outcome.Denied]; got != 1 {
 		t.Errorf("denied outcomes = %d, want 1", got)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/feedback"
@@ -77,7 +76,7 @@ func TestFeedbackAPI(t *testing.T) {
 		})
 	}
 	for v, want := range map[string]float64{feedback.Good: 1, feedback.Wrong: 1} {
-		if got := testutil.ToFloat64(ma.feedback.total.WithLabelValues(v)); got != want {
+		if got := feedbackTotal(t, reg, v); got != want {
 			t.Errorf("autodiag_report_feedback_total{verdict=%q} = %v, want %v", v, got, want)
 		}
 	}
@@ -98,4 +97,26 @@ func TestFeedbackAPI(t *testing.T) {
 	if st.Verdicts != 2 || len(st.Rows) != 1 || st.Rows[0] != want {
 		t.Fatalf("stats %+v, want 2 verdicts in %+v", st, want)
 	}
+}
+
+// feedbackTotal is autodiag_report_feedback_total{verdict} as reg
+// gathers it.
+func feedbackTotal(t *testing.T, reg *prometheus.Registry, verdict string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "autodiag_report_feedback_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == verdict {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no autodiag_report_feedback_total{verdict=%q}", verdict)
+	return 0
 }

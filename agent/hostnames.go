@@ -72,6 +72,15 @@ func ownHostNames(names ...string) []string {
 	return out
 }
 
+// firstOwn is name normalised as a host name is, "" when no task could
+// name it.
+func firstOwn(name string) string {
+	if own := ownHostNames(name); len(own) > 0 {
+		return own[0]
+	}
+	return ""
+}
+
 // ownedAddr reports whether an IP literal is one of this agent's names or,
 // with a shared store, a live agent's (one lookup bounded by
 // redis.timeout; an unanswered one is not owned).

@@ -3,18 +3,23 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/detached"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/drain"
 )
 
 // The instance record is refreshed every instanceEvery and lives three
 // periods, so one missed write does not show the agent as gone; a drained
-// agent's record stays a little while for `autodiag status`.
+// agent's record stays a little while for `autodiag status`, and at least
+// queue.target_wait (presence.drainedTTL): while it stays, a host-local
+// task for the departed machine ends target_draining at once instead of
+// waiting queue.target_wait for an agent that is not coming back.
 const (
 	instanceEvery      = 10 * time.Second
 	instanceTTL        = 3 * instanceEvery
@@ -36,12 +41,22 @@ type presence struct {
 	asg, az      string // the instance's place, for the in-service indexes
 	// names are the host names the agent answers for (state.Instance.Names).
 	names []string
+	// drainedTTL is how long the record of the drained agent lives: the
+	// larger of drainedInstanceTTL and queue.target_wait.
+	drainedTTL time.Duration
 	// claims, when set, reads which live agents claim each name; after
 	// each record write the names another live agent claims too are kept
 	// in ambiguous (read by the placement: their target tasks do not run),
 	// logged when they change and counted in autodiag_host_names_ambiguous.
 	claims    func(ctx context.Context, names []string) (map[string][]string, error)
 	ambiguous atomic.Pointer[map[string][]string]
+	// hostname is the machine's hostname (one of names, or ""): agents
+	// sharing a machine share it, which the warning of its ambiguity says.
+	hostname string
+	// warned are the names whose ambiguity was logged as a warning: once
+	// per name for the agent's life, its later comings and goings at
+	// debug. Used by the run loop only.
+	warned map[string]bool
 	// launchState is the agent's state before a drain when intake does
 	// not run (starting, warmed, abandoned; see launch.go), "" when it
 	// does; nil = never.
@@ -54,13 +69,15 @@ type presence struct {
 	// nudge is sent to (without blocking) when intake opens or is refused.
 	nudge chan struct{}
 
-	up atomic.Bool
+	// down is whether the last record write failed (autodiag_redis_up
+	// 0); false until one does.
+	down atomic.Bool
 
 	// server, when set (Redis), samples INFO clients of the node nearest
-	// its maxclients every serverClientsEvery, after a record write that
+	// its maxclients every open.ServerClientsEvery, after a record write that
 	// succeeded: autodiag_redis_server_clients, and a warning on crossing
-	// nearMaxclients. serverAt and serverNear are the run loop's own.
-	server     func(context.Context) (serverClients, error)
+	// open.NearMaxclients. serverAt and serverNear are the run loop's own.
+	server     func(context.Context) (open.ServerClients, error)
 	serverAt   time.Time
 	serverNear bool
 }
@@ -77,13 +94,24 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 		p.put(ctx, instanceTTL)
 		select {
 		case <-done:
-			p.put(ctx, instanceTTL)
+			// Once drained, the last write keeps the drained record's
+			// life rather than cutting it to a live one's.
+			p.put(ctx, p.ttl())
 			return
 		case <-t.C:
 		case <-changed:
 		case <-p.nudge:
 		}
 	}
+}
+
+// ttl is how long the record written now lives: drainedTTL once the
+// agent has drained, else instanceTTL.
+func (p *presence) ttl() time.Duration {
+	if p.drain.State() == drain.Drained {
+		return max(p.drainedTTL, drainedInstanceTTL)
+	}
+	return instanceTTL
 }
 
 // put writes the record with ttl, on a call detached from ctx: a drained
@@ -100,7 +128,7 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 		Version: p.version, Inflight: p.outcomes.InFlight(), ASG: p.asg, AZ: p.az, Names: p.names}
 	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) error { return p.store.PutInstance(ctx, inst, ttl) })
 	up := err == nil
-	p.up.Store(up)
+	p.down.Store(!up)
 	if up {
 		p.m.redisUp.Set(1)
 		p.checkClaims(ctx)
@@ -111,6 +139,10 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 	}
 }
 
+// redisUp is whether the state store took the last record write (true
+// before the first).
+func (p *presence) redisUp() bool { return !p.down.Load() }
+
 // sampleServer reads the Redis node nearest its maxclients, when a sample
 // is due. An agent's pool holds up to workers + 6 connections per node and
 // keeps what it opened, so a fleet's bound is agents × that (docs/
@@ -118,11 +150,11 @@ func (p *presence) put(ctx context.Context, ttl time.Duration) {
 // still open are closed by Redis at once, which the agents see only as
 // broken pipes.
 func (p *presence) sampleServer(ctx context.Context) {
-	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < serverClientsEvery) {
+	if p.server == nil || (!p.serverAt.IsZero() && time.Since(p.serverAt) < open.ServerClientsEvery) {
 		return
 	}
 	p.serverAt = time.Now()
-	var s serverClients
+	var s open.ServerClients
 	err := detached.Call(ctx, p.storeTimeout, func(ctx context.Context) (err error) {
 		s, err = p.server(ctx)
 		return err
@@ -131,15 +163,15 @@ func (p *presence) sampleServer(ctx context.Context) {
 		p.log.Debug("could not read Redis's INFO clients", "err", err)
 		return
 	}
-	p.m.redisServer.WithLabelValues(serverConnected).Set(float64(s.connected))
-	p.m.redisServer.WithLabelValues(serverMax).Set(float64(s.max))
-	near := s.share() >= nearMaxclients
+	p.m.redisServer.WithLabelValues(open.KindConnected).Set(float64(s.Connected))
+	p.m.redisServer.WithLabelValues(open.KindMax).Set(float64(s.Max))
+	near := s.Share() >= open.NearMaxclients
 	switch {
 	case near && !p.serverNear:
 		p.log.Warn("Redis is near its maxclients: connections the agents' pools open past it are closed at once (broken pipe); raise maxclients to agents × (workers + 6) or more",
-			"node", s.node, "connected_clients", s.connected, "maxclients", s.max, "doc", "docs/operations.md#sizing-redis")
+			"node", s.Node, "connected_clients", s.Connected, "maxclients", s.Max, "doc", "docs/operations.md#sizing-redis")
 	case !near && p.serverNear:
-		p.log.Info("Redis is below its maxclients again", "node", s.node, "connected_clients", s.connected, "maxclients", s.max)
+		p.log.Info("Redis is below its maxclients again", "node", s.Node, "connected_clients", s.Connected, "maxclients", s.Max)
 	}
 	p.serverNear = near
 }
@@ -168,10 +200,18 @@ func (p *presence) checkClaims(ctx context.Context) {
 	}
 	old := p.ambiguous.Swap(&amb)
 	for n, ids := range amb {
-		if old == nil || len((*old)[n]) < 2 {
-			p.log.Warn("host name claimed by more than one live agent: its host-local tasks end rejected (ambiguous_host) until one lets it go",
-				"host", n, "instances", strings.Join(ids, ","))
+		if old != nil && len((*old)[n]) >= 2 {
+			continue
 		}
+		if p.warned[n] {
+			p.log.Debug("host name claimed by more than one live agent again", "host", n, "instances", strings.Join(ids, ","))
+			continue
+		}
+		if p.warned == nil {
+			p.warned = map[string]bool{}
+		}
+		p.warned[n] = true
+		p.warnAmbiguous(n, ids, amb)
 	}
 	if old != nil {
 		for n := range *old {
@@ -181,6 +221,25 @@ func (p *presence) checkClaims(ctx context.Context) {
 		}
 	}
 	p.m.ambiguousNames.Set(float64(len(amb)))
+}
+
+// warnAmbiguous says, once, that name is claimed by this agent and the
+// others in ids: no agent wins it (a task naming it runs nowhere), which
+// names still bring tasks here, and, for the machine's hostname, why.
+func (p *presence) warnAmbiguous(name string, ids []string, amb map[string][]string) {
+	others := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == p.instanceID })
+	var still []string
+	for _, n := range p.names {
+		if _, ok := amb[n]; !ok {
+			still = append(still, n)
+		}
+	}
+	attrs := []any{"host", name, "other_instances", strings.Join(others, ","), "answers_for", strings.Join(still, ",")}
+	msg := "host name claimed by another live agent too: no agent wins it, and tasks naming it end rejected (ambiguous_host) on every agent until one alone claims it; tasks naming this agent by another of its names run here"
+	if name == p.hostname {
+		msg = "this machine's hostname is claimed by another live agent too (agents sharing a machine share its hostname): no agent wins it, and tasks naming it end rejected (ambiguous_host) on every agent; name each agent by its instance id or a host_names entry, which run here"
+	}
+	p.log.Warn(msg, attrs...)
 }
 
 // ambiguousClaims is who claims name when another live agent claims it

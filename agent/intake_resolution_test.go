@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/state"
@@ -24,7 +26,9 @@ import (
 // TestStandaloneIntakeRecordsResolutions: a Zabbix recovery sent to the
 // standalone `autodiag intake` stamps resolved_at on the report of the
 // task its problem made, in the fleet's Redis, as the agent's intake
-// does; it sends no task.
+// does, and writes the alert's `resolved` event to the fleet's outbox for
+// the agents to deliver (once, to the sink that wants it); it sends no
+// task.
 func TestStandaloneIntakeRecordsResolutions(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	t.Setenv("AWS_REGION", "eu-west-1")
@@ -41,6 +45,9 @@ intake:
 diagnostics:
   - {name: disk, command: [/bin/echo, "{host}"], timeout: 10s}
 limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
+notify:
+  - {name: hook, type: webhook, url: "http://127.0.0.1:1/hook", allow_http: true, on: [resolved]}
+  - {name: other, type: webhook, url: "http://127.0.0.1:1/other", allow_http: true, on: [failed]}
 `), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +78,7 @@ limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
 		t.Fatal(err)
 	}
 
-	in, err := OpenStandaloneListener(t.Context(), cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler)},
+	in, err := open.StandaloneListener(t.Context(), cfg, open.Options{Logger: slog.New(slog.DiscardHandler)},
 		func(k string) (string, bool) { return "tok", k == "TOKEN" })
 	if err != nil {
 		t.Fatal(err)
@@ -107,5 +114,21 @@ limiter: {hosts: {allow: ['^[a-z0-9.-]+$']}}
 	}
 	if !found {
 		t.Fatal("the standalone intake's /metrics has no autodiag_report_resolutions_total")
+	}
+	ob := notify.NewRedisOutbox(rc, notify.RedisOptions{Prefix: prefix})
+	for sink, want := range map[string]int{"hook": 1, "other": 0} {
+		ds, err := ob.Claim(ctx, "test", sink, 10, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != want {
+			t.Fatalf("outbox of %s: %d entries, want %d", sink, len(ds), want)
+		}
+		for _, d := range ds {
+			var ev notify.Event
+			if err := json.Unmarshal(d.Body, &ev); err != nil || d.Event != notify.EventResolved || ev.Task == nil || ev.Task.ID != rec.ID {
+				t.Fatalf("outbox of %s: %s event %s (%v), want resolved of %s", sink, d.Event, d.Body, err, rec.ID)
+			}
+		}
 	}
 }

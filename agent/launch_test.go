@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/launch"
@@ -53,11 +54,16 @@ func launchAgent(t *testing.T, timeout time.Duration, extra ...runner.Diagnostic
 		t.Fatal(err)
 	}
 	t.Cleanup(closeFn)
-	// Open would need AWS for the Actor; this one talks to the fake.
-	a.cfg.Lifecycle.LaunchHookName, a.cfg.Lifecycle.LaunchTimeout, a.cfg.Lifecycle.ASGName = launchHookName, timeout, endingASG
-	a.d.Actor = lifecycle.NewActor(a.cfg.Lifecycle, lifecycle.Deps{AutoScaling: client, InstanceID: endingInstance})
-	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
-	a.buildGate()
+	// Open would need AWS for the Actor; this one talks to the fake: the
+	// agent is built again over Open's resources with it.
+	cfg = a.cfg
+	cfg.Lifecycle.LaunchHookName, cfg.Lifecycle.LaunchTimeout, cfg.Lifecycle.ASGName = launchHookName, timeout, endingASG
+	d := a.d
+	d.Actor = lifecycle.NewActor(cfg.Lifecycle, lifecycle.Deps{AutoScaling: client, InstanceID: endingInstance})
+	d.Registry = prometheus.NewRegistry()
+	if a, err = New(cfg, d); err != nil {
+		t.Fatal(err)
+	}
 	return a, fake
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -110,8 +111,8 @@ func newMetrics(reg prometheus.Registerer, diagnostics []string) *metrics {
 	for _, op := range stateOps {
 		m.stateDegraded.WithLabelValues(op)
 	}
-	m.redisServer.WithLabelValues(serverConnected)
-	m.redisServer.WithLabelValues(serverMax)
+	m.redisServer.WithLabelValues(open.KindConnected)
+	m.redisServer.WithLabelValues(open.KindMax)
 	for _, d := range append(slices.Clone(diagnostics), worker.UnknownDiagnostic) {
 		for _, o := range outcome.All() {
 			m.outcomes.WithLabelValues(d, o)

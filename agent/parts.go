@@ -6,38 +6,37 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/approval"
 	"github.com/autodiag/autodiag/agent/config"
-	"github.com/autodiag/autodiag/agent/feedback"
 	"github.com/autodiag/autodiag/agent/hooks"
-	"github.com/autodiag/autodiag/agent/launch"
 	"github.com/autodiag/autodiag/agent/queue"
+	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/resolution"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/slackact"
-	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
 	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 )
 
-// newWorker builds the task worker over this agent's parts.
-func (a *Agent) newWorker(validator *task.Validator, catalog map[string]runner.Diagnostic) *worker.Worker {
-	return worker.New(worker.Options{Source: a.d.Source, Store: a.d.Store, Limiter: a.d.Limiter, Runner: a.hooks.Runner(),
+// workerOptions are the task worker's options over this agent's parts
+// built before the hooks: New completes them with the hooks' (Runner,
+// Hooks, UploadMax) and the alert stage and approvals.
+func (a *Agent) workerOptions(validator *task.Validator, catalog map[string]runner.Diagnostic, red *redact.Redactor) worker.Options {
+	return worker.Options{Source: a.d.Source, Store: a.d.Store, Limiter: a.d.Limiter,
 		Validator: validator, Catalog: catalog, Drain: a.drain, Clock: a.d.Clock, Logger: a.log,
 		Metrics: worker.Metrics{Received: a.m.received, Outcomes: a.m.outcomes, Duration: a.m.duration,
 			Inflight: a.m.inflight, StateDegraded: a.m.stateDegraded, ReceiveWindow: a.m.receiveWindow, Handoff: a.m.handoff},
-		Redactor: a.hooks.Redactor(), UploadMax: a.hooks.UploadMax(), Hooks: a.hooks, Alerts: a.alerts, InstanceID: a.d.InstanceID,
+		Redactor: red, InstanceID: a.d.InstanceID,
 		Workers: a.cfg.Workers, BatchSize: a.cfg.Queue.BatchSize, Lease: a.cfg.Queue.VisibilityTimeout,
 		DedupeKey: a.cfg.Limiter.Dedupe.Key, StoreTimeout: a.cfg.Redis.Timeout, StateFail: a.cfg.Redis.StateFail, Hard: a.hard,
 		Tracing: workerTracing(a.cfg.Queue.URL), Hostname: a.d.Hostname, Placement: a.placement(),
-		Approvals: a.approvals})
+		AlertBatch: a.d.AlertSender}
 }
 
 // placement is where the worker sends target tasks: nowhere without host
@@ -72,93 +71,27 @@ func workerTracing(queueURL string) worker.Tracing {
 // AlertHandler is this agent's alert listener's handler: tasks go to its task
 // queue, and it answers 503 from the first instant of a drain.
 func (a *Agent) AlertHandler(getenv func(string) (string, bool)) (http.Handler, error) {
-	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender,
+	return listener.NewHandler(a.cfg, listener.Options{Getenv: getenv, Sender: a.alerts.Sender, Router: a.alerts.Router,
 		Draining: func() bool { return a.drain.State() != drain.Running },
 		Metrics:  a.alerts.Metrics, Logger: a.log.With("component", "alert_listener"), Redactor: a.hooks.Redactor(), Clock: a.d.Clock,
-		OnResolved: func(source, eventID string) { a.resolutions.Resolved(context.WithoutCancel(a.hard), source, eventID) },
-		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.store, Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
-			Recorded: func(v string) { a.feedback.total.WithLabelValues(v).Inc() }, Metrics: a.slack}})
+		Slack: slackact.Options{Approver: slackApproverOf(a.approvals), Feedback: a.feedback.Store(), Tasks: a.d.Store, Timeout: a.cfg.Redis.Timeout,
+			Recorded: a.feedback.Count, Metrics: a.slack}})
 }
 
-// newAlertRouting is the alert stage on the task queue (worker.AlertRouting).
-func newAlertRouting(cfg config.Config, v *task.Validator, d Deps) (*worker.AlertRouting, error) {
+// newAlertRouting is the alert stage, on the task queue
+// (worker.AlertRouting) and behind the alert listener (AlertHandler): its
+// tasks go in through the one way in, every resolved alert is recorded
+// (on a call detached from the request, within base), and a CloudWatch
+// alarm's OK, which names the alarm, resolves the firing the recorder
+// remembers.
+func newAlertRouting(cfg config.Config, v *task.Validator, submit alert.Sender, rec *resolution.Recorder, base context.Context,
+	reg prometheus.Registerer) (*worker.AlertRouting, error) {
 	router, err := alert.NewRouter(cfg.Routes, v)
 	if err != nil {
 		return nil, fmt.Errorf("agent: routes: %w", err)
 	}
-	sender := d.AlertSender
-	if sender == nil {
-		sender = listener.SourceSender{Source: d.Source}
-	}
-	return &worker.AlertRouting{Router: router, Sender: sender, Metrics: alert.NewMetrics(d.Registry)}, nil
-}
-
-// OpenStandaloneListener builds the standalone alert listener (`autodiag intake`) for cfg:
-// the alert handler with no workers, sending tasks onto the fleet's SQS
-// queue; see listener.Open.
-func OpenStandaloneListener(ctx context.Context, cfg config.Config, o OpenOptions, getenv func(string) (string, bool)) (*listener.Standalone, error) {
-	connect := func() (listener.SQSBatchAPI, error) {
-		awsCfg, err := loadAWS(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return sqs.NewFromConfig(awsCfg), nil
-	}
-	log := orDiscard(o.Logger)
-	return listener.Open(cfg, connect, log, getenv, func(reg prometheus.Registerer) (listener.Stores, error) {
-		return intakeStores(ctx, cfg, reg, log)
-	})
-}
-
-// intakeConns are the standalone intake's connections to Redis: a
-// resolution's calls and a Slack button's, a few at a time.
-const intakeConns = 8
-
-// intakeStores are the fleet's stores a standalone intake records into
-// when Redis is configured: the resolutions of alerts (resolved_at on
-// their reports, the metrics on reg) and the Slack buttons' verdicts.
-func intakeStores(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (listener.Stores, error) {
-	rcfg := cfg.Redis
-	if rcfg.URL == "" && rcfg.URLSecret == "" && len(rcfg.Addrs) == 0 {
-		return listener.Stores{}, nil
-	}
-	if rcfg.URLSecret != "" {
-		awsCfg, err := loadAWS(ctx, cfg)
-		if err != nil {
-			return listener.Stores{}, err
-		}
-		if rcfg.URL, err = redisURLFromSecret(ctx, rcfg.URLSecret, awsCfg); err != nil {
-			return listener.Stores{}, err
-		}
-		rcfg.URLSecret = ""
-	}
-	rc, err := NewRedisClient(rcfg, intakeConns)
-	if err != nil || rc == nil {
-		return listener.Stores{}, err
-	}
-	store := state.NewRedis(rc, state.RedisOptions{Prefix: cfg.Redis.Prefix, AuditShards: cfg.Redis.AuditShards, InstanceShards: cfg.Redis.InstanceShards})
-	diagnostics := make([]string, 0, len(cfg.Diagnostics))
-	for _, d := range cfg.Diagnostics {
-		diagnostics = append(diagnostics, d.Name)
-	}
-	rec, err := resolution.NewRecorder(resolution.NewRedis(rc, cfg.Redis.Prefix), store, diagnostics, nil, cfg.Redis.Timeout,
-		log.With("component", "resolution"), reg)
-	if err != nil {
-		_ = rc.Close()
-		return listener.Stores{}, fmt.Errorf("intake: resolution: %w", err)
-	}
-	return listener.Stores{
-		Resolved: func(source, eventID string) { rec.Resolved(context.WithoutCancel(ctx), source, eventID) },
-		Feedback: feedback.NewRedis(rc, cfg.Redis.Prefix, 0), Tasks: store,
-		Close: func() { _ = rc.Close() }}, nil
-}
-
-// buildGate builds the launch gate over this agent's parts; the instance
-// record tells its phase.
-func (a *Agent) buildGate() {
-	a.gate = launch.New(launch.Options{Config: a.cfg, Watcher: a.d.Watcher, Actor: a.d.Actor, Store: a.d.Store,
-		Source: a.d.Source, Logger: a.log, Nudge: a.presence.nudge})
-	a.presence.launchState = a.gate.State
+	router.WatchResolved(func(al alert.Received) { rec.Resolved(context.WithoutCancel(base), al.Source, al.EventID) })
+	return &worker.AlertRouting{Router: router, Sender: submit, Metrics: alert.NewMetrics(reg), Alarms: rec}, nil
 }
 
 // newApprovals builds the approval gate: parked tasks in d.Approvals (in
@@ -167,7 +100,7 @@ func (a *Agent) buildGate() {
 func newApprovals(cfg config.Config, d Deps, h *hooks.Hooks, log *slog.Logger) (*approval.Approvals, error) {
 	store := d.Approvals
 	if store == nil {
-		store = approval.NewMemory()
+		store = approval.NewMemoryWith(approval.MemoryOptions{Keep: cfg.Queue.MaxAge})
 	}
 	src := d.Source
 	return approval.New(approval.Options{Store: store,

@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/cwpublish"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/supervisor"
@@ -33,7 +32,7 @@ type flakyCloudWatch struct {
 	values  []float64 // their values
 }
 
-var _ cloudWatchAPI = (*flakyCloudWatch)(nil)
+var _ cwpublish.API = (*flakyCloudWatch)(nil)
 
 func (f *flakyCloudWatch) PutMetricData(_ context.Context, in *cloudwatch.PutMetricDataInput, _ ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error) {
 	f.mu.Lock()
@@ -44,109 +43,6 @@ func (f *flakyCloudWatch) PutMetricData(_ context.Context, in *cloudwatch.PutMet
 	f.names = append(f.names, aws.ToString(in.MetricData[0].MetricName))
 	f.values = append(f.values, aws.ToFloat64(in.MetricData[0].Value))
 	return &cloudwatch.PutMetricDataOutput{}, nil
-}
-
-func (f *flakyCloudWatch) set(failing bool) { f.mu.Lock(); f.failing = failing; f.mu.Unlock() }
-
-func (f *flakyCloudWatch) count(name string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, m := range f.names {
-		if m == name {
-			n++
-		}
-	}
-	return n
-}
-
-// TestPublisherLogsOnce: a metric that cannot be published is logged once,
-// not every period, until it is published again; an unknown group is
-// resolved through Auto Scaling and then used.
-func TestPublisherLogsOnce(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		const every = time.Second
-		cw := &flakyCloudWatch{failing: true}
-		logs := &syncBuffer{}
-		var resolves atomic.Int32
-		p := &publisher{api: cw, namespace: "autodiag", every: every, limiter: &degradedStub{}, clock: clock.Wall{},
-			log: slog.New(slog.NewJSONHandler(logs, nil)),
-			resolve: func(context.Context) (string, error) {
-				if resolves.Add(1) < 3 {
-					return "", errors.New("throttled")
-				}
-				return "web-asg", nil
-			}}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
-		wg.Go(func() { p.limiterDegraded(ctx) })
-
-		time.Sleep(5*every + every/2) // the group is known from the 3rd look; puts fail
-		synctest.Wait()
-		if n := len(logs.lines("CloudWatch metric not published")); n != 2 {
-			t.Fatalf("%d warnings over 5 failing periods of two metrics, want one per metric", n)
-		}
-		cw.set(false)
-		time.Sleep(every)
-		synctest.Wait()
-		if n := len(logs.lines("CloudWatch metric published again")); n != 2 {
-			t.Fatalf("%d recoveries logged, want one per metric", n)
-		}
-		if cw.count(metricDrainSeconds) == 0 || cw.count(metricLimiterDegraded) == 0 {
-			t.Fatalf("accepted %v, want both metrics", cw.names)
-		}
-		cw.set(true)
-		time.Sleep(every)
-		synctest.Wait()
-		cancel()
-		wg.Wait()
-		if n := len(logs.lines("CloudWatch metric not published")); n != 4 {
-			t.Fatalf("%d warnings after failing again, want two more", n)
-		}
-	})
-}
-
-// TestPublisherGroupUnknownLogsOnce: without a group and without a way to
-// learn it, neither metric is published and each says so once.
-func TestPublisherGroupUnknownLogsOnce(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		cw := &flakyCloudWatch{}
-		logs := &syncBuffer{}
-		p := &publisher{api: cw, namespace: "autodiag", every: time.Second, limiter: &degradedStub{}, clock: clock.Wall{},
-			log: slog.New(slog.NewJSONHandler(logs, nil))}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
-		wg.Go(func() { p.limiterDegraded(ctx) })
-		time.Sleep(5 * time.Second)
-		cancel()
-		wg.Wait()
-		lines := logs.lines("CloudWatch metric not published")
-		if len(lines) != 2 || len(cw.names) != 0 {
-			t.Fatalf("%d warnings, %d puts; want one warning per metric and no put", len(lines), len(cw.names))
-		}
-		if d, _ := lines[0]["detail"].(string); !strings.Contains(d, "lifecycle.asg_name") {
-			t.Errorf("warning %v does not say how to set the group", lines[0])
-		}
-	})
-}
-
-// stateIMDS answers target-lifecycle-state with state and 404 elsewhere.
-type stateIMDS struct{ state string }
-
-type notFound struct{}
-
-func (notFound) Error() string       { return "404 Not Found" }
-func (notFound) HTTPStatusCode() int { return 404 }
-
-func (s stateIMDS) GetMetadata(_ context.Context, in *imds.GetMetadataInput, _ ...func(*imds.Options)) (*imds.GetMetadataOutput, error) {
-	if in.Path != "autoscaling/target-lifecycle-state" {
-		return nil, notFound{}
-	}
-	return &imds.GetMetadataOutput{Content: io.NopCloser(strings.NewReader(s.state))}, nil
 }
 
 // TestPersistedDrainDiscardedWhenInService: a drain the previous process
@@ -215,7 +111,7 @@ func TestDepsResolveASG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := a.publisher.group(context.Background()); got != "from-describe" {
+	if got := a.publisher.Group(context.Background()); got != "from-describe" {
 		t.Fatalf("group %q, want the resolver's", got)
 	}
 }
@@ -237,8 +133,8 @@ func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	}
 	t.Cleanup(closeFn)
 	cw := &flakyCloudWatch{}
-	a.publisher = &publisher{api: cw, namespace: "autodiag", asg: endingASG, limiter: &degradedStub{}, clock: clock.Wall{},
-		log: slog.New(slog.DiscardHandler)}
+	a.publisher = cwpublish.New(cwpublish.Options{API: cw, Namespace: "autodiag", ASG: endingASG, Limiter: noDegraded{}, Clock: clock.Wall{},
+		Logger: slog.New(slog.DiscardHandler)})
 	a.sup = a.newSupervisor(a.d.Watcher, a.d.Actor)
 	ctx := context.Background()
 	const ago = 5 * time.Minute
@@ -252,10 +148,30 @@ func TestResumedDrainSecondsCountsFromFirstStart(t *testing.T) {
 	}
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
-	if len(cw.values) == 0 || cw.names[0] != metricDrainSeconds || cw.values[0] < ago.Seconds() {
+	if len(cw.values) == 0 || cw.names[0] != cwpublish.MetricDrainSeconds || cw.values[0] < ago.Seconds() {
 		t.Fatalf("published %v %v, want DrainSeconds of at least %.0f", cw.names, cw.values, ago.Seconds())
 	}
 	if rec, _ := a.d.Store.LoadDrain(ctx, endingInstance); rec == nil || !rec.StartedAt.Equal(first) {
 		t.Fatalf("persisted drain %+v, want its first start kept", rec)
 	}
 }
+
+// stateIMDS answers target-lifecycle-state with state and 404 elsewhere.
+type stateIMDS struct{ state string }
+
+type notFound struct{}
+
+func (notFound) Error() string       { return "404 Not Found" }
+func (notFound) HTTPStatusCode() int { return 404 }
+
+func (s stateIMDS) GetMetadata(_ context.Context, in *imds.GetMetadataInput, _ ...func(*imds.Options)) (*imds.GetMetadataOutput, error) {
+	if in.Path != "autoscaling/target-lifecycle-state" {
+		return nil, notFound{}
+	}
+	return &imds.GetMetadataOutput{Content: io.NopCloser(strings.NewReader(s.state))}, nil
+}
+
+// noDegraded is a limiter that never decided in a fail mode.
+type noDegraded struct{}
+
+func (noDegraded) DegradedTotal() float64 { return 0 }

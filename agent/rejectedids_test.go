@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -43,7 +44,7 @@ func TestRejectedTasksStayOutOfRecentTasks(t *testing.T) {
 		return ta.outcome(outcome.Rejected) == int64(len(rejected)) && ta.outcome(outcome.Succeeded) == 1
 	})
 	_, body := ta.get(t, "/v1/status")
-	var st Status
+	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatal(err)
 	}

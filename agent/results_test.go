@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/taskview"
@@ -74,7 +75,7 @@ func TestTaskRecordAPI(t *testing.T) {
 		t.Errorf("GET /v1/tasks/nope: %d %s, want 404 with reason not_found", code, body)
 	}
 	_, body = ta.get(t, "/v1/status")
-	var st Status
+	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatal(err)
 	}

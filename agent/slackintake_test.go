@@ -47,7 +47,7 @@ intake:
 	if code, res := press(); code != http.StatusOK || res != slackact.ResultDuplicate {
 		t.Fatalf("second press: %d %s", code, res)
 	}
-	log, err := ta.feedback.store.Log(t.Context())
+	log, err := ta.feedback.Store().Log(t.Context())
 	if err != nil || len(log) != 1 || log[0].By != "slack:U0ALICE" || log[0].Verdict != "good" {
 		t.Fatalf("verdicts %+v %v", log, err)
 	}

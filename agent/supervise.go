@@ -30,4 +30,4 @@ func (a *Agent) newSupervisor(watcher *lifecycle.Watcher, actor *lifecycle.Actor
 // drainedPresence marks the instance record drained at the drain's end.
 type drainedPresence struct{ p *presence }
 
-func (d drainedPresence) Drained(ctx context.Context) { d.p.put(ctx, drainedInstanceTTL) }
+func (d drainedPresence) Drained(ctx context.Context) { d.p.put(ctx, d.p.ttl()) }

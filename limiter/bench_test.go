@@ -139,7 +139,7 @@ func reportCommands(b *testing.B, c *redis.Client, before map[string]int64) {
 }
 
 // benchClient is the client both sides use, with the options of the agent's
-// (agent.NewRedisClient: ContextTimeoutEnabled, so the limiter bounds a call
+// (open.RedisClient: ContextTimeoutEnabled, so the limiter bounds a call
 // with a context deadline instead of a goroutine of its own).
 func benchClient(b *testing.B) *redis.Client {
 	addr := requireEnv(b, "AUTODIAG_TEST_REDIS_ADDR")

@@ -122,7 +122,7 @@ func New(o Options) (*Approvals, error) {
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "autodiag_approvals_total",
 			Help: "Approval decisions on parked tasks, by result: approved, denied, timeout (unanswered within approval_timeout)."}, []string{"result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "autodiag_approvals_pending",
-			Help: "Tasks parked for approval and not yet sent on, fleet-wide, as this agent last counted them."}),
+			Help: "Tasks parked for approval and not decided yet, fleet-wide, as this agent last counted them (at its sweep, park or decision)."}),
 	}
 	for _, r := range []string{taskview.ApprovalApproved, taskview.ApprovalDenied, taskview.ApprovalTimeout} {
 		a.total.WithLabelValues(r)
@@ -169,7 +169,7 @@ func (a *Approvals) Gate(ctx context.Context, t task.Task, body []byte, timeout 
 	if !isNew {
 		return decided(p), nil
 	}
-	a.pending.Inc()
+	a.recount(ctx)
 	a.o.Log.InfoContext(ctx, "task awaits approval", "task_id", t.ID, "host", t.Host, "diagnostic", t.Diagnostic,
 		"origin", t.Origin, "deadline", p.Approval.Deadline)
 	if a.o.Requested != nil {
@@ -247,7 +247,7 @@ func (a *Approvals) Decide(ctx context.Context, taskID string, d Decision) error
 		return err
 	}
 	a.total.WithLabelValues(ap.Decision).Inc()
-	a.pending.Dec()
+	a.recount(ctx)
 	a.o.Log.InfoContext(ctx, "approval decided", "task_id", taskID, "diagnostic", p.Diagnostic, "host", p.Host,
 		"decision", ap.Decision, "by", ap.By, "reason", ap.Reason, "via", ap.Via)
 	a.sendOn(ctx, p)
@@ -272,7 +272,7 @@ func (a *Approvals) expire(ctx context.Context, p Parked, now time.Time) {
 		return
 	default:
 		a.total.WithLabelValues(taskview.ApprovalTimeout).Inc()
-		a.pending.Dec()
+		a.recount(ctx)
 		a.o.Log.InfoContext(ctx, "approval timed out", "task_id", p.TaskID, "diagnostic", p.Diagnostic, "host", p.Host,
 			"deadline", p.Approval.Deadline)
 	}
@@ -326,12 +326,28 @@ func (a *Approvals) Sweep(ctx context.Context) error {
 			a.expire(ctx, p, now)
 		}
 	}
-	var waiting []string
-	if err := a.call(ctx, func(ctx context.Context) (err error) { waiting, err = a.o.Store.Waiting(ctx, MaxList); return err }); err != nil {
+	var n int64
+	if err := a.call(ctx, func(ctx context.Context) (err error) { n, err = a.o.Store.Pending(ctx, now); return err }); err != nil {
 		return err
 	}
-	a.pending.Set(float64(len(waiting)))
+	a.pending.Set(float64(n))
 	return nil
+}
+
+// recount sets the pending gauge from the store, after this agent parked
+// or decided a task: the gauge is always a count, never moved by
+// increments that another agent's decisions would make drift. A failed
+// count leaves it to the next sweep.
+func (a *Approvals) recount(ctx context.Context) {
+	var n int64
+	if err := a.call(ctx, func(ctx context.Context) (err error) {
+		n, err = a.o.Store.Pending(ctx, a.o.Clock.Now().UTC())
+		return err
+	}); err != nil {
+		a.o.Log.DebugContext(ctx, "approvals pending not counted; the next sweep counts them", "err", err)
+		return
+	}
+	a.pending.Set(float64(n))
 }
 
 // Run sweeps every SweepEvery until ctx ends.

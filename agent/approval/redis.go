@@ -18,19 +18,20 @@ import (
 const Keep = 14 * 24 * time.Hour
 
 var (
-	// parkScript: KEYS task, due; ARGV parked JSON, deadline ms, ttl ms,
-	// id. Stores the task and puts it on the due set at its deadline,
-	// unless it is parked already: then nil when stored, else the stored
-	// JSON.
+	// parkScript: KEYS task, due, undecided; ARGV parked JSON, deadline
+	// ms, ttl ms, id. Stores the task and puts it on the due set and the
+	// undecided set at its deadline, unless it is parked already: then
+	// nil when stored, else the stored JSON.
 	parkScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then
   redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+  redis.call('ZADD', KEYS[3], ARGV[2], ARGV[4])
   return false
 end
 return redis.call('GET', KEYS[1])`)
-	// decideScript: KEYS task, decision, due; ARGV decision JSON, now ms,
-	// id. 0 = no such task; 1 = decided now; else the decision made
-	// before.
+	// decideScript: KEYS task, decision, due, undecided; ARGV decision
+	// JSON, now ms, id. 0 = no such task; 1 = decided now (off the
+	// undecided set); else the decision made before.
 	decideScript = redis.NewScript(`
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then return 0 end
@@ -38,7 +39,14 @@ if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ttl) then
   return redis.call('GET', KEYS[2])
 end
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[3])
 return 1`)
+	// pendingScript: KEYS undecided; ARGV cutoff ms. Drops the ids whose
+	// deadline is before the cutoff (their task expired undecided) and
+	// counts the rest.
+	pendingScript = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
+return redis.call('ZCARD', KEYS[1])`)
 	// dueScript: KEYS due; ARGV now ms, lease end ms, n. The ids due at
 	// now, each made due again at the lease's end.
 	dueScript = redis.NewScript(`
@@ -63,6 +71,7 @@ type redisClient interface {
 //	<prefix>{approvals}:decision:<id>  its decision (JSON), set once, expiring with it
 //	<prefix>{approvals}:due            sorted set: id → when it is due (ms), its
 //	                                   deadline, or its decision until sent on
+//	<prefix>{approvals}:undecided      sorted set: id → its deadline (ms), until decided
 type Redis struct {
 	c      redisClient
 	prefix string
@@ -78,6 +87,7 @@ func NewRedis(c redisClient, prefix string) *Redis {
 func (r *Redis) taskKey(id string) string     { return r.prefix + "task:" + id }
 func (r *Redis) decisionKey(id string) string { return r.prefix + "decision:" + id }
 func (r *Redis) dueKey() string               { return r.prefix + "due" }
+func (r *Redis) undecidedKey() string         { return r.prefix + "undecided" }
 
 // Park implements Store.
 func (r *Redis) Park(ctx context.Context, p Parked) (Parked, bool, error) {
@@ -86,7 +96,7 @@ func (r *Redis) Park(ctx context.Context, p Parked) (Parked, bool, error) {
 		return Parked{}, false, fmt.Errorf("approval: encode %s: %w", p.TaskID, err)
 	}
 	ttl := max(p.Approval.Deadline.Sub(p.Approval.RequestedAt), 0) + Keep
-	_, err = parkScript.Run(ctx, r.c, []string{r.taskKey(p.TaskID), r.dueKey()},
+	_, err = parkScript.Run(ctx, r.c, []string{r.taskKey(p.TaskID), r.dueKey(), r.undecidedKey()},
 		string(js), p.Approval.Deadline.UnixMilli(), ttl.Milliseconds(), p.TaskID).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -138,7 +148,7 @@ func (r *Redis) Decide(ctx context.Context, id string, a taskview.Approval, now 
 	if err != nil {
 		return taskview.Approval{}, fmt.Errorf("approval: encode: %w", err)
 	}
-	res, err := decideScript.Run(ctx, r.c, []string{r.taskKey(id), r.decisionKey(id), r.dueKey()}, string(js), now.UnixMilli(), id).Result()
+	res, err := decideScript.Run(ctx, r.c, []string{r.taskKey(id), r.decisionKey(id), r.dueKey(), r.undecidedKey()}, string(js), now.UnixMilli(), id).Result()
 	if err != nil {
 		return taskview.Approval{}, fmt.Errorf("approval: decide %s: %w", id, err)
 	}
@@ -182,4 +192,14 @@ func (r *Redis) Waiting(ctx context.Context, n int) ([]string, error) {
 		return nil, fmt.Errorf("approval: waiting: %w", err)
 	}
 	return ids, nil
+}
+
+// Pending implements Store: an id whose task expired undecided (Keep
+// past its deadline) is dropped on the way.
+func (r *Redis) Pending(ctx context.Context, now time.Time) (int64, error) {
+	n, err := pendingScript.Run(ctx, r.c, []string{r.undecidedKey()}, now.Add(-Keep).UnixMilli()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("approval: pending: %w", err)
+	}
+	return n, nil
 }

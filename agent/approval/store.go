@@ -53,4 +53,6 @@ type Store interface {
 	Sent(ctx context.Context, id string) error
 	// Waiting lists up to n task ids not sent on yet, earliest due first.
 	Waiting(ctx context.Context, n int) ([]string, error)
+	// Pending counts the tasks parked and not decided yet (at now).
+	Pending(ctx context.Context, now time.Time) (int64, error)
 }

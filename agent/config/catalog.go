@@ -49,10 +49,18 @@ func (cfg Config) Validator() (*task.Validator, error) {
 // Warnings are what config validate prints without failing: each
 // parameter whose catalog entry lifts the default character set, since
 // its values then reach the program with whatever the pattern lets
-// through (spaces, quotes, shell and option syntax).
+// through (spaces, quotes, shell and option syntax); and each tool of
+// investigations that needs approval for longer than an investigation
+// waits, since the investigation then gives up on it first.
 func (c Config) Warnings() []string {
 	var out []string
 	for i, d := range c.Diagnostics {
+		if ic := c.Report.Investigate; ic != nil && c.Report.Enabled && d.Investigate && d.Approval == runner.ApprovalRequired {
+			if wait, wall := d.WithDefaults().ApprovalTimeout, ic.WithDefaults().WallTime; wait > wall {
+				out = append(out, fmt.Sprintf("diagnostics[%d].approval_timeout: %s of %s is longer than report.investigate.wall_time %s: "+
+					"an investigation stops waiting for its approval first, and the call is a Gap awaiting_approval (approval_pending)", i, wait, d.Name, wall))
+			}
+		}
 		prog := "the program"
 		if len(d.Command) > 0 {
 			prog = d.Command[0]

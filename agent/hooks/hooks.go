@@ -8,14 +8,12 @@ import (
 
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
-	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/agent/tracing"
-	"github.com/autodiag/autodiag/agent/worker"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/lifecycle"
@@ -25,6 +23,9 @@ import (
 type Options struct {
 	Config config.Config
 	Store  state.TaskStore
+	// Redactor is the one chokepoint every output passes (NewRedactor),
+	// shared with the worker; nil = New builds one.
+	Redactor *redact.Redactor
 	// Outbox holds notifications until a sink took them; nil = in memory.
 	Outbox notify.Outbox
 	// LookupEnv reads the sinks' url_env and secret_env; nil = an empty
@@ -36,13 +37,12 @@ type Options struct {
 	// Reports are the report provider, queue and limiter backend; needed
 	// with report.enabled (OpenReportParts).
 	Reports *ReportParts
-	Runner  worker.Runner
-	// Source, Validator and Rejecter are how an investigation's tool call
-	// becomes a task on the agent's own queue: validated as POST /v1/tasks
-	// validates, a rejection ended as the worker ends one (Worker.Rejected).
-	Source     queue.Source
+	// Tasks is how an investigation's tool call becomes a task on the
+	// agent's own queue: the one way in POST /v1/tasks takes too
+	// (worker.Submitter). Validator signs the call's origin and answers
+	// which hosts a tool may name.
+	Tasks      Submitter
 	Validator  *task.Validator
-	Rejecter   Rejecter
 	InstanceID string
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -60,10 +60,10 @@ type Options struct {
 	ReportWritten func(ctx context.Context, rec state.TaskRecord) state.TaskRecord
 }
 
-// Rejecter ends a task that never reached the queue as rejected, its
-// outcome audited detached from the caller (worker.Worker).
-type Rejecter interface {
-	Rejected(t task.Task, err error)
+// Submitter validates a task and sends it onto the queue, or ends it as
+// rejected and returns its *task.Error (worker.Submitter).
+type Submitter interface {
+	Submit(ctx context.Context, t task.Task) (task.Task, error)
 }
 
 // Hooks are what happens around a task's end and a drain: the redactor
@@ -72,7 +72,6 @@ type Rejecter interface {
 // nil when off, and its methods then do nothing.
 type Hooks struct {
 	redactor *redact.Redactor
-	runner   worker.Runner
 	uploader *uploader
 	notifier *notifier
 	reports  *reports
@@ -83,7 +82,7 @@ type Hooks struct {
 
 // New builds the hooks cfg configures.
 func New(o Options) (*Hooks, error) {
-	h := &Hooks{runner: o.Runner, lifecycle: o.Config.Lifecycle, taskEnded: o.TaskEnded}
+	h := &Hooks{lifecycle: o.Config.Lifecycle, taskEnded: o.TaskEnded}
 	b := builder{h: h}
 	if err := b.wireResults(o); err != nil {
 		return nil, err
@@ -110,10 +109,6 @@ func (h *Hooks) UploadMax() runner.Size {
 	}
 	return h.uploader.cfg.MaxSize
 }
-
-// Runner is Options.Runner, with its output cap raised to
-// results.s3.max_size when outputs are uploaded.
-func (h *Hooks) Runner() worker.Runner { return h.runner }
 
 // RunNotify runs the notification dispatcher until the drain stops it
 // (DrainEnded); nil at once without sinks.
@@ -156,8 +151,13 @@ func (h *Hooks) Resolved(rec state.TaskRecord) {
 	if h.notifier == nil {
 		return
 	}
+	h.notifier.resolved(rec)
+}
+
+// resolved writes the resolved event of rec's alert.
+func (n *notifier) resolved(rec state.TaskRecord) {
 	v := rec.View(tracing.Link)
-	h.notifier.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
+	n.enqueue(notify.Event{Type: notify.EventResolved, Task: &v}, "task_id", rec.ID)
 }
 
 // ApprovalRequested writes the approval_requested event of a task parked

@@ -2,23 +2,23 @@ package hooks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/autodiag/autodiag/agent/investigate"
+	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
-// wireInvestigations makes parts' Writer an investigation when
-// report.investigate is set: the tools are the catalog's entries marked
-// investigate, each call a task submitted to the agent's own queue.
-func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
+// investigator is the report writer when report.investigate is set (nil
+// when not): the tools are the catalog's entries marked investigate, each
+// call a task submitted through the agent's one way in (Options.Tasks).
+func (b builder) investigator(o Options, parts ReportParts) (*investigate.Investigator, error) {
 	h := b.h
 	ic := o.Config.Report.Investigate
-	if ic == nil || parts.Writer != nil {
-		return nil
+	if ic == nil {
+		return nil, nil
 	}
 	var tools []investigate.Tool
 	for _, d := range o.Config.Diagnostics {
@@ -40,18 +40,18 @@ func (b builder) wireInvestigations(o Options, parts *ReportParts) error {
 		Metrics:   metrics,
 		Runbooks:  parts.Runbooks})
 	if err != nil {
-		return fmt.Errorf("hooks: report.investigate: %w", err)
+		return nil, fmt.Errorf("hooks: report.investigate: %w", err)
 	}
-	parts.Writer = iv
-	return nil
+	return iv, nil
 }
 
 // investigationPoll is how often a tool call's record is read while it
 // runs.
 const investigationPoll = 200 * time.Millisecond
 
-// agentTasks submits an investigation's tool call as POST /v1/tasks does
-// (the same validation first, a rejection recorded and audited) and
+// agentTasks submits an investigation's tool call through the one way in
+// POST /v1/tasks takes (the same validation first, a rejection recorded
+// and audited) and
 // waits for the record the pipeline writes: the limiter, caps, breaker,
 // runner and redaction are the pipeline's.
 type agentTasks struct {
@@ -69,25 +69,20 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 	// The agent's own investigator is the one sender that may claim this
 	// origin: it signs the call with the fleet's origin key.
 	t.OriginToken = task.SignOrigin(o.Validator.OriginKey, &t)
-	if err := o.Validator.Validate(&t, now); err != nil {
-		// The outcome's audit write is detached by design, as for POST
-		// /v1/tasks: it lands even when the investigation has ended.
-		o.Rejecter.Rejected(t, err) //nolint:contextcheck // see above
-		return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
-	}
-	body, err := json.Marshal(t)
-	if err != nil {
+	if _, err := o.Tasks.Submit(ctx, t); err != nil {
+		if task.Reason(err) != "" {
+			return investigate.TaskRecord{ID: s.ID, Outcome: outcome.Rejected, Reason: err.Error()}, nil
+		}
 		return investigate.TaskRecord{}, fmt.Errorf("task %s: %w", s.ID, err)
-	}
-	if _, err := o.Source.Send(ctx, body); err != nil {
-		return investigate.TaskRecord{}, fmt.Errorf("task %s: queue: %w", s.ID, err)
 	}
 	tick := time.NewTicker(at.poll)
 	defer tick.Stop()
+	claimed := false
 	for {
 		rctx, cancel := context.WithTimeout(ctx, max(o.Config.Redis.Timeout, time.Second))
 		rec, ok, err := o.Store.Task(rctx, s.ID)
 		cancel()
+		claimed = claimed || err == nil && ok
 		if err == nil && ok && rec.Outcome != "" {
 			out := investigate.TaskRecord{ID: rec.ID, Outcome: rec.Outcome, Reason: rec.Reason, Output: rec.Output, Truncated: rec.Truncated,
 				RanOn: rec.RanOn}
@@ -103,8 +98,23 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 		}
 		select {
 		case <-ctx.Done():
+			if !claimed && at.needsApproval(s.Diagnostic) {
+				// Parked tasks have no record until they are decided and
+				// claimed: this one still awaits a person.
+				return investigate.TaskRecord{}, fmt.Errorf("task %s: %w when the investigation's time ran out", s.ID, investigate.ErrAwaitingApproval)
+			}
 			return investigate.TaskRecord{}, fmt.Errorf("task %s: no record before the investigation's time ran out: %w", s.ID, ctx.Err())
 		case <-tick.C:
 		}
 	}
+}
+
+// needsApproval: the catalog entry of diag says approval: required.
+func (at *agentTasks) needsApproval(diag string) bool {
+	for _, d := range at.o.Config.Diagnostics {
+		if d.Name == diag {
+			return d.Approval == runner.ApprovalRequired
+		}
+	}
+	return false
 }

@@ -32,8 +32,8 @@ import (
 // the model endpoint, the job queue and the limiter backend of the report
 // rule. OpenReportParts builds them from the config.
 type ReportParts struct {
-	// Writer writes each report; nil: the single-shot report. The agent
-	// sets an investigation when report.investigate is set.
+	// Writer writes each report; nil: the single-shot report, or the
+	// investigation the hooks build when report.investigate is set.
 	Writer report.Writer
 	// Budget is the investigations' daily budget, in Redis when
 	// configured; nil: in memory.
@@ -176,6 +176,16 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	if len(cfg.Notify) == 0 || ob == nil {
 		return reportSink(store, nil, written), nil
 	}
+	n, err := outboxNotifier(cfg, ob, instanceID, log)
+	if err != nil {
+		return nil, err
+	}
+	return reportSink(store, n, written), nil
+}
+
+// outboxNotifier writes the events of cfg's sinks to ob for the agents to
+// deliver; it never sends.
+func outboxNotifier(cfg config.Config, ob notify.Outbox, instanceID string, log *slog.Logger) (*notifier, error) {
 	sinks := make([]notify.Sink, len(cfg.Notify))
 	for i, c := range cfg.Notify {
 		sinks[i] = addressedSink{c}
@@ -185,9 +195,23 @@ func OutboxReportSink(cfg config.Config, store state.TaskStore, ob notify.Outbox
 	if err != nil {
 		return nil, fmt.Errorf("hooks: notify: %w", err)
 	}
-	n := &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
-		log: log.With("component", "notify")}
-	return reportSink(store, n, written), nil
+	return &notifier{d: d, base: context.Background(), timeout: cfg.Redis.Timeout, clock: clock.Wall{},
+		log: log.With("component", "notify")}, nil
+}
+
+// OutboxResolved is the `resolved` event of a process that delivers no
+// notifications itself (the standalone alert listener): each resolved
+// alert's event, the same as Hooks.Resolved writes, goes to ob for the
+// agents to deliver. nil when no sink is configured or there is no ob.
+func OutboxResolved(cfg config.Config, ob notify.Outbox, instanceID string, log *slog.Logger) (func(rec state.TaskRecord), error) {
+	if len(cfg.Notify) == 0 || ob == nil {
+		return nil, nil
+	}
+	n, err := outboxNotifier(cfg, ob, instanceID, log)
+	if err != nil {
+		return nil, err
+	}
+	return n.resolved, nil
 }
 
 // addressedSink is a configured sink as the writer of an outbox entry
@@ -250,21 +274,29 @@ func (b builder) wireReports(o Options) error {
 	if !o.Config.Report.Enabled {
 		return nil
 	}
-	parts := o.Reports
-	if parts == nil || parts.Provider == nil {
+	if o.Reports == nil || o.Reports.Provider == nil {
 		return fmt.Errorf("hooks: report: enabled without a provider")
 	}
+	// A copy: the defaults and the investigation are the hooks' own,
+	// never written into the caller's parts.
+	parts := *o.Reports
 	if parts.Queue == nil {
 		parts.Queue = report.NewMemoryQueue(o.Config.Report.JobLease(), nil)
 	}
 	if parts.Backend == nil {
 		parts.Backend = limiter.NewMemory()
 	}
-	if err := b.wireInvestigations(o, parts); err != nil {
-		return err
+	if parts.Writer == nil {
+		iv, err := b.investigator(o, parts)
+		if err != nil {
+			return err
+		}
+		if iv != nil {
+			parts.Writer = iv
+		}
 	}
 	sink := reportSink(o.Store, h.notifier, o.ReportWritten)
-	r, err := NewReporter(o.Config, parts, sink, h.redactor, o.InstanceID,
+	r, err := NewReporter(o.Config, &parts, sink, h.redactor, o.InstanceID,
 		o.Registry, o.Logger)
 	if err != nil {
 		return err

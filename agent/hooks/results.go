@@ -4,24 +4,39 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
 )
 
-// wireResults builds what happens to a result: the redactor (its metric
-// on the agent's registry) and, with sinks configured, the notification
-// dispatcher over the outbox (Deps.Outbox, else in memory).
+// NewRedactor builds the one chokepoint every output passes, from
+// results.redact, its metric on reg. The agent's own credentials (and
+// redact.values_env) are redacted by value, read through lookupEnv (the
+// sinks' lookup), so a refreshed secret counts from its refresh on.
+func NewRedactor(cfg config.Config, lookupEnv func(string) (string, bool), reg prometheus.Registerer) (*redact.Redactor, error) {
+	red, err := redact.New(cfg.Results.Redact.Effective(), reg)
+	if err != nil {
+		return nil, fmt.Errorf("hooks: results.redact: %w", err)
+	}
+	red.SetKnown(cfg.KnownValues(lookupEnv))
+	return red, nil
+}
+
+// wireResults builds what happens to a result: the redactor
+// (Options.Redactor, else NewRedactor) and, with sinks configured, the
+// notification dispatcher over the outbox (Deps.Outbox, else in memory).
 func (b builder) wireResults(o Options) error {
 	h := b.h
-	red, err := redact.New(o.Config.Results.Redact.Effective(), o.Registry)
-	if err != nil {
-		return fmt.Errorf("hooks: results.redact: %w", err)
+	h.redactor = o.Redactor
+	if h.redactor == nil {
+		red, err := NewRedactor(o.Config, o.LookupEnv, o.Registry)
+		if err != nil {
+			return err
+		}
+		h.redactor = red
 	}
-	// The agent's own credentials (and redact.values_env) are redacted by
-	// value, read through the same lookup as the sinks, so a refreshed
-	// secret counts from its refresh on.
-	red.SetKnown(o.Config.KnownValues(o.LookupEnv))
-	h.redactor = red
 	if err := b.wireUpload(o); err != nil {
 		return err
 	}

@@ -20,9 +20,17 @@ import (
 // OutputUploadFailed is TaskRecord.OutputUpload when the upload failed.
 const OutputUploadFailed = "failed"
 
-// fullOutputRunner runs every diagnostic with its output cap raised to
-// results.s3.max_size, so the upload gets the whole output; the uploader
-// cuts what the record keeps back to the diagnostic's max_output.
+// FullOutput is r with, when results.s3 uploads each run's whole output,
+// every diagnostic's output cap raised to results.s3.max_size, so the
+// upload gets the whole output; the uploader cuts what the record keeps
+// back to the diagnostic's max_output. r itself when the upload is off.
+func FullOutput(r worker.Runner, c config.S3Config) worker.Runner {
+	if !c.Enabled() {
+		return r
+	}
+	return fullOutputRunner{Runner: r, maxSize: c.MaxSize}
+}
+
 type fullOutputRunner struct {
 	worker.Runner
 	maxSize runner.Size
@@ -168,6 +176,5 @@ func (b builder) wireUpload(o Options) error {
 		return errors.New("hooks: results.s3.bucket is set but Deps.S3 is nil")
 	}
 	h.uploader = newUploader(o.S3, c, o.Base, o.Logger, o.Registry)
-	h.runner = fullOutputRunner{Runner: h.runner, maxSize: c.MaxSize}
 	return nil
 }

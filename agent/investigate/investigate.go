@@ -63,10 +63,21 @@ type TaskRecord struct {
 }
 
 // Tasks submits a task and waits for its record: the only way an
-// investigation runs anything.
+// investigation runs anything. Submit's error wraps ErrAwaitingApproval
+// when ctx ended while the task still waited for a person's approval
+// (catalog `approval: required`).
 type Tasks interface {
 	Submit(ctx context.Context, spec TaskSpec) (TaskRecord, error)
 }
+
+// ErrAwaitingApproval: the wait for a task's record ended while the task
+// still awaited a person's approval; the call is a Gap
+// ResultAwaitingApproval with ReasonApprovalPending, not an error.
+var ErrAwaitingApproval = errors.New("the task still awaits a person's approval")
+
+// ReasonApprovalPending begins the reason of a call whose task still
+// awaited approval when the investigation's wall time ended.
+const ReasonApprovalPending = "approval_pending"
 
 // Budget is the fleet-wide daily budget of tokens and cost. Left says
 // whether any is left today; Spend counts what a model turn used.
@@ -178,18 +189,22 @@ const (
 	ResultTooManyCalls = "too_many_calls"
 	ResultBudgetSpent  = "budget_spent"
 	ResultError        = "error"
-	endedAnswer        = "answer"
-	endedMaxSteps      = "max_steps"
-	endedMaxTokens     = "max_tokens"
-	endedWallTime      = "wall_time"
-	endedDailyBudget   = "daily_budget"
-	endedError         = "error"
+	// ResultAwaitingApproval: the wall time ended while the call's task
+	// awaited a person's approval (reason ReasonApprovalPending).
+	ResultAwaitingApproval = "awaiting_approval"
+	endedAnswer            = "answer"
+	endedMaxSteps          = "max_steps"
+	endedMaxTokens         = "max_tokens"
+	endedWallTime          = "wall_time"
+	endedDailyBudget       = "daily_budget"
+	endedError             = "error"
 )
 
 // CallResults are every Call.Result a metric can carry, besides the task
 // outcomes that did not run.
 var CallResults = []string{ResultRan, ResultNotOffered, ResultOutOfScope, ResultBadArguments, ResultTooManyCalls,
-	ResultBudgetSpent, ResultError, outcome.Rejected, outcome.RateLimited, outcome.Duplicate, outcome.Stale, outcome.Released}
+	ResultBudgetSpent, ResultError, ResultAwaitingApproval, outcome.Rejected, outcome.RateLimited, outcome.Duplicate, outcome.Stale,
+	outcome.Released, outcome.Denied}
 
 // EndReasons are every Investigation.EndedBy.
 var EndReasons = []string{endedAnswer, endedMaxSteps, endedMaxTokens, endedWallTime, endedDailyBudget, endedError}
@@ -584,7 +599,14 @@ func (r *run) call(ctx context.Context, step, i int, tc report.ToolCall) (report
 		Params: args, Origin: Origin, Parent: r.ev.TaskID, Investigation: r.rec.ID, Step: step}
 	c.TaskID = spec.ID
 	rec, err := r.iv.o.Tasks.Submit(ctx, spec)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrAwaitingApproval):
+		// Not an error: a person has not answered yet. The task stays
+		// parked; approved later, it runs, outside this report.
+		c.Result, c.Reason = ResultAwaitingApproval, fmt.Sprintf("%s: report.investigate.wall_time (%gs) ended while task %s awaited a person's approval; "+
+			"approved later it still runs, outside this report", ReasonApprovalPending, r.iv.cfg.WallTime.Seconds(), spec.ID)
+		return c, ""
+	case err != nil:
 		c.Result, c.Reason = ResultError, cut(err.Error(), 512)
 		return c, ""
 	}

@@ -206,3 +206,76 @@ func TestSQSHoldRetriesFailedEntries(t *testing.T) {
 		}
 	})
 }
+
+// TestSQSHoldOfAHandedMessage: one agent receives a message and hands it,
+// receipt handle and receive time, to another (the host's agent), which
+// holds it after a hand-off that took longer than two thirds of the
+// visibility timeout. The holder extends it at once, counting from the
+// first agent's receive rather than from its own hold, so it never lapses
+// and is never received again while the holder keeps it; it is deleted
+// with the handed handle.
+func TestSQSHoldOfAHandedMessage(t *testing.T) {
+	const (
+		vis = 3 * time.Second
+		// The hand-off's time in transit: past the first extension a
+		// hold of its own would schedule (vis/3 later), within the
+		// visibility the receive gave.
+		transit = vis - vis/6
+		held    = 4 * vis
+	)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv, client, url := bubbleFixture(t, vis)
+		w := &warnings{}
+		from := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis})
+		owner := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis, Logger: slog.New(w)})
+		if _, err := from.Send(ctx, []byte("task")); err != nil {
+			t.Fatal(err)
+		}
+		received := time.Now()
+		ms, err := from.Receive(ctx, 1)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("Receive = %d messages, %v; want 1", len(ms), err)
+		}
+		time.Sleep(transit)
+		m := ms[0]
+		release := owner.Hold(&queue.Message{ID: m.ID, Body: m.Body, Handle: m.Handle, ReceivedAt: received})
+
+		// The first agent keeps polling: a lapsed message comes back here.
+		pollCtx, stopPolling := context.WithCancel(ctx)
+		var again []*queue.Message
+		polled := make(chan struct{})
+		go func() {
+			defer close(polled)
+			for pollCtx.Err() == nil {
+				got, _ := from.Receive(pollCtx, 10)
+				again = append(again, got...)
+			}
+		}()
+		time.Sleep(held)
+		stopPolling()
+		<-polled
+		if len(again) != 0 {
+			t.Errorf("the handed message was received again %d times while its owner held it", len(again))
+		}
+		calls := srv.Calls("ChangeMessageVisibilityBatch")
+		if len(calls) == 0 || !calls[0].Time.Equal(received.Add(transit)) {
+			t.Errorf("extensions %+v; want the first at the hold, %s after the receive", calls, transit)
+		}
+		if err := owner.Delete(ctx, &queue.Message{ID: m.ID, Handle: m.Handle}); err != nil {
+			t.Fatal(err)
+		}
+		release()
+		if err := owner.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = from.Close(ctx)
+		v, _ := srv.Queue("tasks")
+		if !v.Empty() || v.Stats.Deleted != 1 || v.Stats.StaleDeletes != 0 {
+			t.Errorf("queue stats %+v, want the message deleted once with its handed handle", v.Stats)
+		}
+		if warns := w.all(); len(warns) != 0 {
+			t.Errorf("warnings: %q", warns)
+		}
+	})
+}

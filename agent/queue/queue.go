@@ -51,6 +51,12 @@ type Message struct {
 	TraceHeader string
 	// Handle is the backend's receipt handle; opaque to the agent.
 	Handle string
+	// ReceivedAt is when another agent's receive of this receipt began,
+	// for a message it handed here with its Handle: Hold counts the
+	// message's time in flight from it, so a hand-off's time in transit
+	// does not let the visibility lapse. Zero for a message received by
+	// this source, which knows its own receive.
+	ReceivedAt time.Time
 }
 
 // Source is a task queue. Implementations are safe for concurrent use.

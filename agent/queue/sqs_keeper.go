@@ -40,7 +40,7 @@ func newKeeper(s *SQS) *keeper {
 
 // Hold implements Source: m's visibility is extended to the visibility
 // timeout (queue.visibility_timeout, else the queue's own) every third of
-// it, up to SQS's 12 hours in flight, until release is called or m is
+// it from its receive (this source's, else m.ReceivedAt), up to SQS's 12 hours in flight, until release is called or m is
 // deleted, deferred, dead-lettered or its visibility changed. Extensions
 // go out in ChangeMessageVisibilityBatch calls of up to 10; an entry that
 // fails with a server fault is tried again a second later (sooner for a
@@ -141,7 +141,15 @@ func (k *keeper) run() {
 		var next time.Time
 		for _, h := range k.held {
 			if h.due.IsZero() {
-				h.due = s.receivedAt(h.m.Handle, now).Add(interval)
+				// A handed message (ReceivedAt set) has been in flight
+				// since the other agent's receive: its first extension
+				// is due a third of the timeout after that, at once
+				// when the hand-off took longer.
+				at := now
+				if r := h.m.ReceivedAt; !r.IsZero() && r.Before(now) {
+					at = r
+				}
+				h.due = s.receivedAt(h.m.Handle, at).Add(interval)
 			}
 			if !h.due.After(now) {
 				h.busy = make(chan struct{})

@@ -15,7 +15,10 @@
 //     and the bound of every store call (storeCalls);
 //   - outcome.go: the one place an outcome is written (log line, metric,
 //     audit entry); the outcome names are internal/outcome;
-//   - recover.go: what a previous process of this instance left in flight.
+//   - recover.go: what a previous process of this instance left in flight;
+//   - submit.go: the one way a task enters the queue from outside it
+//     (Submitter: POST /v1/tasks, an investigation's tool call, an
+//     alert's tasks), validate → reject → stamp → send.
 //
 // It owns the task's lease, its record, its outcome and the message's
 // visibility. It takes its collaborators as narrow interfaces (Store,

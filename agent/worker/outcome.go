@@ -78,10 +78,15 @@ type job struct {
 	// one (approve.go); nil otherwise. Guarded by mu.
 	approval *taskview.Approval
 
-	// freeSlots gives back the job's receive slot and, once it has one,
-	// its worker slot; ack calls it before waiting for the delete, and
-	// the handler on its way out. Used by the handler goroutine only.
+	// freeSlots gives back the job's intake slot (freeIntake) and, once
+	// it has one, its worker slot; ack calls it before waiting for the
+	// delete, and the handler on its way out. Used by the handler
+	// goroutine only.
 	freeSlots func()
+	// freeIntake gives back the slot its message took on its way in: of
+	// the receive window for a received one, of the handed tasks held for
+	// a handed one (pipeline.take).
+	freeIntake func()
 }
 
 // context is the job's trace context, for its spans and log lines.

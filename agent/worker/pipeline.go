@@ -92,9 +92,11 @@ type pipeline struct {
 	fin    *finisher
 
 	// receive bounds received messages whose run has not ended (the
-	// receive window, window.go); run bounds running diagnostics
-	// (workers).
+	// receive window, window.go); handed bounds the tasks handed here
+	// whose run has not ended (handedHeldMax, TakeHanded); run bounds
+	// running diagnostics (workers).
 	receive *window
+	handed  *semaphore.Weighted
 	run     *semaphore.Weighted
 	// hard ends on a fast exit: running work is killed and released.
 	hard context.Context
@@ -123,16 +125,18 @@ type pipeline struct {
 // accept tracks a received message and starts its handler. The queue
 // keeps the message hidden from the moment it is accepted until its
 // handler ends, whether it waits for a worker or runs.
-func (p *pipeline) accept(m *queue.Message) { p.take(m, nil) }
+func (p *pipeline) accept(m *queue.Message) { p.take(m, nil, func() { p.receive.Release(1) }) }
 
 // take is accept for a message received from the queue (h nil) or handed
 // here by the agent that received it (h): a handed task was counted in
 // autodiag_tasks_received_total there, so it is not counted again, and its
-// hand-off delay is observed when it starts.
-func (p *pipeline) take(m *queue.Message, h *handed) {
+// hand-off delay is observed when it starts. free gives back the intake
+// slot the message took (of the receive window, or of the handed tasks
+// held), once its run has ended.
+func (p *pipeline) take(m *queue.Message, h *handed, free func()) {
 	p.outcomes.received(h == nil)
 	p.waiting.Add(1)
-	j := &job{msg: m, received: p.clock.Now()}
+	j := &job{msg: m, received: p.clock.Now(), freeIntake: free}
 	if h != nil {
 		j.handedAt = h.ReceivedAt
 	}
@@ -162,7 +166,7 @@ func (p *pipeline) handle(j *job) {
 	// once the diagnostic has ended it goes back, so that the next
 	// messages are received while this one is recorded. The worker slot,
 	// held until the task's end, bounds the tasks being recorded.
-	freeReceive := sync.OnceFunc(func() { p.receive.Release(1) })
+	freeReceive := sync.OnceFunc(j.freeIntake)
 	j.freeSlots = sync.OnceFunc(func() {
 		if haveRun {
 			p.run.Release(1)

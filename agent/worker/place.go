@@ -344,57 +344,46 @@ func handedOf(m *queue.Message, from string, received time.Time) handed {
 
 func (h handed) message() *queue.Message {
 	return &queue.Message{ID: h.ID, Body: []byte(h.Body), ReceiveCount: h.ReceiveCount, SentAt: h.SentAt, Attributes: h.Attributes,
-		TraceHeader: h.TraceHeader, Handle: h.Handle}
+		TraceHeader: h.TraceHeader, Handle: h.Handle, ReceivedAt: h.ReceivedAt}
 }
 
-// TakeHanded accepts the task messages other agents hand to this one,
-// while there are free slots in the receive window, until ctx ends (the
-// drain's first instant, or a fast exit). What is left when it ends comes
-// back through the queue once the message's visibility lapses, and is
-// placed again.
+// TakeHanded accepts the task messages other agents hand to this one until
+// ctx ends (the drain's first instant, or a fast exit). Its read blocks on
+// the hand-off stream by itself, apart from the queue's receives: a handed
+// task is taken the moment it is handed, whatever the receive window
+// holds, and waits here for a worker like a received message. It takes no
+// slot of the receive window, which bounds what this agent takes from the
+// shared queue ahead of its workers so that the others get their share: a
+// handed task can run nowhere else. Held from its taking (queue.Source
+// Hold, counting from the sender's receive), its message's visibility is
+// extended until it ends, so it is not received again while it waits.
+// handedHeldMax bounds the handed tasks held at once; past it the rest
+// wait in the stream. What is left when TakeHanded ends comes back through
+// the queue once the message's visibility lapses, and is placed again.
 func (w *Worker) TakeHanded(ctx context.Context) {
 	p := w.pipeline
 	pl := p.placer
 	if pl == nil || pl.Hosts == nil {
 		return
 	}
+	held := p.handed
 	after := ""
 	retry := time.Duration(0)
-	more := false // the last read brought tasks: more are likely waiting
-	// held is the slots of the receive window this loop holds. A read that
-	// waits for a hand-off holds one, and keeps it from one empty read to
-	// the next: given back between them, the queue's receive takes it for
-	// its long poll (queue.wait_time), and a task handed meanwhile would
-	// wait for that poll to end before it is read.
-	held := int64(0)
-	defer func() { p.receive.Release(held) }()
 	for ctx.Err() == nil {
-		// The queue's receives keep the rest of the window; once hand-offs
-		// come in, a read takes as many as there are free slots.
-		if held == 0 {
-			if err := p.receive.Acquire(ctx, 1); err != nil {
-				return
-			}
-			held = 1
+		if err := held.Acquire(ctx, 1); err != nil {
+			return
 		}
-		for more && held < maxHandedRead && p.receive.TryAcquire(1) {
-			held++
+		n := 1
+		for n < maxHandedRead && held.TryAcquire(1) {
+			n++
 		}
 		// The read blocks up to handedBlock and is cut short when ctx ends.
 		rctx, cancel := context.WithTimeout(ctx, handedBlock+w.storeTimeout+time.Second)
-		got, err := pl.Hosts.TakeTasks(rctx, w.instanceID, after, int(held), handedBlock)
+		got, err := pl.Hosts.TakeTasks(rctx, w.instanceID, after, n, handedBlock)
 		cancel()
-		// Each task read takes one held slot to its job; one more stays
-		// held for the next wait, the rest go back.
-		held -= int64(len(got))
-		if held > 1 {
-			p.receive.Release(held - 1)
-			held = 1
-		}
+		// Each task read takes one slot to its job.
+		held.Release(int64(n - len(got)))
 		if err != nil {
-			// The queue's receives may use the slot while this waits.
-			p.receive.Release(held)
-			held = 0
 			retry = min(max(2*retry, 100*time.Millisecond), handedReadRetryMax)
 			w.log.Warn("reading the tasks handed to this agent failed", "retry_in", retry.Seconds(), "err", err)
 			t := time.NewTimer(retry)
@@ -407,19 +396,18 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 			continue
 		}
 		retry = 0
-		more = len(got) > 0
 		ids := make([]string, 0, len(got))
 		for _, e := range got {
 			ids = append(ids, e.ID)
 			after = e.ID
 			var h handed
 			if jerr := json.Unmarshal([]byte(e.Body), &h); jerr != nil || h.Handle == "" {
-				p.receive.Release(1)
+				held.Release(1)
 				w.log.Warn("a handed task could not be read; its message comes back through the queue", "entry", e.ID, "err", jerr)
 				continue
 			}
 			// Like a received message, the handler outlives the intake.
-			p.take(h.message(), &h) //nolint:contextcheck // see above
+			p.take(h.message(), &h, func() { held.Release(1) }) //nolint:contextcheck // see above
 		}
 		if len(ids) > 0 {
 			// Bounded by redis.timeout on a context of its own, as every store call.
@@ -435,3 +423,12 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 // maxHandedRead is the most handed tasks one read takes: a receive's
 // batch.
 const maxHandedRead = 10
+
+// handedHeldMax bounds the handed tasks an agent holds unended. It bounds
+// memory and the visibility extensions (one call per 10 held, every third
+// of the visibility timeout), not throughput: a task handed here can run
+// nowhere else, so one held here waits for a worker rather than lapsing in
+// the stream and coming back through the queue to be handed again. A
+// storm of tasks for one host is met by the limiter, which ends most of
+// them at once.
+const handedHeldMax = 1000

@@ -3,8 +3,11 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +18,7 @@ import (
 	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
+	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -162,41 +166,6 @@ func TestPlace(t *testing.T) {
 	}
 }
 
-// blockingHosts is a Hosts whose TakeTasks waits, as XREAD BLOCK does
-// with nothing handed, and says how many tasks it was asked for.
-type blockingHosts struct {
-	fakeHosts
-	asked chan int
-}
-
-func (h *blockingHosts) TakeTasks(ctx context.Context, _, _ string, count int, _ time.Duration) ([]state.HandedNotice, error) {
-	h.asked <- count
-	<-ctx.Done()
-	return nil, nil
-}
-
-// TestTakeHandedHoldsOneSlot: while no task is handed, the read waiting
-// for one holds one slot of the receive window and leaves the others to
-// the queue's receives.
-func TestTakeHandedHoldsOneSlot(t *testing.T) {
-	hosts := &blockingHosts{asked: make(chan int, 1)}
-	w, _ := testWorker(t, Options{Source: &placeSource{}, Store: state.NewMemory(state.MemoryOptions{}), Clock: clock.Wall{},
-		Lease: 30 * time.Second, InstanceID: "i-me", Hooks: noHooks{}, Placement: Placement{Names: []string{"me"}, Hosts: hosts}})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); w.TakeHanded(ctx) }()
-	if n := <-hosts.asked; n != 1 {
-		t.Errorf("the waiting read asked for %d tasks, want 1", n)
-	}
-	if !w.pipeline.receive.TryAcquire(1) {
-		t.Error("the waiting read holds every slot of the receive window; the queue's receives get none")
-	} else {
-		w.pipeline.receive.Release(1)
-	}
-	cancel()
-	<-done
-}
-
 // TestHandedCountedOnceAndTimed: a task handed by the agent that received
 // it carries that receipt's time; here it is not counted as received again
 // (the sender counted it), yet waits for its outcome like any job, and its
@@ -255,60 +224,142 @@ func histSum(t *testing.T, h prometheus.Histogram) float64 {
 	return out.GetHistogram().GetSampleSum()
 }
 
-// emptyThenBlockHosts is a Hosts whose TakeTasks finds nothing, at once,
-// empties times (a block that ran out), then waits as blockingHosts does.
-type emptyThenBlockHosts struct {
+// streamHosts is a Hosts whose TakeTasks reads entries handed to it
+// (hand) as XREAD BLOCK does: what is there after the cursor, up to count,
+// else it waits for a hand-off or ctx.
+type streamHosts struct {
 	fakeHosts
-	empties int
-	calls   int
-	waiting chan struct{}
+	mu      sync.Mutex
+	entries []state.HandedNotice
+	more    chan struct{} // closed and replaced by hand
 }
 
-func (h *emptyThenBlockHosts) TakeTasks(ctx context.Context, _, _ string, _ int, _ time.Duration) ([]state.HandedNotice, error) {
-	h.calls++
-	if h.calls <= h.empties {
-		return nil, nil
+func (h *streamHosts) hand(bodies ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range bodies {
+		h.entries = append(h.entries, state.HandedNotice{ID: fmt.Sprintf("%d-0", len(h.entries)+1), Body: b})
 	}
-	close(h.waiting)
-	<-ctx.Done()
-	return nil, nil
+	close(h.more)
+	h.more = make(chan struct{})
 }
 
-// TestTakeHandedKeepsItsSlot: the read waiting for hand-offs keeps its one
-// slot of the receive window from one empty read to the next. Given back
-// between them, the queue's receive would take it for its long poll and a
-// task handed meanwhile would wait for that poll (the 200-agent fleetsim
-// measured a hand-off delay p50 of 10 s so); once the reads end, it goes
-// back.
-func TestTakeHandedKeepsItsSlot(t *testing.T) {
-	hosts := &emptyThenBlockHosts{empties: 3, waiting: make(chan struct{})}
-	w, _ := testWorker(t, Options{Source: &placeSource{}, Store: state.NewMemory(state.MemoryOptions{}), Clock: clock.Wall{},
-		Lease: 30 * time.Second, InstanceID: "i-me", Hooks: noHooks{}, Placement: Placement{Names: []string{"me"}, Hosts: hosts}})
-	win := w.pipeline.receive
-	// Every slot given back closes the window's changed channel.
-	win.mu.Lock()
-	changed := win.changed
-	win.mu.Unlock()
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); w.TakeHanded(ctx) }()
-	<-hosts.waiting
-	win.mu.Lock()
-	held := win.held
-	win.mu.Unlock()
-	select {
-	case <-changed:
-		t.Errorf("a slot was given back between %d empty reads; want the waiting read's one kept", hosts.empties)
-	default:
+func (h *streamHosts) TakeTasks(ctx context.Context, _, after string, count int, _ time.Duration) ([]state.HandedNotice, error) {
+	for {
+		h.mu.Lock()
+		var out []state.HandedNotice
+		for _, e := range h.entries {
+			if len(out) < count && (after == "" || e.ID > after) {
+				out = append(out, e)
+			}
+		}
+		more := h.more
+		h.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return nil, nil
+		}
 	}
-	if held != 1 {
-		t.Errorf("%d slots held while waiting for a hand-off, want 1", held)
-	}
-	cancel()
-	<-done
-	win.mu.Lock()
-	defer win.mu.Unlock()
-	if win.held != 0 {
-		t.Errorf("%d slots still held after the reads ended, want 0", win.held)
-	}
+}
+
+// holdSource records the messages held, as the queue's Hold keeps them
+// hidden.
+type holdSource struct {
+	placeSource
+	hmu  sync.Mutex
+	held []*queue.Message
+}
+
+func (s *holdSource) Hold(m *queue.Message) func() {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	s.held = append(s.held, m)
+	return func() {}
+}
+
+func (s *holdSource) heldNow() []*queue.Message {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	return slices.Clone(s.held)
+}
+
+type acceptAll struct{}
+
+func (acceptAll) Validate(*task.Task, time.Time) error { return nil }
+
+// TestTakeHandedWhileTheWindowIsFull: tasks handed to this agent are taken
+// the moment they are handed, though the queue's receives hold every slot
+// of the receive window and the only worker is busy: they wait here for
+// the worker, their messages held (kept hidden, counted from the sender's
+// receive), rather than in the stream, unextended, until a receive gives
+// a slot back. The window's slots stay the queue's.
+func TestTakeHandedWhileTheWindowIsFull(t *testing.T) {
+	const handedTasks = 3
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.Wall{}
+		src := &holdSource{}
+		hosts := &streamHosts{more: make(chan struct{})}
+		catalog := map[string]runner.Diagnostic{"df": {Name: "df", Command: []string{"/usr/bin/df"}}}
+		w, _ := testWorker(t, Options{Source: src, Store: state.NewMemory(state.MemoryOptions{}), Clock: clk, Lease: 30 * time.Second,
+			InstanceID: "i-me", Hooks: noHooks{}, Catalog: catalog, Validator: acceptAll{}, Drain: drain.New(drain.Config{}),
+			Placement: Placement{Names: []string{"me"}, Hosts: hosts}})
+		p := w.pipeline
+		hard, fastExit := context.WithCancel(t.Context())
+		p.hard = hard
+		limit, _ := p.receive.size()
+		if err := p.receive.Acquire(t.Context(), limit); err != nil { // the queue's receives
+			t.Fatal(err)
+		}
+		if err := p.run.Acquire(t.Context(), 1); err != nil { // a running task
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); w.TakeHanded(ctx) }()
+
+		sentAt := time.Now().Add(-time.Second)
+		var bodies []string
+		for i := range handedTasks {
+			msg := &queue.Message{ID: fmt.Sprintf("m%d", i), Handle: fmt.Sprintf("rh-%d", i),
+				Body: []byte(fmt.Sprintf(`{"id":"t%d","host":"me","diagnostic":"df"}`, i))}
+			b, err := json.Marshal(handedOf(msg, "i-from", sentAt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies = append(bodies, string(b))
+		}
+		hosts.hand(bodies...)
+		synctest.Wait()
+
+		if n := p.waiting.Load(); n != handedTasks {
+			t.Errorf("%d handed tasks taken and waiting for the worker, want all %d", n, handedTasks)
+		}
+		held := src.heldNow()
+		if len(held) != handedTasks {
+			t.Errorf("%d handed messages held, want %d", len(held), handedTasks)
+		}
+		for _, m := range held {
+			if !m.ReceivedAt.Equal(sentAt) {
+				t.Errorf("message %s held counting from %v, want the sender's receive %v", m.ID, m.ReceivedAt, sentAt)
+			}
+		}
+		if _, inWindow := p.receive.size(); inWindow != limit {
+			t.Errorf("%d slots of the receive window held, want the queue's %d alone", inWindow, limit)
+		}
+
+		stop()
+		<-done
+		fastExit() // the waiting tasks go back to the queue
+		w.Wait()
+		if n := len(src.delays); n != handedTasks {
+			t.Errorf("%d handed back on the fast exit, want %d", n, handedTasks)
+		}
+		if !p.handed.TryAcquire(handedHeldMax) {
+			t.Error("slots of the handed tasks still held after they ended")
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/redact"
 	"github.com/autodiag/autodiag/agent/runner"
@@ -15,7 +16,6 @@ import (
 	"github.com/autodiag/autodiag/agent/taskview"
 	"github.com/autodiag/autodiag/drain"
 	"github.com/autodiag/autodiag/internal/clock"
-	"github.com/autodiag/autodiag/internal/outcome"
 )
 
 // Hooks act on a task's end: Keep uploads the whole output of a run (and
@@ -100,6 +100,13 @@ type Options struct {
 	// until a person decides (approve.go); nil = such tasks run
 	// ungated.
 	Approvals Approvals
+	// Submitter is the way in built before the worker (NewSubmitter over
+	// these Options): the worker ends its tasks through its outcome
+	// recorder. nil = New builds one.
+	Submitter *Submitter
+	// AlertBatch sends the tasks of one alert in batches (SQS
+	// SendMessageBatch) for the Submitter; nil = one Source.Send each.
+	AlertBatch alert.Sender
 }
 
 // Worker takes tasks from the queue to their outcome: the receiver
@@ -109,6 +116,9 @@ type Options struct {
 // (handback.go), and the outcome recorder
 // (outcome.go) writes each task's one outcome.
 type Worker struct {
+	// Submitter is the one way a task enters the queue from outside it
+	// (Submit, SubmitBody, SendBatch).
+	*Submitter
 	receiver *receiver
 	pipeline *pipeline
 	backlog  *recordBacklog
@@ -123,13 +133,15 @@ type Worker struct {
 
 // New builds the worker; Receive runs it.
 func New(o Options) *Worker {
-	known := func(name string) bool { _, ok := o.Catalog[name]; return ok }
-	outcomes := &outcomeRecorder{log: o.Logger, m: o.Metrics, store: o.Store, clock: o.Clock, instanceID: o.InstanceID,
-		timeout: o.StoreTimeout, counts: map[string]int64{}, known: known, redactor: o.Redactor}
+	submitter := o.Submitter
+	if submitter == nil {
+		submitter = NewSubmitter(o)
+	}
+	outcomes := submitter.outcomes
 	workers := int64(o.Workers)
 	receive := newWindow(workers, int64(o.BatchSize), o.Clock.Now, o.Metrics.ReceiveWindow)
 	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
-		log: o.Logger, redactor: o.Redactor, receive: receive, run: semaphore.NewWeighted(workers),
+		log: o.Logger, redactor: o.Redactor, receive: receive, handed: semaphore.NewWeighted(handedHeldMax), run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing,
 		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals}
 	// As many handlers as the receive window holds, at most, are idle
@@ -150,7 +162,7 @@ func New(o Options) *Worker {
 	r := &receiver{src: o.Source, slots: receive, observe: receive.received, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: receive.most(), pollsNow: receive.receives}
-	return &Worker{receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
+	return &Worker{Submitter: submitter, receiver: r, pipeline: p, backlog: backlog, outcomes: outcomes, store: o.Store, clock: o.Clock, log: o.Logger,
 		instanceID: o.InstanceID, storeTimeout: o.StoreTimeout}
 }
 
@@ -170,28 +182,3 @@ func (w *Worker) InFlight() int { return w.outcomes.inFlight() }
 // Backlogged is the number of finished records waiting for the state
 // store to answer again.
 func (w *Worker) Backlogged() int { return w.backlog.backlogged() }
-
-// NotThisHost refuses a target task for a host this agent does not answer
-// for when no other agent can take it (embedded mode): a *task.Error with
-// reason not_this_host naming the agent's names; nil when the task may be
-// queued.
-func (w *Worker) NotThisHost(t task.Task) error {
-	err := w.pipeline.placer.NotThisHost(t)
-	if err != nil {
-		w.pipeline.placer.count(ReasonNotThisHost)
-	}
-	return err
-}
-
-// Rejected ends a task that never reached the queue (POST /v1/tasks
-// answered 400) as rejected, or stale when it is older than
-// queue.max_age, like a message the pipeline rejects.
-func (w *Worker) Rejected(t task.Task, err error) {
-	w.outcomes.received(true)
-	j := &job{task: t, received: w.clock.Now()}
-	end := outcome.Rejected
-	if task.Reason(err) == task.ReasonStale {
-		end = outcome.Stale
-	}
-	w.outcomes.end(j, ended{outcome: end, reason: task.Reason(err), detail: err.Error()})
-}

@@ -23,8 +23,10 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/instance"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/agent/tracing"
@@ -421,7 +423,7 @@ func (c *cli) limitsCmd() *cobra.Command {
 				return usageError{err}
 			}
 			req.Host = host
-			rc, err := agent.NewRedisClient(cfg.Redis, 0)
+			rc, err := open.RedisClient(cfg.Redis, 0)
 			if err != nil {
 				return usageError{err}
 			}
@@ -468,10 +470,10 @@ func (c *cli) limitsCmd() *cobra.Command {
 
 // askAgentLimits asks the local agent's admin API for a dry-run decision
 // of its own limiter (GET /v1/limits/check).
-func askAgentLimits(ctx context.Context, cfg config.Config, addr string, req limiter.Request) (agent.LimitsCheck, error) {
+func askAgentLimits(ctx context.Context, cfg config.Config, addr string, req limiter.Request) (admin.LimitsCheck, error) {
 	target, err := newAdminTarget(ctx, cfg, addr)
 	if err != nil {
-		return agent.LimitsCheck{}, err
+		return admin.LimitsCheck{}, err
 	}
 	q := url.Values{"host": {req.Host}, "diagnostic": {req.Diagnostic}}
 	if req.Severity != "" {
@@ -479,11 +481,11 @@ func askAgentLimits(ctx context.Context, cfg config.Config, addr string, req lim
 	}
 	b, err := adminCall(ctx, http.MethodGet, target, "/v1/limits/check?"+q.Encode(), nil)
 	if err != nil {
-		return agent.LimitsCheck{}, fmt.Errorf("no redis configured, and the local agent did not answer: %w", err)
+		return admin.LimitsCheck{}, fmt.Errorf("no redis configured, and the local agent did not answer: %w", err)
 	}
-	var got agent.LimitsCheck
+	var got admin.LimitsCheck
 	if err := json.Unmarshal(b, &got); err != nil {
-		return agent.LimitsCheck{}, fmt.Errorf("the agent's answer: %w", err)
+		return admin.LimitsCheck{}, fmt.Errorf("the agent's answer: %w", err)
 	}
 	return got, nil
 }

@@ -20,9 +20,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
+	"github.com/autodiag/autodiag/agent/open"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/lifecycle"
 )
@@ -104,7 +104,7 @@ func (c *cli) doctor(ctx context.Context, cfg config.Config) []doctorCheck {
 
 	var instanceID string
 	check("instance id", "", func(ctx context.Context) (string, error) {
-		id, err := agent.ResolveInstanceID(ctx, cfg, c.openOptions(nil))
+		id, err := open.ResolveInstanceID(ctx, cfg, c.openOptions(nil))
 		instanceID = id
 		if err != nil {
 			return "", err
@@ -143,8 +143,8 @@ func (c *cli) doctor(ctx context.Context, cfg config.Config) []doctorCheck {
 	check("redis", redisSkip, func(ctx context.Context) (string, error) {
 		// The FAIL line says what failed; go-redis's own dial log would
 		// repeat it on stderr.
-		redis.SetLogger(agent.RedisLogger{Logger: slog.New(slog.DiscardHandler)})
-		rc, err := agent.NewRedisClient(cfg.Redis, 0)
+		redis.SetLogger(open.RedisLogger{Logger: slog.New(slog.DiscardHandler)})
+		rc, err := open.RedisClient(cfg.Redis, 0)
 		if err != nil {
 			return "", err
 		}

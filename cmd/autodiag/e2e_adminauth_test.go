@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
 
@@ -80,7 +80,7 @@ func TestE2EAdminAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runCLI(t, []string{adminTokenEnv + "=" + token}, "status", "--config", cfgPath, "--admin-addr", local)
-	var st agent.Status
+	var st admin.Status
 	if code != 0 || json.Unmarshal([]byte(stdout), &st) != nil || st.Outcomes[outcome.Succeeded] != 1 {
 		t.Fatalf("status with the token: exit %d, stdout %q, stderr %q; want 0 and the agent's status with auth-1 succeeded", code, stdout, stderr)
 	}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/instance"
 	"github.com/autodiag/autodiag/internal/fake/awssecretsfake"
 	"github.com/autodiag/autodiag/internal/harness"
@@ -30,7 +30,7 @@ import (
 // How start and stop are bounded in these tests: a start ends with the
 // "ready" line (startProc allows 30 s); a stop with nothing running is the
 // admin server's shutdown bound plus the process's own exit.
-const stopBound = agent.AdminShutdownTimeout + 2*time.Second
+const stopBound = admin.ShutdownTimeout + 2*time.Second
 
 func randHex(t *testing.T) string {
 	t.Helper()
@@ -272,7 +272,7 @@ func TestAdminSlowClientsBounded(t *testing.T) {
 	p := startProc(t, "admin_addr: 127.0.0.1:0\ninstance_id: slow-clients\n")
 	pid := p.Pid()
 	base := fdCount(t, pid)
-	const clients = 4 * agent.AdminMaxConns
+	const clients = 4 * admin.MaxConns
 	req := "POST /v1/tasks HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"
 	for range clients {
 		c, err := new(net.Dialer).DialContext(t.Context(), "tcp", p.Addr())
@@ -284,7 +284,7 @@ func TestAdminSlowClientsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	limit := base + agent.AdminMaxConns
+	limit := base + admin.MaxConns
 	eventually(t, 10*time.Second, "the cap's connections accepted", func() bool { return fdCount(t, pid) >= limit })
 	// The rest wait in the backlog: the count stays at the cap while they
 	// are there (sampled, since no event marks "not accepted").

@@ -18,9 +18,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/alert/listener"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 )
 
 // listenerShutdownTimeout bounds the wait for alert listener requests in progress at
@@ -134,17 +136,17 @@ func (c *cli) runIntake(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	in, err := agent.OpenStandaloneListener(ctx, cfg, c.openOptions(log), creds.lookup)
+	in, err := open.StandaloneListener(ctx, cfg, c.openOptions(log), creds.lookup)
 	if err != nil {
 		return listenerStartError(err)
 	}
 	defer in.Close()
-	stopTracing, err := agent.OpenListenerTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
+	stopTracing, err := open.ListenerTracing(ctx, cfg, c.openOptions(log), creds.lookup, in.Registry)
 	if err != nil {
 		return usageError{fmt.Errorf("start: %w", err)}
 	}
 	defer stopTracing()
-	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireLiveAdminAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), in.AdminHandler()),
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, admin.RequireLiveAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), in.AdminHandler()),
 		log.With("component", "admin"))
 	if err != nil {
 		return err
@@ -171,12 +173,12 @@ func (c *cli) runIntake(cfg config.Config) error {
 // admin_auth, which h carries) and logs the address it listens on: the
 // agent's admin API for `autodiag run`, /metrics, /healthz and /readyz for
 // the standalone alert listener.
-func serveAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*agent.AdminServer, error) {
+func serveAdmin(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*admin.Server, error) {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
-	s := agent.ServeAdmin(ln, h, log)
+	s := admin.Serve(ln, h, log)
 	log.Info("admin listening", "addr", s.Addr())
 	return s, nil
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/spf13/cobra"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/lifecycle"
 )
 
@@ -42,11 +42,11 @@ func (c *cli) lifecycleCmd() *cobra.Command {
 func (c *cli) abandonLaunch(ctx context.Context, cfg config.Config) error {
 	log := newLogger(c.stderr, cfg.LogLevel)
 	opts := c.openOptions(log)
-	id, err := agent.ResolveInstanceID(ctx, cfg, opts)
+	id, err := open.ResolveInstanceID(ctx, cfg, opts)
 	if err != nil {
 		return usageError{fmt.Errorf("lifecycle abandon-launch: %w", err)}
 	}
-	awsCfg, err := agent.LoadAWS(ctx, cfg)
+	awsCfg, err := open.AWS(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -24,8 +24,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/alert"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/agent/tracing"
 )
@@ -267,12 +269,12 @@ func (c *cli) runAgent(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	redis.SetLogger(agent.RedisLogger{Logger: log.With("component", "redis")})
+	redis.SetLogger(open.RedisLogger{Logger: log.With("component", "redis")})
 	opts := c.openOptions(log)
 	opts.LookupEnv = creds.lookup
 	a, closeAgent, err := agent.Open(ctx, cfg, opts)
 	if err != nil {
-		if errors.As(err, new(*agent.InstanceIDError)) || errors.As(err, new(*agent.TracingError)) {
+		if errors.As(err, new(*open.InstanceIDError)) || errors.As(err, new(*open.TracingError)) {
 			return usageError{fmt.Errorf("start: %w", err)}
 		}
 		return fmt.Errorf("start: %w", err)
@@ -281,7 +283,7 @@ func (c *cli) runAgent(cfg config.Config) error {
 
 	// Config validation refuses admin_addr beyond loopback without
 	// admin_auth, so an open listener here is a loopback one.
-	admin, err := serveAdmin(ctx, cfg.AdminAddr, agent.RequireLiveAdminAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), a.Handler()),
+	admin, err := serveAdmin(ctx, cfg.AdminAddr, admin.RequireLiveAuth(adminCreds, cfg.AdminAuth.Live(creds.lookup, adminCreds), a.Handler()),
 		log.With("component", "admin"))
 	if err != nil {
 		return err

@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/hooks"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/open"
 	"github.com/autodiag/autodiag/agent/redact"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/resolution"
@@ -84,7 +84,7 @@ func (c *cli) reportCmd() *cobra.Command {
 // the local agent's admin API (then it is only printed: the record and
 // the outbox live in that agent).
 func (c *cli) runReport(ctx context.Context, cfg config.Config, addr, id string, force bool) (rootcause.Result, error) {
-	rc, err := agent.NewRedisClient(cfg.Redis, 0)
+	rc, err := open.RedisClient(cfg.Redis, 0)
 	if err != nil {
 		return rootcause.Result{}, usageError{err}
 	}

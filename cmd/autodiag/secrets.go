@@ -7,8 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/open"
 )
 
 // secretCreds are the credentials a long-running command reads: the
@@ -26,7 +26,7 @@ type secretCreds struct {
 // SIGHUP is taken even with no secret configured, so that a reload never
 // kills the agent.
 func openCredentials(ctx context.Context, cfg config.Config, log *slog.Logger) (*secretCreds, error) {
-	store, err := agent.OpenSecrets(ctx, cfg, cfg.SecretRefs())
+	store, err := open.Secrets(ctx, cfg, cfg.SecretRefs())
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func openCredentials(ctx context.Context, cfg config.Config, log *slog.Logger) (
 // cliLookup is the lookup of a short CLI command: the environment and the
 // secrets of refs read once.
 func cliLookup(ctx context.Context, cfg config.Config, refs []string) (func(string) (string, bool), error) {
-	store, err := agent.OpenSecrets(ctx, cfg, refs)
+	store, err := open.Secrets(ctx, cfg, refs)
 	if err != nil {
 		return nil, err
 	}

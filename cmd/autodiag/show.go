@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/autodiag/autodiag/agent"
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/notify"
+	"github.com/autodiag/autodiag/agent/open"
 	rootcause "github.com/autodiag/autodiag/agent/report"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
@@ -70,7 +70,7 @@ func (c *cli) showCmd() *cobra.Command {
 // lookupTask reads a task record from Redis when one is configured, else
 // from the local agent's admin API.
 func lookupTask(ctx context.Context, cfg config.Config, addr, id string) (taskview.Task, error) {
-	rc, err := agent.NewRedisClient(cfg.Redis, 0)
+	rc, err := open.RedisClient(cfg.Redis, 0)
 	if err != nil {
 		return taskview.Task{}, usageError{err}
 	}
@@ -253,7 +253,7 @@ func (c *cli) configRedis() (config.Config, redis.UniversalClient, error) {
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	rc, err := agent.NewRedisClient(cfg.Redis, 0)
+	rc, err := open.RedisClient(cfg.Redis, 0)
 	if err != nil {
 		return config.Config{}, nil, usageError{err}
 	}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	agentpkg "github.com/autodiag/autodiag/agent"
+	"github.com/autodiag/autodiag/agent/admin"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 	"github.com/autodiag/autodiag/internal/harness"
@@ -379,7 +379,7 @@ func r6(l *lab) (string, bool, error) {
 			return "", false, err
 		}
 	}
-	perAgent := agentpkg.AdminMaxConns / 2
+	perAgent := admin.MaxConns / 2
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: perAgent, MaxIdleConnsPerHost: perAgent}}
 	sem := make(chan struct{}, perAgent*len(agents))
 	var wg sync.WaitGroup

@@ -224,12 +224,16 @@ type fleetRun struct {
 	pending                                     int // task messages left on the queue at the end
 	sqsBefore, sqsAfter                         map[string]int
 	sqsByQueue                                  map[string]int // the agents' calls per queue
-	redisBefore, redisAfter                     redisUsage
-	redis                                       *redisRes
-	notices                                     *noticeRes
-	health                                      health
-	stallNodes                                  redisNodes     // what -redis-stall holds busy
-	stalling                                    sync.WaitGroup // the stall, while it runs
+	// sqsEmptyPolls are the agents' long polls that returned nothing: a
+	// cost of agents × wall time, not of tasks.
+	sqsEmptyPolls           int
+	sqsAt                   time.Time // when sqsAfter was read: the queue empty, or the settle over
+	redisBefore, redisAfter redisUsage
+	redis                   *redisRes
+	notices                 *noticeRes
+	health                  health
+	stallNodes              redisNodes     // what -redis-stall holds busy
+	stalling                sync.WaitGroup // the stall, while it runs
 }
 
 type sentTask struct {
@@ -354,10 +358,14 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	v, i, d, _, _ := l.SQS.Stats("fleet-tasks")
 	r.pending = v + i + d
 	r.sqsAfter = l.SQS.Counters()
+	r.sqsAt = time.Now()
 	r.sqsByQueue = map[string]int{}
 	for _, c := range l.SQS.Calls() {
 		if !c.Time.Before(r.t0) && c.Op != "SendMessageBatch" {
 			r.sqsByQueue[c.Queue]++
+			if c.Op == "ReceiveMessage" && c.N == 0 && c.Status == 200 {
+				r.sqsEmptyPolls++
+			}
 		}
 	}
 	r.notices = readNotices(l, "fleet-lifecycle")

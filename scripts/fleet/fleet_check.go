@@ -219,15 +219,24 @@ type drainRes struct {
 }
 
 type costs struct {
-	SQSCallsPerTask        float64        `json:"sqs_calls_per_task"`
-	SQSCalls               map[string]int `json:"sqs_calls_by_op"`
-	SQSCallsByQueue        map[string]int `json:"sqs_calls_by_queue"`
-	RedisCommandsPerTask   float64        `json:"redis_commands_per_task"`
-	RedisCPUPer1000        float64        `json:"redis_cpu_seconds_per_1000_tasks"`
-	RedisCommands          int64          `json:"redis_commands"`
-	RedisCPUSeconds        float64        `json:"redis_cpu_seconds"`
-	WorkloadSeconds        float64        `json:"workload_seconds"`
-	TasksPerSecondAchieved float64        `json:"tasks_per_second_ended"`
+	SQSCallsPerTask float64        `json:"sqs_calls_per_task"`
+	SQSCalls        map[string]int `json:"sqs_calls_by_op"`
+	SQSCallsByQueue map[string]int `json:"sqs_calls_by_queue"`
+	// SQSEmptyPolls are the long polls that returned nothing (both
+	// queues), and SQSCallsPerTaskBusy the calls per task without them:
+	// idle agents poll as long as the run lasts, which a run whose last
+	// tasks wait queue.target_wait for a killed host's agent prolongs.
+	SQSEmptyPolls       int     `json:"sqs_empty_polls"`
+	SQSCallsPerTaskBusy float64 `json:"sqs_calls_per_task_without_empty_polls"`
+	// RunSeconds is from the first task sent to the queue's emptying (or
+	// the settle's end), the span the SQS calls are counted over.
+	RunSeconds             float64 `json:"run_seconds"`
+	RedisCommandsPerTask   float64 `json:"redis_commands_per_task"`
+	RedisCPUPer1000        float64 `json:"redis_cpu_seconds_per_1000_tasks"`
+	RedisCommands          int64   `json:"redis_commands"`
+	RedisCPUSeconds        float64 `json:"redis_cpu_seconds"`
+	WorkloadSeconds        float64 `json:"workload_seconds"`
+	TasksPerSecondAchieved float64 `json:"tasks_per_second_ended"`
 }
 
 type agentsRes struct {
@@ -658,6 +667,9 @@ func (r *fleetRun) costs(notices int) costs {
 	}
 	n := float64(max(1, len(r.sent)))
 	c.SQSCallsPerTask = float64(total) / n
+	c.SQSEmptyPolls = r.sqsEmptyPolls
+	c.RunSeconds = r.sqsAt.Sub(r.t0).Seconds()
+	c.SQSCallsPerTaskBusy = float64(max(0, total-r.sqsEmptyPolls)) / n
 	c.RedisCommands = r.redisAfter.commands - r.redisBefore.commands
 	c.RedisCPUSeconds = r.redisAfter.cpu - r.redisBefore.cpu
 	c.RedisCommandsPerTask = float64(c.RedisCommands) / n
@@ -725,6 +737,7 @@ func (res *fleetResult) print(w io.Writer) {
 		{"notice delay (Terminate → agent trigger) p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f s", d.NoticeP50, d.NoticeP99, d.NoticeMax)},
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
+		{"SQS calls per task without the empty long polls", fmt.Sprintf("%.2f (%d empty polls over %.0f s)", c.SQSCallsPerTaskBusy, c.SQSEmptyPolls, c.RunSeconds)},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},

@@ -1,8 +1,8 @@
 // Package listener builds the alert listener, the HTTP endpoint alerting
 // systems post to (configured by the intake: section): the handler over
 // agent/alert's decoders and router with its credentials (NewHandler), the
-// senders that put the tasks onto the task queue (SourceSender,
-// SQSSender), and the standalone listener of `autodiag intake`
+// sender that puts the tasks onto the fleet's SQS task queue (SQSSender;
+// an agent sends through its one way in, worker.Submitter), and the standalone listener of `autodiag intake`
 // (Standalone, Open), which has no workers. The agent's own listener uses
 // NewHandler too, with its log lines redacted; CloudWatch alarms arriving
 // on the task queue are routed by the worker (worker/route.go).

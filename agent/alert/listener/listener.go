@@ -46,6 +46,11 @@ type Options struct {
 	// (os.LookupEnv in cmd).
 	Getenv func(string) (string, bool)
 	Sender alert.Sender
+	// Router routes the alerts: the agent's, built once with its
+	// validator and shared with the alarms of its task queue; nil = one
+	// compiled here from cfg's routes, catalog and host allow-list (the
+	// standalone listener).
+	Router *alert.Router
 	// Draining answers 503 while true; nil = never.
 	Draining func() bool
 	Metrics  *alert.Metrics
@@ -56,7 +61,8 @@ type Options struct {
 	// Clock stamps the tasks' created_at; nil = the wall clock.
 	Clock clock.Clock
 	// OnResolved is told of every resolved alert (source, event id),
-	// whether a route takes it or not; nil = nobody. It must be bounded:
+	// whether a route takes it or not, when the router is compiled here
+	// (a Router given watches its own); nil = nobody. It must be bounded:
 	// it runs in the request.
 	OnResolved func(source, eventID string)
 	// Slack serves POST /slack/interactions when intake.slack names a
@@ -82,16 +88,18 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	if err != nil {
 		return nil, &Error{Err: err}
 	}
-	v, err := cfg.Validator()
-	if err != nil {
-		return nil, err
-	}
-	router, err := alert.NewRouter(cfg.Routes, v)
-	if err != nil {
-		return nil, fmt.Errorf("routes: %w", err)
-	}
-	if o.OnResolved != nil {
-		router.WatchResolved(func(a alert.Received) { o.OnResolved(a.Source, a.EventID) })
+	router := o.Router
+	if router == nil {
+		v, err := cfg.Validator()
+		if err != nil {
+			return nil, err
+		}
+		if router, err = alert.NewRouter(cfg.Routes, v); err != nil {
+			return nil, fmt.Errorf("routes: %w", err)
+		}
+		if o.OnResolved != nil {
+			router.WatchResolved(func(a alert.Received) { o.OnResolved(a.Source, a.EventID) })
+		}
 	}
 	if cfg.Intake.Slack.Enabled() {
 		if _, err := cfg.Intake.Slack.SigningSecret(getenv); err != nil {
@@ -117,24 +125,6 @@ func NewHandler(cfg config.Config, o Options) (*alert.Handler, error) {
 	}
 	h.Handle("POST "+slackact.Path, slackact.New(so))
 	return h, nil
-}
-
-// SourceSender sends alert tasks one message each through a queue.Source:
-// the embedded queue, or SQS when no batch sender is set.
-type SourceSender struct{ Source queue.Source }
-
-// SendBatch sends every task; the first failure ends it.
-func (s SourceSender) SendBatch(ctx context.Context, tasks []task.Task) error {
-	for i := range tasks {
-		body, err := json.Marshal(&tasks[i])
-		if err != nil {
-			return fmt.Errorf("alert task %s: %w", tasks[i].ID, err)
-		}
-		if _, err := s.Source.Send(ctx, body); err != nil {
-			return fmt.Errorf("alert task %s: %w", tasks[i].ID, err)
-		}
-	}
-	return nil
 }
 
 // SQSBatchAPI is the SQS call SQSSender makes; *sqs.Client is the real one.
@@ -222,7 +212,6 @@ func endSpans(spans []trace.Span, out *sqs.SendMessageBatchOutput, err error) {
 }
 
 var (
-	_ alert.Sender = SourceSender{}
 	_ alert.Sender = (*SQSSender)(nil)
 )
 

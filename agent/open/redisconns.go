@@ -1,4 +1,4 @@
-package agent
+package open
 
 import (
 	"context"
@@ -50,11 +50,11 @@ func (dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
-// watchRedisConns registers autodiag_redis_connections_opened_total and
+// WatchRedisConns registers autodiag_redis_connections_opened_total and
 // autodiag_redis_connections for rc, and returns them: the connections
 // opened (by result) and those open now, across every node of a Cluster;
 // rc nil (no Redis) registers both, at 0.
-func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) (opened *prometheus.CounterVec, open prometheus.GaugeFunc) {
+func WatchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) (opened *prometheus.CounterVec, open prometheus.GaugeFunc) {
 	d := dialCounter{opened: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "autodiag_redis_connections_opened_total",
 		Help: "TCP connections to Redis the agent opened (each costs Redis a HELLO), by result (ok, error). Flat once the pool is full; rising means connections are being closed and opened again.",
@@ -87,44 +87,44 @@ func watchRedisConns(rc redis.UniversalClient, reg prometheus.Registerer) (opene
 
 // The {kind} label of autodiag_redis_server_clients.
 const (
-	serverConnected = "connected"
-	serverMax       = "max"
+	KindConnected = "connected"
+	KindMax       = "max"
 )
 
-// serverClientsEvery is how often presence samples INFO clients: a
+// ServerClientsEvery is how often presence samples INFO clients: a
 // fleet's pools fill over minutes, and 1,000 agents then send Redis 17
 // INFO a second.
-const serverClientsEvery = time.Minute
+const ServerClientsEvery = time.Minute
 
-// nearMaxclients is the share of maxclients at which the agent warns. A
+// NearMaxclients is the share of maxclients at which the agent warns. A
 // Redis at maxclients accepts a connection, answers its first command
 // with an error and closes it: the agent sees only "broken pipe" or
 // "connection reset", and redials.
-const nearMaxclients = 0.9
+const NearMaxclients = 0.9
 
-// serverClients is what INFO clients says of one Redis node.
-type serverClients struct {
-	node           string
-	connected, max int64
+// ServerClients is what INFO clients says of one Redis node.
+type ServerClients struct {
+	Node           string
+	Connected, Max int64
 }
 
-// share is connected over maxclients; 0 when maxclients is unknown.
-func (s serverClients) share() float64 {
-	if s.max <= 0 {
+// Share is connected over maxclients; 0 when maxclients is unknown.
+func (s ServerClients) Share() float64 {
+	if s.Max <= 0 {
 		return 0
 	}
-	return float64(s.connected) / float64(s.max)
+	return float64(s.Connected) / float64(s.Max)
 }
 
 // parseInfoClients reads connected_clients and maxclients (Redis 7.0 and
 // later; 0 before) from the Clients section of INFO, as go-redis's InfoMap
 // splits it.
-func parseInfoClients(node string, clients map[string]string) (serverClients, error) {
-	s := serverClients{node: node}
+func parseInfoClients(node string, clients map[string]string) (ServerClients, error) {
+	s := ServerClients{Node: node}
 	if _, ok := clients["connected_clients"]; !ok {
 		return s, fmt.Errorf("INFO clients of %s: no connected_clients", node)
 	}
-	for k, p := range map[string]*int64{"connected_clients": &s.connected, "maxclients": &s.max} {
+	for k, p := range map[string]*int64{"connected_clients": &s.Connected, "maxclients": &s.Max} {
 		v, ok := clients[k]
 		if !ok {
 			continue
@@ -138,16 +138,16 @@ func parseInfoClients(node string, clients map[string]string) (serverClients, er
 	return s, nil
 }
 
-// redisServerClients returns the sampler presence calls: INFO clients of
+// RedisServerClients returns the sampler presence calls: INFO clients of
 // every node (each master of a Cluster), the one nearest its maxclients.
 // It stops waiting when ctx ends (a late reply keeps its connection, as
 // every Redis call of the agent does).
-func redisServerClients(rc redis.UniversalClient) func(context.Context) (serverClients, error) {
+func RedisServerClients(rc redis.UniversalClient) func(context.Context) (ServerClients, error) {
 	w := rediswait.For(rc)
-	return func(ctx context.Context) (serverClients, error) {
-		return rediswait.Do(ctx, w, func(ctx context.Context) (serverClients, error) {
+	return func(ctx context.Context) (ServerClients, error) {
+		return rediswait.Do(ctx, w, func(ctx context.Context) (ServerClients, error) {
 			var mu sync.Mutex
-			var top serverClients
+			var top ServerClients
 			first := true
 			one := func(ctx context.Context, c *redis.Client) error {
 				info, err := c.InfoMap(ctx, "clients").Result()
@@ -160,7 +160,7 @@ func redisServerClients(rc redis.UniversalClient) func(context.Context) (serverC
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				if first || s.share() > top.share() {
+				if first || s.Share() > top.Share() {
 					top, first = s, false
 				}
 				return nil

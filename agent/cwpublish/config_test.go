@@ -1,4 +1,4 @@
-package agent
+package cwpublish
 
 import (
 	"strings"
@@ -30,7 +30,7 @@ func TestCloudWatchIntervalConfig(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%q: %v", tc.yaml, err)
-		case (&publisher{every: cfg.CloudWatch.Interval}).interval() != tc.want:
+		case (&Publisher{every: cfg.CloudWatch.Interval}).interval() != tc.want:
 			t.Errorf("%q: interval %s, want %s", tc.yaml, cfg.CloudWatch.Interval, tc.want)
 		}
 	}

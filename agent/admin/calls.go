@@ -1,4 +1,4 @@
-package agent
+package admin
 
 import (
 	"context"
@@ -9,33 +9,34 @@ import (
 	"github.com/autodiag/autodiag/agent/internal/httpjson"
 )
 
-// adminRedisCalls is how many admin requests may wait on Redis at once
+// RedisCalls is how many admin requests may wait on Redis at once
 // (GET /v1/tasks/{id}, the recent tasks of GET /v1/status, GET
 // /v1/limits/check, the record read of POST /v1/tasks/{id}/report).
-// redisConns counts them in the pool: an operator's script polling the
+// The agent counts them in its Redis pool: an operator's script polling the
 // admin API while Redis is slow holds at most these connections, never
 // the ones the workers' claims and finishes need.
-const adminRedisCalls = 2
+const RedisCalls = 2
 
-// adminCalls holds the admin requests' turns at Redis. wait bounds the
+// redisCalls holds the admin requests' turns at Redis. wait bounds the
 // wait for a turn; a call that took slow or longer may have given up on a
 // Redis call whose connection still waits for the reply (rediswait), so
-// its turn is kept hold longer, the bound on that wait (redisIOTimeout):
+// its turn is kept hold longer, the bound on that wait (a Redis read's):
 // turns bound the connections, not only the requests.
-type adminCalls struct {
+type redisCalls struct {
 	turns            chan struct{}
 	wait, slow, hold time.Duration
 }
 
-// newAdminCalls derives the waits from redis.timeout.
-func newAdminCalls(redisTimeout time.Duration) *adminCalls {
-	return &adminCalls{turns: make(chan struct{}, adminRedisCalls),
-		wait: max(redisTimeout, time.Second), slow: redisTimeout, hold: redisIOTimeout(redisTimeout)}
+// newCalls derives the waits from redis.timeout and the bound of a
+// Redis read or write (ioTimeout).
+func newCalls(redisTimeout, ioTimeout time.Duration) *redisCalls {
+	return &redisCalls{turns: make(chan struct{}, RedisCalls),
+		wait: max(redisTimeout, time.Second), slow: redisTimeout, hold: ioTimeout}
 }
 
 // do runs f with ctx in a turn, waiting for one at most c.wait or until
 // ctx ends; false, and f not run, when none came.
-func (c *adminCalls) do(ctx context.Context, f func(context.Context)) bool {
+func (c *redisCalls) do(ctx context.Context, f func(context.Context)) bool {
 	if !c.enter(ctx) {
 		return false
 	}
@@ -51,7 +52,7 @@ func (c *adminCalls) do(ctx context.Context, f func(context.Context)) bool {
 	return true
 }
 
-func (c *adminCalls) enter(ctx context.Context) bool {
+func (c *redisCalls) enter(ctx context.Context) bool {
 	select {
 	case c.turns <- struct{}{}:
 		return true
@@ -70,7 +71,7 @@ func (c *adminCalls) enter(ctx context.Context) bool {
 
 // bound serves h in a turn; a request that gets none is answered 503 with
 // Retry-After, and calls nothing.
-func (c *adminCalls) bound(h http.HandlerFunc) http.HandlerFunc {
+func (c *redisCalls) bound(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !c.do(r.Context(), func(ctx context.Context) { h(w, r.WithContext(ctx)) }) {
 			c.busy(w)
@@ -79,10 +80,10 @@ func (c *adminCalls) bound(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // busy answers a request that found every admin turn at Redis taken.
-func (c *adminCalls) busy(w http.ResponseWriter) {
+func (c *redisCalls) busy(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(c.wait.Round(time.Second)/time.Second))))
 	httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{
-		"error":  "admin API busy: " + strconv.Itoa(adminRedisCalls) + " requests already wait on Redis (waited " + c.wait.String() + "); retry",
+		"error":  "admin API busy: " + strconv.Itoa(RedisCalls) + " requests already wait on Redis (waited " + c.wait.String() + "); retry",
 		"reason": "admin_busy",
 	})
 }

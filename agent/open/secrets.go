@@ -1,27 +1,25 @@
-package agent
+package open
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-
 	"github.com/autodiag/autodiag/agent/config"
 	"github.com/autodiag/autodiag/agent/secret"
 )
 
-// OpenSecrets reads refs (cfg.SecretRefs for the agent, fewer for a CLI
+// Secrets reads refs (cfg.SecretRefs for the agent, fewer for a CLI
 // command) with the instance role and the AWS settings of cfg, and returns
 // the store that holds them; nil when refs is empty, so embedded mode
 // needs no AWS. A
 // reference that cannot be read fails the start with an error naming it,
 // never its value. The caller keeps the store fresh with Run and reads
 // through its Getenv.
-func OpenSecrets(ctx context.Context, cfg config.Config, refs []string) (*secret.Store, error) {
+func Secrets(ctx context.Context, cfg config.Config, refs []string) (*secret.Store, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	awsCfg, err := loadAWS(ctx, cfg)
+	awsCfg, err := AWS(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -31,8 +29,3 @@ func OpenSecrets(ctx context.Context, cfg config.Config, refs []string) (*secret
 	}
 	return s, nil
 }
-
-// LoadAWS is the SDK configuration Open uses for cfg (the region from
-// instance metadata with the imds source), for CLI commands that call AWS
-// as the agent would.
-func LoadAWS(ctx context.Context, cfg config.Config) (aws.Config, error) { return loadAWS(ctx, cfg) }

@@ -1,4 +1,4 @@
-package agent
+package open
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func TestRedisCallsPastTheirTimeoutKeepTheirConnections(t *testing.T) {
 		maxOpened, dropped, maxSent int
 	}{
 		{"agent", func(addr string) redis.UniversalClient {
-			rc, err := NewRedisClient(config.RedisConfig{URL: "redis://" + addr, Timeout: timeout}, conns)
+			rc, err := RedisClient(config.RedisConfig{URL: "redis://" + addr, Timeout: timeout}, conns)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestRedisPipelinesKeepToTheConnectionBound(t *testing.T) {
 		calls   = 10 // pipelines at once, while Redis's replies are held
 	)
 	p := testenv.NewHoldProxy(t, testenv.RedisAddr(t))
-	rc, err := NewRedisClient(config.RedisConfig{URL: "redis://" + p.Addr(), Timeout: timeout}, conns)
+	rc, err := RedisClient(config.RedisConfig{URL: "redis://" + p.Addr(), Timeout: timeout}, conns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestRedisPipelinesKeepToTheConnectionBound(t *testing.T) {
 // TestRedisClientShapesKeepTheBound: every shape of redis config (a URL,
 // a Cluster's seeds, a Sentinel's master) builds a client whose pool is
 // conns and whose pipelines share it (no separate pipeline pool), with
-// reads bounded by redisIOTimeout; a URL's own pool_size and
+// reads bounded by IOTimeout; a URL's own pool_size and
 // pipeline_pool_size win. TestRedisPipelinesKeepToTheConnectionBound
 // shows what the pipeline pool does on a server; a Cluster's node clients
 // and a Sentinel's failover client take the same options.
@@ -210,7 +210,7 @@ func TestRedisClientShapesKeepTheBound(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Timeout = timeout
-			rc, err := NewRedisClient(tc.cfg, conns)
+			rc, err := RedisClient(tc.cfg, conns)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,10 +227,22 @@ func TestRedisClientShapesKeepTheBound(t *testing.T) {
 			default:
 				t.Fatalf("client %T", rc)
 			}
-			if got != tc.want || read != redisIOTimeout(timeout) {
+			if got != tc.want || read != IOTimeout(timeout) {
 				t.Errorf("pool %d, pipeline pool %d, read timeout %v; want %d, %d, %v",
-					got.pool, got.pipelines, read, tc.want.pool, tc.want.pipelines, redisIOTimeout(timeout))
+					got.pool, got.pipelines, read, tc.want.pool, tc.want.pipelines, IOTimeout(timeout))
 			}
 		})
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package admin
 
 import (
 	"context"
@@ -13,18 +13,18 @@ import (
 
 // getTask serves GET /v1/tasks/{id}: the record from the state store
 // (memory or Redis), 404 when there is none.
-func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
+func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ctx, cancel := context.WithTimeout(r.Context(), max(a.cfg.Redis.Timeout, time.Second))
+	ctx, cancel := context.WithTimeout(r.Context(), max(a.o.Config.Redis.Timeout, time.Second))
 	defer cancel()
-	rec, ok, err := a.d.Store.Task(ctx, id)
+	rec, ok, err := a.o.Store.Task(ctx, id)
 	switch {
 	case err != nil:
 		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": "state store: " + err.Error(), "reason": "state_unavailable"})
 	case !ok:
 		// A task parked for approval has no record until it runs or is
 		// denied: the approval store shows it.
-		if v, parked, perr := a.approvals.Lookup(ctx, id); perr == nil && parked {
+		if v, parked, perr := a.o.Approvals.Lookup(ctx, id); perr == nil && parked {
 			httpjson.Write(w, http.StatusOK, v)
 			return
 		}
@@ -40,11 +40,11 @@ func (a *Agent) getTask(w http.ResponseWriter, r *http.Request) {
 // its id is the sender's, perhaps not an id at all, and GET /v1/tasks/{id}
 // answers 404 for it, so it is left out (the log, the metric and the
 // audit stream keep it).
-func (a *Agent) recentTasks(ctx context.Context, n int) []string {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Redis.Timeout)
+func (a *API) recentTasks(ctx context.Context, n int) []string {
+	ctx, cancel := context.WithTimeout(ctx, a.o.Config.Redis.Timeout)
 	defer cancel()
 	// Read past the rejected ones, within a bound.
-	entries, err := a.d.Store.RecentAudit(ctx, recentAuditRead*n)
+	entries, err := a.o.Store.RecentAudit(ctx, recentAuditRead*n)
 	if err != nil {
 		return nil
 	}

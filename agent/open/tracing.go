@@ -1,4 +1,4 @@
-package agent
+package open
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 // completed by then), and nothing waits for a collector longer.
 const tracingShutdownTimeout = 5 * time.Second
 
-// openTracing installs the tracer provider that the tracing section and
+// Tracing installs the tracer provider that the tracing section and
 // the OTEL_* environment (read through lookup, which also reads the
 // headers secret) describe, its metrics on reg at 0 whether on or off,
 // and returns the func that flushes and stops it.
-func openTracing(ctx context.Context, cfg config.Config, lookup func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger,
+func Tracing(ctx context.Context, cfg config.Config, lookup func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger,
 	version, instanceID, region, asg string) (func(), error) {
 	m := tracing.NewMetrics(reg)
 	if lookup == nil {
@@ -64,13 +64,13 @@ func (e *TracingError) Error() string { return "tracing: " + e.Err.Error() }
 
 func (e *TracingError) Unwrap() error { return e.Err }
 
-// OpenListenerTracing installs tracing for the standalone alert listener
+// ListenerTracing installs tracing for the standalone alert listener
 // (`autodiag intake`), its metrics on reg (the listener's registry); the returned func
 // flushes and stops it. The listener's spans (the request, a send per task)
 // carry service.version and instance_id when the config sets it.
-func OpenListenerTracing(ctx context.Context, cfg config.Config, o OpenOptions, lookup func(string) (string, bool),
+func ListenerTracing(ctx context.Context, cfg config.Config, o Options, lookup func(string) (string, bool),
 	reg prometheus.Registerer) (func(), error) {
-	stop, err := openTracing(ctx, cfg, lookup, reg, orDiscard(o.Logger), o.Version, cfg.InstanceID, "", "")
+	stop, err := Tracing(ctx, cfg, lookup, reg, orDiscard(o.Logger), o.Version, cfg.InstanceID, "", "")
 	if err != nil {
 		return nil, &TracingError{Err: err}
 	}

@@ -1,4 +1,4 @@
-package agent
+package admin
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // record, sends the `report` event, and answers the result. `autodiag
 // report ID` asks it in embedded mode, where the record, the outbox and
 // the report limiter live in the agent's memory.
-func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *slog.Logger, calls *adminCalls) http.HandlerFunc {
+func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *slog.Logger, calls *redisCalls) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.ReportsOn() {
 			httpjson.Write(w, http.StatusConflict, map[string]string{"error": "report.enabled is false on this agent", "reason": "report_disabled"})
@@ -58,7 +58,7 @@ func taskReport(cfg config.Config, store state.TaskStore, h *hooks.Hooks, log *s
 		}
 		// The model call outlives the admin listener's write timeout.
 		bound := cfg.Report.Timeout + 2*cfg.Redis.Timeout
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bound + AdminWriteTimeout))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bound + WriteTimeout))
 		ctx, cancel := context.WithTimeout(r.Context(), bound)
 		defer cancel()
 		res, err := h.ReportNow(ctx, rec, diag, r.URL.Query().Get("force") == "true", cfg.Redis.Timeout)

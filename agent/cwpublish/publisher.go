@@ -1,4 +1,4 @@
-package agent
+package cwpublish
 
 import (
 	"context"
@@ -15,23 +15,23 @@ import (
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
-// cloudWatchAPI is the part of *cloudwatch.Client the agent uses.
-type cloudWatchAPI interface {
+// API is the part of *cloudwatch.Client the Publisher uses.
+type API interface {
 	PutMetricData(ctx context.Context, params *cloudwatch.PutMetricDataInput, optFns ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error)
 }
 
-var _ cloudWatchAPI = (*cloudwatch.Client)(nil)
+var _ API = (*cloudwatch.Client)(nil)
 
-// degradedCounter is the part of the limiter the publisher reads.
-type degradedCounter interface{ DegradedTotal() float64 }
+// DegradedCounter is the part of the limiter the Publisher reads.
+type DegradedCounter interface{ DegradedTotal() float64 }
 
-// groupResolver asks Auto Scaling which group this instance is in
+// GroupResolver asks Auto Scaling which group this instance is in
 // (DescribeAutoScalingInstances).
-type groupResolver func(ctx context.Context) (string, error)
+type GroupResolver func(ctx context.Context) (string, error)
 
 const (
 	// publishEvery is the period of both CloudWatch metrics when the
-	// publisher is given none (cloudwatch.interval's default).
+	// Publisher is given none (cloudwatch.interval's default).
 	publishEvery = config.DefaultCloudWatchInterval
 	// putMetricTimeout bounds one PutMetricData.
 	putMetricTimeout = 10 * time.Second
@@ -39,28 +39,28 @@ const (
 
 // Names of the CloudWatch metrics.
 const (
-	metricDrainSeconds    = "DrainSeconds"
-	metricLimiterDegraded = "LimiterDegraded"
+	MetricDrainSeconds    = "DrainSeconds"
+	MetricLimiterDegraded = "LimiterDegraded"
 )
 
-// publisher puts the agent's two CloudWatch metrics, with the
+// Publisher puts the agent's two CloudWatch metrics, with the
 // AutoScalingGroupName dimension: DrainSeconds while a drain and its
 // completion last, and LimiterDegraded while running. An agent that can
 // never know its group (no lifecycle.asg_name, no resolver: the signal
 // source alone) publishes LimiterDegraded with the InstanceId dimension
 // instead, since a host outside any group degrades like one inside;
 // DrainSeconds watches a lifecycle action, which such an agent has none of.
-type publisher struct {
-	api       cloudWatchAPI
+type Publisher struct {
+	api       API
 	namespace string
 	// every is the period of both metrics; zero = publishEvery.
 	every time.Duration
 	// resolve learns the group when asg is empty; nil = it cannot be.
-	resolve groupResolver
+	resolve GroupResolver
 	// instanceID is LimiterDegraded's dimension when the group cannot be
 	// known; "" = not published then.
 	instanceID string
-	limiter    degradedCounter
+	limiter    DegradedCounter
 	clock      clock.Clock
 	log        *slog.Logger
 
@@ -72,16 +72,43 @@ type publisher struct {
 	failing map[string]bool
 }
 
-func (p *publisher) interval() time.Duration {
+// Options are what a Publisher is built from.
+type Options struct {
+	API       API
+	Namespace string
+	// ASG is the instance's group when known at start; "" = resolved
+	// through Resolve.
+	ASG string
+	// Every is the period of both metrics; zero = a minute
+	// (cloudwatch.interval's default).
+	Every time.Duration
+	// Resolve learns the group when ASG is empty; nil = it cannot be.
+	Resolve GroupResolver
+	// InstanceID is LimiterDegraded's dimension when the group cannot be
+	// known; "" = not published then.
+	InstanceID string
+	Limiter    DegradedCounter
+	Clock      clock.Clock
+	Logger     *slog.Logger
+}
+
+// New builds the publisher; LimiterDegraded runs it, and the drain
+// supervisor calls DrainSeconds.
+func New(o Options) *Publisher {
+	return &Publisher{api: o.API, namespace: o.Namespace, asg: o.ASG, every: o.Every, resolve: o.Resolve,
+		instanceID: o.InstanceID, limiter: o.Limiter, clock: o.Clock, log: o.Logger}
+}
+
+func (p *Publisher) interval() time.Duration {
 	if p.every > 0 {
 		return p.every
 	}
 	return publishEvery
 }
 
-// group is the instance's Auto Scaling group, resolved once and cached;
+// Group is the instance's Auto Scaling group, resolved once and cached;
 // "" while unknown.
-func (p *publisher) group(ctx context.Context) string {
+func (p *Publisher) Group(ctx context.Context) string {
 	p.mu.Lock()
 	asg := p.asg
 	p.mu.Unlock()
@@ -104,20 +131,20 @@ func (p *publisher) group(ctx context.Context) string {
 }
 
 // groupUnknown says why the group is unknown and what to do about it.
-func (p *publisher) groupUnknown() string {
+func (p *Publisher) groupUnknown() string {
 	if p.resolve == nil {
 		return "Auto Scaling group unknown: set lifecycle.asg_name (without an imds or sqs source the agent does not ask Auto Scaling)"
 	}
 	return "Auto Scaling group unknown: DescribeAutoScalingInstances has not answered (asked again each period); set lifecycle.asg_name or check autoscaling:DescribeAutoScalingInstances"
 }
 
-// limiterDegraded puts, every interval, how many limiter decisions were
+// LimiterDegraded puts, every interval, how many limiter decisions were
 // taken by a fail mode since the last publication, so an alarm can catch a
 // fleet deciding without Redis.
-func (p *publisher) limiterDegraded(ctx context.Context) {
+func (p *Publisher) LimiterDegraded(ctx context.Context) {
 	last := p.limiter.DegradedTotal()
 	// Without a resolver, group is the configured name and asks nobody.
-	perInstance := p.resolve == nil && p.instanceID != "" && p.group(ctx) == ""
+	perInstance := p.resolve == nil && p.instanceID != "" && p.Group(ctx) == ""
 	if perInstance {
 		p.log.Info("LimiterDegraded is published per instance", "dimension", dimInstanceID, "instance_id", p.instanceID,
 			"detail", "no Auto Scaling group is known (lifecycle.asg_name unset, only the signal source); set lifecycle.asg_name for the group's alarm")
@@ -132,10 +159,10 @@ func (p *publisher) limiterDegraded(ctx context.Context) {
 		}
 		dim := cwtypes.Dimension{Name: aws.String(dimInstanceID), Value: aws.String(p.instanceID)}
 		if !perInstance {
-			asg := p.group(ctx)
+			asg := p.Group(ctx)
 			if asg == "" {
 				if ctx.Err() == nil {
-					p.failed(metricLimiterDegraded, p.groupUnknown(), nil)
+					p.failed(MetricLimiterDegraded, p.groupUnknown(), nil)
 				}
 				continue
 			}
@@ -144,7 +171,7 @@ func (p *publisher) limiterDegraded(ctx context.Context) {
 		now := p.limiter.DegradedTotal()
 		delta := now - last
 		last = now
-		p.publish(ctx, metricLimiterDegraded, cwtypes.StandardUnitCount, delta, dim)
+		p.publish(ctx, MetricLimiterDegraded, cwtypes.StandardUnitCount, delta, dim)
 	}
 }
 
@@ -162,7 +189,7 @@ func groupDimension(asg string) cwtypes.Dimension {
 // ends, so a CloudWatch alarm can catch a drain, or a completion, stuck in
 // Terminating:Wait. actionGroup, when it returns a name, is the group of
 // the lifecycle action and wins over the instance's.
-func (p *publisher) DrainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
+func (p *Publisher) DrainSeconds(ctx context.Context, start time.Time, actionGroup func() string) {
 	t := time.NewTicker(p.interval())
 	defer t.Stop()
 	// The start is published even when the drain and its completion end
@@ -171,14 +198,14 @@ func (p *publisher) DrainSeconds(ctx context.Context, start time.Time, actionGro
 	for {
 		asg := actionGroup()
 		if asg == "" {
-			asg = p.group(pctx)
+			asg = p.Group(pctx)
 		}
 		switch {
 		case pctx.Err() != nil:
 		case asg == "":
-			p.failed(metricDrainSeconds, p.groupUnknown(), nil)
+			p.failed(MetricDrainSeconds, p.groupUnknown(), nil)
 		default:
-			p.publish(pctx, metricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), groupDimension(asg))
+			p.publish(pctx, MetricDrainSeconds, cwtypes.StandardUnitSeconds, p.clock.Now().Sub(start).Seconds(), groupDimension(asg))
 		}
 		select {
 		case <-ctx.Done():
@@ -190,7 +217,7 @@ func (p *publisher) DrainSeconds(ctx context.Context, start time.Time, actionGro
 }
 
 // publish puts one datum and logs the first failure of a run of them.
-func (p *publisher) publish(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, dim cwtypes.Dimension) {
+func (p *Publisher) publish(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, dim cwtypes.Dimension) {
 	err := p.put(ctx, name, unit, value, dim)
 	switch {
 	case err == nil:
@@ -208,7 +235,7 @@ func (p *publisher) publish(ctx context.Context, name string, unit cwtypes.Stand
 
 // failed logs that a metric could not be published, once until it is
 // published again.
-func (p *publisher) failed(name, why string, err error) {
+func (p *Publisher) failed(name, why string, err error) {
 	p.mu.Lock()
 	if p.failing == nil {
 		p.failing = map[string]bool{}
@@ -227,7 +254,7 @@ func (p *publisher) failed(name, why string, err error) {
 }
 
 // put publishes one datum.
-func (p *publisher) put(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, dim cwtypes.Dimension) error {
+func (p *Publisher) put(ctx context.Context, name string, unit cwtypes.StandardUnit, value float64, dim cwtypes.Dimension) error {
 	pctx, cancel := context.WithTimeout(ctx, putMetricTimeout)
 	defer cancel()
 	_, err := p.api.PutMetricData(pctx, &cloudwatch.PutMetricDataInput{

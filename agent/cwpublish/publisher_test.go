@@ -1,4 +1,4 @@
-package agent
+package cwpublish
 
 import (
 	"context"
@@ -25,7 +25,7 @@ type fakeCloudWatch struct {
 	puts []*cloudwatch.PutMetricDataInput
 }
 
-var _ cloudWatchAPI = (*fakeCloudWatch)(nil)
+var _ API = (*fakeCloudWatch)(nil)
 
 func (f *fakeCloudWatch) PutMetricData(_ context.Context, in *cloudwatch.PutMetricDataInput, _ ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error) {
 	f.mu.Lock()
@@ -51,10 +51,10 @@ func TestPublisherLimiterDegraded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cw := &fakeCloudWatch{}
 		lim := &degradedStub{n: 7} // decisions before the publisher started do not count
-		p := &publisher{api: cw, namespace: "autodiag", asg: "web-asg", limiter: lim, clock: clock.Wall{}, log: slog.New(slog.DiscardHandler)}
+		p := &Publisher{api: cw, namespace: "autodiag", asg: "web-asg", limiter: lim, clock: clock.Wall{}, log: slog.New(slog.DiscardHandler)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); p.limiterDegraded(ctx) }()
+		go func() { defer close(done); p.LimiterDegraded(ctx) }()
 		synctest.Wait() // the publisher has read its starting count
 		lim.add(3)
 		time.Sleep(publishEvery + time.Second)
@@ -132,7 +132,7 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 	const instance = "i-0123456789abcdef0"
 	for _, tc := range []struct {
 		name    string
-		resolve groupResolver
+		resolve GroupResolver
 		want    string // the dimension's name; "" = nothing published
 	}{
 		{"no way to learn the group", nil, "InstanceId"},
@@ -143,11 +143,11 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 				cw := &fakeCloudWatch{}
 				lim := &degradedStub{n: 7}
 				logs := &syncBuffer{}
-				p := &publisher{api: cw, namespace: "autodiag", instanceID: instance, resolve: tc.resolve, limiter: lim,
+				p := &Publisher{api: cw, namespace: "autodiag", instanceID: instance, resolve: tc.resolve, limiter: lim,
 					clock: clock.Wall{}, log: slog.New(slog.NewJSONHandler(logs, nil))}
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
-				wg.Go(func() { p.limiterDegraded(ctx) })
+				wg.Go(func() { p.LimiterDegraded(ctx) })
 				wg.Go(func() { p.DrainSeconds(ctx, time.Now(), func() string { return "" }) })
 				synctest.Wait()
 				lim.add(4)
@@ -170,7 +170,7 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 				var got []float64
 				for _, in := range cw.puts {
 					d := in.MetricData[0]
-					if aws.ToString(d.MetricName) != metricLimiterDegraded {
+					if aws.ToString(d.MetricName) != MetricLimiterDegraded {
 						t.Fatalf("%s published; only LimiterDegraded can be without a group", aws.ToString(d.MetricName))
 					}
 					if len(d.Dimensions) != 1 || aws.ToString(d.Dimensions[0].Name) != tc.want || aws.ToString(d.Dimensions[0].Value) != instance {
@@ -184,7 +184,7 @@ func TestPublisherLimiterDegradedPerInstance(t *testing.T) {
 				if n := len(logs.lines("LimiterDegraded is published per instance")); n != 1 {
 					t.Fatalf("%d per-instance lines, want 1", n)
 				}
-				if lines := logs.lines("CloudWatch metric not published"); len(lines) != 1 || lines[0]["metric"] != metricDrainSeconds {
+				if lines := logs.lines("CloudWatch metric not published"); len(lines) != 1 || lines[0]["metric"] != MetricDrainSeconds {
 					t.Fatalf("warnings %v, want one, for DrainSeconds", lines)
 				}
 			})

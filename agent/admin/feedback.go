@@ -1,4 +1,4 @@
-package agent
+package admin
 
 import (
 	"context"
@@ -19,9 +19,10 @@ import (
 	"github.com/autodiag/autodiag/internal/clock"
 )
 
-// feedbackAPI serves the responders' verdicts on reports:
-// POST /v1/tasks/{id}/feedback and GET /v1/reports/stats.
-type feedbackAPI struct {
+// Feedback serves the responders' verdicts on reports:
+// POST /v1/tasks/{id}/feedback and GET /v1/reports/stats; Slack's
+// buttons record into the same store and counter (Store, Count).
+type Feedback struct {
 	store feedback.Store
 	// resolutions is the log of reports whose alert resolved (the
 	// table's resolution columns); nil = none.
@@ -38,8 +39,11 @@ type feedbackAPI struct {
 // maxFeedbackBody bounds a verdict's request body.
 const maxFeedbackBody = 8 << 10
 
-func newFeedbackAPI(store feedback.Store, resolutions *resolution.Recorder, tasks state.TaskStore, red *redact.Redactor, clk clock.Clock, timeout time.Duration,
-	reg prometheus.Registerer) (*feedbackAPI, error) {
+// NewFeedback builds the verdicts' API over store (nil = in memory), the
+// resolutions' log and the task records, with
+// autodiag_report_feedback_total on reg.
+func NewFeedback(store feedback.Store, resolutions *resolution.Recorder, tasks state.TaskStore, red *redact.Redactor, clk clock.Clock, timeout time.Duration,
+	reg prometheus.Registerer) (*Feedback, error) {
 	if store == nil {
 		store = feedback.NewMemory()
 	}
@@ -51,13 +55,19 @@ func newFeedbackAPI(store feedback.Store, resolutions *resolution.Recorder, task
 	if err := reg.Register(total); err != nil {
 		return nil, err
 	}
-	return &feedbackAPI{store: store, resolutions: resolutions, tasks: tasks, red: red, clock: clk, timeout: max(timeout, time.Second), total: total}, nil
+	return &Feedback{store: store, resolutions: resolutions, tasks: tasks, red: red, clock: clk, timeout: max(timeout, time.Second), total: total}, nil
 }
+
+// Store is where the verdicts are kept.
+func (f *Feedback) Store() feedback.Store { return f.store }
+
+// Count counts one recorded verdict in autodiag_report_feedback_total.
+func (f *Feedback) Count(verdict string) { f.total.WithLabelValues(verdict).Inc() }
 
 // post records one person's verdict on a task's report: 201, or 409 with
 // the verdict that person gave before; 404 for an unknown task, 409 for a
 // task without a report.
-func (f *feedbackAPI) post(calls *adminCalls) http.HandlerFunc {
+func (f *Feedback) post(calls *redisCalls) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		var in struct {
@@ -115,7 +125,7 @@ func (f *feedbackAPI) post(calls *adminCalls) http.HandlerFunc {
 }
 
 // stats answers the precision table of the verdicts' log.
-func (f *feedbackAPI) stats(calls *adminCalls) http.HandlerFunc {
+func (f *Feedback) stats(calls *redisCalls) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var log []feedback.Verdict
 		var res []feedback.Resolution
