@@ -30,12 +30,14 @@ import (
 	"github.com/autodiag/autodiag/limiter"
 )
 
-// fakeS3 is gofakes3's in-memory S3 behind httptest, driven by the real
-// SDK client; it records the headers of every PutObject and answers 500
+// fakeS3 is gofakes3's in-memory S3 behind httptest, driven by the
+// agent's S3 client (hooks.S3Client, held to the SDK's requests by
+// TestS3ClientMatchesSDK) and read back with the real SDK client; it records the headers of every PutObject and answers 500
 // to them while failing is set.
 type fakeS3 struct {
-	srv    *httptest.Server
-	client *s3.Client
+	srv      *httptest.Server
+	client   *s3.Client      // the SDK's, to read what was stored
+	uploader *hooks.S3Client // the agent's
 
 	mu      sync.Mutex
 	puts    []http.Header
@@ -68,6 +70,9 @@ func startFakeS3(t *testing.T, bucket string) *fakeS3 {
 	// after the SDK's backoff.
 	f.client = s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.srv.URL), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""), RetryMaxAttempts: 1})
+	f.uploader = hooks.NewS3Client(t.Context(), aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(f.srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""), RetryMaxAttempts: 1},
+		config.S3Config{PathStyle: true})
 	return f
 }
 
@@ -144,7 +149,7 @@ results:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, S3: f.client, InstanceID: "i-up", Hostname: "up-host",
+	a, err := New(cfg, Deps{Source: src, Store: store, Limiter: lim, S3: f.uploader, InstanceID: "i-up", Hostname: "up-host",
 		Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -196,7 +196,7 @@ func Open(ctx context.Context, cfg config.Config, o OpenOptions) (a *Agent, clos
 		d.CloudWatch = cloudwatch.NewFromConfig(awsCfg)
 	}
 	if cfg.Results.S3.Enabled() {
-		d.S3 = hooks.NewS3Client(awsCfg, cfg.Results.S3)
+		d.S3 = hooks.NewS3Client(ctx, awsCfg, cfg.Results.S3)
 	}
 	if cfg.Report.Enabled {
 		if d.Reports, err = hooks.OpenReportParts(cfg, awsCfg, rc, o.LookupEnv); err != nil {

@@ -357,7 +357,12 @@ test_rc=0
 # -vet=off: go vet -race above ran every analyzer go test's own vet step
 # would (a subset of vet's defaults) on the same packages and files; run
 # again here they are tens of CPU seconds on a fresh machine for nothing.
-go test -race -vet=off -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
+# -ldflags=-w: the test binaries are linked without DWARF, which nothing
+# here reads (a panic's or a race report's stack comes from the runtime's
+# own tables): the race link of ./agent's tests takes 3.8 CPU s instead
+# of 4.9, and each of the 48 packages with tests links one. The compiles,
+# shared with vet and golangci-lint above, do not change.
+go test -race -vet=off -ldflags=-w -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
 	log "test binaries ran $(awk '{ s += $1 } END { printf "%d", s + 0.5 }' "$AUTODIAG_TEST_RUNS")s in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $2); printf "%s%s %ds", (NR > 1 ? ", " : ""), $2, $1 + 0.5 }')"
 fi

@@ -8,9 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/config"
@@ -22,20 +19,6 @@ import (
 
 // OutputUploadFailed is TaskRecord.OutputUpload when the upload failed.
 const OutputUploadFailed = "failed"
-
-// S3API is the S3 call the uploader makes; *s3.Client is the real one.
-type S3API interface {
-	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
-}
-
-var _ S3API = (*s3.Client)(nil)
-
-// NewS3Client is the S3 client of results.s3 from the SDK's config:
-// AWS_ENDPOINT_URL_S3 (read by the SDK) points it elsewhere, PathStyle
-// addresses the bucket in the path.
-func NewS3Client(awsCfg aws.Config, c config.S3Config) *s3.Client {
-	return s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.UsePathStyle = c.PathStyle })
-}
 
 // FullOutput is r with, when results.s3 uploads each run's whole output,
 // every diagnostic's output cap raised to results.s3.max_size, so the
@@ -155,27 +138,12 @@ func headerSafe(v string) bool {
 func (u *uploader) put(key string, body []byte, meta map[string]string) error {
 	ctx, cancel := context.WithTimeout(u.base, u.cfg.Timeout)
 	defer cancel()
-	in := &s3.PutObjectInput{
-		Bucket:        aws.String(u.cfg.Bucket),
-		Key:           aws.String(key),
-		Body:          bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))),
-		ContentType:   aws.String("text/plain; charset=utf-8"),
-		Metadata:      meta,
+	in := PutObjectInput{Bucket: u.cfg.Bucket, Key: key, Body: body, ContentType: "text/plain; charset=utf-8",
+		Metadata: meta, StorageClass: u.cfg.StorageClass, SSE: u.cfg.SSE} // SSE: "", AES256 or aws:kms (S3Config.Validate)
+	if u.cfg.SSE == config.SSEKMS {
+		in.SSEKMSKeyID = u.cfg.KMSKeyID
 	}
-	if u.cfg.StorageClass != "" {
-		in.StorageClass = types.StorageClass(u.cfg.StorageClass)
-	}
-	switch u.cfg.SSE {
-	case config.SSEAES256:
-		in.ServerSideEncryption = types.ServerSideEncryptionAes256
-	case config.SSEKMS:
-		in.ServerSideEncryption = types.ServerSideEncryptionAwsKms
-		if u.cfg.KMSKeyID != "" {
-			in.SSEKMSKeyId = aws.String(u.cfg.KMSKeyID)
-		}
-	}
-	if _, err := u.api.PutObject(ctx, in); err != nil {
+	if err := u.api.PutObject(ctx, in); err != nil {
 		return fmt.Errorf("upload: put s3://%s/%s: %w", u.cfg.Bucket, key, err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -53,10 +52,10 @@ func TestCapOutput(t *testing.T) {
 // when that was.
 type hangingS3 struct{ ended time.Time }
 
-func (h *hangingS3) PutObject(ctx context.Context, _ *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+func (h *hangingS3) PutObject(ctx context.Context, _ PutObjectInput) error {
 	<-ctx.Done()
 	h.ended = time.Now()
-	return nil, ctx.Err()
+	return ctx.Err()
 }
 
 var _ S3API = (*hangingS3)(nil)

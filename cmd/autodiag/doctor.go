@@ -15,7 +15,6 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/redis/go-redis/v9"
@@ -215,7 +214,7 @@ func (c *cli) doctor(ctx context.Context, cfg config.Config) []doctorCheck {
 		s3Skip = "results.s3.bucket is empty (no upload)"
 	}
 	check("s3", s3Skip, func(ctx context.Context) (string, error) {
-		if _, err := hooks.NewS3Client(awsCfg, cfg.Results.S3).HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(cfg.Results.S3.Bucket)}); err != nil {
+		if err := hooks.NewS3Client(ctx, awsCfg, cfg.Results.S3).HeadBucket(ctx, cfg.Results.S3.Bucket); err != nil {
 			return "", fmt.Errorf("HeadBucket %s: %w", cfg.Results.S3.Bucket, err)
 		}
 		return "bucket " + cfg.Results.S3.Bucket + " answers", nil
