@@ -9,6 +9,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/internal/awsconf"
 	"io"
 	"net"
 	"net/http"
@@ -92,15 +93,15 @@ func NewS3Client(ctx context.Context, awsCfg aws.Config, c config.S3Config) *S3C
 	if !aws.IsCredentialsProvider(awsCfg.Credentials, (*aws.AnonymousCredentials)(nil)) {
 		s.creds = awsCfg.Credentials
 	}
-	s.retryer = s3Retryer(awsCfg)
-	s.fips, s.dualStack = s3EndpointVariants(ctx, awsCfg.ConfigSources)
+	s.retryer = awsconf.Retryer(awsCfg)
+	s.fips, s.dualStack = awsconf.EndpointVariants(ctx, awsCfg.ConfigSources)
 	// As the SDK: AWS_ENDPOINT_URL alone (already in BaseEndpoint) wins
 	// over a services section of the shared config; AWS_ENDPOINT_URL_S3 or
 	// an s3 section wins over both.
 	_, global := os.LookupEnv("AWS_ENDPOINT_URL")
 	_, own := os.LookupEnv("AWS_ENDPOINT_URL_S3")
 	if !global || own {
-		if u, ok := s3ServiceEndpoint(ctx, awsCfg.ConfigSources); ok {
+		if u, ok := awsconf.ServiceEndpoint(ctx, awsCfg.ConfigSources, "S3"); ok {
 			s.base = &u
 		}
 	}
@@ -153,7 +154,7 @@ func (s *S3Client) call(ctx context.Context, op, method, bucket, key string, h h
 }
 
 func (s *S3Client) send(ctx context.Context, op, method, bucket, key string, h http.Header, body []byte, payloadHash string) error {
-	region, fips := s3FIPSRegion(s.region, s.fips)
+	region, fips := awsconf.FIPSRegion(s.region, s.fips)
 	u, err := s.resolve(region, fips, bucket, key)
 	if err != nil {
 		return fmt.Errorf("failed to resolve service endpoint, %w", err)
@@ -347,15 +348,6 @@ func s3DNSSuffix(region string) string {
 	return "amazonaws.com"
 }
 
-// s3FIPSRegion maps a pseudo-region naming FIPS ("fips-us-gov-west-1",
-// "us-east-1-fips") to the region and the FIPS flag, as the SDK does.
-func s3FIPSRegion(region string, fips bool) (string, bool) {
-	if strings.Contains(region, "fips-") || strings.Contains(region, "-fips") {
-		return strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(region, "-fips-", "-"), "fips-", ""), "-fips", ""), true
-	}
-	return region, fips
-}
-
 // s3ValidRegion: a host label of letters, digits and '-', not starting
 // with '-' (the region becomes part of the host name).
 func s3ValidRegion(r string) bool {
@@ -368,89 +360,4 @@ func s3ValidRegion(r string) bool {
 		}
 	}
 	return true
-}
-
-// s3Retryer is the retryer the SDK's clients resolve from cfg.
-func s3Retryer(cfg aws.Config) aws.RetryerV2 {
-	var r aws.Retryer
-	switch {
-	case cfg.Retryer != nil:
-		r = cfg.Retryer()
-	case cfg.RetryMode == aws.RetryModeAdaptive:
-		r = retry.NewAdaptiveMode()
-	default:
-		r = retry.NewStandard()
-	}
-	if cfg.RetryMaxAttempts != 0 {
-		r = retry.AddWithMaxAttempts(r, cfg.RetryMaxAttempts)
-	}
-	if v2, ok := r.(aws.RetryerV2); ok {
-		return v2
-	}
-	return s3RetryerV2{r}
-}
-
-type s3RetryerV2 struct{ aws.Retryer }
-
-func (r s3RetryerV2) GetAttemptToken(context.Context) (func(error) error, error) {
-	return r.GetInitialToken(), nil
-}
-
-// s3EndpointVariants reads use_fips_endpoint and use_dualstack_endpoint
-// from the configuration sources (environment, shared config), as the
-// SDK's clients do.
-func s3EndpointVariants(ctx context.Context, sources []any) (fips, dualStack bool) {
-	for _, src := range sources {
-		if p, ok := src.(interface {
-			GetUseFIPSEndpoint(context.Context) (aws.FIPSEndpointState, bool, error)
-		}); ok {
-			if v, found, err := p.GetUseFIPSEndpoint(ctx); err != nil || found {
-				fips = v == aws.FIPSEndpointStateEnabled
-				break
-			}
-		}
-	}
-	for _, src := range sources {
-		if p, ok := src.(interface {
-			GetUseDualStackEndpoint(context.Context) (aws.DualStackEndpointState, bool, error)
-		}); ok {
-			if v, found, err := p.GetUseDualStackEndpoint(ctx); err != nil || found {
-				dualStack = v == aws.DualStackEndpointStateEnabled
-				break
-			}
-		}
-	}
-	return fips, dualStack
-}
-
-// s3ServiceEndpoint is S3's endpoint from the configuration sources
-// (AWS_ENDPOINT_URL_S3, the shared config's services section), unless
-// they say to ignore configured endpoints.
-func s3ServiceEndpoint(ctx context.Context, sources []any) (string, bool) {
-	for _, src := range sources {
-		if p, ok := src.(interface {
-			GetIgnoreConfiguredEndpoints(context.Context) (bool, bool, error)
-		}); ok {
-			if v, found, err := p.GetIgnoreConfiguredEndpoints(ctx); err != nil || found {
-				if found && v {
-					return "", false
-				}
-				break
-			}
-		}
-	}
-	for _, src := range sources {
-		if p, ok := src.(interface {
-			GetServiceBaseEndpoint(ctx context.Context, sdkID string) (string, bool, error)
-		}); ok {
-			v, found, err := p.GetServiceBaseEndpoint(ctx, "S3")
-			if err != nil {
-				return "", false
-			}
-			if found {
-				return v, true
-			}
-		}
-	}
-	return "", false
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/autodiag/autodiag/agent/internal/awsconf"
 	"io"
 	"net/http"
 	"net/url"
@@ -187,110 +188,22 @@ func newJSONClient(ctx context.Context, cfg aws.Config, svc service) *jsonClient
 	if !aws.IsCredentialsProvider(cfg.Credentials, (*aws.AnonymousCredentials)(nil)) {
 		c.creds = cfg.Credentials
 	}
-	c.retryer = newRetryer(cfg)
+	c.retryer = awsconf.Retryer(cfg)
 	if !cfg.DisableClockSkewCorrection {
 		c.skew = new(atomic.Int64)
 	}
-	c.fips, c.dualStack = endpointVariants(ctx, cfg.ConfigSources)
+	c.fips, c.dualStack = awsconf.EndpointVariants(ctx, cfg.ConfigSources)
 	// As the SDK: AWS_ENDPOINT_URL alone (already in BaseEndpoint) wins
 	// over a services section of the shared config; the service's own
 	// variable or section wins over both.
 	_, global := os.LookupEnv("AWS_ENDPOINT_URL")
 	_, own := os.LookupEnv("AWS_ENDPOINT_URL_" + strings.ToUpper(strings.ReplaceAll(svc.id, " ", "_")))
 	if !global || own {
-		if u, ok := serviceEndpoint(ctx, cfg.ConfigSources, svc.id); ok {
+		if u, ok := awsconf.ServiceEndpoint(ctx, cfg.ConfigSources, svc.id); ok {
 			c.base = &u
 		}
 	}
 	return c
-}
-
-// newRetryer is the retryer the SDK's clients resolve from cfg.
-func newRetryer(cfg aws.Config) aws.RetryerV2 {
-	var r aws.Retryer
-	switch {
-	case cfg.Retryer != nil:
-		r = cfg.Retryer()
-	case cfg.RetryMode == aws.RetryModeAdaptive:
-		r = retry.NewAdaptiveMode()
-	default:
-		r = retry.NewStandard()
-	}
-	if cfg.RetryMaxAttempts != 0 {
-		r = retry.AddWithMaxAttempts(r, cfg.RetryMaxAttempts)
-	}
-	if v2, ok := r.(aws.RetryerV2); ok {
-		return v2
-	}
-	return retryerV2{r}
-}
-
-type retryerV2 struct{ aws.Retryer }
-
-func (r retryerV2) GetAttemptToken(ctx context.Context) (func(error) error, error) {
-	return r.GetInitialToken(), nil
-}
-
-// The configuration sources (environment, shared config) answer these;
-// the SDK's service clients ask them the same way.
-type (
-	fipsSource interface {
-		GetUseFIPSEndpoint(context.Context) (aws.FIPSEndpointState, bool, error)
-	}
-	dualStackSource interface {
-		GetUseDualStackEndpoint(context.Context) (aws.DualStackEndpointState, bool, error)
-	}
-	endpointSource interface {
-		GetServiceBaseEndpoint(ctx context.Context, sdkID string) (string, bool, error)
-	}
-	ignoreEndpointsSource interface {
-		GetIgnoreConfiguredEndpoints(context.Context) (bool, bool, error)
-	}
-)
-
-func endpointVariants(ctx context.Context, sources []any) (fips, dualStack bool) {
-	for _, s := range sources {
-		if p, ok := s.(fipsSource); ok {
-			if v, found, err := p.GetUseFIPSEndpoint(ctx); err != nil || found {
-				fips = v == aws.FIPSEndpointStateEnabled
-				break
-			}
-		}
-	}
-	for _, s := range sources {
-		if p, ok := s.(dualStackSource); ok {
-			if v, found, err := p.GetUseDualStackEndpoint(ctx); err != nil || found {
-				dualStack = v == aws.DualStackEndpointStateEnabled
-				break
-			}
-		}
-	}
-	return fips, dualStack
-}
-
-func serviceEndpoint(ctx context.Context, sources []any, sdkID string) (string, bool) {
-	for _, s := range sources {
-		if p, ok := s.(ignoreEndpointsSource); ok {
-			if v, found, err := p.GetIgnoreConfiguredEndpoints(ctx); err != nil || found {
-				if found && v {
-					return "", false
-				}
-				break
-			}
-		}
-	}
-	for _, s := range sources {
-		if p, ok := s.(endpointSource); ok {
-			v, found, err := p.GetServiceBaseEndpoint(ctx, sdkID)
-			if err != nil {
-				return "", false
-			}
-			if found {
-				return v, true
-			}
-		}
-	}
-	return "", false
 }
 
 // call sends op with in as its body and decodes the answer into out,
@@ -307,7 +220,7 @@ func (c *jsonClient) do(ctx context.Context, op, region string, in, out any) err
 	if region == "" {
 		region = c.region
 	}
-	region, fips := fipsRegion(region, c.fips)
+	region, fips := awsconf.FIPSRegion(region, c.fips)
 	endpoint, err := c.resolve(region, fips)
 	if err != nil {
 		return fmt.Errorf("failed to resolve service endpoint, %w", err)
@@ -553,15 +466,6 @@ func (c *jsonClient) resolve(region string, fips bool) (*url.URL, error) {
 	u.Path = smithyhttp.JoinPath(u.Path, "/")
 	u.RawPath = ""
 	return u, nil
-}
-
-// fipsRegion maps a pseudo-region naming FIPS ("fips-us-gov-west-1",
-// "us-east-1-fips") to the region and the FIPS flag, as the SDK does.
-func fipsRegion(region string, fips bool) (string, bool) {
-	if strings.Contains(region, "-fips-") || strings.Contains(region, "fips-") || strings.Contains(region, "-fips") {
-		return strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(region, "-fips-", "-"), "fips-", ""), "-fips", ""), true
-	}
-	return region, fips
 }
 
 // validRegion: dot-separated host labels of letters, digits and '-', not

@@ -1,0 +1,116 @@
+// Package awsconf resolves, from an aws.Config and its configuration
+// sources, what the SDK's service clients resolve for themselves: the
+// retryer, the FIPS and dual-stack endpoint variants, a service's
+// configured endpoint and the FIPS pseudo-regions. The project's small
+// REST clients (secrets in agent/secret, S3 in agent/hooks) share it, so
+// they behave as the SDK's clients they stand in for.
+package awsconf
+
+import (
+	"context"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+)
+
+// Retryer is the retryer the SDK's clients resolve from cfg.
+func Retryer(cfg aws.Config) aws.RetryerV2 {
+	var r aws.Retryer
+	switch {
+	case cfg.Retryer != nil:
+		r = cfg.Retryer()
+	case cfg.RetryMode == aws.RetryModeAdaptive:
+		r = retry.NewAdaptiveMode()
+	default:
+		r = retry.NewStandard()
+	}
+	if cfg.RetryMaxAttempts != 0 {
+		r = retry.AddWithMaxAttempts(r, cfg.RetryMaxAttempts)
+	}
+	if v2, ok := r.(aws.RetryerV2); ok {
+		return v2
+	}
+	return retryerV2{r}
+}
+
+type retryerV2 struct{ aws.Retryer }
+
+func (r retryerV2) GetAttemptToken(context.Context) (func(error) error, error) {
+	return r.GetInitialToken(), nil
+}
+
+type (
+	fipsSource interface {
+		GetUseFIPSEndpoint(context.Context) (aws.FIPSEndpointState, bool, error)
+	}
+	dualStackSource interface {
+		GetUseDualStackEndpoint(context.Context) (aws.DualStackEndpointState, bool, error)
+	}
+	endpointSource interface {
+		GetServiceBaseEndpoint(ctx context.Context, sdkID string) (string, bool, error)
+	}
+	ignoreEndpointsSource interface {
+		GetIgnoreConfiguredEndpoints(context.Context) (bool, bool, error)
+	}
+)
+
+// EndpointVariants reads use_fips_endpoint and use_dualstack_endpoint
+// from the configuration sources (environment, shared config), as the
+// SDK's clients do.
+func EndpointVariants(ctx context.Context, sources []any) (fips, dualStack bool) {
+	for _, s := range sources {
+		if p, ok := s.(fipsSource); ok {
+			if v, found, err := p.GetUseFIPSEndpoint(ctx); err != nil || found {
+				fips = v == aws.FIPSEndpointStateEnabled
+				break
+			}
+		}
+	}
+	for _, s := range sources {
+		if p, ok := s.(dualStackSource); ok {
+			if v, found, err := p.GetUseDualStackEndpoint(ctx); err != nil || found {
+				dualStack = v == aws.DualStackEndpointStateEnabled
+				break
+			}
+		}
+	}
+	return fips, dualStack
+}
+
+// ServiceEndpoint is the endpoint of the service sdkID from the
+// configuration sources (AWS_ENDPOINT_URL_<SERVICE>, the shared config's
+// services section), unless they say to ignore configured endpoints.
+func ServiceEndpoint(ctx context.Context, sources []any, sdkID string) (string, bool) {
+	for _, s := range sources {
+		if p, ok := s.(ignoreEndpointsSource); ok {
+			if v, found, err := p.GetIgnoreConfiguredEndpoints(ctx); err != nil || found {
+				if found && v {
+					return "", false
+				}
+				break
+			}
+		}
+	}
+	for _, s := range sources {
+		if p, ok := s.(endpointSource); ok {
+			v, found, err := p.GetServiceBaseEndpoint(ctx, sdkID)
+			if err != nil {
+				return "", false
+			}
+			if found {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
+// FIPSRegion maps a pseudo-region naming FIPS ("fips-us-gov-west-1",
+// "us-east-1-fips") to the region and the FIPS flag, as the SDK does.
+func FIPSRegion(region string, fips bool) (string, bool) {
+	if strings.Contains(region, "fips-") || strings.Contains(region, "-fips") {
+		return strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(region, "-fips-", "-"), "fips-", ""), "-fips", ""), true
+	}
+	return region, fips
+}
