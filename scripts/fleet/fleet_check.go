@@ -230,13 +230,15 @@ type costs struct {
 	SQSCallsPerTaskBusy float64 `json:"sqs_calls_per_task_without_empty_polls"`
 	// RunSeconds is from the first task sent to the queue's emptying (or
 	// the settle's end), the span the SQS calls are counted over.
-	RunSeconds             float64 `json:"run_seconds"`
-	RedisCommandsPerTask   float64 `json:"redis_commands_per_task"`
-	RedisCPUPer1000        float64 `json:"redis_cpu_seconds_per_1000_tasks"`
-	RedisCommands          int64   `json:"redis_commands"`
-	RedisCPUSeconds        float64 `json:"redis_cpu_seconds"`
-	WorkloadSeconds        float64 `json:"workload_seconds"`
-	TasksPerSecondAchieved float64 `json:"tasks_per_second_ended"`
+	RunSeconds float64 `json:"run_seconds"`
+	// TaskQueue breaks the calls on the task queue down by kind.
+	TaskQueue              sqsKinds `json:"sqs_task_queue"`
+	RedisCommandsPerTask   float64  `json:"redis_commands_per_task"`
+	RedisCPUPer1000        float64  `json:"redis_cpu_seconds_per_1000_tasks"`
+	RedisCommands          int64    `json:"redis_commands"`
+	RedisCPUSeconds        float64  `json:"redis_cpu_seconds"`
+	WorkloadSeconds        float64  `json:"workload_seconds"`
+	TasksPerSecondAchieved float64  `json:"tasks_per_second_ended"`
 }
 
 type agentsRes struct {
@@ -452,6 +454,7 @@ func (r *fleetRun) check() *fleetResult {
 	}
 
 	res.Costs = r.costs(res.Params.ScaledIn)
+	res.Costs.TaskQueue = r.sqsKinds(lines)
 	res.Agents = r.agentStats()
 	res.Redis = r.redis
 	res.Notices = r.notices
@@ -738,6 +741,8 @@ func (res *fleetResult) print(w io.Writer) {
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
 		{"SQS calls per task without the empty long polls", fmt.Sprintf("%.2f (%d empty polls over %.0f s)", c.SQSCallsPerTaskBusy, c.SQSEmptyPolls, c.RunSeconds)},
+		{"SQS calls on the task queue by kind", fmtCounts(c.TaskQueue.ByKind)},
+		{fmt.Sprintf("of which for the %d tasks that ended no_agent_for_host (a batch shared among its messages)", c.TaskQueue.NoAgentTasks), fmtFloats(c.TaskQueue.NoAgent)},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},

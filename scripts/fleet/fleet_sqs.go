@@ -1,0 +1,100 @@
+package main
+
+import (
+	"math"
+	"time"
+
+	"github.com/autodiag/autodiag/internal/fake/sqsfake"
+)
+
+// sqsCall is one of the agents' calls on the task queue: its kind (the
+// operation; a ReceiveMessage is "ReceiveMessage (messages)" or
+// "ReceiveMessage (empty)") and the tasks of the messages it received,
+// deleted or changed.
+type sqsCall struct {
+	kind  string
+	tasks []string
+}
+
+// taskQueueCalls are the agents' calls on queue since the first task was
+// sent (the generator's SendMessageBatch left out), each with the tasks it
+// touched: a receive names its messages, a delete or visibility change
+// the receipt handles a receive returned.
+func (r *fleetRun) taskQueueCalls(calls []sqsfake.Call, queue string) []sqsCall {
+	handleMsg := map[string]string{}
+	var out []sqsCall
+	for _, c := range calls {
+		if c.Queue != queue || c.Op == "SendMessageBatch" {
+			continue
+		}
+		if c.Op == "ReceiveMessage" {
+			for i, h := range c.ReceiptHandles {
+				if i < len(c.MessageIDs) {
+					handleMsg[h] = c.MessageIDs[i]
+				}
+			}
+		}
+		if c.Time.Before(r.t0) {
+			continue
+		}
+		sc := sqsCall{kind: c.Op}
+		switch {
+		case c.Op == "ReceiveMessage" && c.N == 0:
+			sc.kind = "ReceiveMessage (empty)"
+		case c.Op == "ReceiveMessage":
+			sc.kind = "ReceiveMessage (messages)"
+			for _, id := range c.MessageIDs {
+				sc.tasks = append(sc.tasks, r.msgTask[id])
+			}
+		default:
+			for _, h := range c.ReceiptHandles {
+				sc.tasks = append(sc.tasks, r.msgTask[handleMsg[h]])
+			}
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
+// sqsKinds is the breakdown of the agents' calls on the task queue by kind:
+// all of them, and the share that went to tasks that ended rejected
+// no_agent_for_host (the tasks of killed hosts, each waiting
+// queue.target_wait for an agent that might come back; a batch's call is
+// shared evenly among its messages).
+type sqsKinds struct {
+	ByKind  map[string]int     `json:"calls_by_kind"`
+	NoAgent map[string]float64 `json:"no_agent_for_host_share_by_kind"`
+	// NoAgentTasks counts the tasks that ended no_agent_for_host, and
+	// Span is the time the calls were counted over.
+	NoAgentTasks int     `json:"no_agent_for_host_tasks"`
+	SpanSeconds  float64 `json:"span_seconds"`
+}
+
+func (r *fleetRun) sqsKinds(lines []endedLine) sqsKinds {
+	noAgent := map[string]bool{}
+	for _, l := range lines {
+		if l.outcome == "rejected" && l.reason == "no_agent_for_host" {
+			noAgent[l.id] = true
+		}
+	}
+	k := sqsKinds{ByKind: map[string]int{}, NoAgent: map[string]float64{}, NoAgentTasks: len(noAgent), SpanSeconds: r.sqsAt.Sub(r.t0).Round(time.Second).Seconds()}
+	for _, c := range r.sqsTaskCalls {
+		k.ByKind[c.kind]++
+		if len(c.tasks) == 0 {
+			continue
+		}
+		n := 0
+		for _, id := range c.tasks {
+			if noAgent[id] {
+				n++
+			}
+		}
+		if n > 0 {
+			k.NoAgent[c.kind] += float64(n) / float64(len(c.tasks))
+		}
+	}
+	for kind, v := range k.NoAgent {
+		k.NoAgent[kind] = math.Round(10*v) / 10
+	}
+	return k
+}
