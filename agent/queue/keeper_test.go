@@ -348,3 +348,54 @@ func TestSQSHoldSharesCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestSQSHoldCountsFromTheAnswer: a message that a long poll waited for
+// is in flight from the poll's answer, not from its start: its first
+// extension is due a third of the visibility timeout after the answer,
+// not at once when the wait was longer than that (a call that a task
+// handed on or deferred at once never needs).
+func TestSQSHoldCountsFromTheAnswer(t *testing.T) {
+	const (
+		vis      = 30 * time.Second
+		interval = vis / 3
+		poll     = 20 * time.Second
+		arrives  = poll - time.Second // past interval: an extension due from the poll's start is late already
+		held     = 2 * interval
+	)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv, client, url := bubbleFixture(t, vis)
+		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: poll, VisibilityTimeout: vis})
+		go func() {
+			time.Sleep(arrives)
+			if _, err := q.Send(ctx, []byte("task")); err != nil {
+				t.Error(err)
+			}
+		}()
+		start := time.Now()
+		ms, err := q.Receive(ctx, 1)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("Receive = %d messages, %v; want 1", len(ms), err)
+		}
+		answered := time.Now()
+		if answered.Sub(start) != arrives {
+			t.Fatalf("the poll answered after %s, want %s", answered.Sub(start), arrives)
+		}
+		release := q.Hold(ms[0])
+		time.Sleep(held)
+		var at []time.Duration
+		for _, c := range srv.Calls("ChangeMessageVisibilityBatch") {
+			at = append(at, c.Time.Sub(answered))
+		}
+		if len(at) == 0 || at[0] != interval {
+			t.Errorf("extensions at %v after the answer; want the first a third of the visibility timeout (%s) after it", at, interval)
+		}
+		if err := q.Delete(ctx, ms[0]); err != nil {
+			t.Fatal(err)
+		}
+		release()
+		if err := q.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

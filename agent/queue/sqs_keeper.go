@@ -48,8 +48,9 @@ func newKeeper(s *SQS) *keeper {
 
 // Hold implements Source: m's visibility is extended to the visibility
 // timeout (queue.visibility_timeout, else the queue's own) every third of
-// it from its receive (this source's, else m.ReceivedAt; sooner, once, to
-// share the call of holds due before it), up to SQS's 12 hours in flight, until release is called or m is
+// it from its receive's answer (this source's, else m.ReceivedAt; sooner,
+// once, to share the call of holds due before it), up to SQS's 12 hours
+// in flight, until release is called or m is
 // deleted, deferred, dead-lettered or its visibility changed. Extensions
 // go out in ChangeMessageVisibilityBatch calls of up to 10; an entry that
 // fails with a server fault is tried again a second later (sooner for a
@@ -158,7 +159,7 @@ func (k *keeper) run() {
 				if r := h.m.ReceivedAt; !r.IsZero() && r.Before(now) {
 					at = r
 				}
-				h.due = s.receivedAt(h.m.Handle, at).Add(interval)
+				h.due = s.answeredAt(h.m.Handle, at).Add(interval)
 			}
 			if !h.due.After(now) {
 				h.busy = make(chan struct{})
