@@ -255,6 +255,11 @@ type drainAgent struct {
 	DrainSeconds    float64 `json:"drain_seconds"`
 	LongestInFlight float64 `json:"longest_in_flight_seconds"`
 	NoticeSeconds   float64 `json:"notice_delay_seconds"`
+	// WorkEndedSeconds is from the trigger to its "drain work ended" line
+	// (intake stopped, work ended or released): the rest of the drain is
+	// the lifecycle completion. Released is that line's count.
+	WorkEndedSeconds float64 `json:"work_ended_seconds"`
+	Released         int     `json:"released"`
 }
 
 type check struct {
@@ -618,7 +623,16 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			from = r.scaleAt
 		}
 		notice := at.Sub(from).Seconds()
-		dr.Agents = append(dr.Agents, drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice})
+		da := drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice}
+		if ended := fa.Logs("drain work ended"); len(ended) > 0 {
+			if t, err := harness.LogTime(ended[0]); err == nil {
+				da.WorkEndedSeconds = t.Sub(at).Seconds()
+			}
+			if n, ok := ended[0]["released"].(float64); ok {
+				da.Released = int(n)
+			}
+		}
+		dr.Agents = append(dr.Agents, da)
 		notices = append(notices, notice)
 		overheads = append(overheads, d-longest)
 		dr.LongestInFlight = max(dr.LongestInFlight, longest)
@@ -742,6 +756,7 @@ func (res *fleetResult) print(w io.Writer) {
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtCounts(c.SQSCalls), fmtCounts(c.SQSCallsByQueue))},
 		{"SQS calls per task without the empty long polls", fmt.Sprintf("%.2f (%d empty polls over %.0f s)", c.SQSCallsPerTaskBusy, c.SQSEmptyPolls, c.RunSeconds)},
 		{"SQS calls on the task queue by kind", fmtCounts(c.TaskQueue.ByKind)},
+		{"released outcomes by reason", fmtCounts(c.TaskQueue.Released)},
 		{fmt.Sprintf("of which for the %d tasks that ended no_agent_for_host (a batch shared among its messages)", c.TaskQueue.NoAgentTasks), fmtFloats(c.TaskQueue.NoAgent)},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},

@@ -68,16 +68,24 @@ type sqsKinds struct {
 	// Span is the time the calls were counted over.
 	NoAgentTasks int     `json:"no_agent_for_host_tasks"`
 	SpanSeconds  float64 `json:"span_seconds"`
+	// Released counts the released outcomes logged by reason: each is a
+	// visibility change and a message that comes back to be received
+	// again.
+	Released map[string]int `json:"released_by_reason"`
 }
 
 func (r *fleetRun) sqsKinds(lines []endedLine) sqsKinds {
 	noAgent := map[string]bool{}
+	released := map[string]int{}
 	for _, l := range lines {
+		if l.outcome == "released" {
+			released[l.reason]++
+		}
 		if l.outcome == "rejected" && l.reason == "no_agent_for_host" {
 			noAgent[l.id] = true
 		}
 	}
-	k := sqsKinds{ByKind: map[string]int{}, NoAgent: map[string]float64{}, NoAgentTasks: len(noAgent), SpanSeconds: r.sqsAt.Sub(r.t0).Round(time.Second).Seconds()}
+	k := sqsKinds{ByKind: map[string]int{}, NoAgent: map[string]float64{}, NoAgentTasks: len(noAgent), Released: released, SpanSeconds: r.sqsAt.Sub(r.t0).Round(time.Second).Seconds()}
 	for _, c := range r.sqsTaskCalls {
 		k.ByKind[c.kind]++
 		if len(c.tasks) == 0 {
