@@ -260,6 +260,9 @@ type drainAgent struct {
 	// the lifecycle completion. Released is that line's count.
 	WorkEndedSeconds float64 `json:"work_ended_seconds"`
 	Released         int     `json:"released"`
+	// StartedAfterSeconds is when the last run that started after the
+	// trigger ended, from the trigger (0: none did).
+	StartedAfterSeconds float64 `json:"runs_started_after_trigger_end_seconds"`
 }
 
 type check struct {
@@ -606,10 +609,13 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			continue
 		}
 		at, _ := harness.LogTime(trig[0])
-		longest := 0.0
+		longest, late := 0.0, 0.0
 		for _, rn := range runs {
 			if rn.inst == fa.inst && !rn.start.After(at) && rn.end.After(at) {
 				longest = max(longest, rn.end.Sub(at).Seconds())
+			}
+			if rn.inst == fa.inst && rn.start.After(at) {
+				late = max(late, rn.end.Sub(at).Seconds())
 			}
 		}
 		d := act.EndedAt.Sub(at).Seconds()
@@ -623,7 +629,7 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			from = r.scaleAt
 		}
 		notice := at.Sub(from).Seconds()
-		da := drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice}
+		da := drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice, StartedAfterSeconds: late}
 		if ended := fa.Logs("drain work ended"); len(ended) > 0 {
 			if t, err := harness.LogTime(ended[0]); err == nil {
 				da.WorkEndedSeconds = t.Sub(at).Seconds()
@@ -645,6 +651,7 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			dr.Heartbeats++
 		}
 	}
+	r.dumpSlowestDrain(dr.Agents)
 	dr.Count = len(durs)
 	dr.P50, dr.P99, dr.Max = quantile(durs, 0.5), quantile(durs, 0.99), quantile(durs, 1)
 	dr.OverheadP99 = quantile(overheads, 0.99)

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/harness"
 
 	"github.com/autodiag/autodiag/internal/fake/sqsfake"
 )
@@ -105,4 +110,44 @@ func (r *fleetRun) sqsKinds(lines []endedLine) sqsKinds {
 		k.NoAgent[kind] = math.Round(10*v) / 10
 	}
 	return k
+}
+
+// dumpSlowestDrain writes the log lines of the drain longest past its own
+// longest task, from a second before its trigger on, to
+// fleetsim-slowest-drain.jsonl in the output directory: what it waited
+// for, when the check fails.
+func (r *fleetRun) dumpSlowestDrain(agents []drainAgent) {
+	var worst *drainAgent
+	for i, a := range agents {
+		if worst == nil || a.DrainSeconds-a.LongestInFlight > worst.DrainSeconds-worst.LongestInFlight {
+			worst = &agents[i]
+		}
+	}
+	if worst == nil || r.o.out == "" {
+		return
+	}
+	for _, fa := range r.agents {
+		if fa.inst != worst.Instance || fa.Agent == nil {
+			continue
+		}
+		trig := fa.Logs("lifecycle trigger")
+		if len(trig) == 0 {
+			return
+		}
+		from, err := harness.LogTime(trig[0])
+		if err != nil {
+			return
+		}
+		if os.MkdirAll(r.o.out, 0o755) != nil {
+			return
+		}
+		var out []byte
+		for _, l := range fa.Logs("") {
+			if at, err := harness.LogTime(l); err == nil && !at.Before(from.Add(-time.Second)) {
+				b, _ := json.Marshal(l)
+				out = append(append(out, b...), '\n')
+			}
+		}
+		_ = os.WriteFile(filepath.Join(r.o.out, "fleetsim-slowest-drain.jsonl"), out, 0o644)
+	}
 }
