@@ -279,3 +279,123 @@ func TestSQSHoldOfAHandedMessage(t *testing.T) {
 		}
 	})
 }
+
+// TestSQSHoldSharesCalls: messages received and held a little apart (an
+// agent's handed tasks waiting for its workers) share one extension call
+// per third of the visibility timeout once the first of them is due,
+// rather than one call each: over the run at most one call per interval.
+// None lapses meanwhile: each is received once and deleted with its
+// handle.
+func TestSQSHoldSharesCalls(t *testing.T) {
+	const (
+		vis      = 30 * time.Second
+		interval = vis / 3
+		pending  = 4
+		apart    = interval / 8 // the holds' spacing: all within interval/2
+		run      = 6 * interval
+	)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv, client, url := bubbleFixture(t, vis)
+		w := &warnings{}
+		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis, Logger: slog.New(w)})
+		for range pending {
+			if _, err := q.Send(ctx, []byte("task")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		var ms []*queue.Message
+		var releases []func()
+		for range pending {
+			got, err := q.Receive(ctx, 1)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("Receive = %d messages, %v; want 1", len(got), err)
+			}
+			ms = append(ms, got[0])
+			releases = append(releases, q.Hold(got[0]))
+			time.Sleep(apart)
+		}
+		time.Sleep(run - time.Since(start))
+		calls := srv.Calls("ChangeMessageVisibilityBatch")
+		if most := int(run / interval); len(calls) == 0 || len(calls) > most {
+			t.Errorf("%d extension calls over %s; want 1 to %d, one per third of the visibility timeout", len(calls), run, most)
+		}
+		// A message that lapsed is visible again: a receive would get it.
+		if again, err := q.Receive(ctx, 10); err != nil || len(again) != 0 {
+			t.Errorf("Receive while held = %d messages, %v; want none: a held message lapsed", len(again), err)
+		}
+		for i, m := range ms {
+			if err := q.Delete(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			releases[i]()
+		}
+		if err := q.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := srv.Queue("tasks")
+		if !v.Empty() || v.Stats.Deleted != pending || v.Stats.StaleDeletes != 0 {
+			t.Errorf("queue stats %+v, want %d deleted, none stale", v.Stats, pending)
+		}
+		for _, h := range v.History {
+			if h.ReceiveCount != 1 {
+				t.Errorf("message %s received %d times, want 1", h.ID, h.ReceiveCount)
+			}
+		}
+		if warns := w.all(); len(warns) != 0 {
+			t.Errorf("warnings: %q", warns)
+		}
+	})
+}
+
+// TestSQSHoldCountsFromTheAnswer: a message that a long poll waited for
+// is in flight from the poll's answer, not from its start: its first
+// extension is due a third of the visibility timeout after the answer,
+// not at once when the wait was longer than that (a call that a task
+// handed on or deferred at once never needs).
+func TestSQSHoldCountsFromTheAnswer(t *testing.T) {
+	const (
+		vis      = 30 * time.Second
+		interval = vis / 3
+		poll     = 20 * time.Second
+		arrives  = poll - time.Second // past interval: an extension due from the poll's start is late already
+		held     = 2 * interval
+	)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv, client, url := bubbleFixture(t, vis)
+		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: poll, VisibilityTimeout: vis})
+		go func() {
+			time.Sleep(arrives)
+			if _, err := q.Send(ctx, []byte("task")); err != nil {
+				t.Error(err)
+			}
+		}()
+		start := time.Now()
+		ms, err := q.Receive(ctx, 1)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("Receive = %d messages, %v; want 1", len(ms), err)
+		}
+		answered := time.Now()
+		if answered.Sub(start) != arrives {
+			t.Fatalf("the poll answered after %s, want %s", answered.Sub(start), arrives)
+		}
+		release := q.Hold(ms[0])
+		time.Sleep(held)
+		var at []time.Duration
+		for _, c := range srv.Calls("ChangeMessageVisibilityBatch") {
+			at = append(at, c.Time.Sub(answered))
+		}
+		if len(at) == 0 || at[0] != interval {
+			t.Errorf("extensions at %v after the answer; want the first a third of the visibility timeout (%s) after it", at, interval)
+		}
+		if err := q.Delete(ctx, ms[0]); err != nil {
+			t.Fatal(err)
+		}
+		release()
+		if err := q.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

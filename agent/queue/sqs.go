@@ -129,8 +129,8 @@ type SQS struct {
 
 	mu       sync.Mutex
 	closed   bool
-	received map[string]time.Time // handle → when its receive started, for the 12 h cap
-	pruned   time.Time            // last pruneLocked scan
+	received map[string]receipt // by handle
+	pruned   time.Time          // last pruneLocked scan
 	pending  []*pendingDelete
 	sending  int // DeleteMessageBatch calls in flight
 	timer    *time.Timer
@@ -187,7 +187,7 @@ func NewSQS(client SQSAPI, o SQSOptions) *SQS {
 	stop, cancel := context.WithCancel(context.Background())
 	s := &SQS{
 		c: client, o: o, log: log.With("component", "queue.sqs"),
-		stop: stop, cancel: cancel, flush: context.WithoutCancel(stop), received: map[string]time.Time{},
+		stop: stop, cancel: cancel, flush: context.WithoutCancel(stop), received: map[string]receipt{},
 		taskAttrs: attrCache{url: o.QueueURL},
 		dlqAttrs:  attrCache{url: o.DLQURL},
 	}
@@ -219,10 +219,14 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	defer cancel()
 	stopWatch := context.AfterFunc(s.stop, cancel) //nolint:contextcheck // Close aborts the poll as well as ctx
 	defer stopWatch()
-	var answering atomic.Bool // the current attempt's answer has begun
+	var answering atomic.Bool  // the current attempt's answer has begun
+	var firstByte atomic.Int64 // when, in Unix nanoseconds
 	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{
-		GetConn:              func(string) { answering.Store(false) }, // each SDK attempt
-		GotFirstResponseByte: func() { answering.Store(true) },
+		GetConn: func(string) { answering.Store(false) }, // each SDK attempt
+		GotFirstResponseByte: func() {
+			firstByte.Store(s.o.Clock.Now().UnixNano())
+			answering.Store(true)
+		},
 	})
 	var g graceTimer
 	graceWatch := context.AfterFunc(ctx, func() {
@@ -257,6 +261,10 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	}
 	started := s.o.Clock.Now()
 	out, err := s.c.ReceiveMessage(pctx, in)
+	answered := s.o.Clock.Now()
+	if at := firstByte.Load(); at != 0 {
+		answered = time.Unix(0, at)
+	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
@@ -271,7 +279,7 @@ func (s *SQS) Receive(ctx context.Context, n int) ([]*Message, error) {
 	s.pruneLocked(started)
 	for _, m := range out.Messages {
 		msg := fromSQS(m)
-		s.received[msg.Handle] = started
+		s.received[msg.Handle] = receipt{started: started, answered: answered}
 		msgs = append(msgs, msg)
 	}
 	s.mu.Unlock()
@@ -342,8 +350,8 @@ func (s *SQS) pruneLocked(now time.Time) {
 		return
 	}
 	s.pruned = now
-	for h, at := range s.received {
-		if now.Sub(at) > maxSQSVisibility {
+	for h, r := range s.received {
+		if now.Sub(r.started) > maxSQSVisibility {
 			delete(s.received, h)
 		}
 	}
@@ -359,10 +367,10 @@ func (s *SQS) forget(handle string) {
 // handle to SQS's 12 hours in flight from its receive.
 func (s *SQS) clampLocked(handle string, d time.Duration) time.Duration {
 	d = min(max(d, 0), maxSQSVisibility)
-	if at, ok := s.received[handle]; ok {
-		// at is when the receive request started, no later than SQS's
-		// receive time, so this never overshoots.
-		if limit := maxSQSVisibility - s.o.Clock.Now().Sub(at); d > limit {
+	if r, ok := s.received[handle]; ok {
+		// The receive request started no later than SQS's receive
+		// time, so this never overshoots.
+		if limit := maxSQSVisibility - s.o.Clock.Now().Sub(r.started); d > limit {
 			d = max(0, limit.Truncate(time.Second)) // rounding up could pass the cap
 		}
 	}
@@ -617,16 +625,24 @@ func (s *SQS) Close(ctx context.Context) error {
 	}
 }
 
-// receivedAt is when the receive of the message with handle started, or
-// def when unknown.
-func (s *SQS) receivedAt(handle string, def time.Time) time.Time {
+// answeredAt is when the answer of the receive of the message with handle
+// came, or def when unknown.
+func (s *SQS) answeredAt(handle string, def time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if at, ok := s.received[handle]; ok {
-		return at
+	if r, ok := s.received[handle]; ok {
+		return r.answered
 	}
 	return def
 }
+
+// receipt is when the receive of a message started (no later than SQS
+// put it in flight: the bound of the 12 hours in flight) and when its
+// answer began to arrive (a long poll may wait up to its wait time for
+// the message, so the visibility that the keeper extends counts from
+// here; the answer's time in transit is far below the two thirds of the
+// timeout the keeper leaves before it lapses).
+type receipt struct{ started, answered time.Time }
 
 // QueueName is the name of the queue at url (its last path segment), the
 // messaging.destination.name of its spans.

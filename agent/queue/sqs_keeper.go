@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,7 +14,8 @@ import (
 
 // keeper extends the visibility of held messages, in batches, every third
 // of the visibility timeout, from one goroutine that runs while anything is
-// held (and that Close waits for).
+// held (and that Close waits for). A batch that goes out takes along, in
+// its free entries, the holds due within 1/coalesceShare of the interval.
 type keeper struct {
 	s *SQS
 
@@ -34,13 +36,21 @@ type heldMsg struct {
 	busy chan struct{}
 }
 
+// coalesceShare: a hold due within interval/coalesceShare of a batch that
+// goes out is extended with it. Extending early is safe (the message's
+// visibility is set from now), and costs at most one extra entry per
+// hold, once: afterwards it is due with the others.
+const coalesceShare = 2
+
 func newKeeper(s *SQS) *keeper {
 	return &keeper{s: s, held: map[string]*heldMsg{}, wake: make(chan struct{}, 1)}
 }
 
 // Hold implements Source: m's visibility is extended to the visibility
 // timeout (queue.visibility_timeout, else the queue's own) every third of
-// it from its receive (this source's, else m.ReceivedAt), up to SQS's 12 hours in flight, until release is called or m is
+// it from its receive's answer (this source's, else m.ReceivedAt; sooner,
+// once, to share the call of holds due before it), up to SQS's 12 hours
+// in flight, until release is called or m is
 // deleted, deferred, dead-lettered or its visibility changed. Extensions
 // go out in ChangeMessageVisibilityBatch calls of up to 10; an entry that
 // fails with a server fault is tried again a second later (sooner for a
@@ -137,7 +147,7 @@ func (k *keeper) run() {
 			return
 		}
 		now := s.o.Clock.Now()
-		var due []*heldMsg
+		var due, soon []*heldMsg
 		var next time.Time
 		for _, h := range k.held {
 			if h.due.IsZero() {
@@ -149,15 +159,29 @@ func (k *keeper) run() {
 				if r := h.m.ReceivedAt; !r.IsZero() && r.Before(now) {
 					at = r
 				}
-				h.due = s.receivedAt(h.m.Handle, at).Add(interval)
+				h.due = s.answeredAt(h.m.Handle, at).Add(interval)
 			}
 			if !h.due.After(now) {
 				h.busy = make(chan struct{})
 				due = append(due, h)
 				continue
 			}
+			if h.due.Sub(now) <= interval/coalesceShare {
+				soon = append(soon, h)
+			}
 			if next.IsZero() || h.due.Before(next) {
 				next = h.due
+			}
+		}
+		if room := (maxSQSBatch - len(due)%maxSQSBatch) % maxSQSBatch; len(due) > 0 && room > 0 && len(soon) > 0 {
+			// Those due soon go along in the call that goes out anyway:
+			// extended a little early, they stay on its schedule, so a
+			// few messages held at different times share one call per
+			// interval instead of one each.
+			slices.SortFunc(soon, func(a, b *heldMsg) int { return a.due.Compare(b.due) })
+			for _, h := range soon[:min(room, len(soon))] {
+				h.busy = make(chan struct{})
+				due = append(due, h)
 			}
 		}
 		k.mu.Unlock()

@@ -150,9 +150,30 @@ func (p *pipeline) take(m *queue.Message, h *handed, free func()) {
 	}
 	j.ctx, j.span = p.trace.process(m)
 	unhold := p.src.Hold(m)
-	j.item = p.drain.Track(func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) })
+	// A message taken once the drain has begun is released at once, by
+	// Track. That release (a visibility change and an audit entry) runs
+	// on the message's own handler goroutine, not here: the intake ends
+	// only once its last take has returned, and the drain ends only once
+	// the intake has, so a batch released here in turn, a call after the
+	// other, would hold the drain with nothing running.
+	// A release asked for before Track has returned is left to the
+	// handler; one asked for later (the drain's start, its deadline)
+	// runs where it is asked.
+	const tracking, tracked, toHandler = 0, 1, 2
+	var st atomic.Int32
+	release := func() { p.msgs.handBack(j, back{why: backDrain, detail: detailDrain}) }
+	j.item = p.drain.Track(func() {
+		if st.CompareAndSwap(tracking, toHandler) {
+			return
+		}
+		release()
+	})
+	releaseFirst := !st.CompareAndSwap(tracking, tracked)
 	p.goroutines.Go(func() {
 		defer unhold()
+		if releaseFirst {
+			release()
+		}
 		p.handle(j)
 	})
 }

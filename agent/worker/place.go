@@ -69,18 +69,20 @@ type Placement struct {
 // Results of autodiag_task_routing_total, and the reasons a target task
 // that cannot run on its target ends rejected with.
 const (
-	RoutingHere        = "here"
-	RoutingHanded      = "handed"
-	RoutingWaiting     = "waiting"
-	ReasonNoAgent      = "no_agent_for_host"
-	ReasonDraining     = "target_draining"
-	ReasonStandby      = "target_standby"
-	ReasonAmbiguous    = "ambiguous_host"
-	ReasonNotThisHost  = "not_this_host"
-	handedTTL          = 10 * time.Minute
-	targetWaitRecheck  = 10 * time.Second
-	handedBlock        = 10 * time.Second
-	handedReadRetryMax = 5 * time.Second
+	RoutingHere       = "here"
+	RoutingHanded     = "handed"
+	RoutingWaiting    = "waiting"
+	ReasonNoAgent     = "no_agent_for_host"
+	ReasonDraining    = "target_draining"
+	ReasonStandby     = "target_standby"
+	ReasonAmbiguous   = "ambiguous_host"
+	ReasonNotThisHost = "not_this_host"
+	handedTTL         = 10 * time.Minute
+	targetWaitRecheck = 10 * time.Second
+	// targetWaitRecheckMax caps targetWaitStep.
+	targetWaitRecheckMax = 30 * time.Second
+	handedBlock          = 10 * time.Second
+	handedReadRetryMax   = 5 * time.Second
 )
 
 // RoutingResults are every value of autodiag_task_routing_total's result.
@@ -257,8 +259,9 @@ func (p *pipeline) hand(j *job, owner state.HostOwner) bool {
 	return true
 }
 
-// waitForOwner defers a target task whose host no live agent owns, until
-// queue.target_wait after the task began; then it ends rejected
+// waitForOwner defers a target task whose host no live agent owns, by
+// targetWaitStep each time, until queue.target_wait after the task began;
+// then it ends rejected
 // (no_agent_for_host), never run elsewhere. An investigation's tool call
 // does not wait.
 func (p *pipeline) waitForOwner(j *job) bool {
@@ -284,9 +287,22 @@ func (p *pipeline) waitForOwner(j *job) bool {
 		return true
 	}
 	p.placer.count(RoutingWaiting)
-	p.msgs.handBack(j, back{why: backTargetWait, after: min(left, targetWaitRecheck),
+	p.msgs.handBack(j, back{why: backTargetWait, after: targetWaitStep(p.clock.Now().Sub(began), left),
 		attrs: []any{"detail", "no live agent answers for the task's host yet", "host", t.Host, "wait_left", left.Seconds()}})
 	return true
+}
+
+// targetWaitStep is how long a target task that has waited waited for an
+// agent of its host stays hidden before it looks again, with left of
+// queue.target_wait to go: as long as it has waited, from
+// targetWaitRecheck up to targetWaitRecheckMax, and never past
+// target_wait, where it ends. A host's agent that comes up is found within
+// the time its tasks had already waited (at most targetWaitRecheckMax),
+// and a task that waits the whole queue.target_wait comes back a handful
+// of times (10 s, 20 s, 40 s, 70 s, 100 s, 120 s for 2m) rather than every
+// targetWaitRecheck: each return is a receive and a visibility change.
+func targetWaitStep(waited, left time.Duration) time.Duration {
+	return min(left, max(targetWaitRecheck, min(waited, targetWaitRecheckMax)))
 }
 
 // endUnplaced ends a target task that cannot run on its target: rejected

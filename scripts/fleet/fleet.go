@@ -226,8 +226,13 @@ type fleetRun struct {
 	sqsByQueue                                  map[string]int // the agents' calls per queue
 	// sqsEmptyPolls are the agents' long polls that returned nothing: a
 	// cost of agents × wall time, not of tasks.
-	sqsEmptyPolls           int
-	sqsAt                   time.Time // when sqsAfter was read: the queue empty, or the settle over
+	sqsEmptyPolls int
+	sqsAt         time.Time // when sqsAfter was read: the queue empty, or the settle over
+	// sqsTaskCalls are the agents' calls on the task queue, each with the
+	// tasks of the messages it touched (sqsKinds); msgTask maps a sent
+	// message id to its task id.
+	sqsTaskCalls            []sqsCall
+	msgTask                 map[string]string
 	redisBefore, redisAfter redisUsage
 	redis                   *redisRes
 	notices                 *noticeRes
@@ -243,7 +248,7 @@ type sentTask struct {
 }
 
 func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
-	r := &fleetRun{o: o, marks: filepath.Join(l.Dir, "marks")}
+	r := &fleetRun{o: o, marks: filepath.Join(l.Dir, "marks"), msgTask: map[string]string{}}
 	rs, err := startFleetRedis(l, o.redisCluster)
 	if err != nil {
 		return nil, err
@@ -360,7 +365,9 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	r.sqsAfter = l.SQS.Counters()
 	r.sqsAt = time.Now()
 	r.sqsByQueue = map[string]int{}
-	for _, c := range l.SQS.Calls() {
+	calls := l.SQS.Calls()
+	r.sqsTaskCalls = r.taskQueueCalls(calls, "fleet-tasks")
+	for _, c := range calls {
 		if !c.Time.Before(r.t0) && c.Op != "SendMessageBatch" {
 			r.sqsByQueue[c.Queue]++
 			if c.Op == "ReceiveMessage" && c.N == 0 && c.Status == 200 {
@@ -642,10 +649,15 @@ func (r *fleetRun) generate(ctx context.Context, l *harness.Lab, queueURL string
 		// The batch is already counted as sent: it goes out even when ctx
 		// ends meanwhile, or the checker would count its tasks lost.
 		sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		_, err := l.SQS.Send(sendCtx, queueURL, bodies...)
+		ids, err := l.SQS.Send(sendCtx, queueURL, bodies...)
 		cancel()
 		if err != nil {
 			return err
+		}
+		for i, id := range ids {
+			if i < len(bodies) {
+				r.msgTask[id] = r.sent[len(r.sent)-len(bodies)+i].id
+			}
 		}
 	}
 }

@@ -230,13 +230,15 @@ type costs struct {
 	SQSCallsPerTaskBusy float64 `json:"sqs_calls_per_task_without_empty_polls"`
 	// RunSeconds is from the first task sent to the queue's emptying (or
 	// the settle's end), the span the SQS calls are counted over.
-	RunSeconds             float64 `json:"run_seconds"`
-	RedisCommandsPerTask   float64 `json:"redis_commands_per_task"`
-	RedisCPUPer1000        float64 `json:"redis_cpu_seconds_per_1000_tasks"`
-	RedisCommands          int64   `json:"redis_commands"`
-	RedisCPUSeconds        float64 `json:"redis_cpu_seconds"`
-	WorkloadSeconds        float64 `json:"workload_seconds"`
-	TasksPerSecondAchieved float64 `json:"tasks_per_second_ended"`
+	RunSeconds float64 `json:"run_seconds"`
+	// TaskQueue breaks the calls on the task queue down by kind.
+	TaskQueue              sqsKinds `json:"sqs_task_queue"`
+	RedisCommandsPerTask   float64  `json:"redis_commands_per_task"`
+	RedisCPUPer1000        float64  `json:"redis_cpu_seconds_per_1000_tasks"`
+	RedisCommands          int64    `json:"redis_commands"`
+	RedisCPUSeconds        float64  `json:"redis_cpu_seconds"`
+	WorkloadSeconds        float64  `json:"workload_seconds"`
+	TasksPerSecondAchieved float64  `json:"tasks_per_second_ended"`
 }
 
 type agentsRes struct {
@@ -253,6 +255,14 @@ type drainAgent struct {
 	DrainSeconds    float64 `json:"drain_seconds"`
 	LongestInFlight float64 `json:"longest_in_flight_seconds"`
 	NoticeSeconds   float64 `json:"notice_delay_seconds"`
+	// WorkEndedSeconds is from the trigger to its "drain work ended" line
+	// (intake stopped, work ended or released): the rest of the drain is
+	// the lifecycle completion. Released is that line's count.
+	WorkEndedSeconds float64 `json:"work_ended_seconds"`
+	Released         int     `json:"released"`
+	// StartedAfterSeconds is when the last run that started after the
+	// trigger ended, from the trigger (0: none did).
+	StartedAfterSeconds float64 `json:"runs_started_after_trigger_end_seconds"`
 }
 
 type check struct {
@@ -452,6 +462,7 @@ func (r *fleetRun) check() *fleetResult {
 	}
 
 	res.Costs = r.costs(res.Params.ScaledIn)
+	res.Costs.TaskQueue = r.sqsKinds(lines)
 	res.Agents = r.agentStats()
 	res.Redis = r.redis
 	res.Notices = r.notices
@@ -598,10 +609,13 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			continue
 		}
 		at, _ := harness.LogTime(trig[0])
-		longest := 0.0
+		longest, late := 0.0, 0.0
 		for _, rn := range runs {
 			if rn.inst == fa.inst && !rn.start.After(at) && rn.end.After(at) {
 				longest = max(longest, rn.end.Sub(at).Seconds())
+			}
+			if rn.inst == fa.inst && rn.start.After(at) {
+				late = max(late, rn.end.Sub(at).Seconds())
 			}
 		}
 		d := act.EndedAt.Sub(at).Seconds()
@@ -615,7 +629,16 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			from = r.scaleAt
 		}
 		notice := at.Sub(from).Seconds()
-		dr.Agents = append(dr.Agents, drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice})
+		da := drainAgent{Instance: fa.inst, DrainSeconds: d, LongestInFlight: longest, NoticeSeconds: notice, StartedAfterSeconds: late}
+		if ended := fa.Logs("drain work ended"); len(ended) > 0 {
+			if t, err := harness.LogTime(ended[0]); err == nil {
+				da.WorkEndedSeconds = t.Sub(at).Seconds()
+			}
+			if n, ok := ended[0]["released"].(float64); ok {
+				da.Released = int(n)
+			}
+		}
+		dr.Agents = append(dr.Agents, da)
 		notices = append(notices, notice)
 		overheads = append(overheads, d-longest)
 		dr.LongestInFlight = max(dr.LongestInFlight, longest)
@@ -628,6 +651,7 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			dr.Heartbeats++
 		}
 	}
+	r.dumpSlowestDrain(dr.Agents)
 	dr.Count = len(durs)
 	dr.P50, dr.P99, dr.Max = quantile(durs, 0.5), quantile(durs, 0.99), quantile(durs, 1)
 	dr.OverheadP99 = quantile(overheads, 0.99)
@@ -738,6 +762,9 @@ func (res *fleetResult) print(w io.Writer) {
 		{"lifecycle actions completed once / expired", fmt.Sprintf("%d / %d (%d completion calls, %d heartbeats)", d.Completed, d.Expired, d.CompletionAttempts, d.Heartbeats)},
 		{"SQS calls per task", fmt.Sprintf("%.2f (%s; by queue: %s)", c.SQSCallsPerTask, fmtMap(c.SQSCalls, "%d"), fmtMap(c.SQSCallsByQueue, "%d"))},
 		{"SQS calls per task without the empty long polls", fmt.Sprintf("%.2f (%d empty polls over %.0f s)", c.SQSCallsPerTaskBusy, c.SQSEmptyPolls, c.RunSeconds)},
+		{"SQS calls on the task queue by kind", fmtCounts(c.TaskQueue.ByKind)},
+		{"released outcomes by reason", fmtCounts(c.TaskQueue.Released)},
+		{fmt.Sprintf("of which for the %d tasks that ended no_agent_for_host (a batch shared among its messages)", c.TaskQueue.NoAgentTasks), fmtFloats(c.TaskQueue.NoAgent)},
 		{"Redis commands per task", fmt.Sprintf("%.1f", c.RedisCommandsPerTask)},
 		{"runs_on mode, even spread", fmt.Sprintf("%q, %v", res.Params.RunsOn, res.Params.Even)},
 		{"Redis CPU per 1,000 tasks", fmt.Sprintf("%.3f s", c.RedisCPUPer1000)},
