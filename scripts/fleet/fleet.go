@@ -366,7 +366,7 @@ func runFleetLab(l *harness.Lab, o fleetOpts) (*fleetRun, error) {
 	r.sqsAt = time.Now()
 	r.sqsByQueue = map[string]int{}
 	calls := l.SQS.Calls()
-	r.sqsTaskCalls = r.taskQueueCalls(calls, "fleet-tasks")
+	r.sqsTaskCalls = taskQueueCalls(calls, "fleet-tasks", r.t0, r.msgTask)
 	for _, c := range calls {
 		if !c.Time.Before(r.t0) && c.Op != "SendMessageBatch" {
 			r.sqsByQueue[c.Queue]++

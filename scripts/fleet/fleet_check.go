@@ -462,7 +462,7 @@ func (r *fleetRun) check() *fleetResult {
 	}
 
 	res.Costs = r.costs(res.Params.ScaledIn)
-	res.Costs.TaskQueue = r.sqsKinds(lines)
+	res.Costs.TaskQueue = countSQSKinds(lines, r.sqsTaskCalls, r.sqsAt.Sub(r.t0))
 	res.Agents = r.agentStats()
 	res.Redis = r.redis
 	res.Notices = r.notices
@@ -651,7 +651,7 @@ func (r *fleetRun) checkDrains(runs []markRun) drainRes {
 			dr.Heartbeats++
 		}
 	}
-	r.dumpSlowestDrain(dr.Agents)
+	dumpSlowestDrain(dr.Agents, r.agents, r.o.out)
 	dr.Count = len(durs)
 	dr.P50, dr.P99, dr.Max = quantile(durs, 0.5), quantile(durs, 0.99), quantile(durs, 1)
 	dr.OverheadP99 = quantile(overheads, 0.99)

@@ -25,7 +25,7 @@ type sqsCall struct {
 // sent (the generator's SendMessageBatch left out), each with the tasks it
 // touched: a receive names its messages, a delete or visibility change
 // the receipt handles a receive returned.
-func (r *fleetRun) taskQueueCalls(calls []sqsfake.Call, queue string) []sqsCall {
+func taskQueueCalls(calls []sqsfake.Call, queue string, t0 time.Time, msgTask map[string]string) []sqsCall {
 	handleMsg := map[string]string{}
 	var out []sqsCall
 	for _, c := range calls {
@@ -39,7 +39,7 @@ func (r *fleetRun) taskQueueCalls(calls []sqsfake.Call, queue string) []sqsCall 
 				}
 			}
 		}
-		if c.Time.Before(r.t0) {
+		if c.Time.Before(t0) {
 			continue
 		}
 		sc := sqsCall{kind: c.Op}
@@ -49,11 +49,11 @@ func (r *fleetRun) taskQueueCalls(calls []sqsfake.Call, queue string) []sqsCall 
 		case c.Op == "ReceiveMessage":
 			sc.kind = "ReceiveMessage (messages)"
 			for _, id := range c.MessageIDs {
-				sc.tasks = append(sc.tasks, r.msgTask[id])
+				sc.tasks = append(sc.tasks, msgTask[id])
 			}
 		default:
 			for _, h := range c.ReceiptHandles {
-				sc.tasks = append(sc.tasks, r.msgTask[handleMsg[h]])
+				sc.tasks = append(sc.tasks, msgTask[handleMsg[h]])
 			}
 		}
 		out = append(out, sc)
@@ -79,7 +79,9 @@ type sqsKinds struct {
 	Released map[string]int `json:"released_by_reason"`
 }
 
-func (r *fleetRun) sqsKinds(lines []endedLine) sqsKinds {
+// countSQSKinds sorts the task queue's calls, counted over span, by kind,
+// and shares each no_agent_for_host task's calls among its messages.
+func countSQSKinds(lines []endedLine, calls []sqsCall, span time.Duration) sqsKinds {
 	noAgent := map[string]bool{}
 	released := map[string]int{}
 	for _, l := range lines {
@@ -90,8 +92,8 @@ func (r *fleetRun) sqsKinds(lines []endedLine) sqsKinds {
 			noAgent[l.id] = true
 		}
 	}
-	k := sqsKinds{ByKind: map[string]int{}, NoAgent: map[string]float64{}, NoAgentTasks: len(noAgent), Released: released, SpanSeconds: r.sqsAt.Sub(r.t0).Round(time.Second).Seconds()}
-	for _, c := range r.sqsTaskCalls {
+	k := sqsKinds{ByKind: map[string]int{}, NoAgent: map[string]float64{}, NoAgentTasks: len(noAgent), Released: released, SpanSeconds: span.Round(time.Second).Seconds()}
+	for _, c := range calls {
 		k.ByKind[c.kind]++
 		if len(c.tasks) == 0 {
 			continue
@@ -116,17 +118,17 @@ func (r *fleetRun) sqsKinds(lines []endedLine) sqsKinds {
 // longest task, from a second before its trigger on, to
 // fleetsim-slowest-drain.jsonl in the output directory: what it waited
 // for, when the check fails.
-func (r *fleetRun) dumpSlowestDrain(agents []drainAgent) {
+func dumpSlowestDrain(agents []drainAgent, fleet []*fleetAgent, dir string) {
 	var worst *drainAgent
 	for i, a := range agents {
 		if worst == nil || a.DrainSeconds-a.LongestInFlight > worst.DrainSeconds-worst.LongestInFlight {
 			worst = &agents[i]
 		}
 	}
-	if worst == nil || r.o.out == "" {
+	if worst == nil || dir == "" {
 		return
 	}
-	for _, fa := range r.agents {
+	for _, fa := range fleet {
 		if fa.inst != worst.Instance || fa.Agent == nil {
 			continue
 		}
@@ -138,7 +140,7 @@ func (r *fleetRun) dumpSlowestDrain(agents []drainAgent) {
 		if err != nil {
 			return
 		}
-		if os.MkdirAll(r.o.out, 0o755) != nil {
+		if os.MkdirAll(dir, 0o755) != nil {
 			return
 		}
 		var out []byte
@@ -148,6 +150,6 @@ func (r *fleetRun) dumpSlowestDrain(agents []drainAgent) {
 				out = append(append(out, b...), '\n')
 			}
 		}
-		_ = os.WriteFile(filepath.Join(r.o.out, "fleetsim-slowest-drain.jsonl"), out, 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "fleetsim-slowest-drain.jsonl"), out, 0o644)
 	}
 }

@@ -27,8 +27,8 @@ func TestSQSKinds(t *testing.T) {
 		{Time: t0.Add(2 * time.Second), Op: "ChangeMessageVisibility", Queue: "tasks", N: 1, ReceiptHandles: []string{"h1"}},
 		{Time: t0.Add(3 * time.Second), Op: "DeleteMessageBatch", Queue: "tasks", N: 2, ReceiptHandles: []string{"h1", "h0"}},
 	}
-	r.sqsTaskCalls = r.taskQueueCalls(calls, "tasks")
-	k := r.sqsKinds([]endedLine{{id: "t1", outcome: "rejected", reason: "no_agent_for_host"}, {id: "t2", outcome: "released", reason: "drain"}})
+	r.sqsTaskCalls = taskQueueCalls(calls, "tasks", r.t0, r.msgTask)
+	k := countSQSKinds([]endedLine{{id: "t1", outcome: "rejected", reason: "no_agent_for_host"}, {id: "t2", outcome: "released", reason: "drain"}}, r.sqsTaskCalls, r.sqsAt.Sub(r.t0))
 	wantKinds := map[string]int{"ReceiveMessage (messages)": 1, "ReceiveMessage (empty)": 1, "ChangeMessageVisibility": 1, "DeleteMessageBatch": 1}
 	wantShare := map[string]float64{"ReceiveMessage (messages)": 0.5, "ChangeMessageVisibility": 1, "DeleteMessageBatch": 0.5}
 	if !maps.Equal(k.ByKind, wantKinds) || !maps.Equal(k.NoAgent, wantShare) || k.NoAgentTasks != 1 || !maps.Equal(k.Released, map[string]int{"drain": 1}) {
