@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
@@ -163,42 +162,9 @@ func (s *S3Client) send(ctx context.Context, op, method, bucket, key string, h h
 		// As the SDK: an object operation names itself in the query.
 		u.RawQuery = "x-id=" + op
 	}
-	maxAttempts := s.retryer.MaxAttempts()
-	releaseRetry := func(error) error { return nil }
-	for attempt := 1; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		releaseAttempt, err := s.retryer.GetAttemptToken(ctx)
-		if err != nil {
-			return fmt.Errorf("failed to get retry Send token, %w", err)
-		}
-		err = s.attempt(ctx, method, u, region, h, body, payloadHash)
-		_ = releaseRetry(err)
-		_ = releaseAttempt(err)
-		if err == nil || !s.retryer.IsErrorRetryable(err) {
-			return err
-		}
-		if maxAttempts > 0 && attempt >= maxAttempts {
-			return &retry.MaxAttemptsError{Attempt: attempt, Err: err}
-		}
-		rel, terr := s.retryer.GetRetryToken(ctx, err)
-		if terr != nil {
-			return errors.Join(err, terr)
-		}
-		releaseRetry = rel
-		delay, derr := s.retryer.RetryDelay(attempt, err)
-		if derr != nil {
-			return derr
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return &aws.RequestCanceledError{Err: ctx.Err()}
-		case <-t.C:
-		}
-	}
+	return awsconf.Do(ctx, s.retryer, func(int) error {
+		return s.attempt(ctx, method, u, region, h, body, payloadHash)
+	})
 }
 
 // attempt sends the request once.

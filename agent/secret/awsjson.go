@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
@@ -229,24 +228,13 @@ func (c *jsonClient) do(ctx context.Context, op, region string, in, out any) err
 	if err != nil {
 		return err
 	}
-	maxAttempts := c.retryer.MaxAttempts()
-	releaseRetry := func(error) error { return nil }
 	var skew time.Duration // what this attempt signs with
 	if c.skew != nil {
 		skew = time.Duration(c.skew.Load())
 	}
-	for attempt := 1; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		releaseAttempt, err := c.retryer.GetAttemptToken(ctx)
-		if err != nil {
-			return fmt.Errorf("failed to get retry Send token, %w", err)
-		}
+	return awsconf.Do(ctx, c.retryer, func(int) error {
 		measured, measuredOK := time.Duration(0), false
-		err = c.attempt(ctx, endpoint, op, region, body, out, skew, &measured, &measuredOK)
-		_ = releaseRetry(err)
-		_ = releaseAttempt(err)
+		err := c.attempt(ctx, endpoint, op, region, body, out, skew, &measured, &measuredOK)
 		if c.skew != nil {
 			// As the SDK: an error that a skewed clock explains, when the
 			// answer's Date says the clock is off by more than the
@@ -259,29 +247,8 @@ func (c *jsonClient) do(ctx context.Context, op, region string, in, out any) err
 				c.skew.Store(int64(measured))
 			}
 		}
-		if err == nil || !c.retryer.IsErrorRetryable(err) {
-			return err
-		}
-		if maxAttempts > 0 && attempt >= maxAttempts {
-			return &retry.MaxAttemptsError{Attempt: attempt, Err: err}
-		}
-		rel, terr := c.retryer.GetRetryToken(ctx, err)
-		if terr != nil {
-			return errors.Join(err, terr)
-		}
-		releaseRetry = rel
-		delay, derr := c.retryer.RetryDelay(attempt, err)
-		if derr != nil {
-			return derr
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return &aws.RequestCanceledError{Err: ctx.Err()}
-		case <-t.C:
-		}
-	}
+		return err
+	})
 }
 
 // attempt sends the request once.

@@ -8,7 +8,10 @@ package awsconf
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -113,4 +116,49 @@ func FIPSRegion(region string, fips bool) (string, bool) {
 		return strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(region, "-fips-", "-"), "fips-", ""), "-fips", ""), true
 	}
 	return region, fips
+}
+
+// Do calls attempt as the SDK's retry middleware does: an attempt token
+// before each try, the retry token of the last failure released with the
+// next try's result, no retry of an error the retryer calls final, at most
+// MaxAttempts tries (then retry.MaxAttemptsError), and the retryer's delay
+// between tries, cut short by ctx (then aws.RequestCanceledError). attempt
+// gets the try's number, from 1.
+func Do(ctx context.Context, r aws.RetryerV2, attempt func(n int) error) error {
+	maxAttempts := r.MaxAttempts()
+	releaseRetry := func(error) error { return nil }
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		releaseAttempt, err := r.GetAttemptToken(ctx)
+		if err != nil {
+			return fmt.Errorf("failed to get retry Send token, %w", err)
+		}
+		err = attempt(n)
+		_ = releaseRetry(err)
+		_ = releaseAttempt(err)
+		if err == nil || !r.IsErrorRetryable(err) {
+			return err
+		}
+		if maxAttempts > 0 && n >= maxAttempts {
+			return &retry.MaxAttemptsError{Attempt: n, Err: err}
+		}
+		rel, terr := r.GetRetryToken(ctx, err)
+		if terr != nil {
+			return errors.Join(err, terr)
+		}
+		releaseRetry = rel
+		delay, derr := r.RetryDelay(n, err)
+		if derr != nil {
+			return derr
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &aws.RequestCanceledError{Err: ctx.Err()}
+		case <-t.C:
+		}
+	}
 }
