@@ -50,6 +50,14 @@ func (w *warnings) all() []string {
 	return append([]string(nil), w.msgs...)
 }
 
+// none fails t if anything was logged at WARN or above.
+func (w *warnings) none(t *testing.T) {
+	t.Helper()
+	if warns := w.all(); len(warns) != 0 {
+		t.Errorf("warnings: %q", warns)
+	}
+}
+
 // bubbleFixture is an sqsfake server and an SDK client of it, in process,
 // for tests inside a synctest bubble; the task queue has visibility vis.
 func bubbleFixture(t *testing.T, vis time.Duration) (*sqsfake.Server, *sqs.Client, string) {
@@ -120,15 +128,7 @@ func TestSQSHoldKeepsQueuedMessages(t *testing.T) {
 		if len(again) != 0 {
 			t.Errorf("%d messages received again while held", len(again))
 		}
-		v, _ := srv.Queue("tasks")
-		if !v.Empty() || v.Stats.Deleted != pending || v.Stats.StaleDeletes != 0 {
-			t.Errorf("queue stats %+v, want %d deleted, none stale", v.Stats, pending)
-		}
-		for _, h := range v.History {
-			if h.ReceiveCount != 1 {
-				t.Errorf("message %s received %d times, want 1", h.ID, h.ReceiveCount)
-			}
-		}
+		checkDeletedOnce(t, srv, pending)
 		calls := srv.Calls("ChangeMessageVisibilityBatch")
 		if len(calls) == 0 {
 			t.Error("no ChangeMessageVisibilityBatch calls")
@@ -143,9 +143,7 @@ func TestSQSHoldKeepsQueuedMessages(t *testing.T) {
 				t.Errorf("extension %d at %v with %d entries, want at %v with %d", i+1, c.Time.Sub(received), c.N, at.Sub(received), pending)
 			}
 		}
-		if warns := w.all(); len(warns) != 0 {
-			t.Errorf("warnings: %q", warns)
-		}
+		w.none(t)
 		if err := q.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -270,13 +268,8 @@ func TestSQSHoldOfAHandedMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = from.Close(ctx)
-		v, _ := srv.Queue("tasks")
-		if !v.Empty() || v.Stats.Deleted != 1 || v.Stats.StaleDeletes != 0 {
-			t.Errorf("queue stats %+v, want the message deleted once with its handed handle", v.Stats)
-		}
-		if warns := w.all(); len(warns) != 0 {
-			t.Errorf("warnings: %q", warns)
-		}
+		checkDeletedOnce(t, srv, 1) // with its handed handle
+		w.none(t)
 	})
 }
 
@@ -334,18 +327,8 @@ func TestSQSHoldSharesCalls(t *testing.T) {
 		if err := q.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		v, _ := srv.Queue("tasks")
-		if !v.Empty() || v.Stats.Deleted != pending || v.Stats.StaleDeletes != 0 {
-			t.Errorf("queue stats %+v, want %d deleted, none stale", v.Stats, pending)
-		}
-		for _, h := range v.History {
-			if h.ReceiveCount != 1 {
-				t.Errorf("message %s received %d times, want 1", h.ID, h.ReceiveCount)
-			}
-		}
-		if warns := w.all(); len(warns) != 0 {
-			t.Errorf("warnings: %q", warns)
-		}
+		checkDeletedOnce(t, srv, pending)
+		w.none(t)
 	})
 }
 
@@ -398,4 +381,19 @@ func TestSQSHoldCountsFromTheAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// checkDeletedOnce: the queue "tasks" is empty, its want messages were
+// each received once and deleted once, none with a stale handle.
+func checkDeletedOnce(t *testing.T, srv *sqsfake.Server, want int) {
+	t.Helper()
+	v, _ := srv.Queue("tasks")
+	if !v.Empty() || v.Stats.Deleted != want || v.Stats.StaleDeletes != 0 {
+		t.Errorf("queue stats %+v, want %d deleted, none stale", v.Stats, want)
+	}
+	for _, h := range v.History {
+		if h.ReceiveCount != 1 {
+			t.Errorf("message %s received %d times, want 1", h.ID, h.ReceiveCount)
+		}
+	}
 }
