@@ -32,7 +32,8 @@ type AlarmWatcher interface {
 }
 
 // routeAlert handles a received message that is an alarm rather than a
-// task, and reports whether it did. The alarm has no task outcome of its
+// task, and reports whether it did; it is asked only about a body that
+// does not decode as a task. The alarm has no task outcome of its
 // own: it is counted in autodiag_alerts_total and logged ("alerts
 // routed", with message_id), its tasks are sent onto the queue and end
 // there, and the message is deleted. An alarm body that cannot be read is
