@@ -45,7 +45,7 @@ func (p *pipeline) approve(j *job) bool {
 	if p.approvals == nil {
 		return false
 	}
-	d := p.claims.catalog[j.task.Diagnostic].WithDefaults()
+	d := j.spec.run
 	if d.Approval != runner.ApprovalRequired {
 		return false
 	}

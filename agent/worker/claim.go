@@ -23,7 +23,6 @@ import (
 type claimer struct {
 	store      state.LeaseStore
 	limiter    Decider
-	catalog    map[string]runner.Diagnostic
 	redactor   *redact.Redactor
 	outcomes   *outcomeRecorder
 	clock      clock.Clock
@@ -136,7 +135,7 @@ func (cl *claimer) decide(j *job, rec state.TaskRecord) bool {
 		// (see concurrencyDelay for when the message comes back).
 		delay := min(max(dec.RetryAfter, time.Second), maxDefer)
 		if dec.Reason == limiter.ReasonConcurrency {
-			delay = concurrencyDelay(delay, cl.catalog[t.Diagnostic].WithDefaults().Timeout)
+			delay = concurrencyDelay(delay, j.spec.run.Timeout)
 		}
 		fields := map[string]string{"rule": dec.Rule, "limit": dec.Limit, "retry_after": delay.String()}
 		if s := shadowSummary(&dec); s != "" {

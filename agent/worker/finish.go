@@ -18,7 +18,7 @@ import (
 type finisher struct {
 	store     state.TaskStore
 	runner    Runner
-	catalog   map[string]runner.Diagnostic
+	specs     map[string]spec
 	redactor  *redact.Redactor
 	uploadMax runner.Size // results.s3.max_size when uploading, else 0
 	hooks     Hooks
@@ -35,36 +35,34 @@ type finisher struct {
 // Hold keeps the message hidden.
 func (f *finisher) runTask(ctx context.Context, j *job) runner.Result {
 	t := j.task
-	diag := f.catalog[t.Diagnostic]
 	keep := f.leases.keepAlive(ctx, j)
 	defer keep()
 	// Read past the cap, so that record redacts before it cuts.
-	run := diag.WithDefaults()
+	run := j.spec.run
 	run.MaxOutput += redact.CutSlack
-	return f.runner.Run(ctx, run, diag.Args(t.Host, t.ID, t.Params))
+	return f.runner.Run(ctx, run, j.spec.diag.Args(t.Host, t.ID, t.Params))
 }
 
 // record writes the run's result and ends the job.
 func (f *finisher) record(j *job, rec state.TaskRecord, res runner.Result) {
-	t := j.task
 	if res.Outcome == runner.Cancelled {
 		f.msgs.handBack(j, back{why: backCancelled, detail: detailCancelled})
 		return
 	}
 	// The one chokepoint: nothing below stores, logs or sends the output
 	// unredacted, and what is kept is cut from redacted text.
-	res.Output, res.Truncated = f.redactCut(res, f.catalog[t.Diagnostic])
+	res.Output, res.Truncated = f.redactCut(res, j.spec.run.MaxOutput)
 	rec.Outcome = res.Outcome
 	rec.ExitCode = res.ExitCode
 	rec.FinishedAt = f.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.
 	uspan := f.startUpload(j)
-	f.hooks.Keep(&rec, &res, f.catalog[t.Diagnostic])
+	f.hooks.Keep(&rec, &res, j.spec.diag)
 	endUpload(uspan, rec)
 	rec.Output = string(res.Output)
 	rec.Truncated = res.Truncated
-	f.outcomes.m.Duration.WithLabelValues(t.Diagnostic).Observe(res.Duration.Seconds())
+	f.outcomes.m.Duration.WithLabelValues(j.task.Diagnostic).Observe(res.Duration.Seconds())
 	reason := ""
 	if res.Err != nil {
 		reason = res.Err.Error()
@@ -74,10 +72,11 @@ func (f *finisher) record(j *job, rec state.TaskRecord, res runner.Result) {
 }
 
 // redactCut redacts a run's output (read up to redact.CutSlack past its
-// cap) and cuts it to what is kept: the diagnostic's max_output, or
-// results.s3.max_size when the uploader takes the whole output.
-func (f *finisher) redactCut(res runner.Result, d runner.Diagnostic) ([]byte, bool) {
-	limit := int(d.WithDefaults().MaxOutput)
+// cap) and cuts it to what is kept: the diagnostic's max_output (with its
+// default), or results.s3.max_size when the uploader takes the whole
+// output.
+func (f *finisher) redactCut(res runner.Result, maxOutput runner.Size) ([]byte, bool) {
+	limit := int(maxOutput)
 	if f.uploadMax > 0 {
 		limit = max(limit, int(f.uploadMax))
 	}
@@ -114,7 +113,7 @@ func (f *finisher) finish(j *job, rec state.TaskRecord, e ended) {
 	// once: a finish kept to try again goes without it.
 	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry, Calls: j.limitDone}
 	j.limitDone = nil
-	x.Writes = append(x.Writes, f.hooks.Writes(rec, f.catalog[rec.Diagnostic], e.result)...)
+	x.Writes = append(x.Writes, f.hooks.Writes(rec, f.specs[rec.Diagnostic].diag, e.result)...)
 	err := f.calls.storeCall(func(ctx context.Context) error { return f.store.Finish(ctx, rec, x) })
 	switch {
 	case err == nil:

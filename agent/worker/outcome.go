@@ -36,6 +36,10 @@ type job struct {
 
 	mu   sync.Mutex
 	task task.Task
+	// spec is the task's diagnostic, resolved at New; set by validate
+	// (zero for a task not in the catalog). Used by the handler goroutine
+	// only.
+	spec spec
 	// hostAsSent is the task's host as the task named it when placement
 	// replaced it with its owner's canonical name; "" when not.
 	hostAsSent string

@@ -83,6 +83,9 @@ const (
 // (finisher), ack or hand back (messages). Each step is one method of the
 // type named after its role; every end goes through the outcome recorder.
 type pipeline struct {
+	// specs are the catalog's diagnostics, resolved once; a valid task's
+	// job carries its own (validate).
+	specs     map[string]spec
 	src       queue.Source
 	marks     state.Marks
 	validator Validator
@@ -270,6 +273,7 @@ func (p *pipeline) validate(j *job, t task.Task, err error) error {
 	j.mu.Lock()
 	j.task = t
 	j.mu.Unlock()
+	j.spec = p.specs[t.Diagnostic]
 	return err
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -93,13 +92,13 @@ func RoutingResults() []string {
 // placer decides where each target task runs.
 type placer struct {
 	Placement
-	self    string
-	own     map[string]bool
-	catalog map[string]runner.Diagnostic
-	log     *slog.Logger
+	self  string
+	own   map[string]bool
+	specs map[string]spec
+	log   *slog.Logger
 }
 
-func newPlacer(pl Placement, self string, catalog map[string]runner.Diagnostic, log *slog.Logger) *placer {
+func newPlacer(pl Placement, self string, specs map[string]spec, log *slog.Logger) *placer {
 	if len(pl.Names) == 0 {
 		return nil
 	}
@@ -107,7 +106,7 @@ func newPlacer(pl Placement, self string, catalog map[string]runner.Diagnostic, 
 	for _, n := range pl.Names {
 		own[n] = true
 	}
-	return &placer{Placement: pl, self: self, own: own, catalog: catalog, log: log}
+	return &placer{Placement: pl, self: self, own: own, specs: specs, log: log}
 }
 
 func (pl *placer) count(result string) {
@@ -118,8 +117,7 @@ func (pl *placer) count(result string) {
 
 // targeted reports whether t's diagnostic must run on its host's agent.
 func (pl *placer) targeted(t task.Task) bool {
-	d, ok := pl.catalog[t.Diagnostic]
-	return ok && d.Targeted()
+	return pl.specs[t.Diagnostic].targeted
 }
 
 // NotThisHost is the refusal of a target task for a host this agent does

@@ -22,7 +22,7 @@ func TestRedactBeforeCut(t *testing.T) {
 	pre := strings.Repeat("x", 50) + " redis://:"
 	out := pre + "Hunter2Hunter2@cache:6379\nmore\n"
 	res := runner.Result{Output: []byte(out)}
-	got, truncated := f.redactCut(res, runner.Diagnostic{MaxOutput: runner.Size(len(pre) + 7)})
+	got, truncated := f.redactCut(res, runner.Size(len(pre)+7))
 	if !truncated {
 		t.Error("not marked truncated")
 	}
@@ -78,7 +78,7 @@ func TestCutFallsAtMarkerBoundaries(t *testing.T) {
 		t.Fatalf("no marker in %q", redacted)
 	}
 	for limit := start + 1; limit < end; limit++ {
-		got, truncated := f.redactCut(runner.Result{Output: []byte(out)}, runner.Diagnostic{MaxOutput: runner.Size(limit)})
+		got, truncated := f.redactCut(runner.Result{Output: []byte(out)}, runner.Size(limit))
 		body := strings.TrimSuffix(string(got), runner.TruncationMark)
 		if !truncated || body != redacted[:start] {
 			t.Errorf("cap %d (marker at %d..%d): got %q, want %q and the mark", limit, start, end, got, redacted[:start])
