@@ -68,10 +68,10 @@ type job struct {
 	limitReq *limiter.Request
 	// limitDone is what gives the run's slots back, handed from the
 	// limiter's Done to the finish that follows, which sends it in the
-	// record's round trip (claim.go limiterDone, finish.go finish).
+	// record's round trip (pipeline.limiterDone, pipeline.finish).
 	limitDone []state.Call
 	// folded is the limiter's decision that ran in the claim's script
-	// (claim.go), with its reply: decide resolves it instead of asking
+	// (pipeline.claim), with its reply: decide resolves it instead of asking
 	// the limiter again. nil when the claim made no decision.
 	folded    *limiter.Folded
 	foldReply any

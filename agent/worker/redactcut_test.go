@@ -18,7 +18,7 @@ func TestRedactBeforeCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &finisher{redactor: red}
+	f := &pipeline{redactor: red}
 	pre := strings.Repeat("x", 50) + " redis://:"
 	out := pre + "Hunter2Hunter2@cache:6379\nmore\n"
 	res := runner.Result{Output: []byte(out)}
@@ -69,7 +69,7 @@ func TestCutFallsAtMarkerBoundaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &finisher{redactor: red}
+	f := &pipeline{redactor: red}
 	out := "token ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8 and more text after it\n"
 	redacted := string(red.Redact([]byte(out)))
 	start := strings.Index(redacted, "[REDACTED:")

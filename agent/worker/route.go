@@ -76,7 +76,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 			delay := retryDelay(j.msg.ReceiveCount)
 			log.WarnContext(rctx, "alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
-			p.msgs.handBack(j, back{why: backRetry, after: delay})
+			p.handBack(j, back{why: backRetry, after: delay})
 			return true
 		}
 	}
@@ -92,6 +92,6 @@ func (p *pipeline) routeAlert(j *job) bool {
 	}
 	p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
 	p.outcomes.drop(j)
-	p.msgs.ack(j)
+	p.ack(j)
 	return true
 }

@@ -112,9 +112,8 @@ type Options struct {
 
 // Worker takes tasks from the queue to their outcome: the receiver
 // (receiver.go) receives while there are free slots, the pipeline
-// (pipeline.go) takes each message through validate → route → claim →
-// decide (claim.go) → run → record → finish (finish.go) → ack
-// (handback.go), and the outcome recorder
+// (pipeline.go) takes each message through validate → approve → place →
+// claim → decide → run → record → finish → ack, and the outcome recorder
 // (outcome.go) writes each task's one outcome.
 type Worker struct {
 	// Submitter is the one way a task enters the queue from outside it
@@ -165,24 +164,19 @@ func New(o Options) *Worker {
 	workers := int64(o.Workers)
 	receive := newWindow(workers, int64(o.BatchSize), o.Clock.Now, o.Metrics.ReceiveWindow)
 	specs := specsOf(o.Catalog)
-	p := &pipeline{specs: specs, src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
+	p := &pipeline{specs: specs, src: o.Source, store: o.Store, limiter: o.Limiter, runner: o.Runner, hooks: o.Hooks, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, handed: semaphore.NewWeighted(handedHeldMax), run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing,
-		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals}
+		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals,
+		uploadMax: o.UploadMax, instanceID: o.InstanceID, lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
 	// As many handlers as the receive window holds, at most, are idle
 	// between bursts.
 	p.goroutines = newHandlerGoroutines(&p.handlers, 2*o.Workers)
 	p.calls = &storeCalls{timeout: o.StoreTimeout, degradedOps: o.Metrics.StateDegraded}
 	p.leases = &leases{store: o.Store, limiter: o.Limiter, calls: p.calls, log: o.Logger, instanceID: o.InstanceID,
 		lease: o.Lease, storeTimeout: o.StoreTimeout, running: map[string]bool{}}
-	p.msgs = &messages{src: o.Source, leases: p.leases, outcomes: outcomes, log: o.Logger}
 	backlog := &recordBacklog{store: o.Store, calls: p.calls, log: o.Logger, hard: o.Hard, handlers: &p.handlers}
-	p.fin = &finisher{store: o.Store, runner: o.Runner, specs: specs, redactor: o.Redactor, uploadMax: o.UploadMax,
-		hooks: o.Hooks, outcomes: outcomes, clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs,
-		backlog: backlog}
-	p.claims = &claimer{store: o.Store, limiter: o.Limiter, redactor: o.Redactor, outcomes: outcomes,
-		clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs, fin: p.fin, instanceID: o.InstanceID,
-		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
+	p.backlog = backlog
 	p.placer = newPlacer(o.Placement, o.InstanceID, specs, o.Logger)
 	r := &receiver{src: o.Source, slots: receive, observe: receive.received, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
