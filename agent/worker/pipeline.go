@@ -150,18 +150,20 @@ type pipeline struct {
 	approvals Approvals
 }
 
-// accept tracks a received message and starts its handler. The queue
-// keeps the message hidden from the moment it is accepted until its
-// handler ends, whether it waits for a worker or runs.
-func (p *pipeline) accept(m *queue.Message) { p.take(m, nil, func() { p.receive.Release(1) }) }
+// accept tracks a received message, held since its receive (unhold ends
+// the hold), and starts its handler.
+func (p *pipeline) accept(m *queue.Message, unhold func()) {
+	p.take(m, nil, func() { p.receive.Release(1) }, unhold)
+}
 
 // take is accept for a message received from the queue (h nil) or handed
 // here by the agent that received it (h): a handed task was counted in
 // autodiag_tasks_received_total there, so it is not counted again, and its
 // hand-off delay is observed when it starts. free gives back the intake
 // slot the message took (of the receive window, or of the handed tasks
-// held), once its run has ended.
-func (p *pipeline) take(m *queue.Message, h *handed, free func()) {
+// held), once its run has ended; unhold ends the message's queue Hold,
+// once its handler has ended.
+func (p *pipeline) take(m *queue.Message, h *handed, free, unhold func()) {
 	p.outcomes.received(h == nil)
 	p.waiting.Add(1)
 	j := &job{msg: m, received: p.clock.Now(), freeIntake: free}
@@ -169,7 +171,6 @@ func (p *pipeline) take(m *queue.Message, h *handed, free func()) {
 		j.handedAt = h.ReceivedAt
 	}
 	j.ctx, j.span = p.trace.process(m)
-	unhold := p.src.Hold(m)
 	// A message taken once the drain has begun is released at once, by
 	// Track. That release (a visibility change and an audit entry) runs
 	// on the message's own handler goroutine, not here: the intake ends

@@ -336,7 +336,8 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 				continue
 			}
 			// Like a received message, the handler outlives the intake.
-			p.take(h.message(), &h, func() { held.Release(1) }) //nolint:contextcheck // see above
+			m := h.message()
+			p.take(m, &h, func() { held.Release(1) }, p.src.Hold(m)) //nolint:contextcheck // see above
 		}
 		if len(ids) > 0 {
 			// Bounded by redis.timeout on a context of its own, as every store call.
