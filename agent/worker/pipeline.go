@@ -289,7 +289,7 @@ func (p *pipeline) validate(j *job, t task.Task, err error) error {
 		err = p.validator.Validate(&t, p.clock.Now())
 	}
 	j.mu.Lock()
-	j.task = t
+	j.task, j.shown = t, quoteNames(t)
 	j.mu.Unlock()
 	j.spec = p.specs[t.Diagnostic]
 	return err

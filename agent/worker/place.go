@@ -141,6 +141,7 @@ func (p *pipeline) canonical(j *job) {
 	defer j.mu.Unlock()
 	if j.task.Host != name {
 		j.hostAsSent, j.task.Host = j.task.Host, name
+		j.shown = quoteNames(j.task)
 	}
 }
 

@@ -60,6 +60,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 		p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
 		j.mu.Lock()
 		j.task.ID = j.msg.ID
+		j.shown = taskNames{}
 		j.mu.Unlock()
 		p.reject(j, err)
 		return true
