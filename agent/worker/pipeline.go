@@ -851,6 +851,7 @@ const AuditRanOn = "ran_on"
 // standalone Redis); a record the store cannot take now is kept in the
 // backlog with all of them and written when the store answers again.
 func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
+	writes := p.hooks.Writes(rec, p.specs[rec.Diagnostic].diag, e.result)
 	entry := p.outcomes.auditEntry(j, e)
 	if rec.RanOn != nil {
 		// The audit names the machine as the record does.
@@ -861,9 +862,8 @@ func (p *pipeline) finish(j *job, rec state.TaskRecord, e ended) {
 	}
 	// What the run gives back to the limiter rides ahead of the record,
 	// once: a finish kept to try again goes without it.
-	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry, Calls: j.limitDone}
+	x := state.FinishExtras{ID: state.NewFinishID(), Audit: &entry, Calls: j.limitDone, Writes: writes}
 	j.limitDone = nil
-	x.Writes = append(x.Writes, p.hooks.Writes(rec, p.specs[rec.Diagnostic].diag, e.result)...)
 	err := p.calls.storeCall(func(ctx context.Context) error { return p.store.Finish(ctx, rec, x) })
 	switch {
 	case err == nil:
