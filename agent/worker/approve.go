@@ -27,22 +27,3 @@ const gateTimeout = 30 * time.Second
 // AuditAwaitingApproval is the audit entry's outcome field of a task
 // parked for approval (not an outcome: the task ends later).
 const AuditAwaitingApproval = taskview.StatusAwaitingApproval
-
-// approvalFields are the audit fields of a decision: who, what, when,
-// why and via what.
-func approvalFields(ap *taskview.Approval, fields map[string]string) map[string]string {
-	if ap == nil {
-		return fields
-	}
-	if fields == nil {
-		fields = map[string]string{}
-	}
-	fields["approval"], fields["approval_by"], fields["approval_via"] = ap.Decision, ap.By, ap.Via
-	if ap.Reason != "" {
-		fields["approval_reason"] = ap.Reason
-	}
-	if ap.DecidedAt != nil {
-		fields["approval_at"] = ap.DecidedAt.UTC().Format(time.RFC3339)
-	}
-	return fields
-}

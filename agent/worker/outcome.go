@@ -340,6 +340,25 @@ func decisionSummary(dec *limiter.Decision, attrs []any) ([]any, map[string]stri
 	return attrs, fields
 }
 
+// approvalFields are the audit fields of a decision: who, what, when,
+// why and via what.
+func approvalFields(ap *taskview.Approval, fields map[string]string) map[string]string {
+	if ap == nil {
+		return fields
+	}
+	if fields == nil {
+		fields = map[string]string{}
+	}
+	fields["approval"], fields["approval_by"], fields["approval_via"] = ap.Decision, ap.By, ap.Via
+	if ap.Reason != "" {
+		fields["approval_reason"] = ap.Reason
+	}
+	if ap.DecidedAt != nil {
+		fields["approval_at"] = ap.DecidedAt.UTC().Format(time.RFC3339)
+	}
+	return fields
+}
+
 // shadowSummary names every shadow rule's verdict on the decision, in
 // configuration order, as "rule:allowed" or "rule:<reason>" (a would-be
 // denial), comma-separated; "" when no shadow rule matched.

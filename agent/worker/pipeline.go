@@ -396,7 +396,7 @@ func (p *pipeline) approve(j *job) bool {
 // ended), false when it runs on this agent.
 func (p *pipeline) place(j *job) bool {
 	pl := p.placer
-	if pl == nil || !pl.targeted(j.task) {
+	if pl == nil || !pl.specs[j.task.Diagnostic].targeted {
 		return false
 	}
 	t := j.task
