@@ -191,10 +191,14 @@ func (in *receiver) receive(ctx context.Context, n int64, bo *backoff.Exponentia
 	start := time.Now()
 	msgs, err := in.src.Receive(ctx, int(n))
 	// Each message is kept hidden from its receive until its handler
-	// ends, whether it waits for a worker or runs.
-	unholds := make([]func(), len(msgs))
-	for i, m := range msgs {
-		unholds[i] = in.src.Hold(m)
+	// ends, whether it waits for a worker or runs. A receive that failed
+	// brought nothing to hold.
+	var unholds []func()
+	if err == nil {
+		unholds = make([]func(), len(msgs))
+		for i, m := range msgs {
+			unholds[i] = in.src.Hold(m)
+		}
 	}
 	in.trace.receiveSpan(msgs, start)
 	if in.observe != nil && err == nil {
