@@ -41,6 +41,10 @@ type job struct {
 	// the task is set (validate, and again where it changes) so that its
 	// end need not quote them; unset, they are quoted at the end.
 	shown taskNames
+	// dedupe is the task's value of limiter.dedupe.key, read when the task
+	// is set (validate, and again where placement renames its host) for
+	// the limiter's requests. Used by the handler goroutine only.
+	dedupe string
 	// spec is the task's diagnostic, resolved at New; set by validate
 	// (zero for a task not in the catalog). Used by the handler goroutine
 	// only.

@@ -291,6 +291,9 @@ func (p *pipeline) validate(j *job, t task.Task, err error) error {
 	j.mu.Lock()
 	j.task, j.shown = t, quoteNames(t)
 	j.mu.Unlock()
+	if p.dedupeKey != "" {
+		j.dedupe, _ = t.Field(p.dedupeKey)
+	}
 	j.spec = p.specs[t.Diagnostic]
 	return err
 }
@@ -589,7 +592,7 @@ func (p *pipeline) request(j *job) limiter.Request {
 	t := j.task
 	req := limiter.Request{Host: t.Host, Diagnostic: t.Diagnostic, Severity: t.Severity, Origin: t.Origin, TaskID: t.ID, Lease: p.lease}
 	if p.dedupeKey != "" {
-		req.DedupeKey, _ = t.Field(p.dedupeKey)
+		req.DedupeKey = j.dedupe
 	}
 	return req
 }

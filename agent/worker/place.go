@@ -142,6 +142,9 @@ func (p *pipeline) canonical(j *job) {
 	if j.task.Host != name {
 		j.hostAsSent, j.task.Host = j.task.Host, name
 		j.shown = quoteNames(j.task)
+		if p.dedupeKey != "" {
+			j.dedupe, _ = j.task.Field(p.dedupeKey)
+		}
 	}
 }
 

@@ -168,3 +168,43 @@ func TestTaskWalk(t *testing.T) {
 		t.Errorf("the task's walk entered\n  %v\nwant\n  %v\n(calls %v)", got, want, log.calls)
 	}
 }
+
+// dedupeLimiter allows every run and records the dedupe key of each
+// decision asked for.
+type dedupeLimiter struct {
+	walkLimiter
+	mu   sync.Mutex
+	keys []string
+}
+
+func (l *dedupeLimiter) Allow(_ context.Context, r limiter.Request) (limiter.Decision, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keys = append(l.keys, r.DedupeKey)
+	return limiter.Decision{Allowed: true, Rule: "r"}, nil
+}
+
+// TestDedupeKeyOfCanonicalHost: the limiter's dedupe key is the task's
+// field as the task runs here: with limiter.dedupe.key host, a target
+// task sent under another of this agent's names is deduplicated under
+// the canonical name that its record and quota use.
+func TestDedupeKeyOfCanonicalHost(t *testing.T) {
+	log := &walkLog{}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	src := &walkSource{log: log, deleted: cancel}
+	lim := &dedupeLimiter{walkLimiter: walkLimiter{log}}
+	catalog := map[string]runner.Diagnostic{"df": {Name: "df", Command: []string{"/usr/bin/df"}, RunsOn: runner.RunsOnTarget}}
+	w, _ := testWorker(t, Options{Source: src, Store: state.NewMemory(state.MemoryOptions{}), Limiter: lim, Runner: walkRunner{log},
+		Validator: walkValidator{log}, Hooks: walkHooks{log}, Catalog: catalog, Drain: drain.New(drain.Config{}), Clock: clock.Wall{},
+		Lease: 30 * time.Second, InstanceID: "i-me", DedupeKey: "host",
+		Placement: Placement{Names: []string{"me.example", "web-1"}}})
+	w.Receive(ctx)
+	w.Wait()
+	if got := w.Outcomes()[outcome.Succeeded]; got != 1 {
+		t.Fatalf("outcomes %v, want the task succeeded once", w.Outcomes())
+	}
+	if !slices.Equal(lim.keys, []string{"me.example"}) {
+		t.Errorf("dedupe keys %q, want the canonical name [me.example]", lim.keys)
+	}
+}
