@@ -4,13 +4,15 @@
 //   - receiver.go: the SQS (or memory) receive loop, receiving only while
 //     there are free slots in the receive window (window.go: workers plus
 //     a prefetch that follows the rate and the receive's round trip);
-//   - pipeline.go: each message's walk (pipeline), validate → route
-//     (route.go, an alarm on the task queue) → claim → decide;
-//   - claim.go: claim the lease → decide (limiter) (claimer);
-//   - finish.go: run → record (redact, Hooks.Keep) → finish (one store
-//     call with Hooks.Writes) (finisher); backlog.go keeps what the store
-//     could not take;
-//   - handback.go: ack or hand the message back, with a reason (messages);
+//   - pipeline.go: each message's life (pipeline), its methods in the
+//     order it is lived: accept → validate (or reject) → wait for
+//     approval → place (or hand to the host's agent) → claim → decide
+//     (limiter) → run → record (redact, Hooks.Keep) → finish (one store
+//     call with Hooks.Writes) → ack, or hand back with a reason
+//     (handback.go names the reasons); route.go turns a body that is no
+//     task but an alarm into its tasks; place.go holds what a target
+//     task's placement waits for and ends with; backlog.go keeps what the
+//     store could not take;
 //   - lease.go: the execution lease kept alive while a task runs (leases)
 //     and the bound of every store call (storeCalls);
 //   - outcome.go: the one place an outcome is written (log line, metric,

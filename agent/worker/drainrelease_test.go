@@ -50,7 +50,7 @@ func TestTakeDuringDrainDoesNotRelease(t *testing.T) {
 		start := time.Now()
 		for i := range batch {
 			msg := &queue.Message{ID: fmt.Sprintf("m%d", i), Handle: fmt.Sprintf("rh-%d", i), Body: []byte(fmt.Sprintf(`{"id":"t%d"}`, i))}
-			p.take(msg, nil, func() {})
+			p.take(msg, nil, func() {}, src.Hold(msg))
 		}
 		if took := time.Since(start); took != 0 {
 			t.Errorf("taking %d messages during the drain took %s, want no time: a release (%s each) on the intake holds the drain", batch, took, callTime)

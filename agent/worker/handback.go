@@ -1,23 +1,8 @@
 package worker
 
 import (
-	"context"
-	"log/slog"
 	"time"
-
-	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/state"
-	"github.com/autodiag/autodiag/internal/outcome"
 )
-
-// messages is the queue side of a job's end: the message is acknowledged
-// or handed back.
-type messages struct {
-	src      queue.Source
-	leases   *leases
-	outcomes *outcomeRecorder
-	log      *slog.Logger
-}
 
 // backReason is why a message goes back to the queue. It decides what
 // else handBack does: a release ends the task as released, a deferral
@@ -101,67 +86,3 @@ const (
 	detailDrain     = "handed back to the queue unstarted"
 	detailCancelled = "running task cancelled by the drain deadline or a fast exit"
 )
-
-// handBack is the one way a message goes back to the queue: after b.after,
-// without spending its way to the dead-letter queue (queue.Source.Defer),
-// giving back the task's lease first where b.why says so, then ending,
-// letting go or leaving the job as b.why says. Its log line, audit entry
-// and outcome are those of the reason: "task ended" as released, "task
-// deferred", or none for a retry (the caller logs why).
-func (m *messages) handBack(j *job, b back) {
-	if b.why == backDrain {
-		j.release.Do(func() { m.sendBack(j, b) })
-		return
-	}
-	m.sendBack(j, b)
-}
-
-// sendBack is handBack without the drain's once-per-job guard.
-func (m *messages) sendBack(j *job, b back) {
-	switch b.why {
-	case backCancelled, backLimiterCancelled, backLimited:
-		m.leases.releaseLease(j)
-	}
-	if err := m.queueCall(func(ctx context.Context) error { return m.src.Defer(ctx, j.msg, b.after) }); err != nil {
-		m.log.WarnContext(j.context(), "handing the message back failed", "task_id", j.task.ID, "retry_after", b.after.Seconds(), "err", err)
-	}
-	reason := b.why.String()
-	if b.reason != "" {
-		reason = b.reason
-	}
-	switch b.why {
-	case backDrain, backCancelled, backLimiterCancelled, backStateUnavailable:
-		if b.why != backDrain && j.item != nil {
-			// The drain counted the ones it released itself.
-			j.item.HandedBack()
-		}
-		m.outcomes.end(j, ended{outcome: outcome.Released, reason: reason, detail: b.detail})
-	case backRunningHere, backRunningElsewhere, backLimited, backTargetWait:
-		t := j.task
-		m.log.InfoContext(j.context(), "task deferred", append([]any{"task_id", t.ID, "reason", reason, "retry_after", b.after.Seconds()}, b.attrs...)...)
-		m.outcomes.audit(state.AuditEntry{TaskID: t.ID, Host: t.Host, Diagnostic: t.Diagnostic, Outcome: "deferred", Reason: reason, Fields: b.fields})
-		m.outcomes.drop(j)
-	default:
-		m.outcomes.drop(j)
-	}
-}
-
-// ack deletes the message of a task that has ended. The task no longer
-// needs its worker or its receive slot, so they are freed first: the
-// delete is batched and may wait for a DeleteMessageBatch in flight, and a
-// worker held through that wait idles for about as long as a no-op
-// diagnostic runs. A message whose delete is pending is not hoarded work:
-// should the delete fail, its redelivery ends as duplicate.
-func (m *messages) ack(j *job) {
-	if j.freeSlots != nil {
-		j.freeSlots()
-	}
-	if err := m.queueCall(func(ctx context.Context) error { return m.src.Delete(ctx, j.msg) }); err != nil {
-		m.log.WarnContext(j.context(), "delete failed; a redelivery will end as duplicate", "task_id", j.task.ID, "err", err)
-	}
-}
-
-// queueCall runs one queue call, bounded by QueueCallTimeout.
-func (m *messages) queueCall(call func(context.Context) error) error {
-	return callWithin(QueueCallTimeout, call)
-}

@@ -61,7 +61,7 @@ func TestHandBack(t *testing.T) {
 			w.outcomes.received(true)
 			j := &job{msg: &queue.Message{ID: "m1"}, task: task.Task{ID: "t1", Diagnostic: "df"}}
 			for range tt.calls {
-				w.pipeline.msgs.handBack(j, tt.b)
+				w.pipeline.handBack(j, tt.b)
 			}
 			if len(src.delays) != 1 || src.delays[0] != tt.b.after {
 				t.Errorf("Defer calls %v, want one of %s", src.delays, tt.b.after)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/autodiag/autodiag/agent/internal/detached"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/internal/clock"
 	"github.com/autodiag/autodiag/limiter"
@@ -37,13 +38,20 @@ func (sc *storeCalls) storeCall(call func(context.Context) error) error {
 	return err
 }
 
+// callWithin runs one call on a fresh context bounded by d, created right
+// before the call and detached from shutdown: bookkeeping happens
+// mid-drain and after a long run too.
+func callWithin(d time.Duration, call func(context.Context) error) error {
+	return detached.Call(context.Background(), d, call)
+}
+
 // degraded counts a store operation that could not reach the store.
 func (sc *storeCalls) degraded(op string) {
 	sc.degradedOps.WithLabelValues(op).Inc()
 }
 
 // leases holds a task's execution lease in the store (claimed by the
-// claimer) while it runs, and the set of tasks running in this process.
+// pipeline) while it runs, and the set of tasks running in this process.
 type leases struct {
 	store        state.LeaseStore
 	limiter      Decider

@@ -36,6 +36,19 @@ type job struct {
 
 	mu   sync.Mutex
 	task task.Task
+	// shown are the task's id, host and diagnostic as its log lines and
+	// audit entries show them (task.QuoteID, task.QuoteText), quoted when
+	// the task is set (validate, and again where it changes) so that its
+	// end need not quote them; unset, they are quoted at the end.
+	shown taskNames
+	// dedupe is the task's value of limiter.dedupe.key, read when the task
+	// is set (validate, and again where placement renames its host) for
+	// the limiter's requests. Used by the handler goroutine only.
+	dedupe string
+	// spec is the task's diagnostic, resolved at New; set by validate
+	// (zero for a task not in the catalog). Used by the handler goroutine
+	// only.
+	spec spec
 	// hostAsSent is the task's host as the task named it when placement
 	// replaced it with its owner's canonical name; "" when not.
 	hostAsSent string
@@ -64,10 +77,10 @@ type job struct {
 	limitReq *limiter.Request
 	// limitDone is what gives the run's slots back, handed from the
 	// limiter's Done to the finish that follows, which sends it in the
-	// record's round trip (claim.go limiterDone, finish.go finish).
+	// record's round trip (pipeline.limiterDone, pipeline.finish).
 	limitDone []state.Call
 	// folded is the limiter's decision that ran in the claim's script
-	// (claim.go), with its reply: decide resolves it instead of asking
+	// (pipeline.claim), with its reply: decide resolves it instead of asking
 	// the limiter again. nil when the claim made no decision.
 	folded    *limiter.Folded
 	foldReply any
@@ -87,6 +100,29 @@ type job struct {
 	// the receive window for a received one, of the handed tasks held for
 	// a handed one (pipeline.take).
 	freeIntake func()
+}
+
+// taskNames are a task's id, host and diagnostic as a log line or an
+// audit entry shows them; set once quoted.
+type taskNames struct {
+	id, host, diag string
+	set            bool
+}
+
+// quoteNames quotes t's id, host and diagnostic: a rejected task's are the
+// sender's, unchecked or refused, and an invalid one is quoted, escaped
+// and cut (task.QuoteID), in the log line and the audit entry alike.
+func quoteNames(t task.Task) taskNames {
+	return taskNames{id: task.QuoteID(t.ID), host: task.QuoteText(t.Host), diag: task.QuoteText(t.Diagnostic), set: true}
+}
+
+// namesLocked are j's task names as shown (quoted now when they were not
+// yet); j.mu is held.
+func (j *job) namesLocked() taskNames {
+	if j.shown.set {
+		return j.shown
+	}
+	return quoteNames(j.task)
 }
 
 // context is the job's trace context, for its spans and log lines.
@@ -188,7 +224,7 @@ func (r *outcomeRecorder) end(j *job, e ended) {
 func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
 	e.reason, e.detail = r.redactor.RedactString(e.reason), r.redactor.RedactString(e.detail)
 	j.mu.Lock()
-	t := j.task
+	n := j.namesLocked()
 	if e.decision == nil {
 		e.decision = j.decision
 	}
@@ -199,8 +235,8 @@ func (r *outcomeRecorder) auditEntry(j *job, e ended) state.AuditEntry {
 		_, fields = decisionSummary(e.decision, nil)
 	}
 	fields = approvalFields(ap, fields)
-	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: task.QuoteID(t.ID), Host: task.QuoteText(t.Host),
-		Diagnostic: task.QuoteText(t.Diagnostic), Outcome: e.outcome, Reason: e.reason, Fields: fields}
+	return state.AuditEntry{Time: r.clock.Now(), InstanceID: r.instanceID, TaskID: n.id, Host: n.host,
+		Diagnostic: n.diag, Outcome: e.outcome, Reason: e.reason, Fields: fields}
 }
 
 // close is end without the audit write: it counts and logs j's outcome
@@ -219,7 +255,7 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	if e.decision == nil {
 		e.decision = j.decision
 	}
-	t, handoff := j.task, j.handoff
+	t, handoff, n := j.task, j.handoff, j.namesLocked()
 	ap := j.approval
 	j.mu.Unlock()
 	r.m.Inflight.Set(float64(r.inflight.Add(-1)))
@@ -237,10 +273,7 @@ func (r *outcomeRecorder) close(j *job, e ended) (state.AuditEntry, bool) {
 	if ran, ok := j.ranFor(); ok {
 		took = ran
 	}
-	// A rejected task's id, host and diagnostic are the sender's, unchecked
-	// or refused: an invalid one is quoted, escaped and cut (QuoteID), in
-	// the log line and the audit entry alike.
-	id, host, diag := task.QuoteID(t.ID), task.QuoteText(t.Host), task.QuoteText(t.Diagnostic)
+	id, host, diag := n.id, n.host, n.diag
 	attrs := []any{"task_id", id, "host", host, "diagnostic", diag, "outcome", e.outcome, "reason", e.reason,
 		"duration", took.Seconds()}
 	var fields map[string]string
@@ -309,6 +342,25 @@ func decisionSummary(dec *limiter.Decision, attrs []any) ([]any, map[string]stri
 		fields["shadow"] = s
 	}
 	return attrs, fields
+}
+
+// approvalFields are the audit fields of a decision: who, what, when,
+// why and via what.
+func approvalFields(ap *taskview.Approval, fields map[string]string) map[string]string {
+	if ap == nil {
+		return fields
+	}
+	if fields == nil {
+		fields = map[string]string{}
+	}
+	fields["approval"], fields["approval_by"], fields["approval_via"] = ap.Decision, ap.By, ap.Via
+	if ap.Reason != "" {
+		fields["approval_reason"] = ap.Reason
+	}
+	if ap.DecidedAt != nil {
+		fields["approval_at"] = ap.DecidedAt.UTC().Format(time.RFC3339)
+	}
+	return fields
 }
 
 // shadowSummary names every shadow rule's verdict on the decision, in

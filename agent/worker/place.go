@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/autodiag/autodiag/agent/queue"
-	"github.com/autodiag/autodiag/agent/runner"
 	"github.com/autodiag/autodiag/agent/state"
 	"github.com/autodiag/autodiag/agent/task"
 	"github.com/autodiag/autodiag/internal/outcome"
@@ -93,13 +91,13 @@ func RoutingResults() []string {
 // placer decides where each target task runs.
 type placer struct {
 	Placement
-	self    string
-	own     map[string]bool
-	catalog map[string]runner.Diagnostic
-	log     *slog.Logger
+	self  string
+	own   map[string]bool
+	specs map[string]spec
+	log   *slog.Logger
 }
 
-func newPlacer(pl Placement, self string, catalog map[string]runner.Diagnostic, log *slog.Logger) *placer {
+func newPlacer(pl Placement, self string, specs map[string]spec, log *slog.Logger) *placer {
 	if len(pl.Names) == 0 {
 		return nil
 	}
@@ -107,7 +105,7 @@ func newPlacer(pl Placement, self string, catalog map[string]runner.Diagnostic, 
 	for _, n := range pl.Names {
 		own[n] = true
 	}
-	return &placer{Placement: pl, self: self, own: own, catalog: catalog, log: log}
+	return &placer{Placement: pl, self: self, own: own, specs: specs, log: log}
 }
 
 func (pl *placer) count(result string) {
@@ -118,8 +116,7 @@ func (pl *placer) count(result string) {
 
 // targeted reports whether t's diagnostic must run on its host's agent.
 func (pl *placer) targeted(t task.Task) bool {
-	d, ok := pl.catalog[t.Diagnostic]
-	return ok && d.Targeted()
+	return pl.specs[t.Diagnostic].targeted
 }
 
 // NotThisHost is the refusal of a target task for a host this agent does
@@ -134,71 +131,6 @@ func (pl *placer) NotThisHost(t task.Task) error {
 			t.Diagnostic, strings.Join(pl.Names, ", "))}
 }
 
-// place runs before a valid task takes a worker: true when the task is
-// dealt with here (handed, deferred to wait for its host's agent, or
-// ended), false when it runs on this agent.
-func (p *pipeline) place(j *job) bool {
-	pl := p.placer
-	if pl == nil || !pl.targeted(j.task) {
-		return false
-	}
-	t := j.task
-	if pl.own[t.Host] {
-		if ids := pl.ambiguous(t.Host); len(ids) > 1 {
-			p.endAmbiguous(j, &state.AmbiguousHostError{Name: t.Host, IDs: ids})
-			return true
-		}
-		pl.count(RoutingHere)
-		p.canonical(j)
-		return false
-	}
-	if pl.Hosts == nil {
-		pl.count(ReasonNotThisHost)
-		p.endUnplaced(j, pl.NotThisHost(t))
-		return true
-	}
-	var owner state.HostOwner
-	var found bool
-	err := p.calls.storeCall(func(ctx context.Context) (err error) {
-		owner, found, err = pl.Hosts.HostOwner(ctx, t.Host)
-		return err
-	})
-	var amb *state.AmbiguousHostError
-	switch {
-	case errors.As(err, &amb):
-		p.endAmbiguous(j, amb)
-		return true
-	case err != nil:
-		delay := retryDelay(j.msg.ReceiveCount)
-		p.log.WarnContext(j.context(), "state store unavailable; cannot find the agent of the task's host, task handed back", "task_id", t.ID,
-			"host", t.Host, "retry_after", delay.Seconds(), "err", err)
-		p.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
-		return true
-	case found && owner.ID == pl.self:
-		// This agent's record names it (a name learnt since start).
-		pl.count(RoutingHere)
-		p.canonical(j)
-		return false
-	}
-	st := owner.State
-	switch {
-	case !found || st == "starting":
-		// No agent owns it yet (an instance may be booting).
-		return p.waitForOwner(j)
-	case st == stateWarmed:
-		pl.count(ReasonStandby)
-		p.endUnplaced(j, &task.Error{Reason: ReasonStandby, Field: "host",
-			Detail: fmt.Sprintf("the agent of %s (%s) is in a warm pool and runs no tasks", t.Host, owner.ID)})
-		return true
-	case st != stateRunning:
-		pl.count(ReasonDraining)
-		p.endUnplaced(j, &task.Error{Reason: ReasonDraining, Field: "host",
-			Detail: fmt.Sprintf("the agent of %s (%s) is %s and takes no new tasks", t.Host, owner.ID, st)})
-		return true
-	}
-	return p.hand(j, owner)
-}
-
 // canonical names a target task running here by this machine's canonical
 // name (its first), keeping the name it came with beside it: the record and
 // the limiter's host key are then one per machine, so a host named by its
@@ -209,6 +141,10 @@ func (p *pipeline) canonical(j *job) {
 	defer j.mu.Unlock()
 	if j.task.Host != name {
 		j.hostAsSent, j.task.Host = j.task.Host, name
+		j.shown = quoteNames(j.task)
+		if p.dedupeKey != "" {
+			j.dedupe, _ = j.task.Field(p.dedupeKey)
+		}
 	}
 }
 
@@ -235,29 +171,6 @@ const (
 	stateRunning = state.InstanceInService
 	stateWarmed  = "warmed"
 )
-
-// hand gives j's message to owner's agent and lets the job go: the owner
-// now holds the message and ends the task. A hand-off the store does not
-// take sends the message back to be placed again.
-func (p *pipeline) hand(j *job, owner state.HostOwner) bool {
-	body, err := json.Marshal(handedOf(j.msg, p.placer.self, j.received))
-	if err == nil {
-		err = p.calls.storeCall(func(ctx context.Context) error {
-			return p.placer.Hosts.GiveTask(ctx, owner.ID, string(body), handedTTL)
-		})
-	}
-	if err != nil {
-		delay := retryDelay(j.msg.ReceiveCount)
-		p.log.WarnContext(j.context(), "handing the task to its host's agent failed; the message comes back to try again", "task_id", j.task.ID,
-			"host", j.task.Host, "owner", owner.ID, "retry_after", delay.Seconds(), "err", err)
-		p.msgs.handBack(j, back{why: backStateUnavailable, after: delay, detail: err.Error()})
-		return true
-	}
-	p.placer.count(RoutingHanded)
-	p.log.DebugContext(j.context(), "task handed to its host's agent", "task_id", j.task.ID, "host", j.task.Host, "owner", owner.ID)
-	p.outcomes.drop(j)
-	return true
-}
 
 // waitForOwner defers a target task whose host no live agent owns, by
 // targetWaitStep each time, until queue.target_wait after the task began;
@@ -287,7 +200,7 @@ func (p *pipeline) waitForOwner(j *job) bool {
 		return true
 	}
 	p.placer.count(RoutingWaiting)
-	p.msgs.handBack(j, back{why: backTargetWait, after: targetWaitStep(p.clock.Now().Sub(began), left),
+	p.handBack(j, back{why: backTargetWait, after: targetWaitStep(p.clock.Now().Sub(began), left),
 		attrs: []any{"detail", "no live agent answers for the task's host yet", "host", t.Host, "wait_left", left.Seconds()}})
 	return true
 }
@@ -315,7 +228,7 @@ func (p *pipeline) endUnplaced(j *job, err error) {
 	reason := task.Reason(err)
 	var c state.Claim
 	cerr := p.calls.storeCall(func(ctx context.Context) (err error) {
-		c, err = p.claims.store.Claim(ctx, newRecord(j, p.redactor), p.claims.instanceID, p.claims.lease)
+		c, err = p.store.Claim(ctx, newRecord(j, p.redactor), p.instanceID, p.lease)
 		return err
 	})
 	if cerr != nil {
@@ -326,10 +239,10 @@ func (p *pipeline) endUnplaced(j *job, err error) {
 	switch c.Result {
 	case state.AlreadyDone:
 		p.outcomes.end(j, ended{outcome: outcome.Duplicate, reason: "already_done", detail: "ended earlier as " + c.Record.Outcome})
-		p.msgs.ack(j)
+		p.ack(j)
 		return
 	case state.HeldElsewhere:
-		p.msgs.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
+		p.handBack(j, back{why: backRunningElsewhere, after: c.LeaseRemaining + lookAgainMargin,
 			attrs: []any{"detail", "running on another agent", "owner", c.Record.Owner}})
 		return
 	}
@@ -337,8 +250,8 @@ func (p *pipeline) endUnplaced(j *job, err error) {
 	rec := c.Record
 	rec.Outcome, rec.Reason = outcome.Rejected, reason
 	rec.ExitCode = -1 // not started
-	p.fin.finish(j, rec, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
-	p.msgs.ack(j)
+	p.finish(j, rec, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
+	p.ack(j)
 }
 
 // handed is a task message as one agent hands it to another: what the
@@ -427,7 +340,8 @@ func (w *Worker) TakeHanded(ctx context.Context) {
 				continue
 			}
 			// Like a received message, the handler outlives the intake.
-			p.take(h.message(), &h, func() { held.Release(1) }) //nolint:contextcheck // see above
+			m := h.message()
+			p.take(m, &h, func() { held.Release(1) }, p.src.Hold(m)) //nolint:contextcheck // see above
 		}
 		if len(ids) > 0 {
 			// Bounded by redis.timeout on a context of its own, as every store call.

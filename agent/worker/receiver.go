@@ -22,8 +22,9 @@ const (
 )
 
 // receiver receives messages while the agent runs: only as many as there
-// are free slots in the receive window (window.go), each handed to
-// accept. A slot is given back by whoever ends the message's job.
+// are free slots in the receive window (window.go), each held (queue
+// Source.Hold) as soon as it is received and handed to accept with its
+// release. A slot is given back by whoever ends the message's job.
 type receiver struct {
 	src   queue.Source
 	slots slotPool
@@ -37,7 +38,7 @@ type receiver struct {
 	buffered func() int
 	idle     chan struct{}
 	log      *slog.Logger
-	accept   func(*queue.Message)
+	accept   func(m *queue.Message, unhold func())
 	trace    traceOptions
 	// polls is the most receives that may be in flight at once while the
 	// queue has a backlog (at least 1); pollsNow, when set, how many may
@@ -189,6 +190,16 @@ func (in *receiver) run(ctx context.Context) {
 func (in *receiver) receive(ctx context.Context, n int64, bo *backoff.ExponentialBackOff, boMu *sync.Mutex) *received {
 	start := time.Now()
 	msgs, err := in.src.Receive(ctx, int(n))
+	// Each message is kept hidden from its receive until its handler
+	// ends, whether it waits for a worker or runs. A receive that failed
+	// brought nothing to hold.
+	var unholds []func()
+	if err == nil {
+		unholds = make([]func(), len(msgs))
+		for i, m := range msgs {
+			unholds[i] = in.src.Hold(m)
+		}
+	}
 	in.trace.receiveSpan(msgs, start)
 	if in.observe != nil && err == nil {
 		in.observe(time.Since(start), len(msgs), int64(len(msgs)) == n)
@@ -221,8 +232,8 @@ func (in *receiver) receive(ctx context.Context, n int64, bo *backoff.Exponentia
 	boMu.Lock()
 	bo.Reset()
 	boMu.Unlock()
-	for _, m := range msgs {
-		in.accept(m)
+	for i, m := range msgs {
+		in.accept(m, unholds[i])
 	}
 	return &received{full: int64(len(msgs)) == n}
 }

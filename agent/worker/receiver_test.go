@@ -35,7 +35,7 @@ func TestIntakeBacksOffOnReceiveErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &failingSource{}
 		in := &receiver{src: src, slots: semaphore.NewWeighted(2), batch: 10, log: slog.New(slog.DiscardHandler),
-			accept: func(*queue.Message) { t.Error("accept without a message") }}
+			accept: func(*queue.Message, func()) { t.Error("accept without a message") }}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); in.run(ctx) }()
@@ -80,6 +80,9 @@ type pollSource struct {
 	afterStop             int
 	stopped               bool
 }
+
+// Hold holds nothing: the receiver holds each message it receives.
+func (s *pollSource) Hold(*queue.Message) func() { return func() {} }
 
 func (s *pollSource) Receive(ctx context.Context, n int) ([]*queue.Message, error) {
 	// As the SQS source: a receive on an ended context is not sent.
@@ -159,7 +162,7 @@ func TestIntakePollsInParallelOnlyWithABacklog(t *testing.T) {
 					accepted int
 				)
 				in := &receiver{src: src, slots: slots, batch: batch, polls: polls, log: slog.New(slog.DiscardHandler),
-					accept: func(*queue.Message) {
+					accept: func(*queue.Message, func()) {
 						mu.Lock()
 						accepted++
 						mu.Unlock()
@@ -191,5 +194,66 @@ func TestIntakePollsInParallelOnlyWithABacklog(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// holdingSource is a queue whose one Receive brings two messages and
+// whose later ones end the intake; it records the messages held and
+// released.
+type holdingSource struct {
+	queue.Source
+	mu       sync.Mutex
+	received bool
+	held     []string
+	released []string
+}
+
+func (h *holdingSource) Receive(context.Context, int) ([]*queue.Message, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.received {
+		return nil, queue.ErrClosed
+	}
+	h.received = true
+	return []*queue.Message{{ID: "m1"}, {ID: "m2"}}, nil
+}
+
+func (h *holdingSource) Hold(m *queue.Message) func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = append(h.held, m.ID)
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.released = append(h.released, m.ID)
+	}
+}
+
+// TestReceivedMessagesHeldBeforeAccept: every received message is held
+// (kept hidden) before it is accepted, and accept gets the release of
+// its own hold.
+func TestReceivedMessagesHeldBeforeAccept(t *testing.T) {
+	t.Parallel()
+	src := &holdingSource{}
+	var accepted []string
+	slots := semaphore.NewWeighted(2)
+	in := &receiver{src: src, slots: slots, batch: 2, log: slog.New(slog.DiscardHandler),
+		accept: func(m *queue.Message, unhold func()) {
+			defer slots.Release(1) // the job's end
+			src.mu.Lock()
+			held := append([]string(nil), src.held...)
+			src.mu.Unlock()
+			if len(held) != 2 {
+				t.Errorf("accepting %s with %v held, want both messages held first", m.ID, held)
+			}
+			accepted = append(accepted, m.ID)
+			unhold()
+		}}
+	in.run(context.Background())
+	if len(accepted) != 2 {
+		t.Fatalf("accepted %v, want m1 and m2", accepted)
+	}
+	if got := src.released; len(got) != 2 || got[0] != "m1" || got[1] != "m2" {
+		t.Errorf("released %v, want each accepted message's own hold (m1, m2)", got)
 	}
 }

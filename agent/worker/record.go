@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"strings"
+	"time"
 
 	"github.com/autodiag/autodiag/agent/notify"
 	"github.com/autodiag/autodiag/agent/redact"
@@ -76,9 +77,9 @@ func redactParams(red *redact.Redactor, params map[string]string) map[string]str
 
 // openRecord is the record of a task run without its lease (the store did
 // not answer and redis.state_fail is open).
-func (cl *claimer) openRecord(j *job) state.TaskRecord {
-	rec := newRecord(j, cl.redactor)
-	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, cl.instanceID, cl.clock.Now()
+func openRecord(j *job, red *redact.Redactor, owner string, now time.Time) state.TaskRecord {
+	rec := newRecord(j, red)
+	rec.Status, rec.Owner, rec.StartedAt = state.StatusRunning, owner, now
 	return rec
 }
 

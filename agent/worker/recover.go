@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/autodiag/autodiag/agent/internal/detached"
 	"github.com/autodiag/autodiag/agent/state"
@@ -106,11 +105,4 @@ func (w *Worker) auditRecovery(ctx context.Context, e state.AuditEntry) {
 	if err := detached.Call(ctx, w.storeTimeout, func(ctx context.Context) error { return w.store.Audit(ctx, e) }); err != nil {
 		logStoreErr(w.log, err)
 	}
-}
-
-// callWithin runs one call on a fresh context bounded by d, created right
-// before the call and detached from shutdown: bookkeeping happens
-// mid-drain and after a long run too.
-func callWithin(d time.Duration, call func(context.Context) error) error {
-	return detached.Call(context.Background(), d, call)
 }

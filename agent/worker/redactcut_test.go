@@ -18,11 +18,11 @@ func TestRedactBeforeCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &finisher{redactor: red}
+	f := &pipeline{redactor: red}
 	pre := strings.Repeat("x", 50) + " redis://:"
 	out := pre + "Hunter2Hunter2@cache:6379\nmore\n"
 	res := runner.Result{Output: []byte(out)}
-	got, truncated := f.redactCut(res, runner.Diagnostic{MaxOutput: runner.Size(len(pre) + 7)})
+	got, truncated := f.redactCut(res, runner.Size(len(pre)+7))
 	if !truncated {
 		t.Error("not marked truncated")
 	}
@@ -69,7 +69,7 @@ func TestCutFallsAtMarkerBoundaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &finisher{redactor: red}
+	f := &pipeline{redactor: red}
 	out := "token ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8 and more text after it\n"
 	redacted := string(red.Redact([]byte(out)))
 	start := strings.Index(redacted, "[REDACTED:")
@@ -78,7 +78,7 @@ func TestCutFallsAtMarkerBoundaries(t *testing.T) {
 		t.Fatalf("no marker in %q", redacted)
 	}
 	for limit := start + 1; limit < end; limit++ {
-		got, truncated := f.redactCut(runner.Result{Output: []byte(out)}, runner.Diagnostic{MaxOutput: runner.Size(limit)})
+		got, truncated := f.redactCut(runner.Result{Output: []byte(out)}, runner.Size(limit))
 		body := strings.TrimSuffix(string(got), runner.TruncationMark)
 		if !truncated || body != redacted[:start] {
 			t.Errorf("cap %d (marker at %d..%d): got %q, want %q and the mark", limit, start, end, got, redacted[:start])

@@ -32,7 +32,8 @@ type AlarmWatcher interface {
 }
 
 // routeAlert handles a received message that is an alarm rather than a
-// task, and reports whether it did. The alarm has no task outcome of its
+// task, and reports whether it did; it is asked only about a body that
+// does not decode as a task. The alarm has no task outcome of its
 // own: it is counted in autodiag_alerts_total and logged ("alerts
 // routed", with message_id), its tasks are sent onto the queue and end
 // there, and the message is deleted. An alarm body that cannot be read is
@@ -59,6 +60,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 		p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
 		j.mu.Lock()
 		j.task.ID = j.msg.ID
+		j.shown = taskNames{}
 		j.mu.Unlock()
 		p.reject(j, err)
 		return true
@@ -75,7 +77,7 @@ func (p *pipeline) routeAlert(j *job) bool {
 			delay := retryDelay(j.msg.ReceiveCount)
 			log.WarnContext(rctx, "alert tasks not queued; the alarm comes back to try again", "source", alert.SourceCloudWatch,
 				"tasks", len(ans.Tasks), "retry_after", delay.Seconds(), "err", err)
-			p.msgs.handBack(j, back{why: backRetry, after: delay})
+			p.handBack(j, back{why: backRetry, after: delay})
 			return true
 		}
 	}
@@ -91,6 +93,6 @@ func (p *pipeline) routeAlert(j *job) bool {
 	}
 	p.alerts.Metrics.Record(ctx, log, alert.SourceCloudWatch, pl, ans)
 	p.outcomes.drop(j)
-	p.msgs.ack(j)
+	p.ack(j)
 	return true
 }

@@ -24,15 +24,15 @@ func TestStillOursStaleDecision(t *testing.T) {
 	w.outcomes.received(true)
 	j := &job{msg: &queue.Message{ID: "m1"}, task: task.Task{ID: "t1", Host: "h", Diagnostic: "df"}}
 	claimed := clk.Now()
-	if _, ok := w.pipeline.claims.claim(j); !ok || !j.leased {
+	if _, ok := w.pipeline.claim(j); !ok || !j.leased {
 		t.Fatalf("claim: ok %v, leased %v", ok, j.leased)
 	}
 	clk.Add(lease/3 - time.Millisecond)
-	if !w.pipeline.claims.stillOurs(j, claimed) {
+	if !w.pipeline.stillOurs(j, claimed) {
 		t.Fatal("a start within a renewal period of the claim was not made")
 	}
 	clk.Add(time.Millisecond)
-	if w.pipeline.claims.stillOurs(j, claimed) {
+	if w.pipeline.stillOurs(j, claimed) {
 		t.Fatal("a start a renewal period after the claim was made")
 	}
 	if len(src.delays) != 1 || src.delays[0] != 0 {

@@ -40,7 +40,7 @@ func NewSubmitter(o Options) *Submitter {
 	outcomes := &outcomeRecorder{log: o.Logger, m: o.Metrics, store: o.Store, clock: o.Clock, instanceID: o.InstanceID,
 		timeout: o.StoreTimeout, counts: map[string]int64{}, known: known, redactor: o.Redactor}
 	return &Submitter{src: o.Source, batch: o.AlertBatch, validator: o.Validator,
-		placer: newPlacer(o.Placement, o.InstanceID, o.Catalog, o.Logger), outcomes: outcomes, clock: o.Clock}
+		placer: newPlacer(o.Placement, o.InstanceID, specsOf(o.Catalog), o.Logger), outcomes: outcomes, clock: o.Clock}
 }
 
 // Submit validates t as a received task is validated (and, without a

@@ -142,9 +142,9 @@ func traceIDs(j *job) (traceID, spanID string) {
 }
 
 // startUpload starts the span of the output's upload to S3, when the
-// agent uploads (results.s3); nil otherwise.
-func (f *finisher) startUpload(j *job) trace.Span {
-	if f.uploadMax == 0 || !tracing.On() {
+// agent uploads (results.s3, uploading); nil otherwise.
+func startUpload(j *job, uploading bool) trace.Span {
+	if !uploading || !tracing.On() {
 		return nil
 	}
 	_, span := tracing.Start(j.ctx, "upload output", trace.SpanKindClient, tracing.KeyTaskID.String(j.task.ID))

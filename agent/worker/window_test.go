@@ -36,7 +36,7 @@ func windowRun(t *testing.T, workers int64, n int, rtt, run time.Duration) (rate
 	)
 	in := &receiver{src: src, slots: win, observe: win.received, batch: batch,
 		polls: win.most(), pollsNow: win.receives, log: slog.New(slog.DiscardHandler),
-		accept: func(*queue.Message) {
+		accept: func(*queue.Message, func()) {
 			// Receives in flight at once accept at once.
 			mu.Lock()
 			if _, held := win.size(); held > peak {

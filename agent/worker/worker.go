@@ -112,9 +112,8 @@ type Options struct {
 
 // Worker takes tasks from the queue to their outcome: the receiver
 // (receiver.go) receives while there are free slots, the pipeline
-// (pipeline.go) takes each message through validate → route → claim →
-// decide (claim.go) → run → record → finish (finish.go) → ack
-// (handback.go), and the outcome recorder
+// (pipeline.go) takes each message through validate → approve → place →
+// claim → decide → run → record → finish → ack, and the outcome recorder
 // (outcome.go) writes each task's one outcome.
 type Worker struct {
 	// Submitter is the one way a task enters the queue from outside it
@@ -132,6 +131,29 @@ type Worker struct {
 	storeTimeout time.Duration
 }
 
+// spec is one catalog diagnostic as a task's walk uses it, resolved once
+// at New: the walk reads it from its job rather than looking the catalog
+// up and applying defaults at each step.
+type spec struct {
+	// diag is the diagnostic as configured: its argv, and what the hooks
+	// get.
+	diag runner.Diagnostic
+	// run is diag with its defaults (timeout, max_output,
+	// approval_timeout).
+	run runner.Diagnostic
+	// targeted: it runs only on its host's agent (runs_on target).
+	targeted bool
+}
+
+// specsOf resolves every diagnostic of the catalog.
+func specsOf(catalog map[string]runner.Diagnostic) map[string]spec {
+	specs := make(map[string]spec, len(catalog))
+	for name, d := range catalog {
+		specs[name] = spec{diag: d, run: d.WithDefaults(), targeted: d.Targeted()}
+	}
+	return specs
+}
+
 // New builds the worker; Receive runs it.
 func New(o Options) *Worker {
 	submitter := o.Submitter
@@ -141,25 +163,21 @@ func New(o Options) *Worker {
 	outcomes := submitter.outcomes
 	workers := int64(o.Workers)
 	receive := newWindow(workers, int64(o.BatchSize), o.Clock.Now, o.Metrics.ReceiveWindow)
-	p := &pipeline{src: o.Source, marks: o.Store, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
+	specs := specsOf(o.Catalog)
+	p := &pipeline{specs: specs, src: o.Source, store: o.Store, limiter: o.Limiter, runner: o.Runner, hooks: o.Hooks, validator: o.Validator, outcomes: outcomes, drain: o.Drain, clock: o.Clock,
 		log: o.Logger, redactor: o.Redactor, receive: receive, handed: semaphore.NewWeighted(handedHeldMax), run: semaphore.NewWeighted(workers),
 		idle: make(chan struct{}, 1), hard: o.Hard, alerts: o.Alerts, trace: o.Tracing,
-		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals}
+		ranOn: taskview.RanOn{InstanceID: o.InstanceID, Hostname: o.Hostname}, approvals: o.Approvals,
+		uploadMax: o.UploadMax, instanceID: o.InstanceID, lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
 	// As many handlers as the receive window holds, at most, are idle
 	// between bursts.
 	p.goroutines = newHandlerGoroutines(&p.handlers, 2*o.Workers)
 	p.calls = &storeCalls{timeout: o.StoreTimeout, degradedOps: o.Metrics.StateDegraded}
 	p.leases = &leases{store: o.Store, limiter: o.Limiter, calls: p.calls, log: o.Logger, instanceID: o.InstanceID,
 		lease: o.Lease, storeTimeout: o.StoreTimeout, running: map[string]bool{}}
-	p.msgs = &messages{src: o.Source, leases: p.leases, outcomes: outcomes, log: o.Logger}
 	backlog := &recordBacklog{store: o.Store, calls: p.calls, log: o.Logger, hard: o.Hard, handlers: &p.handlers}
-	p.fin = &finisher{store: o.Store, runner: o.Runner, catalog: o.Catalog, redactor: o.Redactor, uploadMax: o.UploadMax,
-		hooks: o.Hooks, outcomes: outcomes, clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs,
-		backlog: backlog}
-	p.claims = &claimer{store: o.Store, limiter: o.Limiter, catalog: o.Catalog, redactor: o.Redactor, outcomes: outcomes,
-		clock: o.Clock, log: o.Logger, calls: p.calls, leases: p.leases, msgs: p.msgs, fin: p.fin, instanceID: o.InstanceID,
-		lease: o.Lease, dedupeKey: o.DedupeKey, stateFail: o.StateFail}
-	p.placer = newPlacer(o.Placement, o.InstanceID, o.Catalog, o.Logger)
+	p.backlog = backlog
+	p.placer = newPlacer(o.Placement, o.InstanceID, specs, o.Logger)
 	r := &receiver{src: o.Source, slots: receive, observe: receive.received, batch: o.BatchSize, log: o.Logger, accept: p.accept, trace: o.Tracing,
 		buffered: func() int { return int(p.waiting.Load()) }, idle: p.idle,
 		polls: receive.most(), pollsNow: receive.receives}
