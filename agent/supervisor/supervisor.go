@@ -82,13 +82,20 @@ func (s *Supervisor) startSince(tr drain.Trigger, action *lifecycle.Action, sinc
 	if !s.drain.Start(tr) {
 		return false
 	}
-	deadline := s.drain.Progress().Deadline
+	p := s.drain.Progress()
+	deadline := p.Deadline
 	// The deadline before the state: a scrape between the two sees a
 	// drain with its deadline, never one whose deadline reads 0.
 	s.m.DrainDeadline.Set(float64(deadline.UnixNano()) / 1e9)
 	s.m.DrainState.Set(1)
-	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", deadline)
-	s.hooks.DrainStarted(s.drain.Progress())
+	// running and queued are the work the drain took on at its start (under
+	// queued: release the unstarted is already handed back). A task is
+	// running from when it has a worker, before its lease and limiter
+	// decision, so its diagnostic may begin after this line: a reader
+	// timing the drain against what was running counts those too.
+	s.log.Info("drain started", "source", tr.Source, "reason", tr.Reason, "deadline", deadline,
+		"running", p.Running, "queued", p.Queued)
+	s.hooks.DrainStarted(p)
 	return true
 }
 

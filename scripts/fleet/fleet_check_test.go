@@ -113,3 +113,57 @@ func TestBusiestOf(t *testing.T) {
 		t.Errorf("busiestOf(no tasks) = %+v, want no window", got)
 	}
 }
+
+// A drain is timed against the work it took on: a task that had its
+// worker at the trigger but whose diagnostic began after it (its lease and
+// limiter decision took a moment on a loaded machine) is the drain's own,
+// while runs beyond what the drain took on are work taken after the intake
+// stopped. Before the "drain started" line said what the drain took on,
+// such a drain counted nothing in flight: "3.8 s with nothing running".
+func TestDrainBound(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	run := func(id, inst string, start, end float64) markRun {
+		return markRun{id: id, host: "node-001", diag: "quick", inst: inst, start: at(start), end: at(end)}
+	}
+	trigger := at(10)
+	tests := []struct {
+		name                    string
+		runs                    []markRun
+		tookOn                  int
+		longest, lateEnd        float64
+		takenOnLate, notTakenOn int
+	}{
+		{"taken on, begun 0.2 s after the trigger", []markRun{run("a", "i-1", 10.2, 13.8)}, 1, 3.8, 3.8, 1, 0},
+		{"begun after the trigger, not taken on", []markRun{run("a", "i-1", 10.2, 13.8)}, 0, 0, 3.8, 0, 1},
+		{"a line that does not say: nothing taken on", []markRun{run("a", "i-1", 10.2, 13.8)}, -1, 0, 3.8, 0, 1},
+		{"the one taken on is the one running", []markRun{run("a", "i-1", 9, 11), run("b", "i-1", 10.5, 17)}, 1, 1, 7, 0, 1},
+		{"the earliest begun are the drain's own", []markRun{run("b", "i-1", 10.9, 19), run("a", "i-1", 10.3, 12)}, 1, 2, 9, 1, 1},
+		{"ended before the trigger, or on another agent", []markRun{run("a", "i-1", 5, 9.9), run("b", "i-2", 9, 30), run("c", "i-2", 11, 30)}, 2, 0, 0, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := drainBoundOf(tt.runs, "i-1", trigger, tt.tookOn)
+			near := func(x, y float64) bool { return x-y < 1e-6 && y-x < 1e-6 }
+			if !near(b.longest, tt.longest) || !near(b.lateEnd, tt.lateEnd) || b.takenOnLate != tt.takenOnLate || b.notTakenOn != tt.notTakenOn {
+				t.Errorf("drainBoundOf = %+v, want longest %.1f, late end %.1f, %d taken on late, %d not taken on",
+					b, tt.longest, tt.lateEnd, tt.takenOnLate, tt.notTakenOn)
+			}
+		})
+	}
+}
+
+func TestTookOnAt(t *testing.T) {
+	for _, tc := range []struct {
+		line map[string]any
+		want int
+	}{
+		{map[string]any{"msg": "drain started", "running": 2.0, "queued": 1.0}, 3},
+		{map[string]any{"msg": "drain started", "running": 0.0, "queued": 0.0}, 0},
+		{map[string]any{"msg": "drain started"}, -1},
+	} {
+		if got := tookOnAt(tc.line); got != tc.want {
+			t.Errorf("tookOnAt(%v) = %d, want %d", tc.line, got, tc.want)
+		}
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 // plot draws fleetsim-tasks.svg (tasks/s sent and ended by outcome, with
 // the freeze, the scale-in and the kills marked), fleetsim-drain.svg (the
-// drain durations against the longest task in flight + 1 s) and
+// drain durations against the longest task taken on before the trigger + 1 s) and
 // fleetsim-drain-inflight.svg (each drain against its own agent's longest
 // run in flight at the trigger).
 func (res *fleetResult) plot(dir string) error {
@@ -158,7 +158,7 @@ func (res *fleetResult) plotDrains(path string) error {
 		}
 		p.Add(h)
 	}
-	if err := marker(p, "longest task in flight at a trigger + 1 s", d.LongestInFlight+1, float64(max(1, d.Count/2)), color.RGBA{R: 220, A: 255}, []vg.Length{vg.Points(6), vg.Points(3)}); err != nil {
+	if err := marker(p, "longest task taken on before a trigger + 1 s", d.LongestInFlight+1, float64(max(1, d.Count/2)), color.RGBA{R: 220, A: 255}, []vg.Length{vg.Points(6), vg.Points(3)}); err != nil {
 		return err
 	}
 	if err := p.Save(8*vg.Inch, 4*vg.Inch, path); err != nil {
