@@ -86,14 +86,7 @@ func TestSQSHoldKeepsQueuedMessages(t *testing.T) {
 	)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		srv, client, url := bubbleFixture(t, vis)
-		w := &warnings{}
-		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis, Logger: slog.New(w)})
-		for range pending {
-			if _, err := q.Send(ctx, []byte("task")); err != nil {
-				t.Fatal(err)
-			}
-		}
+		srv, q, w := sentFixture(t, vis, pending)
 		received := time.Now()
 		ms, err := q.Receive(ctx, pending)
 		if err != nil || len(ms) != pending {
@@ -289,14 +282,7 @@ func TestSQSHoldSharesCalls(t *testing.T) {
 	)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		srv, client, url := bubbleFixture(t, vis)
-		w := &warnings{}
-		q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis, Logger: slog.New(w)})
-		for range pending {
-			if _, err := q.Send(ctx, []byte("task")); err != nil {
-				t.Fatal(err)
-			}
-		}
+		srv, q, w := sentFixture(t, vis, pending)
 		start := time.Now()
 		var ms []*queue.Message
 		var releases []func()
@@ -396,4 +382,19 @@ func checkDeletedOnce(t *testing.T, srv *sqsfake.Server, want int) {
 			t.Errorf("message %s received %d times, want 1", h.ID, h.ReceiveCount)
 		}
 	}
+}
+
+// sentFixture is bubbleFixture's server with n messages sent to "tasks",
+// and a queue over it (1 s polls) whose warnings w collects.
+func sentFixture(t *testing.T, vis time.Duration, n int) (*sqsfake.Server, *queue.SQS, *warnings) {
+	t.Helper()
+	srv, client, url := bubbleFixture(t, vis)
+	w := &warnings{}
+	q := queue.NewSQS(client, queue.SQSOptions{QueueURL: url, WaitTime: time.Second, VisibilityTimeout: vis, Logger: slog.New(w)})
+	for range n {
+		if _, err := q.Send(context.Background(), []byte("task")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv, q, w
 }
