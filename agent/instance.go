@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +78,11 @@ type presence struct {
 	// its maxclients every open.ServerClientsEvery, after a record write that
 	// succeeded: autodiag_redis_server_clients, and a warning on crossing
 	// open.NearMaxclients. serverAt and serverNear are the run loop's own.
-	server     func(context.Context) (open.ServerClients, error)
+	server func(context.Context) (open.ServerClients, error)
+	// putMu makes the writes one at a time: the refresh loop and the
+	// drain's end (drainedPresence) both put, and a put's server sample
+	// keeps serverAt and serverNear.
+	putMu      sync.Mutex
 	serverAt   time.Time
 	serverNear bool
 }
@@ -118,6 +123,8 @@ func (p *presence) ttl() time.Duration {
 // agent still writes its last record. The write is the store check
 // (autodiag_redis_up): a store that took it answers.
 func (p *presence) put(ctx context.Context, ttl time.Duration) {
+	p.putMu.Lock()
+	defer p.putMu.Unlock()
 	st := p.drain.State().String()
 	if p.launchState != nil && p.drain.State() == drain.Running {
 		if ls := p.launchState(); ls != "" {
