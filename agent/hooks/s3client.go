@@ -314,16 +314,5 @@ func s3DNSSuffix(region string) string {
 	return "amazonaws.com"
 }
 
-// s3ValidRegion: a host label of letters, digits and '-', not starting
-// with '-' (the region becomes part of the host name).
-func s3ValidRegion(r string) bool {
-	if r == "" || len(r) > 63 || r[0] == '-' {
-		return false
-	}
-	for _, ch := range r {
-		if !(ch == '-' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z') {
-			return false
-		}
-	}
-	return true
-}
+// s3ValidRegion: one host label (S3's regions have no dots).
+func s3ValidRegion(r string) bool { return awsconf.HostLabel(r) }

@@ -435,17 +435,11 @@ func (c *jsonClient) resolve(region string, fips bool) (*url.URL, error) {
 	return u, nil
 }
 
-// validRegion: dot-separated host labels of letters, digits and '-', not
-// starting with '-' (a region becomes part of a host name).
+// validRegion: dot-separated host labels (awsconf.HostLabel).
 func validRegion(r string) bool {
 	for _, l := range strings.Split(r, ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' {
+		if !awsconf.HostLabel(l) {
 			return false
-		}
-		for _, ch := range l {
-			if !(ch == '-' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z') {
-				return false
-			}
 		}
 	}
 	return true

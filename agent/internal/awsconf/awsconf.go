@@ -162,3 +162,17 @@ func Do(ctx context.Context, r aws.RetryerV2, attempt func(n int) error) error {
 		}
 	}
 }
+
+// HostLabel reports whether l is one host-name label of letters, digits
+// and '-', not starting with '-' (a region becomes part of a host name).
+func HostLabel(l string) bool {
+	if l == "" || len(l) > 63 || l[0] == '-' {
+		return false
+	}
+	for _, ch := range l {
+		if !(ch == '-' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
