@@ -4,12 +4,12 @@
 # It installs what is missing (Debian's redis-server and, for promtool,
 # prometheus; the pinned amazon-ec2-metadata-mock and golangci-lint, which
 # have no Debian package, built once per machine into the tools cache and
-# linked into .tmp/bin), starts a
-# redis-server and a 3-master Redis Cluster on free loopback ports, exports
-# their addresses to the tests, runs gofmt, go vet, golangci-lint
-# (.golangci.yml), promtool on the Prometheus rules in deploy/prometheus and
-# go test -race over the whole module, and stops everything it started,
-# whatever happens.
+# linked into .tmp/bin), starts a redis-server and a 3-master Redis
+# Cluster on free loopback ports, exports their addresses to the tests,
+# runs gofmt, golangci-lint (.golangci.yml; go vet's analyzers among its
+# own), promtool on the Prometheus rules in deploy/prometheus and go test
+# -race over the whole module, and stops everything it started, whatever
+# happens.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./limiter/...   # only these packages (same services)
@@ -26,6 +26,8 @@
 #   AUTODIAG_TEST_REDIS_CLUSTER_ADDRS  comma-separated seeds of the cluster
 #   AUTODIAG_TEST_EC2_METADATA_MOCK    path of the ec2-metadata-mock binary
 #   AUTODIAG_TF_PLUGIN_DIR             offline Terraform providers, when present
+#   AUTODIAG_TEST_BUILD_LOCK           held while the agent and ec2-metadata-mock
+#                                      build in the background (testenv.WaitForBuilds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -69,18 +71,18 @@ phase() {
 	[[ -z $1 ]] || log "$1"
 }
 
-declare -A tool_pid=()
+builds_pid=""
 redis_pid=""
 cluster_base=""
 cluster_dir=""
 cleanup() {
-	local rc=$? p
-	# A tool build still running in the background (an early failure):
-	# stopped with its go command, not left behind.
-	for p in "${tool_pid[@]}"; do
-		pkill -TERM -P "$p" 2>/dev/null || true
-		kill "$p" 2>/dev/null || true
-	done
+	local rc=$?
+	# The background builds or lint still running (an early failure):
+	# stopped with their go command, not left behind.
+	if [[ -n $builds_pid ]]; then
+		pkill -TERM -P "$builds_pid" 2>/dev/null || true
+		kill "$builds_pid" 2>/dev/null || true
+	fi
 	if [[ -n $redis_pid ]]; then
 		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
 	fi
@@ -121,10 +123,6 @@ install_deb() {
 	fi
 	DEBIAN_FRONTEND=noninteractive flock "${TMPDIR:-/tmp}/autodiag-apt.lock" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
 }
-phase "apt (redis-server, prometheus)"
-install_deb redis-server redis-server redis-cli
-install_deb prometheus promtool
-
 # install_tool NAME VERSION PACKAGE: puts the pinned tool into $bin.
 # Tools are built from source through the module proxy (the only registry a
 # machine here reaches: no release binaries), which takes minutes for
@@ -157,8 +155,8 @@ install_tool() {
 	fi
 	(
 		if command -v flock >/dev/null; then
-			exec 9>"$tools_cache/.$name.lock"
-			flock 9
+			exec 8>"$tools_cache/.$name.lock"
+			flock 8
 		fi
 		if [[ ! -x $dir/$name ]]; then
 			log "building $name $version with $go_version into $dir (from source: minutes)"
@@ -177,49 +175,107 @@ install_tool() {
 	ln "$dir/$name" "$bin/$name" 2>/dev/null || cp -p "$dir/$name" "$bin/$name"
 	echo "$key" >"$bin/.$name.version"
 }
-# start_tool NAME VERSION PACKAGE: install_tool in the background. A tool
-# built from source on a fresh machine is minutes of compile that does not
-# depend on the module: it runs beside the module's download, services and
-# vet, filling the cores their serial stretches (downloads, links, the
-# largest packages) leave idle, and is waited for just before its first use
-# (wait_tool), in a phase named after it. The build says its own wall and
-# CPU seconds.
-start_tool() {
-	local name=$1
-	(
-		t0=$SECONDS
-		[[ $name != golangci-lint || -z $agent_build ]] || build_agent
-		install_tool "$@"
-		times >"$work/$name.times"
-		log "$name ready after $((SECONDS - t0))s (cpu $(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/$name.times")s)$([[ $name != golangci-lint || -z $agent_build ]] || echo ", the e2e agent's build first"), beside the other phases"
-	) &
-	tool_pid[$name]=$!
-}
-wait_tool() {
-	phase "wait for $1"
-	wait "${tool_pid[$1]}" || { log "installing $1 failed"; exit 1; }
-}
-# The end-to-end tests' agent (cmd/autodiag's TestMain, internal/harness
-# Build) is compiled here, first in the golangci-lint build's job, with
-# harness.Build's settings (the release's; TestHarnessBuildIsReleaseBuild
-# keeps the line below in step): the agent and its dependencies, ~210 CPU s
-# cold, compile beside vet instead of inside go test, and the release check
-# that runs beside this script finds them built. One job, not two at once:
-# two go commands compiling the same packages at the same time both compile
-# them (the build cache shares only what is finished), so the standard
-# library is compiled once, by the agent's build, and golangci-lint and
-# ec2-metadata-mock (started after vet) take it from the cache.
+# The background builds. A fresh machine compiles three things besides the
+# module's race build for the tests: the end-to-end tests' agent with the
+# release's settings (internal/harness Build), ec2-metadata-mock and
+# golangci-lint (built from source: no package ships it). They do not
+# depend on the tests' compile, so one job builds them, in that order,
+# from this script's first second: beside the apt install, the module
+# download, the services and go test's own compile, filling the cores
+# their serial stretches (downloads, links, the largest packages) leave
+# idle. One job, not three: two go commands compiling the same packages at
+# the same time both compile them (the build cache shares only what is
+# finished), so the standard library is compiled once, by the agent's
+# build, and the two tools take it from the cache.
+#
+# The tests that need the first two wait for them on a lock
+# (internal/testenv WaitForBuilds, by AUTODIAG_TEST_BUILD_LOCK): the job
+# holds it until the agent and the mock are built, or until it ends,
+# whatever its outcome. .ci/run opens the lock before it starts the
+# release check (which waits on it too, so the agent is compiled once for
+# both) and hands it here on descriptor 9; run alone, this script takes
+# its own.
+pkgs=("$@")
+# The whole module: ./cmd/autodiag named first (go lists each package
+# once), so go test compiles and starts its binary first: its run is the
+# longest (the end-to-end tests, ~450 s), and started last it would run
+# alone at the end with a core idle.
+[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./cmd/autodiag ./...)
 agent_build=""
 for p in "${@:-./...}"; do
 	[[ $p != ./... && $p != ./cmd* ]] || agent_build=1
 done
+if [[ -z ${AUTODIAG_TEST_BUILD_LOCK:-} || -z ${AUTODIAG_BUILD_LOCK_FD9:-} ]] || ! { true >&9; } 2>/dev/null; then
+	export AUTODIAG_TEST_BUILD_LOCK=$work/builds.lock
+	exec 9>"$AUTODIAG_TEST_BUILD_LOCK"
+	flock 9
+fi
+unset AUTODIAG_BUILD_LOCK_FD9
+# job_cpu: the CPU seconds of the background job's children so far, from
+# its last `times` (in $work/builds.times).
+job_cpu() {
+	awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/builds.times"
+}
+# run_lint: golangci-lint over the packages tested, with -race in GOFLAGS:
+# it compiles each dependency for its export data (go list -export), and
+# with the tests' flags it shares their compile (without -race it would
+# compile the module and its dependencies a second time: a fifth of a
+# cold run on 2 cores); it then checks the race build's files
+# (race_on_test.go, not race_off_test.go: a constant each). Its govet
+# runs go vet's analyzers (.golangci.yml: the standard set), which is why
+# there is no separate go vet, nor go test's own vet step (-vet=off).
+# Several worktrees share this machine and its lint cache (safe for
+# concurrent use, like the Go build cache): run beside them, not after.
+lint_bin=golangci-lint
+run_lint() {
+	GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" nice -n "${1:-0}" "$lint_bin" run --allow-parallel-runners "${pkgs[@]}"
+}
 build_agent() {
-	log "building the e2e tests' agent (release settings) beside vet"
+	log "building the e2e tests' agent (release settings) in the background"
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/autodiag-e2e" ./cmd/autodiag ||
 		{ log "building the e2e tests' agent failed"; exit 1; }
 	rm -f "$work/autodiag-e2e"
 }
-start_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+# Where lint runs. Beside the tests, at a lower priority, once
+# golangci-lint is ready (the end of this job): the tests leave a core
+# idle for much of their run (they wait on agents, servers and timers).
+# Before them only when golangci-lint is already built and the Go build
+# cache is empty: beside go test's compile, lint would compile the same
+# race build a second time at the same moment.
+lint_beside=1
+if [[ -x $tools_cache/golangci-lint-$GOLANGCI_LINT_VERSION-$go_version/golangci-lint &&
+	-z $(ls -A "$(go env GOCACHE)" 2>/dev/null) ]]; then
+	lint_beside="" lint_bin=$tools_cache/golangci-lint-$GOLANGCI_LINT_VERSION-$go_version/golangci-lint
+fi
+(
+	# The lock is released however this job ends: a failed build must not
+	# leave the tests waiting until go test's timeout.
+	trap 'flock -u 9' EXIT
+	t0=$SECONDS
+	[[ -z $agent_build ]] || build_agent
+	install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
+	flock -u 9
+	times >"$work/builds.times"
+	log "background builds: $([[ -z $agent_build ]] || echo "the e2e agent and ")ec2-metadata-mock ready after $((SECONDS - t0))s (cpu $(job_cpu)s)"
+	t0=$SECONDS
+	install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	times >"$work/builds.times"
+	log "background builds: golangci-lint ready after $((SECONDS - t0))s more (cpu $(job_cpu)s in all)"
+	[[ -n $lint_beside ]] || exit 0
+	cpu0=$(job_cpu) t0=$SECONDS rc=0
+	run_lint 10 >"$work/lint.log" 2>&1 || rc=$?
+	times >"$work/builds.times"
+	echo "golangci-lint: exit $rc after $((SECONDS - t0))s (cpu $(($(job_cpu) - cpu0))s), beside the tests" >>"$work/lint.log"
+	exit "$rc"
+) &
+builds_pid=$!
+# This shell's descriptor 9 is closed (the job keeps the lock): the
+# services and go test started below do not inherit it.
+exec 9>&-
+
+phase "apt (redis-server, prometheus)"
+install_deb redis-server redis-server redis-cli
+install_deb prometheus promtool
 
 # The module's own dependencies, in a phase of their own: on a fresh
 # machine the download is network time, not build time.
@@ -304,12 +360,6 @@ if [[ -d /opt/tf-plugins && -z ${AUTODIAG_TF_PLUGIN_DIR:-} ]]; then
 fi
 
 # --- checks --------------------------------------------------------------------
-pkgs=("$@")
-# The whole module: ./cmd/autodiag named first (go lists each package
-# once), so go test compiles and starts its binary first: its run is the
-# longest (the end-to-end tests, ~450 s), and started last it would run
-# alone at the end with a core idle.
-[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./cmd/autodiag ./...)
 
 phase "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tmp/*'))
@@ -318,34 +368,22 @@ if [[ -n $unformatted ]]; then
 	echo "$unformatted" >&2
 	exit 1
 fi
-# A fresh machine compiles the module and its dependencies here (minutes):
-# say so before the silence.
-if [[ -z $(ls -A "$(go env GOCACHE)" 2>/dev/null) ]]; then
-	log "empty Go build cache: the first go vet -race compiles every dependency (minutes on 2 cores)"
-fi
-# go vet and golangci-lint with -race: both compile each dependency for
-# its export data (golangci-lint through go list -export), and with the
-# same flags as the tests below, go test -race finds every one in the build
-# cache. Without -race they compile the module and its dependencies a
-# second time, without the race detector: a fifth of a cold run on 2
-# cores. Both then check the race build's files (race_on_test.go, not
-# race_off_test.go: a constant each).
-phase "go vet -race ${pkgs[*]}"
-go vet -race "${pkgs[@]}"
-start_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
-# Several worktrees share this machine and its lint cache (safe for
-# concurrent use, like the Go build cache): run beside them, not after.
-wait_tool golangci-lint
-phase "golangci-lint run (GOFLAGS -race) ${pkgs[*]}"
-GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" golangci-lint run --allow-parallel-runners "${pkgs[@]}"
 # Seconds, whatever packages were asked for: the rules are not Go, so no
 # package pattern selects them.
 log "promtool: $(promtool --version 2>&1 | head -1)"
 phase "promtool check rules, test rules"
 promtool check rules deploy/prometheus/autodiag-rules.yml
 promtool test rules deploy/prometheus/autodiag-rules_test.yml
-wait_tool ec2-metadata-mock
-phase "go test -race ${pkgs[*]}"
+if [[ -z $lint_beside ]]; then
+	phase "golangci-lint run (GOFLAGS -race) ${pkgs[*]}"
+	run_lint
+fi
+# A fresh machine compiles the module and its dependencies here (minutes):
+# say so before the silence.
+if [[ -z $(ls -A "$(go env GOCACHE)" 2>/dev/null) ]]; then
+	log "empty Go build cache: go test -race compiles every dependency first (minutes on 2 cores)"
+fi
+phase "go test -race ${pkgs[*]}${lint_beside:+ (golangci-lint beside it, once built)}"
 # Two cores: at most two test binaries at once.
 run=()
 [[ -z ${AUTODIAG_TEST_RUN:-} ]] || run=(-run "$AUTODIAG_TEST_RUN")
@@ -354,16 +392,26 @@ run=()
 export AUTODIAG_TEST_RUNS=$work/test-runs
 : >"$AUTODIAG_TEST_RUNS"
 test_rc=0
-# -vet=off: go vet -race above ran every analyzer go test's own vet step
-# would (a subset of vet's defaults) on the same packages and files; run
-# again here they are tens of CPU seconds on a fresh machine for nothing.
+# -vet=off: golangci-lint's govet runs every analyzer go test's own vet
+# step would (a subset of vet's defaults) on the same packages and files;
+# run here too they are tens of CPU seconds on a fresh machine for nothing.
 # -ldflags=-w: the test binaries are linked without DWARF, which nothing
 # here reads (a panic's or a race report's stack comes from the runtime's
 # own tables): the race link of ./agent's tests takes 3.8 CPU s instead
 # of 4.9, and each of the 48 packages with tests links one. The compiles,
-# shared with vet and golangci-lint above, do not change.
+# shared with golangci-lint, do not change.
 go test -race -vet=off -ldflags=-w -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
 	log "test binaries ran $(awk '{ s += $1 } END { printf "%d", s + 0.5 }' "$AUTODIAG_TEST_RUNS")s in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $2); printf "%s%s %ds", (NR > 1 ? ", " : ""), $2, $1 + 0.5 }')"
 fi
+phase "wait for the background builds${lint_beside:+ and golangci-lint run (GOFLAGS -race, beside the tests) ${pkgs[*]}}"
+job_rc=0
+wait "$builds_pid" || job_rc=$?
+builds_pid=""
+if [[ -f $work/lint.log ]]; then
+	cat "$work/lint.log" >&2
+elif ((job_rc != 0)); then
+	log "the background builds failed (exit $job_rc)"
+fi
+((test_rc != 0)) || test_rc=$job_rc
 exit "$test_rc"

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/autodiag/autodiag/internal/testenv"
 )
 
 // Process is a child started in a process group of its own, so that it
@@ -205,6 +207,11 @@ var (
 // release's settings (ReleaseEnv, ReleaseFlags, ReleaseLdflags, no
 // version stamp), and returns the binary's path.
 func Build(ctx context.Context, dir string) (string, error) {
+	// Under scripts/test.sh the agent is being built with these settings
+	// in the background: link it from the build cache once that ends.
+	if err := testenv.WaitForBuilds(); err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "autodiag")
 	args := append([]string{"build"}, ReleaseFlags...)
 	args = append(args, "-ldflags="+ReleaseLdflags, "-o", bin, "github.com/autodiag/autodiag/cmd/autodiag")

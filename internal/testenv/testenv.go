@@ -36,8 +36,13 @@ func RedisClusterAddrs(tb testing.TB) []string {
 	return strings.Split(Require(tb, "AUTODIAG_TEST_REDIS_CLUSTER_ADDRS", "scripts/test.sh starts a 3-master cluster"), ",")
 }
 
-// EC2MetadataMock is the path of AWS's ec2-metadata-mock binary.
+// EC2MetadataMock is the path of AWS's ec2-metadata-mock binary, once
+// scripts/test.sh's background build of it has ended (WaitForBuilds).
 func EC2MetadataMock(tb testing.TB) string {
 	tb.Helper()
-	return Require(tb, "AUTODIAG_TEST_EC2_METADATA_MOCK", "scripts/test.sh installs ec2-metadata-mock v1.13.0")
+	path := Require(tb, "AUTODIAG_TEST_EC2_METADATA_MOCK", "scripts/test.sh installs ec2-metadata-mock v1.13.0")
+	if err := WaitForBuilds(); err != nil {
+		tb.Fatal(err)
+	}
+	return path
 }
