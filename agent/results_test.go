@@ -49,7 +49,7 @@ func TestTaskRecordAPI(t *testing.T) {
 		if !strings.Contains(string(body), `"report": null`) {
 			t.Errorf("%s: report is not present as null: %s", id, body)
 		}
-		if v.Severity != "high" || v.Alert == nil || v.Alert.Name != "Disk" || v.ReceivedAt == nil || v.FinishedAt == nil || v.Status != "done" {
+		if v.Severity != "high" || v.Alert == nil || v.Alert.Name != "Disk" || v.ReceivedAt.IsZero() || v.FinishedAt.IsZero() || v.Status != "done" {
 			t.Errorf("%s: %s, want severity, alert, received and finished times, status done", id, body)
 		}
 		views[v.Outcome] = v

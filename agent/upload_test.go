@@ -292,8 +292,8 @@ func TestUploadFailureDoesNotFailTheTask(t *testing.T) {
 			f := startFakeS3(t, "diag-out")
 			tc.breakS3(f)
 			rec, a := runUploadTask(t, f, "    bucket: diag-out\n", raw)
-			if rec.Outcome != outcome.Succeeded || rec.Status != state.StatusDone || rec.ExitCode != 0 {
-				t.Errorf("record %s %s exit %d, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
+			if rec.Outcome != outcome.Succeeded || rec.Status != state.StatusDone || rec.ExitCode == nil || *rec.ExitCode != 0 {
+				t.Errorf("record %s %s exit %v, want done, succeeded, exit 0", rec.Status, rec.Outcome, rec.ExitCode)
 			}
 			if rec.OutputUpload != hooks.OutputUploadFailed || rec.OutputURL != "" {
 				t.Errorf("output_upload %q output_url %q, want failed and none", rec.OutputUpload, rec.OutputURL)

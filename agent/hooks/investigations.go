@@ -88,8 +88,7 @@ func (at *agentTasks) Submit(ctx context.Context, s investigate.TaskSpec) (inves
 				RanOn: rec.RanOn}
 			switch rec.Outcome {
 			case outcome.Succeeded, outcome.Failed, outcome.TimedOut:
-				code := rec.ExitCode
-				out.ExitCode = &code
+				out.ExitCode = new(rec.Exit())
 			}
 			if len(rec.Limiter) > 0 {
 				out.Reason += " " + string(rec.Limiter)

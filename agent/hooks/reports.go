@@ -245,8 +245,7 @@ func EvidenceOf(rec state.TaskRecord, diag *runner.Diagnostic) report.Evidence {
 	if diag != nil {
 		ev.Argv = diag.WithDefaults().Args(rec.Host, rec.ID, rec.Params)
 	}
-	if rec.ExitCode >= 0 && rec.Outcome != outcome.TimedOut {
-		code := rec.ExitCode
+	if code := rec.Exit(); code >= 0 && rec.Outcome != outcome.TimedOut {
 		ev.ExitCode = &code
 	}
 	if !rec.StartedAt.IsZero() && rec.FinishedAt.After(rec.StartedAt) {

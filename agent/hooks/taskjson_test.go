@@ -1,10 +1,13 @@
 package hooks
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,7 +28,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of TestTaskJSO
 func taskRecords() map[string]state.TaskRecord {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.FixedZone("BRT", -3*3600))
 	full := state.TaskRecord{ID: "t-1", Status: state.StatusDone, Owner: "i-0abc", Attempts: 2, Host: "web-1",
-		Diagnostic: "df", StartedAt: at, FinishedAt: at.Add(1500 * time.Millisecond), ExitCode: 3,
+		Diagnostic: "df", StartedAt: at, FinishedAt: at.Add(1500 * time.Millisecond), ExitCode: new(3),
 		Output: "line 1\nline 2\n", Truncated: true, Outcome: outcome.Failed, Reason: "exit status 3",
 		Params: map[string]string{"path": "/var", "depth": "2"}, Severity: "critical",
 		Origin: "investigation", Parent: "t-0", Investigation: "inv-1", Step: 2,
@@ -35,7 +38,7 @@ func taskRecords() map[string]state.TaskRecord {
 		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		RanOn: &taskview.RanOn{InstanceID: "i-0abc", Hostname: "ip-10-0-1-5"}}
 	notStarted := state.TaskRecord{ID: "t-2", Status: state.StatusDone, Attempts: 1, Host: "web-2", Diagnostic: "df",
-		ExitCode: -1, Outcome: outcome.Failed, Reason: "start /nonexistent: no such file", FinishedAt: at,
+		ExitCode: new(-1), Outcome: outcome.Failed, Reason: "start /nonexistent: no such file", FinishedAt: at,
 		RanOn: &taskview.RanOn{InstanceID: "i-0def", Hostname: "ip-10-0-2-7"}}
 	limited := state.TaskRecord{ID: "t-3", Status: state.StatusDone, Host: "web-3", Diagnostic: "uptime",
 		Outcome: outcome.RateLimited, Reason: "daily", Limiter: json.RawMessage(`{"rule":"default","limit":"daily"}`)}
@@ -83,4 +86,98 @@ func TestTaskJSON(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRecordAcrossVersions pins what a rolling upgrade needs of the
+// stored record, against testdata/task_*_record_main.json: the records
+// of taskRecords as agents wrote them before the record's fields were
+// folded into taskview.Task (frozen; -update leaves them alone).
+//
+// Forward: this version reads each frozen record to the record it was
+// written from (equal re-encoded, where a wrong value shows: a nil
+// report is left out, null is not; the exit code is compared by Exit).
+// Backward: what this
+// version writes reads in an earlier agent to the values the frozen
+// record does. That agent decodes with encoding/json into a struct whose
+// fields are strings, ints, bools, times, maps, pointers and
+// json.RawMessage, so a key absent and a key holding "", 0 or false read
+// alike; anything else (null above all: a RawMessage reads it as a
+// value) must be byte for byte the same.
+func TestRecordAcrossVersions(t *testing.T) {
+	for name, rec := range taskRecords() {
+		t.Run(name, func(t *testing.T) {
+			frozen, err := os.ReadFile(filepath.Join("testdata", "task_"+name+"_record_main.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			written, err := json.Marshal(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var read state.TaskRecord
+			if err := json.Unmarshal(frozen, &read); err != nil {
+				t.Fatal(err)
+			}
+			// An earlier record of a task that never ran says exit_code 0,
+			// read now as a pointer to 0 where this version keeps nil;
+			// every reader goes through Exit or View, where the two are
+			// the same.
+			if read.Exit() != rec.Exit() {
+				t.Errorf("forward: exit code %d, want %d", read.Exit(), rec.Exit())
+			}
+			read.ExitCode = rec.ExitCode
+			reread, err := json.Marshal(read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(reread) != string(written) {
+				t.Errorf("forward: the earlier record reads as\n%s\nwant\n%s", reread, written)
+			}
+
+			var was, is map[string]json.RawMessage
+			if err := json.Unmarshal(frozen, &was); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(written, &is); err != nil {
+				t.Fatal(err)
+			}
+			keys := slices.Concat(slices.Collect(maps.Keys(was)), slices.Collect(maps.Keys(is)))
+			slices.Sort(keys)
+			for _, k := range slices.Compact(keys) {
+				a, aok := was[k]
+				b, bok := is[k]
+				switch {
+				case aok && bok:
+					if !jsonEqual(t, a, b) {
+						t.Errorf("backward: %q was %s, is %s", k, a, b)
+					}
+				case !zeroJSON(a) || !zeroJSON(b):
+					t.Errorf("backward: %q was %s, is %s: an absent key does not read as that", k, a, b)
+				}
+			}
+		})
+	}
+}
+
+// zeroJSON reports whether v (nil: the key is absent) decodes into a
+// string, int or bool field as its zero value, as an absent key does.
+func zeroJSON(v json.RawMessage) bool {
+	switch string(v) {
+	case "", `""`, "0", "false":
+		return true
+	}
+	return false
+}
+
+func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
+	t.Helper()
+	var ca, cb bytes.Buffer
+	if err := json.Compact(&ca, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Compact(&cb, b); err != nil {
+		t.Fatal(err)
+	}
+	return ca.String() == cb.String()
 }

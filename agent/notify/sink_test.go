@@ -27,7 +27,7 @@ func testEvent() Event {
 			Severity: "critical", Alert: &taskview.Alert{Source: "alertmanager", Name: "DiskFull", EventID: "ev-9"},
 			Status: "finished", Outcome: "failed", Attempts: 1, Owner: "i-0123456789abcdef0",
 			RanOn:     &taskview.RanOn{InstanceID: "i-0123456789abcdef0", Hostname: "ip-10-0-1-17"},
-			StartedAt: &start, FinishedAt: &end, ExitCode: &code,
+			StartedAt: start, FinishedAt: end, ExitCode: &code,
 			Output: "Filesystem Size Used Avail Use% Mounted on\n/dev/nvme0n1p1 8.0G 8.0G 0 100% /var\n<html> & ``` fences\n"}}
 }
 

@@ -74,8 +74,8 @@ func SlackMessage(ev Event) SlackPayload {
 	case ev.Task != nil:
 		t := ev.Task
 		title = fmt.Sprintf("%s %s: %s on %s", icon(ev.Type), headline(ev.Type, t.Outcome), t.Diagnostic, t.Host)
-		if t.StartedAt != nil && t.FinishedAt != nil {
-			field("Duration", t.FinishedAt.Sub(*t.StartedAt).Round(time.Millisecond).String())
+		if !t.StartedAt.IsZero() && !t.FinishedAt.IsZero() {
+			field("Duration", t.FinishedAt.Sub(t.StartedAt).Round(time.Millisecond).String())
 		}
 		field("Attempts", fmt.Sprint(t.Attempts))
 		field("Agent", firstNonEmpty(t.Owner, ev.InstanceID))

@@ -26,7 +26,7 @@ func ExampleNewRedis() {
 	switch c.Result {
 	case state.Claimed: // run it, renewing the lease while it runs
 		done := c.Record
-		done.Outcome, done.ExitCode = "succeeded", 0
+		done.Outcome, done.ExitCode = "succeeded", new(0)
 		_ = store.Finish(ctx, done, state.FinishExtras{})
 	case state.HeldElsewhere: // hide the message for c.LeaseRemaining
 		fmt.Println("running elsewhere for", c.LeaseRemaining)

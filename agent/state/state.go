@@ -41,60 +41,29 @@ const (
 	StatusInterrupted = "interrupted"
 )
 
-// TaskRecord is the durable record of one task id (autodiag:task:<id>).
-type TaskRecord struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Owner    string `json:"owner,omitempty"`
-	Attempts int    `json:"attempts"`
-	Host     string `json:"host,omitempty"`
-	// HostAsSent is the host as the task named it when that was another
-	// name of the machine (an address, a DNS name, the instance id) and
-	// Host is the machine's canonical name; empty when they are the same.
-	HostAsSent string    `json:"host_as_sent,omitempty"`
-	Diagnostic string    `json:"diagnostic,omitempty"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-	ExitCode   int       `json:"exit_code"`
-	Output     string    `json:"output,omitempty"`
-	Truncated  bool      `json:"truncated,omitempty"`
-	Outcome    string    `json:"outcome,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	// RanOn is the agent that ran the diagnostic, set as the run starts
-	// and written with its result; nil for a task that never ran.
-	RanOn *taskview.RanOn `json:"ran_on,omitempty"`
+// TaskRecord is the durable record of one task id (autodiag:task:<id>):
+// a taskview.Task as stored, so the fields are listed once, there. Its
+// JSON (MarshalJSON) is the view's but for the report, left out while
+// there is none; View makes the view from it. A record written before a
+// field existed reads with it empty; TraceURL is the view's and stays
+// empty in a record.
+type TaskRecord taskview.Task
 
-	// What the task asked for and why it ended, for GET /v1/tasks/{id}
-	// and notifications; a record written before these existed reads
-	// with them empty.
-	Params   map[string]string `json:"params,omitempty"`
-	Severity string            `json:"severity,omitempty"`
-	// Origin, Parent, Investigation and Step are those of an
-	// investigation's tool call (task.Task's).
-	Origin        string          `json:"origin,omitempty"`
-	Parent        string          `json:"parent,omitempty"`
-	Investigation string          `json:"investigation,omitempty"`
-	Step          int             `json:"step,omitempty"`
-	Alert         *taskview.Alert `json:"alert,omitempty"`
-	ReceivedAt    time.Time       `json:"received_at,omitzero"`
-	// OutputURL is where the whole (redacted) output was uploaded; empty
-	// when it was not.
-	OutputURL string `json:"output_url,omitempty"`
-	// OutputUpload is "failed" when the upload was tried and failed.
-	OutputUpload string `json:"output_upload,omitempty"`
-	// Limiter is the limiter's decision summary (rule, limit, counters)
-	// of a denied task, as JSON the agent shapes.
-	Limiter json.RawMessage `json:"limiter,omitempty"`
-	// Report is the root-cause report, as JSON; empty until one is made.
-	Report json.RawMessage `json:"report,omitempty"`
-	// TraceID is the task's trace (its process span's) when tracing is
-	// on; SpanID that span's id when the trace is sampled, the parent of
-	// the notification and report spans.
-	TraceID string `json:"trace_id,omitempty"`
-	SpanID  string `json:"span_id,omitempty"`
-	// Approval is who approved or denied the task, when, why and via
-	// what, for a diagnostic with approval: required; nil otherwise.
-	Approval *taskview.Approval `json:"approval,omitempty"`
+// MarshalJSON writes the stored form. An absent report is left out, not
+// written as null: null would read back, here and in agents of earlier
+// versions, as a report of four bytes. (Before the fields were folded
+// into taskview.Task the record also left out an empty host, diagnostic,
+// outcome, output, truncated and exit code and kept an empty status; each
+// reads back as the same value either way, in this version and earlier
+// ones; TestRecordAcrossVersions pins both directions.)
+func (r TaskRecord) MarshalJSON() ([]byte, error) {
+	type stored struct {
+		taskview.Task
+		// Report is at depth 0, so encoding/json takes it over the
+		// Task's.
+		Report json.RawMessage `json:"report,omitempty"`
+	}
+	return json.Marshal(stored{Task: taskview.Task(r), Report: r.Report})
 }
 
 // FinishExtras are the writes that belong to a task's end besides its

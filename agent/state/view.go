@@ -8,42 +8,48 @@ import (
 )
 
 // View is the record as it leaves the agent (GET /v1/tasks/{id},
-// `autodiag show`, notification events): times in UTC and absent when
-// unset, the exit code only when the diagnostic ran, and the trace's link
-// made by link (tracing.Link; nil: none).
+// `autodiag show`, notification events): times in UTC, the exit code
+// only when the diagnostic ran, and the trace's link made by link
+// (tracing.Link; nil: none). It shares nothing the caller could change
+// with the record.
 func (r TaskRecord) View(link func(traceID string) string) taskview.Task {
-	v := taskview.Task{ID: r.ID, Host: r.Host, HostAsSent: r.HostAsSent, Diagnostic: r.Diagnostic, Params: r.Params, Severity: r.Severity,
-		Status: r.Status, Outcome: r.Outcome, Reason: r.Reason, Attempts: r.Attempts, Owner: r.Owner,
-		ReceivedAt: timePtr(r.ReceivedAt), StartedAt: timePtr(r.StartedAt), FinishedAt: timePtr(r.FinishedAt),
-		Output: r.Output, Truncated: r.Truncated, OutputURL: r.OutputURL, OutputUpload: r.OutputUpload, Limiter: r.Limiter, Report: r.Report,
-		Origin: r.Origin, Parent: r.Parent, Investigation: r.Investigation, Step: r.Step,
-		TraceID: r.TraceID, SpanID: r.SpanID}
+	v := taskview.Task(r)
+	v.ReceivedAt, v.StartedAt, v.FinishedAt = utc(r.ReceivedAt), utc(r.StartedAt), utc(r.FinishedAt)
+	v.TraceURL = ""
 	if link != nil {
 		v.TraceURL = link(r.TraceID)
 	}
-	if r.Alert != nil {
-		a := *r.Alert
-		v.Alert = &a
-	}
-	if r.Approval != nil {
-		ap := *r.Approval
-		v.Approval = &ap
-	}
-	if r.RanOn != nil {
-		ro := *r.RanOn
-		v.RanOn = &ro
-	}
+	v.Alert, v.Approval, v.RanOn = clone(r.Alert), clone(r.Approval), clone(r.RanOn)
+	v.ExitCode = nil
 	if outcome.Ran(r.Outcome) {
-		code := r.ExitCode
-		v.ExitCode = &code
+		v.ExitCode = new(r.Exit())
 	}
 	return v
 }
 
-func timePtr(t time.Time) *time.Time {
+// Exit is the exit code, 0 where the record has none (it never ran): the
+// value a record read as while its exit code was a plain int, which the
+// evidence and the investigation tools still show.
+func (r TaskRecord) Exit() int {
+	if r.ExitCode == nil {
+		return 0
+	}
+	return *r.ExitCode
+}
+
+// utc is t in UTC, the zero time left zero (omitzero leaves it out).
+func utc(t time.Time) time.Time {
 	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+// clone is a copy of *p, nil for nil.
+func clone[T any](p *T) *T {
+	if p == nil {
 		return nil
 	}
-	u := t.UTC()
-	return &u
+	c := *p
+	return &c
 }

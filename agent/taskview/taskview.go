@@ -17,6 +17,11 @@ import (
 // it; a notification event carries it with the output cut to an excerpt
 // (notify.Excerpt), a report's event with the report. state.TaskRecord.View
 // makes one from a stored record.
+//
+// It is also the one list of a task's fields: state.TaskRecord is a Task
+// as stored (the same fields, its own JSON encoding of a few), so a field
+// added here is stored and shown alike. The tags are the view's: its JSON
+// is the contract (agent/hooks/testdata pins it).
 type Task struct {
 	ID   string `json:"id"`
 	Host string `json:"host"`
@@ -29,28 +34,43 @@ type Task struct {
 	Alert      *Alert            `json:"alert,omitempty"`
 	// Origin, Parent, Investigation and Step place an investigation's
 	// tool call in its tree; empty for other tasks.
-	Origin        string     `json:"origin,omitempty"`
-	Parent        string     `json:"parent,omitempty"`
-	Investigation string     `json:"investigation,omitempty"`
-	Step          int        `json:"step,omitempty"`
-	Status        string     `json:"status,omitempty"`
-	Outcome       string     `json:"outcome"`
-	Reason        string     `json:"reason,omitempty"`
-	Attempts      int        `json:"attempts"`
-	Owner         string     `json:"owner,omitempty"`
-	ReceivedAt    *time.Time `json:"received_at,omitempty"`
-	StartedAt     *time.Time `json:"started_at,omitempty"`
-	FinishedAt    *time.Time `json:"finished_at,omitempty"`
-	ExitCode      *int       `json:"exit_code,omitempty"`
-	Output        string     `json:"output"`
-	Truncated     bool       `json:"truncated"`
-	OutputURL     string     `json:"output_url,omitempty"`
+	Origin        string `json:"origin,omitempty"`
+	Parent        string `json:"parent,omitempty"`
+	Investigation string `json:"investigation,omitempty"`
+	Step          int    `json:"step,omitempty"`
+	Status        string `json:"status,omitempty"`
+	Outcome       string `json:"outcome"`
+	Reason        string `json:"reason,omitempty"`
+	Attempts      int    `json:"attempts"`
+	Owner         string `json:"owner,omitempty"`
+	// The times are absent when unset; the view shows them in UTC, the
+	// record as they were taken.
+	ReceivedAt time.Time `json:"received_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// ExitCode is the diagnostic's exit status, -1 when it did not start;
+	// nil in a record that never had one. The view shows it only when the
+	// diagnostic ran (outcome.Ran).
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Output   string `json:"output"`
+	// Truncated: Output was cut to the record's bound.
+	Truncated bool `json:"truncated"`
+	// OutputURL is where the whole (redacted) output was uploaded; empty
+	// when it was not.
+	OutputURL string `json:"output_url,omitempty"`
 	// OutputUpload is "failed" when the upload to results.s3 failed.
-	OutputUpload string          `json:"output_upload,omitempty"`
-	Limiter      json.RawMessage `json:"limiter,omitempty"`
-	Report       json.RawMessage `json:"report"`
-	// TraceID and SpanID name the task's trace (see docs/tracing.md);
-	// TraceURL is tracing.link_template filled with the trace id.
+	OutputUpload string `json:"output_upload,omitempty"`
+	// Limiter is the limiter's decision summary (rule, limit, counters)
+	// of a denied task, as JSON the agent shapes.
+	Limiter json.RawMessage `json:"limiter,omitempty"`
+	// Report is the root-cause report, as JSON; empty until one is made
+	// (the view shows null).
+	Report json.RawMessage `json:"report"`
+	// TraceID is the task's trace (its process span's) when tracing is
+	// on; SpanID that span's id when the trace is sampled, the parent of
+	// the notification and report spans (see docs/tracing.md). TraceURL
+	// is tracing.link_template filled with the trace id: the view's only,
+	// made by View, never stored.
 	TraceID  string `json:"trace_id,omitempty"`
 	SpanID   string `json:"span_id,omitempty"`
 	TraceURL string `json:"trace_url,omitempty"`

@@ -806,7 +806,7 @@ func (p *pipeline) record(j *job, rec state.TaskRecord, res runner.Result) {
 	// unredacted, and what is kept is cut from redacted text.
 	res.Output, res.Truncated = p.redactCut(res, j.spec.run.MaxOutput)
 	rec.Outcome = res.Outcome
-	rec.ExitCode = res.ExitCode
+	rec.ExitCode = new(res.ExitCode)
 	rec.FinishedAt = p.clock.Now()
 	// The upload takes the whole output and cuts res to max_output; the
 	// record's string copy is made after it, of the cut output only.

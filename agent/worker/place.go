@@ -249,7 +249,7 @@ func (p *pipeline) endUnplaced(j *job, err error) {
 	j.leased = true
 	rec := c.Record
 	rec.Outcome, rec.Reason = outcome.Rejected, reason
-	rec.ExitCode = -1 // not started
+	rec.ExitCode = new(-1) // not started
 	p.finish(j, rec, ended{outcome: outcome.Rejected, reason: reason, detail: err.Error()})
 	p.ack(j)
 }

@@ -134,7 +134,7 @@ func TestTargetTaskWithoutItsAgent(t *testing.T) {
 		return ok && rec.Outcome != ""
 	})
 	rec, _ := sqsTaskRecord(t, rc, prefix, "ghost-1")
-	if rec.Outcome != "rejected" || rec.Reason != "no_agent_for_host" || rec.Output != "" || rec.ExitCode != -1 {
+	if rec.Outcome != "rejected" || rec.Reason != "no_agent_for_host" || rec.Output != "" || rec.ExitCode == nil || *rec.ExitCode != -1 {
 		t.Errorf("task for an unknown host: %+v; want rejected no_agent_for_host, unrun", rec)
 	}
 	if !rec.FinishedAt.After(sent.Add(wait)) {

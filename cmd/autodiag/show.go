@@ -160,8 +160,8 @@ func printTask(w io.Writer, v taskview.Task) {
 	row("received", fmtTime(v.ReceivedAt))
 	row("started", fmtTime(v.StartedAt))
 	row("finished", fmtTime(v.FinishedAt))
-	if v.StartedAt != nil && v.FinishedAt != nil {
-		row("duration", fmt.Sprintf("%.3fs", v.FinishedAt.Sub(*v.StartedAt).Seconds()))
+	if !v.StartedAt.IsZero() && !v.FinishedAt.IsZero() {
+		row("duration", fmt.Sprintf("%.3fs", v.FinishedAt.Sub(v.StartedAt).Seconds()))
 	}
 	if v.ExitCode != nil {
 		row("exit code", fmt.Sprint(*v.ExitCode))
@@ -260,8 +260,8 @@ func (c *cli) configRedis() (config.Config, redis.UniversalClient, error) {
 	return cfg, rc, nil
 }
 
-func fmtTime(t *time.Time) string {
-	if t == nil {
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339Nano)

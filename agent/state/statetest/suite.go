@@ -231,7 +231,7 @@ func testFinish(t *testing.T, s state.Store, c *clock.Manual) {
 	cl := mustClaimed(t, s, "t1", "a", 1)
 	rec := cl.Record
 	rec.Attempts = 0 // keep the stored count
-	rec.ExitCode = 3
+	rec.ExitCode = new(3)
 	rec.Output = "out\n"
 	rec.Outcome = "failed"
 	rec.Reason = "exit status 3"
@@ -240,7 +240,7 @@ func testFinish(t *testing.T, s state.Store, c *clock.Manual) {
 		t.Fatalf("Finish: %v", err)
 	}
 	got := mustTask(t, s, "t1")
-	if got.Status != state.StatusDone || got.Attempts != 1 || got.ExitCode != 3 || got.Output != "out\n" ||
+	if got.Status != state.StatusDone || got.Attempts != 1 || got.ExitCode == nil || *got.ExitCode != 3 || got.Output != "out\n" ||
 		got.Outcome != "failed" || got.Reason != "exit status 3" || !got.FinishedAt.Equal(c.Now()) ||
 		!got.StartedAt.Equal(cl.Record.StartedAt) {
 		t.Errorf("Task after Finish = %+v", got)
