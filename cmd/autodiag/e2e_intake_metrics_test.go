@@ -12,6 +12,8 @@ import (
 // TestE2EStandaloneListenerMetrics: `autodiag intake` serves /metrics on
 // admin_addr (loopback), and an alert it routed is counted there.
 func TestE2EStandaloneListenerMetrics(t *testing.T) {
+	// Parallel: it waits on the listener's start and stop, on its own queue.
+	t.Parallel()
 	fq := newSQSFake(t, "central-metrics")
 	const token = "central-token"
 	in := startStandaloneListener(t, fq, token)
