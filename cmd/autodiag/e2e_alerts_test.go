@@ -267,6 +267,8 @@ func TestE2ERoutesTest(t *testing.T) {
 // fleet's queue with no workers of its own, answers 503 after a signal and
 // exits 0.
 func TestE2EStandaloneListener(t *testing.T) {
+	// Parallel: it waits on the listener's start and stop, on its own queue.
+	t.Parallel()
 	fq := newSQSFake(t, "central")
 	const token = "central-token"
 	in := startStandaloneListener(t, fq, token)

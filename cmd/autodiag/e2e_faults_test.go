@@ -83,6 +83,8 @@ func withRules(yaml, rules, redisKeys string) string {
 // during the outage run and succeed while Redis is down, both degraded
 // counters rise, and their records are written once Redis is back.
 func TestSQSRedisOutageFailOpen(t *testing.T) {
+	// Parallel: it waits out the outage, on its own redis-server and queue.
+	t.Parallel()
 	const (
 		outage       = 10 * time.Second
 		redisTimeout = 200 * time.Millisecond
@@ -227,6 +229,8 @@ func TestSQSRejectedHugeMessageOneOutcome(t *testing.T) {
 // tasks: the message received ahead waits longer than its visibility for
 // the worker, yet each task runs once and each message is received once.
 func TestSQSPrefetchedShortVisibility(t *testing.T) {
+	// Parallel: it waits on three 3 s tasks, on its own queue and ledger.
+	t.Parallel()
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
 	const vis = 2 * time.Second

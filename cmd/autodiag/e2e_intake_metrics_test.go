@@ -7,11 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestE2EStandaloneListenerMetrics: `autodiag intake` serves /metrics on
 // admin_addr (loopback), and an alert it routed is counted there.
 func TestE2EStandaloneListenerMetrics(t *testing.T) {
+	// Parallel: it waits on the listener's start and stop, on its own queue.
+	t.Parallel()
 	fq := newSQSFake(t, "central-metrics")
 	const token = "central-token"
 	in := startStandaloneListener(t, fq, token)
@@ -48,13 +51,23 @@ func TestE2EStandaloneListenerMetrics(t *testing.T) {
 	if m := metrics(); !strings.Contains(m, accepted) {
 		t.Fatalf("/metrics lacks %s:\n%s", accepted, m)
 	}
+	first := time.Now()
 	if err := in.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
+	// The second signal only once the first was taken: the runtime folds
+	// a signal sent again before it is handled into one, and the listener
+	// would then stop at the end of its drain grace, not at once.
+	eventually(t, standaloneDrainGrace, "the first signal taken", func() bool {
+		return len(in.Logs("signal received: the alert listener answers 503 and stops")) > 0
+	})
 	if err := in.Signal(syscall.SIGINT); err != nil { // the second stops at once
 		t.Fatal(err)
 	}
 	<-in.Done()
+	if took := time.Since(first); took >= standaloneDrainGrace {
+		t.Errorf("the listener exited %v after the first signal, not before its %v drain grace: the second did not stop it", took, standaloneDrainGrace)
+	}
 	if err := in.Err(); err != nil {
 		t.Fatalf("standalone listener exit: %v", err)
 	}

@@ -154,6 +154,9 @@ func (g *redisGate) addr() string { return g.ln.Addr().String() }
 // past launch_timeout abandons the launch (no work taken), Redis back
 // within it continues.
 func TestLaunchHookE2E(t *testing.T) {
+	// Parallel: it waits out launch_timeout and LaunchRecheck, on its own lab (fakes,
+	// ec2-metadata-mock, Redis prefix).
+	t.Parallel()
 	const launchYAML = "  sources: [signal]\n  asg_name: " + lcLabASG + "\n  launch_hook_name: " + lnHook +
 		"\n  launch_timeout: %s\n  heartbeat_interval: 5s\n  drain_timeout: 1m\n"
 
@@ -512,6 +515,8 @@ func TestDrainOnNoticesE2E(t *testing.T) {
 // counted as done, and the action is completed exactly once when it
 // appears.
 func TestNoActionSettleE2E(t *testing.T) {
+	// Parallel: it waits out the hidden action and NoActionSettle, on its own lab.
+	t.Parallel()
 	var l *lcLab
 	var noAction int
 	// The action is hidden from when IMDS says Terminated, 1 s after the

@@ -200,6 +200,9 @@ func TestLifecycleRestartMidDrainE2E(t *testing.T) {
 // heartbeats it while work remains (the hook's timeout is shorter than the
 // rest of the drain) and completes it once before exiting 0.
 func TestLifecycleTerminatedDuringDrainE2E(t *testing.T) {
+	// Parallel: it waits on a drain longer than the hook's heartbeat timeout,
+	// on its own lab.
+	t.Parallel()
 	const total = 4
 	interval := 250 * time.Millisecond
 	var l *lcLab
@@ -251,6 +254,8 @@ func lcCheckLateAction(t *testing.T, l *lcLab, p *proc, total int, trig time.Tim
 // starting to terminate the instance mid-drain gets heartbeats, exactly one
 // completion after the work, and its notification deleted.
 func TestLifecycleNotifiedDuringDrainE2E(t *testing.T) {
+	// Parallel: it waits on a long drain, on its own lab.
+	t.Parallel()
 	const total = 4
 	interval := 250 * time.Millisecond
 	l := lcNewLab(t, lcLabOptions{scale: 10, hookTTL: 30 * time.Second, notify: true})

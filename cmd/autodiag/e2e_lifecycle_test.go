@@ -266,6 +266,8 @@ const lcLifecycleBase = `  hook_name: drain-hook
 `
 
 func TestLifecycleDrainE2E(t *testing.T) {
+	// Parallel: it waits on drains and heartbeats, on its own labs.
+	t.Parallel()
 	const total = 200
 	const interval = 250 * time.Millisecond
 

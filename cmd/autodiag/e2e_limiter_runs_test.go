@@ -298,6 +298,9 @@ func TestConcurrencySlotOfKilledAgentFreesAfterLease(t *testing.T) {
 // diagnostics' own marks show at no instant two running, and every task
 // runs exactly once.
 func TestFleetConcurrencyOneNeverOverlaps(t *testing.T) {
+	// Parallel: it waits ~50 s on deferred messages coming back (0.4 of a core), on its own
+	// queue and Redis prefix.
+	t.Parallel()
 	// fleetTasks is the 200: a deferred task comes back within the
 	// holder's lease (2s) at most, so they all run in well under a minute.
 	const fleetTasks = 200

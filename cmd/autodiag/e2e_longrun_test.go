@@ -17,6 +17,8 @@ import (
 // pass): each store call has to fit in it on a loaded runner, against the
 // Redis that every package's tests share.
 func TestSQSRunLongerThanRedisTimeout(t *testing.T) {
+	// Parallel: it waits on a 7 s task, on its own queue and Redis prefix.
+	t.Parallel()
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)

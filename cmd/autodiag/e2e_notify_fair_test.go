@@ -63,6 +63,9 @@ const fairTasks = 50
 // within 20 s, and the webhook's entries are retried by their own
 // budget, never costing Slack an entry.
 func TestNotifyHangingWebhookDoesNotStarveSlack(t *testing.T) {
+	// Parallel: it waits out the webhook's 10 s timeout, on its own queue, sinks
+	// and Redis prefix.
+	t.Parallel()
 	_, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	hook := newCountingReceiver(t, true)

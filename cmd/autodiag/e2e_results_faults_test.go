@@ -158,6 +158,9 @@ func outboxLen(t *testing.T, rc *redis.Client, prefix string) int64 {
 // once it has been idle for notify_claim_idle and delivers it, with the
 // same delivery id and body, exactly once.
 func TestNotifyTakeoverAfterKill9E2E(t *testing.T) {
+	// Parallel: it waits out notify_claim_idle, on its own queue, webhook
+	// and Redis prefix.
+	t.Parallel()
 	const (
 		sinkTimeout = 3 * time.Second
 		// The least notify_claim_idle the sink's timeout allows.
@@ -252,6 +255,8 @@ func TestNotifyTakeoverAfterKill9E2E(t *testing.T) {
 // exist again, and the loss is counted once (autodiag_outbox_resets_total)
 // and logged once at error.
 func TestNotifyOutboxRedisRestartedEmptyE2E(t *testing.T) {
+	// Parallel: it waits out a Redis outage, on its own redis-server and queue.
+	t.Parallel()
 	const (
 		sinkTimeout  = 3 * time.Second
 		claimIdle    = 2 * sinkTimeout

@@ -345,6 +345,8 @@ const longVisibility = 3 * time.Second
 // timeout (over 3 timeouts) is never redelivered while it runs: the agent
 // extends the message's visibility (and its lease) before it lapses.
 func TestSQSLongTaskNotRedelivered(t *testing.T) {
+	// Parallel: it waits on a 10 s task, on its own queue and Redis prefix.
+	t.Parallel()
 	rc, prefix := sqsRedis(t)
 	fq := newSQSFake(t, "tasks")
 	led := newSQSLedger(t)
