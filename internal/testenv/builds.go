@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -31,7 +32,7 @@ func WaitForBuilds() error {
 	defer f.Close()
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
-		if err != syscall.EINTR {
+		if !errors.Is(err, syscall.EINTR) {
 			break
 		}
 	}
