@@ -314,3 +314,12 @@ func TestDocsShipped(t *testing.T) {
 		}
 	}
 }
+
+// The snapshot's name must not depend on the checkout: git's own --short
+// grows with the repository's object count.
+func TestShortCommitFixedLength(t *testing.T) {
+	full := "5671a5bdbf7695d787f3328655c74743b637523c"
+	if got := shortCommit(full); got != "5671a5bd" {
+		t.Fatalf("shortCommit(%s) = %q, want the first %d digits", full, got, shortCommitLen)
+	}
+}

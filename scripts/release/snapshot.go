@@ -48,9 +48,12 @@ func snapshotVars(ctx context.Context, project string) (vars, error) {
 	if v.FullCommit, err = git(ctx, "rev-parse", "HEAD"); err != nil {
 		return v, err
 	}
-	if v.ShortCommit, err = git(ctx, "rev-parse", "--short", "HEAD"); err != nil {
-		return v, err
-	}
+	// A fixed length, not `git rev-parse --short`: git sizes the
+	// abbreviation by the repository's object count, so a fresh clone (7
+	// digits) and a long-lived checkout (8) named the same commit's
+	// artifacts differently, and release-check's two-clone comparison
+	// found no file to compare (CI, stop 52).
+	v.ShortCommit = shortCommit(v.FullCommit)
 	ts, err := git(ctx, "log", "-1", "--format=%ct", "HEAD")
 	if err != nil {
 		return v, err
@@ -68,6 +71,17 @@ func snapshotVars(ctx context.Context, project string) (vars, error) {
 	v.Version = strings.TrimPrefix(v.Tag, "v") + "-SNAPSHOT-" + v.ShortCommit
 	v.Prerelease = "SNAPSHOT-" + v.ShortCommit
 	return v, nil
+}
+
+// shortCommitLen: the snapshot's commit abbreviation, the same in every
+// clone of the commit.
+const shortCommitLen = 8
+
+func shortCommit(full string) string {
+	if len(full) > shortCommitLen {
+		return full[:shortCommitLen]
+	}
+	return full
 }
 
 type built struct {
