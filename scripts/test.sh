@@ -402,7 +402,7 @@ test_rc=0
 # shared with golangci-lint, do not change.
 go test -race -vet=off -ldflags=-w -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
-	log "test binaries ran $(awk '{ s += $1 } END { printf "%d", s + 0.5 }' "$AUTODIAG_TEST_RUNS")s in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $2); printf "%s%s %ds", (NR > 1 ? ", " : ""), $2, $1 + 0.5 }')"
+	log "test binaries ran $(awk '{ s += $1; c += $2 } END { printf "%ds (cpu %ds)", s + 0.5, c + 0.5 }' "$AUTODIAG_TEST_RUNS") in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds (cpu %ds)", (NR > 1 ? ", " : ""), $3, $1 + 0.5, $2 + 0.5 }'); the most CPU: $(sort -k2,2rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds", (NR > 1 ? ", " : ""), $3, $2 + 0.5 }')"
 fi
 phase "wait for the background builds${lint_beside:+ and golangci-lint run (GOFLAGS -race, beside the tests) ${pkgs[*]}}"
 job_rc=0
