@@ -135,6 +135,7 @@ var boundaryMarks = []string{".", ",", "!", "?", "#", "/", `\`, "%", "(", ")", "
 // before or right after it, inside a line and at the text's edges:
 // "… sk_live_….", "SG.…!", "(AIza…)", `\"npm_…\"`.
 func TestTokenBoundaryMatrix(t *testing.T) {
+	corpusWithoutRace(t)
 	r, err := New(DefaultRules(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -114,6 +114,7 @@ func loadGitleaksSamples(t testing.TB) []glSample {
 // (as its gitleaks rule delimits it) is redacted; every fp that is not a
 // secret comes out unchanged.
 func TestGitleaksCorpus(t *testing.T) {
+	corpusWithoutRace(t)
 	r, err := New(DefaultRules(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -184,6 +184,7 @@ func equivalenceTexts(t *testing.T, size int) []string {
 }
 
 func TestRedactMatchesLegacy(t *testing.T) {
+	corpusWithoutRace(t)
 	r, err := New(DefaultRules(), nil)
 	if err != nil {
 		t.Fatal(err)
