@@ -142,6 +142,10 @@ type Agent struct {
 	cancelHard context.CancelFunc
 	intakeCtx  context.Context
 	stopIntake context.CancelFunc
+	// intakeRan is set once Run has started the intake, which closes
+	// intakeEnded when it has ended (endIntake waits for it).
+	intakeRan   atomic.Bool
+	intakeEnded chan struct{}
 
 	started chan struct{} // closed once Run serves; see Started
 	ending  atomic.Int32  // an Ending, set when Run returns
@@ -182,7 +186,8 @@ func New(cfg config.Config, d Deps) (*Agent, error) {
 	for _, diag := range cfg.Diagnostics {
 		diagnostics = append(diagnostics, diag.Name)
 	}
-	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry, diagnostics), validator: validator, started: make(chan struct{})}
+	a := &Agent{cfg: cfg, d: d, log: log, m: newMetrics(d.Registry, diagnostics), validator: validator,
+		started: make(chan struct{}), intakeEnded: make(chan struct{})}
 	a.drain = drain.New(cfg.Drain)
 	a.hard, a.cancelHard = context.WithCancel(context.Background())
 	a.intakeCtx, a.stopIntake = context.WithCancel(a.hard)
@@ -331,8 +336,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The drain may not end while intake can still hand it work: a poll
 	// answered as the drain began delivers messages after Start.
 	letGo := a.drain.Hold()
+	a.intakeRan.Store(true)
 	g.Go(func() error {
 		defer letGo()
+		defer close(a.intakeEnded)
 		if a.gate.Await(a.intakeCtx) {
 			var handed sync.WaitGroup
 			handed.Go(func() { a.worker.TakeHanded(a.intakeCtx) })
@@ -384,6 +391,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		return runErr
 	}
 	return err
+}
+
+// endIntake stops the intake at a drain's first instant. A source only
+// this agent consumes (queue.Sealer: the embedded queue) holds work it
+// accepted, which nothing else will ever receive: once the receive loop
+// has ended, so that no receive of it is taken in after the drain has
+// begun (and released at once), it is sealed and what it held is taken
+// in, for the drain to finish as received work.
+func (a *Agent) endIntake() {
+	a.stopIntake()
+	sealer, ok := a.d.Source.(queue.Sealer)
+	if !ok {
+		return
+	}
+	if a.intakeRan.Load() {
+		<-a.intakeEnded
+	}
+	a.worker.TakeIn(sealer.Seal())
 }
 
 // afterClose calls f once ch is closed, in a goroutine that the returned

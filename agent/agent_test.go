@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/autodiag/autodiag/agent/config"
+	"github.com/autodiag/autodiag/agent/queue"
 	"github.com/autodiag/autodiag/agent/supervisor"
 	"github.com/autodiag/autodiag/internal/outcome"
 )
@@ -269,6 +270,52 @@ func TestDrainFinishesRunningWork(t *testing.T) {
 	}
 	if s.Drain == nil || s.Drain.Source != "test" || s.Drain.Remaining != 0 {
 		t.Fatalf("drain block = %+v", s.Drain)
+	}
+}
+
+// TestDrainFinishesTheEmbeddedQueue: tasks POSTed to an embedded agent
+// and answered 202 are its work even while they wait in its queue beyond
+// the receive window, received by nothing yet: nothing else will ever
+// receive them, so a drain runs them too, each to one outcome. Before,
+// they stayed in the in-memory queue and ended with the process, with no
+// outcome (TestEmbeddedBinarySIGTERM failed so, 1 in many runs).
+func TestDrainFinishesTheEmbeddedQueue(t *testing.T) {
+	t.Parallel()
+	ta := startAgent(t, testConfig)
+	mem, ok := ta.d.Source.(*queue.Memory)
+	if !ok {
+		t.Fatalf("source %T, want the embedded queue", ta.d.Source)
+	}
+	// More than two workers and the receive window (at most workers +
+	// base + workers + batch, see worker/window.go) take in at once.
+	const n = 12
+	for i := range n {
+		if code, _ := ta.post(t, fmt.Sprintf(`{"id":"q-%d","host":"web-01.example.com","diagnostic":"sleep","params":{"secs":"0.5"}}`, i)); code != http.StatusAccepted {
+			t.Fatalf("POST = %d", code)
+		}
+	}
+	waitFor(t, "two running, some still in the queue", func() bool {
+		ready, _ := mem.Len()
+		return ta.Status().Inflight == 2 && ready > 0
+	})
+	ta.Drain("test", "drain with tasks still in the embedded queue")
+	select {
+	case err := <-ta.done:
+		ta.done <- err
+		if err != nil {
+			t.Fatalf("Run = %v, want nil after a drain", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("drain did not end")
+	}
+	if s := ta.Status(); s.Outcomes[outcome.Succeeded] != n {
+		t.Fatalf("outcomes after the drain = %v, want %d succeeded", s.Outcomes, n)
+	}
+	if ready, inflight := mem.Len(); ready+inflight != 0 {
+		t.Fatalf("embedded queue after the drain: %d ready, %d in flight", ready, inflight)
+	}
+	if _, err := mem.Send(context.Background(), []byte("{}")); !errors.Is(err, queue.ErrClosed) {
+		t.Fatalf("Send after the drain = %v, want ErrClosed", err)
 	}
 }
 

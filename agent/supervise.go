@@ -13,7 +13,7 @@ func (a *Agent) newSupervisor(watcher *lifecycle.Watcher, actor *lifecycle.Actor
 		StoreTimeout: a.cfg.Redis.Timeout, Clock: a.d.Clock, Logger: a.log,
 		Gauges:   supervisor.Gauges{DrainState: a.m.drainState, DrainDuration: a.m.drainDuration, DrainDeadline: a.m.drainDeadline},
 		Presence: drainedPresence{a.presence}, Outcomes: a.worker.Outcomes, InstanceID: a.d.InstanceID,
-		StopIntake: a.stopIntake, Hooks: a.hooks}
+		StopIntake: a.endIntake, Hooks: a.hooks}
 	if a.publisher != nil {
 		o.CloudWatch = a.publisher
 	}

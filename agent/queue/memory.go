@@ -32,6 +32,8 @@ type Memory struct {
 	inflight map[string]*memMsg // by handle
 	dead     []DeadLetter
 	closed   bool
+	// sealed: Seal was called; no Send or Receive succeeds any more.
+	sealed bool
 }
 
 // DeadLetter is a message Memory moved aside, with the reason.
@@ -91,7 +93,10 @@ func NewMemory(o MemoryOptions) *Memory {
 	}
 }
 
-var _ Source = (*Memory)(nil)
+var (
+	_ Source = (*Memory)(nil)
+	_ Sealer = (*Memory)(nil)
+)
 
 func newID() string {
 	var b [16]byte
@@ -113,7 +118,7 @@ func (q *Memory) Send(ctx context.Context, body []byte) (string, error) {
 	tracing.Inject(ctx, func(k, v string) { attrs[k] = v })
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
+	if q.closed || q.sealed {
 		return "", ErrClosed
 	}
 	if len(q.ready)+len(q.inflight) >= q.capacity {
@@ -163,7 +168,7 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
 	defer deadline.Stop()
 	for {
 		q.mu.Lock()
-		if q.closed {
+		if q.closed || q.sealed {
 			q.mu.Unlock()
 			return nil, ErrClosed
 		}
@@ -175,19 +180,7 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
 		next := q.requeueExpired(now)
 		q.redriveLocked()
 		if len(q.ready) > 0 {
-			n := min(max, len(q.ready))
-			out := make([]*Message, 0, n)
-			for _, m := range q.ready[:n] {
-				m.held = false
-				m.msg.ReceiveCount++
-				m.msg.Handle = newID()
-				m.visibleAt = now.Add(q.visibility)
-				q.inflight[m.msg.Handle] = m
-				c := m.msg
-				c.Attributes = cloneMap(m.msg.Attributes)
-				out = append(out, &c)
-			}
-			q.ready = q.ready[n:]
+			out := q.takeLocked(now, max)
 			q.mu.Unlock()
 			return out, nil
 		}
@@ -217,6 +210,44 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
 			return nil, err
 		}
 	}
+}
+
+// takeLocked receives up to n ready messages: in flight under new
+// handles, hidden for the visibility timeout.
+func (q *Memory) takeLocked(now time.Time, n int) []*Message {
+	n = min(n, len(q.ready))
+	out := make([]*Message, 0, n)
+	for _, m := range q.ready[:n] {
+		m.held = false
+		m.msg.ReceiveCount++
+		m.msg.Handle = newID()
+		m.visibleAt = now.Add(q.visibility)
+		q.inflight[m.msg.Handle] = m
+		c := m.msg
+		c.Attributes = cloneMap(m.msg.Attributes)
+		out = append(out, &c)
+	}
+	q.ready = q.ready[n:]
+	return out
+}
+
+// Seal implements Sealer: Send and Receive fail with ErrClosed from now
+// on, and every message visible now is received (as Receive would) and
+// returned. Messages still in flight, or delayed by Defer, stay where
+// they are; the other methods keep working on them.
+func (q *Memory) Seal() []*Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || q.sealed {
+		return nil
+	}
+	q.sealed = true
+	now := time.Now()
+	q.requeueExpired(now)
+	q.redriveLocked()
+	out := q.takeLocked(now, len(q.ready))
+	q.signal()
+	return out
 }
 
 // redriveLocked moves ready messages already received MaxReceiveCount

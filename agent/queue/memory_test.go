@@ -210,3 +210,42 @@ func TestMemoryHold(t *testing.T) {
 		}
 	})
 }
+
+// TestMemorySealReceivesWhatIsVisible: Seal hands back every visible
+// message, received (a handle, one receive more), leaves those in flight
+// alone, and from then on Send and Receive fail with ErrClosed while
+// acknowledging still works.
+func TestMemorySealReceivesWhatIsVisible(t *testing.T) {
+	ctx := context.Background()
+	q := NewMemory(MemoryOptions{Wait: time.Millisecond})
+	for _, b := range []string{"a", "b", "c"} {
+		if _, err := q.Send(ctx, []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := q.Receive(ctx, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Receive = %d, %v", len(got), err)
+	}
+	sealed := q.Seal()
+	if len(sealed) != 2 || string(sealed[0].Body) != "b" || sealed[0].Handle == "" || sealed[0].ReceiveCount != 1 {
+		t.Fatalf("Seal = %+v, want b and c, received", sealed)
+	}
+	if again := q.Seal(); again != nil {
+		t.Fatalf("a second Seal = %+v, want nothing", again)
+	}
+	if _, err := q.Send(ctx, []byte("d")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Seal = %v", err)
+	}
+	if _, err := q.Receive(ctx, 10); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Receive after Seal = %v", err)
+	}
+	for _, m := range append(got, sealed...) {
+		if err := q.Delete(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ready, inflight := q.Len(); ready+inflight != 0 {
+		t.Fatalf("after deletes: %d ready, %d in flight", ready, inflight)
+	}
+}

@@ -59,6 +59,16 @@ type Message struct {
 	ReceivedAt time.Time
 }
 
+// Sealer is a Source that only this agent consumes (the embedded queue,
+// fed by POST /v1/tasks): a message in it was accepted by this agent and
+// nothing else will ever receive it, so it is received work even before a
+// receive took it. The agent seals it when its intake stops, and takes in
+// what Seal returns as it does a receive's messages; from then on Send and
+// Receive fail with ErrClosed.
+type Sealer interface {
+	Seal() []*Message
+}
+
 // Source is a task queue. Implementations are safe for concurrent use.
 type Source interface {
 	// Receive waits (long poll) for at most max messages. No receive starts

@@ -189,6 +189,17 @@ func New(o Options) *Worker {
 // first instant, or a fast exit).
 func (w *Worker) Receive(ctx context.Context) { w.receiver.run(ctx) }
 
+// TakeIn handles messages received outside the receive window: what a
+// queue.Sealer gave back when the intake stopped, work this agent alone
+// accepted. Each is held and handled as a receive's message is, with no
+// receive slot to give back; the worker slots still bound what runs.
+func (w *Worker) TakeIn(msgs []*queue.Message) {
+	p := w.pipeline
+	for _, m := range msgs {
+		p.take(m, nil, func() {}, p.src.Hold(m))
+	}
+}
+
 // Wait returns once every message's handler has.
 func (w *Worker) Wait() { w.pipeline.wait() }
 
