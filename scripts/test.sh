@@ -50,11 +50,7 @@ log() { printf 'test.sh: %s\n' "$*" >&2; }
 cpu=0
 cpu_now() {
 	times >"$work/times"
-	cpu=$(awk 'NR == 2 {
-		n = 0
-		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }
-		printf "%d\n", n + 0.5
-	}' "$work/times")
+	cpu=$(bash "$root/scripts/cpu-seconds" "$work/times")
 }
 
 # phase NAME: logs the time the previous phase took and starts NAME; the
@@ -214,7 +210,7 @@ unset AUTODIAG_BUILD_LOCK_FD9
 # job_cpu: the CPU seconds of the background job's children so far, from
 # its last `times` (in $work/builds.times).
 job_cpu() {
-	awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }; printf "%d", n + 0.5 }' "$work/builds.times"
+	bash "$root/scripts/cpu-seconds" "$work/builds.times"
 }
 # run_lint: golangci-lint over the packages tested, with -race in GOFLAGS:
 # it compiles each dependency for its export data (go list -export), and
