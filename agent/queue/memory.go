@@ -21,19 +21,25 @@ const MemoryQueueName = "memory"
 // with MaxReceiveCount, a message is dead-lettered on the receive that would
 // exceed it, and Defer re-sends as the SQS source does.
 type Memory struct {
-	visibility      time.Duration
-	wait            time.Duration
-	capacity        int
-	maxReceiveCount int
+	wait     time.Duration
+	capacity int
 
-	mu       sync.Mutex
-	wake     chan struct{} // closed and replaced whenever a message may have become available
-	ready    []*memMsg
-	inflight map[string]*memMsg // by handle
-	dead     []DeadLetter
-	closed   bool
+	mu     sync.Mutex
+	wake   chan struct{} // closed and replaced whenever a message may have become available
+	book                 // with mu held
+	closed bool
 	// sealed: Seal was called; no Send or Receive succeeds any more.
 	sealed bool
+}
+
+// book is Memory's account of its messages, with SQS's rules for moving
+// them: ready, in flight until a visibility deadline, or dead-lettered.
+type book struct {
+	visibility      time.Duration
+	maxReceiveCount int
+	ready           []*memMsg
+	inflight        map[string]*memMsg // by handle
+	dead            []DeadLetter
 }
 
 // DeadLetter is a message Memory moved aside, with the reason.
@@ -84,12 +90,11 @@ func NewMemory(o MemoryOptions) *Memory {
 		o.Capacity = 10000
 	}
 	return &Memory{
-		visibility:      o.Visibility,
-		wait:            o.Wait,
-		capacity:        o.Capacity,
-		maxReceiveCount: max(o.MaxReceiveCount, 0),
-		wake:            make(chan struct{}),
-		inflight:        map[string]*memMsg{},
+		wait:     o.Wait,
+		capacity: o.Capacity,
+		wake:     make(chan struct{}),
+		book: book{visibility: o.Visibility, maxReceiveCount: max(o.MaxReceiveCount, 0),
+			inflight: map[string]*memMsg{}},
 	}
 }
 
@@ -139,7 +144,7 @@ func (q *Memory) Send(ctx context.Context, body []byte) (string, error) {
 
 // requeueExpired moves in-flight messages whose visibility lapsed back to
 // ready and returns the earliest future visibility deadline (zero if none).
-func (q *Memory) requeueExpired(now time.Time) time.Time {
+func (q *book) requeueExpired(now time.Time) time.Time {
 	var next time.Time
 	for h, m := range q.inflight {
 		if m.held && !now.Before(m.visibleAt) {
@@ -214,7 +219,7 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]*Message, error) {
 
 // takeLocked receives up to n ready messages: in flight under new
 // handles, hidden for the visibility timeout.
-func (q *Memory) takeLocked(now time.Time, n int) []*Message {
+func (q *book) takeLocked(now time.Time, n int) []*Message {
 	n = min(n, len(q.ready))
 	out := make([]*Message, 0, n)
 	for _, m := range q.ready[:n] {
@@ -253,7 +258,7 @@ func (q *Memory) Seal() []*Message {
 // redriveLocked moves ready messages already received MaxReceiveCount
 // times to the dead letters, as SQS does on the receive that would exceed
 // it.
-func (q *Memory) redriveLocked() {
+func (q *book) redriveLocked() {
 	if q.maxReceiveCount == 0 {
 		return
 	}
@@ -321,7 +326,7 @@ func (q *Memory) DeadLetter(_ context.Context, m *Message, reason string) error 
 	return nil
 }
 
-func (q *Memory) deadLocked(m Message, reason string) {
+func (q *book) deadLocked(m Message, reason string) {
 	q.dead = append(q.dead, DeadLetter{Message: m, Reason: reason})
 	if len(q.dead) > keepDeadLetters {
 		q.dead = q.dead[len(q.dead)-keepDeadLetters:]
