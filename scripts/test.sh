@@ -136,14 +136,16 @@ go_version=$(go env GOVERSION)
 # them, so the standard library and any module at the same version are
 # compiled once for all of them on a fresh machine, not once per setting.
 release_go() { CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath" go "$@"; }
-# The tools are compiled without inlining (-l), except the standard
-# library (std=: no flags, so its compile stays the one shared with the
-# agent's build). golangci-lint's build on a cache holding only the
-# standard library took 185 CPU s instead of 239 (user + sys, -23 %), and
-# its run over the module did not measurably slow (53-73 CPU s either way,
+# The tools are compiled without inlining (-l) and without the DWARF
+# tables nothing here reads (-dwarf=false), except the standard library
+# (std=: no flags, so its compile stays the one shared with the agent's
+# build), and linked without a symbol table or DWARF (-s -w). On a cache
+# holding only the standard library, golangci-lint's build took 239 CPU s
+# (user + sys) with no flags, 181 with -l and 157 with all of them; its run
+# over the module did not measurably slow with -l (53-73 CPU s either way,
 # three runs each, warm build cache, empty lint cache): a cold CI run is
 # CPU-bound on 2 cores (issue 44). -N as well saved nothing more.
-tool_gcflags=(-gcflags=all=-l -gcflags=std=)
+tool_flags=('-gcflags=all=-l -dwarf=false' -gcflags=std= '-ldflags=-s -w')
 install_tool() {
 	local name=$1 version=$2 pkg=$3
 	local key="$version $go_version"
@@ -153,7 +155,7 @@ install_tool() {
 	local dir=$tools_cache/$name-$version-$go_version
 	if ! mkdir -p "$tools_cache" 2>/dev/null || [[ ! -w $tools_cache ]]; then
 		log "installing $name $version into $bin (no tools cache at $tools_cache)"
-		GOBIN=$bin release_go install "${tool_gcflags[@]}" "$pkg@$version"
+		GOBIN=$bin release_go install "${tool_flags[@]}" "$pkg@$version"
 		echo "$key" >"$bin/.$name.version"
 		return 0
 	fi
@@ -168,7 +170,7 @@ install_tool() {
 			# no binary that a later run would take for a complete one.
 			local partial
 			partial=$(mktemp -d "$tools_cache/.partial.XXXXXX")
-			GOBIN=$partial release_go install "${tool_gcflags[@]}" "$pkg@$version" || { rm -rf "$partial"; exit 1; }
+			GOBIN=$partial release_go install "${tool_flags[@]}" "$pkg@$version" || { rm -rf "$partial"; exit 1; }
 			mkdir -p "$dir"
 			mv -f "$partial/$name" "$dir/$name"
 			rmdir "$partial"
@@ -231,8 +233,23 @@ job_cpu() {
 # Several worktrees share this machine and its lint cache (safe for
 # concurrent use, like the Go build cache): run beside them, not after.
 lint_bin=golangci-lint
+# race_flags: the tests' build flags, which run_lint passes in GOFLAGS so
+# that the two share one compile (so: one flag per word, no spaces).
+# -gcflags=all=-dwarf=false: the compiler writes no DWARF tables, which
+# nothing here reads (the test binaries are linked with -w, which drops
+# them; a panic's or a race report's stack comes from the runtime's own
+# tables). Cold, the compile and link of every test binary took 396 CPU s
+# instead of 451 (user + sys; go test -race -vet=off -ldflags=-w -p 2
+# -exec /bin/true ./... on an empty GOCACHE, with and without the flag;
+# issue 44). The instructions are the same: go build -gcflags=-S of
+# agent/redact lists every function alike either way (with DWARF the
+# compiler also emits four type-equality functions, marked DUPOK). Not -l
+# as well (a further 75 CPU s): the tests would run code compiled unlike
+# the code shipped, and golangci-lint could not share its compile (GOFLAGS
+# holds no flag value with a space).
+race_flags=(-race -gcflags=all=-dwarf=false)
 run_lint() {
-	GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" nice -n "${1:-0}" "$lint_bin" run --allow-parallel-runners "${pkgs[@]}"
+	GOFLAGS="${GOFLAGS:+$GOFLAGS }${race_flags[*]}" nice -n "${1:-0}" "$lint_bin" run --allow-parallel-runners "${pkgs[@]}"
 }
 build_agent() {
 	log "building the e2e tests' agent (release settings) in the background"
@@ -404,7 +421,7 @@ test_rc=0
 # own tables): the race link of ./agent's tests takes 3.8 CPU s instead
 # of 4.9, and each of the 48 packages with tests links one. The compiles,
 # shared with golangci-lint, do not change.
-go test -race -vet=off -ldflags=-w -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
+go test "${race_flags[@]}" -vet=off -ldflags=-w -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
 	log "test binaries ran $(awk '{ s += $1; c += $2 } END { printf "%ds (cpu %ds)", s + 0.5, c + 0.5 }' "$AUTODIAG_TEST_RUNS") in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds (cpu %ds)", (NR > 1 ? ", " : ""), $3, $1 + 0.5, $2 + 0.5 }'); the most CPU: $(sort -k2,2rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds", (NR > 1 ? ", " : ""), $3, $2 + 0.5 }')"
 fi
