@@ -131,21 +131,21 @@ install_deb() {
 tools_cache=${AUTODIAG_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/autodiag-tools}
 go_version=$(go env GOVERSION)
 # Tools are built with the release's settings (.goreleaser.yaml: CGO_ENABLED=0,
-# -trimpath), as are the e2e tests' agent (internal/harness Build) and
+# -trimpath, -gcflags=all=-dwarf=false), as are the e2e tests' agent (internal/harness Build) and
 # scripts/release-check's builds: the Go build cache keys a compile on
 # them, so the standard library and any module at the same version are
 # compiled once for all of them on a fresh machine, not once per setting.
-release_go() { CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath" go "$@"; }
-# The tools are compiled without inlining (-l) and without the DWARF
-# tables nothing here reads (-dwarf=false), except the standard library
-# (std=: no flags, so its compile stays the one shared with the agent's
-# build), and linked without a symbol table or DWARF (-s -w). On a cache
-# holding only the standard library, golangci-lint's build took 239 CPU s
-# (user + sys) with no flags, 181 with -l and 157 with all of them; its run
+release_go() { CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath -gcflags=all=-dwarf=false" go "$@"; }
+# The tools are compiled without inlining as well (-l), except the
+# standard library (std=-dwarf=false: the release's flags, so its compile
+# stays the one shared with the agent's build), and linked without a
+# symbol table or DWARF (-s -w). On a cache holding only the standard
+# library, golangci-lint's build took 239 CPU s (user + sys) with no
+# flags, 181 with -l and 157 with -l, -dwarf=false and -s -w; its run
 # over the module did not measurably slow with -l (53-73 CPU s either way,
 # three runs each, warm build cache, empty lint cache): a cold CI run is
 # CPU-bound on 2 cores (issue 44). -N as well saved nothing more.
-tool_flags=('-gcflags=all=-l -dwarf=false' -gcflags=std= '-ldflags=-s -w')
+tool_flags=('-gcflags=all=-l -dwarf=false' -gcflags=std=-dwarf=false '-ldflags=-s -w')
 install_tool() {
 	local name=$1 version=$2 pkg=$3
 	local key="$version $go_version"
@@ -253,7 +253,7 @@ run_lint() {
 }
 build_agent() {
 	log "building the e2e tests' agent (release settings) in the background"
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/autodiag-e2e" ./cmd/autodiag ||
+	CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags='-s -w' -o "$work/autodiag-e2e" ./cmd/autodiag ||
 		{ log "building the e2e tests' agent failed"; exit 1; }
 	rm -f "$work/autodiag-e2e"
 }
@@ -427,8 +427,8 @@ if [[ -s $AUTODIAG_TEST_RUNS ]]; then
 fi
 # agent/redact's corpus tests skip themselves under -race (see
 # corpusWithoutRace): they run here without it, with the agent build's
-# settings (CGO_ENABLED=0, -trimpath), so its compile of the standard
-# library serves them. ~45 CPU s less than under -race, none dropped.
+# settings (release_go), so its compile of the standard library serves
+# them. ~45 CPU s less than under -race, none dropped.
 if go list "${pkgs[@]}" 2>/dev/null | grep -qx 'github.com/autodiag/autodiag/agent/redact'; then
 	phase "go test ./agent/redact's corpus tests (without -race)"
 	release_go test -vet=off -ldflags=-w -run "${AUTODIAG_TEST_RUN:-^(TestCorpus|TestGitleaksCorpus|TestRedactMatchesLegacy|TestTokenBoundaryMatrix)\$}" ./agent/redact || test_rc=$?

@@ -199,7 +199,7 @@ func Until(d time.Duration, cond func() bool) bool {
 // against .goreleaser.yaml.
 var (
 	ReleaseEnv     = []string{"CGO_ENABLED=0"}
-	ReleaseFlags   = []string{"-trimpath"}
+	ReleaseFlags   = []string{"-trimpath", "-gcflags=all=-dwarf=false"}
 	ReleaseLdflags = "-s -w"
 )
 

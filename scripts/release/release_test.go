@@ -54,7 +54,7 @@ func TestUnknownKeyFails(t *testing.T) {
 	for _, tc := range []struct{ after, insert, want string }{
 		{"    package_name: autodiag\n", "    epoch: \"2\"\n", "epoch"},
 		{"project_name: autodiag\n", "universal_binaries: []\n", "universal_binaries"},
-		{"    flags: [-trimpath]\n", "    tags: [netgo]\n", "tags"},
+		{"    flags: [-trimpath, -gcflags=all=-dwarf=false]\n", "    tags: [netgo]\n", "tags"},
 	} {
 		if !strings.Contains(string(raw), tc.after) {
 			t.Fatalf(".goreleaser.yaml has no line %q to insert after", tc.after)
