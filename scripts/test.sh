@@ -272,22 +272,20 @@ fi
 	# The lock is released however this job ends: a failed build must not
 	# leave the tests waiting until go test's timeout.
 	trap 'flock -u 9' EXIT
-	# The builds compile one package at a time (-p=1): go test compiles
-	# two at once beside them, and more compiles than cores cost CPU, not
-	# only waiting. On an idle 2-core machine every test binary's race
-	# build took 463 CPU s with -p 4 against 396 with -p 2 (issue 44).
-	# Lint's compiles keep go's default: it starts once go test's compile
-	# is mostly done, and it ends the cold run (the last 36-50 s of it
-	# with -p=1 too).
-	builds_goflags="${GOFLAGS:+$GOFLAGS }-p=1"
+	# One compile at a time here (-p=1), for the builds and for lint's
+	# compiles: go test compiles two at once beside this job, and more
+	# compiles than cores cost CPU, not only waiting. On an idle 2-core
+	# machine every test binary's race build took 463 CPU s with -p 4
+	# against 396 with -p 2 (issue 44).
+	export GOFLAGS="${GOFLAGS:+$GOFLAGS }-p=1"
 	t0=$SECONDS
-	[[ -z $agent_build ]] || GOFLAGS=$builds_goflags build_agent
-	GOFLAGS=$builds_goflags install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
+	[[ -z $agent_build ]] || build_agent
+	install_tool ec2-metadata-mock "$IMDS_MOCK_VERSION" github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock
 	flock -u 9
 	times >"$work/builds.times"
 	log "background builds: $([[ -z $agent_build ]] || echo "the e2e agent and ")ec2-metadata-mock ready after $((SECONDS - t0))s (cpu $(job_cpu)s)"
 	t0=$SECONDS
-	GOFLAGS=$builds_goflags install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	times >"$work/builds.times"
 	log "background builds: golangci-lint ready after $((SECONDS - t0))s more (cpu $(job_cpu)s in all)"
 	[[ -n $lint_beside ]] || exit 0
