@@ -130,11 +130,12 @@ install_deb() {
 # cache the tool is built into $bin.
 tools_cache=${AUTODIAG_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/autodiag-tools}
 go_version=$(go env GOVERSION)
-# Tools are built with the release's settings (.goreleaser.yaml: CGO_ENABLED=0,
-# -trimpath, -gcflags=all=-dwarf=false), as are the e2e tests' agent (internal/harness Build) and
-# scripts/release-check's builds: the Go build cache keys a compile on
-# them, so the standard library and any module at the same version are
-# compiled once for all of them on a fresh machine, not once per setting.
+# Tools are built with the release's settings (.goreleaser.yaml:
+# CGO_ENABLED=0, -trimpath, -gcflags=all=-dwarf=false), as are the e2e
+# tests' agent (internal/harness Build) and scripts/release-check's
+# builds: the Go build cache keys a compile on them, so the standard
+# library and any module at the same version are compiled once for all
+# of them on a fresh machine, not once per setting.
 release_go() { CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath -gcflags=all=-dwarf=false" go "$@"; }
 # The tools are compiled without inlining as well (-l), except the
 # standard library (std=-dwarf=false: the release's flags, so its compile
