@@ -42,6 +42,15 @@ func (l *pollLine) wakeFirst() {
 	}
 }
 
+// wakeHead wakes the first poll in line unless it is woken already: it
+// looks again and, finding nothing, waits again with its timer set from
+// what is hidden now (the messages' order of service is unchanged).
+func (l *pollLine) wakeHead() {
+	if len(l.polls) > 0 && !l.polls[0].woken {
+		wake(l.polls[0])
+	}
+}
+
 // wakeAll wakes every waiting poll (the queue is gone).
 func (l *pollLine) wakeAll() {
 	for _, p := range l.polls {

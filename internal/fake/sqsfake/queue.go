@@ -119,10 +119,15 @@ func newQueue(name, arn string, attrs queueAttrs, now time.Time) *queue {
 }
 
 // passOn wakes the next poll in line when a receive leaves with messages
-// still visible: the wake it had may have been for one of those.
+// still visible: the wake it had may have been for one of those. With
+// none visible but some hidden, it wakes the poll now first in line if
+// that one has not been woken, so that it sets its timer from them: the
+// one that left may have been the only poll whose timer did.
 func (q *queue) passOn() {
 	if q.nVisible > 0 {
 		q.line.wakeFirst()
+	} else if len(q.waiting) > 0 {
+		q.line.wakeHead()
 	}
 }
 
@@ -164,6 +169,13 @@ func (q *queue) leave(m *message) {
 }
 
 // hide makes m in-flight (or delayed) until at.
+// A poll waiting in line set its timer from the earliest hidden message
+// when it began to wait (nextWake); a message hidden since then that is
+// visible sooner wakes the first poll in line, which sets its timer again.
+// Without that it stayed asleep until its wait time ended (up to 20 s)
+// though the message was visible: a lifecycle notification received by a
+// poll its client had just cancelled, hidden for a second, reached the
+// agent's next poll only after the drain it belonged to had ended.
 func (q *queue) hide(m *message, st msgState, at time.Time) {
 	q.leave(m)
 	m.state = st
@@ -174,7 +186,11 @@ func (q *queue) hide(m *message, st msgState, at time.Time) {
 	} else {
 		q.nDelayed++
 	}
+	sooner := len(q.waiting) == 0 || at.Before(q.waiting[0].at)
 	heap.Push(&q.waiting, entry{m: m, gen: m.gen, at: at})
+	if sooner {
+		q.line.wakeHead()
+	}
 }
 
 func (q *queue) remove(m *message, fate string) {

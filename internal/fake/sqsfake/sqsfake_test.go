@@ -547,6 +547,78 @@ func TestLongPoll(t *testing.T) {
 			t.Fatalf("got %v %+v", err, out)
 		}
 	})
+	// A waiting poll set its timer from the earliest hidden message when
+	// it began to wait; a message hidden since then that becomes visible
+	// sooner is still delivered to it then, as SQS does.
+	t.Run("wakes for a message hidden after it began waiting", func(t *testing.T) {
+		ctx := t.Context()
+		e := newEnv(t)
+		url := e.queue(t, "lph", nil)
+		ch := async(func() (*sqs.ReceiveMessageOutput, error) {
+			return e.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20})
+		})
+		waitFor(t, "the long poll to block", func() bool { return e.srv.Pollers("lph") == 1 && e.clock.Waiters() == 1 })
+		out, err := e.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("late"), DelaySeconds: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(2 * time.Second)
+		got, err := await(t, ch)
+		if err != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].MessageId) != aws.ToString(out.MessageId) {
+			t.Fatalf("got %v %+v", err, got)
+		}
+	})
+	t.Run("wakes for a visibility shortened after it began waiting", func(t *testing.T) {
+		ctx := t.Context()
+		e := newEnv(t)
+		url := e.queue(t, "lps", map[string]string{"VisibilityTimeout": "10"})
+		id := e.send(t, url, "x")
+		m := e.receive(t, url, 1)
+		ch := async(func() (*sqs.ReceiveMessageOutput, error) {
+			return e.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20})
+		})
+		waitFor(t, "the long poll to block", func() bool { return e.srv.Pollers("lps") == 1 && e.clock.Waiters() == 1 })
+		if _, err := e.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(url),
+			ReceiptHandle: m[0].ReceiptHandle, VisibilityTimeout: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(time.Second)
+		got, err := await(t, ch)
+		if err != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].MessageId) != id {
+			t.Fatalf("got %v %+v", err, got)
+		}
+	})
+	// The first poll in line keeps the timer of what becomes visible next:
+	// when it leaves, the next one takes that over.
+	t.Run("a poll leaving hands on the wake for a hidden message", func(t *testing.T) {
+		ctx := t.Context()
+		e := newEnv(t)
+		url := e.queue(t, "lpl", nil)
+		first, cancel := context.WithCancel(ctx)
+		ch1 := async(func() (*sqs.ReceiveMessageOutput, error) {
+			return e.client.ReceiveMessage(first, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20})
+		})
+		waitFor(t, "the first poll to block", func() bool { return e.srv.Pollers("lpl") == 1 && e.clock.Waiters() == 1 })
+		ch2 := async(func() (*sqs.ReceiveMessageOutput, error) {
+			return e.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20})
+		})
+		waitFor(t, "the second poll to block", func() bool { return e.srv.Pollers("lpl") == 2 && e.clock.Waiters() == 2 })
+		out, err := e.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("late"), DelaySeconds: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the first poll to wait for the message", func() bool { return e.srv.Pollers("lpl") == 2 && e.clock.Waiters() == 2 })
+		cancel()
+		if _, err := await(t, ch1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("first poll: %v, want context.Canceled", err)
+		}
+		waitFor(t, "the first poll to leave", func() bool { return e.srv.Pollers("lpl") == 1 && e.clock.Waiters() == 1 })
+		e.clock.Advance(2 * time.Second)
+		got, err := await(t, ch2)
+		if err != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].MessageId) != aws.ToString(out.MessageId) {
+			t.Fatalf("second poll: %v %+v", err, got)
+		}
+	})
 	t.Run("real clock wakes early", func(t *testing.T) {
 		ctx := t.Context()
 		e := newEnvClock(t)
