@@ -68,6 +68,7 @@ phase() {
 }
 
 builds_pid=""
+e2e_pid="" e2e_start=""
 redis_pid=""
 cluster_base=""
 cluster_dir=""
@@ -79,6 +80,9 @@ cleanup() {
 		pkill -TERM -P "$builds_pid" 2>/dev/null || true
 		kill "$builds_pid" 2>/dev/null || true
 	fi
+	# cmd/autodiag's test binary still running beside go test: stopped
+	# (scripts/testexec passes the signal on).
+	[[ -z $e2e_pid ]] || kill "$e2e_pid" 2>/dev/null || true
 	if [[ -n $redis_pid ]]; then
 		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
 	fi
@@ -203,11 +207,9 @@ install_tool() {
 # both) and hands it here on descriptor 9; run alone, this script takes
 # its own.
 pkgs=("$@")
-# The whole module: ./cmd/autodiag named first (go lists each package
-# once), so go test compiles and starts its binary first: its run is the
-# longest (the end-to-end tests, ~450 s), and started last it would run
-# alone at the end with a core idle.
-[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./cmd/autodiag ./...)
+# The whole module. ./cmd/autodiag, whose run is the longest (the
+# end-to-end tests), is compiled first and runs beside go test (below).
+[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./...)
 agent_build=""
 for p in "${@:-./...}"; do
 	[[ $p != ./... && $p != ./cmd* ]] || agent_build=1
@@ -428,9 +430,51 @@ test_rc=0
 # own tables): the race link of ./agent's tests takes 3.8 CPU s instead
 # of 4.9, and each of the 48 packages with tests links one. The compiles,
 # shared with golangci-lint, do not change.
-go test "${race_flags[@]}" -vet=off -ldflags=-w -p 2 -timeout 20m -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
+go_test() {
+	go test "${race_flags[@]}" -vet=off -ldflags=-w -p 2 -timeout 20m "$@"
+}
+# ./cmd/autodiag's end-to-end tests run beside go test, not in one of its
+# two slots: their run is the longest (~260 s, a third of it CPU: they
+# wait on agents, servers and timers), and while it held a slot, every
+# other package's compile, link and run took the other one, one at a
+# time, so go test ended ~130 s after them (process accounting of a cold
+# run, issue 44). Their test binary is compiled first, with the same flags
+# (go test -c: most of the module's race build), then runs in the
+# background, as go test would run it (in its directory, -test.timeout),
+# while go test compiles and runs the other packages two at a time.
+e2e_pkg=github.com/autodiag/autodiag/cmd/autodiag
+mapfile -t listed < <(go list "${pkgs[@]}")
+mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -vx "$e2e_pkg")
+if ((${#rest[@]} > 0 && ${#rest[@]} < ${#listed[@]})); then
+	e2e_args=(-test.paniconexit0 -test.timeout=20m)
+	[[ -z ${AUTODIAG_TEST_RUN:-} ]] || e2e_args+=("-test.run=$AUTODIAG_TEST_RUN")
+	if go_test -c -o "$work/e2e.test" ./cmd/autodiag; then
+		e2e_start=$SECONDS
+		(cd cmd/autodiag && exec "$root/scripts/testexec" "$work/e2e.test" "${e2e_args[@]}") >"$work/e2e.log" 2>&1 &
+		e2e_pid=$!
+	else
+		printf 'FAIL\t%s [build failed]\n' "$e2e_pkg"
+		test_rc=1
+	fi
+	go_test -exec "$root/scripts/testexec" "${run[@]}" "${rest[@]}" || test_rc=$?
+	if [[ -n $e2e_pid ]]; then
+		e2e_rc=0
+		wait "$e2e_pid" || e2e_rc=$?
+		e2e_pid=""
+		# As go test prints a package's run: its output only when it failed.
+		if ((e2e_rc == 0)); then
+			printf 'ok  \t%s\t%ds (beside go test)\n' "$e2e_pkg" $((SECONDS - e2e_start))
+		else
+			cat "$work/e2e.log"
+			printf 'FAIL\t%s\t%ds (beside go test)\n' "$e2e_pkg" $((SECONDS - e2e_start))
+			test_rc=1
+		fi
+	fi
+else
+	go_test -exec "$root/scripts/testexec" "${run[@]}" "${pkgs[@]}" || test_rc=$?
+fi
 if [[ -s $AUTODIAG_TEST_RUNS ]]; then
-	log "test binaries ran $(awk '{ s += $1; c += $2 } END { printf "%ds (cpu %ds)", s + 0.5, c + 0.5 }' "$AUTODIAG_TEST_RUNS") in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds (cpu %ds)", (NR > 1 ? ", " : ""), $3, $1 + 0.5, $2 + 0.5 }'); the most CPU: $(sort -k2,2rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds", (NR > 1 ? ", " : ""), $3, $2 + 0.5 }')"
+	log "test binaries ran $(awk '{ s += $1; c += $2 } END { printf "%ds (cpu %ds)", s + 0.5, c + 0.5 }' "$AUTODIAG_TEST_RUNS") in all ($(wc -l <"$AUTODIAG_TEST_RUNS") packages, two at once${e2e_start:+, and cmd/autodiag beside them}); the slowest: $(sort -rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds (cpu %ds)", (NR > 1 ? ", " : ""), $3, $1 + 0.5, $2 + 0.5 }'); the most CPU: $(sort -k2,2rn "$AUTODIAG_TEST_RUNS" | head -5 | awk -v r="$root/" '{ sub(r, "", $3); printf "%s%s %ds", (NR > 1 ? ", " : ""), $3, $2 + 0.5 }')"
 fi
 # agent/redact's corpus tests skip themselves under -race (see
 # corpusWithoutRace): they run here without it, with the agent build's
