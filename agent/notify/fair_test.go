@@ -59,8 +59,14 @@ func TestDispatcherHangingSinkDoesNotStarveOthers(t *testing.T) {
 				return len(ok.requests()) == fairEvents &&
 					testutil.ToFloat64(d.m.total.WithLabelValues("fast", "failed", ResultDelivered)) == fairEvents
 			})
-			if n := len(hung.requests()); n > 2 {
+			// At once, not in all: each hung request ends at the sink's
+			// timeout (testIdle/3) and the lane then takes the next event,
+			// so a slow run (CI under load) sends it more than two.
+			if n := hung.mostAtOnce(); n > 2 {
 				t.Errorf("the hanging sink had %d requests at once, want at most its lane of 2 of 4 workers", n)
+			}
+			if len(hung.requests()) == 0 {
+				t.Error("the hanging sink received no request")
 			}
 			if got := testutil.ToFloat64(d.m.total.WithLabelValues("fast", "failed", ResultDelivered)); got != fairEvents {
 				t.Errorf("delivered{sink=fast} = %v, want %d", got, fairEvents)

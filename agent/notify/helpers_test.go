@@ -35,8 +35,11 @@ type receiver struct {
 	mu      sync.Mutex
 	answers []int
 	reqs    []request
-	hang    chan struct{} // when set, requests wait for it to close
+	hang    chan struct{} // when set, requests wait for it to close (or their client to go)
 	header  http.Header   // added to every answer
+	// open counts the requests being answered now; mostOpen is the most
+	// there were at once.
+	open, mostOpen int
 }
 
 func newReceiver(t *testing.T, answers ...int) *receiver {
@@ -61,7 +64,14 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	for k, v := range r.header {
 		w.Header()[k] = v
 	}
+	r.open++
+	r.mostOpen = max(r.mostOpen, r.open)
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.open--
+		r.mu.Unlock()
+	}()
 	if hang != nil {
 		select {
 		case <-hang:
@@ -69,6 +79,13 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	w.WriteHeader(code)
+}
+
+// mostAtOnce is the most requests the receiver was answering at once.
+func (r *receiver) mostAtOnce() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mostOpen
 }
 
 func (r *receiver) requests() []request {
