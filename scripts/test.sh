@@ -68,7 +68,7 @@ phase() {
 }
 
 builds_pid=""
-e2e_pid="" e2e_start="" e2e_build_pid=""
+e2e_pid="" e2e_start=""
 redis_pid=""
 cluster_base=""
 cluster_dir=""
@@ -83,7 +83,6 @@ cleanup() {
 	# cmd/autodiag's test binary still running beside go test: stopped
 	# (scripts/testexec passes the signal on).
 	[[ -z $e2e_pid ]] || kill "$e2e_pid" 2>/dev/null || true
-	[[ -z $e2e_build_pid ]] || { pkill -TERM -P "$e2e_build_pid" 2>/dev/null; kill "$e2e_build_pid" 2>/dev/null; } || true
 	if [[ -n $redis_pid ]]; then
 		redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$redis_pid" 2>/dev/null || true
 	fi
@@ -252,17 +251,6 @@ lint_bin=golangci-lint
 # the code shipped, and golangci-lint could not share its compile (GOFLAGS
 # holds no flag value with a space).
 race_flags=(-race -gcflags=all=-dwarf=false)
-# -vet=off: golangci-lint's govet runs every analyzer go test's own vet
-# step would (a subset of vet's defaults) on the same packages and files;
-# run here too they are tens of CPU seconds on a fresh machine for nothing.
-# -ldflags=-w: the test binaries are linked without DWARF, which nothing
-# here reads (a panic's or a race report's stack comes from the runtime's
-# own tables): the race link of ./agent's tests takes 3.8 CPU s instead
-# of 4.9, and each of the 48 packages with tests links one. The compiles,
-# shared with golangci-lint, do not change.
-go_test() {
-	go test "${race_flags[@]}" -vet=off -ldflags=-w -p 2 -timeout 20m "$@"
-}
 run_lint() {
 	GOFLAGS="${GOFLAGS:+$GOFLAGS }${race_flags[*]}" nice -n "${1:-0}" "$lint_bin" run --allow-parallel-runners "${pkgs[@]}"
 }
@@ -300,12 +288,7 @@ fi
 	times >"$work/builds.times"
 	log "background builds: $([[ -z $agent_build ]] || echo "the e2e agent and ")ec2-metadata-mock ready after $((SECONDS - t0))s (cpu $(job_cpu)s)"
 	t0=$SECONDS
-	# golangci-lint's build two compiles at a time: it is the longest
-	# stretch of this job, and lint, which runs last, waits on it; go
-	# test's slots are mostly test runs by now, which wait more than they
-	# compute (a cold run's process accounting: this build had 0.57 of a
-	# core at -p=1 and ended 90 s after go test, lint 70 s after that).
-	GOFLAGS="${GOFLAGS%-p=1}-p=2" install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	install_tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	times >"$work/builds.times"
 	log "background builds: golangci-lint ready after $((SECONDS - t0))s more (cpu $(job_cpu)s in all)"
 	[[ -n $lint_beside ]] || exit 0
@@ -319,22 +302,6 @@ builds_pid=$!
 # This shell's descriptor 9 is closed (the job keeps the lock): the
 # services and go test started below do not inherit it.
 exec 9>&-
-
-# cmd/autodiag's test binary, which runs beside go test (below), is
-# compiled from the first second when the whole module is tested: beside
-# the agent's build, the apt install, the module download, the services
-# and the checks, which leave a core idle for their ~25 s. Not when lint
-# runs before the tests (lint_beside empty): it compiles the same race
-# build then, and two go commands compiling one package both compile it.
-e2e_pkg=github.com/autodiag/autodiag/cmd/autodiag
-e2e_build_pid=""
-if (($# == 0)) && [[ -n $lint_beside ]]; then
-	if [[ -z $(ls -A "$(go env GOCACHE)" 2>/dev/null) ]]; then
-		log "empty Go build cache: go test -race compiles every dependency first, from now (minutes on 2 cores)"
-	fi
-	go_test -c -o "$work/e2e.test" ./cmd/autodiag >"$work/e2e-build.log" 2>&1 &
-	e2e_build_pid=$!
-fi
 
 phase "apt (redis-server, prometheus)"
 install_deb redis-server redis-server redis-cli
@@ -455,6 +422,17 @@ run=()
 export AUTODIAG_TEST_RUNS=$work/test-runs
 : >"$AUTODIAG_TEST_RUNS"
 test_rc=0
+# -vet=off: golangci-lint's govet runs every analyzer go test's own vet
+# step would (a subset of vet's defaults) on the same packages and files;
+# run here too they are tens of CPU seconds on a fresh machine for nothing.
+# -ldflags=-w: the test binaries are linked without DWARF, which nothing
+# here reads (a panic's or a race report's stack comes from the runtime's
+# own tables): the race link of ./agent's tests takes 3.8 CPU s instead
+# of 4.9, and each of the 48 packages with tests links one. The compiles,
+# shared with golangci-lint, do not change.
+go_test() {
+	go test "${race_flags[@]}" -vet=off -ldflags=-w -p 2 -timeout 20m "$@"
+}
 # ./cmd/autodiag's end-to-end tests run beside go test, not in one of its
 # two slots: their run is the longest (~260 s, a third of it CPU: they
 # wait on agents, servers and timers), and while it held a slot, every
@@ -464,20 +442,13 @@ test_rc=0
 # (go test -c: most of the module's race build), then runs in the
 # background, as go test would run it (in its directory, -test.timeout),
 # while go test compiles and runs the other packages two at a time.
+e2e_pkg=github.com/autodiag/autodiag/cmd/autodiag
 mapfile -t listed < <(go list "${pkgs[@]}")
 mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -vx "$e2e_pkg")
 if ((${#rest[@]} > 0 && ${#rest[@]} < ${#listed[@]})); then
 	e2e_args=(-test.paniconexit0 -test.timeout=20m)
 	[[ -z ${AUTODIAG_TEST_RUN:-} ]] || e2e_args+=("-test.run=$AUTODIAG_TEST_RUN")
-	e2e_built=0
-	if [[ -n $e2e_build_pid ]]; then
-		wait "$e2e_build_pid" && e2e_built=1
-		e2e_build_pid=""
-		cat "$work/e2e-build.log" >&2
-	else
-		go_test -c -o "$work/e2e.test" ./cmd/autodiag && e2e_built=1
-	fi
-	if ((e2e_built)); then
+	if go_test -c -o "$work/e2e.test" ./cmd/autodiag; then
 		e2e_start=$SECONDS
 		(cd cmd/autodiag && exec "$root/scripts/testexec" "$work/e2e.test" "${e2e_args[@]}") >"$work/e2e.log" 2>&1 &
 		e2e_pid=$!
